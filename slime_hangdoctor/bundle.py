@@ -1,0 +1,404 @@
+"""The evidence bundle: a directory (or .tar.gz of it) with a manifest and raw artefacts, verbatim.
+
+Layout::
+
+    <bundle>/manifest.json          schema, tool version, capture times, hosts, one record per probe
+    <bundle>/raw/<source>/<name>    the bytes each probe captured, as captured (secrets redacted)
+
+Raw bytes are kept so that a better parser can re-read an old bundle. Directories are 0700 and files
+0600: bundles hold stacks and command lines of a user's job.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slime_hangdoctor import __version__
+from slime_hangdoctor.errors import BundleInvalid, BundleNotWritable
+from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.redact import redact_text
+
+BUNDLE_SCHEMA = "slime-hangdoctor.bundle/1"
+MANIFEST = "manifest.json"
+
+# Sources (the `source` of a probe record, also the folder under raw/).
+RAY_DASHBOARD = "ray_dashboard"  # one dashboard answer; meta: endpoint, status
+PROCESSES = "processes"  # JSON list of process dicts (psutil), one artefact per node and sample
+PYSPY = "pyspy"  # py-spy dump stdout; meta: pid, format (json|text), native
+DASHBOARD_TRACEBACK = "dashboard_traceback"  # Ray /worker/traceback text; meta: pid
+SGLANG = "sglang"  # one HTTP answer of an engine; meta: url, path, status, elapsed_s, error
+ROUTER = "router"  # one HTTP answer of a router; meta as SGLANG
+NVML = "nvml"  # JSON series of GPU samples of one node
+GPM = "gpm"  # JSON list of GPM readings of one node
+NCCL_RAS = "nccl_ras"  # JSON {"text": {...,"body"}, "json": {...,"body"}} of one node
+FLIGHT_RECORDER = "flight_recorder"  # the pickle a rank dumped; meta: rank, pid
+
+SOURCES = (
+    RAY_DASHBOARD,
+    PROCESSES,
+    PYSPY,
+    DASHBOARD_TRACEBACK,
+    SGLANG,
+    ROUTER,
+    NVML,
+    GPM,
+    NCCL_RAS,
+    FLIGHT_RECORDER,
+)
+
+_SAFE = re.compile(r"[^A-Za-z0-9._\-]+")
+
+
+def safe_name(text: str) -> str:
+    """A file-name-safe rendering of a target (URL, IP, pid)."""
+    return _SAFE.sub("_", text).strip("_")[:120] or "_"
+
+
+@dataclass(frozen=True)
+class ProbeRecord:
+    """One probe's outcome, as the manifest keeps it."""
+
+    source: str
+    target: str
+    outcome: Outcome
+    reason: str | None = None
+    artifact: str | None = None  # path relative to the bundle root
+    node_ip: str | None = None
+    sample: int | None = None  # 0 / 1 for the two samples of the window; None for one-off probes
+    started_at: float = 0.0
+    elapsed_s: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["outcome"] = self.outcome.value
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ProbeRecord:
+        try:
+            return cls(
+                source=str(d["source"]),
+                target=str(d["target"]),
+                outcome=Outcome(d["outcome"]),
+                reason=d.get("reason"),
+                artifact=d.get("artifact"),
+                node_ip=d.get("node_ip"),
+                sample=d.get("sample"),
+                started_at=float(d.get("started_at") or 0.0),
+                elapsed_s=float(d.get("elapsed_s") or 0.0),
+                meta=dict(d.get("meta") or {}),
+            )
+        except (KeyError, ValueError, TypeError) as exc:
+            raise BundleInvalid(f"manifest probe record is malformed: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
+class Manifest:
+    schema: str
+    tool_version: str
+    created_at: float
+    command: str
+    hosts: tuple[str, ...]
+    window_s: float
+    sample_times: tuple[float, ...]
+    probes: tuple[ProbeRecord, ...]
+    target: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    finished_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "tool_version": self.tool_version,
+            "created_at": self.created_at,
+            "finished_at": self.finished_at,
+            "command": self.command,
+            "hosts": list(self.hosts),
+            "window_s": self.window_s,
+            "sample_times": list(self.sample_times),
+            "target": self.target,
+            "options": self.options,
+            "probes": [p.to_json() for p in self.probes],
+        }
+
+    @classmethod
+    def from_json(cls, d: Any) -> Manifest:
+        if not isinstance(d, dict):
+            raise BundleInvalid("manifest.json is not a JSON object")
+        schema = d.get("schema")
+        if not isinstance(schema, str) or not schema.startswith("slime-hangdoctor.bundle/"):
+            raise BundleInvalid(f"manifest.json has an unknown schema: {schema!r}")
+        probes = d.get("probes")
+        if not isinstance(probes, list):
+            raise BundleInvalid("manifest.json has no probe list")
+        try:
+            return cls(
+                schema=schema,
+                tool_version=str(d.get("tool_version", "?")),
+                created_at=float(d.get("created_at") or 0.0),
+                finished_at=d.get("finished_at"),
+                command=str(d.get("command", "?")),
+                hosts=tuple(str(h) for h in d.get("hosts") or ()),
+                window_s=float(d.get("window_s") or 0.0),
+                sample_times=tuple(float(t) for t in d.get("sample_times") or ()),
+                target=dict(d.get("target") or {}),
+                options=dict(d.get("options") or {}),
+                probes=tuple(ProbeRecord.from_json(p) for p in probes),
+            )
+        except (TypeError, ValueError) as exc:
+            raise BundleInvalid(f"manifest.json is malformed: {exc!r}") from exc
+
+
+class BundleWriter:
+    """Writes artefacts as probes finish (thread-safe); `finish()` writes the manifest."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        command: str,
+        window_s: float = 0.0,
+        target: dict[str, Any] | None = None,
+        options: dict[str, Any] | None = None,
+        known_secrets: tuple[str, ...] = (),
+    ) -> None:
+        self.root = Path(root)
+        self._lock = threading.Lock()
+        self._records: list[ProbeRecord] = []
+        self._names: set[str] = set()
+        self._hosts: list[str] = []
+        self._sample_times: dict[int, float] = {}
+        self._known_secrets = known_secrets
+        self.command = command
+        self.window_s = window_s
+        self.target = dict(target or {})
+        self.options = dict(options or {})
+        self.created_at = time.time()
+        try:
+            old = os.umask(0o077)
+            try:
+                self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+                (self.root / "raw").mkdir(exist_ok=True, mode=0o700)
+            finally:
+                os.umask(old)
+            os.chmod(self.root, 0o700)
+            probe = self.root / ".write-test"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise BundleNotWritable(f"cannot write an evidence bundle at {self.root}: {exc}") from exc
+
+    def note_host(self, host: str | None) -> None:
+        if host:
+            with self._lock:
+                if host not in self._hosts:
+                    self._hosts.append(host)
+
+    def note_sample(self, index: int, at: float) -> None:
+        with self._lock:
+            self._sample_times.setdefault(index, at)
+
+    def add(self, record: ProbeRecord, data: bytes | str | None = None, *, suffix: str = ".txt") -> ProbeRecord:
+        """Store `data` verbatim (text is redacted) and remember the record; returns it with its path."""
+        self.note_host(record.node_ip)
+        artifact = None
+        if data is not None:
+            if isinstance(data, str):
+                data = redact_text(data, self._known_secrets).encode("utf-8", "replace")
+            elif suffix != ".pkl":
+                data = _redact_bytes(data, self._known_secrets)
+            artifact = self._unique_name(record, suffix)
+            path = self.root / artifact
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+            except OSError as exc:
+                record = _with(record, artifact=None, reason=_join(record.reason, f"artefact not saved: {exc}"))
+                artifact = None
+        stored = _with(record, artifact=artifact, reason=record.reason)
+        with self._lock:
+            self._records.append(stored)
+        return stored
+
+    def _unique_name(self, record: ProbeRecord, suffix: str) -> str:
+        node = safe_name(record.node_ip or "local")
+        base = safe_name(record.target)
+        if record.sample is not None:
+            base += f".s{record.sample}"
+        with self._lock:
+            name = f"raw/{record.source}/{node}/{base}{suffix}"
+            n = 1
+            while name in self._names:
+                n += 1
+                name = f"raw/{record.source}/{node}/{base}.{n}{suffix}"
+            self._names.add(name)
+        return name
+
+    @property
+    def records(self) -> tuple[ProbeRecord, ...]:
+        with self._lock:
+            return tuple(self._records)
+
+    def manifest(self) -> Manifest:
+        with self._lock:
+            times = tuple(self._sample_times[k] for k in sorted(self._sample_times))
+            return Manifest(
+                schema=BUNDLE_SCHEMA,
+                tool_version=__version__,
+                created_at=self.created_at,
+                finished_at=time.time(),
+                command=self.command,
+                hosts=tuple(self._hosts),
+                window_s=self.window_s,
+                sample_times=times,
+                probes=tuple(self._records),
+                target=self.target,
+                options=self.options,
+            )
+
+    def finish(self) -> Manifest:
+        manifest = self.manifest()
+        text = json.dumps(manifest.to_json(), indent=1, sort_keys=False)
+        text = redact_text(text, self._known_secrets)
+        try:
+            tmp = self.root / (MANIFEST + ".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, self.root / MANIFEST)
+        except OSError as exc:
+            raise BundleNotWritable(f"cannot write {self.root / MANIFEST}: {exc}") from exc
+        return manifest
+
+
+def archive(root: Path, dest: Path | None = None) -> Path:
+    """Pack a bundle directory into `<root>.tar.gz` (0600)."""
+    dest = dest or root.with_name(root.name + ".tar.gz")
+    try:
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh, tarfile.open(fileobj=fh, mode="w:gz") as tar:
+            tar.add(root, arcname=root.name)
+    except OSError as exc:
+        raise BundleNotWritable(f"cannot write {dest}: {exc}") from exc
+    return dest
+
+
+class Bundle:
+    """A bundle opened for reading (directory, or a .tar.gz unpacked to a private temp dir)."""
+
+    def __init__(self, root: Path, manifest: Manifest, tmp: Path | None = None) -> None:
+        self.root = root
+        self.manifest = manifest
+        self._tmp = tmp
+
+    def read(self, record: ProbeRecord) -> bytes | None:
+        """The raw bytes of a record's artefact, or None when it has none or it is gone."""
+        if not record.artifact:
+            return None
+        path = (self.root / record.artifact).resolve()
+        if self.root.resolve() not in path.parents:
+            return None  # never read outside the bundle
+        try:
+            return path.read_bytes()
+        except OSError:
+            return None
+
+    def records(self, source: str | None = None) -> Iterator[ProbeRecord]:
+        for rec in self.manifest.probes:
+            if source is None or rec.source == source:
+                yield rec
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __enter__(self) -> Bundle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_bundle(path: Path) -> Bundle:
+    """Open a bundle directory or .tar.gz; raises BundleInvalid with a reason."""
+    path = Path(path)
+    if not path.exists():
+        raise BundleInvalid(f"{path} does not exist")
+    tmp: Path | None = None
+    root = path
+    if path.is_file():
+        tmp = Path(tempfile.mkdtemp(prefix="hangdoctor-bundle-"))
+        try:
+            with tarfile.open(path, "r:*") as tar:
+                _safe_extract(tar, tmp)
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise BundleInvalid(f"{path} is not a readable bundle archive: {exc}") from exc
+        found = sorted(tmp.rglob(MANIFEST))
+        if not found:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise BundleInvalid(f"{path} holds no {MANIFEST}")
+        root = found[0].parent
+    manifest_path = root / MANIFEST
+    try:
+        raw = manifest_path.read_text(encoding="utf-8")
+        manifest = Manifest.from_json(json.loads(raw))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise BundleInvalid(f"{manifest_path} is not readable: {exc}") from exc
+    except BundleInvalid:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Bundle(root, manifest, tmp)
+
+
+def _safe_extract(tar: tarfile.TarFile, dest: Path) -> None:
+    for member in tar.getmembers():
+        target = (dest / member.name).resolve()
+        if dest.resolve() not in target.parents and target != dest.resolve():
+            raise tarfile.TarError(f"member {member.name!r} would land outside the bundle")
+        if not (member.isfile() or member.isdir()):
+            raise tarfile.TarError(f"member {member.name!r} is not a plain file")
+    tar.extractall(dest)  # noqa: S202 - members checked above
+
+
+def _redact_bytes(data: bytes, known: tuple[str, ...]) -> bytes:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+    return redact_text(text, known).encode("utf-8")
+
+
+def _with(record: ProbeRecord, **changes: Any) -> ProbeRecord:
+    d = {**record.__dict__, **changes}
+    return ProbeRecord(**d)
+
+
+def _join(a: str | None, b: str) -> str:
+    return f"{a}; {b}" if a else b
+
+
+def dumps_json(obj: Any) -> str:
+    """JSON for artefacts we compose ourselves (processes, NVML series)."""
+    buf = io.StringIO()
+    json.dump(obj, buf, default=str)
+    return buf.getvalue()

@@ -1,0 +1,317 @@
+"""Observed facts: what the parsers make of raw evidence. Frozen, I/O-free, no verdicts.
+
+Every dataclass here describes something that was *seen* (a stack, a GPU reading, an HTTP answer).
+Interpretation lives in `slime_hangdoctor.analysis`; capture lives in `slime_hangdoctor.collect`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+# --------------------------------------------------------------------------- probe outcomes
+
+
+class Outcome(str, Enum):
+    """How one probe ended (the manifest keeps one per probe)."""
+
+    OK = "ok"
+    UNAVAILABLE = "unavailable"  # the thing is not there (no NVML, connection refused, no pipe)
+    DENIED = "denied"  # permission (ptrace, 401/403, 403 profiling disabled)
+    TIMED_OUT = "timed_out"
+    FAILED = "failed"  # it answered, but not usefully (garbage, crash, parse error)
+
+
+# --------------------------------------------------------------------------- stacks (py-spy)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One stack frame, innermost first in `ThreadStack.frames`."""
+
+    name: str
+    filename: str
+    line: int | None = None
+    short_filename: str = ""
+    native: bool = False
+
+    @property
+    def where(self) -> str:
+        """`function (short/file.py:line)`, as py-spy prints it."""
+        loc = self.short_filename or self.filename
+        return f"{self.name} ({loc}:{self.line})" if self.line is not None else f"{self.name} ({loc})"
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    thread_id: int
+    name: str | None
+    active: bool
+    owns_gil: bool
+    frames: tuple[Frame, ...]
+    os_thread_id: int | None = None
+
+
+@dataclass(frozen=True)
+class ProcessStack:
+    pid: int
+    threads: tuple[ThreadStack, ...]
+    title: str | None = None  # "Process N: <title>" line of the text form
+    python_version: str | None = None
+    native: bool = False
+
+
+# --------------------------------------------------------------------------- processes (/proc, psutil)
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """One process as psutil / procfs saw it at one sample."""
+
+    pid: int
+    ppid: int | None
+    name: str
+    cmdline: tuple[str, ...]  # already redacted
+    status: str  # psutil status: running, sleeping, disk-sleep, stopped, zombie, ...
+    cpu_seconds: float | None  # user + system, cumulative
+    create_time: float | None = None
+    num_threads: int | None = None
+    listen_ports: tuple[int, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)  # allow-listed, non-secret keys only
+    node_ip: str | None = None
+
+    @property
+    def title(self) -> str:
+        """The process title (Ray and SGLang put their role in argv[0])."""
+        return " ".join(a for a in self.cmdline if a).strip() or self.name
+
+
+# --------------------------------------------------------------------------- GPUs (NVML, GPM)
+
+
+@dataclass(frozen=True)
+class GpuProcessUtil:
+    pid: int
+    sm_util: int
+    mem_util: int
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One GPU at one instant. None where NVML did not answer that field."""
+
+    index: int
+    util_gpu: int | None
+    util_mem: int | None
+    power_w: float | None = None
+    sm_mhz: int | None = None
+    pcie_tx_kbs: int | None = None
+    pcie_rx_kbs: int | None = None
+    nvlink_tx: int | None = None  # cumulative counter (NVML field value)
+    nvlink_rx: int | None = None
+    processes: tuple[tuple[int, int | None], ...] = ()  # (pid, used memory bytes)
+    process_util: tuple[GpuProcessUtil, ...] = ()
+    uuid: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    t: float  # seconds since the first sample of the series
+    gpus: tuple[GpuReading, ...]
+
+
+@dataclass(frozen=True)
+class GpuSeries:
+    """A short time series of every GPU on one node."""
+
+    samples: tuple[GpuSample, ...]
+    driver: str | None = None
+    node_ip: str | None = None
+
+
+@dataclass(frozen=True)
+class GpmReading:
+    """Hopper+ GPM metrics of one GPU over a short interval (percent, or bytes/s for NVLINK)."""
+
+    index: int
+    supported: bool
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- NCCL RAS
+
+
+@dataclass(frozen=True)
+class RasRank:
+    rank: int
+    pid: int | None = None
+    host: str | None = None
+    cuda_dev: int | None = None
+    nvml_dev: int | None = None
+    collective_counts: Mapping[str, int] = field(default_factory=dict)
+    missing: bool = False  # listed under missing_ranks
+    considered_dead: bool | None = None
+    launched_up_to: int | None = None  # text form: "has launched up to operation N"
+
+
+@dataclass(frozen=True)
+class RasCommunicator:
+    hash: str
+    size: int | None
+    ranks: tuple[RasRank, ...]
+    status: str | None = None  # RUNNING / INCOMPLETE / DEAD ... (text form)
+    errors: str | None = None  # OK / MISMATCH ...
+    messages: tuple[str, ...] = ()  # the warning lines RAS printed for this communicator
+
+
+@dataclass(frozen=True)
+class RasReport:
+    communicators: tuple[RasCommunicator, ...]
+    nccl_version: str | None = None
+    source_format: str = "json"  # json | text
+    repaired: bool = False  # NCCL 2.28.9's malformed JSON was repaired
+
+
+# --------------------------------------------------------------------------- PyTorch flight recorder
+
+
+@dataclass(frozen=True)
+class FrEntry:
+    record_id: int
+    pg_id: int | None
+    collective_seq_id: int
+    op: str  # profiling_name, e.g. "nccl:broadcast"
+    state: str  # scheduled | started | completed
+    frames: tuple[Frame, ...]
+    is_p2p: bool = False
+    input_sizes: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class FrDump:
+    rank: int
+    version: str
+    entries: tuple[FrEntry, ...]
+    pg_status: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    pg_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    pid: int | None = None
+
+
+# --------------------------------------------------------------------------- SGLang and router HTTP
+
+
+@dataclass(frozen=True)
+class HttpAnswer:
+    """One HTTP request a probe made. The body itself stays in the bundle's raw artefact."""
+
+    url: str  # base URL of the server, e.g. http://10.0.0.1:15000
+    path: str  # e.g. /server_info
+    status: int | None  # None: no HTTP answer (refused, timeout, reset)
+    elapsed_s: float
+    error: str | None = None  # "connection refused", "timed out after 2.0s", ...
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """`/server_info` or `/get_server_info`."""
+
+    internal_states_count: int | None  # 0 = scheduler did not answer in time (slime patch)
+    version: str | None = None
+    port: int | None = None
+    tp_size: int | None = None
+    dp_size: int | None = None
+    model_path: str | None = None
+    last_gen_throughput: float | None = None
+    weight_version: str | None = None
+
+    @property
+    def scheduler_unresponsive(self) -> bool:
+        return self.internal_states_count == 0
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    model_path: str | None
+    weight_version: str | None = None
+    is_generation: bool | None = None
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """`/v1/loads` summed over DP ranks (or the older `/get_load`)."""
+
+    running: int
+    waiting: int
+    gen_throughput: float | None = None
+
+
+@dataclass(frozen=True)
+class SglangMetrics:
+    """The progress-relevant series of one `/metrics` answer (sums over label sets)."""
+
+    decode_tokens_total: float | None = None  # sglang:realtime_tokens_total{mode="decode"}
+    prefill_tokens_total: float | None = None  # realtime_tokens_total prefill_compute + prefill_cache
+    generation_tokens_total: float | None = None
+    prompt_tokens_total: float | None = None
+    forward_seconds_total: float | None = None
+    requests_total: float | None = None
+    running_reqs: float | None = None
+    queue_reqs: float | None = None
+    paused_reqs: float | None = None
+    gen_throughput: float | None = None
+    weight_load_seconds: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RouterWorkers:
+    urls: tuple[str, ...]
+    api: str = "workers"  # workers | list_workers
+
+
+# --------------------------------------------------------------------------- Ray state
+
+
+@dataclass(frozen=True)
+class RayActor:
+    actor_id: str
+    class_name: str
+    state: str
+    pid: int | None
+    node_id: str | None
+    name: str | None = None
+    job_id: str | None = None
+    ray_namespace: str | None = None
+    node_ip: str | None = None
+    repr_name: str | None = None
+
+
+@dataclass(frozen=True)
+class RayTask:
+    task_id: str
+    name: str  # e.g. "MegatronTrainRayActor.update_weights"
+    state: str
+    actor_id: str | None = None
+    worker_pid: int | None = None
+    node_id: str | None = None
+    job_id: str | None = None
+    start_time_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class RayNode:
+    node_id: str
+    node_ip: str
+    state: str
+    is_head: bool = False
+    hostname: str | None = None
+
+
+@dataclass(frozen=True)
+class RayJob:
+    job_id: str | None
+    submission_id: str | None
+    status: str
+    entrypoint: str | None = None
+    driver_pid: int | None = None
+    driver_node_ip: str | None = None

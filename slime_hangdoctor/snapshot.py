@@ -1,0 +1,114 @@
+"""The analysis input: every fact parsed out of one bundle, tagged with where and when it was seen.
+
+`Snapshot` is built by `slime_hangdoctor.load.load_snapshot(bundle)`; the analysis reads nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from slime_hangdoctor.bundle import Manifest
+from slime_hangdoctor.facts import (
+    EngineLoad,
+    FrDump,
+    GpmReading,
+    GpuSeries,
+    HttpAnswer,
+    ModelInfo,
+    ProcessInfo,
+    ProcessStack,
+    RasReport,
+    RayActor,
+    RayJob,
+    RayNode,
+    RayTask,
+    RouterWorkers,
+    ServerInfo,
+    SglangMetrics,
+)
+
+Parsed = ServerInfo | ModelInfo | EngineLoad | SglangMetrics | RouterWorkers | None
+
+
+@dataclass(frozen=True)
+class StackObs:
+    node_ip: str | None
+    pid: int
+    sample: int
+    stack: ProcessStack
+    via: str = "pyspy"  # pyspy | dashboard
+
+
+@dataclass(frozen=True)
+class ProcessesObs:
+    node_ip: str | None
+    sample: int
+    processes: tuple[ProcessInfo, ...]
+    time: float | None = None
+
+
+@dataclass(frozen=True)
+class HttpObs:
+    """One HTTP answer of an engine or router, with its parsed body where it parsed."""
+
+    kind: str  # engine | router
+    sample: int
+    answer: HttpAnswer
+    parsed: Parsed = None
+    parse_error: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuObs:
+    node_ip: str | None
+    series: GpuSeries
+
+
+@dataclass(frozen=True)
+class GpmObs:
+    node_ip: str | None
+    readings: tuple[GpmReading, ...]
+
+
+@dataclass(frozen=True)
+class RasObs:
+    node_ip: str | None
+    sample: int
+    report: RasReport
+
+
+@dataclass(frozen=True)
+class FrObs:
+    node_ip: str | None
+    dump: FrDump
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    manifest: Manifest
+    actors: tuple[RayActor, ...] = ()
+    tasks: tuple[RayTask, ...] = ()
+    nodes: tuple[RayNode, ...] = ()
+    jobs: tuple[RayJob, ...] = ()
+    processes: tuple[ProcessesObs, ...] = ()
+    stacks: tuple[StackObs, ...] = ()
+    http: tuple[HttpObs, ...] = ()
+    gpus: tuple[GpuObs, ...] = ()
+    gpm: tuple[GpmObs, ...] = ()
+    ras: tuple[RasObs, ...] = ()
+    flight: tuple[FrObs, ...] = ()
+    blind_spots: tuple[str, ...] = ()  # probes that failed or were not allowed, parse failures
+    ray_seen: bool = False  # the Ray state API answered
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def window_s(self) -> float:
+        return self.manifest.window_s
+
+    def stacks_of(self, pid: int, node_ip: str | None = None) -> tuple[StackObs, ...]:
+        return tuple(
+            s for s in self.stacks if s.pid == pid and (node_ip is None or s.node_ip in (None, node_ip))
+        )
+
+    def processes_at(self, sample: int) -> tuple[ProcessInfo, ...]:
+        return tuple(p for obs in self.processes if obs.sample == sample for p in obs.processes)

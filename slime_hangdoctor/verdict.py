@@ -1,0 +1,172 @@
+"""The verdict contract (`slime-hangdoctor.verdict/1`) and the exit codes that go with it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+SCHEMA = "slime-hangdoctor.verdict/1"
+
+
+class Status(str, Enum):
+    HUNG = "hung"
+    PROGRESSING = "progressing"
+    IDLE = "idle"
+    UNKNOWN = "unknown"
+
+
+class Stage(str, Enum):
+    """The blocked stage ("none" when not hung). Rows of slime.md §8 map onto these."""
+
+    STARTUP = "startup"
+    ROLLOUT_DISPATCH = "rollout_dispatch"
+    REWARD = "reward"
+    OFFLOAD_ONLOAD = "offload_onload"
+    TRAIN = "train"
+    WEIGHT_SYNC = "weight_sync"
+    NCCL_BROADCAST = "nccl_broadcast"
+    EVAL = "eval"
+    NONE = "none"
+    UNKNOWN = "unknown"
+
+
+class Role(str, Enum):
+    SGLANG_ENGINE = "sglang_engine"
+    TRAIN_RANK = "train_rank"
+    ROLLOUT_MANAGER = "rollout_manager"
+    DRIVER = "driver"
+    ROUTER = "router"
+
+
+class Severity(str, Enum):
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+
+
+class ExitCode(int, Enum):
+    """Monitoring-plugin convention."""
+
+    OK = 0
+    WARNING = 1
+    CRITICAL = 2
+    UNKNOWN = 3
+
+
+@dataclass(frozen=True)
+class Culprit:
+    role: Role
+    why: str
+    node_ip: str | None = None
+    pid: int | None = None
+    rank: int | None = None
+    engine_url: str | None = None
+    actor_id: str | None = None
+    gpu: int | None = None  # NVML index, where known (extra field, not in the minimal contract)
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: Severity
+    message: str
+    evidence: tuple[str, ...] = ()  # short excerpts: frames, readings, HTTP answers
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    stage: Stage
+    summary: str
+    culprits: tuple[Culprit, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    next_steps: tuple[str, ...] = ()
+    blind_spots: tuple[str, ...] = ()
+    window_s: float = 0.0
+    elapsed_s: float = 0.0
+    confidence: str = "low"  # high | medium | low
+    suspected: bool = False  # hung-looking but not yet past a stall threshold (exit 1)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if self.status is Status.UNKNOWN:
+            return ExitCode.UNKNOWN
+        if self.status is Status.HUNG:
+            return ExitCode.WARNING if self.suspected else ExitCode.CRITICAL
+        return ExitCode.OK
+
+    def to_json(self) -> dict[str, Any]:
+        """The stable machine-readable form printed by `--format json`."""
+        return {
+            "schema": SCHEMA,
+            "status": self.status.value,
+            "stage": self.stage.value,
+            "summary": self.summary,
+            "culprits": [_culprit_json(c) for c in self.culprits],
+            "findings": [
+                {
+                    "rule": f.rule,
+                    "severity": f.severity.value,
+                    "message": f.message,
+                    "evidence": list(f.evidence),
+                }
+                for f in self.findings
+            ],
+            "next_steps": list(self.next_steps),
+            "blind_spots": list(self.blind_spots),
+            "window_s": round(self.window_s, 3),
+            "elapsed_s": round(self.elapsed_s, 3),
+            "confidence": self.confidence,
+            "exit_code": int(self.exit_code),
+            **({"extra": self.extra} if self.extra else {}),
+        }
+
+
+def _culprit_json(c: Culprit) -> dict[str, Any]:
+    d = asdict(c)
+    d["role"] = c.role.value
+    return d
+
+
+def unknown_verdict(summary: str, *, blind_spots: tuple[str, ...] = (), elapsed_s: float = 0.0) -> Verdict:
+    """The verdict for "could not diagnose" (exit 3)."""
+    return Verdict(
+        status=Status.UNKNOWN,
+        stage=Stage.UNKNOWN,
+        summary=summary,
+        blind_spots=blind_spots,
+        elapsed_s=elapsed_s,
+    )
+
+
+@dataclass(frozen=True)
+class RoleRow:
+    """One row of the report's process table: a slime process and what it is doing."""
+
+    role: Role
+    label: str  # "train rank 1", "engine http://10.0.0.1:15000", "driver"
+    node_ip: str | None
+    pid: int | None
+    stage: Stage
+    state: str  # "blocked in dist.broadcast", "idle", "spinning at a CUDA sync", "dead", ...
+    culprit: bool = False
+
+
+@dataclass(frozen=True)
+class StackExcerpt:
+    """The culprit's (or the most telling) stack, innermost first, with the deciding frames marked."""
+
+    title: str
+    frames: tuple[str, ...]
+    highlight: tuple[int, ...] = ()  # indexes into frames
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What renderers get: the verdict plus the per-process table and a stack excerpt."""
+
+    verdict: Verdict
+    rows: tuple[RoleRow, ...] = ()
+    excerpt: StackExcerpt | None = None
