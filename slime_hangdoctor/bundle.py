@@ -199,7 +199,9 @@ class BundleWriter:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as exc:
-            raise BundleNotWritable(f"cannot write an evidence bundle at {self.root}: {exc}") from exc
+            raise BundleNotWritable(
+                f"cannot write an evidence bundle at {self.root}: {exc}"
+            ) from exc
 
     def note_host(self, host: str | None) -> None:
         if host:
@@ -211,7 +213,9 @@ class BundleWriter:
         with self._lock:
             self._sample_times.setdefault(index, at)
 
-    def add(self, record: ProbeRecord, data: bytes | str | None = None, *, suffix: str = ".txt") -> ProbeRecord:
+    def add(
+        self, record: ProbeRecord, data: bytes | str | None = None, *, suffix: str = ".txt"
+    ) -> ProbeRecord:
         """Store `data` verbatim (text is redacted) and remember the record; returns it with its path."""
         self.note_host(record.node_ip)
         artifact = None
@@ -228,7 +232,9 @@ class BundleWriter:
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(data)
             except OSError as exc:
-                record = _with(record, artifact=None, reason=_join(record.reason, f"artefact not saved: {exc}"))
+                record = _with(
+                    record, artifact=None, reason=_join(record.reason, f"artefact not saved: {exc}")
+                )
                 artifact = None
         stored = _with(record, artifact=artifact, reason=record.reason)
         with self._lock:

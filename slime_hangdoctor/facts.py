@@ -40,7 +40,9 @@ class Frame:
     def where(self) -> str:
         """`function (short/file.py:line)`, as py-spy prints it."""
         loc = self.short_filename or self.filename
-        return f"{self.name} ({loc}:{self.line})" if self.line is not None else f"{self.name} ({loc})"
+        return (
+            f"{self.name} ({loc}:{self.line})" if self.line is not None else f"{self.name} ({loc})"
+        )
 
 
 @dataclass(frozen=True)
@@ -251,7 +253,9 @@ class SglangMetrics:
     """The progress-relevant series of one `/metrics` answer (sums over label sets)."""
 
     decode_tokens_total: float | None = None  # sglang:realtime_tokens_total{mode="decode"}
-    prefill_tokens_total: float | None = None  # realtime_tokens_total prefill_compute + prefill_cache
+    prefill_tokens_total: float | None = (
+        None  # realtime_tokens_total prefill_compute + prefill_cache
+    )
     generation_tokens_total: float | None = None
     prompt_tokens_total: float | None = None
     forward_seconds_total: float | None = None

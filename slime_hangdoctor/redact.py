@@ -40,10 +40,14 @@ ENV_ALLOWLIST: frozenset[str] = frozenset(
     }
 )
 
-_SECRET_KEY = r"(?:api[_-]?key|admin[_-]?api[_-]?key|token|secret|password|passwd|authorization|auth)"
+_SECRET_KEY = (
+    r"(?:api[_-]?key|admin[_-]?api[_-]?key|token|secret|password|passwd|authorization|auth)"
+)
 # "api_key": "abc"  /  'api_key': 'abc'  (JSON and Python reprs); null stays null.
 _JSON_FIELD = re.compile(
-    r"""(?P<k>["'][A-Za-z0-9_\-]*""" + _SECRET_KEY + r"""[A-Za-z0-9_\-]*["']\s*:\s*)(?P<q>["'])(?P<v>[^"']*)(?P=q)""",
+    r"""(?P<k>["'][A-Za-z0-9_\-]*"""
+    + _SECRET_KEY
+    + r"""[A-Za-z0-9_\-]*["']\s*:\s*)(?P<q>["'])(?P<v>[^"']*)(?P=q)""",
     re.IGNORECASE,
 )
 # --api-key abc  /  --ray-token=abc  /  api_key=abc (query strings, env dumps)
@@ -64,7 +68,11 @@ def redact_text(text: str, known_secrets: tuple[str, ...] = ()) -> str:
         if secret and len(secret) >= 4:
             text = text.replace(secret, REDACTED)
     text = _JSON_FIELD.sub(
-        lambda m: m.group(0) if not m.group("v") else f"{m.group('k')}{m.group('q')}{REDACTED}{m.group('q')}",
+        lambda m: (
+            m.group(0)
+            if not m.group("v")
+            else f"{m.group('k')}{m.group('q')}{REDACTED}{m.group('q')}"
+        ),
         text,
     )
     text = _FLAG.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
@@ -72,7 +80,9 @@ def redact_text(text: str, known_secrets: tuple[str, ...] = ()) -> str:
     return _BEARER.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
 
 
-def redact_cmdline(argv: tuple[str, ...] | list[str], known_secrets: tuple[str, ...] = ()) -> tuple[str, ...]:
+def redact_cmdline(
+    argv: tuple[str, ...] | list[str], known_secrets: tuple[str, ...] = ()
+) -> tuple[str, ...]:
     """Redact a command line argument by argument (`--api-key X` spans two arguments)."""
     out: list[str] = []
     hide_next = False
@@ -81,7 +91,9 @@ def redact_cmdline(argv: tuple[str, ...] | list[str], known_secrets: tuple[str, 
             out.append(REDACTED)
             hide_next = False
             continue
-        if re.fullmatch(r"--?[A-Za-z0-9\-_]*" + _SECRET_KEY + r"[A-Za-z0-9\-_]*", arg, re.IGNORECASE):
+        if re.fullmatch(
+            r"--?[A-Za-z0-9\-_]*" + _SECRET_KEY + r"[A-Za-z0-9\-_]*", arg, re.IGNORECASE
+        ):
             out.append(arg)
             hide_next = True
             continue

@@ -107,7 +107,9 @@ class Snapshot:
 
     def stacks_of(self, pid: int, node_ip: str | None = None) -> tuple[StackObs, ...]:
         return tuple(
-            s for s in self.stacks if s.pid == pid and (node_ip is None or s.node_ip in (None, node_ip))
+            s
+            for s in self.stacks
+            if s.pid == pid and (node_ip is None or s.node_ip in (None, node_ip))
         )
 
     def processes_at(self, sample: int) -> tuple[ProcessInfo, ...]:

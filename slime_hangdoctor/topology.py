@@ -29,7 +29,9 @@ class Member:
         if self.role is Role.TRAIN_RANK and self.rank is not None:
             return f"train rank {self.rank}"
         if self.role is Role.SGLANG_ENGINE:
-            what = {"actor": "engine actor", "http_server": "engine server"}.get(self.kind, self.kind)
+            what = {"actor": "engine actor", "http_server": "engine server"}.get(
+                self.kind, self.kind
+            )
             return f"{what} {self.engine_url or ''}".strip()
         return self.role.value.replace("_", " ")
 

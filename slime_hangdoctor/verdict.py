@@ -130,7 +130,9 @@ def _culprit_json(c: Culprit) -> dict[str, Any]:
     return d
 
 
-def unknown_verdict(summary: str, *, blind_spots: tuple[str, ...] = (), elapsed_s: float = 0.0) -> Verdict:
+def unknown_verdict(
+    summary: str, *, blind_spots: tuple[str, ...] = (), elapsed_s: float = 0.0
+) -> Verdict:
     """The verdict for "could not diagnose" (exit 3)."""
     return Verdict(
         status=Status.UNKNOWN,
