@@ -80,6 +80,7 @@ class ProcessInfo:
     create_time: float | None = None
     num_threads: int | None = None
     listen_ports: tuple[int, ...] = ()
+    listen_addrs: tuple[str, ...] = ()  # "ip:port" of TCP listening sockets
     env: Mapping[str, str] = field(default_factory=dict)  # allow-listed, non-secret keys only
     node_ip: str | None = None
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from slime_hangdoctor.facts import ProcessInfo, RouterWorkers
+from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.verdict import Role
 
 
@@ -23,17 +26,16 @@ class Member:
     engine_url: str | None = None  # for engine actors, their servers and schedulers
     parent_pid: int | None = None
     source: str = "ray-state"  # ray-state | proc-title | job-api | user-flag
+    rank_inferred: bool = False  # rank guessed from process order, not read from RANK / RAS / FR
 
     @property
     def label(self) -> str:
         if self.role is Role.TRAIN_RANK and self.rank is not None:
-            return f"train rank {self.rank}"
+            return f"train rank {self.rank}{'?' if self.rank_inferred else ''}"
         if self.role is Role.SGLANG_ENGINE:
-            what = {"actor": "engine actor", "http_server": "engine server"}.get(
-                self.kind, self.kind
-            )
-            return f"{what} {self.engine_url or ''}".strip()
-        return self.role.value.replace("_", " ")
+            names = {"actor": "engine actor", "http_server": "engine server"}
+            return f"{names.get(self.kind, self.kind)} {self.engine_url or ''}".strip()
+        return str(self.role.value).replace("_", " ")
 
 
 @dataclass(frozen=True)
@@ -62,3 +64,302 @@ class Topology:
             if m.pid == pid and (node_ip is None or m.node_ip in (None, node_ip)):
                 return m
         return None
+
+
+# --------------------------------------------------------------------------- building it
+
+TRAIN_CLASSES = ("MegatronTrainRayActor", "FSDPTrainRayActor", "TrainRayActor")
+CLASS_ROLES: dict[str, Role] = {
+    "RolloutManager": Role.ROLLOUT_MANAGER,
+    "SGLangEngine": Role.SGLANG_ENGINE,
+    **dict.fromkeys(TRAIN_CLASSES, Role.TRAIN_RANK),
+}
+DRIVER_SCRIPTS = ("train.py", "train_async.py")
+
+
+def parse_ray_title(title: str) -> tuple[str, str | None] | None:
+    """`ray::Class.method ...` -> (Class, method); `ray::Class` -> (Class, None); else None."""
+    if not title.startswith("ray::"):
+        return None
+    head = title[5:].split(" ", 1)[0].strip()
+    if not head:
+        return None
+    cls, _, method = head.partition(".")
+    return cls, (method or None)
+
+
+def _latest_processes(snapshot: Snapshot) -> dict[tuple[str | None, int], ProcessInfo]:
+    out: dict[tuple[str | None, int], ProcessInfo] = {}
+    for obs in sorted(snapshot.processes, key=lambda o: o.sample):
+        for p in obs.processes:
+            out[(obs.node_ip, p.pid)] = p
+    return out
+
+
+def _engine_url(proc: ProcessInfo, node_ip: str | None) -> str | None:
+    for addr in proc.listen_addrs:
+        host, _, port = addr.rpartition(":")
+        host = host.strip("[]")
+        if not port.isdigit():
+            continue
+        if host in ("", "0.0.0.0", "::"):
+            host = node_ip or "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{port}"
+    if proc.listen_ports:
+        return f"http://{node_ip or '127.0.0.1'}:{min(proc.listen_ports)}"
+    return None
+
+
+def build_topology(snapshot: Snapshot) -> Topology:
+    """Roles of the slime processes seen in `snapshot` (Ray state first, process titles second)."""
+    procs = _latest_processes(snapshot)
+    node_ip_of = {n.node_id: n.node_ip for n in snapshot.nodes}
+    running = {t.actor_id: t.name for t in snapshot.tasks if t.actor_id and t.state == "RUNNING"}
+    members: dict[tuple[str | None, int], Member] = {}
+
+    def proc_node(pid: int, hint: str | None) -> str | None:
+        if (hint, pid) in procs:
+            return hint
+        nodes = [n for (n, p) in procs if p == pid]
+        return nodes[0] if len(nodes) == 1 else hint
+
+    for a in snapshot.actors:
+        role = CLASS_ROLES.get(a.class_name)
+        if role is None or a.pid is None or a.state != "ALIVE":
+            continue
+        node = proc_node(a.pid, a.node_ip or node_ip_of.get(a.node_id or ""))
+        info = procs.get((node, a.pid))
+        title = info.title if info else ""
+        parsed = parse_ray_title(title)
+        method = running.get(a.actor_id, "").partition(".")[2] or (parsed[1] if parsed else None)
+        members[(node, a.pid)] = Member(
+            role, a.pid, node, "actor", title, a.actor_id, a.class_name, method, source="ray-state"
+        )
+    for (node, pid), p in procs.items():
+        parsed = parse_ray_title(p.title)
+        if (node, pid) in members or parsed is None or parsed[0] not in CLASS_ROLES:
+            continue
+        members[(node, pid)] = Member(
+            CLASS_ROLES[parsed[0]],
+            pid,
+            node,
+            "actor",
+            p.title,
+            None,
+            parsed[0],
+            parsed[1],
+            source="proc-title",
+        )
+    _add_engine_processes(members, procs)
+    _add_routers(members, procs)
+    _add_drivers(members, procs, snapshot)
+    final = _assign_ranks(list(members.values()), procs)
+    engines = _engines(final, snapshot)
+    routers = tuple(
+        dict.fromkeys(m.engine_url for m in final if m.role is Role.ROUTER and m.engine_url)
+    )
+    job_running = any(j.status == "RUNNING" for j in snapshot.jobs) if snapshot.jobs else None
+    return Topology(tuple(final), engines, routers, job_running)
+
+
+def _descendants(
+    root: int, node: str | None, procs: dict[tuple[str | None, int], ProcessInfo]
+) -> list[ProcessInfo]:
+    children: dict[int, list[ProcessInfo]] = {}
+    for (n, _pid), p in procs.items():
+        if n == node and p.ppid is not None:
+            children.setdefault(p.ppid, []).append(p)
+    out: list[ProcessInfo] = []
+    stack = [root]
+    seen = {root}
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child.pid not in seen:
+                seen.add(child.pid)
+                out.append(child)
+                stack.append(child.pid)
+    return out
+
+
+def _add_engine_processes(
+    members: dict[tuple[str | None, int], Member], procs: dict[tuple[str | None, int], ProcessInfo]
+) -> None:
+    actors = [m for m in members.values() if m.role is Role.SGLANG_ENGINE and m.kind == "actor"]
+    claimed: set[tuple[str | None, int]] = set()
+    for actor in actors:
+        desc = _descendants(actor.pid, actor.node_ip, procs)
+        servers = [
+            p
+            for p in desc
+            if not p.title.startswith("sglang::") and (p.listen_addrs or p.listen_ports)
+        ]
+        server = servers[0] if servers else None
+        url = _engine_url(server, actor.node_ip) if server else None
+        members[(actor.node_ip, actor.pid)] = _replace(actor, engine_url=url)
+        for p in desc:
+            kind = _sglang_kind(p.title) or ("http_server" if p is server else None)
+            if kind is None:
+                continue
+            claimed.add((actor.node_ip, p.pid))
+            members[(actor.node_ip, p.pid)] = Member(
+                Role.SGLANG_ENGINE,
+                p.pid,
+                actor.node_ip,
+                kind,
+                p.title,
+                actor.actor_id,
+                None,
+                engine_url=url,
+                parent_pid=p.ppid,
+                source=actor.source,
+            )
+    # Engines not owned by a visible SGLangEngine actor (external engines, --local without Ray titles).
+    for (node, pid), p in procs.items():
+        kind = _sglang_kind(p.title)
+        if kind is None or (node, pid) in claimed or (node, pid) in members:
+            continue
+        parent = procs.get((node, p.ppid)) if p.ppid is not None else None
+        url = None
+        if parent is not None and not parent.title.startswith("sglang::"):
+            url = _engine_url(parent, node)
+            if (node, parent.pid) not in members and url:
+                members[(node, parent.pid)] = Member(
+                    Role.SGLANG_ENGINE,
+                    parent.pid,
+                    node,
+                    "http_server",
+                    parent.title,
+                    engine_url=url,
+                    parent_pid=parent.ppid,
+                    source="proc-title",
+                )
+        members[(node, pid)] = Member(
+            Role.SGLANG_ENGINE,
+            pid,
+            node,
+            kind,
+            p.title,
+            engine_url=url,
+            parent_pid=p.ppid,
+            source="proc-title",
+        )
+
+
+def _sglang_kind(title: str) -> str | None:
+    if title.startswith("sglang::scheduler"):
+        return "scheduler"
+    if title.startswith("sglang::detokenizer"):
+        return "detokenizer"
+    if title.startswith("sglang::"):
+        return "sglang_helper"
+    return None
+
+
+def _add_routers(
+    members: dict[tuple[str | None, int], Member], procs: dict[tuple[str | None, int], ProcessInfo]
+) -> None:
+    for rm in [m for m in members.values() if m.role is Role.ROLLOUT_MANAGER and m.kind == "actor"]:
+        for p in _descendants(rm.pid, rm.node_ip, procs):
+            if (rm.node_ip, p.pid) in members or not (p.listen_addrs or p.listen_ports):
+                continue
+            members[(rm.node_ip, p.pid)] = Member(
+                Role.ROUTER,
+                p.pid,
+                rm.node_ip,
+                "router",
+                p.title,
+                rm.actor_id,
+                engine_url=_engine_url(p, rm.node_ip),
+                parent_pid=p.ppid,
+                source=rm.source,
+            )
+
+
+def _add_drivers(
+    members: dict[tuple[str | None, int], Member],
+    procs: dict[tuple[str | None, int], ProcessInfo],
+    snapshot: Snapshot,
+) -> None:
+    for job in snapshot.jobs:
+        if job.status != "RUNNING" or job.driver_pid is None:
+            continue
+        node = job.driver_node_ip
+        key = (node, job.driver_pid)
+        if key not in procs:
+            hits = [k for k in procs if k[1] == job.driver_pid]
+            key = hits[0] if len(hits) == 1 else key
+        info = procs.get(key)
+        members[key] = Member(
+            Role.DRIVER,
+            job.driver_pid,
+            key[0],
+            "driver",
+            info.title if info else (job.entrypoint or ""),
+            source="job-api",
+        )
+    if any(m.role is Role.DRIVER for m in members.values()):
+        return
+    for key, p in procs.items():
+        if key in members or p.title.startswith(("ray::", "sglang::")):
+            continue
+        if any(arg.endswith(DRIVER_SCRIPTS) for arg in p.cmdline[1:3]):
+            members[key] = Member(
+                Role.DRIVER, p.pid, key[0], "driver", p.title, source="proc-title"
+            )
+
+
+def _assign_ranks(
+    members: list[Member], procs: dict[tuple[str | None, int], ProcessInfo]
+) -> list[Member]:
+    ranks = [m for m in members if m.role is Role.TRAIN_RANK and m.kind == "actor"]
+    known: dict[int, int] = {}
+    for m in ranks:
+        info = procs.get((m.node_ip, m.pid))
+        raw = info.env.get("RANK") if info else None
+        if raw is not None and raw.isdigit():
+            known[m.pid] = int(raw)
+    unknown = sorted(
+        (m for m in ranks if m.pid not in known), key=lambda m: (m.node_ip or "", m.pid)
+    )
+    free = iter(r for r in range(len(ranks)) if r not in known.values())
+    out: list[Member] = []
+    guessed = {m.pid: next(free, None) for m in unknown}
+    for m in members:
+        if m not in ranks:
+            out.append(m)
+        elif m.pid in known:
+            out.append(_replace(m, rank=known[m.pid]))
+        else:
+            out.append(_replace(m, rank=guessed.get(m.pid), rank_inferred=True))
+    return out
+
+
+def _engines(members: list[Member], snapshot: Snapshot) -> tuple[Engine, ...]:
+    engines: dict[str, Engine] = {}
+    for m in members:
+        if m.role is Role.SGLANG_ENGINE and m.kind == "http_server" and m.engine_url:
+            actor = next(
+                (
+                    a
+                    for a in members
+                    if a.kind == "actor" and a.actor_id and a.actor_id == m.actor_id
+                ),
+                None,
+            )
+            engines.setdefault(
+                m.engine_url,
+                Engine(m.engine_url, m.node_ip, actor.pid if actor else None, m.pid, "proc-listen"),
+            )
+    for url in snapshot.manifest.target.get("sglang_urls") or ():
+        engines.setdefault(str(url), Engine(str(url), None, None, None, "user-flag"))
+    for obs in snapshot.http:
+        if isinstance(obs.parsed, RouterWorkers):
+            for url in obs.parsed.urls:
+                engines.setdefault(url, Engine(url, None, None, None, "router"))
+    return tuple(engines.values())
+
+
+def _replace(m: Member, **changes: object) -> Member:
+    return dataclasses.replace(m, **changes)  # type: ignore[arg-type]

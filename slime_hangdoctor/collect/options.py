@@ -1,0 +1,51 @@
+"""What a collection run may do, and for how long."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class CollectOptions:
+    window_s: float = 3.0  # two samples this far apart tell slow from hung
+    timeout_s: float = 20.0  # the whole run's deadline
+    probe_timeout_s: float = 2.0  # one probe (HTTP request, py-spy dump, RAS query)
+    concurrency: int = 8  # probes in flight at once
+    native: bool = False  # py-spy --native (pauses the target longer)
+    health_generate: bool = False  # GET /health_generate (runs a 1-token generation)
+    flight_recorder: bool = False  # poke TORCH_NCCL_DEBUG_INFO_PIPE_FILE pipes (makes ranks dump)
+    api_key: str | None = None
+    ray_token: str | None = None
+    sglang_urls: tuple[str, ...] = ()
+    router_urls: tuple[str, ...] = ()
+    local: bool = False  # no Ray: find slime processes on this node by their titles
+    nvml_interval_s: float = 0.5
+    ras_port: int = 28028
+    gpm: bool = True
+    pyspy: str | None = None  # py-spy binary; None = find it
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def secrets(self) -> tuple[str, ...]:
+        return tuple(s for s in (self.api_key, self.ray_token) if s)
+
+
+class Deadline:
+    """The run's deadline: every wait and probe timeout is clamped to what is left."""
+
+    def __init__(self, seconds: float) -> None:
+        self.start = time.monotonic()
+        self.end = self.start + max(0.0, seconds)
+
+    def remaining(self) -> float:
+        return max(0.0, self.end - time.monotonic())
+
+    def clamp(self, timeout: float) -> float:
+        return max(0.05, min(timeout, self.remaining()))
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    @property
+    def expired(self) -> bool:
+        return self.remaining() <= 0.0

@@ -1,0 +1,1 @@
+"""slime (slime-hangdoctor demo stand-in)."""

@@ -1,0 +1,1 @@
+"""slime.backends (slime-hangdoctor demo stand-in)."""

@@ -1,0 +1,1 @@
+"""slime.backends.megatron_utils (slime-hangdoctor demo stand-in)."""

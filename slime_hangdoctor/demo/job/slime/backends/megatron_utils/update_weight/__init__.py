@@ -1,0 +1,1 @@
+"""slime.backends.megatron_utils.update_weight (slime-hangdoctor demo stand-in)."""

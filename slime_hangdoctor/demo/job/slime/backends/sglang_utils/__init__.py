@@ -1,0 +1,1 @@
+"""slime.backends.sglang_utils (slime-hangdoctor demo stand-in)."""

@@ -1,0 +1,1 @@
+"""slime.ray (slime-hangdoctor demo stand-in)."""

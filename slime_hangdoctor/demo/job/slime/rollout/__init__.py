@@ -1,0 +1,1 @@
+"""slime.rollout (slime-hangdoctor demo stand-in)."""

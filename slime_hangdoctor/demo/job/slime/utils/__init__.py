@@ -1,0 +1,1 @@
+"""slime.utils (slime-hangdoctor demo stand-in)."""

@@ -1,0 +1,59 @@
+"""Command-line arguments of the demo job: a small subset of slime's, plus the demo's fault knobs."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="slime-shaped demo job (CPU, Ray, SGLang stand-in)")
+    # topology
+    p.add_argument("--actor-num-nodes", type=int, default=1)
+    p.add_argument("--actor-num-gpus-per-node", type=int, default=2)
+    p.add_argument("--rollout-num-gpus", type=int, default=2)
+    p.add_argument("--rollout-num-gpus-per-engine", type=int, default=1)
+    p.add_argument("--num-gpus-per-node", type=int, default=2)
+    p.add_argument("--colocate", action="store_true")
+    p.add_argument("--sglang-host", default="127.0.0.1")
+    p.add_argument("--sglang-base-port", type=int, default=15000)
+    p.add_argument("--sglang-api-key", default=None)
+    p.add_argument("--sglang-request-log-dir", default=None)
+    p.add_argument("--sglang-server-concurrency", type=int, default=16)
+    # loop
+    p.add_argument("--start-rollout-id", type=int, default=0)
+    p.add_argument("--num-rollout", type=int, default=100000)
+    p.add_argument("--rollout-batch-size", type=int, default=4)
+    p.add_argument("--n-samples-per-prompt", type=int, default=2)
+    p.add_argument("--global-batch-size", type=int, default=8)
+    p.add_argument("--rollout-max-response-len", type=int, default=16)
+    p.add_argument("--rollout-temperature", type=float, default=1.0)
+    p.add_argument("--eval-interval", type=int, default=None)
+    p.add_argument("--n-samples-per-eval-prompt", type=int, default=1)
+    p.add_argument("--skip-eval-before-train", action="store_true")
+    p.add_argument("--rm-type", default="math")
+    p.add_argument("--update-weight-buffer-size", type=int, default=16 * 1024)
+    p.add_argument("--distributed-timeout-minutes", type=int, default=60)
+    p.add_argument("--train-step-seconds", type=float, default=0.3)
+    # demo faults
+    p.add_argument("--fault", default="none")
+    p.add_argument("--fault-after-steps", type=int, default=0)
+    p.add_argument("--fault-engine", type=int, default=1, help="engine index a server fault targets")
+    p.add_argument("--fault-rank", type=int, default=1, help="train rank a train fault targets")
+    args = p.parse_args(argv)
+    finalize_args(args)
+    return args
+
+
+def finalize_args(args: argparse.Namespace) -> None:
+    """Derived settings, as slime's `slime_validate_args` does for the real ones."""
+    args.offload_rollout = bool(args.colocate)
+    args.offload_train = bool(args.colocate)
+    args.world_size = args.actor_num_nodes * args.actor_num_gpus_per_node
+    if args.colocate:
+        args.rollout_num_gpus = args.world_size
+    args.num_engines = args.rollout_num_gpus // min(
+        args.rollout_num_gpus_per_engine, args.num_gpus_per_node
+    )
+    args.sglang_router_ip = None
+    args.sglang_router_port = None

@@ -1,0 +1,61 @@
+"""Async HTTP helpers for the rollout: like slime's, the client has NO timeout and `_post` retries
+only on exceptions (60 times, 1 s apart). aiohttp stands in for httpx (same semantics here)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+_http_client: Any = None  # aiohttp.ClientSession, created on the loop thread
+_api_key: str | None = None
+
+
+def init_http_client(args: argparse.Namespace) -> None:
+    """Remember the settings; the session itself is created lazily on the asyncio loop thread."""
+    global _api_key
+    _api_key = args.sglang_api_key
+
+
+def _client() -> Any:
+    global _http_client
+    if _http_client is None or _http_client.closed:
+        import aiohttp
+
+        _http_client = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None),
+            connector=aiohttp.TCPConnector(limit=0),
+        )
+    return _http_client
+
+
+def _headers() -> dict[str, str]:
+    return {"Authorization": f"Bearer {_api_key}"} if _api_key else {}
+
+
+async def _post(client: Any, url: str, payload: dict[str, Any], max_retries: int = 60) -> Any:
+    retry = 0
+    while True:
+        try:
+            async with client.post(url, json=payload, headers=_headers()) as response:
+                response.raise_for_status()
+                return await response.json(content_type=None)
+        except Exception as e:
+            retry += 1
+            logger.info(f"Error: {e}, retrying... (attempt {retry}/{max_retries}, url={url})")
+            if retry >= max_retries:
+                raise
+            await asyncio.sleep(1)
+
+
+async def post(url: str, payload: dict[str, Any], max_retries: int = 60) -> Any:
+    return await _post(_client(), url, payload, max_retries=max_retries)
+
+
+async def get(url: str) -> Any:
+    async with _client().get(url, headers=_headers()) as response:
+        response.raise_for_status()
+        return await response.json(content_type=None)

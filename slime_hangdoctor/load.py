@@ -1,0 +1,212 @@
+"""Bundle -> Snapshot: run each record's parser; a record that fails to parse becomes a blind spot."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from slime_hangdoctor import bundle as b
+from slime_hangdoctor.bundle import Bundle, ProbeRecord
+from slime_hangdoctor.errors import ParseError
+from slime_hangdoctor.facts import HttpAnswer, Outcome, RayActor, RayJob, RayNode, RayTask
+from slime_hangdoctor.parsers import (
+    flight_recorder,
+    nccl_ras,
+    nvml,
+    processes,
+    pyspy,
+    ray_state,
+    sglang,
+)
+from slime_hangdoctor.snapshot import (
+    FrObs,
+    GpmObs,
+    GpuObs,
+    HttpObs,
+    Parsed,
+    ProcessesObs,
+    RasObs,
+    Snapshot,
+    StackObs,
+)
+
+_HTTP_PARSERS: dict[str, Callable[[bytes], Parsed]] = {
+    "/server_info": sglang.parse_server_info,
+    "/get_server_info": sglang.parse_server_info,
+    "/model_info": sglang.parse_model_info,
+    "/get_model_info": sglang.parse_model_info,
+    "/v1/loads": sglang.parse_loads,
+    "/get_load": sglang.parse_loads,
+    "/metrics": lambda body: sglang.parse_metrics(body.decode("utf-8", "replace")),
+    "/workers": sglang.parse_workers,
+    "/list_workers": sglang.parse_workers,
+}
+
+
+class _Acc:
+    """Mutable accumulator used only while loading."""
+
+    def __init__(self) -> None:
+        self.actors: dict[str, RayActor] = {}
+        self.tasks: dict[str, RayTask] = {}
+        self.nodes: dict[str, RayNode] = {}
+        self.jobs: list[RayJob] = []
+        self.processes: list[ProcessesObs] = []
+        self.stacks: list[StackObs] = []
+        self.http: list[HttpObs] = []
+        self.gpus: list[GpuObs] = []
+        self.gpm: list[GpmObs] = []
+        self.ras: list[RasObs] = []
+        self.flight: list[FrObs] = []
+        self.blind: list[str] = []
+        self.ray_seen = False
+
+
+def load_snapshot(bundle: Bundle) -> Snapshot:
+    """Parse every artefact of `bundle`; never raises for a bad artefact (it becomes a blind spot)."""
+    acc = _Acc()
+    for rec in bundle.manifest.probes:
+        data = bundle.read(rec)
+        if rec.source in (b.SGLANG, b.ROUTER):
+            _load_http(acc, rec, data)
+            continue
+        if rec.outcome is not Outcome.OK:
+            acc.blind.append(describe_failure(rec))
+            continue
+        if data is None:
+            acc.blind.append(f"{rec.source} {rec.target}: artefact missing from the bundle")
+            continue
+        try:
+            _load_one(acc, rec, data)
+        except ParseError as exc:
+            acc.blind.append(f"{rec.source} {rec.target}: could not parse: {exc}")
+    latest_tasks = _latest_running_tasks(bundle)
+    tasks = tuple(
+        t for t in acc.tasks.values() if latest_tasks is None or t.task_id in latest_tasks
+    )
+    return Snapshot(
+        manifest=bundle.manifest,
+        actors=tuple(acc.actors.values()),
+        tasks=tasks,
+        nodes=tuple(acc.nodes.values()),
+        jobs=tuple(acc.jobs),
+        processes=tuple(acc.processes),
+        stacks=tuple(acc.stacks),
+        http=tuple(acc.http),
+        gpus=tuple(acc.gpus),
+        gpm=tuple(acc.gpm),
+        ras=tuple(acc.ras),
+        flight=tuple(acc.flight),
+        blind_spots=tuple(dict.fromkeys(acc.blind)),
+        ray_seen=acc.ray_seen,
+    )
+
+
+def describe_failure(rec: ProbeRecord) -> str:
+    """One line for a probe that did not end ok."""
+    reason = f": {rec.reason}" if rec.reason else ""
+    return f"{rec.source} {rec.target}: {rec.outcome.value}{reason}"
+
+
+def _load_one(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
+    sample = rec.sample or 0
+    if rec.source == b.RAY_DASHBOARD:
+        _load_dashboard(acc, rec, data)
+    elif rec.source == b.PROCESSES:
+        procs = processes.parse_processes(_text(data))
+        acc.processes.append(ProcessesObs(rec.node_ip, sample, procs, rec.started_at or None))
+    elif rec.source in (b.PYSPY, b.DASHBOARD_TRACEBACK):
+        _load_stack(acc, rec, data)
+    elif rec.source == b.NVML:
+        acc.gpus.append(GpuObs(rec.node_ip, nvml.parse_nvml_series(_text(data))))
+    elif rec.source == b.GPM:
+        acc.gpm.append(GpmObs(rec.node_ip, nvml.parse_gpm(_text(data))))
+    elif rec.source == b.NCCL_RAS:
+        acc.ras.append(RasObs(rec.node_ip, sample, nccl_ras.parse_ras(_text(data))))
+    elif rec.source == b.FLIGHT_RECORDER:
+        rank = _int(rec.meta.get("rank"))
+        dump = flight_recorder.parse_flight_recorder(data, rank)
+        acc.flight.append(FrObs(rec.node_ip, dump))
+
+
+def _load_dashboard(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
+    endpoint = str(rec.meta.get("endpoint") or rec.target)
+    if endpoint.startswith("/api/v0/actors"):
+        for a in ray_state.parse_actors(data):
+            acc.actors[a.actor_id] = a
+        acc.ray_seen = True
+    elif endpoint.startswith("/api/v0/tasks"):
+        for t in ray_state.parse_tasks(data):
+            acc.tasks[t.task_id] = t
+    elif endpoint.startswith("/api/v0/nodes"):
+        for n in ray_state.parse_nodes(data):
+            acc.nodes[n.node_id] = n
+    elif endpoint.startswith("/api/jobs"):
+        jobs = ray_state.parse_jobs(data)
+        known = {(j.job_id, j.submission_id) for j in acc.jobs}
+        acc.jobs.extend(j for j in jobs if (j.job_id, j.submission_id) not in known)
+
+
+def _load_stack(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
+    sample = rec.sample or 0
+    pid = _int(rec.meta.get("pid"))
+    via = "dashboard" if rec.source == b.DASHBOARD_TRACEBACK else "pyspy"
+    if rec.meta.get("format", "json" if via == "pyspy" else "text") == "json":
+        stack = pyspy.parse_pyspy_json(_text(data), pid)
+        acc.stacks.append(StackObs(rec.node_ip, stack.pid, sample, stack, via))
+        return
+    for stack in pyspy.parse_pyspy_text(_text(data)):
+        acc.stacks.append(StackObs(rec.node_ip, stack.pid, sample, stack, via))
+
+
+def _load_http(acc: _Acc, rec: ProbeRecord, data: bytes | None) -> None:
+    meta = rec.meta
+    path = str(meta.get("path") or "")
+    answer = HttpAnswer(
+        url=str(meta.get("url") or rec.target),
+        path=path,
+        status=_int(meta.get("status")),
+        elapsed_s=float(meta.get("elapsed_s") or rec.elapsed_s or 0.0),
+        error=meta.get("error") or (rec.reason if rec.outcome is not Outcome.OK else None),
+    )
+    parsed: Parsed = None
+    parse_error = None
+    parser = _HTTP_PARSERS.get(path)
+    if parser is not None and data is not None and answer.status == 200:
+        try:
+            parsed = parser(data)
+        except ParseError as exc:
+            parse_error = str(exc)
+            acc.blind.append(f"{rec.source} {answer.url}{path}: could not parse: {exc}")
+    kind = "router" if rec.source == b.ROUTER else "engine"
+    acc.http.append(HttpObs(kind, rec.sample or 0, answer, parsed, parse_error))
+
+
+def _latest_running_tasks(bundle: Bundle) -> set[str] | None:
+    """Task ids of the newest running-tasks answer (a task seen at sample 0 may have finished)."""
+    recs = [
+        r
+        for r in bundle.records(b.RAY_DASHBOARD)
+        if str(r.meta.get("endpoint", "")).startswith("/api/v0/tasks") and r.outcome is Outcome.OK
+    ]
+    if not recs:
+        return None
+    newest = max(recs, key=lambda r: (r.sample or 0, r.started_at))
+    data = bundle.read(newest)
+    if data is None:
+        return None
+    try:
+        return {t.task_id for t in ray_state.parse_tasks(data)}
+    except ParseError:
+        return None
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
