@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -263,6 +262,185 @@ def demo(
     _emit(diagnosis, output)
 
 
+StallAfterOpt = Annotated[
+    str,
+    typer.Option(
+        "--stall-after", help="No progress for this long is CRITICAL (e.g. 600, 10m, 1h)."
+    ),
+]
+StateFileOpt = Annotated[
+    Path,
+    typer.Option("--state-file", help="Where the watchdog remembers the last progress markers."),
+]
+BundleDirOpt = Annotated[
+    Path | None, typer.Option("--bundle-dir", help="On a new stall, write an evidence bundle here.")
+]
+KeepOpt = Annotated[int, typer.Option("--keep", min=1, help="Keep the last N stall bundles.")]
+OnStallNativeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--on-stall-native", help="OPT-IN, touches the job: native stacks in the stall bundle."
+    ),
+]
+OnStallFrOpt = Annotated[
+    bool,
+    typer.Option(
+        "--on-stall-flight-recorder",
+        help="OPT-IN, touches the job: poke the flight-recorder pipes for the stall bundle.",
+    ),
+]
+OnStallExecOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--on-stall-exec", help="Run this shell command on a new stall, verdict JSON on stdin."
+    ),
+]
+PromFileOpt = Annotated[
+    Path | None, typer.Option("--prom-file", help="Prometheus textfile for node-exporter (atomic).")
+]
+LogFileOpt = Annotated[
+    Path | None, typer.Option("--log-file", help="Append one JSON line per run.")
+]
+
+
+def _check_options(
+    state_file: Path,
+    stall_after: str,
+    bundle_dir: Path | None,
+    keep: int,
+    on_stall_native: bool,
+    on_stall_flight_recorder: bool,
+    on_stall_exec: str | None,
+    prom_file: Path | None,
+    log_file: Path | None,
+) -> Any:
+    from slime_hangdoctor.watchdog.decide import parse_duration
+    from slime_hangdoctor.watchdog.run import CheckOptions
+
+    try:
+        stall_s = parse_duration(stall_after)
+    except ValueError as exc:
+        raise HangDoctorError(str(exc)) from exc
+    return CheckOptions(
+        state_file=state_file,
+        stall_after_s=stall_s,
+        bundle_dir=bundle_dir,
+        keep_bundles=keep,
+        on_stall_native=on_stall_native,
+        on_stall_flight_recorder=on_stall_flight_recorder,
+        on_stall_exec=on_stall_exec,
+        prom_file=prom_file,
+        log_file=log_file,
+    )
+
+
+@app.command()
+def check(
+    address: AddressArg = None,
+    stall_after: StallAfterOpt = "10m",
+    state_file: StateFileOpt = Path("/var/tmp/slime-hangdoctor/state.json"),
+    window: WindowOpt = 2.0,
+    timeout: TimeoutOpt = 30.0,
+    probe_timeout: ProbeTimeoutOpt = 2.0,
+    local: LocalOpt = False,
+    bundle_dir: BundleDirOpt = None,
+    keep: KeepOpt = 5,
+    on_stall_native: OnStallNativeOpt = False,
+    on_stall_flight_recorder: OnStallFrOpt = False,
+    on_stall_exec: OnStallExecOpt = None,
+    prom_file: PromFileOpt = None,
+    log_file: LogFileOpt = None,
+    api_key: ApiKeyOpt = None,
+    ray_token: RayTokenOpt = None,
+    sglang_url: SglangUrlOpt = None,
+    fmt: FormatOpt = "text",
+    as_json: JsonOpt = False,
+) -> None:
+    """One watchdog run (for cron): exit 0 OK, 1 no progress yet below --stall-after, 2 stalled, 3 unknown."""
+    from slime_hangdoctor.watchdog.run import run_check
+
+    output = _fmt(fmt, as_json)
+    opts = _options(
+        window_s=window,
+        timeout_s=timeout,
+        probe_timeout_s=probe_timeout,
+        api_key=api_key,
+        ray_token=ray_token,
+        sglang_urls=tuple(sglang_url or ()),
+        local=local,
+    )
+    copts = _check_options(
+        state_file,
+        stall_after,
+        bundle_dir,
+        keep,
+        on_stall_native,
+        on_stall_flight_recorder,
+        on_stall_exec,
+        prom_file,
+        log_file,
+    )
+    result = run_check(address, opts, copts)
+    _emit(result.diagnosis, output, exit_code=int(result.exit_code))
+
+
+@app.command()
+def watch(
+    address: AddressArg = None,
+    interval: Annotated[
+        float, typer.Option("--interval", min=1.0, help="Seconds between runs.")
+    ] = 60.0,
+    stall_after: StallAfterOpt = "10m",
+    state_file: StateFileOpt = Path("/var/tmp/slime-hangdoctor/state.json"),
+    window: WindowOpt = 2.0,
+    timeout: TimeoutOpt = 30.0,
+    probe_timeout: ProbeTimeoutOpt = 2.0,
+    local: LocalOpt = False,
+    bundle_dir: BundleDirOpt = None,
+    keep: KeepOpt = 5,
+    on_stall_native: OnStallNativeOpt = False,
+    on_stall_flight_recorder: OnStallFrOpt = False,
+    on_stall_exec: OnStallExecOpt = None,
+    prom_file: PromFileOpt = None,
+    log_file: LogFileOpt = None,
+    api_key: ApiKeyOpt = None,
+    ray_token: RayTokenOpt = None,
+    max_runs: Annotated[int | None, typer.Option("--max-runs", help="Stop after N runs.")] = None,
+) -> None:
+    """`check` in a loop every --interval seconds (for a systemd service); one status line per run."""
+    from slime_hangdoctor.watchdog.run import CheckResult, watch_loop
+
+    opts = _options(
+        window_s=window,
+        timeout_s=timeout,
+        probe_timeout_s=probe_timeout,
+        api_key=api_key,
+        ray_token=ray_token,
+        local=local,
+    )
+    copts = _check_options(
+        state_file,
+        stall_after,
+        bundle_dir,
+        keep,
+        on_stall_native,
+        on_stall_flight_recorder,
+        on_stall_exec,
+        prom_file,
+        log_file,
+    )
+
+    def line(result: CheckResult) -> None:
+        v = result.diagnosis.verdict
+        typer.echo(
+            f"{time.strftime('%Y-%m-%dT%H:%M:%S')} exit={int(result.exit_code)} status={v.status.value} "
+            f"stage={v.stage.value} {v.summary}",
+        )
+
+    rc = watch_loop(address, opts, copts, interval_s=interval, max_runs=max_runs, on_result=line)
+    raise typer.Exit(int(rc))
+
+
 @app.command()
 def version() -> None:
     """Print the version."""
@@ -273,45 +451,19 @@ def version() -> None:
 
 
 def analyse_bundle(path: Path) -> Diagnosis:
-    from slime_hangdoctor.analysis.decide import diagnose
-    from slime_hangdoctor.bundle import open_bundle
-    from slime_hangdoctor.load import load_snapshot
-    from slime_hangdoctor.topology import build_topology
+    from slime_hangdoctor.pipeline import analyse_bundle as analyse_it
 
-    with open_bundle(path) as opened:
-        snapshot = load_snapshot(opened)
-    return diagnose(snapshot, build_topology(snapshot))
+    return analyse_it(path).diagnosis
 
 
 def run_attach(
     address: str | None, opts: Any, *, out: Path | None, quiet: bool, command: str = "attach"
 ) -> Diagnosis:
     """collect + analyse; the bundle is kept only with --out."""
-    import dataclasses
+    from slime_hangdoctor.pipeline import attach as attach_it
 
-    from slime_hangdoctor.bundle import archive
-    from slime_hangdoctor.collect.run import collect as do_collect
-    from slime_hangdoctor.verdict import unknown_verdict
-
-    started = time.monotonic()
-    tmp: AbstractContextManager[Any] = (
-        tempfile.TemporaryDirectory(prefix="hangdoctor-") if out is None else nullcontext()
-    )
-    with tmp as tmpdir, _progress(quiet) as say:
-        root = out if out is not None else Path(tmpdir) / "bundle"
-        result = do_collect(address, opts, root, command=command, progress=say)
-        if result.ray_error and not opts.local:
-            verdict = unknown_verdict(
-                f"Could not read the Ray cluster: {result.ray_error}",
-                blind_spots=(result.ray_error,),
-                elapsed_s=time.monotonic() - started,
-            )
-            return Diagnosis(verdict)
-        diagnosis = analyse_bundle(result.root)
-        if out is not None:
-            archive(result.root)
-    verdict = dataclasses.replace(diagnosis.verdict, elapsed_s=time.monotonic() - started)
-    return dataclasses.replace(diagnosis, verdict=verdict)
+    with _progress(quiet) as say:
+        return attach_it(address, opts, out=out, progress=say, command=command).diagnosis
 
 
 def run_demo(
@@ -339,13 +491,13 @@ def run_demo(
 # ------------------------------------------------------------------ output and errors
 
 
-def _emit(diagnosis: Diagnosis, output: str) -> None:
+def _emit(diagnosis: Diagnosis, output: str, exit_code: int | None = None) -> None:
     from rich.console import Console
 
     from slime_hangdoctor.render import render
 
     render(diagnosis, output, Console(soft_wrap=False))
-    raise typer.Exit(int(diagnosis.verdict.exit_code))
+    raise typer.Exit(int(diagnosis.verdict.exit_code) if exit_code is None else exit_code)
 
 
 class _Progress:

@@ -1,0 +1,67 @@
+"""collect -> bundle -> snapshot -> analysis: the composition that attach, analyse, demo and check share."""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from slime_hangdoctor.bundle import Manifest, archive, open_bundle
+from slime_hangdoctor.collect.options import CollectOptions
+from slime_hangdoctor.collect.run import ProgressFn
+from slime_hangdoctor.collect.run import collect as do_collect
+from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.snapshot import Snapshot
+from slime_hangdoctor.topology import Topology, build_topology
+from slime_hangdoctor.verdict import Diagnosis, unknown_verdict
+
+
+@dataclass(frozen=True)
+class Analysed:
+    diagnosis: Diagnosis
+    snapshot: Snapshot | None = None
+    topology: Topology | None = None
+    manifest: Manifest | None = None
+    bundle: Path | None = None  # kept bundle directory, when one was asked for
+
+
+def analyse_bundle(path: Path) -> Analysed:
+    """Offline: open a bundle, parse it, diagnose it."""
+    from slime_hangdoctor.analysis.decide import diagnose
+
+    with open_bundle(path) as opened:
+        snapshot = load_snapshot(opened)
+        manifest = opened.manifest
+    topology = build_topology(snapshot)
+    return Analysed(diagnose(snapshot, topology), snapshot, topology, manifest)
+
+
+def attach(
+    address: str | None,
+    opts: CollectOptions,
+    *,
+    out: Path | None = None,
+    progress: ProgressFn | None = None,
+    command: str = "attach",
+) -> Analysed:
+    """Live: collect into `out` (or a temp dir), then analyse. Never raises for an unreachable Ray."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="hangdoctor-") as tmpdir:
+        root = out if out is not None else Path(tmpdir) / "bundle"
+        result = do_collect(address, opts, root, command=command, progress=progress)
+        if result.ray_error and not opts.local:
+            verdict = unknown_verdict(
+                f"Could not read the Ray cluster: {result.ray_error}",
+                blind_spots=(result.ray_error,),
+                elapsed_s=time.monotonic() - started,
+            )
+            return Analysed(Diagnosis(verdict), manifest=result.manifest)
+        analysed = analyse_bundle(result.root)
+        if out is not None:
+            archive(result.root)
+    verdict = dataclasses.replace(analysed.diagnosis.verdict, elapsed_s=time.monotonic() - started)
+    return dataclasses.replace(
+        analysed, diagnosis=dataclasses.replace(analysed.diagnosis, verdict=verdict), bundle=out
+    )

@@ -1,0 +1,80 @@
+"""How one watchdog run turns a verdict plus the remembered markers into an exit code. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slime_hangdoctor.verdict import ExitCode, Status, Verdict
+from slime_hangdoctor.watchdog.markers import Markers, changed_markers
+from slime_hangdoctor.watchdog.state import WatchState
+
+
+@dataclass(frozen=True)
+class CheckDecision:
+    exit_code: ExitCode
+    stalled_for_s: float  # seconds without progress (0 when progressing)
+    state: WatchState  # what to remember for the next run
+    new_stall: bool  # a CRITICAL stall we have not alerted for yet
+    progressed_between_runs: tuple[str, ...] = ()  # markers that moved since the last run
+    reason: str = ""
+
+
+def decide_check(
+    verdict: Verdict,
+    markers: Markers,
+    previous: WatchState,
+    *,
+    now: float,
+    stall_after_s: float,
+) -> CheckDecision:
+    """Exit 0 on progress or idle, 1 while a stall is younger than `stall_after_s`, 2 past it, 3 unknown."""
+    runs = previous.runs + 1
+    if verdict.status is Status.UNKNOWN:
+        state = WatchState(
+            previous.last_progress_at, now, previous.markers, previous.alerted_stall_since, runs
+        )
+        return CheckDecision(
+            ExitCode.UNKNOWN,
+            _since(previous.last_progress_at, now),
+            state,
+            False,
+            (),
+            verdict.summary,
+        )
+    if verdict.status in (Status.PROGRESSING, Status.IDLE):
+        state = WatchState(now, now, markers, None, runs)
+        return CheckDecision(ExitCode.OK, 0.0, state, False, (), verdict.status.value)
+    moved = tuple(changed_markers(previous.markers, markers))
+    last = previous.last_progress_at
+    if moved and previous.last_run_at is not None:
+        last = max(last or 0.0, previous.last_run_at)
+    if last is None:
+        last = now - verdict.window_s
+    stalled = max(0.0, now - last)
+    critical = stalled >= stall_after_s
+    new_stall = critical and previous.alerted_stall_since != last
+    alerted = last if critical else previous.alerted_stall_since
+    state = WatchState(last, now, markers, alerted, runs)
+    code = ExitCode.CRITICAL if critical else ExitCode.WARNING
+    why = f"no progress for {stalled:.0f}s (threshold {stall_after_s:.0f}s)"
+    if moved:
+        why += f"; {len(moved)} progress markers moved since the last run"
+    return CheckDecision(code, stalled, state, new_stall, moved, why)
+
+
+def _since(t: float | None, now: float) -> float:
+    return 0.0 if t is None else max(0.0, now - t)
+
+
+def parse_duration(text: str) -> float:
+    """'90', '90s', '15m', '2h', '1h30m' -> seconds. Raises ValueError."""
+    import re
+
+    text = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)([smhd])", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 15m, 2h)")
+    scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    return sum(float(n) * scale[u] for n, u in parts)

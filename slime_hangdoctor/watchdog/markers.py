@@ -1,0 +1,105 @@
+"""Progress markers: values that move whenever a slime job does real work. Pure.
+
+A cron `check` keeps the markers of its last run in the state file; any marker that changed since then
+means the job made progress in between, even if each run's own short window saw nothing move.
+Health-check and metrics polling move none of these.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from slime_hangdoctor.snapshot import Snapshot
+from slime_hangdoctor.topology import Topology
+
+Markers = dict[str, str]
+
+
+def progress_markers(snapshot: Snapshot, topology: Topology) -> Markers:
+    """Marker name -> value (as text) for everything in the snapshot that only moves with work."""
+    markers: Markers = {}
+    _engine_counters(snapshot, markers)
+    _ray_tasks(snapshot, topology, markers)
+    _ras_counts(snapshot, markers)
+    _flight_cursors(snapshot, markers)
+    _gpu_counters(snapshot, markers)
+    _stacks(snapshot, topology, markers)
+    return markers
+
+
+def changed_markers(before: Markers, after: Markers) -> list[str]:
+    """Names of markers present in both runs whose value differs."""
+    return sorted(k for k, v in after.items() if k in before and before[k] != v)
+
+
+def _engine_counters(snapshot: Snapshot, out: Markers) -> None:
+    from slime_hangdoctor.facts import SglangMetrics
+
+    latest: dict[str, SglangMetrics] = {}
+    for obs in sorted(snapshot.http, key=lambda o: o.sample):
+        if isinstance(obs.parsed, SglangMetrics):
+            latest[obs.answer.url] = obs.parsed
+    for url, m in latest.items():
+        for name in (
+            "decode_tokens_total",
+            "prefill_tokens_total",
+            "generation_tokens_total",
+            "requests_total",
+        ):
+            value = getattr(m, name)
+            if value is not None:
+                out[f"sglang:{url}:{name}"] = repr(float(value))
+
+
+def _ray_tasks(snapshot: Snapshot, topology: Topology, out: Markers) -> None:
+    slime_actors = {m.actor_id for m in topology.members if m.actor_id}
+    ids = sorted(
+        t.task_id for t in snapshot.tasks if t.actor_id in slime_actors and t.state == "RUNNING"
+    )
+    if snapshot.ray_seen:
+        out["ray:running_slime_tasks"] = _digest(ids)
+
+
+def _ras_counts(snapshot: Snapshot, out: Markers) -> None:
+    for obs in snapshot.ras:
+        for comm in obs.report.communicators:
+            total = sum(sum(r.collective_counts.values()) for r in comm.ranks)
+            out[f"ras:{obs.node_ip}:{comm.hash}"] = str(total)
+
+
+def _flight_cursors(snapshot: Snapshot, out: Markers) -> None:
+    for obs in snapshot.flight:
+        for pg, status in obs.dump.pg_status.items():
+            value = status.get("last_completed_collective")
+            if value is not None:
+                out[f"fr:rank{obs.dump.rank}:pg{pg}"] = str(value)
+
+
+def _gpu_counters(snapshot: Snapshot, out: Markers) -> None:
+    for obs in snapshot.gpus:
+        if not obs.series.samples:
+            continue
+        for g in obs.series.samples[-1].gpus:
+            if g.nvlink_tx is not None:
+                out[f"gpu:{obs.node_ip}:{g.index}:nvlink_tx"] = str(g.nvlink_tx)
+
+
+def _stacks(snapshot: Snapshot, topology: Topology, out: Markers) -> None:
+    slime_pids = {(m.node_ip, m.pid) for m in topology.members}
+    latest: dict[tuple[str | None, int], str] = {}
+    for obs in sorted(snapshot.stacks, key=lambda s: s.sample):
+        if (obs.node_ip, obs.pid) not in slime_pids and not any(
+            p == obs.pid for _, p in slime_pids
+        ):
+            continue
+        main = [t for t in obs.stack.threads if t.name in ("MainThread", None)] or list(
+            obs.stack.threads[:1]
+        )
+        frames = [f"{f.filename}:{f.name}" for t in main for f in t.frames if not f.native]
+        latest[(obs.node_ip, obs.pid)] = _digest(frames)
+    for (node, pid), digest in latest.items():
+        out[f"stack:{node}:{pid}"] = digest
+
+
+def _digest(items: list[str]) -> str:
+    return hashlib.sha256("\n".join(items).encode()).hexdigest()[:16]

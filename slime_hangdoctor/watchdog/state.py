@@ -1,0 +1,109 @@
+"""The watchdog's state file (last progress markers and times) and its run lock."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+STATE_SCHEMA = "slime-hangdoctor.watchdog-state/1"
+
+
+@dataclass(frozen=True)
+class WatchState:
+    last_progress_at: float | None = None  # epoch seconds of the last run that saw progress
+    last_run_at: float | None = None
+    markers: dict[str, str] = field(default_factory=dict)
+    alerted_stall_since: float | None = (
+        None  # the stall we already alerted for (one alert per stall)
+    )
+    runs: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": STATE_SCHEMA, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class LoadedState:
+    state: WatchState
+    problem: str | None = (
+        None  # why the file was ignored (corrupt, foreign) - reported, then replaced
+    )
+
+
+def load_state(path: Path) -> LoadedState:
+    """Read the state file; a missing file is a first run, a bad one is reported and replaced."""
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return LoadedState(WatchState())
+    except (OSError, UnicodeDecodeError) as exc:
+        return LoadedState(WatchState(), f"state file {path} unreadable ({exc}); starting afresh")
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return LoadedState(WatchState(), f"state file {path} is corrupt ({exc.msg}); replaced")
+    if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA:
+        return LoadedState(
+            WatchState(), f"state file {path} is not a slime-hangdoctor state file; replaced"
+        )
+    try:
+        markers = data.get("markers") or {}
+        if not isinstance(markers, dict):
+            raise TypeError("markers is not an object")
+        return LoadedState(
+            WatchState(
+                last_progress_at=_opt_float(data.get("last_progress_at")),
+                last_run_at=_opt_float(data.get("last_run_at")),
+                markers={str(k): str(v) for k, v in markers.items()},
+                alerted_stall_since=_opt_float(data.get("alerted_stall_since")),
+                runs=int(data.get("runs") or 0),
+            )
+        )
+    except (TypeError, ValueError) as exc:
+        return LoadedState(WatchState(), f"state file {path} has bad fields ({exc}); replaced")
+
+
+def save_state(path: Path, state: WatchState) -> None:
+    """Atomic write (temp file + rename), 0600."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(state.to_json(), fh, indent=1)
+    os.replace(tmp, path)
+
+
+class LockHeld(Exception):
+    """Another check holds the lock."""
+
+
+@contextlib.contextmanager
+def run_lock(state_path: Path) -> Iterator[None]:
+    """Non-blocking exclusive lock beside the state file, so overlapping cron runs never pile up."""
+    lock_path = state_path.with_name(state_path.name + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise LockHeld(str(lock_path)) from exc
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {time.time():.0f}\n".encode())
+        yield
+    finally:
+        os.close(fd)
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
