@@ -227,7 +227,7 @@ class BundleWriter:
             artifact = self._unique_name(record, suffix)
             path = self.root / artifact
             try:
-                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                _mkdirs_private(self.root, path.parent)
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(data)
@@ -384,6 +384,21 @@ def _safe_extract(tar: tarfile.TarFile, dest: Path) -> None:
         if not (member.isfile() or member.isdir()):
             raise tarfile.TarError(f"member {member.name!r} is not a plain file")
     tar.extractall(dest)  # noqa: S202 - members checked above
+
+
+def _mkdirs_private(root: Path, leaf: Path) -> None:
+    """Create `leaf` and every folder between it and `root`, each 0700."""
+    missing = []
+    d = leaf
+    while d != root and not d.exists():
+        missing.append(d)
+        d = d.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        os.chmod(folder, 0o700)
 
 
 def _redact_bytes(data: bytes, known: tuple[str, ...]) -> bytes:

@@ -1,0 +1,130 @@
+"""The evidence bundle: verbatim artefacts, a manifest with one outcome per probe, private files."""
+
+from __future__ import annotations
+
+import json
+import stat
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from slime_hangdoctor import bundle as b
+from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, archive, open_bundle
+from slime_hangdoctor.errors import BundleInvalid, BundleNotWritable
+from slime_hangdoctor.facts import Outcome
+
+
+def _write(root: Path) -> BundleWriter:
+    w = BundleWriter(root, command="test", window_s=3.0, known_secrets=("s3cr3t-key",))
+    w.note_sample(0, 100.0)
+    w.note_sample(1, 103.0)
+    w.add(ProbeRecord(b.PYSPY, "pid_1", Outcome.OK, node_ip="10.0.0.1", sample=0, meta={"pid": 1}), b"[]", suffix=".json")
+    w.add(ProbeRecord(b.SGLANG, "h_15000_/server_info", Outcome.OK, sample=1), '{"api_key": "s3cr3t-key", "x": 1}', suffix=".json")
+    w.add(ProbeRecord(b.NVML, "gpus", Outcome.UNAVAILABLE, "NVML Shared Library Not Found"))
+    w.add(ProbeRecord(b.FLIGHT_RECORDER, "rank0", Outcome.OK), b"\x80\x04binary s3cr3t-key", suffix=".pkl")
+    w.finish()
+    return w
+
+
+def test_round_trip_keeps_bytes_and_outcomes(tmp_path: Path) -> None:
+    """A bundle re-opens with every record, its outcome and its bytes (binary kept verbatim)."""
+    _write(tmp_path / "bnd")
+    with open_bundle(tmp_path / "bnd") as opened:
+        recs = list(opened.records())
+        assert [r.outcome for r in recs] == [Outcome.OK, Outcome.OK, Outcome.UNAVAILABLE, Outcome.OK]
+        assert opened.read(recs[0]) == b"[]"
+        assert opened.read(recs[2]) is None
+        assert opened.read(recs[3]) == b"\x80\x04binary s3cr3t-key"  # pickles are never rewritten
+        assert opened.manifest.sample_times == (100.0, 103.0)
+        assert opened.manifest.hosts == ("10.0.0.1",)
+
+
+def test_text_artefacts_and_manifest_are_redacted(tmp_path: Path) -> None:
+    """API keys never reach a bundle's text artefacts."""
+    _write(tmp_path / "bnd")
+    body = next((tmp_path / "bnd" / "raw" / "sglang").rglob("*.json")).read_text()
+    assert "s3cr3t-key" not in body and "<redacted>" in body
+    assert "s3cr3t-key" not in (tmp_path / "bnd" / "manifest.json").read_text()
+
+
+def test_files_are_private(tmp_path: Path) -> None:
+    """Bundles hold stacks and command lines: directories 0700, files 0600."""
+    w = _write(tmp_path / "bnd")
+    assert stat.S_IMODE(w.root.stat().st_mode) == 0o700
+    for p in w.root.rglob("*"):
+        want = 0o700 if p.is_dir() else 0o600
+        assert stat.S_IMODE(p.stat().st_mode) == want, p
+
+
+def test_archive_opens_like_the_directory(tmp_path: Path) -> None:
+    """The .tar.gz of a bundle is itself a readable bundle."""
+    w = _write(tmp_path / "bnd")
+    tar = archive(w.root)
+    assert stat.S_IMODE(tar.stat().st_mode) == 0o600
+    with open_bundle(tar) as opened:
+        assert len(opened.manifest.probes) == 4
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    ["missing", "not_json", "wrong_schema", "probes_not_list", "bad_outcome"],
+)
+def test_corrupt_bundles_raise_bundle_invalid(tmp_path: Path, breakage: str) -> None:
+    """A corrupt bundle gives a clear BundleInvalid, never a traceback."""
+    w = _write(tmp_path / "bnd")
+    manifest = w.root / "manifest.json"
+    data = json.loads(manifest.read_text())
+    if breakage == "missing":
+        manifest.unlink()
+    elif breakage == "not_json":
+        manifest.write_text("{not json")
+    elif breakage == "wrong_schema":
+        manifest.write_text(json.dumps({**data, "schema": "other/1"}))
+    elif breakage == "probes_not_list":
+        manifest.write_text(json.dumps({**data, "probes": {}}))
+    else:
+        data["probes"][0]["outcome"] = "exploded"
+        manifest.write_text(json.dumps(data))
+    with pytest.raises(BundleInvalid):
+        open_bundle(w.root)
+
+
+def test_archive_with_path_escape_is_refused(tmp_path: Path) -> None:
+    """A hostile archive cannot write outside its temp directory."""
+    evil = tmp_path / "evil.tar.gz"
+    payload = tmp_path / "payload"
+    payload.write_text("x")
+    with tarfile.open(evil, "w:gz") as tar:
+        tar.add(payload, arcname="../escaped")
+    with pytest.raises(BundleInvalid):
+        open_bundle(evil)
+    assert not (tmp_path.parent / "escaped").exists()
+
+
+def test_garbage_archive_is_bundle_invalid(tmp_path: Path) -> None:
+    """Random bytes given to analyse are reported, not crashed on."""
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"\x00\x01garbage" * 50)
+    with pytest.raises(BundleInvalid):
+        open_bundle(junk)
+
+
+def test_unwritable_destination_is_reported(tmp_path: Path) -> None:
+    """An unwritable --out gives BundleNotWritable with the path."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    (ro / "file").write_text("")
+    with pytest.raises(BundleNotWritable):
+        BundleWriter(ro / "file" / "bundle", command="test")
+
+
+def test_read_refuses_paths_outside_the_bundle(tmp_path: Path) -> None:
+    """A manifest cannot point the reader at files outside the bundle."""
+    w = _write(tmp_path / "bnd")
+    (tmp_path / "secret.txt").write_text("outside")
+    data = json.loads((w.root / "manifest.json").read_text())
+    data["probes"][0]["artifact"] = "../secret.txt"
+    (w.root / "manifest.json").write_text(json.dumps(data))
+    with open_bundle(w.root) as opened:
+        assert opened.read(opened.manifest.probes[0]) is None
