@@ -125,7 +125,11 @@ def _load_one(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
         acc.ras.append(RasObs(rec.node_ip, sample, nccl_ras.parse_ras(_text(data))))
     elif rec.source == b.FLIGHT_RECORDER:
         rank = _int(rec.meta.get("rank"))
-        dump = flight_recorder.parse_flight_recorder(data, rank)
+        if rank is None:
+            rank = flight_recorder.rank_from_dump_name(
+                str(rec.meta.get("dump") or rec.artifact or rec.target)
+            )
+        dump = flight_recorder.parse_flight_recorder(data, rank, pid=_int(rec.meta.get("pid")))
         acc.flight.append(FrObs(rec.node_ip, dump))
 
 

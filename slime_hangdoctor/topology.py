@@ -155,6 +155,7 @@ def build_topology(snapshot: Snapshot) -> Topology:
     _add_engine_processes(members, procs)
     _add_routers(members, procs)
     _add_drivers(members, procs, snapshot)
+    _add_distributed_ranks(members, procs)
     final = _assign_ranks(list(members.values()), procs)
     engines = _engines(final, snapshot)
     routers = tuple(
@@ -310,10 +311,20 @@ def _add_drivers(
             )
 
 
+def _add_distributed_ranks(
+    members: dict[tuple[str | None, int], Member], procs: dict[tuple[str | None, int], ProcessInfo]
+) -> None:
+    """torch.distributed ranks outside Ray (RANK and WORLD_SIZE in their environment) count as train ranks."""
+    for key, p in procs.items():
+        if key in members or "RANK" not in p.env or "WORLD_SIZE" not in p.env:
+            continue
+        members[key] = Member(Role.TRAIN_RANK, p.pid, key[0], "process", p.title, source="env")
+
+
 def _assign_ranks(
     members: list[Member], procs: dict[tuple[str | None, int], ProcessInfo]
 ) -> list[Member]:
-    ranks = [m for m in members if m.role is Role.TRAIN_RANK and m.kind == "actor"]
+    ranks = [m for m in members if m.role is Role.TRAIN_RANK and m.kind in ("actor", "process")]
     known: dict[int, int] = {}
     for m in ranks:
         info = procs.get((m.node_ip, m.pid))

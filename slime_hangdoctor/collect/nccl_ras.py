@@ -71,7 +71,7 @@ class _Conn:
                 raise _Broke(GARBAGE, f"no line break in {len(self.buf)} bytes after {after!r}")
             try:
                 chunk = self._recv()
-            except (TimeoutError, socket.timeout) as exc:
+            except TimeoutError as exc:
                 if self.buf:
                     raise _Broke(GARBAGE, f"an unterminated answer to {after!r}") from exc
                 raise _Broke(TIMEOUT, f"no answer to {after!r}") from exc
@@ -90,7 +90,7 @@ class _Conn:
         while len(data) <= _MAX_BODY:
             try:
                 chunk = self._recv()
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 return data, False
             if not chunk:
                 return data, True
@@ -119,7 +119,7 @@ def ras_query(host: str, port: int, fmt: str, budget_s: float) -> tuple[dict[str
     except ConnectionRefusedError as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
         return out, REFUSED
-    except (TimeoutError, socket.timeout) as exc:
+    except TimeoutError as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
         return out, TIMEOUT
     except OSError as exc:
@@ -140,7 +140,9 @@ def ras_query(host: str, port: int, fmt: str, budget_s: float) -> tuple[dict[str
         sock.close()
 
 
-def _converse(conn: _Conn, out: dict[str, Any], fmt: str, budget_s: float) -> tuple[dict[str, Any], str]:
+def _converse(
+    conn: _Conn, out: dict[str, Any], fmt: str, budget_s: float
+) -> tuple[dict[str, Any], str]:
     out["hello"] = conn.command("CLIENT PROTOCOL 2")
     if not out["hello"].startswith("SERVER PROTOCOL"):
         raise _Broke(GARBAGE, f"not a RAS server: it answered {out['hello'][:80]!r}")

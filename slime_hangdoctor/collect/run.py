@@ -326,11 +326,11 @@ def _flight_recorder(
                 writer,
                 t,
                 node_ip=node_ip,
-                timeout=deadline.clamp(max(3.0, opts.probe_timeout_s)),
+                timeout=deadline.clamp(max(10.0, opts.probe_timeout_s)),
             )
             for t in targets
         ]
-        cf.wait(futures, timeout=deadline.clamp(10.0))
+        cf.wait(futures, timeout=deadline.clamp(12.0))
 
 
 def _remote_blind_spot(writer: BundleWriter, node_ip: str, topo: Topology) -> None:

@@ -56,7 +56,14 @@ def _number(value: object, what: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ParseError(f"NVML: {what} is {type(value).__name__}, not a number")
-    return float(value)
+    return _to_float(value, what)
+
+
+def _to_float(value: float, what: str) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # a JSON integer with hundreds of digits
+        raise ParseError(f"NVML: {what} is out of range") from None
 
 
 def _list(value: object, what: str) -> list[Any] | None:
@@ -170,7 +177,7 @@ def _sample_time(raw: dict[str, Any], pos: int, count: int) -> float:
         return 0.0
     if isinstance(t, bool) or not isinstance(t, (int, float)):
         raise ParseError(f"NVML: sample {pos} has no numeric time 't'")
-    return float(t)
+    return _to_float(t, f"sample {pos} time")
 
 
 def _samples(raw_samples: list[Any]) -> tuple[GpuSample, ...]:

@@ -32,12 +32,13 @@ __all__ = ["MAX_NAME_CHARS", "parse_pyspy_json", "parse_pyspy_text"]
 MAX_NAME_CHARS = 300
 _ELLIPSIS = "..."
 
+# Numbers are bounded: int() refuses strings of more than 4300 digits (ValueError).
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_PROCESS = re.compile(r"^Process (\d+):\s?(.*)$")
+_PROCESS = re.compile(r"^Process (\d{1,19}):\s?(.*)$")
 _PYTHON = re.compile(r"^Python v(\S+)")
-_THREAD = re.compile(r'^Thread (0[xX][0-9a-fA-F]+|\d+) \(([^)]*)\)(?::\s*"(.*)")?\s*$')
+_THREAD = re.compile(r'^Thread (0[xX][0-9a-fA-F]{1,32}|\d{1,19}) \(([^)]*)\)(?::\s*"(.*)")?\s*$')
 _FRAME = re.compile(r"^(?P<name>.*) \((?P<loc>[^()]*)\)$")
-_LINE_SUFFIX = re.compile(r"^(?P<file>.*):(?P<line>\d+)$")
+_LINE_SUFFIX = re.compile(r"^(?P<file>.*):(?P<line>\d{1,12})$")
 _PY_SUFFIXES = (".py", ".pyw")
 
 

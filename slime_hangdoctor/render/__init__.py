@@ -1,1 +1,43 @@
-"""render."""
+"""Renderers: a `Diagnosis` as a terminal report (rich), markdown for an issue, or JSON.
+
+`render(diagnosis, fmt, console)` is what the CLI calls for `--format text|json|markdown`.
+JSON and markdown are written verbatim (no wrapping, no markup, no highlighting), so they can be
+piped into `jq` or pasted into an issue.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from slime_hangdoctor.errors import UsageError
+from slime_hangdoctor.render.jsonout import render_json, report_json
+from slime_hangdoctor.render.markdown import render_markdown
+from slime_hangdoctor.render.terminal import render_terminal
+from slime_hangdoctor.verdict import Diagnosis
+
+__all__ = [
+    "FORMATS",
+    "render",
+    "render_json",
+    "render_markdown",
+    "render_terminal",
+    "report_json",
+]
+
+FORMATS = ("text", "json", "markdown")
+
+
+def render(diagnosis: Diagnosis, fmt: str, console: Console) -> None:
+    """Write `diagnosis` to `console` in `fmt` ("text", "json" or "markdown").
+
+    Raises:
+        UsageError: `fmt` is not one of FORMATS.
+    """
+    if fmt == "text":
+        render_terminal(diagnosis, console)
+    elif fmt == "json":
+        console.out(render_json(diagnosis), highlight=False)
+    elif fmt == "markdown":
+        console.out(render_markdown(diagnosis), highlight=False, end="")
+    else:
+        raise UsageError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")

@@ -93,17 +93,19 @@ def seconds(value: float) -> str:
 
 
 def exit_label(verdict: Verdict) -> str:
-    """`exit 2 (critical)`."""
+    """The exit code with its monitoring-plugin name: `2 (critical)`."""
     code = verdict.exit_code
-    return f"exit {int(code)} ({code.name.lower()})"
+    return f"{int(code)} ({code.name.lower()})"
 
 
 def verdict_facts(verdict: Verdict) -> list[tuple[str, str]]:
-    """stage / confidence / window / elapsed / exit, as (label, value)."""
-    return [
-        ("stage", verdict.stage.value),
-        ("confidence", verdict.confidence),
-        ("window", seconds(verdict.window_s)),
-        ("elapsed", seconds(verdict.elapsed_s)),
-        ("exit", f"{int(verdict.exit_code)} ({verdict.exit_code.name.lower()})"),
-    ]
+    """stage, confidence, window, elapsed, exit as (label, value); no stage / window: left out."""
+    facts: list[tuple[str, str]] = []
+    if verdict.stage is not Stage.NONE:
+        facts.append(("stage", verdict.stage.value))
+    facts.append(("confidence", verdict.confidence))
+    if verdict.window_s > 0:
+        facts.append(("window", seconds(verdict.window_s)))
+    facts.append(("elapsed", seconds(verdict.elapsed_s)))
+    facts.append(("exit", exit_label(verdict)))
+    return facts

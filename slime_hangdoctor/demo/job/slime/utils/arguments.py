@@ -38,7 +38,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     # demo faults
     p.add_argument("--fault", default="none")
     p.add_argument("--fault-after-steps", type=int, default=0)
-    p.add_argument("--fault-engine", type=int, default=1, help="engine index a server fault targets")
+    p.add_argument(
+        "--fault-engine", type=int, default=1, help="engine index a server fault targets"
+    )
     p.add_argument("--fault-rank", type=int, default=1, help="train rank a train fault targets")
     args = p.parse_args(argv)
     finalize_args(args)

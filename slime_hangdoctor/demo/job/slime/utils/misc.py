@@ -23,7 +23,9 @@ def get_current_node_ip() -> str:
     return "127.0.0.1"  # the demo stays on loopback
 
 
-def get_free_port(start_port: int = 10000, consecutive: int = 1, taken: set[int] | None = None) -> int:
+def get_free_port(
+    start_port: int = 10000, consecutive: int = 1, taken: set[int] | None = None
+) -> int:
     port = start_port
     while True:
         span = range(port, port + consecutive)

@@ -1,0 +1,74 @@
+"""Regenerate the report screenshots (docs/img/*.svg) and the renderer goldens (tests/fixtures/golden/).
+
+Both come from the hand-built example diagnoses in tests/unit/render_diagnoses.py, so the pictures
+in docs/reports.md and the goldens the tests compare against always show the same reports.
+
+    python scripts/make_screenshots.py          # rewrite everything, list what changed
+    python scripts/make_screenshots.py --check  # write nothing; exit 1 if anything is out of date
+
+Review the diff of tests/fixtures/golden/ after a rewrite: it is the change in what users see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+
+from slime_hangdoctor.render import render_terminal  # noqa: E402
+from tests.unit.render_diagnoses import GOLDEN, all_diagnoses, goldens  # noqa: E402
+
+IMG = ROOT / "docs" / "img"
+SCREENSHOTS = {"hung": "report-hung.svg", "progressing": "report-progressing.svg"}
+WIDTH = 100
+
+
+def screenshot(name: str) -> str:
+    """The terminal report of example `name` as an SVG, as a colour terminal shows it."""
+    console = Console(
+        width=WIDTH,
+        record=True,
+        force_terminal=True,
+        color_system="truecolor",
+        no_color=False,
+        file=io.StringIO(),
+    )
+    render_terminal(all_diagnoses()[name], console)
+    return console.export_svg(title=f"slime-hangdoctor diagnose ({name})")
+
+
+def wanted() -> dict[Path, str]:
+    files = {IMG / svg: screenshot(name) for name, svg in SCREENSHOTS.items()}
+    files.update({GOLDEN / name: text for name, text in goldens().items()})
+    return files
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only report out-of-date files")
+    args = parser.parse_args()
+    files = wanted()
+    stale = [path for path, text in files.items() if _read(path) != text]
+    for path in stale:
+        print(f"{'out of date' if args.check else 'wrote'}: {path.relative_to(ROOT)}")
+    if args.check:
+        return 1 if stale else 0
+    for path in stale:
+        text = files[path]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return 0
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text(encoding="utf-8") if path.exists() else None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

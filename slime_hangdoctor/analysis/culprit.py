@@ -1,0 +1,737 @@
+"""Who the others wait for. Each source names suspects on its own; `merge` joins them by identity.
+
+Sources (each independent of the others): NCCL RAS (missing ranks, ranks behind in collective counts),
+the flight recorder (a rank whose last enqueued collective is behind its peers'), NVML (the idle GPU
+among GPUs busy-waiting in a collective), stacks (the train rank that is not in the collective its
+peers wait in), SGLang HTTP (engines dead, unresponsive, stuck with requests in flight), the
+RolloutManager's event loop (reward code hogging it, or requests that never reach an engine), the
+driver (everyone idle but it), Ray state (actors of the running job that died).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from slime_hangdoctor.analysis.engines import EngineRead, EngineState
+from slime_hangdoctor.analysis.gpu import GpuRead, GpuState, gpu_by_index
+from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block, split_name
+from slime_hangdoctor.analysis.stacks import ProcessRead, find_stage
+from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.facts import FrDump, FrEntry, RasCommunicator, RasRank
+from slime_hangdoctor.verdict import Culprit, Role, Stage
+
+STRONG = 3  # the source names this process as the one missing (RAS, FR, dead engine)
+MEDIUM = 2
+WEAK = 1
+
+
+@dataclass(frozen=True)
+class Suspect:
+    source: str  # ras | flight_recorder | nvml | stacks | sglang | rollout | driver | ray | processes
+    role: Role
+    why: str
+    evidence: tuple[str, ...] = ()
+    weight: int = WEAK
+    pid: int | None = None
+    node_ip: str | None = None
+    rank: int | None = None
+    engine_url: str | None = None
+    actor_id: str | None = None
+    gpu: int | None = None
+    stage: Stage | None = None  # the stage this evidence points at (e.g. the stuck collective's)
+    waits_elsewhere: bool = False  # the suspect itself waits on something else (chain continues)
+
+    def identity(self) -> tuple[str, str]:
+        if self.pid is not None:
+            return ("pid", f"{self.node_ip or '?'}:{self.pid}")
+        if self.engine_url:
+            return ("engine", self.engine_url)
+        return ("rank", f"{self.role.value}:{self.rank}")
+
+
+def _from_proc(proc: Proc | None, **kw: object) -> dict[str, object]:
+    """Identity fields of a suspect, filled from what the world knows about the process."""
+    out: dict[str, object] = dict(kw)
+    if proc is None:
+        return out
+    out.setdefault("pid", proc.pid)
+    out.setdefault("node_ip", proc.node_ip)
+    if out.get("rank") is None and proc.rank is not None:
+        out["rank"] = proc.rank
+    if proc.engine_url:
+        out.setdefault("engine_url", proc.engine_url)
+    if proc.actor_id:
+        out.setdefault("actor_id", proc.actor_id)
+    if out.get("gpu") is None and proc.gpu is not None:
+        out["gpu"] = proc.gpu.index
+    return out
+
+
+def _suspect(source: str, role: Role, why: str, proc: Proc | None, **kw: object) -> Suspect:
+    fields = _from_proc(proc, **kw)
+    return Suspect(source=source, role=role, why=why, **fields)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- NCCL RAS
+
+
+def _ras_behind(comm: RasCommunicator) -> tuple[list[RasRank], str]:
+    """Ranks behind their peers in some collective's launch count, and which op shows it."""
+    ops = sorted({op for r in comm.ranks for op in r.collective_counts})
+    for op in ops:
+        counts = [(r, r.collective_counts.get(op)) for r in comm.ranks if not r.missing]
+        values = [c for _, c in counts if c is not None]
+        if len(values) < 2 or min(values) == max(values):
+            continue
+        top = max(values)
+        return [r for r, c in counts if c is not None and c < top], f"{op} {top}"
+    launched = [r.launched_up_to for r in comm.ranks if r.launched_up_to is not None]
+    if launched and comm.errors and "MISMATCH" in comm.errors.upper():
+        top = max(launched)
+        behind = [
+            r
+            for r in comm.ranks
+            if not r.missing and (r.launched_up_to is None or r.launched_up_to < top)
+        ]
+        return behind, f"operation {top}"
+    return [], ""
+
+
+def ras_suspects(world: World, moving_comms: set[str]) -> list[Suspect]:
+    out: list[Suspect] = []
+    seen: set[str] = set()
+    latest: dict[str | None, int] = {}
+    for obs in world.snapshot.ras:
+        latest[obs.node_ip] = max(latest.get(obs.node_ip, -1), obs.sample)
+    for obs in world.snapshot.ras:
+        if obs.sample != latest[obs.node_ip]:
+            continue
+        for comm in obs.report.communicators:
+            if comm.hash in seen or comm.hash in moving_comms:
+                continue
+            seen.add(comm.hash)
+            out.extend(_ras_comm_suspects(world, comm))
+    return out
+
+
+def _ras_rank_suspect(world: World, comm: RasCommunicator, r: RasRank, why: str) -> Suspect:
+    proc = world.find(r.pid, r.host)
+    gpu = r.nvml_dev if r.nvml_dev is not None else (proc.gpu.index if proc and proc.gpu else None)
+    role = proc.role if proc and proc.role else Role.TRAIN_RANK
+    evidence = (f"NCCL RAS communicator {comm.hash}: {comm.status or '?'} {comm.errors or '?'}",)
+    evidence += comm.messages[:6]
+    return _suspect(
+        "ras",
+        role,
+        why,
+        proc,
+        pid=r.pid,
+        node_ip=r.host or (proc.node_ip if proc else None),
+        rank=proc.rank if proc and proc.rank is not None else r.rank,
+        gpu=gpu,
+        evidence=evidence,
+        weight=STRONG,
+    )
+
+
+def _ras_comm_suspects(world: World, comm: RasCommunicator) -> list[Suspect]:
+    out: list[Suspect] = []
+    for r in comm.ranks:
+        if r.missing:
+            state = "considered dead" if r.considered_dead else "not responding"
+            out.append(
+                _ras_rank_suspect(
+                    world, comm, r, f"NCCL RAS: rank {r.rank} is missing from the communicator "
+                    f"({state}); its peers cannot complete their collectives"
+                )
+            )
+    behind, op = _ras_behind(comm)
+    if behind and len(behind) < len([r for r in comm.ranks if not r.missing]):
+        for r in behind:
+            launched = r.launched_up_to
+            detail = (
+                f"launched {r.collective_counts.get(op.split()[0], 0)}"
+                if r.collective_counts
+                else (f"launched up to {launched}" if launched is not None else "launched none")
+            )
+            out.append(
+                _ras_rank_suspect(
+                    world,
+                    comm,
+                    r,
+                    f"NCCL RAS: rank {r.rank} is behind its peers ({detail}; peers reached "
+                    f"{op}): it never entered the collective they wait in",
+                )
+            )
+    return out
+
+
+# --------------------------------------------------------------------------- flight recorder
+
+
+@dataclass(frozen=True)
+class FrCursor:
+    rank: int
+    pid: int | None
+    enqueued: int
+    completed: int
+    pending: FrEntry | None  # the newest entry that has not completed
+
+
+@dataclass(frozen=True)
+class FrGroup:
+    """One process group across the ranks that dumped it."""
+
+    pg: str
+    cursors: tuple[FrCursor, ...]
+    stuck: FrEntry | None = None  # the collective the waiting ranks are in
+    behind: tuple[FrCursor, ...] = ()
+    waiting: tuple[FrCursor, ...] = ()
+
+
+def _cursor(dump: FrDump, pg: str) -> FrCursor | None:
+    entries = [
+        e for e in dump.entries if str(e.pg_id) == pg and not e.is_p2p and e.collective_seq_id > 0
+    ]
+    status = dump.pg_status.get(pg, {})
+    enq = status.get("last_enqueued_collective")
+    done = status.get("last_completed_collective")
+    if enq is None:
+        enq = max((e.collective_seq_id for e in entries), default=None)
+    if done is None:
+        done = max((e.collective_seq_id for e in entries if e.state == "completed"), default=0)
+    if enq is None:
+        return None
+    pending = [e for e in entries if e.state != "completed" and e.collective_seq_id > done]
+    return FrCursor(
+        dump.rank,
+        dump.pid,
+        int(enq),
+        int(done),
+        max(pending, key=lambda e: e.collective_seq_id) if pending else None,
+    )
+
+
+def fr_groups(world: World) -> list[FrGroup]:
+    dumps: dict[int, FrDump] = {f.dump.rank: f.dump for f in world.snapshot.flight}
+    pgs = sorted(
+        {str(e.pg_id) for d in dumps.values() for e in d.entries if e.pg_id is not None}
+        | {pg for d in dumps.values() for pg in d.pg_status}
+    )
+    out: list[FrGroup] = []
+    for pg in pgs:
+        cursors = tuple(c for c in (_cursor(d, pg) for d in dumps.values()) if c is not None)
+        if len(cursors) < 2:
+            out.append(FrGroup(pg, cursors))
+            continue
+        top = max(c.enqueued for c in cursors)
+        waiting = tuple(c for c in cursors if c.enqueued > c.completed)
+        behind = tuple(c for c in cursors if c.enqueued < top)
+        stuck = next(
+            (c.pending for c in waiting if c.pending is not None and c.enqueued == top), None
+        )
+        out.append(FrGroup(pg, cursors, stuck, behind if waiting else (), waiting))
+    return out
+
+
+def fr_stage(entry: FrEntry | None) -> Stage | None:
+    if entry is None:
+        return None
+    stage, _, _ = find_stage(entry.frames)
+    return stage
+
+
+def _fr_entry_text(e: FrEntry) -> str:
+    callers = [f.name for f in e.frames if "torch/distributed" not in f.filename][:3]
+    return f"collective #{e.collective_seq_id} {e.op} ({e.state})" + (
+        f" called from {' <- '.join(callers)}" if callers else ""
+    )
+
+
+def fr_suspects(world: World) -> list[Suspect]:
+    out: list[Suspect] = []
+    for g in fr_groups(world):
+        if not g.behind or g.stuck is None:
+            continue
+        stage = fr_stage(g.stuck)
+        peers = ", ".join(
+            f"rank {c.rank} (enqueued #{c.enqueued}, completed #{c.completed})" for c in g.waiting
+        )
+        for c in g.behind:
+            proc = world.find(c.pid) if c.pid is not None else None
+            if proc is None:
+                proc = world.train_rank(c.rank)
+            why = (
+                f"flight recorder: rank {c.rank} never entered {_fr_entry_text(g.stuck)} on "
+                f"process group {g.pg}; its last collective is #{c.enqueued} while {peers} wait"
+            )
+            out.append(
+                _suspect(
+                    "flight_recorder",
+                    proc.role if proc and proc.role else Role.TRAIN_RANK,
+                    why,
+                    proc,
+                    pid=c.pid,
+                    rank=c.rank,
+                    stage=stage,
+                    weight=STRONG,
+                    evidence=tuple(
+                        f"rank {x.rank}: last enqueued #{x.enqueued}, last completed "
+                        f"#{x.completed}"
+                        + (f", in flight: {_fr_entry_text(x.pending)}" if x.pending else "")
+                        for x in g.cursors
+                    ),
+                )
+            )
+    return out
+
+
+# --------------------------------------------------------------------------- NVML
+
+
+def _waits_on_others(read: ProcessRead | None) -> bool:
+    """The process waits for peers or another actor: a victim rather than the missing party."""
+    if read is None:
+        return False
+    return read.block in COLLECTIVE_BLOCKS or read.block in (Block.RAY_GET, Block.HTTP)
+
+
+def gpu_suspects(world: World, engine_stage: bool) -> list[Suspect]:
+    stuck = [g for g in world.gpus if g.state is GpuState.STUCK]
+    if not stuck:
+        return []
+    job_pids = {p.pid for p in world.procs if p.role in (Role.TRAIN_RANK, Role.SGLANG_ENGINE)}
+    allowed_roles = {Role.TRAIN_RANK} | ({Role.SGLANG_ENGINE} if engine_stage else set())
+    idle: list[tuple[GpuRead, Proc | None]] = []
+    for g in world.gpus:
+        if g.state is not GpuState.IDLE:
+            continue
+        pid = g.pids[0][0] if g.pids else None
+        proc = world.find(pid, g.node_ip)
+        if job_pids and (proc is None or proc.role not in allowed_roles):
+            continue
+        if not job_pids and pid is None:
+            continue
+        if _waits_on_others(proc.latest if proc else None):
+            continue
+        idle.append((g, proc))
+    if not idle or len(idle) > max(1, len(stuck)):
+        return []
+    stuck_text = "; ".join(g.evidence() for g in stuck[:4])
+    out: list[Suspect] = []
+    for g, proc in idle:
+        role = proc.role if proc and proc.role else Role.TRAIN_RANK
+        why = (
+            f"NVML: {g.label} is idle while {', '.join(s.label for s in stuck[:4])} "
+            "busy-wait in a collective (util ~100%, memory util ~0, no data moved): its process "
+            "is not taking part"
+        )
+        out.append(
+            _suspect(
+                "nvml",
+                role,
+                why,
+                proc,
+                pid=g.pids[0][0] if g.pids else None,
+                node_ip=g.node_ip,
+                gpu=g.index,
+                weight=MEDIUM,
+                evidence=(g.evidence(), stuck_text),
+            )
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- stacks
+
+
+def _op_of(read: ProcessRead) -> str:
+    f = read.primary.block_frame
+    return split_name(f.name)[1] if f is not None else read.block.value
+
+
+def stack_suspects(world: World) -> list[Suspect]:
+    ranks = [p for p in world.by_role(Role.TRAIN_RANK) if p.latest is not None]
+    in_coll = [p for p in ranks if p.latest is not None and p.latest.primary.in_collective]
+    if not in_coll or len(ranks) < 2:
+        return []
+    outside = [p for p in ranks if p not in in_coll]
+    if outside:
+        victims = ", ".join(f"{p.label} ({_brief(p)})" for p in in_coll[:4])
+        weight = MEDIUM if len(outside) <= len(in_coll) else WEAK
+        return [
+            _suspect(
+                "stacks",
+                Role.TRAIN_RANK,
+                f"stacks: {p.label} is not in the collective its peers wait in; it is "
+                f"{p.latest.describe() if p.latest else '?'} (peers: {victims})",
+                p,
+                weight=weight,
+                stage=p.latest.stage if p.latest else None,
+                waits_elsewhere=p.latest is not None and p.latest.block in (
+                    Block.RAY_GET,
+                    Block.HTTP,
+                    Block.WAIT,
+                ),
+                evidence=tuple(f"{q.label}: {_brief(q)}" for q in ranks[:8]),
+            )
+            for p in outside
+        ]
+    return _collective_minority(in_coll)
+
+
+def _brief(p: Proc) -> str:
+    return p.latest.describe() if p.latest else "no stack"
+
+
+def _collective_minority(in_coll: list[Proc]) -> list[Suspect]:
+    """All ranks wait in collectives: the odd op out, when the ranks are in one stage."""
+    stages = {p.latest.stage for p in in_coll if p.latest}
+    if len(stages) != 1:
+        return []
+    groups = Counter(_op_of(p.latest) for p in in_coll if p.latest)
+    if len(groups) < 2:
+        return []
+    (top_op, top_n), *_ = groups.most_common()
+    minority = [p for p in in_coll if p.latest and _op_of(p.latest) != top_op]
+    if len(minority) >= top_n:
+        return []
+    return [
+        _suspect(
+            "stacks",
+            Role.TRAIN_RANK,
+            f"stacks: {p.label} waits in {_op_of(p.latest) if p.latest else '?'} while "
+            f"{top_n} ranks wait in {top_op}: the ranks issued different collectives",
+            p,
+            weight=WEAK,
+            stage=p.latest.stage if p.latest else None,
+            evidence=tuple(f"{q.label}: {_brief(q)}" for q in in_coll[:8]),
+        )
+        for p in minority
+    ]
+
+
+# --------------------------------------------------------------------------- engines
+
+
+def _engine_proc(e: EngineRead) -> Proc | None:
+    return e.server or (e.schedulers[0] if e.schedulers else None) or e.actor
+
+
+def engine_suspects(world: World, engines: tuple[EngineRead, ...]) -> list[Suspect]:
+    out: list[Suspect] = []
+    weights = {EngineState.DEAD: STRONG, EngineState.UNRESPONSIVE: MEDIUM, EngineState.STUCK: MEDIUM}
+    words = {
+        EngineState.DEAD: "is dead (no server answers)",
+        EngineState.UNRESPONSIVE: "is unresponsive: its scheduler does not answer",
+        EngineState.STUCK: "is stuck: requests in flight and no token produced in the window",
+    }
+    for e in engines:
+        if e.state not in weights:
+            continue
+        proc = _engine_proc(e)
+        stage = _engine_stage(e)
+        out.append(
+            _suspect(
+                "sglang",
+                Role.SGLANG_ENGINE,
+                f"engine {e.url} {words[e.state]}",
+                proc,
+                engine_url=e.url,
+                node_ip=e.node_ip or (proc.node_ip if proc else None),
+                weight=weights[e.state],
+                stage=stage,
+                evidence=e.evidence,
+            )
+        )
+    out.extend(_broadcast_absentees(world, engines))
+    out.extend(_dead_actors(world))
+    return out
+
+
+def _engine_stage(e: EngineRead) -> Stage | None:
+    for p in (*e.schedulers, e.actor):
+        if p is not None and p.latest is not None and p.latest.stage is not None:
+            return p.latest.stage
+    return None
+
+
+def _trainers_in(world: World, stages: set[Stage]) -> list[Proc]:
+    return [
+        p
+        for p in world.by_role(Role.TRAIN_RANK)
+        if p.latest is not None and p.latest.stage in stages and p.latest.primary.waiting
+    ]
+
+
+def _broadcast_absentees(world: World, engines: tuple[EngineRead, ...]) -> list[Suspect]:
+    """Trainers wait in the weight broadcast / group creation; an engine's scheduler is elsewhere."""
+    waiting = _trainers_in(world, {Stage.NCCL_BROADCAST}) or [
+        p
+        for p in _trainers_in(world, {Stage.WEIGHT_SYNC})
+        if p.latest is not None and p.latest.block is Block.RENDEZVOUS
+    ]
+    if not waiting:
+        return []
+    stage = waiting[0].latest.stage if waiting[0].latest else None
+    out: list[Suspect] = []
+    for e in engines:
+        scheds = [s for s in e.schedulers if s.latest is not None]
+        if not scheds or e.state is EngineState.DEAD:
+            continue
+        absent = [s for s in scheds if s.latest is not None and s.latest.stage != stage]
+        if not absent:
+            continue
+        s = absent[0]
+        out.append(
+            _suspect(
+                "stacks",
+                Role.SGLANG_ENGINE,
+                f"engine {e.url}: scheduler pid {s.pid} is not in the weight "
+                f"{'broadcast' if stage is Stage.NCCL_BROADCAST else 'group creation'} the "
+                f"trainers wait in; it is {_brief(s)}",
+                s,
+                engine_url=e.url,
+                weight=MEDIUM,
+                stage=stage,
+                evidence=tuple(f"{p.label}: {_brief(p)}" for p in waiting[:4]),
+            )
+        )
+    return out
+
+
+def _running_job_ids(world: World) -> set[str]:
+    return {j.job_id for j in world.snapshot.jobs if j.status == "RUNNING" and j.job_id}
+
+
+_ACTOR_ROLES = {
+    "MegatronTrainRayActor": Role.TRAIN_RANK,
+    "RolloutManager": Role.ROLLOUT_MANAGER,
+    "SGLangEngine": Role.SGLANG_ENGINE,
+}
+
+
+def _dead_actors(world: World) -> list[Suspect]:
+    jobs = _running_job_ids(world)
+    out: list[Suspect] = []
+    for a in world.snapshot.actors:
+        role = _ACTOR_ROLES.get(a.class_name)
+        if role is None or a.state != "DEAD" or not jobs or a.job_id not in jobs:
+            continue
+        out.append(
+            Suspect(
+                "ray",
+                role,
+                f"Ray: {a.class_name} actor {a.actor_id[:12]} of the running job is DEAD",
+                weight=STRONG,
+                pid=a.pid,
+                node_ip=a.node_ip,
+                actor_id=a.actor_id,
+            )
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- rollout manager
+
+
+def rollout_suspects(world: World, engines: tuple[EngineRead, ...]) -> list[Suspect]:
+    out: list[Suspect] = []
+    for rm in world.by_role(Role.ROLLOUT_MANAGER):
+        read = rm.latest
+        loop = read.loop if read else None
+        if read is None or loop is None:
+            continue
+        if loop.block is Block.CPU:
+            both = all(
+                r.loop is not None and r.loop.block is Block.CPU and r.loop.stage is loop.stage
+                for r in rm.reads
+            )
+            stage = loop.stage if loop.stage is Stage.REWARD else Stage.ROLLOUT_DISPATCH
+            what = "the reward function" if stage is Stage.REWARD else "synchronous code"
+            out.append(
+                _suspect(
+                    "rollout",
+                    Role.ROLLOUT_MANAGER,
+                    f"the rollout event loop is CPU-bound in {what} ({loop.describe()}): while "
+                    "it runs, no rollout coroutine can send or receive a request"
+                    + (" (in every sample)" if both and len(rm.reads) > 1 else ""),
+                    rm,
+                    stage=stage,
+                    weight=MEDIUM if both else WEAK,
+                    evidence=tuple(f.where for f in loop.frames[:8]),
+                )
+            )
+        elif loop.block not in (Block.EVENT_LOOP, Block.UNKNOWN):
+            out.append(
+                _suspect(
+                    "rollout",
+                    Role.ROLLOUT_MANAGER,
+                    f"the rollout event loop is blocked in a synchronous call "
+                    f"({loop.describe()}): every rollout coroutine waits behind it",
+                    rm,
+                    stage=loop.stage or read.stage or Stage.ROLLOUT_DISPATCH,
+                    weight=MEDIUM,
+                    evidence=tuple(f.where for f in loop.frames[:8]),
+                )
+            )
+        elif read.stage in (Stage.ROLLOUT_DISPATCH, Stage.EVAL):
+            out.extend(_requests_lost(rm, read, engines))
+    return out
+
+
+def _requests_lost(rm: Proc, read: ProcessRead, engines: tuple[EngineRead, ...]) -> list[Suspect]:
+    known = [e for e in engines if e.in_flight is not None]
+    if not known or any((e.in_flight or 0) > 0 or e.moving for e in known):
+        return []
+    return [
+        _suspect(
+            "rollout",
+            Role.ROLLOUT_MANAGER,
+            "rollout coroutines are waiting on I/O (event loop idle in select) but no engine has "
+            "a request running or queued: the requests are stuck before the engines (router, a "
+            "remote reward service, or a custom generate function awaiting something)",
+            rm,
+            stage=read.stage,
+            weight=WEAK,
+            evidence=tuple(f"engine {e.url}: {', '.join(e.evidence)}" for e in known[:4]),
+        )
+    ]
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def driver_suspects(world: World) -> list[Suspect]:
+    drivers = [p for p in world.by_role(Role.DRIVER) if p.latest is not None]
+    actors = [
+        p
+        for p in world.procs
+        if p.role in (Role.TRAIN_RANK, Role.ROLLOUT_MANAGER)
+        and p.member is not None
+        and p.member.kind == "actor"
+    ]
+    if not drivers or not actors:
+        return []
+    idle = all(_actor_idle(p) for p in actors)
+    if not idle:
+        return []
+    d = drivers[0]
+    read = d.latest
+    if read is None:
+        return []
+    if read.block is Block.RAY_GET:
+        why = (
+            "the driver waits in ray.get but no slime actor is running a method: the result "
+            "it waits for is not being computed (a task that died, or an object never produced)"
+        )
+        weight = WEAK
+    else:
+        why = f"every slime actor is idle and the driver is {read.describe()}"
+        weight = MEDIUM
+    return [_suspect("driver", Role.DRIVER, why, d, weight=weight, stage=read.stage)]
+
+
+def _actor_idle(p: Proc) -> bool:
+    if p.latest is not None:
+        return p.latest.block is Block.IDLE_WORKER
+    return p.member is not None and p.member.method is None
+
+
+# --------------------------------------------------------------------------- merge
+
+
+@dataclass
+class Merged:
+    role: Role
+    suspects: list[Suspect] = field(default_factory=list)
+
+    @property
+    def sources(self) -> set[str]:
+        return {s.source for s in self.suspects}
+
+    @property
+    def score(self) -> int:
+        best: dict[str, int] = {}
+        for s in self.suspects:
+            best[s.source] = max(best.get(s.source, 0), s.weight)
+        total = sum(best.values())
+        if all(s.waits_elsewhere for s in self.suspects):
+            total -= 1
+        return total
+
+    def first(self, attr: str) -> object:
+        for s in sorted(self.suspects, key=lambda x: -x.weight):
+            v = getattr(s, attr)
+            if v is not None:
+                return v
+        return None
+
+    def culprit(self) -> Culprit:
+        ordered = sorted(self.suspects, key=lambda s: -s.weight)
+        whys = list(dict.fromkeys(s.why for s in ordered))
+        return Culprit(
+            role=self.role,
+            why=" | ".join(whys[:4]),
+            node_ip=self.first("node_ip"),  # type: ignore[arg-type]
+            pid=self.first("pid"),  # type: ignore[arg-type]
+            rank=self.first("rank"),  # type: ignore[arg-type]
+            engine_url=self.first("engine_url"),  # type: ignore[arg-type]
+            actor_id=self.first("actor_id"),  # type: ignore[arg-type]
+            gpu=self.first("gpu"),  # type: ignore[arg-type]
+        )
+
+    @property
+    def stage(self) -> Stage | None:
+        for s in sorted(self.suspects, key=lambda x: -x.weight):
+            if s.stage is not None:
+                return s.stage
+        return None
+
+
+def merge(suspects: list[Suspect], world: World) -> list[Merged]:
+    """Join suspects that name the same process (pid), engine (url) or rank."""
+    groups: list[Merged] = []
+    for s in suspects:
+        target = next((g for g in groups if _same(g, s, world)), None)
+        if target is None:
+            target = Merged(s.role)
+            groups.append(target)
+        target.suspects.append(s)
+    return sorted(groups, key=lambda g: (-g.score, -max(s.weight for s in g.suspects)))
+
+
+def _same(g: Merged, s: Suspect, world: World) -> bool:
+    for o in g.suspects:
+        if s.pid is not None and o.pid is not None:
+            if s.pid == o.pid and (s.node_ip is None or o.node_ip is None or s.node_ip == o.node_ip):
+                return True
+            continue
+        if s.engine_url and o.engine_url and s.engine_url == o.engine_url:
+            return True
+        if (
+            s.role is Role.TRAIN_RANK
+            and o.role is Role.TRAIN_RANK
+            and s.rank is not None
+            and s.rank == o.rank
+        ):
+            return True
+        if s.gpu is not None and o.gpu is not None and s.gpu == o.gpu:
+            same_node = s.node_ip is None or o.node_ip is None or s.node_ip == o.node_ip
+            if same_node and gpu_by_index(world.gpus, s.gpu, s.node_ip) is not None:
+                return True
+    return False
+
+
+def moving_ras_comms(world: World) -> set[str]:
+    """RAS communicators whose collective counts rose between samples (a mismatch there is noise)."""
+    first: dict[str, int] = {}
+    moving: set[str] = set()
+    for obs in sorted(world.snapshot.ras, key=lambda o: o.sample):
+        for c in obs.report.communicators:
+            total = sum(sum(r.collective_counts.values()) for r in c.ranks)
+            if c.hash in first and total > first[c.hash]:
+                moving.add(c.hash)
+            first.setdefault(c.hash, total)
+    return moving

@@ -1,0 +1,194 @@
+"""Did anything advance between the two samples? Per source, real progress vs mere activity.
+
+Real progress: token / request counters of an engine rose, a GPU did real work (memory traffic,
+NVLink bytes, tensor activity), NCCL RAS collective counts rose, a weight version moved, a process
+moved to another stage, or a process computed in changing code. Activity that is NOT progress: CPU
+burnt at a CUDA sync point (a stuck NCCL wait spins a core), health checks and metrics answers
+(#1058: endless `GET /health 200` while hung), a stack that changed line inside the same wait.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slime_hangdoctor.analysis.engines import EngineRead
+from slime_hangdoctor.analysis.gpu import GpuState
+from slime_hangdoctor.analysis.signatures import Block
+from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.facts import RasReport
+from slime_hangdoctor.verdict import Stage
+
+CPU_BUSY_FRACTION = 0.3  # of one core over the window
+
+
+@dataclass(frozen=True)
+class Signal:
+    source: str  # sglang | nvml | gpm | ras | stacks | cpu
+    subject: str
+    message: str
+
+    def text(self) -> str:
+        return f"{self.subject}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Progress:
+    progress: tuple[Signal, ...]
+    activity: tuple[Signal, ...]
+    frozen: tuple[Signal, ...]  # compared across samples (or over the GPU series) and unchanged
+    compared: tuple[str, ...]  # sources that had two samples to compare
+
+    @property
+    def moving(self) -> bool:
+        return bool(self.progress)
+
+
+def window_s(world: World) -> float:
+    w = world.snapshot.window_s
+    times = world.snapshot.manifest.sample_times
+    if w <= 0 and len(times) >= 2:
+        w = max(times) - min(times)
+    return w
+
+
+def _engine_signals(engines: tuple[EngineRead, ...]) -> tuple[list[Signal], list[Signal], bool]:
+    progress: list[Signal] = []
+    frozen: list[Signal] = []
+    compared = False
+    for e in engines:
+        subject = f"engine {e.url}"
+        if e.moving:
+            progress.append(Signal("sglang", subject, "counters rose: " + ", ".join(e.moving)))
+            compared = True
+        if len(set(e.weight_versions)) > 1:
+            progress.append(
+                Signal("sglang", subject, "weight_version " + " -> ".join(e.weight_versions))
+            )
+        if e.frozen:
+            compared = True
+            frozen.append(Signal("sglang", subject, "token and request counters unchanged"))
+    return progress, frozen, compared
+
+
+def _gpu_signals(world: World) -> tuple[list[Signal], list[Signal]]:
+    progress: list[Signal] = []
+    frozen: list[Signal] = []
+    for g in world.gpus:
+        if g.state is GpuState.BUSY:
+            progress.append(Signal("nvml", g.label, "doing real work: " + g.evidence()))
+        elif g.state is GpuState.STUCK and g.readings >= 2:
+            frozen.append(Signal("nvml", g.label, "busy-waiting, no data moved: " + g.evidence()))
+    return progress, frozen
+
+
+def _ras_totals(report: RasReport) -> dict[str, int]:
+    return {
+        c.hash: sum(sum(r.collective_counts.values()) for r in c.ranks)
+        for c in report.communicators
+    }
+
+
+def _ras_signals(world: World) -> tuple[list[Signal], list[Signal], bool]:
+    progress: list[Signal] = []
+    frozen: list[Signal] = []
+    per_node: dict[str | None, list[tuple[int, RasReport]]] = {}
+    for obs in world.snapshot.ras:
+        per_node.setdefault(obs.node_ip, []).append((obs.sample, obs.report))
+    compared = False
+    for node, reports in per_node.items():
+        if len({s for s, _ in reports}) < 2:
+            continue
+        reports.sort(key=lambda sr: sr[0])
+        first, last = _ras_totals(reports[0][1]), _ras_totals(reports[-1][1])
+        for h in sorted(set(first) & set(last)):
+            compared = True
+            subject = f"NCCL communicator {h}" + (f" @{node}" if node else "")
+            if last[h] > first[h]:
+                progress.append(
+                    Signal("ras", subject, f"collectives launched +{last[h] - first[h]}")
+                )
+            else:
+                frozen.append(Signal("ras", subject, "collective counts unchanged"))
+    return progress, frozen, compared
+
+
+def _stack_signals(procs: tuple[Proc, ...]) -> tuple[list[Signal], list[Signal], list[Signal]]:
+    progress: list[Signal] = []
+    activity: list[Signal] = []
+    frozen: list[Signal] = []
+    for p in procs:
+        first, last = p.first, p.latest
+        if first is None or last is None or first.sample == last.sample:
+            continue
+        if first.stage is not None and last.stage is not None and first.stage != last.stage:
+            progress.append(
+                Signal(
+                    "stacks", p.label, f"moved from {first.stage.value} to {last.stage.value}"
+                )
+            )
+        elif first.primary.key() != last.primary.key():
+            activity.append(Signal("stacks", p.label, "stack changed within the same stage"))
+        else:
+            frozen.append(Signal("stacks", p.label, "identical stack in both samples"))
+    return progress, activity, frozen
+
+
+def _cpu_signals(procs: tuple[Proc, ...], window: float) -> tuple[list[Signal], list[Signal]]:
+    progress: list[Signal] = []
+    activity: list[Signal] = []
+    for p in procs:
+        delta = p.cpu_delta
+        if delta is None or window <= 0 or delta < CPU_BUSY_FRACTION * window:
+            continue
+        msg = f"{delta:.1f} CPU-seconds in {window:.0f} s"
+        first, last = p.first, p.latest
+        computing = (
+            last is not None
+            and last.primary.block is Block.CPU
+            and last.stage is not Stage.REWARD
+            and first is not None
+            and first.sample != last.sample
+            and first.primary.key() != last.primary.key()
+        )
+        if computing and last is not None:
+            progress.append(Signal("cpu", p.label, f"computing ({msg}), stack moving"))
+        else:
+            spin = last is not None and last.primary.block is Block.CUDA_SYNC
+            activity.append(
+                Signal("cpu", p.label, msg + (" spinning at a CUDA sync" if spin else ""))
+            )
+    return progress, activity
+
+
+def assess(world: World, engines: tuple[EngineRead, ...]) -> Progress:
+    progress: list[Signal] = []
+    activity: list[Signal] = []
+    frozen: list[Signal] = []
+    compared: list[str] = []
+    e_prog, e_frozen, e_cmp = _engine_signals(engines)
+    progress += e_prog
+    frozen += e_frozen
+    if e_cmp:
+        compared.append("sglang")
+    g_prog, g_frozen = _gpu_signals(world)
+    progress += g_prog
+    frozen += g_frozen
+    if any(g.readings >= 2 for g in world.gpus):
+        compared.append("nvml")
+    r_prog, r_frozen, r_cmp = _ras_signals(world)
+    progress += r_prog
+    frozen += r_frozen
+    if r_cmp:
+        compared.append("ras")
+    s_prog, s_act, s_frozen = _stack_signals(world.procs)
+    progress += s_prog
+    activity += s_act
+    frozen += s_frozen
+    if s_prog or s_act or s_frozen:
+        compared.append("stacks")
+    c_prog, c_act = _cpu_signals(world.procs, window_s(world))
+    progress += c_prog
+    activity += c_act
+    if any(p.cpu_delta is not None for p in world.procs):
+        compared.append("cpu")
+    return Progress(tuple(progress), tuple(activity), tuple(frozen), tuple(compared))

@@ -1,0 +1,460 @@
+"""Known causes (slime.md §5), concrete next steps and blind spots.
+
+Each known cause is a small predicate over the evidence plus the text that links it; a cause is only
+reported when the evidence matches, never by default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from slime_hangdoctor.analysis.culprit import Merged
+from slime_hangdoctor.analysis.engines import EngineRead, EngineState
+from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block, split_name
+from slime_hangdoctor.analysis.stacks import ThreadRead
+from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.facts import Frame
+from slime_hangdoctor.verdict import Finding, Role, Severity, Stage, Status
+
+
+@dataclass(frozen=True)
+class Context:
+    world: World
+    engines: tuple[EngineRead, ...]
+    status: Status
+    stage: Stage
+    culprits: tuple[Merged, ...]
+
+
+@dataclass(frozen=True)
+class Cause:
+    finding: Finding
+    steps: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _threads(procs: tuple[Proc, ...]) -> Iterator[tuple[Proc, ThreadRead]]:
+    for p in procs:
+        if p.latest is not None:
+            for t in p.latest.threads:
+                yield p, t
+
+
+def _funcs(t: ThreadRead) -> set[str]:
+    return {split_name(f.name)[1] for f in t.frames}
+
+
+def _in_file(frame: Frame, part: str) -> bool:
+    return part in frame.filename.replace("\\", "/") or part in (frame.short_filename or "")
+
+
+def _with_frames(
+    procs: tuple[Proc, ...], funcs: set[str] | None = None, file_part: str | None = None
+) -> list[tuple[Proc, ThreadRead]]:
+    out: list[tuple[Proc, ThreadRead]] = []
+    for p, t in _threads(procs):
+        if funcs is not None and not (funcs & _funcs(t)):
+            continue
+        if file_part is not None and not any(_in_file(f, file_part) for f in t.frames):
+            continue
+        out.append((p, t))
+    return out
+
+
+def _who(hits: list[tuple[Proc, ThreadRead]]) -> str:
+    return ", ".join(dict.fromkeys(f"{p.label} (pid {p.pid})" for p, _ in hits[:4]))
+
+
+def _cause(rule: str, sev: Severity, msg: str, ev: list[str], steps: list[str]) -> Cause:
+    return Cause(Finding(rule, sev, msg, tuple(ev[:6])), tuple(steps))
+
+
+# --------------------------------------------------------------------------- known causes
+
+
+def _reload_timeout(ctx: Context) -> Cause | None:
+    hits = _with_frames(
+        ctx.world.by_role(Role.TRAIN_RANK), {"reload_process_groups", "destroy_process_groups"}
+    ) or [
+        (p, t)
+        for p, t in _with_frames(ctx.world.by_role(Role.TRAIN_RANK), {"wake_up"})
+        if t.in_collective
+    ]
+    if not hits or ctx.status is not Status.HUNG:
+        return None
+    return _cause(
+        "known-reload-process-group-timeout",
+        Severity.WARNING,
+        "Train ranks are re-creating their process groups (colocate wake_up / weight sync). "
+        "Before slime v0.3.1 (#2208) the reloaded NCCL groups use the default 10-minute timeout "
+        "and ignore --distributed-timeout-minutes: a slow rank there is killed by the NCCL "
+        "watchdog after 10 min.",
+        [f"{p.label}: {t.describe()}" for p, t in hits],
+        [
+            "If the job runs slime older than v0.3.1, upgrade (THUDM/slime PR #2208) or keep WORLD "
+            "alive with SLIME_DESTROY_WORLD_PROCESS_GROUP=0 (v0.3.1+)",
+        ],
+    )
+
+
+def _pp_group_deadlock(ctx: Context) -> Cause | None:
+    trainers = [
+        (p, t)
+        for p, t in _with_frames(
+            ctx.world.by_role(Role.TRAIN_RANK),
+            {"connect_rollout_engines_from_distributed", "connect_rollout_engines"},
+        )
+        if t.block in (Block.RENDEZVOUS, Block.RAY_GET, Block.COLLECTIVE)
+    ]
+    engines = _with_frames(
+        ctx.world.by_role(Role.SGLANG_ENGINE),
+        {"init_weights_update_group", "init_custom_process_group"},
+    )
+    if not trainers or (len({p.pid for p, _ in trainers}) < 2 and not engines):
+        return None
+    return _cause(
+        "known-pp-weight-group-deadlock",
+        Severity.CRITICAL,
+        "Weight-update group creation is stuck: with PP>1 every PP source creates its "
+        "`slime-pp_k` group at the same time while each SGLangEngine actor serves one "
+        "init_weights_update_group call at a time, so engine 0 joins one group and engine 1 "
+        "another and both groups wait forever (THUDM/slime PR #2331).",
+        [f"{p.label}: {t.describe()}" for p, t in trainers + engines],
+        [
+            "Check which group each engine joined: py-spy dump the engine actors and schedulers "
+            "(init_weights_update_group / init_custom_process_group frames)",
+            "Work-around until PR #2331 lands: connect PP sources one at a time, or run the "
+            "rollout sync with a single PP source",
+        ],
+    )
+
+
+def _sympy_reward(ctx: Context) -> Cause | None:
+    hits = _with_frames(ctx.world.by_role(Role.ROLLOUT_MANAGER), file_part="sympy/") + [
+        (p, t)
+        for p, t in _with_frames(
+            ctx.world.by_role(Role.ROLLOUT_MANAGER), {"are_equal_under_sympy", "grade_answer_verl"}
+        )
+    ]
+    hits = [(p, t) for p, t in hits if t.block is Block.CPU]
+    if not hits:
+        return None
+    pid = hits[0][0].pid
+    return _cause(
+        "known-sympy-reward-hang",
+        Severity.CRITICAL if ctx.status is Status.HUNG else Severity.WARNING,
+        "The math reward is inside sympy on the rollout event loop. slime's rule-based graders "
+        "call sympy.simplify with no timeout (the source notes 'sympy might hang'): one "
+        "pathological answer freezes every rollout coroutine.",
+        [f"{p.label}: {t.describe()}" for p, t in hits],
+        [
+            f"py-spy dump --locals --pid {pid}  (the answer string being graded is in the locals)",
+            "Run the grader with a timeout (e.g. a process pool with a deadline) or switch to a "
+            "reward that bounds its time",
+        ],
+    )
+
+
+def _cuda_ipc_colocate(ctx: Context) -> Cause | None:
+    if ctx.stage not in (Stage.WEIGHT_SYNC, Stage.UNKNOWN):
+        return None
+    hits = _with_frames(
+        ctx.world.procs,
+        {"_send_to_colocated_engine", "update_weights_from_tensor", "_send_hf_params"},
+    )
+    bad = [e for e in ctx.engines if e.state in (EngineState.UNRESPONSIVE, EngineState.STUCK)]
+    scheds = [
+        (p, t)
+        for p, t in _with_frames(ctx.world.by_role(Role.SGLANG_ENGINE), {"update_weights_from_tensor"})
+        if p.kind == "scheduler"
+    ]
+    if not hits or not (bad or scheds):
+        return None
+    pids = sorted({p.pid for p, _ in scheds}) or sorted(
+        {s.pid for e in bad for s in e.schedulers}
+    )
+    return _cause(
+        "known-cuda-ipc-colocate-hang",
+        Severity.WARNING,
+        "A colocated weight update over CUDA IPC is stuck inside SGLang. Known case "
+        "(sgl-project/sglang#17870): with an MTP/EAGLE head the first update_weights_from_tensor "
+        "hangs, most schedulers wait in the tp_cpu_group barrier and one is blocked in the "
+        "CUDA-IPC storage deleter; Python-only stacks are misleading there.",
+        [f"{p.label}: {t.describe()}" for p, t in (hits + scheds)],
+        [f"py-spy dump --native --pid {pid}" for pid in pids[:4]]
+        or ["py-spy dump --native on every sglang::scheduler process of the engine"],
+    )
+
+
+def _startup_never_healthy(ctx: Context) -> Cause | None:
+    if ctx.stage is not Stage.STARTUP:
+        return None
+    hits = _with_frames(
+        ctx.world.procs,
+        {"_wait_server_healthy", "init_rollout_engines", "start_rollout_servers", "start_engines"},
+    )
+    if not hits:
+        return None
+    return _cause(
+        "known-engine-never-healthy",
+        Severity.WARNING,
+        "Startup waits for SGLang engines to become healthy. slime polls /health_generate every "
+        "2 s with no timeout (_wait_server_healthy), so an engine that never answers (OOM, CUDA "
+        "graph capture, NCCL init of a multi-node engine, a port clash) hangs the job silently "
+        "(THUDM/slime#1484: hang right after 'Capture cuda graph' / 'Uvicorn running').",
+        [f"{p.label}: {t.describe()}" for p, t in hits],
+        [
+            "Read each engine's SGLang log (the SGLangEngine actor's Ray log: "
+            "`ray logs actor --id <actor id>`) for OOM / CUDA graph / NCCL errors",
+            "Probe the engine without generating: curl -s -m 5 http://<engine>/model_info",
+        ],
+    )
+
+
+def _triton_jit(ctx: Context) -> Cause | None:
+    hits = _with_frames(ctx.world.by_role(Role.TRAIN_RANK), file_part="triton/")
+    waiting = [
+        (p, t)
+        for p, t in _with_frames(ctx.world.by_role(Role.TRAIN_RANK))
+        if t.main and t.in_collective
+    ]
+    if not hits or not waiting:
+        return None
+    return _cause(
+        "known-triton-jit-slow-stage",
+        Severity.WARNING,
+        "A train rank is compiling Triton kernels while its pipeline peers wait (THUDM/slime#1487, "
+        "PR #2364): with a cold kernel cache one PP stage can take many minutes; this is slow, "
+        "not hung, unless it passes the NCCL timeout.",
+        [f"{p.label}: {t.describe()}" for p, t in hits + waiting],
+        ["Warm the Triton cache (persist TRITON_CACHE_DIR across runs) and wait a few minutes"],
+    )
+
+
+def _cp_allgather(ctx: Context) -> Cause | None:
+    hits = _with_frames(ctx.world.by_role(Role.TRAIN_RANK), {"_allgather_cp_redistribute"})
+    if not hits or ctx.status is not Status.HUNG:
+        return None
+    return _cause(
+        "known-cp-allgather-stuck",
+        Severity.WARNING,
+        "Train ranks are in the context-parallel all-gather of the loss; a requires_grad mismatch "
+        "there stalled training (THUDM/slime PR #2123).",
+        [f"{p.label}: {t.describe()}" for p, t in hits],
+        ["Check that the job runs a slime with PR #2123"],
+    )
+
+
+def _lock_without_holder(ctx: Context) -> Cause | None:
+    trainers = ctx.world.by_role(Role.TRAIN_RANK)
+    spinning = [
+        (p, t)
+        for p, t in _with_frames(trainers, {"_update_bucket_weights_from_distributed"})
+        if t.main
+        and t.stage_sig is not None
+        and t.stage_sig.func == "_update_bucket_weights_from_distributed"
+        and t.block not in COLLECTIVE_BLOCKS
+    ]
+    holders = [
+        (p, t)
+        for p, t in _with_frames(trainers, {"update_weights_from_distributed"})
+        if t.stage_sig is not None and t.stage_sig.func == "update_weights_from_distributed"
+    ]
+    if not spinning or holders or ctx.status is not Status.HUNG:
+        return None
+    return _cause(
+        "weight-sync-lock-not-released",
+        Severity.CRITICAL,
+        "PP source ranks spin on the weight-sync Lock (Lock.acquire every 0.1 s) but no rank is "
+        "broadcasting: the Lock is held by a rank that died or left the broadcast without "
+        "releasing it.",
+        [f"{p.label}: {t.describe()}" for p, t in spinning],
+        ["Look for a PP source rank that died or raised during update_weights (ray job logs)"],
+    )
+
+
+def _health_noise(ctx: Context) -> Cause | None:
+    if ctx.status is not Status.HUNG:
+        return None
+    ok = [
+        o.answer
+        for o in ctx.world.snapshot.http
+        if o.answer.path in ("/health", "/metrics") and o.answer.status == 200
+    ]
+    if not ok:
+        return None
+    return _cause(
+        "health-is-not-progress",
+        Severity.INFO,
+        "Engines answer /health or /metrics with 200: those answers come from the HTTP process "
+        "and do not show progress (THUDM/slime#1058: endless 'GET /health 200' while hung).",
+        [f"GET {a.url}{a.path}: 200" for a in ok[:3]],
+        [],
+    )
+
+
+def _router_503(ctx: Context) -> Cause | None:
+    bad = [o.answer for o in ctx.world.snapshot.http if o.kind == "router" and o.answer.status == 503]
+    if not bad:
+        return None
+    return _cause(
+        "router-no-workers",
+        Severity.WARNING,
+        "The router answers 503 (no available workers): requests never reach an engine "
+        "(THUDM/slime#1026, #683, #1391: a dead or OOM engine, a proxy on the master, a wrong "
+        "host IP - set SLIME_HOST_IP).",
+        [f"GET {a.url}{a.path}: 503" for a in bad[:3]],
+        ["curl -s -m 5 http://<router>/workers  and check that every engine URL is reachable"],
+    )
+
+
+KNOWN_CAUSES: tuple[Callable[[Context], Cause | None], ...] = (
+    _pp_group_deadlock,
+    _sympy_reward,
+    _cuda_ipc_colocate,
+    _startup_never_healthy,
+    _lock_without_holder,
+    _reload_timeout,
+    _triton_jit,
+    _cp_allgather,
+    _router_503,
+    _health_noise,
+)
+
+
+def known_causes(ctx: Context) -> list[Cause]:
+    return [c for c in (rule(ctx) for rule in KNOWN_CAUSES) if c is not None]
+
+
+# --------------------------------------------------------------------------- next steps
+
+_NCCL_STAGES = frozenset({Stage.TRAIN, Stage.NCCL_BROADCAST, Stage.WEIGHT_SYNC})
+
+
+def _on(p: Proc | None, node: str | None = None) -> str:
+    ip = (p.node_ip if p else None) or node
+    return f" (on {ip})" if ip else ""
+
+
+def culprit_steps(ctx: Context) -> list[str]:
+    steps: list[str] = []
+    for m in ctx.culprits:
+        c = m.culprit()
+        proc = ctx.world.find(c.pid, c.node_ip)
+        if c.role is Role.SGLANG_ENGINE:
+            engine = next((e for e in ctx.engines if e.url == c.engine_url), None)
+            scheds = engine.schedulers if engine else ()
+            for s in scheds[:4]:
+                steps.append(f"py-spy dump --native --pid {s.pid}{_on(s)}  (SGLang scheduler)")
+            if not scheds and c.pid is not None:
+                steps.append(f"py-spy dump --native --pid {c.pid}{_on(proc, c.node_ip)}")
+            if c.engine_url:
+                steps.append(
+                    f"curl -s -m 5 {c.engine_url}/server_info  (internal_states == [] means the "
+                    "scheduler is stuck); never call /flush_cache or /pause_generation to test it"
+                )
+            if c.actor_id:
+                steps.append(f"ray logs actor --id {c.actor_id}  (the engine's SGLang log)")
+        elif c.role is Role.ROLLOUT_MANAGER and c.pid is not None:
+            steps.append(f"py-spy dump --locals --pid {c.pid}{_on(proc, c.node_ip)}")
+            steps.append(
+                f"python3.14 -m asyncio pstree {c.pid}  (rollout coroutines; Python >= 3.14) or "
+                "an asyncio.all_tasks() dump: py-spy does not show suspended coroutines"
+            )
+        elif c.pid is not None:
+            steps.append(
+                f"py-spy dump --native --pid {c.pid}{_on(proc, c.node_ip)}  "
+                f"({m.culprit().role.value.replace('_', ' ')}"
+                + (f" {c.rank}" if c.rank is not None else "")
+                + ": native frames show the CUDA / NCCL call)"
+            )
+            if c.actor_id:
+                steps.append(f"ray logs actor --id {c.actor_id}")
+    return steps
+
+
+def general_steps(ctx: Context) -> list[str]:
+    w = ctx.world
+    steps: list[str] = []
+    if ctx.status is Status.HUNG and ctx.stage in _NCCL_STAGES:
+        if not w.snapshot.flight:
+            steps.append(
+                "Arm the PyTorch flight recorder for the next run (before the process groups are "
+                "created): TORCH_FR_BUFFER_SIZE=2000 TORCH_FR_DUMP_TEMP_FILE=/tmp/fr_rank_ "
+                "TORCH_NCCL_DEBUG_INFO_PIPE_FILE=/tmp/fr_pipe_ ; then re-run hangdoctor with "
+                "--flight-recorder to dump it on demand"
+            )
+        if not w.snapshot.ras:
+            steps.append(
+                "Ask NCCL RAS on a node of the job (NCCL >= 2.24): "
+                "echo 'verbose status' | nc 127.0.0.1 28028"
+            )
+        steps.append(
+            "For the next run: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL and "
+            "TORCH_NCCL_ENABLE_TIMING=1; the NCCL watchdog aborts after "
+            "--distributed-timeout-minutes (default 10)"
+        )
+    if not w.snapshot.stacks and w.procs:
+        steps.append(
+            "Get Python stacks: run hangdoctor as root (py-spy needs ptrace) or start Ray with "
+            "RAY_DASHBOARD_ENABLE_PROFILING=1 so the dashboard serves /worker/traceback"
+        )
+    jobs = [j for j in w.snapshot.jobs if j.status == "RUNNING"]
+    if jobs and ctx.status is Status.HUNG:
+        j = jobs[0]
+        steps.append(f"ray job logs {j.submission_id or j.job_id}  (the driver's last lines)")
+    return steps
+
+
+# --------------------------------------------------------------------------- blind spots
+
+
+def blind_spots(ctx: Context) -> list[str]:
+    w = ctx.world
+    snap = w.snapshot
+    out = list(snap.blind_spots)
+    if not snap.stacks:
+        out.append(
+            "no Python stacks (py-spy / dashboard traceback): stages come from Ray method names "
+            "and process titles only"
+        )
+    else:
+        missing = [p for p in w.procs if p.role is not None and not p.reads]
+        if missing:
+            out.append(
+                f"no stack for {len(missing)} slime process(es): "
+                + ", ".join(f"{p.label} (pid {p.pid})" for p in missing[:5])
+            )
+        if any(
+            p.latest and p.latest.block in COLLECTIVE_BLOCKS and not p.latest.native
+            for p in w.procs
+        ):
+            out.append(
+                "stacks are Python-only: the NCCL / CUDA call under a sync point is not visible "
+                "(py-spy --native shows it)"
+            )
+    if not snap.gpus:
+        out.append("no NVML readings: GPU states (stuck in a collective / idle / busy) unknown")
+    if not snap.ras:
+        out.append(
+            "no NCCL RAS answer (NCCL < 2.24, NCCL_RAS_ENABLE=0, no live communicator, or not "
+            "probed): collective counts per rank unknown"
+        )
+    if not snap.flight:
+        out.append(
+            "no flight-recorder dumps (the job needs TORCH_FR_BUFFER_SIZE and "
+            "TORCH_NCCL_DEBUG_INFO_PIPE_FILE, and hangdoctor --flight-recorder): per-rank "
+            "collective cursors unknown"
+        )
+    if not snap.ray_seen:
+        out.append("no Ray state API answer: roles come from process titles and environment only")
+    if not w.two_samples:
+        out.append("one sample only: progress between two samples could not be measured")
+    if (w.topology.engines or w.by_role(Role.SGLANG_ENGINE)) and not any(
+        o.kind == "engine" for o in snap.http
+    ):
+        out.append("no SGLang HTTP answers: engine health and token counters unknown")
+    return list(dict.fromkeys(out))

@@ -1,0 +1,676 @@
+"""Stage and wait signatures: DATA tables that map stack frames and Ray methods onto a stage.
+
+One `Layout` per slime source layout (`2026-01` = commit 9bfe152, `2026-08` = commit 624b824, see
+docs slime.md). A new slime release is a new `Layout` entry (or a few rows in an existing one): no code
+change. Matching is order-independent: when several rows match one frame, the most specific row wins
+(exact function name beats a wildcard, a class qualifier and an exact file beat a folder).
+
+A row marked `generic` is shared by several stages (e.g. `generate_rollout` runs for rollout and for
+eval, megatron core runs in training and in weight export): it decides the stage only when no outer
+frame matches a non-generic row.
+
+`WAITS` tells what a thread is blocked on, from library frames (torch.distributed, ray.get, requests,
+selectors, ...) and, when py-spy ran with --native, native frames (cudaDeviceSynchronize, c10d::Work::wait).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from slime_hangdoctor.facts import Frame
+from slime_hangdoctor.verdict import Stage
+
+ANY = "*"
+
+S = Stage  # short alias for the tables below
+
+
+@dataclass(frozen=True)
+class FrameSig:
+    """One stack frame shape that places a process in a stage.
+
+    `file`: a path suffix (`slime/ray/rollout.py`) or a folder ending in `/` (`sglang/srt/`); None: any
+    file (only for distinctive function names). `cls`: the class, matched against the qualified name
+    py-spy prints on Python >= 3.11 (`MegatronTrainRayActor.update_weights`).
+    """
+
+    func: str
+    stage: Stage
+    file: str | None = None
+    cls: str | None = None
+    what: str = ""
+    generic: bool = False
+
+    @property
+    def specificity(self) -> int:
+        score = 0
+        if self.func != ANY:
+            score += 8
+        if self.cls is not None:
+            score += 4
+        if self.file is not None:
+            score += 1 if self.file.endswith("/") else 2
+        return score
+
+
+@dataclass(frozen=True)
+class MethodSig:
+    """A Ray actor method (process title `ray::Class.method`, running task `Class.method`)."""
+
+    cls: str
+    method: str
+    stage: Stage
+    what: str = ""
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    frames: tuple[FrameSig, ...]
+    methods: tuple[MethodSig, ...]
+
+
+# --------------------------------------------------------------------------- frame tables
+
+_ROLLOUT_PY = "slime/ray/rollout.py"
+_ACTOR_PY = "slime/backends/megatron_utils/actor.py"
+_TRAIN_ACTOR_PY = "slime/ray/train_actor.py"
+_ENGINE_PY = "slime/backends/sglang_utils/sglang_engine.py"
+_UW = "slime/backends/megatron_utils/update_weight/"
+_UWD = _UW + "update_weight_from_distributed.py"
+_UWT = _UW + "update_weight_from_tensor.py"
+_ACTOR_GROUP = "slime/ray/actor_group.py"
+_PG = "slime/ray/placement_group.py"
+_SGLANG = "sglang/srt/"
+
+
+def _rows(
+    stage: Stage, file: str | None, funcs: str, *, cls: str | None = None, what: str = ""
+) -> tuple[FrameSig, ...]:
+    """Several functions of one file (and class) with one stage. `funcs` is space-separated."""
+    return tuple(
+        FrameSig(func=f, stage=stage, file=file, cls=cls, what=what) for f in funcs.split()
+    )
+
+
+_COMMON_FRAMES: tuple[FrameSig, ...] = (
+    # --- driver: startup and the per-step calls into actor groups
+    *_rows(
+        S.STARTUP,
+        _PG,
+        "create_placement_groups _create_placement_group create_rollout_manager "
+        "create_training_models create_actor_model allocate_train_group",
+        what="driver startup (placement group, actors)",
+    ),
+    FrameSig("update_weights", S.WEIGHT_SYNC, _ACTOR_GROUP, "RayTrainGroup", "driver: weight sync"),
+    FrameSig("async_train", S.TRAIN, _ACTOR_GROUP, "RayTrainGroup", "driver: train step"),
+    FrameSig("save_model", S.TRAIN, _ACTOR_GROUP, "RayTrainGroup", "driver: checkpoint save"),
+    *_rows(S.OFFLOAD_ONLOAD, _ACTOR_GROUP, "onload offload clear_memory", cls="RayTrainGroup"),
+    FrameSig("set_rollout_manager", S.STARTUP, _ACTOR_GROUP, "RayTrainGroup"),
+    FrameSig("offload_train", S.OFFLOAD_ONLOAD, "train.py", what="driver: offload train actors"),
+    # --- RolloutManager (slime/ray/rollout.py)
+    FrameSig("__init__", S.STARTUP, _ROLLOUT_PY, "RolloutManager", "rollout manager startup"),
+    FrameSig("_start_router", S.STARTUP, _ROLLOUT_PY, what="router launch"),
+    FrameSig(
+        "_allocate_rollout_engine_addr_and_ports_normal", S.STARTUP, _ROLLOUT_PY, what="engines"
+    ),
+    FrameSig("generate", S.ROLLOUT_DISPATCH, _ROLLOUT_PY, "RolloutManager", "rollout generate"),
+    FrameSig("_get_rollout_data", S.ROLLOUT_DISPATCH, _ROLLOUT_PY, "RolloutManager"),
+    FrameSig("eval", S.EVAL, _ROLLOUT_PY, "RolloutManager", "eval rollout"),
+    *_rows(
+        S.ROLLOUT_DISPATCH,
+        _ROLLOUT_PY,
+        "_convert_samples_to_train_data _split_train_data_by_dp _post_process_rewards",
+        cls="RolloutManager",
+        what="rollout data conversion",
+    ),
+    *_rows(
+        S.OFFLOAD_ONLOAD,
+        _ROLLOUT_PY,
+        "offload onload onload_weights onload_kv",
+        cls="RolloutManager",
+        what="engine offload/onload",
+    ),
+    FrameSig("set_train_parallel_config", S.STARTUP, _ROLLOUT_PY, "RolloutManager"),
+    FrameSig("check_weights", S.WEIGHT_SYNC, _ROLLOUT_PY, "RolloutManager"),
+    # --- rollout functions (the RolloutManager's asyncio loop thread and main thread)
+    FrameSig(
+        "generate_rollout", S.ROLLOUT_DISPATCH, "slime/rollout/", what="rollout", generic=True
+    ),
+    FrameSig(
+        "call_rollout_fn", S.ROLLOUT_DISPATCH, "slime/rollout/base_types.py", generic=True
+    ),
+    *_rows(
+        S.EVAL,
+        "slime/rollout/sglang_rollout.py",
+        "eval_rollout eval_rollout_single_dataset",
+        what="eval rollout",
+    ),
+    FrameSig("abort", S.ROLLOUT_DISPATCH, "slime/rollout/sglang_rollout.py", what="abort tail"),
+    *(
+        FrameSig(f, S.ROLLOUT_DISPATCH, "slime/rollout/sglang_rollout.py", generic=True)
+        for f in ("generate_rollout_async", "generate_and_rm", "generate_and_rm_group", "generate")
+    ),
+    FrameSig(ANY, S.ROLLOUT_DISPATCH, "slime/rollout/", what="rollout function", generic=True),
+    *(
+        FrameSig(f, S.ROLLOUT_DISPATCH, "slime/utils/http_utils.py", generic=True)
+        for f in ("post", "_post", "get")
+    ),
+    # --- reward (runs on the loop thread, synchronously for rule-based RMs)
+    FrameSig(ANY, S.REWARD, "slime/rollout/rm_hub/", what="reward model"),
+    FrameSig(ANY, S.REWARD, "sympy/", what="sympy (math reward)"),
+    FrameSig(ANY, S.REWARD, "math_verify/", what="math_verify (reward)"),
+    FrameSig(ANY, S.REWARD, "latex2sympy2/", what="latex2sympy (reward)"),
+    # --- train actors (MegatronTrainRayActor)
+    FrameSig("init", S.STARTUP, _ACTOR_PY, "MegatronTrainRayActor", "train actor init"),
+    FrameSig("init", S.STARTUP, _TRAIN_ACTOR_PY, "TrainRayActor", "train actor init"),
+    FrameSig("load_other_checkpoint", S.STARTUP, _ACTOR_PY, "MegatronTrainRayActor"),
+    *_rows(
+        S.TRAIN,
+        _ACTOR_PY,
+        "train train_actor train_critic compute_log_prob _get_rollout_data "
+        "fill_routing_replay sleep wake_up save_model",
+        cls="MegatronTrainRayActor",
+        what="train step",
+    ),
+    FrameSig("clear_memory", S.TRAIN, _TRAIN_ACTOR_PY, "TrainRayActor"),
+    FrameSig("update_weights", S.WEIGHT_SYNC, _ACTOR_PY, "MegatronTrainRayActor", "weight sync"),
+    FrameSig("process_rollout_data", S.TRAIN, None, what="trainer fetching rollout data"),
+    *_rows(
+        S.TRAIN,
+        "slime/backends/megatron_utils/model.py",
+        "train train_one_step forward_only save",
+        what="train step",
+    ),
+    FrameSig("train_one_step", S.TRAIN, None, what="train step"),
+    *_rows(
+        S.STARTUP,
+        "slime/backends/megatron_utils/model.py",
+        "initialize_model_and_optimizer setup_model_and_optimizer",
+        what="model init",
+    ),
+    FrameSig(ANY, S.STARTUP, "slime/backends/megatron_utils/initialize.py", what="megatron init"),
+    FrameSig(ANY, S.TRAIN, "slime/backends/megatron_utils/loss.py", what="loss"),
+    FrameSig(ANY, S.TRAIN, "slime/backends/megatron_utils/data.py", what="train data"),
+    FrameSig(ANY, S.TRAIN, "slime/backends/megatron_utils/cp_utils.py", what="context parallel"),
+    FrameSig(ANY, S.TRAIN, "megatron/core/pipeline_parallel/", what="megatron", generic=True),
+    FrameSig(ANY, S.TRAIN, "megatron/core/optimizer/", what="optimizer", generic=True),
+    FrameSig(ANY, S.TRAIN, "megatron/core/distributed/", what="megatron DDP", generic=True),
+    FrameSig(ANY, S.STARTUP, "megatron/training/initialize.py", what="megatron init"),
+    FrameSig(
+        "initialize_model_parallel", S.STARTUP, "megatron/core/parallel_state.py", generic=True
+    ),
+    FrameSig(
+        "distributed_masked_whiten", S.TRAIN, "slime/utils/distributed_utils.py", what="whiten"
+    ),
+    FrameSig("init_gloo_group", S.STARTUP, "slime/utils/distributed_utils.py"),
+    *(
+        FrameSig(f, S.TRAIN, "slime/utils/reloadable_process_group.py", generic=True)
+        for f in ("reload_process_groups", "destroy_process_groups")
+    ),
+    # --- weight sync, trainer side
+    FrameSig(ANY, S.WEIGHT_SYNC, _UW, what="weight sync"),
+    FrameSig(ANY, S.WEIGHT_SYNC, _UWT, what="colocated weight sync (CUDA IPC)"),
+    FrameSig(ANY, S.WEIGHT_SYNC, _UWD, what="distributed weight sync"),
+    FrameSig(
+        "_update_bucket_weights_from_distributed",
+        S.NCCL_BROADCAST,
+        _UWD,
+        what="weight broadcast (holding / waiting for the engine Lock)",
+    ),
+    FrameSig(
+        "update_weights_from_distributed",
+        S.NCCL_BROADCAST,
+        None,
+        what="NCCL broadcast of weights to the engines",
+    ),
+    FrameSig(
+        "init_process_group",
+        S.WEIGHT_SYNC,
+        "slime/utils/distributed_utils.py",
+        what="weight-update group creation",
+    ),
+    FrameSig(ANY, S.WEIGHT_SYNC, "megatron/bridge/", what="megatron-bridge export", generic=True),
+    *_rows(S.NCCL_BROADCAST, "slime/ray/utils.py", "acquire release", cls="Lock"),
+    # --- SGLangEngine Ray actor
+    *_rows(
+        S.STARTUP,
+        _ENGINE_PY,
+        "init _init_normal _init_external _register_to_router _sanity_check_server_args",
+        cls="SGLangEngine",
+        what="engine startup",
+    ),
+    *_rows(
+        S.STARTUP,
+        _ENGINE_PY,
+        "launch_server_process _wait_server_healthy",
+        what="engine startup (waiting for the server to be healthy)",
+    ),
+    *_rows(
+        S.WEIGHT_SYNC,
+        _ENGINE_PY,
+        "update_weights_from_tensor init_weights_update_group destroy_weights_update_group "
+        "pause_generation continue_generation post_process_weights update_weights_from_disk "
+        "pull_weights check_weights",
+        cls="SGLangEngine",
+        what="engine weight update",
+    ),
+    FrameSig(
+        "update_weights_from_distributed",
+        S.NCCL_BROADCAST,
+        _ENGINE_PY,
+        "SGLangEngine",
+        "engine weight broadcast",
+    ),
+    FrameSig("flush_cache", S.WEIGHT_SYNC, _ENGINE_PY, "SGLangEngine", generic=True),
+    *_rows(
+        S.OFFLOAD_ONLOAD,
+        _ENGINE_PY,
+        "release_memory_occupation resume_memory_occupation",
+        cls="SGLangEngine",
+        what="engine memory release/resume",
+    ),
+    FrameSig("shutdown", S.STARTUP, _ENGINE_PY, "SGLangEngine", generic=True),
+    # --- SGLang scheduler / tokenizer (sglang.md §5); file names move between versions
+    *_rows(
+        S.NCCL_BROADCAST,
+        _SGLANG,
+        "update_weights_from_distributed _update_bucketed_weights_from_distributed "
+        "receive_weights_from_distributed _receive_bucketed_weights_from_distributed",
+        what="scheduler receiving the weight broadcast",
+    ),
+    *_rows(
+        S.WEIGHT_SYNC,
+        _SGLANG,
+        "init_weights_update_group init_custom_process_group destroy_weights_update_group "
+        "update_weights_from_tensor update_weights_from_disk update_weights_from_ipc",
+        what="scheduler weight update",
+    ),
+    *_rows(
+        S.OFFLOAD_ONLOAD,
+        _SGLANG,
+        "release_memory_occupation resume_memory_occupation",
+        what="scheduler memory release/resume",
+    ),
+    *(
+        FrameSig(f, S.ROLLOUT_DISPATCH, _SGLANG, what="scheduler running a batch", generic=True)
+        for f in (
+            "run_batch",
+            "forward_batch_generation",
+            "forward_decode",
+            "forward_extend",
+            "process_batch_result",
+            "process_batch_result_decode",
+            "process_batch_result_prefill",
+        )
+    ),
+    *_rows(
+        S.STARTUP,
+        _SGLANG,
+        "init_memory_pool init_cuda_graphs capture load_model init_torch_distributed "
+        "init_model_worker",
+        what="engine startup",
+    ),
+    FrameSig("__init__", S.STARTUP, _SGLANG, "Scheduler", "scheduler startup"),
+    FrameSig("__init__", S.STARTUP, _SGLANG, "ModelRunner", "model runner startup"),
+    # --- torch: group creation is startup unless an outer frame says otherwise
+    *(
+        FrameSig(f, S.STARTUP, "torch/distributed/distributed_c10d.py", generic=True)
+        for f in ("init_process_group", "new_group", "_new_group_with_tag")
+    ),
+)
+
+_JAN_FRAMES: tuple[FrameSig, ...] = (
+    FrameSig("init_rollout_engines", S.STARTUP, _ROLLOUT_PY, what="engine startup"),
+    FrameSig("get_rollout_engines_and_lock", S.WEIGHT_SYNC, _ROLLOUT_PY, "RolloutManager"),
+    FrameSig("clear_num_new_engines", S.WEIGHT_SYNC, _ROLLOUT_PY, "RolloutManager"),
+    FrameSig(
+        "recover_rollout_engines", S.STARTUP, _ROLLOUT_PY, "RolloutManager", "FT engine recovery"
+    ),
+    FrameSig("async_init", S.STARTUP, _ACTOR_GROUP, "RayTrainGroup", "train actors init"),
+    FrameSig("connect", S.STARTUP, _ACTOR_GROUP, "RayTrainGroup"),
+    FrameSig("connect_actor_critic", S.STARTUP, _ACTOR_PY, "MegatronTrainRayActor"),
+    FrameSig("save", S.TRAIN, "train.py", what="driver: checkpoint save"),
+    FrameSig(ANY, S.STARTUP, "slime/router/router.py", what="slime router", generic=True),
+)
+
+_HEAD_FRAMES: tuple[FrameSig, ...] = (
+    FrameSig("start_rollout_servers", S.STARTUP, _ROLLOUT_PY, what="engine startup"),
+    FrameSig("start_engines", S.STARTUP, _ROLLOUT_PY, "ServerGroup", "engine startup"),
+    FrameSig("recover", S.STARTUP, _ROLLOUT_PY, "RolloutServer", "FT engine recovery"),
+    *_rows(S.OFFLOAD_ONLOAD, _ROLLOUT_PY, "offload onload", cls="ServerGroup"),
+    *_rows(
+        S.OFFLOAD_ONLOAD, _ROLLOUT_PY, "offload onload onload_weights onload_kv", cls="RolloutServer"
+    ),
+    FrameSig("get_updatable_engines_and_lock", S.WEIGHT_SYNC, _ROLLOUT_PY, "RolloutManager"),
+    FrameSig("clear_updatable_num_new_engines", S.WEIGHT_SYNC, _ROLLOUT_PY, "RolloutManager"),
+    FrameSig(
+        "recover_updatable_engines",
+        S.STARTUP,
+        _ROLLOUT_PY,
+        "RolloutManager",
+        "FT engine recovery",
+    ),
+    FrameSig("create", S.STARTUP, _ACTOR_GROUP, "RayTrainGroup", "train actors init"),
+    FrameSig("release", S.TRAIN, _ACTOR_GROUP, "RayTrainGroup"),
+    FrameSig("_reload_rollout_weights_from_disk", S.WEIGHT_SYNC, _ACTOR_GROUP, "RayTrainGroup"),
+    FrameSig(
+        ANY,
+        S.ROLLOUT_DISPATCH,
+        "slime/backends/sglang_utils/server_control.py",
+        what="abort tail (abort until idle)",
+    ),
+)
+
+# --------------------------------------------------------------------------- Ray method tables
+
+
+def _methods(cls: str, stage: Stage, names: str, what: str = "") -> tuple[MethodSig, ...]:
+    return tuple(MethodSig(cls, m, stage, what) for m in names.split())
+
+
+_TRAIN_CLS = "MegatronTrainRayActor"
+
+_COMMON_METHODS: tuple[MethodSig, ...] = (
+    *_methods(_TRAIN_CLS, S.STARTUP, "__init__ init set_rollout_manager load_other_checkpoint"),
+    *_methods(_TRAIN_CLS, S.TRAIN, "train sleep wake_up save_model clear_memory"),
+    *_methods(_TRAIN_CLS, S.WEIGHT_SYNC, "update_weights"),
+    *_methods("RolloutManager", S.STARTUP, "__init__ set_train_parallel_config"),
+    *_methods("RolloutManager", S.ROLLOUT_DISPATCH, "generate"),
+    *_methods("RolloutManager", S.EVAL, "eval"),
+    *_methods("RolloutManager", S.OFFLOAD_ONLOAD, "offload onload onload_weights onload_kv"),
+    *_methods("RolloutManager", S.WEIGHT_SYNC, "check_weights"),
+    *_methods("SGLangEngine", S.STARTUP, "__init__ init"),
+    *_methods(
+        "SGLangEngine",
+        S.WEIGHT_SYNC,
+        "update_weights_from_tensor init_weights_update_group destroy_weights_update_group "
+        "pause_generation continue_generation post_process_weights update_weights_from_disk "
+        "pull_weights check_weights",
+    ),
+    *_methods("SGLangEngine", S.NCCL_BROADCAST, "update_weights_from_distributed"),
+    *_methods(
+        "SGLangEngine", S.OFFLOAD_ONLOAD, "release_memory_occupation resume_memory_occupation"
+    ),
+    *_methods("Lock", S.NCCL_BROADCAST, "acquire release"),
+)
+
+_JAN_METHODS: tuple[MethodSig, ...] = (
+    *_methods(_TRAIN_CLS, S.STARTUP, "connect_actor_critic"),
+    *_methods("RolloutManager", S.WEIGHT_SYNC, "get_rollout_engines_and_lock clear_num_new_engines"),
+    *_methods("RolloutManager", S.STARTUP, "recover_rollout_engines"),
+)
+
+_HEAD_METHODS: tuple[MethodSig, ...] = (
+    *_methods(
+        "RolloutManager",
+        S.WEIGHT_SYNC,
+        "get_updatable_engines_and_lock clear_updatable_num_new_engines",
+    ),
+    *_methods("RolloutManager", S.STARTUP, "recover_updatable_engines"),
+)
+
+LAYOUTS: dict[str, Layout] = {
+    "2026-01": Layout("2026-01", _COMMON_FRAMES + _JAN_FRAMES, _COMMON_METHODS + _JAN_METHODS),
+    "2026-08": Layout("2026-08", _COMMON_FRAMES + _HEAD_FRAMES, _COMMON_METHODS + _HEAD_METHODS),
+}
+
+# Ray classes that make up a slime job (class_name in the Ray state API).
+SLIME_ACTOR_CLASSES = frozenset(
+    {"MegatronTrainRayActor", "RolloutManager", "SGLangEngine", "Lock", "_HttpPosterActor"}
+)
+
+
+def _all_frame_sigs() -> tuple[FrameSig, ...]:
+    seen: dict[FrameSig, None] = {}
+    for layout in LAYOUTS.values():
+        for sig in layout.frames:
+            seen.setdefault(sig, None)
+    return tuple(seen)
+
+
+def _all_method_sigs() -> dict[tuple[str, str], MethodSig]:
+    out: dict[tuple[str, str], MethodSig] = {}
+    for layout in LAYOUTS.values():
+        for sig in layout.methods:
+            out.setdefault((sig.cls, sig.method), sig)
+    return out
+
+
+ALL_FRAME_SIGS = _all_frame_sigs()
+_METHODS = _all_method_sigs()
+
+# --------------------------------------------------------------------------- matching
+
+
+def norm_path(path: str) -> str:
+    return path.replace("\\", "/")
+
+
+def _file_matches(pattern: str, frame: Frame) -> bool:
+    for path in (frame.filename, frame.short_filename):
+        if not path:
+            continue
+        p = "/" + norm_path(path).lstrip("/")
+        if pattern.endswith("/"):
+            if "/" + pattern in p:
+                return True
+        elif p.endswith("/" + pattern):
+            return True
+    return False
+
+
+def split_name(name: str) -> tuple[str | None, str]:
+    """`Class.method` -> (`Class`, `method`); `<locals>` chains keep their last owner."""
+    if "." not in name:
+        return None, name
+    owner, func = name.rsplit(".", 1)
+    return owner.rsplit(".", 1)[-1], func
+
+
+def sig_matches(sig: FrameSig, frame: Frame) -> bool:
+    owner, func = split_name(frame.name)
+    if sig.func not in (ANY, func):
+        return False
+    if sig.cls is not None and owner is not None and owner != sig.cls:
+        return False
+    if sig.file is not None:
+        if _file_matches(sig.file, frame):
+            return True
+        # py-spy on Python >= 3.11 qualifies methods: the class alone identifies a slime method even
+        # when the file is not where this table expects it (a fork, a copied script).
+        return sig.func != ANY and sig.cls is not None and owner == sig.cls
+    return sig.func != ANY and (sig.cls is None or owner == sig.cls)
+
+
+def match_frame(frame: Frame) -> FrameSig | None:
+    """The most specific signature that matches one frame (None: the frame tells no stage)."""
+    if frame.native:
+        return None
+    best: FrameSig | None = None
+    for sig in ALL_FRAME_SIGS:
+        if sig_matches(sig, frame) and (best is None or sig.specificity > best.specificity):
+            best = sig
+    return best
+
+
+def layouts_of(sig: FrameSig) -> tuple[str, ...]:
+    """The slime layouts whose tables hold this row."""
+    return tuple(name for name, layout in LAYOUTS.items() if sig in layout.frames)
+
+
+def method_stage(class_name: str | None, method: str | None) -> MethodSig | None:
+    if not class_name or not method:
+        return None
+    return _METHODS.get((class_name, method))
+
+
+# --------------------------------------------------------------------------- what a thread waits on
+
+
+class Block(str, Enum):
+    """What a thread is doing, from its innermost recognisable frame."""
+
+    COLLECTIVE = "collective"  # inside a torch.distributed collective / Work.wait / PP p2p
+    RENDEZVOUS = "rendezvous"  # creating a process group: waiting for peers to join
+    CUDA_SYNC = "cuda_sync"  # at a CUDA sync point (a stuck NCCL kernel shows here)
+    RAY_GET = "ray_get"  # ray.get / ray.wait on another actor's result
+    WAIT = "wait"  # in-process wait: Future.result, Event/Condition.wait, Queue.get, join
+    HTTP = "http"  # blocking HTTP / socket read
+    EVENT_LOOP = "event_loop"  # asyncio / uvloop loop idle in select: coroutines wait on I/O
+    SUBPROCESS = "subprocess"  # waiting for a child process
+    SLEEP = "sleep"  # time.sleep (native frames only)
+    IDLE_WORKER = "idle_worker"  # a Ray worker waiting for its next task
+    CPU = "cpu"  # running Python code (active thread, no wait frame)
+    PARKED = "parked"  # idle thread in user code: time.sleep or another blocking C call
+    UNKNOWN = "unknown"
+
+
+WAITING_BLOCKS = frozenset(
+    {
+        Block.COLLECTIVE,
+        Block.RENDEZVOUS,
+        Block.CUDA_SYNC,
+        Block.RAY_GET,
+        Block.WAIT,
+        Block.HTTP,
+        Block.EVENT_LOOP,
+        Block.SUBPROCESS,
+        Block.SLEEP,
+        Block.IDLE_WORKER,
+    }
+)
+COLLECTIVE_BLOCKS = frozenset({Block.COLLECTIVE, Block.RENDEZVOUS, Block.CUDA_SYNC})
+
+
+@dataclass(frozen=True)
+class WaitSig:
+    block: Block
+    func: str
+    file: str | None = None  # suffix or folder, as FrameSig.file
+    native: bool = False  # matches native frames (py-spy --native): substring of the name
+
+
+_C10D = "torch/distributed/distributed_c10d.py"
+
+
+def _waits(block: Block, file: str | None, funcs: str) -> tuple[WaitSig, ...]:
+    return tuple(WaitSig(block, f, file) for f in funcs.split())
+
+
+def _native(block: Block, names: str) -> tuple[WaitSig, ...]:
+    return tuple(WaitSig(block, n, None, native=True) for n in names.split())
+
+
+WAITS: tuple[WaitSig, ...] = (
+    *_waits(
+        Block.RENDEZVOUS,
+        _C10D,
+        "init_process_group new_group _new_group_with_tag _store_based_barrier "
+        "_create_process_group_wrapper",
+    ),
+    WaitSig(Block.RENDEZVOUS, ANY, "torch/distributed/rendezvous.py"),
+    WaitSig(Block.RENDEZVOUS, "init_process_group", "slime/utils/distributed_utils.py"),
+    WaitSig(Block.RENDEZVOUS, "init_custom_process_group", "sglang/srt/"),
+    WaitSig(Block.COLLECTIVE, ANY, _C10D),
+    *_waits(Block.COLLECTIVE, "slime/utils/reloadable_process_group.py", "new_function _fwd"),
+    WaitSig(Block.COLLECTIVE, ANY, "megatron/core/pipeline_parallel/p2p_communication.py"),
+    WaitSig(Block.COLLECTIVE, "broadcast_pyobj", "sglang/srt/"),
+    *_waits(Block.CUDA_SYNC, "torch/cuda/__init__.py", "synchronize"),
+    *_waits(Block.CUDA_SYNC, "torch/cuda/streams.py", "synchronize wait_event query"),
+    *_waits(Block.RAY_GET, "ray/_private/worker.py", "get get_objects wait"),
+    WaitSig(Block.IDLE_WORKER, "main_loop", "ray/_private/worker.py"),
+    *_waits(Block.WAIT, "concurrent/futures/_base.py", "result wait as_completed _wait_for_tstate_lock"),
+    *_waits(Block.WAIT, "threading.py", "wait join _wait_for_tstate_lock acquire"),
+    *_waits(Block.WAIT, "queue.py", "get put join"),
+    *_waits(Block.WAIT, "multiprocessing/connection.py", "recv recv_bytes poll _poll wait"),
+    *_waits(Block.WAIT, "multiprocessing/pool.py", "get wait"),
+    WaitSig(Block.WAIT, ANY, "zmq/"),
+    WaitSig(Block.HTTP, ANY, "requests/"),
+    WaitSig(Block.HTTP, ANY, "urllib3/"),
+    WaitSig(Block.HTTP, ANY, "http/client.py"),
+    WaitSig(Block.HTTP, ANY, "httpx/"),
+    WaitSig(Block.HTTP, ANY, "httpcore/"),
+    WaitSig(Block.HTTP, ANY, "aiohttp/"),
+    WaitSig(Block.HTTP, ANY, "urllib/request.py"),
+    *_waits(Block.HTTP, "socket.py", "readinto recv recv_into accept create_connection"),
+    *_waits(Block.HTTP, "ssl.py", "read recv recv_into do_handshake"),
+    *_waits(Block.EVENT_LOOP, "selectors.py", "select"),
+    *_waits(Block.EVENT_LOOP, "asyncio/base_events.py", "_run_once run_forever run_until_complete"),
+    *_waits(Block.EVENT_LOOP, "asyncio/runners.py", "run"),
+    *_waits(Block.SUBPROCESS, "subprocess.py", "wait _wait _try_wait communicate _communicate"),
+    *_waits(Block.SUBPROCESS, "multiprocessing/popen_fork.py", "wait poll"),
+    *_native(
+        Block.COLLECTIVE,
+        "c10d::Work::wait WorkNCCL::wait WorkNCCL::synchronize ncclGroupEnd ncclBroadcast "
+        "ncclAllReduce ncclAllGather ncclReduceScatter ncclSend ncclRecv gloo::",
+    ),
+    *_native(Block.RENDEZVOUS, "ncclCommInitRank TCPStore::wait TCPStore::get"),
+    *_native(
+        Block.CUDA_SYNC,
+        "cudaDeviceSynchronize cuCtxSynchronize cudaStreamSynchronize cuStreamSynchronize "
+        "cudaEventSynchronize cuEventSynchronize cudaMemcpy cuMemcpyDtoH",
+    ),
+    *_native(Block.SLEEP, "clock_nanosleep nanosleep"),
+)
+
+# Frames that are plumbing around a call (decorators, tracing): never the answer to "where".
+TRANSPARENT_FILES = (
+    "torch/distributed/c10d_logger.py",
+    "ray/util/tracing/",
+    "ray/_private/client_mode_hook.py",
+    "ray/_private/auto_init_hook.py",
+    "ray/_private/function_manager.py",
+    "slime/utils/timer.py",
+    "slime/observability/timer.py",
+    "torch/utils/_contextlib.py",
+    "contextlib.py",
+    "functools.py",
+)
+
+
+def wait_of(frame: Frame) -> WaitSig | None:
+    """The wait primitive a frame is, if any."""
+    for sig in WAITS:
+        if sig.native:
+            if frame.native and sig.func in frame.name:
+                return sig
+            continue
+        if frame.native:
+            continue
+        _, func = split_name(frame.name)
+        if sig.func not in (ANY, func):
+            continue
+        if sig.file is None or _file_matches(sig.file, frame):
+            return sig
+    return None
+
+
+def is_transparent(frame: Frame) -> bool:
+    return any(_file_matches(f, frame) for f in TRANSPARENT_FILES)
+
+
+# --------------------------------------------------------------------------- layout hints
+
+# Files whose presence on a stack tells which slime layout runs (timer.py moved in 2026-08).
+LAYOUT_HINT_FILES: tuple[tuple[str, str], ...] = (
+    ("slime/utils/timer.py", "2026-01"),
+    ("slime/backends/megatron_utils/update_weight/hf_weight_iterator_bridge.py", "2026-01"),
+    ("slime/router/router.py", "2026-01"),
+    ("slime/observability/", "2026-08"),
+    ("slime/backends/sglang_utils/server_control.py", "2026-08"),
+)
+
+
+def layout_hint(frame: Frame) -> str | None:
+    """The slime layout a frame belongs to, when its file exists in one layout only."""
+    for pattern, layout in LAYOUT_HINT_FILES:
+        if _file_matches(pattern, frame):
+            return layout
+    sig = match_frame(frame)
+    if sig is not None:
+        names = layouts_of(sig)
+        if len(names) == 1:
+            return names[0]
+    return None

@@ -1,0 +1,267 @@
+"""Per-process reading of py-spy stacks: the stage a process is in and what it is blocked on.
+
+The stage comes from the innermost frame that matches a stage signature (not the top frame: a stuck
+NCCL collective shows at the next CUDA sync point, so the caller decides). What the thread is blocked
+on comes from the innermost recognisable wait primitive (collective, CUDA sync, ray.get, HTTP, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slime_hangdoctor.analysis.signatures import (
+    COLLECTIVE_BLOCKS,
+    WAITING_BLOCKS,
+    Block,
+    FrameSig,
+    is_transparent,
+    match_frame,
+    split_name,
+    wait_of,
+)
+from slime_hangdoctor.facts import Frame, ProcessStack, ThreadStack
+from slime_hangdoctor.snapshot import StackObs
+from slime_hangdoctor.verdict import Stage
+
+_LIBRARY_MARKS = ("site-packages/", "dist-packages/", "/lib/python3")
+_SCAN_LIMIT = 12  # python frames to look through for a wait primitive under library code
+_LOOP_FUNCS = frozenset({"_start_loop", "run_forever"})
+
+
+@dataclass(frozen=True)
+class ThreadRead:
+    """One thread: its stage, what it waits on, and which frames decided both."""
+
+    thread_id: int
+    name: str | None
+    active: bool
+    main: bool
+    frames: tuple[Frame, ...]
+    stage: Stage | None
+    stage_index: int | None
+    stage_sig: FrameSig | None
+    block: Block
+    block_index: int | None
+
+    @property
+    def stage_frame(self) -> Frame | None:
+        return self.frames[self.stage_index] if self.stage_index is not None else None
+
+    @property
+    def block_frame(self) -> Frame | None:
+        return self.frames[self.block_index] if self.block_index is not None else None
+
+    @property
+    def top(self) -> Frame | None:
+        """The innermost Python frame that is not plumbing."""
+        for f in self.frames:
+            if not f.native and not is_transparent(f):
+                return f
+        return self.frames[0] if self.frames else None
+
+    @property
+    def is_loop_thread(self) -> bool:
+        """An asyncio loop thread (slime's AsyncLoopThread: `_start_loop` -> `run_forever`)."""
+        return any(split_name(f.name)[1] in _LOOP_FUNCS for f in self.frames)
+
+    @property
+    def waiting(self) -> bool:
+        return self.block in WAITING_BLOCKS
+
+    @property
+    def in_collective(self) -> bool:
+        return self.block in COLLECTIVE_BLOCKS
+
+    def key(self) -> tuple[tuple[str, str, int | None], ...]:
+        """A comparable fingerprint of the stack (to tell whether it moved between samples)."""
+        return tuple((f.name, f.short_filename or f.filename, f.line) for f in self.frames)
+
+    def describe(self) -> str:
+        """`blocked in broadcast (torch/distributed/distributed_c10d.py:2968)`-style state text."""
+        where = _where(self.block_frame or self.top)
+        stage_part = ""
+        sf = self.stage_frame
+        if sf is not None and sf is not self.block_frame:
+            stage_part = f" in {split_name(sf.name)[1]}"
+        text = _BLOCK_TEXT.get(self.block, "at")
+        if self.block is Block.CPU:
+            return f"running on CPU: {where}"
+        if self.block is Block.PARKED:
+            return f"parked (sleep or blocking call) in {where}"
+        return f"{text} {where}{stage_part}".strip()
+
+
+_BLOCK_TEXT = {
+    Block.COLLECTIVE: "blocked in collective",
+    Block.RENDEZVOUS: "waiting for peers to join a process group:",
+    Block.CUDA_SYNC: "spinning at a CUDA sync point",
+    Block.RAY_GET: "waiting in ray.get",
+    Block.WAIT: "waiting on a future/event",
+    Block.HTTP: "waiting on HTTP",
+    Block.EVENT_LOOP: "event loop idle (coroutines waiting on I/O)",
+    Block.SUBPROCESS: "waiting for a child process",
+    Block.SLEEP: "sleeping",
+    Block.IDLE_WORKER: "idle Ray worker (no method running)",
+    Block.UNKNOWN: "at",
+}
+
+
+def _where(frame: Frame | None) -> str:
+    return frame.where if frame is not None else "?"
+
+
+def _is_library(frame: Frame) -> bool:
+    path = frame.filename.replace("\\", "/")
+    return any(m in path for m in _LIBRARY_MARKS)
+
+
+def find_stage(frames: tuple[Frame, ...]) -> tuple[Stage | None, int | None, FrameSig | None]:
+    """Innermost non-generic match decides; a generic row decides only if nothing else matched."""
+    generic: tuple[Stage, int, FrameSig] | None = None
+    for i, frame in enumerate(frames):
+        sig = match_frame(frame)
+        if sig is None:
+            continue
+        if not sig.generic:
+            return sig.stage, i, sig
+        if generic is None:
+            generic = (sig.stage, i, sig)
+    if generic is not None:
+        return generic
+    return None, None, None
+
+
+def find_block(frames: tuple[Frame, ...], active: bool) -> tuple[Block, int | None]:
+    """The innermost wait primitive, looking through library frames (not through user code)."""
+    python_seen = 0
+    for i, frame in enumerate(frames):
+        sig = wait_of(frame)
+        if sig is not None:
+            if python_seen and active and sig.block in (Block.EVENT_LOOP, Block.WAIT):
+                # running library code called from an event loop / pool: it is working
+                return Block.CPU, _first_python(frames)
+            return sig.block, i
+        if frame.native or is_transparent(frame):
+            continue
+        python_seen += 1
+        if python_seen > _SCAN_LIMIT or not _is_library(frame) or match_frame(frame) is not None:
+            break
+    first = _first_python(frames)
+    if first is None:
+        return Block.UNKNOWN, None
+    return (Block.CPU if active else Block.PARKED), first
+
+
+def _first_python(frames: tuple[Frame, ...]) -> int | None:
+    for i, f in enumerate(frames):
+        if not f.native and not is_transparent(f):
+            return i
+    for i, f in enumerate(frames):
+        if not f.native:
+            return i
+    return None
+
+
+def read_thread(ts: ThreadStack, pid: int) -> ThreadRead:
+    stage, stage_index, sig = find_stage(ts.frames)
+    block, block_index = find_block(ts.frames, ts.active)
+    main = ts.name == "MainThread" or ts.os_thread_id == pid
+    return ThreadRead(
+        thread_id=ts.thread_id,
+        name=ts.name,
+        active=ts.active,
+        main=main,
+        frames=ts.frames,
+        stage=stage,
+        stage_index=stage_index,
+        stage_sig=sig,
+        block=block,
+        block_index=block_index,
+    )
+
+
+@dataclass(frozen=True)
+class ProcessRead:
+    """One process at one sample: its deciding thread, its asyncio loop thread, all threads."""
+
+    pid: int
+    node_ip: str | None
+    sample: int
+    via: str
+    title: str | None
+    primary: ThreadRead
+    threads: tuple[ThreadRead, ...]
+    native: bool = False
+
+    @property
+    def stage(self) -> Stage | None:
+        return self.primary.stage
+
+    @property
+    def block(self) -> Block:
+        return self.primary.block
+
+    @property
+    def loop(self) -> ThreadRead | None:
+        for t in self.threads:
+            if t.is_loop_thread:
+                return t
+        return None
+
+    @property
+    def cpu_busy(self) -> bool:
+        """Some thread runs Python code (not a spin at a CUDA sync)."""
+        return any(t.block is Block.CPU for t in self.threads)
+
+    def describe(self) -> str:
+        return self.primary.describe()
+
+
+def choose_primary(threads: tuple[ThreadRead, ...]) -> ThreadRead:
+    """The thread that says what the process is doing.
+
+    The main thread when it has a stage; a worker thread instead when the main thread only waits
+    for it (e.g. the RolloutManager's main thread parked in Future.result while its loop thread runs
+    the reward function).
+    """
+    staged = [t for t in threads if t.stage is not None]
+    main = next((t for t in threads if t.main), None)
+    if not staged:
+        return main or _busiest(threads)
+    best = next((t for t in staged if t.main), staged[0])
+    if best.block in (Block.WAIT, Block.EVENT_LOOP, Block.IDLE_WORKER):
+        others = [t for t in staged if t is not best and t.block not in (Block.WAIT,)]
+        if others:
+            working = [t for t in others if t.block is Block.CPU or t.block in COLLECTIVE_BLOCKS]
+            return (working or others)[0]
+    return best
+
+
+def _busiest(threads: tuple[ThreadRead, ...]) -> ThreadRead:
+    for t in threads:
+        if t.block is Block.CPU:
+            return t
+    return threads[0]
+
+
+def read_process(obs: StackObs) -> ProcessRead | None:
+    stack: ProcessStack = obs.stack
+    threads = tuple(read_thread(ts, obs.pid) for ts in stack.threads if ts.frames)
+    if not threads:
+        return None
+    return ProcessRead(
+        pid=obs.pid,
+        node_ip=obs.node_ip,
+        sample=obs.sample,
+        via=obs.via,
+        title=stack.title,
+        primary=choose_primary(threads),
+        threads=threads,
+        native=stack.native,
+    )
+
+
+def highlight(thread: ThreadRead) -> tuple[int, ...]:
+    """Indexes of the deciding frames (stage and block) of a thread."""
+    idx = {i for i in (thread.stage_index, thread.block_index) if i is not None}
+    return tuple(sorted(idx))

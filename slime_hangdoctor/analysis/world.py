@@ -1,0 +1,279 @@
+"""Everything known about each process, joined across sources (stacks, /proc, NVML, RAS, FR, Ray).
+
+`build_world` is the one place that resolves identities: which pid is which train rank, which GPU a
+process drives, which role a process plays when the topology could not say (e.g. plain torchrun
+processes without Ray: a process that holds a GPU and speaks NCCL is taken for a train rank).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from slime_hangdoctor.analysis.gpu import GpuRead, gpu_of_pid, read_gpus
+from slime_hangdoctor.analysis.stacks import ProcessRead, read_process
+from slime_hangdoctor.facts import ProcessInfo
+from slime_hangdoctor.snapshot import Snapshot, StackObs
+from slime_hangdoctor.topology import Member, Topology, parse_ray_title
+from slime_hangdoctor.verdict import Role
+
+T = TypeVar("T")
+
+_ROLE_OF_CLASS = {
+    "RolloutManager": Role.ROLLOUT_MANAGER,
+    "SGLangEngine": Role.SGLANG_ENGINE,
+    "MegatronTrainRayActor": Role.TRAIN_RANK,
+    "FSDPTrainRayActor": Role.TRAIN_RANK,
+    "TrainRayActor": Role.TRAIN_RANK,
+}
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One process of the job, with every reading of it."""
+
+    pid: int
+    node_ip: str | None
+    role: Role | None
+    member: Member | None
+    title: str
+    rank: int | None
+    reads: tuple[ProcessRead, ...]  # one per sample, oldest first
+    infos: tuple[tuple[int, ProcessInfo], ...]  # (sample, info), oldest first
+    gpu: GpuRead | None
+    rank_source: str | None = None  # topology | env | flight_recorder | ras | inferred
+    gone: bool = False  # seen in an earlier /proc sample, missing from its node's last one
+
+    @property
+    def latest(self) -> ProcessRead | None:
+        return self.reads[-1] if self.reads else None
+
+    @property
+    def first(self) -> ProcessRead | None:
+        return self.reads[0] if self.reads else None
+
+    @property
+    def kind(self) -> str:
+        return self.member.kind if self.member else "process"
+
+    @property
+    def engine_url(self) -> str | None:
+        return self.member.engine_url if self.member else None
+
+    @property
+    def actor_id(self) -> str | None:
+        return self.member.actor_id if self.member else None
+
+    @property
+    def label(self) -> str:
+        if self.role is Role.TRAIN_RANK and self.rank is not None:
+            return f"train rank {self.rank}"
+        if self.member is not None:
+            return self.member.label
+        if self.role is not None:
+            return str(self.role.value).replace("_", " ")
+        return f"pid {self.pid}"
+
+    @property
+    def cpu_delta(self) -> float | None:
+        """CPU seconds used between the first and the last /proc sample."""
+        vals = [(s, i.cpu_seconds) for s, i in self.infos if i.cpu_seconds is not None]
+        if len(vals) < 2 or vals[0][0] == vals[-1][0]:
+            return None
+        return max(0.0, (vals[-1][1] or 0.0) - (vals[0][1] or 0.0))
+
+    @property
+    def dead(self) -> bool:
+        """Gone from the last /proc sample of its node, or a zombie there."""
+        return self.gone or (bool(self.infos) and self.infos[-1][1].status in ("zombie", "dead"))
+
+
+@dataclass(frozen=True)
+class World:
+    snapshot: Snapshot
+    topology: Topology
+    procs: tuple[Proc, ...]
+    gpus: tuple[GpuRead, ...]
+    samples: tuple[int, ...]  # stack/process samples seen, ascending
+
+    @property
+    def two_samples(self) -> bool:
+        return len(self.samples) >= 2
+
+    def by_role(self, role: Role) -> tuple[Proc, ...]:
+        return tuple(p for p in self.procs if p.role is role)
+
+    def find(self, pid: int | None, node_ip: str | None = None) -> Proc | None:
+        if pid is None:
+            return None
+        hits = [p for p in self.procs if p.pid == pid]
+        if node_ip is not None and len(hits) > 1:
+            hits = [p for p in hits if p.node_ip in (None, node_ip)] or hits
+        return hits[0] if hits else None
+
+    def train_rank(self, rank: int) -> Proc | None:
+        for p in self.procs:
+            if p.role is Role.TRAIN_RANK and p.rank == rank:
+                return p
+        return None
+
+
+def _best_stacks(snapshot: Snapshot) -> dict[tuple[str | None, int], list[StackObs]]:
+    """Per process, one stack per sample: py-spy over the dashboard traceback, native over plain."""
+    chosen: dict[tuple[str | None, int, int], StackObs] = {}
+    for obs in snapshot.stacks:
+        key = (obs.node_ip, obs.pid, obs.sample)
+        prev = chosen.get(key)
+        if prev is None or _stack_rank(obs) > _stack_rank(prev):
+            chosen[key] = obs
+    out: dict[tuple[str | None, int], list[StackObs]] = {}
+    for (node, pid, _), obs in sorted(chosen.items(), key=lambda kv: kv[0][2]):
+        out.setdefault((node, pid), []).append(obs)
+    return out
+
+
+def _stack_rank(obs: StackObs) -> tuple[int, int, int]:
+    frames = sum(len(t.frames) for t in obs.stack.threads)
+    return (1 if obs.via == "pyspy" else 0, 1 if obs.stack.native else 0, frames)
+
+
+def _infos(snapshot: Snapshot) -> dict[tuple[str | None, int], list[tuple[int, ProcessInfo]]]:
+    out: dict[tuple[str | None, int], list[tuple[int, ProcessInfo]]] = {}
+    for obs in sorted(snapshot.processes, key=lambda o: o.sample):
+        for p in obs.processes:
+            out.setdefault((obs.node_ip, p.pid), []).append((obs.sample, p))
+    return out
+
+
+def _fr_ranks(snapshot: Snapshot) -> dict[int, int]:
+    """pid -> global rank from flight-recorder dumps that carry their pid."""
+    return {f.dump.pid: f.dump.rank for f in snapshot.flight if f.dump.pid is not None}
+
+
+def _ras_ranks(snapshot: Snapshot) -> dict[int, int]:
+    """pid -> rank in the largest NCCL communicator RAS reported (the world group, usually)."""
+    best: dict[int, int] = {}
+    size = -1
+    for obs in snapshot.ras:
+        for comm in obs.report.communicators:
+            n = comm.size or len(comm.ranks)
+            if n > size:
+                size = n
+                best = {r.pid: r.rank for r in comm.ranks if r.pid is not None}
+    return best
+
+
+def _ras_pids(snapshot: Snapshot) -> set[int]:
+    return {
+        r.pid
+        for obs in snapshot.ras
+        for c in obs.report.communicators
+        for r in c.ranks
+        if r.pid is not None
+    }
+
+
+def _guess_role(
+    title: str, reads: list[ProcessRead], pid: int, nccl_pids: set[int], gpu: GpuRead | None
+) -> Role | None:
+    parsed = parse_ray_title(title)
+    if parsed is not None and parsed[0] in _ROLE_OF_CLASS:
+        return _ROLE_OF_CLASS[parsed[0]]
+    if title.startswith("sglang::"):
+        return Role.SGLANG_ENGINE
+    if pid in nccl_pids:
+        return Role.TRAIN_RANK
+    for r in reads:
+        stage_sig = r.primary.stage_sig
+        if stage_sig is not None and stage_sig.file and stage_sig.file.startswith("sglang/"):
+            return Role.SGLANG_ENGINE
+        if r.primary.in_collective:
+            return Role.TRAIN_RANK
+    if gpu is not None and reads:
+        return Role.TRAIN_RANK
+    return None
+
+
+def _rank_of(
+    member: Member | None,
+    info: ProcessInfo | None,
+    pid: int,
+    fr: dict[int, int],
+    ras: dict[int, int],
+) -> tuple[int | None, str | None]:
+    if member is not None and member.rank is not None and not member.rank_inferred:
+        return member.rank, "topology"
+    env = info.env.get("RANK") if info is not None else None
+    if env is not None and env.isdigit():
+        return int(env), "env"
+    if pid in fr:
+        return fr[pid], "flight_recorder"
+    if pid in ras:
+        return ras[pid], "ras"
+    if member is not None and member.rank is not None:
+        return member.rank, "inferred"
+    return None, None
+
+
+def build_world(snapshot: Snapshot, topology: Topology) -> World:
+    gpus = read_gpus(snapshot)
+    stacks = _best_stacks(snapshot)
+    infos = _infos(snapshot)
+    fr = _fr_ranks(snapshot)
+    ras = _ras_ranks(snapshot)
+    nccl_pids = _ras_pids(snapshot) | set(fr)
+    keys: dict[tuple[str | None, int], None] = {}
+    for m in topology.members:
+        keys.setdefault((m.node_ip, m.pid), None)
+    for key in stacks:
+        if not any(k[1] == key[1] and (k[0] is None or key[0] is None) for k in keys):
+            keys.setdefault(key, None)
+    last_sample: dict[str | None, int] = {}
+    for pobs in snapshot.processes:
+        last_sample[pobs.node_ip] = max(last_sample.get(pobs.node_ip, -1), pobs.sample)
+    procs: list[Proc] = []
+    for node, pid in keys:
+        member = topology.member(pid, node)
+        node_ip = node or (member.node_ip if member else None)
+        obs = stacks.get((node_ip, pid)) or _by_pid(stacks, pid)
+        reads = [r for r in (read_process(o) for o in obs) if r is not None]
+        info_list = infos.get((node_ip, pid)) or _by_pid(infos, pid)
+        gone = bool(info_list) and info_list[-1][0] < last_sample.get(node_ip, -1)
+        last_info = info_list[-1][1] if info_list else None
+        title = (
+            (member.title if member and member.title else "")
+            or (last_info.title if last_info else "")
+            or next((r.title for r in reads if r.title), "")
+            or ""
+        )
+        gpu = gpu_of_pid(gpus, pid, node_ip)
+        role = member.role if member else _guess_role(title, reads, pid, nccl_pids, gpu)
+        rank, rank_source = (None, None)
+        if role is Role.TRAIN_RANK:
+            rank, rank_source = _rank_of(member, last_info, pid, fr, ras)
+        procs.append(
+            Proc(
+                pid=pid,
+                node_ip=node_ip,
+                role=role,
+                member=member,
+                title=title,
+                rank=rank,
+                reads=tuple(reads),
+                infos=tuple(info_list),
+                gpu=gpu,
+                rank_source=rank_source,
+                gone=gone,
+            )
+        )
+    samples = sorted(
+        {s.sample for s in snapshot.stacks} | {p.sample for p in snapshot.processes}
+    )
+    return World(snapshot, topology, tuple(procs), gpus, tuple(samples))
+
+
+def _by_pid(table: Mapping[tuple[str | None, int], list[T]], pid: int) -> list[T]:
+    """A pid's entry when the node is unknown on one side (only if the pid is unambiguous)."""
+    hits = [v for (_, p), v in table.items() if p == pid]
+    return hits[0] if len(hits) == 1 else []

@@ -1,0 +1,382 @@
+"""Read the Ray cluster through its dashboard (state API, Job API, node summary, tracebacks).
+
+Everything goes over plain HTTP with a per-call timeout and a body cap; bodies are stored verbatim.
+The dashboard's token (Ray >= 2.52 token auth) is sent as ``Authorization: Bearer <token>``, which
+is what Ray's own HTTP clients send.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from slime_hangdoctor import bundle as b
+from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
+from slime_hangdoctor.facts import Outcome
+
+MAX_BODY = 64 * 1024 * 1024
+PROFILING_HELP = "profiling disabled on this cluster (RAY_DASHBOARD_ENABLE_PROFILING=1)"
+TOKEN_HELP = (
+    "the dashboard wants Ray's auth token: pass --ray-token, or set RAY_AUTH_TOKEN / "
+    "RAY_AUTH_TOKEN_PATH (default ~/.ray/auth_token)"
+)
+
+
+def resolve_token(token: str | None = None) -> str | None:
+    """Ray's auth token, found as Ray 2.60 finds it: the explicit one, then ``RAY_AUTH_TOKEN``,
+    then the file named by ``RAY_AUTH_TOKEN_PATH``, then ``~/.ray/auth_token``. None if none."""
+    if token:
+        return token.strip() or None
+    env = os.environ.get("RAY_AUTH_TOKEN", "").strip()
+    if env:
+        return env
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text or None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One dashboard answer `capture_state` stores."""
+
+    target: str  # name of the artefact
+    path: str  # meta["endpoint"]: what the loader dispatches on
+    params: tuple[tuple[str, str], ...] = ()
+
+
+_MANY = (("detail", "1"), ("limit", "10000"))
+STATE_ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint("version", "/api/version"),
+    Endpoint("actors", "/api/v0/actors", _MANY),
+    Endpoint(
+        "tasks_running",
+        "/api/v0/tasks",
+        (
+            *_MANY,
+            ("filter_keys", "state"),
+            ("filter_predicates", "="),
+            ("filter_values", "RUNNING"),
+        ),
+    ),
+    Endpoint("nodes", "/api/v0/nodes", _MANY),
+    Endpoint("jobs", "/api/jobs/"),
+    Endpoint("node_summary", "/nodes", (("view", "summary"),)),
+    Endpoint("cluster_status", "/api/cluster_status"),
+    Endpoint("profiling_enabled", "/api/profiling_enabled"),
+)
+
+
+@dataclass(frozen=True)
+class HttpResult:
+    """One GET: the answer, or why there was none."""
+
+    url: str
+    status: int | None
+    body: bytes = b""
+    content_type: str | None = None
+    elapsed_s: float = 0.0
+    error: str | None = None  # no HTTP answer: "connection refused", "timed out after 2.0s", ...
+    timed_out: bool = False
+    truncated: bool = False
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+    @property
+    def is_json(self) -> bool:
+        return "json" in (self.content_type or "")
+
+
+class DashboardClient:
+    """A tiny GET-only client for one dashboard. Thread-safe (no shared session).
+
+    `token` None means: find Ray's token as Ray does (`resolve_token`); pass "" to send none.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        timeout: float = 2.0,
+        max_body: int = MAX_BODY,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.max_body = max_body
+        self._token = resolve_token(token) if token is None else (token.strip() or None)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
+
+    def url(self, path: str, params: tuple[tuple[str, str], ...] | dict[str, str] = ()) -> str:
+        query = urlencode(list(params.items()) if isinstance(params, dict) else list(params))
+        return f"{self.base_url}{path}" + (f"?{query}" if query else "")
+
+    def get(
+        self,
+        path: str,
+        params: tuple[tuple[str, str], ...] | dict[str, str] = (),
+        *,
+        timeout: float | None = None,
+    ) -> HttpResult:
+        """GET `path`; never raises (transport failures come back in `error`)."""
+        url = self.url(path, params)
+        limit = max(0.05, self.timeout if timeout is None else timeout)
+        t0 = time.monotonic()
+        try:
+            import requests
+        except ImportError:
+            return HttpResult(url, None, error="the requests package is not installed")
+        try:
+            with requests.get(
+                url,
+                headers=self.headers,
+                timeout=(limit, limit),
+                stream=True,
+                allow_redirects=False,
+            ) as resp:
+                body, truncated, late = self._read(resp, t0 + limit)
+                elapsed = time.monotonic() - t0
+                if late:
+                    return HttpResult(
+                        url,
+                        None,
+                        elapsed_s=elapsed,
+                        error=f"timed out after {limit:.1f}s",
+                        timed_out=True,
+                    )
+                return HttpResult(
+                    url,
+                    resp.status_code,
+                    body,
+                    resp.headers.get("Content-Type"),
+                    elapsed,
+                    truncated=truncated,
+                )
+        except requests.exceptions.Timeout:
+            return HttpResult(
+                url,
+                None,
+                elapsed_s=time.monotonic() - t0,
+                error=f"timed out after {limit:.1f}s",
+                timed_out=True,
+            )
+        except requests.exceptions.ConnectionError as exc:
+            return HttpResult(
+                url, None, elapsed_s=time.monotonic() - t0, error=_connection_error(exc)
+            )
+        except (requests.exceptions.RequestException, OSError, ValueError) as exc:
+            return HttpResult(
+                url, None, elapsed_s=time.monotonic() - t0, error=f"{type(exc).__name__}: {exc}"
+            )
+
+    def _read(self, resp: Any, deadline: float) -> tuple[bytes, bool, bool]:
+        """(body, truncated, past the deadline) read in chunks under the cap and the deadline."""
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in resp.iter_content(chunk_size=65536):
+            if time.monotonic() > deadline:
+                return b"".join(chunks), False, True
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= self.max_body:
+                return b"".join(chunks)[: self.max_body], True, False
+        return b"".join(chunks), False, False
+
+
+def _connection_error(exc: Exception) -> str:
+    text = str(exc)
+    if "refused" in text.lower():
+        return "connection refused"
+    if "Name or service not known" in text or "nodename nor servname" in text:
+        return "unknown host"
+    return f"connection failed: {text[:200]}"
+
+
+# --------------------------------------------------------------------------- cluster state
+
+
+def capture_state(
+    writer: BundleWriter, client: DashboardClient, *, sample: int | None
+) -> list[ProbeRecord]:
+    """Store the dashboard's view of the cluster (STATE_ENDPOINTS), verbatim; never raises."""
+    pool = cf.ThreadPoolExecutor(max_workers=4, thread_name_prefix="ray-state")
+    try:
+        futures = [pool.submit(_capture_one, writer, client, ep, sample) for ep in STATE_ENDPOINTS]
+        cf.wait(futures, timeout=client.timeout * 2 + 5.0)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    records: list[ProbeRecord] = []
+    for ep, fut in zip(STATE_ENDPOINTS, futures, strict=True):
+        if fut.done() and fut.exception() is None:
+            records.append(fut.result())
+        else:
+            records.append(
+                writer.add(
+                    ProbeRecord(
+                        b.RAY_DASHBOARD,
+                        ep.target,
+                        Outcome.FAILED,
+                        f"probe did not finish: {fut.exception()!r}"
+                        if fut.done()
+                        else "probe hung",
+                        sample=sample,
+                        started_at=time.time(),
+                        meta={"endpoint": ep.path},
+                    )
+                )
+            )
+    return records
+
+
+def _capture_one(
+    writer: BundleWriter, client: DashboardClient, ep: Endpoint, sample: int | None
+) -> ProbeRecord:
+    started = time.time()
+    res = client.get(ep.path, ep.params)
+    outcome, reason = classify(res)
+    meta = _meta(res, endpoint=ep.path, query=urlencode(list(ep.params)))
+    record = ProbeRecord(
+        b.RAY_DASHBOARD,
+        ep.target,
+        outcome,
+        reason,
+        sample=sample,
+        started_at=started,
+        elapsed_s=res.elapsed_s,
+        meta=meta,
+    )
+    data = res.body if res.status is not None else None
+    return writer.add(record, data, suffix=".json" if res.is_json else ".txt")
+
+
+def classify(res: HttpResult) -> tuple[Outcome, str | None]:
+    """Outcome and reason of one dashboard answer."""
+    if res.status is None:
+        if res.timed_out:
+            return Outcome.TIMED_OUT, res.error
+        if res.error == "connection refused":
+            return Outcome.UNAVAILABLE, res.error
+        return Outcome.FAILED, res.error
+    if res.status == 200:
+        if res.truncated:
+            return Outcome.FAILED, f"answer larger than {len(res.body)} bytes: truncated"
+        error = _envelope_error(res)
+        return (
+            (Outcome.FAILED, f"the dashboard answered an error: {error}")
+            if error
+            else (
+                Outcome.OK,
+                None,
+            )
+        )
+    first = _first_line(res.text)
+    if res.status == 401:
+        return Outcome.DENIED, f"HTTP 401 {first} - {TOKEN_HELP}"
+    if res.status == 403:
+        return Outcome.DENIED, f"HTTP 403 {first}"
+    if res.status == 404:
+        return Outcome.UNAVAILABLE, "HTTP 404: this Ray version has no such endpoint"
+    return Outcome.FAILED, f"HTTP {res.status} {first}".strip()
+
+
+def _envelope_error(res: HttpResult) -> str | None:
+    """The `msg` of a ``{"result": false, "msg": ...}`` answer (GCS down, bad filter, ...)."""
+    if not res.is_json or not res.body.lstrip().startswith(b"{"):
+        return None
+    try:
+        doc = json.loads(res.body)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(doc, dict) and doc.get("result") is False:
+        return str(doc.get("msg") or "result=false")[:300]
+    return None
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:240]
+    return ""
+
+
+def _meta(res: HttpResult, **extra: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        **extra,
+        "status": res.status,
+        "content_type": res.content_type,
+        "elapsed_s": round(res.elapsed_s, 4),
+    }
+    if res.error:
+        meta["error"] = res.error
+    return meta
+
+
+# --------------------------------------------------------------------------- tracebacks
+
+
+def worker_traceback(
+    writer: BundleWriter,
+    client: DashboardClient,
+    *,
+    pid: int,
+    node_ip: str | None,
+    sample: int | None,
+    timeout: float,
+    native: bool = False,
+) -> ProbeRecord:
+    """Ray's own py-spy dump of a worker (``/worker/traceback``), as text; never raises."""
+    started = time.time()
+    meta: dict[str, Any] = {"pid": pid, "native": native, "format": "text"}
+
+    def done(
+        outcome: Outcome, reason: str | None, data: bytes | None = None, elapsed: float = 0.0
+    ) -> ProbeRecord:
+        record = ProbeRecord(
+            b.DASHBOARD_TRACEBACK,
+            f"pid{pid}",
+            outcome,
+            reason,
+            node_ip=node_ip,
+            sample=sample,
+            started_at=started,
+            elapsed_s=elapsed,
+            meta=meta,
+        )
+        return writer.add(record, data, suffix=".txt")
+
+    try:
+        if not node_ip:
+            return done(Outcome.UNAVAILABLE, "the Ray node IP of this process is unknown")
+        params = (("pid", str(pid)), ("ip", node_ip), ("native", "1" if native else "0"))
+        res = client.get("/worker/traceback", params, timeout=timeout)
+        meta.update(_meta(res, endpoint="/worker/traceback"))
+        outcome, reason = _traceback_outcome(res, pid)
+        data = res.body if res.status == 200 and outcome is Outcome.OK else None
+        return done(outcome, reason, data, res.elapsed_s)
+    except Exception as exc:  # a collector never raises past itself
+        return done(Outcome.FAILED, f"traceback request failed: {exc!r}"[:300])
+
+
+def _traceback_outcome(res: HttpResult, pid: int) -> tuple[Outcome, str | None]:
+    if res.status == 200:
+        if not res.body.strip():
+            return Outcome.FAILED, "the dashboard answered an empty traceback"
+        return Outcome.OK, None
+    if res.status == 403 and "auth" not in res.text.lower():
+        return Outcome.DENIED, PROFILING_HELP
+    if res.status == 500:
+        return Outcome.FAILED, f"the dashboard could not dump pid {pid}: {_first_line(res.text)}"
+    return classify(res)

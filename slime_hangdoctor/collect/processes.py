@@ -1,0 +1,188 @@
+"""The slime-relevant processes of this node, as psutil sees them (the `processes` artefact).
+
+Which processes are kept:
+
+- Ray workers whose title (argv[0]) starts with ``ray::``: actors show ``ray::Class`` when idle and
+  ``ray::Class.method`` while a method runs. Ray's own daemons are left out: ``ray::DashboardAgent``,
+  ``ray::RuntimeEnvAgent`` and idle pooled workers (``ray::IDLE*``); they play no part in a slime job.
+  ``ray::JobSupervisor`` is kept: the job's driver (``python train.py``) is its child.
+- every process whose title starts with ``sglang::`` (schedulers, detokenizer), wherever it hangs;
+- the pids in `extra_pids` (Ray job drivers from the Job API);
+- the children and grandchildren (3 levels) of all of the above: the SGLang HTTP server that an
+  `SGLangEngine` actor spawns (``python -c from multiprocessing.spawn ...``), its schedulers, the
+  router that RolloutManager forks, the driver under JobSupervisor.
+
+Raylet, GCS, dashboard and other daemons are not listed. A process that vanishes mid-scan is skipped.
+Command lines are redacted; the environment keeps allow-listed keys only; trailing empty arguments
+(Ray pads its titles with hundreds of them) are dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Set as AbstractSet
+from typing import Any
+
+from slime_hangdoctor import bundle as b
+from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, dumps_json
+from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.redact import filter_env, redact_cmdline
+
+RAY_DAEMON_PREFIXES = ("ray::DashboardAgent", "ray::RuntimeEnvAgent", "ray::IDLE")
+DESCENDANT_DEPTH = 3
+
+
+def is_root_title(title: str) -> bool:
+    """Is a process with this argv[0] slime-relevant by itself (without a relevant parent)?"""
+    if title.startswith("sglang::"):
+        return True
+    return title.startswith("ray::") and not title.startswith(RAY_DAEMON_PREFIXES)
+
+
+def scan_processes(
+    node_ip: str | None, *, extra_pids: AbstractSet[int] = frozenset()
+) -> dict[str, Any]:
+    """The JSON-able processes artefact of this node (see the module doc for who is in it)."""
+    import psutil
+
+    table = _process_table(psutil)
+    roots = {pid for pid, (_, title) in table.items() if is_root_title(title)}
+    roots |= {pid for pid in extra_pids if pid in table}
+    roots.discard(os.getpid())
+    chosen = _with_descendants(roots, table)
+    rows = [row for pid in sorted(chosen) if (row := _describe(psutil, pid)) is not None]
+    return {"node_ip": node_ip, "time": time.time(), "processes": rows}
+
+
+def record_processes(
+    writer: BundleWriter,
+    *,
+    node_ip: str | None,
+    sample: int | None,
+    extra_pids: AbstractSet[int] = frozenset(),
+) -> ProbeRecord:
+    """Scan this node and store the artefact (source `processes`); never raises."""
+    started = time.time()
+    t0 = time.monotonic()
+
+    def record(outcome: Outcome, reason: str | None = None, **meta: Any) -> ProbeRecord:
+        return ProbeRecord(
+            b.PROCESSES,
+            "processes",
+            outcome,
+            reason,
+            node_ip=node_ip,
+            sample=sample,
+            started_at=started,
+            elapsed_s=time.monotonic() - t0,
+            meta=meta,
+        )
+
+    try:
+        doc = scan_processes(node_ip, extra_pids=extra_pids)
+    except ImportError:
+        return writer.add(
+            record(Outcome.UNAVAILABLE, "psutil is not installed (pip install psutil)")
+        )
+    except Exception as exc:  # a collector never raises past itself
+        return writer.add(record(Outcome.FAILED, f"process scan failed: {exc!r}"[:300]))
+    return writer.add(
+        record(Outcome.OK, count=len(doc["processes"])), dumps_json(doc), suffix=".json"
+    )
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _process_table(psutil: Any) -> dict[int, tuple[int | None, str]]:
+    """pid -> (ppid, argv[0] or name) of every process we may see."""
+    table: dict[int, tuple[int | None, str]] = {}
+    for proc in psutil.process_iter(["pid", "ppid", "name", "cmdline"]):
+        info = proc.info
+        cmd = info.get("cmdline") or []
+        title = cmd[0] if cmd and cmd[0] else (info.get("name") or "")
+        table[int(info["pid"])] = (info.get("ppid"), str(title))
+    return table
+
+
+def _with_descendants(roots: set[int], table: dict[int, tuple[int | None, str]]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        if ppid is not None:
+            children.setdefault(ppid, []).append(pid)
+    chosen = set(roots)
+    level = set(roots)
+    for _ in range(DESCENDANT_DEPTH):
+        level = {c for p in level for c in children.get(p, ())} - chosen
+        chosen |= level
+    return chosen
+
+
+def _describe(psutil: Any, pid: int) -> dict[str, Any] | None:
+    """One process as a dict; None when it vanished meanwhile."""
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            row: dict[str, Any] = {
+                "pid": pid,
+                "ppid": _field(psutil, proc.ppid),
+                "name": _field(psutil, proc.name) or "",
+                "cmdline": _cmdline(psutil, proc),
+                "status": _field(psutil, proc.status) or "unknown",
+                "cpu_seconds": _cpu_seconds(psutil, proc),
+                "create_time": _field(psutil, proc.create_time),
+                "num_threads": _field(psutil, proc.num_threads),
+            }
+        ports, addrs = _listening(psutil, proc)
+        row["listen_ports"] = ports
+        row["listen_addrs"] = addrs
+        row["env"] = _env(psutil, proc)
+    except psutil.ZombieProcess:
+        return {"pid": pid, "ppid": None, "name": "", "cmdline": [], "status": "zombie"}
+    except psutil.NoSuchProcess:
+        return None
+    return row
+
+
+def _field(psutil: Any, getter: Any) -> Any:
+    try:
+        return getter()
+    except psutil.AccessDenied:
+        return None
+
+
+def _cmdline(psutil: Any, proc: Any) -> list[str]:
+    argv = list(_field(psutil, proc.cmdline) or [])
+    while argv and not argv[-1]:
+        argv.pop()
+    return list(redact_cmdline(argv))
+
+
+def _cpu_seconds(psutil: Any, proc: Any) -> float | None:
+    times = _field(psutil, proc.cpu_times)
+    return None if times is None else round(float(times.user) + float(times.system), 3)
+
+
+def _listening(psutil: Any, proc: Any) -> tuple[list[int], list[str]]:
+    getter = getattr(proc, "net_connections", None) or proc.connections
+    try:
+        conns = getter(kind="tcp")
+    except psutil.AccessDenied:
+        return [], []
+    ports: set[int] = set()
+    addrs: set[str] = set()
+    for conn in conns:
+        if conn.status != psutil.CONN_LISTEN or not conn.laddr:
+            continue
+        ip, port = conn.laddr[0], int(conn.laddr[1])
+        ports.add(port)
+        addrs.add(f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}")
+    return sorted(ports), sorted(addrs)
+
+
+def _env(psutil: Any, proc: Any) -> dict[str, str]:
+    try:
+        return filter_env(proc.environ())
+    except (psutil.AccessDenied, OSError):
+        return {}

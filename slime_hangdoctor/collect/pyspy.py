@@ -1,0 +1,192 @@
+"""Stack dumps with py-spy, under a hard timeout, never leaving the target stopped.
+
+``py-spy dump --json --pid P`` (default) or ``py-spy dump --native --pid P`` (text; py-spy refuses
+``--native`` with ``--nonblocking``). py-spy pauses the target while it reads it; if py-spy has to be
+killed at the timeout, the target's state is checked in /proc and a stopped target (``T``/``t``) gets
+SIGCONT, which the record notes. py-spy's stderr never goes into the artefact: the record's reason
+holds a one-line summary.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from slime_hangdoctor import bundle as b
+from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
+from slime_hangdoctor.facts import Outcome
+
+PTRACE_HELP = (
+    "py-spy may not ptrace this process: run the doctor as the job's user or as root with "
+    "CAP_SYS_PTRACE (docker: --cap-add SYS_PTRACE), or relax kernel.yama.ptrace_scope "
+    "(sysctl kernel.yama.ptrace_scope=0)"
+)
+MISSING_HELP = "py-spy not found on PATH; pip install py-spy"
+_KILL_GRACE_S = 1.0
+
+
+def find_pyspy() -> str | None:
+    """py-spy on PATH, else the one installed next to this Python (a venv's bin/)."""
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    beside = Path(sys.executable).parent / "py-spy"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return None
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state from /proc/<pid>/stat (R, S, D, T, t, Z, ...); None if it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    close = raw.rfind(b")")
+    if close < 0 or close + 2 >= len(raw):
+        return None
+    return raw[close + 2 : close + 3].decode("ascii", "replace")
+
+
+def dump_stack(
+    writer: BundleWriter,
+    pid: int,
+    *,
+    node_ip: str | None,
+    sample: int | None,
+    timeout: float,
+    native: bool = False,
+    pyspy: str | None = None,
+) -> ProbeRecord:
+    """Dump `pid`'s Python stacks into the bundle (source `pyspy`); never raises."""
+    started = time.time()
+    t0 = time.monotonic()
+    fmt = "text" if native else "json"
+    meta: dict[str, Any] = {"pid": pid, "format": fmt, "native": native}
+
+    def done(outcome: Outcome, reason: str | None = None, data: bytes | None = None) -> ProbeRecord:
+        record = ProbeRecord(
+            b.PYSPY,
+            f"pid{pid}",
+            outcome,
+            reason,
+            node_ip=node_ip,
+            sample=sample,
+            started_at=started,
+            elapsed_s=time.monotonic() - t0,
+            meta=meta,
+        )
+        return writer.add(record, data, suffix=".json" if fmt == "json" else ".txt")
+
+    try:
+        exe = pyspy or find_pyspy()
+        if exe is None:
+            return done(Outcome.UNAVAILABLE, MISSING_HELP)
+        before = process_state(pid)
+        if before is None:
+            return done(Outcome.UNAVAILABLE, "process exited")
+        argv = [exe, "dump", "--pid", str(pid)]
+        argv += ["--native"] if native else ["--json"]
+        try:
+            result = _run(argv, timeout)
+        except FileNotFoundError:
+            return done(Outcome.UNAVAILABLE, f"{MISSING_HELP} ({exe} does not exist)")
+        except PermissionError:
+            return done(Outcome.UNAVAILABLE, f"{exe} is not executable")
+        if result is None:
+            _resume_if_stopped(pid, before, meta)
+            note = " (the target was left stopped; SIGCONT sent)" if meta.get("sigcont") else ""
+            return done(Outcome.TIMED_OUT, f"py-spy did not finish within {timeout:.1f}s{note}")
+        rc, out, err = result
+        if rc == 0 and out.strip():
+            return done(Outcome.OK, None, out)
+        outcome, reason = classify_failure(rc, err, pid)
+        return done(outcome, reason)
+    except Exception as exc:  # a collector never raises past itself
+        return done(Outcome.FAILED, f"py-spy could not be run: {exc!r}"[:300])
+
+
+def classify_failure(rc: int, stderr: bytes, pid: int) -> tuple[Outcome, str]:
+    """Outcome and a one-line reason for a py-spy run that did not produce a dump."""
+    text = stderr.decode("utf-8", "replace")
+    line = _error_line(text)
+    low = text.lower()
+    if "operation not permitted" in low or "permission denied" in low or "ptrace" in low:
+        return Outcome.DENIED, f"{line} - {PTRACE_HELP}"
+    if process_state(pid) is None or "check that the process is running" in low:
+        return Outcome.UNAVAILABLE, "process exited"
+    if "failed to find python version" in low:
+        return Outcome.FAILED, f"not a Python process ({line})"
+    return (
+        Outcome.FAILED,
+        f"py-spy exited with {rc}: {line}" if line else f"py-spy exited with {rc}",
+    )
+
+
+def _error_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip().startswith("Error:"):
+            return line.strip()[:200]
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:200]
+    return ""
+
+
+def _run(argv: list[str], timeout: float) -> tuple[int, bytes, bytes] | None:
+    """Run argv in its own session; None after killing it (and its children) at the timeout."""
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=max(0.05, timeout))
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return None
+    return proc.returncode, out, err
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            proc.kill()
+        except ProcessLookupError:
+            pass
+    try:
+        proc.communicate(timeout=_KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass  # pipes held open by a stray grandchild: give up on them, the child is dead
+
+
+def _resume_if_stopped(pid: int, before: str, meta: dict[str, Any]) -> None:
+    """After killing py-spy: a target that was running but is now stopped gets SIGCONT.
+
+    Checked twice, 0.1 s apart: a SIGSTOP left pending by the dead tracer lands a moment later.
+    """
+    if before in ("T", "t"):
+        meta["state_after"] = process_state(pid)
+        return  # stopped by someone else before we came: not ours to resume
+    for attempt in range(2):
+        if attempt:
+            time.sleep(0.1)
+        state = process_state(pid)
+        meta["state_after"] = state
+        if state not in ("T", "t"):
+            continue
+        try:
+            os.kill(pid, signal.SIGCONT)
+            meta["sigcont"] = True
+        except OSError as exc:
+            meta["sigcont_error"] = str(exc)

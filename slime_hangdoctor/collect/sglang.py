@@ -1,0 +1,422 @@
+"""Read-only HTTP probes of SGLang engines and slime's router (reference/sglang.md §1, §2, §6, §8).
+
+Every request is a GET with its own client timeout and a body cap, and ends as one `ProbeRecord`
+(source `sglang` or `router`) whose raw body goes verbatim into the bundle. Nothing here raises.
+
+Default engine probe (all read-only, sent concurrently so a hanging `/server_info` delays nothing):
+
+- `/model_info` (fallback `/get_model_info` on 404): tokenizer process only, the HTTP liveness probe.
+- `/server_info` (fallback `/get_server_info`): a scheduler round trip; slime's patch answers
+  `internal_states: []` after 2 s when the scheduler is stuck, stock SGLang hangs (so: timed_out).
+- `/v1/loads` (fallback `/get_load`): the load snapshot (frozen values when the scheduler is stuck).
+- `/metrics`: Prometheus counters, whose deltas across the two samples show progress.
+
+`/health` is NOT called by default. Since SGLang 0.4.10 `/health` is the same handler as
+`/health_generate` (unless `SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false`): on an idle scheduler it
+runs a real 1-token generation, which on a colocated engine whose memory is released (>=0.5.10) can
+fault the GPU and kill the engine; while paused or stuck it marks the server UnHealthy and logs an
+ERROR after 20 s. What it could tell us is already given, side-effect free, by `/model_info` (HTTP
+process alive), `/server_info` (scheduler answers) and `/metrics` (tokens move). It is opt-in:
+`health=True` calls `/health` with a short timeout (min(timeout, 3 s)); `health_generate=True`
+calls `/health_generate` with the full timeout (pass >= 25 s for a conclusive 503, which SGLang
+gives only after 20 s).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from slime_hangdoctor import bundle
+from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, safe_name
+from slime_hangdoctor.errors import ParseError
+from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.parsers import sglang as parsers
+
+BODY_CAP = 8 * 2**20  # bytes kept of one answer
+HEALTH_TIMEOUT_CAP_S = 3.0
+JOIN_GRACE_S = 0.3  # how long past the budget we wait for a thread to hand its result over
+_CHUNK = 64 * 1024
+
+Check = Callable[[bytes], object]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One thing to ask: a path, and older names tried in order when the newer one answers 404."""
+
+    paths: tuple[str, ...]
+    check: Check | None  # a pure parser that must accept a 2xx body, or None
+    suffix: str = ".json"
+    timeout_cap_s: float | None = None
+
+
+def _metrics_check(body: bytes) -> object:
+    return parsers.parse_metrics(body)
+
+
+ENGINE_ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint(("/model_info", "/get_model_info"), parsers.parse_model_info),
+    Endpoint(("/server_info", "/get_server_info"), parsers.parse_server_info),
+    Endpoint(("/v1/loads", "/get_load"), parsers.parse_loads),
+    Endpoint(("/metrics",), _metrics_check, ".txt"),
+)
+HEALTH = Endpoint(("/health",), None, ".txt", HEALTH_TIMEOUT_CAP_S)
+HEALTH_GENERATE = Endpoint(("/health_generate",), None, ".txt")
+ROUTER_ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint(("/workers", "/list_workers"), parsers.parse_workers),
+)
+
+
+# --------------------------------------------------------------------------- one request
+
+
+@dataclass
+class Answer:
+    """What one GET produced (filled by a worker thread, turned into a record by the caller)."""
+
+    path: str
+    started_at: float
+    elapsed_s: float = 0.0
+    status: int | None = None
+    body: bytes | None = None
+    content_type: str | None = None
+    truncated: bool = False
+    error: str | None = None
+    outcome: Outcome = Outcome.FAILED
+    reason: str | None = None
+    fallback: str | None = None
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """The exception, its causes/contexts, and exceptions stored in args or .reason (urllib3)."""
+    seen: list[BaseException] = []
+    todo: list[BaseException] = [exc]
+    while todo and len(seen) < 20:
+        cur = todo.pop()
+        if any(cur is s for s in seen):
+            continue
+        seen.append(cur)
+        nested = [cur.__cause__, cur.__context__, getattr(cur, "reason", None), *cur.args]
+        todo.extend(x for x in nested if isinstance(x, BaseException))
+    return seen
+
+
+def _classify(exc: BaseException, budget: float) -> tuple[Outcome, str]:
+    causes = _causes(exc)
+    names = {type(c).__name__ for c in causes}
+    if any(isinstance(c, ConnectionRefusedError) for c in causes):
+        return Outcome.UNAVAILABLE, "connection refused"
+    if any(isinstance(c, TimeoutError) for c in causes) or names & {
+        "ConnectTimeout",
+        "ReadTimeout",
+        "ReadTimeoutError",
+        "ConnectTimeoutError",
+        "Timeout",
+    }:
+        return Outcome.TIMED_OUT, f"timed out after {budget:.1f}s"
+    if any(isinstance(c, OSError) and getattr(c, "errno", None) in (101, 113) for c in causes):
+        return Outcome.UNAVAILABLE, f"unreachable: {causes[-1]}"
+    text = str(exc).strip() or type(exc).__name__
+    return Outcome.FAILED, f"{type(exc).__name__}: {text[:300]}"
+
+
+def http_get(
+    url: str,
+    path: str,
+    *,
+    timeout: float,
+    api_key: str | None,
+    deadline: float,
+) -> Answer:
+    """One capped, timed GET. Never raises."""
+    answer = Answer(path=path, started_at=time.time())
+    tic = time.monotonic()
+    try:
+        import requests
+
+        headers = {"Accept": "*/*", "User-Agent": "slime-hangdoctor"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        with requests.get(
+            url + path,
+            headers=headers,
+            timeout=(timeout, timeout),
+            stream=True,
+            allow_redirects=False,
+        ) as resp:
+            answer.status = resp.status_code
+            answer.content_type = resp.headers.get("Content-Type")
+            answer.body, answer.truncated = _read_capped(resp, deadline)
+        _judge_status(answer)
+    except _BodyDeadline as exc:
+        answer.body = exc.partial
+        answer.outcome, answer.reason = Outcome.TIMED_OUT, f"body incomplete after {timeout:.1f}s"
+        answer.error = answer.reason
+    except Exception as exc:
+        answer.outcome, answer.reason = _classify(exc, timeout)
+        answer.error = answer.reason
+    answer.elapsed_s = round(time.monotonic() - tic, 4)
+    return answer
+
+
+class _BodyDeadline(Exception):
+    def __init__(self, partial: bytes) -> None:
+        super().__init__("body incomplete at the deadline")
+        self.partial = partial
+
+
+def _read_capped(resp: Any, deadline: float) -> tuple[bytes, bool]:
+    buf = bytearray()
+    for chunk in resp.iter_content(_CHUNK):
+        buf.extend(chunk)
+        if len(buf) >= BODY_CAP:
+            return bytes(buf[:BODY_CAP]), True
+        if time.monotonic() > deadline:
+            raise _BodyDeadline(bytes(buf))
+    return bytes(buf), False
+
+
+def _judge_status(answer: Answer) -> None:
+    status = answer.status or 0
+    if 200 <= status < 300:
+        answer.outcome = Outcome.OK
+        if answer.truncated:
+            answer.reason = f"body truncated at {BODY_CAP} bytes"
+    elif status in (401, 403):
+        answer.outcome = Outcome.DENIED
+        answer.reason = f"HTTP {status}: the server wants an API key (pass --api-key)"
+    else:
+        answer.outcome = Outcome.FAILED
+        answer.reason = f"HTTP {status}"
+    if answer.outcome is not Outcome.OK:
+        answer.error = answer.reason
+
+
+def _check_body(answer: Answer, check: Check | None) -> None:
+    if check is None or answer.outcome is not Outcome.OK or answer.truncated:
+        return
+    try:
+        check(answer.body or b"")
+    except ParseError as exc:
+        answer.outcome = Outcome.FAILED
+        answer.reason = f"answer not understood: {exc}"
+    except Exception as exc:  # a parser bug must not escape a collector
+        answer.outcome = Outcome.FAILED
+        answer.reason = f"answer not understood ({type(exc).__name__}: {exc})"
+
+
+# --------------------------------------------------------------------------- one endpoint (thread)
+
+
+@dataclass
+class _Job:
+    endpoint: Endpoint
+    answers: list[Answer] = field(default_factory=list)
+    current: tuple[str, float] | None = None  # path and wall start of the request in flight
+    abandoned: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _run_job(job: _Job, url: str, api_key: str | None, timeout: float, deadline: float) -> None:
+    paths = job.endpoint.paths
+    for i, path in enumerate(paths):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0.05:
+            reason = "not sent: no time left of the probe budget"
+            with job.lock:
+                if not job.abandoned.is_set():
+                    job.answers.append(
+                        Answer(path, time.time(), outcome=Outcome.TIMED_OUT, reason=reason)
+                    )
+            return
+        budget = min(remaining, job.endpoint.timeout_cap_s or timeout)
+        with job.lock:
+            if job.abandoned.is_set():
+                return
+            job.current = (path, time.time())
+        answer = http_get(
+            url, path, timeout=budget, api_key=api_key, deadline=time.monotonic() + budget
+        )
+        more = i + 1 < len(paths) and answer.status == 404
+        if more:
+            answer.fallback = paths[i + 1]
+            answer.reason = f"HTTP 404; trying {paths[i + 1]}"
+        else:
+            _check_body(answer, job.endpoint.check)
+        with job.lock:
+            job.current = None
+            if job.abandoned.is_set():
+                return
+            job.answers.append(answer)
+        if not more:
+            return
+
+
+def _collect_jobs(
+    endpoints: tuple[Endpoint, ...], url: str, api_key: str | None, timeout: float
+) -> list[_Job]:
+    """Run every endpoint in its own thread; at the budget, take what is there, mark the rest."""
+    timeout = max(float(timeout), 0.1)
+    deadline = time.monotonic() + timeout
+    jobs = [_Job(e) for e in endpoints]
+    threads = [
+        threading.Thread(
+            target=_run_job,
+            args=(job, url, api_key, timeout, deadline),
+            name=f"hangdoctor-http {job.endpoint.paths[0]}",
+            daemon=True,
+        )
+        for job in jobs
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(deadline + JOIN_GRACE_S - time.monotonic(), 0.0))
+    for job, t in zip(jobs, threads, strict=True):
+        with job.lock:
+            if t.is_alive():
+                job.abandoned.set()
+                if job.current is not None:
+                    path, started = job.current
+                    reason = f"timed out after {timeout:.1f}s"
+                    job.answers.append(
+                        Answer(
+                            path=path,
+                            started_at=started,
+                            elapsed_s=round(time.time() - started, 4),
+                            outcome=Outcome.TIMED_OUT,
+                            reason=reason,
+                            error=reason,
+                        )
+                    )
+    return jobs
+
+
+# --------------------------------------------------------------------------- records
+
+
+def base_url(url: str) -> str:
+    """`host:port`, `http://host:port/` or `http://host:port/x` -> `http://host:port`."""
+    text = url.strip()
+    if "://" not in text:
+        text = "http://" + text
+    parts = urlsplit(text)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _record(
+    answer: Answer, *, source: str, url: str, node_ip: str | None, sample: int
+) -> ProbeRecord:
+    netloc = urlsplit(url).netloc
+    meta: dict[str, Any] = {
+        "url": url,
+        "path": answer.path,
+        "status": answer.status,
+        "elapsed_s": answer.elapsed_s,
+        "error": answer.error,
+        "content_type": answer.content_type,
+        "truncated": answer.truncated,
+    }
+    if answer.fallback:
+        meta["fallback"] = answer.fallback
+    return ProbeRecord(
+        source=source,
+        target=safe_name(f"{netloc}{answer.path}"),
+        outcome=answer.outcome,
+        reason=answer.reason,
+        node_ip=node_ip,
+        sample=sample,
+        started_at=answer.started_at,
+        elapsed_s=answer.elapsed_s,
+        meta=meta,
+    )
+
+
+def _probe(
+    writer: BundleWriter,
+    endpoints: tuple[Endpoint, ...],
+    url: str,
+    *,
+    source: str,
+    node_ip: str | None,
+    sample: int,
+    timeout: float,
+    api_key: str | None,
+) -> list[ProbeRecord]:
+    base = base_url(url)
+    try:
+        jobs = _collect_jobs(endpoints, base, api_key, timeout)
+    except Exception as exc:  # thread start failure and the like
+        answer = Answer(path=endpoints[0].paths[0], started_at=time.time())
+        answer.reason = answer.error = f"probe failed: {type(exc).__name__}: {exc}"
+        jobs = [_Job(endpoints[0], answers=[answer])]
+    records: list[ProbeRecord] = []
+    for job in jobs:
+        for answer in job.answers:
+            rec = _record(answer, source=source, url=base, node_ip=node_ip, sample=sample)
+            try:
+                records.append(writer.add(rec, answer.body, suffix=job.endpoint.suffix))
+            except Exception:  # the writer handles OSError itself; never raise anyway
+                records.append(rec)
+    return records
+
+
+def probe_engine(
+    writer: BundleWriter,
+    url: str,
+    *,
+    node_ip: str | None,
+    sample: int,
+    timeout: float,
+    api_key: str | None = None,
+    health_generate: bool = False,
+    health: bool = False,
+) -> list[ProbeRecord]:
+    """Probe one SGLang engine read-only; one record per HTTP request, in endpoint order.
+
+    The whole probe takes at most `timeout` (+ a fraction of a second): all endpoints run
+    concurrently and each request gets what is left of the budget. See the module docstring for why
+    `/health` is off by default (`health=True` turns it on) and `/health_generate` is opt-in.
+    """
+    endpoints = ENGINE_ENDPOINTS
+    if health:
+        endpoints = (HEALTH, *endpoints)
+    if health_generate:
+        endpoints = (*endpoints, HEALTH_GENERATE)
+    return _probe(
+        writer,
+        endpoints,
+        url,
+        source=bundle.SGLANG,
+        node_ip=node_ip,
+        sample=sample,
+        timeout=timeout,
+        api_key=api_key,
+    )
+
+
+def probe_router(
+    writer: BundleWriter,
+    url: str,
+    *,
+    node_ip: str | None,
+    sample: int,
+    timeout: float,
+    api_key: str | None = None,
+) -> list[ProbeRecord]:
+    """Ask slime's router which engines it knows: GET /workers, or /list_workers on old routers."""
+    return _probe(
+        writer,
+        ROUTER_ENDPOINTS,
+        url,
+        source=bundle.ROUTER,
+        node_ip=node_ip,
+        sample=sample,
+        timeout=timeout,
+        api_key=api_key,
+    )

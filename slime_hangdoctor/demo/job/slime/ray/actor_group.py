@@ -1,0 +1,83 @@
+"""`RayTrainGroup`: creates the MegatronTrainRayActor ranks and fans calls out to them."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+
+class RayTrainGroup:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        num_nodes: int,
+        num_gpus_per_node: int,
+        pg: tuple[Any, list[int], list[int]],
+        num_gpus_per_actor: float = 0.4,
+        role: str = "actor",
+    ) -> None:
+        self.args = args
+        self._num_nodes = num_nodes
+        self._num_gpus_per_node = num_gpus_per_node
+        self.role = role
+        self._allocate_gpus_for_actor(pg, num_gpus_per_actor)
+
+    def _allocate_gpus_for_actor(
+        self, pg: tuple[Any, list[int], list[int]], num_gpus_per_actor: float
+    ) -> None:
+        from slime.backends.megatron_utils.actor import MegatronTrainRayActor
+
+        world_size = self._num_nodes * self._num_gpus_per_node
+        placement_group, bundle_indices, _gpu_ids = pg
+        env_vars = {"NCCL_CUMEM_ENABLE": "0", "OMP_NUM_THREADS": "1"}
+        # On the 2-core demo box a "GPU" is nothing: the actors ask for no resources at all.
+        actor_cls = ray.remote(num_gpus=0, runtime_env={"env_vars": env_vars})(
+            MegatronTrainRayActor
+        )
+        self._actor_handlers: list[Any] = []
+        master_addr, master_port = None, None
+        for rank in range(world_size):
+            actor = actor_cls.options(
+                num_cpus=0,
+                num_gpus=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=placement_group,
+                    placement_group_bundle_index=bundle_indices[rank],
+                ),
+            ).remote(world_size, rank, master_addr, master_port)
+            if rank == 0:
+                master_addr, master_port = ray.get(actor.get_master_addr_and_port.remote())
+            self._actor_handlers.append(actor)
+
+    def async_init(self, args: argparse.Namespace, role: str, with_ref: bool = False) -> list[Any]:
+        self.args = args
+        return [actor.init.remote(args, role, with_ref=with_ref) for actor in self._actor_handlers]
+
+    def async_train(self, rollout_id: int, rollout_data_ref: Any) -> list[Any]:
+        return [actor.train.remote(rollout_id, rollout_data_ref) for actor in self._actor_handlers]
+
+    def update_weights(self) -> list[Any]:
+        """Push the trained weights to the rollout engines (every rank takes part)."""
+        return list(ray.get([actor.update_weights.remote() for actor in self._actor_handlers]))
+
+    def onload(self) -> list[Any]:
+        return list(ray.get([actor.wake_up.remote() for actor in self._actor_handlers]))
+
+    def offload(self) -> list[Any]:
+        return list(ray.get([actor.sleep.remote() for actor in self._actor_handlers]))
+
+    def clear_memory(self) -> list[Any]:
+        return list(ray.get([actor.clear_memory.remote() for actor in self._actor_handlers]))
+
+    def set_rollout_manager(self, rollout_manager: Any) -> list[Any]:
+        return list(
+            ray.get(
+                [
+                    actor.set_rollout_manager.remote(rollout_manager)
+                    for actor in self._actor_handlers
+                ]
+            )
+        )

@@ -1,0 +1,79 @@
+"""Start-up of the job: placement group, rollout manager (with the engines), training models."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+import ray
+from ray.util.placement_group import placement_group
+
+from slime.ray.actor_group import RayTrainGroup
+from slime.ray.rollout import RolloutManager
+
+logger = logging.getLogger(__name__)
+
+PGTuple = tuple[Any, list[int], list[int]]
+
+
+def _create_placement_group(num_gpus: int) -> PGTuple:
+    """One bundle per "GPU". The demo has no GPUs: a bundle holds a sliver of CPU."""
+    logger.info(f"Creating placement group with {num_gpus} GPUs...")
+    bundles = [{"CPU": 0.01} for _ in range(num_gpus)]
+    pg = placement_group(bundles, strategy="PACK")
+    ray.get(pg.ready())
+    indices = list(range(num_gpus))
+    for i in indices:
+        logger.info(f"  bundle {i}, actual_bundle_index: {i}, node: 127.0.0.1, gpu: {i}")
+    return pg, indices, indices
+
+
+def create_placement_groups(args: argparse.Namespace) -> dict[str, PGTuple]:
+    actor_gpus = args.actor_num_nodes * args.actor_num_gpus_per_node
+    if args.colocate:
+        pg, idx, gpus = _create_placement_group(actor_gpus)
+        return {"actor": (pg, idx, gpus), "rollout": (pg, idx, gpus)}
+    pg, idx, gpus = _create_placement_group(actor_gpus + args.rollout_num_gpus)
+    return {
+        "actor": (pg, idx[:actor_gpus], gpus[:actor_gpus]),
+        "rollout": (pg, idx[actor_gpus:], gpus[actor_gpus:]),
+    }
+
+
+def allocate_train_group(
+    args: argparse.Namespace, num_nodes: int, num_gpus_per_node: int, pg: PGTuple
+) -> RayTrainGroup:
+    return RayTrainGroup(
+        args=args,
+        num_nodes=num_nodes,
+        num_gpus_per_node=num_gpus_per_node,
+        pg=pg,
+        num_gpus_per_actor=0.4,
+    )
+
+
+def create_training_models(
+    args: argparse.Namespace, pgs: dict[str, PGTuple], rollout_manager: Any
+) -> tuple[RayTrainGroup, None]:
+    actor_model = allocate_train_group(
+        args=args,
+        num_nodes=args.actor_num_nodes,
+        num_gpus_per_node=args.actor_num_gpus_per_node,
+        pg=pgs["actor"],
+    )
+    start_rollout_ids = ray.get(actor_model.async_init(args, role="actor", with_ref=False))
+    assert len(set(start_rollout_ids)) == 1
+    if args.start_rollout_id is None:
+        args.start_rollout_id = start_rollout_ids[0]
+    actor_model.set_rollout_manager(rollout_manager)
+    return actor_model, None
+
+
+def create_rollout_manager(args: argparse.Namespace, pg: PGTuple) -> tuple[Any, int | None]:
+    rollout_manager = RolloutManager.options(num_cpus=0, num_gpus=0).remote(args, pg)
+    # slime asks for the epoch size here; the call also waits for the engines to be up.
+    num_rollout_per_epoch = ray.get(rollout_manager.get_num_rollout_per_epoch.remote())
+    if args.offload_rollout:
+        ray.get(rollout_manager.offload.remote())
+    return rollout_manager, num_rollout_per_epoch

@@ -1,0 +1,241 @@
+"""Rollout against the SGLang engines: generate_rollout -> generate_rollout_async ->
+generate_and_rm_group -> generate_and_rm -> generate (POST /generate) -> async_rm.
+All coroutines run on the RolloutManager's AsyncLoopThread; the caller blocks in `run`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from slime.rollout.base_types import RolloutFnEvalOutput, RolloutFnTrainOutput
+from slime.rollout.rm_hub import async_rm
+from slime.utils.async_utils import run
+from slime.utils.http_utils import get, post
+from slime.utils.logging_utils import log_fault_armed
+from slime.utils.misc import fault_armed
+from slime.utils.types import Sample
+
+logger = logging.getLogger(__name__)
+
+# The answer a misbehaving policy produces when the `reward_hang` fault is armed: the math
+# grader falls through to its sympy path on it and never comes back.
+PATHOLOGICAL_ANSWER = "\\sqrt{\\sqrt{2}+\\sqrt{3}+\\sqrt{5}+\\sqrt{7}}**9 - x**7*y**5"
+
+
+class GenerateState:
+    """Per-process rollout state (a singleton in slime)."""
+
+    _instance: GenerateState | None = None
+
+    def __new__(cls, args: argparse.Namespace) -> GenerateState:
+        if cls._instance is None:
+            inst = super().__new__(cls)
+            inst._setup(args)
+            cls._instance = inst
+        return cls._instance
+
+    def _setup(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.semaphore = asyncio.Semaphore(args.sglang_server_concurrency * args.num_engines)
+        self.sampling_params: dict[str, Any] = {
+            "temperature": args.rollout_temperature,
+            "max_new_tokens": args.rollout_max_response_len,
+        }
+        self.reset()
+
+    def reset(self) -> None:
+        self.aborted = False
+        self.pendings: set[asyncio.Task[list[Sample]]] = set()
+        self.rollout_id = -1
+
+    def engine_url(self, index: int) -> str:
+        urls: list[str] = self.args.rollout_engine_urls
+        return urls[index % len(urls)]
+
+    def submit_generate_tasks(self, samples: list[list[Sample]]) -> None:
+        for group in samples:
+            self.pendings.add(
+                asyncio.create_task(
+                    generate_and_rm_group(
+                        self.args, group, dict(self.sampling_params), evaluation=False
+                    )
+                )
+            )
+
+
+def _encode(text: str) -> list[int]:
+    return [ord(c) % 32000 for c in text]
+
+
+async def generate(
+    args: argparse.Namespace, sample: Sample, sampling_params: dict[str, Any]
+) -> Sample:
+    state = GenerateState(args)
+    url = f"{state.engine_url(sample.group_index or sample.index or 0)}/generate"
+    prompt_ids = _encode(sample.prompt)
+    payload = {
+        "input_ids": prompt_ids,
+        "sampling_params": sampling_params,
+        "return_logprob": True,
+    }
+    output = await post(url, payload)
+    text = str(output.get("text", ""))
+    meta = output.get("meta_info", {}) or {}
+    output_ids = [int(t) for t in output.get("output_ids", [])] or _encode(text)
+    sample.tokens = prompt_ids + output_ids
+    sample.response = text
+    sample.response_length = len(output_ids)
+    logprobs = meta.get("output_token_logprobs")
+    sample.rollout_log_probs = [float(x[0]) for x in logprobs] if logprobs else None
+    finish = (meta.get("finish_reason") or {}).get("type", "stop")
+    sample.status = {
+        "length": Sample.Status.TRUNCATED,
+        "abort": Sample.Status.ABORTED,
+    }.get(finish, Sample.Status.COMPLETED)
+    if (
+        state.rollout_id >= 0
+        and sample.index == 0
+        and fault_armed(args, "reward_hang", state.rollout_id)
+    ):
+        sample.response = PATHOLOGICAL_ANSWER
+    return sample
+
+
+async def generate_and_rm(
+    args: argparse.Namespace,
+    sample: Sample,
+    sampling_params: dict[str, Any],
+    evaluation: bool = False,
+) -> Sample:
+    state = GenerateState(args)
+    async with state.semaphore:
+        if state.aborted:
+            sample.status = Sample.Status.ABORTED
+            return sample
+        sample = await generate(args, sample, sampling_params)
+    if sample.status == Sample.Status.ABORTED:
+        return sample
+    if sample.reward is None:
+        if sample.response == PATHOLOGICAL_ANSWER:
+            log_fault_armed(
+                logger, args.fault, "async_rm on the rollout loop thread", state.rollout_id
+            )
+        sample.reward = await async_rm(args, sample)
+    return sample
+
+
+async def generate_and_rm_group(
+    args: argparse.Namespace,
+    group: list[Sample],
+    sampling_params: dict[str, Any],
+    evaluation: bool = False,
+) -> list[Sample]:
+    state = GenerateState(args)
+    if state.aborted:
+        return group
+    tasks = [
+        asyncio.create_task(
+            generate_and_rm(args, sample, dict(sampling_params), evaluation=evaluation)
+        )
+        for sample in group
+    ]
+    return list(await asyncio.gather(*tasks))
+
+
+async def abort(args: argparse.Namespace, rollout_id: int) -> list[list[Sample]]:
+    """Abort what is still running on every engine and collect the unfinished groups."""
+    state = GenerateState(args)
+    assert not state.aborted
+    state.aborted = True
+    for url in await get_worker_urls(args):
+        logger.info(f"Abort request for {url}")
+        await post(f"{url}/abort_request", {"abort_all": True})
+    aborted: list[list[Sample]] = []
+    while state.pendings:
+        done, state.pendings = await asyncio.wait(
+            state.pendings, return_when=asyncio.FIRST_COMPLETED
+        )
+        aborted.extend(task.result() for task in done)
+    return aborted
+
+
+async def generate_rollout_async(
+    args: argparse.Namespace, rollout_id: int, data_source: Callable[[int], list[list[Sample]]]
+) -> tuple[RolloutFnTrainOutput, list[list[Sample]]]:
+    state = GenerateState(args)
+    state.reset()
+    state.rollout_id = rollout_id
+    target = args.rollout_batch_size
+    data: list[list[Sample]] = []
+    start = time.time()
+    state.submit_generate_tasks(data_source(target))
+    while len(data) < target:
+        done, state.pendings = await asyncio.wait(
+            state.pendings, return_when=asyncio.FIRST_COMPLETED
+        )
+        for task in done:
+            group = task.result()
+            if not data:
+                logger.info(
+                    f"First rollout sample: {[group[0].prompt + group[0].response]}, "
+                    f"label: {group[0].label}, reward: {group[0].reward}"
+                )
+            data.append(group)
+    logger.info(f"Finish rollout: {len(data)} groups in {time.time() - start:.2f}s")
+    aborted_samples = await abort(args, rollout_id) if state.pendings else []
+    data.sort(key=lambda g: g[0].index or 0)
+    return RolloutFnTrainOutput(samples=data, metrics={}), aborted_samples
+
+
+async def eval_rollout(
+    args: argparse.Namespace, rollout_id: int, data_source: Any
+) -> tuple[dict[str, dict[str, list[Any]]], list[list[Sample]]]:
+    results = await asyncio.gather(
+        eval_rollout_single_dataset(args, rollout_id, "math", data_source)
+    )
+    merged: dict[str, dict[str, list[Any]]] = {}
+    for r in results:
+        merged.update(r)
+    return merged, []
+
+
+async def eval_rollout_single_dataset(
+    args: argparse.Namespace, rollout_id: int, name: str, data_source: Any
+) -> dict[str, dict[str, list[Any]]]:
+    state = GenerateState(args)
+    state.reset()
+    state.rollout_id = rollout_id
+    params = {"temperature": 0.0, "max_new_tokens": args.rollout_max_response_len}
+    samples: list[Sample] = data_source.eval_samples()
+    for s in samples:
+        s.group_index = s.index
+    tasks = [generate_and_rm(args, s, dict(params), evaluation=True) for s in samples]
+    done: list[Sample] = []
+    for coro in asyncio.as_completed(tasks):
+        done.append(await coro)
+    return {name: {"rewards": [s.reward for s in done], "truncated": [0 for _ in done]}}
+
+
+def generate_rollout(
+    args: argparse.Namespace, rollout_id: int, data_source: Any, evaluation: bool = False
+) -> RolloutFnTrainOutput | RolloutFnEvalOutput:
+    if evaluation:
+        output, _ = run(eval_rollout(args, rollout_id, data_source))
+        return RolloutFnEvalOutput(data=output)
+    train_output, aborted_samples = run(
+        generate_rollout_async(args, rollout_id, data_source.get_samples)
+    )
+    data_source.add_samples(aborted_samples)
+    return train_output
+
+
+async def get_worker_urls(args: argparse.Namespace) -> list[str]:
+    """What slime asks the router for (`GET /workers`); without a router, the engines themselves."""
+    if args.sglang_router_ip:
+        response = await get(f"http://{args.sglang_router_ip}:{args.sglang_router_port}/workers")
+        return [w["url"] for w in response["workers"]]
+    return list(args.rollout_engine_urls)

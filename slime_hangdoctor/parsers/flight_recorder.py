@@ -1,0 +1,216 @@
+"""PyTorch flight-recorder dumps (pickles) -> `FrDump` facts.
+
+A rank's watchdog writes a pickle of plain containers: `{"version", "pg_config", "pg_status",
+"comm_lib_version", "entries": [{"record_id", "pg_id", "collective_seq_id", "profiling_name",
+"state", "frames": [{"name", "filename", "line"}], "input_sizes", "is_p2p", ...}]}`.
+
+SECURITY: a pickle from a bundle is untrusted. It is read with a restricted `pickle.Unpickler`
+whose `find_class` refuses every global and which has no `persistent_load`: only dicts, lists,
+tuples, sets, strings, bytes, numbers, booleans and None can be built, so no code can run. A pickle
+that needs anything else raises `ParseError`.
+
+The rank is not inside the pickle: the caller passes it (from the probe's meta, or
+`rank_from_dump_name` on the dump's file name). Frames are innermost first, as in the dump.
+Pure: no I/O. Bad input raises `ParseError` and nothing else.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import re
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+from slime_hangdoctor.errors import ParseError
+from slime_hangdoctor.facts import Frame, FrDump, FrEntry
+
+__all__ = ["parse_flight_recorder", "rank_from_dump_name"]
+
+_RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.IGNORECASE)
+_TRAILING_NUMBER = re.compile(r"(\d+)$")
+_DUMP_SUFFIXES = (".pkl", ".pickle", ".bin", ".json")
+_PACKAGE_DIRS = ("site-packages/", "dist-packages/")
+
+
+class _NoGlobalsUnpickler(pickle.Unpickler):
+    """Builds plain containers and scalars only; every global (class, function) is refused."""
+
+    def find_class(self, module: str, name: str) -> NoReturn:
+        raise pickle.UnpicklingError(f"refused global {module}.{name}")
+
+
+def _unpickle(data: bytes) -> object:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ParseError(f"flight recorder: expected bytes, got {type(data).__name__}")
+    if not data:
+        raise ParseError("flight recorder: empty dump")
+    try:
+        return _NoGlobalsUnpickler(io.BytesIO(bytes(data))).load()
+    except pickle.UnpicklingError as exc:
+        raise ParseError(f"flight recorder: unsafe or corrupt pickle ({exc})") from None
+    except Exception as exc:  # corrupt pickles raise anything: EOFError, ValueError, ...
+        raise ParseError(f"flight recorder: corrupt pickle ({type(exc).__name__}: {exc})") from None
+
+
+# --------------------------------------------------------------------------- field readers
+
+
+def _int(value: object, what: str, *, default: int | None = None) -> int | None:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ParseError(f"flight recorder: {what} is {type(value).__name__}, not int")
+    return value
+
+
+def _required_int(value: object, what: str) -> int:
+    number = _int(value, what)
+    if number is None:
+        raise ParseError(f"flight recorder: {what} is missing")
+    return number
+
+
+def _str(value: object, what: str) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if not isinstance(value, str):
+        raise ParseError(f"flight recorder: {what} is {type(value).__name__}, not str")
+    return value
+
+
+def _short_filename(filename: str) -> str:
+    """Like py-spy's short names: the path under site-packages, else the file's base name."""
+    for marker in _PACKAGE_DIRS:
+        if marker in filename:
+            return filename.rsplit(marker, 1)[1]
+    return filename.rsplit("/", 1)[-1]
+
+
+def _frame(raw: object) -> Frame:
+    if not isinstance(raw, Mapping):
+        raise ParseError(f"flight recorder: a frame is {type(raw).__name__}, not a dict")
+    filename = _str(raw.get("filename", ""), "frame filename")
+    line = _int(raw.get("line"), "frame line")
+    return Frame(
+        name=_str(raw.get("name", ""), "frame name"),
+        filename=filename,
+        line=line if line else None,
+        short_filename=_short_filename(filename),
+    )
+
+
+def _sizes(value: object) -> tuple[tuple[int, ...], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)):
+        raise ParseError("flight recorder: input_sizes is not a list")
+    out: list[tuple[int, ...]] = []
+    for shape in value:
+        if not isinstance(shape, (list, tuple)):
+            raise ParseError("flight recorder: an input size is not a list")
+        out.append(tuple(_required_int(d, "input size dimension") for d in shape))
+    return tuple(out)
+
+
+def _entry(raw: object, position: int) -> FrEntry:
+    if not isinstance(raw, Mapping):
+        raise ParseError(f"flight recorder: entry {position} is {type(raw).__name__}, not a dict")
+    frames = raw.get("frames") or []
+    if not isinstance(frames, (list, tuple)):
+        raise ParseError(f"flight recorder: entry {position} frames is not a list")
+    is_p2p = raw.get("is_p2p", False)
+    return FrEntry(
+        record_id=_int(raw.get("record_id"), "record_id", default=position) or 0,
+        pg_id=_int(raw.get("pg_id"), "pg_id"),
+        collective_seq_id=_required_int(raw.get("collective_seq_id"), "collective_seq_id"),
+        op=_str(raw.get("profiling_name"), "profiling_name"),
+        state=_str(raw.get("state"), "state"),
+        frames=tuple(_frame(f) for f in frames),
+        is_p2p=is_p2p if isinstance(is_p2p, bool) else False,
+        input_sizes=_sizes(raw.get("input_sizes")),
+    )
+
+
+def _pg_status(value: object) -> dict[str, Mapping[str, int]]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ParseError("flight recorder: pg_status is not a dict")
+    out: dict[str, Mapping[str, int]] = {}
+    for pg, status in value.items():
+        if not isinstance(status, Mapping):
+            raise ParseError(f"flight recorder: pg_status[{pg!r}] is not a dict")
+        out[str(pg)] = {
+            str(k): v for k, v in status.items() if isinstance(v, int) and not isinstance(v, bool)
+        }
+    return out
+
+
+def _pg_config(value: object) -> dict[str, Mapping[str, str]]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ParseError("flight recorder: pg_config is not a dict")
+    out: dict[str, Mapping[str, str]] = {}
+    for pg, config in value.items():
+        if not isinstance(config, Mapping):
+            raise ParseError(f"flight recorder: pg_config[{pg!r}] is not a dict")
+        out[str(pg)] = {str(k): str(v) for k, v in config.items()}
+    return out
+
+
+def _dump(data: Mapping[Any, Any], rank: int, pid: int | None) -> FrDump:
+    entries = data.get("entries") or []
+    if not isinstance(entries, (list, tuple)):
+        raise ParseError("flight recorder: 'entries' is not a list")
+    version = data.get("version")
+    return FrDump(
+        rank=rank,
+        version=_str(version, "version") if version is not None else "",
+        entries=tuple(_entry(e, pos) for pos, e in enumerate(entries)),
+        pg_status=_pg_status(data.get("pg_status")),
+        pg_config=_pg_config(data.get("pg_config")),
+        pid=pid,
+    )
+
+
+def parse_flight_recorder(
+    data: bytes, rank: int | None = None, *, pid: int | None = None
+) -> FrDump:
+    """Parse one rank's flight-recorder pickle with the restricted unpickler.
+
+    `rank` is required in practice (the pickle does not hold it); None raises `ParseError`.
+    `pid` is recorded on the fact when the caller knows it (probe meta).
+    """
+    if rank is None:
+        raise ParseError("flight recorder: the dump does not name its rank and none was given")
+    loaded = _unpickle(data)
+    if not isinstance(loaded, Mapping):
+        raise ParseError(f"flight recorder: top level is {type(loaded).__name__}, not a dict")
+    if "entries" not in loaded and "version" not in loaded:
+        raise ParseError("flight recorder: neither 'version' nor 'entries' in the dump")
+    try:
+        return _dump(loaded, rank, pid)
+    except RecursionError:
+        raise ParseError("flight recorder: nested too deeply") from None
+    except TypeError as exc:  # e.g. unhashable keys built by a hostile pickle
+        raise ParseError(f"flight recorder: malformed dump ({exc})") from None
+
+
+def rank_from_dump_name(name: str) -> int | None:
+    """The rank in a dump's file name: `fr_hang_rank_1` -> 1, `/tmp/frdump_0` -> 0, else None."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    found = _RANK_IN_NAME.findall(base)
+    if found:
+        return _small_int(found[-1])
+    stem = base
+    for suffix in _DUMP_SUFFIXES:
+        if stem.lower().endswith(suffix):
+            stem = stem[: -len(suffix)]
+    trailing = _TRAILING_NUMBER.search(stem)
+    return _small_int(trailing.group(1)) if trailing else None
+
+
+def _small_int(digits: str) -> int | None:
+    return int(digits) if len(digits) <= 9 else None

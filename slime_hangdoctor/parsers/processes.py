@@ -1,0 +1,140 @@
+"""The `processes` artefact (written by collect/processes.py) -> ProcessInfo facts. Pure.
+
+Format::
+
+    {"node_ip": "10.0.0.1" | null, "time": 1700000000.0,
+     "processes": [{"pid", "ppid", "name", "cmdline": [...], "status", "cpu_seconds", "create_time",
+                    "num_threads", "listen_ports": [...], "listen_addrs": ["ip:port", ...],
+                    "env": {allow-listed}}]}
+
+Optional keys may be missing or null (psutil may be denied a field). ``listen_addrs`` is newer than
+the first format and may be absent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from slime_hangdoctor.errors import ParseError
+from slime_hangdoctor.facts import ProcessInfo
+
+
+def parse_processes(text: str | bytes) -> tuple[ProcessInfo, ...]:
+    """Every process of one processes artefact, tagged with the artefact's node_ip."""
+    doc = _load(text)
+    if not isinstance(doc, Mapping):
+        raise ParseError(f"processes: expected a JSON object, got {type(doc).__name__}")
+    procs = doc.get("processes")
+    if not isinstance(procs, list):
+        raise ParseError("processes: no 'processes' list")
+    node_ip = doc.get("node_ip")
+    if node_ip is not None and not isinstance(node_ip, str):
+        raise ParseError("processes: 'node_ip' is not a string")
+    out: list[ProcessInfo] = []
+    for i, row in enumerate(procs):
+        if not isinstance(row, Mapping):
+            raise ParseError(f"processes: entry {i} is not an object")
+        try:
+            out.append(_process(row, node_ip or None))
+        except ParseError as exc:
+            raise ParseError(f"processes: entry {i}: {exc}") from None
+    return tuple(out)
+
+
+def _load(text: str | bytes) -> Any:
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"processes: not UTF-8 ({exc.reason})") from None
+    if not isinstance(text, str):
+        raise ParseError(f"processes: expected str or bytes, got {type(text).__name__}")
+    if not text.strip():
+        raise ParseError("processes: empty artefact")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"processes: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise ParseError("processes: JSON nested too deeply") from None
+
+
+def _process(row: Mapping[str, Any], node_ip: str | None) -> ProcessInfo:
+    pid = _int(row.get("pid"), "pid")
+    if pid is None or pid <= 0:
+        raise ParseError("missing or invalid 'pid'")
+    return ProcessInfo(
+        pid=pid,
+        ppid=_int(row.get("ppid"), "ppid"),
+        name=_str(row.get("name"), "name") or "",
+        cmdline=_str_list(row.get("cmdline"), "cmdline"),
+        status=_str(row.get("status"), "status") or "unknown",
+        cpu_seconds=_float(row.get("cpu_seconds"), "cpu_seconds"),
+        create_time=_float(row.get("create_time"), "create_time"),
+        num_threads=_int(row.get("num_threads"), "num_threads"),
+        listen_ports=tuple(_port(p) for p in _list(row.get("listen_ports"), "listen_ports")),
+        listen_addrs=_str_list(row.get("listen_addrs"), "listen_addrs"),
+        env=_env(row.get("env")),
+        node_ip=node_ip,
+    )
+
+
+def _list(value: Any, key: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ParseError(f"{key!r} is not a list")
+    return value
+
+
+def _str_list(value: Any, key: str) -> tuple[str, ...]:
+    items = _list(value, key)
+    if not all(isinstance(a, str) for a in items):
+        raise ParseError(f"{key!r} holds a non-string")
+    return tuple(items)
+
+
+def _str(value: Any, key: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ParseError(f"{key!r} is not a string")
+    return value
+
+
+def _int(value: Any, key: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ParseError(f"{key!r} is not an integer")
+    return value
+
+
+def _float(value: Any, key: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ParseError(f"{key!r} is not a number")
+    if not math.isfinite(value):
+        raise ParseError(f"{key!r} is not finite")
+    return float(value)
+
+
+def _port(value: Any) -> int:
+    port = _int(value, "listen_ports")
+    if port is None or not 0 < port < 65536:
+        raise ParseError(f"invalid port {value!r}")
+    return port
+
+
+def _env(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ParseError("'env' is not an object")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ParseError("'env' holds a non-string")
+    return dict(value)

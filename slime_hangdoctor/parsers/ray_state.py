@@ -1,0 +1,292 @@
+"""Ray dashboard answers -> facts. Pure: bytes/str in, frozen facts out, ParseError on bad input.
+
+Endpoints (Ray 2.60, the shapes of the real answers in tests/fixtures/real/gpu-2xh200-ray-nccl-hang):
+
+- ``/api/v0/actors``, ``/api/v0/tasks``, ``/api/v0/nodes`` (state API):
+  ``{"result": true, "msg": "", "data": {"result": {"total": N, ..., "result": [row, ...]}}}``.
+  ``"result": false`` is an error answer: its ``msg`` becomes the ParseError.
+- ``/api/jobs/`` (Job API): a JSON list of jobs; the driver pid is a *string* in ``driver_info.pid``.
+- ``/nodes?view=summary``: ``{"data": {"summary": [node, ...]}}``; each node carries ``ip`` and
+  ``gpus[]`` as Ray's agent read them from NVML (``utilizationGpu``, ``powerMw``, ``memoryUsed`` MiB,
+  ``processesPids[{pid, gpuMemoryUsage MiB, gpuUtilization}]``). `parse_node_summary` turns that into
+  one single-sample `GpuSeries` per node: it reaches the GPUs of nodes the doctor does not run on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from slime_hangdoctor.errors import ParseError
+from slime_hangdoctor.facts import (
+    GpuReading,
+    GpuSample,
+    GpuSeries,
+    RayActor,
+    RayJob,
+    RayNode,
+    RayTask,
+)
+
+T = TypeVar("T")
+
+_MIB = 1024 * 1024
+
+
+# --------------------------------------------------------------------------- public parsers
+
+
+def parse_actors(body: bytes | str) -> tuple[RayActor, ...]:
+    """Rows of ``/api/v0/actors`` (any detail level)."""
+    return _rows(_state_rows(body, "actors"), _actor, "actor")
+
+
+def parse_tasks(body: bytes | str) -> tuple[RayTask, ...]:
+    """Rows of ``/api/v0/tasks`` (usually filtered to state=RUNNING)."""
+    return _rows(_state_rows(body, "tasks"), _task, "task")
+
+
+def parse_nodes(body: bytes | str) -> tuple[RayNode, ...]:
+    """Rows of ``/api/v0/nodes``."""
+    return _rows(_state_rows(body, "nodes"), _node, "node")
+
+
+def parse_jobs(body: bytes | str) -> tuple[RayJob, ...]:
+    """The Job API list ``/api/jobs/`` (submission jobs and plain drivers)."""
+    doc = _load(body, "jobs")
+    if isinstance(doc, Mapping) and "result" in doc and doc.get("result") is False:
+        raise ParseError(f"jobs: the dashboard answered an error: {doc.get('msg')!r}")
+    if not isinstance(doc, list):
+        raise ParseError(f"jobs: expected a JSON list, got {type(doc).__name__}")
+    return _rows(doc, _job, "job")
+
+
+def parse_node_summary(body: bytes | str) -> tuple[GpuSeries, ...]:
+    """``/nodes?view=summary`` -> one single-sample GPU series per node (nodes without GPUs too)."""
+    doc = _load(body, "node summary")
+    data = _envelope_data(doc, "node summary")
+    summary = data.get("summary")
+    if not isinstance(summary, list):
+        raise ParseError("node summary: data.summary is not a list")
+    out: list[GpuSeries] = []
+    for i, node in enumerate(summary):
+        if not isinstance(node, Mapping):
+            raise ParseError(f"node summary: entry {i} is not an object")
+        gpus = node.get("gpus") or []
+        if not isinstance(gpus, list):
+            raise ParseError(f"node summary: entry {i} has a non-list 'gpus'")
+        readings = tuple(_summary_gpu(g, i, j) for j, g in enumerate(gpus))
+        out.append(
+            GpuSeries(
+                samples=(GpuSample(t=0.0, gpus=readings),),
+                driver=None,
+                node_ip=_opt_str(node.get("ip")),
+            )
+        )
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- envelopes
+
+
+def _load(body: bytes | str, what: str) -> Any:
+    if isinstance(body, bytes):
+        try:
+            body = body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"{what}: body is not UTF-8 ({exc.reason})") from None
+    if not isinstance(body, str):
+        raise ParseError(f"{what}: expected bytes or str, got {type(body).__name__}")
+    if not body.strip():
+        raise ParseError(f"{what}: empty body")
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"{what}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise ParseError(f"{what}: JSON nested too deeply") from None
+
+
+def _envelope_data(doc: Any, what: str) -> Mapping[str, Any]:
+    """The ``data`` of a dashboard ``{"result": bool, "msg": str, "data": {...}}`` answer."""
+    if not isinstance(doc, Mapping):
+        raise ParseError(f"{what}: expected a JSON object, got {type(doc).__name__}")
+    if doc.get("result") is False:
+        raise ParseError(f"{what}: the dashboard answered an error: {doc.get('msg')!r}")
+    data = doc.get("data")
+    if not isinstance(data, Mapping):
+        raise ParseError(f"{what}: no 'data' object in the answer")
+    return data
+
+
+def _state_rows(body: bytes | str, what: str) -> list[Any]:
+    data = _envelope_data(_load(body, what), what)
+    result = data.get("result")
+    if isinstance(
+        result, Mapping
+    ):  # Ray >= 2.1: {"total", "num_after_truncation", "result": [...]}
+        result = result.get("result")
+    if not isinstance(result, list):
+        raise ParseError(f"{what}: data.result.result is not a list")
+    return result
+
+
+def _rows(rows: list[Any], one: Callable[[Mapping[str, Any]], T], what: str) -> tuple[T, ...]:
+    out: list[T] = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise ParseError(f"{what} row {i} is not an object")
+        try:
+            out.append(one(row))
+        except ParseError as exc:
+            raise ParseError(f"{what} row {i}: {exc}") from None
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def _actor(row: Mapping[str, Any]) -> RayActor:
+    address = row.get("address")
+    node_ip = None
+    if isinstance(address, Mapping):  # older Ray versions put the worker address here
+        node_ip = _opt_str(address.get("ip_address") or address.get("ipAddress"))
+    return RayActor(
+        actor_id=_req_str(row, "actor_id"),
+        class_name=_opt_str(row.get("class_name")) or "",
+        state=_opt_str(row.get("state")) or "UNKNOWN",
+        pid=_pid(row.get("pid")),
+        node_id=_opt_str(row.get("node_id")),
+        name=_opt_str(row.get("name")),
+        job_id=_opt_str(row.get("job_id")),
+        ray_namespace=_opt_str(row.get("ray_namespace")),
+        node_ip=node_ip,
+        repr_name=_opt_str(row.get("repr_name")),
+    )
+
+
+def _task(row: Mapping[str, Any]) -> RayTask:
+    name = _opt_str(row.get("name")) or _opt_str(row.get("func_or_class_name")) or ""
+    return RayTask(
+        task_id=_req_str(row, "task_id"),
+        name=name,
+        state=_opt_str(row.get("state")) or "UNKNOWN",
+        actor_id=_opt_str(row.get("actor_id")),
+        worker_pid=_pid(row.get("worker_pid"), "worker_pid"),
+        node_id=_opt_str(row.get("node_id")),
+        job_id=_opt_str(row.get("job_id")),
+        start_time_ms=_opt_int(row.get("start_time_ms"), "start_time_ms"),
+    )
+
+
+def _node(row: Mapping[str, Any]) -> RayNode:
+    return RayNode(
+        node_id=_req_str(row, "node_id"),
+        node_ip=_req_str(row, "node_ip"),
+        state=_opt_str(row.get("state")) or "UNKNOWN",
+        is_head=row.get("is_head_node") is True,
+        hostname=_opt_str(row.get("hostname")),
+    )
+
+
+def _job(row: Mapping[str, Any]) -> RayJob:
+    driver = row.get("driver_info")
+    if driver is not None and not isinstance(driver, Mapping):
+        raise ParseError("driver_info is not an object")
+    driver = driver or {}
+    status = _opt_str(row.get("status"))
+    if status is None:
+        raise ParseError("no 'status'")
+    return RayJob(
+        job_id=_opt_str(row.get("job_id")),
+        submission_id=_opt_str(row.get("submission_id")),
+        status=status,
+        entrypoint=_opt_str(row.get("entrypoint")),
+        driver_pid=_pid(driver.get("pid")),
+        driver_node_ip=_opt_str(driver.get("node_ip_address")),
+    )
+
+
+def _summary_gpu(g: Any, node: int, j: int) -> GpuReading:
+    if not isinstance(g, Mapping):
+        raise ParseError(f"node summary: entry {node} gpu {j} is not an object")
+    index = _opt_int(g.get("index"), "index")
+    if index is None:
+        raise ParseError(f"node summary: entry {node} gpu {j} has no index")
+    procs = g.get("processesPids") or []
+    if not isinstance(procs, list):
+        raise ParseError(f"node summary: gpu {index} has a non-list processesPids")
+    processes: list[tuple[int, int | None]] = []
+    for p in procs:
+        if not isinstance(p, Mapping):
+            raise ParseError(f"node summary: gpu {index} has a non-object process entry")
+        pid = _pid(p.get("pid"))
+        if pid is None:
+            continue
+        mib = _opt_float(p.get("gpuMemoryUsage"), "gpuMemoryUsage")
+        processes.append((pid, int(mib * _MIB) if mib is not None else None))
+    power_mw = _opt_float(g.get("powerMw"), "powerMw")
+    return GpuReading(
+        index=index,
+        util_gpu=_opt_int(g.get("utilizationGpu"), "utilizationGpu"),
+        util_mem=None,  # Ray's agent does not report memory-controller utilisation
+        power_w=power_mw / 1000.0 if power_mw is not None else None,
+        processes=tuple(processes),
+        uuid=_opt_str(g.get("uuid")),
+    )
+
+
+# --------------------------------------------------------------------------- scalars
+
+
+def _req_str(row: Mapping[str, Any], key: str) -> str:
+    value = row.get(key)
+    if not isinstance(value, str) or not value:
+        raise ParseError(f"missing or non-string {key!r}")
+    return value
+
+
+def _opt_str(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise ParseError(f"expected a string, got {type(value).__name__}")
+
+
+def _opt_int(value: Any, key: str) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise ParseError(f"{key!r} is a boolean")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ParseError(f"{key!r} is not finite")
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise ParseError(f"{key!r} is not an integer: {value[:40]!r}") from None
+    raise ParseError(f"{key!r} is a {type(value).__name__}, not a number")
+
+
+def _opt_float(value: Any, key: str) -> float | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ParseError(f"{key!r} is not a number")
+    try:
+        return float(value)
+    except ValueError:
+        raise ParseError(f"{key!r} is not a number: {str(value)[:40]!r}") from None
+
+
+def _pid(value: Any, key: str = "pid") -> int | None:
+    """Ray writes pids as ints (state API) or strings (Job API); 0 means "no process yet"."""
+    pid = _opt_int(value, key)
+    return pid if pid is not None and pid > 0 else None

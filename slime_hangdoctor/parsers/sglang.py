@@ -1,0 +1,332 @@
+"""Pure parsers for SGLang engine and router HTTP answers (shapes as in reference/sglang.md §2, §6).
+
+Each function takes the raw body of one answer and returns one fact, or raises `ParseError` saying
+why. Nothing here does I/O. Shapes handled:
+
+- `/server_info`, `/get_server_info`: one flat JSON object (server args + scheduler info +
+  `internal_states` + `version`). slime's patch answers `internal_states: []` when the scheduler did
+  not reply within `SGLANG_SERVER_INFO_TIMEOUT` (2 s), so an empty list means "scheduler unresponsive".
+- `/model_info`, `/get_model_info` (and slime's `/get_weight_version`, which carries only
+  `weight_version`).
+- `/v1/loads` (`{"loads": [...]}`, one entry per DP rank), 0.5.15's `/get_load` list form, and the
+  <=0.5.2 `{"load": N}` form.
+- `/metrics`: Prometheus text, read with prometheus_client's parser; label sets are summed.
+- router `GET /workers` (`{"workers": [{"url", ...}]}`) and the older `GET /list_workers`
+  (`{"urls": [...]}`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from slime_hangdoctor.errors import ParseError
+from slime_hangdoctor.facts import EngineLoad, ModelInfo, RouterWorkers, ServerInfo, SglangMetrics
+
+__all__ = [
+    "parse_loads",
+    "parse_metrics",
+    "parse_model_info",
+    "parse_server_info",
+    "parse_workers",
+]
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _text(body: bytes | str, what: str) -> str:
+    if isinstance(body, str):
+        return body
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise ParseError(f"{what}: expected bytes or str, got {type(body).__name__}")
+    try:
+        return bytes(body).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ParseError(f"{what}: body is not UTF-8 ({exc.reason} at byte {exc.start})") from exc
+
+
+def _json(body: bytes | str, what: str) -> Any:
+    text = _text(body, what)
+    if not text.strip():
+        raise ParseError(f"{what}: empty body")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ParseError(
+            f"{what}: not JSON ({exc.msg} at line {exc.lineno} col {exc.colno})"
+        ) from exc
+    except RecursionError as exc:
+        raise ParseError(f"{what}: JSON nested too deeply") from exc
+
+
+def _object(body: bytes | str, what: str) -> dict[str, Any]:
+    data = _json(body, what)
+    if not isinstance(data, dict):
+        raise ParseError(f"{what}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _opt_str(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def _opt_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _opt_float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    return None
+
+
+def _count(value: Any, field: str, what: str) -> int:
+    number = _opt_int(value)
+    if number is None or number < 0:
+        raise ParseError(f"{what}: {field} is not a non-negative integer: {value!r}")
+    return number
+
+
+# --------------------------------------------------------------------------- /server_info
+
+
+def parse_server_info(body: bytes | str) -> ServerInfo:
+    """`/server_info` or `/get_server_info` -> ServerInfo.
+
+    `internal_states_count` is None when the key is absent (stock SGLang always has it, so absence
+    means an unknown shape), 0 for slime's "scheduler did not answer" form. `last_gen_throughput` is
+    summed over DP ranks; `weight_version` is the server-args field the tokenizer updates.
+    """
+    what = "server_info"
+    data = _object(body, what)
+    states = data.get("internal_states")
+    count: int | None = None
+    throughput: float | None = None
+    if states is not None:
+        if not isinstance(states, list):
+            raise ParseError(f"{what}: internal_states is not a list: {type(states).__name__}")
+        count = len(states)
+        values = [
+            _opt_float(s.get("last_gen_throughput")) for s in states if isinstance(s, Mapping)
+        ]
+        known = [v for v in values if v is not None]
+        throughput = sum(known) if known else None
+    if count is None and "model_path" not in data and "version" not in data:
+        raise ParseError(f"{what}: none of internal_states, model_path, version present")
+    return ServerInfo(
+        internal_states_count=count,
+        version=_opt_str(data.get("version")),
+        port=_opt_int(data.get("port")),
+        tp_size=_opt_int(data.get("tp_size")),
+        dp_size=_opt_int(data.get("dp_size")),
+        model_path=_opt_str(data.get("model_path")),
+        last_gen_throughput=throughput,
+        weight_version=_opt_str(data.get("weight_version")),
+    )
+
+
+# --------------------------------------------------------------------------- /model_info
+
+
+def parse_model_info(body: bytes | str) -> ModelInfo:
+    """`/model_info`, `/get_model_info` (or slime's `/get_weight_version`) -> ModelInfo."""
+    what = "model_info"
+    data = _object(body, what)
+    if not any(k in data for k in ("model_path", "weight_version", "is_generation")):
+        keys = ", ".join(sorted(map(str, data))[:5]) or "nothing"
+        raise ParseError(f"{what}: no model_path / weight_version / is_generation (has {keys})")
+    generation = data.get("is_generation")
+    return ModelInfo(
+        model_path=_opt_str(data.get("model_path")),
+        weight_version=_opt_str(data.get("weight_version")),
+        is_generation=generation if isinstance(generation, bool) else None,
+    )
+
+
+# --------------------------------------------------------------------------- /v1/loads, /get_load
+
+
+def parse_loads(body: bytes | str) -> EngineLoad:
+    """`/v1/loads`, `/get_load` (0.5.15 list form) or `{"load": N}` (<=0.5.2) -> EngineLoad.
+
+    Running and waiting requests are summed over DP ranks. The 0.5.15 `/get_load` entries count
+    `num_reqs` = running + waiting. The <=0.5.2 form only gives a token count, so it yields a lower
+    bound: `running` is 1 when tokens are in use and 0 when none are, `waiting` is 0.
+    """
+    what = "loads"
+    data = _json(body, what)
+    if isinstance(data, list):
+        return _get_load_list(data, what)
+    if not isinstance(data, dict):
+        raise ParseError(f"{what}: expected a JSON object or list, got {type(data).__name__}")
+    if "loads" in data:
+        loads = data["loads"]
+        if not isinstance(loads, list):
+            raise ParseError(f"{what}: 'loads' is not a list")
+        return _v1_loads(loads, what)
+    if "load" in data:
+        tokens = _count(data["load"], "load", what)
+        return EngineLoad(running=1 if tokens > 0 else 0, waiting=0)
+    raise ParseError(f"{what}: no 'loads' list and no 'load' value")
+
+
+def _entries(items: list[Any], what: str) -> list[Mapping[str, Any]]:
+    entries = [x for x in items if isinstance(x, Mapping)]
+    if len(entries) != len(items):
+        raise ParseError(f"{what}: a load entry is not an object")
+    return entries
+
+
+def _v1_loads(items: list[Any], what: str) -> EngineLoad:
+    running = waiting = 0
+    throughputs: list[float] = []
+    for entry in _entries(items, what):
+        if "num_running_reqs" not in entry and "num_waiting_reqs" not in entry:
+            raise ParseError(
+                f"{what}: a load entry has neither num_running_reqs nor num_waiting_reqs"
+            )
+        running += _count(entry.get("num_running_reqs", 0), "num_running_reqs", what)
+        waiting += _count(entry.get("num_waiting_reqs", 0), "num_waiting_reqs", what)
+        value = _opt_float(entry.get("gen_throughput"))
+        if value is not None:
+            throughputs.append(value)
+    return EngineLoad(
+        running=running, waiting=waiting, gen_throughput=sum(throughputs) if throughputs else None
+    )
+
+
+def _get_load_list(items: list[Any], what: str) -> EngineLoad:
+    running = waiting = 0
+    for entry in _entries(items, what):
+        if "num_reqs" not in entry:
+            raise ParseError(f"{what}: a /get_load entry has no num_reqs")
+        total = _count(entry["num_reqs"], "num_reqs", what)
+        queued = _count(entry.get("num_waiting_reqs", 0), "num_waiting_reqs", what)
+        running += max(total - queued, 0)
+        waiting += queued
+    return EngineLoad(running=running, waiting=waiting)
+
+
+# --------------------------------------------------------------------------- /metrics
+
+_SUMS: dict[str, str] = {
+    "sglang:generation_tokens_total": "generation_tokens_total",
+    "sglang:prompt_tokens_total": "prompt_tokens_total",
+    "sglang:forward_execution_seconds_total": "forward_seconds_total",
+    "sglang:num_requests_total": "requests_total",
+    "sglang:num_running_reqs": "running_reqs",
+    "sglang:num_queue_reqs": "queue_reqs",
+    "sglang:num_paused_reqs": "paused_reqs",
+    "sglang:gen_throughput": "gen_throughput",
+}
+_REALTIME = "sglang:realtime_tokens_total"
+_PREFILL_MODES = ("prefill_compute", "prefill_cache")
+_WEIGHT_LOAD = "sglang:weight_load_duration_seconds"
+
+
+def parse_metrics(text: bytes | str) -> SglangMetrics:
+    """`/metrics` Prometheus text -> SglangMetrics (each series summed over its label sets).
+
+    Counters are matched by their exposed sample names (`..._total`). A page without any of the
+    series gives an SglangMetrics of Nones; text that is not Prometheus exposition raises.
+    """
+    samples = _samples(_text(text, "metrics"))
+    sums: dict[str, float] = {}
+    decode: float | None = None
+    prefill: float | None = None
+    weight_load: dict[str, float] = {}
+    for name, labels, value in samples:
+        if name in _SUMS:
+            key = _SUMS[name]
+            sums[key] = sums.get(key, 0.0) + value
+        elif name == _REALTIME:
+            mode = labels.get("mode")
+            if mode == "decode":
+                decode = (decode or 0.0) + value
+            elif mode in _PREFILL_MODES:
+                prefill = (prefill or 0.0) + value
+        elif name == _WEIGHT_LOAD:
+            source = labels.get("source", "")
+            weight_load[source] = weight_load.get(source, 0.0) + value
+    return SglangMetrics(
+        decode_tokens_total=decode,
+        prefill_tokens_total=prefill,
+        generation_tokens_total=sums.get("generation_tokens_total"),
+        prompt_tokens_total=sums.get("prompt_tokens_total"),
+        forward_seconds_total=sums.get("forward_seconds_total"),
+        requests_total=sums.get("requests_total"),
+        running_reqs=sums.get("running_reqs"),
+        queue_reqs=sums.get("queue_reqs"),
+        paused_reqs=sums.get("paused_reqs"),
+        gen_throughput=sums.get("gen_throughput"),
+        weight_load_seconds=weight_load,
+    )
+
+
+def _samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError as exc:  # pragma: no cover - prometheus_client is a dependency
+        raise ParseError(f"metrics: prometheus_client is not importable: {exc}") from exc
+    out: list[tuple[str, dict[str, str], float]] = []
+    try:
+        families: Iterable[Any] = text_string_to_metric_families(text)
+        for family in families:
+            for sample in family.samples:
+                value = float(sample.value)
+                if math.isnan(value):
+                    continue
+                out.append((str(sample.name), dict(sample.labels), value))
+    except ParseError:
+        raise
+    except Exception as exc:  # the parser raises ValueError, and IndexError/KeyError on odd input
+        raise ParseError(f"metrics: not Prometheus text ({type(exc).__name__}: {exc})") from exc
+    return out
+
+
+# --------------------------------------------------------------------------- router workers
+
+
+def parse_workers(body: bytes | str) -> RouterWorkers:
+    """Router `GET /workers` or the older `GET /list_workers` -> RouterWorkers (URLs only)."""
+    what = "workers"
+    data = _object(body, what)
+    if "workers" in data:
+        workers = data["workers"]
+        if not isinstance(workers, list):
+            raise ParseError(f"{what}: 'workers' is not a list")
+        urls: list[str] = []
+        for worker in workers:
+            url = worker.get("url") if isinstance(worker, Mapping) else None
+            if not isinstance(url, str) or not url:
+                raise ParseError(f"{what}: a worker has no url: {worker!r:.80}")
+            urls.append(url)
+        return RouterWorkers(urls=tuple(urls), api="workers")
+    if "urls" in data:
+        listed = data["urls"]
+        if not isinstance(listed, list) or not all(isinstance(u, str) for u in listed):
+            raise ParseError(f"{what}: 'urls' is not a list of strings")
+        return RouterWorkers(urls=tuple(listed), api="list_workers")
+    raise ParseError(f"{what}: neither 'workers' nor 'urls' present")

@@ -1,0 +1,165 @@
+"""The markdown report: paste it into a GitHub issue as it is.
+
+All text that comes from the job (summaries, frames, log lines) is escaped or fenced, so `<module>`,
+`[rank1]`, `*args` and `|` show literally instead of turning into HTML, links or table cells.
+"""
+
+from __future__ import annotations
+
+import re
+
+from slime_hangdoctor import __version__
+from slime_hangdoctor.render.labels import (
+    culprit_details,
+    culprit_name,
+    headline,
+    verdict_facts,
+)
+from slime_hangdoctor.verdict import (
+    SCHEMA,
+    Culprit,
+    Diagnosis,
+    Finding,
+    RoleRow,
+    StackExcerpt,
+    Stage,
+    Verdict,
+)
+
+__all__ = ["render_markdown"]
+
+MARKER = "▶"
+_SPECIAL = re.compile(r"([\\`*_\[\]<>|~])")
+_BACKTICKS = re.compile(r"`+")
+_CODE_SPAN = re.compile(r"(`[^`]+`)")
+
+
+def render_markdown(diagnosis: Diagnosis) -> str:
+    """The whole report as GitHub-flavoured markdown, ending in one newline."""
+    verdict = diagnosis.verdict
+    parts = [_heading(verdict), f"**{_text(verdict.summary)}**", _facts_table(verdict)]
+    if verdict.culprits:
+        parts.append(_culprits(verdict.culprits))
+    if diagnosis.rows:
+        parts.append(_processes(diagnosis.rows))
+    if diagnosis.excerpt is not None:
+        parts.append(_stack(diagnosis.excerpt))
+    if verdict.findings:
+        parts.append(_findings(verdict.findings))
+    if verdict.next_steps:
+        steps = [f"{i}. {_text(step)}" for i, step in enumerate(verdict.next_steps, 1)]
+        parts.append("\n".join(["### Next steps", "", *steps]))
+    if verdict.blind_spots:
+        spots = [f"- {_text(spot)}" for spot in verdict.blind_spots]
+        parts.append("\n".join(["### Blind spots (not seen, so not ruled out)", "", *spots]))
+    parts.append(f"---\n<sub>slime-hangdoctor {__version__} · schema `{SCHEMA}`</sub>")
+    return "\n\n".join(parts) + "\n"
+
+
+def _text(value: str) -> str:
+    """One line of prose or a table cell: markdown syntax escaped, newlines folded.
+
+    Paired `backtick` spans (commands in next steps) stay code spans; everything else is literal.
+    """
+    pieces = _CODE_SPAN.split(" ".join(value.split()))
+    return "".join(
+        piece.replace("|", "\\|") if index % 2 else _SPECIAL.sub(r"\\\1", piece)
+        for index, piece in enumerate(pieces)
+    )
+
+
+def _code(value: str) -> str:
+    """An inline code span that survives backticks inside and `|` in a table cell."""
+    value = " ".join(value.split())
+    ticks = "`" * (max((len(run) for run in _BACKTICKS.findall(value)), default=0) + 1)
+    pad = " " if value.startswith("`") or value.endswith("`") else ""
+    return f"{ticks}{pad}{value}{pad}{ticks}".replace("|", "\\|")
+
+
+def _fence(lines: list[str], indent: str = "") -> str:
+    """A fenced `text` block longer than any backtick run in `lines`."""
+    longest = max((len(run) for line in lines for run in _BACKTICKS.findall(line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    body = [f"{fence}text", *lines, fence]
+    return "\n".join(f"{indent}{line}" if line else line for line in body)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = [f"| {' | '.join(header)} |", f"|{'|'.join('---' for _ in header)}|"]
+    lines += [f"| {' | '.join(row)} |" for row in rows]
+    return "\n".join(lines)
+
+
+def _heading(verdict: Verdict) -> str:
+    if verdict.stage is Stage.NONE:
+        return f"## {headline(verdict)}"
+    return f"## {headline(verdict)} (stage `{verdict.stage.value}`)"
+
+
+def _facts_table(verdict: Verdict) -> str:
+    facts = [("status", verdict.status.value), *verdict_facts(verdict)]
+    cells = [_code(value) if label == "stage" else _text(value) for label, value in facts]
+    return _table([label for label, _ in facts], [cells])
+
+
+def _culprits(culprits: tuple[Culprit, ...]) -> str:
+    details = [dict(culprit_details(c)) for c in culprits]
+    labels = [label for label in ("node", "pid", "rank", "GPU") if any(label in d for d in details)]
+    ids = [label for label in ("engine", "actor") if any(label in d for d in details)]
+    header = ["culprit", *labels, *ids, "why"]
+    rows = [
+        [
+            _text(culprit_name(c)),
+            *(_text(d.get(label, "")) for label in labels),
+            *(_code(d[label]) if label in d else "" for label in ids),
+            _text(c.why),
+        ]
+        for c, d in zip(culprits, details, strict=True)
+    ]
+    title = "### Culprit" if len(culprits) == 1 else f"### Culprits ({len(culprits)})"
+    return f"{title}\n\n{_table(header, rows)}"
+
+
+def _processes(rows: tuple[RoleRow, ...]) -> str:
+    marked = any(row.culprit for row in rows)
+    header = ["process", "node", "pid", "stage", "state"]
+    body = [
+        [
+            _text(row.label),
+            _text(row.node_ip or "-"),
+            "-" if row.pid is None else str(row.pid),
+            f"`{row.stage.value}`",
+            _text(row.state),
+        ]
+        for row in rows
+    ]
+    if marked:
+        header.insert(0, "")
+        for row, cells in zip(rows, body, strict=True):
+            cells.insert(0, MARKER if row.culprit else "")
+    return f"### Processes\n\n{_table(header, body)}"
+
+
+def _stack(excerpt: StackExcerpt) -> str:
+    lines = [
+        f"{MARKER if i in excerpt.highlight else ' '} {frame}"
+        for i, frame in enumerate(excerpt.frames)
+    ]
+    parts = [
+        f"### Stack of {_text(excerpt.title)}, innermost first",
+        _fence(lines or ["(no frames)"]),
+    ]
+    if excerpt.highlight:
+        parts.append(f"{MARKER} marks the frames that decided the verdict.")
+    return "\n\n".join(parts)
+
+
+def _findings(findings: tuple[Finding, ...]) -> str:
+    items = []
+    for finding in findings:
+        item = f"- **{finding.severity.value.upper()}** {_text(finding.message)} ({_code(finding.rule)})"
+        if finding.evidence:
+            lines = [line for entry in finding.evidence for line in entry.splitlines() or [""]]
+            item += "\n\n" + _fence(lines, indent="  ")
+        items.append(item)
+    return "### Findings\n\n" + "\n\n".join(items)

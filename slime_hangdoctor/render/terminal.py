@@ -1,0 +1,240 @@
+"""The terminal report: the verdict first, then the culprit, the processes, the deciding stack.
+
+Everything is built from `rich.text.Text` (never markup strings), so brackets in stacks and log
+lines (`[rank1]:[E1129 ...]`) print as they are. Colour is only ever a second cue: the culprit row
+and the deciding frames also carry a marker, so the report reads the same with NO_COLOR or in a
+pipe, where rich writes plain text. Lines never exceed min(console width, 100) columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich import box
+from rich.cells import cell_len
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.panel import Panel
+from rich.segment import Segment, Segments
+from rich.table import Table
+from rich.text import Text
+
+from slime_hangdoctor.render.labels import (
+    culprit_details,
+    culprit_name,
+    headline,
+    verdict_facts,
+)
+from slime_hangdoctor.verdict import (
+    Culprit,
+    Diagnosis,
+    Finding,
+    RoleRow,
+    Severity,
+    StackExcerpt,
+    Status,
+    Verdict,
+)
+
+__all__ = ["MAX_WIDTH", "render_terminal"]
+
+MAX_WIDTH = 100
+_INDENT = 2
+_CODE_SPAN = r"`[^`]+`"  # commands in next steps: coloured, backticks kept for plain text
+
+_STATUS_STYLES: dict[Status, str] = {
+    Status.HUNG: "red",
+    Status.PROGRESSING: "green",
+    Status.IDLE: "blue",
+    Status.UNKNOWN: "yellow",
+}
+_SEVERITY_STYLES: dict[Severity, str] = {
+    Severity.CRITICAL: "bold red",
+    Severity.WARNING: "bold yellow",
+    Severity.INFO: "bold blue",
+}
+
+
+@dataclass(frozen=True)
+class _Glyphs:
+    marker: str
+    dot: str
+    cut: str
+
+
+_UNICODE = _Glyphs(marker="▶", dot="·", cut="…")
+_ASCII = _Glyphs(marker=">", dot="|", cut="...")
+
+
+def render_terminal(diagnosis: Diagnosis, console: Console) -> None:
+    """Print the report for `diagnosis` on `console`, at most 100 columns wide."""
+    width = min(console.width, MAX_WIDTH)
+    glyphs = _ASCII if console.options.ascii_only else _UNICODE
+    options = console.options.update(width=width)
+    for index, block in enumerate(_blocks(diagnosis, width, glyphs)):
+        if index:
+            console.print()
+        for line in console.render_lines(block, options, pad=False):
+            console.print(Segments([*_rstrip(line), Segment.line()]), crop=False)
+
+
+def _rstrip(line: list[Segment]) -> list[Segment]:
+    """Drop the padding rich leaves at the end of table and panel lines (noise in logs and diffs)."""
+    trimmed = list(line)
+    while trimmed and not trimmed[-1].control:
+        last = trimmed.pop()
+        text = last.text.rstrip(" ")
+        if text:
+            trimmed.append(Segment(text, last.style))
+            break
+    return trimmed
+
+
+def _blocks(diagnosis: Diagnosis, width: int, glyphs: _Glyphs) -> list[RenderableType]:
+    verdict = diagnosis.verdict
+    style = _STATUS_STYLES[verdict.status]
+    blocks: list[RenderableType] = [_verdict_panel(verdict, style, glyphs)]
+    if verdict.culprits:
+        blocks.append(_culprits(verdict.culprits, style, glyphs))
+    if diagnosis.rows:
+        blocks.append(_processes(diagnosis.rows, style, glyphs))
+    if diagnosis.excerpt is not None:
+        blocks.append(_stack(diagnosis.excerpt, style, width, glyphs))
+    if verdict.findings:
+        blocks.append(_findings(verdict.findings, glyphs))
+    if verdict.next_steps:
+        blocks.append(
+            _listing(
+                "Next steps",
+                [f"{i}." for i, _ in enumerate(verdict.next_steps, 1)],
+                verdict.next_steps,
+            )
+        )
+    if verdict.blind_spots:
+        title = "Blind spots (not seen, so not ruled out)"
+        blocks.append(_listing(title, ["-"] * len(verdict.blind_spots), verdict.blind_spots))
+    return blocks
+
+
+def _section(title: str, body: RenderableType) -> RenderableType:
+    return Group(Text(title, style="bold"), Padding(body, (0, 0, 0, _INDENT), expand=False))
+
+
+def _verdict_panel(verdict: Verdict, style: str, glyphs: _Glyphs) -> RenderableType:
+    facts = Text()
+    for index, (label, value) in enumerate(verdict_facts(verdict)):
+        if index:
+            facts.append(f" {glyphs.dot} ", style="dim")
+        facts.append(f"{label} ", style="dim")
+        facts.append(value)
+    return Panel(
+        Group(Text(verdict.summary, style="bold"), facts),
+        title=Text(headline(verdict), style=f"bold {style}"),
+        title_align="left",
+        border_style=style,
+        box=box.ROUNDED,
+        padding=(0, 1),
+    )
+
+
+def _culprits(culprits: tuple[Culprit, ...], style: str, glyphs: _Glyphs) -> RenderableType:
+    title = "Culprit" if len(culprits) == 1 else f"Culprits ({len(culprits)})"
+    return _section(title, Group(*(_culprit(c, style, glyphs) for c in culprits)))
+
+
+def _culprit(culprit: Culprit, style: str, glyphs: _Glyphs) -> RenderableType:
+    head = Text()
+    head.append(f"{glyphs.marker} {culprit_name(culprit)}", style=f"bold {style}")
+    ids = {"engine", "actor"}
+    for index, (label, value) in enumerate(p for p in culprit_details(culprit) if p[0] not in ids):
+        head.append("   " if index == 0 else f" {glyphs.dot} ", style="dim")
+        head.append(f"{label} ", style="dim")
+        head.append(value)
+    facts = Table.grid(padding=(0, 1))
+    facts.add_column(style="dim", no_wrap=True)
+    facts.add_column(overflow="fold")
+    for label, value in culprit_details(culprit):
+        if label in ids:
+            facts.add_row(Text(label), Text(value))
+    facts.add_row(Text("why"), Text(culprit.why))
+    return Group(head, Padding(facts, (0, 0, 0, len(glyphs.marker) + 1), expand=False))
+
+
+def _processes(rows: tuple[RoleRow, ...], style: str, glyphs: _Glyphs) -> RenderableType:
+    marked = any(row.culprit for row in rows)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    if marked:
+        table.add_column("", no_wrap=True)
+    table.add_column("process", overflow="fold")
+    table.add_column("node", no_wrap=True)
+    table.add_column("pid", justify="right", no_wrap=True)
+    table.add_column("stage", overflow="fold")
+    table.add_column("state", overflow="fold")
+    for row in rows:
+        cells = [
+            Text(row.label),
+            Text(row.node_ip or "-"),
+            Text("-" if row.pid is None else str(row.pid)),
+            Text(row.stage.value),
+            Text(row.state),
+        ]
+        if marked:
+            cells.insert(0, Text(glyphs.marker if row.culprit else ""))
+        table.add_row(*cells, style=f"bold {style}" if row.culprit else None)
+    return _section("Processes", table)
+
+
+def _stack(excerpt: StackExcerpt, style: str, width: int, glyphs: _Glyphs) -> RenderableType:
+    room = width - _INDENT - len(glyphs.marker) - 1
+    lines: list[Text] = []
+    for index, frame in enumerate(excerpt.frames):
+        deciding = index in excerpt.highlight
+        line = Text(f"{glyphs.marker if deciding else ' ' * len(glyphs.marker)} ")
+        line.append(_fit(frame, room, glyphs.cut), style=f"bold {style}" if deciding else "")
+        line.no_wrap = True
+        line.overflow = "ellipsis"
+        lines.append(line)
+    if not lines:
+        lines.append(Text("(no frames)", style="dim"))
+    return _section(f"Stack of {excerpt.title}, innermost first", Group(*lines))
+
+
+def _fit(frame: str, room: int, cut: str) -> str:
+    """Cut a long frame in the middle: the function name and the `file:line` end both stay."""
+    if cell_len(frame) <= room or room <= len(cut) + 2:
+        return frame
+    keep = room - len(cut)
+    head = keep // 2
+    return frame[:head] + cut + frame[len(frame) - (keep - head) :]
+
+
+def _findings(findings: tuple[Finding, ...], glyphs: _Glyphs) -> RenderableType:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for finding in findings:
+        message = Text(finding.message)
+        message.append(f" ({finding.rule})", style="dim")
+        severity = Text(finding.severity.value.upper(), style=_SEVERITY_STYLES[finding.severity])
+        grid.add_row(severity, Group(message, _evidence(finding.evidence, glyphs)))
+    return _section("Findings", grid)
+
+
+def _evidence(items: tuple[str, ...], glyphs: _Glyphs) -> RenderableType:
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True, style="dim")
+    grid.add_column(overflow="fold")
+    for item in items:
+        grid.add_row(Text(glyphs.dot), Text(item))
+    return Padding(grid, (0, 0, 0, _INDENT), expand=False)
+
+
+def _listing(title: str, bullets: list[str], items: tuple[str, ...]) -> RenderableType:
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(justify="right", no_wrap=True)
+    grid.add_column()
+    for bullet, item in zip(bullets, items, strict=True):
+        text = Text(item, overflow="fold")
+        text.highlight_regex(_CODE_SPAN, "cyan")
+        grid.add_row(Text(bullet), text)
+    return _section(title, grid)

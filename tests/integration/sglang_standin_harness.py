@@ -1,0 +1,118 @@
+"""Start and stop the SGLang stand-in (slime_hangdoctor.demo.sglang_server) for integration tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Standin:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+    request_log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def get(self, path: str, timeout: float = 10.0, **kw: Any) -> requests.Response:
+        return requests.get(self.url + path, timeout=timeout, **kw)
+
+    def post(self, path: str, timeout: float = 10.0, **kw: Any) -> requests.Response:
+        return requests.post(self.url + path, timeout=timeout, **kw)
+
+    def logged(self) -> list[dict[str, Any]]:
+        if not self.request_log.exists():
+            return []
+        return [json.loads(line) for line in self.request_log.read_text().splitlines() if line]
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def children(self) -> list[Any]:
+        import psutil
+
+        try:
+            return list(psutil.Process(self.proc.pid).children())
+        except psutil.NoSuchProcess:
+            return []
+
+    def scheduler_pid(self) -> int:
+        for child in self.children():
+            if " ".join(child.cmdline()).startswith("sglang::scheduler"):
+                return int(child.pid)
+        raise AssertionError(f"no sglang::scheduler child of {self.proc.pid}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the session we created for it
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def start_standin(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 30.0
+) -> Standin:
+    """Start a stand-in on a free loopback port and wait until its HTTP side answers."""
+    last = ""
+    for _ in range(3):
+        port = free_port()
+        log_path = tmp_path / f"standin-{port}.log"
+        request_log = tmp_path / f"requests-{port}.jsonl"
+        cmd = [
+            sys.executable,
+            "-m",
+            "slime_hangdoctor.demo.sglang_server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--request-log",
+            str(request_log),
+            "--step-s",
+            "0.01",
+            *args,
+        ]
+        full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True
+            )
+        standin = Standin(proc, port, log_path, request_log)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                requests.get(standin.url + "/v1/models", timeout=1.0)
+                request_log.unlink(missing_ok=True)  # tests see only their own requests
+                return standin
+            except requests.RequestException:
+                time.sleep(0.1)
+        last = standin.output()
+        standin.stop()
+    raise AssertionError(f"the stand-in did not start:\n{last[-2000:]}")

@@ -1,0 +1,172 @@
+"""Flight-recorder parser on real PyTorch 2.11 dumps (version 2.10), and its pickle safety."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+
+from slime_hangdoctor.errors import ParseError
+from slime_hangdoctor.facts import FrDump
+from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder, rank_from_dump_name
+from tests.fixtures import transforms as tf
+
+NCCL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "gpu-2xh200-nccl-broadcast-hang"
+HANG0 = NCCL / "run3_hang.fr.fr_hang_rank_0.pkl"
+HANG1 = NCCL / "run3_hang.fr.fr_hang_rank_1.pkl"
+STUCK0 = NCCL / "run3_train_stuck.fr.fr_train_stuck_rank_0.pkl"
+
+
+def _dump(path: Path) -> FrDump:
+    return parse_flight_recorder(path.read_bytes(), rank_from_dump_name(path.name))
+
+
+def test_hang_rank0_last_entry_is_the_started_broadcast() -> None:
+    dump = _dump(HANG0)
+    assert (dump.rank, dump.version, dump.pid) == (0, "2.10", None)
+    assert [e.collective_seq_id for e in dump.entries] == [1, 2]
+    last = dump.entries[-1]
+    assert (last.record_id, last.pg_id, last.op, last.state) == (1, 0, "nccl:broadcast", "started")
+    assert last.is_p2p is False and last.input_sizes == ((268435456,),)
+    assert last.frames[0].where == "broadcast (torch/distributed/distributed_c10d.py:2968)"
+    assert last.frames[0].filename.endswith("site-packages/torch/distributed/distributed_c10d.py")
+    caller = last.frames[2]
+    assert (caller.name, caller.filename, caller.short_filename, caller.line) == (
+        "update_weights_from_distributed",
+        "/job/nccl_hang.py",
+        "nccl_hang.py",
+        16,
+    )
+    assert not any(f.native for f in last.frames)
+    assert dump.pg_status == {
+        "0": {
+            "last_enqueued_collective": 2,
+            "last_started_collective": 2,
+            "last_completed_collective": 1,
+        }
+    }
+    assert dump.pg_config["0"] == {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}
+
+
+def test_hang_rank1_last_completed_is_seq_1() -> None:
+    dump = _dump(HANG1)
+    assert dump.rank == 1
+    (only,) = dump.entries
+    assert (only.collective_seq_id, only.op, only.state) == (1, "nccl:all_reduce", "completed")
+    assert dump.pg_status["0"]["last_enqueued_collective"] == 1
+
+
+def test_train_stuck_rank0_is_in_all_reduce_of_train_one_step() -> None:
+    last = _dump(STUCK0).entries[-1]
+    assert (last.collective_seq_id, last.op, last.state) == (2, "nccl:all_reduce", "started")
+    assert "train_one_step" in [f.name for f in last.frames]
+
+
+def test_pid_is_recorded_when_known() -> None:
+    assert parse_flight_recorder(HANG0.read_bytes(), 0, pid=571).pid == 571
+
+
+@pytest.mark.parametrize(
+    ("name", "rank"),
+    [
+        ("fr_hang_rank_1", 1),
+        ("run3_hang.fr.fr_hang_rank_0.pkl", 0),
+        ("/tmp/frdump_3", 3),
+        ("nccl_trace_rank-12.pkl", 12),
+        ("raw/flight_recorder/10.0.0.1/rank7.s1.pkl", 7),
+        ("dump", None),
+        ("", None),
+    ],
+)
+def test_rank_from_dump_name(name: str, rank: int | None) -> None:
+    assert rank_from_dump_name(name) == rank
+
+
+def test_rank_is_required() -> None:
+    with pytest.raises(ParseError, match="rank"):
+        parse_flight_recorder(HANG0.read_bytes(), None)
+
+
+def test_dropped_and_defaulted_fields() -> None:
+    data = HANG0.read_bytes()
+    no_sizes = parse_flight_recorder(tf.fr_drop_entry_field(data, "input_sizes"), 0)
+    assert no_sizes.entries[-1].input_sizes == ()
+    no_ids = parse_flight_recorder(tf.fr_drop_entry_field(data, "record_id"), 0)
+    assert [e.record_id for e in no_ids.entries] == [0, 1]  # position in the ring
+    no_frames = parse_flight_recorder(tf.fr_drop_entry_field(data, "frames"), 0)
+    assert no_frames.entries[-1].frames == ()
+    no_pg = parse_flight_recorder(tf.fr_drop_entry_field(data, "pg_id"), 0)
+    assert no_pg.entries[-1].pg_id is None
+
+
+def test_round_trip_of_the_fixture_is_identical() -> None:
+    data = HANG0.read_bytes()
+    assert parse_flight_recorder(tf.fr_redump(data, lambda d: None), 0) == _dump(HANG0)
+
+
+# --------------------------------------------------------------------------- safety
+
+
+class _MakeDir:
+    """An object whose unpickling calls os.mkdir: the shape of a malicious bundle."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.mkdir, (str(self.path),))
+
+
+def test_a_pickle_that_would_run_code_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "pwned"
+    evil = tf.fr_with_payload(HANG0.read_bytes(), _MakeDir(target))
+    with pytest.raises(ParseError, match=r"refused global (posix|os)\.mkdir"):
+        parse_flight_recorder(evil, 0)
+    assert not target.exists()
+    pickle.loads(evil)  # the payload is live: an ordinary unpickler runs it
+    assert target.is_dir()
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pickle.dumps(Path("/etc/passwd")),
+        pickle.dumps({"entries": [], "version": "2.10", "x": Path("/")}),
+        pickle.dumps({"entries": [], "version": "2.10", "x": range(3)}),
+        pickle.dumps({"entries": [], "version": "2.10", "x": frozenset({1})}, protocol=2),
+    ],
+)
+def test_any_global_is_refused(payload: bytes) -> None:
+    with pytest.raises(ParseError, match="refused global"):
+        parse_flight_recorder(payload, 0)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (lambda d: b"", "empty"),
+        (lambda d: tf.truncate_bytes_at(d, len(d) // 2), "corrupt"),
+        (lambda d: b"not a pickle at all", "corrupt"),
+        (lambda d: pickle.dumps([1, 2, 3]), "not a dict"),
+        (lambda d: pickle.dumps({"foo": 1}), "neither 'version' nor 'entries'"),
+        (lambda d: tf.fr_set_entry_field(d, "collective_seq_id", "2"), "collective_seq_id"),
+        (lambda d: tf.fr_set_entry_field(d, "collective_seq_id", None), "collective_seq_id"),
+        (lambda d: tf.fr_set_entry_field(d, "profiling_name", 5), "profiling_name"),
+        (lambda d: tf.fr_set_entry_field(d, "frames", "x"), "frames is not a list"),
+        (lambda d: tf.fr_set_entry_field(d, "frames", [1]), "a frame is int"),
+        (lambda d: tf.fr_set_entry_field(d, "input_sizes", [["a"]]), "input size"),
+        (lambda d: tf.fr_redump(d, lambda doc: doc.update(entries=5)), "'entries' is not a list"),
+        (lambda d: tf.fr_redump(d, lambda doc: doc.update(pg_status=[1])), "pg_status"),
+        (lambda d: tf.fr_redump(d, lambda doc: doc.update(version=2.1)), "version"),
+    ],
+)
+def test_bad_dumps_raise_parse_error(change: object, match: str) -> None:
+    with pytest.raises(ParseError, match=match):
+        parse_flight_recorder(change(HANG0.read_bytes()), 0)  # type: ignore[operator]
+
+
+def test_wrong_input_type() -> None:
+    with pytest.raises(ParseError, match="expected bytes"):
+        parse_flight_recorder("text", 0)  # type: ignore[arg-type]

@@ -1,0 +1,285 @@
+"""The terminal report: verdict first, every culprit / step / blind spot shown, 100 columns, plain
+text without a tty or with NO_COLOR."""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.cells import cell_len
+from rich.console import Console
+
+from slime_hangdoctor.render import render_terminal
+from slime_hangdoctor.verdict import (
+    Culprit,
+    Diagnosis,
+    Finding,
+    Role,
+    Severity,
+    StackExcerpt,
+    Status,
+)
+from tests.unit.render_diagnoses import (
+    FIXTURES,
+    GOLDEN,
+    all_diagnoses,
+    hung_diagnosis,
+    terminal_text,
+)
+
+EXAMPLES = all_diagnoses()
+SGR = re.compile(r"\x1b\[([0-9;]*)m")
+# A real frame location from slime's weight sync, as a deep site-packages path makes it.
+LONG_FRAME = (
+    "_update_bucket_weights_from_distributed (/usr/local/lib/python3.12/dist-packages/slime/"
+    "backends/megatron_utils/update_weight/update_weight_from_distributed.py:302)"
+)
+
+
+def _flat(text: str) -> str:
+    """The report's words in one line: panel borders dropped, wrapping undone."""
+    return " ".join(text.replace("│", " ").split())
+
+
+def _words(value: str) -> str:
+    return " ".join(value.split())
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+@pytest.mark.parametrize("width", [100, 80, 60])
+def test_no_line_wider_than_the_console(name: str, width: int) -> None:
+    """A line that wraps in the terminal scrambles tables and stacks."""
+    # GIVEN / WHEN
+    text = terminal_text(EXAMPLES[name], width=width)
+    # THEN
+    assert max(cell_len(line) for line in text.splitlines()) <= width
+
+
+@settings(max_examples=60, deadline=None)
+@given(words=st.text(max_size=160), width=st.integers(min_value=20, max_value=140))
+def test_any_text_from_the_job_stays_inside_the_width(words: str, width: int) -> None:
+    """Wide characters, tabs, control codes or one endless token in a frame or a log line must
+    not push a line past the edge."""
+    # GIVEN: the hung example with every free-text field replaced by `words`
+    base = EXAMPLES["hung"]
+    verdict = replace(
+        base.verdict,
+        summary=words,
+        culprits=(Culprit(Role.DRIVER, words, pid=1, engine_url=words),),
+        findings=(Finding("r", Severity.INFO, words, (words,)),),
+        next_steps=(words,),
+        blind_spots=(words,),
+    )
+    excerpt = StackExcerpt(words, (words, f"{words} ({words}:1)"), (0,))
+    # WHEN
+    text = terminal_text(replace(base, verdict=verdict, excerpt=excerpt), width=width)
+    # THEN
+    assert all(cell_len(line) <= min(width, 100) for line in text.splitlines())
+
+
+def test_never_wider_than_100_columns_on_a_wide_terminal() -> None:
+    """Long summaries stay readable on a 200-column screen."""
+    text = terminal_text(EXAMPLES["hung"], width=200)
+    assert max(cell_len(line) for line in text.splitlines()) <= 100
+
+
+@pytest.mark.parametrize(
+    ("name", "first"),
+    [
+        ("hung", "HUNG in weight-sync NCCL broadcast"),
+        ("progressing", "PROGRESSING"),
+        ("idle", "IDLE"),
+        ("unknown", "UNKNOWN"),
+    ],
+)
+def test_verdict_line_comes_first(name: str, first: str) -> None:
+    """At 3 a.m. the first line must say what is wrong; the summary follows at once."""
+    # GIVEN
+    diagnosis = EXAMPLES[name]
+    # WHEN
+    lines = terminal_text(diagnosis).splitlines()
+    # THEN
+    assert first in lines[0]
+    assert _words(diagnosis.verdict.summary) in _flat("\n".join(lines[:4]))
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_every_culprit_next_step_and_blind_spot_is_shown(name: str) -> None:
+    """Nothing the analysis concluded may be dropped by the layout."""
+    # GIVEN
+    verdict = EXAMPLES[name].verdict
+    # WHEN
+    flat = _flat(terminal_text(EXAMPLES[name]))
+    # THEN
+    for culprit in verdict.culprits:
+        assert _words(culprit.why) in flat
+        for value in (culprit.node_ip, culprit.pid, culprit.engine_url, culprit.actor_id):
+            if value is not None:
+                assert str(value) in flat
+    for item in (*verdict.next_steps, *verdict.blind_spots):
+        assert _words(item) in flat
+    for finding in verdict.findings:
+        assert _words(finding.message) in flat
+        assert all(_words(e) in flat for e in finding.evidence)
+
+
+def test_next_steps_are_numbered_in_order() -> None:
+    """On-call runbooks refer to steps by number."""
+    text = terminal_text(EXAMPLES["hung"])
+    starts = [re.search(rf"^\s+{i}\. ", text, re.MULTILINE) for i in (1, 2, 3, 4)]
+    assert all(starts)
+    assert [m.start() for m in starts if m] == sorted(m.start() for m in starts if m)
+
+
+def test_culprit_row_is_marked_in_the_process_table() -> None:
+    """Without colour the marker is the only thing that singles out the culprit process."""
+    # GIVEN / WHEN
+    lines = terminal_text(EXAMPLES["hung"]).splitlines()
+    table = lines[lines.index("Processes") :]
+    # THEN
+    rank1 = next(line for line in table if "train rank 1" in line)
+    rank0 = next(line for line in table if "train rank 0" in line)
+    assert rank1.lstrip().startswith("▶") and "572" in rank1
+    assert not rank0.lstrip().startswith("▶")
+
+
+def test_stack_excerpt_is_innermost_first_with_the_deciding_frame_marked() -> None:
+    """The frame the verdict rests on must be the one the eye lands on."""
+    # GIVEN
+    excerpt = EXAMPLES["hung"].excerpt
+    assert excerpt is not None
+    # WHEN
+    lines = terminal_text(EXAMPLES["hung"]).splitlines()
+    # THEN
+    rows = [next(i for i, line in enumerate(lines) if frame in line) for frame in excerpt.frames]
+    assert rows == sorted(rows)
+    assert lines[rows[0]].strip() == f"▶ {excerpt.frames[0]}"
+    assert not lines[rows[1]].strip().startswith("▶")
+
+
+def test_long_frame_is_cut_in_the_middle_keeping_function_and_line() -> None:
+    """A deep site-packages path must not wrap, and must keep `function` and `file:line`."""
+    # GIVEN
+    excerpt = StackExcerpt(title="train rank 0 (pid 571)", frames=(LONG_FRAME,), highlight=(0,))
+    diagnosis = replace(EXAMPLES["hung"], excerpt=excerpt)
+    # WHEN
+    line = next(x for x in terminal_text(diagnosis).splitlines() if "…" in x)
+    # THEN
+    assert cell_len(line) <= 100
+    assert line.strip().startswith("▶ _update_bucket_weights_from_distributed (/usr/")
+    assert line.endswith("update_weight_from_distributed.py:302)")
+
+
+def test_brackets_in_log_lines_print_literally() -> None:
+    """A rank's log line looks like rich markup; it must not be eaten as a tag."""
+    # GIVEN: the real line rank 1 printed when the flight recorder dumped
+    log_line = (FIXTURES / "run3_hang.1.log").read_text().splitlines()[1]
+    finding = Finding(
+        "logs.fr_dump", Severity.INFO, "Rank 1 dumped its flight recorder.", (log_line,)
+    )
+    diagnosis = _with_findings(EXAMPLES["hung"], finding)
+    # WHEN
+    flat = _flat(terminal_text(diagnosis, width=100))
+    # THEN
+    assert "[rank1]:[E1129 22:06:18.468671222 ProcessGroupNCCL.cpp:1628] [PG ID 0" in flat
+
+
+def test_plain_text_without_a_tty() -> None:
+    """Piped into a file or a ticket, the report has no escape codes."""
+    console = Console(width=100, force_terminal=False, file=io.StringIO())
+    with console.capture() as capture:
+        render_terminal(EXAMPLES["hung"], console)
+    assert "\x1b" not in capture.get()
+
+
+def test_no_color_keeps_emphasis_but_drops_colour(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NO_COLOR (no-color.org) is honoured: no colour codes on a colour terminal."""
+    # GIVEN
+    monkeypatch.setenv("NO_COLOR", "1")
+    console = Console(width=100, force_terminal=True, color_system="standard", file=io.StringIO())
+    # WHEN
+    with console.capture() as capture:
+        render_terminal(EXAMPLES["hung"], console)
+    # THEN
+    params = {p for codes in SGR.findall(capture.get()) for p in codes.split(";")}
+    assert params, "bold should still be emitted"
+    assert not params & {str(c) for c in (*range(30, 38), *range(90, 98), 38)}
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(Status.HUNG, "31"), (Status.PROGRESSING, "32"), (Status.IDLE, "34"), (Status.UNKNOWN, "33")],
+)
+def test_status_colour_on_the_verdict_line(status: Status, code: str) -> None:
+    """HUNG red, PROGRESSING green, IDLE blue, UNKNOWN yellow."""
+    # GIVEN
+    by_status = {d.verdict.status: d for d in EXAMPLES.values()}
+    console = Console(
+        width=100, force_terminal=True, color_system="standard", no_color=False, file=io.StringIO()
+    )
+    # WHEN
+    with console.capture() as capture:
+        render_terminal(by_status[status], console)
+    # THEN
+    first = capture.get().splitlines()[0]
+    assert code in {p for codes in SGR.findall(first) for p in codes.split(";")}
+
+
+def test_ascii_only_terminal_gets_ascii_markers_and_boxes() -> None:
+    """With a non-UTF-8 stdout (LANG=C on an old node) the report must still encode."""
+
+    class AsciiFile(io.StringIO):
+        encoding = "ascii"
+
+    console = Console(width=100, force_terminal=False, file=AsciiFile())
+    with console.capture() as capture:
+        render_terminal(EXAMPLES["engine_culprit"], console)
+    text = capture.get()
+    text.encode("ascii")
+    assert "> train rank 1" in text
+
+
+def test_suspected_hang_says_so() -> None:
+    """A hang not yet past the stall threshold is reported as suspected (exit 1)."""
+    verdict = replace(EXAMPLES["hung"].verdict, suspected=True)
+    first = terminal_text(replace(EXAMPLES["hung"], verdict=verdict)).splitlines()[0]
+    assert "HUNG (suspected)" in first
+    assert "exit 1 (warning)" in _flat(terminal_text(replace(EXAMPLES["hung"], verdict=verdict)))
+
+
+def test_empty_sections_are_left_out() -> None:
+    """No culprit heading for a healthy job, no stack heading without a stack."""
+    text = terminal_text(EXAMPLES["unknown"])
+    for heading in ("Culprit", "Processes", "Stack of", "Findings"):
+        assert heading not in text
+
+
+@pytest.mark.parametrize(
+    ("golden", "name"),
+    [("terminal_hung.txt", "hung"), ("terminal_progressing.txt", "progressing")],
+)
+def test_matches_golden(golden: str, name: str) -> None:
+    """Any change to the layout shows up as a reviewed diff of the golden file."""
+    expected = (GOLDEN / golden).read_text(encoding="utf-8")
+    assert terminal_text(EXAMPLES[name]) == expected, (
+        "terminal report changed: run `python scripts/make_screenshots.py` and review the diff"
+    )
+
+
+def test_builders_use_the_real_fixture_stack() -> None:
+    """The example stack is rank 1's real py-spy stack from the 2x H200 hang."""
+    excerpt = hung_diagnosis().excerpt
+    assert excerpt is not None
+    raw = Path(FIXTURES / "run3_hang.pyspy.json.txt").read_text()
+    assert excerpt.frames[0] == "never_join (nccl_hang.py:11)"
+    assert '"name": "never_join"' in raw and '"line": 11' in raw
+
+
+def _with_findings(diagnosis: Diagnosis, *extra: Finding) -> Diagnosis:
+    verdict = replace(diagnosis.verdict, findings=(*diagnosis.verdict.findings, *extra))
+    return replace(diagnosis, verdict=verdict)
