@@ -58,6 +58,7 @@ class _Acc:
         self.gpm: list[GpmObs] = []
         self.ras: list[RasObs] = []
         self.flight: list[FrObs] = []
+        self.summary_gpus: list[GpuObs] = []
         self.blind: list[str] = []
         self.ray_seen = False
 
@@ -80,6 +81,8 @@ def load_snapshot(bundle: Bundle) -> Snapshot:
             _load_one(acc, rec, data)
         except ParseError as exc:
             acc.blind.append(f"{rec.source} {rec.target}: could not parse: {exc}")
+    nvml_nodes = {g.node_ip for g in acc.gpus}
+    acc.gpus.extend(g for g in acc.summary_gpus if g.node_ip not in nvml_nodes)
     latest_tasks = _latest_running_tasks(bundle)
     tasks = tuple(
         t for t in acc.tasks.values() if latest_tasks is None or t.task_id in latest_tasks
@@ -145,6 +148,9 @@ def _load_dashboard(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
     elif endpoint.startswith("/api/v0/nodes"):
         for n in ray_state.parse_nodes(data):
             acc.nodes[n.node_id] = n
+    elif endpoint.startswith("/nodes"):
+        for series in ray_state.parse_node_summary(data):
+            acc.summary_gpus.append(GpuObs(series.node_ip, series, "ray_summary"))
     elif endpoint.startswith("/api/jobs"):
         jobs = ray_state.parse_jobs(data)
         known = {(j.job_id, j.submission_id) for j in acc.jobs}

@@ -62,6 +62,7 @@ class HttpObs:
 class GpuObs:
     node_ip: str | None
     series: GpuSeries
+    via: str = "nvml"  # nvml (local sampler) | ray_summary (dashboard /nodes?view=summary: util, power)
 
 
 @dataclass(frozen=True)

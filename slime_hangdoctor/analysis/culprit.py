@@ -18,7 +18,7 @@ from slime_hangdoctor.analysis.gpu import GpuRead, GpuState, gpu_by_index
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block, split_name
 from slime_hangdoctor.analysis.stacks import ProcessRead, find_stage
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import FrDump, FrEntry, RasCommunicator, RasRank
+from slime_hangdoctor.facts import FrDump, FrEntry, HttpAnswer, RasCommunicator, RasRank
 from slime_hangdoctor.verdict import Culprit, Role, Stage
 
 STRONG = 3  # the source names this process as the one missing (RAS, FR, dead engine)
@@ -28,7 +28,9 @@ WEAK = 1
 
 @dataclass(frozen=True)
 class Suspect:
-    source: str  # ras | flight_recorder | nvml | stacks | sglang | rollout | driver | ray | processes
+    source: (
+        str  # ras | flight_recorder | nvml | stacks | sglang | rollout | driver | ray | processes
+    )
     role: Role
     why: str
     evidence: tuple[str, ...] = ()
@@ -112,6 +114,23 @@ def ras_suspects(world: World, moving_comms: set[str]) -> list[Suspect]:
                 continue
             seen.add(comm.hash)
             out.extend(_ras_comm_suspects(world, comm))
+    waiters = _ras_waiters(world, moving_comms)
+    root = [s for s in out if s.pid not in waiters or "missing" in s.why]
+    return root or out
+
+
+def _ras_waiters(world: World, moving_comms: set[str]) -> set[int | None]:
+    """Pids that launched a collective their peers have not (they wait in it somewhere): in a
+    cascade they show up 'behind' in another communicator, but they are victims."""
+    out: set[int | None] = set()
+    for obs in world.snapshot.ras:
+        for comm in obs.report.communicators:
+            if comm.hash in moving_comms:
+                continue
+            behind, _ = _ras_behind(comm)
+            if behind:
+                lagging = {id(r) for r in behind}
+                out |= {r.pid for r in comm.ranks if id(r) not in lagging and not r.missing}
     return out
 
 
@@ -119,8 +138,10 @@ def _ras_rank_suspect(world: World, comm: RasCommunicator, r: RasRank, why: str)
     proc = world.find(r.pid, r.host)
     gpu = r.nvml_dev if r.nvml_dev is not None else (proc.gpu.index if proc and proc.gpu else None)
     role = proc.role if proc and proc.role else Role.TRAIN_RANK
-    evidence = (f"NCCL RAS communicator {comm.hash}: {comm.status or '?'} {comm.errors or '?'}",)
-    evidence += comm.messages[:6]
+    evidence: tuple[str, ...] = (
+        f"NCCL RAS communicator {comm.hash}: {comm.status or '?'} {comm.errors or '?'}",
+        *comm.messages[:6],
+    )
     return _suspect(
         "ras",
         role,
@@ -142,8 +163,11 @@ def _ras_comm_suspects(world: World, comm: RasCommunicator) -> list[Suspect]:
             state = "considered dead" if r.considered_dead else "not responding"
             out.append(
                 _ras_rank_suspect(
-                    world, comm, r, f"NCCL RAS: rank {r.rank} is missing from the communicator "
-                    f"({state}); its peers cannot complete their collectives"
+                    world,
+                    comm,
+                    r,
+                    f"NCCL RAS: rank {r.rank} is missing from the communicator "
+                    f"({state}); its peers cannot complete their collectives",
                 )
             )
     behind, op = _ras_behind(comm)
@@ -251,14 +275,18 @@ def _fr_entry_text(e: FrEntry) -> str:
 
 def fr_suspects(world: World) -> list[Suspect]:
     out: list[Suspect] = []
-    for g in fr_groups(world):
+    groups = fr_groups(world)
+    # a rank with a collective in flight in some group waits there: behind elsewhere is a cascade
+    in_flight = {c.rank for g in groups for c in g.cursors if c.pending is not None}
+    for g in groups:
         if not g.behind or g.stuck is None:
             continue
+        roots = [c for c in g.behind if c.rank not in in_flight] or list(g.behind)
         stage = fr_stage(g.stuck)
         peers = ", ".join(
             f"rank {c.rank} (enqueued #{c.enqueued}, completed #{c.completed})" for c in g.waiting
         )
-        for c in g.behind:
+        for c in roots:
             proc = world.find(c.pid) if c.pid is not None else None
             if proc is None:
                 proc = world.train_rank(c.rank)
@@ -305,14 +333,13 @@ def gpu_suspects(world: World, engine_stage: bool) -> list[Suspect]:
     allowed_roles = {Role.TRAIN_RANK} | ({Role.SGLANG_ENGINE} if engine_stage else set())
     idle: list[tuple[GpuRead, Proc | None]] = []
     for g in world.gpus:
-        if g.state is not GpuState.IDLE:
+        if g.state is not GpuState.IDLE or not g.pids:
             continue
-        pid = g.pids[0][0] if g.pids else None
-        proc = world.find(pid, g.node_ip)
-        if job_pids and (proc is None or proc.role not in allowed_roles):
+        procs = [world.find(pid, g.node_ip) for pid, _ in g.pids]
+        allowed = [p for p in procs if p is not None and p.role in allowed_roles]
+        if job_pids and not allowed:
             continue
-        if not job_pids and pid is None:
-            continue
+        proc = allowed[0] if allowed else None
         if _waits_on_others(proc.latest if proc else None):
             continue
         idle.append((g, proc))
@@ -333,7 +360,7 @@ def gpu_suspects(world: World, engine_stage: bool) -> list[Suspect]:
                 role,
                 why,
                 proc,
-                pid=g.pids[0][0] if g.pids else None,
+                pid=proc.pid if proc else g.pids[0][0],
                 node_ip=g.node_ip,
                 gpu=g.index,
                 weight=MEDIUM,
@@ -351,11 +378,29 @@ def _op_of(read: ProcessRead) -> str:
     return split_name(f.name)[1] if f is not None else read.block.value
 
 
+def peer_groups(world: World) -> list[list[Proc]]:
+    """Processes that run collectives together: the train ranks; the schedulers of one engine."""
+    groups = [[p for p in world.by_role(Role.TRAIN_RANK) if p.latest is not None]]
+    engines: dict[str, list[Proc]] = {}
+    for p in world.by_role(Role.SGLANG_ENGINE):
+        if p.kind == "scheduler" and p.latest is not None and p.engine_url:
+            engines.setdefault(p.engine_url, []).append(p)
+    groups += list(engines.values())
+    return [g for g in groups if len(g) >= 2]
+
+
 def stack_suspects(world: World) -> list[Suspect]:
-    ranks = [p for p in world.by_role(Role.TRAIN_RANK) if p.latest is not None]
+    out: list[Suspect] = []
+    for group in peer_groups(world):
+        out += _odd_ones(group)
+    return out
+
+
+def _odd_ones(ranks: list[Proc]) -> list[Suspect]:
     in_coll = [p for p in ranks if p.latest is not None and p.latest.primary.in_collective]
-    if not in_coll or len(ranks) < 2:
+    if not in_coll:
         return []
+    role = ranks[0].role or Role.TRAIN_RANK
     outside = [p for p in ranks if p not in in_coll]
     if outside:
         victims = ", ".join(f"{p.label} ({_brief(p)})" for p in in_coll[:4])
@@ -363,13 +408,15 @@ def stack_suspects(world: World) -> list[Suspect]:
         return [
             _suspect(
                 "stacks",
-                Role.TRAIN_RANK,
+                role,
                 f"stacks: {p.label} is not in the collective its peers wait in; it is "
                 f"{p.latest.describe() if p.latest else '?'} (peers: {victims})",
                 p,
                 weight=weight,
                 stage=p.latest.stage if p.latest else None,
-                waits_elsewhere=p.latest is not None and p.latest.block in (
+                waits_elsewhere=p.latest is not None
+                and p.latest.block
+                in (
                     Block.RAY_GET,
                     Block.HTTP,
                     Block.WAIT,
@@ -378,14 +425,14 @@ def stack_suspects(world: World) -> list[Suspect]:
             )
             for p in outside
         ]
-    return _collective_minority(in_coll)
+    return _collective_minority(in_coll, role)
 
 
 def _brief(p: Proc) -> str:
     return p.latest.describe() if p.latest else "no stack"
 
 
-def _collective_minority(in_coll: list[Proc]) -> list[Suspect]:
+def _collective_minority(in_coll: list[Proc], role: Role) -> list[Suspect]:
     """All ranks wait in collectives: the odd op out, when the ranks are in one stage."""
     stages = {p.latest.stage for p in in_coll if p.latest}
     if len(stages) != 1:
@@ -400,9 +447,9 @@ def _collective_minority(in_coll: list[Proc]) -> list[Suspect]:
     return [
         _suspect(
             "stacks",
-            Role.TRAIN_RANK,
+            role,
             f"stacks: {p.label} waits in {_op_of(p.latest) if p.latest else '?'} while "
-            f"{top_n} ranks wait in {top_op}: the ranks issued different collectives",
+            f"{top_n} peers wait in {top_op}: the peers issued different collectives",
             p,
             weight=WEAK,
             stage=p.latest.stage if p.latest else None,
@@ -421,7 +468,11 @@ def _engine_proc(e: EngineRead) -> Proc | None:
 
 def engine_suspects(world: World, engines: tuple[EngineRead, ...]) -> list[Suspect]:
     out: list[Suspect] = []
-    weights = {EngineState.DEAD: STRONG, EngineState.UNRESPONSIVE: MEDIUM, EngineState.STUCK: MEDIUM}
+    weights = {
+        EngineState.DEAD: STRONG,
+        EngineState.UNRESPONSIVE: MEDIUM,
+        EngineState.STUCK: MEDIUM,
+    }
     words = {
         EngineState.DEAD: "is dead (no server answers)",
         EngineState.UNRESPONSIVE: "is unresponsive: its scheduler does not answer",
@@ -432,21 +483,80 @@ def engine_suspects(world: World, engines: tuple[EngineRead, ...]) -> list[Suspe
             continue
         proc = _engine_proc(e)
         stage = _engine_stage(e)
+        inside = [
+            s for s in e.schedulers if s.latest is not None and s.latest.primary.in_collective
+        ]
+        why = f"engine {e.url} {words[e.state]}"
+        weight = weights[e.state]
+        if inside and e.state is not EngineState.DEAD:
+            why += f" (its scheduler is {_brief(inside[0])}: it waits in a collective too)"
+            weight = WEAK
         out.append(
             _suspect(
                 "sglang",
                 Role.SGLANG_ENGINE,
-                f"engine {e.url} {words[e.state]}",
+                why,
                 proc,
                 engine_url=e.url,
                 node_ip=e.node_ip or (proc.node_ip if proc else None),
-                weight=weights[e.state],
+                weight=weight,
                 stage=stage,
                 evidence=e.evidence,
+                waits_elsewhere=bool(inside),
             )
         )
     out.extend(_broadcast_absentees(world, engines))
     out.extend(_dead_actors(world))
+    out.extend(_dead_processes(world, {e.url for e in engines if e.state is EngineState.DEAD}))
+    out.extend(_routers(world))
+    return out
+
+
+def _dead_processes(world: World, dead_engines: set[str]) -> list[Suspect]:
+    """Slime processes seen in an earlier /proc sample and gone (or zombie) in the last one."""
+    return [
+        _suspect(
+            "processes",
+            p.role,
+            f"{p.label} (pid {p.pid}) is gone from the process table: it died during the window",
+            p,
+            weight=STRONG,
+        )
+        for p in world.procs
+        if p.role is not None and p.dead and (p.engine_url or "") not in dead_engines
+    ]
+
+
+def _routers(world: World) -> list[Suspect]:
+    by_url: dict[str, list[HttpAnswer]] = {}
+    last = max((o.sample for o in world.snapshot.http if o.kind == "router"), default=0)
+    for o in world.snapshot.http:
+        if o.kind == "router" and o.sample == last:
+            by_url.setdefault(o.answer.url, []).append(o.answer)
+    out: list[Suspect] = []
+    for url, answers in by_url.items():
+        refused = all(a.status is None for a in answers)
+        if not refused and not any(a.status == 503 for a in answers):
+            continue
+        proc = next((p for p in world.by_role(Role.ROUTER) if p.engine_url == url), None)
+        why = (
+            f"router {url} does not answer ({answers[0].error or 'no answer'}): no request "
+            "reaches an engine"
+            if refused
+            else f"router {url} answers 503 (no available workers)"
+        )
+        out.append(
+            _suspect(
+                "sglang",
+                Role.ROUTER,
+                why,
+                proc,
+                engine_url=url,
+                weight=STRONG if refused else WEAK,
+                stage=Stage.ROLLOUT_DISPATCH,
+                evidence=tuple(f"GET {a.url}{a.path}: {a.status or a.error}" for a in answers[:3]),
+            )
+        )
     return out
 
 
@@ -639,6 +749,44 @@ def _actor_idle(p: Proc) -> bool:
     return p.member is not None and p.member.method is None
 
 
+# --------------------------------------------------------------------------- end of the ray.get chain
+
+_CHAIN_END = frozenset({Block.PARKED, Block.SLEEP, Block.HTTP, Block.SUBPROCESS})
+
+
+def chain_end_suspects(world: World) -> list[Suspect]:
+    """Everyone waits; some wait in ray.get on other actors. The actors that wait on something
+    outside Ray (their own HTTP server, a sleep-poll, a child process) end the chain."""
+    reads = [(p, p.latest) for p in world.procs if p.role is not None and p.latest is not None]
+    if not reads or any(
+        r.cpu_busy or not (r.primary.waiting or r.block is Block.PARKED) for _, r in reads
+    ):
+        return []
+    if not any(r.block is Block.RAY_GET for _, r in reads):
+        return []
+    ends = [
+        (p, r)
+        for p, r in reads
+        if r.block in _CHAIN_END and r.stage is not None and p.role is not Role.DRIVER
+    ]
+    if not ends or len(ends) > 4:
+        return []
+    waiting = [p for p, r in reads if r.block is Block.RAY_GET]
+    return [
+        _suspect(
+            "stacks",
+            p.role or Role.TRAIN_RANK,
+            f"stacks: {p.label} is where the chain of ray.get waits ends: it is {r.describe()} "
+            f"(waiting on it: {', '.join(q.label for q in waiting[:4])})",
+            p,
+            weight=WEAK,
+            stage=r.stage,
+            evidence=tuple(f.where for f in r.primary.frames[:6]),
+        )
+        for p, r in ends
+    ]
+
+
 # --------------------------------------------------------------------------- merge
 
 
@@ -705,7 +853,9 @@ def merge(suspects: list[Suspect], world: World) -> list[Merged]:
 def _same(g: Merged, s: Suspect, world: World) -> bool:
     for o in g.suspects:
         if s.pid is not None and o.pid is not None:
-            if s.pid == o.pid and (s.node_ip is None or o.node_ip is None or s.node_ip == o.node_ip):
+            if s.pid == o.pid and (
+                s.node_ip is None or o.node_ip is None or s.node_ip == o.node_ip
+            ):
                 return True
             continue
         if s.engine_url and o.engine_url and s.engine_url == o.engine_url:

@@ -112,7 +112,9 @@ def _moving(metrics: dict[int, SglangMetrics]) -> tuple[tuple[str, ...], bool]:
     return tuple(moving), compared
 
 
-def _load(latest: list[HttpObs], metrics: SglangMetrics | None) -> tuple[float | None, float | None]:
+def _load(
+    latest: list[HttpObs], metrics: SglangMetrics | None
+) -> tuple[float | None, float | None]:
     for o in latest:
         if isinstance(o.parsed, EngineLoad):
             return float(o.parsed.running), float(o.parsed.waiting)

@@ -50,8 +50,8 @@ class GpuRead:
     def label(self) -> str:
         return f"GPU {self.index}" + (f" @{self.node_ip}" if self.node_ip else "")
 
-    def evidence(self) -> str:
-        parts = [f"{self.label}: {self.state.value}"]
+    def evidence(self, label: bool = True) -> str:
+        parts = [f"{self.label}: {self.state.value}" if label else self.state.value]
         if self.util_gpu is not None:
             parts.append(
                 f"util {self.util_gpu:.0f}% / memory util {self.util_mem or 0:.0f}% "

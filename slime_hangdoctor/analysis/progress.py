@@ -66,19 +66,25 @@ def _engine_signals(engines: tuple[EngineRead, ...]) -> tuple[list[Signal], list
             )
         if e.frozen:
             compared = True
-            frozen.append(Signal("sglang", subject, "token and request counters unchanged"))
+            if (e.in_flight or 0) > 0:
+                frozen.append(
+                    Signal(
+                        "sglang", subject, f"{e.in_flight:g} requests in flight, counters unchanged"
+                    )
+                )
     return progress, frozen, compared
 
 
-def _gpu_signals(world: World) -> tuple[list[Signal], list[Signal]]:
-    progress: list[Signal] = []
-    frozen: list[Signal] = []
-    for g in world.gpus:
-        if g.state is GpuState.BUSY:
-            progress.append(Signal("nvml", g.label, "doing real work: " + g.evidence()))
-        elif g.state is GpuState.STUCK and g.readings >= 2:
-            frozen.append(Signal("nvml", g.label, "busy-waiting, no data moved: " + g.evidence()))
-    return progress, frozen
+def _gpu_signals(world: World) -> list[Signal]:
+    """Busy GPUs that run the job's processes (all busy GPUs when no pid maps to the job)."""
+    job = {p.pid for p in world.procs if p.role is not None}
+    mapped = [g for g in world.gpus if any(pid in job for pid, _ in g.pids)]
+    pool = mapped if mapped else [g for g in world.gpus if not job or not g.pids]
+    return [
+        Signal("nvml", g.label, "doing real work: " + g.evidence(label=False))
+        for g in pool
+        if g.state is GpuState.BUSY
+    ]
 
 
 def _ras_totals(report: RasReport) -> dict[str, int]:
@@ -122,9 +128,7 @@ def _stack_signals(procs: tuple[Proc, ...]) -> tuple[list[Signal], list[Signal],
             continue
         if first.stage is not None and last.stage is not None and first.stage != last.stage:
             progress.append(
-                Signal(
-                    "stacks", p.label, f"moved from {first.stage.value} to {last.stage.value}"
-                )
+                Signal("stacks", p.label, f"moved from {first.stage.value} to {last.stage.value}")
             )
         elif first.primary.key() != last.primary.key():
             activity.append(Signal("stacks", p.label, "stack changed within the same stage"))
@@ -170,9 +174,7 @@ def assess(world: World, engines: tuple[EngineRead, ...]) -> Progress:
     frozen += e_frozen
     if e_cmp:
         compared.append("sglang")
-    g_prog, g_frozen = _gpu_signals(world)
-    progress += g_prog
-    frozen += g_frozen
+    progress += _gpu_signals(world)
     if any(g.readings >= 2 for g in world.gpus):
         compared.append("nvml")
     r_prog, r_frozen, r_cmp = _ras_signals(world)

@@ -142,7 +142,6 @@ def _sympy_reward(ctx: Context) -> Cause | None:
     hits = [(p, t) for p, t in hits if t.block is Block.CPU]
     if not hits:
         return None
-    pid = hits[0][0].pid
     return _cause(
         "known-sympy-reward-hang",
         Severity.CRITICAL if ctx.status is Status.HUNG else Severity.WARNING,
@@ -151,7 +150,6 @@ def _sympy_reward(ctx: Context) -> Cause | None:
         "pathological answer freezes every rollout coroutine.",
         [f"{p.label}: {t.describe()}" for p, t in hits],
         [
-            f"py-spy dump --locals --pid {pid}  (the answer string being graded is in the locals)",
             "Run the grader with a timeout (e.g. a process pool with a deadline) or switch to a "
             "reward that bounds its time",
         ],
@@ -168,14 +166,14 @@ def _cuda_ipc_colocate(ctx: Context) -> Cause | None:
     bad = [e for e in ctx.engines if e.state in (EngineState.UNRESPONSIVE, EngineState.STUCK)]
     scheds = [
         (p, t)
-        for p, t in _with_frames(ctx.world.by_role(Role.SGLANG_ENGINE), {"update_weights_from_tensor"})
+        for p, t in _with_frames(
+            ctx.world.by_role(Role.SGLANG_ENGINE), {"update_weights_from_tensor"}
+        )
         if p.kind == "scheduler"
     ]
     if not hits or not (bad or scheds):
         return None
-    pids = sorted({p.pid for p, _ in scheds}) or sorted(
-        {s.pid for e in bad for s in e.schedulers}
-    )
+    pids = sorted({p.pid for p, _ in scheds}) or sorted({s.pid for e in bad for s in e.schedulers})
     return _cause(
         "known-cuda-ipc-colocate-hang",
         Severity.WARNING,
@@ -297,7 +295,9 @@ def _health_noise(ctx: Context) -> Cause | None:
 
 
 def _router_503(ctx: Context) -> Cause | None:
-    bad = [o.answer for o in ctx.world.snapshot.http if o.kind == "router" and o.answer.status == 503]
+    bad = [
+        o.answer for o in ctx.world.snapshot.http if o.kind == "router" and o.answer.status == 503
+    ]
     if not bad:
         return None
     return _cause(
@@ -359,27 +359,43 @@ def culprit_steps(ctx: Context) -> list[str]:
             if c.actor_id:
                 steps.append(f"ray logs actor --id {c.actor_id}  (the engine's SGLang log)")
         elif c.role is Role.ROLLOUT_MANAGER and c.pid is not None:
-            steps.append(f"py-spy dump --locals --pid {c.pid}{_on(proc, c.node_ip)}")
+            steps.append(
+                f"py-spy dump --locals --pid {c.pid}{_on(proc, c.node_ip)}  (the loop thread's "
+                "locals show what it works on, e.g. the answer being graded)"
+            )
             steps.append(
                 f"python3.14 -m asyncio pstree {c.pid}  (rollout coroutines; Python >= 3.14) or "
                 "an asyncio.all_tasks() dump: py-spy does not show suspended coroutines"
             )
-        elif c.pid is not None:
+        elif c.role is Role.TRAIN_RANK and c.pid is not None:
             steps.append(
-                f"py-spy dump --native --pid {c.pid}{_on(proc, c.node_ip)}  "
-                f"({m.culprit().role.value.replace('_', ' ')}"
+                f"py-spy dump --native --pid {c.pid}{_on(proc, c.node_ip)}  (train rank"
                 + (f" {c.rank}" if c.rank is not None else "")
-                + ": native frames show the CUDA / NCCL call)"
+                + ": native frames show the CUDA / NCCL call under the Python frame)"
             )
+            if c.actor_id:
+                steps.append(f"ray logs actor --id {c.actor_id}")
+        elif c.pid is not None:
+            steps.append(f"py-spy dump --pid {c.pid}{_on(proc, c.node_ip)}")
             if c.actor_id:
                 steps.append(f"ray logs actor --id {c.actor_id}")
     return steps
 
 
+def _collective_hang(ctx: Context) -> bool:
+    """Some process waits in a collective / at a CUDA sync, or a GPU busy-waits in one."""
+    w = ctx.world
+    if any(p.latest is not None and p.latest.primary.in_collective for p in w.procs):
+        return True
+    return bool(w.snapshot.ras or w.snapshot.flight) or any(
+        g.state.value == "stuck_in_collective" for g in w.gpus
+    )
+
+
 def general_steps(ctx: Context) -> list[str]:
     w = ctx.world
     steps: list[str] = []
-    if ctx.status is Status.HUNG and ctx.stage in _NCCL_STAGES:
+    if ctx.status is Status.HUNG and ctx.stage in _NCCL_STAGES and _collective_hang(ctx):
         if not w.snapshot.flight:
             steps.append(
                 "Arm the PyTorch flight recorder for the next run (before the process groups are "

@@ -43,7 +43,8 @@ class FrameSig:
     generic: bool = False
 
     @property
-    def specificity(self) -> int:
+    def specificity(self) -> tuple[int, int]:
+        """(what is pinned, how long the file pattern is): a deeper folder is more specific."""
         score = 0
         if self.func != ANY:
             score += 8
@@ -51,7 +52,7 @@ class FrameSig:
             score += 4
         if self.file is not None:
             score += 1 if self.file.endswith("/") else 2
-        return score
+        return score, len(self.file or "")
 
 
 @dataclass(frozen=True)
@@ -138,9 +139,7 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
     FrameSig(
         "generate_rollout", S.ROLLOUT_DISPATCH, "slime/rollout/", what="rollout", generic=True
     ),
-    FrameSig(
-        "call_rollout_fn", S.ROLLOUT_DISPATCH, "slime/rollout/base_types.py", generic=True
-    ),
+    FrameSig("call_rollout_fn", S.ROLLOUT_DISPATCH, "slime/rollout/base_types.py", generic=True),
     *_rows(
         S.EVAL,
         "slime/rollout/sglang_rollout.py",
@@ -341,7 +340,10 @@ _HEAD_FRAMES: tuple[FrameSig, ...] = (
     FrameSig("recover", S.STARTUP, _ROLLOUT_PY, "RolloutServer", "FT engine recovery"),
     *_rows(S.OFFLOAD_ONLOAD, _ROLLOUT_PY, "offload onload", cls="ServerGroup"),
     *_rows(
-        S.OFFLOAD_ONLOAD, _ROLLOUT_PY, "offload onload onload_weights onload_kv", cls="RolloutServer"
+        S.OFFLOAD_ONLOAD,
+        _ROLLOUT_PY,
+        "offload onload onload_weights onload_kv",
+        cls="RolloutServer",
     ),
     FrameSig("get_updatable_engines_and_lock", S.WEIGHT_SYNC, _ROLLOUT_PY, "RolloutManager"),
     FrameSig("clear_updatable_num_new_engines", S.WEIGHT_SYNC, _ROLLOUT_PY, "RolloutManager"),
@@ -398,7 +400,9 @@ _COMMON_METHODS: tuple[MethodSig, ...] = (
 
 _JAN_METHODS: tuple[MethodSig, ...] = (
     *_methods(_TRAIN_CLS, S.STARTUP, "connect_actor_critic"),
-    *_methods("RolloutManager", S.WEIGHT_SYNC, "get_rollout_engines_and_lock clear_num_new_engines"),
+    *_methods(
+        "RolloutManager", S.WEIGHT_SYNC, "get_rollout_engines_and_lock clear_num_new_engines"
+    ),
     *_methods("RolloutManager", S.STARTUP, "recover_rollout_engines"),
 )
 
@@ -581,7 +585,9 @@ WAITS: tuple[WaitSig, ...] = (
     *_waits(Block.CUDA_SYNC, "torch/cuda/streams.py", "synchronize wait_event query"),
     *_waits(Block.RAY_GET, "ray/_private/worker.py", "get get_objects wait"),
     WaitSig(Block.IDLE_WORKER, "main_loop", "ray/_private/worker.py"),
-    *_waits(Block.WAIT, "concurrent/futures/_base.py", "result wait as_completed _wait_for_tstate_lock"),
+    *_waits(
+        Block.WAIT, "concurrent/futures/_base.py", "result wait as_completed _wait_for_tstate_lock"
+    ),
     *_waits(Block.WAIT, "threading.py", "wait join _wait_for_tstate_lock acquire"),
     *_waits(Block.WAIT, "queue.py", "get put join"),
     *_waits(Block.WAIT, "multiprocessing/connection.py", "recv recv_bytes poll _poll wait"),

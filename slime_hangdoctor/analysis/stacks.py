@@ -94,7 +94,7 @@ class ThreadRead:
 _BLOCK_TEXT = {
     Block.COLLECTIVE: "blocked in collective",
     Block.RENDEZVOUS: "waiting for peers to join a process group:",
-    Block.CUDA_SYNC: "spinning at a CUDA sync point",
+    Block.CUDA_SYNC: "waiting at a CUDA sync point",
     Block.RAY_GET: "waiting in ray.get",
     Block.WAIT: "waiting on a future/event",
     Block.HTTP: "waiting on HTTP",

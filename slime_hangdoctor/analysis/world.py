@@ -174,15 +174,37 @@ def _ras_pids(snapshot: Snapshot) -> set[int]:
     }
 
 
+def _job_process(
+    info: ProcessInfo,
+    key: tuple[str | None, int],
+    nccl_pids: set[int],
+    gpus: tuple[GpuRead, ...],
+    have_members: bool,
+) -> bool:
+    """A /proc entry the topology did not name but that belongs to the job (bare torch ranks)."""
+    if key[1] in nccl_pids or "RANK" in info.env:
+        return True
+    title = info.title
+    parsed = parse_ray_title(title)
+    if (parsed is not None and parsed[0] in _ROLE_OF_CLASS) or title.startswith("sglang::"):
+        return True
+    return not have_members and gpu_of_pid(gpus, key[1], key[0]) is not None
+
+
 def _guess_role(
-    title: str, reads: list[ProcessRead], pid: int, nccl_pids: set[int], gpu: GpuRead | None
+    title: str,
+    reads: list[ProcessRead],
+    pid: int,
+    nccl_pids: set[int],
+    gpu: GpuRead | None,
+    info: ProcessInfo | None,
 ) -> Role | None:
     parsed = parse_ray_title(title)
     if parsed is not None and parsed[0] in _ROLE_OF_CLASS:
         return _ROLE_OF_CLASS[parsed[0]]
     if title.startswith("sglang::"):
         return Role.SGLANG_ENGINE
-    if pid in nccl_pids:
+    if pid in nccl_pids or (info is not None and "RANK" in info.env):
         return Role.TRAIN_RANK
     for r in reads:
         stage_sig = r.primary.stage_sig
@@ -229,6 +251,12 @@ def build_world(snapshot: Snapshot, topology: Topology) -> World:
     for key in stacks:
         if not any(k[1] == key[1] and (k[0] is None or key[0] is None) for k in keys):
             keys.setdefault(key, None)
+    for key, info_list in infos.items():
+        known = any(k[1] == key[1] and (k[0] in (None, key[0])) for k in keys)
+        if not known and _job_process(
+            info_list[-1][1], key, nccl_pids, gpus, bool(topology.members)
+        ):
+            keys.setdefault(key, None)
     last_sample: dict[str | None, int] = {}
     for pobs in snapshot.processes:
         last_sample[pobs.node_ip] = max(last_sample.get(pobs.node_ip, -1), pobs.sample)
@@ -248,7 +276,7 @@ def build_world(snapshot: Snapshot, topology: Topology) -> World:
             or ""
         )
         gpu = gpu_of_pid(gpus, pid, node_ip)
-        role = member.role if member else _guess_role(title, reads, pid, nccl_pids, gpu)
+        role = member.role if member else _guess_role(title, reads, pid, nccl_pids, gpu, last_info)
         rank, rank_source = (None, None)
         if role is Role.TRAIN_RANK:
             rank, rank_source = _rank_of(member, last_info, pid, fr, ras)
@@ -267,9 +295,7 @@ def build_world(snapshot: Snapshot, topology: Topology) -> World:
                 gone=gone,
             )
         )
-    samples = sorted(
-        {s.sample for s in snapshot.stacks} | {p.sample for p in snapshot.processes}
-    )
+    samples = sorted({s.sample for s in snapshot.stacks} | {p.sample for p in snapshot.processes})
     return World(snapshot, topology, tuple(procs), gpus, tuple(samples))
 
 

@@ -18,6 +18,7 @@ connect: given a dead or non-GCS address they block ~35 s (see ray-and-tools-not
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import socket
 import time
@@ -221,8 +222,6 @@ def _check_dashboard(url: str, gcs: str | None, search: _Search, form: str) -> C
         search.fail(url, f"HTTP {res.status}: not a Ray dashboard")
         return None
     try:
-        import json
-
         doc = json.loads(res.body)
     except (ValueError, RecursionError):
         doc = None

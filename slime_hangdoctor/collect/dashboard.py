@@ -174,8 +174,10 @@ class DashboardClient:
                 timed_out=True,
             )
         except requests.exceptions.ConnectionError as exc:
+            timed_out = "timed out" in str(exc).lower()  # a read timeout while streaming the body
+            error = f"timed out after {limit:.1f}s" if timed_out else _connection_error(exc)
             return HttpResult(
-                url, None, elapsed_s=time.monotonic() - t0, error=_connection_error(exc)
+                url, None, elapsed_s=time.monotonic() - t0, error=error, timed_out=timed_out
             )
         except (requests.exceptions.RequestException, OSError, ValueError) as exc:
             return HttpResult(
@@ -220,7 +222,7 @@ def capture_state(
         pool.shutdown(wait=False, cancel_futures=True)
     records: list[ProbeRecord] = []
     for ep, fut in zip(STATE_ENDPOINTS, futures, strict=True):
-        if fut.done() and fut.exception() is None:
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
             records.append(fut.result())
         else:
             records.append(
@@ -229,9 +231,7 @@ def capture_state(
                         b.RAY_DASHBOARD,
                         ep.target,
                         Outcome.FAILED,
-                        f"probe did not finish: {fut.exception()!r}"
-                        if fut.done()
-                        else "probe hung",
+                        _unfinished(fut),
                         sample=sample,
                         started_at=time.time(),
                         meta={"endpoint": ep.path},
@@ -239,6 +239,14 @@ def capture_state(
                 )
             )
     return records
+
+
+def _unfinished(fut: cf.Future[ProbeRecord]) -> str:
+    if not fut.done():
+        return "no answer before the capture's deadline"
+    if fut.cancelled():
+        return "not run: the capture's deadline passed"
+    return f"probe failed: {fut.exception()!r}"[:300]
 
 
 def _capture_one(

@@ -107,6 +107,8 @@ def dump_stack(
         if rc == 0 and out.strip():
             return done(Outcome.OK, None, out)
         outcome, reason = classify_failure(rc, err, pid)
+        if rc < 0:  # py-spy itself died of a signal, possibly while attached
+            _resume_if_stopped(pid, before, meta)
         return done(outcome, reason)
     except Exception as exc:  # a collector never raises past itself
         return done(Outcome.FAILED, f"py-spy could not be run: {exc!r}"[:300])

@@ -46,13 +46,14 @@ class RayNodeProc:
     temp_dir: Path
     node_ip: str = NODE_IP  # the head's: the IP Ray chose (it replaces 127.0.0.1 by a routable one)
     owner_dir: Path | None = None  # the mkdtemp dir holding temp_dir; removed on stop
-    match: tuple[str, ...] = ()  # extra cmdline substrings that identify our processes
+    # extra ways to recognise our processes: a command line holding all strings of one tuple
+    match: tuple[tuple[str, ...], ...] = ()
     log: Path | None = None
     stopped: bool = field(default=False, init=False)
 
     def pids(self) -> set[int]:
         """Every live process of this node (daemons, workers, drivers and their children)."""
-        return _processes_of((str(self.temp_dir), *self.match))
+        return _processes_of(((str(self.temp_dir),), *self.match))
 
     def stop(self, timeout: float = 2.0) -> None:
         """SIGTERM this node's processes, SIGKILL what is left after `timeout`, remove temp dirs.
@@ -112,7 +113,8 @@ def start_head(
     head = RayHead(
         temp_dir=temp_dir,
         owner_dir=owner,
-        match=(f"--address={gcs}", f":{gcs_port} "),
+        # the Ray Client server is the one head process whose command line lacks the temp dir
+        match=(("ray.util.client.server", f":{gcs_port} "),),
         log=workdir / "ray-head.log",
         gcs_address=gcs,
         dashboard_url=f"http://{NODE_IP}:{dash_port}",
@@ -255,11 +257,11 @@ def _tail(log: Path | None, lines: int = 15) -> str:
 # --------------------------------------------------------------------------- stopping
 
 
-def _processes_of(markers: Iterable[str]) -> set[int]:
-    """Pids whose command line holds one of `markers`, with all their descendants."""
+def _processes_of(markers: Iterable[tuple[str, ...]]) -> set[int]:
+    """Pids whose command line holds all strings of one of `markers`, with all their descendants."""
     import psutil
 
-    markers = tuple(m for m in markers if m)
+    markers = tuple(m for m in markers if m and all(m))
     children: dict[int, list[int]] = {}
     roots: set[int] = set()
     me = os.getpid()
@@ -269,7 +271,7 @@ def _processes_of(markers: Iterable[str]) -> set[int]:
         if ppid is not None:
             children.setdefault(ppid, []).append(pid)
         cmd = " ".join(proc.info["cmdline"] or ()) + " "
-        if pid != me and any(m in cmd for m in markers):
+        if pid != me and any(all(part in cmd for part in m) for m in markers):
             roots.add(pid)
     found = set(roots)
     todo = list(roots)

@@ -29,7 +29,9 @@ from slime_hangdoctor.collect.pyspy import dump_stack, find_pyspy, process_state
 from slime_hangdoctor.demo.cluster import (
     RayHead,
     free_ports,
+    list_nodes,
     start_head,
+    start_worker_node,
     stop_job,
     submit_job,
     wait_for_job_status,
@@ -172,6 +174,8 @@ def test_resolve_auto_from_local_cluster_file(job: Job, monkeypatch: pytest.Monk
 
 
 def test_dead_address_fails_fast_listing_forms(monkeypatch: pytest.MonkeyPatch) -> None:
+    if DashboardClient("http://127.0.0.1:8265", token="").get("/api/version").status is not None:
+        pytest.skip("a dashboard on 127.0.0.1:8265 would answer the host:8265 fallback")
     (port,) = free_ports(1)
     t0 = time.monotonic()
     with pytest.raises(RayUnreachable) as err:
@@ -344,6 +348,24 @@ def test_pyspy_missing_gone_and_denied(writer: BundleWriter, tmp_path: Path) -> 
     assert rec.outcome is Outcome.DENIED, rec.reason
     assert rec.reason is not None and "CAP_SYS_PTRACE" in rec.reason
     assert rec.artifact is None  # py-spy's stderr stays out of the bundle
+
+
+# --------------------------------------------------------------------------- second node
+
+
+def test_worker_node_joins_with_its_resources_and_stops(job: Job, tmp_path: Path) -> None:
+    node = start_worker_node(job.head, tmp_path, resources={"slime_rollout": 1.0})
+    try:
+        nodes = [n for n in list_nodes(job.head) if n.get("state") == "ALIVE"]
+        assert len(nodes) == 2
+        assert node.pids(), "the worker node's processes are found by its temp dir"
+        head_pids = job.head.pids()
+        assert not node.pids() & {job.driver_pid, *job.actor_pids.values()}
+    finally:
+        node.stop()
+    assert not node.pids()
+    assert job.head.pids() >= {job.driver_pid, *job.actor_pids.values()}
+    assert head_pids
 
 
 # --------------------------------------------------------------------------- helpers

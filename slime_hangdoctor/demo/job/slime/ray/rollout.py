@@ -70,7 +70,6 @@ class RolloutManager:
     def generate(self, rollout_id: int) -> list[Box]:
         start_time = time.time()
         self.rollout_id = rollout_id
-        self._arm_engine_faults(rollout_id, "generate")
         data = self._get_rollout_data(rollout_id=rollout_id)
         rewards = [s.reward or 0.0 for s in data]
         logger.info(
@@ -82,7 +81,6 @@ class RolloutManager:
         return self._split_train_data_by_dp(train_data, self.train_parallel_config["dp_size"])
 
     def eval(self, rollout_id: int) -> None:
-        self._arm_engine_faults(rollout_id, "eval")
         result = call_rollout_fn(
             self.eval_generate_rollout, self.args, rollout_id, self.data_source, evaluation=True
         )
@@ -93,7 +91,6 @@ class RolloutManager:
             )
 
     def offload(self) -> list[Any]:
-        self._arm_engine_faults(self.rollout_id, "offload")
         return list(
             ray.get([engine.release_memory_occupation.remote() for engine in self.rollout_engines])
         )

@@ -16,7 +16,7 @@ from slime.rollout.rm_hub import async_rm
 from slime.utils.async_utils import run
 from slime.utils.http_utils import get, post
 from slime.utils.logging_utils import log_fault_armed
-from slime.utils.misc import fault_armed
+from slime.utils.misc import engine_takes_traffic, fault_armed
 from slime.utils.types import Sample
 
 logger = logging.getLogger(__name__)
@@ -51,9 +51,15 @@ class GenerateState:
         self.aborted = False
         self.pendings: set[asyncio.Task[list[Sample]]] = set()
         self.rollout_id = -1
+        self.bad_answer_sent = False
 
-    def engine_url(self, index: int) -> str:
-        urls: list[str] = self.args.rollout_engine_urls
+    def engine_url(self, index: int, evaluation: bool = False) -> str:
+        """Round-robin over the engines (the demo has no router in front of them)."""
+        urls = [
+            url
+            for i, url in enumerate(self.args.rollout_engine_urls)
+            if engine_takes_traffic(self.args, i, self.rollout_id, evaluation)
+        ]
         return urls[index % len(urls)]
 
     def submit_generate_tasks(self, samples: list[list[Sample]]) -> None:
@@ -72,10 +78,13 @@ def _encode(text: str) -> list[int]:
 
 
 async def generate(
-    args: argparse.Namespace, sample: Sample, sampling_params: dict[str, Any]
+    args: argparse.Namespace,
+    sample: Sample,
+    sampling_params: dict[str, Any],
+    evaluation: bool = False,
 ) -> Sample:
     state = GenerateState(args)
-    url = f"{state.engine_url(sample.group_index or sample.index or 0)}/generate"
+    url = f"{state.engine_url(sample.group_index or 0, evaluation)}/generate"
     prompt_ids = _encode(sample.prompt)
     payload = {
         "input_ids": prompt_ids,
@@ -96,11 +105,9 @@ async def generate(
         "length": Sample.Status.TRUNCATED,
         "abort": Sample.Status.ABORTED,
     }.get(finish, Sample.Status.COMPLETED)
-    if (
-        state.rollout_id >= 0
-        and sample.index == 0
-        and fault_armed(args, "reward_hang", state.rollout_id)
-    ):
+    armed = fault_armed(args, "reward_hang", state.rollout_id)
+    if armed and not evaluation and not state.bad_answer_sent:
+        state.bad_answer_sent = True
         sample.response = PATHOLOGICAL_ANSWER
     return sample
 
@@ -116,7 +123,7 @@ async def generate_and_rm(
         if state.aborted:
             sample.status = Sample.Status.ABORTED
             return sample
-        sample = await generate(args, sample, sampling_params)
+        sample = await generate(args, sample, sampling_params, evaluation=evaluation)
     if sample.status == Sample.Status.ABORTED:
         return sample
     if sample.reward is None:

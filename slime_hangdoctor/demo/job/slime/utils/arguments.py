@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+_DEFAULTS: dict[str, object] = {"sglang_step_s": 0.02, "rollout_max_response_len": 16}
+
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="slime-shaped demo job (CPU, Ray, SGLang stand-in)")
@@ -20,6 +22,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sglang-api-key", default=None)
     p.add_argument("--sglang-request-log-dir", default=None)
     p.add_argument("--sglang-server-concurrency", type=int, default=16)
+    p.add_argument(
+        "--sglang-step-s", type=float, default=0.02, help="stand-in seconds per forward step"
+    )
     # loop
     p.add_argument("--start-rollout-id", type=int, default=0)
     p.add_argument("--num-rollout", type=int, default=100000)
@@ -42,13 +47,27 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--fault-engine", type=int, default=1, help="engine index a server fault targets"
     )
     p.add_argument("--fault-rank", type=int, default=1, help="train rank a train fault targets")
+    p.add_argument("--fault-timed-delay-s", type=float, default=10.0)
+    p.add_argument("--fault-timed-step-s", type=float, default=3.0)
     args = p.parse_args(argv)
     finalize_args(args)
     return args
 
 
+# What each demo fault needs from the job's configuration (applied unless set explicitly).
+FAULT_SETTINGS: dict[str, dict[str, object]] = {
+    "slow": {"sglang_step_s": 0.25, "rollout_max_response_len": 48},
+    "offload_hang": {"colocate": True},
+    "colocate_update_hang": {"colocate": True},
+    "eval_hang": {"eval_interval": 1, "skip_eval_before_train": True},
+}
+
+
 def finalize_args(args: argparse.Namespace) -> None:
     """Derived settings, as slime's `slime_validate_args` does for the real ones."""
+    for key, value in FAULT_SETTINGS.get(args.fault, {}).items():
+        if key == "colocate" or getattr(args, key) in (None, False, _DEFAULTS.get(key)):
+            setattr(args, key, value)
     args.offload_rollout = bool(args.colocate)
     args.offload_train = bool(args.colocate)
     args.world_size = args.actor_num_nodes * args.actor_num_gpus_per_node

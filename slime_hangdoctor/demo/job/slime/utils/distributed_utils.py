@@ -39,6 +39,7 @@ def init_process_group(
 
     store, rank, world_size = next(c10d.rendezvous(init_method, rank, world_size, timeout=timeout))
     store.set_timeout(timeout)
+    store = c10d.PrefixStore(group_name, store)
     pg, _ = c10d._new_process_group_helper(
         world_size,
         rank,

@@ -46,3 +46,18 @@ def _is_port_free(port: int) -> bool:
 def fault_armed(args: argparse.Namespace, name: str, rollout_id: int) -> bool:
     """Whether the demo fault `name` is selected and armed at this rollout id."""
     return bool(args.fault == name and rollout_id >= args.fault_after_steps)
+
+
+def engine_takes_traffic(
+    args: argparse.Namespace, engine_index: int, rollout_id: int, evaluation: bool
+) -> bool:
+    """Demo fault plan: the engine whose scheduler is set to get stuck at its next decode step
+    receives generation traffic only from the armed step on (eval traffic only, for `eval_hang`),
+    so that the job runs healthy until then."""
+    if engine_index != args.fault_engine:
+        return True
+    if args.fault == "rollout_engine_stuck":
+        return fault_armed(args, args.fault, rollout_id)
+    if args.fault == "eval_hang":
+        return evaluation and fault_armed(args, args.fault, rollout_id)
+    return True

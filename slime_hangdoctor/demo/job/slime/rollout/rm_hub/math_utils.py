@@ -56,7 +56,10 @@ def are_equal_under_sympy(ground_truth_normalized: str, given_normalized: str) -
     expr = f"({ground_truth_normalized})-({given_normalized})"
     if not should_allow_eval(expr):
         return False
-    diff = _sympy_parse(expr)
+    try:
+        diff = _sympy_parse(expr)
+    except Exception:
+        return False
     simplified = sympy.simplify(diff)
     seen = 0
     while simplified != 0 and simplified.has(sympy.Pow):

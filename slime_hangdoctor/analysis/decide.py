@@ -1,0 +1,662 @@
+"""`diagnose(snapshot, topology) -> Diagnosis`: the verdict, per-process rows and the deciding stack.
+
+Status: idle (no slime job), unknown (nothing usable), progressing (any source shows real progress),
+hung (no progress and evidence of a hang). The blocked stage comes, in order, from a reward-bound
+event loop, the flight recorder's stuck collective, the train ranks waiting in collectives, the
+culprit's own stack, the majority of stacks, then the running Ray methods.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from slime_hangdoctor.analysis import culprit as cu
+from slime_hangdoctor.analysis import rules
+from slime_hangdoctor.analysis.engines import HUNG_ENGINE_STATES, EngineRead, read_engines
+from slime_hangdoctor.analysis.gpu import GpuState
+from slime_hangdoctor.analysis.progress import Progress, assess
+from slime_hangdoctor.analysis.signatures import (
+    SLIME_ACTOR_CLASSES,
+    Block,
+    layout_hint,
+    method_stage,
+)
+from slime_hangdoctor.analysis.stacks import highlight
+from slime_hangdoctor.analysis.world import Proc, World, build_world
+from slime_hangdoctor.snapshot import Snapshot
+from slime_hangdoctor.topology import Topology
+from slime_hangdoctor.verdict import (
+    Diagnosis,
+    Finding,
+    Role,
+    RoleRow,
+    Severity,
+    StackExcerpt,
+    Stage,
+    Status,
+    Verdict,
+    unknown_verdict,
+)
+
+# Tie-break when stacks disagree: the more specific stage wins.
+_STAGE_ORDER = (
+    Stage.NCCL_BROADCAST,
+    Stage.WEIGHT_SYNC,
+    Stage.REWARD,
+    Stage.OFFLOAD_ONLOAD,
+    Stage.EVAL,
+    Stage.ROLLOUT_DISPATCH,
+    Stage.TRAIN,
+    Stage.STARTUP,
+)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One reason to believe the job is hung."""
+
+    source: str
+    rule: str
+    text: str
+    strength: int  # 1 weak, 2 strong
+
+
+# --------------------------------------------------------------------------- usable / idle
+
+
+def _usable(s: Snapshot) -> bool:
+    return bool(
+        s.stacks or s.processes or s.gpus or s.http or s.ras or s.flight or s.actors or s.jobs
+    )
+
+
+def _no_job(world: World) -> bool:
+    snap = world.snapshot
+    if world.topology.members:
+        return False
+    if any(p.role is not None and p.reads for p in world.procs):
+        return False
+    if snap.ras or snap.flight or any(o.kind == "engine" for o in snap.http):
+        return False
+    running = any(j.status == "RUNNING" for j in snap.jobs)
+    alive = any(a.class_name in SLIME_ACTOR_CLASSES and a.state == "ALIVE" for a in snap.actors)
+    return not running and not alive and (snap.ray_seen or bool(snap.processes))
+
+
+# --------------------------------------------------------------------------- hang evidence
+
+
+def _ras_evidence(world: World, moving: set[str]) -> list[Evidence]:
+    out: list[Evidence] = []
+    seen: set[str] = set()
+    for obs in world.snapshot.ras:
+        for c in obs.report.communicators:
+            if c.hash in seen or c.hash in moving:
+                continue
+            seen.add(c.hash)
+            bad = (c.errors or "OK").upper() != "OK" or (c.status or "RUNNING").upper() not in (
+                "RUNNING",
+                "INIT",
+            )
+            if bad or any(r.missing for r in c.ranks):
+                out.append(
+                    Evidence(
+                        "ras",
+                        "ras-communicator-error",
+                        f"NCCL RAS communicator {c.hash}: {c.status} {c.errors}"
+                        + (f" - {c.messages[0]}" if c.messages else ""),
+                        2,
+                    )
+                )
+    return out
+
+
+def _fr_evidence(world: World) -> list[Evidence]:
+    out: list[Evidence] = []
+    for g in cu.fr_groups(world):
+        if g.stuck is None or not g.waiting:
+            continue
+        if g.behind:
+            text = (
+                f"flight recorder, group {g.pg}: ranks "
+                f"{', '.join(str(c.rank) for c in g.waiting)} wait in collective "
+                f"#{g.stuck.collective_seq_id} {g.stuck.op} that ranks "
+                f"{', '.join(str(c.rank) for c in g.behind)} never entered"
+            )
+            out.append(Evidence("flight_recorder", "fr-collective-not-joined", text, 2))
+        else:
+            out.append(
+                Evidence(
+                    "flight_recorder",
+                    "fr-collective-not-completing",
+                    f"flight recorder, group {g.pg}: every rank entered collective "
+                    f"#{g.stuck.collective_seq_id} {g.stuck.op} and none completed it",
+                    1,
+                )
+            )
+    return out
+
+
+def _gpu_evidence(world: World) -> list[Evidence]:
+    return [
+        Evidence("nvml", "gpu-stuck-in-collective", g.evidence(), 2 if g.readings >= 2 else 1)
+        for g in world.gpus
+        if g.state is GpuState.STUCK
+    ]
+
+
+def _engine_evidence(engines: tuple[EngineRead, ...]) -> list[Evidence]:
+    return [
+        Evidence(
+            "sglang",
+            "engine-not-serving",
+            f"engine {e.url} {e.state.value}: " + "; ".join(e.evidence[:2]),
+            2,
+        )
+        for e in engines
+        if e.state in HUNG_ENGINE_STATES
+    ]
+
+
+def _parked_evidence(world: World, progress: Progress) -> list[Evidence]:
+    procs = [p for p in world.procs if p.role is not None and p.latest is not None]
+    if len(procs) < 2 or progress.moving:
+        return []
+    for p in procs:
+        read = p.latest
+        if read is None or read.cpu_busy:
+            return []
+    return [
+        Evidence(
+            "stacks",
+            "all-waiting",
+            "every slime process is waiting: "
+            + "; ".join(
+                f"{p.label}: {p.latest.describe() if p.latest else '?'}" for p in procs[:6]
+            ),
+            1,
+        )
+    ]
+
+
+def _frozen_evidence(progress: Progress) -> list[Evidence]:
+    by_source: dict[str, list[str]] = {}
+    for s in progress.frozen:
+        by_source.setdefault(s.source, []).append(s.text())
+    return [
+        Evidence(src, "no-progress", f"{src}: " + "; ".join(texts[:3]), 1)
+        for src, texts in by_source.items()
+    ]
+
+
+def hang_evidence(
+    world: World,
+    engines: tuple[EngineRead, ...],
+    progress: Progress,
+    suspects: list[cu.Suspect],
+    moving: set[str],
+) -> list[Evidence]:
+    ev: list[Evidence] = []
+    ev += _ras_evidence(world, moving)
+    ev += _fr_evidence(world)
+    ev += _gpu_evidence(world)
+    ev += _engine_evidence(engines)
+    ev += [
+        Evidence("rollout", "rollout-loop-blocked", s.why, 1)
+        for s in suspects
+        if s.source == "rollout" and s.weight >= cu.MEDIUM
+    ]
+    ev += _parked_evidence(world, progress)
+    ev += _frozen_evidence(progress)
+    return ev
+
+
+# --------------------------------------------------------------------------- stage
+
+
+def _majority(stages: list[Stage]) -> Stage | None:
+    if not stages:
+        return None
+    counts = Counter(stages)
+    top = max(counts.values())
+    best = [s for s in _STAGE_ORDER if counts.get(s) == top]
+    return best[0] if best else stages[0]
+
+
+def _in_broadcast(world: World) -> bool:
+    """Trainers / engines wait inside the weight broadcast while the rest of the weight sync waits
+    for it (the non-source ranks sit in a Gloo barrier of the same update): the broadcast blocks."""
+    stages = {
+        p.latest.stage
+        for p in world.procs
+        if p.role in (Role.TRAIN_RANK, Role.SGLANG_ENGINE)
+        and p.latest is not None
+        and p.latest.stage is not None
+        and p.latest.primary.waiting
+    }
+    return Stage.NCCL_BROADCAST in stages and stages <= {Stage.NCCL_BROADCAST, Stage.WEIGHT_SYNC}
+
+
+def decide_stage(world: World, merged: list[cu.Merged]) -> Stage:
+    for m in merged[:3]:
+        if m.stage is Stage.REWARD:
+            return Stage.REWARD
+    for g in cu.fr_groups(world):
+        if g.behind and g.stuck is not None:
+            stage = cu.fr_stage(g.stuck)
+            if stage is not None:
+                return stage
+    if _in_broadcast(world):
+        return Stage.NCCL_BROADCAST
+    victims = [
+        p.latest.stage
+        for p in world.procs
+        if p.latest is not None
+        and p.latest.stage is not None
+        and p.latest.primary.in_collective
+        and p.role is not None
+    ]
+    if (stage := _majority(victims)) is not None:
+        return stage
+    if merged and merged[0].stage is not None:
+        return merged[0].stage
+    stacked = [
+        p.latest.stage
+        for p in world.procs
+        if p.latest is not None and p.latest.stage is not None and p.role is not None
+    ]
+    if (stage := _majority(stacked)) is not None:
+        return stage
+    methods = [
+        sig.stage
+        for p in world.procs
+        if p.member is not None
+        and (sig := method_stage(p.member.class_name, p.member.method)) is not None
+    ]
+    return _majority(methods) or Stage.UNKNOWN
+
+
+def current_stage(world: World) -> Stage | None:
+    stacked = [p.latest.stage for p in world.procs if p.latest is not None and p.latest.stage]
+    return _majority([s for s in stacked if s is not None])
+
+
+# --------------------------------------------------------------------------- rows & excerpt
+
+
+def _row_stage(p: Proc) -> Stage:
+    if p.latest is not None:
+        if p.latest.stage is not None:
+            return p.latest.stage
+        if p.latest.block is Block.IDLE_WORKER:
+            return Stage.NONE
+    if p.member is not None:
+        sig = method_stage(p.member.class_name, p.member.method)
+        if sig is not None:
+            return sig.stage
+    return Stage.UNKNOWN
+
+
+def _task_age(world: World, p: Proc) -> str | None:
+    """`update_weights running for 25 min` from the Ray task the process runs, where known."""
+    now = world.snapshot.manifest.created_at
+    for t in world.snapshot.tasks:
+        if t.worker_pid == p.pid and t.state == "RUNNING" and t.start_time_ms and now > 0:
+            age = now - t.start_time_ms / 1000.0
+            if age >= 0:
+                when = f"{age / 60:.0f} min" if age >= 120 else f"{age:.0f} s"
+                return f"{t.name.rpartition('.')[2] or t.name} running for {when}"
+    return None
+
+
+def _row_state(world: World, p: Proc) -> str:
+    if p.dead:
+        return "dead (gone from the process table)"
+    parts: list[str] = []
+    if p.latest is not None:
+        parts.append(p.latest.describe())
+    elif p.member is not None and p.member.method:
+        parts.append(f"running {p.member.method} (no stack)")
+    else:
+        parts.append("no stack")
+    if p.gpu is not None:
+        parts.append(f"GPU {p.gpu.index} {p.gpu.state.value}")
+    if (age := _task_age(world, p)) is not None:
+        parts.append(age)
+    return "; ".join(parts)
+
+
+def build_rows(world: World, culprits: tuple[cu.Merged, ...]) -> tuple[RoleRow, ...]:
+    keys = {(c.first("node_ip"), c.first("pid")) for c in culprits}
+    pids = {k[1] for k in keys}
+    rows: list[RoleRow] = []
+    for p in world.procs:
+        if p.role is None:
+            continue
+        rows.append(
+            RoleRow(
+                role=p.role,
+                label=p.label,
+                node_ip=p.node_ip,
+                pid=p.pid,
+                stage=_row_stage(p),
+                state=_row_state(world, p),
+                culprit=p.pid in pids,
+            )
+        )
+    order = {"train_rank": 0, "sglang_engine": 1, "rollout_manager": 2, "router": 3, "driver": 4}
+    return tuple(sorted(rows, key=lambda r: (order.get(r.role.value, 9), r.label, r.pid or 0)))
+
+
+def build_excerpt(world: World, culprits: tuple[cu.Merged, ...]) -> StackExcerpt | None:
+    for m in culprits:
+        proc = world.find(m.first("pid"), m.first("node_ip"))  # type: ignore[arg-type]
+        if proc is not None and proc.latest is not None:
+            return _excerpt(proc)
+    waiting = [
+        p for p in world.procs if p.latest is not None and p.latest.primary.in_collective
+    ] or [p for p in world.procs if p.latest is not None and p.latest.stage is not None]
+    return _excerpt(waiting[0]) if waiting else None
+
+
+def _excerpt(p: Proc) -> StackExcerpt | None:
+    read = p.latest
+    if read is None:
+        return None
+    t = read.primary
+    title = f"{p.label} (pid {p.pid}" + (f" @{p.node_ip}" if p.node_ip else "") + ")"
+    title += f", thread {t.name or t.thread_id}"
+    return StackExcerpt(title, tuple(f.where for f in t.frames), highlight(t))
+
+
+# --------------------------------------------------------------------------- confidence & summary
+
+
+def _confidence(
+    status: Status,
+    evidence: list[Evidence],
+    culprits: tuple[cu.Merged, ...],
+    progress: Progress,
+    world: World,
+) -> str:
+    if status is Status.PROGRESSING:
+        sources = {s.source for s in progress.progress}
+        return "high" if len(sources) >= 2 else ("medium" if sources else "low")
+    if status is not Status.HUNG:
+        return "low"
+    sources = {e.source for e in evidence if e.strength >= 2}
+    if culprits:
+        sources |= culprits[0].sources
+    weak = {e.source for e in evidence}
+    compared = world.two_samples or any(g.readings >= 2 for g in world.gpus)
+    if len(sources) >= 3 or (len(sources) >= 2 and compared):
+        level = "high"
+    elif sources or len(weak) >= 2:
+        level = "medium"
+    else:
+        level = "low"
+    if not compared and level == "high" and len(sources) < 3:
+        level = "medium"
+    return level
+
+
+def _summary(
+    status: Status,
+    stage: Stage,
+    culprits: tuple[cu.Merged, ...],
+    progress: Progress,
+    current: Stage | None,
+) -> str:
+    if status is Status.PROGRESSING:
+        what = "; ".join(s.text() for s in progress.progress[:2]) or "activity seen"
+        where = f" (now in {current.value})" if current else ""
+        return f"Progressing{where}: {what}"
+    if status is Status.HUNG:
+        where = f"in {stage.value}" if stage is not Stage.UNKNOWN else "(stage unknown)"
+        if culprits:
+            c = culprits[0].culprit()
+            who = _label(c.role.value, c.rank, c.pid, c.gpu, c.engine_url)
+            first_why: str = c.why.split(" | ")[0]
+            return f"Hung {where}: {who} - {first_why}"
+        return f"Hung {where}: nothing advanced, culprit not identified"
+    if status is Status.UNKNOWN:
+        return "Could not tell: no source that shows progress or a hang was readable"
+    return str(status.value)
+
+
+def _label(role: str, rank: int | None, pid: int | None, gpu: int | None, url: str | None) -> str:
+    text = role.replace("_", " ")
+    if rank is not None:
+        text += f" {rank}"
+    if url and role == "sglang_engine":
+        text += f" {url}"
+    extra = [f"pid {pid}"] if pid is not None else []
+    if gpu is not None:
+        extra.append(f"GPU {gpu}")
+    return text + (f" ({', '.join(extra)})" if extra else "")
+
+
+# --------------------------------------------------------------------------- findings
+
+
+def _culprit_findings(culprits: tuple[cu.Merged, ...]) -> list[Finding]:
+    out: list[Finding] = []
+    for m in culprits:
+        c = m.culprit()
+        evidence: list[str] = []
+        for s in sorted(m.suspects, key=lambda x: -x.weight):
+            evidence.append(f"[{s.source}] {s.why}")
+            evidence.extend(s.evidence[:3])
+        out.append(
+            Finding(
+                "culprit",
+                Severity.CRITICAL,
+                f"{_label(c.role.value, c.rank, c.pid, c.gpu, c.engine_url)} is the one the "
+                f"others wait for (sources: {', '.join(sorted(m.sources))})",
+                tuple(dict.fromkeys(evidence))[:10],
+            )
+        )
+    return out
+
+
+_EVIDENCE_MESSAGES = {
+    "ras-communicator-error": "NCCL RAS reports a communicator in error (counts differ or ranks missing)",
+    "fr-collective-not-joined": "The flight recorder shows ranks waiting in a collective others never entered",
+    "fr-collective-not-completing": "The flight recorder shows a collective every rank entered and none completed",
+    "gpu-stuck-in-collective": "GPUs busy-wait in a collective (util ~100%, memory util ~0, no data moved)",
+    "engine-not-serving": "SGLang engines are dead, unresponsive or stuck",
+    "rollout-loop-blocked": "The rollout event loop is blocked",
+    "all-waiting": "Every slime process is waiting; none is working",
+    "no-progress": "Nothing moved between the two samples",
+}
+
+
+def _evidence_findings(evidence: list[Evidence]) -> list[Finding]:
+    by_rule: dict[str, list[Evidence]] = {}
+    for e in evidence:
+        by_rule.setdefault(e.rule, []).append(e)
+    return [
+        Finding(
+            rule,
+            Severity.CRITICAL if max(e.strength for e in evs) >= 2 else Severity.WARNING,
+            _EVIDENCE_MESSAGES.get(rule, rule),
+            tuple(dict.fromkeys(e.text for e in evs))[:6],
+        )
+        for rule, evs in by_rule.items()
+    ]
+
+
+def _progress_findings(progress: Progress) -> list[Finding]:
+    out: list[Finding] = []
+    if progress.progress:
+        out.append(
+            Finding(
+                "progress",
+                Severity.INFO,
+                "Progress between the samples",
+                tuple(s.text() for s in progress.progress[:8]),
+            )
+        )
+    if progress.activity:
+        out.append(
+            Finding(
+                "activity-not-progress",
+                Severity.INFO,
+                "Activity that does not prove progress",
+                tuple(s.text() for s in progress.activity[:6]),
+            )
+        )
+    return out
+
+
+def _engine_findings(engines: tuple[EngineRead, ...], status: Status) -> list[Finding]:
+    if status is not Status.PROGRESSING:
+        return []
+    return [
+        Finding(
+            "engine-" + e.state.value,
+            Severity.WARNING,
+            f"engine {e.url} is {e.state.value} while the job progresses elsewhere",
+            e.evidence[:4],
+        )
+        for e in engines
+        if e.state in HUNG_ENGINE_STATES
+    ]
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _select_culprits(merged: list[cu.Merged]) -> tuple[cu.Merged, ...]:
+    if not merged:
+        return ()
+    top = merged[0].score
+    return tuple(m for m in merged if m.score == top and m.score > 0)[:4]
+
+
+def _layout(world: World) -> str | None:
+    hints = Counter(
+        h
+        for p in world.procs
+        for r in p.reads
+        for t in r.threads
+        for f in t.frames
+        if (h := layout_hint(f)) is not None
+    )
+    return hints.most_common(1)[0][0] if hints else None
+
+
+def _suspected(status: Status, confidence: str, culprits: tuple[cu.Merged, ...]) -> bool:
+    if status is not Status.HUNG:
+        return False
+    if confidence == "low":
+        return True
+    return bool(culprits) and culprits[0].sources <= {"rollout"}
+
+
+def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
+    """The whole analysis. Pure: reads `snapshot` and `topology` only."""
+    if not _usable(snapshot):
+        return Diagnosis(
+            unknown_verdict(
+                "Nothing usable was collected: no stacks, processes, GPU readings, HTTP answers "
+                "or Ray state.",
+                blind_spots=snapshot.blind_spots,
+            )
+        )
+    world = build_world(snapshot, topology)
+    engines = read_engines(world)
+    progress = assess(world, engines)
+    if _no_job(world):
+        return Diagnosis(
+            Verdict(
+                status=Status.IDLE,
+                stage=Stage.NONE,
+                summary="No slime job: no RUNNING Ray job and no slime actor or process found.",
+                blind_spots=tuple(snapshot.blind_spots),
+                window_s=snapshot.window_s,
+                confidence="medium" if snapshot.ray_seen else "low",
+            )
+        )
+    moving = cu.moving_ras_comms(world)
+    suspects = _suspects(world, engines, moving)
+    merged = cu.merge(suspects, world)
+    evidence = hang_evidence(world, engines, progress, suspects, moving)
+    status = _status(world, progress, evidence, merged)
+    stage = decide_stage(world, merged) if status is Status.HUNG else Stage.NONE
+    culprits = _select_culprits(merged) if status is Status.HUNG else ()
+    ctx = rules.Context(world, engines, status, stage, culprits)
+    causes = rules.known_causes(ctx)
+    confidence = _confidence(status, evidence, culprits, progress, world)
+    findings: list[Finding] = []
+    if status is Status.HUNG:
+        findings += _culprit_findings(culprits)
+        findings += _evidence_findings(evidence)
+    findings += [c.finding for c in causes]
+    findings += _engine_findings(engines, status)
+    findings += _progress_findings(progress)
+    steps = rules.culprit_steps(ctx) if status is Status.HUNG else []
+    steps += [s for c in causes for s in c.steps]
+    steps += rules.general_steps(ctx)
+    current = current_stage(world)
+    extra: dict[str, object] = {}
+    if (layout := _layout(world)) is not None:
+        extra["slime_layout"] = layout
+    if current is not None:
+        extra["current_stage"] = current.value
+    if world.gpus:
+        extra["gpus"] = [
+            {"node_ip": g.node_ip, "index": g.index, "state": g.state.value} for g in world.gpus
+        ]
+    if engines:
+        extra["engines"] = [{"url": e.url, "state": e.state.value} for e in engines]
+    verdict = Verdict(
+        status=status,
+        stage=stage,
+        summary=_summary(status, stage, culprits, progress, current),
+        culprits=tuple(m.culprit() for m in culprits),
+        findings=tuple(findings),
+        next_steps=tuple(dict.fromkeys(steps)),
+        blind_spots=tuple(rules.blind_spots(ctx)),
+        window_s=snapshot.window_s,
+        confidence=confidence,
+        suspected=_suspected(status, confidence, culprits),
+        extra=extra,
+    )
+    return Diagnosis(verdict, build_rows(world, culprits), build_excerpt(world, culprits))
+
+
+def _suspects(world: World, engines: tuple[EngineRead, ...], moving: set[str]) -> list[cu.Suspect]:
+    engine_stage = any(
+        p.latest is not None and p.latest.stage in (Stage.NCCL_BROADCAST, Stage.WEIGHT_SYNC)
+        for p in world.procs
+    ) or any(
+        g.behind and cu.fr_stage(g.stuck) in (Stage.NCCL_BROADCAST, Stage.WEIGHT_SYNC)
+        for g in cu.fr_groups(world)
+    )
+    out: list[cu.Suspect] = []
+    out += cu.ras_suspects(world, moving)
+    out += cu.fr_suspects(world)
+    out += cu.gpu_suspects(world, engine_stage)
+    out += cu.stack_suspects(world)
+    out += cu.engine_suspects(world, engines)
+    out += cu.rollout_suspects(world, engines)
+    out += cu.driver_suspects(world)
+    if not out:
+        out += cu.chain_end_suspects(world)
+    return out
+
+
+def _status(
+    world: World, progress: Progress, evidence: list[Evidence], merged: list[cu.Merged]
+) -> Status:
+    if progress.moving:
+        return Status.PROGRESSING
+    if evidence or any(m.score >= cu.MEDIUM for m in merged):
+        return Status.HUNG
+    if set(progress.compared) - {"cpu"}:
+        return Status.HUNG  # a source that shows progress was compared, and nothing moved
+    if any(p.latest is not None and p.latest.cpu_busy for p in world.procs):
+        return Status.PROGRESSING
+    return Status.UNKNOWN

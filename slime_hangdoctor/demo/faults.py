@@ -1,0 +1,240 @@
+"""The demo job's injectable faults: what each one does and the verdict it should earn.
+
+The expected verdict uses the string values of `slime_hangdoctor.verdict` (`Status`, `Stage`,
+`Role`) so that this module stays standalone (demo/ imports nothing of ours outside demo/); tests
+compare with e.g. `Stage(spec.expected.stage)`.
+
+`frames` lists, per key process, function names that a `py-spy dump` of that process shows while
+the fault holds, innermost first, as a subsequence of one thread's stack (other frames may sit in
+between). Process labels: "driver", "rollout_manager", "train rank N", "engine N actor" (the
+SGLangEngine Ray actor), "engine N server" (its HTTP child), "engine N scheduler".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Expected:
+    status: str  # verdict.Status value: "hung" | "progressing"
+    stage: str  # verdict.Stage value
+    culprit_role: str | None = None  # verdict.Role value
+    culprit_rank: int | None = None  # train rank, for culprit_role "train_rank"
+    culprit_engine: int | None = None  # engine index (0-based), for culprit_role "sglang_engine"
+
+
+@dataclass(frozen=True)
+class FrameSignature:
+    process: str  # a process label, see the module docstring
+    frames: tuple[str, ...]  # innermost first; a subsequence of one thread's frames
+    thread: str | None = None  # thread name, when not the main thread
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    name: str
+    description: str
+    expected: Expected
+    colocate: bool = False
+    uses_fault_after_steps: bool = True  # False: the fault is there from the start
+    server_fault: str | None = None  # the SGLang stand-in fault it uses, if any
+    frames: tuple[FrameSignature, ...] = field(default_factory=tuple)
+
+
+FAULT_ENGINE = 1  # engine index a server fault targets
+FAULT_RANK = 1  # train rank a train fault targets
+
+FAULTS: dict[str, FaultSpec] = {
+    spec.name: spec
+    for spec in (
+        FaultSpec(
+            name="none",
+            description="healthy: steps keep advancing (~1-3 s each)",
+            expected=Expected(status="progressing", stage="none"),
+            uses_fault_after_steps=False,
+        ),
+        FaultSpec(
+            name="slow",
+            description="healthy but slow: long generations (~15 s per rollout), tokens keep flowing",
+            expected=Expected(status="progressing", stage="none"),
+            uses_fault_after_steps=False,
+        ),
+        FaultSpec(
+            name="startup_engine_never_healthy",
+            description="engine 1's server never turns healthy (503): the job never leaves start-up",
+            expected=Expected(
+                status="hung",
+                stage="startup",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            uses_fault_after_steps=False,
+            server_fault="never_healthy",
+            frames=(
+                FrameSignature("driver", ("create_rollout_manager", "train")),
+                FrameSignature("rollout_manager", ("init_rollout_engines", "__init__")),
+                FrameSignature(
+                    "engine 1 actor",
+                    ("_wait_server_healthy", "launch_server_process", "_init_normal", "init"),
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="rollout_engine_stuck",
+            description="engine 1's scheduler gets stuck in a decode step during the rollout",
+            expected=Expected(
+                status="hung",
+                stage="rollout_dispatch",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="stuck_scheduler",
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature(
+                    "rollout_manager",
+                    ("run", "generate_rollout", "call_rollout_fn", "_get_rollout_data", "generate"),
+                ),
+                FrameSignature("engine 1 scheduler", ("forward_decode", "event_loop_normal")),
+            ),
+        ),
+        FaultSpec(
+            name="reward_hang",
+            description="the math reward (sympy) spins forever on the rollout's event-loop thread",
+            expected=Expected(status="hung", stage="reward", culprit_role="rollout_manager"),
+            frames=(
+                FrameSignature(
+                    "rollout_manager",
+                    ("are_equal_under_sympy", "grade_answer_verl", "async_rm", "generate_and_rm"),
+                    thread="_start_loop",
+                ),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+            ),
+        ),
+        FaultSpec(
+            name="offload_hang",
+            description="colocate: engine 1's release_memory_occupation never returns",
+            expected=Expected(
+                status="hung",
+                stage="offload_onload",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            colocate=True,
+            server_fault="hang_release_memory_occupation",
+            frames=(
+                FrameSignature("rollout_manager", ("offload",)),
+                FrameSignature("engine 1 actor", ("_make_request", "release_memory_occupation")),
+            ),
+        ),
+        FaultSpec(
+            name="train_rank_stuck",
+            description="train rank 1 spins in process_rollout_data; rank 0 waits in all_reduce",
+            expected=Expected(
+                status="hung", stage="train", culprit_role="train_rank", culprit_rank=FAULT_RANK
+            ),
+            frames=(
+                FrameSignature(
+                    "train rank 1",
+                    ("_repack_partition", "process_rollout_data", "_get_rollout_data", "train"),
+                ),
+                FrameSignature(
+                    "train rank 0",
+                    ("all_reduce", "train_one_step", "train", "train_actor", "train"),
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="colocate_update_hang",
+            description="colocate: engine 1's update_weights_from_tensor never returns",
+            expected=Expected(
+                status="hung",
+                stage="weight_sync",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            colocate=True,
+            server_fault="hang_update_weights_from_tensor",
+            frames=(
+                FrameSignature("driver", ("update_weights", "train")),
+                FrameSignature("train rank 1", ("update_weights", "update_weights")),
+                FrameSignature("train rank 0", ("barrier", "update_weights", "update_weights")),
+                FrameSignature("engine 1 actor", ("_make_request", "update_weights_from_tensor")),
+                FrameSignature(
+                    "engine 1 scheduler", ("_barrier_tp_cpu_group", "update_weights_from_tensor")
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="weight_sync_engine_missing",
+            description=(
+                "non-colocate: engine 1 never enters the weight broadcast; train rank 0 waits in "
+                "dist.broadcast"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="nccl_broadcast",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="skip_weight_sync",
+            frames=(
+                FrameSignature("driver", ("update_weights", "train")),
+                FrameSignature(
+                    "train rank 0",
+                    (
+                        "broadcast",
+                        "update_weights_from_distributed",
+                        "_update_bucket_weights_from_distributed",
+                        "update_weights",
+                    ),
+                ),
+                FrameSignature("train rank 1", ("barrier", "update_weights")),
+                FrameSignature("engine 0 scheduler", ("update_weights_from_distributed",)),
+                FrameSignature(
+                    "engine 1 scheduler", ("_wait_for_weights", "update_weights_from_distributed")
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="eval_hang",
+            description="engine 1's scheduler gets stuck in a decode step during eval",
+            expected=Expected(
+                status="hung",
+                stage="eval",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="stuck_scheduler",
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature(
+                    "rollout_manager", ("run", "generate_rollout", "call_rollout_fn", "eval")
+                ),
+                FrameSignature("engine 1 scheduler", ("forward_decode", "event_loop_normal")),
+            ),
+        ),
+    )
+}
+
+
+def get_fault(name: str) -> FaultSpec:
+    """The spec of `name`; ValueError listing the known names otherwise."""
+    try:
+        return FAULTS[name]
+    except KeyError:
+        raise ValueError(f"unknown demo fault {name!r}; known: {', '.join(FAULTS)}") from None
+
+
+def fault_names() -> tuple[str, ...]:
+    return tuple(FAULTS)
+
+
+def server_fault_supported(spec: FaultSpec) -> bool:
+    """Whether the SGLang stand-in offers the server fault `spec` relies on."""
+    if spec.server_fault is None:
+        return True
+    from slime_hangdoctor.demo.sglang_scheduler import FAULTS as SERVER_FAULTS
+
+    return spec.server_fault in SERVER_FAULTS

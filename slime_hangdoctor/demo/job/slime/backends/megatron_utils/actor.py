@@ -1,0 +1,117 @@
+"""`MegatronTrainRayActor`: one training rank (gloo on CPU in the demo)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from slime.backends.megatron_utils.model import initialize_model_and_optimizer, train
+from slime.ray.train_actor import TrainRayActor
+from slime.utils.data import process_rollout_data
+from slime.utils.distributed_utils import get_gloo_group
+from slime.utils.misc import Box
+from slime.utils.timer import Timer, timer, with_defer
+
+logger = logging.getLogger(__name__)
+
+
+class MegatronTrainRayActor(TrainRayActor):
+    @with_defer(lambda: Timer().start("train_wait"))
+    def init(self, args: argparse.Namespace, role: str, with_ref: bool = False) -> int:
+        super().init(args, role, with_ref)
+        import torch.distributed as dist
+
+        Timer().log_enabled = dist.get_rank() == 0
+        logger.info("Applying monkey patch to torch.distributed")
+        dist.barrier(group=get_gloo_group())
+        logger.info("Load checkpoint from HuggingFace model into Megatron (path=demo/model)")
+        self.model, self.optimizer = initialize_model_and_optimizer(args)
+        self.rollout_manager: Any = None
+        self.weights_version = 0
+        if args.colocate:
+            from slime.backends.megatron_utils.update_weight.update_weight_from_tensor import (
+                UpdateWeightFromTensor,
+            )
+
+            update_weight_cls: Any = UpdateWeightFromTensor
+        else:
+            from slime.backends.megatron_utils.update_weight.update_weight_from_distributed import (
+                UpdateWeightFromDistributed,
+            )
+
+            update_weight_cls = UpdateWeightFromDistributed
+        self.weight_updater = update_weight_cls(args, self.model)
+        if args.offload_train:
+            self.sleep()
+        return int(args.start_rollout_id)
+
+    @timer
+    def sleep(self) -> None:
+        logger.info(f"[Rank {self.args.rank}] Memory-Usage before offload model")
+
+    @timer
+    def wake_up(self) -> None:
+        logger.info(f"[Rank {self.args.rank}] Memory-Usage after wake_up model")
+
+    def clear_memory(self) -> None:
+        pass
+
+    def set_rollout_manager(self, rollout_manager: Any) -> None:
+        import ray
+        import torch.distributed as dist
+
+        self.rollout_manager = rollout_manager
+        if dist.get_rank() == 0:
+            ray.get(
+                rollout_manager.set_train_parallel_config.remote({"dp_size": dist.get_world_size()})
+            )
+
+    def _get_rollout_data(self, rollout_data_ref: list[Box]) -> dict[str, Any]:
+        import torch.distributed as dist
+
+        return process_rollout_data(
+            self.args, rollout_data_ref, dist.get_rank(), dist.get_world_size()
+        )
+
+    def train(self, rollout_id: int, rollout_data_ref: list[Box]) -> None:
+        Timer().end("train_wait")
+        if self.args.offload_train:
+            self.wake_up()
+        Timer().start("data_preprocess")
+        rollout_data = self._get_rollout_data(rollout_data_ref)
+        Timer().end("data_preprocess")
+        self.train_actor(rollout_id, rollout_data)
+        if self.args.offload_train:
+            self.sleep()
+        Timer().start("train_wait")
+
+    def train_actor(self, rollout_id: int, rollout_data: dict[str, Any]) -> None:
+        Timer().start("train")
+        data_iterator = [rollout_data]
+        rewards = rollout_data["rewards"]
+        if self.args.rank == 0:
+            logger.info(
+                f"rollout {rollout_id}: {{'rollout/rewards': {sum(rewards) / max(len(rewards), 1):.4f}}}"
+            )
+        train(rollout_id, self.model, self.optimizer, data_iterator, 1, self.args)
+        Timer().end("train")
+        if self.args.rank == 0:
+            logger.info(f"perf {rollout_id}: {{'perf/step': {rollout_id}}}")
+
+    @timer
+    def update_weights(self) -> None:
+        import ray
+        import torch.distributed as dist
+
+        rollout_engines, rollout_engine_lock, num_new_engines = ray.get(
+            self.rollout_manager.get_updatable_engines_and_lock.remote()
+        )
+        if num_new_engines > 0:
+            self.weight_updater.connect_rollout_engines(rollout_engines, rollout_engine_lock)
+            dist.barrier(group=get_gloo_group())
+            if dist.get_rank() == 0:
+                ray.get(self.rollout_manager.clear_num_new_engines.remote())
+        logger.info(f"[Rank {self.args.rank}] Memory-Usage before update_weights")
+        self.weight_updater.update_weights()
+        logger.info(f"[Rank {self.args.rank}] Memory-Usage after update_weights")

@@ -1,0 +1,164 @@
+"""Weight sync for separate rollout GPUs: a process group shared by train rank 0 and every engine,
+then one `dist.broadcast` per tensor while the engines receive it in /update_weights_from_distributed."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import time
+from datetime import timedelta
+from typing import Any
+
+from slime.utils.distributed_utils import get_gloo_group, init_process_group
+from slime.utils.logging_utils import log_fault_armed
+from slime.utils.misc import fault_armed, get_free_port
+
+logger = logging.getLogger(__name__)
+
+
+class UpdateWeightFromDistributed:
+    def __init__(self, args: argparse.Namespace, model: dict[str, Any]) -> None:
+        self.args = args
+        self.model = model
+        self.weight_version = 0
+        self.rollout_engines: list[Any] = []
+        self.rollout_engine_lock: Any = None
+        self._group_name = "slime-pp_0"
+        self._model_update_groups: Any = None
+        self._is_pp_src_rank = False
+
+    def connect_rollout_engines(self, rollout_engines: list[Any], rollout_engine_lock: Any) -> None:
+        import torch.distributed as dist
+
+        self.rollout_engines = rollout_engines
+        self.rollout_engine_lock = rollout_engine_lock
+        # DP rank 0 / TP rank 0 of the (only) pipeline stage sends the weights.
+        self._is_pp_src_rank = dist.get_rank() == 0
+        if self._is_pp_src_rank:
+            self._model_update_groups = connect_rollout_engines_from_distributed(
+                self.args, self._group_name, rollout_engines
+            )
+
+    def update_weights(self) -> None:
+        import ray
+        import torch.distributed as dist
+
+        self.weight_version += 1
+        if dist.get_rank() == 0:
+            ray.get([engine.pause_generation.remote() for engine in self.rollout_engines])
+            ray.get([engine.flush_cache.remote() for engine in self.rollout_engines])
+        dist.barrier(group=get_gloo_group())
+        if self._is_pp_src_rank:
+            self._wait_for_timed_engine_fault()
+            for bucket in self._named_tensor_buckets():
+                self._update_bucket_weights_from_distributed(bucket)
+        dist.barrier(group=get_gloo_group())
+        if dist.get_rank() == 0:
+            ray.get([engine.continue_generation.remote() for engine in self.rollout_engines])
+        dist.barrier(group=get_gloo_group())
+
+    def _named_tensor_buckets(self) -> list[list[tuple[str, Any]]]:
+        """Group the HF-named tensors into buckets of at most --update-weight-buffer-size bytes."""
+        buckets: list[list[tuple[str, Any]]] = [[]]
+        size = 0
+        for name, param in self.model.items():
+            nbytes = param.numel() * param.element_size()
+            if buckets[-1] and size + nbytes > self.args.update_weight_buffer_size:
+                buckets.append([])
+                size = 0
+            buckets[-1].append((name, param))
+            size += nbytes
+        return buckets
+
+    def _update_bucket_weights_from_distributed(
+        self, converted_named_tensors: list[tuple[str, Any]]
+    ) -> None:
+        import ray
+
+        # lock the rollout engines to prevent dead lock on broadcast.
+        while not ray.get(self.rollout_engine_lock.acquire.remote()):
+            time.sleep(0.1)
+        refs = update_weights_from_distributed(
+            self._group_name,
+            self._model_update_groups,
+            self.weight_version,
+            self.rollout_engines,
+            converted_named_tensors,
+        )
+        ray.get(refs)
+        ray.get(self.rollout_engine_lock.release.remote())
+
+    def _wait_for_timed_engine_fault(self) -> None:
+        """Demo fault plan (`weight_sync_engine_missing`): that engine's server stops taking part
+        in weight syncs at a fixed time after it came up; from the armed step on, wait for that
+        moment so the sync of this step is the first one it misses."""
+        import ray
+
+        step = self.weight_version - 2  # sync 1 is the initial one; sync k+2 follows step k
+        if step < 0 or not fault_armed(self.args, "weight_sync_engine_missing", step):
+            return
+        engine = self.rollout_engines[self.args.fault_engine]
+        fault_at = ray.get(engine.get_server_fault_at.remote())
+        if fault_at is not None:
+            time.sleep(max(0.0, fault_at + 0.5 - time.time()))
+        log_fault_armed(
+            logger, self.args.fault, f"weight sync to engine {self.args.fault_engine}", step
+        )
+
+
+def connect_rollout_engines_from_distributed(
+    args: argparse.Namespace, group_name: str, rollout_engines: list[Any]
+) -> Any:
+    import ray
+
+    master_address = "127.0.0.1"
+    master_port = get_free_port(start_port=random.randint(20000, 21000))
+    world_size = len(rollout_engines) * args.rollout_num_gpus_per_engine + 1
+    refs = [
+        engine.init_weights_update_group.remote(
+            master_address,
+            master_port,
+            i * args.rollout_num_gpus_per_engine + 1,
+            world_size,
+            group_name,
+            backend="nccl",
+        )
+        for i, engine in enumerate(rollout_engines)
+    ]
+    model_update_groups = init_process_group(
+        backend="gloo",  # no GPU in the demo: the engines serve "nccl" with gloo as well
+        init_method=f"tcp://{master_address}:{master_port}",
+        timeout=timedelta(minutes=args.distributed_timeout_minutes),
+        world_size=world_size,
+        rank=0,
+        group_name=group_name,
+    )
+    ray.get(refs)
+    return model_update_groups
+
+
+def update_weights_from_distributed(
+    group_name: str,
+    group: Any,
+    weight_version: int,
+    rollout_engines: list[Any],
+    converted_named_tensors: list[tuple[str, Any]],
+) -> list[Any]:
+    import torch.distributed as dist
+
+    refs = [
+        engine.update_weights_from_distributed.remote(
+            names=[name for name, _ in converted_named_tensors],
+            dtypes=[
+                str(param.dtype).removeprefix("torch.") for _, param in converted_named_tensors
+            ],
+            shapes=[list(param.shape) for _, param in converted_named_tensors],
+            group_name=group_name,
+            weight_version=str(weight_version),
+        )
+        for engine in rollout_engines
+    ]
+    for _, param in converted_named_tensors:
+        dist.broadcast(param.data, 0, group=group)
+    return refs

@@ -1,0 +1,264 @@
+"""Start the demo: a private Ray head, the slime-shaped job (demo/job/train.py) submitted through
+the Job API with one injected fault, and a handle to wait for it and to stop everything.
+
+Readiness is read from the job's own log (the Job API): healthy runs are ready after a few
+training steps, faulty runs after the job logs `DEMO FAULT ARMED` plus a short settle time (the
+moment the blocking call is entered) — or, for start-up faults, after the engine plan line.
+
+Every process the demo starts carries the environment variable `SLIME_HANGDOCTOR_DEMO=<id>`
+(Ray passes the job's env to its actors; the engines' server and scheduler children inherit it),
+so `DemoRun.stop` finds and ends orphans too.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slime_hangdoctor.demo import cluster
+from slime_hangdoctor.demo.faults import FaultSpec, get_fault, server_fault_supported
+
+JOB_DIR = Path(__file__).resolve().parent / "job"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MARKER_ENV = "SLIME_HANGDOCTOR_DEMO"
+ARMED_TEXT = "DEMO FAULT ARMED"
+SETTLE_S = 2.5  # after the armed line: let the faulty call reach its blocking point
+STARTUP_SETTLE_S = 5.0  # never_healthy: a few /health_generate polls
+HEALTHY_STEPS = 3  # train steps a healthy run must show before it is "ready"
+
+_STEP_RE = re.compile(r"\bstep (\d+): \{'train/loss'")
+_ACTOR_PID_RE = re.compile(r"\((\w+) pid=(\d+)(?:, ip=[^)]*)?\)")
+_ENGINE_PORT_RE = re.compile(r"Ports for engine (\d+): \{'host': '([^']+)', 'port': (\d+)")
+_ENGINE_LAUNCH_RE = re.compile(
+    r"\(SGLangEngine pid=(\d+)[^)]*\).*Launch HttpServerEngineAdapter at: ([\d.]+):(\d+)"
+)
+_RANK_RE = re.compile(r"\(MegatronTrainRayActor pid=(\d+)[^)]*\).*\[Rank (\d+)\] joined the train")
+
+
+class DemoError(RuntimeError):
+    """The demo job failed, or did not reach the expected state in time."""
+
+
+@dataclass
+class DemoRun:
+    """A running demo: the Ray head, the job, and what the job logged about itself."""
+
+    fault: FaultSpec
+    head: cluster.RayHead
+    submission_id: str
+    workdir: Path
+    fault_after_steps: int
+    started_at: float = field(default_factory=time.monotonic)
+    armed_after_s: float | None = None
+    ready_after_s: float | None = None
+    _stopped: bool = False
+
+    # ---- the job's log
+    def logs(self) -> str:
+        return cluster.job_logs(self.head, self.submission_id)
+
+    def status(self) -> str:
+        return str(cluster.job_info(self.head, self.submission_id).get("status"))
+
+    def steps_done(self, logs: str | None = None) -> int:
+        """How many train steps rank 0 has logged (`step N: {...}` lines)."""
+        return len(_STEP_RE.findall(self.logs() if logs is None else logs))
+
+    def armed(self, logs: str | None = None) -> bool:
+        return ARMED_TEXT in (self.logs() if logs is None else logs)
+
+    def driver_pid(self) -> int | None:
+        info = cluster.job_info(self.head, self.submission_id).get("driver_info") or {}
+        pid = info.get("pid")
+        return int(pid) if pid else None
+
+    def roles(self) -> dict[str, int]:
+        """Process label -> pid, from the job's log: "driver", "rollout_manager",
+        "train rank N", "engine N actor" (see demo/faults.py for the labels)."""
+        logs = self.logs()
+        out: dict[str, int] = {}
+        driver = self.driver_pid()
+        if driver:
+            out["driver"] = driver
+        for cls, pid in _ACTOR_PID_RE.findall(logs):
+            if cls == "RolloutManager":
+                out["rollout_manager"] = int(pid)
+        for pid, rank in _RANK_RE.findall(logs):
+            out[f"train rank {rank}"] = int(pid)
+        port_to_engine = {int(port): int(i) for i, _host, port in _ENGINE_PORT_RE.findall(logs)}
+        for pid, _host, port in _ENGINE_LAUNCH_RE.findall(logs):
+            if int(port) in port_to_engine:
+                out[f"engine {port_to_engine[int(port)]} actor"] = int(pid)
+        return out
+
+    def engine_urls(self) -> dict[int, str]:
+        return {
+            int(i): f"http://{host}:{port}"
+            for i, host, port in _ENGINE_PORT_RE.findall(self.logs())
+        }
+
+    # ---- waiting
+    def wait_until_ready(self, timeout: float = 90.0) -> None:
+        """Return once the job has reached its fault (or run a few healthy steps); DemoError when
+        the job ends or `timeout` passes first (the message carries the log's tail)."""
+        deadline = time.monotonic() + timeout
+        spec = self.fault
+        while True:
+            logs = self.logs()
+            if spec.expected.status != "hung":
+                if self.steps_done(logs) >= HEALTHY_STEPS:
+                    break
+            elif spec.name == "startup_engine_never_healthy":
+                if (
+                    "demo fault plan for engine" in logs
+                    and "Launch HttpServerEngineAdapter" in logs
+                ):
+                    if self.armed_after_s is None:
+                        self.armed_after_s = time.monotonic() - self.started_at
+                    if time.monotonic() - self.started_at >= self.armed_after_s + STARTUP_SETTLE_S:
+                        break
+            elif self.armed(logs):
+                if self.armed_after_s is None:
+                    self.armed_after_s = time.monotonic() - self.started_at
+                if time.monotonic() - self.started_at >= self.armed_after_s + SETTLE_S:
+                    break
+            status = self.status()
+            if status in cluster.TERMINAL_JOB_STATES:
+                raise DemoError(f"demo job {status} before it was ready:\n{logs[-3000:]}")
+            if time.monotonic() >= deadline:
+                raise DemoError(
+                    f"demo job not ready after {timeout:.0f}s (fault {spec.name}):\n{logs[-3000:]}"
+                )
+            time.sleep(0.5)
+        self.ready_after_s = time.monotonic() - self.started_at
+
+    # ---- stopping
+    def stop(self) -> None:
+        """Stop the job, the head, and every process the demo started (idempotent)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        pids = self.head.pids() | _marked_pids(self.submission_id)
+        try:
+            cluster.stop_job(self.head, self.submission_id)
+        except Exception:
+            pass
+        self.head.stop(timeout=5.0)
+        _kill(pids | _marked_pids(self.submission_id), timeout=3.0)
+
+    def __enter__(self) -> DemoRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _marked_pids(demo_id: str) -> set[int]:
+    """Live processes whose environment carries this demo's marker."""
+    import psutil
+
+    needle = f"{MARKER_ENV}={demo_id}".encode()
+    found: set[int] = set()
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            with open(f"/proc/{proc.info['pid']}/environ", "rb") as fh:
+                if needle in fh.read():
+                    found.add(proc.info["pid"])
+        except OSError:
+            continue
+    return found
+
+
+def _kill(pids: set[int], *, timeout: float) -> None:
+    """SIGTERM `pids`, then SIGKILL whatever is left after `timeout`."""
+    import psutil
+
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=3.0)
+
+
+def job_entrypoint(fault: str, fault_after_steps: int, extra_args: list[str] | None = None) -> str:
+    argv = [
+        sys.executable,
+        "train.py",
+        "--fault",
+        fault,
+        "--fault-after-steps",
+        str(fault_after_steps),
+        *(extra_args or []),
+    ]
+    return shlex.join(argv)
+
+
+def start_demo(
+    fault: str,
+    *,
+    workdir: Path,
+    fault_after_steps: int = 0,
+    extra_args: list[str] | None = None,
+    num_cpus: int = 2,
+) -> DemoRun:
+    """Start a Ray head and submit the demo job with `fault`; returns at once (see
+    `DemoRun.wait_until_ready`). On any failure everything started so far is stopped."""
+    spec = get_fault(fault)
+    if not server_fault_supported(spec):
+        raise DemoError(
+            f"demo fault {fault!r} needs the SGLang stand-in fault {spec.server_fault!r}, "
+            "which slime_hangdoctor.demo.sglang_server does not offer"
+        )
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    request_logs = workdir / "sglang"
+    request_logs.mkdir(exist_ok=True)
+    submission_id = f"slime-demo-{fault.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
+    env = {
+        MARKER_ENV: submission_id,
+        "PYTHONPATH": str(REPO_ROOT),
+        "RAY_DEDUP_LOGS": "0",
+        "PYTHONUNBUFFERED": "1",
+        "GLOO_SOCKET_IFNAME": "lo",
+        "OMP_NUM_THREADS": "1",
+    }
+    head = cluster.start_head(workdir, num_cpus=num_cpus)
+    run = DemoRun(
+        fault=spec,
+        head=head,
+        submission_id=submission_id,
+        workdir=workdir,
+        fault_after_steps=fault_after_steps,
+    )
+    try:
+        args = ["--sglang-request-log-dir", str(request_logs), *(extra_args or [])]
+        run.started_at = time.monotonic()
+        cluster.submit_job(
+            head,
+            job_entrypoint(fault, fault_after_steps, args),
+            working_dir=JOB_DIR,
+            submission_id=submission_id,
+            env=env,
+        )
+    except BaseException:
+        run.stop()
+        raise
+    return run

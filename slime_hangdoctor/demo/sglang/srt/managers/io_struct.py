@@ -1,0 +1,40 @@
+"""Messages between the HTTP process and the scheduler: JSON over a socket pair.
+
+The real engine sends pickled request dataclasses over ZMQ; the stand-in sends JSON objects with a
+`type` field through `multiprocessing.connection.Connection` (length-prefixed)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from multiprocessing.connection import Connection
+from typing import Any
+
+Msg = dict[str, Any]
+
+FAULTS = (
+    "none",
+    "never_healthy",
+    "stuck_scheduler",
+    "skip_weight_sync",
+    "hang_update_weights_from_tensor",
+)
+
+
+def send_msg(conn: Connection, lock: threading.Lock, msg: Msg) -> bool:
+    """Send one JSON message; False when the peer is gone."""
+    data = json.dumps(msg, separators=(",", ":")).encode("utf-8")
+    try:
+        with lock:
+            conn.send_bytes(data)
+    except (OSError, EOFError, ValueError):
+        return False
+    return True
+
+
+def recv_msg(conn: Connection) -> Msg:
+    """Receive one JSON message (raises EOFError / OSError when the peer is gone)."""
+    msg = json.loads(conn.recv_bytes().decode("utf-8"))
+    if not isinstance(msg, dict):
+        raise ValueError("message is not an object")
+    return msg

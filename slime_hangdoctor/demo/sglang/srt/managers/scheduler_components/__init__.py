@@ -1,0 +1,1 @@
+"""sglang.srt.managers.scheduler_components stand-in."""

@@ -1,0 +1,95 @@
+"""Process helpers and `init_custom_process_group` (as in `sglang/srt/utils/common.py`)."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+DEFAULT_PG_TIMEOUT_S = 1800.0  # torch default_pg_timeout, which SGLang's weight-update group uses
+
+
+def set_process_name(title: str) -> None:
+    """Set comm (what `ps -o comm` and psutil.name() show), truncated to 15 bytes like setproctitle."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, title.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
+def kill_itself_when_parent_died(parent_pid: int) -> None:
+    """PR_SET_PDEATHSIG=SIGKILL (what SGLang's kill_itself_when_parent_died does) plus a ppid poll."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent_pid:
+                os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def log_prefix(title: str) -> str:
+    """`sglang::scheduler_TP0` -> ` TP0`: SGLang's log prefix mirrors the title suffix."""
+    suffix = title.split("sglang::scheduler", 1)[-1].lstrip("_")
+    return f" {suffix.replace('_', ' ')}" if suffix else ""
+
+
+def setup_logging(prefix: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter(f"[%(asctime)s{prefix}] %(message)s", datefmt="%Y-%m-%d %H:%M:%S")
+    )
+    root = logging.getLogger("sglang_standin")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    root.propagate = False
+
+
+def init_custom_process_group(
+    backend: str,
+    init_method: str,
+    world_size: int,
+    rank: int,
+    group_name: str,
+    timeout: timedelta | None = None,
+) -> Any:
+    """Create a process group next to (not as) the default one, as SGLang's helper does.
+
+    Rendezvous on `init_method` (rank 0 hosts the TCPStore), prefix the store with the group name, and
+    build the group with torch's internal helper, so that a trainer that already has its own default
+    group and an engine that has none can share it. Returns the ProcessGroup.
+    """
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    timeout = timeout or timedelta(seconds=DEFAULT_PG_TIMEOUT_S)
+    rendezvous = c10d.rendezvous  # type: ignore[attr-defined]
+    store, rank, world_size = next(rendezvous(init_method, rank, world_size, timeout=timeout))
+    store.set_timeout(timeout)
+    store = c10d.PrefixStore(group_name, store)
+    pg, _ = c10d._new_process_group_helper(
+        world_size,
+        rank,
+        [],
+        dist.Backend(backend),
+        store,
+        group_name=group_name,  # type: ignore[arg-type]
+        timeout=timeout,
+    )
+    c10d._world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
+    return pg

@@ -1,0 +1,477 @@
+"""The SGLang stand-in speaks the protocol of shared/reference/sglang.md (0.5.15 + slime patches)."""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import requests
+
+from slime_hangdoctor.demo.sglang_server import launch_server
+from slime_hangdoctor.parsers.sglang import parse_metrics, parse_server_info
+from tests.integration.sglang_standin_harness import Standin, free_port, start_standin
+
+Start = Callable[..., Standin]
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[Start]:
+    started: list[Standin] = []
+
+    def _start(*args: str, env: dict[str, str] | None = None) -> Standin:
+        s = start_standin(tmp_path, *args, env=env)
+        started.append(s)
+        return s
+
+    yield _start
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
+def healthy(start: Start) -> Standin:
+    return start()
+
+
+def background_post(
+    s: Standin, path: str, body: dict[str, Any], timeout: float = 60.0
+) -> dict[str, Any]:
+    """POST in a daemon thread; the result dict gets 'response' or 'error' when it ends."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["response"] = requests.post(s.url + path, json=body, timeout=timeout)
+        except requests.RequestException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    box["thread"] = thread
+    return box
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def counters(s: Standin) -> tuple[float | None, ...]:
+    m = parse_metrics(s.get("/metrics").text)
+    return (
+        m.decode_tokens_total,
+        m.prefill_tokens_total,
+        m.generation_tokens_total,
+        m.prompt_tokens_total,
+        m.requests_total,
+        m.forward_seconds_total,
+    )
+
+
+def pyspy_frames(pid: int) -> str:
+    exe = shutil.which("py-spy")
+    if exe is None:
+        pytest.skip("py-spy not installed")
+    out = subprocess.run(
+        [exe, "dump", "--pid", str(pid)], check=False, capture_output=True, text=True, timeout=30
+    )
+    return out.stdout
+
+
+# --------------------------------------------------------------------------- read endpoints
+
+
+def test_read_endpoints_have_the_documented_shapes(healthy: Standin) -> None:
+    info = healthy.get("/model_info").json()
+    assert {
+        "model_path",
+        "tokenizer_path",
+        "is_generation",
+        "weight_version",
+        "architectures",
+    } <= set(info)
+    assert info["weight_version"] == "default"
+    assert healthy.get("/get_model_info").json() == info
+
+    server = healthy.get("/server_info").json()
+    assert server["version"] == "0.5.15.post1"
+    assert server["status"] == "ready" and server["max_total_num_tokens"] > 0
+    (state,) = server["internal_states"]
+    assert {"last_gen_throughput", "memory_usage", "effective_max_running_requests_per_dp"} <= set(
+        state
+    )
+    assert set(state["memory_usage"]) == {"weight", "kvcache", "token_capacity", "graph"}
+    assert healthy.get("/get_server_info").json()["internal_states"]
+
+    loads = healthy.get("/v1/loads").json()
+    assert set(loads) == {"timestamp", "version", "loads"}
+    assert loads["loads"][0]["num_running_reqs"] == 0
+    assert "queues" in healthy.get("/v1/loads?include=all").json()["loads"][0]
+    (load,) = healthy.get("/get_load").json()
+    assert set(load) == {
+        "dp_rank",
+        "num_reqs",
+        "num_waiting_reqs",
+        "num_tokens",
+        "num_pending_tokens",
+        "ts_tic",
+    }
+
+    models = healthy.get("/v1/models").json()
+    assert models["object"] == "list" and models["data"][0]["owned_by"] == "sglang"
+    assert healthy.get("/get_weight_version").json() == {"weight_version": "default"}
+
+    metrics = healthy.get("/metrics")
+    assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
+    for name in (
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:gen_throughput",
+        'sglang:realtime_tokens_total{engine_type="unified",mode="decode"',
+        "sglang:generation_tokens_total",
+        "sglang:prompt_tokens_total",
+        "sglang:num_requests_total",
+        "sglang:forward_execution_seconds_total",
+    ):
+        assert name in metrics.text
+
+    missing = healthy.get("/no_such_thing")
+    assert (missing.status_code, missing.json()) == (404, {"detail": "Not Found"})
+    assert healthy.post("/model_info").status_code == 405
+    assert "is deprecated" in healthy.output()
+
+
+def test_health_is_200_with_an_empty_body(healthy: Standin) -> None:
+    for path in ("/health", "/health_generate"):
+        r = healthy.get(path, timeout=30)
+        assert (r.status_code, r.content) == (200, b"")
+
+
+def test_process_tree_like_sglang(healthy: Standin) -> None:
+    titles = [" ".join(c.cmdline()) for c in healthy.children()]
+    assert any(t.startswith("sglang::scheduler_TP0") for t in titles), titles
+    assert any(t.startswith("sglang::detokenizer") for t in titles), titles
+    scheduler = psutil.Process(healthy.scheduler_pid())
+    assert scheduler.name().startswith("sglang::")
+    healthy.proc.kill()  # the scheduler dies with its parent (PDEATHSIG)
+    healthy.proc.wait(timeout=10)
+    assert wait_for(
+        lambda: not scheduler.is_running() or scheduler.status() == psutil.STATUS_ZOMBIE
+    )
+
+
+def test_launch_server_in_a_spawn_child_like_slime(tmp_path: Path) -> None:
+    port = free_port()
+    ctx = multiprocessing.get_context("spawn")
+    proc = ctx.Process(
+        target=launch_server, args=(["--host", "127.0.0.1", "--port", str(port)],), daemon=True
+    )
+    proc.start()
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert wait_for(lambda: _answers(url + "/model_info"), timeout=30)
+        children = psutil.Process(proc.pid).children()
+        assert any(" ".join(c.cmdline()).startswith("sglang::scheduler") for c in children)
+    finally:
+        proc.terminate()  # SIGTERM: graceful exit takes the children along
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+    assert wait_for(
+        lambda: all(not c.is_running() or c.status() == psutil.STATUS_ZOMBIE for c in children)
+    )
+
+
+def test_exit_with_parent_leaves_nothing_behind(tmp_path: Path) -> None:
+    """A shell that starts the stand-in and is then killed: the orphan exits with its scheduler."""
+    port = free_port()
+    cmd = (
+        f"{sys.executable} -m slime_hangdoctor.demo.sglang_server --port {port} "
+        f"--exit-with-parent > {tmp_path / 'out.log'} 2>&1 & wait"
+    )
+    shell = subprocess.Popen(["bash", "-c", cmd], start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert wait_for(lambda: _answers(url + "/model_info"), timeout=30)
+        (server,) = psutil.Process(shell.pid).children()
+        family = [server, *server.children()]
+        shell.kill()
+        shell.wait(10)
+        assert wait_for(
+            lambda: all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in family)
+        )
+    finally:
+        try:
+            os.killpg(shell.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=1).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+# --------------------------------------------------------------------------- generation
+
+
+def test_counters_advance_only_while_generating(healthy: Standin) -> None:
+    before = counters(healthy)
+    time.sleep(0.6)
+    assert counters(healthy) == before  # idle: nothing moves
+    r = healthy.post(
+        "/generate",
+        json={
+            "input_ids": [5] * 12,
+            "sampling_params": {"max_new_tokens": 30},
+            "return_logprob": True,
+        },
+    )
+    assert r.status_code == 200
+    out = r.json()
+    meta = out["meta_info"]
+    n = meta["completion_tokens"]
+    assert n == len(out["output_ids"]) == len(meta["output_token_logprobs"]) and n >= 1
+    assert meta["finish_reason"]["type"] in ("length", "stop")
+    assert meta["prompt_tokens"] == 12 and meta["weight_version"] == "default"
+    after = counters(healthy)
+    assert after[0] == (before[0] or 0) + n - 1  # decode steps: every token after the first
+    assert after[2] == (before[2] or 0) + n  # generation_tokens_total counts at finish
+    assert after[4] == (before[4] or 0) + 1
+    time.sleep(0.6)
+    assert counters(healthy) == after
+
+
+def test_generate_rejects_empty_input(healthy: Standin) -> None:
+    r = healthy.post("/generate", json={"sampling_params": {}})
+    assert r.status_code == 400 and "input_ids" in r.json()["error"]["message"]
+    assert healthy.post("/generate").status_code == 422
+
+
+def test_pause_blocks_generation_until_continue(healthy: Standin) -> None:
+    assert healthy.post("/pause_generation").status_code == 422  # body required
+    r = healthy.post("/pause_generation", json={})
+    assert r.json() == {"message": "Generation paused successfully.", "status": "ok"}
+    box = background_post(
+        healthy, "/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 3}}
+    )
+    time.sleep(0.5)
+    assert "response" not in box  # queued at the pause gate, not rejected
+    r = healthy.post("/continue_generation", json={})
+    assert r.json() == {"message": "Generation continued successfully.", "status": "ok"}
+    box["thread"].join(15)
+    assert box["response"].status_code == 200
+
+
+def test_flush_abort_release_resume(healthy: Standin) -> None:
+    r = healthy.get("/flush_cache")
+    assert r.status_code == 200 and r.text.startswith("Cache flushed.")
+    r = healthy.post("/abort_request", json={"abort_all": True})
+    assert (r.status_code, r.content) == (200, b"")
+    for path in ("/release_memory_occupation", "/resume_memory_occupation"):
+        r = healthy.post(path, json={"tags": None})
+        assert (r.status_code, r.text) == (200, "null")
+
+
+def test_release_while_busy_crashes_the_engine_like_sglang(healthy: Standin) -> None:
+    box = background_post(
+        healthy, "/generate", {"input_ids": [1], "sampling_params": {"max_new_tokens": 4000}}
+    )
+    assert wait_for(lambda: healthy.get("/v1/loads").json()["loads"][0]["num_running_reqs"] == 1)
+    with pytest.raises(requests.ConnectionError):
+        healthy.post("/release_memory_occupation", json={})
+    assert healthy.proc.wait(timeout=15) != 0
+    out = healthy.output()
+    assert (
+        "Scheduler hit an exception" in out and "should be called only when server is idle" in out
+    )
+    assert "SIGQUIT received" in out
+    box["thread"].join(5)
+
+
+# --------------------------------------------------------------------------- auth
+
+
+def test_api_keys(start: Start) -> None:
+    s = start("--api-key", "user-key", "--admin-api-key", "admin-key")
+    user = {"Authorization": "Bearer user-key"}
+    admin = {"Authorization": "bearer admin-key"}  # scheme is case-insensitive
+    r = s.get("/model_info")
+    assert (r.status_code, r.json()) == (401, {"error": "Unauthorized"})
+    assert s.get("/model_info", headers=user).status_code == 200
+    assert s.get("/model_info", headers=admin).status_code == 401
+    assert s.get("/server_info", headers=user).status_code == 200
+    assert s.get("/v1/loads").status_code == 401
+    assert s.get("/metrics").status_code == 200  # open
+    assert s.get("/health", timeout=30).status_code == 200  # open
+    assert s.get("/flush_cache", headers=user).status_code == 401  # admin key set: only it
+    assert s.get("/flush_cache", headers=admin).status_code == 200
+
+
+def test_admin_optional_falls_back_to_api_key(start: Start) -> None:
+    s = start("--api-key", "k1")
+    assert s.get("/flush_cache").status_code == 401
+    assert s.get("/flush_cache", headers={"Authorization": "Bearer k1"}).status_code == 200
+
+
+# --------------------------------------------------------------------------- faults
+
+
+def test_never_healthy(start: Start) -> None:
+    s = start("--fault", "never_healthy")
+    assert s.get("/health", timeout=5).status_code == 503
+    assert s.get("/health_generate", timeout=5).status_code == 503
+    assert s.get("/model_info").status_code == 200
+
+
+def test_stuck_scheduler(start: Start) -> None:
+    s = start("--fault", "stuck_scheduler", env={"SGLANG_HEALTH_CHECK_TIMEOUT": "2"})
+    box = background_post(
+        s, "/generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 50}}
+    )
+    assert wait_for(lambda: s.get("/v1/loads").json()["loads"][0]["num_running_reqs"] == 1)
+    frozen = counters(s)
+    info = s.get("/server_info", timeout=10)  # slime patch: [] after SGLANG_SERVER_INFO_TIMEOUT
+    assert info.status_code == 200 and parse_server_info(info.content).scheduler_unresponsive
+    assert "Timed out getting internal state for /server_info after 2.0s" in s.output()
+    assert s.get("/model_info").status_code == 200  # tokenizer only
+    assert s.get("/v1/loads").json()["loads"][0]["num_running_reqs"] == 1  # frozen snapshot
+    assert counters(s) == frozen
+    with pytest.raises(requests.Timeout):
+        s.get("/flush_cache", timeout=1.5)  # a scheduler round trip: hangs
+    assert s.get("/health", timeout=10).status_code == 503
+    assert "Health check failed." in s.output()
+    assert "response" not in box
+    stack = pyspy_frames(s.scheduler_pid())
+    assert "forward_decode" in stack and "event_loop_normal" in stack
+
+
+def test_skip_weight_sync_hangs_the_group_init(start: Start) -> None:
+    s = start("--fault", "skip_weight_sync")
+    body = {
+        "master_address": "127.0.0.1",
+        "master_port": free_port(),
+        "rank_offset": 1,
+        "world_size": 2,
+        "group_name": "weight_update_group",
+        "backend": "nccl",
+    }
+    with pytest.raises(requests.Timeout):
+        s.post("/init_weights_update_group", json=body, timeout=2)
+    assert wait_for(lambda: "rendezvous" in pyspy_frames(s.scheduler_pid()), timeout=30)
+    stack = pyspy_frames(s.scheduler_pid())
+    assert "init_custom_process_group" in stack and "init_weights_update_group" in stack
+    assert parse_server_info(s.get("/server_info").content).scheduler_unresponsive
+
+
+def test_hang_update_weights_from_tensor(start: Start) -> None:
+    body = {
+        "serialized_named_tensors": ["AAAA"],
+        "load_format": "flattened_bucket",
+        "flush_cache": False,
+        "weight_version": "1",
+    }
+    ok = start()
+    r = ok.post("/update_weights_from_tensor", json=body)
+    assert r.json()["success"] and "Weight version updated to 1." in r.json()["message"]
+    assert ok.get("/model_info").json()["weight_version"] == "1"
+    stuck = start("--fault", "hang_update_weights_from_tensor")
+    with pytest.raises(requests.Timeout):
+        stuck.post("/update_weights_from_tensor", json=body, timeout=2)
+    assert "_barrier_tp_cpu_group" in pyspy_frames(stuck.scheduler_pid())
+    assert stuck.get("/model_info").json()["weight_version"] == "default"
+
+
+def test_real_weight_sync_over_gloo(healthy: Standin) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from slime_hangdoctor.demo.sglang_scheduler import init_custom_process_group
+
+    port = free_port()
+    init = background_post(
+        healthy,
+        "/init_weights_update_group",
+        {
+            "master_address": "127.0.0.1",
+            "master_port": port,
+            "rank_offset": 1,
+            "world_size": 2,
+            "group_name": "slime-pp_0",
+            "backend": "nccl",
+        },
+    )
+    pg = init_custom_process_group(
+        "gloo", f"tcp://127.0.0.1:{port}", 2, 0, "slime-pp_0", datetime.timedelta(seconds=60)
+    )
+    try:
+        init["thread"].join(60)
+        assert init["response"].json()["success"]
+        weights = {"layer.w": torch.randn(3, 4).to(torch.bfloat16), "layer.b": torch.ones(5)}
+        upd = background_post(
+            healthy,
+            "/update_weights_from_distributed",
+            {
+                "names": list(weights),
+                "dtypes": ["bfloat16", "float32"],
+                "shapes": [list(t.shape) for t in weights.values()],
+                "group_name": "slime-pp_0",
+                "flush_cache": False,
+                "weight_version": "7",
+            },
+        )
+        for tensor in weights.values():
+            dist.broadcast(tensor, src=0, group=pg, async_op=True).wait()
+        upd["thread"].join(60)
+        r = upd["response"]
+        assert r.status_code == 200, r.text
+        assert (
+            r.json()["message"]
+            == "Succeeded to update parameter online. Weight version updated to 7."
+        )
+        assert healthy.get("/get_weight_version").json() == {"weight_version": "7"}
+        assert "distributed" in parse_metrics(healthy.get("/metrics").text).weight_load_seconds
+        r = healthy.post("/destroy_weights_update_group", json={"group_name": "slime-pp_0"})
+        assert r.json()["success"]
+        r = healthy.post("/destroy_weights_update_group", json={"group_name": "slime-pp_0"})
+        assert (
+            r.status_code == 400
+            and r.json()["message"] == "The group to be destroyed does not exist."
+        )
+    finally:
+        dist.destroy_process_group(pg)
+    assert "init custom process group: master_address=127.0.0.1" in healthy.output()
+
+
+# --------------------------------------------------------------------------- request log
+
+
+def test_request_log_records_method_and_path(healthy: Standin) -> None:
+    healthy.get("/model_info")
+    healthy.post("/abort_request", json={"abort_all": True})
+    healthy.get("/v1/loads?include=core")
+    logged = [(e["method"], e["path"], e["query"]) for e in healthy.logged()]
+    assert logged == [
+        ("GET", "/model_info", ""),
+        ("POST", "/abort_request", ""),
+        ("GET", "/v1/loads", "include=core"),
+    ]

@@ -1,0 +1,126 @@
+"""scan_processes / record_processes on real process trees shaped like a slime node.
+
+The trees are real processes whose argv[0] is set the way Ray and SGLang set their titles
+(`exec -a`): an engine actor `ray::SGLangEngine.init` whose child (the HTTP server, listening on a
+port) starts `sglang::scheduler_TP0`; Ray's own `ray::IDLE` / `ray::DashboardAgent` stand-ins.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slime_hangdoctor.bundle import BundleWriter, dumps_json
+from slime_hangdoctor.collect.processes import record_processes, scan_processes
+from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.parsers.processes import parse_processes
+from slime_hangdoctor.redact import REDACTED
+
+SERVER = r"""
+import socket, subprocess, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+subprocess.Popen(["bash", "-c", "exec -a sglang::scheduler_TP0 sleep 120"])
+print(s.getsockname()[1], flush=True)
+time.sleep(120)
+"""
+ACTOR = r"""
+import subprocess, sys, time
+# sys.executable is empty under an `exec -a` title: the interpreter comes as argv[1]
+subprocess.Popen([sys.argv[1], "-c", sys.argv[2], "--api-key", "sk-not-for-bundles"])
+time.sleep(120)
+"""
+
+
+def _titled(title: str, *argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """A process whose argv[0] is `title` (as Ray's setproctitle leaves it)."""
+    cmd = 'exec -a "$0" "$@"'
+    return subprocess.Popen(
+        ["bash", "-c", cmd, title, *argv],
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
+
+
+def _wait_tree(root: int, size: int) -> list[int]:
+    import psutil
+
+    deadline = time.monotonic() + 15
+    while True:
+        kids = psutil.Process(root).children(recursive=True)
+        if len(kids) >= size and all(k.cmdline() for k in kids):
+            return [k.pid for k in kids]
+        assert time.monotonic() < deadline, "process tree did not come up"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def node() -> Iterator[dict[str, int]]:
+    env = {"RANK": "3", "MY_SECRET_TOKEN": "hunter2"}
+    actor = _titled(
+        "ray::SGLangEngine.init", sys.executable, "-c", ACTOR, sys.executable, SERVER, env=env
+    )
+    idle = _titled("ray::IDLE", "sleep", "120")
+    agent = _titled("ray::DashboardAgent", "sleep", "120")
+    other = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    procs = [actor, idle, agent, other]
+    try:
+        server, scheduler = _wait_tree(actor.pid, 2)[:2]
+        import psutil
+
+        if psutil.Process(server).cmdline()[0].startswith("sglang::"):
+            server, scheduler = scheduler, server
+        yield {
+            "actor": actor.pid,
+            "server": server,
+            "scheduler": scheduler,
+            "idle": idle.pid,
+            "agent": agent.pid,
+            "other": other.pid,
+        }
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(timeout=10)
+
+
+def test_scan_keeps_the_slime_tree_and_drops_ray_daemons(node: dict[str, int]) -> None:
+    doc = scan_processes("10.1.2.3", extra_pids={node["other"]})
+    procs = {p.pid: p for p in parse_processes(dumps_json(doc))}
+    assert procs[node["actor"]].cmdline[0] == "ray::SGLangEngine.init"
+    server = procs[node["server"]]
+    assert server.ppid == node["actor"]
+    assert server.listen_ports and server.listen_addrs[0].startswith("127.0.0.1:")
+    assert server.cmdline[-2:] == ("--api-key", REDACTED)  # secrets never reach the bundle
+    assert procs[node["scheduler"]].title.startswith("sglang::scheduler_TP0")
+    env = procs[node["actor"]].env
+    assert env["RANK"] == "3" and "MY_SECRET_TOKEN" not in env  # only allow-listed keys
+    assert "PATH" not in env and "HOME" not in env
+    assert node["other"] in procs  # extra_pids (a Job API driver) come along
+    assert node["idle"] not in procs and node["agent"] not in procs
+    assert procs[node["actor"]].node_ip == "10.1.2.3"
+    assert procs[node["actor"]].cpu_seconds is not None
+
+
+def test_scan_without_extra_pids_leaves_unrelated_processes_out(node: dict[str, int]) -> None:
+    pids = {row["pid"] for row in scan_processes(None)["processes"]}
+    assert node["other"] not in pids and os.getpid() not in pids
+    assert {node["actor"], node["server"], node["scheduler"]} <= pids
+
+
+def test_record_processes_stores_the_artefact(node: dict[str, int], tmp_path: Path) -> None:
+    writer = BundleWriter(tmp_path / "b", command="test")
+    rec = record_processes(writer, node_ip=None, sample=0)
+    assert rec.outcome is Outcome.OK and rec.meta["count"] >= 3
+    assert rec.artifact is not None and rec.artifact.endswith(".json")
+    stored = parse_processes((tmp_path / "b" / rec.artifact).read_text())
+    assert node["scheduler"] in {p.pid for p in stored}
