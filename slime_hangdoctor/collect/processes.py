@@ -41,14 +41,24 @@ def is_root_title(title: str) -> bool:
 
 
 def scan_processes(
-    node_ip: str | None, *, extra_pids: AbstractSet[int] = frozenset()
+    node_ip: str | None,
+    *,
+    extra_pids: AbstractSet[int] = frozenset(),
+    roots: AbstractSet[int] | None = None,
 ) -> dict[str, Any]:
-    """The JSON-able processes artefact of this node (see the module doc for who is in it)."""
+    """The JSON-able processes artefact of this node (see the module doc for who is in it).
+
+    `roots`: when Ray says which worker pids belong to this node, scan exactly those (and their
+    descendants) instead of every `ray::`/`sglang::` title: several Ray nodes can share one machine.
+    """
     import psutil
 
     table = _process_table(psutil)
-    roots = {pid for pid, (_, title) in table.items() if is_root_title(title)}
-    roots |= {pid for pid in extra_pids if pid in table}
+    if roots is None:
+        chosen_roots = {pid for pid, (_, title) in table.items() if is_root_title(title)}
+    else:
+        chosen_roots = {pid for pid in roots if pid in table}
+    roots = chosen_roots | {pid for pid in extra_pids if pid in table}
     roots.discard(os.getpid())
     chosen = _with_descendants(roots, table)
     rows = [row for pid in sorted(chosen) if (row := _describe(psutil, pid)) is not None]
@@ -61,6 +71,7 @@ def record_processes(
     node_ip: str | None,
     sample: int | None,
     extra_pids: AbstractSet[int] = frozenset(),
+    roots: AbstractSet[int] | None = None,
 ) -> ProbeRecord:
     """Scan this node and store the artefact (source `processes`); never raises."""
     started = time.time()
@@ -80,7 +91,7 @@ def record_processes(
         )
 
     try:
-        doc = scan_processes(node_ip, extra_pids=extra_pids)
+        doc = scan_processes(node_ip, extra_pids=extra_pids, roots=roots)
     except ImportError:
         return writer.add(
             record(Outcome.UNAVAILABLE, "psutil is not installed (pip install psutil)")

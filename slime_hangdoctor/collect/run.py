@@ -1,8 +1,10 @@
 """One collection run: discover the job, sample it twice over the window, write the bundle.
 
-Sample 0 and sample 1 are taken `window_s` apart; NVML is sampled continuously between them. Every
-probe runs under its own timeout, all of them under the run's deadline; nothing here raises past a
-probe (RayUnreachable aside, which the caller turns into exit 3 unless `--local`).
+Sample 0 and sample 1 are taken `window_s` apart; NVML is sampled continuously between them. This node
+is sampled in-process; every other node that hosts slime processes is sampled by a Ray task pinned to
+it (`collect.remote`). Engines and routers are probed by URL from here. Every probe runs under its own
+timeout, all of them under the run's deadline; nothing here raises past a probe (an unreachable Ray is
+returned as `ray_error`, which the caller turns into exit 3 unless `--local`).
 """
 
 from __future__ import annotations
@@ -16,12 +18,20 @@ from pathlib import Path
 from typing import Any
 
 from slime_hangdoctor import bundle as b
-from slime_hangdoctor.bundle import Bundle, BundleWriter, Manifest, ProbeRecord
+from slime_hangdoctor.bundle import BundleWriter, Manifest, ProbeRecord
+from slime_hangdoctor.collect.node import (
+    NodeSpec,
+    partial_snapshot,
+    pids_by_node,
+    sample_gpus_over,
+    sample_node,
+)
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
+from slime_hangdoctor.collect.remote import RayTasks, RemoteNode, collect_remote, gather_remote
 from slime_hangdoctor.errors import RayUnreachable
 from slime_hangdoctor.facts import Outcome
-from slime_hangdoctor.load import load_snapshot
-from slime_hangdoctor.topology import Member, Topology, build_topology
+from slime_hangdoctor.snapshot import Snapshot
+from slime_hangdoctor.topology import CLASS_ROLES, Topology, build_topology
 from slime_hangdoctor.verdict import Role
 
 ProgressFn = Callable[[str], None]
@@ -33,6 +43,25 @@ class CollectResult:
     manifest: Manifest
     elapsed_s: float
     ray_error: str | None = None  # why the Ray cluster could not be read (None when it was)
+
+
+@dataclass
+class _Run:
+    """The mutable state of one collection run (kept in one place, not in globals)."""
+
+    writer: BundleWriter
+    opts: CollectOptions
+    deadline: Deadline
+    pool: cf.ThreadPoolExecutor
+    say: ProgressFn
+    client: Any = None
+    gcs_address: str | None = None
+    local_ips: frozenset[str] = frozenset()
+    node_ip: str | None = None
+    node_id: str | None = None
+    tasks: RayTasks | None = None
+    threads: list[threading.Thread] | None = None
+    remote_gpu: list[tuple[RemoteNode, Any]] | None = None
 
 
 def collect(
@@ -54,41 +83,43 @@ def collect(
         options=_options_record(opts),
         known_secrets=opts.secrets(),
     )
-    client: Any = None
     ray_error: str | None = None
-    if not opts.local:
-        say("finding the Ray cluster")
-        try:
-            client = _connect(address, opts, deadline, writer)
-        except RayUnreachable as exc:
-            ray_error = str(exc)
-            writer.add(
-                ProbeRecord(
-                    b.RAY_DASHBOARD,
-                    address or "auto",
-                    Outcome.UNAVAILABLE,
-                    ray_error,
-                    started_at=time.time(),
-                )
-            )
-    local_ips = _local_ips()
     with cf.ThreadPoolExecutor(
         max_workers=max(2, opts.concurrency), thread_name_prefix="probe"
     ) as pool:
-        t0 = time.monotonic()
-        threads: list[threading.Thread] = []
-
-        def on_node(ip: str | None) -> None:
-            threads.append(_start_gpu_sampling(writer, ip, opts, deadline))
-
-        topo, node_ip = _sample(0, writer, client, opts, deadline, pool, local_ips, say, on_node)
-        _sleep_until(t0 + opts.window_s, deadline, say)
-        topo, node_ip = _sample(1, writer, client, opts, deadline, pool, local_ips, say)
-        if opts.flight_recorder:
-            say("asking the ranks' flight recorders to dump")
-            _flight_recorder(writer, topo, node_ip, opts, deadline)
-        for thread in threads:
-            thread.join(timeout=deadline.clamp(opts.probe_timeout_s + opts.window_s))
+        run = _Run(writer, opts, deadline, pool, say, local_ips=frozenset(_local_ips()), threads=[])
+        if not opts.local:
+            say("finding the Ray cluster")
+            try:
+                run.client, run.gcs_address = _connect(address, opts, deadline, writer)
+            except RayUnreachable as exc:
+                ray_error = str(exc)
+                writer.add(
+                    ProbeRecord(
+                        b.RAY_DASHBOARD,
+                        address or "auto",
+                        Outcome.UNAVAILABLE,
+                        ray_error,
+                        started_at=time.time(),
+                    )
+                )
+        try:
+            t0 = time.monotonic()
+            topo = _sample(run, 0)
+            _sleep_until(t0 + opts.window_s, deadline, say)
+            topo = _sample(run, 1)
+            if opts.flight_recorder:
+                say("asking the ranks' flight recorders to dump")
+                _flight_recorder(run, topo)
+            for thread in run.threads or []:
+                thread.join(timeout=deadline.clamp(opts.probe_timeout_s + opts.window_s))
+            if run.tasks is not None and run.remote_gpu:
+                gather_remote(
+                    run.tasks, writer, run.remote_gpu, None, deadline, opts.probe_timeout_s + 2.0
+                )
+        finally:
+            if run.tasks is not None:
+                run.tasks.close()
     manifest = writer.finish()
     return CollectResult(writer.root, manifest, deadline.elapsed(), ray_error)
 
@@ -109,7 +140,7 @@ def _options_record(opts: CollectOptions) -> dict[str, Any]:
 
 def _connect(
     address: str | None, opts: CollectOptions, deadline: Deadline, writer: BundleWriter
-) -> Any:
+) -> tuple[Any, str | None]:
     from slime_hangdoctor.collect.address import resolve_cluster
     from slime_hangdoctor.collect.dashboard import DashboardClient
 
@@ -119,190 +150,191 @@ def _connect(
     writer.target["dashboard_url"] = cluster.dashboard_url
     writer.target["gcs_address"] = cluster.gcs_address
     writer.target["address_forms_tried"] = list(cluster.tried)
-    return DashboardClient(
+    client = DashboardClient(
         cluster.dashboard_url, token=opts.ray_token, timeout=opts.probe_timeout_s
     )
+    return client, cluster.gcs_address
 
 
-def _sample(
-    index: int,
-    writer: BundleWriter,
-    client: Any,
-    opts: CollectOptions,
-    deadline: Deadline,
-    pool: cf.ThreadPoolExecutor,
-    local_ips: set[str],
-    say: ProgressFn,
-    on_node: Callable[[str | None], None] | None = None,
-) -> tuple[Topology, str | None]:
-    """Take one sample: Ray state, processes, then stacks, engines, routers and RAS concurrently."""
-    from slime_hangdoctor.collect.processes import record_processes
-
+def _sample(run: _Run, index: int) -> Topology:
+    """One sample: Ray state; this node and every other slime node; then engines and routers."""
+    writer, opts, deadline = run.writer, run.opts, run.deadline
     writer.note_sample(index, time.time())
-    if client is not None and not deadline.expired:
-        say(f"sample {index + 1}/2: reading Ray state")
+    if run.client is not None and not deadline.expired:
         from slime_hangdoctor.collect.dashboard import capture_state
 
-        capture_state(writer, client, sample=index)
-    partial = _partial_snapshot(writer)
-    node_ip = _local_node_ip(partial, local_ips)
-    if on_node is not None:
-        on_node(node_ip)
-    extra = {
+        run.say(f"sample {index + 1}/2: reading Ray state")
+        capture_state(writer, run.client, sample=index)
+    state = partial_snapshot(writer)
+    if index == 0:
+        run.node_ip, run.node_id = _local_node(state, run.local_ips)
+        run.threads = [_start_gpu_sampling(run)]
+    remote = _remote_nodes(state, run)
+    started: list[tuple[RemoteNode, Any]] = []
+    if remote:
+        if run.tasks is None:
+            run.say(f"connecting to Ray to reach {len(remote)} other node(s)")
+            run.tasks = RayTasks(run.gcs_address, timeout_s=deadline.clamp(8.0))
+        specs = [(node, NodeSpec(node.node_ip, index, frozenset(pids))) for node, pids in remote]
+        started = collect_remote(run.tasks, writer, specs, opts, deadline)
+        if index == 0:
+            gpu_specs = [(node, NodeSpec(node.node_ip, 0)) for node, _ in remote]
+            run.remote_gpu = collect_remote(
+                run.tasks,
+                writer,
+                gpu_specs,
+                opts,
+                deadline,
+                gpus=True,
+                budget_s=deadline.clamp(opts.window_s + 3.0),
+            )
+    run.say(f"sample {index + 1}/2: processes and stacks")
+    local_spec = NodeSpec(
+        run.node_ip,
+        index,
+        roots=_local_roots(state, run),
+        extra_pids=frozenset(_local_drivers(state, run)),
+    )
+    sample_node(writer, local_spec, opts, deadline, run.pool)
+    if started and run.tasks is not None:
+        failed = gather_remote(
+            run.tasks, writer, started, index, deadline, opts.probe_timeout_s * 2 + 3.0
+        )
+        _traceback_fallback(run, failed, index)
+    topo = build_topology(partial_snapshot(writer))
+    _probe_endpoints(run, topo, index)
+    return topo
+
+
+def _probe_endpoints(run: _Run, topo: Topology, index: int) -> None:
+    from slime_hangdoctor.collect.sglang import probe_engine, probe_router
+
+    opts, deadline = run.opts, run.deadline
+    jobs: list[cf.Future[Any]] = []
+    for url in sorted({e.url for e in topo.engines} | set(opts.sglang_urls)):
+        jobs.append(
+            run.pool.submit(
+                probe_engine,
+                run.writer,
+                url,
+                node_ip=run.node_ip,
+                sample=index,
+                timeout=deadline.clamp(opts.probe_timeout_s),
+                api_key=opts.api_key,
+                health_generate=opts.health_generate,
+            )
+        )
+    for url in sorted(set(topo.routers) | set(opts.router_urls)):
+        jobs.append(
+            run.pool.submit(
+                probe_router,
+                run.writer,
+                url,
+                node_ip=run.node_ip,
+                sample=index,
+                timeout=deadline.clamp(opts.probe_timeout_s),
+                api_key=opts.api_key,
+            )
+        )
+    if jobs:
+        run.say(f"sample {index + 1}/2: {len(jobs)} engines and routers")
+        cf.wait(jobs, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
+
+
+def _local_node(state: Snapshot, local_ips: frozenset[str]) -> tuple[str | None, str | None]:
+    """This machine's Ray node: the head if it runs here, else the first alive node with a local IP."""
+    here = [n for n in state.nodes if n.node_ip in local_ips and n.state == "ALIVE"]
+    here.sort(key=lambda n: (not n.is_head, n.node_ip))
+    if here:
+        return here[0].node_ip, here[0].node_id
+    return None, None
+
+
+def _slime_nodes(state: Snapshot) -> dict[str, set[int]]:
+    """node id -> pids of its workers, for nodes that host a slime actor."""
+    by_node = pids_by_node(state)
+    slime = {
+        a.node_id
+        for a in state.actors
+        if a.class_name in CLASS_ROLES and a.state == "ALIVE" and a.node_id
+    }
+    return {n: pids for n, pids in by_node.items() if n in slime}
+
+
+def _remote_nodes(state: Snapshot, run: _Run) -> list[tuple[RemoteNode, set[int]]]:
+    if run.client is None:
+        return []
+    ips = {n.node_id: n.node_ip for n in state.nodes if n.state == "ALIVE"}
+    return [
+        (RemoteNode(node_id, ips[node_id]), pids)
+        for node_id, pids in sorted(_slime_nodes(state).items())
+        if node_id != run.node_id and node_id in ips
+    ]
+
+
+def _local_roots(state: Snapshot, run: _Run) -> frozenset[int] | None:
+    """With Ray state: the worker pids Ray places on this node; without it: None (find by titles)."""
+    if run.client is None or not state.ray_seen or run.node_id is None:
+        return None
+    return frozenset(pids_by_node(state).get(run.node_id, set()))
+
+
+def _local_drivers(state: Snapshot, run: _Run) -> set[int]:
+    return {
         j.driver_pid
-        for j in partial.jobs
+        for j in state.jobs
         if j.status == "RUNNING"
         and j.driver_pid
-        and (j.driver_node_ip in local_ips | {node_ip, None})
+        and (j.driver_node_ip in (None, run.node_ip) or j.driver_node_ip in run.local_ips)
     }
-    say(f"sample {index + 1}/2: scanning processes")
-    record_processes(writer, node_ip=node_ip, sample=index, extra_pids=extra)
-    topo = build_topology(_partial_snapshot(writer))
-    jobs: list[cf.Future[Any]] = []
-    local = [m for m in topo.members if _is_local(m, node_ip, local_ips)]
-    say(f"sample {index + 1}/2: {len(local)} processes, {len(topo.engines)} engines")
-    for m in local:
-        jobs.append(pool.submit(_stack, writer, m, node_ip, index, opts, deadline))
-    for remote in sorted(
-        {m.node_ip for m in topo.members if not _is_local(m, node_ip, local_ips)} - {None}
-    ):
-        if index == 0:
-            _remote_blind_spot(writer, str(remote), topo)
-    urls = {e.url for e in topo.engines} | set(opts.sglang_urls)
-    for url in sorted(urls):
-        jobs.append(pool.submit(_engine, writer, url, node_ip, index, opts, deadline))
-    for url in sorted(set(topo.routers) | set(opts.router_urls)):
-        jobs.append(pool.submit(_router, writer, url, node_ip, index, opts, deadline))
-    jobs.append(pool.submit(_ras, writer, node_ip, index, opts, deadline))
-    cf.wait(jobs, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
-    return topo, node_ip
 
 
-def _partial_snapshot(writer: BundleWriter) -> Any:
-    with Bundle(writer.root, writer.manifest()) as view:
-        return load_snapshot(view)
+def _traceback_fallback(run: _Run, failed: list[RemoteNode], index: int) -> None:
+    """Stacks of a node whose Ray task failed, through the dashboard's /worker/traceback (if allowed)."""
+    if not failed or run.client is None:
+        return
+    from slime_hangdoctor.collect.dashboard import worker_traceback
+
+    state = partial_snapshot(run.writer)
+    for node in failed:
+        for a in state.actors:
+            if (
+                a.node_id == node.node_id
+                and a.class_name in CLASS_ROLES
+                and a.pid
+                and a.state == "ALIVE"
+            ):
+                worker_traceback(
+                    run.writer,
+                    run.client,
+                    pid=a.pid,
+                    node_ip=node.node_ip,
+                    sample=index,
+                    timeout=run.deadline.clamp(run.opts.probe_timeout_s),
+                )
 
 
-def _is_local(m: Member, node_ip: str | None, local_ips: set[str]) -> bool:
-    return m.node_ip is None or m.node_ip == node_ip or m.node_ip in local_ips
-
-
-def _stack(
-    writer: BundleWriter,
-    m: Member,
-    node_ip: str | None,
-    sample: int,
-    opts: CollectOptions,
-    deadline: Deadline,
-) -> ProbeRecord:
-    from slime_hangdoctor.collect.pyspy import dump_stack
-
-    timeout = deadline.clamp(opts.probe_timeout_s + (3.0 if opts.native else 0.0))
-    return dump_stack(
-        writer,
-        m.pid,
-        node_ip=node_ip,
-        sample=sample,
-        timeout=timeout,
-        native=opts.native,
-        pyspy=opts.pyspy,
+def _start_gpu_sampling(run: _Run) -> threading.Thread:
+    thread = threading.Thread(
+        target=sample_gpus_over,
+        args=(run.writer, run.node_ip, run.opts, run.deadline),
+        name="nvml-sampler",
+        daemon=True,
     )
-
-
-def _engine(
-    writer: BundleWriter,
-    url: str,
-    node_ip: str | None,
-    sample: int,
-    opts: CollectOptions,
-    deadline: Deadline,
-) -> list[ProbeRecord]:
-    from slime_hangdoctor.collect.sglang import probe_engine
-
-    return probe_engine(
-        writer,
-        url,
-        node_ip=node_ip,
-        sample=sample,
-        timeout=deadline.clamp(opts.probe_timeout_s),
-        api_key=opts.api_key,
-        health_generate=opts.health_generate,
-    )
-
-
-def _router(
-    writer: BundleWriter,
-    url: str,
-    node_ip: str | None,
-    sample: int,
-    opts: CollectOptions,
-    deadline: Deadline,
-) -> list[ProbeRecord]:
-    from slime_hangdoctor.collect.sglang import probe_router
-
-    return probe_router(
-        writer,
-        url,
-        node_ip=node_ip,
-        sample=sample,
-        timeout=deadline.clamp(opts.probe_timeout_s),
-        api_key=opts.api_key,
-    )
-
-
-def _ras(
-    writer: BundleWriter, node_ip: str | None, sample: int, opts: CollectOptions, deadline: Deadline
-) -> ProbeRecord:
-    from slime_hangdoctor.collect.nccl_ras import query_ras
-
-    return query_ras(
-        writer,
-        node_ip=node_ip,
-        sample=sample,
-        port=opts.ras_port,
-        timeout=deadline.clamp(opts.probe_timeout_s),
-    )
-
-
-def _start_gpu_sampling(
-    writer: BundleWriter, node_ip: str | None, opts: CollectOptions, deadline: Deadline
-) -> threading.Thread:
-    from slime_hangdoctor.collect.nvml import sample_gpm, sample_gpus
-
-    def run() -> None:
-        sample_gpus(
-            writer,
-            node_ip=node_ip,
-            duration_s=max(0.0, min(opts.window_s, deadline.remaining() - 1.0)),
-            interval_s=opts.nvml_interval_s,
-            deadline=time.monotonic() + deadline.remaining(),
-        )
-        if opts.gpm and not deadline.expired:
-            sample_gpm(
-                writer,
-                node_ip=node_ip,
-                duration_s=min(1.0, deadline.remaining()),
-                deadline=time.monotonic() + deadline.remaining(),
-            )
-
-    thread = threading.Thread(target=run, name="nvml-sampler", daemon=True)
     thread.start()
     return thread
 
 
-def _flight_recorder(
-    writer: BundleWriter,
-    topo: Topology,
-    node_ip: str | None,
-    opts: CollectOptions,
-    deadline: Deadline,
-) -> None:
+def _flight_recorder(run: _Run, topo: Topology) -> None:
     from slime_hangdoctor.collect.flight_recorder import dump_flight_recorder, find_fr_targets
 
-    snap = _partial_snapshot(writer)
-    envs = {(p.pid): p.env for p in snap.processes_at(1) or snap.processes_at(0)}
+    writer, opts, deadline = run.writer, run.opts, run.deadline
+    snap = partial_snapshot(writer)
+    envs = {p.pid: p.env for p in (snap.processes_at(1) or snap.processes_at(0))}
     targets = []
     for m in topo.members:
+        if m.node_ip not in (None, run.node_ip):
+            continue
         if m.role is Role.TRAIN_RANK or m.kind == "scheduler":
             target = find_fr_targets(envs.get(m.pid, {}), m.pid)
             if target is not None:
@@ -313,8 +345,8 @@ def _flight_recorder(
                 b.FLIGHT_RECORDER,
                 "all",
                 Outcome.UNAVAILABLE,
-                "no process has TORCH_NCCL_DEBUG_INFO_PIPE_FILE and TORCH_FR_DUMP_TEMP_FILE set",
-                node_ip=node_ip,
+                "no process on this node has TORCH_NCCL_DEBUG_INFO_PIPE_FILE and TORCH_FR_DUMP_TEMP_FILE set",
+                node_ip=run.node_ip,
                 started_at=time.time(),
             )
         )
@@ -325,26 +357,12 @@ def _flight_recorder(
                 dump_flight_recorder,
                 writer,
                 t,
-                node_ip=node_ip,
+                node_ip=run.node_ip,
                 timeout=deadline.clamp(max(10.0, opts.probe_timeout_s)),
             )
             for t in targets
         ]
         cf.wait(futures, timeout=deadline.clamp(12.0))
-
-
-def _remote_blind_spot(writer: BundleWriter, node_ip: str, topo: Topology) -> None:
-    n = sum(1 for m in topo.members if m.node_ip == node_ip)
-    writer.add(
-        ProbeRecord(
-            b.PROCESSES,
-            f"node {node_ip}",
-            Outcome.UNAVAILABLE,
-            f"{n} slime processes on node {node_ip} were not inspected (stacks, /proc, GPUs): run the doctor on that node",
-            node_ip=node_ip,
-            started_at=time.time(),
-        )
-    )
 
 
 def _sleep_until(when: float, deadline: Deadline, say: ProgressFn) -> None:
@@ -364,13 +382,3 @@ def _local_ips() -> set[str]:
     except OSError:
         pass
     return ips
-
-
-def _local_node_ip(snapshot: Any, local_ips: set[str]) -> str | None:
-    for node in snapshot.nodes:
-        if node.node_ip in local_ips and node.state == "ALIVE":
-            return str(node.node_ip)
-    for node in snapshot.nodes:
-        if node.node_ip in local_ips:
-            return str(node.node_ip)
-    return None

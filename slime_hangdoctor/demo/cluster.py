@@ -159,8 +159,13 @@ def start_worker_node(
     num_cpus: int = 1,
     env: Mapping[str, str] | None = None,
     timeout: float = START_TIMEOUT_S,
+    node_ip_address: str | None = None,
 ) -> RayNodeProc:
-    """Join a second node (same machine, own temp dir and custom `resources`) to `head`."""
+    """Join a second node (same machine, own temp dir and custom `resources`) to `head`.
+
+    `node_ip_address` (e.g. 127.0.0.2, a loopback alias) gives it an IP of its own, so that the two
+    nodes of one machine are told apart by IP as on a real cluster.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     owner = Path(tempfile.mkdtemp(prefix="hdw-", dir="/tmp"))
     temp_dir = owner / "ray"
@@ -168,7 +173,7 @@ def start_worker_node(
     node = RayNodeProc(temp_dir=temp_dir, owner_dir=owner, log=workdir / f"ray-{owner.name}.log")
     args = [
         f"--address={head.gcs_address}",
-        f"--node-ip-address={NODE_IP}",
+        f"--node-ip-address={node_ip_address or NODE_IP}",
         f"--dashboard-agent-listen-port={agent_port}",
         f"--num-cpus={num_cpus}",
         "--num-gpus=0",

@@ -1,0 +1,162 @@
+"""Node-local collection: what can only be read on the node where a process lives.
+
+`sample_node` takes one sample of one node (its slime processes, their py-spy stacks, NCCL RAS) into a
+bundle writer. The CLI runs it in-process for its own node and, through `collect.remote`, as a Ray task
+pinned to every other node that hosts slime processes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slime_hangdoctor.bundle import Bundle, BundleWriter, ProbeRecord
+from slime_hangdoctor.collect.options import CollectOptions, Deadline
+from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.snapshot import Snapshot
+from slime_hangdoctor.topology import Topology, build_topology
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What one node-local sample needs to know; plain data so it travels to a Ray task."""
+
+    node_ip: str | None
+    sample: int
+    roots: frozenset[int] | None = None  # Ray worker pids of this node; None = find by titles
+    extra_pids: frozenset[int] = frozenset()  # job drivers on this node
+    stacks: bool = True
+    ras: bool = True
+
+
+def partial_snapshot(writer: BundleWriter) -> Snapshot:
+    """Parse what the writer holds so far (discovery needs the facts before the bundle is done)."""
+    with Bundle(writer.root, writer.manifest()) as view:
+        return load_snapshot(view)
+
+
+def sample_node(
+    writer: BundleWriter,
+    spec: NodeSpec,
+    opts: CollectOptions,
+    deadline: Deadline,
+    pool: cf.ThreadPoolExecutor,
+) -> Topology:
+    """One sample of this node: processes, then stacks of its slime processes and RAS, concurrently."""
+    from slime_hangdoctor.collect.processes import record_processes
+
+    record_processes(
+        writer,
+        node_ip=spec.node_ip,
+        sample=spec.sample,
+        extra_pids=spec.extra_pids,
+        roots=spec.roots,
+    )
+    topo = build_topology(partial_snapshot(writer))
+    mine = [m for m in topo.members if m.node_ip in (None, spec.node_ip)]
+    jobs: list[cf.Future[Any]] = []
+    if spec.stacks:
+        for m in mine:
+            jobs.append(pool.submit(_stack, writer, m.pid, spec, opts, deadline))
+    if spec.ras:
+        jobs.append(pool.submit(_ras, writer, spec, opts, deadline))
+    cf.wait(jobs, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
+    return topo
+
+
+def sample_gpus_over(
+    writer: BundleWriter, node_ip: str | None, opts: CollectOptions, deadline: Deadline
+) -> None:
+    """NVML (then GPM) of this node, sampled across the window."""
+    from slime_hangdoctor.collect.nvml import sample_gpm, sample_gpus
+
+    sample_gpus(
+        writer,
+        node_ip=node_ip,
+        duration_s=max(0.0, min(opts.window_s, deadline.remaining() - 1.0)),
+        interval_s=opts.nvml_interval_s,
+        deadline=time.monotonic() + deadline.remaining(),
+    )
+    if opts.gpm and not deadline.expired:
+        sample_gpm(
+            writer,
+            node_ip=node_ip,
+            duration_s=min(1.0, deadline.remaining()),
+            deadline=time.monotonic() + deadline.remaining(),
+        )
+
+
+def export_records(writer: BundleWriter) -> list[tuple[dict[str, Any], bytes | None, str]]:
+    """Every record of a (temporary) writer with its bytes, to re-add to the main bundle."""
+    out: list[tuple[dict[str, Any], bytes | None, str]] = []
+    for rec in writer.records:
+        data = None
+        suffix = ".txt"
+        if rec.artifact:
+            path = writer.root / rec.artifact
+            suffix = Path(rec.artifact).suffix or ".txt"
+            try:
+                data = path.read_bytes()
+            except OSError:
+                data = None
+        out.append((rec.to_json(), data, suffix))
+    return out
+
+
+def run_detached_sample(
+    spec: NodeSpec, opts: CollectOptions, budget_s: float, gpus: bool
+) -> list[tuple[dict[str, Any], bytes | None, str]]:
+    """A whole node-local sample into a private temp bundle; returns its records (for a Ray task)."""
+    deadline = Deadline(budget_s)
+    with tempfile.TemporaryDirectory(prefix="hangdoctor-node-") as tmp:
+        writer = BundleWriter(Path(tmp) / "b", command="node-sample", known_secrets=opts.secrets())
+        if gpus:
+            sample_gpus_over(writer, spec.node_ip, opts, deadline)
+        else:
+            with cf.ThreadPoolExecutor(max_workers=max(2, opts.concurrency)) as pool:
+                sample_node(writer, spec, opts, deadline, pool)
+        return export_records(writer)
+
+
+def _stack(
+    writer: BundleWriter, pid: int, spec: NodeSpec, opts: CollectOptions, deadline: Deadline
+) -> ProbeRecord:
+    from slime_hangdoctor.collect.pyspy import dump_stack
+
+    timeout = deadline.clamp(opts.probe_timeout_s + (3.0 if opts.native else 0.0))
+    return dump_stack(
+        writer,
+        pid,
+        node_ip=spec.node_ip,
+        sample=spec.sample,
+        timeout=timeout,
+        native=opts.native,
+        pyspy=opts.pyspy,
+    )
+
+
+def _ras(
+    writer: BundleWriter, spec: NodeSpec, opts: CollectOptions, deadline: Deadline
+) -> ProbeRecord:
+    from slime_hangdoctor.collect.nccl_ras import query_ras
+
+    return query_ras(
+        writer,
+        node_ip=spec.node_ip,
+        sample=spec.sample,
+        port=opts.ras_port,
+        timeout=deadline.clamp(opts.probe_timeout_s),
+    )
+
+
+def pids_by_node(snapshot: Snapshot) -> dict[str, set[int]]:
+    """Ray worker pids of the job's live actors, by node id (JobSupervisor too: the driver is its child)."""
+    out: dict[str, set[int]] = {}
+    for a in snapshot.actors:
+        if a.state == "ALIVE" and a.pid and a.node_id:
+            out.setdefault(a.node_id, set()).add(a.pid)
+    return out
