@@ -66,6 +66,15 @@ NativeOpt = Annotated[
         help="OPT-IN, touches the job: py-spy --native stacks (C/C++ frames; pauses each target ~0.2-1 s).",
     ),
 ]
+HealthOpt = Annotated[
+    bool,
+    typer.Option(
+        "--health",
+        help="OPT-IN, touches the job: GET /health on engines. Since SGLang 0.4.10 it runs a 1-token "
+        "generation on an idle engine (unsafe on an offloaded colocate engine); default probes use "
+        "/model_info, /server_info, /v1/loads and /metrics instead.",
+    ),
+]
 HealthGenOpt = Annotated[
     bool,
     typer.Option(
@@ -134,11 +143,12 @@ def attach(
     address: AddressArg = None,
     window: WindowOpt = 3.0,
     timeout: TimeoutOpt = 20.0,
-    probe_timeout: ProbeTimeoutOpt = 2.0,
+    probe_timeout: ProbeTimeoutOpt = 2.5,
     fmt: FormatOpt = "text",
     as_json: JsonOpt = False,
     out: OutOpt = None,
     native: NativeOpt = False,
+    health: HealthOpt = False,
     health_generate: HealthGenOpt = False,
     flight_recorder: FlightOpt = False,
     api_key: ApiKeyOpt = None,
@@ -155,6 +165,7 @@ def attach(
         timeout_s=timeout,
         probe_timeout_s=probe_timeout,
         native=native,
+        health=health,
         health_generate=health_generate,
         flight_recorder=flight_recorder,
         api_key=api_key,
@@ -175,8 +186,9 @@ def collect(
     address: AddressArg = None,
     window: WindowOpt = 3.0,
     timeout: TimeoutOpt = 20.0,
-    probe_timeout: ProbeTimeoutOpt = 2.0,
+    probe_timeout: ProbeTimeoutOpt = 2.5,
     native: NativeOpt = False,
+    health: HealthOpt = False,
     health_generate: HealthGenOpt = False,
     flight_recorder: FlightOpt = False,
     api_key: ApiKeyOpt = None,
@@ -195,6 +207,7 @@ def collect(
         timeout_s=timeout,
         probe_timeout_s=probe_timeout,
         native=native,
+        health=health,
         health_generate=health_generate,
         flight_recorder=flight_recorder,
         api_key=api_key,
@@ -341,7 +354,7 @@ def check(
     state_file: StateFileOpt = Path("/var/tmp/slime-hangdoctor/state.json"),
     window: WindowOpt = 2.0,
     timeout: TimeoutOpt = 30.0,
-    probe_timeout: ProbeTimeoutOpt = 2.0,
+    probe_timeout: ProbeTimeoutOpt = 2.5,
     local: LocalOpt = False,
     bundle_dir: BundleDirOpt = None,
     keep: KeepOpt = 5,
@@ -394,7 +407,7 @@ def watch(
     state_file: StateFileOpt = Path("/var/tmp/slime-hangdoctor/state.json"),
     window: WindowOpt = 2.0,
     timeout: TimeoutOpt = 30.0,
-    probe_timeout: ProbeTimeoutOpt = 2.0,
+    probe_timeout: ProbeTimeoutOpt = 2.5,
     local: LocalOpt = False,
     bundle_dir: BundleDirOpt = None,
     keep: KeepOpt = 5,

@@ -247,6 +247,7 @@ class EngineLoad:
     running: int
     waiting: int
     gen_throughput: float | None = None
+    tokens: int | None = None  # <=0.5.2 `/get_load` reports only a token count
 
 
 @dataclass(frozen=True)

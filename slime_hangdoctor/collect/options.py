@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 class CollectOptions:
     window_s: float = 3.0  # two samples this far apart tell slow from hung
     timeout_s: float = 20.0  # the whole run's deadline
-    probe_timeout_s: float = 2.0  # one probe (HTTP request, py-spy dump, RAS query)
+    probe_timeout_s: float = 2.5  # one probe (HTTP request, py-spy dump, RAS query)
     concurrency: int = 8  # probes in flight at once
     native: bool = False  # py-spy --native (pauses the target longer)
+    health: bool = False  # GET /health (>=0.4.10 runs a 1-token generation when the engine is idle)
     health_generate: bool = False  # GET /health_generate (runs a 1-token generation)
     flight_recorder: bool = False  # poke TORCH_NCCL_DEBUG_INFO_PIPE_FILE pipes (makes ranks dump)
     api_key: str | None = None

@@ -130,6 +130,7 @@ def _options_record(opts: CollectOptions) -> dict[str, Any]:
         "timeout_s": opts.timeout_s,
         "probe_timeout_s": opts.probe_timeout_s,
         "native": opts.native,
+        "health": opts.health,
         "health_generate": opts.health_generate,
         "flight_recorder": opts.flight_recorder,
         "api_key_given": bool(opts.api_key),
@@ -222,6 +223,7 @@ def _probe_endpoints(run: _Run, topo: Topology, index: int) -> None:
                 timeout=deadline.clamp(opts.probe_timeout_s),
                 api_key=opts.api_key,
                 health_generate=opts.health_generate,
+                health=opts.health,
             )
         )
     for url in sorted(set(topo.routers) | set(opts.router_urls)):

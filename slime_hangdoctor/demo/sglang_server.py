@@ -13,13 +13,9 @@ frames carry SGLang's paths); its docstring describes the protocol and the fault
 
 from __future__ import annotations
 
-from slime_hangdoctor.demo.sglang.srt.entrypoints.http_server import (
-    VERSION,
-    launch_server,
-    main,
-    parse_args,
-)
+from slime_hangdoctor.demo.sglang.srt.entrypoints.http_server import VERSION, launch_server, main
 from slime_hangdoctor.demo.sglang.srt.managers.io_struct import FAULTS
+from slime_hangdoctor.demo.sglang.srt.server_args import parse_args
 
 __all__ = ["FAULTS", "VERSION", "launch_server", "main", "parse_args"]
 

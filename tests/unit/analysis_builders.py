@@ -190,3 +190,23 @@ def actor(actor_id: str, cls: str, pid: int, state: str = "ALIVE") -> RayActor:
 
 def topology(*members: Member, engines: Sequence[Engine] = ()) -> Topology:
     return Topology(tuple(members), tuple(engines), (), True)
+
+
+# RolloutManager main thread in `generate` (slime.md §3) and its asyncio loop thread, idle.
+RM_GENERATE_FRAMES = (
+    F("Condition.wait", "threading.py", 355),
+    F("Future.result", "concurrent/futures/_base.py", 451),
+    F("AsyncLoopThread.run", "slime/utils/async_utils.py", 23),
+    F("run", "slime/utils/async_utils.py", 36),
+    F("generate_rollout", "slime/rollout/sglang_rollout.py", 560),
+    F("call_rollout_fn", "slime/rollout/base_types.py", 20),
+    F("RolloutManager._get_rollout_data", "slime/ray/rollout.py", 220),
+    F("RolloutManager.generate", "slime/ray/rollout.py", 135),
+)
+LOOP_FRAMES = (
+    F("EpollSelector.select", "selectors.py", 468),
+    F("BaseEventLoop._run_once", "asyncio/base_events.py", 1898),
+    F("BaseEventLoop.run_forever", "asyncio/base_events.py", 608),
+    F("AsyncLoopThread._start_loop", "slime/utils/async_utils.py", 16),
+    F("Thread.run", "threading.py", 982),
+)

@@ -10,8 +10,10 @@ from slime_hangdoctor.verdict import Diagnosis, Role, Stage, Status
 from tests.unit.analysis_builders import (
     GC_THREAD,
     IDLE_ACTOR,
+    LOOP_FRAMES,
     NODE,
     RAY_GET,
+    RM_GENERATE_FRAMES,
     F,
     actor,
     actor_main,
@@ -34,27 +36,8 @@ ENGINE = "slime/backends/sglang_utils/sglang_engine.py"
 ACTOR = "slime/backends/megatron_utils/actor.py"
 
 DRIVER_IN_TRAIN = thread((*RAY_GET, F("train", "train.py", 60), F("<module>", "train.py", 90)))
-RM_MAIN_GENERATE = actor_main(
-    F("Condition.wait", "threading.py", 355),
-    F("Future.result", "concurrent/futures/_base.py", 451),
-    F("AsyncLoopThread.run", "slime/utils/async_utils.py", 23),
-    F("run", "slime/utils/async_utils.py", 36),
-    F("generate_rollout", "slime/rollout/sglang_rollout.py", 560),
-    F("call_rollout_fn", "slime/rollout/base_types.py", 20),
-    F("RolloutManager._get_rollout_data", ROLLOUT, 220),
-    F("RolloutManager.generate", ROLLOUT, 135),
-)
-LOOP_IDLE = thread(
-    (
-        F("EpollSelector.select", "selectors.py", 468),
-        F("BaseEventLoop._run_once", "asyncio/base_events.py", 1898),
-        F("BaseEventLoop.run_forever", "asyncio/base_events.py", 608),
-        F("AsyncLoopThread._start_loop", "slime/utils/async_utils.py", 16),
-        F("Thread.run", "threading.py", 982),
-    ),
-    name="Thread-3 (_start_loop)",
-    tid=7,
-)
+RM_MAIN_GENERATE = actor_main(*RM_GENERATE_FRAMES)
+LOOP_IDLE = thread(LOOP_FRAMES, name="Thread-3 (_start_loop)", tid=7)
 LOOP_SYMPY = thread(
     (
         F("Expr.__mul__", "sympy/core/expr.py", 215),

@@ -43,34 +43,33 @@ slime's `launch_server_process` does in a multiprocessing spawn child of the SGL
 
 from __future__ import annotations
 
-import argparse
-import hmac
 import json
 import logging
 import os
 import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from slime_hangdoctor.demo.sglang.srt.managers.io_struct import FAULTS, recv_msg, send_msg
+from slime_hangdoctor.demo.sglang.srt.managers.tokenizer_manager import TokenizerManager
+from slime_hangdoctor.demo.sglang.srt.observability.metrics_collector import render_metrics
+from slime_hangdoctor.demo.sglang.srt.server_args import parse_args
+from slime_hangdoctor.demo.sglang.srt.utils.auth import ADMIN_OPTIONAL, NORMAL, authorized
 
 VERSION = "0.5.15.post1"
-SCHEDULER_MODULE = "slime_hangdoctor.demo.sglang_scheduler"
+
+
 MAX_BODY = 256 * 2**20
+
+
 VOCAB = (
     "the",
     "answer",
@@ -88,463 +87,23 @@ VOCAB = (
     "2",
 )
 
+
 Msg = dict[str, Any]
+
+
 Reply = tuple[int, str, bytes]  # status, content type, body
 
+
 JSON = "application/json"
+
+
 TEXT = "text/plain; charset=utf-8"
+
+
 PROM = "text/plain; version=0.0.4; charset=utf-8"
 
+
 logger = logging.getLogger("sglang_standin.http")
-
-
-# --------------------------------------------------------------------------- arguments
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m slime_hangdoctor.demo.sglang_server",
-        description="Stand-in for one SGLang 0.5.15 engine (HTTP + scheduler child).",
-    )
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--api-key", default=None)
-    p.add_argument("--admin-api-key", default=None)
-    p.add_argument("--fault", choices=FAULTS, default="none")
-    p.add_argument("--fault-after-s", type=float, default=0.0)
-    p.add_argument("--request-log", default=None, help="append one JSON line per request")
-    p.add_argument("--model-path", default="demo/model")
-    p.add_argument("--served-model-name", default=None)
-    p.add_argument("--tp-size", type=int, default=1)
-    p.add_argument("--context-length", type=int, default=4096)
-    p.add_argument("--max-total-tokens", type=int, default=65536)
-    p.add_argument("--max-running-requests", type=int, default=64)
-    p.add_argument("--step-s", type=float, default=0.02, help="seconds per forward step")
-    p.add_argument("--load-s", type=float, default=0.0, help="model-load time before listening")
-    p.add_argument("--weight-sync-timeout-s", type=float, default=1800.0)
-    p.add_argument("--scheduler-title", default="sglang::scheduler_TP0")
-    p.add_argument("--enable-memory-saver", action="store_true")
-    p.add_argument("--skip-server-warmup", action="store_true", default=True)
-    p.add_argument("--random-seed", type=int, default=42)
-    p.add_argument(
-        "--exit-with-parent",
-        action="store_true",
-        help="not an SGLang flag: exit (with the scheduler) when this process is orphaned, so a "
-        "killed demo actor leaves no engine behind",
-    )
-    return p.parse_args(argv)
-
-
-def build_server_args(ns: argparse.Namespace) -> Msg:
-    """The `dataclasses.asdict(server_args)` part of `/server_info` (a representative subset)."""
-    served = ns.served_model_name or ns.model_path
-    return {
-        "model_path": ns.model_path,
-        "tokenizer_path": ns.model_path,
-        "tokenizer_mode": "auto",
-        "skip_tokenizer_init": False,
-        "load_format": "auto",
-        "trust_remote_code": False,
-        "context_length": ns.context_length,
-        "is_embedding": False,
-        "host": ns.host,
-        "port": ns.port,
-        "skip_server_warmup": True,
-        "dtype": "auto",
-        "kv_cache_dtype": "auto",
-        "mem_fraction_static": 0.8,
-        "max_running_requests": ns.max_running_requests,
-        "max_total_tokens": ns.max_total_tokens,
-        "chunked_prefill_size": 8192,
-        "max_prefill_tokens": 16384,
-        "schedule_policy": "fcfs",
-        "device": "cuda",
-        "tp_size": ns.tp_size,
-        "pp_size": 1,
-        "dp_size": 1,
-        "ep_size": 1,
-        "random_seed": ns.random_seed,
-        "watchdog_timeout": 300,
-        "soft_watchdog_timeout": None,
-        "base_gpu_id": 0,
-        "log_level": "info",
-        "log_level_http": None,
-        "enable_metrics": True,
-        "enable_metrics_for_all_schedulers": False,
-        "decode_log_interval": 40,
-        "api_key": ns.api_key,
-        "admin_api_key": ns.admin_api_key,
-        "served_model_name": served,
-        "weight_version": "default",
-        "enable_memory_saver": bool(ns.enable_memory_saver),
-        "disable_overlap_schedule": False,
-        "dist_init_addr": None,
-        "nnodes": 1,
-        "node_rank": 0,
-        "crash_dump_folder": None,
-    }
-
-
-# --------------------------------------------------------------------------- small sync primitives
-
-
-@dataclass
-class Slot:
-    """One awaited answer from the scheduler."""
-
-    event: threading.Event
-    value: Any = None
-
-    @classmethod
-    def new(cls) -> Slot:
-        return cls(threading.Event())
-
-    def put(self, value: Any) -> None:
-        self.value = value
-        self.event.set()
-
-
-class RWLock:
-    """`model_update_lock`: generate requests read, non-paused weight updates write (writer first)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self.readers = 0
-        self._writer = False
-        self._waiting_writers = 0
-
-    def acquire_read(self, cancel: threading.Event | None = None) -> bool:
-        with self._cond:
-            while self._writer or self._waiting_writers:
-                self._cond.wait(0.5)
-                if cancel is not None and cancel.is_set():
-                    return False
-            self.readers += 1
-            return True
-
-    def release_read(self) -> None:
-        with self._cond:
-            self.readers -= 1
-            self._cond.notify_all()
-
-    @contextmanager
-    def writer(self) -> Iterator[None]:
-        with self._cond:
-            self._waiting_writers += 1
-            while self._writer or self.readers:
-                self._cond.wait()
-            self._waiting_writers -= 1
-            self._writer = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
-
-
-# --------------------------------------------------------------------------- tokenizer manager
-
-
-class TokenizerManager:
-    """The HTTP-side state: pause gate, update lock, scheduler channel, snapshot, counters."""
-
-    def __init__(self, ns: argparse.Namespace) -> None:
-        self.ns = ns
-        self.server_args = build_server_args(ns)
-        self.served_model_name = str(self.server_args["served_model_name"])
-        self.started_at = time.time()
-        self.server_status = "Starting"
-        self.gracefully_exit = False
-        self.weight_version = "default"
-        self.is_pause = False
-        self.is_pause_cond = threading.Condition()
-        self.model_update_lock = RWLock()
-        self.last_receive_tstamp = 0.0
-        self.scheduler_info: Msg = {}
-        self.snapshot: Msg = {}
-        self.counters = {
-            "prompt_tokens": 0.0,
-            "generation_tokens": 0.0,
-            "num_requests": 0.0,
-            "cached_tokens": 0.0,
-            "num_aborted_requests": 0.0,
-        }
-        self.e2e_latency: list[float] = []
-        self._lock = threading.Lock()
-        self._send_lock = threading.Lock()
-        self._pending: dict[str, Slot] = {}
-        self._rid_waiters: dict[str, Slot] = {}
-        self._internal_waiters: deque[Slot] = deque()
-        self._ready = threading.Event()
-        self._log_lock = threading.Lock()
-        self.children: list[subprocess.Popen[bytes]] = []
-        self.conn: Connection | None = None
-        self.signals_installed = False
-        self.health_timeout = int(os.getenv("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
-        self.server_info_timeout = float(os.getenv("SGLANG_SERVER_INFO_TIMEOUT", "2"))
-        self.health_generation = os.getenv(
-            "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "true"
-        ).lower() not in ("0", "false", "no", "off")
-
-    # ---- subprocesses
-    def start_subprocesses(self) -> None:
-        """Start scheduler and detokenizer from the calling thread (PDEATHSIG follows that thread)."""
-        parent, child = socket.socketpair()
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        common = ["-m", SCHEDULER_MODULE, "--parent-pid", str(os.getpid())]
-        fd = child.fileno()
-        scheduler = subprocess.Popen(  # noqa: S603 - our own module, fixed argv
-            [self.ns.scheduler_title, *common, "--fd", str(fd)],
-            executable=sys.executable,
-            pass_fds=(fd,),
-            env=env,
-            stdin=subprocess.DEVNULL,
-        )
-        child.close()
-        self.children.append(scheduler)
-        detokenizer = subprocess.Popen(  # noqa: S603
-            ["sglang::detokenizer", *common, "--role", "detokenizer"],
-            executable=sys.executable,
-            env=env,
-            stdin=subprocess.DEVNULL,
-        )
-        self.children.append(detokenizer)
-        self.conn = Connection(parent.detach())
-        self.send(
-            {
-                "type": "config",
-                "title": self.ns.scheduler_title,
-                "server_args": self.server_args,
-                "fault": self.ns.fault,
-                "fault_at": self.started_at + max(self.ns.fault_after_s, 0.0),
-                "step_s": self.ns.step_s,
-                "max_total_num_tokens": self.ns.max_total_tokens,
-                "max_running_requests": self.ns.max_running_requests,
-                "weight_sync_timeout_s": self.ns.weight_sync_timeout_s,
-            }
-        )
-        threading.Thread(target=self._reader, name="tokenizer-handle-loop", daemon=True).start()
-
-    def wait_ready(self, timeout: float) -> bool:
-        return self._ready.wait(timeout)
-
-    def kill_children(self) -> None:
-        for proc in self.children:
-            if proc.poll() is None:
-                proc.kill()
-        for proc in self.children:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-
-    # ---- channel
-    def send(self, msg: Msg) -> None:
-        if self.conn is not None:
-            send_msg(self.conn, self._send_lock, msg)
-
-    def _reader(self) -> None:
-        assert self.conn is not None
-        while True:
-            try:
-                msg = recv_msg(self.conn)
-            except (EOFError, OSError, ValueError):
-                return  # the subprocess watchdog reports the death
-            self.handle_loop_message(msg)
-
-    def handle_loop_message(self, msg: Msg) -> None:
-        kind = msg.get("type")
-        if kind == "snapshot":
-            self.snapshot = msg  # shared-memory LoadSnapshot: does not count as a heartbeat
-            return
-        self.last_receive_tstamp = time.time()
-        if kind == "ready":
-            self.scheduler_info = {k: v for k, v in msg.items() if k != "type"}
-            self._ready.set()
-        elif kind == "output":
-            with self._lock:
-                slot = self._rid_waiters.pop(str(msg.get("rid")), None)
-            if slot is not None:
-                slot.put(msg)
-        elif kind == "reply":
-            reply_id = str(msg.get("id"))
-            with self._lock:
-                if reply_id.startswith("internal-"):
-                    # FanOutCommunicator in queueing mode: answers go to waiters in FIFO order,
-                    # so a late answer is handed to the next caller.
-                    slot = self._internal_waiters.popleft() if self._internal_waiters else None
-                else:
-                    slot = self._pending.pop(reply_id, None)
-            if slot is not None:
-                slot.put(msg.get("result"))
-
-    def roundtrip(self, msg: Msg) -> Any:
-        """Send a control request and wait for its answer, with no timeout (as SGLang)."""
-        slot = Slot.new()
-        req_id = uuid.uuid4().hex
-        with self._lock:
-            self._pending[req_id] = slot
-        self.send({**msg, "id": req_id})
-        slot.event.wait()
-        return slot.value
-
-    # ---- generation
-    def generate_request(
-        self, req: Msg, cancel: threading.Event | None = None, log_metrics: bool = True
-    ) -> Msg | None:
-        """Pass the pause gate and the reader lock, run on the scheduler, wait for the output."""
-        if not self._pass_pause_gate(cancel):
-            return None
-        if not self.model_update_lock.acquire_read(cancel):
-            return None
-        try:
-            slot = Slot.new()
-            rid = str(req["rid"])
-            with self._lock:
-                self._rid_waiters[rid] = slot
-            tic = time.time()
-            self.send({"type": "generate", **req})
-            while not slot.event.wait(0.5):
-                if cancel is not None and cancel.is_set():
-                    with self._lock:
-                        self._rid_waiters.pop(rid, None)
-                    self.send({"type": "abort", "rid": rid})
-                    return None
-            out: Msg = slot.value
-            if log_metrics:
-                self._count_finished(out, time.time() - tic)
-            return out
-        finally:
-            self.model_update_lock.release_read()
-
-    def _pass_pause_gate(self, cancel: threading.Event | None) -> bool:
-        while True:
-            with self.is_pause_cond:
-                if self.is_pause_cond.wait_for(lambda: not self.is_pause, timeout=0.5):
-                    return True
-            if cancel is not None and cancel.is_set():
-                return False
-
-    def _count_finished(self, out: Msg, latency: float) -> None:
-        with self._lock:
-            self.counters["prompt_tokens"] += float(out.get("prompt_tokens") or 0)
-            self.counters["generation_tokens"] += float(len(out.get("output_ids") or []))
-            self.counters["num_requests"] += 1
-            if (out.get("finish_reason") or {}).get("type") == "abort":
-                self.counters["num_aborted_requests"] += 1
-            self.e2e_latency.append(latency)
-
-    def health_check(self, path: str) -> int:
-        if self.gracefully_exit:
-            logger.info("Health check request received during shutdown. Returning 503.")
-            return 503
-        if self.server_status == "Starting":
-            return 503
-        if path == "/health" and not self.health_generation:
-            return 200
-        tic = time.time()
-        cancel = threading.Event()
-        req = {
-            "rid": f"HEALTH_CHECK_{uuid.uuid4().hex}",
-            "input_len": 1,
-            "max_new_tokens": 1,
-            "health": True,
-        }
-        threading.Thread(
-            target=self.generate_request, args=(req, cancel, False), daemon=True
-        ).start()
-        for _ in range(self.health_timeout):
-            time.sleep(1)
-            if self.last_receive_tstamp > tic:
-                cancel.set()
-                self.server_status = "Up"
-                return 200
-        cancel.set()
-        logger.error(
-            "Health check failed. Server couldn't get a response from detokenizer for last %d "
-            "seconds. tic start time: %s. last_heartbeat time: %s",
-            self.health_timeout,
-            time.strftime("%H:%M:%S", time.localtime(tic)),
-            time.strftime("%H:%M:%S", time.localtime(self.last_receive_tstamp)),
-        )
-        self.server_status = "UnHealthy"
-        return 503
-
-    # ---- control
-    def get_internal_state(self) -> list[Msg]:
-        slot = Slot.new()
-        with self._lock:
-            self._internal_waiters.append(slot)
-        self.send({"type": "get_internal_state", "id": f"internal-{uuid.uuid4().hex}"})
-        if slot.event.wait(self.server_info_timeout):
-            states = (slot.value or {}).get("states") or []
-            return [s for s in states if isinstance(s, dict)]
-        with self._lock:
-            try:
-                self._internal_waiters.remove(slot)
-            except ValueError:
-                pass
-        logger.warning(
-            "Timed out getting internal state for /server_info after %.1fs; returning empty "
-            "internal_states",
-            self.server_info_timeout,
-        )
-        return []
-
-    def pause_generation(self, mode: str) -> None:
-        with self.is_pause_cond:
-            self.is_pause = True
-        if mode == "abort":
-            while self.model_update_lock.readers > 0:
-                self.send({"type": "abort", "abort_all": True})
-                time.sleep(1.0)
-        else:
-            self.send({"type": "pause_generation", "mode": mode})
-
-    def continue_generation(self) -> None:
-        with self.is_pause_cond:
-            self.is_pause = False
-            self.is_pause_cond.notify_all()
-        self.send({"type": "continue_generation"})
-
-    def weight_update(self, msg: Msg) -> Msg:
-        """Paused: run while holding the pause lock; else take the writer side of the update lock."""
-        if msg.get("abort_all_requests"):
-            self.send({"type": "abort", "abort_all": True})
-        with self.is_pause_cond:
-            if self.is_pause:
-                return self._weight_update_roundtrip(msg)
-        with self.model_update_lock.writer():
-            return self._weight_update_roundtrip(msg)
-
-    def _weight_update_roundtrip(self, msg: Msg) -> Msg:
-        result = dict(self.roundtrip(msg) or {})
-        version = msg.get("weight_version")
-        if result.get("success") and version is not None:
-            self.weight_version = str(version)
-            self.server_args["weight_version"] = str(version)
-            result["message"] = f"{result.get('message', '')} Weight version updated to {version}."
-        return result
-
-    # ---- request log
-    def log_request(self, method: str, path: str, query: str, client: str) -> None:
-        if not self.ns.request_log:
-            return
-        line = json.dumps(
-            {"t": time.time(), "method": method, "path": path, "query": query, "client": client}
-        )
-        with self._log_lock:
-            try:
-                with open(self.ns.request_log, "a", encoding="utf-8") as fh:
-                    fh.write(line + "\n")
-            except OSError as exc:
-                logger.warning("cannot write the request log: %s", exc)
-
-
-# --------------------------------------------------------------------------- bodies
 
 
 def _json_reply(status: int, obj: Any) -> Reply:
@@ -622,11 +181,7 @@ def detokenize(ids: list[int]) -> str:
     return "".join(f" {VOCAB[i % len(VOCAB)]}" for i in ids if i != 2)
 
 
-# --------------------------------------------------------------------------- endpoints
-
-
 Handler = Callable[[TokenizerManager, str, str, bytes], Reply]
-NORMAL, ADMIN_OPTIONAL = "normal", "admin_optional"
 
 
 def ep_health(tm: TokenizerManager, method: str, query: str, raw: bytes, path: str) -> Reply:
@@ -910,6 +465,8 @@ def _health(path: str) -> Handler:
 
 
 _GET, _POST, _BOTH = ("GET",), ("POST",), ("GET", "POST")
+
+
 ROUTES: dict[str, Route] = {
     "/health": Route(_GET, _health("/health")),
     "/health_generate": Route(_GET, _health("/health_generate")),
@@ -938,137 +495,11 @@ ROUTES: dict[str, Route] = {
 
 
 def auth_failure(tm: TokenizerManager, method: str, path: str, header: str | None) -> Reply | None:
-    """SGLang >=0.5.9 rules: /health*, /metrics and OPTIONS are open; NORMAL needs api_key;
-    ADMIN_OPTIONAL needs admin_api_key if set, else api_key if set."""
-    if method == "OPTIONS" or path.startswith(("/health", "/metrics")):
-        return None
     route = ROUTES.get(path)
     level = route.auth if route is not None else NORMAL
-    api_key, admin_key = tm.ns.api_key, tm.ns.admin_api_key
-    needed = (admin_key or api_key) if level == ADMIN_OPTIONAL else api_key
-    if not needed:
-        return None
-    token = ""
-    if header:
-        scheme, _, value = header.strip().partition(" ")
-        if scheme.lower() == "bearer":
-            token = value.strip()
-    if hmac.compare_digest(token.encode(), str(needed).encode()):
+    if authorized(level, method, path, header, tm.ns.api_key, tm.ns.admin_api_key):
         return None
     return _json_reply(401, {"error": "Unauthorized"})
-
-
-# --------------------------------------------------------------------------- /metrics
-
-
-def render_metrics(tm: TokenizerManager) -> str:
-    from prometheus_client import CollectorRegistry, generate_latest
-    from prometheus_client.core import (
-        CounterMetricFamily,
-        GaugeMetricFamily,
-        HistogramMetricFamily,
-    )
-
-    snap = tm.snapshot
-    sched_labels = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
-    sched_values = [tm.served_model_name, "unified", "0", "0", "0"]
-    tok_labels, tok_values = ["model_name", "engine_type"], [tm.served_model_name, "unified"]
-    families: list[Any] = []
-
-    gauges: Msg = dict(snap.get("gauges") or {})
-    gauge_help = {
-        "num_running_reqs": "The number of running requests.",
-        "num_queue_reqs": "The number of requests in the waiting queue.",
-        "num_grammar_queue_reqs": "The number of requests in the grammar waiting queue.",
-        "gen_throughput": "The generation throughput (token/s).",
-        "token_usage": "The token usage.",
-        "num_used_tokens": "The number of used tokens.",
-        "cache_hit_rate": "The prefix cache hit rate.",
-        "utilization": "The utilization.",
-        "num_retracted_reqs": "The number of retracted requests.",
-        "num_paused_reqs": "The number of paused requests by async weight sync.",
-        "max_total_num_tokens": "Maximum total number of tokens in the KV cache pool.",
-        "is_cuda_graph": "Whether the batch is using CUDA graph.",
-        "new_token_ratio": "The new token ratio.",
-        "kv_used_tokens": "The number of used KV cache tokens.",
-        "kv_available_tokens": "The number of available KV cache tokens.",
-    }
-    for name, help_text in gauge_help.items():
-        g = GaugeMetricFamily(f"sglang:{name}", help_text, labels=sched_labels)
-        g.add_metric(sched_values, float(gauges.get(name, 0.0)))
-        families.append(g)
-    for queue in ("prefill_bootstrap", "prefill_inflight", "decode_prealloc", "decode_transfer"):
-        g = GaugeMetricFamily(
-            f"sglang:num_{queue}_queue_reqs",
-            f"The number of requests in the {queue} queue.",
-            labels=sched_labels,
-        )
-        g.add_metric(sched_values, 0.0)
-        families.append(g)
-    durations: Msg = dict(snap.get("weight_load_duration") or {})
-    if durations:
-        g = GaugeMetricFamily(
-            "sglang:weight_load_duration_seconds",
-            "Duration of the last weight load, by source.",
-            labels=[*sched_labels, "source"],
-        )
-        for source, secs in sorted(durations.items()):
-            g.add_metric([*sched_values, source], float(secs))
-        families.append(g)
-
-    realtime: Msg = dict(snap.get("realtime_tokens") or {})
-    c = CounterMetricFamily(
-        "sglang:realtime_tokens", "Realtime token counts by mode.", labels=[*sched_labels, "mode"]
-    )
-    for mode in ("prefill_compute", "prefill_cache", "decode"):
-        c.add_metric([*sched_values, mode], float(realtime.get(mode, 0.0)))
-    families.append(c)
-    c = CounterMetricFamily(
-        "sglang:forward_execution_seconds", "Seconds spent in forward passes.", labels=sched_labels
-    )
-    c.add_metric(sched_values, float(snap.get("forward_execution_seconds") or 0.0))
-    families.append(c)
-    c = CounterMetricFamily(
-        "sglang:cuda_graph_passes", "Forward passes that used a CUDA graph.", labels=sched_labels
-    )
-    c.add_metric(sched_values, 0.0)
-    families.append(c)
-
-    with tm._lock:
-        counters = dict(tm.counters)
-        latencies = list(tm.e2e_latency)
-    tok_help = {
-        "prompt_tokens": "Number of prefill tokens processed.",
-        "generation_tokens": "Number of generation tokens processed.",
-        "num_requests": "Number of requests processed.",
-        "cached_tokens": "Number of cached prompt tokens.",
-        "num_aborted_requests": "Number of requests aborted.",
-    }
-    for name, help_text in tok_help.items():
-        c = CounterMetricFamily(f"sglang:{name}", help_text, labels=tok_labels)
-        c.add_metric(tok_values, counters[name])
-        families.append(c)
-    bounds = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-    buckets = [(str(b), float(sum(1 for x in latencies if x <= b))) for b in bounds]
-    buckets.append(("+Inf", float(len(latencies))))
-    h = HistogramMetricFamily(
-        "sglang:e2e_request_latency_seconds",
-        "Histogram of end-to-end request latency in seconds",
-        labels=tok_labels,
-    )
-    h.add_metric(tok_values, buckets, sum(latencies))
-    families.append(h)
-
-    class _Collector:
-        def collect(self) -> Iterator[Any]:
-            yield from families
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector())
-    return str(generate_latest(registry).decode("utf-8"))
-
-
-# --------------------------------------------------------------------------- HTTP plumbing
 
 
 class StandinHTTPServer(ThreadingHTTPServer):
@@ -1164,9 +595,6 @@ class RequestHandler(BaseHTTPRequestHandler):
             f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{method} '
             f'{self.path} HTTP/1.1" {status} {phrase}\n'
         )
-
-
-# --------------------------------------------------------------------------- process lifecycle
 
 
 def _setup_logging() -> None:

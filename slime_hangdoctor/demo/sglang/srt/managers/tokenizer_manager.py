@@ -1,0 +1,387 @@
+"""The HTTP-side TokenizerManager of the stand-in (as `sglang/srt/managers/tokenizer_manager.py`).
+
+It owns the pause gate (`is_pause_cond`), the `model_update_lock`, the channel to the scheduler, the
+last LoadSnapshot and the tokenizer-side counters, and starts the scheduler and detokenizer children."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from slime_hangdoctor.demo.sglang.srt.managers.io_struct import recv_msg, send_msg
+from slime_hangdoctor.demo.sglang.srt.server_args import build_server_args
+
+SCHEDULER_MODULE = "slime_hangdoctor.demo.sglang_scheduler"
+
+
+Msg = dict[str, Any]
+
+logger = logging.getLogger("sglang_standin.http")
+
+
+@dataclass
+class Slot:
+    """One awaited answer from the scheduler."""
+
+    event: threading.Event
+    value: Any = None
+
+    @classmethod
+    def new(cls) -> Slot:
+        return cls(threading.Event())
+
+    def put(self, value: Any) -> None:
+        self.value = value
+        self.event.set()
+
+
+class RWLock:
+    """`model_update_lock`: generate requests read, non-paused weight updates write (writer first)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.readers = 0
+        self._writer = False
+        self._waiting_writers = 0
+
+    def acquire_read(self, cancel: threading.Event | None = None) -> bool:
+        with self._cond:
+            while self._writer or self._waiting_writers:
+                self._cond.wait(0.5)
+                if cancel is not None and cancel.is_set():
+                    return False
+            self.readers += 1
+            return True
+
+    def release_read(self) -> None:
+        with self._cond:
+            self.readers -= 1
+            self._cond.notify_all()
+
+    @contextmanager
+    def writer(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting_writers += 1
+            while self._writer or self.readers:
+                self._cond.wait()
+            self._waiting_writers -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+class TokenizerManager:
+    """The HTTP-side state: pause gate, update lock, scheduler channel, snapshot, counters."""
+
+    def __init__(self, ns: argparse.Namespace) -> None:
+        self.ns = ns
+        self.server_args = build_server_args(ns)
+        self.served_model_name = str(self.server_args["served_model_name"])
+        self.started_at = time.time()
+        self.server_status = "Starting"
+        self.gracefully_exit = False
+        self.weight_version = "default"
+        self.is_pause = False
+        self.is_pause_cond = threading.Condition()
+        self.model_update_lock = RWLock()
+        self.last_receive_tstamp = 0.0
+        self.scheduler_info: Msg = {}
+        self.snapshot: Msg = {}
+        self.counters = {
+            "prompt_tokens": 0.0,
+            "generation_tokens": 0.0,
+            "num_requests": 0.0,
+            "cached_tokens": 0.0,
+            "num_aborted_requests": 0.0,
+        }
+        self.e2e_latency: list[float] = []
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._pending: dict[str, Slot] = {}
+        self._rid_waiters: dict[str, Slot] = {}
+        self._internal_waiters: deque[Slot] = deque()
+        self._ready = threading.Event()
+        self._log_lock = threading.Lock()
+        self.children: list[subprocess.Popen[bytes]] = []
+        self.conn: Connection | None = None
+        self.signals_installed = False
+        self.health_timeout = int(os.getenv("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
+        self.server_info_timeout = float(os.getenv("SGLANG_SERVER_INFO_TIMEOUT", "2"))
+        self.health_generation = os.getenv(
+            "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "true"
+        ).lower() not in ("0", "false", "no", "off")
+
+    # ---- subprocesses
+    def start_subprocesses(self) -> None:
+        """Start scheduler and detokenizer from the calling thread (PDEATHSIG follows that thread)."""
+        parent, child = socket.socketpair()
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        common = ["-m", SCHEDULER_MODULE, "--parent-pid", str(os.getpid())]
+        fd = child.fileno()
+        scheduler = subprocess.Popen(  # noqa: S603 - our own module, fixed argv
+            [self.ns.scheduler_title, *common, "--fd", str(fd)],
+            executable=sys.executable,
+            pass_fds=(fd,),
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        child.close()
+        self.children.append(scheduler)
+        detokenizer = subprocess.Popen(  # noqa: S603
+            ["sglang::detokenizer", *common, "--role", "detokenizer"],
+            executable=sys.executable,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        self.children.append(detokenizer)
+        self.conn = Connection(parent.detach())
+        self.send(
+            {
+                "type": "config",
+                "title": self.ns.scheduler_title,
+                "server_args": self.server_args,
+                "fault": self.ns.fault,
+                "fault_at": self.started_at + max(self.ns.fault_after_s, 0.0),
+                "step_s": self.ns.step_s,
+                "max_total_num_tokens": self.ns.max_total_tokens,
+                "max_running_requests": self.ns.max_running_requests,
+                "weight_sync_timeout_s": self.ns.weight_sync_timeout_s,
+            }
+        )
+        threading.Thread(target=self._reader, name="tokenizer-handle-loop", daemon=True).start()
+
+    def wait_ready(self, timeout: float) -> bool:
+        return self._ready.wait(timeout)
+
+    def kill_children(self) -> None:
+        for proc in self.children:
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self.children:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    # ---- channel
+    def send(self, msg: Msg) -> None:
+        if self.conn is not None:
+            send_msg(self.conn, self._send_lock, msg)
+
+    def _reader(self) -> None:
+        assert self.conn is not None
+        while True:
+            try:
+                msg = recv_msg(self.conn)
+            except (EOFError, OSError, ValueError):
+                return  # the subprocess watchdog reports the death
+            self.handle_loop_message(msg)
+
+    def handle_loop_message(self, msg: Msg) -> None:
+        kind = msg.get("type")
+        if kind == "snapshot":
+            self.snapshot = msg  # shared-memory LoadSnapshot: does not count as a heartbeat
+            return
+        self.last_receive_tstamp = time.time()
+        if kind == "ready":
+            self.scheduler_info = {k: v for k, v in msg.items() if k != "type"}
+            self._ready.set()
+        elif kind == "output":
+            with self._lock:
+                slot = self._rid_waiters.pop(str(msg.get("rid")), None)
+            if slot is not None:
+                slot.put(msg)
+        elif kind == "reply":
+            reply_id = str(msg.get("id"))
+            with self._lock:
+                if reply_id.startswith("internal-"):
+                    # FanOutCommunicator in queueing mode: answers go to waiters in FIFO order,
+                    # so a late answer is handed to the next caller.
+                    slot = self._internal_waiters.popleft() if self._internal_waiters else None
+                else:
+                    slot = self._pending.pop(reply_id, None)
+            if slot is not None:
+                slot.put(msg.get("result"))
+
+    def roundtrip(self, msg: Msg) -> Any:
+        """Send a control request and wait for its answer, with no timeout (as SGLang)."""
+        slot = Slot.new()
+        req_id = uuid.uuid4().hex
+        with self._lock:
+            self._pending[req_id] = slot
+        self.send({**msg, "id": req_id})
+        slot.event.wait()
+        return slot.value
+
+    # ---- generation
+    def generate_request(
+        self, req: Msg, cancel: threading.Event | None = None, log_metrics: bool = True
+    ) -> Msg | None:
+        """Pass the pause gate and the reader lock, run on the scheduler, wait for the output."""
+        if not self._pass_pause_gate(cancel):
+            return None
+        if not self.model_update_lock.acquire_read(cancel):
+            return None
+        try:
+            slot = Slot.new()
+            rid = str(req["rid"])
+            with self._lock:
+                self._rid_waiters[rid] = slot
+            tic = time.time()
+            self.send({"type": "generate", **req})
+            while not slot.event.wait(0.5):
+                if cancel is not None and cancel.is_set():
+                    with self._lock:
+                        self._rid_waiters.pop(rid, None)
+                    self.send({"type": "abort", "rid": rid})
+                    return None
+            out: Msg = slot.value
+            if log_metrics:
+                self._count_finished(out, time.time() - tic)
+            return out
+        finally:
+            self.model_update_lock.release_read()
+
+    def _pass_pause_gate(self, cancel: threading.Event | None) -> bool:
+        while True:
+            with self.is_pause_cond:
+                if self.is_pause_cond.wait_for(lambda: not self.is_pause, timeout=0.5):
+                    return True
+            if cancel is not None and cancel.is_set():
+                return False
+
+    def _count_finished(self, out: Msg, latency: float) -> None:
+        with self._lock:
+            self.counters["prompt_tokens"] += float(out.get("prompt_tokens") or 0)
+            self.counters["generation_tokens"] += float(len(out.get("output_ids") or []))
+            self.counters["num_requests"] += 1
+            if (out.get("finish_reason") or {}).get("type") == "abort":
+                self.counters["num_aborted_requests"] += 1
+            self.e2e_latency.append(latency)
+
+    def health_check(self, path: str) -> int:
+        if self.gracefully_exit:
+            logger.info("Health check request received during shutdown. Returning 503.")
+            return 503
+        if self.server_status == "Starting":
+            return 503
+        if path == "/health" and not self.health_generation:
+            return 200
+        tic = time.time()
+        cancel = threading.Event()
+        req = {
+            "rid": f"HEALTH_CHECK_{uuid.uuid4().hex}",
+            "input_len": 1,
+            "max_new_tokens": 1,
+            "health": True,
+        }
+        threading.Thread(
+            target=self.generate_request, args=(req, cancel, False), daemon=True
+        ).start()
+        for _ in range(self.health_timeout):
+            time.sleep(1)
+            if self.last_receive_tstamp > tic:
+                cancel.set()
+                self.server_status = "Up"
+                return 200
+        cancel.set()
+        logger.error(
+            "Health check failed. Server couldn't get a response from detokenizer for last %d "
+            "seconds. tic start time: %s. last_heartbeat time: %s",
+            self.health_timeout,
+            time.strftime("%H:%M:%S", time.localtime(tic)),
+            time.strftime("%H:%M:%S", time.localtime(self.last_receive_tstamp)),
+        )
+        self.server_status = "UnHealthy"
+        return 503
+
+    # ---- control
+    def get_internal_state(self) -> list[Msg]:
+        slot = Slot.new()
+        with self._lock:
+            self._internal_waiters.append(slot)
+        self.send({"type": "get_internal_state", "id": f"internal-{uuid.uuid4().hex}"})
+        if slot.event.wait(self.server_info_timeout):
+            states = (slot.value or {}).get("states") or []
+            return [s for s in states if isinstance(s, dict)]
+        with self._lock:
+            try:
+                self._internal_waiters.remove(slot)
+            except ValueError:
+                pass
+        logger.warning(
+            "Timed out getting internal state for /server_info after %.1fs; returning empty "
+            "internal_states",
+            self.server_info_timeout,
+        )
+        return []
+
+    def pause_generation(self, mode: str) -> None:
+        with self.is_pause_cond:
+            self.is_pause = True
+        if mode == "abort":
+            while self.model_update_lock.readers > 0:
+                self.send({"type": "abort", "abort_all": True})
+                time.sleep(1.0)
+        else:
+            self.send({"type": "pause_generation", "mode": mode})
+
+    def continue_generation(self) -> None:
+        with self.is_pause_cond:
+            self.is_pause = False
+            self.is_pause_cond.notify_all()
+        self.send({"type": "continue_generation"})
+
+    def weight_update(self, msg: Msg) -> Msg:
+        """Paused: run while holding the pause lock; else take the writer side of the update lock."""
+        if msg.get("abort_all_requests"):
+            self.send({"type": "abort", "abort_all": True})
+        with self.is_pause_cond:
+            if self.is_pause:
+                return self._weight_update_roundtrip(msg)
+        with self.model_update_lock.writer():
+            return self._weight_update_roundtrip(msg)
+
+    def _weight_update_roundtrip(self, msg: Msg) -> Msg:
+        result = dict(self.roundtrip(msg) or {})
+        version = msg.get("weight_version")
+        if result.get("success") and version is not None:
+            self.weight_version = str(version)
+            self.server_args["weight_version"] = str(version)
+            result["message"] = f"{result.get('message', '')} Weight version updated to {version}."
+        return result
+
+    # ---- request log
+    def log_request(self, method: str, path: str, query: str, client: str) -> None:
+        if not self.ns.request_log:
+            return
+        line = json.dumps(
+            {"t": time.time(), "method": method, "path": path, "query": query, "client": client}
+        )
+        with self._log_lock:
+            try:
+                with open(self.ns.request_log, "a", encoding="utf-8") as fh:
+                    fh.write(line + "\n")
+            except OSError as exc:
+                logger.warning("cannot write the request log: %s", exc)

@@ -1,0 +1,266 @@
+"""Culprit search: real RAS after a peer was killed, cascades across communicators / process groups
+(the rank behind everywhere is the root, not the victims that show up behind elsewhere), routers,
+engines, the odd scheduler out and processes that died."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slime_hangdoctor.analysis import culprit as cu
+from slime_hangdoctor.analysis.decide import diagnose
+from slime_hangdoctor.analysis.engines import read_engines
+from slime_hangdoctor.analysis.world import build_world
+from slime_hangdoctor.facts import FrDump, FrEntry, RasCommunicator, RasRank, RasReport
+from slime_hangdoctor.parsers.nccl_ras import parse_ras
+from slime_hangdoctor.snapshot import FrObs, RasObs
+from slime_hangdoctor.topology import Engine
+from slime_hangdoctor.verdict import Role, Stage, Status
+from tests.unit.analysis_builders import (
+    NODE,
+    F,
+    N,
+    actor_main,
+    http,
+    member,
+    proc,
+    procs_obs,
+    running_job,
+    snapshot,
+    stack_obs,
+    thread,
+    topology,
+)
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "gpu-2xh200-nccl-broadcast-hang"
+URL = f"http://{NODE}:15000"
+
+
+def _ranks(*pids: int) -> tuple:  # type: ignore[type-arg]
+    return tuple(
+        procs_obs(
+            s, *(proc(pid, "python3 train.py", env={"RANK": str(i)}) for i, pid in enumerate(pids))
+        )
+        for s in (0, 1)
+    )
+
+
+def test_real_ras_after_the_peer_was_killed_names_the_dead_rank() -> None:
+    report = parse_ras((REAL / "run2_ras_hang_peerkilled_80s.json").read_text())
+    snap = snapshot(
+        ras=(RasObs("192.0.2.2", 0, report),), processes=_ranks(674, 675), ray_seen=False
+    )
+    v = diagnose(snap, topology()).verdict
+    assert v.status is Status.HUNG
+    assert [(c.pid, c.rank, c.gpu) for c in v.culprits] == [(675, 1, 1)]
+    assert "missing" in v.culprits[0].why and "considered dead" in v.culprits[0].why
+
+
+def _rank(rank: int, pid: int, counts: dict[str, int]) -> RasRank:
+    return RasRank(
+        rank=rank, pid=pid, host=NODE, cuda_dev=0, nvml_dev=rank, collective_counts=counts
+    )
+
+
+def test_ras_cascade_blames_the_rank_behind_everywhere() -> None:
+    """C (pid 11) never enters TP op #5; V (pid 10) waits in it, so in the DP group V falls behind
+    its peer W (pid 12). V is behind in DP but it is a victim: it launched an op C has not."""
+    tp = RasCommunicator(
+        "0xtp",
+        2,
+        (_rank(0, 10, {"AllReduce": 5}), _rank(1, 11, {"AllReduce": 4})),
+        "RUNNING",
+        "MISMATCH",
+    )
+    dp = RasCommunicator(
+        "0xdp",
+        2,
+        (_rank(0, 10, {"AllGather": 2}), _rank(1, 12, {"AllGather": 3})),
+        "RUNNING",
+        "MISMATCH",
+    )
+    snap = snapshot(
+        samples=1, ras=(RasObs(NODE, 0, RasReport((tp, dp))),), processes=_ranks(10, 11, 12)[:1]
+    )
+    world = build_world(snap, topology())
+    assert [s.pid for s in cu.ras_suspects(world, set())] == [11]
+
+
+def _entry(seq: int, state: str, pg: int = 0, op: str = "nccl:all_reduce") -> FrEntry:
+    frames = (
+        F("all_reduce", "torch/distributed/distributed_c10d.py"),
+        F("train_one_step", "slime/backends/megatron_utils/model.py"),
+    )
+    return FrEntry(seq, pg, seq, op, state, frames)
+
+
+def test_flight_recorder_cascade_blames_the_root() -> None:
+    """pg 0: rank 0 waits in #5 that rank 1 never entered. pg 1: rank 2 waits in #3 that rank 0
+    (stuck in pg 0) never entered. Rank 1 is the root; rank 0 is a victim twice over."""
+    dumps = (
+        FrDump(
+            0, "2.10", (_entry(4, "completed"), _entry(5, "started"), _entry(2, "completed", pg=1))
+        ),
+        FrDump(1, "2.10", (_entry(4, "completed"),)),
+        FrDump(2, "2.10", (_entry(2, "completed", pg=1), _entry(3, "started", pg=1))),
+    )
+    snap = snapshot(
+        samples=1, flight=tuple(FrObs(NODE, d) for d in dumps), processes=_ranks(20, 21, 22)[:1]
+    )
+    world = build_world(snap, topology())
+    suspects = cu.fr_suspects(world)
+    assert [(s.rank, s.pid) for s in suspects] == [(1, 21)]
+    assert suspects[0].stage is Stage.TRAIN
+    v = diagnose(snap, topology()).verdict
+    assert v.stage is Stage.TRAIN
+    assert [c.rank for c in v.culprits] == [1]
+
+
+def test_router_that_refuses_connections_is_the_culprit() -> None:
+    rm_loop = thread(
+        (
+            F("EpollSelector.select", "selectors.py"),
+            F("BaseEventLoop._run_once", "asyncio/base_events.py"),
+            F("AsyncLoopThread._start_loop", "slime/utils/async_utils.py"),
+        ),
+        name="Thread-3 (_start_loop)",
+        tid=7,
+    )
+    rm_main = actor_main(
+        F("Future.result", "concurrent/futures/_base.py"),
+        F("generate_rollout", "slime/rollout/sglang_rollout.py"),
+        F("RolloutManager.generate", "slime/ray/rollout.py"),
+    )
+    snap = snapshot(
+        stacks=tuple(stack_obs(200, rm_main, rm_loop, sample=s) for s in (0, 1)),
+        http=tuple(
+            http(
+                "http://10.0.0.1:3001",
+                "/workers",
+                None,
+                sample=s,
+                error="connection refused",
+                kind="router",
+            )
+            for s in (0, 1)
+        ),
+        jobs=(running_job(),),
+    )
+    v = diagnose(
+        snap, topology(member(Role.ROLLOUT_MANAGER, 200, cls="RolloutManager", method="generate"))
+    ).verdict
+    assert v.status is Status.HUNG
+    assert v.stage is Stage.ROLLOUT_DISPATCH
+    assert v.culprits[0].role is Role.ROUTER
+
+
+def test_unresponsive_engine_whose_scheduler_waits_in_the_broadcast_is_only_weakly_blamed() -> None:
+    """Trainer rank 0 and the engine's scheduler both wait inside the weight broadcast: the engine
+    not answering /health is explained (it is a victim too), so it is not blamed strongly."""
+    uwd = "slime/backends/megatron_utils/update_weight/update_weight_from_distributed.py"
+    trainer = actor_main(
+        F("broadcast", "torch/distributed/distributed_c10d.py"),
+        F("update_weights_from_distributed", uwd),
+        F("MegatronTrainRayActor.update_weights", "slime/backends/megatron_utils/actor.py"),
+    )
+    sched = thread(
+        (
+            F("broadcast", "torch/distributed/distributed_c10d.py"),
+            F(
+                "ModelRunner._update_bucketed_weights_from_distributed",
+                "sglang/srt/model_executor/model_runner.py",
+            ),
+        ),
+    )
+    snap = snapshot(
+        samples=1,
+        stacks=(stack_obs(411, sched), stack_obs(300, trainer)),
+        http=(http(URL, "/health", 503),),
+    )
+    topo = topology(
+        member(Role.TRAIN_RANK, 300, cls="MegatronTrainRayActor", method="update_weights", rank=0),
+        member(Role.SGLANG_ENGINE, 411, "scheduler", url=URL),
+        engines=[Engine(URL, NODE)],
+    )
+    world = build_world(snap, topo)
+    (s,) = cu.engine_suspects(world, read_engines(world))
+    assert s.weight == cu.WEAK and s.waits_elsewhere
+    assert "same collective as the trainers" in s.why
+    alone = build_world(snapshot(samples=1, stacks=(stack_obs(411, sched),), http=snap.http), topo)
+    (s,) = cu.engine_suspects(alone, read_engines(alone))
+    assert s.weight == cu.MEDIUM  # no trainer waits with it: the engine itself is stuck
+
+
+def test_odd_scheduler_out_in_a_colocated_tensor_update() -> None:
+    """sglang#17870 shape: three TP schedulers wait in the tp_cpu_group barrier, one is stuck in a
+    CUDA sync under the IPC tensor rebuild. The odd one is the suspect; the known cause is linked."""
+    barrier = thread(
+        (
+            F("barrier", "torch/distributed/distributed_c10d.py"),
+            F(
+                "SchedulerWeightUpdater.update_weights_from_tensor",
+                "sglang/srt/managers/scheduler_components/weight_updater.py",
+            ),
+        )
+    )
+    odd = thread(
+        (
+            N("cuStreamSynchronize", "libcuda.so.1"),
+            F("rebuild_cuda_tensor", "torch/multiprocessing/reductions.py"),
+            F(
+                "SchedulerWeightUpdater.update_weights_from_tensor",
+                "sglang/srt/managers/scheduler_components/weight_updater.py",
+            ),
+        ),
+        active=True,
+    )
+    trainer = actor_main(
+        F("Worker.get_objects", "ray/_private/worker.py"),
+        F("get", "ray/_private/worker.py"),
+        F(
+            "_send_to_colocated_engine",
+            "slime/backends/megatron_utils/update_weight/update_weight_from_tensor.py",
+        ),
+        F("MegatronTrainRayActor.update_weights", "slime/backends/megatron_utils/actor.py"),
+    )
+    stacks = [
+        stack_obs(500 + i, barrier if i < 3 else odd, sample=s) for i in range(4) for s in (0, 1)
+    ]
+    stacks += [stack_obs(300, trainer, sample=s) for s in (0, 1)]
+    topo = topology(
+        member(Role.TRAIN_RANK, 300, cls="MegatronTrainRayActor", method="update_weights", rank=0),
+        *(member(Role.SGLANG_ENGINE, 500 + i, "scheduler", url=URL) for i in range(4)),
+        engines=[Engine(URL, NODE)],
+    )
+    v = diagnose(snapshot(stacks=tuple(stacks), jobs=(running_job(),)), topo).verdict
+    assert v.status is Status.HUNG
+    assert v.stage is Stage.WEIGHT_SYNC
+    assert [c.pid for c in v.culprits] == [503]
+    assert "known-cuda-ipc-colocate-hang" in {f.rule for f in v.findings}
+
+
+def test_a_train_rank_that_died_during_the_window() -> None:
+    gloo_wait = actor_main(
+        F("barrier", "torch/distributed/distributed_c10d.py"),
+        F("MegatronTrainRayActor.train", "slime/backends/megatron_utils/actor.py"),
+    )
+    snap = snapshot(
+        stacks=(stack_obs(300, gloo_wait, sample=0), stack_obs(300, gloo_wait, sample=1)),
+        processes=(
+            procs_obs(
+                0,
+                proc(300, "ray::MegatronTrainRayActor.train"),
+                proc(301, "ray::MegatronTrainRayActor.train"),
+            ),
+            procs_obs(1, proc(300, "ray::MegatronTrainRayActor.train")),
+        ),
+        jobs=(running_job(),),
+    )
+    topo = topology(
+        member(Role.TRAIN_RANK, 300, cls="MegatronTrainRayActor", method="train", rank=0),
+        member(Role.TRAIN_RANK, 301, cls="MegatronTrainRayActor", method="train", rank=1),
+    )
+    v = diagnose(snap, topo).verdict
+    assert v.status is Status.HUNG
+    assert v.stage is Stage.TRAIN
+    assert [(c.pid, c.rank) for c in v.culprits] == [(301, 1)]
+    assert "gone" in v.culprits[0].why
