@@ -28,9 +28,7 @@ WEAK = 1
 
 @dataclass(frozen=True)
 class Suspect:
-    source: (
-        str  # ras | flight_recorder | nvml | stacks | sglang | rollout | driver | ray | processes
-    )
+    source: str  # ras | flight_recorder | nvml | stacks | sglang | rollout | driver | ray | ...
     role: Role
     why: str
     evidence: tuple[str, ...] = ()
@@ -44,29 +42,23 @@ class Suspect:
     stage: Stage | None = None  # the stage this evidence points at (e.g. the stuck collective's)
     waits_elsewhere: bool = False  # the suspect itself waits on something else (chain continues)
 
-    def identity(self) -> tuple[str, str]:
-        if self.pid is not None:
-            return ("pid", f"{self.node_ip or '?'}:{self.pid}")
-        if self.engine_url:
-            return ("engine", self.engine_url)
-        return ("rank", f"{self.role.value}:{self.rank}")
-
 
 def _from_proc(proc: Proc | None, **kw: object) -> dict[str, object]:
     """Identity fields of a suspect, filled from what the world knows about the process."""
     out: dict[str, object] = dict(kw)
     if proc is None:
         return out
-    out.setdefault("pid", proc.pid)
-    out.setdefault("node_ip", proc.node_ip)
-    if out.get("rank") is None and proc.rank is not None:
-        out["rank"] = proc.rank
-    if proc.engine_url:
-        out.setdefault("engine_url", proc.engine_url)
-    if proc.actor_id:
-        out.setdefault("actor_id", proc.actor_id)
-    if out.get("gpu") is None and proc.gpu is not None:
-        out["gpu"] = proc.gpu.index
+    known: dict[str, object] = {
+        "pid": proc.pid,
+        "node_ip": proc.node_ip,
+        "rank": proc.rank,
+        "engine_url": proc.engine_url,
+        "actor_id": proc.actor_id,
+        "gpu": proc.gpu.index if proc.gpu is not None else None,
+    }
+    for key, value in known.items():
+        if out.get(key) is None and value is not None:
+            out[key] = value
     return out
 
 
@@ -78,7 +70,7 @@ def _suspect(source: str, role: Role, why: str, proc: Proc | None, **kw: object)
 # --------------------------------------------------------------------------- NCCL RAS
 
 
-def _ras_behind(comm: RasCommunicator) -> tuple[list[RasRank], str]:
+def ras_behind(comm: RasCommunicator) -> tuple[list[RasRank], str]:
     """Ranks behind their peers in some collective's launch count, and which op shows it."""
     ops = sorted({op for r in comm.ranks for op in r.collective_counts})
     for op in ops:
@@ -109,11 +101,12 @@ def ras_suspects(world: World, moving_comms: set[str]) -> list[Suspect]:
     for obs in world.snapshot.ras:
         if obs.sample != latest[obs.node_ip]:
             continue
+        frozen = frozen_ras_comms(world)
         for comm in obs.report.communicators:
             if comm.hash in seen or comm.hash in moving_comms:
                 continue
             seen.add(comm.hash)
-            out.extend(_ras_comm_suspects(world, comm))
+            out.extend(_ras_comm_suspects(world, comm, comm.hash in frozen))
     waiters = _ras_waiters(world, moving_comms)
     root = [s for s in out if s.pid not in waiters or "missing" in s.why]
     return root or out
@@ -127,14 +120,16 @@ def _ras_waiters(world: World, moving_comms: set[str]) -> set[int | None]:
         for comm in obs.report.communicators:
             if comm.hash in moving_comms:
                 continue
-            behind, _ = _ras_behind(comm)
-            if behind:
+            behind, _ = ras_behind(comm)
+            if behind and mismatch_weight(comm, False) != 0:
                 lagging = {id(r) for r in behind}
                 out |= {r.pid for r in comm.ranks if id(r) not in lagging and not r.missing}
     return out
 
 
-def _ras_rank_suspect(world: World, comm: RasCommunicator, r: RasRank, why: str) -> Suspect:
+def _ras_rank_suspect(
+    world: World, comm: RasCommunicator, r: RasRank, why: str, weight: int = STRONG
+) -> Suspect:
     proc = world.find(r.pid, r.host)
     gpu = r.nvml_dev if r.nvml_dev is not None else (proc.gpu.index if proc and proc.gpu else None)
     role = proc.role if proc and proc.role else Role.TRAIN_RANK
@@ -152,11 +147,23 @@ def _ras_rank_suspect(world: World, comm: RasCommunicator, r: RasRank, why: str)
         rank=proc.rank if proc and proc.rank is not None else r.rank,
         gpu=gpu,
         evidence=evidence,
-        weight=STRONG,
+        weight=weight,
     )
 
 
-def _ras_comm_suspects(world: World, comm: RasCommunicator) -> list[Suspect]:
+def mismatch_weight(comm: RasCommunicator, frozen: bool) -> int:
+    """How much a difference in launch counts means. NCCL's own verdict (text form: MISMATCH / OK)
+    decides; without it (JSON only) one reading cannot tell a straggler from launch skew in a busy
+    job (the busy capture reads 21984 vs 21985), unless the counts stayed frozen across samples."""
+    errors = (comm.errors or "").upper()
+    if "MISMATCH" in errors:
+        return STRONG
+    if errors:
+        return 0
+    return STRONG if frozen else WEAK
+
+
+def _ras_comm_suspects(world: World, comm: RasCommunicator, frozen: bool) -> list[Suspect]:
     out: list[Suspect] = []
     for r in comm.ranks:
         if r.missing:
@@ -170,8 +177,9 @@ def _ras_comm_suspects(world: World, comm: RasCommunicator) -> list[Suspect]:
                     f"({state}); its peers cannot complete their collectives",
                 )
             )
-    behind, op = _ras_behind(comm)
-    if behind and len(behind) < len([r for r in comm.ranks if not r.missing]):
+    behind, op = ras_behind(comm)
+    weight = mismatch_weight(comm, frozen)
+    if weight and behind and len(behind) < len([r for r in comm.ranks if not r.missing]):
         for r in behind:
             launched = r.launched_up_to
             detail = (
@@ -186,6 +194,7 @@ def _ras_comm_suspects(world: World, comm: RasCommunicator) -> list[Suspect]:
                     r,
                     f"NCCL RAS: rank {r.rank} is behind its peers ({detail}; peers reached "
                     f"{op}): it never entered the collective they wait in",
+                    weight,
                 )
             )
     return out
@@ -278,10 +287,11 @@ def fr_suspects(world: World) -> list[Suspect]:
     groups = fr_groups(world)
     # a rank with a collective in flight in some group waits there: behind elsewhere is a cascade
     in_flight = {c.rank for g in groups for c in g.cursors if c.pending is not None}
+    any_root = any(c.rank not in in_flight for g in groups if g.stuck is not None for c in g.behind)
     for g in groups:
         if not g.behind or g.stuck is None:
             continue
-        roots = [c for c in g.behind if c.rank not in in_flight] or list(g.behind)
+        roots = [c for c in g.behind if c.rank not in in_flight or not any_root]
         stage = fr_stage(g.stuck)
         peers = ", ".join(
             f"rank {c.rank} (enqueued #{c.enqueued}, completed #{c.completed})" for c in g.waiting
@@ -483,13 +493,14 @@ def engine_suspects(world: World, engines: tuple[EngineRead, ...]) -> list[Suspe
             continue
         proc = _engine_proc(e)
         stage = _engine_stage(e)
-        inside = [
-            s for s in e.schedulers if s.latest is not None and s.latest.primary.in_collective
-        ]
+        inside = _with_trainers(world, e)
         why = f"engine {e.url} {words[e.state]}"
         weight = weights[e.state]
         if inside and e.state is not EngineState.DEAD:
-            why += f" (its scheduler is {_brief(inside[0])}: it waits in a collective too)"
+            why += (
+                f" (its scheduler is {_brief(inside[0])}: it waits in the same collective as the "
+                "trainers)"
+            )
             weight = WEAK
         out.append(
             _suspect(
@@ -506,6 +517,7 @@ def engine_suspects(world: World, engines: tuple[EngineRead, ...]) -> list[Suspe
             )
         )
     out.extend(_broadcast_absentees(world, engines))
+    out.extend(_blocked_engine_actors(world, engines))
     out.extend(_dead_actors(world))
     out.extend(_dead_processes(world, {e.url for e in engines if e.state is EngineState.DEAD}))
     out.extend(_routers(world))
@@ -575,6 +587,57 @@ def _trainers_in(world: World, stages: set[Stage]) -> list[Proc]:
     ]
 
 
+_SHARED_STAGES = (Stage.NCCL_BROADCAST, Stage.WEIGHT_SYNC)
+
+
+def _with_trainers(world: World, e: EngineRead) -> list[Proc]:
+    """Schedulers of `e` that wait in a collective shared with trainers that wait in the same
+    weight-sync stage (the broadcast group): such a scheduler is a victim like the trainers."""
+    trainer_stages = {p.latest.stage for p in _trainers_in(world, set(_SHARED_STAGES)) if p.latest}
+    return [
+        s
+        for s in e.schedulers
+        if s.latest is not None
+        and s.latest.primary.in_collective
+        and s.latest.stage in _SHARED_STAGES
+        and s.latest.stage in trainer_stages
+    ]
+
+
+_ENGINE_WAIT_STAGES = frozenset(
+    {Stage.WEIGHT_SYNC, Stage.NCCL_BROADCAST, Stage.OFFLOAD_ONLOAD, Stage.STARTUP}
+)
+
+
+def _blocked_engine_actors(world: World, engines: tuple[EngineRead, ...]) -> list[Suspect]:
+    """An SGLangEngine actor that waits on its own server (slime's `_make_request` has no timeout)
+    in a control call, while the job waits on that call: the engine's server is not answering."""
+    out: list[Suspect] = []
+    for e in engines:
+        actor = e.actor
+        read = actor.latest if actor is not None else None
+        if actor is None or read is None:
+            continue
+        if read.block not in (Block.HTTP, Block.PARKED, Block.SLEEP):
+            continue
+        if read.stage not in _ENGINE_WAIT_STAGES or _with_trainers(world, e):
+            continue
+        out.append(
+            _suspect(
+                "stacks",
+                Role.SGLANG_ENGINE,
+                f"engine {e.url}: its SGLangEngine actor is {read.describe()}: the server never "
+                "answers that call (slime's engine requests carry no timeout)",
+                actor,
+                engine_url=e.url,
+                weight=MEDIUM,
+                stage=read.stage,
+                evidence=tuple(f.where for f in read.primary.frames[:6]),
+            )
+        )
+    return out
+
+
 def _broadcast_absentees(world: World, engines: tuple[EngineRead, ...]) -> list[Suspect]:
     """Trainers wait in the weight broadcast / group creation; an engine's scheduler is elsewhere."""
     waiting = _trainers_in(world, {Stage.NCCL_BROADCAST}) or [
@@ -590,7 +653,12 @@ def _broadcast_absentees(world: World, engines: tuple[EngineRead, ...]) -> list[
         scheds = [s for s in e.schedulers if s.latest is not None]
         if not scheds or e.state is EngineState.DEAD:
             continue
-        absent = [s for s in scheds if s.latest is not None and s.latest.stage != stage]
+        absent = [
+            s
+            for s in scheds
+            if s.latest is not None
+            and (s.latest.stage != stage or not s.latest.primary.in_collective)
+        ]
         if not absent:
             continue
         s = absent[0]
@@ -852,6 +920,10 @@ def merge(suspects: list[Suspect], world: World) -> list[Merged]:
 
 def _same(g: Merged, s: Suspect, world: World) -> bool:
     for o in g.suspects:
+        if s.engine_url and o.engine_url and s.role is o.role:
+            if s.engine_url == o.engine_url:
+                return True  # an engine is its actor, server and schedulers together
+            continue
         if s.pid is not None and o.pid is not None:
             if s.pid == o.pid and (
                 s.node_ip is None or o.node_ip is None or s.node_ip == o.node_ip
@@ -872,6 +944,16 @@ def _same(g: Merged, s: Suspect, world: World) -> bool:
             if same_node and gpu_by_index(world.gpus, s.gpu, s.node_ip) is not None:
                 return True
     return False
+
+
+def frozen_ras_comms(world: World) -> set[str]:
+    """RAS communicators read in two samples whose collective counts did not change."""
+    totals: dict[str, dict[int, int]] = {}
+    for obs in world.snapshot.ras:
+        for c in obs.report.communicators:
+            total = sum(sum(r.collective_counts.values()) for r in c.ranks)
+            totals.setdefault(c.hash, {})[obs.sample] = total
+    return {h for h, by in totals.items() if len(by) >= 2 and len(set(by.values())) == 1}
 
 
 def moving_ras_comms(world: World) -> set[str]:

@@ -90,6 +90,7 @@ def _no_job(world: World) -> bool:
 def _ras_evidence(world: World, moving: set[str]) -> list[Evidence]:
     out: list[Evidence] = []
     seen: set[str] = set()
+    frozen = cu.frozen_ras_comms(world)
     for obs in world.snapshot.ras:
         for c in obs.report.communicators:
             if c.hash in seen or c.hash in moving:
@@ -99,6 +100,9 @@ def _ras_evidence(world: World, moving: set[str]) -> list[Evidence]:
                 "RUNNING",
                 "INIT",
             )
+            behind, _ = cu.ras_behind(c)
+            if not bad and not c.errors and behind and c.hash in frozen:
+                bad = True  # JSON form only: counts that differ and stayed frozen
             if bad or any(r.missing for r in c.ranks):
                 out.append(
                     Evidence(
@@ -260,7 +264,12 @@ def decide_stage(world: World, merged: list[cu.Merged]) -> Stage:
     if (stage := _majority(victims)) is not None:
         return stage
     if merged and merged[0].stage is not None:
-        return merged[0].stage
+        stage = merged[0].stage
+        if stage is Stage.ROLLOUT_DISPATCH:  # a scheduler's batch loop: rollout or eval?
+            rm = [p.latest.stage for p in world.by_role(Role.ROLLOUT_MANAGER) if p.latest]
+            if Stage.EVAL in rm:
+                return Stage.EVAL
+        return stage
     stacked = [
         p.latest.stage
         for p in world.procs
@@ -328,8 +337,7 @@ def _row_state(world: World, p: Proc) -> str:
 
 
 def build_rows(world: World, culprits: tuple[cu.Merged, ...]) -> tuple[RoleRow, ...]:
-    keys = {(c.first("node_ip"), c.first("pid")) for c in culprits}
-    pids = {k[1] for k in keys}
+    pids = {s.pid for c in culprits for s in c.suspects if s.pid is not None}
     rows: list[RoleRow] = []
     for p in world.procs:
         if p.role is None:
@@ -547,10 +555,14 @@ def _layout(world: World) -> str | None:
     return hints.most_common(1)[0][0] if hints else None
 
 
-def _suspected(status: Status, confidence: str, culprits: tuple[cu.Merged, ...]) -> bool:
+def _suspected(
+    status: Status, confidence: str, culprits: tuple[cu.Merged, ...], progress: Progress
+) -> bool:
+    """Hung-looking, but it could still be slow: CPU work went on, or only a busy event loop or
+    weak evidence says so."""
     if status is not Status.HUNG:
         return False
-    if confidence == "low":
+    if confidence == "low" or progress.moving:
         return True
     return bool(culprits) and culprits[0].sources <= {"rollout"}
 
@@ -621,7 +633,7 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
         blind_spots=tuple(rules.blind_spots(ctx)),
         window_s=snapshot.window_s,
         confidence=confidence,
-        suspected=_suspected(status, confidence, culprits),
+        suspected=_suspected(status, confidence, culprits, progress),
         extra=extra,
     )
     return Diagnosis(verdict, build_rows(world, culprits), build_excerpt(world, culprits))
@@ -648,12 +660,30 @@ def _suspects(world: World, engines: tuple[EngineRead, ...], moving: set[str]) -
     return out
 
 
+def _confirmed(m: cu.Merged, world: World) -> bool:
+    """A blame that may call the job hung by itself: one from a source other than a single stack
+    read, or stacks whose collective waiters did not move over both samples."""
+    if m.sources - {"stacks"}:
+        return True
+    return any(
+        p.first is not None
+        and p.latest is not None
+        and p.first.sample != p.latest.sample
+        and p.latest.primary.in_collective
+        and p.first.primary.key() == p.latest.primary.key()
+        for p in world.procs
+    )
+
+
 def _status(
     world: World, progress: Progress, evidence: list[Evidence], merged: list[cu.Merged]
 ) -> Status:
-    if progress.moving:
+    if any(s.source != "cpu" for s in progress.progress):
         return Status.PROGRESSING
-    if evidence or any(m.score >= cu.MEDIUM for m in merged):
+    blamed = any(m.score >= cu.MEDIUM and _confirmed(m, world) for m in merged)
+    if progress.moving and not blamed and not any(e.strength >= 2 for e in evidence):
+        return Status.PROGRESSING  # CPU work in moving code, and nothing else says hung
+    if evidence or blamed:
         return Status.HUNG
     if set(progress.compared) - {"cpu"}:
         return Status.HUNG  # a source that shows progress was compared, and nothing moved

@@ -50,6 +50,17 @@ class GpuRead:
     def label(self) -> str:
         return f"GPU {self.index}" + (f" @{self.node_ip}" if self.node_ip else "")
 
+    def brief(self) -> str:
+        """`busy (util 97% / memory util 35%, 275 W)`."""
+        parts = []
+        if self.util_gpu is not None:
+            parts.append(f"util {self.util_gpu:.0f}% / memory util {self.util_mem or 0:.0f}%")
+        if self.nvlink_delta is not None and self.nvlink_delta > NVLINK_MOVING:
+            parts.append("NVLink moving")
+        if self.power_w is not None:
+            parts.append(f"{self.power_w:.0f} W")
+        return f"{self.state.value} ({', '.join(parts)})" if parts else self.state.value
+
     def evidence(self, label: bool = True) -> str:
         parts = [f"{self.label}: {self.state.value}" if label else self.state.value]
         if self.util_gpu is not None:

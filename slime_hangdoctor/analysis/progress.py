@@ -58,7 +58,7 @@ def _engine_signals(engines: tuple[EngineRead, ...]) -> tuple[list[Signal], list
     for e in engines:
         subject = f"engine {e.url}"
         if e.moving:
-            progress.append(Signal("sglang", subject, "counters rose: " + ", ".join(e.moving)))
+            progress.append(Signal("sglang", subject, ", ".join(e.moving[:3])))
             compared = True
         if len(set(e.weight_versions)) > 1:
             progress.append(
@@ -80,11 +80,7 @@ def _gpu_signals(world: World) -> list[Signal]:
     job = {p.pid for p in world.procs if p.role is not None}
     mapped = [g for g in world.gpus if any(pid in job for pid, _ in g.pids)]
     pool = mapped if mapped else [g for g in world.gpus if not job or not g.pids]
-    return [
-        Signal("nvml", g.label, "doing real work: " + g.evidence(label=False))
-        for g in pool
-        if g.state is GpuState.BUSY
-    ]
+    return [Signal("nvml", g.label, g.brief()) for g in pool if g.state is GpuState.BUSY]
 
 
 def _ras_totals(report: RasReport) -> dict[str, int]:
@@ -132,7 +128,7 @@ def _stack_signals(procs: tuple[Proc, ...]) -> tuple[list[Signal], list[Signal],
             )
         elif first.primary.key() != last.primary.key():
             activity.append(Signal("stacks", p.label, "stack changed within the same stage"))
-        else:
+        elif last.block is not Block.IDLE_WORKER:
             frozen.append(Signal("stacks", p.label, "identical stack in both samples"))
     return progress, activity, frozen
 
@@ -152,10 +148,10 @@ def _cpu_signals(procs: tuple[Proc, ...], window: float) -> tuple[list[Signal], 
             and last.stage is not Stage.REWARD
             and first is not None
             and first.sample != last.sample
-            and first.primary.key() != last.primary.key()
+            and first.primary.calls() != last.primary.calls()
         )
         if computing and last is not None:
-            progress.append(Signal("cpu", p.label, f"computing ({msg}), stack moving"))
+            progress.append(Signal("cpu", p.label, f"computing ({msg}), call chain moving"))
         else:
             spin = last is not None and last.primary.block is Block.CUDA_SYNC
             activity.append(

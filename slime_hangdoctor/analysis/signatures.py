@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from functools import lru_cache
 
 from slime_hangdoctor.facts import Frame
 from slime_hangdoctor.verdict import Stage
@@ -488,12 +489,29 @@ def sig_matches(sig: FrameSig, frame: Frame) -> bool:
     return sig.func != ANY and (sig.cls is None or owner == sig.cls)
 
 
+def _index(sigs: tuple[FrameSig, ...]) -> dict[str, tuple[FrameSig, ...]]:
+    out: dict[str, list[FrameSig]] = {}
+    for sig in sigs:
+        out.setdefault(sig.func, []).append(sig)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+_BY_FUNC = _index(ALL_FRAME_SIGS)
+
+
 def match_frame(frame: Frame) -> FrameSig | None:
     """The most specific signature that matches one frame (None: the frame tells no stage)."""
     if frame.native:
         return None
+    return _match(frame.name, frame.filename, frame.short_filename)
+
+
+@lru_cache(maxsize=65536)
+def _match(name: str, filename: str, short_filename: str) -> FrameSig | None:
+    frame = Frame(name=name, filename=filename, short_filename=short_filename)
+    func = split_name(name)[1]
     best: FrameSig | None = None
-    for sig in ALL_FRAME_SIGS:
+    for sig in _BY_FUNC.get(func, ()) + _BY_FUNC.get(ANY, ()):
         if sig_matches(sig, frame) and (best is None or sig.specificity > best.specificity):
             best = sig
     return best
@@ -580,7 +598,13 @@ WAITS: tuple[WaitSig, ...] = (
     WaitSig(Block.COLLECTIVE, ANY, _C10D),
     *_waits(Block.COLLECTIVE, "slime/utils/reloadable_process_group.py", "new_function _fwd"),
     WaitSig(Block.COLLECTIVE, ANY, "megatron/core/pipeline_parallel/p2p_communication.py"),
-    WaitSig(Block.COLLECTIVE, "broadcast_pyobj", "sglang/srt/"),
+    # SGLang's scheduler idle loop: TP0 polls for requests, TP>0 ranks wait in broadcast_pyobj for
+    # TP0's (empty) request list. Idle, not a stuck collective.
+    *_waits(
+        Block.EVENT_LOOP,
+        "sglang/srt/",
+        "broadcast_pyobj recv_requests _pull_raw_reqs on_idle maybe_sleep_on_idle",
+    ),
     *_waits(Block.CUDA_SYNC, "torch/cuda/__init__.py", "synchronize"),
     *_waits(Block.CUDA_SYNC, "torch/cuda/streams.py", "synchronize wait_event query"),
     *_waits(Block.RAY_GET, "ray/_private/worker.py", "get get_objects wait"),
@@ -638,6 +662,12 @@ TRANSPARENT_FILES = (
 
 def wait_of(frame: Frame) -> WaitSig | None:
     """The wait primitive a frame is, if any."""
+    return _wait_of(frame.name, frame.filename, frame.short_filename, frame.native)
+
+
+@lru_cache(maxsize=65536)
+def _wait_of(name: str, filename: str, short_filename: str, native: bool) -> WaitSig | None:
+    frame = Frame(name=name, filename=filename, short_filename=short_filename, native=native)
     for sig in WAITS:
         if sig.native:
             if frame.native and sig.func in frame.name:

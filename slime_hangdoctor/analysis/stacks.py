@@ -76,6 +76,11 @@ class ThreadRead:
         """A comparable fingerprint of the stack (to tell whether it moved between samples)."""
         return tuple((f.name, f.short_filename or f.filename, f.line) for f in self.frames)
 
+    def calls(self) -> tuple[tuple[str, str], ...]:
+        """The chain of functions, without line numbers: a loop spinning inside the same
+        functions keeps it; work that moves on changes it."""
+        return tuple((f.name, f.short_filename or f.filename) for f in self.frames)
+
     def describe(self) -> str:
         """`blocked in broadcast (torch/distributed/distributed_c10d.py:2968)`-style state text."""
         where = _where(self.block_frame or self.top)

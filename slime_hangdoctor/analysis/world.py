@@ -295,7 +295,12 @@ def build_world(snapshot: Snapshot, topology: Topology) -> World:
                 gone=gone,
             )
         )
-    samples = sorted({s.sample for s in snapshot.stacks} | {p.sample for p in snapshot.processes})
+    samples = sorted(
+        {s.sample for s in snapshot.stacks}
+        | {p.sample for p in snapshot.processes}
+        | {h.sample for h in snapshot.http}
+        | {r.sample for r in snapshot.ras}
+    )
     return World(snapshot, topology, tuple(procs), gpus, tuple(samples))
 
 

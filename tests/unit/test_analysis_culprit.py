@@ -15,6 +15,7 @@ from slime_hangdoctor.parsers.nccl_ras import parse_ras
 from slime_hangdoctor.snapshot import FrObs, RasObs
 from slime_hangdoctor.topology import Engine
 from slime_hangdoctor.verdict import Role, Stage, Status
+from tests.fixtures import transforms as tf
 from tests.unit.analysis_builders import (
     NODE,
     F,
@@ -264,3 +265,27 @@ def test_a_train_rank_that_died_during_the_window() -> None:
     assert v.stage is Stage.TRAIN
     assert [(c.pid, c.rank) for c in v.culprits] == [(301, 1)]
     assert "gone" in v.culprits[0].why
+
+
+def test_ras_text_form_alone_names_the_rank_that_never_launched() -> None:
+    """The RAS answer without its JSON part (NCCL < 2.28): the text warnings carry the counts."""
+    text = tf.ras_drop_part((REAL / "run3_hang.ras.json").read_text(), "json")
+    snap = snapshot(samples=1, ras=(RasObs("192.0.2.2", 0, parse_ras(text)),), ray_seen=False)
+    v = diagnose(snap, topology()).verdict
+    assert v.status is Status.HUNG
+    assert [(c.pid, c.rank, c.gpu) for c in v.culprits] == [(572, 1, 1)]
+    assert any("no Python stacks" in b for b in v.blind_spots)
+
+
+def test_launch_skew_in_a_busy_job_is_not_a_mismatch() -> None:
+    """The busy capture: JSON counts 21984 vs 21985 (launch skew) while NCCL's text says OK."""
+    busy = (REAL.parent / "gpu-2xh200-ray-nccl-hang" / "busy" / "ras.json").read_text()
+    full = snapshot(samples=1, ras=(RasObs(NODE, 0, parse_ras(busy)),))
+    assert cu.ras_suspects(build_world(full, topology()), set()) == []
+    json_only = parse_ras(tf.ras_drop_part(busy, "text"))
+    world = build_world(snapshot(samples=1, ras=(RasObs(NODE, 0, json_only),)), topology())
+    assert [s.weight for s in cu.ras_suspects(world, set())] == [cu.WEAK]
+    frozen = snapshot(ras=(RasObs(NODE, 0, json_only), RasObs(NODE, 1, json_only)))
+    assert [s.weight for s in cu.ras_suspects(build_world(frozen, topology()), set())] == [
+        cu.STRONG
+    ]

@@ -1,0 +1,96 @@
+"""Helpers for the demo-job tests: py-spy stacks of the job's processes, matched against the
+frame signatures of slime_hangdoctor/demo/faults.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from typing import Any
+
+from slime_hangdoctor.demo.faults import FaultSpec, FrameSignature
+from slime_hangdoctor.demo.launch import MARKER_ENV, DemoRun
+
+PYSPY_TIMEOUT_S = 20.0
+
+
+def have_pyspy() -> bool:
+    return shutil.which("py-spy") is not None
+
+
+def pyspy_threads(pid: int) -> list[dict[str, Any]]:
+    """`py-spy dump --json` of `pid`: one dict per thread (frames innermost first)."""
+    proc = subprocess.run(
+        ["py-spy", "dump", "--json", "--pid", str(pid)],
+        capture_output=True,
+        text=True,
+        timeout=PYSPY_TIMEOUT_S,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"py-spy dump of {pid} failed: {proc.stderr[-800:]}")
+    threads = json.loads(proc.stdout)
+    assert isinstance(threads, list)
+    return threads
+
+
+def _name_matches(frame_name: str, wanted: str) -> bool:
+    return frame_name == wanted or frame_name.endswith("." + wanted)
+
+
+def thread_has_frames(thread: dict[str, Any], wanted: tuple[str, ...]) -> bool:
+    """Whether `wanted` (innermost first) is a subsequence of the thread's frame names."""
+    names = [str(f.get("name", "")) for f in thread.get("frames", [])]
+    i = 0
+    for name in names:
+        if i < len(wanted) and _name_matches(name, wanted[i]):
+            i += 1
+    return i == len(wanted)
+
+
+def render(threads: list[dict[str, Any]]) -> str:
+    lines = []
+    for t in threads:
+        lines.append(f"Thread {t.get('thread_id')} {t.get('thread_name')!r}")
+        for f in t.get("frames", []):
+            lines.append(f"    {f.get('name')} ({f.get('short_filename')}:{f.get('line')})")
+    return "\n".join(lines)
+
+
+def check_signature(run: DemoRun, sig: FrameSignature, processes: dict[str, int]) -> str:
+    """Assert that the process `sig.process` shows `sig.frames` in one thread (by name, when
+    given); returns the matching thread's rendering."""
+    assert sig.process in processes, f"{sig.process} not found among {sorted(processes)}"
+    threads = pyspy_threads(processes[sig.process])
+    for thread in threads:
+        if sig.thread and sig.thread not in str(thread.get("thread_name") or ""):
+            continue
+        if thread_has_frames(thread, sig.frames):
+            return render([thread])
+    raise AssertionError(
+        f"{sig.process} (pid {processes[sig.process]}) does not show {sig.frames}:\n"
+        f"{render(threads)}"
+    )
+
+
+def check_all_signatures(run: DemoRun, spec: FaultSpec) -> dict[str, str]:
+    processes = run.processes()
+    return {
+        f"{sig.process} {sig.frames}": check_signature(run, sig, processes) for sig in spec.frames
+    }
+
+
+def marked_processes(submission_id: str) -> list[int]:
+    """Live pids whose environment carries the demo's marker for this run."""
+    import psutil
+
+    needle = f"{MARKER_ENV}={submission_id}".encode()
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            with open(f"/proc/{proc.info['pid']}/environ", "rb") as fh:
+                if needle in fh.read():
+                    found.append(proc.info["pid"])
+        except OSError:
+            continue
+    return found

@@ -1,0 +1,136 @@
+"""The demo's fault registry is consistent with the verdict contract and with the demo job
+(the job is imported in a subprocess: its top-level package is `slime`, as in a real job)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slime_hangdoctor.demo.faults import FAULTS, get_fault, server_fault_supported
+from slime_hangdoctor.demo.launch import JOB_DIR, job_entrypoint
+from slime_hangdoctor.verdict import Role, Stage, Status
+
+REQUIRED = {
+    "none",
+    "slow",
+    "startup_engine_never_healthy",
+    "rollout_engine_stuck",
+    "reward_hang",
+    "offload_hang",
+    "train_rank_stuck",
+    "colocate_update_hang",
+    "weight_sync_engine_missing",
+    "eval_hang",
+}
+
+_PROBE = """
+import json, sys
+from slime.utils.arguments import parse_args
+from slime.utils.misc import engine_takes_traffic, fault_armed
+from slime.backends.sglang_utils.sglang_engine import SERVER_FAULTS
+out = {"server_faults": SERVER_FAULTS, "args": {}}
+for fault in sys.argv[1:]:
+    a = parse_args(["--fault", fault, "--fault-after-steps", "2"])
+    out["args"][fault] = {
+        "colocate": a.colocate, "eval_interval": a.eval_interval, "num_engines": a.num_engines,
+        "armed": [fault_armed(a, fault, i) for i in range(4)],
+        "reward_hang_armed": [fault_armed(a, "reward_hang", i) for i in range(4)],
+        "engine1_rollout": [engine_takes_traffic(a, 1, i, False) for i in range(4)],
+        "engine1_eval": [engine_takes_traffic(a, 1, i, True) for i in range(4)],
+        "engine0_rollout": [engine_takes_traffic(a, 0, i, False) for i in range(4)],
+    }
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def job_view() -> dict[str, object]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, *FAULTS],
+        cwd=JOB_DIR,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    view: dict[str, object] = json.loads(proc.stdout)
+    return view
+
+
+def test_every_required_fault_is_registered() -> None:
+    assert set(FAULTS) >= REQUIRED
+
+
+@pytest.mark.parametrize("name", sorted(FAULTS))
+def test_expected_verdict_uses_contract_values(name: str) -> None:
+    spec = get_fault(name)
+    status = Status(spec.expected.status)
+    stage = Stage(spec.expected.stage)
+    if status is Status.HUNG:
+        assert stage not in (Stage.NONE, Stage.UNKNOWN)
+        assert spec.expected.culprit_role is not None
+        role = Role(spec.expected.culprit_role)
+        if role is Role.TRAIN_RANK:
+            assert spec.expected.culprit_rank is not None
+        if role is Role.SGLANG_ENGINE:
+            assert spec.expected.culprit_engine is not None
+        assert spec.frames, "a hang names the frames that show it"
+    else:
+        assert stage is Stage.NONE
+        assert spec.expected.culprit_role is None
+
+
+def test_unknown_fault_is_refused() -> None:
+    with pytest.raises(ValueError, match="known:"):
+        get_fault("no_such_fault")
+
+
+def test_job_maps_each_server_fault_as_the_registry_says(job_view: dict[str, object]) -> None:
+    server_faults = job_view["server_faults"]
+    assert isinstance(server_faults, dict)
+    for name, spec in FAULTS.items():
+        assert server_faults.get(name) == spec.server_fault, name
+
+
+def test_job_configuration_follows_the_fault(job_view: dict[str, object]) -> None:
+    args = job_view["args"]
+    assert isinstance(args, dict)
+    for name, spec in FAULTS.items():
+        assert args[name]["colocate"] is spec.colocate, name
+        assert args[name]["num_engines"] == 2
+    assert args["eval_hang"]["eval_interval"] == 1
+    assert args["none"]["reward_hang_armed"] == [False] * 4
+    assert args["reward_hang"]["armed"] == [False, False, True, True]
+
+
+def test_stuck_engine_gets_traffic_only_once_armed(job_view: dict[str, object]) -> None:
+    args = job_view["args"]
+    assert isinstance(args, dict)
+    stuck = args["rollout_engine_stuck"]
+    assert stuck["engine1_rollout"] == [False, False, True, True]
+    assert stuck["engine0_rollout"] == [True] * 4
+    ev = args["eval_hang"]
+    assert ev["engine1_rollout"] == [False] * 4
+    assert ev["engine1_eval"] == [False, False, True, True]
+    assert args["none"]["engine1_rollout"] == [True] * 4
+
+
+def test_server_fault_support_matches_the_standin() -> None:
+    from slime_hangdoctor.demo.sglang_server import FAULTS as SERVER_FAULTS
+
+    for spec in FAULTS.values():
+        assert server_fault_supported(spec) is (
+            spec.server_fault is None or spec.server_fault in SERVER_FAULTS
+        )
+
+
+def test_entrypoint_runs_the_job_driver() -> None:
+    entry = job_entrypoint("reward_hang", 3, ["--sglang-request-log-dir", "/tmp/x y"])
+    assert entry.split()[1:6] == ["train.py", "--fault", "reward_hang", "--fault-after-steps", "3"]
+    assert "'/tmp/x y'" in entry
+    assert (Path(JOB_DIR) / "train.py").is_file()
+    assert (Path(JOB_DIR) / "slime" / "ray" / "rollout.py").is_file()
