@@ -550,18 +550,13 @@ def _err(msg: str, help_text: str = "") -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: maps every error to a message and an exit code (never a traceback)."""
-    import click
+    import os
 
     try:
         rc = app(args=argv, standalone_mode=False)
     except typer.Exit as exc:
         return int(exc.exit_code)
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except click.UsageError as exc:
-        _err(exc.format_message())
-        return int(ExitCode.UNKNOWN)
-    except click.Abort:
+    except typer.Abort:
         _err("aborted")
         return int(ExitCode.UNKNOWN)
     except HangDoctorError as exc:
@@ -569,5 +564,23 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         _err("interrupted")
+        return int(ExitCode.UNKNOWN)
+    except Exception as exc:  # noqa: BLE001 - the CLI boundary: a message, never a traceback
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            # click/typer usage errors (bad option, missing argument, bad value)
+            code = int(exc.exit_code)
+            if code == 0:
+                return 0
+            _err(
+                str(exc.format_message()),
+                "Run `slime-hangdoctor --help` for the commands and options.",
+            )
+            return int(ExitCode.UNKNOWN)
+        if os.environ.get("SLIME_HANGDOCTOR_DEBUG"):
+            raise
+        _err(
+            f"internal error: {type(exc).__name__}: {exc}",
+            "This is a bug in slime-hangdoctor; set SLIME_HANGDOCTOR_DEBUG=1 for the traceback and report it.",
+        )
         return int(ExitCode.UNKNOWN)
     return rc if isinstance(rc, int) else 0
