@@ -360,12 +360,33 @@ def build_rows(world: World, culprits: tuple[cu.Merged, ...]) -> tuple[RoleRow, 
 def build_excerpt(world: World, culprits: tuple[cu.Merged, ...]) -> StackExcerpt | None:
     for m in culprits:
         proc = world.find(m.first("pid"), m.first("node_ip"))  # type: ignore[arg-type]
+        if proc is not None:
+            proc = _most_telling(world, proc)
         if proc is not None and proc.latest is not None:
             return _excerpt(proc)
     waiting = [
         p for p in world.procs if p.latest is not None and p.latest.primary.in_collective
     ] or [p for p in world.procs if p.latest is not None and p.latest.stage is not None]
     return _excerpt(waiting[0]) if waiting else None
+
+
+def _most_telling(world: World, proc: Proc) -> Proc:
+    """For an engine, the process of it whose stack says most (a stuck scheduler, not an idle HTTP loop)."""
+    if proc.engine_url is None:
+        return proc
+    kin = [p for p in world.procs if p.engine_url == proc.engine_url and p.latest is not None]
+
+    def score(p: Proc) -> tuple[int, int, int, int]:
+        read = p.latest
+        assert read is not None
+        return (
+            int(read.primary.in_collective),
+            int(read.stage is not None),
+            int(p.kind == "scheduler"),
+            int(p is proc),
+        )
+
+    return max(kin, key=score, default=proc)
 
 
 def _excerpt(p: Proc) -> StackExcerpt | None:

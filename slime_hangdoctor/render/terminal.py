@@ -8,6 +8,7 @@ pipe, where rich writes plain text. Lines never exceed min(console width, 100) c
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from rich import box
@@ -156,32 +157,48 @@ def _culprit(culprit: Culprit, style: str, glyphs: _Glyphs) -> RenderableType:
     for label, value in culprit_details(culprit):
         if label in ids:
             facts.add_row(Text(label), Text(value))
-    facts.add_row(Text("why"), Text(culprit.why))
+    for index, reason in enumerate(r for r in culprit.why.split(" | ") if r.strip()):
+        facts.add_row(Text("why" if index == 0 else ""), Text(f"{glyphs.dot} {compact_text(reason)}"))
     return Group(head, Padding(facts, (0, 0, 0, len(glyphs.marker) + 1), expand=False))
 
 
 def _processes(rows: tuple[RoleRow, ...], style: str, glyphs: _Glyphs) -> RenderableType:
     marked = any(row.culprit for row in rows)
+    nodes = {row.node_ip for row in rows}
+    one_node = len(nodes) == 1
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
     if marked:
         table.add_column("", no_wrap=True)
-    table.add_column("process", overflow="fold")
-    table.add_column("node", no_wrap=True)
+    table.add_column("process", overflow="fold", ratio=2)
+    if not one_node:
+        table.add_column("node", no_wrap=True)
     table.add_column("pid", justify="right", no_wrap=True)
     table.add_column("stage", overflow="fold")
-    table.add_column("state", overflow="fold")
+    table.add_column("state", overflow="fold", ratio=5)
     for row in rows:
-        cells = [
-            Text(row.label),
-            Text(row.node_ip or "-"),
+        cells = [Text(compact_text(row.label))]
+        if not one_node:
+            cells.append(Text(row.node_ip or "-"))
+        cells += [
             Text("-" if row.pid is None else str(row.pid)),
-            Text(row.stage.value),
-            Text(row.state),
+            Text("-" if row.stage.value in ("unknown", "none") else row.stage.value),
+            Text(compact_text(row.state)),
         ]
         if marked:
             cells.insert(0, Text(glyphs.marker if row.culprit else ""))
         table.add_row(*cells, style=f"bold {style}" if row.culprit else None)
-    return _section("Processes", table)
+    title = "Processes"
+    if one_node and next(iter(nodes)) is not None:
+        title += f" (all on node {next(iter(nodes))})"
+    return _section(title, table)
+
+
+_PATH_IN_FRAME = re.compile(r"\((?:[^()\s]*/)?([^()/\s]+:\d+)\)")
+
+
+def compact_text(text: str) -> str:
+    """Table cells: `f (a/b/c.py:12)` -> `f (c.py:12)`, and URLs without their scheme."""
+    return _PATH_IN_FRAME.sub(r"(\1)", text).replace("http://", "").replace("https://", "")
 
 
 def _stack(excerpt: StackExcerpt, style: str, width: int, glyphs: _Glyphs) -> RenderableType:

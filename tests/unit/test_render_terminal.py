@@ -140,7 +140,8 @@ def test_culprit_row_is_marked_in_the_process_table() -> None:
     """Without colour the marker is the only thing that singles out the culprit process."""
     # GIVEN / WHEN
     lines = terminal_text(EXAMPLES["hung"]).splitlines()
-    table = lines[lines.index("Processes") :]
+    start = next(i for i, line in enumerate(lines) if line.startswith("Processes"))
+    table = lines[start:]
     # THEN
     rank1 = next(line for line in table if "train rank 1" in line)
     rank0 = next(line for line in table if "train rank 0" in line)
