@@ -62,7 +62,8 @@ class HttpObs:
 class GpuObs:
     node_ip: str | None
     series: GpuSeries
-    via: str = "nvml"  # nvml (local sampler) | ray_summary (dashboard /nodes?view=summary: util, power)
+    # nvml (the local sampler) | ray_summary (dashboard /nodes?view=summary: util and power only)
+    via: str = "nvml"
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,7 @@ FAULTS: dict[str, FaultSpec] = {
                     ("run", "generate_rollout", "call_rollout_fn", "_get_rollout_data", "generate"),
                 ),
                 FrameSignature("engine 1 scheduler", ("forward_decode", "event_loop_normal")),
+                FrameSignature("engine 1 server", ("generate_request", "ep_generate")),
             ),
         ),
         FaultSpec(
@@ -158,7 +159,7 @@ FAULTS: dict[str, FaultSpec] = {
             server_fault="hang_update_weights_from_tensor",
             frames=(
                 FrameSignature("driver", ("update_weights", "train")),
-                FrameSignature("train rank 1", ("update_weights", "update_weights")),
+                FrameSignature("train rank 1", ("get", "update_weights", "update_weights")),
                 FrameSignature("train rank 0", ("barrier", "update_weights", "update_weights")),
                 FrameSignature("engine 1 actor", ("_make_request", "update_weights_from_tensor")),
                 FrameSignature(
@@ -191,7 +192,9 @@ FAULTS: dict[str, FaultSpec] = {
                     ),
                 ),
                 FrameSignature("train rank 1", ("barrier", "update_weights")),
-                FrameSignature("engine 0 scheduler", ("update_weights_from_distributed",)),
+                FrameSignature(
+                    "engine 1 actor", ("_make_request", "update_weights_from_distributed")
+                ),
                 FrameSignature(
                     "engine 1 scheduler", ("_wait_for_weights", "update_weights_from_distributed")
                 ),
@@ -235,6 +238,6 @@ def server_fault_supported(spec: FaultSpec) -> bool:
     """Whether the SGLang stand-in offers the server fault `spec` relies on."""
     if spec.server_fault is None:
         return True
-    from slime_hangdoctor.demo.sglang_scheduler import FAULTS as SERVER_FAULTS
+    from slime_hangdoctor.demo.sglang_server import FAULTS as SERVER_FAULTS
 
     return spec.server_fault in SERVER_FAULTS

@@ -27,9 +27,10 @@ JOB_DIR = Path(__file__).resolve().parent / "job"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MARKER_ENV = "SLIME_HANGDOCTOR_DEMO"
 ARMED_TEXT = "DEMO FAULT ARMED"
+PLAN_MISSED_TEXT = "DEMO FAULT PLAN MISSED"  # a timed fault went live too early
 SETTLE_S = 2.5  # after the armed line: let the faulty call reach its blocking point
 STARTUP_SETTLE_S = 5.0  # never_healthy: a few /health_generate polls
-HEALTHY_STEPS = 3  # train steps a healthy run must show before it is "ready"
+HEALTHY_STEPS = {"none": 3, "slow": 1}  # train steps a healthy run shows before it is "ready"
 
 _STEP_RE = re.compile(r"\bstep (\d+): \{'train/loss'")
 _ACTOR_PID_RE = re.compile(r"\((\w+) pid=(\d+)(?:, ip=[^)]*)?\)")
@@ -53,6 +54,7 @@ class DemoRun:
     submission_id: str
     workdir: Path
     fault_after_steps: int
+    owns_head: bool = True
     started_at: float = field(default_factory=time.monotonic)
     armed_after_s: float | None = None
     ready_after_s: float | None = None
@@ -96,6 +98,31 @@ class DemoRun:
                 out[f"engine {port_to_engine[int(port)]} actor"] = int(pid)
         return out
 
+    def processes(self) -> dict[str, int]:
+        """`roles()` plus each engine's server ("engine N server", the actor's spawn child) and
+        its scheduler ("engine N scheduler", cmdline starting with `sglang::scheduler`)."""
+        import psutil
+
+        out = self.roles()
+        for label, pid in list(out.items()):
+            if not label.endswith(" actor"):
+                continue
+            engine = label.removesuffix(" actor")
+            try:
+                children = psutil.Process(pid).children(recursive=True)
+            except psutil.Error:
+                continue
+            for child in children:
+                try:
+                    cmd = child.cmdline()
+                except psutil.Error:
+                    continue
+                if cmd and cmd[0].startswith("sglang::scheduler"):
+                    out[f"{engine} scheduler"] = child.pid
+                elif any("spawn_main" in part for part in cmd):
+                    out[f"{engine} server"] = child.pid
+        return out
+
     def engine_urls(self) -> dict[int, str]:
         return {
             int(i): f"http://{host}:{port}"
@@ -111,7 +138,7 @@ class DemoRun:
         while True:
             logs = self.logs()
             if spec.expected.status != "hung":
-                if self.steps_done(logs) >= HEALTHY_STEPS:
+                if self.steps_done(logs) >= HEALTHY_STEPS.get(spec.name, 3):
                     break
             elif spec.name == "startup_engine_never_healthy":
                 if (
@@ -127,6 +154,8 @@ class DemoRun:
                     self.armed_after_s = time.monotonic() - self.started_at
                 if time.monotonic() - self.started_at >= self.armed_after_s + SETTLE_S:
                     break
+            if PLAN_MISSED_TEXT in logs:
+                raise DemoError(f"the demo fault went live too early:\n{logs[-3000:]}")
             status = self.status()
             if status in cluster.TERMINAL_JOB_STATES:
                 raise DemoError(f"demo job {status} before it was ready:\n{logs[-3000:]}")
@@ -143,12 +172,17 @@ class DemoRun:
         if self._stopped:
             return
         self._stopped = True
-        pids = self.head.pids() | _marked_pids(self.submission_id)
+        pids = _marked_pids(self.submission_id)
+        if self.owns_head:
+            pids |= self.head.pids()
         try:
             cluster.stop_job(self.head, self.submission_id)
         except Exception:
             pass
-        self.head.stop(timeout=5.0)
+        if self.owns_head:
+            self.head.stop(timeout=5.0)
+        else:
+            _wait_job_ended(self, timeout=10.0)
         _kill(pids | _marked_pids(self.submission_id), timeout=3.0)
 
     def __enter__(self) -> DemoRun:
@@ -156,6 +190,17 @@ class DemoRun:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _wait_job_ended(run: DemoRun, *, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if run.status() in cluster.TERMINAL_JOB_STATES:
+                return
+        except cluster.ClusterError:
+            return
+        time.sleep(0.25)
 
 
 def _marked_pids(demo_id: str) -> set[int]:
@@ -218,9 +263,11 @@ def start_demo(
     fault_after_steps: int = 0,
     extra_args: list[str] | None = None,
     num_cpus: int = 2,
+    head: cluster.RayHead | None = None,
 ) -> DemoRun:
-    """Start a Ray head and submit the demo job with `fault`; returns at once (see
-    `DemoRun.wait_until_ready`). On any failure everything started so far is stopped."""
+    """Start a Ray head (or use `head`, which then outlives the run) and submit the demo job with
+    `fault`; returns at once (see `DemoRun.wait_until_ready`). On any failure everything started
+    so far is stopped."""
     spec = get_fault(fault)
     if not server_fault_supported(spec):
         raise DemoError(
@@ -240,10 +287,13 @@ def start_demo(
         "GLOO_SOCKET_IFNAME": "lo",
         "OMP_NUM_THREADS": "1",
     }
-    head = cluster.start_head(workdir, num_cpus=num_cpus)
+    owns_head = head is None
+    if head is None:
+        head = cluster.start_head(workdir, num_cpus=num_cpus)
     run = DemoRun(
         fault=spec,
         head=head,
+        owns_head=owns_head,
         submission_id=submission_id,
         workdir=workdir,
         fault_after_steps=fault_after_steps,

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from typing import Any
 
 from slime_hangdoctor.demo.faults import FaultSpec, FrameSignature
 from slime_hangdoctor.demo.launch import MARKER_ENV, DemoRun
 
 PYSPY_TIMEOUT_S = 20.0
+SETTLE_PATIENCE_S = 20.0
 
 
 def have_pyspy() -> bool:
@@ -73,11 +75,24 @@ def check_signature(run: DemoRun, sig: FrameSignature, processes: dict[str, int]
     )
 
 
-def check_all_signatures(run: DemoRun, spec: FaultSpec) -> dict[str, str]:
-    processes = run.processes()
-    return {
-        f"{sig.process} {sig.frames}": check_signature(run, sig, processes) for sig in spec.frames
-    }
+def check_all_signatures(
+    run: DemoRun, spec: FaultSpec, *, patience_s: float = SETTLE_PATIENCE_S
+) -> dict[str, str]:
+    """Every frame signature of `spec` holds. A loaded machine may take a moment to reach the
+    blocking call after the job logged the fault as armed, so each check is retried (py-spy
+    dumps) until `patience_s` has passed; the last failure is raised."""
+    deadline = time.monotonic() + patience_s
+    matched: dict[str, str] = {}
+    for sig in spec.frames:
+        while True:
+            try:
+                matched[f"{sig.process} {sig.frames}"] = check_signature(run, sig, run.processes())
+                break
+            except AssertionError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.5)
+    return matched
 
 
 def marked_processes(submission_id: str) -> list[int]:

@@ -34,7 +34,7 @@ class RayTrainGroup:
         placement_group, bundle_indices, _gpu_ids = pg
         env_vars = {"NCCL_CUMEM_ENABLE": "0", "OMP_NUM_THREADS": "1"}
         # On the 2-core demo box a "GPU" is nothing: the actors ask for no resources at all.
-        actor_cls = ray.remote(num_gpus=0, runtime_env={"env_vars": env_vars})(
+        actor_cls: Any = ray.remote(num_gpus=0, runtime_env={"env_vars": env_vars})(
             MegatronTrainRayActor
         )
         self._actor_handlers: list[Any] = []

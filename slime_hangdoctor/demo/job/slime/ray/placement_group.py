@@ -71,7 +71,8 @@ def create_training_models(
 
 
 def create_rollout_manager(args: argparse.Namespace, pg: PGTuple) -> tuple[Any, int | None]:
-    rollout_manager = RolloutManager.options(num_cpus=0, num_gpus=0).remote(args, pg)
+    manager_cls: Any = RolloutManager
+    rollout_manager = manager_cls.options(num_cpus=0, num_gpus=0).remote(args, pg)
     # slime asks for the epoch size here; the call also waits for the engines to be up.
     num_rollout_per_epoch = ray.get(rollout_manager.get_num_rollout_per_epoch.remote())
     if args.offload_rollout:

@@ -10,14 +10,14 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from slime.backends.sglang_utils.sglang_engine import SGLangEngine
+from slime.backends.sglang_utils.sglang_engine import SGLangEngine, wait_until_server_fault_live
 from slime.ray.utils import Lock
 from slime.rollout.base_types import call_rollout_fn
 from slime.rollout.data_source import RolloutDataSourceWithBuffer
 from slime.rollout.sglang_rollout import generate_rollout
 from slime.utils.http_utils import init_http_client
 from slime.utils.logging_utils import configure_logger
-from slime.utils.misc import Box, get_free_port
+from slime.utils.misc import Box, fault_armed, get_free_port
 from slime.utils.types import Sample
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,8 @@ class RolloutManager:
         )
         self.all_rollout_engines: list[Any] = [None] * args.num_engines
         self.num_new_engines = init_rollout_engines(args, pg, self.all_rollout_engines)
-        self.rollout_engine_lock = Lock.options(num_cpus=0, num_gpus=0).remote()
+        lock_cls: Any = Lock
+        self.rollout_engine_lock = lock_cls.options(num_cpus=0, num_gpus=0).remote()
         self.rollout_id = -1
         self.train_parallel_config: dict[str, Any] = {"dp_size": 1}
 
@@ -62,7 +63,7 @@ class RolloutManager:
         self.num_new_engines = 0
 
     def get_num_rollout_per_epoch(self) -> int:
-        return len(self.data_source.dataset) // self.args.rollout_batch_size
+        return int(len(self.data_source.dataset) // self.args.rollout_batch_size)
 
     def set_train_parallel_config(self, config: dict[str, Any]) -> None:
         self.train_parallel_config = config
@@ -91,6 +92,10 @@ class RolloutManager:
             )
 
     def offload(self) -> list[Any]:
+        if self.rollout_id >= 0 and fault_armed(self.args, "offload_hang", self.rollout_id):
+            engine = self.rollout_engines[self.args.fault_engine]
+            where = f"release_memory_occupation of engine {self.args.fault_engine}"
+            wait_until_server_fault_live(self.args, engine, self.rollout_id, where)
         return list(
             ray.get([engine.release_memory_occupation.remote() for engine in self.rollout_engines])
         )
@@ -181,7 +186,7 @@ def init_rollout_engines(args: argparse.Namespace, pg: Any, all_rollout_engines:
     num_engines = args.rollout_num_gpus // num_gpu_per_engine
     assert len(all_rollout_engines) == num_engines
     pg, reordered_bundle_indices, reordered_gpu_ids = pg
-    rollout_ray_actor = ray.remote(SGLangEngine)
+    rollout_ray_actor: Any = ray.remote(SGLangEngine)
     rollout_engines = []
     for i in range(num_engines):
         if all_rollout_engines[i] is not None:

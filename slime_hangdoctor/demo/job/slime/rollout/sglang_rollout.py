@@ -60,7 +60,7 @@ class GenerateState:
             for i, url in enumerate(self.args.rollout_engine_urls)
             if engine_takes_traffic(self.args, i, self.rollout_id, evaluation)
         ]
-        return urls[index % len(urls)]
+        return str(urls[index % len(urls)])
 
     def submit_generate_tasks(self, samples: list[list[Sample]]) -> None:
         for group in samples:
@@ -71,6 +71,18 @@ class GenerateState:
                     )
                 )
             )
+
+
+def _announce_engine_fault(
+    args: argparse.Namespace, state: GenerateState, evaluation: bool
+) -> None:
+    """Demo: log when the engine set to get stuck starts receiving this phase's requests."""
+    if args.fault not in ("rollout_engine_stuck", "eval_hang"):
+        return
+    armed = fault_armed(args, args.fault, state.rollout_id)
+    if armed and engine_takes_traffic(args, args.fault_engine, state.rollout_id, evaluation):
+        where = f"{'eval' if evaluation else 'rollout'} requests to engine {args.fault_engine}"
+        log_fault_armed(logger, args.fault, where, state.rollout_id)
 
 
 def _encode(text: str) -> list[int]:
@@ -179,6 +191,7 @@ async def generate_rollout_async(
     target = args.rollout_batch_size
     data: list[list[Sample]] = []
     start = time.time()
+    _announce_engine_fault(args, state, evaluation=False)
     state.submit_generate_tasks(data_source(target))
     while len(data) < target:
         done, state.pendings = await asyncio.wait(
@@ -216,6 +229,7 @@ async def eval_rollout_single_dataset(
     state = GenerateState(args)
     state.reset()
     state.rollout_id = rollout_id
+    _announce_engine_fault(args, state, evaluation=True)
     params = {"temperature": 0.0, "max_new_tokens": args.rollout_max_response_len}
     samples: list[Sample] = data_source.eval_samples()
     for s in samples:

@@ -47,8 +47,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--fault-engine", type=int, default=1, help="engine index a server fault targets"
     )
     p.add_argument("--fault-rank", type=int, default=1, help="train rank a train fault targets")
-    p.add_argument("--fault-timed-delay-s", type=float, default=10.0)
-    p.add_argument("--fault-timed-step-s", type=float, default=3.0)
+    p.add_argument("--fault-timed-delay-s", type=float, default=12.0)
+    p.add_argument("--fault-timed-step-s", type=float, default=2.0)
     args = p.parse_args(argv)
     finalize_args(args)
     return args

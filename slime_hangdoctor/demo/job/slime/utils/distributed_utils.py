@@ -37,7 +37,11 @@ def init_process_group(
     group so that `dist.broadcast(..., group=pg)` accepts it."""
     from torch.distributed import distributed_c10d as c10d
 
-    store, rank, world_size = next(c10d.rendezvous(init_method, rank, world_size, timeout=timeout))
+    store, rank, world_size = next(
+        c10d.rendezvous(  # type: ignore[attr-defined]
+            init_method, rank, world_size, timeout=timeout
+        )
+    )
     store.set_timeout(timeout)
     store = c10d.PrefixStore(group_name, store)
     pg, _ = c10d._new_process_group_helper(
@@ -46,7 +50,7 @@ def init_process_group(
         [],
         c10d.Backend(backend),
         store,
-        group_name=group_name,
+        group_name=c10d.GroupName(group_name),
         timeout=timeout,
     )
     c10d._world.pg_group_ranks[pg] = {i: i for i in range(world_size)}

@@ -26,6 +26,7 @@ Faults (armed `--fault-after-s` seconds after start):
   listens on) and never receives a broadcast: `/init_weights_update_group` and
   `/update_weights_from_distributed` hang, the trainer waits in its rendezvous / broadcast.
 - `hang_update_weights_from_tensor`: the colocated update never returns.
+- `hang_release_memory_occupation`: a colocate offload (`/release_memory_occupation`) never returns.
 `never_healthy` ignores `--fault-after-s`.
 
 Where it differs from a real engine: one DP rank and one TP rank; no streaming, no batch input on

@@ -18,6 +18,7 @@ FAULTS = (
     "stuck_scheduler",
     "skip_weight_sync",
     "hang_update_weights_from_tensor",
+    "hang_release_memory_occupation",
 )
 
 

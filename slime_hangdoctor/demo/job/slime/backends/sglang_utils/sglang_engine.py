@@ -12,14 +12,15 @@ from collections.abc import Callable
 from typing import Any
 
 from slime.ray.ray_actor import RayActor
-from slime.utils.logging_utils import configure_logger
+from slime.utils.logging_utils import configure_logger, log_fault_armed
 
 logger = logging.getLogger(__name__)
 
-# The demo's fault plan for the engines: demo fault -> (stand-in server fault, seconds after the
-# server is up when it goes live). "skip_weight_sync" must go live after the weight-update group is
-# built, so it is timed; the others are live from the start and the job routes the matching
-# requests to the faulty engine only from the armed step on.
+# The demo's fault plan for the engines: demo fault -> stand-in server fault. Timed ones go live a
+# fixed time after the server is up (`server_fault_delay_s`; they must spare the start-up calls:
+# the weight-update group, the first offload) and the job waits for that moment at the armed step
+# (`wait_until_server_fault_live`); the others are live from the start and the job sends the
+# matching requests to the faulty engine only from the armed step on.
 SERVER_FAULTS: dict[str, str] = {
     "startup_engine_never_healthy": "never_healthy",
     "rollout_engine_stuck": "stuck_scheduler",
@@ -28,7 +29,8 @@ SERVER_FAULTS: dict[str, str] = {
     "colocate_update_hang": "hang_update_weights_from_tensor",
     "weight_sync_engine_missing": "skip_weight_sync",
 }
-TIMED_SERVER_FAULTS = frozenset({"skip_weight_sync"})
+PLAN_MISSED_TEXT = "DEMO FAULT PLAN MISSED"
+TIMED_SERVER_FAULTS = frozenset({"skip_weight_sync", "hang_release_memory_occupation"})
 
 
 def server_fault_delay_s(args: argparse.Namespace) -> float:
@@ -36,9 +38,34 @@ def server_fault_delay_s(args: argparse.Namespace) -> float:
     return float(args.fault_timed_delay_s + args.fault_after_steps * args.fault_timed_step_s)
 
 
+def wait_until_server_fault_live(
+    args: argparse.Namespace, engine: Any, step: int, where: str
+) -> None:
+    """Demo fault plan: at the armed step, wait until `engine`'s timed server fault is live."""
+    import ray
+
+    fault_at = ray.get(engine.get_server_fault_at.remote())
+    if fault_at is not None:
+        time.sleep(max(0.0, fault_at + 0.5 - time.time()))
+    log_fault_armed(logger, args.fault, where, step)
+
+
+def check_server_fault_not_live(args: argparse.Namespace, engine: Any) -> None:
+    """Demo fault plan: a timed server fault must still be pending when the job makes the calls
+    it must spare (a slow start-up can miss it); say so loudly when it is not."""
+    import ray
+
+    fault_at = ray.get(engine.get_server_fault_at.remote())
+    if fault_at is not None and time.time() > fault_at - 0.5:
+        logger.error(
+            f"{PLAN_MISSED_TEXT}: {args.fault} went live before start-up finished "
+            f"(raise --fault-timed-delay-s, now {args.fault_timed_delay_s}s)"
+        )
+
+
 def server_faults() -> tuple[str, ...]:
     """The faults the SGLang stand-in server knows."""
-    from slime_hangdoctor.demo.sglang_scheduler import FAULTS
+    from slime_hangdoctor.demo.sglang_server import FAULTS
 
     return tuple(FAULTS)
 
@@ -119,6 +146,7 @@ class SGLangEngine(RayActor):
             "--step-s",
             str(args.sglang_step_s),
         ]
+        argv.append("--exit-with-parent")  # stand-in flag: no engine outlives a killed actor
         if args.colocate:
             argv.append("--enable-memory-saver")
         if args.sglang_api_key:
@@ -173,8 +201,7 @@ class SGLangEngine(RayActor):
         try:
             response.raise_for_status()
         except requests.exceptions.HTTPError as e:
-            e.add_note(f"{response.text=}")
-            raise
+            raise requests.exceptions.HTTPError(f"{e} ({response.text=})", response=response) from e
         return response.json()
 
     def health_generate(self, timeout: float = 5.0) -> bool:
@@ -212,7 +239,8 @@ class SGLangEngine(RayActor):
 
         response = requests.get(f"{self._base_url()}/get_weight_version", headers=self._headers())
         response.raise_for_status()
-        return response.json().get("weight_version")
+        version = response.json().get("weight_version")
+        return None if version is None else str(version)
 
     def release_memory_occupation(self) -> Any:
         self.flush_cache()

@@ -40,8 +40,11 @@ def should_allow_eval(expr: str) -> bool:
 
 
 def _sympy_parse(expr: str) -> Any:
-    import sympy
-    from sympy.parsing.sympy_parser import parse_expr, standard_transformations
+    import sympy  # type: ignore[import-untyped]
+    from sympy.parsing.sympy_parser import (  # type: ignore[import-untyped]
+        parse_expr,
+        standard_transformations,
+    )
 
     py_expr = expr.replace("^", "**").replace("\\sqrt", "sqrt").replace("{", "(").replace("}", ")")
     return parse_expr(

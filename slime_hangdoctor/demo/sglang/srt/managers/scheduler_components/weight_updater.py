@@ -23,6 +23,9 @@ class SchedulerWeightUpdaterMixin:
     def is_fully_idle(self) -> bool:
         raise NotImplementedError
 
+    def fault_active(self, name: str) -> bool:
+        raise NotImplementedError
+
     def refresh_gauges(self) -> None:
         raise NotImplementedError
 
@@ -63,8 +66,16 @@ class SchedulerWeightUpdaterMixin:
             "release_memory_occupation should be called only when server is idle."
         )
         tags = req.get("tags") or ["weights", "kv_cache", "cuda_graph"]
+        if self.fault_active("hang_release_memory_occupation"):
+            self._pause_memory_saver(tags)
         self.offload_tags |= set(map(str, tags))
         return {"success": True}
+
+    def _pause_memory_saver(self, tags: Any) -> None:
+        """torch_memory_saver.pause() / the tp_cpu_group barrier that never returns (the fault)."""
+        from slime_hangdoctor.demo.sglang.srt.model_executor.model_runner import _block_forever
+
+        _block_forever(f"torch_memory_saver.pause({tags}) that never returns")
 
     def resume_memory_occupation(self, req: Msg) -> Msg | None:
         tags = req.get("tags") or ["weights", "kv_cache", "cuda_graph"]

@@ -10,8 +10,11 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from slime.backends.sglang_utils.sglang_engine import (
+    check_server_fault_not_live,
+    wait_until_server_fault_live,
+)
 from slime.utils.distributed_utils import get_gloo_group, init_process_group
-from slime.utils.logging_utils import log_fault_armed
 from slime.utils.misc import fault_armed, get_free_port
 
 logger = logging.getLogger(__name__)
@@ -36,6 +39,8 @@ class UpdateWeightFromDistributed:
         # DP rank 0 / TP rank 0 of the (only) pipeline stage sends the weights.
         self._is_pp_src_rank = dist.get_rank() == 0
         if self._is_pp_src_rank:
+            if self.args.fault == "weight_sync_engine_missing":
+                check_server_fault_not_live(self.args, rollout_engines[self.args.fault_engine])
             self._model_update_groups = connect_rollout_engines_from_distributed(
                 self.args, self._group_name, rollout_engines
             )
@@ -90,21 +95,13 @@ class UpdateWeightFromDistributed:
         ray.get(self.rollout_engine_lock.release.remote())
 
     def _wait_for_timed_engine_fault(self) -> None:
-        """Demo fault plan (`weight_sync_engine_missing`): that engine's server stops taking part
-        in weight syncs at a fixed time after it came up; from the armed step on, wait for that
-        moment so the sync of this step is the first one it misses."""
-        import ray
-
+        """Demo fault plan (`weight_sync_engine_missing`): from the armed step on, let that
+        engine's timed server fault go live before this sync, the first one it misses."""
         step = self.weight_version - 2  # sync 1 is the initial one; sync k+2 follows step k
-        if step < 0 or not fault_armed(self.args, "weight_sync_engine_missing", step):
-            return
-        engine = self.rollout_engines[self.args.fault_engine]
-        fault_at = ray.get(engine.get_server_fault_at.remote())
-        if fault_at is not None:
-            time.sleep(max(0.0, fault_at + 0.5 - time.time()))
-        log_fault_armed(
-            logger, self.args.fault, f"weight sync to engine {self.args.fault_engine}", step
-        )
+        if step >= 0 and fault_armed(self.args, "weight_sync_engine_missing", step):
+            engine = self.rollout_engines[self.args.fault_engine]
+            where = f"weight sync to engine {self.args.fault_engine}"
+            wait_until_server_fault_live(self.args, engine, step, where)
 
 
 def connect_rollout_engines_from_distributed(
