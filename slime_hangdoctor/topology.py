@@ -161,7 +161,9 @@ def build_topology(snapshot: Snapshot) -> Topology:
     routers = tuple(
         dict.fromkeys(m.engine_url for m in final if m.role is Role.ROUTER and m.engine_url)
     )
-    job_running = any(j.status == "RUNNING" for j in snapshot.jobs) if snapshot.jobs else None
+    doctor = snapshot.manifest.target.get("doctor_pid")
+    jobs = [j for j in snapshot.jobs if j.driver_pid is None or j.driver_pid != doctor]
+    job_running = any(j.status == "RUNNING" for j in jobs) if jobs else None
     return Topology(tuple(final), engines, routers, job_running)
 
 
@@ -283,8 +285,9 @@ def _add_drivers(
     procs: dict[tuple[str | None, int], ProcessInfo],
     snapshot: Snapshot,
 ) -> None:
+    doctor = snapshot.manifest.target.get("doctor_pid")
     for job in snapshot.jobs:
-        if job.status != "RUNNING" or job.driver_pid is None:
+        if job.status != "RUNNING" or job.driver_pid is None or job.driver_pid == doctor:
             continue
         node = job.driver_node_ip
         key = (node, job.driver_pid)

@@ -10,6 +10,7 @@ returned as `ray_error`, which the caller turns into exit 3 unless `--local`).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -79,7 +80,12 @@ def collect(
         out,
         command=command,
         window_s=opts.window_s,
-        target={"address": address, "sglang_urls": list(opts.sglang_urls), "local": opts.local},
+        target={
+            "address": address,
+            "sglang_urls": list(opts.sglang_urls),
+            "local": opts.local,
+            "doctor_pid": os.getpid(),  # our own Ray driver (multi-node) is not the job's driver
+        },
         options=_options_record(opts),
         known_secrets=opts.secrets(),
     )
@@ -165,10 +171,14 @@ def _sample(run: _Run, index: int) -> Topology:
         from slime_hangdoctor.collect.dashboard import capture_state
 
         run.say(f"sample {index + 1}/2: reading Ray state")
-        capture_state(writer, run.client, sample=index)
+        capture_state(
+            writer, run.client, sample=index, timeout=deadline.clamp(opts.probe_timeout_s)
+        )
     state = partial_snapshot(writer)
     if index == 0:
         run.node_ip, run.node_id = _local_node(state, run.local_ips)
+        if run.gcs_address is None:
+            run.gcs_address = _gcs_from_state(writer)
         run.threads = [_start_gpu_sampling(run)]
     remote = _remote_nodes(state, run)
     started: list[tuple[RemoteNode, Any]] = []
@@ -196,23 +206,43 @@ def _sample(run: _Run, index: int) -> Topology:
         roots=_local_roots(state, run),
         extra_pids=frozenset(_local_drivers(state, run)),
     )
-    sample_node(writer, local_spec, opts, deadline, run.pool)
+    # Engines and routers are probed as soon as the process scan has found them, while the stacks
+    # are dumped (a stuck scheduler holds /server_info for 2 s: that wait overlaps the dumps);
+    # those only known once the other nodes have answered are probed after that.
+    endpoints: list[cf.Future[Any]] = []
+    probed: set[tuple[str, str]] = set()
+
+    def probe_found(found: Topology) -> None:
+        endpoints.extend(_start_endpoints(run, found, index, probed))
+
+    sample_node(writer, local_spec, opts, deadline, run.pool, on_scan=probe_found)
     if started and run.tasks is not None:
         failed = gather_remote(
             run.tasks, writer, started, index, deadline, opts.probe_timeout_s * 2 + 3.0
         )
         _traceback_fallback(run, failed, index)
     topo = build_topology(partial_snapshot(writer))
-    _probe_endpoints(run, topo, index)
+    probe_found(topo)
+    if endpoints:
+        run.say(f"sample {index + 1}/2: {len(endpoints)} engines and routers")
+        cf.wait(endpoints, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
     return topo
 
 
-def _probe_endpoints(run: _Run, topo: Topology, index: int) -> None:
+def _start_endpoints(
+    run: _Run, topo: Topology, index: int, probed: set[tuple[str, str]]
+) -> list[cf.Future[Any]]:
+    """Submit the probes of the engines and routers of `topo` not in `probed` (which it updates)."""
     from slime_hangdoctor.collect.sglang import probe_engine, probe_router
 
     opts, deadline = run.opts, run.deadline
     jobs: list[cf.Future[Any]] = []
-    for url in sorted({e.url for e in topo.engines} | set(opts.sglang_urls)):
+    engines = sorted({e.url for e in topo.engines} | set(opts.sglang_urls))
+    routers = sorted(set(topo.routers) | set(opts.router_urls))
+    for url in engines:
+        if ("engine", url) in probed:
+            continue
+        probed.add(("engine", url))
         jobs.append(
             run.pool.submit(
                 probe_engine,
@@ -226,7 +256,10 @@ def _probe_endpoints(run: _Run, topo: Topology, index: int) -> None:
                 health=opts.health,
             )
         )
-    for url in sorted(set(topo.routers) | set(opts.router_urls)):
+    for url in routers:
+        if ("router", url) in probed:
+            continue
+        probed.add(("router", url))
         jobs.append(
             run.pool.submit(
                 probe_router,
@@ -238,9 +271,25 @@ def _probe_endpoints(run: _Run, topo: Topology, index: int) -> None:
                 api_key=opts.api_key,
             )
         )
-    if jobs:
-        run.say(f"sample {index + 1}/2: {len(jobs)} engines and routers")
-        cf.wait(jobs, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
+    return jobs
+
+
+def _gcs_from_state(writer: BundleWriter) -> str | None:
+    """The GCS address from the node summary the dashboard gave (for a dashboard-only address)."""
+    from slime_hangdoctor.parsers.ray_state import gcs_address_from_summary
+
+    for rec in writer.records:
+        endpoint = str(rec.meta.get("endpoint", ""))
+        if rec.source != b.RAY_DASHBOARD or not endpoint.startswith("/nodes") or not rec.artifact:
+            continue
+        try:
+            found = gcs_address_from_summary((writer.root / rec.artifact).read_bytes())
+        except OSError:
+            continue
+        if found:
+            writer.target["gcs_address"] = found
+            return found
+    return None
 
 
 def _local_node(state: Snapshot, local_ips: frozenset[str]) -> tuple[str | None, str | None]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -290,3 +291,16 @@ def _pid(value: Any, key: str = "pid") -> int | None:
     """Ray writes pids as ints (state API) or strings (Job API); 0 means "no process yet"."""
     pid = _opt_int(value, key)
     return pid if pid is not None and pid > 0 else None
+
+
+_GCS_FLAG = re.compile(r"--gcs[-_]address[= ]([A-Za-z0-9_.\-\[\]:]+:\d+)")
+
+
+def gcs_address_from_summary(body: bytes | str) -> str | None:
+    """The GCS address from `/nodes?view=summary` (the raylets' command lines carry `--gcs-address`).
+
+    Lets the doctor reach the GCS (for tasks on other nodes) when it was given only a dashboard URL.
+    """
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    found = _GCS_FLAG.search(text)
+    return found.group(1) if found else None

@@ -196,3 +196,13 @@ def test_any_value_replaced_gives_facts_or_parse_error(endpoint: str, value: obj
             PARSERS[endpoint](tf.set_json_path(body, path, value))
         except ParseError:
             pass
+
+
+def test_gcs_address_is_read_from_the_raylet_command_line_in_the_node_summary() -> None:
+    """A dashboard-only address still lets the doctor reach the GCS (for tasks on other nodes)."""
+    from slime_hangdoctor.parsers.ray_state import gcs_address_from_summary
+
+    real = Path(__file__).parents[1] / "fixtures/real/gpu-2xh200-ray-nccl-hang/hang/dashboard.json"
+    body = json.loads(real.read_text())["/nodes?view=summary"]["body"]
+    assert gcs_address_from_summary(body) == "192.0.2.2:6379"
+    assert gcs_address_from_summary(body.replace("--gcs-address=", "--gcs-host=")) is None

@@ -22,6 +22,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--admin-api-key", default=None)
     p.add_argument("--fault", choices=FAULTS, default="none")
     p.add_argument("--fault-after-s", type=float, default=0.0)
+    p.add_argument(
+        "--fault-arm-file",
+        default=None,
+        help="demo only: the fault is live only once this file exists (armed at run time)",
+    )
     p.add_argument("--request-log", default=None, help="append one JSON line per request")
     p.add_argument("--model-path", default="demo/model")
     p.add_argument("--served-model-name", default=None)

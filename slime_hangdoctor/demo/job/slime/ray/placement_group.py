@@ -17,10 +17,14 @@ logger = logging.getLogger(__name__)
 PGTuple = tuple[Any, list[int], list[int]]
 
 
-def _create_placement_group(num_gpus: int) -> PGTuple:
-    """One bundle per "GPU". The demo has no GPUs: a bundle holds a sliver of CPU."""
+def _create_placement_group(
+    num_gpus: int, node_resources: list[str | None] | None = None
+) -> PGTuple:
+    """One bundle per "GPU". The demo has no GPUs: a bundle holds a sliver of CPU (plus, for
+    multi-node demos, a sliver of a custom resource that pins the bundle to a node)."""
     logger.info(f"Creating placement group with {num_gpus} GPUs...")
-    bundles = [{"CPU": 0.01} for _ in range(num_gpus)]
+    pins = node_resources or [None] * num_gpus
+    bundles = [{"CPU": 0.01, **({pin: 0.01} if pin else {})} for pin in pins]
     pg = placement_group(bundles, strategy="PACK")
     ray.get(pg.ready())
     indices = list(range(num_gpus))
@@ -34,7 +38,10 @@ def create_placement_groups(args: argparse.Namespace) -> dict[str, PGTuple]:
     if args.colocate:
         pg, idx, gpus = _create_placement_group(actor_gpus)
         return {"actor": (pg, idx, gpus), "rollout": (pg, idx, gpus)}
-    pg, idx, gpus = _create_placement_group(actor_gpus + args.rollout_num_gpus)
+    pins = [args.actor_node_resource] * actor_gpus + [
+        args.rollout_node_resource
+    ] * args.rollout_num_gpus
+    pg, idx, gpus = _create_placement_group(actor_gpus + args.rollout_num_gpus, pins)
     return {
         "actor": (pg, idx[:actor_gpus], gpus[:actor_gpus]),
         "rollout": (pg, idx[actor_gpus:], gpus[actor_gpus:]),

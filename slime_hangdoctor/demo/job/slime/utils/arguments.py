@@ -17,6 +17,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rollout-num-gpus-per-engine", type=int, default=1)
     p.add_argument("--num-gpus-per-node", type=int, default=2)
     p.add_argument("--colocate", action="store_true")
+    p.add_argument(
+        "--actor-node-resource",
+        default=None,
+        help="custom Ray resource that pins train bundles to a node",
+    )
+    p.add_argument(
+        "--rollout-node-resource",
+        default=None,
+        help="custom Ray resource that pins engine bundles to a node",
+    )
     p.add_argument("--sglang-host", default="127.0.0.1")
     p.add_argument("--sglang-base-port", type=int, default=15000)
     p.add_argument("--sglang-api-key", default=None)

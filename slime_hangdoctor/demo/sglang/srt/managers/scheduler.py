@@ -58,6 +58,7 @@ class Scheduler(SchedulerWeightUpdaterMixin):
         self.server_args: Msg = dict(cfg.get("server_args") or {})
         self.fault = str(cfg.get("fault") or "none")
         self.fault_at = float(cfg.get("fault_at") or 0.0)
+        self.fault_arm_file = cfg.get("fault_arm_file") or None
         self.max_total_num_tokens = int(cfg.get("max_total_num_tokens", 65536))
         self.max_running_requests = int(cfg.get("max_running_requests", 64))
         self.waiting_queue: deque[Req] = deque()
@@ -101,7 +102,9 @@ class Scheduler(SchedulerWeightUpdaterMixin):
 
     # ---- helpers
     def fault_active(self, name: str) -> bool:
-        return self.fault == name and time.time() >= self.fault_at
+        if self.fault != name or time.time() < self.fault_at:
+            return False
+        return self.fault_arm_file is None or os.path.exists(self.fault_arm_file)
 
     def send(self, msg: Msg) -> None:
         if not send_msg(self.conn, self.send_lock, msg):

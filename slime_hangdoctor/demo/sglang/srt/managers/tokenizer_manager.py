@@ -163,6 +163,7 @@ class TokenizerManager:
                 "server_args": self.server_args,
                 "fault": self.ns.fault,
                 "fault_at": self.started_at + max(self.ns.fault_after_s, 0.0),
+                "fault_arm_file": self.ns.fault_arm_file,
                 "step_s": self.ns.step_s,
                 "max_total_num_tokens": self.ns.max_total_tokens,
                 "max_running_requests": self.ns.max_running_requests,

@@ -7,6 +7,7 @@ import argparse
 import logging
 import multiprocessing
 import os
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -41,12 +42,13 @@ def server_fault_delay_s(args: argparse.Namespace) -> float:
 def wait_until_server_fault_live(
     args: argparse.Namespace, engine: Any, step: int, where: str
 ) -> None:
-    """Demo fault plan: at the armed step, wait until `engine`'s timed server fault is live."""
+    """Demo fault plan: at the armed step, make `engine`'s server fault live (its arm file)."""
     import ray
 
-    fault_at = ray.get(engine.get_server_fault_at.remote())
-    if fault_at is not None:
-        time.sleep(max(0.0, fault_at + 0.5 - time.time()))
+    if not ray.get(engine.arm_server_fault.remote()):
+        fault_at = ray.get(engine.get_server_fault_at.remote())
+        if fault_at is not None:
+            time.sleep(max(0.0, fault_at + 0.5 - time.time()))
     log_fault_armed(logger, args.fault, where, step)
 
 
@@ -128,6 +130,7 @@ class SGLangEngine(RayActor):
         self.node_rank = 0
         self.process: Any = None
         self.server_fault_at: float | None = None
+        self.fault_arm_file: str | None = None
 
     def init(self, dist_init_addr: str, port: int, nccl_port: int, host: str | None = None) -> None:
         self.server_host = host or "127.0.0.1"
@@ -163,11 +166,14 @@ class SGLangEngine(RayActor):
             )
             fault = None
         if fault:
-            delay = server_fault_delay_s(args) if fault in TIMED_SERVER_FAULTS else 0.0
-            argv += ["--fault", fault, "--fault-after-s", str(delay)]
-            logger.info(
-                f"demo fault plan for engine {self.rank}: server fault {fault} after {delay:.1f}s"
-            )
+            argv += ["--fault", fault]
+            if fault in TIMED_SERVER_FAULTS:
+                # armed at run time: the job creates this file at the armed step
+                self.fault_arm_file = os.path.join(
+                    tempfile.mkdtemp(prefix="demo-fault-"), f"engine{self.rank}.arm"
+                )
+                argv += ["--fault-arm-file", self.fault_arm_file]
+            logger.info(f"demo fault plan for engine {self.rank}: server fault {fault}")
         return argv
 
     def _init_normal(self, server_args: list[str]) -> None:
@@ -213,6 +219,14 @@ class SGLangEngine(RayActor):
 
     def get_url(self) -> str:
         return self._base_url()
+
+    def arm_server_fault(self) -> bool:
+        """Demo only: make this engine's server fault live now (creates its arm file)."""
+        if self.fault_arm_file is None:
+            return False
+        with open(self.fault_arm_file, "w") as fh:
+            fh.write("armed\n")
+        return True
 
     def get_server_fault_at(self) -> float | None:
         """Demo only: when this engine's timed server fault goes live (None: no timed fault)."""

@@ -1,0 +1,153 @@
+"""Multi-node: a real two-node Ray cluster on one machine, the demo job spread across nodes by resources.
+
+The head (192.0.2.x or whatever Ray picks) runs the driver and the train ranks; a second node joined with
+`ray start --address` at 127.0.0.2 (a loopback alias, so the nodes differ by IP as on a real cluster)
+holds the engines. The doctor samples its own node in-process and the other through a Ray task pinned
+to it; the verdict must name the culprit on the right node, and a node killed mid-run must come back as a
+blind spot within the deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slime_hangdoctor.bundle import open_bundle
+from slime_hangdoctor.demo import cluster
+from slime_hangdoctor.demo.faults import FAULTS
+from slime_hangdoctor.demo.launch import start_demo
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+NODE2_IP = "127.0.0.2"
+SPREAD = [
+    "--actor-node-resource",
+    "node:__internal_head__",
+    "--rollout-node-resource",
+    "rollout_node",
+]
+
+
+@pytest.fixture(scope="module")
+def two_nodes(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[cluster.RayHead, cluster.RayNodeProc]]:
+    work = tmp_path_factory.mktemp("multinode")
+    head = cluster.start_head(work, num_cpus=2)
+    try:
+        node = cluster.start_worker_node(
+            head, work, resources={"rollout_node": 4}, num_cpus=1, node_ip_address=NODE2_IP
+        )
+        try:
+            yield head, node
+        finally:
+            node.stop()
+    finally:
+        head.stop()
+
+
+def _attach(address: str, out: Path, timeout: float = 30.0) -> tuple[int, dict[str, Any], float]:
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "slime_hangdoctor",
+            "attach",
+            address,
+            "--json",
+            "--window",
+            "3",
+            "--timeout",
+            str(timeout),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout + 30,
+        check=False,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout), time.monotonic() - t0
+
+
+def test_culprit_is_named_on_its_own_node(
+    two_nodes: tuple[cluster.RayHead, cluster.RayNodeProc], tmp_path: Path
+) -> None:
+    """An engine stuck on the second node: the verdict names that engine and that node."""
+    head, _node = two_nodes
+    run = start_demo(
+        "rollout_engine_stuck", workdir=tmp_path / "demo", head=head, extra_args=SPREAD
+    )
+    try:
+        run.wait_until_ready(timeout=150)
+        rc, verdict, wall = _attach(head.dashboard_url, tmp_path / "bundle")
+        urls = run.engine_urls()
+    finally:
+        run.stop()
+    expected = FAULTS["rollout_engine_stuck"].expected
+    assert (verdict["status"], verdict["stage"]) == (expected.status, expected.stage), verdict[
+        "summary"
+    ]
+    culprit = verdict["culprits"][0]
+    assert (
+        culprit["role"] == "sglang_engine"
+        and culprit["engine_url"] == urls[expected.culprit_engine]
+    )
+    assert culprit["node_ip"] == NODE2_IP, culprit
+    assert rc == 2 and wall < 30 + 5
+    with open_bundle(tmp_path / "bundle") as b:
+        remote = [r for r in b.manifest.probes if r.node_ip == NODE2_IP]
+    sources = {r.source for r in remote if r.outcome.value == "ok"}
+    assert {"processes", "pyspy"} <= sources, sources  # collected there, by the pinned Ray task
+    train_nodes = {p["node_ip"] for p in verdict["processes"] if p["role"] == "train_rank"}
+    assert NODE2_IP not in train_nodes and len(train_nodes) == 1
+
+
+def test_a_node_killed_mid_run_is_a_blind_spot(
+    two_nodes: tuple[cluster.RayHead, cluster.RayNodeProc], tmp_path: Path
+) -> None:
+    """Killing the second node while the doctor samples: a named blind spot, within the deadline."""
+    head, node = two_nodes
+    run = start_demo(
+        "rollout_engine_stuck", workdir=tmp_path / "demo", head=head, extra_args=SPREAD
+    )
+    try:
+        run.wait_until_ready(timeout=150)
+        timeout = 20.0
+        t0 = time.monotonic()
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "slime_hangdoctor",
+                "attach",
+                head.dashboard_url,
+                "--json",
+                "--window",
+                "4",
+                "--timeout",
+                str(timeout),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(2.5)  # sample 0 is taken; the node dies inside the window
+        node.stop()
+        out, err = proc.communicate(timeout=timeout + 30)
+        wall = time.monotonic() - t0
+    finally:
+        run.stop()
+    assert "Traceback" not in err, err
+    verdict = json.loads(out)
+    assert wall < timeout + 1 + 2.5
+    assert any(NODE2_IP in spot for spot in verdict["blind_spots"]), verdict["blind_spots"]
