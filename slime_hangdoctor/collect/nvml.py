@@ -102,11 +102,15 @@ def _handles(nvml: Any) -> list[Any]:
 # --------------------------------------------------------------------------- one reading
 
 
-def read_gpu(nvml: Any, index: int, handle: Any, last_ts: dict[int, int]) -> dict[str, Any]:
+def read_gpu(
+    nvml: Any, index: int, handle: Any, last_ts: dict[int, int], *, pcie: bool = True
+) -> dict[str, Any]:
     """One GPU's fields, in the fixture format. Every field NVML refuses becomes an error string.
 
     `handle` may itself be an error string (the GPU's handle was refused): then every field is
-    that error. `last_ts` keeps the newest per-process utilisation timestamp per GPU.
+    that error. `last_ts` keeps the newest per-process utilisation timestamp per GPU. `pcie`:
+    read PCIe throughput (NVML measures it over ~20 ms per direction: 42 of the 48 ms a reading
+    takes on an H200, see docs/gpu.md), so the series reads it on its first sample only.
     """
     g: dict[str, Any] = {"i": index}
     if isinstance(handle, str):
@@ -118,12 +122,13 @@ def read_gpu(nvml: Any, index: int, handle: Any, last_ts: dict[int, int]) -> dic
     g["util"] = u if isinstance(u, str) else [u.gpu, u.memory]
     g["power_w"] = safe_call(lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000)
     g["sm_mhz"] = safe_call(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)
-    g["pcie_tx_kbs"] = safe_call(
-        nvml.nvmlDeviceGetPcieThroughput, handle, nvml.NVML_PCIE_UTIL_TX_BYTES
-    )
-    g["pcie_rx_kbs"] = safe_call(
-        nvml.nvmlDeviceGetPcieThroughput, handle, nvml.NVML_PCIE_UTIL_RX_BYTES
-    )
+    if pcie:
+        g["pcie_tx_kbs"] = safe_call(
+            nvml.nvmlDeviceGetPcieThroughput, handle, nvml.NVML_PCIE_UTIL_TX_BYTES
+        )
+        g["pcie_rx_kbs"] = safe_call(
+            nvml.nvmlDeviceGetPcieThroughput, handle, nvml.NVML_PCIE_UTIL_RX_BYTES
+        )
     fields = [getattr(nvml, name, None) for name in _NVLINK_FIELDS]
     if all(f is not None for f in fields):
         fv = safe_call(nvml.nvmlDeviceGetFieldValues, handle, fields)
@@ -208,7 +213,8 @@ def _series(nvml: Any, t0: float, stop: float, interval_s: float) -> dict[str, A
     interval = max(interval_s, 0.05)
     while True:
         s = {"t": round(time.monotonic() - t0, 2), "gpus": []}
-        s["gpus"] = [read_gpu(nvml, i, h, last_ts) for i, h in enumerate(handles)]
+        first = not doc["samples"]
+        s["gpus"] = [read_gpu(nvml, i, h, last_ts, pcie=first) for i, h in enumerate(handles)]
         doc["samples"].append(s)
         now = time.monotonic()
         if now + interval > stop:
