@@ -43,8 +43,41 @@ def screenshot(name: str) -> str:
     return console.export_svg(title=f"slime-hangdoctor diagnose ({name})")
 
 
+# Real diagnoses: live demo bundles recorded by `attach --out` (tests/fixtures/analysis/demo/) and the
+# real 2x H200 broadcast hang, analysed by today's code.
+REAL = {
+    "report-demo-weight-sync.svg": ROOT
+    / "tests/fixtures/analysis/demo/weight_sync_engine_missing.tar.gz",
+    "report-demo-reward.svg": ROOT / "tests/fixtures/analysis/demo/reward_hang.tar.gz",
+    "report-h200-broadcast.svg": ROOT / "tests/fixtures/bundles/gpu-2xh200-nccl-broadcast-hang",
+}
+
+
+def real_screenshot(bundle: Path) -> str:
+    """The terminal report of a real bundle, as `slime-hangdoctor analyse` prints it."""
+    import dataclasses
+
+    from slime_hangdoctor.pipeline import analyse_bundle
+
+    diagnosis = analyse_bundle(bundle).diagnosis
+    diagnosis = dataclasses.replace(
+        diagnosis, verdict=dataclasses.replace(diagnosis.verdict, elapsed_s=0.0)
+    )
+    console = Console(
+        width=WIDTH,
+        record=True,
+        force_terminal=True,
+        color_system="truecolor",
+        no_color=False,
+        file=io.StringIO(),
+    )
+    render_terminal(diagnosis, console)
+    return console.export_svg(title=f"slime-hangdoctor analyse {bundle.name}")
+
+
 def wanted() -> dict[Path, str]:
     files = {IMG / svg: screenshot(name) for name, svg in SCREENSHOTS.items()}
+    files.update({IMG / svg: real_screenshot(bundle) for svg, bundle in REAL.items()})
     files.update({GOLDEN / name: text for name, text in goldens().items()})
     return files
 
