@@ -118,6 +118,15 @@ LocalOpt = Annotated[
     ),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")]
+RasPortOpt = Annotated[
+    int,
+    typer.Option(
+        "--ras-port",
+        min=1,
+        max=65535,
+        help="TCP port of NCCL's RAS service on 127.0.0.1 (NCCL_RAS_ADDR's port; default 28028).",
+    ),
+]
 
 
 def _fmt(fmt: str, as_json: bool) -> str:
@@ -157,6 +166,7 @@ def attach(
     router_url: RouterUrlOpt = None,
     local: LocalOpt = False,
     quiet: QuietOpt = False,
+    ras_port: RasPortOpt = 28028,
 ) -> None:
     """Diagnose a live slime job: discover, sample twice, analyse, report. Read-only by default."""
     output = _fmt(fmt, as_json)
@@ -173,6 +183,7 @@ def attach(
         sglang_urls=tuple(sglang_url or ()),
         router_urls=tuple(router_url or ()),
         local=local,
+        ras_port=ras_port,
     )
     diagnosis = run_attach(address, opts, out=out, quiet=quiet or output != "text")
     _emit(diagnosis, output)
@@ -197,6 +208,7 @@ def collect(
     router_url: RouterUrlOpt = None,
     local: LocalOpt = False,
     quiet: QuietOpt = False,
+    ras_port: RasPortOpt = 28028,
 ) -> None:
     """Write an evidence bundle (DIR and DIR.tar.gz) without analysing it."""
     from slime_hangdoctor.bundle import archive
@@ -215,6 +227,7 @@ def collect(
         sglang_urls=tuple(sglang_url or ()),
         router_urls=tuple(router_url or ()),
         local=local,
+        ras_port=ras_port,
     )
     with _progress(quiet) as say:
         result = do_collect(address, opts, out, command="collect", progress=say)
@@ -419,6 +432,7 @@ def watch(
     api_key: ApiKeyOpt = None,
     ray_token: RayTokenOpt = None,
     max_runs: Annotated[int | None, typer.Option("--max-runs", help="Stop after N runs.")] = None,
+    sglang_url: SglangUrlOpt = None,
 ) -> None:
     """`check` in a loop every --interval seconds (for a systemd service); one status line per run."""
     from slime_hangdoctor.watchdog.run import CheckResult, watch_loop
@@ -429,6 +443,7 @@ def watch(
         probe_timeout_s=probe_timeout,
         api_key=api_key,
         ray_token=ray_token,
+        sglang_urls=tuple(sglang_url or ()),
         local=local,
     )
     copts = _check_options(

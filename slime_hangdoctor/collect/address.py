@@ -116,12 +116,21 @@ def _explicit(form: str, address: str, search: _Search) -> Iterator[tuple[str, s
     if "://" in address:
         parts = urlsplit(address)
         host = parts.hostname or "127.0.0.1"
+        try:
+            port = parts.port
+        except ValueError:
+            search.fail(form, f"{parts.netloc!r} has no valid port (1-65535)")
+            return
         if parts.scheme in ("http", "https"):
-            yield form, None, f"{parts.scheme}://{_netloc(host, parts.port)}"
+            yield form, None, f"{parts.scheme}://{_netloc(host, port)}"
         elif parts.scheme == "ray":
             yield form, None, f"http://{_netloc(host, DEFAULT_DASHBOARD_PORT)}"
         else:
             search.fail(form, f"unknown scheme {parts.scheme!r} (use http://, ray:// or host:port)")
+        return
+    bad = _bad_port(address)
+    if bad is not None:
+        search.fail(form, f"{bad!r} is not a port number (1-65535)")
         return
     host, port = _split_host_port(address)
     if port is None:
@@ -323,6 +332,23 @@ def _split_host_port(address: str) -> tuple[str, int | None]:
         host, _, port = address.partition(":")
         return host or "127.0.0.1", int(port) if port.isdigit() else None
     return address or "127.0.0.1", None
+
+
+def _bad_port(address: str) -> str | None:
+    """The port text of `host:port` / `[v6]:port` when it is not a port number, else None."""
+    address = address.strip()
+    if address.startswith("["):
+        rest = address.partition("]")[2]
+        if not rest:
+            return None  # [v6] without a port
+        text = rest[1:] if rest.startswith(":") else rest
+    elif address.count(":") == 1:
+        text = address.partition(":")[2]
+    else:
+        return None  # a bare host or a bare IPv6 address: no port given
+    if text.isdigit() and 0 < int(text) < 65536:
+        return None
+    return text
 
 
 def _netloc(host: str, port: int | None) -> str:

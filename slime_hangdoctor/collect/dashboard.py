@@ -211,13 +211,23 @@ def _connection_error(exc: Exception) -> str:
 
 
 def capture_state(
-    writer: BundleWriter, client: DashboardClient, *, sample: int | None
+    writer: BundleWriter,
+    client: DashboardClient,
+    *,
+    sample: int | None,
+    timeout: float | None = None,
 ) -> list[ProbeRecord]:
-    """Store the dashboard's view of the cluster (STATE_ENDPOINTS), verbatim; never raises."""
-    pool = cf.ThreadPoolExecutor(max_workers=4, thread_name_prefix="ray-state")
+    """Store the dashboard's view of the cluster (STATE_ENDPOINTS), verbatim; never raises.
+
+    Every endpoint is asked at once, each GET under `timeout` (default: the client's), so a slow
+    dashboard costs one timeout, not one per endpoint."""
+    limit = max(0.05, client.timeout if timeout is None else timeout)
+    pool = cf.ThreadPoolExecutor(max_workers=len(STATE_ENDPOINTS), thread_name_prefix="ray-state")
     try:
-        futures = [pool.submit(_capture_one, writer, client, ep, sample) for ep in STATE_ENDPOINTS]
-        cf.wait(futures, timeout=client.timeout * 2 + 5.0)
+        futures = [
+            pool.submit(_capture_one, writer, client, ep, sample, limit) for ep in STATE_ENDPOINTS
+        ]
+        cf.wait(futures, timeout=limit + 1.0)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     records: list[ProbeRecord] = []
@@ -250,10 +260,10 @@ def _unfinished(fut: cf.Future[ProbeRecord]) -> str:
 
 
 def _capture_one(
-    writer: BundleWriter, client: DashboardClient, ep: Endpoint, sample: int | None
+    writer: BundleWriter, client: DashboardClient, ep: Endpoint, sample: int | None, timeout: float
 ) -> ProbeRecord:
     started = time.time()
-    res = client.get(ep.path, ep.params)
+    res = client.get(ep.path, ep.params, timeout=timeout)
     outcome, reason = classify(res)
     meta = _meta(res, endpoint=ep.path, query=urlencode(list(ep.params)))
     record = ProbeRecord(
@@ -266,8 +276,53 @@ def _capture_one(
         elapsed_s=res.elapsed_s,
         meta=meta,
     )
-    data = res.body if res.status is not None else None
+    data = scrub_env_values(res.body) if res.status is not None else None
     return writer.add(record, data, suffix=".json" if res.is_json else ".txt")
+
+
+def scrub_env_values(body: bytes) -> bytes:
+    """The body with the values of every runtime-env `env_vars` entry blanked (allow-listed keys
+    kept), in plain objects and in `serialized_runtime_env` strings alike.
+
+    Ray's state and Job APIs echo each job's and actor's runtime env, whose env_vars carry what
+    jobs are given (WANDB_API_KEY, HF_TOKEN, ...), under names no pattern can know. Bodies without
+    `env_vars` are kept byte for byte; others are re-serialised (same data, compact JSON)."""
+    if b"env_vars" not in body:
+        return body
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return body  # not JSON: stored as is (the bundle writer still redacts known patterns)
+    try:
+        return json.dumps(_scrub(doc)).encode("utf-8")
+    except (TypeError, ValueError, RecursionError):
+        return body
+
+
+def _scrub(value: Any) -> Any:
+    from slime_hangdoctor.redact import ENV_ALLOWLIST, REDACTED
+
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key == "env_vars" and isinstance(item, dict):
+            out[key] = {k: (v if k in ENV_ALLOWLIST else REDACTED) for k, v in item.items()}
+        elif isinstance(item, str) and "env_vars" in item and key.endswith("runtime_env"):
+            out[key] = _scrub_serialized(item)
+        else:
+            out[key] = _scrub(item)
+    return out
+
+
+def _scrub_serialized(text: str) -> str:
+    try:
+        inner = json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+    return json.dumps(_scrub(inner))
 
 
 def classify(res: HttpResult) -> tuple[Outcome, str | None]:

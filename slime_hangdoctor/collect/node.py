@@ -8,12 +8,15 @@ pinned to every other node that hosts slime processes.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import Bundle, BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.load import load_snapshot
@@ -33,9 +36,18 @@ class NodeSpec:
     ras: bool = True
 
 
+# What discovery reads (build_topology, and collect.run's node, driver and actor look-ups): Ray
+# state, the process tables and the routers' engine lists. Stacks, engine answers, GPU and RAS
+# records are parsed once, by the analysis: re-parsing them at every discovery step cost more with
+# every sample and every target.
+DISCOVERY_SOURCES = frozenset({b.RAY_DASHBOARD, b.PROCESSES, b.ROUTER})
+
+
 def partial_snapshot(writer: BundleWriter) -> Snapshot:
-    """Parse what the writer holds so far (discovery needs the facts before the bundle is done)."""
-    with Bundle(writer.root, writer.manifest()) as view:
+    """Parse what discovery needs of what the writer holds so far (DISCOVERY_SOURCES)."""
+    manifest = writer.manifest()
+    probes = tuple(p for p in manifest.probes if p.source in DISCOVERY_SOURCES)
+    with Bundle(writer.root, dataclasses.replace(manifest, probes=probes)) as view:
         return load_snapshot(view)
 
 
@@ -45,8 +57,12 @@ def sample_node(
     opts: CollectOptions,
     deadline: Deadline,
     pool: cf.ThreadPoolExecutor,
+    on_scan: Callable[[Topology], None] | None = None,
 ) -> Topology:
-    """One sample of this node: processes, then stacks of its slime processes and RAS, concurrently."""
+    """One sample of this node: processes, then stacks of its slime processes and RAS, concurrently.
+
+    `on_scan` gets the topology found by the process scan before the stacks are dumped (the CLI
+    starts its engine probes there, so that they run while the stacks are dumped)."""
     from slime_hangdoctor.collect.processes import record_processes
 
     record_processes(
@@ -57,6 +73,8 @@ def sample_node(
         roots=spec.roots,
     )
     topo = build_topology(partial_snapshot(writer))
+    if on_scan is not None:
+        on_scan(topo)
     mine = [m for m in topo.members if m.node_ip in (None, spec.node_ip)]
     jobs: list[cf.Future[Any]] = []
     if spec.stacks:

@@ -20,6 +20,9 @@ Command lines are redacted; the environment keeps allow-listed keys only; traili
 from __future__ import annotations
 
 import os
+import socket
+import struct
+import sys
 import time
 from collections.abc import Set as AbstractSet
 from typing import Any
@@ -31,6 +34,7 @@ from slime_hangdoctor.redact import filter_env, redact_cmdline
 
 RAY_DAEMON_PREFIXES = ("ray::DashboardAgent", "ray::RuntimeEnvAgent", "ray::IDLE")
 DESCENDANT_DEPTH = 3
+_TCP_LISTEN = "0A"  # the state column of /proc/net/tcp for LISTEN
 
 
 def is_root_title(title: str) -> bool:
@@ -61,7 +65,8 @@ def scan_processes(
     roots = chosen_roots | {pid for pid in extra_pids if pid in table}
     roots.discard(os.getpid())
     chosen = _with_descendants(roots, table)
-    rows = [row for pid in sorted(chosen) if (row := _describe(psutil, pid)) is not None]
+    listening = listening_sockets()
+    rows = [row for pid in sorted(chosen) if (row := _describe(psutil, pid, listening)) is not None]
     return {"node_ip": node_ip, "time": time.time(), "processes": rows}
 
 
@@ -130,8 +135,12 @@ def _with_descendants(roots: set[int], table: dict[int, tuple[int | None, str]])
     return chosen
 
 
-def _describe(psutil: Any, pid: int) -> dict[str, Any] | None:
-    """One process as a dict; None when it vanished meanwhile."""
+def _describe(
+    psutil: Any, pid: int, listening: dict[int, tuple[str, int]] | None = None
+) -> dict[str, Any] | None:
+    """One process as a dict; None when it vanished meanwhile.
+
+    `listening`: the node's listening sockets by inode (`listening_sockets`); None = ask psutil."""
     try:
         proc = psutil.Process(pid)
         with proc.oneshot():
@@ -145,7 +154,10 @@ def _describe(psutil: Any, pid: int) -> dict[str, Any] | None:
                 "create_time": _field(psutil, proc.create_time),
                 "num_threads": _field(psutil, proc.num_threads),
             }
-        ports, addrs = _listening(psutil, proc)
+        if listening is None:
+            ports, addrs = _listening(psutil, proc)
+        else:
+            ports, addrs = _listening_from(psutil, pid, listening)
         row["listen_ports"] = ports
         row["listen_addrs"] = addrs
         row["env"] = _env(psutil, proc)
@@ -187,6 +199,78 @@ def _listening(psutil: Any, proc: Any) -> tuple[list[int], list[str]]:
         if conn.status != psutil.CONN_LISTEN or not conn.laddr:
             continue
         ip, port = conn.laddr[0], int(conn.laddr[1])
+        ports.add(port)
+        addrs.add(f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}")
+    return sorted(ports), sorted(addrs)
+
+
+def listening_sockets(procfs: str = "/proc") -> dict[int, tuple[str, int]] | None:
+    """Socket inode -> (ip, port) of every listening TCP socket, read once per scan from
+    ``/proc/net/tcp`` and ``tcp6``; None where there are no such tables (not Linux).
+
+    psutil's ``Process.net_connections`` re-reads and decodes both whole tables for every process
+    it is asked about: on a node with many processes and sockets that was most of a scan's time.
+    Each process's sockets are then matched by inode (`_listening_from`), as psutil does."""
+    found: dict[int, tuple[str, int]] = {}
+    tables = 0
+    for name, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        try:
+            with open(f"{procfs}/net/{name}", "rb") as fh:
+                lines = fh.read().decode("ascii", "replace").splitlines()[1:]
+        except OSError:
+            continue
+        tables += 1
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != _TCP_LISTEN:
+                continue
+            try:
+                found[int(fields[9])] = _decode_address(fields[1], family)
+            except (ValueError, OSError, struct.error):
+                continue
+    return found if tables else None
+
+
+def _decode_address(text: str, family: int) -> tuple[str, int]:
+    """``0100007F:1F90`` (the kernel's host-order hex words) -> ("127.0.0.1", 8080)."""
+    ip_hex, port_hex = text.split(":")
+    raw = bytes.fromhex(ip_hex)
+    if sys.byteorder == "little":
+        raw = raw[::-1] if family == socket.AF_INET else _swap_words(raw)
+    return socket.inet_ntop(family, raw), int(port_hex, 16)
+
+
+def _swap_words(raw: bytes) -> bytes:
+    return struct.pack(">4I", *struct.unpack("<4I", raw))
+
+
+def _listening_from(
+    psutil: Any, pid: int, listening: dict[int, tuple[str, int]], procfs: str = "/proc"
+) -> tuple[list[int], list[str]]:
+    """The listening ports and addresses of `pid`: its socket fds matched against `listening`."""
+    fd_dir = f"{procfs}/{pid}/fd"
+    try:
+        names = os.listdir(fd_dir)
+    except FileNotFoundError:
+        raise psutil.NoSuchProcess(pid) from None
+    except OSError:  # not ours to read (psutil: AccessDenied)
+        return [], []
+    ports: set[int] = set()
+    addrs: set[str] = set()
+    for name in names:
+        try:
+            target = os.readlink(f"{fd_dir}/{name}")
+        except OSError:
+            continue
+        if not target.startswith("socket:["):
+            continue
+        try:
+            found = listening.get(int(target[8:-1]))
+        except ValueError:
+            continue
+        if found is None:
+            continue
+        ip, port = found
         ports.add(port)
         addrs.add(f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}")
     return sorted(ports), sorted(addrs)

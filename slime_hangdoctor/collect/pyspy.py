@@ -29,17 +29,29 @@ PTRACE_HELP = (
 )
 MISSING_HELP = "py-spy not found on PATH; pip install py-spy"
 _KILL_GRACE_S = 1.0
+_KILLED_RC = 124  # `timeout` exits 124 (timed out) or 128+N (child killed by signal N)
 
 
 def find_pyspy() -> str | None:
-    """py-spy on PATH, else the one installed next to this Python (a venv's bin/)."""
+    """py-spy on PATH, else the one installed next to this Python (a venv's bin/).
+
+    A pyenv shim on PATH gives way to the py-spy beside this Python when there is one: the shim is
+    a bash script running `pyenv exec`, ~50 ms of CPU per call, several times a dump's own cost."""
     found = shutil.which("py-spy")
-    if found:
-        return found
     beside = Path(sys.executable).parent / "py-spy"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return None
+    beside_ok = beside.is_file() and os.access(beside, os.X_OK)
+    if found and not (beside_ok and _is_pyenv_shim(found)):
+        return found
+    return str(beside) if beside_ok else found
+
+
+def _is_pyenv_shim(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(2048)
+    except OSError:
+        return False
+    return head.startswith(b"#!") and b"libexec/pyenv" in head
 
 
 def process_state(pid: int) -> str | None:
@@ -89,12 +101,16 @@ def dump_stack(
         if exe is None:
             return done(Outcome.UNAVAILABLE, MISSING_HELP)
         before = process_state(pid)
-        if before is None:
+        if before is None or _exited(before):
             return done(Outcome.UNAVAILABLE, "process exited")
+        if not os.path.isfile(exe):
+            return done(Outcome.UNAVAILABLE, f"{MISSING_HELP} ({exe} does not exist)")
+        if not os.access(exe, os.X_OK):
+            return done(Outcome.UNAVAILABLE, f"{exe} is not executable")
         argv = [exe, "dump", "--pid", str(pid)]
         argv += ["--native"] if native else ["--json"]
         try:
-            result = _run(argv, timeout)
+            result = _run(bounded(argv, timeout), timeout)
         except FileNotFoundError:
             return done(Outcome.UNAVAILABLE, f"{MISSING_HELP} ({exe} does not exist)")
         except PermissionError:
@@ -107,7 +123,7 @@ def dump_stack(
         if rc == 0 and out.strip():
             return done(Outcome.OK, None, out)
         outcome, reason = classify_failure(rc, err, pid)
-        if rc < 0:  # py-spy itself died of a signal, possibly while attached
+        if rc < 0 or rc >= _KILLED_RC:  # py-spy died of a signal, possibly while attached
             _resume_if_stopped(pid, before, meta)
         return done(outcome, reason)
     except Exception as exc:  # a collector never raises past itself
@@ -121,7 +137,7 @@ def classify_failure(rc: int, stderr: bytes, pid: int) -> tuple[Outcome, str]:
     low = text.lower()
     if "operation not permitted" in low or "permission denied" in low or "ptrace" in low:
         return Outcome.DENIED, f"{line} - {PTRACE_HELP}"
-    if process_state(pid) is None or "check that the process is running" in low:
+    if _exited(process_state(pid)) or "check that the process is running" in low:
         return Outcome.UNAVAILABLE, "process exited"
     if "failed to find python version" in low:
         return Outcome.FAILED, f"not a Python process ({line})"
@@ -129,6 +145,11 @@ def classify_failure(rc: int, stderr: bytes, pid: int) -> tuple[Outcome, str]:
         Outcome.FAILED,
         f"py-spy exited with {rc}: {line}" if line else f"py-spy exited with {rc}",
     )
+
+
+def _exited(state: str | None) -> bool:
+    """Gone, or a zombie (dead, not yet reaped by its parent): nothing left to dump."""
+    return state is None or state in ("Z", "X")
 
 
 def _error_line(text: str) -> str:
@@ -139,6 +160,19 @@ def _error_line(text: str) -> str:
         if line.strip():
             return line.strip()[:200]
     return ""
+
+
+def bounded(argv: list[str], timeout: float) -> list[str]:
+    """`argv` under coreutils `timeout -s KILL`, a watchdog that outlives us.
+
+    We kill py-spy ourselves at `timeout`; the watchdog (1 s later) is for when we cannot: if the
+    doctor is killed (SIGKILL, OOM, a closed terminal) while py-spy is wedged on the target, py-spy
+    runs in its own session and would hold the target stopped forever. Killed, py-spy's ptrace
+    attachment ends and the kernel resumes the target. Without `timeout` on PATH: argv as is."""
+    watchdog = shutil.which("timeout")
+    if watchdog is None:
+        return argv
+    return [watchdog, "--signal=KILL", f"{max(0.05, timeout) + _KILL_GRACE_S:.2f}", *argv]
 
 
 def _run(argv: list[str], timeout: float) -> tuple[int, bytes, bytes] | None:

@@ -37,7 +37,9 @@ from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.parsers import sglang as parsers
 
-BODY_CAP = 8 * 2**20  # bytes kept of one answer
+# An answer past this size is not an SGLang answer (a /metrics page is ~10-500 KB): it is not kept,
+# so a huge or endless body costs neither memory nor redaction and parse time (the run's bound).
+BODY_CAP = 4 * 2**20
 HEALTH_TIMEOUT_CAP_S = 3.0
 JOIN_GRACE_S = 0.3  # how long past the budget we wait for a thread to hand its result over
 _CHUNK = 64 * 1024
@@ -183,10 +185,15 @@ def _read_capped(resp: Any, deadline: float) -> tuple[bytes, bool]:
 
 def _judge_status(answer: Answer) -> None:
     status = answer.status or 0
-    if 200 <= status < 300:
+    if answer.truncated:
+        answer.outcome = Outcome.FAILED
+        answer.reason = (
+            f"HTTP {status} with an answer larger than {BODY_CAP // 2**20} MiB: not kept "
+            "(no SGLang answer is this big)"
+        )
+        answer.body = None
+    elif 200 <= status < 300:
         answer.outcome = Outcome.OK
-        if answer.truncated:
-            answer.reason = f"body truncated at {BODY_CAP} bytes"
     elif status in (401, 403):
         answer.outcome = Outcome.DENIED
         answer.reason = f"HTTP {status}: the server wants an API key (pass --api-key)"

@@ -158,7 +158,9 @@ def _culprit(culprit: Culprit, style: str, glyphs: _Glyphs) -> RenderableType:
         if label in ids:
             facts.add_row(Text(label), Text(value))
     for index, reason in enumerate(r for r in culprit.why.split(" | ") if r.strip()):
-        facts.add_row(Text("why" if index == 0 else ""), Text(f"{glyphs.dot} {compact_text(reason)}"))
+        facts.add_row(
+            Text("why" if index == 0 else ""), Text(f"{glyphs.dot} {compact_text(reason)}")
+        )
     return Group(head, Padding(facts, (0, 0, 0, len(glyphs.marker) + 1), expand=False))
 
 

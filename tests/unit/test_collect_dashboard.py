@@ -21,6 +21,7 @@ from slime_hangdoctor.collect.dashboard import (
     DashboardClient,
     capture_state,
     resolve_token,
+    scrub_env_values,
     worker_traceback,
 )
 from slime_hangdoctor.errors import RayUnreachable
@@ -132,7 +133,10 @@ def test_capture_state_stores_bodies_verbatim(
         assert rec.outcome is Outcome.OK and rec.sample == 1
         assert rec.meta["endpoint"] == path and rec.meta["status"] == 200
         assert rec.artifact is not None
-        assert (writer.root / rec.artifact).read_text() == replay[path][1]
+        # verbatim but for the values of runtime-env env_vars (secrets: blanked before storing)
+        stored = (writer.root / rec.artifact).read_bytes()
+        assert stored == scrub_env_values(replay[path][1].encode())
+        assert b'"READY_FILE": "<redacted>"' in stored.replace(b'\\"', b'"')
     assert len(parse_actors((writer.root / str(records["actors"].artifact)).read_bytes())) == 3
     assert (
         parse_jobs((writer.root / str(records["jobs"].artifact)).read_bytes())[0].driver_pid == 3349

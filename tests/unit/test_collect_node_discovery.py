@@ -1,0 +1,124 @@
+"""Discovery during collection (collect.node): partial_snapshot parses only what discovery reads,
+and sample_node hands the topology of its process scan to `on_scan` before it dumps stacks.
+
+The bundles are the real fixture bundles of tests/fixtures/bundles (re-added record by record to a
+live BundleWriter); the processes are real ones titled like Ray workers.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slime_hangdoctor import bundle as b
+from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, open_bundle
+from slime_hangdoctor.collect.node import DISCOVERY_SOURCES, NodeSpec, partial_snapshot, sample_node
+from slime_hangdoctor.collect.options import CollectOptions, Deadline
+from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.topology import Topology, build_topology
+from tests.fixtures.transforms import truncate_bytes_at
+
+BUNDLES = sorted(
+    p.parent
+    for p in (Path(__file__).resolve().parents[1] / "fixtures" / "bundles").glob("*/manifest.json")
+)
+WORKER = (
+    "import sys\ndef train(s):\n    return s.read()\nprint('ready', flush=True)\ntrain(sys.stdin)\n"
+)
+
+
+def _rewrite(src: Path, dest: Path, corrupt_stacks: bool = False) -> BundleWriter:
+    """A live writer holding every record of the bundle at `src` (py-spy dumps cut, if asked)."""
+    with open_bundle(src) as bundle:
+        writer = BundleWriter(dest, command="test", target=bundle.manifest.target)
+        for rec in bundle.manifest.probes:
+            data = bundle.read(rec)
+            if corrupt_stacks and rec.source == b.PYSPY and data:
+                data = truncate_bytes_at(data, len(data) // 2)
+            suffix = Path(rec.artifact).suffix if rec.artifact else ".txt"
+            fresh = ProbeRecord(
+                rec.source,
+                rec.target,
+                rec.outcome,
+                rec.reason,
+                node_ip=rec.node_ip,
+                sample=rec.sample,
+                started_at=rec.started_at,
+                elapsed_s=rec.elapsed_s,
+                meta=rec.meta,
+            )
+            writer.add(fresh, data, suffix=suffix or ".txt")
+    return writer
+
+
+@pytest.mark.parametrize("src", BUNDLES, ids=[p.name for p in BUNDLES])
+def test_partial_snapshot_finds_the_same_topology(src: Path, tmp_path: Path) -> None:
+    writer = _rewrite(src, tmp_path / "b")
+    partial = partial_snapshot(writer)
+    with open_bundle(src) as bundle:
+        full = load_snapshot(bundle)
+    assert build_topology(partial) == build_topology(full)
+    assert (partial.nodes, partial.actors, partial.jobs, partial.tasks) == (
+        full.nodes,
+        full.actors,
+        full.jobs,
+        full.tasks,
+    )
+    assert partial.processes == full.processes
+    assert partial.stacks == ()
+    assert all(g.via == "ray_summary" for g in partial.gpus)  # no NVML series parsed
+
+
+def test_partial_snapshot_leaves_stacks_to_the_analysis(tmp_path: Path) -> None:
+    src = next(p for p in BUNDLES if any((p / "raw" / b.PYSPY).glob("**/*")))
+    writer = _rewrite(src, tmp_path / "b", corrupt_stacks=True)
+    partial = partial_snapshot(writer)
+    assert not [s for s in partial.blind_spots if s.startswith(b.PYSPY)]
+    writer.finish()
+    with open_bundle(writer.root) as bundle:
+        full = load_snapshot(bundle)
+    assert [s for s in full.blind_spots if s.startswith(b.PYSPY) and "could not parse" in s]
+    assert {r.source for r in writer.records} - DISCOVERY_SOURCES
+
+
+@pytest.fixture
+def worker() -> Iterator[int]:
+    proc = subprocess.Popen(
+        ["ray::MegatronTrainRayActor.train", "-c", WORKER],
+        executable=sys.executable,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        yield proc.pid
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_on_scan_gets_the_topology_before_the_stacks(worker: int, tmp_path: Path) -> None:
+    writer = BundleWriter(tmp_path / "b", command="test")
+    seen: list[tuple[Topology, int]] = []
+
+    def on_scan(topo: Topology) -> None:
+        stacks_so_far = sum(1 for r in writer.records if r.source == b.PYSPY)
+        seen.append((topo, stacks_so_far))
+
+    spec = NodeSpec(None, 0, roots=frozenset({worker}), ras=False)
+    with cf.ThreadPoolExecutor(max_workers=2) as pool:
+        topo = sample_node(writer, spec, CollectOptions(), Deadline(30.0), pool, on_scan=on_scan)
+    assert len(seen) == 1
+    scanned, stacks_then = seen[0]
+    assert stacks_then == 0
+    assert worker in {m.pid for m in scanned.members}
+    assert scanned == topo
+    assert [r.target for r in writer.records if r.source == b.PYSPY] == [f"pid{worker}"]
