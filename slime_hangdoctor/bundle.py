@@ -87,22 +87,24 @@ class ProbeRecord:
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> ProbeRecord:
+    def from_json(cls, d: Any) -> ProbeRecord:
         try:
+            if not isinstance(d, dict):
+                raise TypeError("a probe record is not an object")
             return cls(
                 source=str(d["source"]),
                 target=str(d["target"]),
                 outcome=Outcome(d["outcome"]),
-                reason=d.get("reason"),
-                artifact=d.get("artifact"),
-                node_ip=d.get("node_ip"),
-                sample=d.get("sample"),
+                reason=_opt(d.get("reason"), str),
+                artifact=_opt(d.get("artifact"), str),
+                node_ip=_opt(d.get("node_ip"), str),
+                sample=_opt(d.get("sample"), int),
                 started_at=float(d.get("started_at") or 0.0),
                 elapsed_s=float(d.get("elapsed_s") or 0.0),
                 meta=dict(d.get("meta") or {}),
             )
-        except (KeyError, ValueError, TypeError) as exc:
-            raise BundleInvalid(f"manifest probe record is malformed: {exc!r}") from exc
+        except (KeyError, ValueError, TypeError, OverflowError) as exc:
+            raise BundleInvalid(f"manifest probe record is malformed: {exc!r}"[:300]) from exc
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,7 @@ class Manifest:
                 options=dict(d.get("options") or {}),
                 probes=tuple(ProbeRecord.from_json(p) for p in probes),
             )
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise BundleInvalid(f"manifest.json is malformed: {exc!r}") from exc
 
 
@@ -365,7 +367,7 @@ def open_bundle(path: Path) -> Bundle:
     try:
         raw = manifest_path.read_text(encoding="utf-8")
         manifest = Manifest.from_json(json.loads(raw))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
         raise BundleInvalid(f"{manifest_path} is not readable: {exc}") from exc
@@ -384,6 +386,13 @@ def _safe_extract(tar: tarfile.TarFile, dest: Path) -> None:
         if not (member.isfile() or member.isdir()):
             raise tarfile.TarError(f"member {member.name!r} is not a plain file")
     tar.extractall(dest)  # noqa: S202 - members checked above
+
+
+def _opt(value: Any, kind: type) -> Any:
+    """`value` if it is None or of `kind` (bool is no int here); TypeError otherwise."""
+    if value is None or (isinstance(value, kind) and not isinstance(value, bool)):
+        return value
+    raise TypeError(f"expected {kind.__name__} or null, got {type(value).__name__}")
 
 
 def _mkdirs_private(root: Path, leaf: Path) -> None:

@@ -30,6 +30,9 @@ from slime_hangdoctor.snapshot import (
     StackObs,
 )
 
+# Sources whose ok record may still carry a reason for what part of it failed (one GPU of eight).
+_PARTIAL_SOURCES = frozenset({b.NVML, b.GPM, b.NCCL_RAS, b.PROCESSES})
+
 _HTTP_PARSERS: dict[str, Callable[[bytes], Parsed]] = {
     "/server_info": sglang.parse_server_info,
     "/get_server_info": sglang.parse_server_info,
@@ -74,6 +77,8 @@ def load_snapshot(bundle: Bundle) -> Snapshot:
         if rec.outcome is not Outcome.OK:
             acc.blind.append(describe_failure(rec))
             continue
+        if rec.reason and rec.source in _PARTIAL_SOURCES:
+            acc.blind.append(f"{rec.source} {rec.target}: partly seen: {rec.reason}")
         if data is None:
             acc.blind.append(f"{rec.source} {rec.target}: artefact missing from the bundle")
             continue
@@ -81,6 +86,10 @@ def load_snapshot(bundle: Bundle) -> Snapshot:
             _load_one(acc, rec, data)
         except ParseError as exc:
             acc.blind.append(f"{rec.source} {rec.target}: could not parse: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a bundle is untrusted input: never crash on it
+            acc.blind.append(
+                f"{rec.source} {rec.target}: could not parse: {type(exc).__name__}: {exc}"[:400]
+            )
     nvml_nodes = {g.node_ip for g in acc.gpus}
     acc.gpus.extend(g for g in acc.summary_gpus if g.node_ip not in nvml_nodes)
     latest_tasks = _latest_running_tasks(bundle)
@@ -181,13 +190,19 @@ def _load_http(acc: _Acc, rec: ProbeRecord, data: bytes | None) -> None:
     )
     parsed: Parsed = None
     parse_error = None
+    if rec.outcome is not Outcome.OK and not meta.get("fallback"):
+        reason = f": {rec.reason}" if rec.reason else ""
+        acc.blind.append(f"{rec.source} {answer.url}{path}: {rec.outcome.value}{reason}")
     parser = _HTTP_PARSERS.get(path)
     if parser is not None and data is not None and answer.status == 200:
         try:
             parsed = parser(data)
         except ParseError as exc:
             parse_error = str(exc)
-            acc.blind.append(f"{rec.source} {answer.url}{path}: could not parse: {exc}")
+        except Exception as exc:  # noqa: BLE001 - untrusted bytes: a blind spot, never a crash
+            parse_error = f"{type(exc).__name__}: {exc}"[:300]
+        if parse_error is not None:
+            acc.blind.append(f"{rec.source} {answer.url}{path}: could not parse: {parse_error}")
     kind = "router" if rec.source == b.ROUTER else "engine"
     acc.http.append(HttpObs(kind, rec.sample or 0, answer, parsed, parse_error))
 

@@ -366,7 +366,8 @@ def _engines(members: list[Member], snapshot: Snapshot) -> tuple[Engine, ...]:
                 m.engine_url,
                 Engine(m.engine_url, m.node_ip, actor.pid if actor else None, m.pid, "proc-listen"),
             )
-    for url in snapshot.manifest.target.get("sglang_urls") or ():
+    given = snapshot.manifest.target.get("sglang_urls")
+    for url in given if isinstance(given, list) else ():
         engines.setdefault(str(url), Engine(str(url), None, None, None, "user-flag"))
     for obs in snapshot.http:
         if isinstance(obs.parsed, RouterWorkers):

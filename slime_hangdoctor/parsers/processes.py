@@ -58,6 +58,8 @@ def _load(text: str | bytes) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ParseError(f"processes: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except ValueError as exc:  # e.g. an integer over CPython's 4300-digit limit
+        raise ParseError(f"processes: not usable JSON ({exc})"[:200]) from None
     except RecursionError:
         raise ParseError("processes: JSON nested too deeply") from None
 

@@ -106,6 +106,8 @@ def _load(body: bytes | str, what: str) -> Any:
         return json.loads(body)
     except json.JSONDecodeError as exc:
         raise ParseError(f"{what}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except ValueError as exc:  # e.g. an integer over CPython's 4300-digit limit
+        raise ParseError(f"{what}: not usable JSON ({exc})"[:200]) from None
     except RecursionError:
         raise ParseError(f"{what}: JSON nested too deeply") from None
 

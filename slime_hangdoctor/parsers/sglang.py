@@ -58,6 +58,8 @@ def _json(body: bytes | str, what: str) -> Any:
         raise ParseError(
             f"{what}: not JSON ({exc.msg} at line {exc.lineno} col {exc.colno})"
         ) from exc
+    except ValueError as exc:  # e.g. an integer over CPython's 4300-digit limit
+        raise ParseError(f"{what}: not usable JSON ({exc})"[:200]) from exc
     except RecursionError as exc:
         raise ParseError(f"{what}: JSON nested too deeply") from exc
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from slime_hangdoctor.collect.options import CollectOptions
+from slime_hangdoctor.errors import HangDoctorError
 from slime_hangdoctor.pipeline import attach
 from slime_hangdoctor.verdict import Diagnosis, ExitCode, Finding, Severity, unknown_verdict
 from slime_hangdoctor.watchdog.decide import CheckDecision, decide_check
@@ -78,7 +79,10 @@ def _check_locked(address: str | None, opts: CollectOptions, check: CheckOptions
     bundle: Path | None = None
     hook_rc: int | None = None
     if decision.new_stall:
-        bundle = _keep_evidence(address, opts, check, now)
+        bundle, problem = _keep_evidence(address, opts, check, now)
+        if problem is not None:
+            notes.append(problem)
+            diagnosis = _annotate_problem(diagnosis, problem)
         hook_rc = _run_hook(check.on_stall_exec, diagnosis, decision, bundle)
     save_state(check.state_file, decision.state)
     duration = time.monotonic() - started
@@ -110,12 +114,25 @@ def _annotate(diagnosis: Diagnosis, decision: CheckDecision, notes: list[str]) -
     return dataclasses.replace(diagnosis, verdict=verdict)
 
 
+def _annotate_problem(diagnosis: Diagnosis, problem: str) -> Diagnosis:
+    verdict = diagnosis.verdict
+    finding = Finding("watchdog.stall_bundle", Severity.WARNING, problem)
+    verdict = dataclasses.replace(
+        verdict,
+        findings=(*verdict.findings, finding),
+        blind_spots=(*verdict.blind_spots, problem),
+    )
+    return dataclasses.replace(diagnosis, verdict=verdict)
+
+
 def _keep_evidence(
     address: str | None, opts: CollectOptions, check: CheckOptions, now: float
-) -> Path | None:
-    """On a new stall: collect again into --bundle-dir (opt-in native stacks / flight recorder)."""
+) -> tuple[Path | None, str | None]:
+    """On a new stall: collect again into --bundle-dir (opt-in native stacks / flight recorder).
+
+    Returns (bundle, None), or (None, why the stall bundle could not be written)."""
     if check.bundle_dir is None:
-        return None
+        return None, None
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))
     root = check.bundle_dir / f"stall-{stamp}"
     stall_opts = dataclasses.replace(
@@ -126,13 +143,15 @@ def _keep_evidence(
     try:
         check.bundle_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         attach(address, stall_opts, out=root, command="check-stall")
-    except OSError:
-        return None
+    except (OSError, HangDoctorError) as exc:
+        return (
+            None,
+            f"stall bundle not written: cannot write to --bundle-dir {check.bundle_dir} ({exc})",
+        )
     except Exception as exc:  # noqa: BLE001 - evidence is best-effort; the alert must still go out
-        (check.bundle_dir / f"stall-{stamp}.error.txt").write_text(f"{type(exc).__name__}: {exc}\n")
-        return None
+        return None, f"stall bundle not written to {check.bundle_dir}: {type(exc).__name__}: {exc}"
     _retain(check.bundle_dir, check.keep_bundles)
-    return root
+    return root, None
 
 
 def _retain(bundle_dir: Path, keep: int) -> None:

@@ -113,10 +113,6 @@ def test_watch_with_unwritable_bundle_dir_still_alerts(watch_unwritable: CliRun)
     assert watch_unwritable.rc == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="watchdog/run.py: _keep_evidence swallows the OSError; nothing says the bundle is lost",
-)
 def test_watch_with_unwritable_bundle_dir_says_so(watch_unwritable: CliRun) -> None:
     """BU3 (message): the run says the stall bundle could not be written, and where."""
     out = watch_unwritable.stdout + watch_unwritable.stderr

@@ -43,10 +43,6 @@ from tests.reliability.harness import (
 
 pytestmark = pytest.mark.timeout(120)
 
-NO_PARTIAL_BLIND_SPOT = pytest.mark.xfail(
-    strict=True,
-    reason="load.py: an ok probe with a reason (partial evidence) is not a blind spot yet",
-)
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +106,6 @@ def test_nvml_raising_on_one_gpu_keeps_the_others(one_gpu_lost: tuple[CliRun, Pa
     assert_other_evidence(out)
 
 
-@NO_PARTIAL_BLIND_SPOT
 def test_nvml_raising_on_one_gpu_is_a_blind_spot(one_gpu_lost: tuple[CliRun, Path]) -> None:
     """NV3 (verdict): the verdict names the GPU NVML could not read."""
     find_blind(one_gpu_lost[0], "GPU 1", "GPU is lost")

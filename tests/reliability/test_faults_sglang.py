@@ -39,10 +39,6 @@ KEY = "sk-reliability-0123456789abcdef"
 ENGINE_PATHS = ("/model_info", "/server_info", "/v1/loads", "/metrics")
 # Not yet in the verdict: load.py makes no blind spot of a failed engine/router probe (only of an
 # answer it cannot parse), and the analysis reads such an engine as "unknown" without saying why.
-NO_BLIND_SPOT = pytest.mark.xfail(
-    strict=True,
-    reason="load.py: a failed (denied / broken / oversized) SGLang probe is not a blind spot yet",
-)
 
 
 def attach(url: str, out: Path, *extra: str) -> tuple[CliRun, Path]:
@@ -150,7 +146,6 @@ def test_engine_truncated_body_is_recorded(truncated: Case) -> None:
     assert_other_evidence(out)
 
 
-@NO_BLIND_SPOT
 def test_engine_truncated_body_is_a_blind_spot(truncated: Case) -> None:
     """SG6 (verdict): the verdict names the broken answers."""
     run, _, url = truncated
@@ -171,7 +166,6 @@ def test_engine_huge_body_is_not_kept(huge: Case) -> None:
     assert_other_evidence(out)
 
 
-@NO_BLIND_SPOT
 def test_engine_huge_body_is_a_blind_spot(huge: Case) -> None:
     """SG7 (verdict): the verdict names the oversized answers."""
     run, _, url = huge
@@ -205,7 +199,6 @@ def test_api_key_missing_is_denied(nokey: tuple[CliRun, Path], keyed: Standin) -
     assert_other_evidence(out)
 
 
-@NO_BLIND_SPOT
 def test_api_key_missing_is_a_blind_spot(nokey: tuple[CliRun, Path], keyed: Standin) -> None:
     """SG8 (verdict): the verdict says the engine wants an API key."""
     find_blind(nokey[0], keyed.url, "--api-key")
@@ -269,11 +262,6 @@ def test_engine_port_closed(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- SG13: huge integer
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="parsers/sglang.py: a 5000-digit integer body raises ValueError, not ParseError; "
-    "load.py lets it through and attach ends in 'internal error' with no verdict",
-)
 def test_engine_answering_a_huge_integer(tmp_path: Path) -> None:
     """SG13: an engine port answering one 5000-digit integer (valid JSON, over CPython's int limit):
     blind spots like any other unreadable body, not a crash."""

@@ -138,7 +138,7 @@ def _byte_ops(draw: st.DrawFn, data: bytes) -> bytes:
             data = tf.insert_invalid_utf8(data, draw(st.integers(0, len(data))))
         else:
             # at most 3 x 1000 digits: below CPython's 4300-digit int limit, whose crash is
-            # test_huge_integer_* below (xfail)
+            # test_huge_integer_* below
             data = tf.insert_digits(
                 data, draw(st.integers(0, len(data))), draw(st.sampled_from([400, 1000]))
             )
@@ -213,7 +213,7 @@ def bundle_sources() -> Iterator[tuple[Path, ...]]:
 # Manifest fields the hypothesis search may rewrite with any JSON value. The typed fields of the
 # records and of the manifest (artifact, node_ip, sample, started_at, elapsed_s, created_at,
 # window_s, sample_times, target) are not searched: each of them still crashes the loader when
-# given a wrong type; test_manifest_field_of_the_wrong_type below holds those cases (xfail).
+# given a wrong type; test_manifest_field_of_the_wrong_type below holds those cases.
 _SEARCHED_FIELDS = ("meta", "reason", "options", "command", "hosts", "tool_version", "finished_at")
 
 
@@ -368,16 +368,6 @@ def test_fuzz_damaged_artefact_is_a_named_blind_spot(
 
 # --------------------------------------------------------------------------- known crashers
 
-TYPED_FIELDS = pytest.mark.xfail(
-    strict=True,
-    reason="bundle.py: ProbeRecord/Manifest.from_json do not check field types or float range "
-    "(and topology.py iterates target.sglang_urls as given): a crash, not BundleInvalid",
-)
-HUGE_INT = pytest.mark.xfail(
-    strict=True,
-    reason="parsers ray_state/processes/sglang: json.loads raises ValueError (not ParseError) on "
-    "an integer of more than 4300 digits; load.py lets it through",
-)
 RECORD_FIELDS = [
     ("artifact", [1]),
     ("artifact", 1),
@@ -409,7 +399,6 @@ def _analyse_or_refuse(root: Path, change: Callable[[dict[str, Any]], None], tmp
     _render_all(analysed.diagnosis)
 
 
-@TYPED_FIELDS
 @pytest.mark.parametrize(
     ("field", "value"),
     RECORD_FIELDS + MANIFEST_FIELDS,
@@ -433,7 +422,6 @@ def test_manifest_field_of_the_wrong_type(tmp_path: Path, field: str, value: Any
 HUGE = b"9" * 5000  # CPython refuses int() of more than 4300 digits (ValueError)
 
 
-@HUGE_INT
 @pytest.mark.parametrize(
     "parse",
     [parse_actors, parse_tasks, parse_nodes, parse_jobs, parse_node_summary, parse_processes],
@@ -443,9 +431,6 @@ def test_huge_integer_is_a_parse_error(parse: Callable[[Any], tuple[Any, ...]]) 
     _parses_or_refuses(parse, HUGE, object)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bundle.py: open_bundle lets json.loads' ValueError (4300 digits) through"
-)
 def test_huge_integer_manifest_is_refused(tmp_path: Path) -> None:
     """FZ7 (manifest): a manifest.json that is one 5000-digit integer: BundleInvalid."""
     (tmp_path / "b").mkdir()
@@ -454,7 +439,6 @@ def test_huge_integer_manifest_is_refused(tmp_path: Path) -> None:
         open_bundle(tmp_path / "b")
 
 
-@HUGE_INT
 def test_huge_integer_artefact_is_a_blind_spot(tmp_path: Path) -> None:
     """FZ7 (bundle): the same body as an artefact: a blind spot, not a crash of `analyse`."""
     root = BUNDLES / "gpu-2xh200-ray-nccl-hang"
