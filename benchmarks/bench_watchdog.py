@@ -1,0 +1,179 @@
+"""Target 4b: what the watchdog costs the machine: CPU of `check` (cron, every 60 s) and `watch`
+(a long-lived loop, at its default --interval), as a share of one core. Target: under 1%.
+
+Measured on the demo job: the CPU seconds of the CLI's whole process tree (its py-spy children
+included, from wait4) per run, without waiting an hour:
+
+- `check`: RUNS separate runs; share = cpu per run / 60 s (a new interpreter every minute).
+- `watch`: one `watch --interval 1 --max-runs WATCH_RUNS` process; psutil reads its CPU (its own
+  and its reaped children's: every py-spy run) each time it prints a run's status line: the
+  differences are the CPU of one loop iteration (runs back to back: no idle time in them). Another
+  `watch --interval IDLE_INTERVAL_S` is read for IDLE_S seconds while it waits between runs, then
+  stopped with SIGTERM: the CPU of the idle loop. Share at the default interval I = (iteration +
+  idle rate x (I - iteration wall time)) / I.
+
+Standalone: ``python -m benchmarks.bench_watchdog``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import signal
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.demo_job import DemoJob, running_demo
+from benchmarks.machine import cli_env, env_with, hangdoctor_argv, load_snapshot
+from benchmarks.measure import Measured, run_measured, summary
+
+RUNS = 5
+WATCH_RUNS = 5  # status lines: 4 iterations measured
+CRON_INTERVAL_S = 60.0
+IDLE_INTERVAL_S = 60.0
+IDLE_S = 15.0
+TARGET_SHARE = 0.01
+
+
+def default_watch_interval() -> float:
+    from slime_hangdoctor import cli
+
+    return float(inspect.signature(cli.watch).parameters["interval"].default)
+
+
+def _check(job: DemoJob, state: Path) -> Measured:
+    argv = [*hangdoctor_argv(), "check", job.dashboard_url, "--state-file", str(state)]
+    return run_measured(argv, timeout=120, env=cli_env())
+
+
+def _watch_argv(job: DemoJob, state: Path, runs: int, interval: float) -> list[str]:
+    return [
+        *hangdoctor_argv(),
+        "watch",
+        job.dashboard_url,
+        "--state-file",
+        str(state),
+        "--interval",
+        str(interval),
+        "--max-runs",
+        str(runs),
+    ]
+
+
+def _tree_cpu(proc: Any) -> float:
+    t = proc.cpu_times()
+    return float(t.user + t.system + t.children_user + t.children_system)
+
+
+def _watch_iterations(job: DemoJob, state: Path) -> dict[str, Any]:
+    """CPU and wall time between consecutive status lines of one `watch --interval 1`."""
+    import psutil
+
+    argv = _watch_argv(job, state, WATCH_RUNS, 1.0)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, text=True, env=env_with(cli_env()), start_new_session=True
+    )
+    marks: list[tuple[float, float]] = []
+    try:
+        ps = psutil.Process(proc.pid)
+        assert proc.stdout is not None
+        for _ in range(WATCH_RUNS):
+            line = proc.stdout.readline()
+            if not line:
+                break
+            marks.append((time.monotonic(), _tree_cpu(ps)))
+        proc.wait(timeout=120)
+    finally:
+        _stop(proc)
+    cpu = [b[1] - a[1] for a, b in zip(marks, marks[1:], strict=False)]
+    wall = [b[0] - a[0] for a, b in zip(marks, marks[1:], strict=False)]
+    return {"cpu_s": summary(cpu), "wall_s": summary(wall), "rc": proc.returncode}
+
+
+def _watch_idle(job: DemoJob, state: Path) -> dict[str, Any]:
+    """CPU per second of `watch` waiting between two runs."""
+    import psutil
+
+    argv = _watch_argv(job, state, 2, IDLE_INTERVAL_S)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, text=True, env=env_with(cli_env()), start_new_session=True
+    )
+    try:
+        ps = psutil.Process(proc.pid)
+        assert proc.stdout is not None
+        proc.stdout.readline()  # the first run is done
+        time.sleep(1.0)
+        before = _tree_cpu(ps)
+        time.sleep(IDLE_S)
+        after = _tree_cpu(ps)
+        threads = ps.num_threads()
+    finally:
+        _stop(proc)
+    return {"cpu_per_s": round((after - before) / IDLE_S, 5), "threads_while_idle": threads}
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM (watch stops between runs), then SIGKILL the group if it does not."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+def measure(job: DemoJob, runs: int = RUNS) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="hd-bench-watchdog-") as tmp:
+        state = Path(tmp) / "state.json"
+        checks = [_check(job, state) for _ in range(runs)]
+        iterations = _watch_iterations(job, Path(tmp) / "watch.json")
+        idle = _watch_idle(job, Path(tmp) / "idle.json")
+    check_cpu = statistics.median(m.cpu_s for m in checks)
+    check_wall = statistics.median(m.wall_s for m in checks)
+    iteration_cpu = iterations["cpu_s"]["median"]
+    iteration_wall = iterations["wall_s"]["median"]
+    idle_rate = idle["cpu_per_s"]
+    interval = default_watch_interval()
+    watch_share = (iteration_cpu + idle_rate * max(0.0, interval - iteration_wall)) / interval
+    check_share = check_cpu / CRON_INTERVAL_S
+    return {
+        "check": {
+            "cpu_s": summary([m.cpu_s for m in checks]),
+            "psutil_cpu_s": summary([m.psutil_cpu_s for m in checks]),
+            "wall_s": summary([m.wall_s for m in checks]),
+            "peak_rss_mib": summary([m.peak_rss_mib for m in checks]),
+            "exit_codes": [m.rc for m in checks],
+            "interval_s": CRON_INTERVAL_S,
+            "share_of_one_core": round(check_share, 5),
+            "met": check_share < TARGET_SHARE,
+            "wall_s_median": round(check_wall, 3),
+        },
+        "watch": {
+            "default_interval_s": interval,
+            "iterations": iterations,
+            "iteration_cpu_s": iteration_cpu,
+            "iteration_wall_s": iteration_wall,
+            "idle_cpu_per_s": idle_rate,
+            "threads_while_idle": idle["threads_while_idle"],
+            "share_of_one_core": round(watch_share, 5),
+            "met": watch_share < TARGET_SHARE,
+        },
+        "load": load_snapshot(),
+    }
+
+
+def run(shared: DemoJob | None = None) -> dict[str, Any]:
+    if shared is not None:
+        return measure(shared)
+    with running_demo() as job:
+        return measure(job)
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(), indent=2))

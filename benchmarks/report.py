@@ -1,0 +1,584 @@
+"""docs/performance.md from the results of benchmarks/run.py (numbers only come from the JSON;
+the analysis of misses and fixes is benchmarks/findings.md, included verbatim)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+FINDINGS = Path(__file__).resolve().parent / "findings.md"
+
+
+def _s(v: Any, unit: str = "s", digits: int = 2) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, dict):
+        if not v:
+            return "n/a"
+        med, lo, hi = v.get("median"), v.get("min"), v.get("max")
+        if lo == hi or v.get("n", 1) == 1:
+            return f"{med:.{digits}f} {unit}".strip()
+        shown = f"{med:.{digits}f} {unit}".strip()
+        return f"{shown} ({lo:.{digits}f}-{hi:.{digits}f})"
+    return f"{float(v):.{digits}f} {unit}".strip()
+
+
+def _met(ok: Any) -> str:
+    return "**met**" if ok else "**missed**"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _load(load: dict[str, Any] | None) -> str:
+    if not load:
+        return "n/a"
+    la = load.get("loadavg", [])
+    return (
+        f"load average {la[0]:.2f} / {la[1]:.2f} / {la[2]:.2f}, "
+        f"{load.get('processes')} processes, {load.get('ray_or_sglang_titled_processes')} "
+        "ray::/sglang:: titled"
+    )
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def _machine(r: dict[str, Any]) -> str:
+    m = r.get("machine", {})
+    rows = [
+        ["CPU", f"{m.get('nproc')} cores ({m.get('cpu')})"],
+        ["RAM", f"{m.get('ram_gib')} GiB"],
+        ["kernel", str(m.get("kernel"))],
+        ["OS", str(m.get("os"))],
+        ["Python", str(m.get("python"))],
+        ["ray", str(m.get("ray"))],
+        ["py-spy", str(m.get("py-spy"))],
+        ["psutil / typer / rich", f"{m.get('psutil')} / {m.get('typer')} / {m.get('rich')}"],
+        ["slime-hangdoctor", f"{m.get('slime-hangdoctor')} (git {m.get('git')})"],
+        ["CLI measured", f"`{m.get('cli')}`"],
+        ["run", f"{r.get('started')}, {r.get('duration_s')} s"],
+        ["machine load at start", _load(r.get("load_start"))],
+        ["machine load at end", _load(r.get("load_end"))],
+    ]
+    for rerun in r.get("reruns", []):
+        rows.append(
+            [
+                "re-run since",
+                f"{', '.join(rerun['only'])} at {rerun['started']} (git {rerun.get('git')})",
+            ]
+        )
+    return _table(["", ""], rows)
+
+
+def _summary(r: dict[str, Any]) -> str:
+    rows: list[list[str]] = []
+    v = r.get("verdict", {})
+    for c in v.get("configs", []):
+        rows.append(
+            [
+                f"1. time to verdict: `attach`, {c['slime_processes']} slime processes "
+                f"(demo `{c['fault']}`{' ' + ' '.join(c['extra_args']) if c['extra_args'] else ''})",
+                _s(c["wall_s"]),
+                f"<= {c['budget_s']:.1f} s (window 3 s + 2 s)",
+                _met(c["met"]),
+            ]
+        )
+    rs = r.get("ray_stack", {})
+    if "ratio" in rs:
+        rows.append(
+            [
+                f"2. stack collection vs `ray stack` ({rs['processes']} processes), ratio",
+                f"{rs['ratio']['median']:.3f} (first round {rs['ratio_first_round']:.3f}); "
+                f"with --native {rs['ratio_native']['median']:.3f}",
+                f"<= {rs['target_ratio']}",
+                _met(rs["met"]),
+            ]
+        )
+    sc = r.get("scale", {})
+    if "sizes" in sc:
+        rows.append(
+            [
+                "3. scale: stack collection growth 16 -> 128 targets",
+                f"x{sc['stack_growth']} for x{sc['target_growth']} targets",
+                "sub-linear",
+                _met(sc["sublinear"]),
+            ]
+        )
+        rows.append(
+            [
+                f"3. scale: `attach --local` at {sc['sizes'][-1]['targets']['median']:.0f} targets",
+                _s(sc["sizes"][-1]["wall_s"]),
+                f"<= {sc['budget_s']:.1f} s (window 3 s + 5 s)",
+                _met(sc["attach_at_largest_s"] <= sc["budget_s"]),
+            ]
+        )
+    p = r.get("pause", {})
+    for t in p.get("targets", []):
+        b, n = t["modes"]["blocking"], t["modes"]["nonblocking"]
+        rows.append(
+            [
+                f"4. pause of one py-spy dump, busy target with {t['threads']} thread(s)",
+                f"blocking: stall {_s(b['longest_stall_ms'], 'ms', 1)}, lost "
+                f"{b['lost_ms']['median']:.1f} ms; --nonblocking: stall "
+                f"{n['longest_stall_ms']['median']:.1f} ms, lost {n['lost_ms']['median']:.1f} ms",
+                "reported",
+                "reported",
+            ]
+        )
+    w = r.get("watchdog", {})
+    if "check" in w:
+        rows.append(
+            [
+                "4. `check` every 60 s, share of one core",
+                f"{100 * w['check']['share_of_one_core']:.2f} %",
+                "< 1 %",
+                _met(w["check"]["met"]),
+            ]
+        )
+        rows.append(
+            [
+                f"4. `watch` at its default --interval {w['watch']['default_interval_s']:.0f} s",
+                f"{100 * w['watch']['share_of_one_core']:.2f} %",
+                "< 1 %",
+                _met(w["watch"]["met"]),
+            ]
+        )
+    st = r.get("startup", {})
+    if "wall_s" in st:
+        rows.append(
+            [
+                "5. `slime-hangdoctor --help`",
+                _s(st["wall_s"], "s", 3),
+                f"< {st['target_s']} s",
+                _met(st["met"]),
+            ]
+        )
+    for c in v.get("configs", [])[:1]:
+        rows.append(
+            [
+                "5. memory of the CLI during `attach` (peak RSS; with its children)",
+                f"{c['cli_peak_rss_mib']['median']:.0f} MiB; "
+                f"{c['cli_tree_peak_rss_mib']['median']:.0f} MiB",
+                "reported",
+                "reported",
+            ]
+        )
+    return _table(["target", "measured (median, min-max)", "goal", "result"], rows)
+
+
+def _verdict(r: dict[str, Any]) -> str:
+    v = r.get("verdict", {})
+    if "error" in v:
+        return f"Not measured: {v['error']}"
+    parts: list[str] = []
+    for c in v.get("configs", []):
+        extra = " " + " ".join(c["extra_args"]) if c["extra_args"] else ""
+        parts.append(
+            f"### Demo `{c['fault']}`{extra}: {c['slime_processes']} slime processes on one node\n\n"
+            f"`attach URL --quiet` (text report), {c['wall_s']['n']} runs: **{_s(c['wall_s'])}** "
+            f"(goal {c['budget_s']:.1f} s: {_met(c['met'])}); exit codes {c['exit_codes']}; "
+            f"CPU of the CLI and its children {_s(c['cli_cpu_s'])}; peak RSS of the CLI "
+            f"{_s(c['cli_peak_rss_mib'], 'MiB', 0)}, with its children "
+            f"{_s(c['cli_tree_peak_rss_mib'], 'MiB', 0)}. Machine: {_load(c.get('load'))}.\n"
+        )
+        runs = c["breakdown_runs"]
+        phase_names = list(runs[0]["phases"])
+        rows = [[p, *[f"{b['phases'][p]:.3f}" for b in runs]] for p in phase_names]
+        rows.append(
+            [
+                "  of which analysis (re-timed)",
+                *[f"{b['analysis_render']['analysis_s']:.3f}" for b in runs],
+            ]
+        )
+        rows.append(
+            [
+                "  of which render (re-timed)",
+                *[f"{b['analysis_render']['render_s']:.3f}" for b in runs],
+            ]
+        )
+        parts.append(
+            "Breakdown (runs with `--out`, which also write the .tar.gz), seconds:\n\n"
+            + _table(["phase", *[f"run {i + 1}" for i in range(len(runs))]], rows)
+        )
+        mid = sorted(runs, key=lambda b: b["phases"]["total"])[len(runs) // 2]
+        prow = [
+            [
+                kind,
+                str(p["count"]),
+                f"{p['span_s']:.3f}",
+                f"{p['sum_s']:.3f}",
+                f"{p['max_s']:.3f}",
+                ", ".join(f"{k} {n}" for k, n in p["outcomes"].items()),
+            ]
+            for kind, p in mid["probes"].items()
+        ]
+        parts.append(
+            f"Probes of the median run ({mid['phases']['total']:.2f} s), by kind and sample "
+            "(span = first start to last end; probes of one kind run concurrently):\n\n"
+            + _table(["probe [sample]", "count", "span s", "sum s", "max s", "outcomes"], prow)
+        )
+    return "\n\n".join(parts)
+
+
+def _ray_stack(r: dict[str, Any]) -> str:
+    rs = r.get("ray_stack", {})
+    if "error" in rs:
+        return f"Not measured: {rs['error']}"
+    if "rounds" not in rs:
+        return "Not measured."
+    rows = []
+    for i, x in enumerate(rs["rounds"]):
+        ray = x["ray_stack"]
+        rows.append(
+            [
+                str(i + 1),
+                x["order"],
+                str(len(ray["pids"])),
+                f"{ray['wall_s']:.2f}",
+                f"{ray['dump_loop_s']:.2f}",
+                f"{x['ours']['wall_s']:.3f}",
+                f"{x['ours_native']['wall_s']:.2f}",
+                f"{x['ratio']:.3f}",
+                f"{x['ratio_native']:.3f}",
+                "yes" if x.get("same_pids") else "no",
+            ]
+        )
+    table = _table(
+        [
+            "round",
+            "order",
+            "processes",
+            "`ray stack` wall s",
+            "its dump loop s",
+            "ours s",
+            "ours --native s",
+            "ratio",
+            "ratio --native",
+            "same pids",
+        ],
+        rows,
+    )
+    titles = rs["rounds"][0]["ray_stack"].get("titles")
+    picked = (
+        f"`ray stack` picks its processes with `ps aux | grep -E ' ray::|default_worker.py'`: here "
+        f"{', '.join(f'`{t}`' for t in titles)} (every `ray::` process, Ray's agents and idle "
+        "workers included; not the driver, nor the SGLang server, scheduler and detokenizer "
+        "children that `attach` dumps); ours dumps the same pids. "
+        if titles
+        else ""
+    )
+    return (
+        f"{table}\n\n{picked}Ratio = our wall time / `ray stack`'s wall time in the same round. Median "
+        f"ratio {rs['ratio']['median']:.3f} (Python stacks, the product's default) and "
+        f"{rs['ratio_native']['median']:.3f} with `--native` (what `ray stack` collects): "
+        f"{_met(rs['met'])} (goal <= {rs['target_ratio']}). Against `ray stack`'s dump loop alone "
+        f"(without its ~{rs['rounds'][0]['ray_stack']['cli_overhead_s']:.1f} s of CLI start-up): "
+        f"{rs['rounds'][0]['ratio_vs_dump_loop']:.3f} and "
+        f"{rs['rounds'][0]['ratio_native_vs_dump_loop']:.3f} in round 1. "
+        f"Machine: {_load(rs.get('load'))}."
+    )
+
+
+def _scale(r: dict[str, Any]) -> str:
+    sc = r.get("scale", {})
+    if "error" in sc:
+        return f"Not measured: {sc['error']}"
+    if "sizes" not in sc:
+        return "Not measured."
+    rows = []
+    for s in sc["sizes"]:
+        rows.append(
+            [
+                str(s["requested"]),
+                f"{s['targets']['median']:.0f}",
+                _s(s["stack_s"]),
+                _s(s["ms_per_target"], "", 1) if "ms_per_target" in s else "n/a",
+                _s(s["process_scan_s"], "s", 3),
+                _s(s["wall_s"]),
+                _s(s["cli_cpu_s"]),
+                _s(s["cli_peak_rss_mib"], "MiB", 0),
+            ]
+        )
+    table = _table(
+        [
+            "titled processes",
+            "targets dumped",
+            "stack collection per sample",
+            "ms per target",
+            "process scan",
+            "`attach --local` wall",
+            "CPU (CLI + py-spy)",
+            "CLI peak RSS",
+        ],
+        rows,
+    )
+    return (
+        f"{table}\n\nStack collection is one sample's first dump start to last dump end (both "
+        "samples of each `--out` run, two rounds over the sizes in alternating order); ms per "
+        "target is that divided by the targets dumped.\n\n"
+        f"Stack collection grew x{sc['stack_growth']} for x{sc['target_growth']} "
+        f"targets: {'sub-linear' if sc['sublinear'] else 'not sub-linear'} "
+        f"({_met(sc['sublinear'])}); `attach` at the largest size took "
+        f"{sc['attach_at_largest_s']:.2f} s (goal {sc['budget_s']:.1f} s: "
+        f"{_met(sc['attach_at_largest_s'] <= sc['budget_s'])}). Machine at the largest size: "
+        f"{_load(sc['sizes'][-1].get('load'))}."
+    )
+
+
+def _pause(r: dict[str, Any]) -> str:
+    p = r.get("pause", {})
+    if "error" in p:
+        return f"Not measured: {p['error']}"
+    rows = []
+    for t in p.get("targets", []):
+        for mode in ("blocking", "nonblocking", "baseline"):
+            m = t["modes"][mode]
+            rows.append(
+                [
+                    str(t["threads"]),
+                    mode if mode != "baseline" else "no dump (baseline)",
+                    _s(m["dump_ms"], "ms", 1),
+                    _s(m["longest_stall_ms"], "ms", 1),
+                    _s(m["lost_ms"], "ms", 1),
+                ]
+            )
+    return (
+        _table(
+            [
+                "target threads",
+                "py-spy dump",
+                "dump wall",
+                "target's longest stall",
+                "target's lost progress",
+            ],
+            rows,
+        )
+        + f"\n\n{p.get('samples')} dumps per mode, interleaved. Machine: {_load(p.get('load'))}."
+    )
+
+
+def _watchdog(r: dict[str, Any]) -> str:
+    w = r.get("watchdog", {})
+    if "error" in w:
+        return f"Not measured: {w['error']}"
+    if "check" not in w:
+        return "Not measured."
+    c, wa = w["check"], w["watch"]
+    rows = [
+        [
+            "`check` (cron every 60 s)",
+            _s(c["cpu_s"], "s", 3),
+            _s(c["wall_s"]),
+            f"{100 * c['share_of_one_core']:.2f} %",
+            _met(c["met"]),
+        ],
+        [
+            f"`watch --interval {wa['default_interval_s']:.0f}` (default)",
+            f"{wa['iteration_cpu_s']:.3f} s per iteration + {wa['idle_cpu_per_s'] * 1000:.2f} ms/s idle",
+            f"{wa['iteration_wall_s']:.2f} s",
+            f"{100 * wa['share_of_one_core']:.2f} %",
+            _met(wa["met"]),
+        ],
+    ]
+    return (
+        _table(
+            ["mode", "CPU per run (CLI + children)", "wall per run", "share of one core", "< 1 %"],
+            rows,
+        )
+        + f"\n\n`check`: CPU from wait4 (the CLI and every child it waited for), exit codes "
+        f"{c['exit_codes']}, peak RSS {_s(c['peak_rss_mib'], 'MiB', 0)}; psutil polling of the "
+        f"same runs saw {_s(c['psutil_cpu_s'], 's', 3)} (its last poll misses the final moments). "
+        f"`watch`: {wa['iterations']['cpu_s']['n']} iterations of one `watch --interval 1` "
+        f"process, CPU {_s(wa['iterations']['cpu_s'], 's', 3)} and wall "
+        f"{_s(wa['iterations']['wall_s'])} each; waiting between runs it used "
+        f"{wa['idle_cpu_per_s'] * 1000:.2f} ms of CPU per second with "
+        f"{wa['threads_while_idle']} thread(s). Machine: {_load(w.get('load'))}."
+    )
+
+
+def _startup(r: dict[str, Any]) -> str:
+    st = r.get("startup", {})
+    if "error" in st:
+        return f"Not measured: {st['error']}"
+    if "wall_s" not in st:
+        return "Not measured."
+    imports = ", ".join(
+        f"`{i['module']}` {i['cumulative_ms']} ms" for i in st["slowest_imports"][:6]
+    )
+    heavy = ", ".join(st["heavy_modules_imported"]) or "none"
+    return (
+        f"`{' '.join(st['argv'])}`: {_s(st['wall_s'], 's', 3)} over {st['wall_s']['n']} runs "
+        f"(first run {st['first_run_s']:.3f} s), peak RSS {_s(st['peak_rss_mib'], 'MiB', 0)}: "
+        f"{_met(st['met'])} (goal < {st['target_s']} s); without a bytecode cache "
+        f"(PYTHONDONTWRITEBYTECODE=1, every module compiled from source) "
+        f"{_s(st.get('wall_s_without_bytecode_cache'), 's', 3)}. Heavy modules imported by "
+        f"`--help`: {heavy}. Slowest imports: {imports}.\n\n" + _memory(r)
+    )
+
+
+def _memory(r: dict[str, Any]) -> str:
+    rows = []
+    for c in r.get("verdict", {}).get("configs", []):
+        rows.append(
+            [
+                f"`attach`, demo `{c['fault']}` ({c['slime_processes']} processes)",
+                _s(c["cli_peak_rss_mib"], "MiB", 0),
+                _s(c["cli_tree_peak_rss_mib"], "MiB", 0),
+            ]
+        )
+    for sz in r.get("scale", {}).get("sizes", []):
+        rows.append(
+            [
+                f"`attach --local`, {sz['targets']['median']:.0f} targets",
+                _s(sz["cli_peak_rss_mib"], "MiB", 0),
+                "",
+            ]
+        )
+    check = r.get("watchdog", {}).get("check")
+    if check:
+        rows.append(["`check`", _s(check["peak_rss_mib"], "MiB", 0), ""])
+    if not rows:
+        return ""
+    return "Memory of the CLI (peak RSS, psutil every 20 ms):\n\n" + _table(
+        ["run", "CLI process", "CLI and its children (py-spy)"], rows
+    )
+
+
+def _before_after(r: dict[str, Any], b: dict[str, Any] | None) -> str:
+    if not b:
+        return "No `before-fixes` results stored."
+    rows: list[list[str]] = []
+    for after, before in zip(
+        r.get("verdict", {}).get("configs", []),
+        b.get("verdict", {}).get("configs", []),
+        strict=False,
+    ):
+        rows.append(
+            [
+                f"`attach`, demo `{after['fault']}` ({after['slime_processes']} processes)",
+                _s(before["wall_s"]),
+                _s(after["wall_s"]),
+            ]
+        )
+        for phase in ("discovery", "sample1", "total"):
+            pb = [x["phases"][phase] for x in before["breakdown_runs"]]
+            pa = [x["phases"][phase] for x in after["breakdown_runs"]]
+            rows.append(
+                [
+                    f"  phase {phase} (median)",
+                    f"{sorted(pb)[len(pb) // 2]:.3f} s",
+                    f"{sorted(pa)[len(pa) // 2]:.3f} s",
+                ]
+            )
+    sa, sb = r.get("scale", {}), b.get("scale", {})
+    for after, before in zip(sa.get("sizes", []), sb.get("sizes", []), strict=False):
+        rows.append(
+            [
+                f"scale {after['requested']}: stack collection per sample",
+                _s(before["stack_s"]),
+                _s(after["stack_s"]),
+            ]
+        )
+        rows.append(
+            [
+                f"scale {after['requested']}: process scan",
+                _s(before["process_scan_s"], "s", 3),
+                _s(after["process_scan_s"], "s", 3),
+            ]
+        )
+        outs = [x["wall_s"] for x in after.get("breakdowns", [])]
+        after_out = sorted(outs)[len(outs) // 2] if outs else None
+        rows.append(
+            [
+                f"scale {after['requested']}: `attach --local --out`",
+                _s(before["wall_s"]),
+                _s(after_out) if after_out is not None else _s(after["wall_s"]),
+            ]
+        )
+    wa, wb = r.get("watchdog", {}), b.get("watchdog", {})
+    if "check" in wa and "check" in wb:
+        rows.append(
+            [
+                "`check` CPU per run",
+                _s(wb["check"]["cpu_s"], "s", 3),
+                _s(wa["check"]["cpu_s"], "s", 3),
+            ]
+        )
+        rows.append(
+            [
+                "`watch` CPU per iteration",
+                f"{wb['watch']['iteration_cpu_s']:.3f} s",
+                f"{wa['watch']['iteration_cpu_s']:.3f} s",
+            ]
+        )
+    ra, rb = r.get("ray_stack", {}), b.get("ray_stack", {})
+    if "ours_wall_s" in ra and "ours_wall_s" in rb:
+        rows.append(
+            [
+                "our stacks of `ray stack`'s processes",
+                _s(rb["ours_wall_s"], "s", 3),
+                _s(ra["ours_wall_s"], "s", 3),
+            ]
+        )
+    return (
+        f"Before: {b.get('started')} (git {b.get('machine', {}).get('git')}), machine "
+        f"{_load(b.get('load_start'))}. After: this run.\n\n"
+        + _table(["measure", "before fixes", "after fixes"], rows)
+    )
+
+
+def _profiles(r: dict[str, Any]) -> str:
+    profiles = dict(r.get("profiles", {}))
+    if r.get("scale", {}).get("profile"):
+        profiles["scale"] = r["scale"]["profile"]
+    if not profiles:
+        return "Every target was met in this run: no profile was taken."
+    parts = []
+    for name, p in profiles.items():
+        if "top" not in p:
+            continue
+        rows = [
+            [f"`{t['frame']}`", f"{100 * t['share']:.1f} %", f"{t['seconds']:.2f}"]
+            for t in p["top"]
+        ]
+        how = (
+            "`py-spy record --idle`, main thread (wall clock)"
+            if p.get("mode", "wall") == "wall"
+            else "`py-spy record --gil`, all threads (Python CPU)"
+        )
+        parts.append(
+            f"**{name}**: `{' '.join(p['argv'])}` under {how}, "
+            f"{p['wall_s_under_profiler']:.2f} s under the profiler; frames by inclusive share:\n\n"
+            + _table(["frame", "share", "seconds"], rows)
+        )
+    return "\n\n".join(parts)
+
+
+def render(results: dict[str, Any], baseline: dict[str, Any] | None) -> str:
+    findings = FINDINGS.read_text() if FINDINGS.exists() else ""
+    sections = [
+        "# Performance\n\n"
+        "Time to verdict, cost to the job and scale, measured by the benchmarks in `benchmarks/` "
+        "(run them all with `python -m benchmarks.run`; see benchmarks/README.md). This file is "
+        "written by that command from benchmarks/results/latest.json; the analysis of misses and "
+        "fixes comes from benchmarks/findings.md. The machine is shared with other work: the load "
+        "average is recorded with every benchmark, and medians of several runs are reported.",
+        "## Machine and versions\n\n" + _machine(results),
+        "## Summary\n\n" + _summary(results),
+        "## 1. Time to verdict\n\n" + _verdict(results),
+        "## 2. Beside `ray stack`\n\n" + _ray_stack(results),
+        "## 3. Scale on one node\n\n" + _scale(results),
+        "## 4. Cost to the job\n\n### The pause of one py-spy dump\n\n"
+        + _pause(results)
+        + "\n\n### CPU of the watchdog\n\n"
+        + _watchdog(results),
+        "## 5. Start-up and memory\n\n" + _startup(results),
+        "## 6. Misses, profiles and fixes\n\n" + findings.strip(),
+        "### Before and after the fixes\n\n" + _before_after(results, baseline),
+        "### Profiles of this run's misses\n\n" + _profiles(results),
+    ]
+    return "\n\n".join(s.strip() for s in sections) + "\n"
