@@ -62,11 +62,16 @@ _ASSIGN = re.compile(
 _BEARER = re.compile(r"(?P<k>Bearer\s+)(?P<v>[A-Za-z0-9._~+/=\-]+)", re.IGNORECASE)
 
 
+_HINT = re.compile(r"key|token|secret|passw|auth|bearer", re.IGNORECASE)
+
+
 def redact_text(text: str, known_secrets: tuple[str, ...] = ()) -> str:
     """Blank secret values in free text (JSON bodies, command lines, logs)."""
     for secret in known_secrets:
         if secret and len(secret) >= 4:
             text = text.replace(secret, REDACTED)
+    if not _HINT.search(text):
+        return text  # none of the patterns below can match: skip the four passes
     text = _JSON_FIELD.sub(
         lambda m: (
             m.group(0)

@@ -136,6 +136,7 @@ def _options_record(opts: CollectOptions) -> dict[str, Any]:
         "timeout_s": opts.timeout_s,
         "probe_timeout_s": opts.probe_timeout_s,
         "native": opts.native,
+        "stacks": opts.stacks,
         "health": opts.health,
         "health_generate": opts.health_generate,
         "flight_recorder": opts.flight_recorder,
@@ -186,7 +187,10 @@ def _sample(run: _Run, index: int) -> Topology:
         if run.tasks is None:
             run.say(f"connecting to Ray to reach {len(remote)} other node(s)")
             run.tasks = RayTasks(run.gcs_address, timeout_s=deadline.clamp(8.0))
-        specs = [(node, NodeSpec(node.node_ip, index, frozenset(pids))) for node, pids in remote]
+        specs = [
+            (node, NodeSpec(node.node_ip, index, frozenset(pids), stacks=opts.stacks))
+            for node, pids in remote
+        ]
         started = collect_remote(run.tasks, writer, specs, opts, deadline)
         if index == 0:
             gpu_specs = [(node, NodeSpec(node.node_ip, 0)) for node, _ in remote]
@@ -205,6 +209,7 @@ def _sample(run: _Run, index: int) -> Topology:
         index,
         roots=_local_roots(state, run),
         extra_pids=frozenset(_local_drivers(state, run)),
+        stacks=opts.stacks,
     )
     # Engines and routers are probed as soon as the process scan has found them, while the stacks
     # are dumped (a stuck scheduler holds /server_info for 2 s: that wait overlaps the dumps);

@@ -15,8 +15,15 @@ from typing import Any
 
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.errors import HangDoctorError
-from slime_hangdoctor.pipeline import attach
-from slime_hangdoctor.verdict import Diagnosis, ExitCode, Finding, Severity, unknown_verdict
+from slime_hangdoctor.pipeline import Analysed, attach
+from slime_hangdoctor.verdict import (
+    Diagnosis,
+    ExitCode,
+    Finding,
+    Severity,
+    Status,
+    unknown_verdict,
+)
 from slime_hangdoctor.watchdog.decide import CheckDecision, decide_check
 from slime_hangdoctor.watchdog.markers import progress_markers
 from slime_hangdoctor.watchdog.prom import write_prom_file
@@ -65,7 +72,7 @@ def _check_locked(address: str | None, opts: CollectOptions, check: CheckOptions
     now = time.time()
     loaded = load_state(check.state_file)
     notes = [loaded.problem] if loaded.problem else []
-    analysed = attach(address, opts, command="check")
+    analysed = _look(address, opts)
     diagnosis = analysed.diagnosis
     markers = (
         progress_markers(analysed.snapshot, analysed.topology)
@@ -98,6 +105,17 @@ def _check_locked(address: str | None, opts: CollectOptions, check: CheckOptions
     if check.log_file is not None:
         _log_run(check.log_file, diagnosis, decision, bundle, hook_rc, now, duration, notes)
     return CheckResult(diagnosis, decision.exit_code, decision, bundle, hook_rc, tuple(notes))
+
+
+def _look(address: str | None, opts: CollectOptions) -> Analysed:
+    """A first look without stacks (py-spy is most of a run's cost); stacks only when that look
+    does not already show the job progressing (or idle): a healthy job costs no ptrace at all."""
+    if not opts.stacks:
+        return attach(address, opts, command="check")
+    quick = attach(address, dataclasses.replace(opts, stacks=False), command="check")
+    if quick.diagnosis.verdict.status in (Status.PROGRESSING, Status.IDLE):
+        return quick
+    return attach(address, opts, command="check")
 
 
 def _annotate(diagnosis: Diagnosis, decision: CheckDecision, notes: list[str]) -> Diagnosis:
