@@ -75,15 +75,41 @@ def sample_node(
     topo = build_topology(partial_snapshot(writer))
     if on_scan is not None:
         on_scan(topo)
-    mine = [m for m in topo.members if m.node_ip in (None, spec.node_ip)]
     jobs: list[cf.Future[Any]] = []
     if spec.stacks:
-        for m in mine:
-            jobs.append(pool.submit(_stack, writer, m.pid, spec, opts, deadline))
+        jobs.extend(submit_stacks(writer, topo, spec, opts, deadline, pool))
     if spec.ras:
         jobs.append(pool.submit(_ras, writer, spec, opts, deadline))
     cf.wait(jobs, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
     return topo
+
+
+def submit_stacks(
+    writer: BundleWriter,
+    topo: Topology,
+    spec: NodeSpec,
+    opts: CollectOptions,
+    deadline: Deadline,
+    pool: cf.ThreadPoolExecutor,
+) -> list[cf.Future[Any]]:
+    """Start a py-spy dump of every slime process of this node."""
+    mine = [m for m in topo.members if m.node_ip in (None, spec.node_ip)]
+    return [pool.submit(_stack, writer, m.pid, spec, opts, deadline) for m in mine]
+
+
+def work_moved(writer: BundleWriter) -> bool:
+    """Did anything that moves only with work (tokens, Ray tasks, collectives, NVLink) change
+    between sample 0 and sample 1 of what the writer holds?"""
+    from slime_hangdoctor.markers import changed_markers, progress_markers, work_markers
+
+    manifest = writer.manifest()
+    seen = []
+    for sample in (0, 1):
+        probes = tuple(p for p in manifest.probes if p.sample in (sample, None))
+        with Bundle(writer.root, dataclasses.replace(manifest, probes=probes)) as view:
+            snap = load_snapshot(view)
+        seen.append(work_markers(progress_markers(snap, build_topology(snap))))
+    return bool(changed_markers(seen[0], seen[1]))
 
 
 def sample_gpus_over(

@@ -13,7 +13,10 @@ class CollectOptions:
     probe_timeout_s: float = 2.5  # one probe (HTTP request, py-spy dump, RAS query)
     concurrency: int = 8  # probes in flight at once
     native: bool = False  # py-spy --native (pauses the target longer)
-    stacks: bool = True  # py-spy stacks at all (the watchdog first looks without them)
+    stacks: bool = True  # py-spy stacks at all
+    # The watchdog's mode: no stacks at the first sample, and at the second only when nothing that
+    # moves with work (tokens, Ray tasks, collectives) moved in between: a healthy job costs no ptrace.
+    stacks_only_if_stalled: bool = False
     health: bool = False  # GET /health (>=0.4.10 runs a 1-token generation when the engine is idle)
     health_generate: bool = False  # GET /health_generate (runs a 1-token generation)
     flight_recorder: bool = False  # poke TORCH_NCCL_DEBUG_INFO_PIPE_FILE pipes (makes ranks dump)

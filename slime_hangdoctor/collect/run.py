@@ -26,6 +26,8 @@ from slime_hangdoctor.collect.node import (
     pids_by_node,
     sample_gpus_over,
     sample_node,
+    submit_stacks,
+    work_moved,
 )
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.collect.remote import RayTasks, RemoteNode, collect_remote, gather_remote
@@ -209,7 +211,7 @@ def _sample(run: _Run, index: int) -> Topology:
         index,
         roots=_local_roots(state, run),
         extra_pids=frozenset(_local_drivers(state, run)),
-        stacks=opts.stacks,
+        stacks=opts.stacks and not opts.stacks_only_if_stalled,
     )
     # Engines and routers are probed as soon as the process scan has found them, while the stacks
     # are dumped (a stuck scheduler holds /server_info for 2 s: that wait overlaps the dumps);
@@ -231,6 +233,10 @@ def _sample(run: _Run, index: int) -> Topology:
     if endpoints:
         run.say(f"sample {index + 1}/2: {len(endpoints)} engines and routers")
         cf.wait(endpoints, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
+    if index == 1 and opts.stacks and opts.stacks_only_if_stalled and not work_moved(writer):
+        run.say("nothing moved: taking the stacks")
+        dumps = submit_stacks(writer, topo, local_spec, opts, deadline, run.pool)
+        cf.wait(dumps, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
     return topo
 
 

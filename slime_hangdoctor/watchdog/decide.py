@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slime_hangdoctor.markers import Markers, changed_markers
 from slime_hangdoctor.verdict import ExitCode, Status, Verdict
-from slime_hangdoctor.watchdog.markers import Markers, changed_markers
 from slime_hangdoctor.watchdog.state import WatchState
 
 

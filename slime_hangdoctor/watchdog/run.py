@@ -15,17 +15,10 @@ from typing import Any
 
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.errors import HangDoctorError
+from slime_hangdoctor.markers import progress_markers
 from slime_hangdoctor.pipeline import Analysed, attach
-from slime_hangdoctor.verdict import (
-    Diagnosis,
-    ExitCode,
-    Finding,
-    Severity,
-    Status,
-    unknown_verdict,
-)
+from slime_hangdoctor.verdict import Diagnosis, ExitCode, Finding, Severity, unknown_verdict
 from slime_hangdoctor.watchdog.decide import CheckDecision, decide_check
-from slime_hangdoctor.watchdog.markers import progress_markers
 from slime_hangdoctor.watchdog.prom import write_prom_file
 from slime_hangdoctor.watchdog.state import LockHeld, load_state, run_lock, save_state
 
@@ -108,14 +101,9 @@ def _check_locked(address: str | None, opts: CollectOptions, check: CheckOptions
 
 
 def _look(address: str | None, opts: CollectOptions) -> Analysed:
-    """A first look without stacks (py-spy is most of a run's cost); stacks only when that look
-    does not already show the job progressing (or idle): a healthy job costs no ptrace at all."""
-    if not opts.stacks:
-        return attach(address, opts, command="check")
-    quick = attach(address, dataclasses.replace(opts, stacks=False), command="check")
-    if quick.diagnosis.verdict.status in (Status.PROGRESSING, Status.IDLE):
-        return quick
-    return attach(address, opts, command="check")
+    """One look in the watchdog's mode: stacks (most of a run's cost) only at the second sample,
+    and only when nothing that moves with work moved over the window."""
+    return attach(address, dataclasses.replace(opts, stacks_only_if_stalled=True), command="check")
 
 
 def _annotate(diagnosis: Diagnosis, decision: CheckDecision, notes: list[str]) -> Diagnosis:

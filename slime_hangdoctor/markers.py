@@ -32,6 +32,12 @@ def changed_markers(before: Markers, after: Markers) -> list[str]:
     return sorted(k for k, v in after.items() if k in before and before[k] != v)
 
 
+def work_markers(markers: Markers) -> Markers:
+    """The markers that only move with work (token counters, new Ray tasks, collectives, NVLink
+    traffic): not the stack digests, which also change while a CPU-hot loop spins in place."""
+    return {k: v for k, v in markers.items() if not k.startswith("stack:")}
+
+
 def _engine_counters(snapshot: Snapshot, out: Markers) -> None:
     from slime_hangdoctor.facts import SglangMetrics
 
