@@ -464,6 +464,8 @@ def watch(
             f"{time.strftime('%Y-%m-%dT%H:%M:%S')} exit={int(result.exit_code)} status={v.status.value} "
             f"stage={v.stage.value} {v.summary}",
         )
+        for note in result.notes:
+            typer.echo(f"  warning: {note}", err=True)
 
     rc = watch_loop(address, opts, copts, interval_s=interval, max_runs=max_runs, on_result=line)
     raise typer.Exit(int(rc))

@@ -14,8 +14,9 @@ class CollectOptions:
     concurrency: int = 8  # probes in flight at once
     native: bool = False  # py-spy --native (pauses the target longer)
     stacks: bool = True  # py-spy stacks at all
-    # The watchdog's mode: no stacks at the first sample, and at the second only when nothing that
-    # moves with work (tokens, Ray tasks, collectives) moved in between: a healthy job costs no ptrace.
+    # The watchdog's mode: stacks at the first sample, and at the second only when nothing that
+    # moves with work (tokens, Ray tasks, collectives) moved in between (a hang needs both samples to
+    # tell parked from moving; a progressing job needs no second set).
     stacks_only_if_stalled: bool = False
     health: bool = False  # GET /health (>=0.4.10 runs a 1-token generation when the engine is idle)
     health_generate: bool = False  # GET /health_generate (runs a 1-token generation)

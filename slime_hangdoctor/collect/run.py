@@ -30,7 +30,13 @@ from slime_hangdoctor.collect.node import (
     work_moved,
 )
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
-from slime_hangdoctor.collect.remote import RayTasks, RemoteNode, collect_remote, gather_remote
+from slime_hangdoctor.collect.remote import (
+    RayTasks,
+    RemoteNode,
+    collect_remote,
+    gather_remote,
+    node_blind_spot,
+)
 from slime_hangdoctor.errors import RayUnreachable
 from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.snapshot import Snapshot
@@ -65,6 +71,7 @@ class _Run:
     tasks: RayTasks | None = None
     threads: list[threading.Thread] | None = None
     remote_gpu: list[tuple[RemoteNode, Any]] | None = None
+    remote_seen: list[RemoteNode] | None = None
 
 
 def collect(
@@ -184,6 +191,18 @@ def _sample(run: _Run, index: int) -> Topology:
             run.gcs_address = _gcs_from_state(writer)
         run.threads = [_start_gpu_sampling(run)]
     remote = _remote_nodes(state, run)
+    if index == 0:
+        run.remote_seen = [node for node, _ in remote]
+    else:
+        alive = {node.node_id for node, _ in remote}
+        for node in run.remote_seen or []:
+            if node.node_id not in alive:
+                node_blind_spot(
+                    writer,
+                    node,
+                    index,
+                    "the node hosted slime actors at the first sample and is no longer alive",
+                )
     started: list[tuple[RemoteNode, Any]] = []
     if remote:
         if run.tasks is None:
@@ -211,7 +230,7 @@ def _sample(run: _Run, index: int) -> Topology:
         index,
         roots=_local_roots(state, run),
         extra_pids=frozenset(_local_drivers(state, run)),
-        stacks=opts.stacks and not opts.stacks_only_if_stalled,
+        stacks=opts.stacks and not (opts.stacks_only_if_stalled and index == 1),
     )
     # Engines and routers are probed as soon as the process scan has found them, while the stacks
     # are dumped (a stuck scheduler holds /server_info for 2 s: that wait overlaps the dumps);
@@ -234,7 +253,7 @@ def _sample(run: _Run, index: int) -> Topology:
         run.say(f"sample {index + 1}/2: {len(endpoints)} engines and routers")
         cf.wait(endpoints, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
     if index == 1 and opts.stacks and opts.stacks_only_if_stalled and not work_moved(writer):
-        run.say("nothing moved: taking the stacks")
+        run.say("nothing moved: taking the stacks again")
         dumps = submit_stacks(writer, topo, local_spec, opts, deadline, run.pool)
         cf.wait(dumps, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
     return topo

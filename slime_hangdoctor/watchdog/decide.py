@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slime_hangdoctor.markers import Markers, changed_markers
+from slime_hangdoctor.markers import Markers, changed_markers, work_markers
 from slime_hangdoctor.verdict import ExitCode, Status, Verdict
 from slime_hangdoctor.watchdog.state import WatchState
 
@@ -44,7 +44,9 @@ def decide_check(
     if verdict.status in (Status.PROGRESSING, Status.IDLE):
         state = WatchState(now, now, markers, None, runs)
         return CheckDecision(ExitCode.OK, 0.0, state, False, (), verdict.status.value)
-    moved = tuple(changed_markers(previous.markers, markers))
+    # Only markers that move with work restart the clock: a stack digest also changes while a CPU-hot
+    # loop spins in place (a sympy reward that never ends).
+    moved = tuple(changed_markers(work_markers(previous.markers), work_markers(markers)))
     last = previous.last_progress_at
     if moved and previous.last_run_at is not None:
         last = max(last or 0.0, previous.last_run_at)

@@ -101,8 +101,8 @@ def _check_locked(address: str | None, opts: CollectOptions, check: CheckOptions
 
 
 def _look(address: str | None, opts: CollectOptions) -> Analysed:
-    """One look in the watchdog's mode: stacks (most of a run's cost) only at the second sample,
-    and only when nothing that moves with work moved over the window."""
+    """One look in the watchdog's mode: the second sample's stacks (half of a run's py-spy cost)
+    only when nothing that moves with work moved over the window."""
     return attach(address, dataclasses.replace(opts, stacks_only_if_stalled=True), command="check")
 
 
