@@ -52,6 +52,8 @@ class _Acc:
     def __init__(self) -> None:
         self.actors: dict[str, RayActor] = {}
         self.tasks: dict[str, RayTask] = {}
+        # task ids of each running-tasks answer, by (sample, time): the newest one says what still runs
+        self.running: dict[tuple[int, float], set[str]] = {}
         self.nodes: dict[str, RayNode] = {}
         self.jobs: list[RayJob] = []
         self.processes: list[ProcessesObs] = []
@@ -92,7 +94,7 @@ def load_snapshot(bundle: Bundle) -> Snapshot:
             )
     nvml_nodes = {g.node_ip for g in acc.gpus}
     acc.gpus.extend(g for g in acc.summary_gpus if g.node_ip not in nvml_nodes)
-    latest_tasks = _latest_running_tasks(bundle)
+    latest_tasks = acc.running[max(acc.running)] if acc.running else None
     tasks = tuple(
         t for t in acc.tasks.values() if latest_tasks is None or t.task_id in latest_tasks
     )
@@ -152,8 +154,10 @@ def _load_dashboard(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
             acc.actors[a.actor_id] = a
         acc.ray_seen = True
     elif endpoint.startswith("/api/v0/tasks"):
-        for t in ray_state.parse_tasks(data):
+        tasks = ray_state.parse_tasks(data)
+        for t in tasks:
             acc.tasks[t.task_id] = t
+        acc.running[(rec.sample or 0, rec.started_at)] = {t.task_id for t in tasks}
     elif endpoint.startswith("/api/v0/nodes"):
         for n in ray_state.parse_nodes(data):
             acc.nodes[n.node_id] = n
@@ -205,25 +209,6 @@ def _load_http(acc: _Acc, rec: ProbeRecord, data: bytes | None) -> None:
             acc.blind.append(f"{rec.source} {answer.url}{path}: could not parse: {parse_error}")
     kind = "router" if rec.source == b.ROUTER else "engine"
     acc.http.append(HttpObs(kind, rec.sample or 0, answer, parsed, parse_error))
-
-
-def _latest_running_tasks(bundle: Bundle) -> set[str] | None:
-    """Task ids of the newest running-tasks answer (a task seen at sample 0 may have finished)."""
-    recs = [
-        r
-        for r in bundle.records(b.RAY_DASHBOARD)
-        if str(r.meta.get("endpoint", "")).startswith("/api/v0/tasks") and r.outcome is Outcome.OK
-    ]
-    if not recs:
-        return None
-    newest = max(recs, key=lambda r: (r.sample or 0, r.started_at))
-    data = bundle.read(newest)
-    if data is None:
-        return None
-    try:
-        return {t.task_id for t in ray_state.parse_tasks(data)}
-    except ParseError:
-        return None
 
 
 def _text(data: bytes) -> str:

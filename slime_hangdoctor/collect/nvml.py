@@ -163,6 +163,25 @@ def _errors_of(samples: list[dict[str, Any]]) -> list[str]:
 # --------------------------------------------------------------------------- probes
 
 
+def _recorder(
+    source: str, node_ip: str | None, started: float, t0: float
+) -> Callable[[Outcome, str | None], ProbeRecord]:
+    """The record of one NVML/GPM probe, its elapsed time measured when it is made."""
+
+    def record(outcome: Outcome, reason: str | None) -> ProbeRecord:
+        return ProbeRecord(
+            source=source,
+            target=TARGET,
+            outcome=outcome,
+            reason=reason,
+            node_ip=node_ip,
+            started_at=started,
+            elapsed_s=round(time.monotonic() - t0, 3),
+        )
+
+    return record
+
+
 def sample_gpus(
     writer: BundleWriter,
     *,
@@ -175,19 +194,8 @@ def sample_gpus(
 
     `deadline` is an absolute `time.monotonic()` value; sampling stops there.
     """
-    started = time.time()
     t0 = time.monotonic()
-
-    def record(outcome: Outcome, reason: str | None) -> ProbeRecord:
-        return ProbeRecord(
-            source=NVML,
-            target=TARGET,
-            outcome=outcome,
-            reason=reason,
-            node_ip=node_ip,
-            started_at=started,
-            elapsed_s=round(time.monotonic() - t0, 3),
-        )
+    record = _recorder(NVML, node_ip, time.time(), t0)
 
     try:
         nvml = _nvml_open()
@@ -231,19 +239,8 @@ def sample_gpm(
     Unlike ras_gpm.py (one second per GPU in turn), every GPU's first sample is taken, then one
     sleep, then every second sample: the probe takes `duration_s` whatever the number of GPUs.
     """
-    started = time.time()
     t0 = time.monotonic()
-
-    def record(outcome: Outcome, reason: str | None) -> ProbeRecord:
-        return ProbeRecord(
-            source=GPM,
-            target=TARGET,
-            outcome=outcome,
-            reason=reason,
-            node_ip=node_ip,
-            started_at=started,
-            elapsed_s=round(time.monotonic() - t0, 3),
-        )
+    record = _recorder(GPM, node_ip, time.time(), t0)
 
     try:
         nvml = _nvml_open()
