@@ -120,9 +120,13 @@ def _float(value: Any, key: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ParseError(f"{key!r} is not a number")
-    if not math.isfinite(value):
+    try:
+        number = float(value)  # an int too large for a float raises OverflowError
+    except OverflowError:
+        raise ParseError(f"{key!r} is out of range") from None
+    if not math.isfinite(number):
         raise ParseError(f"{key!r} is not finite")
-    return float(value)
+    return number
 
 
 def _port(value: Any) -> int:
