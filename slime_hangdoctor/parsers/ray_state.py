@@ -285,7 +285,7 @@ def _opt_float(value: Any, key: str) -> float | None:
         raise ParseError(f"{key!r} is not a number")
     try:
         return float(value)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise ParseError(f"{key!r} is not a number: {str(value)[:40]!r}") from None
 
 
