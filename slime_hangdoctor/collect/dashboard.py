@@ -132,40 +132,14 @@ class DashboardClient:
         timeout: float | None = None,
     ) -> HttpResult:
         """GET `path`; never raises (transport failures come back in `error`)."""
+        from slime_hangdoctor.collect.http import BodyDeadline, get
+
         url = self.url(path, params)
         limit = max(0.05, self.timeout if timeout is None else timeout)
         t0 = time.monotonic()
         try:
-            import requests
-        except ImportError:
-            return HttpResult(url, None, error="the requests package is not installed")
-        try:
-            with requests.get(
-                url,
-                headers=self.headers,
-                timeout=(limit, limit),
-                stream=True,
-                allow_redirects=False,
-            ) as resp:
-                body, truncated, late = self._read(resp, t0 + limit)
-                elapsed = time.monotonic() - t0
-                if late:
-                    return HttpResult(
-                        url,
-                        None,
-                        elapsed_s=elapsed,
-                        error=f"timed out after {limit:.1f}s",
-                        timed_out=True,
-                    )
-                return HttpResult(
-                    url,
-                    resp.status_code,
-                    body,
-                    resp.headers.get("Content-Type"),
-                    elapsed,
-                    truncated=truncated,
-                )
-        except requests.exceptions.Timeout:
+            got = get(url, self.headers, timeout=limit, deadline=t0 + limit, max_body=self.max_body)
+        except BodyDeadline:
             return HttpResult(
                 url,
                 None,
@@ -173,38 +147,31 @@ class DashboardClient:
                 error=f"timed out after {limit:.1f}s",
                 timed_out=True,
             )
-        except requests.exceptions.ConnectionError as exc:
-            timed_out = "timed out" in str(exc).lower()  # a read timeout while streaming the body
-            error = f"timed out after {limit:.1f}s" if timed_out else _connection_error(exc)
+        except Exception as exc:  # noqa: BLE001 - a transport failure of any kind is an answer
+            error, timed_out = _connection_error(exc)
+            if timed_out:
+                error = f"timed out after {limit:.1f}s"
             return HttpResult(
                 url, None, elapsed_s=time.monotonic() - t0, error=error, timed_out=timed_out
             )
-        except (requests.exceptions.RequestException, OSError, ValueError) as exc:
-            return HttpResult(
-                url, None, elapsed_s=time.monotonic() - t0, error=f"{type(exc).__name__}: {exc}"
-            )
-
-    def _read(self, resp: Any, deadline: float) -> tuple[bytes, bool, bool]:
-        """(body, truncated, past the deadline) read in chunks under the cap and the deadline."""
-        chunks: list[bytes] = []
-        size = 0
-        for chunk in resp.iter_content(chunk_size=65536):
-            if time.monotonic() > deadline:
-                return b"".join(chunks), False, True
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= self.max_body:
-                return b"".join(chunks)[: self.max_body], True, False
-        return b"".join(chunks), False, False
+        return HttpResult(
+            url,
+            got.status,
+            got.body,
+            got.content_type,
+            time.monotonic() - t0,
+            truncated=got.truncated,
+        )
 
 
-def _connection_error(exc: Exception) -> str:
-    text = str(exc)
-    if "refused" in text.lower():
-        return "connection refused"
-    if "Name or service not known" in text or "nodename nor servname" in text:
-        return "unknown host"
-    return f"connection failed: {text[:200]}"
+def _connection_error(exc: BaseException) -> tuple[str, bool]:
+    """(error text, timed out) of a transport failure."""
+    from slime_hangdoctor.collect.http import Failure, classify
+
+    kind, text = classify(exc)
+    if kind is Failure.OTHER or kind is Failure.UNREACHABLE:
+        return f"connection failed: {text}", False
+    return kind.value, kind is Failure.TIMEOUT
 
 
 # --------------------------------------------------------------------------- cluster state

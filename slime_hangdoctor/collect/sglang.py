@@ -42,7 +42,6 @@ from slime_hangdoctor.parsers import sglang as parsers
 BODY_CAP = 4 * 2**20
 HEALTH_TIMEOUT_CAP_S = 3.0
 JOIN_GRACE_S = 0.3  # how long past the budget we wait for a thread to hand its result over
-_CHUNK = 64 * 1024
 
 Check = Callable[[bytes], object]
 
@@ -94,37 +93,17 @@ class Answer:
     fallback: str | None = None
 
 
-def _causes(exc: BaseException) -> list[BaseException]:
-    """The exception, its causes/contexts, and exceptions stored in args or .reason (urllib3)."""
-    seen: list[BaseException] = []
-    todo: list[BaseException] = [exc]
-    while todo and len(seen) < 20:
-        cur = todo.pop()
-        if any(cur is s for s in seen):
-            continue
-        seen.append(cur)
-        nested = [cur.__cause__, cur.__context__, getattr(cur, "reason", None), *cur.args]
-        todo.extend(x for x in nested if isinstance(x, BaseException))
-    return seen
-
-
 def _classify(exc: BaseException, budget: float) -> tuple[Outcome, str]:
-    causes = _causes(exc)
-    names = {type(c).__name__ for c in causes}
-    if any(isinstance(c, ConnectionRefusedError) for c in causes):
-        return Outcome.UNAVAILABLE, "connection refused"
-    if any(isinstance(c, TimeoutError) for c in causes) or names & {
-        "ConnectTimeout",
-        "ReadTimeout",
-        "ReadTimeoutError",
-        "ConnectTimeoutError",
-        "Timeout",
-    }:
+    from slime_hangdoctor.collect.http import Failure, classify
+
+    kind, text = classify(exc)
+    if kind is Failure.REFUSED:
+        return Outcome.UNAVAILABLE, text
+    if kind is Failure.TIMEOUT:
         return Outcome.TIMED_OUT, f"timed out after {budget:.1f}s"
-    if any(isinstance(c, OSError) and getattr(c, "errno", None) in (101, 113) for c in causes):
-        return Outcome.UNAVAILABLE, f"unreachable: {causes[-1]}"
-    text = str(exc).strip() or type(exc).__name__
-    return Outcome.FAILED, f"{type(exc).__name__}: {text[:300]}"
+    if kind in (Failure.UNREACHABLE, Failure.UNKNOWN_HOST):
+        return Outcome.UNAVAILABLE, text
+    return Outcome.FAILED, text
 
 
 def http_get(
@@ -136,26 +115,20 @@ def http_get(
     deadline: float,
 ) -> Answer:
     """One capped, timed GET. Never raises."""
+    from slime_hangdoctor.collect.http import BodyDeadline, get
+
     answer = Answer(path=path, started_at=time.time())
     tic = time.monotonic()
+    headers = {"Accept": "*/*", "User-Agent": "slime-hangdoctor"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
     try:
-        import requests
-
-        headers = {"Accept": "*/*", "User-Agent": "slime-hangdoctor"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        with requests.get(
-            url + path,
-            headers=headers,
-            timeout=(timeout, timeout),
-            stream=True,
-            allow_redirects=False,
-        ) as resp:
-            answer.status = resp.status_code
-            answer.content_type = resp.headers.get("Content-Type")
-            answer.body, answer.truncated = _read_capped(resp, deadline)
+        got = get(url + path, headers, timeout=timeout, deadline=deadline, max_body=BODY_CAP)
+        answer.status = got.status
+        answer.content_type = got.content_type
+        answer.body, answer.truncated = got.body, got.truncated
         _judge_status(answer)
-    except _BodyDeadline as exc:
+    except BodyDeadline as exc:
         answer.body = exc.partial
         answer.outcome, answer.reason = Outcome.TIMED_OUT, f"body incomplete after {timeout:.1f}s"
         answer.error = answer.reason
@@ -164,23 +137,6 @@ def http_get(
         answer.error = answer.reason
     answer.elapsed_s = round(time.monotonic() - tic, 4)
     return answer
-
-
-class _BodyDeadline(Exception):
-    def __init__(self, partial: bytes) -> None:
-        super().__init__("body incomplete at the deadline")
-        self.partial = partial
-
-
-def _read_capped(resp: Any, deadline: float) -> tuple[bytes, bool]:
-    buf = bytearray()
-    for chunk in resp.iter_content(_CHUNK):
-        buf.extend(chunk)
-        if len(buf) >= BODY_CAP:
-            return bytes(buf[:BODY_CAP]), True
-        if time.monotonic() > deadline:
-            raise _BodyDeadline(bytes(buf))
-    return bytes(buf), False
 
 
 def _judge_status(answer: Answer) -> None:
