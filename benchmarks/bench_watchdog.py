@@ -1,8 +1,12 @@
 """Target 4b: what the watchdog costs the machine: CPU of `check` (cron, every 60 s) and `watch`
 (a long-lived loop, at its default --interval), as a share of one core. Target: under 1%.
 
-Measured on the demo job: the CPU seconds of the CLI's whole process tree (its py-spy children
-included, from wait4) per run, without waiting an hour:
+Measured on two demo jobs, each in its steady state (one warm-up run first, so that the state file
+holds what the last run saw): a progressing job (`none`: what the watchdog costs a node while it
+trains) and a stalled one (the shared default demo, an engine that never joins the weight
+broadcast: what it costs while a stall lasts, with two sets of stacks a run). CPU seconds of the
+CLI's whole process tree (its py-spy children included, from wait4) per run, without waiting an
+hour:
 
 - `check`: RUNS separate runs; share = cpu per run / 60 s (a new interpreter every minute).
 - `watch`: one `watch --interval 1 --max-runs WATCH_RUNS` process; psutil reads its CPU (its own
@@ -46,9 +50,50 @@ def default_watch_interval() -> float:
     return float(inspect.signature(cli.watch).parameters["interval"].default)
 
 
-def _check(job: DemoJob, state: Path) -> Measured:
-    argv = [*hangdoctor_argv(), "check", job.dashboard_url, "--state-file", str(state)]
+def _check(job: DemoJob, state: Path, *extra: str) -> Measured:
+    argv = [
+        *hangdoctor_argv(),
+        "check",
+        job.dashboard_url,
+        "--state-file",
+        str(state),
+        "--json",
+        *extra,
+    ]
     return run_measured(argv, timeout=120, env=cli_env())
+
+
+def _has_finding(m: Measured, rule: str) -> bool:
+    try:
+        findings = json.loads(m.stdout).get("findings", [])
+    except (ValueError, AttributeError):
+        return False
+    return any(f.get("rule") == rule for f in findings)
+
+
+def _check_figures(checks: list[Measured]) -> dict[str, Any]:
+    cpu = statistics.median(m.cpu_s for m in checks)
+    share = cpu / CRON_INTERVAL_S
+    return {
+        "cpu_s": summary([m.cpu_s for m in checks]),
+        "psutil_cpu_s": summary([m.psutil_cpu_s for m in checks]),
+        "wall_s": summary([m.wall_s for m in checks]),
+        "peak_rss_mib": summary([m.peak_rss_mib for m in checks]),
+        "exit_codes": [m.rc for m in checks],
+        "stacks_skipped": sum(_has_finding(m, "watchdog.stacks_skipped") for m in checks),
+        "carried": sum(_has_finding(m, "watchdog.carried") for m in checks),
+        "interval_s": CRON_INTERVAL_S,
+        "share_of_one_core": round(share, 5),
+        "met": share < TARGET_SHARE,
+        "wall_s_median": round(statistics.median(m.wall_s for m in checks), 3),
+    }
+
+
+def _after_alert(job: DemoJob, state: Path, runs: int) -> dict[str, Any]:
+    """`check` on a stall already alerted for (`--stall-after 1s`: the first run alerts)."""
+    for _ in range(2):  # the alerting full look, then one more: the steady state of a long stall
+        _check(job, state, "--stall-after", "1s")
+    return _check_figures([_check(job, state, "--stall-after", "1s") for _ in range(runs)])
 
 
 def _watch_argv(job: DemoJob, state: Path, runs: int, interval: float) -> list[str]:
@@ -128,32 +173,24 @@ def _stop(proc: subprocess.Popen[str]) -> None:
             proc.wait(timeout=10)
 
 
-def measure(job: DemoJob, runs: int = RUNS) -> dict[str, Any]:
+def measure(job: DemoJob, runs: int = RUNS, *, stalled: bool = False) -> dict[str, Any]:
+    """`check` and `watch` figures on `job`; on a stalled job also `check` after the alert."""
+    after_alert: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory(prefix="hd-bench-watchdog-") as tmp:
         state = Path(tmp) / "state.json"
+        _check(job, state)  # warm-up: the state file now holds what a run saw
         checks = [_check(job, state) for _ in range(runs)]
+        if stalled:
+            after_alert = _after_alert(job, Path(tmp) / "alerted.json", runs)
         iterations = _watch_iterations(job, Path(tmp) / "watch.json")
         idle = _watch_idle(job, Path(tmp) / "idle.json")
-    check_cpu = statistics.median(m.cpu_s for m in checks)
-    check_wall = statistics.median(m.wall_s for m in checks)
     iteration_cpu = iterations["cpu_s"]["median"]
     iteration_wall = iterations["wall_s"]["median"]
     idle_rate = idle["cpu_per_s"]
     interval = default_watch_interval()
     watch_share = (iteration_cpu + idle_rate * max(0.0, interval - iteration_wall)) / interval
-    check_share = check_cpu / CRON_INTERVAL_S
-    return {
-        "check": {
-            "cpu_s": summary([m.cpu_s for m in checks]),
-            "psutil_cpu_s": summary([m.psutil_cpu_s for m in checks]),
-            "wall_s": summary([m.wall_s for m in checks]),
-            "peak_rss_mib": summary([m.peak_rss_mib for m in checks]),
-            "exit_codes": [m.rc for m in checks],
-            "interval_s": CRON_INTERVAL_S,
-            "share_of_one_core": round(check_share, 5),
-            "met": check_share < TARGET_SHARE,
-            "wall_s_median": round(check_wall, 3),
-        },
+    out: dict[str, Any] = {
+        "check": _check_figures(checks),
         "watch": {
             "default_interval_s": interval,
             "iterations": iterations,
@@ -165,15 +202,61 @@ def measure(job: DemoJob, runs: int = RUNS) -> dict[str, Any]:
             "met": watch_share < TARGET_SHARE,
         },
         "load": load_snapshot(),
+        "versions": _versions(),
+    }
+    if after_alert is not None:
+        out["check_after_alert"] = after_alert
+        out["check_long_stall"] = _long_stall(out["check"], after_alert)
+    return out
+
+
+def _versions() -> dict[str, str]:
+    """Of the libraries a CLI start imports (the cost of a cron `check` depends on them)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("typer", "rich", "urllib3", "psutil", "prometheus_client"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def _long_stall(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """`check` every minute over an hour of stall with the default --stall-after (10 min): full looks
+    until the alert, then one full look every CARRY_FOR_S (10 min) and carried runs between."""
+    from slime_hangdoctor.watchdog.run import CARRY_FOR_S
+
+    minutes, alert_after = 60, 10
+    full_runs = alert_after + (minutes - alert_after) // int(CARRY_FOR_S / 60)
+    carried_runs = minutes - full_runs
+    cpu = (
+        full_runs * before["cpu_s"]["median"] + carried_runs * after["cpu_s"]["median"]
+    ) / minutes
+    share = cpu / CRON_INTERVAL_S
+    return {
+        "full_runs": full_runs,
+        "carried_runs": carried_runs,
+        "cpu_s_per_run": round(cpu, 3),
+        "share_of_one_core": round(share, 5),
+        "met": share < TARGET_SHARE,
     }
 
 
 def run(shared: DemoJob | None = None) -> dict[str, Any]:
+    """The stalled case on `shared` (the default demo) or a demo of its own."""
     if shared is not None:
-        return measure(shared)
+        return measure(shared, stalled=True)
     with running_demo() as job:
+        return measure(job, stalled=True)
+
+
+def run_progressing() -> dict[str, Any]:
+    """The progressing case, on a `none` demo of its own (started when no other demo runs)."""
+    with running_demo("none") as job:
         return measure(job)
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(), indent=2))
+    print(json.dumps({"progressing": run_progressing(), "stalled": run()}, indent=2))

@@ -64,18 +64,23 @@ def _demo_benches(chosen: set[str], out: dict[str, Any]) -> None:
         if "ray_stack" in chosen:
             out["ray_stack"] = _guard("ray_stack", lambda: bench_ray_stack.run(job))
         if "watchdog" in chosen:
-            out["watchdog"] = _guard("watchdog", lambda: bench_watchdog.run(job))
-        watchdog = out.get("watchdog", {})
-        if "watchdog" in chosen and not watchdog.get("check", {}).get("met", True):
-            out.setdefault("profiles", {})["check (CPU)"] = _guard(
-                "profile check", lambda: _profile_check(job)
-            )
+            out["watchdog"] = {
+                "stalled": _guard("watchdog (stalled job)", lambda: bench_watchdog.run(job))
+            }
+            if not out["watchdog"]["stalled"].get("check", {}).get("met", True):
+                out.setdefault("profiles", {})["check on a stalled job (CPU)"] = _guard(
+                    "profile check", lambda: _profile_check(job)
+                )
         verdict = out.get("verdict", {})
         if "verdict" in chosen and not all(c.get("met") for c in verdict.get("configs", [])):
             argv = [*hangdoctor_argv(), "attach", job.dashboard_url, "--quiet"]
             out.setdefault("profiles", {})["verdict"] = _guard(
                 "profile attach", lambda: profile(argv)
             )
+    if "watchdog" in chosen:
+        out.setdefault("watchdog", {})["progressing"] = _guard(
+            "watchdog (progressing job)", bench_watchdog.run_progressing
+        )
     if "verdict" in chosen and others:
         more = _guard(
             "verdict (more demo configs)", lambda: bench_verdict.run(configs=tuple(others))

@@ -25,6 +25,7 @@ class Analysed:
     topology: Topology | None = None
     manifest: Manifest | None = None
     bundle: Path | None = None  # kept bundle directory, when one was asked for
+    work_moved: bool | None = None  # CollectResult.work_moved of a live run
 
 
 def analyse_bundle(path: Path) -> Analysed:
@@ -63,5 +64,8 @@ def attach(
             archive(result.root)
     verdict = dataclasses.replace(analysed.diagnosis.verdict, elapsed_s=time.monotonic() - started)
     return dataclasses.replace(
-        analysed, diagnosis=dataclasses.replace(analysed.diagnosis, verdict=verdict), bundle=out
+        analysed,
+        diagnosis=dataclasses.replace(analysed.diagnosis, verdict=verdict),
+        bundle=out,
+        work_moved=result.work_moved,
     )

@@ -124,6 +124,81 @@ class Verdict:
         }
 
 
+def verdict_from_json(doc: Any) -> Verdict:
+    """The inverse of `Verdict.to_json` (the watchdog keeps a stall's verdict in its state file).
+
+    Raises ValueError on anything that is not such a document."""
+    try:
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+            raise ValueError("not a slime-hangdoctor verdict")
+        return Verdict(
+            status=Status(doc["status"]),
+            stage=Stage(doc["stage"]),
+            summary=_str(doc["summary"]),
+            culprits=tuple(_culprit_from(c) for c in _list(doc.get("culprits"))),
+            findings=tuple(
+                Finding(
+                    _str(f["rule"]),
+                    Severity(f["severity"]),
+                    _str(f["message"]),
+                    tuple(_str(e) for e in _list(f.get("evidence"))),
+                )
+                for f in _list(doc.get("findings"))
+            ),
+            next_steps=tuple(_str(x) for x in _list(doc.get("next_steps"))),
+            blind_spots=tuple(_str(x) for x in _list(doc.get("blind_spots"))),
+            window_s=float(doc.get("window_s") or 0.0),
+            elapsed_s=float(doc.get("elapsed_s") or 0.0),
+            confidence=_str(doc.get("confidence") or "low"),
+            suspected=doc["status"] == Status.HUNG.value and doc.get("exit_code") == 1,
+            extra=dict(doc["extra"]) if isinstance(doc.get("extra"), dict) else {},
+        )
+    except (KeyError, TypeError, AttributeError, OverflowError) as exc:
+        raise ValueError(f"not a slime-hangdoctor verdict: {type(exc).__name__}: {exc}") from exc
+
+
+def _culprit_from(d: Any) -> Culprit:
+    if not isinstance(d, dict):
+        raise TypeError("a culprit is not an object")
+
+    def opt_int(key: str) -> int | None:
+        v = d.get(key)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"culprit {key} is not an integer")
+        return v
+
+    def opt_str(key: str) -> str | None:
+        v = d.get(key)
+        return None if v is None else _str(v)
+
+    return Culprit(
+        role=Role(d["role"]),
+        why=_str(d["why"]),
+        node_ip=opt_str("node_ip"),
+        pid=opt_int("pid"),
+        rank=opt_int("rank"),
+        engine_url=opt_str("engine_url"),
+        actor_id=opt_str("actor_id"),
+        gpu=opt_int("gpu"),
+    )
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, str):
+        raise TypeError(f"expected a string, got {type(v).__name__}")
+    return v
+
+
+def _list(v: Any) -> list[Any]:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise TypeError(f"expected a list, got {type(v).__name__}")
+    return v
+
+
 def _culprit_json(c: Culprit) -> dict[str, Any]:
     d = asdict(c)
     d["role"] = c.role.value

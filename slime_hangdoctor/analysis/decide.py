@@ -323,12 +323,13 @@ def _row_state(world: World, p: Proc) -> str:
     if p.dead:
         return "dead (gone from the process table)"
     parts: list[str] = []
+    missing = "stack not taken" if rules.stacks_not_asked(world.snapshot) else "no stack"
     if p.latest is not None:
         parts.append(p.latest.describe())
     elif p.member is not None and p.member.method:
-        parts.append(f"running {p.member.method} (no stack)")
+        parts.append(f"running {p.member.method} ({missing})")
     else:
-        parts.append("no stack")
+        parts.append(missing)
     if p.gpu is not None:
         parts.append(f"GPU {p.gpu.index} {p.gpu.state.value}")
     if (age := _task_age(world, p)) is not None:

@@ -15,6 +15,7 @@ from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block, split
 from slime_hangdoctor.analysis.stacks import ThreadRead
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import Frame
+from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage, Status
 
 
@@ -413,7 +414,7 @@ def general_steps(ctx: Context) -> list[str]:
             "TORCH_NCCL_ENABLE_TIMING=1; the NCCL watchdog aborts after "
             "--distributed-timeout-minutes (default 10)"
         )
-    if not w.snapshot.stacks and w.procs:
+    if not w.snapshot.stacks and w.procs and not stacks_not_asked(w.snapshot):
         steps.append(
             "Get Python stacks: run hangdoctor as root (py-spy needs ptrace) or start Ray with "
             "RAY_DASHBOARD_ENABLE_PROFILING=1 so the dashboard serves /worker/traceback"
@@ -428,11 +429,21 @@ def general_steps(ctx: Context) -> list[str]:
 # --------------------------------------------------------------------------- blind spots
 
 
+def stacks_not_asked(snapshot: Snapshot) -> bool:
+    """The run was told to take no stacks (a watchdog look while work moves): none is missing."""
+    return snapshot.manifest.options.get("stacks") is False
+
+
 def blind_spots(ctx: Context) -> list[str]:
     w = ctx.world
     snap = w.snapshot
     out = list(snap.blind_spots)
-    if not snap.stacks:
+    if not snap.stacks and stacks_not_asked(snap):
+        out.append(
+            "no Python stacks: not taken in this run (the watchdog takes none while work moves): "
+            "stages come from Ray method names and process titles only"
+        )
+    elif not snap.stacks:
         out.append(
             "no Python stacks (py-spy / dashboard traceback): stages come from Ray method names "
             "and process titles only"

@@ -124,8 +124,9 @@ def sample_gpus_over(
         duration_s=max(0.0, min(opts.window_s, deadline.remaining() - 1.0)),
         interval_s=opts.nvml_interval_s,
         deadline=time.monotonic() + deadline.remaining(),
+        detail=opts.gpu_detail,
     )
-    if opts.gpm and not deadline.expired:
+    if opts.gpm and opts.gpu_detail and not deadline.expired:
         sample_gpm(
             writer,
             node_ip=node_ip,

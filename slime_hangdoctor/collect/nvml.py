@@ -103,7 +103,13 @@ def _handles(nvml: Any) -> list[Any]:
 
 
 def read_gpu(
-    nvml: Any, index: int, handle: Any, last_ts: dict[int, int], *, pcie: bool = True
+    nvml: Any,
+    index: int,
+    handle: Any,
+    last_ts: dict[int, int],
+    *,
+    pcie: bool = True,
+    proc_util: bool = True,
 ) -> dict[str, Any]:
     """One GPU's fields, in the fixture format. Every field NVML refuses becomes an error string.
 
@@ -111,6 +117,8 @@ def read_gpu(
     that error. `last_ts` keeps the newest per-process utilisation timestamp per GPU. `pcie`:
     read PCIe throughput (NVML measures it over ~20 ms per direction: 42 of the 48 ms a reading
     takes on an H200, see docs/gpu.md), so the series reads it on its first sample only.
+    `proc_util`: read the per-process utilisation samples (2.7 ms of CPU of the ~5 ms a reading
+    costs on an H200); the series reads them at its first sample and once more at its end.
     """
     g: dict[str, Any] = {"i": index}
     if isinstance(handle, str):
@@ -135,16 +143,21 @@ def read_gpu(
         g["nvlink"] = fv if isinstance(fv, str) else [[x.nvmlReturn, x.value.ullVal] for x in fv]
     procs = safe_call(nvml.nvmlDeviceGetComputeRunningProcesses, handle)
     g["procs"] = procs if isinstance(procs, str) else [[p.pid, p.usedGpuMemory] for p in procs]
-    pu = safe_call(nvml.nvmlDeviceGetProcessUtilization, handle, last_ts.get(index, 0))
-    if isinstance(pu, str):
-        g["proc_util"] = pu
-    else:
-        g["proc_util"] = [[p.pid, p.smUtil, p.memUtil, p.timeStamp] for p in pu]
-        if pu:
-            last_ts[index] = max(p.timeStamp for p in pu)
+    if proc_util:
+        g["proc_util"] = read_proc_util(nvml, index, handle, last_ts)
     reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
     g["clk_reasons"] = safe_call(reasons, handle) if reasons is not None else None
     return g
+
+
+def read_proc_util(nvml: Any, index: int, handle: Any, last_ts: dict[int, int]) -> Any:
+    """Per-process utilisation samples since `last_ts[index]` (which it advances), or the error."""
+    pu = safe_call(nvml.nvmlDeviceGetProcessUtilization, handle, last_ts.get(index, 0))
+    if isinstance(pu, str):
+        return pu
+    if pu:
+        last_ts[index] = max(p.timeStamp for p in pu)
+    return [[p.pid, p.smUtil, p.memUtil, p.timeStamp] for p in pu]
 
 
 def _errors_of(samples: list[dict[str, Any]]) -> list[str]:
@@ -189,10 +202,12 @@ def sample_gpus(
     duration_s: float,
     interval_s: float,
     deadline: float,
+    detail: bool = True,
 ) -> ProbeRecord:
     """Sample every GPU of this node every `interval_s` for `duration_s` (at least once).
 
-    `deadline` is an absolute `time.monotonic()` value; sampling stops there.
+    `deadline` is an absolute `time.monotonic()` value; sampling stops there. `detail=False`: no
+    PCIe throughput and no per-process utilisation (CollectOptions.gpu_detail).
     """
     t0 = time.monotonic()
     record = _recorder(NVML, node_ip, time.time(), t0)
@@ -202,7 +217,7 @@ def sample_gpus(
     except _NvmlUnavailable as exc:
         return writer.add(record(exc.outcome, exc.reason))
     try:
-        doc = _series(nvml, t0, min(t0 + max(duration_s, 0.0), deadline), interval_s)
+        doc = _series(nvml, t0, min(t0 + max(duration_s, 0.0), deadline), interval_s, detail)
     except Exception as exc:  # device count / driver version refused: nothing to sample
         return writer.add(record(Outcome.FAILED, f"NVML refused the GPU list: {err_text(exc)}"))
     finally:
@@ -214,20 +229,29 @@ def sample_gpus(
     return writer.add(record(Outcome.OK, reason), dumps_json(doc), suffix=".json")
 
 
-def _series(nvml: Any, t0: float, stop: float, interval_s: float) -> dict[str, Any]:
+def _series(
+    nvml: Any, t0: float, stop: float, interval_s: float, detail: bool = True
+) -> dict[str, Any]:
     doc: dict[str, Any] = {"driver": safe_call(nvml.nvmlSystemGetDriverVersion), "samples": []}
     handles = _handles(nvml)
     last_ts: dict[int, int] = {}
     interval = max(interval_s, 0.05)
     while True:
         s = {"t": round(time.monotonic() - t0, 2), "gpus": []}
-        first = not doc["samples"]
-        s["gpus"] = [read_gpu(nvml, i, h, last_ts, pcie=first) for i, h in enumerate(handles)]
+        first = not doc["samples"] and detail
+        s["gpus"] = [
+            read_gpu(nvml, i, h, last_ts, pcie=first, proc_util=first)
+            for i, h in enumerate(handles)
+        ]
         doc["samples"].append(s)
         now = time.monotonic()
         if now + interval > stop:
             break
         time.sleep(interval)
+    if detail and len(doc["samples"]) > 1:  # process samples since the first reading, at the last
+        for g, h in zip(doc["samples"][-1]["gpus"], handles, strict=True):
+            if not isinstance(h, str):
+                g["proc_util"] = read_proc_util(nvml, g["i"], h, last_ts)
     return doc
 
 

@@ -16,7 +16,8 @@ class CollectOptions:
     stacks: bool = True  # py-spy stacks at all
     # The watchdog's mode: stacks at the first sample, and at the second only when nothing that
     # moves with work (tokens, Ray tasks, collectives) moved in between (a hang needs both samples to
-    # tell parked from moving; a progressing job needs no second set).
+    # tell parked from moving; a progressing job needs no second set). The result says whether
+    # anything moved (CollectResult.work_moved).
     stacks_only_if_stalled: bool = False
     health: bool = False  # GET /health (>=0.4.10 runs a 1-token generation when the engine is idle)
     health_generate: bool = False  # GET /health_generate (runs a 1-token generation)
@@ -29,6 +30,10 @@ class CollectOptions:
     nvml_interval_s: float = 0.5
     ras_port: int = 28028
     gpm: bool = True
+    # PCIe throughput, per-process GPU utilisation and GPM: what names a GPU's process and tells a
+    # busy GPU from a spinning one. Off in the watchdog's stackless look, which only asks whether
+    # work moved (utilisation, NVLink counters): ~12 of its ~16 ms of CPU per GPU on an H200.
+    gpu_detail: bool = True
     pyspy: str | None = None  # py-spy binary; None = find it
     extra: dict[str, str] = field(default_factory=dict)
 

@@ -52,6 +52,9 @@ class CollectResult:
     manifest: Manifest
     elapsed_s: float
     ray_error: str | None = None  # why the Ray cluster could not be read (None when it was)
+    # With `stacks_only_if_stalled`: did anything that moves only with work move between the two
+    # samples (None: not asked, or no second sample).
+    work_moved: bool | None = None
 
 
 @dataclass
@@ -72,6 +75,7 @@ class _Run:
     threads: list[threading.Thread] | None = None
     remote_gpu: list[tuple[RemoteNode, Any]] | None = None
     remote_seen: list[RemoteNode] | None = None
+    work_moved: bool | None = None
 
 
 def collect(
@@ -136,7 +140,7 @@ def collect(
             if run.tasks is not None:
                 run.tasks.close()
     manifest = writer.finish()
-    return CollectResult(writer.root, manifest, deadline.elapsed(), ray_error)
+    return CollectResult(writer.root, manifest, deadline.elapsed(), ray_error, run.work_moved)
 
 
 def _options_record(opts: CollectOptions) -> dict[str, Any]:
@@ -146,6 +150,7 @@ def _options_record(opts: CollectOptions) -> dict[str, Any]:
         "probe_timeout_s": opts.probe_timeout_s,
         "native": opts.native,
         "stacks": opts.stacks,
+        "gpu_detail": opts.gpu_detail,
         "health": opts.health,
         "health_generate": opts.health_generate,
         "flight_recorder": opts.flight_recorder,
@@ -252,7 +257,9 @@ def _sample(run: _Run, index: int) -> Topology:
     if endpoints:
         run.say(f"sample {index + 1}/2: {len(endpoints)} engines and routers")
         cf.wait(endpoints, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
-    if index == 1 and opts.stacks and opts.stacks_only_if_stalled and not work_moved(writer):
+    if index == 1 and opts.stacks_only_if_stalled:
+        run.work_moved = work_moved(writer)
+    if index == 1 and opts.stacks and opts.stacks_only_if_stalled and not run.work_moved:
         run.say("nothing moved: taking the stacks again")
         dumps = submit_stacks(writer, topo, local_spec, opts, deadline, run.pool)
         cf.wait(dumps, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))

@@ -17,6 +17,7 @@ why. Nothing here does I/O. Shapes handled:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -253,8 +254,17 @@ def parse_metrics(text: bytes | str) -> SglangMetrics:
 
     Counters are matched by their exposed sample names (`..._total`). A page without any of the
     series gives an SglangMetrics of Nones; text that is not Prometheus exposition raises.
+
+    The same page is asked for up to four times per run (the collector's check of the answer, the
+    watchdog's did-anything-move look at each sample, the analysis): the last pages' results are
+    kept, by content (prometheus_client's parser is pure Python, ~10 ms for a busy engine's page).
     """
-    samples = _samples(_text(text, "metrics"))
+    return _parse_metrics_text(_text(text, "metrics"))
+
+
+@functools.lru_cache(maxsize=16)
+def _parse_metrics_text(text: str) -> SglangMetrics:
+    samples = _samples(text)
     sums: dict[str, float] = {}
     decode: float | None = None
     prefill: float | None = None

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from slime_hangdoctor.markers import Markers, changed_markers, work_markers
 from slime_hangdoctor.verdict import ExitCode, Status, Verdict
-from slime_hangdoctor.watchdog.state import WatchState
+from slime_hangdoctor.watchdog.state import StallLook, WatchState
 
 
 @dataclass(frozen=True)
@@ -26,8 +26,14 @@ def decide_check(
     *,
     now: float,
     stall_after_s: float,
+    window_moved: bool = False,
+    stall_look: StallLook | None = None,
 ) -> CheckDecision:
-    """Exit 0 on progress or idle, 1 while a stall is younger than `stall_after_s`, 2 past it, 3 unknown."""
+    """Exit 0 on progress or idle, 1 while a stall is younger than `stall_after_s`, 2 past it, 3 unknown.
+
+    `window_moved`: this run saw work markers move within its own window (remembered, so that the
+    next run may first look without stacks). `stall_look`: the full look at a stall that a later
+    run may carry forward (kept only while the job stays hung)."""
     runs = previous.runs + 1
     if verdict.status is Status.UNKNOWN:
         state = WatchState(
@@ -42,7 +48,7 @@ def decide_check(
             verdict.summary,
         )
     if verdict.status in (Status.PROGRESSING, Status.IDLE):
-        state = WatchState(now, now, markers, None, runs)
+        state = WatchState(now, now, markers, None, runs, window_moved)
         return CheckDecision(ExitCode.OK, 0.0, state, False, (), verdict.status.value)
     # Only markers that move with work restart the clock: a stack digest also changes while a CPU-hot
     # loop spins in place (a sympy reward that never ends).
@@ -56,7 +62,7 @@ def decide_check(
     critical = stalled >= stall_after_s
     new_stall = critical and previous.alerted_stall_since != last
     alerted = last if critical else previous.alerted_stall_since
-    state = WatchState(last, now, markers, alerted, runs)
+    state = WatchState(last, now, markers, alerted, runs, window_moved, stall_look)
     code = ExitCode.CRITICAL if critical else ExitCode.WARNING
     why = f"no progress for {stalled:.0f}s (threshold {stall_after_s:.0f}s)"
     if moved:

@@ -15,14 +15,36 @@ from typing import Any
 
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.errors import HangDoctorError
-from slime_hangdoctor.markers import progress_markers
+from slime_hangdoctor.markers import Markers, progress_markers, work_markers
 from slime_hangdoctor.pipeline import Analysed, attach
-from slime_hangdoctor.verdict import Diagnosis, ExitCode, Finding, Severity, unknown_verdict
+from slime_hangdoctor.verdict import (
+    Diagnosis,
+    ExitCode,
+    Finding,
+    Severity,
+    Status,
+    unknown_verdict,
+    verdict_from_json,
+)
 from slime_hangdoctor.watchdog.decide import CheckDecision, decide_check
 from slime_hangdoctor.watchdog.prom import write_prom_file
-from slime_hangdoctor.watchdog.state import LockHeld, load_state, run_lock, save_state
+from slime_hangdoctor.watchdog.state import (
+    LockHeld,
+    StallLook,
+    WatchState,
+    load_state,
+    run_lock,
+    save_state,
+)
 
 HOOK_TIMEOUT_S = 30.0
+# During a stall already alerted for, a run in which nothing moved carries the verdict of the
+# stall's last full look for this long after it; then it takes stacks again.
+CARRY_FOR_S = 600.0
+# The watchdog reads NVML at the window's start, middle and end (attach: every 0.5 s). One reading
+# costs ~2.5-5 ms of CPU per GPU on an H200 (docs/gpu.md): a cron run on an 8-GPU node pays it
+# every minute.
+NVML_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -65,15 +87,17 @@ def _check_locked(address: str | None, opts: CollectOptions, check: CheckOptions
     now = time.time()
     loaded = load_state(check.state_file)
     notes = [loaded.problem] if loaded.problem else []
-    analysed = _look(address, opts)
+    look = _look(address, opts, loaded.state, now)
+    analysed = look.analysed
     diagnosis = analysed.diagnosis
-    markers = (
-        progress_markers(analysed.snapshot, analysed.topology)
-        if analysed.snapshot is not None and analysed.topology is not None
-        else {}
-    )
     decision = decide_check(
-        diagnosis.verdict, markers, loaded.state, now=now, stall_after_s=check.stall_after_s
+        diagnosis.verdict,
+        look.markers,
+        loaded.state,
+        now=now,
+        stall_after_s=check.stall_after_s,
+        window_moved=analysed.work_moved is True,
+        stall_look=look.stall_look(now),
     )
     diagnosis = _annotate(diagnosis, decision, notes)
     bundle: Path | None = None
@@ -100,10 +124,136 @@ def _check_locked(address: str | None, opts: CollectOptions, check: CheckOptions
     return CheckResult(diagnosis, decision.exit_code, decision, bundle, hook_rc, tuple(notes))
 
 
-def _look(address: str | None, opts: CollectOptions) -> Analysed:
-    """One look in the watchdog's mode: the second sample's stacks (half of a run's py-spy cost)
-    only when nothing that moves with work moved over the window."""
-    return attach(address, dataclasses.replace(opts, stacks_only_if_stalled=True), command="check")
+@dataclass(frozen=True)
+class _Look:
+    analysed: Analysed
+    markers: Markers
+    full: bool  # stacks were taken (the verdict is judged on them)
+    carried: StallLook | None = None  # the stall look whose verdict this run carries forward
+
+    def stall_look(self, now: float) -> StallLook | None:
+        """What the next run may carry: this run's own full look at a stall, or the one it carried."""
+        if self.carried is not None:
+            return self.carried
+        verdict = self.analysed.diagnosis.verdict
+        if not self.full or verdict.status is not Status.HUNG:
+            return None
+        return StallLook(now, verdict.to_json(), _members(self.analysed))
+
+
+def _look(address: str | None, opts: CollectOptions, previous: WatchState, now: float) -> _Look:
+    """One look in the watchdog's mode, taking stacks only where they can matter.
+
+    Stacks tell parked from moving and name the culprit of a job that made no progress; a job
+    whose tokens, Ray tasks, collectives or NVLink counters move needs none, and neither does a stall
+    already judged on them in which nothing has moved since. So, first a look without any stacks:
+
+    - when the last run saw such work move within its window (a progressing job): if work moved
+      again and the analysis agrees the job progresses, that is the answer (most runs of a healthy
+      job: no py-spy at all);
+    - during a stall already alerted for (CRITICAL): if nothing moved in the window nor since the
+      last run, and the same slime processes are there, the verdict of the stall's last full look
+      stands, carried forward with its age, for up to CARRY_FOR_S after that look;
+
+    anything else (first run, a stall before its alert, a job between phases, something moved) gets
+    the full look: stacks at the first sample, and at the second only if nothing moved. A stall is
+    therefore always judged on two sets of stacks, as `attach` judges it."""
+    started = time.monotonic()
+    full = dataclasses.replace(
+        opts,
+        stacks_only_if_stalled=True,
+        nvml_interval_s=max(opts.nvml_interval_s, NVML_INTERVAL_S),
+    )
+    carry = _carriable(previous, now)
+    if opts.stacks and (previous.window_moved or carry is not None):
+        gate = attach(
+            address,
+            dataclasses.replace(full, stacks=False, gpu_detail=False, timeout_s=opts.timeout_s / 2),
+            command="check",
+        )
+        markers = _markers(gate)
+        status = gate.diagnosis.verdict.status
+        if status is Status.UNKNOWN:
+            return _Look(gate, markers, full=False)
+        if gate.work_moved and status is Status.PROGRESSING:
+            return _Look(_note_stackless(gate), markers, full=False)
+        if (
+            carry is not None
+            and gate.work_moved is False
+            and status is Status.HUNG
+            and work_markers(markers) == work_markers(previous.markers)
+            and _members(gate) == carry.members
+        ):
+            carried = _carried(gate, carry, now)
+            if carried is not None:
+                return _Look(carried, markers, full=False, carried=carry)
+        full = dataclasses.replace(
+            full, timeout_s=max(1.0, opts.timeout_s - (time.monotonic() - started))
+        )
+    analysed = attach(address, full, command="check")
+    return _Look(analysed, _markers(analysed), full=opts.stacks)
+
+
+def _carriable(previous: WatchState, now: float) -> StallLook | None:
+    """The stall look a run may carry forward: one of the stall in progress, after its alert, and
+    younger than CARRY_FOR_S."""
+    look = previous.stall_look
+    if look is None or previous.alerted_stall_since is None:
+        return None
+    if previous.alerted_stall_since != previous.last_progress_at:
+        return None
+    if not 0.0 <= now - look.at < CARRY_FOR_S:
+        return None
+    return look
+
+
+def _carried(gate: Analysed, look: StallLook, now: float) -> Analysed | None:
+    """The stall look's verdict, said to be carried; None if it cannot be read back."""
+    try:
+        verdict = verdict_from_json(look.verdict)
+    except ValueError:
+        return None
+    age = now - look.at
+    finding = Finding(
+        "watchdog.carried",
+        Severity.INFO,
+        f"Carried from the full look {age:.0f} s ago: nothing has moved since (same work markers, "
+        "same slime processes; this run looked without stacks). Stacks are taken again "
+        f"{CARRY_FOR_S / 60:.0f} min after that look, or as soon as anything moves.",
+    )
+    verdict = dataclasses.replace(
+        verdict,
+        findings=(*verdict.findings, finding),
+        window_s=gate.diagnosis.verdict.window_s,
+        elapsed_s=gate.diagnosis.verdict.elapsed_s,
+        extra={**verdict.extra, "carried_from": look.at},
+    )
+    return dataclasses.replace(gate, diagnosis=Diagnosis(verdict))
+
+
+def _markers(analysed: Analysed) -> Markers:
+    if analysed.snapshot is None or analysed.topology is None:
+        return {}
+    return progress_markers(analysed.snapshot, analysed.topology)
+
+
+def _members(analysed: Analysed) -> tuple[str, ...]:
+    if analysed.topology is None:
+        return ()
+    return tuple(sorted({f"{m.node_ip}:{m.pid}" for m in analysed.topology.members}))
+
+
+def _note_stackless(analysed: Analysed) -> Analysed:
+    verdict = analysed.diagnosis.verdict
+    finding = Finding(
+        "watchdog.stacks_skipped",
+        Severity.INFO,
+        "No stacks taken: work moved in this run's window as in the last one.",
+    )
+    verdict = dataclasses.replace(verdict, findings=(*verdict.findings, finding))
+    return dataclasses.replace(
+        analysed, diagnosis=dataclasses.replace(analysed.diagnosis, verdict=verdict)
+    )
 
 
 def _annotate(diagnosis: Diagnosis, decision: CheckDecision, notes: list[str]) -> Diagnosis:
@@ -238,6 +388,9 @@ def watch_loop(
     on_result: Any = None,
 ) -> ExitCode:
     """`watch`: run_check every interval until SIGTERM/SIGINT (or max_runs); returns the last exit code."""
+    import gc
+
+    gc.enable()  # the console script starts with the collector off (__main__.py); this loop lives on
     stop = {"flag": False}
 
     def _stop(_sig: int, _frame: object) -> None:

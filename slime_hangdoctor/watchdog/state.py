@@ -17,6 +17,19 @@ STATE_SCHEMA = "slime-hangdoctor.watchdog-state/1"
 
 
 @dataclass(frozen=True)
+class StallLook:
+    """The last full look (stacks and all) at the stall in progress: what a later run may carry
+    forward while nothing moves (watchdog/run.py)."""
+
+    at: float  # epoch seconds of that run
+    verdict: dict[str, Any]  # its Verdict.to_json()
+    members: tuple[str, ...]  # its slime processes, "node_ip:pid", sorted
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at": self.at, "verdict": self.verdict, "members": list(self.members)}
+
+
+@dataclass(frozen=True)
 class WatchState:
     last_progress_at: float | None = None  # epoch seconds of the last run that saw progress
     last_run_at: float | None = None
@@ -25,9 +38,15 @@ class WatchState:
         None  # the stall we already alerted for (one alert per stall)
     )
     runs: int = 0
+    # The last run saw something that moves only with work move within its own window: the next
+    # run first looks without stacks (most runs of a progressing job need none).
+    window_moved: bool = False
+    stall_look: StallLook | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": STATE_SCHEMA, **asdict(self)}
+        doc = {"schema": STATE_SCHEMA, **asdict(self)}
+        doc["stall_look"] = self.stall_look.to_json() if self.stall_look else None
+        return doc
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,8 @@ def load_state(path: Path) -> LoadedState:
                 markers={str(k): str(v) for k, v in markers.items()},
                 alerted_stall_since=_opt_float(data.get("alerted_stall_since")),
                 runs=int(data.get("runs") or 0),
+                window_moved=data.get("window_moved") is True,
+                stall_look=_stall_look(data.get("stall_look")),
             )
         )
     except (TypeError, ValueError) as exc:
@@ -103,6 +124,23 @@ def run_lock(state_path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def _stall_look(v: Any) -> StallLook | None:
+    """A remembered stall look, or None when absent or not well-formed (the next run then takes a
+    full look: the safe side, so not reported as a problem)."""
+    if not isinstance(v, dict):
+        return None
+    at, verdict, members = v.get("at"), v.get("verdict"), v.get("members")
+    if (
+        not isinstance(at, (int, float))
+        or isinstance(at, bool)
+        or not isinstance(verdict, dict)
+        or not isinstance(members, list)
+        or not all(isinstance(m, str) for m in members)
+    ):
+        return None
+    return StallLook(float(at), verdict, tuple(members))
 
 
 def _opt_float(v: Any) -> float | None:

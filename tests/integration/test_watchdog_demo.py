@@ -1,8 +1,9 @@
 """The cron flow against the live demo job: `check` every few seconds, as cron would run it.
 
-A healthy job stays 0 for the whole test; a job that stalls after a few healthy steps turns 1, then 2
-within --stall-after plus one interval, with an evidence bundle, a Prometheus textfile that
-prometheus_client parses, a JSON-lines log and the on-stall hook's output.
+A healthy job stays 0 for the whole test (after the first run, without taking stacks); a job that
+stalls after a few healthy steps turns 1, then 2 within --stall-after plus one interval, with an
+evidence bundle, a Prometheus textfile that prometheus_client parses, a JSON-lines log and the
+on-stall hook's output; once alerted, runs carry the stall's verdict while nothing moves.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,9 +36,8 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.RayHead]:
         h.stop()
 
 
-def check(address: str, work: Path) -> tuple[int, float]:
-    """One cron tick of the real CLI; returns (exit code, wall seconds)."""
-    t0 = time.monotonic()
+def check(address: str, work: Path) -> tuple[int, dict[str, Any]]:
+    """One cron tick of the real CLI; returns (exit code, the verdict it printed)."""
     proc = subprocess.run(
         [
             sys.executable,
@@ -68,19 +69,26 @@ def check(address: str, work: Path) -> tuple[int, float]:
         check=False,
     )
     assert "Traceback" not in proc.stderr, proc.stderr
-    json.loads(proc.stdout)  # every run prints a verdict
-    return proc.returncode, time.monotonic() - t0
+    return proc.returncode, json.loads(proc.stdout)  # every run prints a verdict
 
 
-def ticks(address: str, work: Path, n: int) -> list[tuple[float, int]]:
-    """`n` runs one INTERVAL_S apart: [(seconds since the first, exit code)]."""
-    out: list[tuple[float, int]] = []
+def ticks(address: str, work: Path, n: int) -> list[tuple[float, int, dict[str, Any]]]:
+    """`n` runs one INTERVAL_S apart: [(seconds since the first, exit code, verdict)]."""
+    out: list[tuple[float, int, dict[str, Any]]] = []
     t0 = time.monotonic()
     for i in range(n):
-        rc, _wall = check(address, work)
-        out.append((time.monotonic() - t0, rc))
+        rc, verdict = check(address, work)
+        out.append((time.monotonic() - t0, rc, verdict))
         time.sleep(max(0.0, t0 + (i + 1) * INTERVAL_S - time.monotonic()))
     return out
+
+
+def stacks_skipped(verdict: dict[str, Any]) -> bool:
+    return any(f["rule"] == "watchdog.stacks_skipped" for f in verdict["findings"])
+
+
+def carried(verdict: dict[str, Any]) -> bool:
+    return any(f["rule"] == "watchdog.carried" for f in verdict["findings"])
 
 
 def test_a_healthy_job_stays_ok(head: cluster.RayHead, tmp_path: Path) -> None:
@@ -88,11 +96,17 @@ def test_a_healthy_job_stays_ok(head: cluster.RayHead, tmp_path: Path) -> None:
     run = start_demo("none", workdir=tmp_path / "demo", head=head)
     try:
         run.wait_until_ready(timeout=150)
-        codes = [rc for _t, rc in ticks(head.dashboard_url, tmp_path, 4)]
+        seen = ticks(head.dashboard_url, tmp_path, 4)
     finally:
         run.stop()
-    assert codes == [0, 0, 0, 0]
+    assert [rc for _t, rc, _v in seen] == [0, 0, 0, 0]
     assert not (tmp_path / "hook.json").exists()
+    # The first run takes stacks (nothing remembered yet); once a run has seen work move in its
+    # window, the next ones look without py-spy as long as work keeps moving.
+    assert not stacks_skipped(seen[0][2])
+    skipped = [v for _t, _rc, v in seen[1:] if stacks_skipped(v)]
+    assert skipped, [v["findings"] for _t, _rc, v in seen]
+    assert all(v["status"] == "progressing" for v in skipped)
 
 
 def test_a_stall_turns_warning_then_critical_with_evidence(
@@ -106,13 +120,13 @@ def test_a_stall_turns_warning_then_critical_with_evidence(
     )
     try:
         run.wait_until_ready(timeout=150)
-        seen = ticks(head.dashboard_url, tmp_path, 7)
+        seen = ticks(head.dashboard_url, tmp_path, 9)
     finally:
         run.stop()
-    codes = [rc for _t, rc in seen]
+    codes = [rc for _t, rc, _v in seen]
     assert 1 in codes and 2 in codes, seen
-    first_warn = next(t for t, rc in seen if rc == 1)
-    first_crit = next(t for t, rc in seen if rc == 2)
+    first_warn = next(t for t, rc, _v in seen if rc == 1)
+    first_crit = next(t for t, rc, _v in seen if rc == 2)
     assert codes.index(1) < codes.index(2)
     assert first_crit - first_warn <= STALL_AFTER_S + INTERVAL_S + 6.0, seen
     # evidence: one stall bundle, the hook got the verdict, the textfile parses
@@ -120,6 +134,15 @@ def test_a_stall_turns_warning_then_critical_with_evidence(
     assert any((b / "manifest.json").is_file() for b in bundles if b.is_dir()), bundles
     hook = json.loads((tmp_path / "hook.json").read_text())
     assert hook["status"] == "hung" and hook["stage"] == "rollout_dispatch" and hook["bundle"]
+    # a stalled run is judged on stacks, whatever the runs before it skipped
+    assert not any(stacks_skipped(v) for _t, rc, v in seen if rc != 0)
+    assert all(v["status"] == "hung" for _t, rc, v in seen if rc == 2)
+    # once alerted, a run in which nothing moved carries the last full look's verdict
+    after = seen[codes.index(2) + 1 :]
+    assert after, seen
+    assert all(rc == 2 and v["stage"] == "rollout_dispatch" for _t, rc, v in after), after
+    assert any(carried(v) for _t, _rc, v in after), [v["findings"] for _t, _rc, v in after]
+    assert not any(carried(v) for _t, rc, v in seen if rc != 2)
     families = {
         f.name: f
         for f in text_string_to_metric_families((tmp_path / "hangdoctor.prom").read_text())

@@ -49,3 +49,34 @@ def test_demo_fault_gets_its_expected_verdict(name: str) -> None:
         assert top.engine_url is not None
     assert v.next_steps
     assert int(v.exit_code) in (1, 2)
+
+
+def test_stacks_not_asked_for_are_not_reported_as_missing(tmp_path: Path) -> None:
+    """The watchdog's stackless look (`stacks: false` in the manifest's options): a progressing
+    job is still progressing, and the report neither tells the user to run as root for py-spy nor
+    lists the stacks as lost; the same bundle without that option does both."""
+    import tarfile
+
+    from tests.fixtures import transforms as tf
+
+    with tarfile.open(DEMO / "none.tar.gz") as tar:
+        tar.extractall(tmp_path / "src", filter="data")
+    src = next(p.parent for p in (tmp_path / "src").rglob("manifest.json"))
+    lost = tf.bundle_without_sources(src, tmp_path / "lost", frozenset({"pyspy"}))
+    skipped = tf.bundle_with_options(
+        tf.bundle_without_sources(src, tmp_path / "skipped", frozenset({"pyspy"})), stacks=False
+    )
+    results = {}
+    for name, path in (("lost", lost), ("skipped", skipped)):
+        with open_bundle(path) as bundle:
+            snapshot = load_snapshot(bundle)
+        results[name] = diagnose(snapshot, build_topology(snapshot))
+    for d in results.values():
+        assert d.verdict.status is Status.PROGRESSING
+    assert any("no Python stacks (py-spy" in b for b in results["lost"].verdict.blind_spots)
+    assert any("run hangdoctor as root" in s for s in results["lost"].verdict.next_steps)
+    skipped_v = results["skipped"].verdict
+    assert not any("run hangdoctor as root" in s for s in skipped_v.next_steps)
+    assert any("not taken in this run" in b for b in skipped_v.blind_spots)
+    assert not any("py-spy" in b for b in skipped_v.blind_spots)
+    assert all("no stack" not in r.state for r in results["skipped"].rows)

@@ -37,3 +37,48 @@ def test_cmdline_flag_value_in_next_argument() -> None:
 def test_environment_keeps_only_the_allow_list() -> None:
     env = {"RANK": "1", "WANDB_API_KEY": "w", "HF_TOKEN": "h", "PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0,1"}
     assert filter_env(env) == {"RANK": "1", "CUDA_VISIBLE_DEVICES": "0,1"}
+
+
+def _every_pass(text: str) -> str:
+    """The four passes run unconditionally: what redact_text must equal whatever its pre-checks skip."""
+    from slime_hangdoctor import redact as r
+
+    text = r._JSON_FIELD.sub(
+        lambda m: (
+            m.group(0) if not m.group("v") else f"{m.group('k')}{m.group('q')}{REDACTED}{m.group('q')}"
+        ),
+        text,
+    )
+    text = r._FLAG.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
+    text = r._ASSIGN.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
+    return r._BEARER.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
+
+
+_PIECES = (
+    "api_key", "API-KEY", "Token", "tokens_total", "SECRET", "passwd", "Password", "auth",
+    "Authorization", "bearer ", "Bearer x.y", '"', "'", ":", " ", "=", "-", "--", "_", "x", "7",
+    "{", "}", ",", "&", "\n", "\u017fecret", "\u212aey", "\u0130", "é", "ß",
+)
+
+
+def test_pre_checks_never_change_the_result() -> None:
+    """The linear-time pre-checks (lower-cased for ASCII texts) skip only passes that would not
+    have matched: same output as running every pass, on texts built from key words, quotes and
+    separators in any case, Unicode case-folding look-alikes included (U+017F, U+212A)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=3000, deadline=None)
+    @given(st.lists(st.sampled_from(_PIECES), max_size=24).map("".join))
+    def check(text: str) -> None:
+        assert redact_text(text) == _every_pass(text)
+
+    check()
+
+
+def test_real_metrics_page_is_unchanged() -> None:
+    """A real SGLang /metrics page (`tokens` everywhere, no secret) comes out as it went in."""
+    from pathlib import Path
+
+    page = (Path(__file__).parents[1] / "fixtures/sglang/metrics_busy.txt").read_text()
+    assert redact_text(page) == page == _every_pass(page)

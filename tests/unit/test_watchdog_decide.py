@@ -11,7 +11,14 @@ import pytest
 
 from slime_hangdoctor.verdict import ExitCode, Stage, Status, Verdict
 from slime_hangdoctor.watchdog.decide import decide_check, parse_duration
-from slime_hangdoctor.watchdog.state import LockHeld, WatchState, load_state, run_lock, save_state
+from slime_hangdoctor.watchdog.state import (
+    LockHeld,
+    StallLook,
+    WatchState,
+    load_state,
+    run_lock,
+    save_state,
+)
 
 HUNG = Verdict(Status.HUNG, Stage.TRAIN, "rank 1 stuck", window_s=2.0)
 OK = Verdict(Status.PROGRESSING, Stage.NONE, "moving", window_s=2.0)
@@ -100,3 +107,74 @@ def test_overlapping_runs_do_not_pile_up(tmp_path: Path) -> None:
         holder.join(10)
     with run_lock(tmp_path / "state.json"):
         pass  # free again once the first run is done
+
+
+def test_window_moved_is_remembered_only_from_a_run_that_judged() -> None:
+    """What lets the next run look without stacks: set by a run that saw work move in its own
+    window, cleared by one that did not, and not carried over an UNKNOWN run."""
+    d1 = decide_check(OK, {"m": "1"}, WatchState(), now=1000.0, stall_after_s=60, window_moved=True)
+    assert d1.state.window_moved
+    d2 = decide_check(HUNG, {"m": "1"}, d1.state, now=1060.0, stall_after_s=600, window_moved=False)
+    assert not d2.state.window_moved
+    d3 = decide_check(OK, {"m": "2"}, d2.state, now=1120.0, stall_after_s=600, window_moved=True)
+    unknown = Verdict(Status.UNKNOWN, Stage.UNKNOWN, "no ray")
+    d4 = decide_check(unknown, {}, d3.state, now=1180.0, stall_after_s=600, window_moved=True)
+    assert d3.state.window_moved and not d4.state.window_moved
+
+
+def test_window_moved_round_trips_and_old_state_files_mean_a_full_look(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    save_state(path, WatchState(last_progress_at=1.0, last_run_at=1.0, window_moved=True, runs=2))
+    assert load_state(path).state.window_moved
+    doc = json.loads(path.read_text())
+    del doc["window_moved"]  # a state file written before the field existed
+    path.write_text(json.dumps(doc))
+    loaded = load_state(path)
+    assert loaded.problem is None and not loaded.state.window_moved
+    doc["window_moved"] = "yes"  # anything but true: the safe side (stacks are taken)
+    path.write_text(json.dumps(doc))
+    assert not load_state(path).state.window_moved
+
+
+def _look(at: float = 1000.0) -> StallLook:
+    return StallLook(at, HUNG.to_json(), ("10.0.0.1:42",))
+
+
+def test_a_stall_look_is_kept_while_hung_and_dropped_on_progress_or_unknown() -> None:
+    d1 = decide_check(HUNG, {"m": "1"}, WatchState(), now=1000.0, stall_after_s=60, stall_look=_look())
+    assert d1.state.stall_look == _look()
+    d2 = decide_check(OK, {"m": "2"}, d1.state, now=1060.0, stall_after_s=60, stall_look=_look())
+    assert d2.state.stall_look is None
+    unknown = Verdict(Status.UNKNOWN, Stage.UNKNOWN, "no ray")
+    d3 = decide_check(unknown, {}, d1.state, now=1060.0, stall_after_s=60)
+    assert d3.state.stall_look is None
+
+
+def test_a_stall_look_round_trips_and_a_malformed_one_is_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    save_state(path, WatchState(last_progress_at=1.0, last_run_at=2.0, stall_look=_look(5.0)))
+    assert load_state(path).state.stall_look == _look(5.0)
+    for bad in ({"at": "x", "verdict": {}, "members": []}, {"at": 1.0, "verdict": [], "members": []},
+                {"at": 1.0, "verdict": {}, "members": [1]}, "look", {"at": True, "verdict": {}, "members": []}):
+        doc = json.loads(path.read_text())
+        doc["stall_look"] = bad
+        path.write_text(json.dumps(doc))
+        loaded = load_state(path)
+        assert loaded.problem is None and loaded.state.stall_look is None, bad
+
+
+def test_only_an_alerted_stall_young_enough_is_carried() -> None:
+    """The carry rule of watchdog/run.py: the stall in progress, after its alert, for CARRY_FOR_S."""
+    from slime_hangdoctor.watchdog.run import CARRY_FOR_S, _carriable
+
+    alerted = WatchState(last_progress_at=400.0, last_run_at=990.0, alerted_stall_since=400.0, stall_look=_look(900.0))
+    assert _carriable(alerted, now=1000.0) == _look(900.0)
+    assert _carriable(alerted, now=900.0 + CARRY_FOR_S) is None  # too old: stacks again
+    assert _carriable(alerted, now=899.0) is None  # a clock that went back
+    before_alert = WatchState(last_progress_at=400.0, last_run_at=990.0, stall_look=_look(900.0))
+    assert _carriable(before_alert, now=1000.0) is None
+    older_alert = WatchState(
+        last_progress_at=950.0, last_run_at=990.0, alerted_stall_since=400.0, stall_look=_look(900.0)
+    )
+    assert _carriable(older_alert, now=1000.0) is None  # progress since: a new stall, not alerted
+    assert _carriable(WatchState(alerted_stall_since=1.0, last_progress_at=1.0), now=1000.0) is None
