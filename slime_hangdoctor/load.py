@@ -197,6 +197,8 @@ def _load_http(acc: _Acc, rec: ProbeRecord, data: bytes | None) -> None:
     if rec.outcome is not Outcome.OK and not meta.get("fallback"):
         reason = f": {rec.reason}" if rec.reason else ""
         acc.blind.append(f"{rec.source} {answer.url}{path}: {rec.outcome.value}{reason}")
+    if rec.outcome is Outcome.OK and rec.artifact and data is None:
+        acc.blind.append(f"{rec.source} {rec.target}: artefact missing from the bundle")
     parser = _HTTP_PARSERS.get(path)
     if parser is not None and data is not None and answer.status == 200:
         try:

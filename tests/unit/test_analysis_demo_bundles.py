@@ -80,3 +80,19 @@ def test_stacks_not_asked_for_are_not_reported_as_missing(tmp_path: Path) -> Non
     assert any("not taken in this run" in b for b in skipped_v.blind_spots)
     assert not any("py-spy" in b for b in skipped_v.blind_spots)
     assert all("no stack" not in r.state for r in results["skipped"].rows)
+
+
+def test_a_missing_engine_answer_is_a_blind_spot(tmp_path: Path) -> None:
+    """An ok SGLang record whose artefact is gone from the bundle says so, as every other source
+    does (found by the fuzz suite: FZ3 deleted an engine's /model_info answer)."""
+    import tarfile
+
+    with tarfile.open(DEMO / "rollout_engine_stuck.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    root = next(p.parent for p in tmp_path.rglob("manifest.json"))
+    answer = next((root / "raw" / "sglang").rglob("*_model_info.s0.json"))
+    answer.unlink()
+    with open_bundle(root) as bundle:
+        snapshot = load_snapshot(bundle)
+    target = answer.name.removesuffix(".s0.json")
+    assert f"sglang {target}: artefact missing from the bundle" in snapshot.blind_spots
