@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.demo_job import DemoJob, running_demo
-from benchmarks.machine import cli_env, env_with, hangdoctor_argv, load_snapshot
+from benchmarks.machine import cli_env, env_with, hangdoctor_argv, load_snapshot, package_version
 from benchmarks.measure import Measured, run_measured, summary
 
 RUNS = 5
@@ -212,15 +212,8 @@ def measure(job: DemoJob, runs: int = RUNS, *, stalled: bool = False) -> dict[st
 
 def _versions() -> dict[str, str]:
     """Of the libraries a CLI start imports (the cost of a cron `check` depends on them)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for name in ("typer", "rich", "urllib3", "psutil", "prometheus_client"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "absent"
-    return out
+    names = ("typer", "rich", "urllib3", "psutil", "prometheus_client")
+    return {name: package_version(name) for name in names}
 
 
 def _long_stall(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

@@ -90,7 +90,7 @@ def _version_of(argv: list[str]) -> str:
     return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) else ""
 
 
-def _package_version(name: str) -> str:
+def package_version(name: str) -> str:
     from importlib import metadata
 
     try:
@@ -157,11 +157,11 @@ def describe() -> dict[str, Any]:
         "kernel": platform.release(),
         "os": platform.platform(),
         "python": platform.python_version(),
-        "ray": _package_version("ray"),
+        "ray": package_version("ray"),
         "py-spy": _version_of([pyspy_path(), "--version"]),
-        "psutil": _package_version("psutil"),
-        "typer": _package_version("typer"),
-        "rich": _package_version("rich"),
+        "psutil": package_version("psutil"),
+        "typer": package_version("typer"),
+        "rich": package_version("rich"),
         "slime-hangdoctor": slime_hangdoctor.__version__,
         "git": f"{git}{' + uncommitted changes' if dirty else ''}",
         "cli": " ".join(hangdoctor_argv()),

@@ -100,17 +100,34 @@ def redact_text(text: str, known_secrets: tuple[str, ...] = ()) -> str:
     if not hints.any.search(probe):
         return text  # none of the patterns below can match: skip every pass
     if hints.json_field.search(probe):
-        text = _JSON_FIELD.sub(
-            lambda m: (
-                m.group(0)
-                if not m.group("v")
-                else f"{m.group('k')}{m.group('q')}{REDACTED}{m.group('q')}"
-            ),
-            text,
-        )
-    text = _FLAG.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
+        text = json_field_pass(text)
+    text = flag_pass(text)
     if hints.assign.search(probe):
-        text = _ASSIGN.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
+        text = assign_pass(text)
+    return bearer_pass(text)
+
+
+# The four passes, each alone (redact_text runs a pass only where its pre-check found a candidate).
+def json_field_pass(text: str) -> str:
+    return _JSON_FIELD.sub(
+        lambda m: (
+            m.group(0)
+            if not m.group("v")
+            else f"{m.group('k')}{m.group('q')}{REDACTED}{m.group('q')}"
+        ),
+        text,
+    )
+
+
+def flag_pass(text: str) -> str:
+    return _FLAG.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
+
+
+def assign_pass(text: str) -> str:
+    return _ASSIGN.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
+
+
+def bearer_pass(text: str) -> str:
     return _BEARER.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
 
 

@@ -25,9 +25,6 @@ class StallLook:
     verdict: dict[str, Any]  # its Verdict.to_json()
     members: tuple[str, ...]  # its slime processes, "node_ip:pid", sorted
 
-    def to_json(self) -> dict[str, Any]:
-        return {"at": self.at, "verdict": self.verdict, "members": list(self.members)}
-
 
 @dataclass(frozen=True)
 class WatchState:
@@ -44,9 +41,7 @@ class WatchState:
     stall_look: StallLook | None = None
 
     def to_json(self) -> dict[str, Any]:
-        doc = {"schema": STATE_SCHEMA, **asdict(self)}
-        doc["stall_look"] = self.stall_look.to_json() if self.stall_look else None
-        return doc
+        return {"schema": STATE_SCHEMA, **asdict(self)}
 
 
 @dataclass(frozen=True)

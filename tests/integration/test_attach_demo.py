@@ -8,10 +8,6 @@ state API), then stopped.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +16,7 @@ import pytest
 from slime_hangdoctor.demo import cluster
 from slime_hangdoctor.demo.faults import FAULTS
 from slime_hangdoctor.demo.launch import DemoRun, start_demo
+from tests.integration.cli import run_cli
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -27,40 +24,21 @@ WINDOW_S = 3.0
 TIMEOUT_S = 25.0
 
 
-@pytest.fixture(scope="module")
-def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.RayHead]:
-    h = cluster.start_head(tmp_path_factory.mktemp("attach-head"), num_cpus=2)
-    try:
-        yield h
-    finally:
-        h.stop()
-
-
 def attach(
     address: str, *extra: str, timeout: float = TIMEOUT_S
 ) -> tuple[int, dict[str, Any], str, float]:
     """Run the real CLI; returns (exit code, verdict JSON, stderr, wall seconds)."""
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "slime_hangdoctor",
-            "attach",
-            address,
-            "--json",
-            "--window",
-            str(WINDOW_S),
-            "--timeout",
-            str(TIMEOUT_S),
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
+    proc, wall = run_cli(
+        "attach",
+        address,
+        "--json",
+        "--window",
+        str(WINDOW_S),
+        "--timeout",
+        str(TIMEOUT_S),
+        *extra,
         timeout=timeout + 30,
-        check=False,
     )
-    wall = time.monotonic() - t0
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout), proc.stderr, wall
 
@@ -121,38 +99,14 @@ def test_address_forms_reach_the_same_cluster(head: cluster.RayHead, form: str) 
         rc, verdict, _err, _ = attach(head.gcs_address)
     else:
         env = {**os.environ, "RAY_ADDRESS": head.gcs_address}
-        proc = subprocess.run(
-            [sys.executable, "-m", "slime_hangdoctor", "attach", "--json", "--window", "1"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env=env,
-        )
+        proc, _wall = run_cli("attach", "--json", "--window", "1", env=env)
         rc, verdict = proc.returncode, json.loads(proc.stdout)
     assert verdict["status"] == "idle" and rc == 0, verdict
 
 
 def test_dead_address_ends_within_the_deadline_with_exit_3() -> None:
     """A wrong address: exit 3, within the deadline, naming the address forms it tried."""
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "slime_hangdoctor",
-            "attach",
-            "127.0.0.1:1",
-            "--timeout",
-            "5",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    wall = time.monotonic() - t0
+    proc, wall = run_cli("attach", "127.0.0.1:1", "--timeout", "5", "--json")
     assert proc.returncode == 3 and "Traceback" not in proc.stderr
     verdict = json.loads(proc.stdout)
     assert verdict["status"] == "unknown"

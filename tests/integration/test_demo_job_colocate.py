@@ -3,7 +3,6 @@ and a train rank that never reaches the step's all_reduce. One Ray head for the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,15 +18,6 @@ pytestmark = [
     pytest.mark.timeout(240),
     pytest.mark.skipif(not have_pyspy(), reason="py-spy is not installed"),
 ]
-
-
-@pytest.fixture(scope="module")
-def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.RayHead]:
-    h = cluster.start_head(tmp_path_factory.mktemp("ray-head"), num_cpus=2)
-    try:
-        yield h
-    finally:
-        h.stop()
 
 
 def test_colocate_update_hang_after_a_healthy_step(head: cluster.RayHead, tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ frames of slime_hangdoctor/demo/faults.py. One Ray head is shared by the runs of
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,15 +26,6 @@ pytestmark = [
     pytest.mark.timeout(240),
     pytest.mark.skipif(not have_pyspy(), reason="py-spy is not installed"),
 ]
-
-
-@pytest.fixture(scope="module")
-def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.RayHead]:
-    h = cluster.start_head(tmp_path_factory.mktemp("ray-head"), num_cpus=2)
-    try:
-        yield h
-    finally:
-        h.stop()
 
 
 def _run(head: cluster.RayHead, tmp_path: Path, fault: str, after: int) -> DemoRun:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.demo import cluster
 from slime_hangdoctor.demo.faults import FAULTS
 from slime_hangdoctor.demo.launch import start_demo
+from tests.integration.cli import CLI, run_cli
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -54,29 +54,20 @@ def two_nodes(
 
 
 def _attach(address: str, out: Path, timeout: float = 30.0) -> tuple[int, dict[str, Any], float]:
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "slime_hangdoctor",
-            "attach",
-            address,
-            "--json",
-            "--window",
-            "3",
-            "--timeout",
-            str(timeout),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
+    proc, wall = run_cli(
+        "attach",
+        address,
+        "--json",
+        "--window",
+        "3",
+        "--timeout",
+        str(timeout),
+        "--out",
+        str(out),
         timeout=timeout + 30,
-        check=False,
     )
     assert "Traceback" not in proc.stderr, proc.stderr
-    return proc.returncode, json.loads(proc.stdout), time.monotonic() - t0
+    return proc.returncode, json.loads(proc.stdout), wall
 
 
 def test_culprit_is_named_on_its_own_node(
@@ -126,9 +117,7 @@ def test_a_node_killed_mid_run_is_a_blind_spot(
         t0 = time.monotonic()
         proc = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "slime_hangdoctor",
+                *CLI,
                 "attach",
                 head.dashboard_url,
                 "--json",

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ import pytest
 
 from slime_hangdoctor.demo import cluster
 from slime_hangdoctor.demo.launch import start_demo
+from tests.integration.cli import CLI, run_cli
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -27,46 +26,29 @@ INTERVAL_S = 4.0
 STALL_AFTER_S = 10.0
 
 
-@pytest.fixture(scope="module")
-def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.RayHead]:
-    h = cluster.start_head(tmp_path_factory.mktemp("watchdog-head"), num_cpus=2)
-    try:
-        yield h
-    finally:
-        h.stop()
-
-
 def check(address: str, work: Path) -> tuple[int, dict[str, Any]]:
     """One cron tick of the real CLI; returns (exit code, the verdict it printed)."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "slime_hangdoctor",
-            "check",
-            address,
-            "--stall-after",
-            f"{STALL_AFTER_S:.0f}s",
-            "--window",
-            "2",
-            "--timeout",
-            "25",
-            "--state-file",
-            str(work / "state.json"),
-            "--bundle-dir",
-            str(work / "bundles"),
-            "--prom-file",
-            str(work / "hangdoctor.prom"),
-            "--log-file",
-            str(work / "runs.jsonl"),
-            "--on-stall-exec",
-            f"cat > {work / 'hook.json'}",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
+    proc, _wall = run_cli(
+        "check",
+        address,
+        "--stall-after",
+        f"{STALL_AFTER_S:.0f}s",
+        "--window",
+        "2",
+        "--timeout",
+        "25",
+        "--state-file",
+        str(work / "state.json"),
+        "--bundle-dir",
+        str(work / "bundles"),
+        "--prom-file",
+        str(work / "hangdoctor.prom"),
+        "--log-file",
+        str(work / "runs.jsonl"),
+        "--on-stall-exec",
+        f"cat > {work / 'hook.json'}",
+        "--json",
         timeout=90,
-        check=False,
     )
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout)  # every run prints a verdict
@@ -161,23 +143,13 @@ def test_a_stall_turns_warning_then_critical_with_evidence(
 
 def test_overlapping_runs_do_not_pile_up(head: cluster.RayHead, tmp_path: Path) -> None:
     """Two checks at once on the same state file: one runs, the other exits 3 at once."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "slime_hangdoctor",
-        "check",
-        head.dashboard_url,
-        "--window",
-        "3",
-        "--state-file",
-        str(tmp_path / "state.json"),
-        "--json",
-    ]
-    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = ("check", head.dashboard_url, "--window", "3")
+    args += ("--state-file", str(tmp_path / "state.json"), "--json")
+    first = subprocess.Popen(
+        [*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     time.sleep(1.5)
-    t0 = time.monotonic()
-    second = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
-    quick = time.monotonic() - t0
+    second, quick = run_cli(*args)
     first.communicate(timeout=60)
     assert second.returncode == 3 and "another check is still running" in second.stdout
     assert quick < 8.0  # refused at once, not after waiting for the first run

@@ -55,13 +55,9 @@ def test_stacks_not_asked_for_are_not_reported_as_missing(tmp_path: Path) -> Non
     """The watchdog's stackless look (`stacks: false` in the manifest's options): a progressing
     job is still progressing, and the report neither tells the user to run as root for py-spy nor
     lists the stacks as lost; the same bundle without that option does both."""
-    import tarfile
-
     from tests.fixtures import transforms as tf
 
-    with tarfile.open(DEMO / "none.tar.gz") as tar:
-        tar.extractall(tmp_path / "src", filter="data")
-    src = next(p.parent for p in (tmp_path / "src").rglob("manifest.json"))
+    src = _unpacked("none", tmp_path / "src")
     lost = tf.bundle_without_sources(src, tmp_path / "lost", frozenset({"pyspy"}))
     skipped = tf.bundle_with_options(
         tf.bundle_without_sources(src, tmp_path / "skipped", frozenset({"pyspy"})), stacks=False
@@ -85,14 +81,19 @@ def test_stacks_not_asked_for_are_not_reported_as_missing(tmp_path: Path) -> Non
 def test_a_missing_engine_answer_is_a_blind_spot(tmp_path: Path) -> None:
     """An ok SGLang record whose artefact is gone from the bundle says so, as every other source
     does (found by the fuzz suite: FZ3 deleted an engine's /model_info answer)."""
-    import tarfile
-
-    with tarfile.open(DEMO / "rollout_engine_stuck.tar.gz") as tar:
-        tar.extractall(tmp_path, filter="data")
-    root = next(p.parent for p in tmp_path.rglob("manifest.json"))
+    root = _unpacked("rollout_engine_stuck", tmp_path)
     answer = next((root / "raw" / "sglang").rglob("*_model_info.s0.json"))
     answer.unlink()
     with open_bundle(root) as bundle:
         snapshot = load_snapshot(bundle)
     target = answer.name.removesuffix(".s0.json")
     assert f"sglang {target}: artefact missing from the bundle" in snapshot.blind_spots
+
+
+def _unpacked(name: str, dest: Path) -> Path:
+    """The recorded demo bundle `name` unpacked under `dest`: its directory."""
+    import tarfile
+
+    with tarfile.open(DEMO / f"{name}.tar.gz") as tar:
+        tar.extractall(dest, filter="data")
+    return next(p.parent for p in dest.rglob("manifest.json"))

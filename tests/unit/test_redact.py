@@ -43,15 +43,7 @@ def _every_pass(text: str) -> str:
     """The four passes run unconditionally: what redact_text must equal whatever its pre-checks skip."""
     from slime_hangdoctor import redact as r
 
-    text = r._JSON_FIELD.sub(
-        lambda m: (
-            m.group(0) if not m.group("v") else f"{m.group('k')}{m.group('q')}{REDACTED}{m.group('q')}"
-        ),
-        text,
-    )
-    text = r._FLAG.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
-    text = r._ASSIGN.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
-    return r._BEARER.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
+    return r.bearer_pass(r.assign_pass(r.flag_pass(r.json_field_pass(text))))
 
 
 _PIECES = (
