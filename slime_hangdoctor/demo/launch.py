@@ -172,7 +172,7 @@ class DemoRun:
         if self._stopped:
             return
         self._stopped = True
-        pids = _marked_pids(self.submission_id)
+        pids = marked_pids(self.submission_id)
         if self.owns_head:
             pids |= self.head.pids()
         try:
@@ -183,7 +183,7 @@ class DemoRun:
             self.head.stop(timeout=5.0)
         else:
             _wait_job_ended(self, timeout=10.0)
-        _kill(pids | _marked_pids(self.submission_id), timeout=3.0)
+        _kill(pids | marked_pids(self.submission_id), timeout=3.0)
 
     def __enter__(self) -> DemoRun:
         return self
@@ -203,7 +203,7 @@ def _wait_job_ended(run: DemoRun, *, timeout: float) -> None:
         time.sleep(0.25)
 
 
-def _marked_pids(demo_id: str) -> set[int]:
+def marked_pids(demo_id: str) -> set[int]:
     """Live processes whose environment carries this demo's marker."""
     import psutil
 

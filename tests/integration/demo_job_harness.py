@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from slime_hangdoctor.demo.faults import FaultSpec, FrameSignature
-from slime_hangdoctor.demo.launch import MARKER_ENV, DemoRun
+from slime_hangdoctor.demo.launch import DemoRun, marked_pids
 
 PYSPY_TIMEOUT_S = 20.0
 SETTLE_PATIENCE_S = 20.0
@@ -97,15 +97,4 @@ def check_all_signatures(
 
 def marked_processes(submission_id: str) -> list[int]:
     """Live pids whose environment carries the demo's marker for this run."""
-    import psutil
-
-    needle = f"{MARKER_ENV}={submission_id}".encode()
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            with open(f"/proc/{proc.info['pid']}/environ", "rb") as fh:
-                if needle in fh.read():
-                    found.append(proc.info["pid"])
-        except OSError:
-            continue
-    return found
+    return sorted(marked_pids(submission_id))
