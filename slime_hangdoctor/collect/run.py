@@ -259,10 +259,10 @@ def _sample(run: _Run, index: int) -> Topology:
         cf.wait(endpoints, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
     if index == 1 and opts.stacks_only_if_stalled:
         run.work_moved = work_moved(writer)
-    if index == 1 and opts.stacks and opts.stacks_only_if_stalled and not run.work_moved:
-        run.say("nothing moved: taking the stacks again")
-        dumps = submit_stacks(writer, topo, local_spec, opts, deadline, run.pool)
-        cf.wait(dumps, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
+        if opts.stacks and not run.work_moved:
+            run.say("nothing moved: taking the stacks again")
+            dumps = submit_stacks(writer, topo, local_spec, opts, deadline, run.pool)
+            cf.wait(dumps, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
     return topo
 
 
