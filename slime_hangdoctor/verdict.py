@@ -27,6 +27,7 @@ class Stage(str, Enum):
     WEIGHT_SYNC = "weight_sync"
     NCCL_BROADCAST = "nccl_broadcast"
     EVAL = "eval"
+    CHECKPOINT = "checkpoint"  # save / load of checkpoints (added compatibly to verdict/1)
     NONE = "none"
     UNKNOWN = "unknown"
 

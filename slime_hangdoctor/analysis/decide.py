@@ -45,6 +45,7 @@ _STAGE_ORDER = (
     Stage.WEIGHT_SYNC,
     Stage.REWARD,
     Stage.OFFLOAD_ONLOAD,
+    Stage.CHECKPOINT,
     Stage.EVAL,
     Stage.ROLLOUT_DISPATCH,
     Stage.TRAIN,

@@ -312,6 +312,75 @@ def _router_503(ctx: Context) -> Cause | None:
     )
 
 
+def _disk_sleep(p: Proc) -> bool:
+    """The process's last /proc reading says D (uninterruptible disk sleep)."""
+    return bool(p.infos) and p.infos[-1][1].status == "disk-sleep"
+
+
+def _checkpoint(ctx: Context) -> Cause | None:
+    """A hang in checkpoint save / load: storage (ranks writing, in D state) versus a collective
+    mismatch (ranks in a collective of the save, others elsewhere or all in it: slime#1908,
+    verl#2238). Its next steps differ from a train-step hang's."""
+    if ctx.status is not Status.HUNG or ctx.stage is not Stage.CHECKPOINT:
+        return None
+    ranks = [p for p in ctx.world.by_role(Role.TRAIN_RANK) if p.latest is not None]
+    saving = [p for p in ranks if p.latest is not None and p.latest.stage is Stage.CHECKPOINT]
+    in_coll = [p for p in saving if p.latest is not None and p.latest.primary.in_collective]
+    elsewhere = [p for p in ranks if p not in saving]
+    storage = [p for p in ranks if _disk_sleep(p)] or [p for p in saving if p not in in_coll]
+    ev = [f"{p.label}: {p.latest.describe()}" for p in saving + elsewhere if p.latest is not None]
+    ev += [
+        f"{p.label} (pid {p.pid}): D state (uninterruptible disk I/O)"
+        for p in ranks
+        if _disk_sleep(p)
+    ]
+    pids = " ".join(str(p.pid) for p in (storage or saving or ranks)[:4])
+    storage_steps = [
+        f"for p in {pids or 'PID'}; do cat /proc/$p/wchan; echo; grep State /proc/$p/status; "
+        "grep -E 'write_bytes|read_bytes' /proc/$p/io; done  (twice, a minute apart: bytes "
+        "that move are slow storage, flat bytes in D state are stuck storage)",
+        "Check the file system under --save (df -h, mount, NFS/Lustre/object-store client health) "
+        "and whether another job writes there",
+    ]
+    if in_coll and (elsewhere or storage):
+        msg = (
+            f"Checkpoint collective mismatch: {len(in_coll)} rank(s) wait in a collective of the "
+            f"save ({_who([(p, p.latest.primary) for p in in_coll if p.latest])}) while "
+            f"{len(elsewhere) + len([p for p in storage if p not in in_coll])} rank(s) are "
+            "elsewhere or still writing: every rank must enter the same save with the same plan."
+        )
+        steps = [
+            "Compare the stacks of the ranks in the save with the odd ones: a rank that skipped "
+            "save_model, saves a different state dict, or is still finalising an earlier async "
+            "save (maybe_finalize_async_save) leaves the others in the save's gather/all_reduce",
+            *storage_steps[:1],
+        ]
+    elif in_coll:
+        msg = (
+            f"All {len(in_coll)} rank(s) in the checkpoint wait in a collective of the save "
+            "(as in slime#1908: gather_object in save_state_dict_async_plan; verl#2238: all_reduce "
+            "in a MoE dist_checkpointing save): a collective mismatch between ranks, or a rank "
+            "not seen here that never entered the save."
+        )
+        steps = [
+            "Check that every train rank (and the critic, if any) called save_model for this "
+            "rollout: a missing rank or a different parallel layout (EP/TP groups) leaves the "
+            "rest in the save's collective; try the next run with --async-save off to tell the "
+            "async plan from the save itself",
+            "A large MoE save can take tens of minutes (verl#2238): compare against an earlier "
+            "save's `Timer save_model end (elapsed: ...)` log line before calling it stuck",
+        ]
+    else:
+        msg = (
+            "Checkpoint save / load is in file I/O, not in a collective: the storage under "
+            "--save / --load is slow or stuck"
+            + (" (D state: uninterruptible disk I/O)" if any(_disk_sleep(p) for p in ranks) else "")
+            + "."
+        )
+        steps = storage_steps
+    return _cause("checkpoint-stall", Severity.WARNING, msg, ev, steps)
+
+
 KNOWN_CAUSES: tuple[Callable[[Context], Cause | None], ...] = (
     _pp_group_deadlock,
     _sympy_reward,
@@ -323,6 +392,7 @@ KNOWN_CAUSES: tuple[Callable[[Context], Cause | None], ...] = (
     _cp_allgather,
     _router_503,
     _health_noise,
+    _checkpoint,
 )
 
 
@@ -332,7 +402,7 @@ def known_causes(ctx: Context) -> list[Cause]:
 
 # --------------------------------------------------------------------------- next steps
 
-_NCCL_STAGES = frozenset({Stage.TRAIN, Stage.NCCL_BROADCAST, Stage.WEIGHT_SYNC})
+_NCCL_STAGES = frozenset({Stage.TRAIN, Stage.NCCL_BROADCAST, Stage.WEIGHT_SYNC, Stage.CHECKPOINT})
 
 
 def _on(p: Proc | None, node: str | None = None) -> str:

@@ -107,7 +107,7 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
     ),
     FrameSig("update_weights", S.WEIGHT_SYNC, _ACTOR_GROUP, "RayTrainGroup", "driver: weight sync"),
     FrameSig("async_train", S.TRAIN, _ACTOR_GROUP, "RayTrainGroup", "driver: train step"),
-    FrameSig("save_model", S.TRAIN, _ACTOR_GROUP, "RayTrainGroup", "driver: checkpoint save"),
+    FrameSig("save_model", S.CHECKPOINT, _ACTOR_GROUP, "RayTrainGroup", "driver: checkpoint save"),
     *_rows(S.OFFLOAD_ONLOAD, _ACTOR_GROUP, "onload offload clear_memory", cls="RayTrainGroup"),
     FrameSig("set_rollout_manager", S.STARTUP, _ACTOR_GROUP, "RayTrainGroup"),
     FrameSig("offload_train", S.OFFLOAD_ONLOAD, "train.py", what="driver: offload train actors"),
@@ -135,6 +135,13 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
         what="engine offload/onload",
     ),
     FrameSig("set_train_parallel_config", S.STARTUP, _ROLLOUT_PY, "RolloutManager"),
+    *_rows(
+        S.CHECKPOINT,
+        _ROLLOUT_PY,
+        "save load",
+        cls="RolloutManager",
+        what="rollout manager saving / loading its data-source state",
+    ),
     FrameSig("check_weights", S.WEIGHT_SYNC, _ROLLOUT_PY, "RolloutManager"),
     # --- rollout functions (the RolloutManager's asyncio loop thread and main thread)
     FrameSig(
@@ -170,7 +177,7 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
         S.TRAIN,
         _ACTOR_PY,
         "train train_actor train_critic compute_log_prob _get_rollout_data "
-        "fill_routing_replay sleep wake_up save_model",
+        "fill_routing_replay sleep wake_up",
         cls="MegatronTrainRayActor",
         what="train step",
     ),
@@ -180,7 +187,7 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
     *_rows(
         S.TRAIN,
         "slime/backends/megatron_utils/model.py",
-        "train train_one_step forward_only save",
+        "train train_one_step forward_only",
         what="train step",
     ),
     FrameSig("train_one_step", S.TRAIN, None, what="train step"),
@@ -208,6 +215,33 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
     *(
         FrameSig(f, S.TRAIN, "slime/utils/reloadable_process_group.py", generic=True)
         for f in ("reload_process_groups", "destroy_process_groups")
+    ),
+    # --- checkpoint save / load (slime#1908, verl#2238): slime's own entry points, Megatron's
+    # save_checkpoint / load_checkpoint, dist_checkpointing with its (async) save strategies, torch DCP.
+    # py-spy may print Megatron paths relative to the megatron/ folder (`core/dist_checkpointing/...`,
+    # `training/checkpointing.py`, as in slime#1908), so the patterns leave out the leading `megatron/`.
+    FrameSig("save_model", S.CHECKPOINT, _ACTOR_PY, "MegatronTrainRayActor", "checkpoint save"),
+    FrameSig(
+        "save", S.CHECKPOINT, "slime/backends/megatron_utils/model.py", what="checkpoint save"
+    ),
+    FrameSig(
+        ANY, S.CHECKPOINT, "slime/backends/megatron_utils/checkpoint.py", what="checkpoint load"
+    ),
+    FrameSig(
+        ANY, S.CHECKPOINT, "slime/backends/megatron_utils/hf_checkpoint_saver.py", what="HF save"
+    ),
+    FrameSig("save_hf_model", S.CHECKPOINT, "slime/backends/megatron_utils/model.py"),
+    *_rows(S.CHECKPOINT, "slime/rollout/data_source.py", "save load", what="data-source state"),
+    FrameSig(ANY, S.CHECKPOINT, "training/checkpointing.py", what="Megatron checkpointing"),
+    *_rows(
+        S.CHECKPOINT,
+        "training/async_utils.py",
+        "maybe_finalize_async_save schedule_async_save",
+        what="Megatron async checkpoint save",
+    ),
+    FrameSig(ANY, S.CHECKPOINT, "dist_checkpointing/", what="Megatron dist_checkpointing"),
+    FrameSig(
+        ANY, S.CHECKPOINT, "torch/distributed/checkpoint/", what="torch distributed checkpoint"
     ),
     # --- weight sync, trainer side
     FrameSig(ANY, S.WEIGHT_SYNC, _UW, what="weight sync"),
@@ -331,7 +365,8 @@ _JAN_FRAMES: tuple[FrameSig, ...] = (
     FrameSig("async_init", S.STARTUP, _ACTOR_GROUP, "RayTrainGroup", "train actors init"),
     FrameSig("connect", S.STARTUP, _ACTOR_GROUP, "RayTrainGroup"),
     FrameSig("connect_actor_critic", S.STARTUP, _ACTOR_PY, "MegatronTrainRayActor"),
-    FrameSig("save", S.TRAIN, "train.py", what="driver: checkpoint save"),
+    FrameSig("save", S.CHECKPOINT, "train.py", what="driver: checkpoint save"),
+    FrameSig(ANY, S.CHECKPOINT, "slime/backends/fsdp_utils/checkpoint.py", what="FSDP checkpoint"),
     FrameSig(ANY, S.STARTUP, "slime/router/router.py", what="slime router", generic=True),
 )
 
@@ -377,13 +412,15 @@ _TRAIN_CLS = "MegatronTrainRayActor"
 
 _COMMON_METHODS: tuple[MethodSig, ...] = (
     *_methods(_TRAIN_CLS, S.STARTUP, "__init__ init set_rollout_manager load_other_checkpoint"),
-    *_methods(_TRAIN_CLS, S.TRAIN, "train sleep wake_up save_model clear_memory"),
+    *_methods(_TRAIN_CLS, S.TRAIN, "train sleep wake_up clear_memory"),
+    *_methods(_TRAIN_CLS, S.CHECKPOINT, "save_model"),
     *_methods(_TRAIN_CLS, S.WEIGHT_SYNC, "update_weights"),
     *_methods("RolloutManager", S.STARTUP, "__init__ set_train_parallel_config"),
     *_methods("RolloutManager", S.ROLLOUT_DISPATCH, "generate"),
     *_methods("RolloutManager", S.EVAL, "eval"),
     *_methods("RolloutManager", S.OFFLOAD_ONLOAD, "offload onload onload_weights onload_kv"),
     *_methods("RolloutManager", S.WEIGHT_SYNC, "check_weights"),
+    *_methods("RolloutManager", S.CHECKPOINT, "save load"),
     *_methods("SGLangEngine", S.STARTUP, "__init__ init"),
     *_methods(
         "SGLangEngine",

@@ -25,6 +25,7 @@ _STAGE_LABELS: dict[Stage, str] = {
     Stage.WEIGHT_SYNC: "weight sync",
     Stage.NCCL_BROADCAST: "weight-sync NCCL broadcast",
     Stage.EVAL: "eval",
+    Stage.CHECKPOINT: "checkpoint save / load",
     Stage.NONE: "none",
     Stage.UNKNOWN: "an unknown stage",
 }

@@ -487,6 +487,92 @@ CASES: list[tuple[str, list[tuple[str, str]], Stage]] = [
         ],
         S.EVAL,
     ),
+    # --- checkpoint save / load
+    (
+        # slime#1908, py-spy of every train rank as the report printed it (Megatron paths relative
+        # to its megatron/ folder), innermost first
+        "save in dist_checkpointing async plan (slime#1908)",
+        [
+            ("gather", "torch/distributed/distributed_c10d.py"),
+            ("wrapper", "torch/distributed/c10d_logger.py"),
+            ("gather_object", "torch/distributed/distributed_c10d.py"),
+            ("wrapper", "torch/distributed/c10d_logger.py"),
+            ("gather_object", "torch/distributed/checkpoint/utils.py"),
+            (
+                "save_state_dict_async_plan",
+                "core/dist_checkpointing/strategies/state_dict_saver.py",
+            ),
+            ("async_save", "core/dist_checkpointing/strategies/torch.py"),
+            ("save", "core/dist_checkpointing/strategies/base.py"),
+            ("save", "core/dist_checkpointing/strategies/fully_parallel.py"),
+            ("save", "core/dist_checkpointing/serialization.py"),
+            ("save_checkpoint", "training/checkpointing.py"),
+            ("save", "slime/backends/megatron_utils/model.py"),
+            ("save_model", "slime/backends/megatron_utils/actor.py"),
+            ("wrapper", "slime/utils/timer.py"),
+        ],
+        S.CHECKPOINT,
+    ),
+    (
+        "HEAD save_model finalising an async save",
+        [
+            (
+                "AsyncCallsQueue.maybe_finalize_async_calls",
+                "megatron/core/dist_checkpointing/strategies/async_utils.py",
+            ),
+            ("maybe_finalize_async_save", "megatron/training/async_utils.py"),
+            ("MegatronTrainRayActor.save_model", "slime/backends/megatron_utils/actor.py"),
+            ("timer.<locals>.wrapper", "slime/observability/timer.py"),
+        ],
+        S.CHECKPOINT,
+    ),
+    (
+        "torch DCP file write",
+        [
+            ("_write_item", "torch/distributed/checkpoint/filesystem.py"),
+            ("_write_files_from_queue", "torch/distributed/checkpoint/filesystem.py"),
+            ("save_model", "my_trainer.py"),
+        ],
+        S.CHECKPOINT,
+    ),
+    (
+        "checkpoint load at startup",
+        [
+            ("load", "core/dist_checkpointing/serialization.py"),
+            ("load_checkpoint", "training/checkpointing.py"),
+            ("load_checkpoint", "slime/backends/megatron_utils/checkpoint.py"),
+            ("initialize_model_and_optimizer", "slime/backends/megatron_utils/model.py"),
+            ("MegatronTrainRayActor.init", "slime/backends/megatron_utils/actor.py"),
+        ],
+        S.CHECKPOINT,
+    ),
+    (
+        "driver save_model",
+        [
+            ("get", "ray/_private/worker.py"),
+            ("RayTrainGroup.save_model", "slime/ray/actor_group.py"),
+            ("train", "train.py"),
+        ],
+        S.CHECKPOINT,
+    ),
+    (
+        "driver save Jan",
+        [
+            ("get", "ray/_private/worker.py"),
+            ("train.<locals>.save", "train.py"),
+            ("train", "train.py"),
+        ],
+        S.CHECKPOINT,
+    ),
+    (
+        "rollout manager data-source save",
+        [
+            ("save", "torch/serialization.py"),
+            ("RolloutDataSource.save", "slime/rollout/data_source.py"),
+            ("RolloutManager.save", "slime/ray/rollout.py"),
+        ],
+        S.CHECKPOINT,
+    ),
     # --- FT recovery -> startup
     (
         "FT recover Jan",
@@ -584,6 +670,9 @@ def test_every_stage_but_none_and_unknown_has_rows_and_methods_cover_the_actors(
     sig = sg.method_stage("SGLangEngine", "update_weights_from_distributed")
     assert sig is not None and sig.stage is S.NCCL_BROADCAST
     assert sg.method_stage("RolloutManager", "no_such_method") is None
+    for cls, method in (("MegatronTrainRayActor", "save_model"), ("RolloutManager", "save")):
+        sig = sg.method_stage(cls, method)
+        assert sig is not None and sig.stage is S.CHECKPOINT
 
 
 WAITS = [
