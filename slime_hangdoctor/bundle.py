@@ -63,7 +63,7 @@ _SAFE = re.compile(r"[^A-Za-z0-9._\-]+")
 
 def safe_name(text: str) -> str:
     """A file-name-safe rendering of a target (URL, IP, pid)."""
-    return _SAFE.sub("_", text).strip("_")[:120] or "_"
+    return _SAFE.sub("_", text).strip("_.")[:120] or "_"  # never "." or ".."
 
 
 @dataclass(frozen=True)
@@ -244,16 +244,19 @@ class BundleWriter:
         return stored
 
     def _unique_name(self, record: ProbeRecord, suffix: str) -> str:
+        # Every part of the path is made safe: the target (a URL may carry user:password@), the
+        # node and the source alike (records of remote node tasks come from another process).
+        source = safe_name(record.source)
         node = safe_name(record.node_ip or "local")
-        base = safe_name(record.target)
+        base = safe_name(redact_text(record.target, self._known_secrets))
         if record.sample is not None:
-            base += f".s{record.sample}"
+            base += f".s{int(record.sample)}"
         with self._lock:
-            name = f"raw/{record.source}/{node}/{base}{suffix}"
+            name = f"raw/{source}/{node}/{base}{suffix}"
             n = 1
             while name in self._names:
                 n += 1
-                name = f"raw/{record.source}/{node}/{base}.{n}{suffix}"
+                name = f"raw/{source}/{node}/{base}.{n}{suffix}"
             self._names.add(name)
         return name
 

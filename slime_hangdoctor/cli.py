@@ -558,8 +558,12 @@ def _progress(quiet: bool) -> _Progress:
 
 def _err(msg: str, help_text: str = "") -> None:
     from rich.console import Console
+    from rich.markup import escape
+
+    from slime_hangdoctor.redact import redact_text
 
     console = Console(stderr=True)
+    msg = escape(redact_text(msg))  # an address given with user:password@ is never echoed
     console.print(f"[bold red]slime-hangdoctor:[/] {msg}", highlight=False, markup=True)
     if help_text:
         console.print(help_text, highlight=False, markup=False)

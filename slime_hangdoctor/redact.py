@@ -1,10 +1,21 @@
-"""Keep secrets out of reports and bundles: API keys, tokens, passwords, environment values."""
+"""Keep secrets out of reports and bundles: API keys, tokens, passwords, URL credentials, signed
+query strings, environment values.
+
+A value is blanked where its *name* says it is a secret: a command-line option (`--wandb-key X`,
+`--api-key=X`), an assignment (`HF_TOKEN=X`), a JSON or Python-repr field (`"api_key": "X"`, also
+inside an escaped JSON string), a header (`X-Api-Key: X`), a query parameter (`?sig=X`); and the
+userinfo of every URL (`https://oauth2:X@host` keeps the host). Names are judged by their words
+(`--wandb-key`: `wandb` `key`), so that `--tokenizer-path`, `--input-key` or `--fim-pad-token` stay
+readable while every secret-bearing option of slime, SGLang, Megatron and W&B is caught
+(`SECRET_OPTIONS`, read from their argument parsers, is checked in tests/unit/test_redact.py).
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
 
 REDACTED = "<redacted>"
 
@@ -41,112 +52,281 @@ ENV_ALLOWLIST: frozenset[str] = frozenset(
     }
 )
 
-_SECRET_KEY = (
-    r"(?:api[_-]?key|admin[_-]?api[_-]?key|token|secret|password|passwd|authorization|auth)"
-)
-# "api_key": "abc"  /  'api_key': 'abc'  (JSON and Python reprs); null stays null.
-_JSON_FIELD = re.compile(
-    r"""(?P<k>["'][A-Za-z0-9_\-]*"""
-    + _SECRET_KEY
-    + r"""[A-Za-z0-9_\-]*["']\s*:\s*)(?P<q>["'])(?P<v>[^"']*)(?P=q)""",
-    re.IGNORECASE,
-)
-# --api-key abc  /  --ray-token=abc  /  api_key=abc (query strings, env dumps)
-_FLAG = re.compile(
-    r"(?P<k>--?[A-Za-z0-9\-]*" + _SECRET_KEY + r"[A-Za-z0-9\-]*(?:=|\s+))(?P<v>[^\s\"',&]+)",
-    re.IGNORECASE,
-)
-_ASSIGN = re.compile(
-    r"(?P<k>\b[A-Za-z0-9_]*" + _SECRET_KEY + r"[A-Za-z0-9_]*=)(?P<v>[^\s\"',&]+)",
-    re.IGNORECASE,
-)
-_BEARER = re.compile(r"(?P<k>Bearer\s+)(?P<v>[A-Za-z0-9._~+/=\-]+)", re.IGNORECASE)
-
-
-_HINT = r"key|token|secret|passw|auth|bearer"
-# Necessary conditions of _JSON_FIELD and _ASSIGN: a secret key word followed by what must come
-# after it, matched in linear time. The full patterns start with a run of word characters before the
-# key word, which the engine retries at every word start: most of the cost of redacting a /metrics
-# page or a Ray state answer. A text that fails a condition skips that pass (same result).
-_JSON_FIELD_TAIL = _SECRET_KEY + r"""[A-Za-z0-9_\-]*+["']\s*+:\s*+["']"""
-_ASSIGN_TAIL = _SECRET_KEY + r"[A-Za-z0-9_]*+=[^\s\"',&]"
-
 
 @dataclass(frozen=True)
-class _Hints:
-    any: re.Pattern[str]
-    json_field: re.Pattern[str]
-    assign: re.Pattern[str]
+class SecretOption:
+    """A secret-bearing option (or field) a project defines, and where it is defined."""
+
+    name: str  # as given on a command line
+    project: str
+    where: str
 
 
-# Case-insensitive scanning is slow in `re`; an ASCII text is searched lower-cased with
-# case-sensitive patterns (the same matches), any other text with the case-insensitive ones (Unicode
-# case folding: a pattern may match letters that lower() does not turn into ASCII).
-_ASCII_HINTS = _Hints(*(re.compile(p) for p in (_HINT, _JSON_FIELD_TAIL, _ASSIGN_TAIL)))
-_UNICODE_HINTS = _Hints(
-    *(re.compile(p, re.IGNORECASE) for p in (_HINT, _JSON_FIELD_TAIL, _ASSIGN_TAIL))
+# Every secret-bearing option the projects of a slime job define, read from their argument
+# parsers (slime 2026-11 main, SGLang 0.5.23, Megatron-LM core_r0.15 main, wandb 0.23 CLI). The
+# generic rule below catches each of them; tests/unit/test_redact.py proves it, flag by flag.
+# Megatron's parser (megatron/training/arguments.py) defines none: its `--fim-*-token` options
+# are special-token strings, `--wandb-*` names and paths.
+SECRET_OPTIONS: tuple[SecretOption, ...] = (
+    SecretOption("--wandb-key", "slime", "slime/utils/arguments.py (wandb.login(key=...))"),
+    SecretOption("--sglang-api-key", "slime", "SGLang's --api-key under slime's --sglang- prefix"),
+    SecretOption("--sglang-admin-api-key", "slime", "SGLang's --admin-api-key, --sglang- prefix"),
+    SecretOption(
+        "--sglang-ssl-keyfile-password", "slime", "SGLang's --ssl-keyfile-password, prefixed"
+    ),
+    SecretOption("--api-key", "SGLang", "srt/arg_groups/fields/serving.py api_key"),
+    SecretOption("--admin-api-key", "SGLang", "srt/arg_groups/fields/serving.py admin_api_key"),
+    SecretOption(
+        "--ssl-keyfile-password", "SGLang", "srt/arg_groups/fields/serving.py ssl_keyfile_password"
+    ),
+    SecretOption("watermark_key", "SGLang", "srt/arg_groups/fields/exec_.py (in /server_info)"),
+    SecretOption("watermark_key_b", "SGLang", "srt/arg_groups/fields/exec_.py (in /server_info)"),
+    SecretOption("WANDB_API_KEY", "W&B", "wandb/env.py API_KEY"),
+    SecretOption("wandb login KEY", "W&B", "wandb/cli/cli.py login: positional `key`"),
+    SecretOption("--ray-token", "slime-hangdoctor", "cli.py; Ray's RAY_AUTH_TOKEN"),
+    SecretOption("--aws-access-key-id", "AWS CLI", "aws configure / s3 tools"),
+    SecretOption("--aws-secret-access-key", "AWS CLI", "aws configure / s3 tools"),
+    SecretOption("--credentials", "generic", "gcloud, docker, s3 tools"),
+    SecretOption("--private-key", "generic", "ssh, TLS, signing tools"),
+    SecretOption("-u user:pw", "curl", "curl --user"),
+    SecretOption("X-Api-Key:", "HTTP", "API-key header"),
 )
+
+# Words that make a name a secret wherever they stand in it.
+_SECRET_WORDS = frozenset(
+    {
+        "secret",
+        "secrets",
+        "password",
+        "passwd",
+        "passphrase",
+        "pwd",
+        "credential",
+        "credentials",
+        "creds",
+        "authorization",
+        "apikey",
+        "cookie",
+    }
+)
+# `..._token` is a secret unless it names a special token of a tokenizer (`--fim-pad-token`).
+_SPECIAL_TOKEN_WORDS = frozenset(
+    {
+        "pad", "bos", "eos", "unk", "sep", "cls", "mask", "eod", "eot", "prefix", "middle",
+        "suffix", "stop", "special", "start", "end", "image", "video", "audio", "fim", "think",
+        "im", "per", "max", "min", "num", "first", "last", "next", "new",
+    }
+)  # fmt: skip
+# `..._key` is a secret unless it names a field of the data (slime's `--input-key`, `--label-key`).
+_DATA_KEY_WORDS = frozenset(
+    {
+        "input", "label", "tool", "tools", "reward", "metadata", "multimodal", "prompt", "response",
+        "sort", "cache", "group", "partition", "dict", "primary", "foreign", "hash", "routing",
+        "shard", "column", "field", "lookup", "image", "message", "messages", "answer", "hotkey",
+    }
+)  # fmt: skip
+# Query parameters that carry a signature or a credential (S3/GCS presigned URLs, Azure SAS, ...).
+_QUERY_SECRETS = frozenset(
+    {
+        "sig", "signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token",
+        "x-goog-signature", "x-goog-credential", "awsaccesskeyid", "googleaccessid", "key",
+        "token", "access_token", "id_token", "refresh_token", "code", "password", "auth",
+    }
+)  # fmt: skip
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an option, variable, field or header called `name` holds a secret."""
+    words = [w for w in re.split(r"[-_.\s]+", _CAMEL.sub("_", name.strip("-")).lower()) if w]
+    if not words:
+        return False
+    if any(w in _SECRET_WORDS for w in words):
+        return True
+    last, prev = words[-1], (words[-2] if len(words) > 1 else "")
+    if last in ("token", "auth"):
+        return prev not in _SPECIAL_TOKEN_WORDS
+    if last == "key" and len(words) > 1:
+        return prev not in _DATA_KEY_WORDS
+    if last in ("id", "b") and len(words) > 2 and words[-2] == "key":
+        return words[-3] not in _DATA_KEY_WORDS  # AWS_ACCESS_KEY_ID, watermark_key_b
+    return False
+
+
+def url_secrets(url: str | None) -> tuple[str, ...]:
+    """The credentials in a URL's userinfo (password, and the whole userinfo), to blank anywhere."""
+    if not url or "@" not in url:
+        return ()
+    try:
+        parts = urlsplit(url if "://" in url else f"//{url}")
+    except ValueError:
+        return ()
+    userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
+    if not userinfo:
+        return ()
+    found = [userinfo, unquote(userinfo)]
+    user, _, password = userinfo.partition(":")
+    if password:
+        found += [password, unquote(password)]
+    return tuple(dict.fromkeys(s for s in found if len(s) >= 4))
+
+
+# ---------------------------------------------------------------- the passes
+
+# scheme://user:password@host  ->  scheme://<redacted>@host  (the host is kept)
+_URL_USERINFO = re.compile(
+    r"(?P<k>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<v>[^\s/?#\"'<>\\@]*(?:@[^\s/?#\"'<>\\@]*)*)(?=@)"
+)
+# curl -u user:pw / --user user:pw  ->  user:<redacted>
+_USER_PW = re.compile(
+    r"(?P<k>(?<![\w-])(?:-u|--user|--proxy-user)(?:=|[ \t]+)[^\s:\"']+:)(?P<v>[^\s\"']+)"
+)
+# ?sig=X  &X-Amz-Signature=X  (only names that carry a secret)
+_QUERY = re.compile(r"(?P<k>[?&;](?P<n>[A-Za-z0-9_.\-]+)=)(?P<v>[^&\s\"'#<>;]+)")
+# "api_key": "X"  'api_key': 'X'  (JSON, Python reprs); a value may hold escaped quotes
+_JSON_FIELD = re.compile(
+    r"""(?P<k>(?P<q>["'])(?P<n>[A-Za-z0-9_.\-]+)(?P=q)\s*:\s*)(?P<vq>["'])(?P<v>(?:\\.|[^\\\n]){0,8192}?)(?P=vq)"""
+)
+# \"api_key\": \"X\"  (a JSON document inside a JSON string, e.g. SGLang's *_extra_config)
+_JSON_ESCAPED = re.compile(
+    r"""(?P<k>(?P<bs>\\+)"(?P<n>[A-Za-z0-9_.\-]*(?:key|token|secret|passw|pwd|cred|auth|cookie)"""
+    r"""[A-Za-z0-9_.\-]*)(?P=bs)"\s*:\s*(?P=bs)")(?P<v>[^\n]{0,8192}?)(?<!\\)(?P=bs)\"""",
+    re.IGNORECASE,  # only names with a secret word: another field's value may hold a whole document
+)
+# --api-key X  --wandb-key=X
+_FLAG = re.compile(
+    r"(?P<k>(?<![\w-])--?(?P<n>[A-Za-z][A-Za-z0-9_\-]*)(?:=|[ \t]+))(?P<v>[^\s\"',&]+)"
+)
+# HF_TOKEN=X  api_key='X'
+_ASSIGN = re.compile(r"(?P<k>(?<![\w.-])(?P<n>[A-Za-z_][A-Za-z0-9_]*)=[\"']?)(?P<v>[^\s\"',&]+)")
+# X-Api-Key: X  password: X  (to the end of the line or the enclosing string)
+_HEADER = re.compile(
+    r"(?P<k>(?<![\w.-])(?P<n>[A-Za-z][A-Za-z0-9_\-]*):[ \t]*)(?P<v>[^\s\"',;][^\r\n\"',;]*)"
+)
+_BEARER = re.compile(r"(?P<k>\b(?:Bearer|Basic)\s+)(?P<v>[A-Za-z0-9._~+/=\-]{6,})", re.IGNORECASE)
+
+Pass = Callable[[str], str]
+
+
+def _named(pattern: re.Pattern[str], secret: Callable[[str], bool]) -> Pass:
+    def run(text: str) -> str:
+        def sub(m: re.Match[str]) -> str:
+            if not m.group("v") or m.group("v") == REDACTED or not secret(m.group("n")):
+                return m.group(0)
+            return f"{m.group('k')}{REDACTED}"  # the match is k + v
+
+        return pattern.sub(sub, text)
+
+    return run
+
+
+def _plain(pattern: re.Pattern[str]) -> Pass:
+    def run(text: str) -> str:
+        return pattern.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
+
+    return run
+
+
+def _json_field(text: str) -> str:
+    def sub(m: re.Match[str]) -> str:
+        if not m.group("v") or not is_secret_name(m.group("n")):
+            return m.group(0)
+        return f"{m.group('k')}{m.group('vq')}{REDACTED}{m.group('vq')}"
+
+    return _JSON_FIELD.sub(sub, text)
+
+
+def _json_escaped(text: str) -> str:
+    def sub(m: re.Match[str]) -> str:
+        if not m.group("v") or not is_secret_name(m.group("n")):
+            return m.group(0)
+        return f'{m.group("k")}{REDACTED}{m.group("bs")}"'
+
+    return _JSON_ESCAPED.sub(sub, text)
+
+
+def _query_secret(name: str) -> bool:
+    return name.lower() in _QUERY_SECRETS or is_secret_name(name)
+
+
+url_userinfo_pass = _plain(_URL_USERINFO)
+user_pw_pass = _plain(_USER_PW)
+query_pass = _named(_QUERY, _query_secret)
+json_field_pass = _json_field
+json_escaped_pass = _json_escaped
+flag_pass = _named(_FLAG, is_secret_name)
+assign_pass = _named(_ASSIGN, is_secret_name)
+header_pass = _named(_HEADER, is_secret_name)
+bearer_pass = _plain(_BEARER)
+
+# In this order: structure first (URLs, JSON fields), then the looser text forms.
+PASSES: tuple[Pass, ...] = (
+    url_userinfo_pass,
+    user_pw_pass,
+    query_pass,
+    json_escaped_pass,
+    json_field_pass,
+    flag_pass,
+    assign_pass,
+    bearer_pass,
+    header_pass,
+)
+
+# A necessary condition of every pass: a secret word, a URL's `@`, a signed query's `sig`/`amz`/
+# `goog`/`code`, curl's `-u`/`--user`. Most texts (/metrics pages, stacks) hold none and skip
+# every pass. ASCII texts are searched lower-cased; others case-insensitively (Unicode folding).
+_HINT = r"key|token|secret|passw|passphrase|pwd|cred|auth|cookie|bearer|basic|@|sig|amz|goog|code|-u|user"
+_ASCII_HINT = re.compile(_HINT)
+_UNICODE_HINT = re.compile(_HINT, re.IGNORECASE)
+
+
+def every_pass(text: str) -> str:
+    """Every pass, unconditionally (what `redact_text` equals, whatever its pre-check skips)."""
+    for run in PASSES:
+        text = run(text)
+    return text
 
 
 def redact_text(text: str, known_secrets: tuple[str, ...] = ()) -> str:
-    """Blank secret values in free text (JSON bodies, command lines, logs)."""
-    for secret in known_secrets:
+    """Blank secret values in free text (JSON bodies, command lines, logs, messages)."""
+    for secret in sorted(known_secrets, key=len, reverse=True):
         if secret and len(secret) >= 4:
             text = text.replace(secret, REDACTED)
-    if text.isascii():
-        hints, probe = _ASCII_HINTS, text.lower()
-    else:
-        hints, probe = _UNICODE_HINTS, text
-    if not hints.any.search(probe):
-        return text  # none of the patterns below can match: skip every pass
-    if hints.json_field.search(probe):
-        text = json_field_pass(text)
-    text = flag_pass(text)
-    if hints.assign.search(probe):
-        text = assign_pass(text)
-    return bearer_pass(text)
-
-
-# The four passes, each alone (redact_text runs a pass only where its pre-check found a candidate).
-def json_field_pass(text: str) -> str:
-    return _JSON_FIELD.sub(
-        lambda m: (
-            m.group(0)
-            if not m.group("v")
-            else f"{m.group('k')}{m.group('q')}{REDACTED}{m.group('q')}"
-        ),
-        text,
-    )
-
-
-def flag_pass(text: str) -> str:
-    return _FLAG.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
-
-
-def assign_pass(text: str) -> str:
-    return _ASSIGN.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
-
-
-def bearer_pass(text: str) -> str:
-    return _BEARER.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
+    hint = _ASCII_HINT.search(text.lower()) if text.isascii() else _UNICODE_HINT.search(text)
+    if hint is None:
+        return text  # no pass can match
+    return every_pass(text)
 
 
 def redact_cmdline(
     argv: tuple[str, ...] | list[str], known_secrets: tuple[str, ...] = ()
 ) -> tuple[str, ...]:
-    """Redact a command line argument by argument (`--api-key X` spans two arguments)."""
+    """Redact a command line argument by argument (`--api-key X` spans two arguments; so do
+    `-u user:pw` and W&B's `wandb login KEY`)."""
     out: list[str] = []
     hide_next = False
-    for arg in argv:
+    for i, arg in enumerate(argv):
         if hide_next:
-            out.append(REDACTED)
             hide_next = False
-            continue
-        if re.fullmatch(
-            r"--?[A-Za-z0-9\-_]*" + _SECRET_KEY + r"[A-Za-z0-9\-_]*", arg, re.IGNORECASE
-        ):
+            if not arg.startswith("-") or arg == "-":
+                out.append(REDACTED)
+                continue
+        if re.fullmatch(r"--?[A-Za-z][A-Za-z0-9_\-]*", arg) and is_secret_name(arg):
             out.append(arg)
             hide_next = True
+            continue
+        prev = argv[i - 1] if i else ""
+        if prev in ("-u", "--user", "--proxy-user") and re.fullmatch(r"[^\s:]+:\S+", arg):
+            out.append(arg.partition(":")[0] + ":" + REDACTED)
+            continue
+        if (
+            i >= 2
+            and argv[i - 1] == "login"
+            and argv[i - 2].rsplit("/", 1)[-1] == "wandb"
+            and not arg.startswith("-")
+        ):
+            out.append(REDACTED)
             continue
         out.append(redact_text(arg, known_secrets))
     return tuple(out)

@@ -8,6 +8,7 @@ is what Ray's own HTTP clients send.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import json
 import os
 import time
@@ -244,26 +245,33 @@ def _capture_one(
         meta=meta,
     )
     data = scrub_env_values(res.body) if res.status is not None else None
+    if res.status is not None and data is None:
+        record = dataclasses.replace(
+            record,
+            outcome=Outcome.FAILED if outcome is Outcome.OK else outcome,
+            reason=f"{reason}; {UNSCRUBBED}" if reason else UNSCRUBBED,
+        )
     return writer.add(record, data, suffix=".json" if res.is_json else ".txt")
 
 
-def scrub_env_values(body: bytes) -> bytes:
+UNSCRUBBED = "answer not kept: it holds runtime-env values that could not be blanked (not JSON)"
+
+
+def scrub_env_values(body: bytes) -> bytes | None:
     """The body with the values of every runtime-env `env_vars` entry blanked (allow-listed keys
     kept), in plain objects and in `serialized_runtime_env` strings alike.
 
     Ray's state and Job APIs echo each job's and actor's runtime env, whose env_vars carry what
     jobs are given (WANDB_API_KEY, HF_TOKEN, ...), under names no pattern can know. Bodies without
-    `env_vars` are kept byte for byte; others are re-serialised (same data, compact JSON)."""
+    `env_vars` are kept byte for byte; others are re-serialised (same data, compact JSON). A body
+    with `env_vars` that is not JSON (cut at the body cap, damaged) cannot be scrubbed by its
+    structure: None, it is not kept (the record says why)."""
     if b"env_vars" not in body:
         return body
     try:
-        doc = json.loads(body)
-    except (ValueError, RecursionError):
-        return body  # not JSON: stored as is (the bundle writer still redacts known patterns)
-    try:
-        return json.dumps(_scrub(doc)).encode("utf-8")
+        return json.dumps(_scrub(json.loads(body))).encode("utf-8")
     except (TypeError, ValueError, RecursionError):
-        return body
+        return None
 
 
 def _scrub(value: Any) -> Any:

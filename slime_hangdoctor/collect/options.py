@@ -37,8 +37,17 @@ class CollectOptions:
     pyspy: str | None = None  # py-spy binary; None = find it
     extra: dict[str, str] = field(default_factory=dict)
 
-    def secrets(self) -> tuple[str, ...]:
-        return tuple(s for s in (self.api_key, self.ray_token) if s)
+    def secrets(self, address: str | None = None) -> tuple[str, ...]:
+        """Every secret this run was given, to blank wherever it shows up: the API key, Ray's
+        token (also the one Ray would read from RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token), and the
+        credentials in the URLs (the Ray address, --sglang-url, --router-url)."""
+        from slime_hangdoctor.collect.dashboard import resolve_token
+        from slime_hangdoctor.redact import url_secrets
+
+        found = [self.api_key, self.ray_token, resolve_token(self.ray_token)]
+        for url in (address, *self.sglang_urls, *self.router_urls):
+            found.extend(url_secrets(url))
+        return tuple(dict.fromkeys(s for s in found if s))
 
 
 class Deadline:

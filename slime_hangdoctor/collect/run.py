@@ -39,6 +39,7 @@ from slime_hangdoctor.collect.remote import (
 )
 from slime_hangdoctor.errors import RayUnreachable
 from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.redact import redact_text
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.topology import CLASS_ROLES, Topology, build_topology
 from slime_hangdoctor.verdict import Role
@@ -100,7 +101,7 @@ def collect(
             "doctor_pid": os.getpid(),  # our own Ray driver (multi-node) is not the job's driver
         },
         options=_options_record(opts),
-        known_secrets=opts.secrets(),
+        known_secrets=opts.secrets(address),
     )
     ray_error: str | None = None
     with cf.ThreadPoolExecutor(
@@ -112,7 +113,7 @@ def collect(
             try:
                 run.client, run.gcs_address = _connect(address, opts, deadline, writer)
             except RayUnreachable as exc:
-                ray_error = str(exc)
+                ray_error = redact_text(str(exc), opts.secrets(address))
                 writer.add(
                     ProbeRecord(
                         b.RAY_DASHBOARD,

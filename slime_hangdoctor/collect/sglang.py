@@ -275,9 +275,10 @@ def base_url(url: str) -> str:
 def _record(
     answer: Answer, *, source: str, url: str, node_ip: str | None, sample: int
 ) -> ProbeRecord:
-    netloc = urlsplit(url).netloc
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]  # never user:password@ in a name or the manifest
     meta: dict[str, Any] = {
-        "url": url,
+        "url": f"{parts.scheme}://{netloc}" if parts.scheme else url,
         "path": answer.path,
         "status": answer.status,
         "elapsed_s": answer.elapsed_s,

@@ -286,3 +286,62 @@ def test_resolve_unknown_scheme_and_nothing_local(no_ambient_token: None, tmp_pa
     with pytest.raises(RayUnreachable) as err:
         resolve_cluster(None, timeout=2, token=None, ray_temp_dir=tmp_path)
     assert "http://127.0.0.1:8265" in str(err.value)
+
+
+def test_a_body_cut_at_the_cap_is_not_kept_with_its_env_values(
+    dashboard: tuple[str, type[_Dashboard]], writer: BundleWriter, no_ambient_token: None
+) -> None:
+    """Issue 15 point 4: an /api/jobs/ answer cut at the body cap is not JSON, so its runtime-env
+    values cannot be blanked by structure: the body is not kept, and the record says why (a
+    blind spot). Before: the cut body was stored with every env_vars value in it."""
+    url, handler = dashboard
+    secret = "SECRET-cut-envvalue-77aa"
+    doc = json.loads(handler.answers["/api/jobs/"][1])
+    doc[0]["runtime_env"] = {"env_vars": {"TEAM_CRED": secret}, "pip": ["x"] * 50}
+    handler.answers = {**handler.answers, "/api/jobs/": (200, json.dumps(doc))}
+    body = json.dumps(doc).encode()
+    cap = body.index(secret.encode()) + len(secret) + 10
+    assert scrub_env_values(body[:cap]) is None
+    client = DashboardClient(url, max_body=cap)
+    records = {r.target: r for r in capture_state(writer, client, sample=0)}
+    jobs = records["jobs"]
+    assert jobs.outcome is Outcome.FAILED and jobs.artifact is None
+    assert "runtime-env values that could not be blanked" in str(jobs.reason)
+    for f in writer.root.rglob("*"):
+        assert not f.is_file() or secret.encode() not in f.read_bytes()
+
+
+def test_a_token_read_from_ray_auth_token_path_joins_the_known_secrets(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Point 6: like --ray-token, the token Ray reads from RAY_AUTH_TOKEN_PATH (or
+    ~/.ray/auth_token) is blanked wherever it shows up."""
+    from slime_hangdoctor.collect.options import CollectOptions
+
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    path = tmp_path / "auth_token"
+    path.write_text("SECRET-tokenfile-0f1e2d\n")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(path))
+    assert "SECRET-tokenfile-0f1e2d" in CollectOptions().secrets()
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("SECRET-homefile-3c4b5a")
+    assert "SECRET-homefile-3c4b5a" in CollectOptions().secrets()
+    w = BundleWriter(tmp_path / "b", command="t", known_secrets=CollectOptions().secrets())
+    w.target["echo"] = "Bearer SECRET-homefile-3c4b5a"
+    w.finish()
+    assert b"SECRET-homefile" not in (tmp_path / "b" / "manifest.json").read_bytes()
+
+
+def test_url_credentials_given_to_the_doctor_join_the_known_secrets() -> None:
+    """Point 3: the credentials in --sglang-url / --router-url / the Ray address."""
+    from slime_hangdoctor.collect.options import CollectOptions
+
+    opts = CollectOptions(
+        sglang_urls=("http://eng:SECRET-sgl-pw-1@127.0.0.1:1",),
+        router_urls=("http://r:SECRET-rt-pw-2@h:2",),
+    )
+    found = opts.secrets("http://ray:SECRET-ray-pw-3@head:8265")
+    for pw in ("SECRET-sgl-pw-1", "SECRET-rt-pw-2", "SECRET-ray-pw-3"):
+        assert pw in found

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from slime_hangdoctor.redact import REDACTED, filter_env, redact_cmdline, redact_text
 
 
@@ -40,16 +42,17 @@ def test_environment_keeps_only_the_allow_list() -> None:
 
 
 def _every_pass(text: str) -> str:
-    """The four passes run unconditionally: what redact_text must equal whatever its pre-checks skip."""
+    """Every pass run unconditionally: what redact_text must equal whatever its pre-check skips."""
     from slime_hangdoctor import redact as r
 
-    return r.bearer_pass(r.assign_pass(r.flag_pass(r.json_field_pass(text))))
+    return r.every_pass(text)
 
 
 _PIECES = (
     "api_key", "API-KEY", "Token", "tokens_total", "SECRET", "passwd", "Password", "auth",
     "Authorization", "bearer ", "Bearer x.y", '"', "'", ":", " ", "=", "-", "--", "_", "x", "7",
     "{", "}", ",", "&", "\n", "\u017fecret", "\u212aey", "\u0130", "é", "ß",
+    "://", "@", "?", "sig", "X-Amz-Signature", "\\", "-u", "user", "wandb-key", "Basic ",
 )
 
 
@@ -74,3 +77,139 @@ def test_real_metrics_page_is_unchanged() -> None:
 
     page = (Path(__file__).parents[1] / "fixtures/sglang/metrics_busy.txt").read_text()
     assert redact_text(page) == page == _every_pass(page)
+
+
+# ---------------------------------------------------------------- issue 15: what still leaked
+
+SECRET = "s3cr3tVALUE42"
+
+
+def _forms(option: str) -> list[str]:
+    """The ways an option reaches a bundle: `--x V` and `--x=V` on a command line (as text, in
+    /api/jobs `entrypoint` and py-spy headers), and its field in JSON (SGLang /server_info)."""
+    flag = "--" + option.lstrip("-").replace("_", "-")
+    field = option.lstrip("-").replace("-", "_")
+    return [
+        f"python train.py {flag} {SECRET} --port 1",
+        f"python train.py {flag}={SECRET} --port 1",
+        f'{{"{field}": "{SECRET}", "port": 1}}',
+        f"{{'{field}': '{SECRET}', 'port': 1}}",
+    ]
+
+
+def test_every_secret_option_of_slime_sglang_megatron_and_wandb() -> None:
+    """Point 1: every secret-bearing option of the table (read from the projects' argument
+    parsers) is blanked in every form it reaches a bundle in, as text and argument by argument."""
+    from slime_hangdoctor.redact import SECRET_OPTIONS
+
+    assert {o.project for o in SECRET_OPTIONS} >= {"slime", "SGLang", "W&B"}
+    for opt in SECRET_OPTIONS:
+        if " " in opt.name or opt.name.endswith(":"):
+            continue  # the positional and header forms: tests below
+        for text in _forms(opt.name):
+            out = redact_text(text)
+            assert SECRET not in out, (opt, text, out)
+            assert "port" in out
+        if opt.name.startswith("-"):
+            argv = ["python", "train.py", opt.name, SECRET, "--port", "1"]
+            assert SECRET not in " ".join(redact_cmdline(argv)), opt
+            assert redact_cmdline(argv)[-2:] == ("--port", "1")
+
+
+def test_the_slime_wandb_key_in_every_form() -> None:
+    argv = ["python", "train.py", "--wandb-key", SECRET, "--wandb-project", "p"]
+    assert redact_cmdline(argv) == (*argv[:3], REDACTED, "--wandb-project", "p")
+    assert SECRET not in redact_text(f"Thread 1 (idle): python train.py --wandb-key={SECRET}")
+    assert SECRET not in redact_text(f'{{"entrypoint": "python train.py --wandb-key {SECRET}"}}')
+
+
+def test_wandb_login_curl_user_and_api_key_headers() -> None:
+    assert redact_cmdline(["wandb", "login", SECRET]) == ("wandb", "login", REDACTED)
+    assert redact_cmdline(["curl", "-u", f"alice:{SECRET}", "http://h"]) == (
+        "curl", "-u", f"alice:{REDACTED}", "http://h",
+    )  # fmt: skip
+    assert redact_cmdline(["python", "-u", "train.py"]) == ("python", "-u", "train.py")
+    out = redact_text(f"curl -u alice:{SECRET} -H 'X-Api-Key: {SECRET}' http://h")
+    assert SECRET not in out and "alice" in out
+    assert SECRET not in redact_text(f"X-Api-Key: {SECRET}\r\nHost: h")
+    assert SECRET not in redact_text(f"Authorization: Basic {SECRET}")
+
+
+def test_generic_secret_flags() -> None:
+    for flag in ("--aws-access-key-id", "--aws-secret-access-key", "--credentials",
+                 "--private-key", "--hf-token", "--db-password", "--client-secret"):  # fmt: skip
+        assert SECRET not in redact_text(f"tool {flag} {SECRET}"), flag
+        assert SECRET not in redact_text(f"{flag.strip('-').upper().replace('-', '_')}={SECRET}")
+
+
+def test_options_that_are_no_secrets_stay_readable() -> None:
+    """No over-redaction: tokenizer options, slime's data keys, Megatron's special tokens."""
+    for flag, value in (
+        ("--tokenizer-path", "/models/qwen"),
+        ("--tokenizer-mode", "auto"),
+        ("--input-key", "prompt"),
+        ("--label-key", "answer"),
+        ("--eval-input-key", "question"),
+        ("--fim-pad-token", "PADTOK"),
+        ("--max-tokens-per-gpu", "9216"),
+        ("--rollout-stop-token-ids", "151643"),
+        ("--skip-tokenizer-init", "true"),
+    ):
+        assert redact_text(f"python train.py {flag} {value}") == f"python train.py {flag} {value}"
+        argv = ("python", flag, value)
+        assert redact_cmdline(argv) == argv
+    body = '{"tokenizer_path": "/m", "tokenizer_mode": "auto", "max_total_tokens": 5}'
+    assert redact_text(body) == body
+
+
+def test_url_credentials_keep_the_host() -> None:
+    """Point 2: userinfo in URLs (runtime_env pip entries, proxies, command lines) is blanked,
+    the host kept."""
+    for text in (
+        f"git+https://oauth2:{SECRET}@gitlab.example.com/team/repo.git",
+        f"HTTPS_PROXY=http://bob:{SECRET}@proxy.corp:3128",
+        f"postgres://svc:{SECRET}@db.internal:5432/x",
+        f'{{"pip": ["git+https://{SECRET}@github.com/o/r.git"]}}',
+        f"ray job submit --address http://u:{SECRET}@head:8265 -- python x.py",
+    ):
+        out = redact_text(text)
+        assert SECRET not in out, out
+        assert "@" in out and REDACTED in out
+    assert "gitlab.example.com/team" in redact_text(f"https://oauth2:{SECRET}@gitlab.example.com/team")
+    plain = "see https://github.com/THUDM/slime/issues/1 and user@example.com"
+    assert redact_text(plain) == plain
+
+
+def test_signed_query_strings() -> None:
+    url = (
+        "https://bucket.s3.amazonaws.com/ckpt?X-Amz-Algorithm=AWS4-HMAC-SHA256"
+        f"&X-Amz-Credential=AKIA{SECRET}%2F20250101&X-Amz-Signature={SECRET}&X-Amz-Expires=60"
+    )
+    out = redact_text(url)
+    assert SECRET not in out and "bucket.s3.amazonaws.com" in out and "X-Amz-Expires=60" in out
+    for q in (f"?sig={SECRET}&se=2025", f"?token={SECRET}", f"&access_token={SECRET}"):
+        assert SECRET not in redact_text(f"https://h/p{q}"), q
+    assert redact_text("https://h/p?page=2&limit=5") == "https://h/p?page=2&limit=5"
+
+
+def test_url_secrets_of_addresses_given_to_the_doctor() -> None:
+    from slime_hangdoctor.redact import url_secrets
+
+    assert SECRET in url_secrets(f"http://admin:{SECRET}@head:8265")
+    assert url_secrets("http://head:8265") == ()
+    assert url_secrets(f"admin:{SECRET}@head:6379")
+
+
+def test_secrets_inside_json_strings_and_values_with_quotes() -> None:
+    """Point 5: SGLang's *_extra_config are JSON documents inside JSON strings; a value may hold
+    an escaped quote."""
+    inner = json.dumps({"backend": "s3", "secret_key": SECRET, "api_key": f'a"{SECRET}'})
+    body = json.dumps({"hicache_storage_backend_extra_config": inner, "port": 3})
+    out = redact_text(body)
+    assert SECRET not in out, out
+    assert json.loads(json.loads(out)["hicache_storage_backend_extra_config"])["backend"] == "s3"
+    quoted = json.dumps({"api_key": f'{SECRET}"{SECRET}', "port": 3})
+    assert SECRET not in redact_text(quoted)
+    assert json.loads(redact_text(quoted))["port"] == 3
+    double = json.dumps({"a": json.dumps({"b": inner})})
+    assert SECRET not in redact_text(double)
