@@ -11,6 +11,7 @@ Raw bytes are kept so that a better parser can re-read an old bundle. Directorie
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -30,6 +31,7 @@ from slime_hangdoctor.errors import BundleInvalid, BundleNotWritable
 from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.redact import redact_text
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 BUNDLE_SCHEMA = "slime-hangdoctor.bundle/1"
 MANIFEST = "manifest.json"
 
@@ -177,7 +179,8 @@ class BundleWriter:
         options: dict[str, Any] | None = None,
         known_secrets: tuple[str, ...] = (),
     ) -> None:
-        self.root = Path(root)
+        # Absolute: `--out .` has a name to put the tarball beside.
+        self.root = Path(os.path.abspath(root))
         self._lock = threading.Lock()
         self._records: list[ProbeRecord] = []
         self._names: set[str] = set()
@@ -190,19 +193,13 @@ class BundleWriter:
         self.options = dict(options or {})
         self.created_at = time.time()
         try:
-            old = os.umask(0o077)
-            try:
-                self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-                (self.root / "raw").mkdir(exist_ok=True, mode=0o700)
-            finally:
-                os.umask(old)
-            os.chmod(self.root, 0o700)
+            _claim_root(self.root)
             probe = self.root / ".write-test"
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as exc:
             raise BundleNotWritable(
-                f"cannot write an evidence bundle at {self.root}: {exc}"
+                f"cannot write an evidence bundle at {self.root}: {exc.strerror or exc}"
             ) from exc
 
     def note_host(self, host: str | None) -> None:
@@ -230,7 +227,7 @@ class BundleWriter:
             path = self.root / artifact
             try:
                 _mkdirs_private(self.root, path.parent)
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o600)
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(data)
             except OSError as exc:
@@ -288,7 +285,7 @@ class BundleWriter:
         text = redact_text(text, self._known_secrets)
         try:
             tmp = self.root / (MANIFEST + ".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
             os.replace(tmp, self.root / MANIFEST)
@@ -299,9 +296,12 @@ class BundleWriter:
 
 def archive(root: Path, dest: Path | None = None) -> Path:
     """Pack a bundle directory into `<root>.tar.gz` (0600)."""
+    root = Path(os.path.abspath(root))
     dest = dest or root.with_name(root.name + ".tar.gz")
     try:
-        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # Never through a symlink: a root run writing DIR.tar.gz in a shared directory must not
+        # truncate the file a planted link points at.
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as fh, tarfile.open(fileobj=fh, mode="w:gz") as tar:
             tar.add(root, arcname=root.name)
     except OSError as exc:
@@ -396,6 +396,33 @@ def _opt(value: Any, kind: type) -> Any:
     if value is None or (isinstance(value, kind) and not isinstance(value, bool)):
         return value
     raise TypeError(f"expected {kind.__name__} or null, got {type(value).__name__}")
+
+
+def _claim_root(root: Path) -> None:
+    """Make `root` the bundle's directory: created 0700, or an existing *empty* directory (left
+    as it is: the doctor never chmods what it did not create). A non-empty directory is refused:
+    `--out /tmp` or `--out .` would pack what is already there into the tarball."""
+    if os.path.lexists(root):
+        if root.is_symlink() or not root.is_dir():
+            raise OSError(errno.ENOTDIR, "it exists and is not a directory")
+        if any(os.scandir(root)):
+            raise OSError(
+                errno.ENOTEMPTY,
+                "it exists and is not empty (give a new directory: the bundle and DIR.tar.gz "
+                "must hold only the evidence)",
+            )
+    else:
+        old = os.umask(0o077)
+        try:
+            root.parent.mkdir(parents=True, exist_ok=True)
+            root.mkdir(mode=0o700)
+        finally:
+            os.umask(old)
+    old = os.umask(0o077)
+    try:
+        (root / "raw").mkdir(mode=0o700)
+    finally:
+        os.umask(old)
 
 
 def _mkdirs_private(root: Path, leaf: Path) -> None:

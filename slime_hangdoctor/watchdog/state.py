@@ -13,6 +13,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slime_hangdoctor.private_files import (
+    UnsafePath,
+    open_private,
+    private_dir,
+    read_private,
+    write_atomic,
+)
+
 STATE_SCHEMA = "slime-hangdoctor.watchdog-state/1"
 
 
@@ -55,7 +63,7 @@ class LoadedState:
 def load_state(path: Path) -> LoadedState:
     """Read the state file; a missing file is a first run, a bad one is reported and replaced."""
     try:
-        raw = path.read_text(encoding="utf-8")
+        raw = read_private(path).decode("utf-8")
     except FileNotFoundError:
         return LoadedState(WatchState())
     except (OSError, UnicodeDecodeError) as exc:
@@ -88,13 +96,10 @@ def load_state(path: Path) -> LoadedState:
 
 
 def save_state(path: Path, state: WatchState) -> None:
-    """Atomic write (temp file + rename), 0600."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(state.to_json(), fh, indent=1)
-    os.replace(tmp, path)
+    """Atomic write (temp file in the same private directory + rename), 0600, never through a
+    symlink (private_files.py: safe for a root cron run)."""
+    private_dir(path.parent)
+    write_atomic(path, json.dumps(state.to_json(), indent=1).encode("utf-8"))
 
 
 class LockHeld(Exception):
@@ -103,10 +108,15 @@ class LockHeld(Exception):
 
 @contextlib.contextmanager
 def run_lock(state_path: Path) -> Iterator[None]:
-    """Non-blocking exclusive lock beside the state file, so overlapping cron runs never pile up."""
+    """Non-blocking exclusive lock beside the state file, so overlapping cron runs never pile up.
+    The directory must be ours and private, the lock is never opened through a symlink
+    (UnsafePath / OSError otherwise: a planted link cannot make a root run truncate a file)."""
     lock_path = state_path.with_name(state_path.name + ".lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    private_dir(lock_path.parent)
+    try:
+        fd = open_private(lock_path, os.O_RDWR | os.O_CREAT)
+    except OSError as exc:
+        raise UnsafePath(f"cannot open the lock {lock_path}: {exc.strerror}") from exc
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

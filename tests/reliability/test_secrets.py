@@ -33,6 +33,7 @@ from tests.reliability.harness import (
     assert_clean,
     http_stub,
     rank_running,
+    free_port,
     run_cli,
 )
 
@@ -51,7 +52,12 @@ RUNTIME_ENV_SECRETS = {  # a Ray job's runtime_env env_vars
     "TEAM_SHARED_CRED": "SECRET-rtenv-0a9b8c7d6e",
     "HF_TOKEN": "SECRET-rtenvhf-1f2e3d4c5b",
 }
+URL_PASSWORDS = {  # issue 15 point 3: in the addresses given to the doctor itself
+    "ray": "SECRET-rayurlpw-8d7c6b5a4e",
+    "sglang": "SECRET-sglurlpw-3e4f5a6b7c",
+}
 SECRETS = (
+    *URL_PASSWORDS.values(),
     API_KEY,
     ADMIN_KEY,
     CMDLINE_KEY,
@@ -87,8 +93,9 @@ class Evidence:
     def add_run(self, run: CliRun) -> None:
         assert_clean(run, bound_s=60.0)
         self.runs.append(run)
-        self.files[f"stdout of {' '.join(run.argv[3:6])}"] = run.stdout.encode()
-        self.files[f"stderr of {' '.join(run.argv[3:6])}"] = run.stderr.encode()
+        label = f"run {len(self.runs)} ({run.argv[3]})"  # not the argv: it holds the secrets
+        self.files[f"stdout of {label}"] = run.stdout.encode()
+        self.files[f"stderr of {label}"] = run.stderr.encode()
 
 
 def _leaky_dashboard() -> dict[str, tuple[int, bytes, str, float]]:
@@ -125,7 +132,25 @@ def evidence(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Evidence]:
         ray = (dash.url, "--ray-token", RAY_TOKEN, *COMMON[2:])
         ev.add_run(run_cli("attach", "--out", str(work / "r"), "-f", "text", *ray, umask=0))
         ev.add_run(run_cli("collect", "--out", str(work / "rc"), *ray, umask=0))
-    for name in ("c", "a", "r", "rc"):
+        # Point 3: credentials in the Ray address and an --sglang-url (a closed port)
+        host = dash.url.split("://", 1)[1]
+        with_pw = (
+            f"http://hd:{URL_PASSWORDS['ray']}@{host}",
+            "--sglang-url",
+            f"http://eng:{URL_PASSWORDS['sglang']}@127.0.0.1:{free_port()}",
+            *COMMON[2:],
+        )
+        ev.add_run(run_cli("attach", "--out", str(work / "u"), *with_pw, umask=0))
+        ev.add_run(
+            run_cli(
+                "collect",
+                "--out",
+                str(work / "uc"),
+                f"http://hd:{URL_PASSWORDS['ray']}@127.0.0.1:{free_port()}",
+                *COMMON[2:],
+            )
+        )
+    for name in ("c", "a", "r", "rc", "u", "uc"):
         ev.bundles.append(work / name)
         ev.add_tree(work / name)
         ev.add_archive(work / f"{name}.tar.gz")
@@ -136,7 +161,8 @@ def evidence(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Evidence]:
 
 
 def _leaks(ev: Evidence, secret: str) -> list[str]:
-    return [name for name, data in ev.files.items() if secret.encode() in data]
+    """Files holding the secret, or named after it (an artefact's file name is evidence too)."""
+    return [name for name, data in ev.files.items() if secret.encode() in data or secret in name]
 
 
 @pytest.mark.parametrize("secret", SECRETS)

@@ -1,0 +1,149 @@
+"""The doctor run as root (a cron `check`, an on-call `attach`) cannot be turned against the
+machine by what other users control: planted symlinks and foreign directories for the watchdog's
+state and lock (issue 15 point 7), `--out` onto an existing directory (point 8).
+
+Each case is the attack as a user would meet it, through the real CLI: a symlink planted by an
+unprivileged user (uid 65534) in a shared directory, then a root `check` or `attach`. The tests
+run as any user; the foreign-owner cases need root to hand a directory to uid 65534."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.reliability.harness import assert_clean, run_cli
+
+pytestmark = pytest.mark.timeout(120)
+
+NOBODY = 65534
+VICTIM_TEXT = b"root:x:0:0:precious\n"
+CHECK = ("check", "--local", "--window", "0.2", "--timeout", "8", "--json")
+
+
+def _victim(tmp_path: Path) -> Path:
+    victim = tmp_path / "victim"
+    victim.write_bytes(VICTIM_TEXT)
+    return victim
+
+
+def _nobody_owns(path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to hand a path to another user")
+    os.lchown(path, NOBODY, NOBODY)
+
+
+def test_planted_lock_symlink_never_truncates_its_target(tmp_path: Path) -> None:
+    """Point 7: `state.json.lock -> victim` in the state directory: the run refuses the lock
+    (O_NOFOLLOW) with a clear message, exit 3; the victim is untouched. Before: truncated."""
+    state_dir = tmp_path / "hd"
+    state_dir.mkdir(mode=0o700)
+    victim = _victim(tmp_path)
+    (state_dir / "state.json.lock").symlink_to(victim)
+    run = run_cli(*CHECK, "--state-file", str(state_dir / "state.json"))
+    assert_clean(run, bound_s=30.0)
+    assert run.rc == 3, run.describe()
+    assert "cannot open the lock" in run.err and "state.json.lock" in run.err, run.describe()
+    assert victim.read_bytes() == VICTIM_TEXT
+
+
+def test_state_directory_of_another_user_is_refused(tmp_path: Path) -> None:
+    """Point 7: `/var/tmp/slime-hangdoctor` created first by another user (who then controls
+    what is in it): refused with the owner named; nothing written through it."""
+    state_dir = tmp_path / "hd"
+    state_dir.mkdir(mode=0o755)
+    victim = _victim(tmp_path)
+    (state_dir / "state.json").symlink_to(victim)
+    _nobody_owns(state_dir)
+    run = run_cli(*CHECK, "--state-file", str(state_dir / "state.json"))
+    assert_clean(run, bound_s=30.0)
+    assert run.rc == 3 and f"belongs to uid {NOBODY}" in run.err, run.describe()
+    assert victim.read_bytes() == VICTIM_TEXT
+    assert sorted(p.name for p in state_dir.iterdir()) == ["state.json"]
+
+
+def test_state_directory_others_can_write_is_refused(tmp_path: Path) -> None:
+    state_dir = tmp_path / "hd"
+    state_dir.mkdir()
+    state_dir.chmod(0o777)
+    run = run_cli(*CHECK, "--state-file", str(state_dir / "state.json"))
+    assert_clean(run, bound_s=30.0)
+    assert run.rc == 3 and "others may write to it (mode 0777)" in run.err, run.describe()
+    assert list(state_dir.iterdir()) == []
+
+
+def test_state_directory_is_created_private_and_state_written_atomically(tmp_path: Path) -> None:
+    """Point 7: the directory is created 0700 (even under umask 000), owned by the caller; the
+    state is written through a temporary file in it, nothing left beside it."""
+    state_dir = tmp_path / "var-tmp" / "slime-hangdoctor"
+    run = run_cli(*CHECK, "--state-file", str(state_dir / "state.json"), umask=0)
+    assert_clean(run, bound_s=30.0)
+    st = state_dir.stat()
+    assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()
+    assert sorted(p.name for p in state_dir.iterdir()) == ["state.json", "state.json.lock"]
+    assert stat.S_IMODE((state_dir / "state.json").stat().st_mode) == 0o600
+
+
+def test_state_file_symlink_is_replaced_not_followed(tmp_path: Path) -> None:
+    """A `state.json` symlink (left there by anyone before the directory became private) is
+    neither read through nor written through: the run starts afresh and replaces the link."""
+    state_dir = tmp_path / "hd"
+    state_dir.mkdir(mode=0o700)
+    victim = _victim(tmp_path)
+    (state_dir / "state.json").symlink_to(victim)
+    run = run_cli(*CHECK, "--state-file", str(state_dir / "state.json"))
+    assert_clean(run, bound_s=30.0)
+    assert victim.read_bytes() == VICTIM_TEXT
+    assert not (state_dir / "state.json").is_symlink()
+
+
+# ---------------------------------------------------------------- --out (point 8)
+
+ATTACH = ("attach", "--local", "--window", "0.2", "--timeout", "8", "-f", "json")
+
+
+def test_out_onto_a_non_empty_directory_is_refused_and_left_alone(tmp_path: Path) -> None:
+    """Point 8: `--out /tmp` as root chmodded /tmp to 0700 and packed all of it into the tarball.
+    Now: refused with a clear message, the directory's mode and content untouched."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    (shared / "someone-elses-file").write_text("not evidence")
+    run = run_cli(*ATTACH, "--out", str(shared))
+    assert_clean(run, bound_s=30.0)
+    assert run.rc == 3, run.describe()
+    assert "it exists and is not empty" in run.err, run.describe()
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+    assert sorted(p.name for p in shared.iterdir()) == ["someone-elses-file"]
+    assert not (tmp_path / "shared.tar.gz").exists()
+
+
+def test_out_dot_is_a_message_not_a_crash(tmp_path: Path) -> None:
+    """Point 8: `--out .` crashed (Path('.').with_name). A non-empty cwd is refused; an empty
+    one holds the bundle, its tarball beside it, and keeps its mode."""
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("x")
+    run = run_cli(*ATTACH, "--out", ".", cwd=busy)
+    assert_clean(run, bound_s=30.0)
+    assert run.rc == 3 and "is not empty" in run.err and "internal error" not in run.err
+    empty = tmp_path / "empty"
+    empty.mkdir(mode=0o755)
+    empty.chmod(0o755)
+    run = run_cli(*ATTACH, "--out", ".", cwd=empty)
+    assert_clean(run, bound_s=30.0)
+    assert (empty / "manifest.json").is_file(), run.describe()
+    assert (tmp_path / "empty.tar.gz").is_file()
+    assert stat.S_IMODE(empty.stat().st_mode) == 0o755  # not ours to chmod
+
+
+def test_tarball_is_never_written_through_a_planted_symlink(tmp_path: Path) -> None:
+    """`DIR.tar.gz -> victim` planted beside a new --out: not followed, the victim kept."""
+    victim = _victim(tmp_path)
+    (tmp_path / "b.tar.gz").symlink_to(victim)
+    run = run_cli(*ATTACH, "--out", str(tmp_path / "b"))
+    assert_clean(run, bound_s=30.0)
+    assert victim.read_bytes() == VICTIM_TEXT
+    assert run.rc == 3 and "b.tar.gz" in run.err, run.describe()
