@@ -110,7 +110,7 @@ def dump_stack(
         argv = [exe, "dump", "--pid", str(pid)]
         argv += ["--native"] if native else ["--json"]
         try:
-            result = _run(bounded(argv, timeout), timeout)
+            result = _run(guarded(bounded(argv, timeout), pid, before), timeout)
         except FileNotFoundError:
             return done(Outcome.UNAVAILABLE, f"{MISSING_HELP} ({exe} does not exist)")
         except PermissionError:
@@ -120,6 +120,9 @@ def dump_stack(
             note = " (the target was left stopped; SIGCONT sent)" if meta.get("sigcont") else ""
             return done(Outcome.TIMED_OUT, f"py-spy did not finish within {timeout:.1f}s{note}")
         rc, out, err = result
+        if WATCHER_SIGCONT in err:
+            meta["sigcont"] = True  # the watcher found the target stopped and resumed it
+            err = err.replace(WATCHER_SIGCONT + b"\n", b"")
         if rc == 0 and out.strip():
             return done(Outcome.OK, None, out)
         outcome, reason = classify_failure(rc, err, pid)
@@ -172,7 +175,49 @@ def bounded(argv: list[str], timeout: float) -> list[str]:
     watchdog = shutil.which("timeout")
     if watchdog is None:
         return argv
-    return [watchdog, "--signal=KILL", f"{max(0.05, timeout) + _KILL_GRACE_S:.2f}", *argv]
+    # --foreground: `timeout` stays in the dump's process group, which the doctor kills whole at
+    # its own timeout (without it, `timeout` and py-spy would move to a group of their own).
+    return [
+        watchdog,
+        "--foreground",
+        "--signal=KILL",
+        f"{max(0.05, timeout) + _KILL_GRACE_S:.2f}",
+        *argv,
+    ]
+
+
+# The watcher: a shell that runs py-spy (under `timeout`) in the dump's own session and process
+# group, apart from the doctor, and outlives the doctor. When py-spy ends in failure (killed by
+# `timeout`, by a signal, or erroring out) and the target was running before the dump, a target
+# now stopped (T/t: a SIGSTOP left pending by a dead tracer) gets SIGCONT, checked twice 0.1 s
+# apart. A successful dump detached cleanly: no check, no extra process. The doctor killing the
+# group at its own timeout kills the watcher too, and resumes the target itself
+# (`_resume_if_stopped`); when the doctor is gone, the watcher is what is left to do it.
+WATCHER_SIGCONT = b"slime-hangdoctor watcher: SIGCONT sent"
+_WATCHER = r"""
+pid=$1; before=$2; shift 2
+"$@"
+rc=$?
+if [ "$rc" -ne 0 ] && [ "$before" != T ] && [ "$before" != t ]; then
+  for attempt in 1 2; do
+    stat=$(cat "/proc/$pid/stat" 2>/dev/null) || break
+    state=${stat##*) }; state=${state%% *}
+    case $state in
+      T|t) kill -CONT "$pid" 2>/dev/null && echo "slime-hangdoctor watcher: SIGCONT sent" >&2 ;;
+    esac
+    [ "$attempt" = 1 ] && sleep 0.1
+  done
+fi
+exit "$rc"
+"""
+
+
+def guarded(argv: list[str], pid: int, before: str) -> list[str]:
+    """`argv` run by the watcher shell (see `_WATCHER`); argv as is without /bin/sh."""
+    shell = "/bin/sh"
+    if not os.access(shell, os.X_OK):
+        return argv
+    return [shell, "-c", _WATCHER, "slime-hangdoctor-watcher", str(pid), before, *argv]
 
 
 def _run(argv: list[str], timeout: float) -> tuple[int, bytes, bytes] | None:

@@ -255,3 +255,80 @@ def _pyspy_running(psutil: object, pid: int) -> bool:
         except Exception:
             continue
     return False
+
+
+# --------------------------------------------------------------------------- issue 15 point 11
+
+
+def test_doctor_killed_while_pyspy_left_the_target_sigstopped(rank: Rank, piddir: Path) -> None:
+    """PY10: the doctor is SIGKILLed while a wedged py-spy has left its target in `T` (a SIGSTOP
+    that the death of a tracer does not undo). Nobody was left to send SIGCONT: the target
+    stayed stopped forever. The watcher that runs py-spy in its own process group outlives the
+    doctor and resumes the target once `timeout` has ended py-spy."""
+    probe_timeout = 2.0
+    env = pyspy_env("sigstop", rank.pid, HD_PYSPY_PIDDIR=str(piddir))
+    proc = _spawn_attach(env, "--timeout", "30", "--probe-timeout", str(probe_timeout))
+    try:
+        assert stopped(wait_state(rank, stopped, 20.0)), "the stand-in never stopped the target"
+    finally:
+        _kill(proc)
+    killed_at = time.monotonic()
+    state = wait_state(rank, lambda s: not stopped(s), probe_timeout + 4.0)
+    assert not stopped(state), f"target still {state} {time.monotonic() - killed_at:.1f}s later"
+
+
+def test_doctor_killed_while_the_real_pyspy_is_wedged_on_the_target(rank: Rank) -> None:
+    """PY11: the real py-spy, attached to the target (TracerPid set) and then wedged (we
+    SIGSTOP py-spy itself), and the doctor SIGKILLed: py-spy's `timeout` kills it, the watcher
+    checks the target; the target is not left in T/t."""
+    if real_pyspy() is None:
+        pytest.skip("needs the real py-spy")
+    import psutil
+
+    probe_timeout = 2.0
+    wedged = False
+    for _ in range(5):  # py-spy holds the target for a few ms per dump: catch it attached
+        proc = _spawn_attach(
+            pyspy_env("log", rank.pid, HD_PYSPY_LOG=os.devnull),
+            "--native",
+            "--timeout",
+            "30",
+            "--probe-timeout",
+            str(probe_timeout),
+        )
+        try:
+            end = time.monotonic() + 15
+            while time.monotonic() < end and not wedged:
+                tracer = _tracer_of(rank.pid)
+                if tracer and _is_descendant(psutil, tracer, proc.pid):
+                    os.kill(tracer, signal.SIGSTOP)  # py-spy wedged while attached
+                    wedged = True
+                else:
+                    time.sleep(0.001)
+        finally:
+            _kill(proc)
+        if wedged:
+            break
+    assert wedged, "py-spy was never caught attached to the target"
+    killed_at = time.monotonic()
+    state = wait_state(rank, lambda s: not stopped(s), probe_timeout + 4.0)
+    assert not stopped(state), f"target still {state} {time.monotonic() - killed_at:.1f}s later"
+    assert _tracer_of(rank.pid) == 0
+
+
+def _tracer_of(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("TracerPid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _is_descendant(psutil: object, pid: int, ancestor: int) -> bool:
+    try:
+        parents = psutil.Process(pid).parents()  # type: ignore[attr-defined]
+    except Exception:
+        return False
+    return any(p.pid == ancestor for p in parents)

@@ -31,9 +31,9 @@ from tests.reliability.harness import (
     REAL_RAY,
     CliRun,
     assert_clean,
+    free_port,
     http_stub,
     rank_running,
-    free_port,
     run_cli,
 )
 
