@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slime_hangdoctor.private_files import (
+from slime_hangdoctor.watchdog.private_files import (
     UnsafePath,
     open_private,
     private_dir,
