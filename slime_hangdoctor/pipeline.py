@@ -30,7 +30,7 @@ class Analysed:
 
 def analyse_bundle(path: Path) -> Analysed:
     """Offline: open a bundle, parse it, diagnose it."""
-    from slime_hangdoctor.analysis.decide import diagnose
+    from slime_hangdoctor.analysis.diagnosis import diagnose
 
     with open_bundle(path) as opened:
         snapshot = load_snapshot(opened)

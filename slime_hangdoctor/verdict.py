@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Literal, get_args
 
 SCHEMA = "slime-hangdoctor.verdict/1"
+
+Confidence = Literal["high", "medium", "low"]
 
 
 class Status(str, Enum):
@@ -86,7 +88,7 @@ class Verdict:
     blind_spots: tuple[str, ...] = ()
     window_s: float = 0.0
     elapsed_s: float = 0.0
-    confidence: str = "low"  # high | medium | low
+    confidence: Confidence = "low"
     suspected: bool = False  # hung-looking but not yet past a stall threshold (exit 1)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -150,7 +152,7 @@ def verdict_from_json(doc: Any) -> Verdict:
             blind_spots=tuple(_str(x) for x in _list(doc.get("blind_spots"))),
             window_s=float(doc.get("window_s") or 0.0),
             elapsed_s=float(doc.get("elapsed_s") or 0.0),
-            confidence=_str(doc.get("confidence") or "low"),
+            confidence=_confidence(doc.get("confidence") or "low"),
             suspected=doc["status"] == Status.HUNG.value and doc.get("exit_code") == 1,
             extra=dict(doc["extra"]) if isinstance(doc.get("extra"), dict) else {},
         )
@@ -184,6 +186,13 @@ def _culprit_from(d: Any) -> Culprit:
         actor_id=opt_str("actor_id"),
         gpu=opt_int("gpu"),
     )
+
+
+def _confidence(v: Any) -> Confidence:
+    for level in get_args(Confidence):
+        if v == level:
+            return level  # type: ignore[no-any-return]
+    raise TypeError(f"confidence {v!r} is not one of {', '.join(get_args(Confidence))}")
 
 
 def _str(v: Any) -> str:

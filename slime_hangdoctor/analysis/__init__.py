@@ -1,7 +1,7 @@
-"""Pure analysis: Snapshot + Topology -> Diagnosis (see `decide.diagnose`)."""
+"""Pure analysis: Snapshot + Topology -> Diagnosis (see `diagnosis.diagnose`)."""
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.decide import diagnose
+from slime_hangdoctor.analysis.diagnosis import diagnose
 
 __all__ = ["diagnose"]

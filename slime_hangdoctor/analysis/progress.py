@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from slime_hangdoctor.analysis.engines import EngineRead
 from slime_hangdoctor.analysis.gpu import GpuState
 from slime_hangdoctor.analysis.signatures import Block
+from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import RasReport
 from slime_hangdoctor.verdict import Stage
@@ -23,7 +24,7 @@ CPU_BUSY_FRACTION = 0.3  # of one core over the window
 
 @dataclass(frozen=True)
 class Signal:
-    source: str  # sglang | nvml | gpm | ras | stacks | cpu
+    source: Source  # sglang | nvml | gpm | ras | stacks | cpu
     subject: str
     message: str
 

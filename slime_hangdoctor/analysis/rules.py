@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from slime_hangdoctor.analysis.culprit import Merged
 from slime_hangdoctor.analysis.engines import EngineRead, EngineState
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block, split_name
 from slime_hangdoctor.analysis.stacks import ThreadRead
+from slime_hangdoctor.analysis.suspects.merge import Merged
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import Frame
 from slime_hangdoctor.snapshot import Snapshot

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slime_hangdoctor.analysis import culprit as cu
-from slime_hangdoctor.analysis.decide import diagnose
+from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.analysis.engines import read_engines
-from slime_hangdoctor.analysis.world import build_world
+from slime_hangdoctor.analysis.progress import assess
+from slime_hangdoctor.analysis.suspects import engines, flight_recorder, ras, reads_of
+from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, STRONG, WEAK, Reads
+from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.facts import FrDump, FrEntry, RasCommunicator, RasRank, RasReport
 from slime_hangdoctor.parsers.nccl_ras import parse_ras
 from slime_hangdoctor.snapshot import FrObs, RasObs
@@ -34,6 +36,12 @@ from tests.unit.analysis_builders import (
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "gpu-2xh200-nccl-broadcast-hang"
 URL = f"http://{NODE}:15000"
+
+
+def _reads(world: World) -> Reads:
+    """What the suspect finders read, built as `diagnose` builds it."""
+    engine_reads = read_engines(world)
+    return reads_of(world, engine_reads, assess(world, engine_reads))
 
 
 def _ranks(*pids: int) -> tuple:  # type: ignore[type-arg]
@@ -83,7 +91,7 @@ def test_ras_cascade_blames_the_rank_behind_everywhere() -> None:
         samples=1, ras=(RasObs(NODE, 0, RasReport((tp, dp))),), processes=_ranks(10, 11, 12)[:1]
     )
     world = build_world(snap, topology())
-    assert [s.pid for s in cu.ras_suspects(world, set())] == [11]
+    assert [s.pid for s in ras.suspects(_reads(world))] == [11]
 
 
 def _entry(seq: int, state: str, pg: int = 0, op: str = "nccl:all_reduce") -> FrEntry:
@@ -108,7 +116,7 @@ def test_flight_recorder_cascade_blames_the_root() -> None:
         samples=1, flight=tuple(FrObs(NODE, d) for d in dumps), processes=_ranks(20, 21, 22)[:1]
     )
     world = build_world(snap, topology())
-    suspects = cu.fr_suspects(world)
+    suspects = flight_recorder.suspects(_reads(world))
     assert [(s.rank, s.pid) for s in suspects] == [(1, 21)]
     assert suspects[0].stage is Stage.TRAIN
     v = diagnose(snap, topology()).verdict
@@ -183,12 +191,12 @@ def test_unresponsive_engine_whose_scheduler_waits_in_the_broadcast_is_only_weak
         engines=[Engine(URL, NODE)],
     )
     world = build_world(snap, topo)
-    (s,) = cu.engine_suspects(world, read_engines(world))
-    assert s.weight == cu.WEAK and s.waits_elsewhere
+    (s,) = engines.suspects(_reads(world))
+    assert s.weight == WEAK and s.waits_elsewhere
     assert "same collective as the trainers" in s.why
     alone = build_world(snapshot(samples=1, stacks=(stack_obs(411, sched),), http=snap.http), topo)
-    (s,) = cu.engine_suspects(alone, read_engines(alone))
-    assert s.weight == cu.MEDIUM  # no trainer waits with it: the engine itself is stuck
+    (s,) = engines.suspects(_reads(alone))
+    assert s.weight == MEDIUM  # no trainer waits with it: the engine itself is stuck
 
 
 def test_odd_scheduler_out_in_a_colocated_tensor_update() -> None:
@@ -281,11 +289,9 @@ def test_launch_skew_in_a_busy_job_is_not_a_mismatch() -> None:
     """The busy capture: JSON counts 21984 vs 21985 (launch skew) while NCCL's text says OK."""
     busy = (REAL.parent / "gpu-2xh200-ray-nccl-hang" / "busy" / "ras.json").read_text()
     full = snapshot(samples=1, ras=(RasObs(NODE, 0, parse_ras(busy)),))
-    assert cu.ras_suspects(build_world(full, topology()), set()) == []
+    assert ras.suspects(_reads(build_world(full, topology()))) == []
     json_only = parse_ras(tf.ras_drop_part(busy, "text"))
     world = build_world(snapshot(samples=1, ras=(RasObs(NODE, 0, json_only),)), topology())
-    assert [s.weight for s in cu.ras_suspects(world, set())] == [cu.WEAK]
+    assert [s.weight for s in ras.suspects(_reads(world))] == [WEAK]
     frozen = snapshot(ras=(RasObs(NODE, 0, json_only), RasObs(NODE, 1, json_only)))
-    assert [s.weight for s in cu.ras_suspects(build_world(frozen, topology()), set())] == [
-        cu.STRONG
-    ]
+    assert [s.weight for s in ras.suspects(_reads(build_world(frozen, topology())))] == [STRONG]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.analysis.decide import diagnose
+from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.topology import build_topology

@@ -3,7 +3,7 @@ each checks status, blocked stage, culprit and the known cause the evidence shou
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.decide import diagnose
+from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.facts import EngineLoad, ServerInfo, SglangMetrics
 from slime_hangdoctor.topology import Engine, Topology
 from slime_hangdoctor.verdict import Diagnosis, Role, Stage, Status

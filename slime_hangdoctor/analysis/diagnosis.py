@@ -9,12 +9,9 @@ culprit's own stack, the majority of stacks, then the running Ray methods.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
-from slime_hangdoctor.analysis import culprit as cu
 from slime_hangdoctor.analysis import rules
 from slime_hangdoctor.analysis.engines import HUNG_ENGINE_STATES, EngineRead, read_engines
-from slime_hangdoctor.analysis.gpu import GpuState
 from slime_hangdoctor.analysis.progress import Progress, assess
 from slime_hangdoctor.analysis.signatures import (
     SLIME_ACTOR_CLASSES,
@@ -23,10 +20,20 @@ from slime_hangdoctor.analysis.signatures import (
     method_stage,
 )
 from slime_hangdoctor.analysis.stacks import highlight
+from slime_hangdoctor.analysis.suspects import (
+    EVIDENCE_MESSAGES,
+    find_suspects,
+    hang_evidence,
+    reads_of,
+)
+from slime_hangdoctor.analysis.suspects.flight_recorder import fr_groups, fr_stage
+from slime_hangdoctor.analysis.suspects.merge import Merged, merge
+from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, Evidence
 from slime_hangdoctor.analysis.world import Proc, World, build_world
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.topology import Topology
 from slime_hangdoctor.verdict import (
+    Confidence,
     Diagnosis,
     Finding,
     Role,
@@ -53,16 +60,6 @@ _STAGE_ORDER = (
 )
 
 
-@dataclass(frozen=True)
-class Evidence:
-    """One reason to believe the job is hung."""
-
-    source: str
-    rule: str
-    text: str
-    strength: int  # 1 weak, 2 strong
-
-
 # --------------------------------------------------------------------------- usable / idle
 
 
@@ -83,138 +80,6 @@ def _no_job(world: World) -> bool:
     running = any(j.status == "RUNNING" for j in snap.jobs)
     alive = any(a.class_name in SLIME_ACTOR_CLASSES and a.state == "ALIVE" for a in snap.actors)
     return not running and not alive and (snap.ray_seen or bool(snap.processes))
-
-
-# --------------------------------------------------------------------------- hang evidence
-
-
-def _ras_evidence(world: World, moving: set[str]) -> list[Evidence]:
-    out: list[Evidence] = []
-    seen: set[str] = set()
-    frozen = cu.frozen_ras_comms(world)
-    for obs in world.snapshot.ras:
-        for c in obs.report.communicators:
-            if c.hash in seen or c.hash in moving:
-                continue
-            seen.add(c.hash)
-            bad = (c.errors or "OK").upper() != "OK" or (c.status or "RUNNING").upper() not in (
-                "RUNNING",
-                "INIT",
-            )
-            behind, _ = cu.ras_behind(c)
-            if not bad and not c.errors and behind and c.hash in frozen:
-                bad = True  # JSON form only: counts that differ and stayed frozen
-            if bad or any(r.missing for r in c.ranks):
-                out.append(
-                    Evidence(
-                        "ras",
-                        "ras-communicator-error",
-                        f"NCCL RAS communicator {c.hash}: {c.status} {c.errors}"
-                        + (f" - {c.messages[0]}" if c.messages else ""),
-                        2,
-                    )
-                )
-    return out
-
-
-def _fr_evidence(world: World) -> list[Evidence]:
-    out: list[Evidence] = []
-    for g in cu.fr_groups(world):
-        if g.stuck is None or not g.waiting:
-            continue
-        if g.behind:
-            text = (
-                f"flight recorder, group {g.pg}: ranks "
-                f"{', '.join(str(c.rank) for c in g.waiting)} wait in collective "
-                f"#{g.stuck.collective_seq_id} {g.stuck.op} that ranks "
-                f"{', '.join(str(c.rank) for c in g.behind)} never entered"
-            )
-            out.append(Evidence("flight_recorder", "fr-collective-not-joined", text, 2))
-        else:
-            out.append(
-                Evidence(
-                    "flight_recorder",
-                    "fr-collective-not-completing",
-                    f"flight recorder, group {g.pg}: every rank entered collective "
-                    f"#{g.stuck.collective_seq_id} {g.stuck.op} and none completed it",
-                    1,
-                )
-            )
-    return out
-
-
-def _gpu_evidence(world: World) -> list[Evidence]:
-    return [
-        Evidence("nvml", "gpu-stuck-in-collective", g.evidence(), 2 if g.readings >= 2 else 1)
-        for g in world.gpus
-        if g.state is GpuState.STUCK
-    ]
-
-
-def _engine_evidence(engines: tuple[EngineRead, ...]) -> list[Evidence]:
-    return [
-        Evidence(
-            "sglang",
-            "engine-not-serving",
-            f"engine {e.url} {e.state.value}: " + "; ".join(e.evidence[:2]),
-            2,
-        )
-        for e in engines
-        if e.state in HUNG_ENGINE_STATES
-    ]
-
-
-def _parked_evidence(world: World, progress: Progress) -> list[Evidence]:
-    procs = [p for p in world.procs if p.role is not None and p.latest is not None]
-    if len(procs) < 2 or progress.moving:
-        return []
-    for p in procs:
-        read = p.latest
-        if read is None or read.cpu_busy:
-            return []
-    return [
-        Evidence(
-            "stacks",
-            "all-waiting",
-            "every slime process is waiting: "
-            + "; ".join(
-                f"{p.label}: {p.latest.describe() if p.latest else '?'}" for p in procs[:6]
-            ),
-            1,
-        )
-    ]
-
-
-def _frozen_evidence(progress: Progress) -> list[Evidence]:
-    by_source: dict[str, list[str]] = {}
-    for s in progress.frozen:
-        by_source.setdefault(s.source, []).append(s.text())
-    return [
-        Evidence(src, "no-progress", f"{src}: " + "; ".join(texts[:3]), 1)
-        for src, texts in by_source.items()
-    ]
-
-
-def hang_evidence(
-    world: World,
-    engines: tuple[EngineRead, ...],
-    progress: Progress,
-    suspects: list[cu.Suspect],
-    moving: set[str],
-) -> list[Evidence]:
-    ev: list[Evidence] = []
-    ev += _ras_evidence(world, moving)
-    ev += _fr_evidence(world)
-    ev += _gpu_evidence(world)
-    ev += _engine_evidence(engines)
-    ev += [
-        Evidence("rollout", "rollout-loop-blocked", s.why, 1)
-        for s in suspects
-        if s.source == "rollout" and s.weight >= cu.MEDIUM
-    ]
-    ev += _parked_evidence(world, progress)
-    ev += _frozen_evidence(progress)
-    return ev
 
 
 # --------------------------------------------------------------------------- stage
@@ -243,13 +108,13 @@ def _in_broadcast(world: World) -> bool:
     return Stage.NCCL_BROADCAST in stages and stages <= {Stage.NCCL_BROADCAST, Stage.WEIGHT_SYNC}
 
 
-def decide_stage(world: World, merged: list[cu.Merged]) -> Stage:
+def decide_stage(world: World, merged: list[Merged]) -> Stage:
     for m in merged[:3]:
         if m.stage is Stage.REWARD:
             return Stage.REWARD
-    for g in cu.fr_groups(world):
+    for g in fr_groups(world):
         if g.behind and g.stuck is not None:
-            stage = cu.fr_stage(g.stuck)
+            stage = fr_stage(g.stuck)
             if stage is not None:
                 return stage
     if _in_broadcast(world):
@@ -338,7 +203,7 @@ def _row_state(world: World, p: Proc) -> str:
     return "; ".join(parts)
 
 
-def build_rows(world: World, culprits: tuple[cu.Merged, ...]) -> tuple[RoleRow, ...]:
+def build_rows(world: World, culprits: tuple[Merged, ...]) -> tuple[RoleRow, ...]:
     pids = {s.pid for c in culprits for s in c.suspects if s.pid is not None}
     rows: list[RoleRow] = []
     for p in world.procs:
@@ -359,7 +224,7 @@ def build_rows(world: World, culprits: tuple[cu.Merged, ...]) -> tuple[RoleRow, 
     return tuple(sorted(rows, key=lambda r: (order.get(r.role.value, 9), r.label, r.pid or 0)))
 
 
-def build_excerpt(world: World, culprits: tuple[cu.Merged, ...]) -> StackExcerpt | None:
+def build_excerpt(world: World, culprits: tuple[Merged, ...]) -> StackExcerpt | None:
     for m in culprits:
         proc = world.find(m.first("pid"), m.first("node_ip"))  # type: ignore[arg-type]
         if proc is not None:
@@ -407,10 +272,10 @@ def _excerpt(p: Proc) -> StackExcerpt | None:
 def _confidence(
     status: Status,
     evidence: list[Evidence],
-    culprits: tuple[cu.Merged, ...],
+    culprits: tuple[Merged, ...],
     progress: Progress,
     world: World,
-) -> str:
+) -> Confidence:
     if status is Status.PROGRESSING:
         sources = {s.source for s in progress.progress}
         return "high" if len(sources) >= 2 else ("medium" if sources else "low")
@@ -421,6 +286,7 @@ def _confidence(
         sources |= culprits[0].sources
     weak = {e.source for e in evidence}
     compared = world.two_samples or any(g.readings >= 2 for g in world.gpus)
+    level: Confidence
     if len(sources) >= 3 or (len(sources) >= 2 and compared):
         level = "high"
     elif sources or len(weak) >= 2:
@@ -435,7 +301,7 @@ def _confidence(
 def _summary(
     status: Status,
     stage: Stage,
-    culprits: tuple[cu.Merged, ...],
+    culprits: tuple[Merged, ...],
     progress: Progress,
     current: Stage | None,
 ) -> str:
@@ -471,7 +337,7 @@ def _label(role: str, rank: int | None, pid: int | None, gpu: int | None, url: s
 # --------------------------------------------------------------------------- findings
 
 
-def _culprit_findings(culprits: tuple[cu.Merged, ...]) -> list[Finding]:
+def _culprit_findings(culprits: tuple[Merged, ...]) -> list[Finding]:
     out: list[Finding] = []
     for m in culprits:
         c = m.culprit()
@@ -491,18 +357,6 @@ def _culprit_findings(culprits: tuple[cu.Merged, ...]) -> list[Finding]:
     return out
 
 
-_EVIDENCE_MESSAGES = {
-    "ras-communicator-error": "NCCL RAS reports a communicator in error (counts differ or ranks missing)",
-    "fr-collective-not-joined": "The flight recorder shows ranks waiting in a collective others never entered",
-    "fr-collective-not-completing": "The flight recorder shows a collective every rank entered and none completed",
-    "gpu-stuck-in-collective": "GPUs busy-wait in a collective (util ~100%, memory util ~0, no data moved)",
-    "engine-not-serving": "SGLang engines are dead, unresponsive or stuck",
-    "rollout-loop-blocked": "The rollout event loop is blocked",
-    "all-waiting": "Every slime process is waiting; none is working",
-    "no-progress": "Nothing moved between the two samples",
-}
-
-
 def _evidence_findings(evidence: list[Evidence]) -> list[Finding]:
     by_rule: dict[str, list[Evidence]] = {}
     for e in evidence:
@@ -511,7 +365,7 @@ def _evidence_findings(evidence: list[Evidence]) -> list[Finding]:
         Finding(
             rule,
             Severity.CRITICAL if max(e.strength for e in evs) >= 2 else Severity.WARNING,
-            _EVIDENCE_MESSAGES.get(rule, rule),
+            EVIDENCE_MESSAGES.get(rule, rule),
             tuple(dict.fromkeys(e.text for e in evs))[:6],
         )
         for rule, evs in by_rule.items()
@@ -559,7 +413,7 @@ def _engine_findings(engines: tuple[EngineRead, ...], status: Status) -> list[Fi
 # --------------------------------------------------------------------------- main
 
 
-def _select_culprits(merged: list[cu.Merged]) -> tuple[cu.Merged, ...]:
+def _select_culprits(merged: list[Merged]) -> tuple[Merged, ...]:
     if not merged:
         return ()
     top = merged[0].score
@@ -579,7 +433,7 @@ def _layout(world: World) -> str | None:
 
 
 def _suspected(
-    status: Status, confidence: str, culprits: tuple[cu.Merged, ...], progress: Progress
+    status: Status, confidence: Confidence, culprits: tuple[Merged, ...], progress: Progress
 ) -> bool:
     """Hung-looking, but it could still be slow: CPU work went on, or only a busy event loop or
     weak evidence says so."""
@@ -614,10 +468,10 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
                 confidence="medium" if snapshot.ray_seen else "low",
             )
         )
-    moving = cu.moving_ras_comms(world)
-    suspects = _suspects(world, engines, moving)
-    merged = cu.merge(suspects, world)
-    evidence = hang_evidence(world, engines, progress, suspects, moving)
+    reads = reads_of(world, engines, progress)
+    suspects = find_suspects(reads)
+    merged = merge(suspects, world)
+    evidence = hang_evidence(reads, suspects)
     status = _status(world, progress, evidence, merged)
     stage = decide_stage(world, merged) if status is Status.HUNG else Stage.NONE
     culprits = _select_culprits(merged) if status is Status.HUNG else ()
@@ -662,28 +516,7 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
     return Diagnosis(verdict, build_rows(world, culprits), build_excerpt(world, culprits))
 
 
-def _suspects(world: World, engines: tuple[EngineRead, ...], moving: set[str]) -> list[cu.Suspect]:
-    engine_stage = any(
-        p.latest is not None and p.latest.stage in (Stage.NCCL_BROADCAST, Stage.WEIGHT_SYNC)
-        for p in world.procs
-    ) or any(
-        g.behind and cu.fr_stage(g.stuck) in (Stage.NCCL_BROADCAST, Stage.WEIGHT_SYNC)
-        for g in cu.fr_groups(world)
-    )
-    out: list[cu.Suspect] = []
-    out += cu.ras_suspects(world, moving)
-    out += cu.fr_suspects(world)
-    out += cu.gpu_suspects(world, engine_stage)
-    out += cu.stack_suspects(world)
-    out += cu.engine_suspects(world, engines)
-    out += cu.rollout_suspects(world, engines)
-    out += cu.driver_suspects(world)
-    if not out:
-        out += cu.chain_end_suspects(world)
-    return out
-
-
-def _confirmed(m: cu.Merged, world: World) -> bool:
+def _confirmed(m: Merged, world: World) -> bool:
     """A blame that may call the job hung by itself: one from a source other than a single stack
     read, or stacks whose collective waiters did not move over both samples."""
     if m.sources - {"stacks"}:
@@ -699,11 +532,11 @@ def _confirmed(m: cu.Merged, world: World) -> bool:
 
 
 def _status(
-    world: World, progress: Progress, evidence: list[Evidence], merged: list[cu.Merged]
+    world: World, progress: Progress, evidence: list[Evidence], merged: list[Merged]
 ) -> Status:
     if any(s.source != "cpu" for s in progress.progress):
         return Status.PROGRESSING
-    blamed = any(m.score >= cu.MEDIUM and _confirmed(m, world) for m in merged)
+    blamed = any(m.score >= MEDIUM and _confirmed(m, world) for m in merged)
     if progress.moving and not blamed and not any(e.strength >= 2 for e in evidence):
         return Status.PROGRESSING  # CPU work in moving code, and nothing else says hung
     if evidence or blamed:

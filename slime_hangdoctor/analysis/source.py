@@ -1,0 +1,22 @@
+"""The names of the evidence sources the analysis weighs against each other.
+
+Typed, so that a misspelt source is a type error rather than a source that silently never counts.
+A new source adds its name here (and, where it shows progress, to `analysis/progress.py`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Source = Literal[
+    "ras",  # NCCL RAS (collect/nccl_ras.py)
+    "flight_recorder",  # torch's NCCL flight recorder dumps
+    "nvml",  # GPU readings (NVML, or Ray's node summary)
+    "gpm",  # GPU performance metrics
+    "stacks",  # py-spy / Ray traceback stacks
+    "sglang",  # SGLang engine and router HTTP answers
+    "rollout",  # the RolloutManager's event loop (read from its stacks)
+    "driver",  # the job's driver (read from its stacks)
+    "ray",  # Ray's state API (actors, tasks, jobs)
+    "processes",  # the process table (psutil / procfs)
+    "cpu",  # CPU time of the slime processes between the samples
+]

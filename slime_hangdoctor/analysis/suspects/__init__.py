@@ -1,0 +1,103 @@
+"""Who the others wait for: one suspect finder per evidence source, and the registries that run them.
+
+Each module here reads one source (through `Reads`, built once per diagnosis) and returns the
+`Suspect`s it names, independently of the others; some also return `Evidence` that the job hangs at
+all. `merge.merge` joins suspects that name the same process, and the highest score wins.
+
+To add a source: write `suspects/<source>.py` with `suspects(reads)` (and, if the source can show a
+hang by itself, `evidence(reads, suspects)` plus its `MESSAGES`), then add one line to
+`SUSPECT_FINDERS` (and one to `EVIDENCE_FINDERS`). Order matters only for ties: earlier finders'
+suspects come first in a merged candidate. docs/architecture.md walks through an example.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from slime_hangdoctor.analysis.engines import EngineRead
+from slime_hangdoctor.analysis.progress import Progress
+from slime_hangdoctor.analysis.suspects import (
+    chain,
+    driver,
+    engines,
+    flight_recorder,
+    gpu,
+    processes,
+    progress,
+    ras,
+    ray,
+    rollout,
+    routers,
+    stacks,
+)
+from slime_hangdoctor.analysis.suspects.suspect import Evidence, Reads, Suspect
+from slime_hangdoctor.analysis.world import World
+
+
+@dataclass(frozen=True)
+class SuspectFinder:
+    name: str
+    find: Callable[[Reads], list[Suspect]]
+    fallback: bool = False  # runs only when no other finder named anyone
+
+
+@dataclass(frozen=True)
+class EvidenceFinder:
+    name: str
+    find: Callable[[Reads, Sequence[Suspect]], list[Evidence]]
+    messages: Mapping[str, str] = field(default_factory=dict)  # finding id -> its headline
+
+
+SUSPECT_FINDERS: tuple[SuspectFinder, ...] = (
+    SuspectFinder("ras", ras.suspects),
+    SuspectFinder("flight_recorder", flight_recorder.suspects),
+    SuspectFinder("gpu", gpu.suspects),
+    SuspectFinder("stacks", stacks.suspects),
+    SuspectFinder("engines", engines.suspects),
+    SuspectFinder("ray", ray.suspects),
+    SuspectFinder("processes", processes.suspects),
+    SuspectFinder("routers", routers.suspects),
+    SuspectFinder("rollout", rollout.suspects),
+    SuspectFinder("driver", driver.suspects),
+    SuspectFinder("chain", chain.suspects, fallback=True),
+)
+
+EVIDENCE_FINDERS: tuple[EvidenceFinder, ...] = (
+    EvidenceFinder("ras", ras.evidence, ras.MESSAGES),
+    EvidenceFinder("flight_recorder", flight_recorder.evidence, flight_recorder.MESSAGES),
+    EvidenceFinder("gpu", gpu.evidence, gpu.MESSAGES),
+    EvidenceFinder("engines", engines.evidence, engines.MESSAGES),
+    EvidenceFinder("rollout", rollout.evidence, rollout.MESSAGES),
+    EvidenceFinder("stacks", stacks.evidence, stacks.MESSAGES),
+    EvidenceFinder("progress", progress.evidence, progress.MESSAGES),
+)
+
+EVIDENCE_MESSAGES: Mapping[str, str] = {
+    rule: text for f in EVIDENCE_FINDERS for rule, text in f.messages.items()
+}
+
+
+def reads_of(world: World, engines: tuple[EngineRead, ...], progress: Progress) -> Reads:
+    return Reads(world, engines, progress, frozenset(ras.moving_ras_comms(world)))
+
+
+def find_suspects(reads: Reads) -> list[Suspect]:
+    """Every finder's suspects, in registry order; the fallbacks only when nobody was named."""
+    out: list[Suspect] = []
+    for finder in SUSPECT_FINDERS:
+        if not finder.fallback:
+            out += finder.find(reads)
+    if not out:
+        for finder in SUSPECT_FINDERS:
+            if finder.fallback:
+                out += finder.find(reads)
+    return out
+
+
+def hang_evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
+    """Every reason to believe the job is hung, in registry order."""
+    out: list[Evidence] = []
+    for finder in EVIDENCE_FINDERS:
+        out += finder.find(reads, suspects)
+    return out

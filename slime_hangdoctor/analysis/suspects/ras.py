@@ -1,0 +1,206 @@
+"""NCCL RAS: ranks missing from a communicator, and ranks behind their peers in a collective's
+launch count (the ones that never entered the collective the others wait in)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from slime_hangdoctor.analysis.suspects.suspect import (
+    STRONG,
+    WEAK,
+    Evidence,
+    Reads,
+    Suspect,
+    suspect,
+)
+from slime_hangdoctor.analysis.world import World
+from slime_hangdoctor.facts import RasCommunicator, RasRank
+from slime_hangdoctor.verdict import Role
+
+MESSAGES = {
+    "ras-communicator-error": "NCCL RAS reports a communicator in error (counts differ or ranks missing)",
+}
+
+
+def ras_behind(comm: RasCommunicator) -> tuple[list[RasRank], str]:
+    """Ranks behind their peers in some collective's launch count, and which op shows it."""
+    ops = sorted({op for r in comm.ranks for op in r.collective_counts})
+    for op in ops:
+        counts = [(r, r.collective_counts.get(op)) for r in comm.ranks if not r.missing]
+        values = [c for _, c in counts if c is not None]
+        if len(values) < 2 or min(values) == max(values):
+            continue
+        top = max(values)
+        return [r for r, c in counts if c is not None and c < top], f"{op} {top}"
+    launched = [r.launched_up_to for r in comm.ranks if r.launched_up_to is not None]
+    if launched and comm.errors and "MISMATCH" in comm.errors.upper():
+        top = max(launched)
+        behind = [
+            r
+            for r in comm.ranks
+            if not r.missing and (r.launched_up_to is None or r.launched_up_to < top)
+        ]
+        return behind, f"operation {top}"
+    return [], ""
+
+
+def suspects(reads: Reads) -> list[Suspect]:
+    world, moving_comms = reads.world, reads.moving_comms
+    out: list[Suspect] = []
+    seen: set[str] = set()
+    latest: dict[str | None, int] = {}
+    for obs in world.snapshot.ras:
+        latest[obs.node_ip] = max(latest.get(obs.node_ip, -1), obs.sample)
+    for obs in world.snapshot.ras:
+        if obs.sample != latest[obs.node_ip]:
+            continue
+        frozen = frozen_ras_comms(world)
+        for comm in obs.report.communicators:
+            if comm.hash in seen or comm.hash in moving_comms:
+                continue
+            seen.add(comm.hash)
+            out.extend(_ras_comm_suspects(world, comm, comm.hash in frozen))
+    waiters = _ras_waiters(world, moving_comms)
+    root = [s for s in out if s.pid not in waiters or "missing" in s.why]
+    return root or out
+
+
+def _ras_waiters(world: World, moving_comms: frozenset[str]) -> set[int | None]:
+    """Pids that launched a collective their peers have not (they wait in it somewhere): in a
+    cascade they show up 'behind' in another communicator, but they are victims."""
+    out: set[int | None] = set()
+    for obs in world.snapshot.ras:
+        for comm in obs.report.communicators:
+            if comm.hash in moving_comms:
+                continue
+            behind, _ = ras_behind(comm)
+            if behind and mismatch_weight(comm, False) != 0:
+                lagging = {id(r) for r in behind}
+                out |= {r.pid for r in comm.ranks if id(r) not in lagging and not r.missing}
+    return out
+
+
+def _ras_rank_suspect(
+    world: World, comm: RasCommunicator, r: RasRank, why: str, weight: int = STRONG
+) -> Suspect:
+    proc = world.find(r.pid, r.host)
+    gpu = r.nvml_dev if r.nvml_dev is not None else (proc.gpu.index if proc and proc.gpu else None)
+    role = proc.role if proc and proc.role else Role.TRAIN_RANK
+    evidence: tuple[str, ...] = (
+        f"NCCL RAS communicator {comm.hash}: {comm.status or '?'} {comm.errors or '?'}",
+        *comm.messages[:6],
+    )
+    return suspect(
+        "ras",
+        role,
+        why,
+        proc,
+        pid=r.pid,
+        node_ip=r.host or (proc.node_ip if proc else None),
+        rank=proc.rank if proc and proc.rank is not None else r.rank,
+        gpu=gpu,
+        evidence=evidence,
+        weight=weight,
+    )
+
+
+def mismatch_weight(comm: RasCommunicator, frozen: bool) -> int:
+    """How much a difference in launch counts means. NCCL's own verdict (text form: MISMATCH / OK)
+    decides; without it (JSON only) one reading cannot tell a straggler from launch skew in a busy
+    job (the busy capture reads 21984 vs 21985), unless the counts stayed frozen across samples."""
+    errors = (comm.errors or "").upper()
+    if "MISMATCH" in errors:
+        return STRONG
+    if errors:
+        return 0
+    return STRONG if frozen else WEAK
+
+
+def _ras_comm_suspects(world: World, comm: RasCommunicator, frozen: bool) -> list[Suspect]:
+    out: list[Suspect] = []
+    for r in comm.ranks:
+        if r.missing:
+            state = "considered dead" if r.considered_dead else "not responding"
+            out.append(
+                _ras_rank_suspect(
+                    world,
+                    comm,
+                    r,
+                    f"NCCL RAS: rank {r.rank} is missing from the communicator "
+                    f"({state}); its peers cannot complete their collectives",
+                )
+            )
+    behind, op = ras_behind(comm)
+    weight = mismatch_weight(comm, frozen)
+    if weight and behind and len(behind) < len([r for r in comm.ranks if not r.missing]):
+        for r in behind:
+            launched = r.launched_up_to
+            detail = (
+                f"launched {r.collective_counts.get(op.split()[0], 0)}"
+                if r.collective_counts
+                else (f"launched up to {launched}" if launched is not None else "launched none")
+            )
+            out.append(
+                _ras_rank_suspect(
+                    world,
+                    comm,
+                    r,
+                    f"NCCL RAS: rank {r.rank} is behind its peers ({detail}; peers reached "
+                    f"{op}): it never entered the collective they wait in",
+                    weight,
+                )
+            )
+    return out
+
+
+def frozen_ras_comms(world: World) -> set[str]:
+    """RAS communicators read in two samples whose collective counts did not change."""
+    totals: dict[str, dict[int, int]] = {}
+    for obs in world.snapshot.ras:
+        for c in obs.report.communicators:
+            total = sum(sum(r.collective_counts.values()) for r in c.ranks)
+            totals.setdefault(c.hash, {})[obs.sample] = total
+    return {h for h, by in totals.items() if len(by) >= 2 and len(set(by.values())) == 1}
+
+
+def moving_ras_comms(world: World) -> set[str]:
+    """RAS communicators whose collective counts rose between samples (a mismatch there is noise)."""
+    first: dict[str, int] = {}
+    moving: set[str] = set()
+    for obs in sorted(world.snapshot.ras, key=lambda o: o.sample):
+        for c in obs.report.communicators:
+            total = sum(sum(r.collective_counts.values()) for r in c.ranks)
+            if c.hash in first and total > first[c.hash]:
+                moving.add(c.hash)
+            first.setdefault(c.hash, total)
+    return moving
+
+
+def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
+    world, moving = reads.world, reads.moving_comms
+    out: list[Evidence] = []
+    seen: set[str] = set()
+    frozen = frozen_ras_comms(world)
+    for obs in world.snapshot.ras:
+        for c in obs.report.communicators:
+            if c.hash in seen or c.hash in moving:
+                continue
+            seen.add(c.hash)
+            bad = (c.errors or "OK").upper() != "OK" or (c.status or "RUNNING").upper() not in (
+                "RUNNING",
+                "INIT",
+            )
+            behind, _ = ras_behind(c)
+            if not bad and not c.errors and behind and c.hash in frozen:
+                bad = True  # JSON form only: counts that differ and stayed frozen
+            if bad or any(r.missing for r in c.ranks):
+                out.append(
+                    Evidence(
+                        "ras",
+                        "ras-communicator-error",
+                        f"NCCL RAS communicator {c.hash}: {c.status} {c.errors}"
+                        + (f" - {c.messages[0]}" if c.messages else ""),
+                        2,
+                    )
+                )
+    return out

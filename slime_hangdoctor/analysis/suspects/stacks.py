@@ -1,0 +1,130 @@
+"""Stacks: the process that is not in the collective its peers (train ranks, one engine's
+schedulers) wait in, or the odd collective out; and "every slime process is waiting"."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from slime_hangdoctor.analysis.signatures import Block, split_name
+from slime_hangdoctor.analysis.stacks import ProcessRead
+from slime_hangdoctor.analysis.suspects.suspect import (
+    MEDIUM,
+    WEAK,
+    Evidence,
+    Reads,
+    Suspect,
+    brief,
+    suspect,
+)
+from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.verdict import Role
+
+MESSAGES = {
+    "all-waiting": "Every slime process is waiting; none is working",
+}
+
+
+def _op_of(read: ProcessRead) -> str:
+    f = read.primary.block_frame
+    return split_name(f.name)[1] if f is not None else read.block.value
+
+
+def peer_groups(world: World) -> list[list[Proc]]:
+    """Processes that run collectives together: the train ranks; the schedulers of one engine."""
+    groups = [[p for p in world.by_role(Role.TRAIN_RANK) if p.latest is not None]]
+    engines: dict[str, list[Proc]] = {}
+    for p in world.by_role(Role.SGLANG_ENGINE):
+        if p.kind == "scheduler" and p.latest is not None and p.engine_url:
+            engines.setdefault(p.engine_url, []).append(p)
+    groups += list(engines.values())
+    return [g for g in groups if len(g) >= 2]
+
+
+def suspects(reads: Reads) -> list[Suspect]:
+    world = reads.world
+    out: list[Suspect] = []
+    for group in peer_groups(world):
+        out += _odd_ones(group)
+    return out
+
+
+def _odd_ones(ranks: list[Proc]) -> list[Suspect]:
+    in_coll = [p for p in ranks if p.latest is not None and p.latest.primary.in_collective]
+    if not in_coll:
+        return []
+    role = ranks[0].role or Role.TRAIN_RANK
+    outside = [p for p in ranks if p not in in_coll]
+    if outside:
+        victims = ", ".join(f"{p.label} ({brief(p)})" for p in in_coll[:4])
+        weight = MEDIUM if len(outside) <= len(in_coll) else WEAK
+        return [
+            suspect(
+                "stacks",
+                role,
+                f"stacks: {p.label} is not in the collective its peers wait in; it is "
+                f"{p.latest.describe() if p.latest else '?'} (peers: {victims})",
+                p,
+                weight=weight,
+                stage=p.latest.stage if p.latest else None,
+                waits_elsewhere=p.latest is not None
+                and p.latest.block
+                in (
+                    Block.RAY_GET,
+                    Block.HTTP,
+                    Block.WAIT,
+                ),
+                evidence=tuple(f"{q.label}: {brief(q)}" for q in ranks[:8]),
+            )
+            for p in outside
+        ]
+    return _collective_minority(in_coll, role)
+
+
+def _collective_minority(in_coll: list[Proc], role: Role) -> list[Suspect]:
+    """All ranks wait in collectives: the odd op out, when the ranks are in one stage."""
+    stages = {p.latest.stage for p in in_coll if p.latest}
+    if len(stages) != 1:
+        return []
+    groups = Counter(_op_of(p.latest) for p in in_coll if p.latest)
+    if len(groups) < 2:
+        return []
+    (top_op, top_n), *_ = groups.most_common()
+    minority = [p for p in in_coll if p.latest and _op_of(p.latest) != top_op]
+    if len(minority) >= top_n:
+        return []
+    return [
+        suspect(
+            "stacks",
+            role,
+            f"stacks: {p.label} waits in {_op_of(p.latest) if p.latest else '?'} while "
+            f"{top_n} peers wait in {top_op}: the peers issued different collectives",
+            p,
+            weight=WEAK,
+            stage=p.latest.stage if p.latest else None,
+            evidence=tuple(f"{q.label}: {brief(q)}" for q in in_coll[:8]),
+        )
+        for p in minority
+    ]
+
+
+def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
+    world, progress = reads.world, reads.progress
+    procs = [p for p in world.procs if p.role is not None and p.latest is not None]
+    if len(procs) < 2 or progress.moving:
+        return []
+    for p in procs:
+        read = p.latest
+        if read is None or read.cpu_busy:
+            return []
+    return [
+        Evidence(
+            "stacks",
+            "all-waiting",
+            "every slime process is waiting: "
+            + "; ".join(
+                f"{p.label}: {p.latest.describe() if p.latest else '?'}" for p in procs[:6]
+            ),
+            1,
+        )
+    ]
