@@ -212,7 +212,11 @@ class HttpAnswer:
     path: str  # e.g. /server_info
     status: int | None  # None: no HTTP answer (refused, timeout, reset)
     elapsed_s: float
-    error: str | None = None  # "connection refused", "timed out after 2.0s", ...
+    # How the probe ended, as the collector typed it (the bundle's ProbeRecord.outcome): the analysis
+    # decides "timed out" / "refused" on this, never on the error text. A body that stalled after
+    # its headers is TIMED_OUT with a status.
+    outcome: Outcome
+    error: str | None = None  # for the reader: "connection refused", "timed out after 2.0s", ...
 
 
 @dataclass(frozen=True)

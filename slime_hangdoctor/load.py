@@ -33,18 +33,6 @@ from slime_hangdoctor.snapshot import (
 # Sources whose ok record may still carry a reason for what part of it failed (one GPU of eight).
 _PARTIAL_SOURCES = frozenset({b.NVML, b.GPM, b.NCCL_RAS, b.PROCESSES})
 
-_HTTP_PARSERS: dict[str, Callable[[bytes], Parsed]] = {
-    "/server_info": sglang.parse_server_info,
-    "/get_server_info": sglang.parse_server_info,
-    "/model_info": sglang.parse_model_info,
-    "/get_model_info": sglang.parse_model_info,
-    "/v1/loads": sglang.parse_loads,
-    "/get_load": sglang.parse_loads,
-    "/metrics": lambda body: sglang.parse_metrics(body.decode("utf-8", "replace")),
-    "/workers": sglang.parse_workers,
-    "/list_workers": sglang.parse_workers,
-}
-
 
 class _Acc:
     """Mutable accumulator used only while loading."""
@@ -73,7 +61,7 @@ def load_snapshot(bundle: Bundle) -> Snapshot:
     acc = _Acc()
     for rec in bundle.manifest.probes:
         data = bundle.read(rec)
-        if rec.source in (b.SGLANG, b.ROUTER):
+        if rec.source in HTTP_SOURCES:
             _load_http(acc, rec, data)
             continue
         if rec.outcome is not Outcome.OK:
@@ -85,7 +73,9 @@ def load_snapshot(bundle: Bundle) -> Snapshot:
             acc.blind.append(f"{rec.source} {rec.target}: artefact missing from the bundle")
             continue
         try:
-            _load_one(acc, rec, data)
+            loader = SOURCE_LOADERS.get(rec.source)
+            if loader is not None:
+                loader(acc, rec, data)
         except ParseError as exc:
             acc.blind.append(f"{rec.source} {rec.target}: could not parse: {exc}")
         except Exception as exc:  # noqa: BLE001 - a bundle is untrusted input: never crash on it
@@ -122,52 +112,80 @@ def describe_failure(rec: ProbeRecord) -> str:
     return f"{rec.source} {rec.target}: {rec.outcome.value}{reason}"
 
 
-def _load_one(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
-    sample = rec.sample or 0
-    if rec.source == b.RAY_DASHBOARD:
-        _load_dashboard(acc, rec, data)
-    elif rec.source == b.PROCESSES:
-        procs = processes.parse_processes(_text(data))
-        acc.processes.append(ProcessesObs(rec.node_ip, sample, procs, rec.started_at or None))
-    elif rec.source in (b.PYSPY, b.DASHBOARD_TRACEBACK):
-        _load_stack(acc, rec, data)
-    elif rec.source == b.NVML:
-        acc.gpus.append(GpuObs(rec.node_ip, nvml.parse_nvml_series(_text(data))))
-    elif rec.source == b.GPM:
-        acc.gpm.append(GpmObs(rec.node_ip, nvml.parse_gpm(_text(data))))
-    elif rec.source == b.NCCL_RAS:
-        acc.ras.append(RasObs(rec.node_ip, sample, nccl_ras.parse_ras(_text(data))))
-    elif rec.source == b.FLIGHT_RECORDER:
-        rank = _int(rec.meta.get("rank"))
-        if rank is None:
-            rank = flight_recorder.rank_from_dump_name(
-                str(rec.meta.get("dump") or rec.artifact or rec.target)
-            )
-        dump = flight_recorder.parse_flight_recorder(data, rank, pid=_int(rec.meta.get("pid")))
-        acc.flight.append(FrObs(rec.node_ip, dump))
+def _load_processes(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
+    procs = processes.parse_processes(_text(data))
+    acc.processes.append(ProcessesObs(rec.node_ip, rec.sample or 0, procs, rec.started_at or None))
+
+
+def _load_nvml(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
+    acc.gpus.append(GpuObs(rec.node_ip, nvml.parse_nvml_series(_text(data))))
+
+
+def _load_gpm(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
+    acc.gpm.append(GpmObs(rec.node_ip, nvml.parse_gpm(_text(data))))
+
+
+def _load_ras(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
+    acc.ras.append(RasObs(rec.node_ip, rec.sample or 0, nccl_ras.parse_ras(_text(data))))
+
+
+def _load_flight_recorder(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
+    rank = _int(rec.meta.get("rank"))
+    if rank is None:
+        rank = flight_recorder.rank_from_dump_name(
+            str(rec.meta.get("dump") or rec.artifact or rec.target)
+        )
+    dump = flight_recorder.parse_flight_recorder(data, rank, pid=_int(rec.meta.get("pid")))
+    acc.flight.append(FrObs(rec.node_ip, dump))
 
 
 def _load_dashboard(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
-    endpoint = str(rec.meta.get("endpoint") or rec.target)
-    if endpoint.startswith("/api/v0/actors"):
-        for a in ray_state.parse_actors(data):
-            acc.actors[a.actor_id] = a
-        acc.ray_seen = True
-    elif endpoint.startswith("/api/v0/tasks"):
-        tasks = ray_state.parse_tasks(data)
-        for t in tasks:
-            acc.tasks[t.task_id] = t
-        acc.running[(rec.sample or 0, rec.started_at)] = {t.task_id for t in tasks}
-    elif endpoint.startswith("/api/v0/nodes"):
-        for n in ray_state.parse_nodes(data):
-            acc.nodes[n.node_id] = n
-    elif endpoint.startswith("/nodes"):
-        for series in ray_state.parse_node_summary(data):
-            acc.summary_gpus.append(GpuObs(series.node_ip, series, "ray_summary"))
-    elif endpoint.startswith("/api/jobs"):
-        jobs = ray_state.parse_jobs(data)
-        known = {(j.job_id, j.submission_id) for j in acc.jobs}
-        acc.jobs.extend(j for j in jobs if (j.job_id, j.submission_id) not in known)
+    endpoint = ray_state.endpoint_of(str(rec.meta.get("endpoint") or rec.target), rec.target)
+    if endpoint is None or endpoint.parse is None:
+        return  # kept for the reader (version, cluster status, ...), not analysed
+    add = DASHBOARD_LOADERS.get(endpoint.target)
+    if add is None:
+        acc.blind.append(f"{rec.source} {rec.target}: no loader for {endpoint.path} (a bug)")
+        return
+    add(acc, rec, endpoint.parse(data))
+
+
+def _add_actors(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
+    for a in parsed:
+        acc.actors[a.actor_id] = a
+    acc.ray_seen = True
+
+
+def _add_running_tasks(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
+    for t in parsed:
+        acc.tasks[t.task_id] = t
+    acc.running[(rec.sample or 0, rec.started_at)] = {t.task_id for t in parsed}
+
+
+def _add_nodes(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
+    for n in parsed:
+        acc.nodes[n.node_id] = n
+
+
+def _add_node_summary(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
+    for series in parsed:
+        acc.summary_gpus.append(GpuObs(series.node_ip, series, "ray_summary"))
+
+
+def _add_jobs(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
+    known = {(j.job_id, j.submission_id) for j in acc.jobs}
+    acc.jobs.extend(j for j in parsed if (j.job_id, j.submission_id) not in known)
+
+
+# What the loader does with each parsed dashboard answer, by ray_state.STATE_ENDPOINTS target
+# (tests/unit/test_source_tables.py: every endpoint with a parser has one).
+DASHBOARD_LOADERS: dict[str, Callable[[_Acc, ProbeRecord, tuple[Any, ...]], None]] = {
+    "actors": _add_actors,
+    "tasks_running": _add_running_tasks,
+    "nodes": _add_nodes,
+    "node_summary": _add_node_summary,
+    "jobs": _add_jobs,
+}
 
 
 def _load_stack(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
@@ -190,6 +208,7 @@ def _load_http(acc: _Acc, rec: ProbeRecord, data: bytes | None) -> None:
         path=path,
         status=_int(meta.get("status")),
         elapsed_s=float(meta.get("elapsed_s") or rec.elapsed_s or 0.0),
+        outcome=rec.outcome,
         error=meta.get("error") or (rec.reason if rec.outcome is not Outcome.OK else None),
     )
     parsed: Parsed = None
@@ -199,7 +218,7 @@ def _load_http(acc: _Acc, rec: ProbeRecord, data: bytes | None) -> None:
         acc.blind.append(f"{rec.source} {answer.url}{path}: {rec.outcome.value}{reason}")
     if rec.outcome is Outcome.OK and rec.artifact and data is None:
         acc.blind.append(f"{rec.source} {rec.target}: artefact missing from the bundle")
-    parser = _HTTP_PARSERS.get(path)
+    parser = sglang.PARSER_BY_PATH.get(path)
     if parser is not None and data is not None and answer.status == 200:
         try:
             parsed = parser(data)
@@ -222,3 +241,20 @@ def _int(value: Any) -> int | None:
         return int(value) if value is not None else None
     except (TypeError, ValueError):
         return None
+
+
+# The registry: what the loader does with an ok record of each source (bundle.SOURCES), in one place.
+# A new source adds its loader here (tests/unit/test_source_tables.py checks that none is missing).
+SOURCE_LOADERS: dict[str, Callable[[_Acc, ProbeRecord, bytes], None]] = {
+    b.RAY_DASHBOARD: _load_dashboard,
+    b.PROCESSES: _load_processes,
+    b.PYSPY: _load_stack,
+    b.DASHBOARD_TRACEBACK: _load_stack,
+    b.NVML: _load_nvml,
+    b.GPM: _load_gpm,
+    b.NCCL_RAS: _load_ras,
+    b.FLIGHT_RECORDER: _load_flight_recorder,
+}
+# HTTP answers of engines and routers are read whatever their outcome (a refused connection, a
+# timeout and a 503 are evidence too).
+HTTP_SOURCES = frozenset({b.SGLANG, b.ROUTER})

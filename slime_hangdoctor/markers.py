@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
+from slime_hangdoctor.parsers.sglang import WORK_COUNTERS
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.topology import Topology
 
@@ -46,12 +47,7 @@ def _engine_counters(snapshot: Snapshot, out: Markers) -> None:
         if isinstance(obs.parsed, SglangMetrics):
             latest[obs.answer.url] = obs.parsed
     for url, m in latest.items():
-        for name in (
-            "decode_tokens_total",
-            "prefill_tokens_total",
-            "generation_tokens_total",
-            "requests_total",
-        ):
+        for name, _ in WORK_COUNTERS:
             value = getattr(m, name)
             if value is not None:
                 out[f"sglang:{url}:{name}"] = repr(float(value))

@@ -12,19 +12,18 @@ from dataclasses import dataclass
 from enum import Enum
 
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import EngineLoad, HttpAnswer, ModelInfo, ServerInfo, SglangMetrics
+from slime_hangdoctor.facts import (
+    EngineLoad,
+    HttpAnswer,
+    ModelInfo,
+    Outcome,
+    ServerInfo,
+    SglangMetrics,
+)
+from slime_hangdoctor.parsers.sglang import WORK_COUNTERS
 from slime_hangdoctor.snapshot import HttpObs
 from slime_hangdoctor.verdict import Role
 
-_COUNTERS = (
-    ("decode_tokens_total", "decode tokens"),
-    ("prefill_tokens_total", "prefill tokens"),
-    ("generation_tokens_total", "generated tokens"),
-    ("prompt_tokens_total", "prompt tokens"),
-    ("forward_seconds_total", "forward seconds"),
-    ("requests_total", "finished requests"),
-)
-_REFUSED = ("refused", "reset", "unreachable", "no route", "name or service", "connection error")
 _HEALTH = ("/health", "/health_generate", "/ready")
 _SCHED_PATHS = ("/server_info", "/get_server_info", "/flush_cache", "/get_load")
 
@@ -80,11 +79,14 @@ def _describe(a: HttpAnswer) -> str:
 
 
 def _refused(a: HttpAnswer) -> bool:
-    return a.status is None and any(w in (a.error or "").lower() for w in _REFUSED)
+    """No HTTP answer, and not for lack of time: nothing listens (refused, unreachable, unknown
+    host) or the connection failed (reset)."""
+    return a.status is None and a.outcome in (Outcome.UNAVAILABLE, Outcome.FAILED)
 
 
 def _timed_out(a: HttpAnswer) -> bool:
-    return a.status is None and "time" in (a.error or "").lower()
+    """No (whole) answer within the probe's time: no headers, or a body that stalled."""
+    return a.outcome is Outcome.TIMED_OUT
 
 
 def _metrics(obs: list[HttpObs]) -> dict[int, SglangMetrics]:
@@ -102,7 +104,7 @@ def _moving(metrics: dict[int, SglangMetrics]) -> tuple[tuple[str, ...], bool]:
     first, last = metrics[min(metrics)], metrics[max(metrics)]
     moving: list[str] = []
     compared = False
-    for attr, label in _COUNTERS:
+    for attr, label in WORK_COUNTERS:
         a, b = getattr(first, attr), getattr(last, attr)
         if a is None or b is None:
             continue

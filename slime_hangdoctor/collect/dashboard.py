@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.parsers import ray_state
 
 MAX_BODY = 64 * 1024 * 1024
 PROFILING_HELP = "profiling disabled on this cluster (RAY_DASHBOARD_ENABLE_PROFILING=1)"
@@ -45,35 +46,9 @@ def resolve_token(token: str | None = None) -> str | None:
     return text or None
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    """One dashboard answer `capture_state` stores."""
-
-    target: str  # name of the artefact
-    path: str  # meta["endpoint"]: what the loader dispatches on
-    params: tuple[tuple[str, str], ...] = ()
-
-
-_MANY = (("detail", "1"), ("limit", "10000"))
-STATE_ENDPOINTS: tuple[Endpoint, ...] = (
-    Endpoint("version", "/api/version"),
-    Endpoint("actors", "/api/v0/actors", _MANY),
-    Endpoint(
-        "tasks_running",
-        "/api/v0/tasks",
-        (
-            *_MANY,
-            ("filter_keys", "state"),
-            ("filter_predicates", "="),
-            ("filter_values", "RUNNING"),
-        ),
-    ),
-    Endpoint("nodes", "/api/v0/nodes", _MANY),
-    Endpoint("jobs", "/api/jobs/"),
-    Endpoint("node_summary", "/nodes", (("view", "summary"),)),
-    Endpoint("cluster_status", "/api/cluster_status"),
-    Endpoint("profiling_enabled", "/api/profiling_enabled"),
-)
+# What to ask the dashboard: the source's table, beside its parsers (parsers/ray_state.py).
+Endpoint = ray_state.StateEndpoint
+STATE_ENDPOINTS = ray_state.STATE_ENDPOINTS
 
 
 @dataclass(frozen=True)

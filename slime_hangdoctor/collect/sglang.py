@@ -56,20 +56,14 @@ class Endpoint:
     timeout_cap_s: float | None = None
 
 
-def _metrics_check(body: bytes) -> object:
-    return parsers.parse_metrics(body)
-
-
-ENGINE_ENDPOINTS: tuple[Endpoint, ...] = (
-    Endpoint(("/model_info", "/get_model_info"), parsers.parse_model_info),
-    Endpoint(("/server_info", "/get_server_info"), parsers.parse_server_info),
-    Endpoint(("/v1/loads", "/get_load"), parsers.parse_loads),
-    Endpoint(("/metrics",), _metrics_check, ".txt"),
+# What to ask, and the parser that must accept a 2xx answer: the source's table, beside its parser.
+ENGINE_ENDPOINTS: tuple[Endpoint, ...] = tuple(
+    Endpoint(e.paths, e.parse, e.suffix) for e in parsers.ENGINE_ENDPOINTS
 )
 HEALTH = Endpoint(("/health",), None, ".txt", HEALTH_TIMEOUT_CAP_S)
 HEALTH_GENERATE = Endpoint(("/health_generate",), None, ".txt")
-ROUTER_ENDPOINTS: tuple[Endpoint, ...] = (
-    Endpoint(("/workers", "/list_workers"), parsers.parse_workers),
+ROUTER_ENDPOINTS: tuple[Endpoint, ...] = tuple(
+    Endpoint(e.paths, e.parse, e.suffix) for e in parsers.ROUTER_ENDPOINTS
 )
 
 

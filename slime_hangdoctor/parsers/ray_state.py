@@ -18,6 +18,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from slime_hangdoctor.errors import ParseError
@@ -306,3 +307,46 @@ def gcs_address_from_summary(body: bytes | str) -> str | None:
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     found = _GCS_FLAG.search(text)
     return found.group(1) if found else None
+
+
+# --------------------------------------------------------------------------- the source's table
+
+
+@dataclass(frozen=True)
+class StateEndpoint:
+    """One dashboard answer the collector stores, and the parser the loader reads it with."""
+
+    target: str  # the artefact's name (ProbeRecord.target)
+    path: str  # meta["endpoint"]
+    params: tuple[tuple[str, str], ...] = ()  # the query the collector sends
+    parse: Callable[[bytes], tuple[Any, ...]] | None = None  # None: kept verbatim, not analysed
+
+
+_MANY = (("detail", "1"), ("limit", "10000"))
+STATE_ENDPOINTS: tuple[StateEndpoint, ...] = (
+    StateEndpoint("version", "/api/version"),
+    StateEndpoint("actors", "/api/v0/actors", _MANY, parse_actors),
+    StateEndpoint(
+        "tasks_running",
+        "/api/v0/tasks",
+        (
+            *_MANY,
+            ("filter_keys", "state"),
+            ("filter_predicates", "="),
+            ("filter_values", "RUNNING"),
+        ),
+        parse_tasks,
+    ),
+    StateEndpoint("nodes", "/api/v0/nodes", _MANY, parse_nodes),
+    StateEndpoint("jobs", "/api/jobs/", parse=parse_jobs),
+    StateEndpoint("node_summary", "/nodes", (("view", "summary"),), parse_node_summary),
+    StateEndpoint("cluster_status", "/api/cluster_status"),
+    StateEndpoint("profiling_enabled", "/api/profiling_enabled"),
+)
+
+
+def endpoint_of(path: str, target: str) -> StateEndpoint | None:
+    """The table's entry for a stored answer: by its endpoint path (a prefix, as older bundles kept
+    the query in it), and by its target where two entries share a path."""
+    matches = [e for e in STATE_ENDPOINTS if path.startswith(e.path)]
+    return next((e for e in matches if e.target == target), matches[0] if matches else None)

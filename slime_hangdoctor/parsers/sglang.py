@@ -20,15 +20,22 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import EngineLoad, ModelInfo, RouterWorkers, ServerInfo, SglangMetrics
 
 __all__ = [
+    "ENGINE_ENDPOINTS",
+    "PARSER_BY_PATH",
+    "ROUTER_ENDPOINTS",
+    "WORK_COUNTERS",
+    "HttpEndpoint",
     "parse_loads",
     "parse_metrics",
+    "parse_metrics_page",
     "parse_model_info",
     "parse_server_info",
     "parse_workers",
@@ -249,6 +256,25 @@ _PREFILL_MODES = ("prefill_compute", "prefill_cache")
 _WEIGHT_LOAD = "sglang:weight_load_duration_seconds"
 
 
+# SglangMetrics fields that only move when the engine does work (a forward pass, a finished request):
+# the analysis compares them across samples, the watchdog keeps them as progress markers. Polling
+# /metrics, /server_info or /v1/loads moves none of them.
+WORK_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("decode_tokens_total", "decode tokens"),
+    ("prefill_tokens_total", "prefill tokens"),
+    ("generation_tokens_total", "generated tokens"),
+    ("prompt_tokens_total", "prompt tokens"),
+    ("forward_seconds_total", "forward seconds"),
+    ("requests_total", "finished requests"),
+)
+
+
+def parse_metrics_page(body: bytes) -> SglangMetrics:
+    """A kept `/metrics` body: bytes that are not UTF-8 are replaced rather than refused (one bad
+    label value must not lose the page's counters); text that is not Prometheus still raises."""
+    return parse_metrics(body.decode("utf-8", "replace"))
+
+
 def parse_metrics(text: bytes | str) -> SglangMetrics:
     """`/metrics` Prometheus text -> SglangMetrics (each series summed over its label sets).
 
@@ -342,3 +368,33 @@ def parse_workers(body: bytes | str) -> RouterWorkers:
             raise ParseError(f"{what}: 'urls' is not a list of strings")
         return RouterWorkers(urls=tuple(listed), api="list_workers")
     raise ParseError(f"{what}: neither 'workers' nor 'urls' present")
+
+
+# --------------------------------------------------------------------------- the source's table
+
+HttpParsed = ServerInfo | ModelInfo | EngineLoad | SglangMetrics | RouterWorkers
+
+
+@dataclass(frozen=True)
+class HttpEndpoint:
+    """One thing the collector asks an engine or router, and how the loader reads the answer."""
+
+    paths: tuple[str, ...]  # the newest name first; older names are tried in order on a 404
+    parse: Callable[[bytes], HttpParsed]
+    suffix: str = ".json"  # of the artefact in the bundle
+
+
+ENGINE_ENDPOINTS: tuple[HttpEndpoint, ...] = (
+    HttpEndpoint(("/model_info", "/get_model_info"), parse_model_info),
+    HttpEndpoint(("/server_info", "/get_server_info"), parse_server_info),
+    HttpEndpoint(("/v1/loads", "/get_load"), parse_loads),
+    HttpEndpoint(("/metrics",), parse_metrics_page, ".txt"),
+)
+ROUTER_ENDPOINTS: tuple[HttpEndpoint, ...] = (
+    HttpEndpoint(("/workers", "/list_workers"), parse_workers),
+)
+
+# Derived: every path the collector may have stored -> its parser (the loader's dispatch).
+PARSER_BY_PATH: Mapping[str, Callable[[bytes], HttpParsed]] = {
+    path: e.parse for e in (*ENGINE_ENDPOINTS, *ROUTER_ENDPOINTS) for path in e.paths
+}

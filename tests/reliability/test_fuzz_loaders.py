@@ -34,13 +34,7 @@ from slime_hangdoctor.errors import BundleInvalid, ParseError
 from slime_hangdoctor.facts import GpuSeries, ProcessInfo, RayActor, RayJob, RayNode, RayTask
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.parsers.processes import parse_processes
-from slime_hangdoctor.parsers.ray_state import (
-    parse_actors,
-    parse_jobs,
-    parse_node_summary,
-    parse_nodes,
-    parse_tasks,
-)
+from slime_hangdoctor.parsers.ray_state import STATE_ENDPOINTS
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.render import render
 from tests.fixtures import transforms as tf
@@ -80,20 +74,14 @@ JSON_VALUES = st.recursive(
 # --------------------------------------------------------------------------- sources
 
 
-def _dashboard_bodies(endpoint: str) -> tuple[str, ...]:
-    """Real bodies of one endpoint: both 2x H200 captures and the local Ray 2.60 capture."""
+def _dashboard_bodies(endpoint: str, target: str) -> tuple[str, ...]:
+    """Real bodies of one endpoint: both 2x H200 captures and the local Ray 2.60 capture (whose
+    files are named by the endpoint's artefact name)."""
     out = []
     for capture in ("hang", "busy"):
         answers = json.loads((RAY_H200 / capture / "dashboard.json").read_text(encoding="utf-8"))
         out += [v["body"] for k, v in answers.items() if k.startswith(endpoint)]
-    local = {
-        "/api/v0/actors": "actors",
-        "/api/v0/tasks": "tasks_running",
-        "/api/v0/nodes": "nodes",
-        "/api/jobs/": "jobs",
-        "/nodes": "node_summary",
-    }[endpoint]
-    out.append((RAY_LOCAL / "dashboard" / f"{local}.json").read_text(encoding="utf-8"))
+    out.append((RAY_LOCAL / "dashboard" / f"{target}.json").read_text(encoding="utf-8"))
     assert all(isinstance(b, str) and b for b in out)
     return tuple(out)
 
@@ -159,21 +147,27 @@ def _parses_or_refuses(parse: Callable[[Any], tuple[Any, ...]], body: bytes, fac
 # --------------------------------------------------------------------------- FZ1, FZ2 parsers
 
 
-RAY_PARSERS: tuple[tuple[str, Callable[[Any], tuple[Any, ...]], type], ...] = (
-    ("/api/v0/actors", parse_actors, RayActor),
-    ("/api/v0/tasks", parse_tasks, RayTask),
-    ("/api/v0/nodes", parse_nodes, RayNode),
-    ("/api/jobs/", parse_jobs, RayJob),
-    ("/nodes", parse_node_summary, GpuSeries),
+# Every dashboard answer the loader parses (the source's own table), with the fact it yields.
+_FACTS: dict[str, type] = {
+    "actors": RayActor,
+    "tasks_running": RayTask,
+    "nodes": RayNode,
+    "jobs": RayJob,
+    "node_summary": GpuSeries,
+}
+RAY_PARSERS: tuple[tuple[str, str, Callable[[Any], tuple[Any, ...]], type], ...] = tuple(
+    (e.path, e.target, e.parse, _FACTS[e.target]) for e in STATE_ENDPOINTS if e.parse is not None
 )
 
 
 @pytest.mark.parametrize(
-    ("endpoint", "parse", "fact"), RAY_PARSERS, ids=[e for e, _, _ in RAY_PARSERS]
+    ("endpoint", "target", "parse", "fact"), RAY_PARSERS, ids=[e for e, *_ in RAY_PARSERS]
 )
-def test_fuzz_ray_state(endpoint: str, parse: Callable[[Any], tuple[Any, ...]], fact: type) -> None:
+def test_fuzz_ray_state(
+    endpoint: str, target: str, parse: Callable[[Any], tuple[Any, ...]], fact: type
+) -> None:
     """FZ1: every Ray state / Job API / node summary parser on mutated real answers."""
-    sources = _dashboard_bodies(endpoint)
+    sources = _dashboard_bodies(endpoint, target)
     for body in sources:  # the real answers themselves parse
         assert all(isinstance(x, fact) for x in parse(body.encode()))
 
@@ -424,7 +418,7 @@ HUGE = b"9" * 5000  # CPython refuses int() of more than 4300 digits (ValueError
 
 @pytest.mark.parametrize(
     "parse",
-    [parse_actors, parse_tasks, parse_nodes, parse_jobs, parse_node_summary, parse_processes],
+    [*(parse for _, _, parse, _ in RAY_PARSERS), parse_processes],
 )
 def test_huge_integer_is_a_parse_error(parse: Callable[[Any], tuple[Any, ...]]) -> None:
     """FZ7: a body that is one integer of 5000 digits: ParseError, like any other bad body."""

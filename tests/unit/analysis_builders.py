@@ -14,6 +14,7 @@ from slime_hangdoctor.bundle import Manifest
 from slime_hangdoctor.facts import (
     Frame,
     HttpAnswer,
+    Outcome,
     ProcessInfo,
     ProcessStack,
     RayActor,
@@ -141,8 +142,14 @@ def http(
     sample: int = 0,
     error: str | None = None,
     kind: str = "engine",
+    outcome: Outcome | None = None,
 ) -> HttpObs:
-    return HttpObs(kind, sample, HttpAnswer(url, path, status, 0.05, error), parsed)
+    """One HTTP answer as the loader makes it; `outcome` defaults to what the collector records
+    for an answer with that status (an answer without one must say how it ended)."""
+    if outcome is None:
+        assert status is not None, "an answer without a status needs its outcome"
+        outcome = Outcome.OK if 200 <= status < 300 else Outcome.FAILED
+    return HttpObs(kind, sample, HttpAnswer(url, path, status, 0.05, outcome, error), parsed)
 
 
 def member(

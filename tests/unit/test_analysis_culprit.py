@@ -12,7 +12,7 @@ from slime_hangdoctor.analysis.progress import assess
 from slime_hangdoctor.analysis.suspects import engines, flight_recorder, ras, reads_of
 from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, STRONG, WEAK, Reads
 from slime_hangdoctor.analysis.world import World, build_world
-from slime_hangdoctor.facts import FrDump, FrEntry, RasCommunicator, RasRank, RasReport
+from slime_hangdoctor.facts import FrDump, FrEntry, Outcome, RasCommunicator, RasRank, RasReport
 from slime_hangdoctor.parsers.nccl_ras import parse_ras
 from slime_hangdoctor.snapshot import FrObs, RasObs
 from slime_hangdoctor.topology import Engine
@@ -148,6 +148,7 @@ def test_router_that_refuses_connections_is_the_culprit() -> None:
                 None,
                 sample=s,
                 error="connection refused",
+                outcome=Outcome.UNAVAILABLE,
                 kind="router",
             )
             for s in (0, 1)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from slime_hangdoctor.analysis.engines import EngineState, read_engines
 from slime_hangdoctor.analysis.world import build_world
+from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.parsers import sglang
 from slime_hangdoctor.snapshot import HttpObs
 from slime_hangdoctor.topology import Engine
@@ -14,6 +15,7 @@ from slime_hangdoctor.verdict import Role
 from tests.unit.analysis_builders import NODE, http, member, proc, procs_obs, snapshot, topology
 
 SG = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
+TIMED_OUT, UNAVAILABLE = Outcome.TIMED_OUT, Outcome.UNAVAILABLE
 URL = f"http://{NODE}:15000"
 
 
@@ -65,15 +67,25 @@ def test_scheduler_not_answering_is_unresponsive_with_one_sample() -> None:
     assert _state(http(URL, "/health", 503)) is EngineState.UNRESPONSIVE
     assert (
         _state(
-            http(URL, "/server_info", None, error="timed out after 5.0s"),
+            http(URL, "/server_info", None, error="timed out after 5.0s", outcome=TIMED_OUT),
             http(URL, "/model_info", 200),
         )
         is EngineState.UNRESPONSIVE
     )
 
 
+def test_a_stalled_body_is_a_timeout_whatever_its_error_text() -> None:
+    """The collector records a body that stalled after its headers as TIMED_OUT with a status and
+    the reason "body incomplete after N s": the analysis reads the outcome, not the words."""
+    stalled = http(URL, "/server_info", 200, error="body incomplete after 5.0s", outcome=TIMED_OUT)
+    assert _state(stalled, http(URL, "/model_info", 200)) is EngineState.UNRESPONSIVE
+    reworded = http(URL, "/server_info", None, error="no answer in time", outcome=Outcome.FAILED)
+    assert _state(reworded, http(URL, "/model_info", 200)) is not EngineState.UNRESPONSIVE
+
+
 def test_refused_everywhere_or_server_gone_is_dead() -> None:
-    assert _state(http(URL, "/model_info", None, error="connection refused")) is EngineState.DEAD
+    refused = http(URL, "/model_info", None, error="connection refused", outcome=UNAVAILABLE)
+    assert _state(refused) is EngineState.DEAD
     topo = topology(
         member(Role.SGLANG_ENGINE, 410, "http_server", url=URL),
         engines=[Engine(URL, NODE, None, 410)],

@@ -4,7 +4,7 @@ each checks status, blocked stage, culprit and the known cause the evidence shou
 from __future__ import annotations
 
 from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.facts import EngineLoad, ServerInfo, SglangMetrics
+from slime_hangdoctor.facts import EngineLoad, Outcome, ServerInfo, SglangMetrics
 from slime_hangdoctor.topology import Engine, Topology
 from slime_hangdoctor.verdict import Diagnosis, Role, Stage, Status
 from tests.unit.analysis_builders import (
@@ -124,7 +124,7 @@ def test_dead_engine_during_rollout() -> None:
     snap = snapshot(
         stacks=tuple(_rollout_stacks(0) + _rollout_stacks(1)),
         http=tuple(
-            http(URL0, path, None, sample=s, error=refused)
+            http(URL0, path, None, sample=s, error=refused, outcome=Outcome.UNAVAILABLE)
             for s in (0, 1)
             for path in ("/model_info", "/metrics", "/server_info")
         ),

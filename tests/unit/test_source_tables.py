@@ -1,0 +1,56 @@
+"""Each evidence source's table lives once, beside its parser; what collects and what loads are
+derived from it, so nothing collected can go unparsed (issue 13, item 1)."""
+
+from __future__ import annotations
+
+from slime_hangdoctor import bundle as b
+from slime_hangdoctor import load
+from slime_hangdoctor.collect import dashboard
+from slime_hangdoctor.collect import sglang as collect_sglang
+from slime_hangdoctor.parsers import ray_state
+from slime_hangdoctor.parsers import sglang as parse_sglang
+
+
+def test_every_bundle_source_has_a_loader() -> None:
+    assert set(b.SOURCES) == set(load.SOURCE_LOADERS) | load.HTTP_SOURCES
+    assert not set(load.SOURCE_LOADERS) & load.HTTP_SOURCES
+
+
+def test_every_parsed_dashboard_answer_has_a_loader() -> None:
+    parsed = {e.target for e in ray_state.STATE_ENDPOINTS if e.parse is not None}
+    assert parsed == set(load.DASHBOARD_LOADERS)
+
+
+def test_the_dashboard_collector_asks_the_parsers_table() -> None:
+    assert dashboard.STATE_ENDPOINTS is ray_state.STATE_ENDPOINTS
+    targets = [e.target for e in ray_state.STATE_ENDPOINTS]
+    assert len(targets) == len(set(targets)), "one artefact name per endpoint"
+
+
+def test_a_stored_dashboard_answer_finds_its_entry() -> None:
+    for e in ray_state.STATE_ENDPOINTS:
+        assert ray_state.endpoint_of(e.path, e.target) is e
+    # older bundles kept the query string in meta["endpoint"]
+    actors = ray_state.endpoint_of("/api/v0/actors?detail=1", "actors")
+    assert actors is not None and actors.target == "actors"
+    assert ray_state.endpoint_of("/api/unknown", "x") is None
+
+
+def test_every_sglang_path_collected_is_parsed_by_the_loader() -> None:
+    collected = {
+        p
+        for e in (*collect_sglang.ENGINE_ENDPOINTS, *collect_sglang.ROUTER_ENDPOINTS)
+        for p in e.paths
+    }
+    assert collected == set(parse_sglang.PARSER_BY_PATH)
+    for e in (*collect_sglang.ENGINE_ENDPOINTS, *collect_sglang.ROUTER_ENDPOINTS):
+        assert e.check is parse_sglang.PARSER_BY_PATH[e.paths[0]]
+    # the opt-in health probes are stored but never parsed (their status is the answer)
+    assert collect_sglang.HEALTH.check is None and collect_sglang.HEALTH_GENERATE.check is None
+
+
+def test_one_list_of_sglang_counters_that_mean_work() -> None:
+    from slime_hangdoctor.facts import SglangMetrics
+
+    fields = set(SglangMetrics.__dataclass_fields__)
+    assert {name for name, _ in parse_sglang.WORK_COUNTERS} <= fields
