@@ -76,12 +76,45 @@ def sample_node(
     if on_scan is not None:
         on_scan(topo)
     jobs: list[cf.Future[Any]] = []
-    if spec.stacks:
-        jobs.extend(submit_stacks(writer, topo, spec, opts, deadline, pool))
-    if spec.ras:
-        jobs.append(pool.submit(_ras, writer, spec, opts, deadline))
+    for probe in NODE_PROBES:
+        jobs.extend(probe(writer, topo, spec, opts, deadline, pool))
     cf.wait(jobs, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
     return topo
+
+
+def _submit_stacks(
+    writer: BundleWriter,
+    topo: Topology,
+    spec: NodeSpec,
+    opts: CollectOptions,
+    deadline: Deadline,
+    pool: cf.ThreadPoolExecutor,
+) -> list[cf.Future[Any]]:
+    return submit_stacks(writer, topo, spec, opts, deadline, pool) if spec.stacks else []
+
+
+def _submit_ras(
+    writer: BundleWriter,
+    topo: Topology,
+    spec: NodeSpec,
+    opts: CollectOptions,
+    deadline: Deadline,
+    pool: cf.ThreadPoolExecutor,
+) -> list[cf.Future[Any]]:
+    return [pool.submit(_ras, writer, spec, opts, deadline)] if spec.ras else []
+
+
+# A node-local probe: given the slime processes the scan found on this node, start its probes on
+# the pool (each ends as a ProbeRecord in the writer; never raises) and return their futures.
+NodeProbe = Callable[
+    [BundleWriter, Topology, NodeSpec, CollectOptions, Deadline, cf.ThreadPoolExecutor],
+    list[cf.Future[Any]],
+]
+
+# The registry of node-local probes, run after the process scan of each sample on every slime node
+# (this one in-process, the others in a Ray task pinned to the node): a new node-local source adds
+# one line here (and, if it may be turned off, a flag in NodeSpec / CollectOptions).
+NODE_PROBES: tuple[NodeProbe, ...] = (_submit_stacks, _submit_ras)
 
 
 def submit_stacks(

@@ -16,10 +16,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, Manifest, ProbeRecord
+from slime_hangdoctor.collect.dashboard import DashboardClient, capture_state
 from slime_hangdoctor.collect.node import (
     NodeSpec,
     partial_snapshot,
@@ -45,6 +46,19 @@ from slime_hangdoctor.topology import CLASS_ROLES, Topology, build_topology
 from slime_hangdoctor.verdict import Role
 
 ProgressFn = Callable[[str], None]
+
+
+class DashboardProbe(Protocol):
+    """A probe of the whole cluster through the Ray dashboard, run at each sample in order."""
+
+    def __call__(
+        self, writer: BundleWriter, client: DashboardClient, *, sample: int | None, timeout: float
+    ) -> object: ...
+
+
+# The registry of cluster-wide dashboard probes: a new dashboard-read source adds one line (a later
+# probe may read what an earlier one stored through `partial_snapshot(writer)`).
+DASHBOARD_PROBES: tuple[DashboardProbe, ...] = (capture_state,)
 
 
 @dataclass(frozen=True)
@@ -181,66 +195,109 @@ def _connect(
 
 def _sample(run: _Run, index: int) -> Topology:
     """One sample: Ray state; this node and every other slime node; then engines and routers."""
-    writer, opts, deadline = run.writer, run.opts, run.deadline
-    writer.note_sample(index, time.time())
-    if run.client is not None and not deadline.expired:
-        from slime_hangdoctor.collect.dashboard import capture_state
-
-        run.say(f"sample {index + 1}/2: reading Ray state")
-        capture_state(
-            writer, run.client, sample=index, timeout=deadline.clamp(opts.probe_timeout_s)
-        )
-    state = partial_snapshot(writer)
+    run.writer.note_sample(index, time.time())
+    _read_cluster(run, index)
+    state = partial_snapshot(run.writer)
     if index == 0:
-        run.node_ip, run.node_id = _local_node(state, run.local_ips)
-        if run.gcs_address is None:
-            run.gcs_address = _gcs_from_state(writer)
-        run.threads = [_start_gpu_sampling(run)]
+        _first_sample_setup(run, state)
     remote = _remote_nodes(state, run)
+    _note_lost_nodes(run, remote, index)
+    started = _start_remote_samples(run, remote, index)
+    local_spec = _local_spec(run, state, index)
+    topo = _sample_here_and_probe_endpoints(run, local_spec, started, index)
+    if index == 1 and run.opts.stacks_only_if_stalled:
+        _stacks_if_stalled(run, topo, local_spec)
+    return topo
+
+
+def _read_cluster(run: _Run, index: int) -> None:
+    """The dashboard probes (DASHBOARD_PROBES), in order, under one probe timeout each."""
+    if run.client is None or run.deadline.expired:
+        return
+    run.say(f"sample {index + 1}/2: reading Ray state")
+    for probe in DASHBOARD_PROBES:
+        probe(
+            run.writer,
+            run.client,
+            sample=index,
+            timeout=run.deadline.clamp(run.opts.probe_timeout_s),
+        )
+
+
+def _first_sample_setup(run: _Run, state: Snapshot) -> None:
+    """Where we are, the GCS (for a dashboard-only address), and the GPU sampling over the window."""
+    run.node_ip, run.node_id = _local_node(state, run.local_ips)
+    if run.gcs_address is None:
+        run.gcs_address = _gcs_from_state(run.writer)
+    run.threads = [_start_gpu_sampling(run)]
+
+
+def _note_lost_nodes(run: _Run, remote: list[tuple[RemoteNode, set[int]]], index: int) -> None:
+    """A node that hosted slime actors at the first sample and is gone at the second: a blind spot."""
     if index == 0:
         run.remote_seen = [node for node, _ in remote]
-    else:
-        alive = {node.node_id for node, _ in remote}
-        for node in run.remote_seen or []:
-            if node.node_id not in alive:
-                node_blind_spot(
-                    writer,
-                    node,
-                    index,
-                    "the node hosted slime actors at the first sample and is no longer alive",
-                )
-    started: list[tuple[RemoteNode, Any]] = []
-    if remote:
-        if run.tasks is None:
-            run.say(f"connecting to Ray to reach {len(remote)} other node(s)")
-            run.tasks = RayTasks(run.gcs_address, timeout_s=deadline.clamp(8.0))
-        specs = [
-            (node, NodeSpec(node.node_ip, index, frozenset(pids), stacks=opts.stacks))
-            for node, pids in remote
-        ]
-        started = collect_remote(run.tasks, writer, specs, opts, deadline)
-        if index == 0:
-            gpu_specs = [(node, NodeSpec(node.node_ip, 0)) for node, _ in remote]
-            run.remote_gpu = collect_remote(
-                run.tasks,
-                writer,
-                gpu_specs,
-                opts,
-                deadline,
-                gpus=True,
-                budget_s=deadline.clamp(opts.window_s + 3.0),
+        return
+    alive = {node.node_id for node, _ in remote}
+    for node in run.remote_seen or []:
+        if node.node_id not in alive:
+            node_blind_spot(
+                run.writer,
+                node,
+                index,
+                "the node hosted slime actors at the first sample and is no longer alive",
             )
-    run.say(f"sample {index + 1}/2: processes and stacks")
-    local_spec = NodeSpec(
+
+
+def _start_remote_samples(
+    run: _Run, remote: list[tuple[RemoteNode, set[int]]], index: int
+) -> list[tuple[RemoteNode, Any]]:
+    """Start the node-local sample of every other slime node (and, at sample 0, its GPU sampling)."""
+    if not remote:
+        return []
+    opts, deadline = run.opts, run.deadline
+    if run.tasks is None:
+        run.say(f"connecting to Ray to reach {len(remote)} other node(s)")
+        run.tasks = RayTasks(run.gcs_address, timeout_s=deadline.clamp(8.0))
+    specs = [
+        (node, NodeSpec(node.node_ip, index, frozenset(pids), stacks=opts.stacks))
+        for node, pids in remote
+    ]
+    started = collect_remote(run.tasks, run.writer, specs, opts, deadline)
+    if index == 0:
+        gpu_specs = [(node, NodeSpec(node.node_ip, 0)) for node, _ in remote]
+        run.remote_gpu = collect_remote(
+            run.tasks,
+            run.writer,
+            gpu_specs,
+            opts,
+            deadline,
+            gpus=True,
+            budget_s=deadline.clamp(opts.window_s + 3.0),
+        )
+    return started
+
+
+def _local_spec(run: _Run, state: Snapshot, index: int) -> NodeSpec:
+    opts = run.opts
+    return NodeSpec(
         run.node_ip,
         index,
         roots=_local_roots(state, run),
         extra_pids=frozenset(_local_drivers(state, run)),
         stacks=opts.stacks and not (opts.stacks_only_if_stalled and index == 1),
     )
-    # Engines and routers are probed as soon as the process scan has found them, while the stacks
-    # are dumped (a stuck scheduler holds /server_info for 2 s: that wait overlaps the dumps);
-    # those only known once the other nodes have answered are probed after that.
+
+
+def _sample_here_and_probe_endpoints(
+    run: _Run, local_spec: NodeSpec, started: list[tuple[RemoteNode, Any]], index: int
+) -> Topology:
+    """This node's sample, the other nodes' results, and the engines and routers of all of them.
+
+    Engines and routers are probed as soon as the process scan has found them, while the stacks
+    are dumped (a stuck scheduler holds /server_info for 2 s: that wait overlaps the dumps); those
+    only known once the other nodes have answered are probed after that."""
+    opts, deadline, writer = run.opts, run.deadline, run.writer
+    run.say(f"sample {index + 1}/2: processes and stacks")
     endpoints: list[cf.Future[Any]] = []
     probed: set[tuple[str, str]] = set()
 
@@ -258,13 +315,17 @@ def _sample(run: _Run, index: int) -> Topology:
     if endpoints:
         run.say(f"sample {index + 1}/2: {len(endpoints)} engines and routers")
         cf.wait(endpoints, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
-    if index == 1 and opts.stacks_only_if_stalled:
-        run.work_moved = work_moved(writer)
-        if opts.stacks and not run.work_moved:
-            run.say("nothing moved: taking the stacks again")
-            dumps = submit_stacks(writer, topo, local_spec, opts, deadline, run.pool)
-            cf.wait(dumps, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
     return topo
+
+
+def _stacks_if_stalled(run: _Run, topo: Topology, local_spec: NodeSpec) -> None:
+    """The watchdog's mode: the second set of stacks only when nothing that moves with work moved."""
+    opts, deadline = run.opts, run.deadline
+    run.work_moved = work_moved(run.writer)
+    if opts.stacks and not run.work_moved:
+        run.say("nothing moved: taking the stacks again")
+        dumps = submit_stacks(run.writer, topo, local_spec, opts, deadline, run.pool)
+        cf.wait(dumps, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
 
 
 def _start_endpoints(
