@@ -5,14 +5,19 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast
 
 import typer
 
 from slime_hangdoctor import __version__
+from slime_hangdoctor.collect.options import WATCHDOG_DEFAULTS, CollectOptions
 from slime_hangdoctor.errors import HangDoctorError
-from slime_hangdoctor.verdict import Diagnosis, ExitCode
+from slime_hangdoctor.verdict import Diagnosis, ExitCode, ReportFormat
+
+if TYPE_CHECKING:
+    from slime_hangdoctor.watchdog.run import CheckOptions
 
 app = typer.Typer(
     name="slime-hangdoctor",
@@ -25,7 +30,9 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-FORMATS = ("text", "json", "markdown")
+# Every default comes from the options objects (CollectOptions; the watchdog's WATCHDOG_DEFAULTS),
+# never a second literal here.
+DEFAULTS = CollectOptions()
 
 # ------------------------------------------------------------------ shared options
 
@@ -50,7 +57,9 @@ ProbeTimeoutOpt = Annotated[
     float,
     typer.Option("--probe-timeout", min=0.1, help="Timeout of one probe (HTTP call, py-spy dump)."),
 ]
-FormatOpt = Annotated[str, typer.Option("--format", "-f", help="Output: text, json or markdown.")]
+FormatOpt = Annotated[
+    ReportFormat, typer.Option("--format", "-f", case_sensitive=False, help="Output format.")
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Alias of --format json.")]
 OutOpt = Annotated[
     Path | None,
@@ -124,53 +133,39 @@ RasPortOpt = Annotated[
         "--ras-port",
         min=1,
         max=65535,
-        help="TCP port of NCCL's RAS service on 127.0.0.1 (NCCL_RAS_ADDR's port; default 28028).",
+        help="TCP port of NCCL's RAS service on 127.0.0.1 (NCCL_RAS_ADDR's port).",
     ),
 ]
 
 
-def _fmt(fmt: str, as_json: bool) -> str:
-    fmt = "json" if as_json else fmt.lower()
-    if fmt == "md":
-        fmt = "markdown"
-    if fmt not in FORMATS:
-        raise HangDoctorError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    return fmt
+def _fmt(fmt: ReportFormat, as_json: bool) -> ReportFormat:
+    return ReportFormat.JSON if as_json else fmt
 
 
-def _options(**kw: Any) -> Any:
-    from slime_hangdoctor.collect.options import CollectOptions
+def _options(
+    *,
+    window: float,
+    timeout: float,
+    probe_timeout: float,
+    api_key: str | None,
+    ray_token: str | None,
+    sglang_url: list[str] | None,
+    router_url: list[str] | None,
+    local: bool,
+    ras_port: int,
+    native: bool = DEFAULTS.native,
+    health: bool = DEFAULTS.health,
+    health_generate: bool = DEFAULTS.health_generate,
+    flight_recorder: bool = DEFAULTS.flight_recorder,
+) -> CollectOptions:
+    """The one place the command-line options become a CollectOptions.
 
-    return CollectOptions(**kw)
-
-
-# ------------------------------------------------------------------ commands
-
-
-@app.command()
-def attach(
-    address: AddressArg = None,
-    window: WindowOpt = 3.0,
-    timeout: TimeoutOpt = 20.0,
-    probe_timeout: ProbeTimeoutOpt = 2.5,
-    fmt: FormatOpt = "text",
-    as_json: JsonOpt = False,
-    out: OutOpt = None,
-    native: NativeOpt = False,
-    health: HealthOpt = False,
-    health_generate: HealthGenOpt = False,
-    flight_recorder: FlightOpt = False,
-    api_key: ApiKeyOpt = None,
-    ray_token: RayTokenOpt = None,
-    sglang_url: SglangUrlOpt = None,
-    router_url: RouterUrlOpt = None,
-    local: LocalOpt = False,
-    quiet: QuietOpt = False,
-    ras_port: RasPortOpt = 28028,
-) -> None:
-    """Diagnose a live slime job: discover, sample twice, analyse, report. Read-only by default."""
-    output = _fmt(fmt, as_json)
-    opts = _options(
+    Where to look (Ray token, engines, routers, the RAS port, --local) is an option of every live
+    command: attach, collect, check and watch. What touches the job (--native, --health,
+    --health-generate, --flight-recorder) is an option of attach and collect only; the watchdog
+    never touches the job on a routine look, and has its own --on-stall-* switches for a stall.
+    """
+    return CollectOptions(
         window_s=window,
         timeout_s=timeout,
         probe_timeout_s=probe_timeout,
@@ -185,19 +180,20 @@ def attach(
         local=local,
         ras_port=ras_port,
     )
-    diagnosis = run_attach(address, opts, out=out, quiet=quiet or output != "text")
-    _emit(diagnosis, output)
+
+
+# ------------------------------------------------------------------ commands
 
 
 @app.command()
-def collect(
-    out: Annotated[
-        Path, typer.Option("--out", help="Directory to write the evidence bundle into.")
-    ],
+def attach(
     address: AddressArg = None,
-    window: WindowOpt = 3.0,
-    timeout: TimeoutOpt = 20.0,
-    probe_timeout: ProbeTimeoutOpt = 2.5,
+    window: WindowOpt = DEFAULTS.window_s,
+    timeout: TimeoutOpt = DEFAULTS.timeout_s,
+    probe_timeout: ProbeTimeoutOpt = DEFAULTS.probe_timeout_s,
+    fmt: FormatOpt = ReportFormat.TEXT,
+    as_json: JsonOpt = False,
+    out: OutOpt = None,
     native: NativeOpt = False,
     health: HealthOpt = False,
     health_generate: HealthGenOpt = False,
@@ -208,24 +204,66 @@ def collect(
     router_url: RouterUrlOpt = None,
     local: LocalOpt = False,
     quiet: QuietOpt = False,
-    ras_port: RasPortOpt = 28028,
+    ras_port: RasPortOpt = DEFAULTS.ras_port,
 ) -> None:
-    """Write an evidence bundle (DIR and DIR.tar.gz) without analysing it."""
-    from slime_hangdoctor.bundle import archive
-    from slime_hangdoctor.collect.run import collect as do_collect
-
+    """Diagnose a live slime job: discover, sample twice, analyse, report. Read-only by default."""
+    output = _fmt(fmt, as_json)
     opts = _options(
-        window_s=window,
-        timeout_s=timeout,
-        probe_timeout_s=probe_timeout,
+        window=window,
+        timeout=timeout,
+        probe_timeout=probe_timeout,
         native=native,
         health=health,
         health_generate=health_generate,
         flight_recorder=flight_recorder,
         api_key=api_key,
         ray_token=ray_token,
-        sglang_urls=tuple(sglang_url or ()),
-        router_urls=tuple(router_url or ()),
+        sglang_url=sglang_url,
+        router_url=router_url,
+        local=local,
+        ras_port=ras_port,
+    )
+    diagnosis = run_attach(address, opts, out=out, quiet=quiet or output is not ReportFormat.TEXT)
+    _emit(diagnosis, output)
+
+
+@app.command()
+def collect(
+    out: Annotated[
+        Path, typer.Option("--out", help="Directory to write the evidence bundle into.")
+    ],
+    address: AddressArg = None,
+    window: WindowOpt = DEFAULTS.window_s,
+    timeout: TimeoutOpt = DEFAULTS.timeout_s,
+    probe_timeout: ProbeTimeoutOpt = DEFAULTS.probe_timeout_s,
+    native: NativeOpt = False,
+    health: HealthOpt = False,
+    health_generate: HealthGenOpt = False,
+    flight_recorder: FlightOpt = False,
+    api_key: ApiKeyOpt = None,
+    ray_token: RayTokenOpt = None,
+    sglang_url: SglangUrlOpt = None,
+    router_url: RouterUrlOpt = None,
+    local: LocalOpt = False,
+    quiet: QuietOpt = False,
+    ras_port: RasPortOpt = DEFAULTS.ras_port,
+) -> None:
+    """Write an evidence bundle (DIR and DIR.tar.gz) without analysing it."""
+    from slime_hangdoctor.bundle import archive
+    from slime_hangdoctor.collect.run import collect as do_collect
+
+    opts = _options(
+        window=window,
+        timeout=timeout,
+        probe_timeout=probe_timeout,
+        native=native,
+        health=health,
+        health_generate=health_generate,
+        flight_recorder=flight_recorder,
+        api_key=api_key,
+        ray_token=ray_token,
+        sglang_url=sglang_url,
+        router_url=router_url,
         local=local,
         ras_port=ras_port,
     )
@@ -246,7 +284,7 @@ def analyse(
     bundle: Annotated[
         Path, typer.Argument(help="A bundle directory or .tar.gz written by collect/attach/check.")
     ],
-    fmt: FormatOpt = "text",
+    fmt: FormatOpt = ReportFormat.TEXT,
     as_json: JsonOpt = False,
 ) -> None:
     """Analyse an evidence bundle offline (record once, report many)."""
@@ -263,8 +301,8 @@ def demo(
     list_faults: Annotated[
         bool, typer.Option("--list-faults", help="List the faults and exit.")
     ] = False,
-    window: WindowOpt = 3.0,
-    fmt: FormatOpt = "text",
+    window: WindowOpt = DEFAULTS.window_s,
+    fmt: FormatOpt = ReportFormat.TEXT,
     as_json: JsonOpt = False,
     out: OutOpt = None,
     workdir: Annotated[
@@ -283,7 +321,11 @@ def demo(
         raise HangDoctorError(f"unknown fault {fault!r}; see --list-faults")
     output = _fmt(fmt, as_json)
     diagnosis = run_demo(
-        fault, window=window, out=out, workdir=workdir, quiet=quiet or output != "text"
+        fault,
+        window=window,
+        out=out,
+        workdir=workdir,
+        quiet=quiet or output is not ReportFormat.TEXT,
     )
     _emit(diagnosis, output)
 
@@ -339,7 +381,7 @@ def _check_options(
     on_stall_exec: str | None,
     prom_file: Path | None,
     log_file: Path | None,
-) -> Any:
+) -> CheckOptions:
     from slime_hangdoctor.watchdog.decide import parse_duration
     from slime_hangdoctor.watchdog.run import CheckOptions
 
@@ -365,9 +407,9 @@ def check(
     address: AddressArg = None,
     stall_after: StallAfterOpt = "10m",
     state_file: StateFileOpt = Path("/var/tmp/slime-hangdoctor/state.json"),
-    window: WindowOpt = 2.0,
-    timeout: TimeoutOpt = 30.0,
-    probe_timeout: ProbeTimeoutOpt = 2.5,
+    window: WindowOpt = WATCHDOG_DEFAULTS.window_s,
+    timeout: TimeoutOpt = WATCHDOG_DEFAULTS.timeout_s,
+    probe_timeout: ProbeTimeoutOpt = WATCHDOG_DEFAULTS.probe_timeout_s,
     local: LocalOpt = False,
     bundle_dir: BundleDirOpt = None,
     keep: KeepOpt = 5,
@@ -379,7 +421,9 @@ def check(
     api_key: ApiKeyOpt = None,
     ray_token: RayTokenOpt = None,
     sglang_url: SglangUrlOpt = None,
-    fmt: FormatOpt = "text",
+    router_url: RouterUrlOpt = None,
+    ras_port: RasPortOpt = DEFAULTS.ras_port,
+    fmt: FormatOpt = ReportFormat.TEXT,
     as_json: JsonOpt = False,
 ) -> None:
     """One watchdog run (for cron): exit 0 OK, 1 no progress yet below --stall-after, 2 stalled, 3 unknown."""
@@ -387,13 +431,15 @@ def check(
 
     output = _fmt(fmt, as_json)
     opts = _options(
-        window_s=window,
-        timeout_s=timeout,
-        probe_timeout_s=probe_timeout,
+        window=window,
+        timeout=timeout,
+        probe_timeout=probe_timeout,
         api_key=api_key,
         ray_token=ray_token,
-        sglang_urls=tuple(sglang_url or ()),
+        sglang_url=sglang_url,
+        router_url=router_url,
         local=local,
+        ras_port=ras_port,
     )
     copts = _check_options(
         state_file,
@@ -418,9 +464,9 @@ def watch(
     ] = 60.0,
     stall_after: StallAfterOpt = "10m",
     state_file: StateFileOpt = Path("/var/tmp/slime-hangdoctor/state.json"),
-    window: WindowOpt = 2.0,
-    timeout: TimeoutOpt = 30.0,
-    probe_timeout: ProbeTimeoutOpt = 2.5,
+    window: WindowOpt = WATCHDOG_DEFAULTS.window_s,
+    timeout: TimeoutOpt = WATCHDOG_DEFAULTS.timeout_s,
+    probe_timeout: ProbeTimeoutOpt = WATCHDOG_DEFAULTS.probe_timeout_s,
     local: LocalOpt = False,
     bundle_dir: BundleDirOpt = None,
     keep: KeepOpt = 5,
@@ -433,18 +479,22 @@ def watch(
     ray_token: RayTokenOpt = None,
     max_runs: Annotated[int | None, typer.Option("--max-runs", help="Stop after N runs.")] = None,
     sglang_url: SglangUrlOpt = None,
+    router_url: RouterUrlOpt = None,
+    ras_port: RasPortOpt = DEFAULTS.ras_port,
 ) -> None:
     """`check` in a loop every --interval seconds (for a systemd service); one status line per run."""
     from slime_hangdoctor.watchdog.run import CheckResult, watch_loop
 
     opts = _options(
-        window_s=window,
-        timeout_s=timeout,
-        probe_timeout_s=probe_timeout,
+        window=window,
+        timeout=timeout,
+        probe_timeout=probe_timeout,
         api_key=api_key,
         ray_token=ray_token,
-        sglang_urls=tuple(sglang_url or ()),
+        sglang_url=sglang_url,
+        router_url=router_url,
         local=local,
+        ras_port=ras_port,
     )
     copts = _check_options(
         state_file,
@@ -487,7 +537,12 @@ def analyse_bundle(path: Path) -> Diagnosis:
 
 
 def run_attach(
-    address: str | None, opts: Any, *, out: Path | None, quiet: bool, command: str = "attach"
+    address: str | None,
+    opts: CollectOptions,
+    *,
+    out: Path | None,
+    quiet: bool,
+    command: str = "attach",
 ) -> Diagnosis:
     """collect + analyse; the bundle is kept only with --out."""
     from slime_hangdoctor.pipeline import attach as attach_it
@@ -512,7 +567,7 @@ def run_demo(
             run.stop()
             raise
     try:
-        opts = _options(window_s=window, timeout_s=max(20.0, window + 15.0))
+        opts = CollectOptions(window_s=window, timeout_s=max(DEFAULTS.timeout_s, window + 15.0))
         return run_attach(run.head.dashboard_url, opts, out=out, quiet=quiet, command="demo")
     finally:
         run.stop()
@@ -521,7 +576,7 @@ def run_demo(
 # ------------------------------------------------------------------ output and errors
 
 
-def _emit(diagnosis: Diagnosis, output: str, exit_code: int | None = None) -> None:
+def _emit(diagnosis: Diagnosis, output: ReportFormat, exit_code: int | None = None) -> None:
     from rich.console import Console
 
     from slime_hangdoctor.render import render
@@ -533,9 +588,9 @@ def _emit(diagnosis: Diagnosis, output: str, exit_code: int | None = None) -> No
 class _Progress:
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet or not sys.stderr.isatty()
-        self._status: Any = None
+        self._status: Any = None  # rich's Status, imported only when shown
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Callable[[str], None]:
         if not self.quiet:
             from rich.console import Console
 
@@ -569,6 +624,26 @@ def _err(msg: str, help_text: str = "") -> None:
         console.print(help_text, highlight=False, markup=False)
 
 
+class _ClickError(Protocol):
+    exit_code: int
+
+    def format_message(self) -> str: ...
+
+
+def _usage_errors() -> tuple[type[Exception], ...]:
+    """click's exception type for usage errors: typer 0.2x raises the one of the click it vendors
+    (`typer._click`), older typer the click package's. Both, where present."""
+    import importlib
+
+    found: list[type[Exception]] = []
+    for module in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            found.append(importlib.import_module(module).ClickException)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: maps every error to a message and an exit code (never a traceback)."""
     import os
@@ -586,17 +661,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _err("interrupted")
         return int(ExitCode.UNKNOWN)
+    except _usage_errors() as exc:  # bad option, missing argument, bad value
+        usage = cast("_ClickError", exc)
+        if usage.exit_code == 0:
+            return 0
+        _err(usage.format_message(), "Run `slime-hangdoctor --help` for the commands and options.")
+        return int(ExitCode.UNKNOWN)
     except Exception as exc:  # noqa: BLE001 - the CLI boundary: a message, never a traceback
-        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
-            # click/typer usage errors (bad option, missing argument, bad value)
-            code = int(exc.exit_code)
-            if code == 0:
-                return 0
-            _err(
-                str(exc.format_message()),
-                "Run `slime-hangdoctor --help` for the commands and options.",
-            )
-            return int(ExitCode.UNKNOWN)
         if os.environ.get("SLIME_HANGDOCTOR_DEBUG"):
             raise
         _err(

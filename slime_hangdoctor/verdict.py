@@ -228,6 +228,14 @@ def unknown_verdict(
     )
 
 
+class ReportFormat(str, Enum):
+    """The forms a Diagnosis is delivered in (`--format`; slime_hangdoctor.render writes them)."""
+
+    TEXT = "text"
+    JSON = "json"
+    MARKDOWN = "markdown"
+
+
 @dataclass(frozen=True)
 class RoleRow:
     """One row of the report's process table: a slime process and what it is doing."""

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slime_hangdoctor.bundle import NCCL_RAS, BundleWriter, ProbeRecord
+from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.facts import Outcome
 
-DEFAULT_PORT = 28028
+DEFAULT_PORT = CollectOptions.ras_port  # one default for the probe, the options and the CLI
 _MAX_LINE = 64 * 1024
 _MAX_BODY = 32 * 1024 * 1024
 _GARBAGE_DRAIN_S = 0.5

@@ -28,7 +28,7 @@ class CollectOptions:
     router_urls: tuple[str, ...] = ()
     local: bool = False  # no Ray: find slime processes on this node by their titles
     nvml_interval_s: float = 0.5
-    ras_port: int = 28028
+    ras_port: int = 28028  # NCCL's RAS port (NCCL_RAS_ADDR); collect/nccl_ras.py's DEFAULT_PORT
     gpm: bool = True
     # PCIe throughput, per-process GPU utilisation and GPM: what names a GPU's process and tells a
     # busy GPU from a spinning one. Off in the watchdog's stackless look, which only asks whether
@@ -48,6 +48,11 @@ class CollectOptions:
         for url in (address, *self.sglang_urls, *self.router_urls):
             found.extend(url_secrets(url))
         return tuple(dict.fromkeys(s for s in found if s))
+
+
+# The watchdog's (check, watch) defaults: a shorter window (it runs often and compares with its last
+# run's markers) and a longer deadline (it must not report a slow cluster as unknown).
+WATCHDOG_DEFAULTS = CollectOptions(window_s=2.0, timeout_s=30.0)
 
 
 class Deadline:

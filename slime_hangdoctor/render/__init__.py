@@ -13,7 +13,7 @@ from slime_hangdoctor.errors import UsageError
 from slime_hangdoctor.render.jsonout import render_json, report_json
 from slime_hangdoctor.render.markdown import render_markdown
 from slime_hangdoctor.render.terminal import render_terminal
-from slime_hangdoctor.verdict import Diagnosis
+from slime_hangdoctor.verdict import Diagnosis, ReportFormat
 
 __all__ = [
     "FORMATS",
@@ -24,20 +24,20 @@ __all__ = [
     "report_json",
 ]
 
-FORMATS = ("text", "json", "markdown")
+FORMATS = tuple(f.value for f in ReportFormat)
 
 
-def render(diagnosis: Diagnosis, fmt: str, console: Console) -> None:
-    """Write `diagnosis` to `console` in `fmt` ("text", "json" or "markdown").
+def render(diagnosis: Diagnosis, fmt: ReportFormat | str, console: Console) -> None:
+    """Write `diagnosis` to `console` in `fmt` (a ReportFormat or its value).
 
     Raises:
         UsageError: `fmt` is not one of FORMATS.
     """
-    if fmt == "text":
+    if fmt == ReportFormat.TEXT:
         render_terminal(diagnosis, console)
-    elif fmt == "json":
+    elif fmt == ReportFormat.JSON:
         console.out(render_json(diagnosis), highlight=False)
-    elif fmt == "markdown":
+    elif fmt == ReportFormat.MARKDOWN:
         console.out(render_markdown(diagnosis), highlight=False, end="")
     else:
         raise UsageError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
