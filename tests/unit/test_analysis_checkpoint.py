@@ -3,7 +3,7 @@ storage (ranks writing, D state) from a collective mismatch (ranks in the save's
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.decide import diagnose
+from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.facts import Frame
 from slime_hangdoctor.render.labels import headline
 from slime_hangdoctor.topology import Topology
