@@ -223,7 +223,9 @@ class HttpAnswer:
 class ServerInfo:
     """`/server_info` or `/get_server_info`."""
 
-    internal_states_count: int | None  # 0 = scheduler did not answer in time (slime patch)
+    # 0: slime's patch answered `internal_states: []` (no scheduler reply within 2 s, or an earlier
+    # timed-out call poisoned the endpoint on 0.5.15: see analysis/engines.py); None: key absent
+    internal_states_count: int | None
     version: str | None = None
     port: int | None = None
     tp_size: int | None = None
@@ -233,7 +235,8 @@ class ServerInfo:
     weight_version: str | None = None
 
     @property
-    def scheduler_unresponsive(self) -> bool:
+    def empty_internal_states(self) -> bool:
+        """slime's patch answered `internal_states: []`: alone this proves nothing (see engines)."""
         return self.internal_states_count == 0
 
 
@@ -246,12 +249,21 @@ class ModelInfo:
 
 @dataclass(frozen=True)
 class EngineLoad:
-    """`/v1/loads` summed over DP ranks (or the older `/get_load`)."""
+    """`/v1/loads` summed over DP ranks (or the older `/get_load`).
 
-    running: int
-    waiting: int
+    `running`/`waiting` are None when no DP rank reported: 0.5.15 answers `{"loads": []}` while the
+    tokenizer has not attached the scheduler's shared-memory snapshot (load_snapshot.py:571-573), or
+    no rank has published yet. That is unknown, never idle."""
+
+    running: int | None
+    waiting: int | None
     gen_throughput: float | None = None
     tokens: int | None = None  # <=0.5.2 `/get_load` reports only a token count
+    ranks: int | None = None  # DP-rank entries in the answer; None for the `{"load": N}` form
+
+    @property
+    def known(self) -> bool:
+        return self.running is not None and self.waiting is not None
 
 
 @dataclass(frozen=True)
@@ -271,12 +283,28 @@ class SglangMetrics:
     paused_reqs: float | None = None
     gen_throughput: float | None = None
     weight_load_seconds: Mapping[str, float] = field(default_factory=dict)
+    # The HTTP middleware's series (utils/common.py:2316-2328 in 0.5.15, observability/
+    # http_request_metrics.py in 0.5.23), keyed by the `endpoint` label (the route path), summed
+    # over `method` (and `status_code`). Empty when the page has none of them (SGLang < 0.5.9).
+    http_active: Mapping[str, float] = field(default_factory=dict)  # http_requests_active
+    http_requests: Mapping[str, float] = field(default_factory=dict)  # http_requests_total
+    http_responses_ok: Mapping[str, float] = field(default_factory=dict)  # 2xx responses_total
+
+
+@dataclass(frozen=True)
+class RouterWorker:
+    """One entry of the router's `GET /workers`."""
+
+    url: str
+    is_healthy: bool | None = None  # the router's own health view (stale when its checks are off)
+    load: int | None = None  # the router's in-flight request count for this worker
 
 
 @dataclass(frozen=True)
 class RouterWorkers:
     urls: tuple[str, ...]
     api: str = "workers"  # workers | list_workers
+    workers: tuple[RouterWorker, ...] = ()  # `/workers` entries; empty for `/list_workers`
 
 
 # --------------------------------------------------------------------------- Ray state

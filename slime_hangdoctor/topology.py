@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 
 from slime_hangdoctor.facts import ProcessInfo, RouterWorkers
@@ -202,7 +203,7 @@ def _add_engine_processes(
         url = _engine_url(server, actor.node_ip) if server else None
         members[(actor.node_ip, actor.pid)] = _replace(actor, engine_url=url)
         for p in desc:
-            kind = _sglang_kind(p.title) or ("http_server" if p is server else None)
+            kind = sglang_kind(p.title) or ("http_server" if p is server else None)
             if kind is None:
                 continue
             claimed.add((actor.node_ip, p.pid))
@@ -220,7 +221,7 @@ def _add_engine_processes(
             )
     # Engines not owned by a visible SGLangEngine actor (external engines, --local without Ray titles).
     for (node, pid), p in procs.items():
-        kind = _sglang_kind(p.title)
+        kind = sglang_kind(p.title)
         if kind is None or (node, pid) in claimed or (node, pid) in members:
             continue
         parent = procs.get((node, p.ppid)) if p.ppid is not None else None
@@ -250,14 +251,38 @@ def _add_engine_processes(
         )
 
 
-def _sglang_kind(title: str) -> str | None:
-    if title.startswith("sglang::scheduler"):
+# SGLang's process titles (setproctitle), 0.5.15.post1 and 0.5.23 alike: exact titles -> kind.
+SGLANG_TITLES: dict[str, str] = {
+    "sglang::detokenizer": "detokenizer",  # detokenizer_manager.py:489
+    # multi-tokenizer mode's router of detokenizer outputs (multi_tokenizer_mixin.py:577): it
+    # detokenizes nothing
+    "sglang::detokenizer_router": "detokenizer_router",
+    "sglang::data_parallel_controller": "data_parallel_controller",  # dp_size > 1
+}
+# scheduler.py:4247-4262: "sglang::scheduler" + one "_<NAME><rank>" per parallel dimension that is
+# in use, in this order (none at all when tp=1 without DP); "sglang::tokenizer_worker:<pid>" in
+# multi-tokenizer mode (multi_tokenizer_mixin.py:601).
+_SCHEDULER_TITLE = re.compile(
+    r"sglang::scheduler(?:_DP\d+)?(?:_PP\d+)?(?:_ATTN_CP\d+)?"
+    r"(?:_MOE_DP\d+)?(?:_TP\d+)?(?:_EP\d+)?"
+)
+_TOKENIZER_WORKER_TITLE = re.compile(r"sglang::tokenizer_worker:\d+")
+
+
+def sglang_kind(title: str) -> str | None:
+    """The kind of SGLang process a title names; None for a title that is not SGLang's."""
+    if not title.startswith("sglang::"):
+        return None
+    name = title.split(" ", 1)[0]
+    if name in SGLANG_TITLES:
+        return SGLANG_TITLES[name]
+    if _SCHEDULER_TITLE.fullmatch(name):
         return "scheduler"
-    if title.startswith("sglang::detokenizer"):
-        return "detokenizer"
-    if title.startswith("sglang::"):
-        return "sglang_helper"
-    return None
+    if _TOKENIZER_WORKER_TITLE.fullmatch(name):
+        return "tokenizer_worker"
+    if name.startswith("sglang::scheduler"):
+        return "scheduler"  # a suffix order of another version: SGLang's own test is the prefix
+    return "sglang_helper"
 
 
 def _add_routers(

@@ -11,7 +11,12 @@ from __future__ import annotations
 from collections import Counter
 
 from slime_hangdoctor.analysis import rules
-from slime_hangdoctor.analysis.engines import HUNG_ENGINE_STATES, EngineRead, read_engines
+from slime_hangdoctor.analysis.engines import (
+    HUNG_ENGINE_STATES,
+    EngineRead,
+    EngineState,
+    read_engines,
+)
 from slime_hangdoctor.analysis.progress import Progress, assess
 from slime_hangdoctor.analysis.signatures import (
     SLIME_ACTOR_CLASSES,
@@ -396,18 +401,34 @@ def _progress_findings(progress: Progress) -> list[Finding]:
 
 
 def _engine_findings(engines: tuple[EngineRead, ...], status: Status) -> list[Finding]:
-    if status is not Status.PROGRESSING:
-        return []
-    return [
+    out: list[Finding] = []
+    if status is Status.PROGRESSING:
+        out.extend(
+            Finding(
+                "engine-" + e.state.value,
+                Severity.WARNING,
+                f"engine {e.url} is {e.state.value} while the job progresses elsewhere",
+                e.evidence[:4],
+            )
+            for e in engines
+            if e.state in HUNG_ENGINE_STATES
+        )
+    out.extend(
         Finding(
-            "engine-" + e.state.value,
-            Severity.WARNING,
-            f"engine {e.url} is {e.state.value} while the job progresses elsewhere",
+            "engine-paused",
+            Severity.INFO,
+            f"engine {e.url} is paused (generation held before its scheduler)",
             e.evidence[:4],
         )
         for e in engines
-        if e.state in HUNG_ENGINE_STATES
-    ]
+        if e.state is EngineState.PAUSED
+    )
+    out.extend(
+        Finding("engine-server-info-poisoned", Severity.INFO, note, ())
+        for e in engines
+        for note in e.notes
+    )
+    return out
 
 
 # --------------------------------------------------------------------------- main

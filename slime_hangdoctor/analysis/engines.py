@@ -1,37 +1,84 @@
-"""Per-engine state from its HTTP answers, its processes and Ray: dead, unresponsive, stuck, busy, idle.
+"""Per-engine state from its HTTP answers, its processes, Ray and the router.
 
-sglang.md: connection refused = the server is gone; `/health` 503 or a timeout, or `/server_info` with
-`internal_states == []` (slime's patch: the scheduler did not answer in 2 s) = the scheduler is not
-processing; requests in flight with frozen token counters between two samples = stuck. `/metrics`,
-`/v1/loads` and `/model_info` answer from the HTTP process even when the scheduler is stuck.
+States: dead, unresponsive, stuck, paused, busy, idle, unknown. What each answer means was read in
+the SGLang source slime runs (0.5.15.post1 + slime's docker/patch/latest/sglang.patch) and in 0.5.23
+(docs/probes.md lists, per signal, the versions that have it):
+
+- Connection refused everywhere, or the server/scheduler process gone: DEAD.
+- A step counter rose between the samples (`sglang:realtime_tokens_total`, incremented on every
+  decode step, or the forward seconds): BUSY. So did a finished-request counter or `/model_info`'s
+  `weight_version`.
+- Pause evidence (a paused engine looks idle, or stuck when paused `in_place`/`retract`, because the
+  scheduler loop stops publishing its load, scheduler.py:1551): PAUSED, never stuck or idle. Read
+  from `/ready` 503 with `/ping` 200 (>=0.5.20), more `/pause_generation` than
+  `/continue_generation` calls in the HTTP middleware's counters (0.5.15's only pause indicator),
+  or `/generate` requests in flight at the HTTP layer (or at the router) that the scheduler's
+  `/v1/loads` does not hold: they wait at the tokenizer's pause gate (tokenizer_manager.py:619-620)
+  or the weight-update lock.
+- Requests in flight (`/v1/loads`, or `/generate` calls at the HTTP layer) and the step counters
+  compared flat: STUCK. Metric gauges alone never count: `num_running_reqs` refreshes only on
+  prefill, every `decode_log_interval` decode steps or every 30 s idle.
+- A scheduler round trip that timed out (`/server_info`; not `/get_load`, which reads shared memory
+  since 0.5.15), or `/health` 503: UNRESPONSIVE.
+- `internal_states: []` from slime's patched `/server_info`: evidence of a silent scheduler only
+  with frozen progress (above) or on a version that recovers (>= 0.5.23). Before 0.5.23 one call
+  that timed out (any scheduler stall over 2 s, a probe during a weight sync included) leaves the
+  queueing communicator's `_result_event` set (communicator.py:38-58), and every later call
+  answers `[]` after 2 s: alone it is unknown, and a note says the endpoint may be poisoned.
+- `{"loads": []}` (shared memory not attached): unknown, never idle.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
+from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import (
     EngineLoad,
     HttpAnswer,
     ModelInfo,
     Outcome,
+    RouterWorker,
+    RouterWorkers,
     ServerInfo,
     SglangMetrics,
 )
-from slime_hangdoctor.parsers.sglang import WORK_COUNTERS
+from slime_hangdoctor.parsers.sglang import STEP_COUNTERS, WORK_COUNTERS
 from slime_hangdoctor.snapshot import HttpObs
-from slime_hangdoctor.verdict import Role
+from slime_hangdoctor.verdict import Role, Stage
 
-_HEALTH = ("/health", "/health_generate", "/ready")
-_SCHED_PATHS = ("/server_info", "/get_server_info", "/flush_cache", "/get_load")
+_HEALTH = ("/health", "/health_generate")
+# Round trips to the scheduler: a timeout means the scheduler did not answer. Not `/get_load`, nor
+# `/v1/loads`: since 0.5.15 both read the shared-memory snapshot (http_server.py:730-756).
+_SCHED_PATHS = ("/server_info", "/get_server_info", "/flush_cache")
+_GENERATE = "/generate"
+_PAUSE, _CONTINUE = "/pause_generation", "/continue_generation"
+# Control calls whose HTTP request in flight (`sglang:http_requests_active`) places the engine in a
+# stage: slime calls them from the SGLangEngine actor and waits without a timeout.
+CALL_STAGES: Mapping[str, Stage] = {
+    "/init_weights_update_group": Stage.WEIGHT_SYNC,
+    "/update_weights_from_distributed": Stage.NCCL_BROADCAST,
+    "/update_weights_from_tensor": Stage.WEIGHT_SYNC,
+    _PAUSE: Stage.WEIGHT_SYNC,
+    "/release_memory_occupation": Stage.OFFLOAD_ONLOAD,
+    "/resume_memory_occupation": Stage.OFFLOAD_ONLOAD,
+}
+# The first SGLang release whose queueing communicator recovers from a cancelled call (a lock).
+RECOVERING_VERSION = (0, 5, 23)
+# The last release whose `/server_info` `weight_version` follows weight updates (0.5.23's is the
+# startup value, http_server.py:863-873 there).
+LIVE_SERVER_INFO_VERSION = (0, 5, 15)
 
 
 class EngineState(str, Enum):
     DEAD = "dead"
     UNRESPONSIVE = "unresponsive"
     STUCK = "stuck"
+    PAUSED = "paused"
     BUSY = "busy"
     IDLE = "idle"
     UNKNOWN = "unknown"
@@ -46,18 +93,28 @@ class EngineRead:
     state: EngineState
     evidence: tuple[str, ...]
     node_ip: str | None = None
-    running: float | None = None
+    running: float | None = None  # from /v1/loads (or /get_load); None when unknown
     queued: float | None = None
     moving: tuple[str, ...] = ()  # counters that rose between the samples
-    frozen: bool = False  # counters compared across two samples and unchanged
+    frozen: bool = False  # step counters compared across two samples and unchanged
     weight_versions: tuple[str, ...] = ()  # per sample, where seen
     procs: tuple[Proc, ...] = ()
+    calls: tuple[str, ...] = ()  # control calls in flight in the latest sample (CALL_STAGES keys)
+    calls_held: tuple[str, ...] = ()  # ... and in flight in every sample that had /metrics
+    notes: tuple[str, ...] = ()  # what a reader should know though it changes no state
 
     @property
     def in_flight(self) -> float | None:
         if self.running is None and self.queued is None:
             return None
         return (self.running or 0.0) + (self.queued or 0.0)
+
+    @property
+    def call_stage(self) -> Stage | None:
+        """The stage of the control call held in flight across the samples, where one is."""
+        for path in self.calls_held or self.calls:
+            return CALL_STAGES[path]
+        return None
 
     @property
     def server(self) -> Proc | None:
@@ -70,6 +127,14 @@ class EngineRead:
     @property
     def schedulers(self) -> tuple[Proc, ...]:
         return tuple(p for p in self.procs if p.kind == "scheduler")
+
+
+def version_tuple(text: str | None) -> tuple[int, ...] | None:
+    """'0.5.15.post1' -> (0, 5, 15); None when there is no leading dotted number."""
+    match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    if match is None:
+        return None
+    return tuple(int(g) for g in match.groups(default="0"))
 
 
 def _describe(a: HttpAnswer) -> str:
@@ -98,7 +163,8 @@ def _metrics(obs: list[HttpObs]) -> dict[int, SglangMetrics]:
 
 
 def _moving(metrics: dict[int, SglangMetrics]) -> tuple[tuple[str, ...], bool]:
-    """Counters that rose between the first and the last sample; whether a comparison was made."""
+    """Counters that rose between the first and the last sample; whether a step counter was
+    compared (only those say "no step ran" when flat)."""
     if len(metrics) < 2:
         return (), False
     first, last = metrics[min(metrics)], metrics[max(metrics)]
@@ -108,45 +174,202 @@ def _moving(metrics: dict[int, SglangMetrics]) -> tuple[tuple[str, ...], bool]:
         a, b = getattr(first, attr), getattr(last, attr)
         if a is None or b is None:
             continue
-        compared = True
+        compared = compared or attr in STEP_COUNTERS
         if b > a:
             moving.append(f"{label} +{b - a:g}")
     return tuple(moving), compared
 
 
-def _load(
-    latest: list[HttpObs], metrics: SglangMetrics | None
-) -> tuple[float | None, float | None]:
+def _load(latest: list[HttpObs]) -> tuple[EngineLoad | None, list[str]]:
+    """The latest sample's load answer, and a note when it carried no DP rank."""
     for o in latest:
         if isinstance(o.parsed, EngineLoad):
-            return float(o.parsed.running), float(o.parsed.waiting)
+            if o.parsed.known:
+                return o.parsed, []
+            return None, [
+                f"GET {o.answer.url}{o.answer.path}: no DP rank reported (the HTTP process has "
+                "not attached the scheduler's shared-memory load snapshot): load unknown"
+            ]
+    return None, []
+
+
+def _in_flight(
+    load: EngineLoad | None, metrics: SglangMetrics | None
+) -> tuple[float | None, float | None, bool]:
+    """Running and queued requests: from `/v1/loads` (published every 15 decode steps, at each
+    prefill and when idle), else from the `num_running_reqs`/`num_queue_reqs` gauges (refreshed
+    only at prefill, every `decode_log_interval` decode steps and every 30 s idle: they can say
+    "running" for up to 30 s after the last request ended). The flag says the gauges were used."""
+    if load is not None and load.running is not None and load.waiting is not None:
+        return float(load.running), float(load.waiting), False
     if metrics is not None and (metrics.running_reqs is not None or metrics.queue_reqs is not None):
-        return metrics.running_reqs, metrics.queue_reqs
-    return None, None
+        return metrics.running_reqs, metrics.queue_reqs, True
+    return None, None, False
 
 
 def _weight_versions(obs: list[HttpObs]) -> tuple[str, ...]:
-    seen: dict[int, str] = {}
+    """Per sample: `/model_info`'s weight_version; `/server_info`'s only where no `/model_info`
+    answered and the server's version keeps that field current (<= 0.5.15)."""
+    model: dict[int, str] = {}
+    server: dict[int, str] = {}
     for o in obs:
-        if isinstance(o.parsed, (ModelInfo, ServerInfo)) and o.parsed.weight_version is not None:
-            seen[o.sample] = o.parsed.weight_version
+        parsed = o.parsed
+        if isinstance(parsed, ModelInfo) and parsed.weight_version is not None:
+            model[o.sample] = parsed.weight_version
+        elif isinstance(parsed, ServerInfo) and parsed.weight_version is not None:
+            version = version_tuple(parsed.version)
+            if version is not None and version <= LIVE_SERVER_INFO_VERSION:
+                server[o.sample] = parsed.weight_version
+    seen = {**server, **model}
     return tuple(seen[s] for s in sorted(seen))
 
 
-def _unresponsive(latest: list[HttpObs]) -> list[str]:
+def _server_infos(latest: list[HttpObs]) -> list[tuple[HttpAnswer, ServerInfo]]:
+    return [(o.answer, o.parsed) for o in latest if isinstance(o.parsed, ServerInfo)]
+
+
+def _recovers(info: ServerInfo) -> bool:
+    version = version_tuple(info.version)
+    return version is not None and version >= RECOVERING_VERSION
+
+
+def _empty_states_line(a: HttpAnswer, info: ServerInfo) -> str:
+    return (
+        f"GET {a.url}{a.path}: internal_states == [] after {a.elapsed_s:.1f} s "
+        f"(SGLang {info.version or 'version unknown'}: no scheduler reply within "
+        "SGLANG_SERVER_INFO_TIMEOUT)"
+    )
+
+
+def poisoned_note(url: str, info: ServerInfo) -> str:
+    return (
+        f"engine {url}: /server_info answers internal_states == [] but nothing else says its "
+        f"scheduler is stuck. On SGLang {info.version or '(version unknown)'} with slime's patch, "
+        "one /server_info that timed out (any scheduler stall over 2 s: a weight sync, a long "
+        "prefill, a probe during one) leaves the endpoint poisoned: every later call answers [] "
+        "after 2 s; only an engine restart clears it. Read /v1/loads and /metrics instead."
+    )
+
+
+def _unresponsive(latest: list[HttpObs], *, empty_counts: bool) -> list[str]:
+    """Why the scheduler looks silent in the latest sample. `empty_counts`: whether slime's
+    `internal_states: []` counts (it does on a recovering version, or beside frozen progress)."""
     why: list[str] = []
     for o in latest:
         a = o.answer
         if a.path in _HEALTH and (a.status == 503 or _timed_out(a)):
             why.append(_describe(a) + " (the scheduler did not produce a result in time)")
-        if isinstance(o.parsed, ServerInfo) and o.parsed.scheduler_unresponsive:
-            why.append(
-                f"GET {a.url}{a.path}: internal_states == [] "
-                "(the scheduler did not answer within SGLANG_SERVER_INFO_TIMEOUT)"
-            )
+        if (
+            isinstance(o.parsed, ServerInfo)
+            and o.parsed.empty_internal_states
+            and (empty_counts or _recovers(o.parsed))
+        ):
+            why.append(_empty_states_line(a, o.parsed))
         if a.path in _SCHED_PATHS and _timed_out(a):
             why.append(_describe(a) + " (a scheduler round trip timed out)")
     return why
+
+
+# Where a scheduler that waits in the same frame in both samples is not merely between batches.
+_BLOCKED = frozenset(
+    {
+        Block.COLLECTIVE,
+        Block.RENDEZVOUS,
+        Block.CUDA_SYNC,
+        Block.WAIT,
+        Block.HTTP,
+        Block.SLEEP,
+        Block.PARKED,
+        Block.SUBPROCESS,
+    }
+)
+
+
+def _schedulers_frozen(procs: tuple[Proc, ...]) -> list[str]:
+    """Schedulers blocked at the same stack in two samples: the scheduler's own frozen progress."""
+    out: list[str] = []
+    for p in procs:
+        first, last = p.first, p.latest
+        if p.kind != "scheduler" or first is None or last is None or first.sample == last.sample:
+            continue
+        if last.block in _BLOCKED and first.primary.key() == last.primary.key():
+            out.append(f"{p.label} (pid {p.pid}) {last.describe()} in both samples")
+    return out
+
+
+def _status_of(latest: list[HttpObs], path: str) -> int | None:
+    return next((o.answer.status for o in latest if o.answer.path == path), None)
+
+
+def _router_entry(world: World, url: str) -> RouterWorker | None:
+    """This engine's entry in the router's latest `/workers` answer."""
+    routers = [o for o in world.snapshot.http if o.kind == "router"]
+    last = max((o.sample for o in routers), default=0)
+    for o in routers:
+        if o.sample == last and isinstance(o.parsed, RouterWorkers):
+            for w in o.parsed.workers:
+                if w.url.rstrip("/") == url:
+                    return w
+    return None
+
+
+@dataclass(frozen=True)
+class _Pause:
+    explicit: tuple[str, ...]  # the engine says it is paused
+    gated: tuple[str, ...]  # requests held before the scheduler
+
+    @property
+    def any(self) -> bool:
+        return bool(self.explicit or self.gated)
+
+
+def _pause(
+    latest: list[HttpObs],
+    metrics: SglangMetrics | None,
+    load: EngineLoad | None,
+    router: RouterWorker | None,
+) -> _Pause:
+    explicit: list[str] = []
+    gated: list[str] = []
+    ready, ping = _status_of(latest, "/ready"), _status_of(latest, "/ping")
+    if ready == 503 and ping == 200:
+        explicit.append("GET /ready: 503 while GET /ping: 200 (SGLang >= 0.5.20: paused)")
+    if metrics is not None and (metrics.http_requests or metrics.http_active):
+        pauses = metrics.http_responses_ok.get(_PAUSE, 0.0) + metrics.http_active.get(_PAUSE, 0.0)
+        continues = metrics.http_responses_ok.get(_CONTINUE, 0.0)
+        if pauses > continues:
+            explicit.append(
+                f"{pauses:g} /pause_generation calls answered or in flight, {continues:g} "
+                "/continue_generation answered (sglang:http_requests_total, "
+                "sglang:http_responses_total): the engine is paused"
+            )
+    held = None if load is None else (load.running or 0) + (load.waiting or 0)
+    active = metrics.http_active.get(_GENERATE) if metrics is not None else None
+    if active is not None and held is not None and active > held:
+        gated.append(
+            f"{active:g} /generate requests in flight at the HTTP layer "
+            f"(sglang:http_requests_active) but {held:g} in the scheduler (/v1/loads): the rest "
+            "wait at the tokenizer's pause gate or weight-update lock"
+        )
+    if router is not None and router.load and held is not None and router.load > held:
+        gated.append(
+            f"the router counts {router.load} requests in flight to this engine, the scheduler "
+            f"holds {held:g} (/v1/loads): the rest wait before the scheduler"
+        )
+    return _Pause(tuple(explicit), tuple(gated))
+
+
+def _calls(metrics: dict[int, SglangMetrics]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Control calls in flight in the latest sample, and those in flight in every sample."""
+    per_sample = [
+        {p for p in CALL_STAGES if m.http_active.get(p, 0.0) > 0}
+        for _, m in sorted(metrics.items())
+    ]
+    if not per_sample:
+        return (), ()
+    latest = tuple(p for p in CALL_STAGES if p in per_sample[-1])
+    held = set.intersection(*per_sample)
+    return latest, tuple(p for p in latest if p in held)
 
 
 def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None) -> EngineRead:
@@ -158,21 +381,51 @@ def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None)
     latest_sample = max((o.sample for o in obs), default=None)
     latest = [o for o in obs if o.sample == latest_sample]
     metrics = _metrics(obs)
-    last_metrics = metrics[max(metrics)] if metrics else None
+    last_metrics = metrics.get(latest_sample) if latest_sample is not None else None
     moving, compared = _moving(metrics)
-    running, queued = _load(latest, last_metrics)
+    load, load_notes = _load(latest)
+    running, queued, from_gauges = _in_flight(load, last_metrics)
     versions = _weight_versions(obs)
+    calls, calls_held = _calls(metrics)
+    router = _router_entry(world, url)
     evidence: list[str] = []
+    notes: list[str] = []
     dead_procs = [p for p in procs if p.kind in ("http_server", "scheduler") and p.dead]
     answers = [o.answer for o in latest]
+    empty = [(a, i) for a, i in _server_infos(latest) if i.empty_internal_states]
 
     def make(state: EngineState, frozen: bool = False) -> EngineRead:
+        hung = state in (EngineState.STUCK, EngineState.UNRESPONSIVE)
+        if empty and not hung and not any(_recovers(i) for _, i in empty):
+            notes.append(poisoned_note(url, empty[0][1]))
         return EngineRead(
-            url, state, tuple(evidence), node_ip, running, queued, moving, frozen, versions, procs
+            url,
+            state,
+            tuple(evidence),
+            node_ip,
+            running,
+            queued,
+            moving,
+            frozen,
+            versions,
+            procs,
+            calls,
+            calls_held,
+            tuple(notes),
         )
 
+    def call_lines() -> list[str]:
+        return [
+            f"POST {url}{p} in flight (sglang:http_requests_active)"
+            + (" in every sample" if p in calls_held else "")
+            for p in calls
+        ]
+
+    router_down = router is not None and router.is_healthy is False
     if answers and all(_refused(a) for a in answers):
         evidence.extend(_describe(a) for a in answers[:3])
+        if router_down:
+            evidence.append(f"the router marks {url} unhealthy")
         return make(EngineState.DEAD)
     if dead_procs:
         evidence.extend(f"{p.label} (pid {p.pid}) is gone" for p in dead_procs)
@@ -183,23 +436,56 @@ def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None)
     if len(set(versions)) > 1:
         evidence.append("weight_version moved: " + " -> ".join(versions))
         return make(EngineState.BUSY)
-    unresponsive = _unresponsive(latest)
+    pause = _pause(latest, last_metrics, load, router)
+    http_generate = last_metrics.http_active.get(_GENERATE) if last_metrics is not None else None
     in_flight = (running or 0.0) + (queued or 0.0)
-    if compared and in_flight > 0:
-        evidence.append(
-            f"{in_flight:g} requests in flight (running {running or 0:g}, queued {queued or 0:g}) "
-            "and no token counter moved between the samples"
-        )
-        evidence.extend(unresponsive)
+    timed_out = _unresponsive(latest, empty_counts=False)
+    if compared and not pause.any and (in_flight > 0 or (http_generate or 0) > 0):
+        if in_flight > 0:
+            evidence.append(
+                f"{in_flight:g} requests in flight (running {running or 0:g}, queued "
+                f"{queued or 0:g}"
+                + (", metric gauges" if from_gauges else ", /v1/loads")
+                + ") and no scheduler step between the samples (sglang:realtime_tokens_total flat)"
+            )
+        else:
+            evidence.append(
+                f"{http_generate:g} /generate requests in flight at the HTTP layer and no "
+                "scheduler step between the samples (sglang:realtime_tokens_total flat)"
+            )
+        evidence.extend(_unresponsive(latest, empty_counts=True))
+        evidence.extend(call_lines())
         return make(EngineState.STUCK, frozen=True)
-    if unresponsive:
-        evidence.extend(unresponsive)
+    if empty and not timed_out:
+        # `[]` with the scheduler's own frozen progress: a control call held in flight, or a
+        # scheduler blocked at the same frame in both samples.
+        frozen_scheds = _schedulers_frozen(procs)
+        if calls_held or frozen_scheds:
+            timed_out = [_empty_states_line(a, i) for a, i in empty] + frozen_scheds
+    if timed_out:
+        evidence.extend(timed_out)
+        evidence.extend(pause.explicit + pause.gated)
+        evidence.extend(call_lines())
         return make(EngineState.UNRESPONSIVE, frozen=compared)
+    if pause.any:
+        evidence.extend(pause.explicit + pause.gated)
+        evidence.extend(call_lines())
+        return make(EngineState.PAUSED, frozen=compared)
     if answers and all(a.status is None for a in answers):
         evidence.extend(_describe(a) for a in answers[:3])
         return make(EngineState.UNRESPONSIVE)
+    evidence.extend(call_lines())
+    if empty:
+        a, info = empty[0]
+        evidence.append(
+            _empty_states_line(a, info) + ": alone this does not show a stuck scheduler (the "
+            "endpoint may be poisoned by an earlier timed-out call)"
+        )
+        evidence.extend(load_notes)
+        return make(EngineState.UNKNOWN, frozen=compared)
+    evidence.extend(load_notes)
     if running is not None or queued is not None:
-        if in_flight == 0:
+        if in_flight == 0 and not calls:
             evidence.append("no request running or queued")
             return make(EngineState.IDLE, frozen=compared)
         evidence.append(f"running {running or 0:g}, queued {queued or 0:g}")

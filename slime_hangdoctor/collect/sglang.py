@@ -9,7 +9,11 @@ Default engine probe (all read-only, sent concurrently so a hanging `/server_inf
 - `/server_info` (fallback `/get_server_info`): a scheduler round trip; slime's patch answers
   `internal_states: []` after 2 s when the scheduler is stuck, stock SGLang hangs (so: timed_out).
 - `/v1/loads` (fallback `/get_load`): the load snapshot (frozen values when the scheduler is stuck).
-- `/metrics`: Prometheus counters, whose deltas across the two samples show progress.
+- `/metrics`: Prometheus counters, whose deltas across the two samples show progress, and the HTTP
+  middleware's per-endpoint request counts (pause/continue calls, calls in flight).
+- `/ready` and `/ping` (tokenizer-side flag checks, no scheduler, no side effect): on >=0.5.20
+  `/ready` is 503 while paused and `/ping` stays 200; on 0.5.15 `/ready` is 404 and `/ping` always
+  200. Their status is the answer: 404 and 503 are recorded as ok answers, not as failures.
 
 `/health` is NOT called by default. Since SGLang 0.4.10 `/health` is the same handler as
 `/health_generate` (unless `SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false`): on an idle scheduler it
@@ -54,11 +58,13 @@ class Endpoint:
     check: Check | None  # a pure parser that must accept a 2xx body, or None
     suffix: str = ".json"
     timeout_cap_s: float | None = None
+    status_answers: tuple[int, ...] = ()  # non-2xx statuses that are the answer, not a failure
 
 
 # What to ask, and the parser that must accept a 2xx answer: the source's table, beside its parser.
 ENGINE_ENDPOINTS: tuple[Endpoint, ...] = tuple(
-    Endpoint(e.paths, e.parse, e.suffix) for e in parsers.ENGINE_ENDPOINTS
+    Endpoint(e.paths, e.parse, e.suffix, status_answers=e.status_answers)
+    for e in parsers.ENGINE_ENDPOINTS
 )
 HEALTH = Endpoint(("/health",), None, ".txt", HEALTH_TIMEOUT_CAP_S)
 HEALTH_GENERATE = Endpoint(("/health_generate",), None, ".txt")
@@ -107,6 +113,7 @@ def http_get(
     timeout: float,
     api_key: str | None,
     deadline: float,
+    status_answers: tuple[int, ...] = (),
 ) -> Answer:
     """One capped, timed GET. Never raises."""
     from slime_hangdoctor.collect.http import BodyDeadline, get
@@ -121,7 +128,7 @@ def http_get(
         answer.status = got.status
         answer.content_type = got.content_type
         answer.body, answer.truncated = got.body, got.truncated
-        _judge_status(answer)
+        _judge_status(answer, status_answers)
     except BodyDeadline as exc:
         answer.body = exc.partial
         answer.outcome, answer.reason = Outcome.TIMED_OUT, f"body incomplete after {timeout:.1f}s"
@@ -133,7 +140,7 @@ def http_get(
     return answer
 
 
-def _judge_status(answer: Answer) -> None:
+def _judge_status(answer: Answer, status_answers: tuple[int, ...] = ()) -> None:
     status = answer.status or 0
     if answer.truncated:
         answer.outcome = Outcome.FAILED
@@ -142,7 +149,7 @@ def _judge_status(answer: Answer) -> None:
             "(no SGLang answer is this big)"
         )
         answer.body = None
-    elif 200 <= status < 300:
+    elif 200 <= status < 300 or status in status_answers:
         answer.outcome = Outcome.OK
     elif status in (401, 403):
         answer.outcome = Outcome.DENIED
@@ -197,7 +204,12 @@ def _run_job(job: _Job, url: str, api_key: str | None, timeout: float, deadline:
                 return
             job.current = (path, time.time())
         answer = http_get(
-            url, path, timeout=budget, api_key=api_key, deadline=time.monotonic() + budget
+            url,
+            path,
+            timeout=budget,
+            api_key=api_key,
+            deadline=time.monotonic() + budget,
+            status_answers=job.endpoint.status_answers,
         )
         more = i + 1 < len(paths) and answer.status == 404
         if more:

@@ -5,14 +5,17 @@ why. Nothing here does I/O. Shapes handled:
 
 - `/server_info`, `/get_server_info`: one flat JSON object (server args + scheduler info +
   `internal_states` + `version`). slime's patch answers `internal_states: []` when the scheduler did
-  not reply within `SGLANG_SERVER_INFO_TIMEOUT` (2 s), so an empty list means "scheduler unresponsive".
+  not reply within `SGLANG_SERVER_INFO_TIMEOUT` (2 s) -- and, on 0.5.15, on every later call once
+  one call timed out (the endpoint is poisoned): the parser only records the empty list; what it
+  means is decided in analysis/engines.py together with the progress counters.
 - `/model_info`, `/get_model_info` (and slime's `/get_weight_version`, which carries only
   `weight_version`).
-- `/v1/loads` (`{"loads": [...]}`, one entry per DP rank), 0.5.15's `/get_load` list form, and the
-  <=0.5.2 `{"load": N}` form.
-- `/metrics`: Prometheus text, read with prometheus_client's parser; label sets are summed.
-- router `GET /workers` (`{"workers": [{"url", ...}]}`) and the older `GET /list_workers`
-  (`{"urls": [...]}`).
+- `/v1/loads` (`{"loads": [...]}`, one entry per DP rank; `[]` = not attached, unknown), 0.5.15's
+  `/get_load` list form, and the <=0.5.2 `{"load": N}` form.
+- `/metrics`: Prometheus text, read with prometheus_client's parser; label sets are summed, except
+  the HTTP middleware's series, kept per `endpoint` label.
+- router `GET /workers` (`{"workers": [{"url", "is_healthy", "load", ...}]}`) and the older
+  `GET /list_workers` (`{"urls": [...]}`).
 """
 
 from __future__ import annotations
@@ -25,12 +28,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import EngineLoad, ModelInfo, RouterWorkers, ServerInfo, SglangMetrics
+from slime_hangdoctor.facts import (
+    EngineLoad,
+    ModelInfo,
+    RouterWorker,
+    RouterWorkers,
+    ServerInfo,
+    SglangMetrics,
+)
 
 __all__ = [
     "ENGINE_ENDPOINTS",
     "PARSER_BY_PATH",
     "ROUTER_ENDPOINTS",
+    "STEP_COUNTERS",
     "WORK_COUNTERS",
     "HttpEndpoint",
     "parse_loads",
@@ -126,8 +137,10 @@ def parse_server_info(body: bytes | str) -> ServerInfo:
     """`/server_info` or `/get_server_info` -> ServerInfo.
 
     `internal_states_count` is None when the key is absent (stock SGLang always has it, so absence
-    means an unknown shape), 0 for slime's "scheduler did not answer" form. `last_gen_throughput` is
-    summed over DP ranks; `weight_version` is the server-args field the tokenizer updates.
+    means an unknown shape), 0 for slime's patch's `[]` form. `last_gen_throughput` is summed over
+    DP ranks. `weight_version` is the server-args field: the current one on 0.5.15 (the tokenizer
+    updates `server_args.weight_version`), the startup one on 0.5.23 (http_server.py:863-873, which
+    sends readers to `/model_info`); analysis/engines.py never lets it override `/model_info`'s.
     """
     what = "server_info"
     data = _object(body, what)
@@ -183,7 +196,9 @@ def parse_loads(body: bytes | str) -> EngineLoad:
 
     Running and waiting requests are summed over DP ranks. The 0.5.15 `/get_load` entries count
     `num_reqs` = running + waiting. The <=0.5.2 form only gives a token count, so it yields a lower
-    bound: `running` is 1 when tokens are in use and 0 when none are, `waiting` is 0.
+    bound: `running` is 1 when tokens are in use and 0 when none are, `waiting` is 0. An empty list
+    (`{"loads": []}` or `[]`: 0.5.15's reader has not attached the scheduler's shared memory, or no
+    rank has published, `managers/load_snapshot.py:571-573`) gives running/waiting None: unknown.
     """
     what = "loads"
     data = _json(body, what)
@@ -210,6 +225,8 @@ def _entries(items: list[Any], what: str) -> list[Mapping[str, Any]]:
 
 
 def _v1_loads(items: list[Any], what: str) -> EngineLoad:
+    if not items:
+        return EngineLoad(running=None, waiting=None, ranks=0)
     running = waiting = 0
     throughputs: list[float] = []
     for entry in _entries(items, what):
@@ -223,11 +240,16 @@ def _v1_loads(items: list[Any], what: str) -> EngineLoad:
         if value is not None:
             throughputs.append(value)
     return EngineLoad(
-        running=running, waiting=waiting, gen_throughput=sum(throughputs) if throughputs else None
+        running=running,
+        waiting=waiting,
+        gen_throughput=sum(throughputs) if throughputs else None,
+        ranks=len(items),
     )
 
 
 def _get_load_list(items: list[Any], what: str) -> EngineLoad:
+    if not items:
+        return EngineLoad(running=None, waiting=None, ranks=0)
     running = waiting = 0
     for entry in _entries(items, what):
         if "num_reqs" not in entry:
@@ -236,7 +258,7 @@ def _get_load_list(items: list[Any], what: str) -> EngineLoad:
         queued = _count(entry.get("num_waiting_reqs", 0), "num_waiting_reqs", what)
         running += max(total - queued, 0)
         waiting += queued
-    return EngineLoad(running=running, waiting=waiting)
+    return EngineLoad(running=running, waiting=waiting, ranks=len(items))
 
 
 # --------------------------------------------------------------------------- /metrics
@@ -254,6 +276,10 @@ _SUMS: dict[str, str] = {
 _REALTIME = "sglang:realtime_tokens_total"
 _PREFILL_MODES = ("prefill_compute", "prefill_cache")
 _WEIGHT_LOAD = "sglang:weight_load_duration_seconds"
+# The HTTP middleware's series (0.5.15 utils/common.py:2316-2328): sample name -> SglangMetrics field.
+_HTTP_ACTIVE = "sglang:http_requests_active"
+_HTTP_REQUESTS = "sglang:http_requests_total"
+_HTTP_RESPONSES = "sglang:http_responses_total"
 
 
 # SglangMetrics fields that only move when the engine does work (a forward pass, a finished request):
@@ -267,6 +293,10 @@ WORK_COUNTERS: tuple[tuple[str, str], ...] = (
     ("forward_seconds_total", "forward seconds"),
     ("requests_total", "finished requests"),
 )
+# Those of them that move on every scheduler step (`realtime_tokens_total` is incremented per decode
+# step, metrics_reporter.py report_decode_stats): flat over a window means no step ran. The others
+# move only when a request finishes, so a flat one proves nothing.
+STEP_COUNTERS = frozenset({"decode_tokens_total", "prefill_tokens_total", "forward_seconds_total"})
 
 
 def parse_metrics_page(body: bytes) -> SglangMetrics:
@@ -295,6 +325,7 @@ def _parse_metrics_text(text: str) -> SglangMetrics:
     decode: float | None = None
     prefill: float | None = None
     weight_load: dict[str, float] = {}
+    http: dict[str, dict[str, float]] = {"active": {}, "requests": {}, "ok": {}}
     for name, labels, value in samples:
         if name in _SUMS:
             key = _SUMS[name]
@@ -308,6 +339,8 @@ def _parse_metrics_text(text: str) -> SglangMetrics:
         elif name == _WEIGHT_LOAD:
             source = labels.get("source", "")
             weight_load[source] = weight_load.get(source, 0.0) + value
+        elif name in (_HTTP_ACTIVE, _HTTP_REQUESTS, _HTTP_RESPONSES):
+            _add_http(http, name, labels, value)
     return SglangMetrics(
         decode_tokens_total=decode,
         prefill_tokens_total=prefill,
@@ -320,7 +353,27 @@ def _parse_metrics_text(text: str) -> SglangMetrics:
         paused_reqs=sums.get("paused_reqs"),
         gen_throughput=sums.get("gen_throughput"),
         weight_load_seconds=weight_load,
+        http_active=http["active"],
+        http_requests=http["requests"],
+        http_responses_ok=http["ok"],
     )
+
+
+def _add_http(
+    into: dict[str, dict[str, float]], name: str, labels: Mapping[str, str], value: float
+) -> None:
+    endpoint = labels.get("endpoint")
+    if not endpoint:
+        return
+    if name == _HTTP_ACTIVE:
+        key = "active"
+    elif name == _HTTP_REQUESTS:
+        key = "requests"
+    elif labels.get("status_code", "").startswith("2"):
+        key = "ok"
+    else:
+        return
+    into[key][endpoint] = into[key].get(endpoint, 0.0) + value
 
 
 def _samples(text: str) -> list[tuple[str, dict[str, str], float]]:
@@ -348,20 +401,33 @@ def _samples(text: str) -> list[tuple[str, dict[str, str], float]]:
 
 
 def parse_workers(body: bytes | str) -> RouterWorkers:
-    """Router `GET /workers` or the older `GET /list_workers` -> RouterWorkers (URLs only)."""
+    """Router `GET /workers` or the older `GET /list_workers` -> RouterWorkers.
+
+    `/workers` entries also carry `is_healthy` (the router's health view) and `load` (the router's
+    count of requests in flight to that worker); a value of the wrong type is read as unknown."""
     what = "workers"
     data = _object(body, what)
     if "workers" in data:
         workers = data["workers"]
         if not isinstance(workers, list):
             raise ParseError(f"{what}: 'workers' is not a list")
-        urls: list[str] = []
+        entries: list[RouterWorker] = []
         for worker in workers:
             url = worker.get("url") if isinstance(worker, Mapping) else None
-            if not isinstance(url, str) or not url:
+            if not isinstance(worker, Mapping) or not isinstance(url, str) or not url:
                 raise ParseError(f"{what}: a worker has no url: {worker!r:.80}")
-            urls.append(url)
-        return RouterWorkers(urls=tuple(urls), api="workers")
+            healthy = worker.get("is_healthy")
+            load = _opt_int(worker.get("load"))
+            entries.append(
+                RouterWorker(
+                    url=url,
+                    is_healthy=healthy if isinstance(healthy, bool) else None,
+                    load=load if load is not None and load >= 0 else None,
+                )
+            )
+        return RouterWorkers(
+            urls=tuple(w.url for w in entries), api="workers", workers=tuple(entries)
+        )
     if "urls" in data:
         listed = data["urls"]
         if not isinstance(listed, list) or not all(isinstance(u, str) for u in listed):
@@ -380,8 +446,9 @@ class HttpEndpoint:
     """One thing the collector asks an engine or router, and how the loader reads the answer."""
 
     paths: tuple[str, ...]  # the newest name first; older names are tried in order on a 404
-    parse: Callable[[bytes], HttpParsed]
+    parse: Callable[[bytes], HttpParsed] | None  # None: the status is the answer (body unread)
     suffix: str = ".json"  # of the artefact in the bundle
+    status_answers: tuple[int, ...] = ()  # non-2xx statuses that are an answer, not a failure
 
 
 ENGINE_ENDPOINTS: tuple[HttpEndpoint, ...] = (
@@ -389,6 +456,10 @@ ENGINE_ENDPOINTS: tuple[HttpEndpoint, ...] = (
     HttpEndpoint(("/server_info", "/get_server_info"), parse_server_info),
     HttpEndpoint(("/v1/loads", "/get_load"), parse_loads),
     HttpEndpoint(("/metrics",), parse_metrics_page, ".txt"),
+    # Flag checks in the HTTP process (no scheduler, no side effect): >=0.5.20 `/ready` is 503
+    # while paused and 404 before; `/ping` is 200 on 0.5.15, 503 when unhealthy on 0.5.23.
+    HttpEndpoint(("/ready",), None, ".txt", status_answers=(404, 503)),
+    HttpEndpoint(("/ping",), None, ".txt", status_answers=(404, 503)),
 )
 ROUTER_ENDPOINTS: tuple[HttpEndpoint, ...] = (
     HttpEndpoint(("/workers", "/list_workers"), parse_workers),
@@ -396,5 +467,8 @@ ROUTER_ENDPOINTS: tuple[HttpEndpoint, ...] = (
 
 # Derived: every path the collector may have stored -> its parser (the loader's dispatch).
 PARSER_BY_PATH: Mapping[str, Callable[[bytes], HttpParsed]] = {
-    path: e.parse for e in (*ENGINE_ENDPOINTS, *ROUTER_ENDPOINTS) for path in e.paths
+    path: e.parse
+    for e in (*ENGINE_ENDPOINTS, *ROUTER_ENDPOINTS)
+    if e.parse is not None
+    for path in e.paths
 }

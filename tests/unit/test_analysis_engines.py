@@ -5,13 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slime_hangdoctor.analysis.engines import EngineState, read_engines
+from slime_hangdoctor.analysis.engines import EngineRead, EngineState, read_engines
+from slime_hangdoctor.analysis.progress import assess
+from slime_hangdoctor.analysis.suspects import engines as engine_suspects
+from slime_hangdoctor.analysis.suspects.suspect import WEAK, Reads
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.parsers import sglang
 from slime_hangdoctor.snapshot import HttpObs
 from slime_hangdoctor.topology import Engine
-from slime_hangdoctor.verdict import Role
+from slime_hangdoctor.verdict import Role, Stage
+from tests.fixtures import transforms as tf
 from tests.unit.analysis_builders import NODE, http, member, proc, procs_obs, snapshot, topology
 
 SG = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
@@ -62,8 +66,6 @@ def test_request_in_flight_and_frozen_counters_is_stuck() -> None:
 
 
 def test_scheduler_not_answering_is_unresponsive_with_one_sample() -> None:
-    info = sglang.parse_server_info((SG / "server_info_stuck.json").read_bytes())
-    assert _state(http(URL, "/server_info", 200, info)) is EngineState.UNRESPONSIVE
     assert _state(http(URL, "/health", 503)) is EngineState.UNRESPONSIVE
     assert (
         _state(
@@ -104,3 +106,252 @@ def test_weight_version_moving_is_busy() -> None:
         )
         is EngineState.BUSY
     )
+
+
+# --------------------------------------------------------------------------- issue 18: real SGLang
+# Bodies: the stand-in's captures (server_info_stuck.json: slime's patch's `[]` form, byte for byte
+# the shape of 0.5.15's http_server.py + patch lines 333-344) and the wheel's own /metrics code
+# (metrics_http_*.txt, capture_wheel_http_metrics.py); variants by named transformations.
+
+
+def _read(*obs: HttpObs, **kw: object) -> EngineRead:
+    topo = kw.pop("topo", topology(engines=[Engine(URL, NODE)]))
+    world = build_world(snapshot(http=obs, **kw), topo)  # type: ignore[arg-type]
+    (engine,) = read_engines(world)
+    return engine
+
+
+def _page(*names: str, sample: int) -> HttpObs:
+    text = tf.prom_merge(*((SG / n).read_text() for n in names))
+    return http(URL, "/metrics", 200, sglang.parse_metrics(text), sample=sample)
+
+
+def _info(version: str | None = None) -> HttpObs:
+    body = (SG / "server_info_stuck.json").read_text()
+    if version is not None:
+        body = tf.set_json_path(body, ("version",), version)
+    return http(URL, "/server_info", 200, sglang.parse_server_info(body), sample=1)
+
+
+def _loads(name: str, sample: int = 1) -> HttpObs:
+    return http(URL, "/v1/loads", 200, sglang.parse_loads((SG / name).read_bytes()), sample=sample)
+
+
+PAUSED_HTTP = "metrics_http_paused_0.5.15.post1.txt"
+RESUMED_HTTP = "metrics_http_resumed_0.5.15.post1.txt"
+
+
+def test_empty_internal_states_alone_on_0515_is_unknown_with_a_poisoned_note() -> None:
+    """Item 1: on 0.5.15 + slime's patch a timed-out /server_info leaves the communicator's
+    `_result_event` set (communicator.py:38-58): every later call answers [] after 2 s."""
+    e = _read(_metrics("metrics_idle.txt", 0), _metrics("metrics_idle.txt", 1), _info())
+    assert e.state is EngineState.UNKNOWN
+    assert any("poisoned" in n for n in e.notes)
+
+
+def test_empty_internal_states_on_a_progressing_engine_is_busy_and_noted() -> None:
+    e = _read(_metrics("metrics_busy.txt", 0), _metrics("metrics_after.txt", 1), _info())
+    assert e.state is EngineState.BUSY
+    assert any("poisoned" in n for n in e.notes)
+
+
+def test_empty_internal_states_with_frozen_progress_is_stuck() -> None:
+    e = _read(
+        _metrics("metrics_stuck.txt", 0),
+        _metrics("metrics_stuck.txt", 1),
+        _loads("v1_loads_stuck.json"),
+        _info(),
+    )
+    assert e.state is EngineState.STUCK
+    assert any("internal_states == []" in line for line in e.evidence)
+    assert e.notes == ()
+
+
+def test_empty_internal_states_on_a_recovering_version_is_unresponsive() -> None:
+    """0.5.23's communicator takes a lock that a cancelled call releases: `[]` there is fresh."""
+    assert _read(_info("0.5.23")).state is EngineState.UNRESPONSIVE
+    assert _read(_info("0.5.15.post1")).state is EngineState.UNKNOWN
+    assert _read(_info("not a version")).state is EngineState.UNKNOWN
+
+
+def test_paused_engine_is_paused_not_idle() -> None:
+    """Item 2: abort-mode pause, 0.5.15: the scheduler is idle (/v1/loads 0/0), more pauses than
+    continues and /generate requests held at the HTTP layer."""
+    e = _read(
+        _page("metrics_idle.txt", PAUSED_HTTP, sample=0),
+        _page("metrics_idle.txt", PAUSED_HTTP, sample=1),
+        _loads("v1_loads_idle.json"),
+    )
+    assert e.state is EngineState.PAUSED
+    assert any("/pause_generation" in line for line in e.evidence)
+    assert any("2 /generate requests in flight" in line for line in e.evidence)
+    resumed = _read(
+        _page("metrics_idle.txt", RESUMED_HTTP, sample=0),
+        _page("metrics_idle.txt", RESUMED_HTTP, sample=1),
+        _loads("v1_loads_idle.json"),
+    )
+    assert resumed.state is EngineState.IDLE
+
+
+def test_ready_503_with_ping_200_is_paused() -> None:
+    """Item 2, >= 0.5.20: /ready is `not is_pause and is_healthy()`, /ping `is_healthy()`."""
+    idle = (_metrics("metrics_idle.txt", 0), _metrics("metrics_idle.txt", 1))
+    paused = _read(
+        *idle,
+        _loads("v1_loads_idle.json"),
+        http(URL, "/ready", 503, sample=1),
+        http(URL, "/ping", 200, sample=1),
+    )
+    assert paused.state is EngineState.PAUSED
+    unhealthy = _read(
+        *idle,
+        _loads("v1_loads_idle.json"),
+        http(URL, "/ready", 503, sample=1),
+        http(URL, "/ping", 503, sample=1),
+    )
+    assert unhealthy.state is EngineState.IDLE
+    old = _read(
+        *idle,
+        _loads("v1_loads_idle.json"),
+        http(URL, "/ready", 404, sample=1),
+        http(URL, "/ping", 200, sample=1),
+    )
+    assert old.state is EngineState.IDLE
+
+
+def test_in_place_pause_with_frozen_load_is_paused_not_stuck() -> None:
+    """Item 3: paused in_place the scheduler loop `continue`s before publishing its load
+    (scheduler.py:1551), so /v1/loads keeps running > 0 while the realtime counter is flat."""
+    obs = (
+        _page("metrics_stuck.txt", PAUSED_HTTP, sample=0),
+        _page("metrics_stuck.txt", PAUSED_HTTP, sample=1),
+        _loads("v1_loads_stuck.json"),
+    )
+    assert _read(*obs).state is EngineState.PAUSED
+    # the same frozen load without pause evidence is stuck
+    plain = (_metrics("metrics_stuck.txt", 0), _metrics("metrics_stuck.txt", 1))
+    assert _read(*plain, _loads("v1_loads_stuck.json")).state is EngineState.STUCK
+
+
+def test_weight_sync_call_in_flight_in_every_sample_places_the_engine() -> None:
+    """Item 4: http_requests_active{endpoint="/update_weights_from_distributed"} in both samples."""
+    e = _read(
+        _page("metrics_idle.txt", PAUSED_HTTP, sample=0),
+        _page("metrics_idle.txt", PAUSED_HTTP, sample=1),
+        _loads("v1_loads_idle.json"),
+    )
+    assert e.calls == e.calls_held == ("/update_weights_from_distributed",)
+    assert e.call_stage is Stage.NCCL_BROADCAST
+    done = _read(
+        _page("metrics_idle.txt", PAUSED_HTTP, sample=0),
+        _page("metrics_idle.txt", RESUMED_HTTP, sample=1),
+    )
+    assert done.calls == done.calls_held == ()
+
+
+def test_held_call_is_a_weak_suspect_with_its_stage() -> None:
+    e = _read(
+        _page("metrics_idle.txt", PAUSED_HTTP, sample=0),
+        _page("metrics_idle.txt", PAUSED_HTTP, sample=1),
+        _loads("v1_loads_idle.json"),
+    )
+    world = build_world(snapshot(), topology(engines=[Engine(URL, NODE)]))
+    reads = Reads(world, (e,), assess(world, (e,)), frozenset())
+    (s,) = [s for s in engine_suspects.suspects(reads) if s.source == "sglang"]
+    assert s.stage is Stage.NCCL_BROADCAST and s.weight == WEAK
+    assert "/update_weights_from_distributed" in s.why
+
+
+def test_v1_loads_without_ranks_is_unknown_not_idle() -> None:
+    """Item 5: `{"loads": []}` (shared memory not attached, load_snapshot.py:571-573)."""
+    body = tf.set_json_path((SG / "v1_loads_idle.json").read_text(), ("loads",), [])
+    idle = (_metrics("metrics_idle.txt", 0), _metrics("metrics_idle.txt", 1))
+    gauges_gone = [
+        http(
+            URL,
+            "/metrics",
+            200,
+            sglang.parse_metrics(
+                tf.prom_drop_family(
+                    tf.prom_drop_family(
+                        (SG / "metrics_idle.txt").read_text(), "sglang:num_running_reqs"
+                    ),
+                    "sglang:num_queue_reqs",
+                )
+            ),
+            sample=s,
+        )
+        for s in (0, 1)
+    ]
+    e = _read(*gauges_gone, http(URL, "/v1/loads", 200, sglang.parse_loads(body), sample=1))
+    assert e.state is EngineState.UNKNOWN
+    assert any("shared-memory" in line for line in e.evidence)
+    assert _read(*idle, _loads("v1_loads_idle.json")).state is EngineState.IDLE
+
+
+def test_get_load_timeout_is_not_a_scheduler_round_trip() -> None:
+    """Item 6: /get_load reads the shared-memory snapshot in 0.5.15 (http_server.py:730-756)."""
+    idle = (_metrics("metrics_idle.txt", 0), _metrics("metrics_idle.txt", 1))
+    e = _read(
+        *idle,
+        http(URL, "/get_load", None, error="timed out after 2.5s", sample=1, outcome=TIMED_OUT),
+    )
+    assert e.state is not EngineState.UNRESPONSIVE
+    e = _read(
+        *idle,
+        http(URL, "/server_info", None, error="timed out after 2.5s", sample=1, outcome=TIMED_OUT),
+    )
+    assert e.state is EngineState.UNRESPONSIVE
+
+
+def test_server_info_weight_version_never_overrides_model_info() -> None:
+    """Item 7: 0.5.23's /server_info carries the startup weight_version (http_server.py:863-873)."""
+    from slime_hangdoctor.facts import ModelInfo
+
+    def info(version: str, weight: str, sample: int) -> HttpObs:
+        body = tf.set_json_path((SG / "server_info.json").read_text(), ("version",), version)
+        body = tf.set_json_path(body, ("weight_version",), weight)
+        return http(URL, "/server_info", 200, sglang.parse_server_info(body), sample=sample)
+
+    e = _read(
+        http(URL, "/model_info", 200, ModelInfo("m", "7"), sample=0),
+        info("0.5.23", "default", 0),
+        http(URL, "/model_info", 200, ModelInfo("m", "7"), sample=1),
+        info("0.5.23", "default", 1),
+    )
+    assert e.weight_versions == ("7", "7") and e.state is not EngineState.BUSY
+    assert _read(info("0.5.23", "default", 0), info("0.5.23", "3", 1)).weight_versions == ()
+    moved = _read(info("0.5.15.post1", "2", 0), info("0.5.15.post1", "3", 1))
+    assert moved.weight_versions == ("2", "3") and moved.state is EngineState.BUSY
+
+
+def test_flat_gauges_without_a_realtime_counter_are_not_frozen() -> None:
+    """Item 8: gauges refresh only at prefill, every decode_log_interval steps or 30 s idle
+    (metrics_reporter.py:1044): `num_running_reqs 2` flat over the window is not a stall unless
+    the realtime counter (every decode step) is flat too."""
+    after = (SG / "metrics_after.txt").read_text()
+    no_realtime = tf.prom_drop_family(after, "sglang:realtime_tokens")
+    no_step = tf.prom_drop_family(no_realtime, "sglang:forward_execution_seconds")
+    obs = [http(URL, "/metrics", 200, sglang.parse_metrics(no_step), sample=s) for s in (0, 1)]
+    e = _read(*obs)
+    assert e.state is not EngineState.STUCK and not e.frozen
+    with_realtime = [_metrics("metrics_after.txt", s) for s in (0, 1)]
+    assert _read(*with_realtime).state is EngineState.STUCK
+
+
+def test_router_marks_dead_and_holds_requests_of_a_paused_engine() -> None:
+    """Item 10: /workers entries carry is_healthy and load (the router's in-flight count)."""
+    from slime_hangdoctor.facts import RouterWorker, RouterWorkers
+
+    def router(healthy: bool, load: int) -> HttpObs:
+        workers = RouterWorkers((URL,), "workers", (RouterWorker(URL, healthy, load),))
+        return http("http://10.0.0.1:3000", "/workers", 200, workers, sample=1, kind="router")
+
+    dead = _read(http(URL, "/model_info", None, outcome=UNAVAILABLE), router(False, 0))
+    assert dead.state is EngineState.DEAD
+    assert any("router marks" in line for line in dead.evidence)
+    idle = (_metrics("metrics_idle.txt", 0), _metrics("metrics_idle.txt", 1))
+    held = _read(*idle, _loads("v1_loads_idle.json"), router(True, 3))
+    assert held.state is EngineState.PAUSED
+    assert any("router counts 3" in line for line in held.evidence)
+    assert _read(*idle, _loads("v1_loads_idle.json"), router(True, 0)).state is EngineState.IDLE

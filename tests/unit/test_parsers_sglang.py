@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import EngineLoad, RouterWorkers
+from slime_hangdoctor.facts import EngineLoad, RouterWorker, RouterWorkers
 from slime_hangdoctor.parsers.sglang import (
     parse_loads,
     parse_metrics,
@@ -49,7 +49,7 @@ SPEC_WORKERS = (
 def test_spec_server_info_example() -> None:
     info = parse_server_info(SPEC_SERVER_INFO)
     assert info.internal_states_count == 1
-    assert not info.scheduler_unresponsive
+    assert not info.empty_internal_states
     assert info.tp_size == 2
     assert info.version == "0.5.15.post1"
     assert info.last_gen_throughput == pytest.approx(1234.5)
@@ -59,12 +59,12 @@ def test_spec_slime_patch_empty_internal_states_means_unresponsive() -> None:
     body = tf.set_json_path(SPEC_SERVER_INFO, ("internal_states",), [])
     info = parse_server_info(body)
     assert info.internal_states_count == 0
-    assert info.scheduler_unresponsive
+    assert info.empty_internal_states
     assert info.last_gen_throughput is None
 
 
 def test_spec_get_load_list_counts_running_as_reqs_minus_waiting() -> None:
-    assert parse_loads(SPEC_GET_LOAD_0515) == EngineLoad(running=3, waiting=2)
+    assert parse_loads(SPEC_GET_LOAD_0515) == EngineLoad(running=3, waiting=2, ranks=1)
 
 
 def test_spec_legacy_load_form_is_a_lower_bound() -> None:
@@ -78,7 +78,7 @@ def test_spec_v1_loads_sums_dp_ranks() -> None:
         '{"dp_rank": 0, "num_running_reqs": 4, "num_waiting_reqs": 1, "gen_throughput": 10.0},'
         '{"dp_rank": 1, "num_running_reqs": 2, "num_waiting_reqs": 0, "gen_throughput": 5.5}]}'
     )
-    assert parse_loads(body) == EngineLoad(running=6, waiting=1, gen_throughput=15.5)
+    assert parse_loads(body) == EngineLoad(running=6, waiting=1, gen_throughput=15.5, ranks=2)
 
 
 def test_spec_weight_version_patch_body() -> None:
@@ -88,7 +88,11 @@ def test_spec_weight_version_patch_body() -> None:
 
 
 def test_spec_router_workers_and_list_workers() -> None:
-    assert parse_workers(SPEC_WORKERS) == RouterWorkers(("http://10.0.0.1:15000",), "workers")
+    assert parse_workers(SPEC_WORKERS) == RouterWorkers(
+        ("http://10.0.0.1:15000",),
+        "workers",
+        (RouterWorker("http://10.0.0.1:15000", is_healthy=True, load=0),),
+    )
     old = parse_workers('{"urls": ["http://a:1", "http://b:2"]}')
     assert old == RouterWorkers(("http://a:1", "http://b:2"), "list_workers")
 
@@ -105,7 +109,7 @@ def test_captured_server_info_healthy_and_stuck() -> None:
     assert healthy.weight_version == "default"
     assert healthy.port is not None
     stuck = parse_server_info(fixture("server_info_stuck.json"))
-    assert stuck.scheduler_unresponsive
+    assert stuck.empty_internal_states
     assert stuck.version == "0.5.15.post1"
 
 
@@ -120,11 +124,11 @@ def test_captured_model_info_and_weight_version() -> None:
 
 
 def test_captured_loads() -> None:
-    assert parse_loads(fixture("v1_loads_idle.json")) == EngineLoad(0, 0, 0.0)
+    assert parse_loads(fixture("v1_loads_idle.json")) == EngineLoad(0, 0, 0.0, ranks=1)
     busy = parse_loads(fixture("v1_loads_busy.json"))
     assert busy.running == 2 and busy.waiting == 0
     assert busy.gen_throughput is not None and busy.gen_throughput > 0
-    assert parse_loads(fixture("get_load_busy.json")) == EngineLoad(running=2, waiting=0)
+    assert parse_loads(fixture("get_load_busy.json")) == EngineLoad(running=2, waiting=0, ranks=1)
     stuck = parse_loads(fixture("v1_loads_stuck.json"))
     assert stuck.running == 1
 
@@ -253,7 +257,7 @@ def test_server_info_without_internal_states_is_unknown_not_unresponsive() -> No
     body = tf.drop_json_key(fixture("server_info.json").decode(), "internal_states")
     info = parse_server_info(body)
     assert info.internal_states_count is None
-    assert not info.scheduler_unresponsive
+    assert not info.empty_internal_states
 
 
 @pytest.mark.parametrize(
@@ -293,3 +297,60 @@ def test_fuzz_truncated_real_body(n: int) -> None:
 def test_fixture_bodies_are_json() -> None:
     for path in FIX.glob("*.json"):
         json.loads(path.read_bytes())
+
+
+# --------------------------------------------------------------------------- issue 18: real wheel
+
+
+@pytest.mark.parametrize("version", ["0.5.15.post1", "0.5.23"])
+def test_wheel_http_middleware_series_per_endpoint(version: str) -> None:
+    """The HTTP middleware's series as the wheel's own code writes them (capture_wheel_http_metrics):
+    during a paused sync, 2 /generate requests held at the pause gate and the broadcast call in
+    flight; the /metrics request itself is in flight too."""
+    paused = parse_metrics(fixture(f"metrics_http_paused_{version}.txt"))
+    assert paused.http_active["/generate"] == 2
+    assert paused.http_active["/update_weights_from_distributed"] == 1
+    assert paused.http_active["/metrics"] == 1
+    assert paused.http_requests["/pause_generation"] == 1
+    assert paused.http_responses_ok["/pause_generation"] == 1
+    assert "/continue_generation" not in paused.http_requests
+    assert paused.http_responses_ok["/generate"] == 3
+    assert paused.decode_tokens_total is None  # no scheduler series on this page
+    resumed = parse_metrics(fixture(f"metrics_http_resumed_{version}.txt"))
+    assert resumed.http_active["/generate"] == 0
+    assert resumed.http_active["/update_weights_from_distributed"] == 0
+    assert resumed.http_responses_ok["/continue_generation"] == 1
+    assert resumed.http_responses_ok["/generate"] == 5
+
+
+def test_http_series_summed_over_methods_and_only_2xx_responses_counted() -> None:
+    page = fixture("metrics_http_paused_0.5.15.post1.txt").decode()
+    put = page.replace('endpoint="/generate",method="POST"', 'endpoint="/generate",method="PUT"')
+    merged = parse_metrics(tf.prom_merge(page, put))
+    assert merged.http_active["/generate"] == 4
+    failed = page.replace('status_code="200"', 'status_code="503"')
+    assert parse_metrics(failed).http_responses_ok == {}
+
+
+def test_v1_loads_without_any_rank_is_unknown_not_idle() -> None:
+    """0.5.15's reader returns [] until it attached the scheduler's shared memory
+    (load_snapshot.py:571-573), and v1_loads.py wraps that as `"loads": []`."""
+    body = tf.set_json_path(fixture("v1_loads_idle.json").decode(), ("loads",), [])
+    load = parse_loads(body)
+    assert not load.known and load.ranks == 0
+    assert (load.running, load.waiting) == (None, None)
+    assert not parse_loads("[]").known  # /get_load over the same empty read
+    assert parse_loads(fixture("v1_loads_idle.json")).known
+
+
+def test_router_worker_health_and_load_kept_and_odd_values_unknown() -> None:
+    doc = json.loads(SPEC_WORKERS)
+    doc["workers"][0]["load"] = 3
+    doc["workers"][0]["is_healthy"] = False
+    (worker,) = parse_workers(json.dumps(doc)).workers
+    assert (worker.is_healthy, worker.load) == (False, 3)
+    odd = tf.set_json_path(SPEC_WORKERS, ("workers", 0, "load"), "many")
+    odd = tf.set_json_path(odd, ("workers", 0, "is_healthy"), "yes")
+    (worker,) = parse_workers(odd).workers
+    assert (worker.is_healthy, worker.load) == (None, None)
+    assert parse_workers('{"urls": ["http://a:1"]}').workers == ()

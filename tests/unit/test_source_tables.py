@@ -37,14 +37,15 @@ def test_a_stored_dashboard_answer_finds_its_entry() -> None:
 
 
 def test_every_sglang_path_collected_is_parsed_by_the_loader() -> None:
-    collected = {
-        p
-        for e in (*collect_sglang.ENGINE_ENDPOINTS, *collect_sglang.ROUTER_ENDPOINTS)
-        for p in e.paths
-    }
+    endpoints = (*collect_sglang.ENGINE_ENDPOINTS, *collect_sglang.ROUTER_ENDPOINTS)
+    collected = {p for e in endpoints if e.check is not None for p in e.paths}
     assert collected == set(parse_sglang.PARSER_BY_PATH)
-    for e in (*collect_sglang.ENGINE_ENDPOINTS, *collect_sglang.ROUTER_ENDPOINTS):
-        assert e.check is parse_sglang.PARSER_BY_PATH[e.paths[0]]
+    for e in endpoints:
+        assert e.check is parse_sglang.PARSER_BY_PATH.get(e.paths[0])
+    # status-only probes (/ready, /ping): their status is the answer, kept but never parsed
+    status_only = {p for e in parse_sglang.ENGINE_ENDPOINTS if e.parse is None for p in e.paths}
+    assert status_only == {"/ready", "/ping"}
+    assert {p for e in endpoints if e.check is None for p in e.paths} == status_only
     # the opt-in health probes are stored but never parsed (their status is the answer)
     assert collect_sglang.HEALTH.check is None and collect_sglang.HEALTH_GENERATE.check is None
 

@@ -70,16 +70,44 @@ def suspects(reads: Reads) -> list[Suspect]:
                 waits_elsewhere=bool(inside),
             )
         )
+    out.extend(_held_calls(engines))
     out.extend(_broadcast_absentees(world, engines))
     out.extend(_blocked_engine_actors(world, engines))
     return out
 
 
+def _held_calls(engines: tuple[EngineRead, ...]) -> list[Suspect]:
+    """An engine whose weight-sync / offload call was in flight at the HTTP layer in every sample
+    (`sglang:http_requests_active`): that call is inside the engine. Weak alone: a healthy sync
+    also has one in flight for a while."""
+    out: list[Suspect] = []
+    for e in engines:
+        if e.state in HUNG_ENGINE_STATES or not e.calls_held:
+            continue
+        proc = _engine_proc(e)
+        out.append(
+            suspect(
+                "sglang",
+                Role.SGLANG_ENGINE,
+                f"engine {e.url}: POST {e.calls_held[0]} has been in flight in every sample "
+                "(sglang:http_requests_active): the call has not returned",
+                proc,
+                engine_url=e.url,
+                node_ip=e.node_ip or (proc.node_ip if proc else None),
+                weight=WEAK,
+                stage=e.call_stage,
+                evidence=e.evidence,
+            )
+        )
+    return out
+
+
 def _engine_stage(e: EngineRead) -> Stage | None:
+    """The stage the engine's stacks show, else the stage of the control call it has in flight."""
     for p in (*e.schedulers, e.actor):
         if p is not None and p.latest is not None and p.latest.stage is not None:
             return p.latest.stage
-    return None
+    return e.call_stage
 
 
 def _trainers_in(world: World, stages: set[Stage]) -> list[Proc]:

@@ -1,0 +1,61 @@
+"""SGLang process titles -> kinds (item 9 of issue 18): every variant SGLang's setproctitle calls
+write, read from the 0.5.15.post1 and 0.5.23 wheels (scheduler.py:4247-4262 / 6279-6294,
+detokenizer_manager.py:489, multi_tokenizer_mixin.py:577 and 601, data_parallel_controller.py:671)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from slime_hangdoctor.topology import build_topology, sglang_kind
+from tests.unit.analysis_builders import proc, procs_obs, snapshot
+
+# The suffix parts in SGLang's order; each present only when its dimension is in use
+# (DP when a dp rank is set, PP when pp>1, ATTN_CP when attn_cp>1, MOE_DP when moe_dp>1,
+# TP when tp>1, EP when ep>1).
+_PARTS = ("DP1", "PP0", "ATTN_CP1", "MOE_DP0", "TP3", "EP2")
+SCHEDULER_TITLES = [
+    "sglang::scheduler" + "".join(f"_{p}" for p in combo)
+    for n in range(len(_PARTS) + 1)
+    for combo in itertools.combinations(_PARTS, n)
+]
+
+
+def test_every_scheduler_title_variant_is_a_scheduler() -> None:
+    assert "sglang::scheduler" in SCHEDULER_TITLES  # tp=1, no DP: no suffix at all
+    assert "sglang::scheduler_DP1_PP0_ATTN_CP1_MOE_DP0_TP3_EP2" in SCHEDULER_TITLES
+    assert len(SCHEDULER_TITLES) == 64
+    for title in SCHEDULER_TITLES:
+        assert sglang_kind(title) == "scheduler", title
+
+
+@pytest.mark.parametrize(
+    ("title", "kind"),
+    [
+        ("sglang::detokenizer", "detokenizer"),
+        ("sglang::detokenizer_router", "detokenizer_router"),  # not a detokenizer
+        ("sglang::data_parallel_controller", "data_parallel_controller"),
+        ("sglang::tokenizer_worker:4242", "tokenizer_worker"),
+        ("sglang::scheduler_TP0_DP0", "scheduler"),  # another order: still SGLang's own prefix test
+        ("sglang::something_new", "sglang_helper"),
+        ("ray::SGLangEngine.init", None),
+        ("python3 -m sglang.launch_server", None),
+    ],
+)
+def test_other_sglang_titles(title: str, kind: str | None) -> None:
+    assert sglang_kind(title) == kind
+
+
+def test_detokenizer_router_is_not_counted_as_the_detokenizer() -> None:
+    server = proc(500, "python3 -m sglang.launch_server", listen_ports=(15000,), ppid=1)
+    children = [
+        proc(501, "sglang::scheduler", ppid=500),
+        proc(502, "sglang::detokenizer_router", ppid=500),
+        proc(503, "sglang::tokenizer_worker:503", ppid=500),
+    ]
+    snap = snapshot(processes=(procs_obs(0, server, *children),))
+    kinds = {m.pid: m.kind for m in build_topology(snap).members}
+    assert kinds[501] == "scheduler"
+    assert kinds[502] == "detokenizer_router"
+    assert kinds[503] == "tokenizer_worker"
