@@ -475,3 +475,92 @@ def test_request_log_records_method_and_path(healthy: Standin) -> None:
         ("POST", "/abort_request", ""),
         ("GET", "/v1/loads", "include=core"),
     ]
+
+
+# --------------------------------------------------------------------------- issue 18
+
+
+def test_server_info_stays_poisoned_after_one_timeout_like_0515(healthy: Standin) -> None:
+    """Item 1: one /server_info that timed out during a scheduler stall leaves every later one
+    answering [] after 2 s, though the scheduler recovered (0.5.15 communicator.py:38-58 + slime's
+    patch lines 333-344)."""
+    assert parse_server_info(healthy.get("/server_info").content).internal_states_count == 1
+    sched = psutil.Process(healthy.scheduler_pid())
+    sched.suspend()  # a scheduler stall longer than SGLANG_SERVER_INFO_TIMEOUT
+    try:
+        tic = time.monotonic()
+        stalled = healthy.get("/server_info", timeout=10)
+        assert time.monotonic() - tic >= 1.9
+        assert parse_server_info(stalled.content).empty_internal_states
+    finally:
+        sched.resume()
+    done = healthy.post(
+        "/generate", json={"input_ids": [1], "sampling_params": {"max_new_tokens": 2}}
+    )
+    assert done.status_code == 200  # the scheduler works again
+    for _ in range(2):
+        tic = time.monotonic()
+        later = healthy.get("/server_info", timeout=10)
+        assert parse_server_info(later.content).empty_internal_states  # poisoned
+        assert time.monotonic() - tic >= 1.9
+
+
+def test_http_middleware_counts_pause_and_requests_held_at_the_gate(healthy: Standin) -> None:
+    """Item 2: an abort-mode pause is invisible to /v1/loads; the HTTP middleware's series show
+    it (utils/common.py:2316-2328), with the wheel's metric names and labels."""
+    assert healthy.post("/pause_generation", json={}).status_code == 200
+    box = background_post(
+        healthy, "/generate", {"input_ids": [1], "sampling_params": {"max_new_tokens": 2}}
+    )
+    time.sleep(0.5)
+    assert healthy.get("/v1/loads").json()["loads"][0]["num_waiting_reqs"] == 0
+    page = healthy.get("/metrics").text
+    assert 'sglang:http_requests_active{endpoint="/generate",method="POST"} 1.0' in page
+    m = parse_metrics(page)
+    assert m.http_active["/generate"] == 1 and m.http_active["/metrics"] == 1
+    assert m.http_responses_ok["/pause_generation"] == 1
+    assert "/continue_generation" not in m.http_requests
+    assert healthy.post("/continue_generation", json={}).status_code == 200
+    box["thread"].join(15)
+    assert box["response"].status_code == 200
+    m = parse_metrics(healthy.get("/metrics").text)
+    assert m.http_active["/generate"] == 0
+    assert m.http_responses_ok["/continue_generation"] == 1
+
+
+def test_in_place_pause_freezes_the_published_load(healthy: Standin) -> None:
+    """Item 3: paused in_place the scheduler loop skips publishing (scheduler.py:1551)."""
+    box = background_post(
+        healthy, "/generate", {"input_ids": [1], "sampling_params": {"max_new_tokens": 4000}}
+    )
+    assert wait_for(lambda: healthy.get("/v1/loads").json()["loads"][0]["num_running_reqs"] == 1)
+    assert healthy.post("/pause_generation", json={"mode": "in_place"}).status_code == 200
+    time.sleep(0.3)
+    first = parse_metrics(healthy.get("/metrics").text).decode_tokens_total
+    time.sleep(1.0)
+    assert healthy.get("/v1/loads").json()["loads"][0]["num_running_reqs"] == 1  # frozen
+    assert parse_metrics(healthy.get("/metrics").text).decode_tokens_total == first
+    assert healthy.post("/continue_generation", json={}).status_code == 200
+    healthy.post("/abort_request", json={"abort_all": True})
+    box["thread"].join(15)
+
+
+def test_ping_answers_and_ready_is_not_in_0515(healthy: Standin) -> None:
+    assert healthy.get("/ping").status_code == 200
+    assert healthy.get("/ready").status_code == 404
+
+
+def test_loads_empty_until_the_first_snapshot(tmp_path: Path) -> None:
+    """Item 5: `{"loads": []}` while no LoadSnapshot was published (load_snapshot.py:571-573)."""
+    import json
+
+    from slime_hangdoctor.demo.sglang.srt.entrypoints.http_server import ep_get_load, ep_v1_loads
+    from slime_hangdoctor.demo.sglang.srt.managers.tokenizer_manager import TokenizerManager
+    from slime_hangdoctor.demo.sglang.srt.server_args import parse_args
+
+    tm = TokenizerManager(parse_args(["--port", str(free_port())]))
+    status, _, body = ep_v1_loads(tm, "GET", "", b"")
+    assert status == 200 and json.loads(body)["loads"] == []
+    assert json.loads(ep_get_load(tm, "GET", "", b"")[2]) == []
+    tm.snapshot = {"type": "snapshot", "load": {"num_running_reqs": 0}}
+    assert len(json.loads(ep_v1_loads(tm, "GET", "", b"")[2])["loads"]) == 1

@@ -8,7 +8,13 @@ Prometheus metric names and API-key rules. Like the real engine it is two proces
 cmdline starts with `sglang::scheduler_TP0` (module `sglang_scheduler`). Control calls round-trip to
 the scheduler with no server-side timeout, so a stuck scheduler makes them hang, while `/model_info`,
 `/v1/models`, `/metrics`, `/v1/loads` and `/get_load` still answer from the last published snapshot
-(frozen values). `/server_info` gives `internal_states: []` after `SGLANG_SERVER_INFO_TIMEOUT` (2 s).
+(frozen values). `/server_info` gives `internal_states: []` after `SGLANG_SERVER_INFO_TIMEOUT` (2 s),
+and keeps doing so after the scheduler recovers, as 0.5.15's queueing communicator does once one
+call timed out (see TokenizerManager._queueing_call). `/v1/loads` answers `{"loads": []}` until the
+scheduler published its first snapshot. `/metrics` carries the HTTP middleware's per-endpoint
+`sglang:http_requests_total`, `sglang:http_responses_total` and `sglang:http_requests_active`. A
+pause in mode `in_place` or `retract` stops the scheduler loop before it publishes its load
+(scheduler.py:1551), so `/v1/loads` freezes. `/ready` is 404 (>=0.5.20 only), `/ping` always 200.
 
 Command line::
 
@@ -278,6 +284,10 @@ def ep_v1_loads(tm: TokenizerManager, method: str, query: str, raw: bytes) -> Re
     loads = [entry]
     if "dp_rank" in params and params["dp_rank"][0] != "0":
         loads = []
+    if not tm.snapshot:
+        # No LoadSnapshot published yet: the real reader's `_attach()` fails (or the slot is
+        # empty) and `read_all` returns [] (managers/load_snapshot.py:571-573).
+        loads = []
     return _json_reply(
         200,
         {"timestamp": datetime.now(timezone.utc).isoformat(), "version": VERSION, "loads": loads},
@@ -285,6 +295,9 @@ def ep_v1_loads(tm: TokenizerManager, method: str, query: str, raw: bytes) -> Re
 
 
 def ep_get_load(tm: TokenizerManager, method: str, query: str, raw: bytes) -> Reply:
+    """A shim over the same shared-memory read as /v1/loads (http_server.py:730-756)."""
+    if not tm.snapshot:
+        return _json_reply(200, [])
     load: Msg = dict(tm.snapshot.get("load") or {})
     running = int(load.get("num_running_reqs", 0))
     waiting = int(load.get("num_waiting_reqs", 0))
@@ -305,6 +318,11 @@ def ep_get_load(tm: TokenizerManager, method: str, query: str, raw: bytes) -> Re
 
 def ep_weight_version(tm: TokenizerManager, method: str, query: str, raw: bytes) -> Reply:
     return _json_reply(200, {"weight_version": tm.weight_version})
+
+
+def ep_ping(tm: TokenizerManager, method: str, query: str, raw: bytes) -> Reply:
+    """SageMaker's health check: always 200 in 0.5.15.post1 (http_server.py:1915-1918)."""
+    return 200, TEXT, b""
 
 
 def ep_metrics(tm: TokenizerManager, method: str, query: str, raw: bytes) -> Reply:
@@ -481,6 +499,7 @@ ROUTES: dict[str, Route] = {
     "/get_weight_version": Route(_GET, ep_weight_version),
     "/weight_version": Route(_GET, ep_weight_version),
     "/metrics": Route(_GET, ep_metrics),
+    "/ping": Route(_GET, ep_ping),
     "/generate": Route(("POST", "PUT"), ep_generate),
     "/flush_cache": Route(_BOTH, ep_flush_cache, ADMIN_OPTIONAL),
     "/pause_generation": Route(_POST, ep_pause, ADMIN_OPTIONAL),
@@ -542,15 +561,26 @@ class RequestHandler(BaseHTTPRequestHandler):
         path, _, query = self.path.partition("?")
         client = f"{self.client_address[0]}:{self.client_address[1]}"
         tm.log_request(method, path, query, client)
+        # The HTTP middleware (0.5.15.post1 utils/common.py:2350-2372, installed with
+        # --enable-metrics, outermost): every request counted by its route's path, in flight
+        # (`sglang:http_requests_active`, livesum) until its response is made.
+        endpoint = path  # the matched route's path; the stand-in's routes are exact paths
+        tm.http_request_started(endpoint, method)
+        status: int | None = None
         try:
-            raw = self._read_body()
-        except ValueError:
-            self._respond(method, path, (413, TEXT, b"Request Entity Too Large"))
-            return
-        reply = auth_failure(tm, method, path, self.headers.get("Authorization"))
-        if reply is None:
-            reply = self._route(tm, method, path, query, raw)
-        self._respond(method, path, reply)
+            try:
+                raw = self._read_body()
+            except ValueError:
+                status = 413
+                self._respond(method, path, (413, TEXT, b"Request Entity Too Large"))
+                return
+            reply = auth_failure(tm, method, path, self.headers.get("Authorization"))
+            if reply is None:
+                reply = self._route(tm, method, path, query, raw)
+            status = reply[0]
+            self._respond(method, path, reply)
+        finally:
+            tm.http_request_ended(endpoint, method, status)
 
     def _route(self, tm: TokenizerManager, method: str, path: str, query: str, raw: bytes) -> Reply:
         route = ROUTES.get(path)

@@ -124,6 +124,11 @@ class Scheduler(SchedulerWeightUpdaterMixin):
         while True:
             recv_reqs = self.recv_requests()
             self.process_input_requests(recv_reqs)
+            if self.engine_paused:
+                # scheduler.py:1551: paused (in_place/retract) the loop only serves control
+                # requests: no batch, no on_idle, so the LoadSnapshot is not republished and
+                # /v1/loads keeps its last values.
+                continue
             batch = self.get_next_batch_to_run()
             if batch is not None:
                 result = self.run_batch(batch)
@@ -347,7 +352,8 @@ class Scheduler(SchedulerWeightUpdaterMixin):
         for running in list(self.running_batch):
             if abort_all or running.rid == rid:
                 self.finish(running, {"type": "abort", "message": "Abort before decode"})
-        self.publish_snapshot()
+        if not self.engine_paused:
+            self.publish_snapshot()
         return None
 
     def get_internal_state(self, req: Msg) -> Msg | None:
@@ -385,13 +391,19 @@ class Scheduler(SchedulerWeightUpdaterMixin):
         return {"success": False, "message": ""}
 
     def pause_generation(self, req: Msg) -> Msg | None:
+        """scheduler.py:3996-4057: `in_place` only sets the flag; `retract` moves the running
+        requests back to the waiting queue and refreshes the gauges (gen_throughput zeroed) but,
+        like `in_place`, publishes no LoadSnapshot."""
         self.engine_paused = True
+        if req.get("mode") == "in_place":
+            return None
         if req.get("mode") == "retract":
             self.num_retracted += len(self.running_batch)
             for r in reversed(self.running_batch):
                 self.waiting_queue.appendleft(r)
             self.running_batch.clear()
-        self.publish_snapshot()
+        self.last_gen_throughput = 0.0
+        self.refresh_gauges()
         return None
 
     def continue_generation(self, req: Msg) -> Msg | None:

@@ -118,7 +118,16 @@ class TokenizerManager:
         self._send_lock = threading.Lock()
         self._pending: dict[str, Slot] = {}
         self._rid_waiters: dict[str, Slot] = {}
-        self._internal_waiters: deque[Slot] = deque()
+        # get_internal_state's FanOutCommunicator in "queueing" mode (0.5.15.post1
+        # managers/communicator.py:32-34): the call in flight, and the callers queued behind it.
+        self._internal_result: Slot | None = None
+        self._internal_ready: deque[threading.Event] = deque()
+        # The HTTP middleware's series (0.5.15.post1 utils/common.py:2313-2372,
+        # add_prometheus_track_response_middleware): by (endpoint, method) and
+        # (endpoint, method, status_code); the endpoint label is the route's path.
+        self.http_requests: dict[tuple[str, str], float] = {}
+        self.http_responses: dict[tuple[str, str, str], float] = {}
+        self.http_active: dict[tuple[str, str], float] = {}
         self._ready = threading.Event()
         self._log_lock = threading.Lock()
         self.children: list[subprocess.Popen[bytes]] = []
@@ -217,9 +226,9 @@ class TokenizerManager:
             reply_id = str(msg.get("id"))
             with self._lock:
                 if reply_id.startswith("internal-"):
-                    # FanOutCommunicator in queueing mode: answers go to waiters in FIFO order,
-                    # so a late answer is handed to the next caller.
-                    slot = self._internal_waiters.popleft() if self._internal_waiters else None
+                    # FanOutCommunicator.handle_recv (communicator.py:86-89): the answer goes to
+                    # the call in flight, even one whose caller has given up.
+                    slot = self._internal_result
                 else:
                     slot = self._pending.pop(reply_id, None)
             if slot is not None:
@@ -265,6 +274,10 @@ class TokenizerManager:
             self.model_update_lock.release_read()
 
     def _pass_pause_gate(self, cancel: threading.Event | None) -> bool:
+        """`async with self.is_pause_cond: await wait_for(lambda: not self.is_pause)`
+        (tokenizer_manager.py:619-620): a new request waits here while paused, before it reaches
+        the scheduler, so `/v1/loads` and the scheduler gauges never see it; only the HTTP
+        middleware's `sglang:http_requests_active{endpoint="/generate"}` counts it."""
         while True:
             with self.is_pause_cond:
                 if self.is_pause_cond.wait_for(lambda: not self.is_pause, timeout=0.5):
@@ -319,18 +332,12 @@ class TokenizerManager:
 
     # ---- control
     def get_internal_state(self) -> list[Msg]:
-        slot = Slot.new()
-        with self._lock:
-            self._internal_waiters.append(slot)
-        self.send({"type": "get_internal_state", "id": f"internal-{uuid.uuid4().hex}"})
-        if slot.event.wait(self.server_info_timeout):
-            states = (slot.value or {}).get("states") or []
+        """`/server_info`'s scheduler query under slime's patch: `asyncio.wait_for(...,
+        SGLANG_SERVER_INFO_TIMEOUT)`, `internal_states = []` on timeout (docker/patch/latest/
+        sglang.patch lines 333-344)."""
+        states = self._queueing_call(time.monotonic() + self.server_info_timeout)
+        if states is not None:
             return [s for s in states if isinstance(s, dict)]
-        with self._lock:
-            try:
-                self._internal_waiters.remove(slot)
-            except ValueError:
-                pass
         logger.warning(
             "Timed out getting internal state for /server_info after %.1fs; returning empty "
             "internal_states",
@@ -338,7 +345,53 @@ class TokenizerManager:
         )
         return []
 
+    def _queueing_call(self, deadline: float) -> list[Any] | None:
+        """0.5.15.post1 FanOutCommunicator.queueing_call (managers/communicator.py:38-58), with the
+        patch's wait_for cancelling it at `deadline` (None). Kept as the real one behaves: a call
+        cancelled while its answer is awaited leaves `_result_event` set, and one cancelled while
+        queued leaves its ready event in the queue, so every later call waits behind it and times
+        out too: one stall over 2 s poisons `/server_info` until the engine restarts (0.5.23 takes
+        an asyncio.Lock instead and recovers)."""
+        ready: threading.Event | None = None
+        with self._lock:
+            if self._internal_result is not None or self._internal_ready:
+                ready = threading.Event()
+                self._internal_ready.append(ready)
+        if ready is not None and not ready.wait(max(deadline - time.monotonic(), 0.0)):
+            return None  # cancelled in `await ready_event.wait()`: the event stays queued
+        slot = Slot.new()
+        with self._lock:
+            self._internal_result = slot
+        self.send({"type": "get_internal_state", "id": f"internal-{uuid.uuid4().hex}"})
+        if not slot.event.wait(max(deadline - time.monotonic(), 0.0)):
+            return None  # cancelled in `await self._result_event.wait()`: never cleared
+        with self._lock:
+            self._internal_result = None
+            if self._internal_ready:
+                self._internal_ready.popleft().set()
+        value = slot.value or {}
+        states = value.get("states") if isinstance(value, dict) else None
+        return list(states) if isinstance(states, list) else []
+
+    # ---- HTTP middleware metrics
+    def http_request_started(self, endpoint: str, method: str) -> None:
+        with self._lock:
+            key = (endpoint, method)
+            self.http_requests[key] = self.http_requests.get(key, 0.0) + 1
+            self.http_active[key] = self.http_active.get(key, 0.0) + 1
+
+    def http_request_ended(self, endpoint: str, method: str, status: int | None) -> None:
+        """`status` None: no response was made (the middleware's `finally` still runs)."""
+        with self._lock:
+            key = (endpoint, method)
+            self.http_active[key] = self.http_active.get(key, 0.0) - 1
+            if status is not None:
+                rkey = (endpoint, method, str(status))
+                self.http_responses[rkey] = self.http_responses.get(rkey, 0.0) + 1
+
     def pause_generation(self, mode: str) -> None:
+        """tokenizer_manager.py:1696-1709: only the tokenizer's `is_pause` is set in mode `abort`
+        (slime's, the default: io_struct.py:1483); `retract`/`in_place` also tell the scheduler."""
         with self.is_pause_cond:
             self.is_pause = True
         if mode == "abort":

@@ -88,6 +88,39 @@ def render_metrics(tm: TokenizerManager) -> str:
     with tm._lock:
         counters = dict(tm.counters)
         latencies = list(tm.e2e_latency)
+        http_requests = dict(tm.http_requests)
+        http_responses = dict(tm.http_responses)
+        http_active = dict(tm.http_active)
+    # The HTTP middleware's families (0.5.15.post1 utils/common.py:2316-2340), no model labels.
+    c = CounterMetricFamily(
+        "sglang:http_requests",
+        "Total number of HTTP requests by endpoint and method",
+        labels=["endpoint", "method"],
+    )
+    for (endpoint, method), value in sorted(http_requests.items()):
+        c.add_metric([endpoint, method], value)
+    families.append(c)
+    c = CounterMetricFamily(
+        "sglang:http_responses",
+        "Total number of HTTP responses by endpoint and status code",
+        labels=["endpoint", "method", "status_code"],
+    )
+    for (endpoint, method, status), value in sorted(http_responses.items()):
+        c.add_metric([endpoint, method, status], value)
+    families.append(c)
+    g = GaugeMetricFamily(
+        "sglang:routing_keys_active", "Number of unique routing keys with active requests"
+    )
+    g.add_metric([], 0.0)
+    families.append(g)
+    g = GaugeMetricFamily(
+        "sglang:http_requests_active",
+        "Number of currently active HTTP requests",
+        labels=["endpoint", "method"],
+    )
+    for (endpoint, method), value in sorted(http_active.items()):
+        g.add_metric([endpoint, method], value)
+    families.append(g)
     tok_help = {
         "prompt_tokens": "Number of prefill tokens processed.",
         "generation_tokens": "Number of generation tokens processed.",
