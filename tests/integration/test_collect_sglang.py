@@ -34,8 +34,10 @@ READ_ONLY = {
     "/v1/loads",
     "/get_load",
     "/metrics",
+    "/ready",
+    "/ping",
 }
-DEFAULT_PATHS = ["/model_info", "/server_info", "/v1/loads", "/metrics"]
+DEFAULT_PATHS = ["/model_info", "/server_info", "/v1/loads", "/metrics", "/ready", "/ping"]
 
 Start = Callable[..., Standin]
 
@@ -169,7 +171,9 @@ def test_healthy_engine_default_probe_is_read_only(start: Start, writer: BundleW
     for rec in records:
         assert rec.outcome is Outcome.OK, rec
         assert rec.source == bundle.SGLANG and rec.sample == 0 and rec.node_ip == "127.0.0.1"
-        assert rec.meta["status"] == 200 and rec.meta["url"] == s.url and rec.meta["error"] is None
+        status = 404 if rec.meta["path"] == "/ready" else 200  # /ready exists from 0.5.20 on
+        assert rec.meta["status"] == status and rec.meta["url"] == s.url
+        assert rec.meta["error"] is None
         assert rec.meta["truncated"] is False and rec.elapsed_s >= 0
         assert rec.target.startswith(f"127.0.0.1_{s.port}_")
     got = by_path(records)
@@ -329,9 +333,12 @@ def test_garbage_bodies_fail_but_are_kept(
     records = probe_engine(writer, f.url, node_ip=None, sample=0, timeout=3.0)
     assert [r.meta["path"] for r in records] == DEFAULT_PATHS
     for rec in records:
-        assert rec.outcome is Outcome.FAILED and (rec.reason or "").startswith(
-            "answer not understood"
-        )
+        if rec.meta["path"] in ("/ready", "/ping"):  # the status is the answer, the body unread
+            assert rec.outcome is Outcome.OK
+        else:
+            assert rec.outcome is Outcome.FAILED and (rec.reason or "").startswith(
+                "answer not understood"
+            )
         assert artefact(writer, rec) == garbage[1]
 
 
@@ -363,6 +370,8 @@ def test_old_sglang_fallback_paths(fake: Callable[..., FakeHTTP], writer: Bundle
         "/v1/loads",
         "/get_load",
         "/metrics",
+        "/ready",
+        "/ping",
     ]
     got = by_path(records)
     for new, old in (

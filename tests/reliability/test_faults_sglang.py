@@ -36,7 +36,7 @@ from tests.reliability.harness import (
 pytestmark = pytest.mark.timeout(120)
 
 KEY = "sk-reliability-0123456789abcdef"
-ENGINE_PATHS = ("/model_info", "/server_info", "/v1/loads", "/metrics")
+ENGINE_PATHS = ("/model_info", "/server_info", "/v1/loads", "/metrics", "/ready", "/ping")
 # Not yet in the verdict: load.py makes no blind spot of a failed engine/router probe (only of an
 # answer it cannot parse), and the analysis reads such an engine as "unknown" without saying why.
 

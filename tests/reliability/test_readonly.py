@@ -37,7 +37,7 @@ pytestmark = pytest.mark.timeout(180)
 # The only calls a default run may make: GETs of these paths (newer name, then older name).
 ENGINE_READ_ONLY = frozenset(
     {"/model_info", "/get_model_info", "/server_info", "/get_server_info", "/v1/loads"}
-    | {"/get_load", "/metrics"}
+    | {"/get_load", "/metrics", "/ready", "/ping"}
 )
 ROUTER_READ_ONLY = frozenset({"/workers", "/list_workers"})
 REAL_DUMP = (

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
 DEMO_KEY = "SECRET-demo-sglang-key-5a7c9e1b3d"
 ENGINE_READ_ONLY = frozenset(
     {"/model_info", "/get_model_info", "/server_info", "/get_server_info", "/v1/loads"}
-    | {"/get_load", "/metrics"}
+    | {"/get_load", "/metrics", "/ready", "/ping"}
 )
 
 
