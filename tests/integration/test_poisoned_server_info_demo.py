@@ -1,0 +1,159 @@
+"""A healthy demo job whose engine had its `/server_info` poisoned by an earlier doctor probe during
+a scheduler stall (issue 18, item 1): `attach` still says "progressing" and `check` exits 0.
+
+On SGLang 0.5.15 + slime's patch, a `/server_info` that times out (2 s) leaves the queueing
+communicator's `_result_event` set (communicator.py:38-58): every later call answers
+`internal_states: []` after 2 s, though the scheduler recovered. The SGLang stand-in reproduces
+that; the stall is a real one (the engine's scheduler process is stopped for 3 s), and the probe
+that poisons the endpoint is the doctor's own engine probe (collect/sglang.probe_engine).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from slime_hangdoctor.bundle import BundleWriter
+from slime_hangdoctor.collect.sglang import probe_engine
+from slime_hangdoctor.demo import cluster
+from slime_hangdoctor.demo.launch import DemoRun, start_demo
+from slime_hangdoctor.parsers.sglang import parse_server_info
+from tests.integration.cli import run_cli
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+STALL_S = 3.0
+
+
+def _server_info(writer: BundleWriter, url: str, sample: int) -> tuple[float, bytes | None]:
+    """The doctor's own engine probe; returns /server_info's elapsed seconds and body."""
+    records = probe_engine(writer, url, node_ip=None, sample=sample, timeout=2.5)
+    (rec,) = [r for r in records if r.meta.get("path") == "/server_info"]
+    body = (writer.root / rec.artifact).read_bytes() if rec.artifact else None
+    return float(rec.meta.get("elapsed_s") or 0.0), body
+
+
+def _poison(run: DemoRun, tmp_path: Path) -> str:
+    """Stop engine 0's scheduler for STALL_S while the doctor probes it; returns the engine URL."""
+    url = run.engine_urls()[0]
+    scheduler = psutil.Process(run.processes()["engine 0 scheduler"])
+    writer = BundleWriter(tmp_path / "probe", command="test")
+    scheduler.suspend()
+    try:
+        elapsed, body = _server_info(writer, url, 0)
+    finally:
+        time.sleep(max(0.0, STALL_S - elapsed))
+        scheduler.resume()
+    assert body is not None and parse_server_info(body).empty_internal_states
+    time.sleep(2.0)  # the scheduler runs again: the job makes progress
+    elapsed, body = _server_info(writer, url, 1)
+    assert body is not None and parse_server_info(body).empty_internal_states, "not poisoned"
+    assert elapsed >= 1.9
+    return url
+
+
+def _engine_state(verdict: dict[str, Any], url: str) -> str:
+    states = {e["url"]: e["state"] for e in verdict["extra"].get("engines", [])}
+    return states[url]
+
+
+def test_attach_and_check_stay_ok_on_a_poisoned_server_info(
+    head: cluster.RayHead, tmp_path: Path
+) -> None:
+    # GIVEN a healthy demo job, one of whose engines has a poisoned /server_info
+    run = start_demo("none", workdir=tmp_path / "demo", head=head)
+    try:
+        run.wait_until_ready(timeout=150)
+        url = _poison(run, tmp_path)
+        # WHEN the doctor attaches, and a cron check runs
+        proc, _wall = run_cli(
+            "attach", head.dashboard_url, "--json", "--window", "3", "--timeout", "25", timeout=60
+        )
+        check, _wall = run_cli(
+            "check",
+            head.dashboard_url,
+            "--json",
+            "--window",
+            "2",
+            "--timeout",
+            "25",
+            "--state-file",
+            str(tmp_path / "state.json"),
+            "--stall-after",
+            "60s",
+            timeout=60,
+        )
+        steps = run.steps_done()
+    finally:
+        run.stop()
+    # THEN both say the job progresses, and the engine is not read as unresponsive
+    assert "Traceback" not in proc.stderr + check.stderr, proc.stderr + check.stderr
+    verdict = json.loads(proc.stdout)
+    assert (verdict["status"], proc.returncode) == ("progressing", 0), verdict["summary"]
+    assert _engine_state(verdict, url) not in ("unresponsive", "stuck", "dead"), verdict["extra"]
+    rules = {f["rule"] for f in verdict["findings"]}
+    assert not any(r.startswith("engine-unresponsive") for r in rules), verdict["findings"]
+    assert "engine-server-info-poisoned" in rules, verdict["findings"]
+    checked = json.loads(check.stdout)
+    assert (check.returncode, checked["status"]) == (0, "progressing"), checked["summary"]
+    assert steps >= 3
+
+
+def _poison_standin(url: str, scheduler_pid: int, tmp_path: Path) -> None:
+    scheduler = psutil.Process(scheduler_pid)
+    writer = BundleWriter(tmp_path / "probe", command="test")
+    scheduler.suspend()
+    try:
+        elapsed, body = _server_info(writer, url, 0)
+    finally:
+        time.sleep(max(0.0, STALL_S - elapsed))
+        scheduler.resume()
+    assert body is not None and parse_server_info(body).empty_internal_states
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_a_poisoned_engine_alone_is_never_read_unresponsive(tmp_path: Path, busy: bool) -> None:
+    """The same poisoning on a lone stand-in (no Ray): idle, the engine is "unknown" with the
+    poisoned-endpoint finding (it used to be "unresponsive", a culprit); generating, "busy"."""
+    import threading
+
+    import requests
+
+    from tests.integration.sglang_standin_harness import start_standin
+
+    s = start_standin(tmp_path)
+    stop = threading.Event()
+
+    def traffic() -> None:
+        body = {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 40}}
+        while not stop.is_set():
+            try:
+                requests.post(s.url + "/generate", json=body, timeout=30)
+            except requests.RequestException:
+                return  # the stand-in was stopped
+
+    try:
+        _poison_standin(s.url, s.scheduler_pid(), tmp_path)
+        worker = threading.Thread(target=traffic, daemon=True)
+        if busy:
+            worker.start()
+            time.sleep(1.0)
+        proc, _wall = run_cli(
+            "attach", "--local", "--sglang-url", s.url, "--json", "--window", "2", timeout=60
+        )
+    finally:
+        stop.set()
+        s.stop()
+    assert "Traceback" not in proc.stderr, proc.stderr
+    verdict = json.loads(proc.stdout)
+    state = _engine_state(verdict, s.url)
+    assert state == ("busy" if busy else "unknown"), verdict["extra"]
+    assert not any(c.get("engine_url") == s.url for c in verdict["culprits"]), verdict["culprits"]
+    assert "engine-server-info-poisoned" in {f["rule"] for f in verdict["findings"]}
+    if busy:
+        assert (verdict["status"], proc.returncode) == ("progressing", 0), verdict["summary"]
