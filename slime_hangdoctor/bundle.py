@@ -46,6 +46,9 @@ NVML = "nvml"  # JSON series of GPU samples of one node
 GPM = "gpm"  # JSON list of GPM readings of one node
 NCCL_RAS = "nccl_ras"  # JSON {"text": {...,"body"}, "json": {...,"body"}} of one node
 FLIGHT_RECORDER = "flight_recorder"  # the pickle a rank dumped; meta: rank, pid
+RAY_LOGS = (
+    "ray_logs"  # the tail of one log (Ray log API); meta: kind, actor_id / submission_id, suffix
+)
 
 SOURCES = (
     RAY_DASHBOARD,
@@ -58,6 +61,7 @@ SOURCES = (
     GPM,
     NCCL_RAS,
     FLIGHT_RECORDER,
+    RAY_LOGS,
 )
 
 _SAFE = re.compile(r"[^A-Za-z0-9._\-]+")

@@ -18,11 +18,13 @@ from slime_hangdoctor.parsers import (
     ray_state,
     sglang,
 )
+from slime_hangdoctor.parsers.logs import parse_log_tail
 from slime_hangdoctor.snapshot import (
     FrObs,
     GpmObs,
     GpuObs,
     HttpObs,
+    LogObs,
     Parsed,
     ProcessesObs,
     RasObs,
@@ -51,6 +53,7 @@ class _Acc:
         self.gpm: list[GpmObs] = []
         self.ras: list[RasObs] = []
         self.flight: list[FrObs] = []
+        self.logs: list[LogObs] = []
         self.summary_gpus: list[GpuObs] = []
         self.blind: list[str] = []
         self.ray_seen = False
@@ -101,6 +104,7 @@ def load_snapshot(bundle: Bundle) -> Snapshot:
         gpm=tuple(acc.gpm),
         ras=tuple(acc.ras),
         flight=tuple(acc.flight),
+        logs=tuple(acc.logs),
         blind_spots=tuple(dict.fromkeys(acc.blind)),
         ray_seen=acc.ray_seen,
     )
@@ -137,6 +141,29 @@ def _load_flight_recorder(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
         )
     dump = flight_recorder.parse_flight_recorder(data, rank, pid=_int(rec.meta.get("pid")))
     acc.flight.append(FrObs(rec.node_ip, dump))
+
+
+def _load_log(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
+    meta = rec.meta
+    tail = parse_log_tail(_text(data), _int(meta.get("utc_offset_s")) or 0)
+    acc.logs.append(
+        LogObs(
+            kind=str(meta.get("kind") or "actor"),
+            tail=tail,
+            node_ip=rec.node_ip,
+            actor_id=_str(meta.get("actor_id")),
+            class_name=_str(meta.get("class_name")),
+            pid=_int(meta.get("pid")),
+            submission_id=_str(meta.get("submission_id")),
+            suffix=_str(meta.get("suffix")),
+            fetched_at=rec.started_at,
+            truncated=bool(meta.get("truncated")),
+        )
+    )
+
+
+def _str(value: Any) -> str | None:
+    return str(value) if value is not None else None
 
 
 def _load_dashboard(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
@@ -254,6 +281,7 @@ SOURCE_LOADERS: dict[str, Callable[[_Acc, ProbeRecord, bytes], None]] = {
     b.GPM: _load_gpm,
     b.NCCL_RAS: _load_ras,
     b.FLIGHT_RECORDER: _load_flight_recorder,
+    b.RAY_LOGS: _load_log,
 }
 # HTTP answers of engines and routers are read whatever their outcome (a refused connection, a
 # timeout and a 503 are evidence too).

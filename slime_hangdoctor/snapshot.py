@@ -14,6 +14,7 @@ from slime_hangdoctor.facts import (
     GpmReading,
     GpuSeries,
     HttpAnswer,
+    LogTail,
     ModelInfo,
     ProcessInfo,
     ProcessStack,
@@ -86,6 +87,28 @@ class FrObs:
 
 
 @dataclass(frozen=True)
+class LogObs:
+    """The tail of one log: a job's driver log or one stream (err / out) of an actor."""
+
+    kind: str  # driver | actor
+    tail: LogTail
+    node_ip: str | None = None
+    actor_id: str | None = None
+    class_name: str | None = None
+    pid: int | None = None
+    submission_id: str | None = None
+    suffix: str | None = None  # err | out (actors)
+    fetched_at: float = 0.0
+    truncated: bool = False
+
+    @property
+    def label(self) -> str:
+        if self.kind == "driver":
+            return f"driver log ({self.submission_id})"
+        return f"{self.class_name} log (pid {self.pid}, {self.suffix})"
+
+
+@dataclass(frozen=True)
 class Snapshot:
     manifest: Manifest
     actors: tuple[RayActor, ...] = ()
@@ -99,6 +122,7 @@ class Snapshot:
     gpm: tuple[GpmObs, ...] = ()
     ras: tuple[RasObs, ...] = ()
     flight: tuple[FrObs, ...] = ()
+    logs: tuple[LogObs, ...] = ()
     blind_spots: tuple[str, ...] = ()  # probes that failed or were not allowed, parse failures
     ray_seen: bool = False  # the Ray state API answered
     notes: tuple[str, ...] = field(default_factory=tuple)

@@ -17,6 +17,7 @@ from slime_hangdoctor.analysis.engines import (
     EngineState,
     read_engines,
 )
+from slime_hangdoctor.analysis.logs import log_findings, log_stage
 from slime_hangdoctor.analysis.progress import Progress, assess
 from slime_hangdoctor.analysis.signatures import (
     SLIME_ACTOR_CLASSES,
@@ -494,7 +495,10 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
     merged = merge(suspects, world)
     evidence = hang_evidence(reads, suspects)
     status = _status(world, progress, evidence, merged)
-    stage = decide_stage(world, merged) if status is Status.HUNG else Stage.NONE
+    live_stage = decide_stage(world, merged) if status is Status.HUNG else Stage.NONE
+    stage = live_stage
+    if status is Status.HUNG and stage is Stage.UNKNOWN:
+        stage = log_stage(snapshot) or stage  # a second stage signal: only where none was found
     culprits = _select_culprits(merged) if status is Status.HUNG else ()
     ctx = rules.Context(world, engines, status, stage, culprits)
     causes = rules.known_causes(ctx)
@@ -506,6 +510,7 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
     findings += [c.finding for c in causes]
     findings += _engine_findings(engines, status)
     findings += _progress_findings(progress)
+    findings += log_findings(snapshot, status, live_stage)
     steps = rules.culprit_steps(ctx) if status is Status.HUNG else []
     steps += [s for c in causes for s in c.steps]
     steps += rules.general_steps(ctx)

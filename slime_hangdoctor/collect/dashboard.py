@@ -106,15 +106,18 @@ class DashboardClient:
         params: tuple[tuple[str, str], ...] | dict[str, str] = (),
         *,
         timeout: float | None = None,
+        max_body: int | None = None,
     ) -> HttpResult:
-        """GET `path`; never raises (transport failures come back in `error`)."""
+        """GET `path`; never raises (transport failures come back in `error`). `max_body`: a
+        smaller body cap for this GET than the client's."""
         from slime_hangdoctor.collect.http import BodyDeadline, get
 
         url = self.url(path, params)
         limit = max(0.05, self.timeout if timeout is None else timeout)
         t0 = time.monotonic()
         try:
-            got = get(url, self.headers, timeout=limit, deadline=t0 + limit, max_body=self.max_body)
+            cap = self.max_body if max_body is None else min(max_body, self.max_body)
+            got = get(url, self.headers, timeout=limit, deadline=t0 + limit, max_body=cap)
         except BodyDeadline:
             return HttpResult(
                 url,

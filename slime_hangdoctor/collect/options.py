@@ -34,6 +34,9 @@ class CollectOptions:
     # busy GPU from a spinning one. Off in the watchdog's stackless look, which only asks whether
     # work moved (utilisation, NVLink counters): ~12 of its ~16 ms of CPU per GPU on an H200.
     gpu_detail: bool = True
+    # Tails of the driver's and the slime actors' logs through Ray's log API, fetched while the
+    # second sample is taken (off in the watchdog's stackless look: it only asks whether work moved).
+    logs: bool = True
     pyspy: str | None = None  # py-spy binary; None = find it
     extra: dict[str, str] = field(default_factory=dict)
 

@@ -141,6 +141,7 @@ def collect(
             t0 = time.monotonic()
             topo = _sample(run, 0)
             _sleep_until(t0 + opts.window_s, deadline, say)
+            _start_logs(run)
             topo = _sample(run, 1)
             if opts.flight_recorder:
                 say("asking the ranks' flight recorders to dump")
@@ -166,6 +167,7 @@ def _options_record(opts: CollectOptions) -> dict[str, Any]:
         "native": opts.native,
         "stacks": opts.stacks,
         "gpu_detail": opts.gpu_detail,
+        "logs": opts.logs,
         "health": opts.health,
         "health_generate": opts.health_generate,
         "flight_recorder": opts.flight_recorder,
@@ -462,6 +464,30 @@ def _traceback_fallback(run: _Run, failed: list[RemoteNode], index: int) -> None
                     sample=index,
                     timeout=run.deadline.clamp(run.opts.probe_timeout_s),
                 )
+
+
+def _start_logs(run: _Run) -> None:
+    """Tail the driver's and the slime actors' logs (Ray log API) while the second sample runs; the
+    thread is joined with the others before the bundle is finished."""
+    if run.client is None or not run.opts.logs or run.deadline.expired:
+        return
+    from slime_hangdoctor.collect.logs import fetch_logs
+
+    state = partial_snapshot(run.writer)
+    if not state.jobs and not state.actors:
+        return
+    run.say("reading the job's logs")
+    thread = threading.Thread(
+        target=fetch_logs,
+        args=(run.writer, run.client, state.jobs, state.actors),
+        kwargs={"timeout": run.deadline.clamp(run.opts.probe_timeout_s)},
+        name="ray-logs",
+        daemon=True,
+    )
+    thread.start()
+    if run.threads is None:
+        run.threads = []
+    run.threads.append(thread)
 
 
 def _start_gpu_sampling(run: _Run) -> threading.Thread:

@@ -168,7 +168,9 @@ def _look(address: str | None, opts: CollectOptions, previous: WatchState, now: 
     if opts.stacks and (previous.window_moved or carry is not None):
         gate = attach(
             address,
-            dataclasses.replace(full, stacks=False, gpu_detail=False, timeout_s=opts.timeout_s / 2),
+            dataclasses.replace(
+                full, stacks=False, gpu_detail=False, logs=False, timeout_s=opts.timeout_s / 2
+            ),
             command="check",
         )
         markers = _markers(gate)

@@ -54,10 +54,9 @@ SAVE_GATHER = (
 )
 # torch DCP's file writer (torch/distributed/checkpoint/filesystem.py) under the same save.
 SAVE_WRITE = (
-    F("BufferedWriter.write", "io.py", 1),
-    F("_write_item", "torch/distributed/checkpoint/filesystem.py", 317),
-    F("_write_files_from_queue", "torch/distributed/checkpoint/filesystem.py", 393),
-    F("write_data", "torch/distributed/checkpoint/filesystem.py", 660),
+    F("_write_item", "torch/distributed/checkpoint/filesystem.py", 320),
+    F("_write_files_from_queue", "torch/distributed/checkpoint/filesystem.py", 375),
+    F("_FileSystemWriter.write_data", "torch/distributed/checkpoint/filesystem.py", 680),
     F("save", "core/dist_checkpointing/serialization.py", 425),
     F("save_checkpoint", "training/checkpointing.py", 573),
     F("save", "slime/backends/megatron_utils/model.py", 705),

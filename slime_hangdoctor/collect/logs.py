@@ -1,0 +1,209 @@
+"""Tails of the job's logs through Ray's log API (`GET /api/v0/logs/file`), within a byte budget.
+
+What is read: the driver's log of each RUNNING job submitted through the Job API (`submission_id`:
+Ray's `job-driver-<id>.log`, the driver's stdout and stderr, with the actors' lines Ray forwards to
+it) and the `err` and `out` files of each ALIVE slime actor (`actor_id`: Ray resolves the worker's
+`worker-*.err` / `.out` on its node; slime's `logging` lines, SGLang's logs and tqdm go to `err`,
+`print` to `out`). Each GET asks for the last `lines` lines and is capped at a per-file share of the
+byte budget; a tail that does not fit is asked again with fewer lines, so the newest lines are kept.
+Read-only: the log API only reads files under the nodes' Ray log folders. Never raises.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from slime_hangdoctor import bundle as b
+from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
+from slime_hangdoctor.collect.dashboard import DashboardClient, HttpResult, classify
+from slime_hangdoctor.facts import Outcome, RayActor, RayJob
+from slime_hangdoctor.topology import CLASS_ROLES
+
+LOG_ENDPOINT = "/api/v0/logs/file"
+BUDGET_BYTES = 4 * 1024 * 1024  # all tails of one run together
+MAX_FILE_BYTES = 256 * 1024  # one tail
+LINES = 400  # lines asked per tail
+MAX_ACTORS = 24  # actors whose logs are read (two files each); the rest is a named blind spot
+# Who is read first when the job has more actors than MAX_ACTORS: the one RolloutManager, then the
+# train ranks (global rank 0 alone prints slime's Timer lines), then the engines.
+_ORDER = {"RolloutManager": 0, "MegatronTrainRayActor": 1, "FSDPTrainRayActor": 1}
+
+
+@dataclass(frozen=True)
+class LogTarget:
+    """One log file to tail: a job's driver log or one stream of an actor."""
+
+    kind: str  # driver | actor
+    target: str  # artefact name
+    params: tuple[tuple[str, str], ...]
+    node_ip: str | None = None
+    meta: tuple[tuple[str, Any], ...] = ()
+
+
+def log_targets(
+    jobs: Sequence[RayJob], actors: Sequence[RayActor], max_actors: int = MAX_ACTORS
+) -> tuple[list[LogTarget], int]:
+    """The files to tail and how many slime actors were left out for the budget."""
+    out: list[LogTarget] = []
+    running = [j for j in jobs if j.status == "RUNNING"]
+    for j in running:
+        if j.submission_id:
+            out.append(
+                LogTarget(
+                    "driver",
+                    f"driver-{j.submission_id}",
+                    (("submission_id", j.submission_id),),
+                    j.driver_node_ip,
+                    (
+                        ("submission_id", j.submission_id),
+                        ("job_id", j.job_id),
+                        ("pid", j.driver_pid),
+                    ),
+                )
+            )
+    job_ids = {j.job_id for j in running if j.job_id}
+    slime = [
+        a
+        for a in actors
+        if a.class_name in CLASS_ROLES
+        and a.state == "ALIVE"
+        and (not job_ids or a.job_id in job_ids or a.job_id is None)
+    ]
+    slime.sort(key=lambda a: (_ORDER.get(a.class_name, 2), a.class_name, a.pid or 0, a.actor_id))
+    for a in slime[:max_actors]:
+        for suffix in ("err", "out"):
+            out.append(
+                LogTarget(
+                    "actor",
+                    f"{a.class_name}-{a.actor_id[:12]}-{suffix}",
+                    (("actor_id", a.actor_id), ("suffix", suffix)),
+                    a.node_ip,
+                    (
+                        ("actor_id", a.actor_id),
+                        ("class_name", a.class_name),
+                        ("pid", a.pid),
+                        ("suffix", suffix),
+                    ),
+                )
+            )
+    return out, max(0, len(slime) - max_actors)
+
+
+def fetch_logs(
+    writer: BundleWriter,
+    client: DashboardClient,
+    jobs: Sequence[RayJob],
+    actors: Sequence[RayActor],
+    *,
+    timeout: float,
+    budget_bytes: int = BUDGET_BYTES,
+    lines: int = LINES,
+    max_actors: int = MAX_ACTORS,
+) -> list[ProbeRecord]:
+    """Tail every target at once (8 in flight), each GET under `timeout`; never raises."""
+    targets, left_out = log_targets(jobs, actors, max_actors)
+    records: list[ProbeRecord] = []
+    if left_out:
+        records.append(
+            writer.add(
+                ProbeRecord(
+                    b.RAY_LOGS,
+                    "actors-left-out",
+                    Outcome.UNAVAILABLE,
+                    f"{left_out} slime actor(s) beyond the first {max_actors} were not read "
+                    "(log byte budget)",
+                    started_at=time.time(),
+                )
+            )
+        )
+    if not targets:
+        return records
+    per_file = max(4096, min(MAX_FILE_BYTES, budget_bytes // len(targets)))
+    limit = max(0.05, timeout)
+    pool = cf.ThreadPoolExecutor(max_workers=min(8, len(targets)), thread_name_prefix="ray-logs")
+    try:
+        futures = [
+            pool.submit(_tail_one, writer, client, t, limit, per_file, lines) for t in targets
+        ]
+        cf.wait(futures, timeout=2 * limit + 1.0)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    for t, fut in zip(targets, futures, strict=True):
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
+            records.append(fut.result())
+        else:
+            records.append(
+                writer.add(
+                    ProbeRecord(
+                        b.RAY_LOGS,
+                        t.target,
+                        Outcome.TIMED_OUT if not fut.done() else Outcome.FAILED,
+                        "no answer before the log fetch's deadline"
+                        if not fut.done()
+                        else f"log fetch failed: {fut.exception()!r}"[:300],
+                        node_ip=t.node_ip,
+                        started_at=time.time(),
+                        meta={"kind": t.kind, **dict(t.meta)},
+                    )
+                )
+            )
+    return records
+
+
+def _tail_one(
+    writer: BundleWriter,
+    client: DashboardClient,
+    t: LogTarget,
+    timeout: float,
+    max_bytes: int,
+    lines: int,
+) -> ProbeRecord:
+    started = time.time()
+    t0 = time.monotonic()
+    asked = lines
+    res = _get(client, t, asked, timeout, max_bytes)
+    # A tail larger than its share: ask again for fewer lines (the newest are what matter), once.
+    if res.status == 200 and res.truncated and asked > 8:
+        asked = max(8, asked // 8)
+        res = _get(client, t, asked, max(0.05, timeout - (time.monotonic() - t0)), max_bytes)
+    outcome, reason = classify(res)
+    if res.status == 200 and res.truncated:
+        outcome, reason = Outcome.OK, None  # the head of the tail is kept; meta says it was cut
+    meta: dict[str, Any] = {
+        "kind": t.kind,
+        **dict(t.meta),
+        "endpoint": LOG_ENDPOINT,
+        "lines": asked,
+        "max_bytes": max_bytes,
+        "status": res.status,
+        "truncated": res.truncated,
+        "elapsed_s": round(res.elapsed_s, 4),
+        # Log lines carry the process's local time without a zone: the loader reads them with
+        # this offset (the collector's; slime nodes are expected to share it).
+        "utc_offset_s": time.localtime(started).tm_gmtoff,
+    }
+    if res.error:
+        meta["error"] = res.error
+    record = ProbeRecord(
+        b.RAY_LOGS,
+        t.target,
+        outcome,
+        reason,
+        node_ip=t.node_ip,
+        started_at=started,
+        elapsed_s=time.monotonic() - t0,
+        meta=meta,
+    )
+    data = res.body if res.status == 200 else None
+    return writer.add(record, data, suffix=".log")
+
+
+def _get(
+    client: DashboardClient, t: LogTarget, lines: int, timeout: float, max_bytes: int
+) -> HttpResult:
+    params = (*t.params, ("lines", str(lines)), ("timeout", str(max(1, int(timeout)))))
+    return client.get(LOG_ENDPOINT, params, timeout=timeout, max_body=max_bytes)

@@ -1,0 +1,159 @@
+"""Parse the tail of a log (Ray's log API answer): last line time, notable lines, open slime Timers.
+
+Line shapes (shared/reference/slime.md §7, sglang.md §2):
+- slime's `configure_logger`: `[YYYY-mm-dd HH:MM:SS<prefix>] file.py:N - message`; SGLang's own
+  logger: `[YYYY-mm-dd HH:MM:SS<tp/dp tags>] message`; Ray's internal logs `[... ,ms I pid tid]`;
+  Python's default `YYYY-mm-dd HH:MM:SS,ms ...`.
+- Ray prefixes the actor lines it forwards into the driver's log with `(Class pid=N, ip=...)`.
+- slime's Timer (slime/utils/timer.py, slime/observability/timer.py) logs on global rank 0:
+  `Timer <name> start` and `Timer <name> end (elapsed: X.Ys)`.
+- SGLang's scheduler: `Cache not flushed because there are pending requests. #queue-req: N,
+  #running-req: M`.
+tqdm redraws with carriage returns, so `\\r` ends a line too. Times carry no zone: they are read
+with the collector's UTC offset. Pure: no I/O; never raises but ParseError.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import time
+
+from slime_hangdoctor.errors import ParseError
+from slime_hangdoctor.facts import LogKind, LogLine, LogTail, LogTimer
+
+MAX_TEXT = 300  # characters kept of one notable line
+KEEP_PER_KIND = 4  # newest notable lines kept per kind
+MAX_LINES = 200_000  # a tail with more lines is refused (the collector asks for a few hundred)
+
+_RAY_PREFIX = re.compile(r"^\((?P<who>[^()]{1,200})\)\s?")
+_TIME = re.compile(r"(?P<d>\d{4}-\d{2}-\d{2})[ T](?P<t>\d{2}:\d{2}:\d{2})")
+_TIMER = re.compile(r"\bTimer (?P<name>[A-Za-z0-9_.\-]+) (?P<what>start|end)\b")
+_FLUSH = re.compile(
+    r"Cache not flushed because there are pending requests\.?"
+    r"(?:.*?#queue-req:\s*(?P<q>\d+))?(?:.*?#running-req:\s*(?P<r>\d+))?"
+)
+_KINDS: tuple[tuple[LogKind, re.Pattern[str]], ...] = (
+    (LogKind.CACHE_NOT_FLUSHED, re.compile(r"Cache not flushed because there are pending")),
+    (LogKind.RETRY, re.compile(r"retrying\.\.\. \(attempt \d+/\d+")),
+    (
+        LogKind.OOM,
+        re.compile(
+            r"out of memory|OutOfMemoryError|\bOOM\b|oom-kill|Killed process|MemoryError",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        LogKind.TIMEOUT,
+        re.compile(r"TimeoutError|timed out|\bTimeout\b|Watchdog caught collective operation"),
+    ),
+    (
+        LogKind.ERROR,
+        re.compile(r"\b(ERROR|FATAL|CRITICAL)\b|^\s*\w*(Error|Exception)\b|\bError:"),
+    ),
+)
+
+
+def parse_log_tail(text: str, utc_offset_s: int = 0) -> LogTail:
+    """What the tail `text` shows. `utc_offset_s`: the offset of the logs' local time."""
+    if not isinstance(text, str):
+        raise ParseError("a log tail is text")
+    raw = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if len(raw) > MAX_LINES:
+        raise ParseError(f"log tail has {len(raw)} lines (more than {MAX_LINES})")
+    notable: list[LogLine] = []
+    timers: dict[tuple[str, str], LogTimer] = {}
+    pending: tuple[int, int] | None = None
+    last_time: float | None = None
+    last_line = ""
+    count = 0
+    in_traceback = False
+    for line in raw:
+        stripped = line.strip()
+        if not stripped:
+            continue
+        count += 1
+        who, body = _split_prefix(stripped)
+        when = _time_of(body, utc_offset_s)
+        if when is not None:
+            last_time = when
+        last_line = _cut(stripped)
+        if body.startswith("Traceback (most recent call last)"):
+            in_traceback = True
+            continue
+        if in_traceback:
+            # Frames are indented; the exception line is the first one that is not.
+            if (
+                line[:1].isspace()
+                or body.startswith(("File ", "^", "~"))
+                or who
+                and body[:1] == " "
+            ):
+                continue
+            in_traceback = False
+            notable.append(LogLine(LogKind.TRACEBACK, _cut(stripped), when))
+            continue
+        timer = _TIMER.search(body)
+        if timer is not None:
+            key = (who, timer["name"])
+            if timer["what"] == "start":
+                timers[key] = LogTimer(timer["name"], when, _cut(stripped))
+            else:
+                timers.pop(key, None)
+            continue
+        kind = _kind(body)
+        if kind is None:
+            continue
+        notable.append(LogLine(kind, _cut(stripped), when))
+        if kind is LogKind.CACHE_NOT_FLUSHED:
+            m = _FLUSH.search(body)
+            if m is not None and m["q"] is not None and m["r"] is not None:
+                pending = (int(m["q"]), int(m["r"]))
+    return LogTail(
+        lines=count,
+        last_time=last_time,
+        last_line=last_line,
+        notable=_newest_per_kind(notable),
+        open_timers=tuple(sorted(timers.values(), key=lambda t: t.started or 0.0)),
+        pending_flush=pending,
+    )
+
+
+def _split_prefix(line: str) -> tuple[str, str]:
+    """(`Class pid=N, ip=...` or "", the rest) of a line Ray forwarded into a driver log."""
+    m = _RAY_PREFIX.match(line)
+    if m is None or "pid=" not in m["who"]:
+        return "", line
+    return m["who"], line[m.end() :]
+
+
+def _time_of(body: str, utc_offset_s: int) -> float | None:
+    m = _TIME.search(body[:48])
+    if m is None:
+        return None
+    try:
+        parsed = time.strptime(f"{m['d']} {m['t']}", "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+    return float(calendar.timegm(parsed) - utc_offset_s)
+
+
+def _kind(body: str) -> LogKind | None:
+    for kind, pattern in _KINDS:
+        if pattern.search(body):
+            return kind
+    return None
+
+
+def _newest_per_kind(lines: list[LogLine]) -> tuple[LogLine, ...]:
+    keep: list[LogLine] = []
+    seen: dict[LogKind, int] = {}
+    for line in reversed(lines):
+        if seen.get(line.kind, 0) < KEEP_PER_KIND:
+            seen[line.kind] = seen.get(line.kind, 0) + 1
+            keep.append(line)
+    return tuple(reversed(keep))
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 3] + "..."

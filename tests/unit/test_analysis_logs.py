@@ -1,0 +1,155 @@
+"""Logs support and explain a verdict, never overrule live evidence: an open slime Timer names the
+stage only when no live source did (slime#1487), and disagrees politely otherwise; errors, SGLang's
+refused flush (miles#1585) and retries become findings of at most warning."""
+
+from __future__ import annotations
+
+from slime_hangdoctor.analysis.diagnosis import diagnose
+from slime_hangdoctor.facts import LogKind, LogLine, LogTail, LogTimer, SglangMetrics
+from slime_hangdoctor.snapshot import LogObs, Snapshot
+from slime_hangdoctor.topology import Topology
+from slime_hangdoctor.verdict import Role, Severity, Stage, Status, Verdict
+from tests.unit.analysis_builders import (
+    RAY_GET,
+    F,
+    actor_main,
+    http,
+    member,
+    proc,
+    procs_obs,
+    running_job,
+    snapshot,
+    stack_obs,
+    thread,
+    topology,
+)
+
+URL0 = "http://10.0.0.1:15000"
+NOW = 2000.0  # the manifest's created_at in analysis_builders
+
+# slime#1487: rank 0's log ends at "Timer actor_train start".
+TRAINER_TAIL = LogTail(
+    lines=40,
+    last_time=NOW - 1500,
+    last_line="[2026-01-25 10:01:05] timer.py:24 - Timer actor_train start",
+    open_timers=(
+        LogTimer("train", NOW - 1510, "[2026-01-25 10:00:55] timer.py:24 - Timer train start"),
+        LogTimer(
+            "actor_train", NOW - 1500, "[2026-01-25 10:01:05] timer.py:24 - Timer actor_train start"
+        ),
+    ),
+)
+ENGINE_TAIL = LogTail(
+    lines=12,
+    last_time=NOW - 30,
+    last_line="[2026-01-25 10:25:50 TP0] Cache not flushed because there are pending requests. "
+    "#queue-req: 0, #running-req: 1",
+    notable=(
+        LogLine(
+            LogKind.CACHE_NOT_FLUSHED,
+            "[2026-01-25 10:25:50 TP0] Cache not flushed because there are pending requests. "
+            "#queue-req: 0, #running-req: 1",
+            NOW - 30,
+        ),
+        LogLine(LogKind.TRACEBACK, "TimeoutError: Timeout while flushing cache.", NOW - 20),
+    ),
+    pending_flush=(0, 1),
+)
+
+
+def _log(tail: LogTail, cls: str, pid: int) -> LogObs:
+    return LogObs("actor", tail, actor_id=f"a{pid}", class_name=cls, pid=pid, suffix="err")
+
+
+def _frozen_engine_job(logs: tuple[LogObs, ...] = (), stacks: tuple = ()) -> Snapshot:  # type: ignore[type-arg]
+    """Ray state, processes and an engine whose token counters stay frozen; no py-spy (denied)."""
+    return snapshot(
+        http=tuple(
+            http(
+                URL0,
+                "/metrics",
+                200,
+                SglangMetrics(decode_tokens_total=5000, running_reqs=0, queue_reqs=0),
+                sample=s,
+            )
+            for s in (0, 1)
+        ),
+        processes=tuple(
+            procs_obs(
+                s,
+                proc(100, "python3 train.py", 5.0),
+                proc(300, "ray::MegatronTrainRayActor", 20.0),
+                proc(400, "ray::SGLangEngine", 3.0),
+            )
+            for s in (0, 1)
+        ),
+        stacks=stacks,
+        jobs=(running_job(),),
+        logs=logs,
+    )
+
+
+def _topo() -> Topology:
+    return topology(
+        member(Role.DRIVER, 100, "driver"),
+        member(Role.TRAIN_RANK, 300, cls="MegatronTrainRayActor", rank=0, actor_id="a300"),
+        member(Role.SGLANG_ENGINE, 400, cls="SGLangEngine", url=URL0, actor_id="a400"),
+    )
+
+
+def _v(snap: Snapshot) -> Verdict:
+    return diagnose(snap, _topo()).verdict
+
+
+def _finding(v: Verdict, rule: str) -> str:
+    found = [f for f in v.findings if f.rule == rule]
+    assert len(found) == 1, [f.rule for f in v.findings]
+    return found[0].message
+
+
+def test_an_open_timer_names_the_stage_only_when_no_live_source_did() -> None:
+    without = _v(_frozen_engine_job())
+    assert (without.status, without.stage) == (Status.HUNG, Stage.UNKNOWN)
+    v = _v(_frozen_engine_job((_log(TRAINER_TAIL, "MegatronTrainRayActor", 300),)))
+    assert (v.status, v.stage) == (Status.HUNG, Stage.TRAIN)
+    msg = _finding(v, "log-open-timer")
+    assert "`Timer actor_train start`" in msg and "(25 min before the look)" in msg
+    assert "used: no live source named one" in msg
+
+
+def test_an_open_timer_never_overrules_the_stage_the_stacks_show() -> None:
+    sync = (
+        F("broadcast", "torch/distributed/distributed_c10d.py", 3151),
+        F("update_weights_from_distributed", "slime/backends/megatron_utils/update_weight/x.py"),
+        F("MegatronTrainRayActor.update_weights", "slime/backends/megatron_utils/actor.py"),
+    )
+    stacks = tuple(
+        s
+        for sample in (0, 1)
+        for s in (
+            stack_obs(100, thread((*RAY_GET, F("train", "train.py", 90))), sample=sample),
+            stack_obs(300, actor_main(*sync), sample=sample),
+        )
+    )
+    v = _v(_frozen_engine_job((_log(TRAINER_TAIL, "MegatronTrainRayActor", 300),), stacks))
+    assert v.stage is Stage.NCCL_BROADCAST
+    assert "(live evidence decides)" in _finding(v, "log-open-timer")
+
+
+def test_errors_and_a_refused_flush_are_warnings_that_explain() -> None:
+    v = _v(_frozen_engine_job((_log(ENGINE_TAIL, "SGLangEngine", 400),)))
+    flush = _finding(v, "log-cache-not-flushed")
+    assert "(#queue-req 0, #running-req 1)" in flush and "miles#1585" in flush
+    errors = _finding(v, "log-errors")
+    assert errors.startswith("SGLangEngine log (pid 400, err): traceback lines")
+    assert "TimeoutError: Timeout while flushing cache." in errors
+    assert {f.severity for f in v.findings if f.rule.startswith("log-")} <= {
+        Severity.WARNING,
+        Severity.INFO,
+    }
+    assert "Last log lines" in _finding(v, "log-last-lines")
+
+
+def test_no_logs_no_log_findings_and_the_verdict_is_unchanged() -> None:
+    v = _v(_frozen_engine_job())
+    assert not [f for f in v.findings if f.rule.startswith("log-")]
