@@ -26,6 +26,7 @@ MAX_TEXT = 300  # characters kept of one notable line
 KEEP_PER_KIND = 4  # newest notable lines kept per kind
 MAX_LINES = 200_000  # a tail with more lines is refused (the collector asks for a few hundred)
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _RAY_PREFIX = re.compile(r"^\((?P<who>[^()]{1,200})\)\s?")
 _TIME = re.compile(r"(?P<d>\d{4}-\d{2}-\d{2})[ T](?P<t>\d{2}:\d{2}:\d{2})")
 _TIMER = re.compile(r"\bTimer (?P<name>[A-Za-z0-9_.\-]+) (?P<what>start|end)\b")
@@ -49,7 +50,11 @@ _KINDS: tuple[tuple[LogKind, re.Pattern[str]], ...] = (
     ),
     (
         LogKind.ERROR,
-        re.compile(r"\b(ERROR|FATAL|CRITICAL)\b|^\s*\w*(Error|Exception)\b|\bError:"),
+        re.compile(
+            r"\b(ERROR|FATAL|CRITICAL)\b|^\s*\w*(Error|Exception)\b|\bError:"
+            # glog severity E / F, as torch's c10d prints it: `[rank1]:[E1129 22:06:18.46 ...]`
+            r"|(?:^|\]:)\[[EF]\d{4} \d{2}:\d{2}:\d{2}"
+        ),
     ),
 )
 
@@ -69,7 +74,7 @@ def parse_log_tail(text: str, utc_offset_s: int = 0) -> LogTail:
     count = 0
     in_traceback = False
     for line in raw:
-        stripped = line.strip()
+        stripped = _ANSI.sub("", line).strip()
         if not stripped:
             continue
         count += 1
