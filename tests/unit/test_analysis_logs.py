@@ -153,3 +153,20 @@ def test_errors_and_a_refused_flush_are_warnings_that_explain() -> None:
 def test_no_logs_no_log_findings_and_the_verdict_is_unchanged() -> None:
     v = _v(_frozen_engine_job())
     assert not [f for f in v.findings if f.rule.startswith("log-")]
+
+
+def test_http_retries_of_the_rollout_manager_are_named_with_their_url() -> None:
+    # slime.md §7: `_post` logs `Error: ..., retrying... (attempt k/60, url=...)` before it retries.
+    line = (
+        "[2026-01-25 10:25:50] http_utils.py:118 - Error: Server disconnected, retrying... "
+        "(attempt 7/60, url=http://10.0.0.2:3333/generate)"
+    )
+    tail = LogTail(
+        lines=20,
+        last_time=NOW - 10,
+        last_line=line,
+        notable=(LogLine(LogKind.RETRY, line, NOW - 10),),
+    )
+    v = _v(_frozen_engine_job((_log(tail, "RolloutManager", 200),)))
+    msg = _finding(v, "log-http-retries")
+    assert "attempt 7/60, url=http://10.0.0.2:3333/generate" in msg

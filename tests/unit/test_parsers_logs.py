@@ -105,3 +105,13 @@ def test_a_traceback_keeps_its_exception_line() -> None:
 def test_not_text_is_a_parse_error() -> None:
     with pytest.raises(ParseError):
         parse_log_tail(b"bytes")  # type: ignore[arg-type]
+
+
+def test_slimes_http_retry_line_is_a_retry_not_an_error() -> None:
+    # slime.md §7: slime/utils/http_utils.py:_post before each of its 60 tries.
+    line = (
+        "[2026-01-25 10:25:50] http_utils.py:118 - Error: Server disconnected, retrying... "
+        "(attempt 7/60, url=http://10.0.0.2:3333/generate)"
+    )
+    tail = parse_log_tail(SLIME_1487 + line + "\n")
+    assert [n.kind for n in tail.notable] == [LogKind.RETRY]
