@@ -8,6 +8,11 @@ dump a pickle to `<dump prefix><rank>` (`TORCH_FR_DUMP_TEMP_FILE`, formerly
 
 Nothing here blocks: the pipe is opened O_WRONLY|O_NONBLOCK (ENXIO = nobody reads it), the dump is
 polled with a deadline, and only a regular file is read.
+
+The job's environment chooses both paths, and the doctor may run as root: the pipe and the dump
+are opened with O_NOFOLLOW (never through a symlink), must be owned by the uid the rank runs as
+(a FIFO or file someone else planted there is refused), and a dump that is not a pickle (a
+pickle starts with the PROTO opcode 0x80) is not kept.
 """
 
 from __future__ import annotations
@@ -70,7 +75,30 @@ def _file_state(path: str) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def _poke(pipe_path: str) -> tuple[Outcome, str] | None:
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_PICKLE_PROTO = b"\x80"
+
+
+def process_uid(pid: int) -> int | None:
+    """The uid a process runs as (the owner of /proc/<pid>), None if it is gone."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def _not_owned(path: str, st: os.stat_result, uid: int | None) -> str | None:
+    if uid is None:
+        return f"{path}: the rank is gone, its uid unknown: not used"
+    if st.st_uid != uid:
+        return (
+            f"{path} belongs to uid {st.st_uid}, not to the rank's uid {uid}: refused "
+            "(only what the rank itself made is used)"
+        )
+    return None
+
+
+def _poke(pipe_path: str, uid: int | None) -> tuple[Outcome, str] | None:
     """Write one byte to the rank's FIFO; None when done, else why not."""
     try:
         st = os.stat(pipe_path)
@@ -86,8 +114,10 @@ def _poke(pipe_path: str) -> tuple[Outcome, str] | None:
     if not stat.S_ISFIFO(st.st_mode):
         return Outcome.FAILED, f"{pipe_path} is not a FIFO: nothing was written to it"
     try:
-        fd = os.open(pipe_path, os.O_WRONLY | os.O_NONBLOCK)
+        fd = os.open(pipe_path, os.O_WRONLY | os.O_NONBLOCK | _NOFOLLOW)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return Outcome.FAILED, f"{pipe_path} is a symbolic link: refused, nothing written"
         if exc.errno == errno.ENXIO:
             return Outcome.UNAVAILABLE, (
                 f"nobody reads {pipe_path} (the rank's watchdog is gone or not polling it)"
@@ -96,8 +126,12 @@ def _poke(pipe_path: str) -> tuple[Outcome, str] | None:
             return Outcome.DENIED, f"cannot open {pipe_path} for writing: {exc}"
         return Outcome.FAILED, f"cannot open {pipe_path}: {exc}"
     try:
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode):  # replaced between stat and open
+        fst = os.fstat(fd)
+        if not stat.S_ISFIFO(fst.st_mode):  # replaced between stat and open
             return Outcome.FAILED, f"{pipe_path} is not a FIFO: nothing was written to it"
+        foreign = _not_owned(pipe_path, fst, uid)
+        if foreign is not None:
+            return Outcome.DENIED, f"{foreign}; nothing written"
         try:
             os.write(fd, b"1")
         except BlockingIOError:
@@ -129,16 +163,22 @@ def _wait_for_dump(
         time.sleep(min(_POLL_S, left))
 
 
-def _read_dump(path: str) -> bytes | str:
-    """The dump's bytes, or why they could not be read. Never opens anything but a regular file."""
+def _read_dump(path: str, uid: int | None) -> bytes | str:
+    """The dump's bytes, or why they could not be read: only a regular file (never through a
+    symlink) of the rank's own uid, holding a pickle."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{path} is a symbolic link: refused, not read"
         return f"cannot open {path}: {exc}"
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return f"{path} is not a regular file"
+        foreign = _not_owned(path, st, uid)
+        if foreign is not None:
+            return foreign
         if st.st_size > MAX_DUMP_BYTES:
             return f"{path} is {st.st_size} bytes, over the {MAX_DUMP_BYTES} byte limit"
         chunks: list[bytes] = []
@@ -146,7 +186,10 @@ def _read_dump(path: str) -> bytes | str:
             chunks.append(chunk)
             if sum(len(c) for c in chunks) > MAX_DUMP_BYTES:
                 return f"{path} grew over the {MAX_DUMP_BYTES} byte limit"
-        return b"".join(chunks)
+        data = b"".join(chunks)
+        if not data.startswith(_PICKLE_PROTO):
+            return f"{path} is not a pickle (no flight-recorder dump): not kept"
+        return data
     except OSError as exc:
         return f"cannot read {path}: {exc}"
     finally:
@@ -182,15 +225,16 @@ def dump_flight_recorder(
             meta=meta,
         )
 
+    uid = process_uid(target.pid)
     before = _file_state(target.dump_path)
-    refused = _poke(target.pipe_path)
+    refused = _poke(target.pipe_path, uid)
     if refused is not None:
         return writer.add(record(*refused))
     state = _wait_for_dump(target.dump_path, before, t0 + max(timeout, 0.0))
     if state is None:
         grew = _file_state(target.dump_path)
         if grew is not None and grew != before and grew[1] > 0:
-            data = _read_dump(target.dump_path)
+            data = _read_dump(target.dump_path, uid)
             why = f"rank {target.rank}'s dump was still being written after {timeout:g}s"
             if isinstance(data, str):
                 return writer.add(record(Outcome.TIMED_OUT, f"{why}; {data}"))
@@ -202,7 +246,7 @@ def dump_flight_recorder(
                 f"within {timeout:g}s (its watchdog may be wedged, or the dump waits for the GIL)",
             )
         )
-    data = _read_dump(target.dump_path)
+    data = _read_dump(target.dump_path, uid)
     if isinstance(data, str):
         return writer.add(record(Outcome.FAILED, data))
     return writer.add(record(Outcome.OK, None), data, suffix=".pkl")

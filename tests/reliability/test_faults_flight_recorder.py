@@ -7,6 +7,7 @@ Cases FR1-FR5 of docs/reliability.md."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,67 @@ def test_no_rank_has_the_recorder_on(tmp_path: Path) -> None:
         require_alone(rank.pid)
         run = attach_fr(tmp_path / "b")
     find_blind(run, "flight_recorder all: unavailable: no process on this node has")
+
+
+# --------------------------------------------------------------------------- issue 15 point 9
+# The job's environment chooses the pipe and dump paths; the doctor may run as root.
+
+SECRET_FILE_TEXT = b"root:$6$SECRET-shadow-hash$:19000:0:99999:7:::\n"
+
+
+def _fr_args(tmp_path: Path, mode: str, dump_from: Path, *extra: str) -> tuple[str, ...]:
+    return (
+        "--fr-pipe", str(tmp_path / "pipe_"), "--fr-dump", str(tmp_path / "dump_"),
+        "--fr-mode", mode, "--fr-dump-from", str(dump_from), *extra,
+    )  # fmt: skip
+
+
+def _bundle_bytes(out: Path) -> bytes:
+    return b"".join(f.read_bytes() for f in out.rglob("*") if f.is_file())
+
+
+def test_dump_that_is_a_symlink_is_never_read(tmp_path: Path) -> None:
+    """FR6: after the poke the dump path appears as a symlink to a file the rank may not read
+    (a root doctor would have read it into the bundle): refused, nothing of it kept."""
+    secret = tmp_path / "shadow"
+    secret.write_bytes(SECRET_FILE_TEXT)
+    secret.chmod(0o600)
+    with rank_running(tmp_path, *_fr_args(tmp_path, "link", secret), env=fr_env(tmp_path)) as rank:
+        run = attach_fr(tmp_path / "b", timeout=8.0)
+        assert rank.pokes() == b"1"
+    find_blind(run, "flight_recorder rank0: failed:", "is a symbolic link: refused, not read")
+    assert b"SECRET-shadow-hash" not in _bundle_bytes(tmp_path / "b")
+
+
+def test_pipe_that_is_a_symlink_gets_nothing(tmp_path: Path) -> None:
+    """FR7: the "pipe" is a symlink (to a FIFO of someone else's): not opened, nothing written."""
+    real_fifo = tmp_path / "elsewhere.fifo"
+    os.mkfifo(real_fifo)
+    (tmp_path / "pipe_0.pipe").symlink_to(real_fifo)
+    with rank_running(tmp_path, env=fr_env(tmp_path)):
+        run = attach_fr(tmp_path / "b")
+    find_blind(run, "flight_recorder rank0: failed:", "is a symbolic link: refused, nothing written")
+
+
+def test_dump_of_another_uid_is_refused(tmp_path: Path) -> None:
+    """FR8: a dump file owned by another uid than the rank's is not read (only what the rank
+    itself made is used)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to hand the dump to another uid")
+    extra = ("--fr-dump-owner", "65534")
+    args = _fr_args(tmp_path, "dump", REAL_DUMP, *extra)
+    with rank_running(tmp_path, *args, env=fr_env(tmp_path)):
+        run = attach_fr(tmp_path / "b", timeout=8.0)
+    find_blind(run, "flight_recorder rank0: failed:", "belongs to uid 65534, not to the rank's uid")
+    assert not [r for r in probes(tmp_path / "b", "flight_recorder") if r.get("artifact")]
+
+
+def test_dump_that_is_no_pickle_is_not_kept(tmp_path: Path) -> None:
+    """FR9: whatever the rank writes there that is not a pickle (a copy of a config, a key
+    file) is not kept."""
+    text = tmp_path / "not-a-dump"
+    text.write_bytes(b"aws_secret_access_key = SECRET-notpickle-77\n")
+    with rank_running(tmp_path, *_fr_args(tmp_path, "dump", text), env=fr_env(tmp_path)):
+        run = attach_fr(tmp_path / "b", timeout=8.0)
+    find_blind(run, "flight_recorder rank0: failed:", "is not a pickle")
+    assert b"SECRET-notpickle" not in _bundle_bytes(tmp_path / "b")

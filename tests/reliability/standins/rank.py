@@ -10,7 +10,9 @@ environment), as a PyTorch watchdog does with TORCH_NCCL_DEBUG_INFO_PIPE_FILE:
   no-reader  creates the FIFO and never opens it (the watchdog is gone)
   no-dump    reads the FIFO and logs every byte to READY_FILE.pokes, but never writes a dump
   dump       reads the FIFO, logs every byte, and writes the bytes of FILE (a real flight-recorder
-             pickle) to <dump PREFIX><RANK>
+             pickle) to <dump PREFIX><RANK> (then hands it to --fr-dump-owner UID when given)
+  link       reads the FIFO, logs every byte, and makes <dump PREFIX><RANK> a symlink to FILE: a
+             job environment that points a root doctor at a file it should never read
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import threading
 import time
 
 
-def _serve_pipe(pipe: str, dump: str | None, pokes: str, dump_from: str | None) -> None:
+def _serve_pipe(
+    pipe: str, dump: str | None, pokes: str, dump_from: str | None, mode: str, owner: int | None
+) -> None:
     fd = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
     while True:
         try:
@@ -34,8 +38,13 @@ def _serve_pipe(pipe: str, dump: str | None, pokes: str, dump_from: str | None) 
                 fh.write(data)
             if dump is not None and dump_from is not None:
                 tmp = dump + ".tmp"
-                with open(dump_from, "rb") as src, open(tmp, "wb") as fh:
-                    fh.write(src.read())
+                if mode == "link":
+                    os.symlink(dump_from, tmp)
+                else:
+                    with open(dump_from, "rb") as src, open(tmp, "wb") as fh:
+                        fh.write(src.read())
+                    if owner is not None:
+                        os.chown(tmp, owner, owner)
                 os.replace(tmp, dump)
         time.sleep(0.05)
 
@@ -53,8 +62,11 @@ def main() -> None:
     ap.add_argument("ready")
     ap.add_argument("--fr-pipe")
     ap.add_argument("--fr-dump")
-    ap.add_argument("--fr-mode", default="no-reader", choices=("no-reader", "no-dump", "dump"))
+    ap.add_argument(
+        "--fr-mode", default="no-reader", choices=("no-reader", "no-dump", "dump", "link")
+    )
     ap.add_argument("--fr-dump-from")
+    ap.add_argument("--fr-dump-owner", type=int, default=None)
     ap.add_argument("--spin", action="store_true")
     ns, _ = ap.parse_known_args()  # extra arguments: a command line as real ranks have
     rank = os.environ.get("RANK", "0")
@@ -62,10 +74,17 @@ def main() -> None:
         pipe = f"{ns.fr_pipe}{rank}.pipe"
         os.mkfifo(pipe, 0o600)
         if ns.fr_mode != "no-reader":
-            dump = f"{ns.fr_dump}{rank}" if ns.fr_mode == "dump" else None
+            dump = f"{ns.fr_dump}{rank}" if ns.fr_mode in ("dump", "link") else None
             threading.Thread(
                 target=_serve_pipe,
-                args=(pipe, dump, ns.ready + ".pokes", ns.fr_dump_from),
+                args=(
+                    pipe,
+                    dump,
+                    ns.ready + ".pokes",
+                    ns.fr_dump_from,
+                    ns.fr_mode,
+                    ns.fr_dump_owner,
+                ),
                 daemon=True,
             ).start()
     with open(ns.ready, "w", encoding="utf-8") as fh:
