@@ -126,6 +126,16 @@ LocalOpt = Annotated[
         "--local", help="No Ray connection: find slime processes on this node by their titles."
     ),
 ]
+UidOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--uid",
+        min=0,
+        help="With --local: take only this user's processes (default: the owner of the local Ray "
+        "session, else the user running the doctor; a root doctor never takes other users').",
+        show_default=False,
+    ),
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")]
 RasPortOpt = Annotated[
     int,
@@ -152,6 +162,7 @@ def _options(
     sglang_url: list[str] | None,
     router_url: list[str] | None,
     local: bool,
+    uid: int | None = None,
     ras_port: int,
     native: bool = DEFAULTS.native,
     health: bool = DEFAULTS.health,
@@ -178,6 +189,7 @@ def _options(
         sglang_urls=tuple(sglang_url or ()),
         router_urls=tuple(router_url or ()),
         local=local,
+        uid=uid,
         ras_port=ras_port,
     )
 
@@ -203,6 +215,7 @@ def attach(
     sglang_url: SglangUrlOpt = None,
     router_url: RouterUrlOpt = None,
     local: LocalOpt = False,
+    uid: UidOpt = None,
     quiet: QuietOpt = False,
     ras_port: RasPortOpt = DEFAULTS.ras_port,
 ) -> None:
@@ -221,6 +234,7 @@ def attach(
         sglang_url=sglang_url,
         router_url=router_url,
         local=local,
+        uid=uid,
         ras_port=ras_port,
     )
     diagnosis = run_attach(address, opts, out=out, quiet=quiet or output is not ReportFormat.TEXT)
@@ -245,6 +259,7 @@ def collect(
     sglang_url: SglangUrlOpt = None,
     router_url: RouterUrlOpt = None,
     local: LocalOpt = False,
+    uid: UidOpt = None,
     quiet: QuietOpt = False,
     ras_port: RasPortOpt = DEFAULTS.ras_port,
 ) -> None:
@@ -265,6 +280,7 @@ def collect(
         sglang_url=sglang_url,
         router_url=router_url,
         local=local,
+        uid=uid,
         ras_port=ras_port,
     )
     with _progress(quiet) as say:
@@ -411,6 +427,7 @@ def check(
     timeout: TimeoutOpt = WATCHDOG_DEFAULTS.timeout_s,
     probe_timeout: ProbeTimeoutOpt = WATCHDOG_DEFAULTS.probe_timeout_s,
     local: LocalOpt = False,
+    uid: UidOpt = None,
     bundle_dir: BundleDirOpt = None,
     keep: KeepOpt = 5,
     on_stall_native: OnStallNativeOpt = False,
@@ -439,6 +456,7 @@ def check(
         sglang_url=sglang_url,
         router_url=router_url,
         local=local,
+        uid=uid,
         ras_port=ras_port,
     )
     copts = _check_options(
@@ -468,6 +486,7 @@ def watch(
     timeout: TimeoutOpt = WATCHDOG_DEFAULTS.timeout_s,
     probe_timeout: ProbeTimeoutOpt = WATCHDOG_DEFAULTS.probe_timeout_s,
     local: LocalOpt = False,
+    uid: UidOpt = None,
     bundle_dir: BundleDirOpt = None,
     keep: KeepOpt = 5,
     on_stall_native: OnStallNativeOpt = False,
@@ -494,6 +513,7 @@ def watch(
         sglang_url=sglang_url,
         router_url=router_url,
         local=local,
+        uid=uid,
         ras_port=ras_port,
     )
     copts = _check_options(

@@ -27,6 +27,8 @@ class CollectOptions:
     sglang_urls: tuple[str, ...] = ()
     router_urls: tuple[str, ...] = ()
     local: bool = False  # no Ray: find slime processes on this node by their titles
+    # Title discovery takes this user's processes only; None: the Ray session's owner, else ours.
+    uid: int | None = None
     nvml_interval_s: float = 0.5
     ras_port: int = 28028  # NCCL's RAS port (NCCL_RAS_ADDR); collect/nccl_ras.py's DEFAULT_PORT
     gpm: bool = True

@@ -12,6 +12,11 @@ Which processes are kept:
   `SGLangEngine` actor spawns (``python -c from multiprocessing.spawn ...``), its schedulers, the
   router that RolloutManager forks, the driver under JobSupervisor.
 
+Found by their titles (`--local`, or no Ray state), only the processes of one user are taken: the
+`--uid` given, else the owner of the local Ray session (`$RAY_TMPDIR/ray/session_latest`, /tmp by
+default), else the user running the doctor. A root doctor thus never picks up another user's
+`ray::`/`sglang::` processes (anyone can title a process so), nor dumps their stacks.
+
 Raylet, GCS, dashboard and other daemons are not listed. A process that vanishes mid-scan is skipped.
 Command lines are redacted; the environment keeps allow-listed keys only; trailing empty arguments
 (Ray pads its titles with hundreds of them) are dropped.
@@ -25,6 +30,7 @@ import struct
 import sys
 import time
 from collections.abc import Set as AbstractSet
+from pathlib import Path
 from typing import Any
 
 from slime_hangdoctor import bundle as b
@@ -44,20 +50,39 @@ def is_root_title(title: str) -> bool:
     return title.startswith("ray::") and not title.startswith(RAY_DAEMON_PREFIXES)
 
 
+def ray_session_uid() -> int | None:
+    """The uid owning this machine's latest Ray session directory, None without one."""
+    base = Path(os.environ.get("RAY_TMPDIR") or "/tmp") / "ray" / "session_latest"
+    try:
+        return base.stat().st_uid
+    except OSError:
+        return None
+
+
+def local_uid(explicit: int | None = None) -> int:
+    """Whose processes title discovery takes: `--uid`, else the Ray session's owner, else ours."""
+    if explicit is not None:
+        return explicit
+    session = ray_session_uid()
+    return session if session is not None else os.geteuid()
+
+
 def scan_processes(
     node_ip: str | None,
     *,
     extra_pids: AbstractSet[int] = frozenset(),
     roots: AbstractSet[int] | None = None,
+    uid: int | None = None,
 ) -> dict[str, Any]:
     """The JSON-able processes artefact of this node (see the module doc for who is in it).
 
     `roots`: when Ray says which worker pids belong to this node, scan exactly those (and their
     descendants) instead of every `ray::`/`sglang::` title: several Ray nodes can share one machine.
+    `uid`: with title discovery, only that user's processes (and their descendants of that user).
     """
     import psutil
 
-    table = _process_table(psutil, titles=roots is None)
+    table = _process_table(psutil, titles=roots is None, uid=uid)
     if roots is None:
         chosen_roots = {pid for pid, (_, title) in table.items() if is_root_title(title)}
     else:
@@ -67,7 +92,10 @@ def scan_processes(
     chosen = _with_descendants(roots, table)
     listening = listening_sockets()
     rows = [row for pid in sorted(chosen) if (row := _describe(psutil, pid, listening)) is not None]
-    return {"node_ip": node_ip, "time": time.time(), "processes": rows}
+    doc: dict[str, Any] = {"node_ip": node_ip, "time": time.time(), "processes": rows}
+    if uid is not None:
+        doc["uid"] = uid
+    return doc
 
 
 def record_processes(
@@ -77,6 +105,7 @@ def record_processes(
     sample: int | None,
     extra_pids: AbstractSet[int] = frozenset(),
     roots: AbstractSet[int] | None = None,
+    uid: int | None = None,
 ) -> ProbeRecord:
     """Scan this node and store the artefact (source `processes`); never raises."""
     started = time.time()
@@ -96,23 +125,26 @@ def record_processes(
         )
 
     try:
-        doc = scan_processes(node_ip, extra_pids=extra_pids, roots=roots)
+        doc = scan_processes(node_ip, extra_pids=extra_pids, roots=roots, uid=uid)
     except ImportError:
         return writer.add(
             record(Outcome.UNAVAILABLE, "psutil is not installed (pip install psutil)")
         )
     except Exception as exc:  # a collector never raises past itself
         return writer.add(record(Outcome.FAILED, f"process scan failed: {exc!r}"[:300]))
-    return writer.add(
-        record(Outcome.OK, count=len(doc["processes"])), dumps_json(doc), suffix=".json"
-    )
+    meta: dict[str, Any] = {"count": len(doc["processes"])}
+    if uid is not None:
+        meta["uid"] = uid  # title discovery was limited to this user's processes
+    return writer.add(record(Outcome.OK, **meta), dumps_json(doc), suffix=".json")
 
 
 # --------------------------------------------------------------------------- helpers
 
 
-def _process_table(psutil: Any, *, titles: bool = True) -> dict[int, tuple[int | None, str]]:
-    """pid -> (ppid, argv[0] or name) of every process we may see.
+def _process_table(
+    psutil: Any, *, titles: bool = True, uid: int | None = None
+) -> dict[int, tuple[int | None, str]]:
+    """pid -> (ppid, argv[0] or name) of every process we may see (of user `uid` only, if given).
 
     `titles=False` (the roots are known): ppids only, title "" (one /proc read per process instead
     of three; a training node runs hundreds of processes, and a cron check scans twice a run)."""
@@ -121,8 +153,11 @@ def _process_table(psutil: Any, *, titles: bool = True) -> dict[int, tuple[int |
         for proc in psutil.process_iter(["pid", "ppid"]):
             table[int(proc.info["pid"])] = (proc.info.get("ppid"), "")
         return table
-    for proc in psutil.process_iter(["pid", "ppid", "name", "cmdline"]):
+    attrs = ["pid", "ppid", "name", "cmdline"] + (["uids"] if uid is not None else [])
+    for proc in psutil.process_iter(attrs):
         info = proc.info
+        if uid is not None and (info.get("uids") is None or info["uids"].real != uid):
+            continue
         cmd = info.get("cmdline") or []
         title = cmd[0] if cmd and cmd[0] else (info.get("name") or "")
         table[int(info["pid"])] = (info.get("ppid"), str(title))

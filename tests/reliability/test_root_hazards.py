@@ -8,9 +8,13 @@ run as any user; the foreign-owner cases need root to hand a directory to uid 65
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -147,3 +151,63 @@ def test_tarball_is_never_written_through_a_planted_symlink(tmp_path: Path) -> N
     assert_clean(run, bound_s=30.0)
     assert victim.read_bytes() == VICTIM_TEXT
     assert run.rc == 3 and "b.tar.gz" in run.err, run.describe()
+
+
+# ---------------------------------------------------------------- --local (point 10)
+
+
+def _foreign_rank() -> subprocess.Popen[bytes]:
+    """A process of uid 65534 titled like a slime train rank (anyone may title a process so)."""
+    from tests.reliability.harness import RANK_TITLE
+
+    proc = subprocess.Popen(
+        [RANK_TITLE, "600"],
+        executable="/bin/sleep",
+        stdin=subprocess.DEVNULL,
+        user=NOBODY,
+        group=NOBODY,
+        extra_groups=[],
+        cwd="/",
+    )
+    time.sleep(0.2)
+    assert proc.poll() is None, "a process of uid 65534 could not start here"
+    return proc
+
+
+def test_local_as_root_takes_no_other_users_processes(tmp_path: Path) -> None:
+    """Point 10: `attach --local` as root took any user's `ray::`/`sglang::` processes (and ran
+    py-spy on them). Now only the Ray session owner's (or --uid's): the process of uid 65534 is
+    not scanned, not dumped; with `--uid 65534` it is."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start a process as another user")
+    foreign = _foreign_rank()
+    try:
+        run = run_cli(*ATTACH, "--out", str(tmp_path / "b"))
+        assert_clean(run, bound_s=30.0)
+        seen = _scanned_pids(tmp_path / "b")
+        assert foreign.pid not in seen, f"root --local took uid {NOBODY}'s process"
+        assert not [
+            p for p in _probes(tmp_path / "b", "pyspy") if p["target"] == f"pid{foreign.pid}"
+        ]
+        run = run_cli(*ATTACH, "--uid", str(NOBODY), "--out", str(tmp_path / "c"))
+        assert_clean(run, bound_s=30.0)
+        assert foreign.pid in _scanned_pids(tmp_path / "c"), run.describe()
+        uids = {p["meta"].get("uid") for p in _probes(tmp_path / "c", "processes")}
+        assert uids == {NOBODY}
+    finally:
+        foreign.kill()
+        foreign.wait(timeout=10)
+
+
+def _probes(bundle: Path, source: str) -> list[dict[str, Any]]:
+    doc = json.loads((bundle / "manifest.json").read_text())
+    return [p for p in doc["probes"] if p["source"] == source]
+
+
+def _scanned_pids(bundle: Path) -> set[int]:
+    pids: set[int] = set()
+    for rec in _probes(bundle, "processes"):
+        if rec.get("artifact"):
+            doc = json.loads((bundle / rec["artifact"]).read_text())
+            pids |= {int(p["pid"]) for p in doc["processes"]}
+    return pids
