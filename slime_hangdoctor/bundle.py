@@ -329,9 +329,15 @@ class Bundle:
         if self.root.resolve() not in path.parents:
             return None  # never read outside the bundle
         try:
-            return path.read_bytes()
+            with path.open("rb") as fh:
+                if os.fstat(fh.fileno()).st_size > MAX_ARTEFACT_BYTES:
+                    return None  # no probe writes so much: not an artefact of ours
+                data = fh.read(MAX_ARTEFACT_BYTES + 1)
         except OSError:
             return None
+        if len(data) > MAX_ARTEFACT_BYTES:
+            return None  # no probe writes so much: not an artefact of ours (a blind spot)
+        return data
 
     def records(self, source: str | None = None) -> Iterator[ProbeRecord]:
         for rec in self.manifest.probes:
@@ -361,7 +367,7 @@ def open_bundle(path: Path) -> Bundle:
         tmp = Path(tempfile.mkdtemp(prefix="hangdoctor-bundle-"))
         try:
             with tarfile.open(path, "r:*") as tar:
-                _safe_extract(tar, tmp)
+                _safe_extract(tar, tmp, path.stat().st_size)
         except (tarfile.TarError, OSError, EOFError) as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             raise BundleInvalid(f"{path} is not a readable bundle archive: {exc}") from exc
@@ -385,14 +391,53 @@ def open_bundle(path: Path) -> Bundle:
     return Bundle(root, manifest, tmp)
 
 
-def _safe_extract(tar: tarfile.TarFile, dest: Path) -> None:
-    for member in tar.getmembers():
+# An archive from a bug report is untrusted: what it may unpack to is capped before anything is
+# written. No probe writes more than MAX_ARTEFACT_BYTES (a flight-recorder dump: 256 MiB).
+MAX_ARTEFACT_BYTES = 300 * 1024 * 1024
+MAX_UNPACKED_BYTES = 1024 * 1024 * 1024  # the whole bundle
+MAX_MEMBERS = 100_000
+MAX_RATIO = 100  # unpacked bytes per archive byte (evidence JSON packs ~10:1; zeros ~1000:1)
+_RATIO_FLOOR = 32 * 1024 * 1024  # below this much, the ratio does not matter
+
+
+def _safe_extract(tar: tarfile.TarFile, dest: Path, archive_bytes: int) -> None:
+    """Unpack a checked archive: plain files and folders inside `dest` only, no sparse member,
+    each at most MAX_ARTEFACT_BYTES, all together at most MAX_UNPACKED_BYTES and MAX_RATIO times
+    the archive's size (a 419-byte archive of a 4 GiB sparse file, or zeros packed 1000:1, is
+    refused before a byte is written); with tarfile's "data" filter (no owner, no setuid bits)."""
+    total = 0
+    members = []
+    for member in tar:
+        members.append(member)
+        if len(members) > MAX_MEMBERS:
+            raise tarfile.TarError(f"more than {MAX_MEMBERS} members")
         target = (dest / member.name).resolve()
         if dest.resolve() not in target.parents and target != dest.resolve():
             raise tarfile.TarError(f"member {member.name!r} would land outside the bundle")
         if not (member.isfile() or member.isdir()):
             raise tarfile.TarError(f"member {member.name!r} is not a plain file")
-    tar.extractall(dest)  # noqa: S202 - members checked above
+        if member.issparse():
+            raise tarfile.TarError(f"member {member.name!r} is a sparse file")
+        if member.size > MAX_ARTEFACT_BYTES:
+            raise tarfile.TarError(
+                f"member {member.name!r} is {member.size} bytes, over {MAX_ARTEFACT_BYTES}"
+            )
+        total += member.size
+        if total > MAX_UNPACKED_BYTES:
+            raise tarfile.TarError(f"it unpacks to more than {MAX_UNPACKED_BYTES} bytes")
+        if total > _RATIO_FLOOR and total > MAX_RATIO * max(1, archive_bytes):
+            raise tarfile.TarError(
+                f"it unpacks to over {MAX_RATIO} times its own size ({total} bytes from "
+                f"{archive_bytes}): not a bundle"
+            )
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, members=members, filter="data")
+        return
+    for member in members:  # Pythons without extraction filters: the same, by hand
+        member.mode = 0o700 if member.isdir() else 0o600
+        member.uid = member.gid = os.geteuid()
+        member.uname = member.gname = ""
+    tar.extractall(dest, members=members)  # noqa: S202 - members checked above
 
 
 def _opt(value: Any, kind: type) -> Any:

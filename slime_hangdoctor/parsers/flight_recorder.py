@@ -7,7 +7,10 @@ A rank's watchdog writes a pickle of plain containers: `{"version", "pg_config",
 SECURITY: a pickle from a bundle is untrusted. It is read with a restricted `pickle.Unpickler`
 whose `find_class` refuses every global and which has no `persistent_load`: only dicts, lists,
 tuples, sets, strings, bytes, numbers, booleans and None can be built, so no code can run. A pickle
-that needs anything else raises `ParseError`.
+that needs anything else raises `ParseError`. Nor can a small pickle build a huge structure: one
+that shares an object many times (a "memo bomb": 215 bytes whose `str()` is gigabytes) is walked
+under a node budget (proportional to its size) and a depth budget before anything reads it, and
+only scalars are ever turned into text.
 
 The rank is not inside the pickle: the caller passes it (from the probe's meta, or
 `rank_from_dump_name` on the dump's file name). Frames are innermost first, as in the dump.
@@ -46,11 +49,52 @@ def _unpickle(data: bytes) -> object:
     if not data:
         raise ParseError("flight recorder: empty dump")
     try:
-        return _NoGlobalsUnpickler(io.BytesIO(bytes(data))).load()
+        obj = _NoGlobalsUnpickler(io.BytesIO(bytes(data))).load()
     except pickle.UnpicklingError as exc:
         raise ParseError(f"flight recorder: unsafe or corrupt pickle ({exc})") from None
     except Exception as exc:  # corrupt pickles raise anything: EOFError, ValueError, ...
         raise ParseError(f"flight recorder: corrupt pickle ({type(exc).__name__}: {exc})") from None
+    _within_budget(obj, nodes=min(MAX_NODES, NODES_PER_BYTE * len(data) + 100_000))
+    return obj
+
+
+MAX_NODES = 20_000_000  # containers and scalars visited, shared ones once per reference
+NODES_PER_BYTE = 16  # a real dump holds about one node per 10 bytes
+MAX_DEPTH = 64  # a real dump nests 5 deep
+
+
+def _within_budget(obj: object, *, nodes: int) -> None:
+    """ParseError when the structure, expanded as the parser will walk it (a shared object counts
+    once per reference), has more than `nodes` nodes or nests deeper than MAX_DEPTH."""
+    stack: list[tuple[object, int]] = [(obj, 0)]
+    seen = 0
+    while stack:
+        item, depth = stack.pop()
+        seen += 1
+        if seen > nodes:
+            raise ParseError(
+                f"flight recorder: the pickle expands past {nodes} nodes (objects shared many "
+                "times over): not read"
+            )
+        if depth > MAX_DEPTH:
+            raise ParseError(f"flight recorder: the pickle nests deeper than {MAX_DEPTH}: not read")
+        if isinstance(item, dict):
+            stack.extend((k, depth + 1) for k in item)
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend((v, depth + 1) for v in item)
+
+
+def _text(value: object, limit: int = 256) -> str:
+    """A scalar as text (at most `limit` characters); a container is never stringified."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        try:
+            return str(value)[:limit]
+        except ValueError:  # an int of more than 4300 digits
+            return f"<{type(value).__name__}>"
+    if isinstance(value, bytes):
+        return value[:limit].decode("utf-8", "replace")
+    return f"<{type(value).__name__}>"
 
 
 # --------------------------------------------------------------------------- field readers
@@ -141,8 +185,8 @@ def _pg_status(value: object) -> dict[str, Mapping[str, int]]:
     for pg, status in value.items():
         if not isinstance(status, Mapping):
             raise ParseError(f"flight recorder: pg_status[{pg!r}] is not a dict")
-        out[str(pg)] = {
-            str(k): v for k, v in status.items() if isinstance(v, int) and not isinstance(v, bool)
+        out[_text(pg)] = {
+            _text(k): v for k, v in status.items() if isinstance(v, int) and not isinstance(v, bool)
         }
     return out
 
@@ -156,7 +200,7 @@ def _pg_config(value: object) -> dict[str, Mapping[str, str]]:
     for pg, config in value.items():
         if not isinstance(config, Mapping):
             raise ParseError(f"flight recorder: pg_config[{pg!r}] is not a dict")
-        out[str(pg)] = {str(k): str(v) for k, v in config.items()}
+        out[_text(pg)] = {_text(k): _text(v) for k, v in config.items()}
     return out
 
 

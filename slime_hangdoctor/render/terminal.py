@@ -26,6 +26,7 @@ from slime_hangdoctor.render.labels import (
     headline,
     verdict_facts,
 )
+from slime_hangdoctor.render.printable import printable
 from slime_hangdoctor.verdict import (
     Culprit,
     Diagnosis,
@@ -76,7 +77,12 @@ def render_terminal(diagnosis: Diagnosis, console: Console) -> None:
         if index:
             console.print()
         for line in console.render_lines(block, options, pad=False):
-            console.print(Segments([*_rstrip(line), Segment.line()]), crop=False)
+            console.print(Segments([*_rstrip(_printable(line)), Segment.line()]), crop=False)
+
+
+def _printable(line: list[Segment]) -> list[Segment]:
+    """Control characters of bundle text (ESC in a frame name, a log line) shown escaped."""
+    return [seg if seg.control else Segment(printable(seg.text), seg.style) for seg in line]
 
 
 def _rstrip(line: list[Segment]) -> list[Segment]:

@@ -6,6 +6,7 @@ import json
 import stat
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,3 +129,132 @@ def test_read_refuses_paths_outside_the_bundle(tmp_path: Path) -> None:
     (w.root / "manifest.json").write_text(json.dumps(data))
     with open_bundle(w.root) as opened:
         assert opened.read(opened.manifest.probes[0]) is None
+
+
+# ---------------------------------------------------------------- issue 15: untrusted input
+
+
+def test_record_names_from_remote_tasks_never_leave_raw(tmp_path: Path) -> None:
+    """Point 14: a record that a remote node task sends back names its source, node and target;
+    every part of its artefact's path is made safe (no `..`, no `/`), secrets in a target
+    blanked."""
+    from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
+    from slime_hangdoctor.facts import Outcome
+
+    w = BundleWriter(tmp_path / "b", command="t", known_secrets=("hunter2pw",))
+    for source, node, target in (
+        ("../../../etc", "..", "cron.d"),
+        ("..", "/abs", "../x"),
+        ("pyspy", ".", "http://u:hunter2pw@h:1/x"),
+    ):
+        rec = w.add(ProbeRecord(source, target, Outcome.OK, node_ip=node), "data")
+        assert rec.artifact is not None
+        path = (w.root / rec.artifact).resolve()
+        assert (w.root / "raw").resolve() in path.parents, rec.artifact
+        assert "hunter2pw" not in rec.artifact
+    assert not (tmp_path / "etc").exists()
+
+
+def _archive(tmp_path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
+    import io
+
+    path = tmp_path / "evil.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def _manifest_member(name: str = "b/manifest.json") -> tuple[tarfile.TarInfo, bytes]:
+    data = json.dumps({"schema": "slime-hangdoctor.bundle/1", "probes": []}).encode()
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info, data
+
+
+def test_zeros_packed_a_thousand_to_one_are_refused_before_unpacking(tmp_path: Path) -> None:
+    """Point 12: a member of zeros (about 1000:1 in gzip) made `analyse` fill /tmp; refused from
+    the headers, nothing unpacked."""
+    import io
+
+    from slime_hangdoctor.bundle import open_bundle
+    from slime_hangdoctor.errors import BundleInvalid
+
+    size = 200 * 1024 * 1024
+    path = tmp_path / "zeros.tar.gz"
+
+    class Zeros(io.RawIOBase):
+        def __init__(self) -> None:
+            self.left = size
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, b: Any) -> int:
+            n = min(len(b), self.left)
+            b[:n] = bytes(n)
+            self.left -= n
+            return n
+
+    with tarfile.open(path, "w:gz", compresslevel=1) as tar:
+        info, data = _manifest_member()
+        tar.addfile(info, io.BytesIO(data))
+        zeros = tarfile.TarInfo("b/raw/nvml/x/gpus.json")
+        zeros.size = size
+        tar.addfile(zeros, io.BufferedReader(Zeros()))
+    assert path.stat().st_size < size // 100
+    with pytest.raises(BundleInvalid, match="times its own size"):
+        open_bundle(path)
+
+
+def test_sparse_member_is_refused(tmp_path: Path) -> None:
+    """Point 12: GNU tar -S packs a 4 GiB sparse file in a few hundred bytes."""
+    import shutil
+    import subprocess
+
+    from slime_hangdoctor.bundle import open_bundle
+    from slime_hangdoctor.errors import BundleInvalid
+
+    if shutil.which("tar") is None:
+        pytest.skip("needs GNU tar")
+    src = tmp_path / "b"
+    (src / "raw").mkdir(parents=True)
+    (src / "manifest.json").write_text('{"schema": "slime-hangdoctor.bundle/1", "probes": []}')
+    with open(src / "raw" / "big", "wb") as fh:
+        fh.truncate(4 * 1024**3)
+    path = tmp_path / "sparse.tar.gz"
+    subprocess.run(["tar", "-S", "-czf", str(path), "-C", str(tmp_path), "b"], check=True)
+    assert path.stat().st_size < 4096
+    with pytest.raises(BundleInvalid, match="sparse|over"):
+        open_bundle(path)
+
+
+def test_extraction_drops_owners_and_setuid_bits(tmp_path: Path) -> None:
+    """Point 12: extraction restored uid 0 and setuid bits (tarfile as root); now the "data"
+    filter (or the same by hand) drops them."""
+    import os
+    import stat
+
+    from slime_hangdoctor.bundle import open_bundle
+
+    info = tarfile.TarInfo("b/raw/evil")
+    info.size, info.mode, info.uid, info.gid = 2, 0o4777, 4242, 4242
+    path = _archive(tmp_path, [_manifest_member(), (info, b"#!")])
+    with open_bundle(path) as bundle:
+        st = (bundle.root / "raw" / "evil").stat()
+        assert not st.st_mode & (stat.S_ISUID | stat.S_ISGID | stat.S_IWOTH)
+        assert st.st_uid == os.geteuid()
+
+
+def test_bundle_read_is_capped(tmp_path: Path) -> None:
+    """Point 12: `Bundle.read` of a 4 GiB artefact in a bundle directory read it whole
+    (MemoryError); over the cap it is not read (the loader names it a blind spot)."""
+    from slime_hangdoctor.bundle import Bundle, Manifest, ProbeRecord
+    from slime_hangdoctor.facts import Outcome
+
+    (tmp_path / "raw").mkdir()
+    with open(tmp_path / "raw" / "big", "wb") as fh:
+        fh.truncate(4 * 1024**3)
+    rec = ProbeRecord("nvml", "gpus", Outcome.OK, artifact="raw/big")
+    manifest = Manifest("slime-hangdoctor.bundle/1", "t", 0.0, "t", (), 0.0, (), (rec,))
+    assert Bundle(tmp_path, manifest).read(rec) is None

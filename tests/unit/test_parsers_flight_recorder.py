@@ -170,3 +170,45 @@ def test_bad_dumps_raise_parse_error(change: object, match: str) -> None:
 def test_wrong_input_type() -> None:
     with pytest.raises(ParseError, match="expected bytes"):
         parse_flight_recorder("text", 0)  # type: ignore[arg-type]
+
+
+def _memo_bomb(levels: int) -> bytes:
+    """A pickle that shares one list `levels` times over: each level doubles what `str()` of it
+    (or any walk that does not stop) expands to, while the pickle stays a few hundred bytes."""
+    import pickle
+
+    node: object = "x" * 8
+    for _ in range(levels):
+        node = [node, node]
+    doc = {"version": "2.4", "pg_config": {"0": {"desc": node}}, "pg_status": {}, "entries": []}
+    return pickle.dumps(doc, protocol=2)
+
+
+def test_a_pickle_memo_bomb_is_refused_quickly() -> None:
+    """Issue 15 point 13: a pickle of a few hundred bytes that shares one object many times
+    used to expand exponentially in `str(v)` (3.2 s and 50 MB at 22 levels; every level doubles
+    it). Now the walk stops at a node budget: a ParseError at once, whatever the depth."""
+    import time
+
+    import pytest
+
+    from slime_hangdoctor.errors import ParseError
+    from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
+
+    for levels in (22, 40, 60):
+        data = _memo_bomb(levels)
+        assert len(data) < 1000
+        t0 = time.monotonic()
+        with pytest.raises(ParseError, match="expands past|nests deeper"):
+            parse_flight_recorder(data, rank=0)
+        assert time.monotonic() - t0 < 2.0, levels
+
+
+def test_a_config_value_that_is_a_container_is_not_stringified() -> None:
+    import pickle
+
+    from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
+
+    doc = {"version": "2.4", "pg_config": {"0": {"desc": [1, 2], "name": "0"}}, "entries": []}
+    dump = parse_flight_recorder(pickle.dumps(doc), rank=0)
+    assert dict(dump.pg_config["0"]) == {"desc": "<list>", "name": "0"}

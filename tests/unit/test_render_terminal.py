@@ -284,3 +284,30 @@ def test_builders_use_the_real_fixture_stack() -> None:
 def _with_findings(diagnosis: Diagnosis, *extra: Finding) -> Diagnosis:
     verdict = replace(diagnosis.verdict, findings=(*diagnosis.verdict.findings, *extra))
     return replace(diagnosis, verdict=verdict)
+
+
+def test_control_sequences_from_a_bundle_never_reach_the_terminal() -> None:
+    """Issue 15 point 15: frame names, log lines and reasons come from the job (and, for
+    `analyse`, from a stranger's bundle). An ESC or C1 CSI in them (retitle the window, clear the
+    screen, hide text) is shown escaped, in the text and markdown reports alike."""
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from slime_hangdoctor.render import render
+    from tests.unit.render_diagnoses import hung_diagnosis
+
+    evil = "\x1b]0;pwned\x07\x1b[2J\x9b31m\u202etxt.exe"
+    base = hung_diagnosis()
+    assert base.excerpt is not None
+    frames = (f"step{evil} (x.py:1)", *base.excerpt.frames)
+    verdict = replace(base.verdict, summary=f"summary {evil}", blind_spots=(f"log: {evil}",))
+    diagnosis = replace(base, verdict=verdict, excerpt=replace(base.excerpt, frames=frames))
+    for fmt in ("text", "markdown"):
+        console = Console(width=100, force_terminal=False, no_color=True)
+        with console.capture() as capture:
+            render(diagnosis, fmt, console)
+        out = capture.get()
+        for bad in ("\x1b", "\x07", "\x9b", "\u202e"):
+            assert bad not in out, (fmt, bad)
+        assert "\\x1b]0;pwned" in out, fmt
