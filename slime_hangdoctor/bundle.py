@@ -463,8 +463,7 @@ def _claim_root(root: Path) -> None:
     else:
         old = os.umask(0o077)
         try:
-            root.parent.mkdir(parents=True, exist_ok=True)
-            root.mkdir(mode=0o700)
+            root.mkdir(mode=0o700, parents=True)
         finally:
             os.umask(old)
     old = os.umask(0o077)
