@@ -262,6 +262,7 @@ def start_demo(
     workdir: Path,
     fault_after_steps: int = 0,
     extra_args: list[str] | None = None,
+    extra_env: dict[str, str] | None = None,
     num_cpus: int = 2,
     head: cluster.RayHead | None = None,
 ) -> DemoRun:
@@ -286,6 +287,7 @@ def start_demo(
         "PYTHONUNBUFFERED": "1",
         "GLOO_SOCKET_IFNAME": "lo",
         "OMP_NUM_THREADS": "1",
+        **(extra_env or {}),  # the job's runtime_env env_vars (W&B, HF, proxies...)
     }
     owns_head = head is None
     if head is None:

@@ -15,6 +15,7 @@ from slime_hangdoctor.render.labels import (
     headline,
     verdict_facts,
 )
+from slime_hangdoctor.render.printable import printable_diagnosis
 from slime_hangdoctor.verdict import (
     SCHEMA,
     Culprit,
@@ -35,7 +36,9 @@ _CODE_SPAN = re.compile(r"(`[^`]+`)")
 
 
 def render_markdown(diagnosis: Diagnosis) -> str:
-    """The whole report as GitHub-flavoured markdown, ending in one newline."""
+    """The whole report as GitHub-flavoured markdown, ending in one newline (control characters
+    of bundle text shown escaped: render/printable.py)."""
+    diagnosis = printable_diagnosis(diagnosis)
     verdict = diagnosis.verdict
     parts = [_heading(verdict), f"**{_text(verdict.summary)}**", _facts_table(verdict)]
     if verdict.culprits:

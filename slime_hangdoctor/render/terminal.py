@@ -26,7 +26,7 @@ from slime_hangdoctor.render.labels import (
     headline,
     verdict_facts,
 )
-from slime_hangdoctor.render.printable import printable
+from slime_hangdoctor.render.printable import printable_diagnosis
 from slime_hangdoctor.verdict import (
     Culprit,
     Diagnosis,
@@ -69,7 +69,9 @@ _ASCII = _Glyphs(marker=">", dot="|", cut="...")
 
 
 def render_terminal(diagnosis: Diagnosis, console: Console) -> None:
-    """Print the report for `diagnosis` on `console`, at most 100 columns wide."""
+    """Print the report for `diagnosis` on `console`, at most 100 columns wide (control
+    characters of bundle text shown escaped: render/printable.py)."""
+    diagnosis = printable_diagnosis(diagnosis)
     width = min(console.width, MAX_WIDTH)
     glyphs = _ASCII if console.options.ascii_only else _UNICODE
     options = console.options.update(width=width)
@@ -77,12 +79,7 @@ def render_terminal(diagnosis: Diagnosis, console: Console) -> None:
         if index:
             console.print()
         for line in console.render_lines(block, options, pad=False):
-            console.print(Segments([*_rstrip(_printable(line)), Segment.line()]), crop=False)
-
-
-def _printable(line: list[Segment]) -> list[Segment]:
-    """Control characters of bundle text (ESC in a frame name, a log line) shown escaped."""
-    return [seg if seg.control else Segment(printable(seg.text), seg.style) for seg in line]
+            console.print(Segments([*_rstrip(line), Segment.line()]), crop=False)
 
 
 def _rstrip(line: list[Segment]) -> list[Segment]:

@@ -20,6 +20,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--api-key", default=None)
     p.add_argument("--admin-api-key", default=None)
+    p.add_argument("--hicache-storage-backend-extra-config", default=None)
+    p.add_argument("--model-loader-extra-config", default="{}")
     p.add_argument("--fault", choices=FAULTS, default="none")
     p.add_argument("--fault-after-s", type=float, default=0.0)
     p.add_argument(
@@ -89,6 +91,8 @@ def build_server_args(ns: argparse.Namespace) -> Msg:
         "decode_log_interval": 40,
         "api_key": ns.api_key,
         "admin_api_key": ns.admin_api_key,
+        "hicache_storage_backend_extra_config": ns.hicache_storage_backend_extra_config,
+        "model_loader_extra_config": ns.model_loader_extra_config,
         "served_model_name": served,
         "weight_version": "default",
         "enable_memory_saver": bool(ns.enable_memory_saver),

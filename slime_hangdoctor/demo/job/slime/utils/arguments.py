@@ -6,6 +6,12 @@ import argparse
 from collections.abc import Sequence
 
 _DEFAULTS: dict[str, object] = {"sglang_step_s": 0.02, "rollout_max_response_len": 16}
+# SGLang ServerArgs fields the stand-in engine takes, given to the job as --sglang-<field>
+SERVER_PASSTHROUGH = (
+    "admin_api_key",
+    "hicache_storage_backend_extra_config",
+    "model_loader_extra_config",
+)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -30,11 +36,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sglang-host", default="127.0.0.1")
     p.add_argument("--sglang-base-port", type=int, default=15000)
     p.add_argument("--sglang-api-key", default=None)
+    # More of SGLang's ServerArgs, under slime's --sglang- prefix, passed on to each engine
+    for field in SERVER_PASSTHROUGH:
+        p.add_argument(f"--sglang-{field.replace('_', '-')}", default=None)
     p.add_argument("--sglang-request-log-dir", default=None)
     p.add_argument("--sglang-server-concurrency", type=int, default=16)
     p.add_argument(
         "--sglang-step-s", type=float, default=0.02, help="stand-in seconds per forward step"
     )
+    # W&B, as slime's (slime/utils/arguments.py): the job logs in with the key
+    p.add_argument("--wandb-key", default=None)
+    p.add_argument("--wandb-host", default=None)
     # loop
     p.add_argument("--start-rollout-id", type=int, default=0)
     p.add_argument("--num-rollout", type=int, default=100000)

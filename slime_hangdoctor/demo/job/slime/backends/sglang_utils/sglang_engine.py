@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from slime.ray.ray_actor import RayActor
+from slime.utils.arguments import SERVER_PASSTHROUGH
 from slime.utils.logging_utils import configure_logger, log_fault_armed
 
 logger = logging.getLogger(__name__)
@@ -154,6 +155,10 @@ class SGLangEngine(RayActor):
             argv.append("--enable-memory-saver")
         if args.sglang_api_key:
             argv += ["--api-key", args.sglang_api_key]
+        for field in SERVER_PASSTHROUGH:
+            value = getattr(args, f"sglang_{field}", None)
+            if value is not None:
+                argv += [f"--{field.replace('_', '-')}", value]
         if args.sglang_request_log_dir:
             argv += [
                 "--request-log",
