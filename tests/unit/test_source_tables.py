@@ -55,3 +55,27 @@ def test_one_list_of_sglang_counters_that_mean_work() -> None:
 
     fields = set(SglangMetrics.__dataclass_fields__)
     assert {name for name, _ in parse_sglang.WORK_COUNTERS} <= fields
+
+
+def test_every_suspect_finder_module_is_registered() -> None:
+    """A module in analysis/suspects/ is one source's finder: its `suspects` is in SUSPECT_FINDERS
+    and its `evidence` (where it has one) in EVIDENCE_FINDERS, with the headlines of its findings."""
+    import importlib
+    import pkgutil
+
+    from slime_hangdoctor.analysis import suspects as pkg
+
+    finders = {f.find for f in pkg.SUSPECT_FINDERS}
+    evidence = {f.find: f.messages for f in pkg.EVIDENCE_FINDERS}
+    names = [m.name for m in pkgutil.iter_modules(pkg.__path__)]
+    assert {"suspect", "merge"} <= set(names)
+    for name in sorted(set(names) - {"suspect", "merge"}):
+        module = importlib.import_module(f"{pkg.__name__}.{name}")
+        assert hasattr(module, "suspects") or hasattr(module, "evidence"), name
+        if hasattr(module, "suspects"):
+            assert module.suspects in finders, f"{name}.suspects is not in SUSPECT_FINDERS"
+        if hasattr(module, "evidence"):
+            assert module.evidence in evidence, f"{name}.evidence is not in EVIDENCE_FINDERS"
+            assert evidence[module.evidence] == module.MESSAGES
+    assert len({f.name for f in pkg.SUSPECT_FINDERS}) == len(pkg.SUSPECT_FINDERS)
+    assert [f.fallback for f in pkg.SUSPECT_FINDERS].count(True) >= 1
