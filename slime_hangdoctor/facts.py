@@ -322,6 +322,8 @@ class RayActor:
     ray_namespace: str | None = None
     node_ip: str | None = None
     repr_name: str | None = None
+    death: ActorDeath | None = None  # detail=1 only
+    placement_group_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -334,6 +336,104 @@ class RayTask:
     node_id: str | None = None
     job_id: str | None = None
     start_time_ms: int | None = None
+    # History and wait-for fields (``/api/v0/tasks?detail=1``; None where Ray did not say).
+    task_type: str | None = None  # ACTOR_TASK | ACTOR_CREATION_TASK | NORMAL_TASK | DRIVER_TASK
+    parent_task_id: str | None = None
+    end_time_ms: int | None = None
+    creation_time_ms: int | None = None
+    error_type: str | None = None  # e.g. ACTOR_DIED, TASK_EXECUTION_EXCEPTION
+
+    @property
+    def method(self) -> str:
+        """The method name: ``SGLangEngine.pause_generation`` -> ``pause_generation``; an actor
+        creation task ``e0:SGLangEngine.__init__`` -> ``__init__``."""
+        return self.name.rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    """One ``/api/v0/tasks`` answer: its rows and how many Ray had before it truncated them.
+
+    Ray sorts the rows by task id before it applies ``limit``, so a truncated page is an arbitrary
+    subset, not the newest tasks: `truncated` tells the analysis not to trust its absences."""
+
+    tasks: tuple[RayTask, ...]
+    total: int | None = None  # tasks the GCS knew (incl. events it dropped)
+    num_filtered: int | None = None  # tasks that matched the filters, before `limit`
+
+    @property
+    def truncated(self) -> bool:
+        return self.num_filtered is not None and self.num_filtered > len(self.tasks)
+
+
+@dataclass(frozen=True)
+class ActorDeath:
+    """Why Ray says an actor died (``death_cause`` of ``/api/v0/actors?detail=1``)."""
+
+    reason: str | None  # e.g. WORKER_DIED, OUT_OF_MEMORY, RAY_KILL, NODE_DIED, USER_EXIT ...
+    message: str | None  # Ray's error message (cut to a few hundred characters)
+    exit_type: str | None = None  # "Worker exit type: SYSTEM_ERROR" -> SYSTEM_ERROR
+    exit_detail: str | None = None  # "Worker exit detail: ..." up to the first sentence end
+    never_started: bool | None = None
+    kind: str = "actor_died_error_context"  # the death_cause key Ray used
+
+
+@dataclass(frozen=True)
+class PlacementBundle:
+    index: int
+    resources: Mapping[str, float]
+    node_id: str | None = None  # None: not placed yet
+
+
+@dataclass(frozen=True)
+class RayPlacementGroup:
+    """One row of ``/api/v0/placement_groups?detail=1``."""
+
+    placement_group_id: str
+    state: str  # PENDING | CREATED | REMOVED | RESCHEDULING
+    name: str | None = None
+    creator_job_id: str | None = None
+    bundles: tuple[PlacementBundle, ...] = ()
+    scheduling_state: str | None = None  # stats.scheduling_state, e.g. INFEASIBLE, QUEUED
+    scheduling_attempt: int | None = None
+    created_ns: int | None = None  # stats.creation_request_received_ns
+
+    def demand(self) -> dict[str, float]:
+        """Resources of all bundles together."""
+        out: dict[str, float] = {}
+        for b in self.bundles:
+            for key, amount in b.resources.items():
+                out[key] = out.get(key, 0.0) + amount
+        return out
+
+
+@dataclass(frozen=True)
+class PlacementDemand:
+    """One pending placement-group demand of ``/api/cluster_status`` (``pgDemand``)."""
+
+    bundles: tuple[tuple[Mapping[str, float], int], ...]  # (bundle resources, how many of them)
+    strategy: str | None  # PACK | SPREAD | STRICT_PACK | STRICT_SPREAD
+    count: int = 1  # identical groups waiting
+
+    def total(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for resources, n in self.bundles:
+            for key, amount in resources.items():
+                out[key] = out.get(key, 0.0) + amount * n
+        return out
+
+
+@dataclass(frozen=True)
+class ClusterResources:
+    """The autoscaler's view (``/api/cluster_status``): capacity, use and what waits for it."""
+
+    total: Mapping[str, float]  # resource -> amount in the whole cluster
+    used: Mapping[str, float]
+    per_node_total: tuple[Mapping[str, float], ...] = ()  # one mapping per node
+    pg_demands: tuple[PlacementDemand, ...] = ()
+    # resourceDemand: tasks and actors waiting for resources: (resources, how many)
+    task_demands: tuple[tuple[Mapping[str, float], int], ...] = ()
+    time: float | None = None
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,16 @@ from typing import Any
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import Bundle, ProbeRecord
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import HttpAnswer, Outcome, RayActor, RayJob, RayNode, RayTask
+from slime_hangdoctor.facts import (
+    ClusterResources,
+    HttpAnswer,
+    Outcome,
+    RayActor,
+    RayJob,
+    RayNode,
+    RayPlacementGroup,
+    RayTask,
+)
 from slime_hangdoctor.parsers import (
     flight_recorder,
     nccl_ras,
@@ -30,6 +39,7 @@ from slime_hangdoctor.snapshot import (
     RasObs,
     Snapshot,
     StackObs,
+    TaskPageObs,
 )
 
 # Sources whose ok record may still carry a reason for what part of it failed (one GPU of eight).
@@ -55,6 +65,9 @@ class _Acc:
         self.flight: list[FrObs] = []
         self.logs: list[LogObs] = []
         self.summary_gpus: list[GpuObs] = []
+        self.task_pages: list[TaskPageObs] = []
+        self.pgs: dict[str, RayPlacementGroup] = {}
+        self.cluster: dict[tuple[int, float], ClusterResources] = {}
         self.blind: list[str] = []
         self.ray_seen = False
 
@@ -105,6 +118,9 @@ def load_snapshot(bundle: Bundle) -> Snapshot:
         ras=tuple(acc.ras),
         flight=tuple(acc.flight),
         logs=tuple(acc.logs),
+        task_pages=tuple(sorted(acc.task_pages, key=lambda p: (p.sample, p.time))),
+        placement_groups=tuple(acc.pgs.values()),
+        cluster=acc.cluster[max(acc.cluster)] if acc.cluster else None,
         blind_spots=tuple(dict.fromkeys(acc.blind)),
         ray_seen=acc.ray_seen,
     )
@@ -204,6 +220,28 @@ def _add_jobs(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
     acc.jobs.extend(j for j in parsed if (j.job_id, j.submission_id) not in known)
 
 
+def _add_task_page(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
+    for page in parsed:
+        acc.task_pages.append(
+            TaskPageObs(rec.target, rec.sample or 0, rec.started_at, page.tasks, page.truncated)
+        )
+        if page.truncated:
+            acc.blind.append(
+                f"{rec.source} {rec.target}: partly seen: Ray returned {len(page.tasks)} of "
+                f"{page.num_filtered} tasks (an arbitrary subset: it truncates by task id)"
+            )
+
+
+def _add_placement_groups(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
+    for pg in parsed:
+        acc.pgs[pg.placement_group_id] = pg
+
+
+def _add_cluster(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
+    for cluster in parsed:
+        acc.cluster[(rec.sample or 0, rec.started_at)] = cluster
+
+
 # What the loader does with each parsed dashboard answer, by ray_state.STATE_ENDPOINTS target
 # (tests/unit/test_source_tables.py: every endpoint with a parser has one).
 DASHBOARD_LOADERS: dict[str, Callable[[_Acc, ProbeRecord, tuple[Any, ...]], None]] = {
@@ -212,6 +250,10 @@ DASHBOARD_LOADERS: dict[str, Callable[[_Acc, ProbeRecord, tuple[Any, ...]], None
     "nodes": _add_nodes,
     "node_summary": _add_node_summary,
     "jobs": _add_jobs,
+    "tasks_unfinished": _add_task_page,
+    ray_state.TASK_HISTORY.target: _add_task_page,
+    "placement_groups": _add_placement_groups,
+    "cluster_status": _add_cluster,
 }
 
 

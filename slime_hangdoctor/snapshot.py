@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from slime_hangdoctor.bundle import Manifest
 from slime_hangdoctor.facts import (
+    ClusterResources,
     EngineLoad,
     FrDump,
     GpmReading,
@@ -22,6 +23,7 @@ from slime_hangdoctor.facts import (
     RayActor,
     RayJob,
     RayNode,
+    RayPlacementGroup,
     RayTask,
     RouterWorkers,
     ServerInfo,
@@ -109,6 +111,17 @@ class LogObs:
 
 
 @dataclass(frozen=True)
+class TaskPageObs:
+    """One answer of the task history / queue queries (every state, parent ids, times)."""
+
+    target: str  # tasks_unfinished | tasks_job_<id>
+    sample: int
+    time: float  # when it was asked (epoch seconds)
+    tasks: tuple[RayTask, ...]
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
 class Snapshot:
     manifest: Manifest
     actors: tuple[RayActor, ...] = ()
@@ -123,6 +136,9 @@ class Snapshot:
     ras: tuple[RasObs, ...] = ()
     flight: tuple[FrObs, ...] = ()
     logs: tuple[LogObs, ...] = ()
+    task_pages: tuple[TaskPageObs, ...] = ()
+    placement_groups: tuple[RayPlacementGroup, ...] = ()
+    cluster: ClusterResources | None = None  # the newest /api/cluster_status answer
     blind_spots: tuple[str, ...] = ()  # probes that failed or were not allowed, parse failures
     ray_seen: bool = False  # the Ray state API answered
     notes: tuple[str, ...] = field(default_factory=tuple)

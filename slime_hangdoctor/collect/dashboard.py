@@ -197,6 +197,66 @@ def capture_state(
     return records
 
 
+def history_endpoint(job_id: str) -> Endpoint:
+    """The tasks of one job, every state (`ray_state.TASK_LIMIT` rows at most)."""
+    h = ray_state.TASK_HISTORY
+    return dataclasses.replace(
+        h,
+        target=f"{h.target}{job_id}",
+        params=(*h.params, *ray_state.filters(("job_id", "=", job_id))),
+    )
+
+
+def capture_task_history(
+    writer: BundleWriter,
+    client: DashboardClient,
+    *,
+    sample: int | None,
+    timeout: float | None = None,
+) -> list[ProbeRecord]:
+    """At the second sample, the task history of each RUNNING job the state capture stored
+    (finished, failed, queued and running tasks, with parent ids and times): one bounded GET per
+    job, all at once; never raises. A dashboard probe (collect/run.py DASHBOARD_PROBES)."""
+    if not sample:
+        return []
+    from slime_hangdoctor.collect.node import partial_snapshot
+
+    try:
+        jobs = partial_snapshot(writer).jobs
+    except Exception:  # noqa: BLE001 - a collector never raises past itself
+        return []
+    job_ids = sorted({j.job_id for j in jobs if j.status == "RUNNING" and j.job_id})
+    endpoints = [history_endpoint(j) for j in job_ids]
+    if not endpoints:
+        return []
+    limit = max(0.05, client.timeout if timeout is None else timeout)
+    pool = cf.ThreadPoolExecutor(max_workers=len(endpoints), thread_name_prefix="ray-history")
+    try:
+        futures = [pool.submit(_capture_one, writer, client, ep, sample, limit) for ep in endpoints]
+        cf.wait(futures, timeout=limit + 1.0)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    records: list[ProbeRecord] = []
+    for ep, fut in zip(endpoints, futures, strict=True):
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
+            records.append(fut.result())
+        else:
+            records.append(
+                writer.add(
+                    ProbeRecord(
+                        b.RAY_DASHBOARD,
+                        ep.target,
+                        Outcome.FAILED,
+                        _unfinished(fut),
+                        sample=sample,
+                        started_at=time.time(),
+                        meta={"endpoint": ep.path},
+                    )
+                )
+            )
+    return records
+
+
 def _unfinished(fut: cf.Future[ProbeRecord]) -> str:
     if not fut.done():
         return "no answer before the capture's deadline"

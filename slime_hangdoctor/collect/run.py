@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, Manifest, ProbeRecord
-from slime_hangdoctor.collect.dashboard import DashboardClient, capture_state
+from slime_hangdoctor.collect.dashboard import DashboardClient, capture_state, capture_task_history
 from slime_hangdoctor.collect.node import (
     NodeSpec,
     partial_snapshot,
@@ -58,7 +58,7 @@ class DashboardProbe(Protocol):
 
 # The registry of cluster-wide dashboard probes: a new dashboard-read source adds one line (a later
 # probe may read what an earlier one stored through `partial_snapshot(writer)`).
-DASHBOARD_PROBES: tuple[DashboardProbe, ...] = (capture_state,)
+DASHBOARD_PROBES: tuple[DashboardProbe, ...] = (capture_state, capture_task_history)
 
 
 @dataclass(frozen=True)

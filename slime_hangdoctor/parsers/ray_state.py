@@ -23,13 +23,19 @@ from typing import Any, TypeVar
 
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import (
+    ActorDeath,
+    ClusterResources,
     GpuReading,
     GpuSample,
     GpuSeries,
+    PlacementBundle,
+    PlacementDemand,
     RayActor,
     RayJob,
     RayNode,
+    RayPlacementGroup,
     RayTask,
+    TaskPage,
 )
 
 T = TypeVar("T")
@@ -48,6 +54,52 @@ def parse_actors(body: bytes | str) -> tuple[RayActor, ...]:
 def parse_tasks(body: bytes | str) -> tuple[RayTask, ...]:
     """Rows of ``/api/v0/tasks`` (usually filtered to state=RUNNING)."""
     return _rows(_state_rows(body, "tasks"), _task, "task")
+
+
+def parse_task_page(body: bytes | str) -> TaskPage:
+    """``/api/v0/tasks`` with the counts Ray gives beside the rows (to tell a truncated page)."""
+    data = _envelope_data(_load(body, "tasks"), "tasks")
+    page = data.get("result")
+    rows = _state_rows(body, "tasks")
+    total = num_filtered = None
+    if isinstance(page, Mapping):
+        total = _opt_int(page.get("total"), "total")
+        num_filtered = _opt_int(page.get("num_filtered"), "num_filtered")
+    return TaskPage(_rows(rows, _task, "task"), total, num_filtered)
+
+
+def parse_placement_groups(body: bytes | str) -> tuple[RayPlacementGroup, ...]:
+    """Rows of ``/api/v0/placement_groups?detail=1`` (without detail: no bundles, no stats)."""
+    return _rows(_state_rows(body, "placement groups"), _placement_group, "placement group")
+
+
+def parse_cluster_status(body: bytes | str) -> ClusterResources:
+    """``/api/cluster_status``: ``data.clusterStatus.loadMetricsReport`` (Ray 2.60): ``usage``
+    {resource: [used, total]}, ``usageByNode`` {node: usage}, ``pgDemand`` [[{bundles, strategy},
+    count]], ``resourceDemand`` [[{resource: amount}, count]]."""
+    data = _envelope_data(_load(body, "cluster status"), "cluster status")
+    status = data.get("clusterStatus")
+    if not isinstance(status, Mapping):
+        raise ParseError("cluster status: no data.clusterStatus object")
+    report = status.get("loadMetricsReport")
+    if not isinstance(report, Mapping):
+        raise ParseError("cluster status: no loadMetricsReport object")
+    total, used = _usage(report.get("usage"), "usage")
+    by_node = report.get("usageByNode") or {}
+    if not isinstance(by_node, Mapping):
+        raise ParseError("cluster status: usageByNode is not an object")
+    per_node = tuple(_usage(u, f"usageByNode.{n}")[0] for n, u in by_node.items())
+    return ClusterResources(
+        total=total,
+        used=used,
+        per_node_total=per_node,
+        pg_demands=tuple(_pg_demand(d, i) for i, d in enumerate(_list(report, "pgDemand"))),
+        task_demands=tuple(
+            _counted(d, f"resourceDemand {i}")
+            for i, d in enumerate(_list(report, "resourceDemand"))
+        ),
+        time=_opt_float(status.get("time"), "time"),
+    )
 
 
 def parse_nodes(body: bytes | str) -> tuple[RayNode, ...]:
@@ -168,7 +220,46 @@ def _actor(row: Mapping[str, Any]) -> RayActor:
         ray_namespace=_opt_str(row.get("ray_namespace")),
         node_ip=node_ip,
         repr_name=_opt_str(row.get("repr_name")),
+        death=_death(row.get("death_cause")),
+        placement_group_id=_opt_str(row.get("placement_group_id")),
     )
+
+
+_EXIT_TYPE = re.compile(r"Worker exit type: ([A-Z_]+)")
+_EXIT_DETAIL = re.compile(r"Worker exit detail: (.+?)(?:\. |\.$|$)", re.S)
+_MESSAGE_CAP = 600
+
+
+def _death(cause: Any) -> ActorDeath | None:
+    """``death_cause`` is a oneof: ``actor_died_error_context`` (worker died, killed, OOM ...),
+    ``creation_task_failure_context``, ``runtime_env_failed_context``,
+    ``actor_unschedulable_context``, ``oom_context``; each carries a message."""
+    if cause is None or cause == {}:
+        return None
+    if not isinstance(cause, Mapping):
+        raise ParseError("death_cause is not an object")
+    for kind, ctx in cause.items():
+        if not isinstance(ctx, Mapping):
+            continue
+        message = _opt_str(ctx.get("error_message")) or _opt_str(
+            ctx.get("formatted_exception_string")
+        )
+        exit_type = exit_detail = None
+        if message:
+            if m := _EXIT_TYPE.search(message):
+                exit_type = m.group(1)
+            if m := _EXIT_DETAIL.search(message):
+                exit_detail = m.group(1).strip()[:300]
+        never = ctx.get("never_started")
+        return ActorDeath(
+            reason=_opt_str(ctx.get("reason")),
+            message=message[:_MESSAGE_CAP] if message else None,
+            exit_type=exit_type,
+            exit_detail=exit_detail,
+            never_started=never if isinstance(never, bool) else None,
+            kind=str(kind),
+        )
+    raise ParseError("death_cause has no context object")
 
 
 def _task(row: Mapping[str, Any]) -> RayTask:
@@ -182,6 +273,109 @@ def _task(row: Mapping[str, Any]) -> RayTask:
         node_id=_opt_str(row.get("node_id")),
         job_id=_opt_str(row.get("job_id")),
         start_time_ms=_opt_int(row.get("start_time_ms"), "start_time_ms"),
+        task_type=_opt_str(row.get("type")),
+        parent_task_id=_opt_str(row.get("parent_task_id")),
+        end_time_ms=_opt_int(row.get("end_time_ms"), "end_time_ms"),
+        creation_time_ms=_opt_int(row.get("creation_time_ms"), "creation_time_ms"),
+        error_type=_opt_str(row.get("error_type")),
+    )
+
+
+def _placement_group(row: Mapping[str, Any]) -> RayPlacementGroup:
+    bundles = row.get("bundles") or []
+    if not isinstance(bundles, list):
+        raise ParseError("'bundles' is not a list")
+    stats = row.get("stats") or {}
+    if not isinstance(stats, Mapping):
+        raise ParseError("'stats' is not an object")
+    return RayPlacementGroup(
+        placement_group_id=_req_str(row, "placement_group_id"),
+        state=_opt_str(row.get("state")) or "UNKNOWN",
+        name=_opt_str(row.get("name")),
+        creator_job_id=_opt_str(row.get("creator_job_id")),
+        bundles=tuple(_bundle(b, i) for i, b in enumerate(bundles)),
+        scheduling_state=_opt_str(stats.get("scheduling_state")),
+        scheduling_attempt=_opt_int(stats.get("scheduling_attempt"), "scheduling_attempt"),
+        created_ns=_opt_int(
+            stats.get("creation_request_received_ns"), "creation_request_received_ns"
+        ),
+    )
+
+
+def _bundle(b: Any, i: int) -> PlacementBundle:
+    if not isinstance(b, Mapping):
+        raise ParseError(f"bundle {i} is not an object")
+    bid = b.get("bundle_id")
+    index = _opt_int(bid.get("bundle_index"), "bundle_index") if isinstance(bid, Mapping) else None
+    return PlacementBundle(
+        index=i if index is None else index,
+        resources=_resources(b.get("unit_resources"), f"bundle {i}"),
+        node_id=_opt_str(b.get("node_id")),
+    )
+
+
+def _resources(value: Any, what: str) -> dict[str, float]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ParseError(f"{what}: resources are not an object")
+    out: dict[str, float] = {}
+    for key, amount in value.items():
+        number = _opt_float(amount, str(key)[:40])
+        if number is None or not math.isfinite(number):
+            raise ParseError(f"{what}: resource {str(key)[:40]!r} is not a finite number")
+        out[str(key)] = number
+    return out
+
+
+def _usage(value: Any, what: str) -> tuple[dict[str, float], dict[str, float]]:
+    """``{resource: [used, total]}`` -> (total, used)."""
+    if value is None:
+        return {}, {}
+    if not isinstance(value, Mapping):
+        raise ParseError(f"cluster status: {what} is not an object")
+    total: dict[str, float] = {}
+    used: dict[str, float] = {}
+    for key, pair in value.items():
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ParseError(f"cluster status: {what}.{str(key)[:40]} is not [used, total]")
+        u, t = (_opt_float(x, str(key)[:40]) for x in pair)
+        if u is None or t is None or not (math.isfinite(u) and math.isfinite(t)):
+            raise ParseError(f"cluster status: {what}.{str(key)[:40]} is not numeric")
+        total[str(key)] = t
+        used[str(key)] = u
+    return total, used
+
+
+def _list(report: Mapping[str, Any], key: str) -> list[Any]:
+    value = report.get(key) or []
+    if not isinstance(value, list):
+        raise ParseError(f"cluster status: {key} is not a list")
+    return value
+
+
+def _counted(value: Any, what: str) -> tuple[dict[str, float], int]:
+    """``[{resource: amount}, count]``."""
+    if not isinstance(value, list) or len(value) != 2:
+        raise ParseError(f"cluster status: {what} is not [resources, count]")
+    count = _opt_int(value[1], "count")
+    if count is None or count < 0:
+        raise ParseError(f"cluster status: {what} has no count")
+    return _resources(value[0], what), count
+
+
+def _pg_demand(value: Any, i: int) -> PlacementDemand:
+    """``[{"bundles": [[{resource: amount}, n], ...], "strategy": "PACK"}, count]``."""
+    if not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], Mapping):
+        raise ParseError(f"cluster status: pgDemand {i} is not [group, count]")
+    group, count = value[0], _opt_int(value[1], "count")
+    bundles = group.get("bundles") or []
+    if not isinstance(bundles, list):
+        raise ParseError(f"cluster status: pgDemand {i} bundles is not a list")
+    return PlacementDemand(
+        bundles=tuple(_counted(b, f"pgDemand {i} bundle {j}") for j, b in enumerate(bundles)),
+        strategy=_opt_str(group.get("strategy")),
+        count=count if count is not None and count > 0 else 1,
     )
 
 
@@ -322,7 +516,31 @@ class StateEndpoint:
     parse: Callable[[bytes], tuple[Any, ...]] | None = None  # None: kept verbatim, not analysed
 
 
+def _task_page(body: bytes) -> tuple[TaskPage]:
+    return (parse_task_page(body),)
+
+
+def _cluster(body: bytes) -> tuple[ClusterResources]:
+    return (parse_cluster_status(body),)
+
+
+def filters(*triples: tuple[str, str, str]) -> tuple[tuple[str, str], ...]:
+    """State-API filters as query parameters (``filter_keys``/``_predicates``/``_values``)."""
+    out: list[tuple[str, str]] = []
+    for key, predicate, value in triples:
+        out += [("filter_keys", key), ("filter_predicates", predicate), ("filter_values", value)]
+    return tuple(out)
+
+
 _MANY = (("detail", "1"), ("limit", "10000"))
+# Task queries are bounded on Ray's side too: the GCS filters (state, job_id) cut what the
+# dashboard reads, `limit` what it sends (Ray sorts by task id before it truncates: a truncated
+# page is an arbitrary subset, which the loader reports), `timeout` ends its own GCS call.
+TASK_LIMIT = 1000
+_TASKS = (("detail", "1"), ("limit", str(TASK_LIMIT)), ("timeout", "5"))
+# The tasks of one job, every state: asked per RUNNING job (target + job id, query + job filter)
+# at the second sample by `collect.dashboard.capture_task_history`.
+TASK_HISTORY = StateEndpoint("tasks_job_", "/api/v0/tasks", _TASKS, _task_page)
 STATE_ENDPOINTS: tuple[StateEndpoint, ...] = (
     StateEndpoint("version", "/api/version"),
     StateEndpoint("actors", "/api/v0/actors", _MANY, parse_actors),
@@ -337,10 +555,18 @@ STATE_ENDPOINTS: tuple[StateEndpoint, ...] = (
         ),
         parse_tasks,
     ),
+    # every task still queued or running, in the whole cluster (actor queues, wait-for graph)
+    StateEndpoint(
+        "tasks_unfinished",
+        "/api/v0/tasks",
+        (*_TASKS, *filters(("state", "!=", "FINISHED"), ("state", "!=", "FAILED"))),
+        _task_page,
+    ),
+    StateEndpoint("placement_groups", "/api/v0/placement_groups", _MANY, parse_placement_groups),
     StateEndpoint("nodes", "/api/v0/nodes", _MANY, parse_nodes),
     StateEndpoint("jobs", "/api/jobs/", parse=parse_jobs),
     StateEndpoint("node_summary", "/nodes", (("view", "summary"),), parse_node_summary),
-    StateEndpoint("cluster_status", "/api/cluster_status"),
+    StateEndpoint("cluster_status", "/api/cluster_status", parse=_cluster),
     StateEndpoint("profiling_enabled", "/api/profiling_enabled"),
 )
 
@@ -348,5 +574,7 @@ STATE_ENDPOINTS: tuple[StateEndpoint, ...] = (
 def endpoint_of(path: str, target: str) -> StateEndpoint | None:
     """The table's entry for a stored answer: by its endpoint path (a prefix, as older bundles kept
     the query in it), and by its target where two entries share a path."""
+    if target.startswith(TASK_HISTORY.target) and path.startswith(TASK_HISTORY.path):
+        return TASK_HISTORY
     matches = [e for e in STATE_ENDPOINTS if path.startswith(e.path)]
     return next((e for e in matches if e.target == target), matches[0] if matches else None)
