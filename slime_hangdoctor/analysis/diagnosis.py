@@ -30,6 +30,7 @@ from slime_hangdoctor.analysis.suspects import (
     EVIDENCE_MESSAGES,
     find_suspects,
     hang_evidence,
+    ray_findings,
     reads_of,
 )
 from slime_hangdoctor.analysis.suspects.flight_recorder import fr_groups, fr_stage
@@ -508,6 +509,7 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
         findings += _culprit_findings(culprits)
         findings += _evidence_findings(evidence)
     findings += [c.finding for c in causes]
+    findings += ray_findings(world)
     findings += _engine_findings(engines, status)
     findings += _progress_findings(progress)
     findings += log_findings(snapshot, status, live_stage)

@@ -17,6 +17,8 @@ Source = Literal[
     "rollout",  # the RolloutManager's event loop (read from its stacks)
     "driver",  # the job's driver (read from its stacks)
     "ray",  # Ray's state API (actors, tasks, jobs)
+    "ray_tasks",  # Ray's task list: actor queues, wait-for cycles, paused engines, overlong methods
+    "ray_placement",  # Ray's placement groups against the cluster's capacity
     "processes",  # the process table (psutil / procfs)
     "cpu",  # CPU time of the slime processes between the samples
 ]

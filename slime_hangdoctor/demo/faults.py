@@ -22,6 +22,8 @@ class Expected:
     culprit_role: str | None = None  # verdict.Role value
     culprit_rank: int | None = None  # train rank, for culprit_role "train_rank"
     culprit_engine: int | None = None  # engine index (0-based), for culprit_role "sglang_engine"
+    # engines blamed together (a wait-for cycle has no single culprit): every one of them, no other
+    culprit_engines: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,44 @@ FAULTS: dict[str, FaultSpec] = {
                     "rollout_manager", ("run", "generate_rollout", "call_rollout_fn", "eval")
                 ),
                 FrameSignature("engine 1 scheduler", ("forward_decode", "event_loop_normal")),
+            ),
+        ),
+        FaultSpec(
+            name="actor_queue_cycle",
+            description=(
+                "non-colocate, PP>1 (slime PR#2331): two PP sources create their slime-pp groups "
+                "at once; each engine actor joins one group with a blocking call and the other "
+                "group's call waits in its method queue"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="weight_sync",
+                culprit_role="sglang_engine",
+                culprit_engines=(0, 1),
+            ),
+            uses_fault_after_steps=False,
+            frames=(
+                FrameSignature("driver", ("update_weights", "train")),
+                FrameSignature(
+                    "train rank 0",
+                    ("connect_rollout_engines_pp_concurrently", "connect_rollout_engines"),
+                ),
+                FrameSignature("engine 0 actor", ("_make_request", "init_weights_update_group")),
+                FrameSignature("engine 1 actor", ("_make_request", "init_weights_update_group")),
+            ),
+        ),
+        FaultSpec(
+            name="placement_infeasible",
+            description=(
+                "start-up on a too small cluster (OpenRLHF#865): the job's PACK placement group "
+                "asks for one GPU per bundle and the cluster has fewer; pg.ready() never returns"
+            ),
+            expected=Expected(status="hung", stage="startup", culprit_role="driver"),
+            uses_fault_after_steps=False,
+            frames=(
+                FrameSignature(
+                    "driver", ("_create_placement_group", "create_placement_groups", "train")
+                ),
             ),
         ),
     )

@@ -55,6 +55,9 @@ def _check_culprit(verdict: dict[str, Any], run: DemoRun, fault: str) -> None:
     if expected.culprit_engine is not None:
         url = run.engine_urls()[expected.culprit_engine]
         assert culprit["engine_url"] == url, (culprit, run.engine_urls())
+    if expected.culprit_engines:
+        urls = {run.engine_urls()[i] for i in expected.culprit_engines}
+        assert {c["engine_url"] for c in verdict["culprits"]} == urls, verdict["culprits"]
     assert culprit["pid"] and culprit["node_ip"], culprit
 
 

@@ -47,6 +47,9 @@ def test_demo_fault_gets_its_expected_verdict(name: str) -> None:
     if expected.culprit_engine is not None:
         assert len({c.engine_url for c in v.culprits}) == 1  # one engine, not all of them
         assert top.engine_url is not None
+    if expected.culprit_engines:  # blamed together: exactly that many engines
+        urls = {c.engine_url for c in v.culprits if c.role is Role.SGLANG_ENGINE}
+        assert len(urls) == len(expected.culprit_engines) and None not in urls, v.culprits
     assert v.next_steps
     assert int(v.exit_code) in (1, 2)
 

@@ -23,16 +23,19 @@ from slime_hangdoctor.analysis.suspects import (
     engines,
     flight_recorder,
     gpu,
+    placement,
     processes,
     progress,
     ras,
     ray,
+    ray_tasks,
     rollout,
     routers,
     stacks,
 )
 from slime_hangdoctor.analysis.suspects.suspect import Evidence, Reads, Suspect
 from slime_hangdoctor.analysis.world import World
+from slime_hangdoctor.verdict import Finding
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ SUSPECT_FINDERS: tuple[SuspectFinder, ...] = (
     SuspectFinder("stacks", stacks.suspects),
     SuspectFinder("engines", engines.suspects),
     SuspectFinder("ray", ray.suspects),
+    SuspectFinder("ray_tasks", ray_tasks.suspects),
+    SuspectFinder("ray_placement", placement.suspects),
     SuspectFinder("processes", processes.suspects),
     SuspectFinder("routers", routers.suspects),
     SuspectFinder("rollout", rollout.suspects),
@@ -101,3 +106,8 @@ def hang_evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
     for finder in EVIDENCE_FINDERS:
         out += finder.find(reads, suspects)
     return out
+
+
+def ray_findings(world: World) -> list[Finding]:
+    """What Ray's state says beside the suspects: queues and cycles, placement waits, deaths."""
+    return ray_tasks.findings(world) + placement.findings(world) + ray.findings(world)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from slime_hangdoctor.analysis.suspects.suspect import STRONG, Reads, Suspect
 from slime_hangdoctor.analysis.world import World
-from slime_hangdoctor.verdict import Role
+from slime_hangdoctor.facts import RayActor
+from slime_hangdoctor.verdict import Finding, Role, Severity
 
 
 def _running_job_ids(world: World) -> set[str]:
@@ -30,11 +31,51 @@ def suspects(reads: Reads) -> list[Suspect]:
             Suspect(
                 "ray",
                 role,
-                f"Ray: {a.class_name} actor {a.actor_id[:12]} of the running job is DEAD",
+                f"Ray: {a.class_name} actor {a.actor_id[:12]} of the running job is DEAD"
+                + _death_cause(a),
                 weight=STRONG,
                 pid=a.pid,
                 node_ip=a.node_ip,
                 actor_id=a.actor_id,
+            )
+        )
+    return out
+
+
+def _death_cause(actor: RayActor) -> str:
+    """Ray's death cause of an actor, short (`` (WORKER_DIED; SYSTEM_ERROR; ...)``)."""
+    d = actor.death
+    bits = [x for x in (d.reason, d.exit_type, d.exit_detail) if x] if d else []
+    return f" ({'; '.join(bits)})" if bits else ""
+
+
+def findings(world: World) -> list[Finding]:
+    """Why each slime actor of a running job died, as Ray recorded it."""
+    jobs = {j.job_id for j in world.snapshot.jobs if j.status == "RUNNING" and j.job_id}
+    out: list[Finding] = []
+    for a in world.snapshot.actors:
+        if a.state != "DEAD" or a.death is None or a.class_name not in _ACTOR_ROLES:
+            continue
+        if jobs and a.job_id not in jobs:
+            continue
+        d = a.death
+        detail = ", ".join(
+            x
+            for x in (
+                d.reason,
+                f"exit type {d.exit_type}" if d.exit_type else None,
+                d.exit_detail,
+                "never started" if d.never_started else None,
+            )
+            if x
+        )
+        out.append(
+            Finding(
+                "ray_actor.death",
+                Severity.CRITICAL,
+                f"Ray actors: {a.class_name} {a.name or a.actor_id[:8]} (pid {a.pid}) died: "
+                f"{detail or d.kind}",
+                ((d.message or "")[:300],) if d.message else (),
             )
         )
     return out

@@ -11,6 +11,7 @@ from ray.util.placement_group import placement_group
 
 from slime.ray.actor_group import RayTrainGroup
 from slime.ray.rollout import RolloutManager
+from slime.utils.logging_utils import log_fault_armed
 
 logger = logging.getLogger(__name__)
 
@@ -18,13 +19,20 @@ PGTuple = tuple[Any, list[int], list[int]]
 
 
 def _create_placement_group(
-    num_gpus: int, node_resources: list[str | None] | None = None
+    num_gpus: int, node_resources: list[str | None] | None = None, fault: str = "none"
 ) -> PGTuple:
     """One bundle per "GPU". The demo has no GPUs: a bundle holds a sliver of CPU (plus, for
     multi-node demos, a sliver of a custom resource that pins the bundle to a node)."""
     logger.info(f"Creating placement group with {num_gpus} GPUs...")
     pins = node_resources or [None] * num_gpus
-    bundles = [{"CPU": 0.01, **({pin: 0.01} if pin else {})} for pin in pins]
+    bundles: list[dict[str, float]] = [
+        {"CPU": 0.01, **({pin: 0.01} if pin else {})} for pin in pins
+    ]
+    if fault == "placement_infeasible":
+        # Demo fault (OpenRLHF#865, a first run on a too small cluster): the job asks for one
+        # real GPU per bundle, as slime does ({"GPU": 1, "CPU": 1}); the cluster has fewer.
+        bundles = [{**b, "GPU": 1.0} for b in bundles]
+        log_fault_armed(logger, fault, "create_placement_groups (pg.ready)", 0)
     pg = placement_group(bundles, strategy="PACK")
     ray.get(pg.ready())
     indices = list(range(num_gpus))
@@ -36,12 +44,12 @@ def _create_placement_group(
 def create_placement_groups(args: argparse.Namespace) -> dict[str, PGTuple]:
     actor_gpus = args.actor_num_nodes * args.actor_num_gpus_per_node
     if args.colocate:
-        pg, idx, gpus = _create_placement_group(actor_gpus)
+        pg, idx, gpus = _create_placement_group(actor_gpus, fault=args.fault)
         return {"actor": (pg, idx, gpus), "rollout": (pg, idx, gpus)}
     pins = [args.actor_node_resource] * actor_gpus + [
         args.rollout_node_resource
     ] * args.rollout_num_gpus
-    pg, idx, gpus = _create_placement_group(actor_gpus + args.rollout_num_gpus, pins)
+    pg, idx, gpus = _create_placement_group(actor_gpus + args.rollout_num_gpus, pins, args.fault)
     return {
         "actor": (pg, idx[:actor_gpus], gpus[:actor_gpus]),
         "rollout": (pg, idx[actor_gpus:], gpus[actor_gpus:]),

@@ -38,6 +38,15 @@ class UpdateWeightFromDistributed:
         self.rollout_engine_lock = rollout_engine_lock
         # DP rank 0 / TP rank 0 of the (only) pipeline stage sends the weights.
         self._is_pp_src_rank = dist.get_rank() == 0
+        if self.args.fault == "actor_queue_cycle":
+            # Demo fault (slime PR#2331): with PP>1 every stage's source rank creates its own
+            # `slime-pp_<k>` group with every engine, concurrently; here each train rank stands
+            # for one PP stage's source.
+            self._group_name = f"slime-pp_{dist.get_rank()}"
+            self._model_update_groups = connect_rollout_engines_pp_concurrently(
+                self.args, self._group_name, rollout_engines, dist.get_rank()
+            )
+            return
         if self._is_pp_src_rank:
             if self.args.fault == "weight_sync_engine_missing":
                 check_server_fault_not_live(self.args, rollout_engines[self.args.fault_engine])
@@ -125,6 +134,53 @@ def connect_rollout_engines_from_distributed(
     ]
     model_update_groups = init_process_group(
         backend="gloo",  # no GPU in the demo: the engines serve "nccl" with gloo as well
+        init_method=f"tcp://{master_address}:{master_port}",
+        timeout=timedelta(minutes=args.distributed_timeout_minutes),
+        world_size=world_size,
+        rank=0,
+        group_name=group_name,
+    )
+    ray.get(refs)
+    return model_update_groups
+
+
+def connect_rollout_engines_pp_concurrently(
+    args: argparse.Namespace, group_name: str, rollout_engines: list[Any], pp_rank: int
+) -> Any:
+    """Each PP source asks every engine to join its group, starting with a different engine (the
+    order the calls reach each engine is whatever Ray delivers). Each engine actor serves one
+    call at a time and joins with a blocking HTTP call: engine k, busy joining `slime-pp_k`,
+    never takes the other group's call queued behind it, and both groups wait forever."""
+    import ray
+    import torch.distributed as dist
+
+    from slime.utils.logging_utils import log_fault_armed
+
+    master_address = "127.0.0.1"
+    master_port = get_free_port(start_port=random.randint(21000, 22000) + 100 * pp_rank)
+    world_size = len(rollout_engines) * args.rollout_num_gpus_per_engine + 1
+    n = len(rollout_engines)
+    order = [(pp_rank + k) % n for k in range(n)]
+
+    def join(i: int) -> Any:
+        return rollout_engines[i].init_weights_update_group.remote(
+            master_address,
+            master_port,
+            i * args.rollout_num_gpus_per_engine + 1,
+            world_size,
+            group_name,
+            backend="nccl",
+        )
+
+    refs = [join(order[0])]
+    # the other source's first call reaches its engine at the same moment as this one
+    dist.barrier(group=get_gloo_group())
+    time.sleep(1.0)
+    refs += [join(i) for i in order[1:]]
+    if pp_rank == 0:
+        log_fault_armed(logger, args.fault, "slime-pp group creation", 0)
+    model_update_groups = init_process_group(
+        backend="gloo",
         init_method=f"tcp://{master_address}:{master_port}",
         timeout=timedelta(minutes=args.distributed_timeout_minutes),
         world_size=world_size,

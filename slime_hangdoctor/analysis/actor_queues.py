@@ -1,0 +1,287 @@
+"""Ray task history and queues per actor: who runs what, what waits behind it, who waits on whom.
+
+Pure: reads the task pages of a `Snapshot` (``/api/v0/tasks`` answers with every state, parent task
+ids and times). Each actor runs its methods one at a time (slime's actors are plain, not async), so
+a call queued on an actor waits for the method it runs now. From that and the parent task ids:
+
+- a **wait-for edge** A -> B when a task of actor A waits on a call queued on actor B behind B's
+  running method: either A's running method made the call (its child), or the call and A's running
+  method were fanned out by the same caller (siblings: calls that meet in one process group, as
+  engines joining a weight-update group do);
+- a **cycle** of such edges that held in both samples is a deadlock of the actors' queues
+  (slime PR#2331: engines joining PP groups in opposite orders; open-instruct PR#1454);
+- an **engine left paused**: its last ``pause_generation`` finished and no ``continue_generation``
+  came after it (AReaL#1160);
+- a **method running far longer than its earlier runs** (verl#1696: one actor method stuck).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slime_hangdoctor.facts import RayActor, RayTask
+from slime_hangdoctor.snapshot import Snapshot, TaskPageObs
+
+RUNNING = frozenset({"RUNNING", "RUNNING_IN_RAY_GET", "RUNNING_IN_RAY_WAIT"})
+FINAL = frozenset({"FINISHED", "FAILED"})
+_ACTOR_CREATION_PREFIX = "f" * 16  # actor creation task id = 16 x "f" + actor id
+
+PAUSE_METHOD = "pause_generation"
+CONTINUE_METHOD = "continue_generation"
+OVERLONG_FACTOR = 5.0  # a run this many times the longest earlier run ...
+OVERLONG_MIN_EXTRA_S = 5.0  # ... and at least this much longer than it
+OVERLONG_MIN_RUNS = 2  # earlier finished runs needed to compare with
+RECENT = 5  # finished tasks kept per actor
+
+
+@dataclass(frozen=True)
+class ActorQueue:
+    actor: RayActor
+    running: tuple[RayTask, ...]
+    queued: tuple[RayTask, ...]  # oldest first
+    recent: tuple[RayTask, ...]  # finished or failed, newest first
+
+
+@dataclass(frozen=True)
+class WaitEdge:
+    """Actor `waiter` cannot go on until actor `holder` runs `queued`, which waits behind
+    `holding` (the method `holder` runs now)."""
+
+    waiter: str  # actor id
+    holder: str  # actor id
+    waiting: RayTask | None  # the waiter's running task that waits (None: an async caller)
+    queued: RayTask
+    holding: RayTask
+    kind: str  # child | sibling
+
+
+@dataclass(frozen=True)
+class PausedEngine:
+    actor: RayActor
+    pause: RayTask
+    continue_queued: RayTask | None = None  # a continue_generation that never ran (queued)
+
+
+@dataclass(frozen=True)
+class OverlongTask:
+    actor: RayActor
+    task: RayTask
+    elapsed_s: float
+    longest_earlier_s: float
+    earlier_runs: int
+
+
+@dataclass(frozen=True)
+class TaskView:
+    queues: tuple[ActorQueue, ...]
+    edges: tuple[WaitEdge, ...]
+    cycles: tuple[tuple[WaitEdge, ...], ...]  # each held in both samples
+    paused: tuple[PausedEngine, ...]
+    overlong: tuple[OverlongTask, ...]
+    history_seen: bool  # a history page answered (needed for paused/overlong)
+    history_partial: bool  # a page was truncated by Ray: absences are not evidence
+
+    def queue_of(self, actor_id: str) -> ActorQueue | None:
+        return next((q for q in self.queues if q.actor.actor_id == actor_id), None)
+
+
+def _merged(pages: tuple[TaskPageObs, ...]) -> dict[str, RayTask]:
+    """Every task seen, in the state of the newest page that had it."""
+    out: dict[str, RayTask] = {}
+    for page in sorted(pages, key=lambda p: (p.sample, p.time)):
+        for t in page.tasks:
+            out[t.task_id] = t
+    return out
+
+
+def _current(pages: tuple[TaskPageObs, ...]) -> TaskPageObs | None:
+    """The newest page of the unfinished query (complete for queued and running tasks)."""
+    unfinished = [p for p in pages if p.target == "tasks_unfinished"]
+    return max(unfinished, key=lambda p: (p.sample, p.time)) if unfinished else None
+
+
+def _sort_key(t: RayTask) -> int:
+    return t.start_time_ms or t.creation_time_ms or 0
+
+
+def _actor_of(task_id: str | None, tasks: dict[str, RayTask], actors: set[str]) -> str | None:
+    if not task_id:
+        return None
+    parent = tasks.get(task_id)
+    if parent is not None and parent.actor_id:
+        return parent.actor_id
+    if task_id.startswith(_ACTOR_CREATION_PREFIX) and task_id[16:] in actors:
+        return task_id[16:]
+    return None
+
+
+def build_view(snapshot: Snapshot) -> TaskView | None:
+    """The actors' queues and what follows from them; None when no task page answered."""
+    pages = snapshot.task_pages
+    if not pages:
+        return None
+    actors = {a.actor_id: a for a in snapshot.actors}
+    known = _merged(pages)
+    current = _current(pages)
+    now_tasks = {t.task_id: t for t in current.tasks} if current else {}
+    # A task the unfinished query no longer lists has ended (its end may be in the history).
+    state = {
+        tid: (now_tasks.get(tid, t))
+        for tid, t in known.items()
+        if tid in now_tasks or t.state in FINAL or current is None
+    }
+    queues = _queues(actors, state)
+    edges = _edges(now_tasks, known, set(actors))
+    persistent = _persistent_ids(pages)
+    cycles = tuple(c for c in _cycles(edges) if all(_held(e, persistent) for e in c))
+    history = [p for p in pages if p.target != "tasks_unfinished"]
+    partial = any(p.truncated for p in pages)
+    now_ms = current.time * 1000.0 if current else None
+    paused = _paused(actors, state) if history and not partial else ()
+    overlong = _overlong(actors, state, now_ms) if history and now_ms else ()
+    return TaskView(queues, edges, cycles, paused, overlong, bool(history), partial)
+
+
+def _queues(actors: dict[str, RayActor], state: dict[str, RayTask]) -> tuple[ActorQueue, ...]:
+    by_actor: dict[str, list[RayTask]] = {}
+    for t in state.values():
+        if t.actor_id and t.task_type != "ACTOR_CREATION_TASK":
+            by_actor.setdefault(t.actor_id, []).append(t)
+    out: list[ActorQueue] = []
+    for actor_id, tasks in by_actor.items():
+        actor = actors.get(actor_id)
+        if actor is None:
+            continue
+        running = tuple(sorted((t for t in tasks if t.state in RUNNING), key=_sort_key))
+        queued = tuple(sorted((t for t in tasks if t.state not in RUNNING | FINAL), key=_sort_key))
+        done = [t for t in tasks if t.state in FINAL]
+        recent = tuple(sorted(done, key=lambda t: -(t.end_time_ms or 0))[:RECENT])
+        out.append(ActorQueue(actor, running, queued, recent))
+    return tuple(sorted(out, key=lambda q: (q.actor.class_name, q.actor.actor_id)))
+
+
+def _edges(
+    now: dict[str, RayTask], known: dict[str, RayTask], actors: set[str]
+) -> tuple[WaitEdge, ...]:
+    running_on: dict[str, list[RayTask]] = {}
+    for t in now.values():
+        if t.state in RUNNING and t.actor_id:
+            running_on.setdefault(t.actor_id, []).append(t)
+    by_parent: dict[str, list[RayTask]] = {}
+    for t in now.values():
+        if t.parent_task_id:
+            by_parent.setdefault(t.parent_task_id, []).append(t)
+    out: dict[tuple[str, str, str], WaitEdge] = {}
+    for q in now.values():
+        if q.state in RUNNING or not q.actor_id or q.actor_id not in running_on:
+            continue
+        holding = min(running_on[q.actor_id], key=_sort_key)
+        # the caller itself, when it is an actor's running method (or an async actor)
+        parent = known.get(q.parent_task_id or "")
+        caller = _actor_of(q.parent_task_id, known, actors)
+        if caller and caller != q.actor_id:
+            waiting = parent if parent is not None and parent.state in RUNNING else None
+            if waiting is not None or caller in running_on:
+                out.setdefault(
+                    (caller, q.actor_id, q.task_id),
+                    WaitEdge(caller, q.actor_id, waiting, q, holding, "child"),
+                )
+        # siblings: calls of the same caller running on other actors
+        for s in by_parent.get(q.parent_task_id or "", []):
+            if s.state in RUNNING and s.actor_id and s.actor_id != q.actor_id:
+                out.setdefault(
+                    (s.actor_id, q.actor_id, q.task_id),
+                    WaitEdge(s.actor_id, q.actor_id, s, q, holding, "sibling"),
+                )
+    return tuple(out.values())
+
+
+def _cycles(edges: tuple[WaitEdge, ...]) -> list[tuple[WaitEdge, ...]]:
+    """Elementary cycles of the actor graph (small: one node per actor), each once."""
+    adj: dict[str, list[WaitEdge]] = {}
+    for e in edges:
+        adj.setdefault(e.waiter, []).append(e)
+    found: dict[tuple[str, ...], tuple[WaitEdge, ...]] = {}
+
+    def walk(start: str, node: str, path: list[WaitEdge], seen: set[str]) -> None:
+        for e in adj.get(node, []):
+            if e.holder == start:
+                cycle = (*path, e)
+                ids = [x.waiter for x in cycle]
+                k = ids.index(min(ids))
+                key = tuple(ids[k:] + ids[:k])
+                found.setdefault(key, cycle[k:] + cycle[:k])
+            elif e.holder not in seen and e.holder > start and len(path) < 16:
+                walk(start, e.holder, [*path, e], seen | {e.holder})
+
+    for start in sorted(adj):
+        walk(start, start, [], {start})
+    return list(found.values())
+
+
+def _persistent_ids(pages: tuple[TaskPageObs, ...]) -> set[str] | None:
+    """Ids of tasks unfinished in both samples' unfinished pages (None: one sample only)."""
+    by_sample: dict[int, set[str]] = {}
+    for p in pages:
+        if p.target == "tasks_unfinished":
+            by_sample.setdefault(p.sample, set()).update(
+                t.task_id for t in p.tasks if t.state not in FINAL
+            )
+    if len(by_sample) < 2:
+        return None
+    first, last = by_sample[min(by_sample)], by_sample[max(by_sample)]
+    return first & last
+
+
+def _held(e: WaitEdge, persistent: set[str] | None) -> bool:
+    if persistent is None:
+        return False  # one sample cannot tell a deadlock from a passing queue
+    tasks = [e.queued, e.holding] + ([e.waiting] if e.waiting is not None else [])
+    return all(t.task_id in persistent for t in tasks)
+
+
+def _paused(actors: dict[str, RayActor], state: dict[str, RayTask]) -> tuple[PausedEngine, ...]:
+    out: list[PausedEngine] = []
+    per_actor: dict[str, list[RayTask]] = {}
+    for t in state.values():
+        if t.actor_id and t.method in (PAUSE_METHOD, CONTINUE_METHOD):
+            per_actor.setdefault(t.actor_id, []).append(t)
+    for actor_id, tasks in per_actor.items():
+        actor = actors.get(actor_id)
+        pauses = [t for t in tasks if t.method == PAUSE_METHOD and t.state == "FINISHED"]
+        if actor is None or actor.state != "ALIVE" or not pauses:
+            continue
+        last = max(pauses, key=lambda t: (t.creation_time_ms or 0, t.end_time_ms or 0))
+        later = [
+            t
+            for t in tasks
+            if t.method == CONTINUE_METHOD
+            and (t.creation_time_ms or 0) >= (last.creation_time_ms or 0)
+        ]
+        if any(t.state in RUNNING | FINAL for t in later):
+            continue
+        out.append(PausedEngine(actor, last, later[0] if later else None))
+    return tuple(out)
+
+
+def _overlong(
+    actors: dict[str, RayActor], state: dict[str, RayTask], now_ms: float
+) -> tuple[OverlongTask, ...]:
+    durations: dict[tuple[str, str], list[float]] = {}
+    for t in state.values():
+        if t.state == "FINISHED" and t.actor_id and t.start_time_ms and t.end_time_ms:
+            key = (actors[t.actor_id].class_name if t.actor_id in actors else "", t.name)
+            durations.setdefault(key, []).append((t.end_time_ms - t.start_time_ms) / 1000.0)
+    out: list[OverlongTask] = []
+    for t in state.values():
+        actor = actors.get(t.actor_id or "")
+        if actor is None or t.state not in RUNNING or not t.start_time_ms:
+            continue
+        earlier = durations.get((actor.class_name, t.name), [])
+        if len(earlier) < OVERLONG_MIN_RUNS:
+            continue
+        elapsed = (now_ms - t.start_time_ms) / 1000.0
+        longest = max(earlier)
+        if elapsed >= OVERLONG_FACTOR * longest and elapsed - longest >= OVERLONG_MIN_EXTRA_S:
+            out.append(OverlongTask(actor, t, elapsed, longest, len(earlier)))
+    return tuple(out)
