@@ -31,10 +31,20 @@ from rich.console import Console
 
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.errors import BundleInvalid, ParseError
-from slime_hangdoctor.facts import GpuSeries, ProcessInfo, RayActor, RayJob, RayNode, RayTask
+from slime_hangdoctor.facts import (
+    ClusterResources,
+    GpuSeries,
+    ProcessInfo,
+    RayActor,
+    RayJob,
+    RayNode,
+    RayPlacementGroup,
+    RayTask,
+    TaskPage,
+)
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.parsers.processes import parse_processes
-from slime_hangdoctor.parsers.ray_state import STATE_ENDPOINTS
+from slime_hangdoctor.parsers.ray_state import STATE_ENDPOINTS, TASK_HISTORY
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.render import render
 from tests.fixtures import transforms as tf
@@ -44,6 +54,14 @@ pytestmark = pytest.mark.timeout(240)
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 RAY_H200 = FIXTURES / "real" / "gpu-2xh200-ray-nccl-hang"
 RAY_LOCAL = FIXTURES / "real" / "local-cpu-ray-2.60-two-actors"
+RAY_QUEUES = FIXTURES / "real" / "local-cpu-ray-2.60-actor-queues"
+# answers the two-actor capture lacks: the actor-queues capture's file for them
+_QUEUES_FILES = {
+    "tasks_unfinished": "tasks.json",
+    TASK_HISTORY.target: "tasks.json",
+    "placement_groups": "placement_groups.json",
+    "cluster_status": "cluster_status.json",
+}
 BUNDLES = FIXTURES / "bundles"
 DEMO_BUNDLES = FIXTURES / "analysis" / "demo"
 
@@ -81,7 +99,10 @@ def _dashboard_bodies(endpoint: str, target: str) -> tuple[str, ...]:
     for capture in ("hang", "busy"):
         answers = json.loads((RAY_H200 / capture / "dashboard.json").read_text(encoding="utf-8"))
         out += [v["body"] for k, v in answers.items() if k.startswith(endpoint)]
-    out.append((RAY_LOCAL / "dashboard" / f"{target}.json").read_text(encoding="utf-8"))
+    local = RAY_LOCAL / "dashboard" / f"{target}.json"
+    if target in _QUEUES_FILES:
+        local = RAY_QUEUES / _QUEUES_FILES[target]
+    out.append(local.read_text(encoding="utf-8"))
     assert all(isinstance(b, str) and b for b in out)
     return tuple(out)
 
@@ -154,9 +175,15 @@ _FACTS: dict[str, type] = {
     "nodes": RayNode,
     "jobs": RayJob,
     "node_summary": GpuSeries,
+    "tasks_unfinished": TaskPage,
+    TASK_HISTORY.target: TaskPage,
+    "placement_groups": RayPlacementGroup,
+    "cluster_status": ClusterResources,
 }
 RAY_PARSERS: tuple[tuple[str, str, Callable[[Any], tuple[Any, ...]], type], ...] = tuple(
-    (e.path, e.target, e.parse, _FACTS[e.target]) for e in STATE_ENDPOINTS if e.parse is not None
+    (e.path, e.target, e.parse, _FACTS[e.target])
+    for e in (*STATE_ENDPOINTS, TASK_HISTORY)
+    if e.parse is not None
 )
 
 

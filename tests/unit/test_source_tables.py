@@ -17,7 +17,8 @@ def test_every_bundle_source_has_a_loader() -> None:
 
 
 def test_every_parsed_dashboard_answer_has_a_loader() -> None:
-    parsed = {e.target for e in ray_state.STATE_ENDPOINTS if e.parse is not None}
+    tables = (*ray_state.STATE_ENDPOINTS, ray_state.TASK_HISTORY)
+    parsed = {e.target for e in tables if e.parse is not None}
     assert parsed == set(load.DASHBOARD_LOADERS)
 
 
@@ -34,6 +35,9 @@ def test_a_stored_dashboard_answer_finds_its_entry() -> None:
     actors = ray_state.endpoint_of("/api/v0/actors?detail=1", "actors")
     assert actors is not None and actors.target == "actors"
     assert ray_state.endpoint_of("/api/unknown", "x") is None
+    # the per-job task history: one entry for every job's answer
+    history = ray_state.endpoint_of("/api/v0/tasks", "tasks_job_02000000")
+    assert history is ray_state.TASK_HISTORY
 
 
 def test_every_sglang_path_collected_is_parsed_by_the_loader() -> None:
