@@ -145,7 +145,11 @@ class TokenizerManager:
         parent, child = socket.socketpair()
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        # The children's argv[0] is a title, not a path: Python then cannot find a virtualenv from
+        # it (a symlinked venv python falls back to the base prefix), so they get this process's
+        # import path whole.
+        paths = [root, *(p for p in sys.path if p and p != root)]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         common = ["-m", SCHEDULER_MODULE, "--parent-pid", str(os.getpid())]
         fd = child.fileno()
         scheduler = subprocess.Popen(  # noqa: S603 - our own module, fixed argv
