@@ -1,9 +1,10 @@
 """Many real Python processes that look like slime's Ray train workers, for the scale benchmark.
 
-Each is a real interpreter whose argv[0] is ``ray::MegatronTrainRayActor.train`` (Ray's title of an
-actor running `train`; set through ``subprocess.Popen(executable=...)``), blocked in a real call
-chain ``train -> all_reduce -> wait_for_peer`` reading its stdin. Closing stdin ends it; whatever
-is still alive after that is killed.
+Each is a real interpreter (``sys.executable``, so a venv stays that venv) titled
+``ray::MegatronTrainRayActor.train`` (Ray's title of an actor running `train`) with setproctitle as
+Ray titles its workers (with SPT_NOENV=1, as the raylet starts them), blocked in a real call chain
+``train -> all_reduce -> wait_for_peer`` reading its stdin. Closing stdin ends it; whatever is
+still alive after that is killed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from contextlib import contextmanager
 
 TITLE = "ray::MegatronTrainRayActor.train"
 WORKER_CODE = """\
+import os
 import sys
+
+os.environ["SPT_NOENV"] = "1"
+import setproctitle
+
+setproctitle.setproctitle(sys.argv[1])
 
 
 def wait_for_peer(stream):
@@ -45,8 +52,7 @@ def titled_processes(count: int, title: str = TITLE) -> Iterator[list[int]]:
         for _ in range(count):
             procs.append(
                 subprocess.Popen(
-                    [title, "-c", WORKER_CODE],
-                    executable=sys.executable,
+                    [sys.executable, "-c", WORKER_CODE, title],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,

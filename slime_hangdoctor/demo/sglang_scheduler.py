@@ -1,8 +1,10 @@
 """Entry point of the SGLang stand-in's child processes (`sglang::scheduler_TP0`, `sglang::detokenizer`).
 
-The HTTP process (`sglang_server`) starts this module with argv[0] set to the process title, as SGLang
-0.5.15 titles `run_scheduler_process` with setproctitle: `/proc/<pid>/cmdline` starts with
-`sglang::scheduler_TP0`, and comm (psutil `name()`) is its first 15 bytes.
+The HTTP process (`sglang_server`) starts this module with the real interpreter (`sys.executable`,
+so a venv, `uv venv` or conda environment stays that environment) and `--title`; the module sets the
+title first thing with `setproctitle`, as SGLang 0.5.15's `run_scheduler_process` does:
+`/proc/<pid>/cmdline` then reads `sglang::scheduler_TP0` (followed by empty arguments), and comm
+(psutil `name()`) is its first 15 bytes (setproctitle's prctl).
 
 The scheduler itself lives in `slime_hangdoctor/demo/sglang/srt/...`, in the files and under the
 function names SGLang uses (`managers/scheduler.py: Scheduler.event_loop_normal`, `run_batch`,
@@ -22,10 +24,10 @@ The children die with the HTTP process (PR_SET_PDEATHSIG plus a parent-pid poll)
 from __future__ import annotations
 
 import argparse
-import os
 import signal
-import sys
 from multiprocessing.connection import Connection
+
+import setproctitle
 
 from slime_hangdoctor.demo.sglang.srt.managers.detokenizer_manager import run_detokenizer_process
 from slime_hangdoctor.demo.sglang.srt.managers.io_struct import FAULTS, Msg, recv_msg, send_msg
@@ -33,19 +35,9 @@ from slime_hangdoctor.demo.sglang.srt.managers.scheduler import run_scheduler_pr
 from slime_hangdoctor.demo.sglang.srt.utils.common import (
     init_custom_process_group,
     kill_itself_when_parent_died,
-    set_process_name,
 )
 
 __all__ = ["FAULTS", "Msg", "init_custom_process_group", "main", "recv_msg", "send_msg"]
-
-
-def _argv0() -> str:
-    """The process title as /proc shows it (argv[0] of the exec, which `-m` hides from sys.argv)."""
-    try:
-        with open("/proc/self/cmdline", "rb") as fh:
-            return fh.read().split(b"\0", 1)[0].decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -53,14 +45,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--role", choices=("scheduler", "detokenizer"), default="scheduler")
     parser.add_argument("--fd", type=int, default=-1)
     parser.add_argument("--parent-pid", type=int, required=True)
+    parser.add_argument("--title", default="")
     args = parser.parse_args(argv)
-    if not sys.executable:
-        try:
-            sys.executable = os.readlink("/proc/self/exe")
-        except OSError:
-            pass
-    title = _argv0()
-    set_process_name(title or f"sglang::{args.role}")
+    setproctitle.setproctitle(args.title or f"sglang::{args.role}")
     kill_itself_when_parent_died(args.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the HTTP process, not us
     if args.role == "detokenizer":

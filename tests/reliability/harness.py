@@ -456,10 +456,11 @@ def start_rank(
     """Start a stand-in rank and wait until it is set up. A thread reaps it as soon as it dies
     (so a killed rank is gone from /proc, not a zombie of the test)."""
     ready = workdir / f"{name}.ready"
-    full_env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", **(env or {})}
+    # SPT_NOENV=1 as the raylet starts Ray workers: the title stays within the command line and
+    # /proc/<pid>/environ stays readable (setproctitle would otherwise write over it).
+    full_env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "SPT_NOENV": "1", **(env or {})}
     proc = subprocess.Popen(
-        [RANK_TITLE, str(STANDINS / "rank.py"), str(ready), *args],
-        executable=sys.executable,
+        [sys.executable, str(STANDINS / "rank.py"), "--title", RANK_TITLE, str(ready), *args],
         env=full_env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.topology import Topology, build_topology
 from tests.fixtures.transforms import truncate_bytes_at
+from tests.titled import titled_python
 
 BUNDLES = sorted(
     p.parent
@@ -89,8 +89,7 @@ def test_partial_snapshot_leaves_stacks_to_the_analysis(tmp_path: Path) -> None:
 @pytest.fixture
 def worker() -> Iterator[int]:
     proc = subprocess.Popen(
-        ["ray::MegatronTrainRayActor.train", "-c", WORKER],
-        executable=sys.executable,
+        titled_python("ray::MegatronTrainRayActor.train", WORKER),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )

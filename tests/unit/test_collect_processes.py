@@ -1,8 +1,10 @@
 """scan_processes / record_processes on real process trees shaped like a slime node.
 
-The trees are real processes whose argv[0] is set the way Ray and SGLang set their titles
-(`exec -a`): an engine actor `ray::SGLangEngine.init` whose child (the HTTP server, listening on a
-port) starts `sglang::scheduler_TP0`; Ray's own `ray::IDLE` / `ray::DashboardAgent` stand-ins.
+The trees are real processes titled the way Ray and SGLang title theirs: an engine actor
+`ray::SGLangEngine.init` (a Python process titled with setproctitle, tests/titled.py) whose child
+(the HTTP server, listening on a port) starts `sglang::scheduler_TP0`; Ray's own `ray::IDLE` /
+`ray::DashboardAgent` stand-ins. The non-Python ones are `sleep` under `exec -a`, which leaves
+argv[0] as the title as setproctitle does.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from slime_hangdoctor.collect.processes import record_processes, scan_processes
 from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.parsers.processes import parse_processes
 from slime_hangdoctor.redact import REDACTED
+from tests.titled import titled_python
 
 SERVER = r"""
 import socket, subprocess, sys, time
@@ -32,14 +34,13 @@ time.sleep(120)
 """
 ACTOR = r"""
 import subprocess, sys, time
-# sys.executable is empty under an `exec -a` title: the interpreter comes as argv[1]
-subprocess.Popen([sys.argv[1], "-c", sys.argv[2], "--api-key", "sk-not-for-bundles"])
+subprocess.Popen([sys.executable, "-c", sys.argv[1], "--api-key", "sk-not-for-bundles"])
 time.sleep(120)
 """
 
 
 def _titled(title: str, *argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """A process whose argv[0] is `title` (as Ray's setproctitle leaves it)."""
+    """A non-Python process whose argv[0] is `title` (as Ray's setproctitle leaves it)."""
     cmd = 'exec -a "$0" "$@"'
     return subprocess.Popen(
         ["bash", "-c", cmd, title, *argv],
@@ -63,8 +64,10 @@ def _wait_tree(root: int, size: int) -> list[int]:
 @pytest.fixture
 def node() -> Iterator[dict[str, int]]:
     env = {"RANK": "3", "MY_SECRET_TOKEN": "hunter2"}
-    actor = _titled(
-        "ray::SGLangEngine.init", sys.executable, "-c", ACTOR, sys.executable, SERVER, env=env
+    actor = subprocess.Popen(
+        titled_python("ray::SGLangEngine.init", ACTOR, SERVER),
+        env={**os.environ, **env},
+        start_new_session=True,
     )
     idle = _titled("ray::IDLE", "sleep", "120")
     agent = _titled("ray::DashboardAgent", "sleep", "120")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from slime_hangdoctor.collect.processes import (
     listening_sockets,
     scan_processes,
 )
+from tests.titled import titled_python
 
 CHILD = r"""
 import socket, sys, time
@@ -46,8 +46,7 @@ def _have_ipv6() -> bool:
 def child() -> Iterator[tuple[int, int, int]]:
     """A child process titled like a Ray worker: (pid, listening port, bound-only port)."""
     proc = subprocess.Popen(
-        ["ray::SGLangEngine.init", "-c", CHILD],
-        executable=sys.executable,
+        titled_python("ray::SGLangEngine.init", CHILD),
         stdout=subprocess.PIPE,
         text=True,
     )

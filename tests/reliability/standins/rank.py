@@ -1,8 +1,11 @@
-"""A stand-in slime train rank for the reliability suite: a Python process that the test starts
-with the title (argv[0]) `ray::MegatronTrainRayActor.train`, so `--local` discovery finds it as a
-train rank, exactly as it finds a real Ray actor by its title.
+"""A stand-in slime train rank for the reliability suite: a Python process that titles itself
+`--title` (the harness gives `ray::MegatronTrainRayActor.train`) with setproctitle, as Ray titles
+its workers, so `--local` discovery finds it as a train rank, exactly as it finds a real Ray actor
+by its title. Its command line after the title keeps the other arguments (the secrets test gives it
+an `--api-key`, which the doctor must redact).
 
-    rank.py READY_FILE [--spin] [--fr-pipe PREFIX --fr-dump PREFIX --fr-mode MODE --fr-dump-from F]
+    rank.py --title TITLE READY_FILE [--spin]
+            [--fr-pipe PREFIX --fr-dump PREFIX --fr-mode MODE --fr-dump-from F]
 
 It writes READY_FILE once set up, then waits in `train_step` (a sleep loop) until killed. The
 flight-recorder mode says what it does with its debug pipe `<PREFIX><RANK>.pipe` (RANK from the
@@ -22,6 +25,8 @@ import os
 import sys
 import threading
 import time
+
+import setproctitle
 
 
 def _serve_pipe(
@@ -59,6 +64,7 @@ def train_step(spin: bool) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--title", required=True)
     ap.add_argument("ready")
     ap.add_argument("--fr-pipe")
     ap.add_argument("--fr-dump")
@@ -69,6 +75,9 @@ def main() -> None:
     ap.add_argument("--fr-dump-owner", type=int, default=None)
     ap.add_argument("--spin", action="store_true")
     ns, _ = ap.parse_known_args()  # extra arguments: a command line as real ranks have
+    title_at = sys.argv.index("--title")
+    rest = sys.argv[:title_at] + sys.argv[title_at + 2 :]
+    setproctitle.setproctitle(" ".join([ns.title, *rest]))
     rank = os.environ.get("RANK", "0")
     if ns.fr_pipe:
         pipe = f"{ns.fr_pipe}{rank}.pipe"

@@ -145,16 +145,15 @@ class TokenizerManager:
         parent, child = socket.socketpair()
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])
-        # The children's argv[0] is a title, not a path: Python then cannot find a virtualenv from
-        # it (a symlinked venv python falls back to the base prefix), so they get this process's
-        # import path whole.
-        paths = [root, *(p for p in sys.path if p and p != root)]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-        common = ["-m", SCHEDULER_MODULE, "--parent-pid", str(os.getpid())]
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        # The real interpreter path, not a title as argv[0] (with a title Python cannot find a
+        # virtualenv and starts the base prefix without its site-packages): a venv, uv or conda
+        # environment stays that environment. The child sets its title with setproctitle, as
+        # SGLang's run_scheduler_process does.
+        common = [sys.executable, "-m", SCHEDULER_MODULE, "--parent-pid", str(os.getpid())]
         fd = child.fileno()
         scheduler = subprocess.Popen(  # noqa: S603 - our own module, fixed argv
-            [self.ns.scheduler_title, *common, "--fd", str(fd)],
-            executable=sys.executable,
+            [*common, "--title", self.ns.scheduler_title, "--fd", str(fd)],
             pass_fds=(fd,),
             env=env,
             stdin=subprocess.DEVNULL,
@@ -162,8 +161,7 @@ class TokenizerManager:
         child.close()
         self.children.append(scheduler)
         detokenizer = subprocess.Popen(  # noqa: S603
-            ["sglang::detokenizer", *common, "--role", "detokenizer"],
-            executable=sys.executable,
+            [*common, "--title", "sglang::detokenizer", "--role", "detokenizer"],
             env=env,
             stdin=subprocess.DEVNULL,
         )

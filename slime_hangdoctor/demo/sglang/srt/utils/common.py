@@ -15,15 +15,6 @@ from typing import Any
 DEFAULT_PG_TIMEOUT_S = 1800.0  # torch default_pg_timeout, which SGLang's weight-update group uses
 
 
-def set_process_name(title: str) -> None:
-    """Set comm (what `ps -o comm` and psutil.name() show), truncated to 15 bytes like setproctitle."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(15, title.encode()[:15], 0, 0, 0)  # PR_SET_NAME
-    except (OSError, AttributeError):
-        pass
-
-
 def kill_itself_when_parent_died(parent_pid: int) -> None:
     """PR_SET_PDEATHSIG=SIGKILL (what SGLang's kill_itself_when_parent_died does) plus a ppid poll."""
     try:
