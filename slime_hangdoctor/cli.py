@@ -571,21 +571,31 @@ def run_attach(
         return attach_it(address, opts, out=out, progress=say, command=command).diagnosis
 
 
+DEMO_READY_TIMEOUT_S = 180.0  # a safety net: the job is ready in ~40 s on an idle 2-core machine
+DEMO_HELP = (
+    "The demo job itself failed on this machine (nothing was diagnosed). It runs with this "
+    "Python's packages; from the repository: python3 -m pip install -e '.[demo]'"
+)
+
+
 def run_demo(
     fault: str, *, window: float, out: Path | None, workdir: Path | None, quiet: bool
 ) -> Diagnosis:
-    from slime_hangdoctor.demo.launch import start_demo
+    from slime_hangdoctor.demo.cluster import ClusterError
+    from slime_hangdoctor.demo.launch import DemoError, start_demo
 
     base = workdir or Path(tempfile.mkdtemp(prefix="hd-demo-"))
     with _progress(quiet) as say:
-        say(f"starting a local Ray cluster and the demo job (fault: {fault})")
-        run = start_demo(fault, workdir=base)
+        say(f"starting a local Ray head for the demo job (fault: {fault})")
         try:
-            say("waiting for the job to reach its fault")
-            run.wait_until_ready(timeout=90.0)
-        except BaseException:
-            run.stop()
-            raise
+            run = start_demo(fault, workdir=base)
+            try:
+                run.wait_until_ready(timeout=DEMO_READY_TIMEOUT_S, progress=say)
+            except BaseException:
+                run.stop()
+                raise
+        except (DemoError, ClusterError) as exc:  # the demo's own failure, said in plain words
+            raise HangDoctorError(f"the demo did not start: {exc}", help_text=DEMO_HELP) from None
     try:
         opts = CollectOptions(window_s=window, timeout_s=max(DEFAULTS.timeout_s, window + 15.0))
         return run_attach(run.head.dashboard_url, opts, out=out, quiet=quiet, command="demo")

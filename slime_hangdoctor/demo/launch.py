@@ -17,6 +17,7 @@ import shlex
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +32,8 @@ PLAN_MISSED_TEXT = "DEMO FAULT PLAN MISSED"  # a timed fault went live too early
 SETTLE_S = 2.5  # after the armed line: let the faulty call reach its blocking point
 STARTUP_SETTLE_S = 5.0  # never_healthy: a few /health_generate polls
 HEALTHY_STEPS = {"none": 3, "slow": 1}  # train steps a healthy run shows before it is "ready"
+# What the job's processes import beyond the doctor's own dependencies (the [demo] extra).
+JOB_MODULES = ("torch", "numpy", "setproctitle")
 
 _STEP_RE = re.compile(r"\bstep (\d+): \{'train/loss'")
 _ACTOR_PID_RE = re.compile(r"\((\w+) pid=(\d+)(?:, ip=[^)]*)?\)")
@@ -39,10 +42,48 @@ _ENGINE_LAUNCH_RE = re.compile(
     r"\(SGLangEngine pid=(\d+)[^)]*\).*Launch HttpServerEngineAdapter at: ([\d.]+):(\d+)"
 )
 _RANK_RE = re.compile(r"\(MegatronTrainRayActor pid=(\d+)[^)]*\).*\[Rank (\d+)\] joined the train")
+_ENGINE_UP_TEXT = "The server is fired up and ready to roll"
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+_RAY_PREFIX_RE = re.compile(r"^\(\w+ pid=\d+(?:, ip=[^)]*)?\) ?")
+# A line that reports a failure: an exception's own line (`ModuleNotFoundError: ...`), a "failed" /
+# "fatal" message, an HTTP 4xx/5xx answer in an access log. Traceback frames (indented) are not.
+_ERROR_LINE_RE = re.compile(
+    r"\w*(?:Error|Exception)\b|\b(?:failed|fatal)\b|\bHTTP/[\d.]+\" [45]\d\d\b", re.IGNORECASE
+)
+ERROR_LINES = 6  # first distinct error lines a failed demo shows
+TAIL_LINES = 12  # the log's last lines, when it holds no error line
 
 
 class DemoError(RuntimeError):
-    """The demo job failed, or did not reach the expected state in time."""
+    """The demo job failed, or did not reach the expected state in time (the message says why in
+    plain words: the first error lines of the job's log)."""
+
+
+def error_lines(logs: str, limit: int = ERROR_LINES) -> list[str]:
+    """The first `limit` distinct lines of a job log that report an error, colour codes removed;
+    a line repeated by several processes (numbers aside) is shown once, with its count."""
+    first: dict[str, int] = {}
+    shown: list[str] = []
+    counts: list[int] = []
+    for raw in logs.splitlines():
+        line = _ANSI_RE.sub("", raw).rstrip()
+        body = _RAY_PREFIX_RE.sub("", line)
+        if not body or body[0].isspace() or not _ERROR_LINE_RE.search(body):
+            continue
+        key = re.sub(r"\d+", "#", body)
+        if key in first:
+            counts[first[key]] += 1
+            continue
+        if len(shown) == limit:
+            continue
+        first[key] = len(shown)
+        shown.append(line)
+        counts.append(1)
+    return [line if n == 1 else f"{line}  (x{n})" for line, n in zip(shown, counts, strict=True)]
+
+
+def _log_tail(logs: str, lines: int = TAIL_LINES) -> list[str]:
+    return [_ANSI_RE.sub("", line).rstrip() for line in logs.splitlines()[-lines:]]
 
 
 @dataclass
@@ -130,13 +171,58 @@ class DemoRun:
         }
 
     # ---- waiting
-    def wait_until_ready(self, timeout: float = 90.0) -> None:
+    def stage(self, logs: str) -> str:
+        """What the job's start-up is waiting for now, in words (the demo's progress line)."""
+        spec = self.fault
+        steps = self.steps_done(logs)
+        if self.armed(logs):
+            return f"fault {spec.name} armed; letting the job reach its blocking call"
+        if steps:
+            if spec.expected.status != "hung":
+                return f"training: step {steps} of {HEALTHY_STEPS.get(spec.name, 3)}"
+            return f"training: step {steps}; waiting for the fault {spec.name} to arm"
+        if "Running entrypoint" not in logs:
+            return "waiting for Ray to start the job's driver"
+        engines = len(_ENGINE_PORT_RE.findall(logs))
+        if not engines:
+            return "the job's driver is creating its placement group and rollout manager"
+        waiting = []
+        up = logs.count(_ENGINE_UP_TEXT)
+        if up < engines:
+            waiting.append(f"SGLang engines to start ({up} of {engines} up)")
+        ranks = len(_RANK_RE.findall(logs))
+        waiting.append(
+            f"training ranks to join ({ranks} joined)" if ranks else "the training ranks to start"
+        )
+        return "waiting for " + " and ".join(waiting)
+
+    def failure(self, what: str, logs: str) -> DemoError:
+        """A DemoError that says in plain words why: `what`, then the first error lines of the
+        job's log (else its last lines), and where the whole log was saved."""
+        found = error_lines(logs)
+        lines = found or _log_tail(logs)
+        head = "first errors in the job's log:" if found else "last lines of the job's log:"
+        saved = self.workdir / "job.log"
+        try:
+            saved.write_text(logs, encoding="utf-8")
+            where = f"the job's whole log: {saved}"
+        except OSError as exc:
+            where = f"(the job's log could not be saved to {saved}: {exc.strerror})"
+        body = "\n".join(f"  {line}" for line in lines) or "  (the log is empty)"
+        return DemoError(f"{what}; {head}\n{body}\n{where}")
+
+    def wait_until_ready(
+        self, timeout: float = 90.0, progress: Callable[[str], None] | None = None
+    ) -> None:
         """Return once the job has reached its fault (or run a few healthy steps); DemoError when
-        the job ends or `timeout` passes first (the message carries the log's tail)."""
+        the job ends or `timeout` passes first (the message carries the log's first error lines).
+        `progress` is told what the start-up waits for, with the seconds since submission."""
         deadline = time.monotonic() + timeout
         spec = self.fault
         while True:
             logs = self.logs()
+            if progress is not None:
+                progress(f"{self.stage(logs)} ({time.monotonic() - self.started_at:.0f} s)")
             if spec.expected.status != "hung":
                 if self.steps_done(logs) >= HEALTHY_STEPS.get(spec.name, 3):
                     break
@@ -155,13 +241,15 @@ class DemoRun:
                 if time.monotonic() - self.started_at >= self.armed_after_s + SETTLE_S:
                     break
             if PLAN_MISSED_TEXT in logs:
-                raise DemoError(f"the demo fault went live too early:\n{logs[-3000:]}")
+                raise self.failure(f"the demo fault {spec.name} went live too early", logs)
             status = self.status()
             if status in cluster.TERMINAL_JOB_STATES:
-                raise DemoError(f"demo job {status} before it was ready:\n{logs[-3000:]}")
+                raise self.failure(f"the demo job ended ({status}) before it was ready", logs)
             if time.monotonic() >= deadline:
-                raise DemoError(
-                    f"demo job not ready after {timeout:.0f}s (fault {spec.name}):\n{logs[-3000:]}"
+                raise self.failure(
+                    f"the demo job did not reach its fault {spec.name} within {timeout:.0f} s "
+                    f"(last: {self.stage(logs)})",
+                    logs,
                 )
             time.sleep(0.5)
         self.ready_after_s = time.monotonic() - self.started_at
@@ -243,6 +331,13 @@ def _kill(pids: set[int], *, timeout: float) -> None:
     psutil.wait_procs(alive, timeout=3.0)
 
 
+def missing_modules() -> list[str]:
+    """The JOB_MODULES this Python cannot import (looked up, not imported: torch takes seconds)."""
+    import importlib.util
+
+    return [name for name in JOB_MODULES if importlib.util.find_spec(name) is None]
+
+
 def job_entrypoint(fault: str, fault_after_steps: int, extra_args: list[str] | None = None) -> str:
     argv = [
         sys.executable,
@@ -270,6 +365,12 @@ def start_demo(
     `fault`; returns at once (see `DemoRun.wait_until_ready`). On any failure everything started
     so far is stopped."""
     spec = get_fault(fault)
+    missing = missing_modules()
+    if missing:
+        raise DemoError(
+            f"the demo job needs {', '.join(missing)} in this Python environment "
+            f"({sys.executable}), which lacks them"
+        )
     if not server_fault_supported(spec):
         raise DemoError(
             f"demo fault {fault!r} needs the SGLang stand-in fault {spec.server_fault!r}, "
