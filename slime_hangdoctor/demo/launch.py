@@ -192,7 +192,9 @@ class DemoRun:
             waiting.append(f"SGLang engines to start ({up} of {engines} up)")
         ranks = len(_RANK_RE.findall(logs))
         waiting.append(
-            f"training ranks to join ({ranks} joined)" if ranks else "the training ranks to start"
+            f"the first train step (training ranks up: {ranks})"
+            if ranks
+            else "the training ranks to start"
         )
         return "waiting for " + " and ".join(waiting)
 
