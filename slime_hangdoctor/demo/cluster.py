@@ -246,8 +246,16 @@ def _ray_start(
         if log is not None and not isinstance(out, int):
             out.close()
     if rc != 0:
-        tail = _tail(log)
-        raise ClusterError(f"`ray start` failed with exit code {rc}: {tail}")
+        raise ClusterError(
+            f"`ray start` failed with exit code {rc}: {_last_message(_tail(log, 40))} (log: {log})"
+        )
+
+
+def _last_message(tail: str) -> str:
+    """The last line of a log tail that is not part of a traceback's frames (Ray ends a failed
+    start with `Exception: The current node timed out during startup...`)."""
+    lines = [line.strip() for line in tail.splitlines() if line.strip() and not line[0].isspace()]
+    return lines[-1] if lines else "(its log is empty)"
 
 
 def _tail(log: Path | None, lines: int = 15) -> str:

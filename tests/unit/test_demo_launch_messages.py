@@ -113,3 +113,12 @@ def test_demo_names_a_missing_job_dependency_before_starting_ray(
     assert "internal error" not in err and "bug" not in err
     assert "pip install -e '.[demo]'" in err
     assert started == []
+
+
+def test_a_failed_ray_start_is_told_by_its_last_message(tmp_path: Path) -> None:
+    """`ray start` ends a failed start with a traceback: the message keeps its last line."""
+    from slime_hangdoctor.demo.cluster import _last_message, _tail
+
+    tail = _tail(LOGS / "ray_head.start_timed_out.log", 40)
+    assert _last_message(tail).startswith("Exception: The current node timed out during startup.")
+    assert _last_message("") == "(its log is empty)"
