@@ -51,20 +51,25 @@ def log_targets(
     out: list[LogTarget] = []
     running = [j for j in jobs if j.status == "RUNNING"]
     for j in running:
-        if j.submission_id:
-            out.append(
-                LogTarget(
-                    "driver",
-                    f"driver-{j.submission_id}",
-                    (("submission_id", j.submission_id),),
-                    j.driver_node_ip,
-                    (
-                        ("submission_id", j.submission_id),
-                        ("job_id", j.job_id),
-                        ("pid", j.driver_pid),
-                    ),
-                )
+        if not j.submission_id:
+            continue
+        # By file name on the driver's node where the Job API gave it: Ray 2.60 resolves
+        # `submission_id=` with the driver node of the *last* job it lists (a loop-variable slip in
+        # log_manager._resolve_job_filename), which answers 500 when that job has none.
+        params = (
+            (("node_ip", j.driver_node_ip), ("filename", f"job-driver-{j.submission_id}.log"))
+            if j.driver_node_ip
+            else (("submission_id", j.submission_id),)
+        )
+        out.append(
+            LogTarget(
+                "driver",
+                f"driver-{j.submission_id}",
+                params,
+                j.driver_node_ip,
+                (("submission_id", j.submission_id), ("job_id", j.job_id), ("pid", j.driver_pid)),
             )
+        )
     job_ids = {j.job_id for j in running if j.job_id}
     slime = [
         a
