@@ -49,6 +49,12 @@ FLIGHT_RECORDER = "flight_recorder"  # the pickle a rank dumped; meta: rank, pid
 RAY_LOGS = (
     "ray_logs"  # the tail of one log (Ray log API); meta: kind, actor_id / submission_id, suffix
 )
+SOCKETS = (
+    "sockets"  # JSON: the TCP tables' rows of one node's slime processes, and their socket fds
+)
+KERNEL = (
+    "kernel"  # JSON: kernel-side state of one node's slime processes, /dev/shm, OOM-killer lines
+)
 
 SOURCES = (
     RAY_DASHBOARD,
@@ -62,6 +68,8 @@ SOURCES = (
     NCCL_RAS,
     FLIGHT_RECORDER,
     RAY_LOGS,
+    SOCKETS,
+    KERNEL,
 )
 
 _SAFE = re.compile(r"[^A-Za-z0-9._\-]+")

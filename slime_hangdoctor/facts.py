@@ -498,3 +498,105 @@ class LogTail:
     open_timers: tuple[LogTimer, ...] = ()  # oldest first
     # SGLang's last "Cache not flushed ... #queue-req: N, #running-req: M": (N, M)
     pending_flush: tuple[int, int] | None = None
+
+
+# --------------------------------------------------------------------------- TCP connections (procfs)
+
+
+@dataclass(frozen=True)
+class TcpSocket:
+    """One row of the kernel's /proc/net/tcp or tcp6 table."""
+
+    local_ip: str
+    local_port: int
+    remote_ip: str
+    remote_port: int
+    state: str  # ESTABLISHED, SYN_SENT, CLOSE_WAIT, ... (the kernel's TCP state names)
+    tx_queue: int  # bytes sent and not yet acknowledged by the peer
+    rx_queue: int  # bytes received and not yet read by the process
+    inode: int
+
+
+@dataclass(frozen=True)
+class TcpConnection:
+    """A TCP socket held by one process (socket inode matched to one of its fds)."""
+
+    pid: int
+    fd: int
+    socket: TcpSocket
+    node_ip: str | None = None
+
+    @property
+    def remote(self) -> str:
+        ip = self.socket.remote_ip
+        return (
+            f"[{ip}]:{self.socket.remote_port}" if ":" in ip else f"{ip}:{self.socket.remote_port}"
+        )
+
+
+# --------------------------------------------------------------------------- kernel-side process state
+
+
+@dataclass(frozen=True)
+class IoCounters:
+    """/proc/<pid>/io: cumulative bytes (read_bytes/write_bytes reach the storage layer)."""
+
+    rchar: int
+    wchar: int
+    read_bytes: int
+    write_bytes: int
+
+
+@dataclass(frozen=True)
+class ThreadKernelState:
+    tid: int
+    name: str
+    state: str  # one letter of /proc/<pid>/task/<tid>/stat: R S D Z T t ...
+    wchan: str | None = None
+
+
+@dataclass(frozen=True)
+class ProcessKernelState:
+    """What the kernel says one process is doing: its state, where it sleeps, its I/O so far."""
+
+    pid: int
+    state: str  # one letter of /proc/<pid>/stat
+    wchan: str | None = None  # kernel function it sleeps in ("0" / empty: running or not shown)
+    io: IoCounters | None = None  # None: not readable (another user's process without root)
+    blocked_threads: tuple[ThreadKernelState, ...] = ()  # threads in D state (disk sleep)
+
+    @property
+    def in_disk_sleep(self) -> bool:
+        return self.state == "D" or bool(self.blocked_threads)
+
+
+@dataclass(frozen=True)
+class ShmSpace:
+    path: str
+    total_bytes: int
+    free_bytes: int
+
+
+@dataclass(frozen=True)
+class KernelLogLine:
+    text: str
+    age_s: float | None = None  # seconds before the sample, from the record's timestamp
+
+
+@dataclass(frozen=True)
+class KernelLog:
+    """OOM-killer lines of the kernel log, where it could be read."""
+
+    readable: bool
+    why_not: str | None = None
+    oom_lines: tuple[KernelLogLine, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeKernel:
+    """One node's kernel-side view at one sample."""
+
+    processes: tuple[ProcessKernelState, ...]
+    shm: ShmSpace | None = None
+    shm_error: str | None = None
+    log: KernelLog | None = None

@@ -20,12 +20,14 @@ from slime_hangdoctor.facts import (
 )
 from slime_hangdoctor.parsers import (
     flight_recorder,
+    kernel,
     nccl_ras,
     nvml,
     processes,
     pyspy,
     ray_state,
     sglang,
+    sockets,
 )
 from slime_hangdoctor.parsers.logs import parse_log_tail
 from slime_hangdoctor.snapshot import (
@@ -33,17 +35,19 @@ from slime_hangdoctor.snapshot import (
     GpmObs,
     GpuObs,
     HttpObs,
+    KernelObs,
     LogObs,
     Parsed,
     ProcessesObs,
     RasObs,
     Snapshot,
+    SocketsObs,
     StackObs,
     TaskPageObs,
 )
 
 # Sources whose ok record may still carry a reason for what part of it failed (one GPU of eight).
-_PARTIAL_SOURCES = frozenset({b.NVML, b.GPM, b.NCCL_RAS, b.PROCESSES})
+_PARTIAL_SOURCES = frozenset({b.NVML, b.GPM, b.NCCL_RAS, b.PROCESSES, b.SOCKETS, b.KERNEL})
 
 
 class _Acc:
@@ -64,6 +68,8 @@ class _Acc:
         self.ras: list[RasObs] = []
         self.flight: list[FrObs] = []
         self.logs: list[LogObs] = []
+        self.sockets: list[SocketsObs] = []
+        self.kernel: list[KernelObs] = []
         self.summary_gpus: list[GpuObs] = []
         self.task_pages: list[TaskPageObs] = []
         self.pgs: dict[str, RayPlacementGroup] = {}
@@ -121,6 +127,8 @@ def load_snapshot(bundle: Bundle) -> Snapshot:
         task_pages=tuple(sorted(acc.task_pages, key=lambda p: (p.sample, p.time))),
         placement_groups=tuple(acc.pgs.values()),
         cluster=acc.cluster[max(acc.cluster)] if acc.cluster else None,
+        sockets=tuple(acc.sockets),
+        kernel=tuple(acc.kernel),
         blind_spots=tuple(dict.fromkeys(acc.blind)),
         ray_seen=acc.ray_seen,
     )
@@ -147,6 +155,24 @@ def _load_gpm(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
 
 def _load_ras(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
     acc.ras.append(RasObs(rec.node_ip, rec.sample or 0, nccl_ras.parse_ras(_text(data))))
+
+
+def _load_sockets(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
+    conns = sockets.parse_sockets(data)
+    acc.sockets.append(SocketsObs(rec.node_ip, rec.sample or 0, conns))
+
+
+def _load_kernel(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
+    node = kernel.parse_kernel(data)
+    acc.kernel.append(KernelObs(rec.node_ip, rec.sample or 0, node))
+    where = rec.node_ip or "this node"
+    if node.log is not None and not node.log.readable:
+        acc.blind.append(
+            f"kernel log of {where} not readable ({node.log.why_not}): OOM-killer kills there "
+            "would not be seen"
+        )
+    if node.shm_error:
+        acc.blind.append(f"/dev/shm of {where}: {node.shm_error}")
 
 
 def _load_flight_recorder(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
@@ -324,6 +350,8 @@ SOURCE_LOADERS: dict[str, Callable[[_Acc, ProbeRecord, bytes], None]] = {
     b.NCCL_RAS: _load_ras,
     b.FLIGHT_RECORDER: _load_flight_recorder,
     b.RAY_LOGS: _load_log,
+    b.SOCKETS: _load_sockets,
+    b.KERNEL: _load_kernel,
 }
 # HTTP answers of engines and routers are read whatever their outcome (a refused connection, a
 # timeout and a 503 are evidence too).

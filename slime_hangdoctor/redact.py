@@ -49,8 +49,19 @@ ENV_ALLOWLIST: frozenset[str] = frozenset(
         "SGLANG_SERVER_INFO_TIMEOUT",
         "SLIME_HOST_IP",
         "PYTHONUNBUFFERED",
+        # which interface each rank's NCCL / Gloo / TensorPipe sockets use (OpenRLHF#865)
+        "NCCL_SOCKET_IFNAME",
+        "GLOO_SOCKET_IFNAME",
+        "TP_SOCKET_IFNAME",
+        "NCCL_SOCKET_FAMILY",
+        "NCCL_IB_HCA",
+        "NCCL_IB_DISABLE",
+        "NCCL_NET",
     }
 )
+# Proxy variables, kept in any letter case (Python's urllib, httpx, requests and reqwest read
+# http_proxy and HTTP_PROXY alike); their URLs keep the host and port, never user or password.
+PROXY_ENV: frozenset[str] = frozenset({"http_proxy", "https_proxy", "all_proxy", "no_proxy"})
 
 
 @dataclass(frozen=True)
@@ -333,5 +344,15 @@ def redact_cmdline(
 
 
 def filter_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Keep only allow-listed, non-secret environment variables."""
-    return {k: v for k, v in env.items() if k in ENV_ALLOWLIST}
+    """Keep only allow-listed, non-secret environment variables (proxy URLs without credentials)."""
+    out = {k: v for k, v in env.items() if k in ENV_ALLOWLIST}
+    out.update({k: redact_url_userinfo(v) for k, v in env.items() if k.lower() in PROXY_ENV})
+    return out
+
+
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)?(?P<user>[^/@\s,]*)@")
+
+
+def redact_url_userinfo(value: str) -> str:
+    """``http://user:pass@proxy:3128`` -> ``http://<redacted>@proxy:3128`` (each URL of a list)."""
+    return _USERINFO.sub(lambda m: f"{m.group('scheme') or ''}{REDACTED}@", value)

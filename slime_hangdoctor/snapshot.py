@@ -17,6 +17,7 @@ from slime_hangdoctor.facts import (
     HttpAnswer,
     LogTail,
     ModelInfo,
+    NodeKernel,
     ProcessInfo,
     ProcessStack,
     RasReport,
@@ -28,6 +29,7 @@ from slime_hangdoctor.facts import (
     RouterWorkers,
     ServerInfo,
     SglangMetrics,
+    TcpConnection,
 )
 
 Parsed = ServerInfo | ModelInfo | EngineLoad | SglangMetrics | RouterWorkers | None
@@ -122,6 +124,24 @@ class TaskPageObs:
 
 
 @dataclass(frozen=True)
+class SocketsObs:
+    """The TCP connections of one node's slime processes at one sample."""
+
+    node_ip: str | None
+    sample: int
+    connections: tuple[TcpConnection, ...]
+
+
+@dataclass(frozen=True)
+class KernelObs:
+    """Kernel-side state of one node (its slime processes, /dev/shm, OOM lines) at one sample."""
+
+    node_ip: str | None
+    sample: int
+    kernel: NodeKernel
+
+
+@dataclass(frozen=True)
 class Snapshot:
     manifest: Manifest
     actors: tuple[RayActor, ...] = ()
@@ -139,6 +159,8 @@ class Snapshot:
     task_pages: tuple[TaskPageObs, ...] = ()
     placement_groups: tuple[RayPlacementGroup, ...] = ()
     cluster: ClusterResources | None = None  # the newest /api/cluster_status answer
+    sockets: tuple[SocketsObs, ...] = ()
+    kernel: tuple[KernelObs, ...] = ()
     blind_spots: tuple[str, ...] = ()  # probes that failed or were not allowed, parse failures
     ray_seen: bool = False  # the Ray state API answered
     notes: tuple[str, ...] = field(default_factory=tuple)

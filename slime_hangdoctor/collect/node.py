@@ -34,6 +34,7 @@ class NodeSpec:
     extra_pids: frozenset[int] = frozenset()  # job drivers on this node
     stacks: bool = True
     ras: bool = True
+    procfs: bool = True  # TCP connections and kernel-side state of the slime processes
 
 
 # What discovery reads (build_topology, and collect.run's node, driver and actor look-ups): Ray
@@ -113,10 +114,25 @@ NodeProbe = Callable[
     list[cf.Future[Any]],
 ]
 
+
 # The registry of node-local probes, run after the process scan of each sample on every slime node
 # (this one in-process, the others in a Ray task pinned to the node): a new node-local source adds
 # one line here (and, if it may be turned off, a flag in NodeSpec / CollectOptions).
-NODE_PROBES: tuple[NodeProbe, ...] = (_submit_stacks, _submit_ras)
+def _submit_procfs(
+    writer: BundleWriter,
+    topo: Topology,
+    spec: NodeSpec,
+    opts: CollectOptions,
+    deadline: Deadline,
+    pool: cf.ThreadPoolExecutor,
+) -> list[cf.Future[Any]]:
+    if not spec.procfs:
+        return []
+    pids = {m.pid for m in topo.members if m.node_ip in (None, spec.node_ip)}
+    return submit_procfs(writer, pids, spec, opts, deadline, pool)
+
+
+NODE_PROBES: tuple[NodeProbe, ...] = (_submit_stacks, _submit_ras, _submit_procfs)
 
 
 def submit_stacks(
@@ -130,6 +146,28 @@ def submit_stacks(
     """Start a py-spy dump of every slime process of this node."""
     mine = [m for m in topo.members if m.node_ip in (None, spec.node_ip)]
     return [pool.submit(_stack, writer, m.pid, spec, opts, deadline) for m in mine]
+
+
+def submit_procfs(
+    writer: BundleWriter,
+    pids: set[int],
+    spec: NodeSpec,
+    opts: CollectOptions,
+    deadline: Deadline,
+    pool: cf.ThreadPoolExecutor,
+) -> list[cf.Future[Any]]:
+    """Start the procfs reads of this node: TCP connections and kernel-side state of `pids`."""
+    from slime_hangdoctor.collect.kernel import record_kernel
+    from slime_hangdoctor.collect.sockets import record_sockets
+
+    if not pids:
+        return []
+    timeout = deadline.clamp(opts.probe_timeout_s)
+    kw: dict[str, Any] = {"node_ip": spec.node_ip, "sample": spec.sample, "timeout": timeout}
+    return [
+        pool.submit(record_sockets, writer, sorted(pids), **kw),
+        pool.submit(record_kernel, writer, sorted(pids), **kw),
+    ]
 
 
 def work_moved(writer: BundleWriter) -> bool:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import socket
-import struct
 import sys
 import time
 from collections.abc import Set as AbstractSet
@@ -35,12 +34,13 @@ from typing import Any
 
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, dumps_json
+from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.parsers.sockets import LISTEN, decode_address
 from slime_hangdoctor.redact import filter_env, redact_cmdline
 
 RAY_DAEMON_PREFIXES = ("ray::DashboardAgent", "ray::RuntimeEnvAgent", "ray::IDLE")
 DESCENDANT_DEPTH = 3
-_TCP_LISTEN = "0A"  # the state column of /proc/net/tcp for LISTEN
 
 
 def is_root_title(title: str) -> bool:
@@ -264,26 +264,13 @@ def listening_sockets(procfs: str = "/proc") -> dict[int, tuple[str, int]] | Non
         tables += 1
         for line in lines:
             fields = line.split()
-            if len(fields) < 10 or fields[3] != _TCP_LISTEN:
+            if len(fields) < 10 or fields[3] != LISTEN:
                 continue
             try:
-                found[int(fields[9])] = _decode_address(fields[1], family)
-            except (ValueError, OSError, struct.error):
+                found[int(fields[9])] = decode_address(fields[1], family, sys.byteorder)
+            except (ValueError, ParseError):
                 continue
     return found if tables else None
-
-
-def _decode_address(text: str, family: int) -> tuple[str, int]:
-    """``0100007F:1F90`` (the kernel's host-order hex words) -> ("127.0.0.1", 8080)."""
-    ip_hex, port_hex = text.split(":")
-    raw = bytes.fromhex(ip_hex)
-    if sys.byteorder == "little":
-        raw = raw[::-1] if family == socket.AF_INET else _swap_words(raw)
-    return socket.inet_ntop(family, raw), int(port_hex, 16)
-
-
-def _swap_words(raw: bytes) -> bytes:
-    return struct.pack(">4I", *struct.unpack("<4I", raw))
 
 
 def _listening_from(

@@ -121,3 +121,23 @@ def test_on_scan_gets_the_topology_before_the_stacks(worker: int, tmp_path: Path
     assert worker in {m.pid for m in scanned.members}
     assert scanned == topo
     assert [r.target for r in writer.records if r.source == b.PYSPY] == [f"pid{worker}"]
+
+
+def test_node_sample_reads_procfs_of_the_scanned_processes(worker: int, tmp_path: Path) -> None:
+    """The node task reads the TCP connections and kernel-side state of the processes it scanned
+    (on that node: the same task runs on every node of a multi-node job); off when asked."""
+    from slime_hangdoctor.parsers.kernel import parse_kernel
+
+    for procfs in (True, False):
+        writer = BundleWriter(tmp_path / f"b{procfs}", command="test")
+        spec = NodeSpec("10.0.0.5", 1, roots=frozenset({worker}), ras=False, procfs=procfs)
+        with cf.ThreadPoolExecutor(max_workers=2) as pool:
+            sample_node(writer, spec, CollectOptions(), Deadline(30.0), pool)
+        recs = {r.source: r for r in writer.records}
+        if not procfs:
+            assert b.SOCKETS not in recs and b.KERNEL not in recs
+            continue
+        assert recs[b.SOCKETS].sample == 1 and recs[b.SOCKETS].node_ip == "10.0.0.5"
+        kernel = recs[b.KERNEL]
+        node = parse_kernel((writer.root / str(kernel.artifact)).read_bytes())
+        assert worker in {p.pid for p in node.processes}

@@ -1,0 +1,154 @@
+"""The TCP connections of this node's slime processes, from procfs (the `sockets` artefact).
+
+For each process: its fds that are sockets (``/proc/<pid>/fd/N -> socket:[inode]``); then the
+kernel's TCP tables (``/proc/<pid>/net/tcp`` and ``tcp6``, once per network namespace) keep the
+rows whose inode one of those processes holds, verbatim: local and remote address, state, and the
+send and receive queues (bytes not yet acknowledged / not yet read). psutil's `net_connections`
+gives fds and addresses but not the queues, and re-reads both tables for every process.
+
+Read-only, no signal or ptrace: directory listings, readlink and reads of procfs files. Bounded:
+at most MAX_FDS fds per process, MAX_TABLE_BYTES per table, and a deadline checked between pids.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from slime_hangdoctor import bundle as b
+from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, dumps_json
+from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.parsers.sockets import LISTEN
+
+MAX_FDS = 20_000  # per process
+MAX_TABLE_BYTES = 16 << 20  # per /proc/net/tcp* table (a node with ~100k sockets)
+
+
+def scan_sockets(
+    pids: Iterable[int], node_ip: str | None, deadline: float, procfs: str = "/proc"
+) -> tuple[dict[str, Any], list[str]]:
+    """The artefact, and what could not be read (one line each)."""
+    problems: list[str] = []
+    fds: dict[str, dict[str, int]] = {}
+    netns: dict[str, int] = {}  # network namespace -> one pid in it
+    for pid in sorted(set(pids)):
+        if time.monotonic() > deadline:
+            problems.append("deadline reached: later processes not read")
+            break
+        found, why = _socket_fds(pid, procfs)
+        if why is not None:
+            problems.append(f"pid {pid}: {why}")
+        if found:
+            fds[str(pid)] = found
+            try:
+                netns.setdefault(os.readlink(f"{procfs}/{pid}/ns/net"), pid)
+            except OSError:
+                netns.setdefault("?", pid)
+    wanted = {inode for found in fds.values() for inode in found.values()}
+    tables: list[dict[str, str]] = []
+    for pid in netns.values():
+        for name in ("tcp", "tcp6"):
+            text, why = _table(f"{procfs}/{pid}/net/{name}", wanted)
+            if why is not None:
+                problems.append(f"{name} of pid {pid}'s network namespace: {why}")
+            if text is not None:
+                tables.append({"name": name, "text": text})
+    doc = {
+        "node_ip": node_ip,
+        "time": time.time(),
+        "byteorder": sys.byteorder,
+        "tables": tables,
+        "fds": fds,
+    }
+    return doc, problems
+
+
+def record_sockets(
+    writer: BundleWriter,
+    pids: Iterable[int],
+    *,
+    node_ip: str | None,
+    sample: int | None,
+    timeout: float,
+) -> ProbeRecord:
+    """Scan and store (source `sockets`); never raises. Unreadable processes are named in `reason`."""
+    started = time.time()
+    t0 = time.monotonic()
+
+    def record(outcome: Outcome, reason: str | None = None, **meta: Any) -> ProbeRecord:
+        return ProbeRecord(
+            b.SOCKETS,
+            "sockets",
+            outcome,
+            reason,
+            node_ip=node_ip,
+            sample=sample,
+            started_at=started,
+            elapsed_s=time.monotonic() - t0,
+            meta=meta,
+        )
+
+    try:
+        doc, problems = scan_sockets(pids, node_ip, t0 + timeout)
+    except Exception as exc:  # noqa: BLE001 - a collector never raises past itself
+        return writer.add(record(Outcome.FAILED, f"socket scan failed: {exc!r}"[:300]))
+    if not doc["tables"] and not doc["fds"] and problems:
+        return writer.add(record(Outcome.DENIED, "; ".join(problems[:4])[:400]))
+    reason = "; ".join(problems[:4])[:400] or None
+    count = sum(len(v) for v in doc["fds"].values())
+    return writer.add(record(Outcome.OK, reason, sockets=count), dumps_json(doc), suffix=".json")
+
+
+def _socket_fds(pid: int, procfs: str) -> tuple[dict[str, int], str | None]:
+    fd_dir = f"{procfs}/{pid}/fd"
+    try:
+        names = os.listdir(fd_dir)
+    except FileNotFoundError:
+        return {}, None  # gone meanwhile
+    except OSError as exc:
+        return {}, f"fds not readable ({exc.strerror or exc})"
+    out: dict[str, int] = {}
+    for name in names[:MAX_FDS]:
+        try:
+            target = os.readlink(f"{fd_dir}/{name}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target.endswith("]"):
+            try:
+                out[name] = int(target[8:-1])
+            except ValueError:
+                continue
+    why = f"more than {MAX_FDS} fds: the rest not read" if len(names) > MAX_FDS else None
+    return out, why
+
+
+def _table(path: str, wanted: set[int]) -> tuple[str | None, str | None]:
+    """The header and the non-listening rows of `wanted` inodes of one table."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_TABLE_BYTES + 1)
+    except FileNotFoundError:
+        return None, None  # no IPv6 on this node
+    except OSError as exc:
+        return None, f"not readable ({exc.strerror or exc})"
+    why = None
+    if len(raw) > MAX_TABLE_BYTES:
+        raw = raw[: raw.rfind(b"\n", 0, MAX_TABLE_BYTES) + 1]
+        why = f"larger than {MAX_TABLE_BYTES >> 20} MiB: the rest not read"
+    lines = raw.decode("ascii", "replace").splitlines()
+    if not lines:
+        return None, "empty"
+    kept = [lines[0]]
+    for line in lines[1:]:
+        fields = line.split()
+        if len(fields) < 10 or fields[3] == LISTEN:
+            continue
+        try:
+            if int(fields[9]) in wanted:
+                kept.append(line)
+        except ValueError:
+            continue
+    return "\n".join(kept) + "\n", why

@@ -1,0 +1,188 @@
+"""The `kernel` artefact (collect/kernel.py) and the procfs files in it -> NodeKernel. Pure.
+
+Artefact format::
+
+    {"node_ip": .., "time": .., "uptime_s": <float | null>,
+     "processes": {"<pid>": {"stat": "<raw /proc/pid/stat>", "wchan": "<raw>" | null,
+                             "io": "<raw /proc/pid/io>" | null,
+                             "threads": [{"tid": n, "stat": "<raw>", "wchan": "<raw>" | null}]}},
+     "shm": {"path", "total", "free"} | {"path", "error"},
+     "kmsg": {"readable": true, "lines": ["<raw /dev/kmsg record>", ..]} | {"readable": false, "error"}}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from slime_hangdoctor.errors import ParseError
+from slime_hangdoctor.facts import (
+    IoCounters,
+    KernelLog,
+    KernelLogLine,
+    NodeKernel,
+    ProcessKernelState,
+    ShmSpace,
+    ThreadKernelState,
+)
+
+_IO_KEYS = ("rchar", "wchar", "read_bytes", "write_bytes")
+
+
+def parse_stat(text: str) -> tuple[int, str, str]:
+    """``/proc/<pid>/stat`` -> (pid, command name, state letter). The name may hold spaces and
+    parentheses: it runs from the first ``(`` to the last ``)``."""
+    head, sep, rest = text.rpartition(")")
+    pid_text, lp, name = head.partition("(")
+    fields = rest.split()
+    if not sep or not lp or not fields:
+        raise ParseError(f"not a /proc stat line: {text[:80]!r}")
+    try:
+        pid = int(pid_text)
+    except ValueError:
+        raise ParseError(f"stat: bad pid {pid_text[:20]!r}") from None
+    state = fields[0]
+    if len(state) != 1 or not state.isalpha():
+        raise ParseError(f"stat: bad state {state[:10]!r}")
+    return pid, name, state
+
+
+def parse_io(text: str) -> IoCounters:
+    """``/proc/<pid>/io`` (``name: value`` lines) -> IoCounters."""
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        try:
+            values[key.strip()] = int(value.strip())
+        except ValueError:
+            raise ParseError(f"io: bad value in {line[:60]!r}") from None
+    missing = [k for k in _IO_KEYS if k not in values]
+    if missing:
+        raise ParseError(f"io: missing {', '.join(missing)}")
+    return IoCounters(**{k: values[k] for k in _IO_KEYS})
+
+
+def parse_wchan(text: str | None) -> str | None:
+    """``/proc/<pid>/wchan``: a kernel symbol, or "0"/empty when running or hidden."""
+    if text is None:
+        return None
+    name = text.strip()
+    return None if name in ("", "0") else name
+
+
+def parse_kmsg_record(text: str, uptime_s: float | None) -> KernelLogLine:
+    """``6,1234,5678901,-;message`` (priority, sequence, microseconds since boot, flags)."""
+    prefix, sep, message = text.partition(";")
+    if not sep:
+        return KernelLogLine(text.strip())
+    parts = prefix.split(",")
+    age = None
+    if len(parts) >= 3 and uptime_s is not None:
+        try:
+            age = max(0.0, uptime_s - int(parts[2]) / 1e6)
+        except ValueError:
+            age = None
+    return KernelLogLine(message.strip(), age)
+
+
+def parse_kernel(data: str | bytes) -> NodeKernel:
+    doc = _load(data)
+    procs = doc.get("processes")
+    if not isinstance(procs, Mapping):
+        raise ParseError("kernel: no 'processes' object")
+    out: list[ProcessKernelState] = []
+    for pid_text, row in procs.items():
+        if not isinstance(row, Mapping) or not isinstance(row.get("stat"), str):
+            raise ParseError(f"kernel: process {pid_text!r} has no stat")
+        try:
+            out.append(_process(row))
+        except ParseError as exc:
+            raise ParseError(f"kernel: process {pid_text}: {exc}") from None
+    uptime = doc.get("uptime_s")
+    if uptime is not None and (isinstance(uptime, bool) or not isinstance(uptime, (int, float))):
+        raise ParseError("kernel: 'uptime_s' is not a number")
+    shm, shm_error = _shm(doc.get("shm"))
+    return NodeKernel(
+        processes=tuple(sorted(out, key=lambda p: p.pid)),
+        shm=shm,
+        shm_error=shm_error,
+        log=_log(doc.get("kmsg"), None if uptime is None else float(uptime)),
+    )
+
+
+def _process(row: Mapping[str, Any]) -> ProcessKernelState:
+    pid, _, state = parse_stat(row["stat"])
+    io_text = row.get("io")
+    threads = row.get("threads") or []
+    if not isinstance(threads, list):
+        raise ParseError("'threads' is not a list")
+    blocked: list[ThreadKernelState] = []
+    for t in threads:
+        if not isinstance(t, Mapping) or not isinstance(t.get("stat"), str):
+            raise ParseError("a thread has no stat")
+        tid, name, tstate = parse_stat(t["stat"])
+        if tstate == "D":
+            blocked.append(ThreadKernelState(tid, name, tstate, parse_wchan(_opt_str(t, "wchan"))))
+    return ProcessKernelState(
+        pid=pid,
+        state=state,
+        wchan=parse_wchan(_opt_str(row, "wchan")),
+        io=parse_io(io_text) if isinstance(io_text, str) else None,
+        blocked_threads=tuple(blocked),
+    )
+
+
+def _opt_str(row: Mapping[str, Any], key: str) -> str | None:
+    value = row.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ParseError(f"{key!r} is not a string")
+    return value
+
+
+def _shm(value: Any) -> tuple[ShmSpace | None, str | None]:
+    if value is None:
+        return None, None
+    if not isinstance(value, Mapping):
+        raise ParseError("kernel: 'shm' is not an object")
+    path = str(value.get("path") or "/dev/shm")
+    if value.get("error"):
+        return None, f"{path}: {value['error']}"
+    total, free = value.get("total"), value.get("free")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (total, free)):
+        raise ParseError("kernel: 'shm' sizes are not non-negative integers")
+    return ShmSpace(path, int(total), int(free)), None  # type: ignore[arg-type]
+
+
+def _log(value: Any, uptime_s: float | None) -> KernelLog | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ParseError("kernel: 'kmsg' is not an object")
+    if not value.get("readable"):
+        return KernelLog(False, str(value.get("error") or "not readable"))
+    lines = value.get("lines") or []
+    if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
+        raise ParseError("kernel: 'kmsg' lines are not strings")
+    return KernelLog(True, None, tuple(parse_kmsg_record(x, uptime_s) for x in lines))
+
+
+def _load(data: str | bytes) -> Mapping[str, Any]:
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"kernel: not UTF-8 ({exc.reason})") from None
+    if not data.strip():
+        raise ParseError("kernel: empty artefact")
+    try:
+        doc = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"kernel: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:
+        raise ParseError(f"kernel: not usable JSON ({type(exc).__name__})") from None
+    if not isinstance(doc, Mapping):
+        raise ParseError("kernel: expected a JSON object")
+    return doc
