@@ -41,6 +41,26 @@ def test_environment_keeps_only_the_allow_list() -> None:
     assert filter_env(env) == {"RANK": "1", "CUDA_VISIBLE_DEVICES": "0,1"}
 
 
+def test_proxy_variables_in_any_case_keep_host_and_port_only() -> None:
+    env = {
+        "HTTP_PROXY": "http://bob:s3cret@proxy.corp:3128",
+        "https_proxy": "socks5h://tok@10.1.1.1:1080/",
+        "No_Proxy": "localhost,127.0.0.1,.corp",
+        "ALL_PROXY": "proxy:8080",
+        "PROXY_PASSWORD": "x",
+        "NCCL_SOCKET_IFNAME": "eth0",
+    }
+    kept = filter_env(env)
+    assert kept == {
+        "HTTP_PROXY": f"http://{REDACTED}@proxy.corp:3128",
+        "https_proxy": f"socks5h://{REDACTED}@10.1.1.1:1080/",
+        "No_Proxy": "localhost,127.0.0.1,.corp",
+        "ALL_PROXY": "proxy:8080",
+        "NCCL_SOCKET_IFNAME": "eth0",
+    }
+    assert "s3cret" not in str(kept) and "bob" not in str(kept) and "tok" not in str(kept)
+
+
 def _every_pass(text: str) -> str:
     """Every pass run unconditionally: what redact_text must equal whatever its pre-check skips."""
     from slime_hangdoctor import redact as r
