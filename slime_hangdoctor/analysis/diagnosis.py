@@ -8,9 +8,10 @@ culprit's own stack, the majority of stacks, then the running Ray methods.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
-from slime_hangdoctor.analysis import rules
+from slime_hangdoctor.analysis import hazards, kernel, network, rules
 from slime_hangdoctor.analysis.engines import (
     HUNG_ENGINE_STATES,
     EngineRead,
@@ -480,6 +481,8 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
     world = build_world(snapshot, topology)
     engines = read_engines(world)
     progress = assess(world, engines)
+    if io := kernel.io_signals(world):
+        progress = dataclasses.replace(progress, progress=progress.progress + tuple(io))
     if _no_job(world):
         return Diagnosis(
             Verdict(
@@ -510,11 +513,16 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
         findings += _evidence_findings(evidence)
     findings += [c.finding for c in causes]
     findings += ray_findings(world)
+    if status is Status.HUNG:
+        findings += network.network_findings(world, engines)
+    findings += hazards.hazard_findings(world, engines)
+    findings += kernel.kernel_findings(world)
     findings += _engine_findings(engines, status)
     findings += _progress_findings(progress)
     findings += log_findings(snapshot, status, live_stage)
     steps = rules.culprit_steps(ctx) if status is Status.HUNG else []
     steps += [s for c in causes for s in c.steps]
+    steps += hazards.hazard_steps(world, engines)
     steps += rules.general_steps(ctx)
     current = current_stage(world)
     extra: dict[str, object] = {}

@@ -21,4 +21,7 @@ Source = Literal[
     "ray_placement",  # Ray's placement groups against the cluster's capacity
     "processes",  # the process table (psutil / procfs)
     "cpu",  # CPU time of the slime processes between the samples
+    "sockets",  # TCP connections of the slime processes (procfs, collect/sockets.py)
+    "environ",  # allow-listed environment of the slime processes (proxies, socket interfaces)
+    "kernel",  # kernel-side state: D state, wchan, storage bytes, /dev/shm, OOM lines
 ]

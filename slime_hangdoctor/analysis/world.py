@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from slime_hangdoctor.analysis.gpu import GpuRead, gpu_of_pid, read_gpus
 from slime_hangdoctor.analysis.stacks import ProcessRead, read_process
-from slime_hangdoctor.facts import ProcessInfo
+from slime_hangdoctor.facts import ProcessInfo, ProcessKernelState, TcpConnection
 from slime_hangdoctor.snapshot import Snapshot, StackObs
 from slime_hangdoctor.topology import Member, Topology, parse_ray_title
 from slime_hangdoctor.verdict import Role
@@ -44,6 +44,9 @@ class Proc:
     gpu: GpuRead | None
     rank_source: str | None = None  # topology | env | flight_recorder | ras | inferred
     gone: bool = False  # seen in an earlier /proc sample, missing from its node's last one
+    # (sample, connections) where the node's sockets were read, oldest first
+    conns: tuple[tuple[int, tuple[TcpConnection, ...]], ...] = ()
+    kernel: tuple[tuple[int, ProcessKernelState], ...] = ()  # (sample, state), oldest first
 
     @property
     def latest(self) -> ProcessRead | None:
@@ -146,6 +149,35 @@ def _infos(snapshot: Snapshot) -> dict[tuple[str | None, int], list[tuple[int, P
     return out
 
 
+def _conns(
+    snapshot: Snapshot,
+) -> dict[tuple[str | None, int], list[tuple[int, tuple[TcpConnection, ...]]]]:
+    """Per process, its TCP connections at each sample where its node's sockets were read (an
+    empty tuple: read, and it held none)."""
+    seen: dict[tuple[str | None, int], set[int]] = {}
+    for pobs in snapshot.processes:
+        for p in pobs.processes:
+            seen.setdefault((pobs.node_ip, pobs.sample), set()).add(p.pid)
+    out: dict[tuple[str | None, int], list[tuple[int, tuple[TcpConnection, ...]]]] = {}
+    for obs in sorted(snapshot.sockets, key=lambda o: o.sample):
+        by_pid: dict[int, list[TcpConnection]] = {}
+        for c in obs.connections:
+            by_pid.setdefault(c.pid, []).append(c)
+        for pid in seen.get((obs.node_ip, obs.sample), set()) | set(by_pid):
+            out.setdefault((obs.node_ip, pid), []).append((obs.sample, tuple(by_pid.get(pid, ()))))
+    return out
+
+
+def _kernel(
+    snapshot: Snapshot,
+) -> dict[tuple[str | None, int], list[tuple[int, ProcessKernelState]]]:
+    out: dict[tuple[str | None, int], list[tuple[int, ProcessKernelState]]] = {}
+    for obs in sorted(snapshot.kernel, key=lambda o: o.sample):
+        for k in obs.kernel.processes:
+            out.setdefault((obs.node_ip, k.pid), []).append((obs.sample, k))
+    return out
+
+
 def _fr_ranks(snapshot: Snapshot) -> dict[int, int]:
     """pid -> global rank from flight-recorder dumps that carry their pid."""
     return {f.dump.pid: f.dump.rank for f in snapshot.flight if f.dump.pid is not None}
@@ -242,6 +274,8 @@ def build_world(snapshot: Snapshot, topology: Topology) -> World:
     gpus = read_gpus(snapshot)
     stacks = _best_stacks(snapshot)
     infos = _infos(snapshot)
+    conns = _conns(snapshot)
+    kernel = _kernel(snapshot)
     fr = _fr_ranks(snapshot)
     ras = _ras_ranks(snapshot)
     nccl_pids = _ras_pids(snapshot) | set(fr)
@@ -293,6 +327,8 @@ def build_world(snapshot: Snapshot, topology: Topology) -> World:
                 gpu=gpu,
                 rank_source=rank_source,
                 gone=gone,
+                conns=tuple(conns.get((node_ip, pid)) or _by_pid(conns, pid)),
+                kernel=tuple(kernel.get((node_ip, pid)) or _by_pid(kernel, pid)),
             )
         )
     samples = sorted(

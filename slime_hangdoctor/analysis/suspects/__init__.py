@@ -21,8 +21,10 @@ from slime_hangdoctor.analysis.suspects import (
     chain,
     driver,
     engines,
+    environ,
     flight_recorder,
     gpu,
+    kernel,
     placement,
     processes,
     progress,
@@ -31,6 +33,7 @@ from slime_hangdoctor.analysis.suspects import (
     ray_tasks,
     rollout,
     routers,
+    sockets,
     stacks,
 )
 from slime_hangdoctor.analysis.suspects.suspect import Evidence, Reads, Suspect
@@ -65,6 +68,9 @@ SUSPECT_FINDERS: tuple[SuspectFinder, ...] = (
     SuspectFinder("routers", routers.suspects),
     SuspectFinder("rollout", rollout.suspects),
     SuspectFinder("driver", driver.suspects),
+    SuspectFinder("sockets", sockets.suspects),
+    SuspectFinder("environ", environ.suspects),
+    SuspectFinder("kernel", kernel.suspects),
     SuspectFinder("chain", chain.suspects, fallback=True),
 )
 

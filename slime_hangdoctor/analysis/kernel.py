@@ -1,0 +1,171 @@
+"""Kernel-side state of the slime processes: disk sleep, where they sleep, storage bytes moved.
+
+Between the two samples, a process (or a thread of it) in D state whose read and write bytes did not
+move is stuck in the kernel (storage that does not answer: NFS, Lustre, a FUSE object-store mount);
+one whose bytes moved is writing slowly (verl#2238: 22-36 min per MoE checkpoint save). A process
+with no D state that waits in a collective is a collective problem, not storage. OOM-killer lines of
+the kernel log name a process that is gone (verl-omni#433: the engine killed in wake_up, the
+trainer polling forever; slime#205: host RAM exhausted after 12 h).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slime_hangdoctor.analysis.progress import Signal
+from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.facts import ProcessKernelState
+from slime_hangdoctor.verdict import Finding, Role, Severity
+
+IO_PROGRESS_BYTES = 1 << 20  # storage bytes in the window that count as work moving
+OOM_RECENT_S = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class KernelRead:
+    """One process's kernel-side view over the samples (typed for other rules)."""
+
+    proc: Proc
+    first: ProcessKernelState
+    last: ProcessKernelState
+    samples: int  # how many samples read it
+
+    @property
+    def io_delta(self) -> int | None:
+        """Storage bytes read + written between the first and the last sample."""
+        a, b = self.first.io, self.last.io
+        if a is None or b is None or self.samples < 2:
+            return None
+        return max(0, b.read_bytes - a.read_bytes) + max(0, b.write_bytes - a.write_bytes)
+
+    @property
+    def written(self) -> int | None:
+        a, b = self.first.io, self.last.io
+        if a is None or b is None or self.samples < 2:
+            return None
+        return max(0, b.write_bytes - a.write_bytes)
+
+    @property
+    def disk_sleep_throughout(self) -> bool:
+        return self.first.in_disk_sleep and self.last.in_disk_sleep
+
+    @property
+    def stuck_in_kernel(self) -> bool:
+        """In D state at both samples and no storage byte moved in between."""
+        return self.samples >= 2 and self.disk_sleep_throughout and self.io_delta == 0
+
+    def where(self) -> str:
+        k = self.last
+        parts = [f"state {k.state}"]
+        if k.wchan:
+            parts.append(f"in {k.wchan}")
+        for t in k.blocked_threads[:3]:
+            parts.append(f"thread {t.name} ({t.tid}) D in {t.wchan or '?'}")
+        return ", ".join(parts)
+
+    def describe(self) -> str:
+        text = f"{self.proc.label} (pid {self.proc.pid}): {self.where()}"
+        delta = self.io_delta
+        if delta is not None:
+            text += f"; {_mib(delta)} read+written between the samples"
+        return text
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def kernel_reads(world: World) -> tuple[KernelRead, ...]:
+    out: list[KernelRead] = []
+    for p in world.procs:
+        if not p.kernel:
+            continue
+        out.append(KernelRead(p, p.kernel[0][1], p.kernel[-1][1], len({s for s, _ in p.kernel})))
+    return tuple(out)
+
+
+def io_signals(world: World) -> list[Signal]:
+    """Storage bytes a slime process moved between the samples: work (a checkpoint, a data load)."""
+    out: list[Signal] = []
+    for k in kernel_reads(world):
+        delta = k.io_delta
+        if k.proc.role is None or delta is None or delta < IO_PROGRESS_BYTES:
+            continue
+        out.append(
+            Signal(
+                "kernel",
+                k.proc.label,
+                f"{_mib(delta)} read+written to storage between the samples ({k.where()})",
+            )
+        )
+    return out
+
+
+def oom_lines(world: World) -> list[str]:
+    seen: dict[str, None] = {}
+    for obs in world.snapshot.kernel:
+        log = obs.kernel.log
+        if log is None or not log.readable:
+            continue
+        for line in log.oom_lines:
+            if line.age_s is not None and line.age_s > OOM_RECENT_S:
+                continue
+            ago = f" ({line.age_s / 60:.0f} min ago)" if line.age_s is not None else ""
+            seen.setdefault(f"{obs.node_ip or 'this node'}: {line.text}{ago}", None)
+    return list(seen)
+
+
+def kernel_findings(world: World) -> list[Finding]:
+    out: list[Finding] = []
+    reads = [k for k in kernel_reads(world) if k.proc.role is not None]
+    stuck = [k for k in reads if k.stuck_in_kernel]
+    sleeping = [k for k in reads if k.last.in_disk_sleep and k not in stuck]
+    if stuck:
+        out.append(
+            Finding(
+                "stuck-in-kernel",
+                Severity.CRITICAL,
+                "Slime processes in uninterruptible disk sleep at both samples with no storage "
+                "byte moved: stuck storage, not a collective",
+                tuple(k.describe() for k in stuck[:6]),
+            )
+        )
+    if sleeping:
+        out.append(
+            Finding(
+                "disk-sleep",
+                Severity.INFO,
+                "Slime processes in disk sleep (D state) at the last sample",
+                tuple(k.describe() for k in sleeping[:6]),
+            )
+        )
+    writers = [k for k in reads if (k.io_delta or 0) >= IO_PROGRESS_BYTES]
+    if writers:
+        out.append(
+            Finding(
+                "storage-io",
+                Severity.INFO,
+                "Storage I/O between the samples (/proc/<pid>/io): bytes that move are slow "
+                "storage, not stuck storage",
+                tuple(k.describe() for k in writers[:6]),
+            )
+        )
+    if lines := oom_lines(world):
+        out.append(
+            Finding(
+                "oom-killer",
+                Severity.WARNING,
+                "The kernel's OOM killer killed processes in the last day (kernel log)",
+                tuple(lines[-6:]),
+            )
+        )
+    return out
+
+
+def writers_of(world: World, role: Role) -> list[KernelRead]:
+    """Processes of `role` that moved storage bytes between the samples."""
+    return [
+        k
+        for k in kernel_reads(world)
+        if k.proc.role is role and (k.io_delta or 0) >= IO_PROGRESS_BYTES
+    ]
