@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.engines import EngineRead, EngineState
+from slime_hangdoctor.analysis.kernel import kernel_reads
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block, split_name
 from slime_hangdoctor.analysis.stacks import ThreadRead
 from slime_hangdoctor.analysis.suspects.merge import Merged
@@ -313,7 +314,10 @@ def _router_503(ctx: Context) -> Cause | None:
 
 
 def _disk_sleep(p: Proc) -> bool:
-    """The process's last /proc reading says D (uninterruptible disk sleep)."""
+    """The process's last /proc reading says D (uninterruptible disk sleep), or the kernel source
+    saw it or one of its threads in D at the last sample."""
+    if p.kernel and p.kernel[-1][1].in_disk_sleep:
+        return True
     return bool(p.infos) and p.infos[-1][1].status == "disk-sleep"
 
 
@@ -329,11 +333,13 @@ def _checkpoint(ctx: Context) -> Cause | None:
     elsewhere = [p for p in ranks if p not in saving]
     storage = [p for p in ranks if _disk_sleep(p)] or [p for p in saving if p not in in_coll]
     ev = [f"{p.label}: {p.latest.describe()}" for p in saving + elsewhere if p.latest is not None]
+    reads = {k.proc.pid: k for k in kernel_reads(ctx.world) if k.proc in ranks}
     ev += [
         f"{p.label} (pid {p.pid}): D state (uninterruptible disk I/O)"
         for p in ranks
-        if _disk_sleep(p)
+        if _disk_sleep(p) and p.pid not in reads
     ]
+    ev += [k.describe() for k in reads.values() if k.last.in_disk_sleep or k.io_delta]
     pids = " ".join(str(p.pid) for p in (storage or saving or ranks)[:4])
     storage_steps = [
         f"for p in {pids or 'PID'}; do cat /proc/$p/wchan; echo; grep State /proc/$p/status; "
@@ -377,6 +383,10 @@ def _checkpoint(ctx: Context) -> Cause | None:
             + (" (D state: uninterruptible disk I/O)" if any(_disk_sleep(p) for p in ranks) else "")
             + "."
         )
+        if any(k.stuck_in_kernel for k in reads.values()):
+            msg += " No storage byte moved between the samples while in D state: stuck storage."
+        elif any(k.io_delta for k in reads.values()):
+            msg += " Storage bytes moved between the samples: slow storage, not stuck."
         steps = storage_steps
     return _cause("checkpoint-stall", Severity.WARNING, msg, ev, steps)
 

@@ -147,3 +147,59 @@ def test_proxy_not_covering_the_engines_is_named_with_python_no_proxy_rule() -> 
     (h,) = hazards.proxy_hazards(world, engines)
     assert h.proc.pid == 21 and h.variable == "HTTP_PROXY" and h.through_proxy == (f"engine {url}",)
     assert "<redacted>" in h.describe()
+
+
+def _checkpoint_world(moved: int) -> ab.Snapshot:
+    """Two ranks writing a checkpoint (test_analysis_checkpoint's stacks) with the real D-state
+    reading as their kernel state at both samples, `moved` bytes written in between."""
+    from tests.unit import test_analysis_checkpoint as tc
+
+    stacks = []
+    for s in (0, 1):
+        stacks.append(ab.stack_obs(100, ab.thread(tc.DRIVER_SAVE), sample=s))
+        stacks += [ab.stack_obs(pid, ab.actor_main(*tc.SAVE_WRITE), sample=s) for pid in (300, 301)]
+    infos = tuple(
+        ab.procs_obs(
+            s,
+            ab.proc(100, "python3 train.py", 5.0),
+            *(ab.proc(pid, "ray::MegatronTrainRayActor.save_model", 20.0) for pid in (300, 301)),
+        )
+        for s in (0, 1)
+    )
+    io = BLOCKED.io
+    assert io is not None
+
+    def node(extra: int) -> NodeKernel:
+        wrote = dataclasses.replace(io, write_bytes=io.write_bytes + extra)
+        return NodeKernel(
+            tuple(dataclasses.replace(BLOCKED, pid=pid, io=wrote) for pid in (300, 301)),
+            REAL.shm,
+            log=REAL.log,
+        )
+
+    return ab.snapshot(
+        stacks=tuple(stacks),
+        processes=infos,
+        jobs=(ab.running_job(),),
+        kernel=(KernelObs(ab.NODE, 0, node(0)), KernelObs(ab.NODE, 1, node(moved))),
+    )
+
+
+def test_checkpoint_in_d_state_with_no_bytes_moved_is_stuck_storage() -> None:
+    from tests.unit import test_analysis_checkpoint as tc
+
+    v = diagnose(_checkpoint_world(0), tc._members()).verdict  # noqa: SLF001
+    assert v.status.value == "hung" and v.stage.value == "checkpoint", v.summary
+    (f,) = [f for f in v.findings if f.rule == "checkpoint-stall"]
+    assert "stuck storage" in f.message
+    assert any("kernel_clone" in e and "0.0 MiB" in e for e in f.evidence)
+
+
+def test_checkpoint_writing_slowly_is_not_called_stuck() -> None:
+    from tests.unit import test_analysis_checkpoint as tc
+
+    v = diagnose(_checkpoint_world(8192), tc._members()).verdict  # noqa: SLF001
+    (f,) = [f for f in v.findings if f.rule == "checkpoint-stall"]
+    assert "slow storage, not stuck" in f.message
+    fast = diagnose(_checkpoint_world(256 << 20), tc._members()).verdict  # noqa: SLF001
+    assert fast.status.value == "progressing", fast.summary  # 256 MiB in the window: it writes
