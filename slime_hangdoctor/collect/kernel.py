@@ -44,8 +44,8 @@ def scan_kernel(
     node_ip: str | None,
     deadline: float,
     procfs: str = "/proc",
-    kmsg: str = KMSG,
-    shm: str = SHM,
+    kmsg: str | None = None,
+    shm: str | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The artefact, and what could not be read."""
     problems: list[str] = []
@@ -62,8 +62,8 @@ def scan_kernel(
         "time": time.time(),
         "uptime_s": _uptime(procfs),
         "processes": procs,
-        "shm": _shm(shm),
-        "kmsg": _kmsg(kmsg, deadline),
+        "shm": _shm(shm or SHM),
+        "kmsg": _kmsg(kmsg or KMSG, deadline),
     }
     return doc, problems
 

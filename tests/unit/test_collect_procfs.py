@@ -110,3 +110,21 @@ def test_kernel_log_reader_stops_at_the_byte_cap(monkeypatch: pytest.MonkeyPatch
     t0 = time.monotonic()
     out = ck._kmsg(ck.KMSG, time.monotonic() + 5)
     assert out["readable"] is True and time.monotonic() - t0 < 1.0
+
+
+def test_unreadable_kernel_log_is_a_named_blind_spot_of_its_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slime_hangdoctor.bundle import open_bundle
+    from slime_hangdoctor.load import load_snapshot
+
+    monkeypatch.setattr(ck, "KMSG", str(tmp_path / "kmsg-hidden"))
+    w = _writer(tmp_path)
+    ck.record_kernel(w, [os.getpid()], node_ip="10.0.0.7", sample=0, timeout=5.0)
+    ck.record_kernel(w, [os.getpid()], node_ip="10.0.0.7", sample=1, timeout=5.0)
+    w.finish()
+    with open_bundle(w.root) as bundle:
+        snap = load_snapshot(bundle)
+    spots = [s for s in snap.blind_spots if s.startswith("kernel log of 10.0.0.7 not readable")]
+    assert len(spots) == 1 and "OOM-killer" in spots[0]  # once per node, not per sample
+    assert len(snap.kernel) == 2
