@@ -66,6 +66,10 @@ class ProcessStack:
 
 # --------------------------------------------------------------------------- processes (/proc, psutil)
 
+# Proxy variables: `ProcessInfo.env` keeps them in any letter case (Python's urllib, httpx, requests
+# and reqwest read http_proxy and HTTP_PROXY alike), their URLs without user or password.
+PROXY_ENV: frozenset[str] = frozenset({"http_proxy", "https_proxy", "all_proxy", "no_proxy"})
+
 
 @dataclass(frozen=True)
 class ProcessInfo:

@@ -59,9 +59,6 @@ ENV_ALLOWLIST: frozenset[str] = frozenset(
         "NCCL_NET",
     }
 )
-# Proxy variables, kept in any letter case (Python's urllib, httpx, requests and reqwest read
-# http_proxy and HTTP_PROXY alike); their URLs keep the host and port, never user or password.
-PROXY_ENV: frozenset[str] = frozenset({"http_proxy", "https_proxy", "all_proxy", "no_proxy"})
 
 
 @dataclass(frozen=True)
@@ -343,10 +340,14 @@ def redact_cmdline(
     return tuple(out)
 
 
-def filter_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Keep only allow-listed, non-secret environment variables (proxy URLs without credentials)."""
+def filter_env(
+    env: Mapping[str, str], urls_any_case: frozenset[str] = frozenset()
+) -> dict[str, str]:
+    """Keep only allow-listed, non-secret environment variables; also the names of `urls_any_case`
+    (lower case) in any letter case, as URLs without their user and password (proxy variables:
+    `facts.PROXY_ENV`)."""
     out = {k: v for k, v in env.items() if k in ENV_ALLOWLIST}
-    out.update({k: redact_url_userinfo(v) for k, v in env.items() if k.lower() in PROXY_ENV})
+    out.update({k: redact_url_userinfo(v) for k, v in env.items() if k.lower() in urls_any_case})
     return out
 
 

@@ -23,8 +23,7 @@ from urllib.parse import urlsplit
 
 from slime_hangdoctor.analysis.engines import EngineRead
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import TcpConnection
-from slime_hangdoctor.redact import PROXY_ENV
+from slime_hangdoctor.facts import PROXY_ENV, TcpConnection
 from slime_hangdoctor.verdict import Finding, Role, Severity
 
 _WAITING = ("ESTABLISHED", "SYN_SENT")  # a request in flight, or a connect that never completes

@@ -35,7 +35,7 @@ from typing import Any
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, dumps_json
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.facts import PROXY_ENV, Outcome
 from slime_hangdoctor.parsers.sockets import LISTEN, decode_address
 from slime_hangdoctor.redact import filter_env, redact_cmdline
 
@@ -307,6 +307,6 @@ def _listening_from(
 
 def _env(psutil: Any, proc: Any) -> dict[str, str]:
     try:
-        return filter_env(proc.environ())
+        return filter_env(proc.environ(), PROXY_ENV)
     except (psutil.AccessDenied, OSError):
         return {}

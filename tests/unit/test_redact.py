@@ -42,6 +42,8 @@ def test_environment_keeps_only_the_allow_list() -> None:
 
 
 def test_proxy_variables_in_any_case_keep_host_and_port_only() -> None:
+    from slime_hangdoctor.facts import PROXY_ENV
+
     env = {
         "HTTP_PROXY": "http://bob:s3cret@proxy.corp:3128",
         "https_proxy": "socks5h://tok@10.1.1.1:1080/",
@@ -50,7 +52,7 @@ def test_proxy_variables_in_any_case_keep_host_and_port_only() -> None:
         "PROXY_PASSWORD": "x",
         "NCCL_SOCKET_IFNAME": "eth0",
     }
-    kept = filter_env(env)
+    kept = filter_env(env, PROXY_ENV)
     assert kept == {
         "HTTP_PROXY": f"http://{REDACTED}@proxy.corp:3128",
         "https_proxy": f"socks5h://{REDACTED}@10.1.1.1:1080/",
