@@ -7,13 +7,25 @@ import dataclasses
 from pathlib import Path
 
 from slime_hangdoctor.analysis import hazards, kernel
-from slime_hangdoctor.analysis.decide import diagnose
-from slime_hangdoctor.analysis.world import build_world
+from slime_hangdoctor.analysis.diagnosis import diagnose
+from slime_hangdoctor.analysis.suspects.suspect import Suspect
+from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.facts import NodeKernel, ShmSpace
 from slime_hangdoctor.parsers.kernel import parse_kernel
 from slime_hangdoctor.snapshot import KernelObs
 from slime_hangdoctor.verdict import Role
 from tests.unit import analysis_builders as ab
+
+
+def kernel_suspects(world: World) -> list[Suspect]:
+    from slime_hangdoctor.analysis.engines import read_engines
+    from slime_hangdoctor.analysis.progress import assess
+    from slime_hangdoctor.analysis.suspects import kernel as kernel_finder
+    from slime_hangdoctor.analysis.suspects import reads_of
+
+    engines = read_engines(world)
+    return kernel_finder.suspects(reads_of(world, engines, assess(world, engines)))
+
 
 PROCFS = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "procfs"
 REAL = parse_kernel((PROCFS / "kernel.json").read_text(encoding="utf-8"))
@@ -39,7 +51,7 @@ def test_disk_sleep_at_both_samples_with_no_bytes_moved_is_stuck_in_the_kernel()
     world = build_world(snap, _topo())
     (read,) = [k for k in kernel.kernel_reads(world) if k.proc.pid == BLOCKED.pid]
     assert read.stuck_in_kernel and read.io_delta == 0
-    (s,) = kernel.kernel_suspects(world)
+    (s,) = kernel_suspects(world)
     assert s.role is Role.TRAIN_RANK and s.source == "kernel" and "kernel_clone" in s.why
     rules = [f.rule for f in kernel.kernel_findings(world)]
     assert "stuck-in-kernel" in rules and "oom-killer" in rules
@@ -58,7 +70,7 @@ def test_bytes_written_between_the_samples_are_progress_not_stuck() -> None:
     world = build_world(_rank_world(REAL, later), _topo())
     (read,) = [k for k in kernel.kernel_reads(world) if k.proc.pid == BLOCKED.pid]
     assert not read.stuck_in_kernel and read.written == 64 << 20
-    assert kernel.kernel_suspects(world) == []
+    assert kernel_suspects(world) == []
     (signal,) = kernel.io_signals(world)
     assert "64.0 MiB" in signal.message
     verdict = diagnose(_rank_world(REAL, later), _topo()).verdict
