@@ -258,6 +258,26 @@ FAULTS: dict[str, FaultSpec] = {
                 ),
             ),
         ),
+        FaultSpec(
+            name="engine_paused_by_update",
+            description=(
+                "engine 1 pauses generation again right after a weight update and nothing "
+                "continues it (AReaL#1160): the next rollout's requests wait at its pause gate, "
+                "outside its scheduler"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="rollout_dispatch",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="stay_paused_after_update",
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+                FrameSignature("engine 1 server", ("_pass_pause_gate", "generate_request")),
+            ),
+        ),
     )
 }
 

@@ -30,6 +30,9 @@ MARKER_ENV = "SLIME_HANGDOCTOR_DEMO"
 ARMED_TEXT = "DEMO FAULT ARMED"
 PLAN_MISSED_TEXT = "DEMO FAULT PLAN MISSED"  # a timed fault went live too early
 SETTLE_S = 2.5  # after the armed line: let the faulty call reach its blocking point
+# engine_paused_by_update: the pause comes 1 s after the armed sync; the next rollout then runs on
+# the healthy engine, whose idle keep-alive connections the server closes after 5 s
+SETTLE_S_BY_FAULT = {"engine_paused_by_update": 9.0}
 STARTUP_SETTLE_S = 5.0  # never_healthy: a few /health_generate polls
 HEALTHY_STEPS = {"none": 3, "slow": 1}  # train steps a healthy run shows before it is "ready"
 # What the job's processes import beyond the doctor's own dependencies (the [demo] extra).
@@ -240,7 +243,8 @@ class DemoRun:
             elif self.armed(logs):
                 if self.armed_after_s is None:
                     self.armed_after_s = time.monotonic() - self.started_at
-                if time.monotonic() - self.started_at >= self.armed_after_s + SETTLE_S:
+                settle = SETTLE_S_BY_FAULT.get(spec.name, SETTLE_S)
+                if time.monotonic() - self.started_at >= self.armed_after_s + settle:
                     break
             if PLAN_MISSED_TEXT in logs:
                 raise self.failure(f"the demo fault {spec.name} went live too early", logs)

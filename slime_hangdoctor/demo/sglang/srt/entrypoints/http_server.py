@@ -33,6 +33,10 @@ Faults (armed `--fault-after-s` seconds after start):
   `/update_weights_from_distributed` hang, the trainer waits in its rendezvous / broadcast.
 - `hang_update_weights_from_tensor`: the colocated update never returns.
 - `hang_release_memory_occupation`: a colocate offload (`/release_memory_occupation`) never returns.
+- `stay_paused_after_update`: a second after a weight update (after the caller's own pause /
+  continue pair) generation is paused again and never continued (as AReaL#1160, where the update
+  endpoint paused and nothing continued): later `/generate` requests wait at the tokenizer's pause
+  gate, outside the scheduler, which reports nothing running or queued.
 `never_healthy` ignores `--fault-after-s`.
 
 Where it differs from a real engine: one DP rank and one TP rank; no streaming, no batch input on
@@ -534,6 +538,8 @@ class StandinHTTPServer(ThreadingHTTPServer):
 
 class RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # uvicorn's --timeout-keep-alive (5 s): an idle keep-alive connection is closed by the server
+    timeout = 5.0
     server_version = "uvicorn"
     sys_version = ""
     server: StandinHTTPServer

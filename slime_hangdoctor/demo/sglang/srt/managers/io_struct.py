@@ -19,6 +19,7 @@ FAULTS = (
     "skip_weight_sync",
     "hang_update_weights_from_tensor",
     "hang_release_memory_occupation",
+    "stay_paused_after_update",
 )
 
 

@@ -102,6 +102,7 @@ class TokenizerManager:
         self.weight_version = "default"
         self.is_pause = False
         self.is_pause_cond = threading.Condition()
+        self._late_pause = False
         self.model_update_lock = RWLock()
         self.last_receive_tstamp = 0.0
         self.scheduler_info: Msg = {}
@@ -404,6 +405,8 @@ class TokenizerManager:
             self.send({"type": "pause_generation", "mode": mode})
 
     def continue_generation(self) -> None:
+        if self._late_pause:
+            return  # fault stay_paused_after_update: this continue is lost
         with self.is_pause_cond:
             self.is_pause = False
             self.is_pause_cond.notify_all()
@@ -426,7 +429,32 @@ class TokenizerManager:
             self.weight_version = str(version)
             self.server_args["weight_version"] = str(version)
             result["message"] = f"{result.get('message', '')} Weight version updated to {version}."
+        if result.get("success") and self.fault_active("stay_paused_after_update"):
+            self._pause_after_update()
         return result
+
+    def _pause_after_update(self) -> None:
+        """Fault `stay_paused_after_update`: a second after the update (the caller's own pause /
+        continue pair has ended by then) generation is paused again, and every later continue is
+        lost: nothing resumes it."""
+        if self._late_pause:
+            return
+        self._late_pause = True
+
+        def pause_late() -> None:
+            time.sleep(1.0)
+            logger.debug("fault stay_paused_after_update: generation stays paused")
+            with self.is_pause_cond:
+                self.is_pause = True
+
+        threading.Thread(target=pause_late, name="late-pause", daemon=True).start()
+
+    def fault_active(self, name: str) -> bool:
+        """The server fault `name` is selected, past its delay and armed (its arm file exists)."""
+        if self.ns.fault != name or time.time() < self.started_at + max(self.ns.fault_after_s, 0):
+            return False
+        arm = self.ns.fault_arm_file
+        return arm is None or os.path.exists(arm)
 
     # ---- request log
     def log_request(self, method: str, path: str, query: str, client: str) -> None:

@@ -30,9 +30,12 @@ SERVER_FAULTS: dict[str, str] = {
     "offload_hang": "hang_release_memory_occupation",
     "colocate_update_hang": "hang_update_weights_from_tensor",
     "weight_sync_engine_missing": "skip_weight_sync",
+    "engine_paused_by_update": "stay_paused_after_update",
 }
 PLAN_MISSED_TEXT = "DEMO FAULT PLAN MISSED"
-TIMED_SERVER_FAULTS = frozenset({"skip_weight_sync", "hang_release_memory_occupation"})
+TIMED_SERVER_FAULTS = frozenset(
+    {"skip_weight_sync", "hang_release_memory_occupation", "stay_paused_after_update"}
+)
 
 
 def server_fault_delay_s(args: argparse.Namespace) -> float:

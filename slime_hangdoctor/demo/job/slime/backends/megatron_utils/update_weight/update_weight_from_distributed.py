@@ -104,10 +104,12 @@ class UpdateWeightFromDistributed:
         ray.get(self.rollout_engine_lock.release.remote())
 
     def _wait_for_timed_engine_fault(self) -> None:
-        """Demo fault plan (`weight_sync_engine_missing`): from the armed step on, let that
-        engine's timed server fault go live before this sync, the first one it misses."""
+        """Demo fault plan (`weight_sync_engine_missing`, `engine_paused_by_update`): from the
+        armed step on, let that engine's timed server fault go live before this sync (the first
+        one it misses; the one after which it stays paused)."""
         step = self.weight_version - 2  # sync 1 is the initial one; sync k+2 follows step k
-        if step >= 0 and fault_armed(self.args, "weight_sync_engine_missing", step):
+        timed = ("weight_sync_engine_missing", "engine_paused_by_update")
+        if step >= 0 and self.args.fault in timed and fault_armed(self.args, self.args.fault, step):
             engine = self.rollout_engines[self.args.fault_engine]
             where = f"weight sync to engine {self.args.fault_engine}"
             wait_until_server_fault_live(self.args, engine, step, where)
