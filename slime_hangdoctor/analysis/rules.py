@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.engines import EngineRead, EngineState
 from slime_hangdoctor.analysis.kernel import kernel_reads
+from slime_hangdoctor.analysis.kernel_spin import KernelSpin, kernel_spins
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block, split_name
 from slime_hangdoctor.analysis.stacks import ThreadRead
 from slime_hangdoctor.analysis.suspects.merge import Merged
@@ -448,6 +449,8 @@ def culprit_steps(ctx: Context) -> list[str]:
                 f"python3.14 -m asyncio pstree {c.pid}  (rollout coroutines; Python >= 3.14) or "
                 "an asyncio.all_tasks() dump: py-spy does not show suspended coroutines"
             )
+        if "gpu_kernel" in m.sources:
+            steps += _kernel_steps(ctx, c.pid, c.node_ip)
         elif c.role is Role.TRAIN_RANK and c.pid is not None:
             steps.append(
                 f"py-spy dump --native --pid {c.pid}{_on(proc, c.node_ip)}  (train rank"
@@ -463,6 +466,31 @@ def culprit_steps(ctx: Context) -> list[str]:
     return steps
 
 
+def _kernel_steps(ctx: Context, pid: int | None, node_ip: str | None) -> list[str]:
+    spin: KernelSpin | None = next((k for k in kernel_spins(ctx.world) if k.proc.pid == pid), None)
+    if spin is None:
+        return []
+    on = _on(spin.proc, node_ip)
+    steps = []
+    if not (spin.proc.latest is not None and spin.proc.latest.native):
+        steps.append(
+            f"py-spy dump --native --pid {pid}{on}  (the CUDA call under the Python sync: "
+            "cudaDeviceSynchronize / cudaStreamSynchronize / a device-to-host copy)"
+        )
+    return steps + [
+        f"cuda-gdb -p {pid}{on}, then `info cuda kernels`  (which kernel is resident on "
+        f"{spin.gpu.label} and where it spins)",
+        "Re-run the step under compute-sanitizer (--tool memcheck / racecheck / synccheck) or "
+        "with CUDA_LAUNCH_BLOCKING=1 to name the kernel that never finishes (a spin-wait on a "
+        "flag nobody sets, an out-of-bounds loop, a deadlocked custom kernel)",
+        "If the process exchanges CUDA IPC handles (colocated weight update, "
+        "torch.multiprocessing tensors): check that the producer is still alive and did not "
+        "free or reuse the memory, and that the consumer's storage deleter is not waiting in "
+        "cudaStreamSynchronize (sglang PR#17870); a device-to-host copy that never returns "
+        "points at the kernel before it (vime PR#168)",
+    ]
+
+
 def _collective_hang(ctx: Context) -> bool:
     """Some process waits in a collective / at a CUDA sync, or a GPU busy-waits in one."""
     w = ctx.world
@@ -476,7 +504,12 @@ def _collective_hang(ctx: Context) -> bool:
 def general_steps(ctx: Context) -> list[str]:
     w = ctx.world
     steps: list[str] = []
-    if ctx.status is Status.HUNG and ctx.stage in _NCCL_STAGES and _collective_hang(ctx):
+    if (
+        ctx.status is Status.HUNG
+        and ctx.stage in _NCCL_STAGES
+        and _collective_hang(ctx)
+        and not kernel_spins(w)
+    ):
         if not w.snapshot.flight:
             steps.append(
                 "Arm the PyTorch flight recorder for the next run (before the process groups are "

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from slime_hangdoctor.analysis.gpu import GpuRead, GpuState
+from slime_hangdoctor.analysis.kernel_spin import kernel_spins
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block
 from slime_hangdoctor.analysis.stacks import ProcessRead
 from slime_hangdoctor.analysis.suspects.flight_recorder import fr_groups, fr_stage
@@ -15,6 +16,7 @@ from slime_hangdoctor.verdict import Role, Stage
 
 MESSAGES = {
     "gpu-stuck-in-collective": "GPUs busy-wait in a collective (util ~100%, memory util ~0, no data moved)",
+    "gpu-kernel-spin": "A GPU spins in a kernel or stream that never finishes, with no NCCL communicator anywhere (util ~100%, memory util ~0, no data moved): not a collective",
 }
 
 
@@ -87,8 +89,14 @@ def gpu_suspects(world: World, engine_stage: bool) -> list[Suspect]:
 
 def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
     world = reads.world
+    spinning = {(k.gpu.node_ip, k.gpu.index) for k in kernel_spins(world)}
     return [
-        Evidence("nvml", "gpu-stuck-in-collective", g.evidence(), 2 if g.readings >= 2 else 1)
+        Evidence(
+            "nvml",
+            "gpu-kernel-spin" if (g.node_ip, g.index) in spinning else "gpu-stuck-in-collective",
+            g.evidence(),
+            2 if g.readings >= 2 else 1,
+        )
         for g in world.gpus
         if g.state is GpuState.STUCK
     ]

@@ -1,0 +1,33 @@
+"""A GPU spinning with no communicator anywhere (analysis/kernel_spin.py): the process that waits at
+a CUDA sync on it runs a kernel or stream that never finishes. Not a collective: nobody else waits."""
+
+from __future__ import annotations
+
+from slime_hangdoctor.analysis.kernel_spin import kernel_spins
+from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, Reads, Suspect, suspect
+from slime_hangdoctor.verdict import Role
+
+
+def suspects(reads: Reads) -> list[Suspect]:
+    out: list[Suspect] = []
+    for k in kernel_spins(reads.world):
+        read = k.proc.latest
+        sync = k.sync_frame
+        out.append(
+            suspect(
+                "gpu_kernel",
+                k.proc.role or Role.TRAIN_RANK,
+                f"{k.gpu.label} spins (util ~100%, memory util ~0, no data moved) while "
+                f"{k.proc.label} waits at a CUDA sync"
+                + (f" ({sync.where})" if sync is not None else "")
+                + " and no NCCL communicator exists: a kernel or stream of this process never "
+                "finishes",
+                k.proc,
+                gpu=k.gpu.index,
+                node_ip=k.gpu.node_ip or k.proc.node_ip,
+                weight=MEDIUM,
+                stage=read.stage if read is not None else None,
+                evidence=(k.gpu.evidence(), *k.why_no_communicator),
+            )
+        )
+    return out
