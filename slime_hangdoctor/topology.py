@@ -47,7 +47,7 @@ class Engine:
     node_ip: str | None = None
     actor_pid: int | None = None
     server_pid: int | None = None
-    source: str = "proc-listen"  # proc-listen | user-flag | router
+    source: str = "proc-listen"  # proc-listen | user-flag | router | earlier-answer | actor
 
 
 @dataclass(frozen=True)
@@ -159,6 +159,7 @@ def build_topology(snapshot: Snapshot) -> Topology:
     _add_distributed_ranks(members, procs)
     final = _assign_ranks(list(members.values()), procs)
     engines = _engines(final, snapshot)
+    final, engines = _pair_lost_servers(final, engines)
     routers = tuple(
         dict.fromkeys(m.engine_url for m in final if m.role is Role.ROUTER and m.engine_url)
     )
@@ -397,8 +398,53 @@ def _engines(members: list[Member], snapshot: Snapshot) -> tuple[Engine, ...]:
     for obs in snapshot.http:
         if isinstance(obs.parsed, RouterWorkers):
             for url in obs.parsed.urls:
-                engines.setdefault(url, Engine(url, None, None, None, "router"))
+                engines.setdefault(
+                    url.rstrip("/"), Engine(url.rstrip("/"), None, None, None, "router")
+                )
+    for obs in snapshot.http:  # an engine that answered earlier in this run is probed again
+        if obs.kind == "engine":
+            url = obs.answer.url.rstrip("/")
+            engines.setdefault(url, Engine(url, None, None, None, "earlier-answer"))
     return tuple(engines.values())
+
+
+_ANY_HOST = ("127.0.0.1", "localhost", "0.0.0.0", "[::1]", "[::]")
+
+
+def _host(url: str) -> str:
+    return url.partition("://")[2].rpartition(":")[0]
+
+
+def _pair_lost_servers(
+    members: list[Member], engines: tuple[Engine, ...]
+) -> tuple[list[Member], tuple[Engine, ...]]:
+    """An engine URL that no process serves (learned from the router, an earlier answer or the
+    user) and an SGLangEngine actor with no server among its children, on the same node: that
+    actor's server is gone. Paired only when the node leaves no choice (one of each)."""
+    served = {m.engine_url for m in members if m.engine_url and m.kind == "http_server"}
+    lost = [e for e in engines if e.server_pid is None and e.url not in served]
+    bare = [
+        m
+        for m in members
+        if m.role is Role.SGLANG_ENGINE and m.kind == "actor" and m.engine_url is None
+    ]
+    pairs: dict[str, Member] = {}
+    for node in {m.node_ip for m in bare}:
+        here = [m for m in bare if m.node_ip == node]
+        urls = [e for e in lost if _host(e.url) == node or _host(e.url) in _ANY_HOST]
+        if len(here) == 1 and len(urls) == 1 and urls[0].url not in pairs:
+            pairs[urls[0].url] = here[0]
+    if not pairs:
+        return members, engines
+    by_pid = {id(m): url for url, m in pairs.items()}
+    out = [_replace(m, engine_url=by_pid[id(m)]) if id(m) in by_pid else m for m in members]
+    paired = tuple(
+        dataclasses.replace(e, node_ip=pairs[e.url].node_ip, actor_pid=pairs[e.url].pid)
+        if e.url in pairs
+        else e
+        for e in engines
+    )
+    return out, paired
 
 
 def _replace(m: Member, **changes: object) -> Member:

@@ -18,6 +18,7 @@ from slime_hangdoctor.analysis.engines import (
     EngineState,
     read_engines,
 )
+from slime_hangdoctor.analysis.kernel_spin import kernel_spins
 from slime_hangdoctor.analysis.logs import log_findings, log_stage
 from slime_hangdoctor.analysis.progress import Progress, assess
 from slime_hangdoctor.analysis.signatures import (
@@ -116,6 +117,32 @@ def _in_broadcast(world: World) -> bool:
     return Stage.NCCL_BROADCAST in stages and stages <= {Stage.NCCL_BROADCAST, Stage.WEIGHT_SYNC}
 
 
+# Ray actor states of an actor whose constructor has not finished (Ray's ActorState)
+_BEING_CREATED = frozenset({"PENDING_CREATION", "DEPENDENCIES_UNREADY"})
+
+
+def startup_chain(world: World) -> tuple[str, ...]:
+    """Why the job is still starting: a slime actor of the running job not yet created (its
+    constructor runs), or a slime process that waits inside a constructor / `init` / engine
+    launch. Nothing has been dispatched then, whatever stage an engine's own loop shows."""
+    jobs = {j.job_id for j in world.snapshot.jobs if j.status == "RUNNING" and j.job_id}
+    out = [
+        f"Ray: {a.class_name} actor {a.actor_id[:12]} is {a.state}"
+        for a in world.snapshot.actors
+        if a.class_name in SLIME_ACTOR_CLASSES
+        and a.state in _BEING_CREATED
+        and (not jobs or a.job_id in jobs)
+    ]
+    for p in world.procs:
+        read = p.latest
+        if p.role is None or read is None or read.stage is not Stage.STARTUP:
+            continue
+        if read.cpu_busy and read.block is Block.CPU:
+            continue  # starting up and working: slow, not waiting
+        out.append(f"{p.label} waits in start-up: {read.describe()}")
+    return tuple(out)
+
+
 def decide_stage(world: World, merged: list[Merged]) -> Stage:
     for m in merged[:3]:
         if m.stage is Stage.REWARD:
@@ -127,6 +154,8 @@ def decide_stage(world: World, merged: list[Merged]) -> Stage:
                 return stage
     if _in_broadcast(world):
         return Stage.NCCL_BROADCAST
+    if startup_chain(world):
+        return Stage.STARTUP
     victims = [
         p.latest.stage
         for p in world.procs
@@ -205,7 +234,8 @@ def _row_state(world: World, p: Proc) -> str:
     else:
         parts.append(missing)
     if p.gpu is not None:
-        parts.append(f"GPU {p.gpu.index} {p.gpu.state.value}")
+        spinning = any(k.gpu == p.gpu for k in kernel_spins(world))
+        parts.append(f"GPU {p.gpu.index} {'kernel_spin' if spinning else p.gpu.state.value}")
     if (age := _task_age(world, p)) is not None:
         parts.append(age)
     return "; ".join(parts)
@@ -531,8 +561,14 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
     if current is not None:
         extra["current_stage"] = current.value
     if world.gpus:
+        spinning = {(k.gpu.node_ip, k.gpu.index) for k in kernel_spins(world)}
         extra["gpus"] = [
-            {"node_ip": g.node_ip, "index": g.index, "state": g.state.value} for g in world.gpus
+            {
+                "node_ip": g.node_ip,
+                "index": g.index,
+                "state": "kernel_spin" if (g.node_ip, g.index) in spinning else g.state.value,
+            }
+            for g in world.gpus
         ]
     if engines:
         extra["engines"] = [{"url": e.url, "state": e.state.value} for e in engines]

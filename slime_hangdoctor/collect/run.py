@@ -317,6 +317,13 @@ def _sample_here_and_probe_endpoints(
     if endpoints:
         run.say(f"sample {index + 1}/2: {len(endpoints)} engines and routers")
         cf.wait(endpoints, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
+        # engines only the router's worker list names (a server that is gone listens nowhere)
+        first = len(endpoints)
+        topo = build_topology(partial_snapshot(writer))
+        probe_found(topo)
+        if len(endpoints) > first:
+            run.say(f"sample {index + 1}/2: {len(endpoints) - first} engines the router lists")
+            cf.wait(endpoints[first:], timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
     return topo
 
 

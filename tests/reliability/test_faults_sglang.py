@@ -224,8 +224,10 @@ def test_api_key_given_is_accepted(tmp_path: Path, keyed: Standin) -> None:
 
 
 def test_router_listing_dead_workers(tmp_path: Path) -> None:
-    """SG11: slime's router lists two engines nobody serves any more: both are probed (in the
-    second sample) and the verdict calls them dead, with the refused connection as evidence."""
+    """SG11: slime's router lists two engines nobody serves any more: both are probed, in the
+    sample whose router answer named them (issue 16: a server that is gone listens nowhere, so the
+    router's list is the only place that names it) and in the next, and the verdict calls them
+    dead, with the refused connection as evidence."""
     dead = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
     body = json.dumps(
         {
@@ -242,6 +244,9 @@ def test_router_listing_dead_workers(tmp_path: Path) -> None:
     states = engine_states(run)
     assert all(states.get(url) == "dead" for url in dead), states
     assert {r["outcome"] for r in probes(tmp_path / "b", "router")} == {"ok"}
+    for url in dead:
+        samples = {r["sample"] for r in probes(tmp_path / "b", "sglang") if r["meta"]["url"] == url}
+        assert samples == {0, 1}, (url, samples)
     assert_other_evidence(tmp_path / "b")
 
 

@@ -1,9 +1,11 @@
 """SGLang engines: dead, unresponsive or stuck with requests in flight (HTTP); an engine actor that
-waits on its own server; an engine's scheduler absent from the weight broadcast the trainers wait in."""
+waits on its own server; an engine's scheduler absent from the weight broadcast the trainers, or its
+peer engines' schedulers, wait in (engines compared with each other as train ranks are)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.engines import HUNG_ENGINE_STATES, EngineRead, EngineState
 from slime_hangdoctor.analysis.signatures import Block
@@ -47,13 +49,13 @@ def suspects(reads: Reads) -> list[Suspect]:
             continue
         proc = _engine_proc(e)
         stage = _engine_stage(e)
-        inside = _with_trainers(world, e)
+        inside = _with_trainers(world, e, engines)
         why = f"engine {e.url} {words[e.state]}"
         weight = weights[e.state]
         if inside and e.state is not EngineState.DEAD:
             why += (
                 f" (its scheduler is {brief(inside[0])}: it waits in the same collective as the "
-                "trainers)"
+                "trainers and its peer engines)"
             )
             weight = WEAK
         out.append(
@@ -72,6 +74,7 @@ def suspects(reads: Reads) -> list[Suspect]:
         )
     out.extend(_held_calls(engines))
     out.extend(_broadcast_absentees(world, engines))
+    out.extend(_odd_engines(engines))
     out.extend(_blocked_engine_actors(world, engines))
     return out
 
@@ -121,9 +124,81 @@ def _trainers_in(world: World, stages: set[Stage]) -> list[Proc]:
 _SHARED_STAGES = (Stage.NCCL_BROADCAST, Stage.WEIGHT_SYNC)
 
 
-def _with_trainers(world: World, e: EngineRead) -> list[Proc]:
+def _in_engine_broadcast(p: Proc) -> bool:
+    read = p.latest
+    return read is not None and read.primary.in_collective and read.stage is Stage.NCCL_BROADCAST
+
+
+@dataclass(frozen=True)
+class BroadcastSplit:
+    """The engines of one weight broadcast compared with each other, as train ranks are: those
+    whose schedulers all wait in the broadcast, and those with a scheduler elsewhere that is not
+    serving either (the odd ones out). Needs no trainer stack: with NCCL the trainer's CPU has
+    left `handle.wait()` and waits in `ray.get` on the engines, or it lives on another node."""
+
+    inside: tuple[EngineRead, ...] = ()
+    outside: tuple[tuple[EngineRead, Proc], ...] = ()
+
+
+def broadcast_split(engines: tuple[EngineRead, ...]) -> BroadcastSplit:
+    inside: list[EngineRead] = []
+    rest: list[EngineRead] = []
+    for e in engines:
+        scheds = [s for s in e.schedulers if s.latest is not None]
+        if scheds and all(_in_engine_broadcast(s) for s in scheds):
+            inside.append(e)
+        elif scheds:
+            rest.append(e)
+    outside: list[tuple[EngineRead, Proc]] = []
+    for e in rest if inside else []:
+        s = next(s for s in e.schedulers if s.latest is not None and not _in_engine_broadcast(s))
+        read = s.latest
+        assert read is not None
+        serving = e.state not in HUNG_ENGINE_STATES and read.block in (
+            Block.EVENT_LOOP,
+            Block.IDLE_WORKER,
+        )
+        if not serving:
+            outside.append((e, s))
+    if not outside:
+        return BroadcastSplit()
+    return BroadcastSplit(tuple(inside), tuple(outside))
+
+
+def _odd_engines(engines: tuple[EngineRead, ...]) -> list[Suspect]:
+    split = broadcast_split(engines)
+    peers = ", ".join(
+        f"{e.url} (scheduler pid {e.schedulers[0].pid}: {brief(e.schedulers[0])})"
+        for e in split.inside[:4]
+    )
+    return [
+        suspect(
+            "stacks",
+            Role.SGLANG_ENGINE,
+            f"engine {e.url}: scheduler pid {s.pid} is not in the weight broadcast its peer "
+            f"engines' schedulers wait in; it is {brief(s)} (peers: {peers})",
+            s,
+            engine_url=e.url,
+            weight=MEDIUM,
+            stage=Stage.NCCL_BROADCAST,
+            evidence=tuple(
+                f"engine {x.url} scheduler pid {p.pid}"
+                + (f" @{p.node_ip}" if p.node_ip else "")
+                + f": {brief(p)}"
+                for x in (*split.inside, *(o for o, _ in split.outside))
+                for p in x.schedulers[:2]
+            )[:8],
+        )
+        for e, s in split.outside
+    ]
+
+
+def _with_trainers(world: World, e: EngineRead, engines: tuple[EngineRead, ...] = ()) -> list[Proc]:
     """Schedulers of `e` that wait in a collective shared with trainers that wait in the same
-    weight-sync stage (the broadcast group): such a scheduler is a victim like the trainers."""
+    weight-sync stage (the broadcast group), or in the weight broadcast while a peer engine's
+    scheduler is elsewhere: such a scheduler is a victim like the trainers."""
+    if any(x.url == e.url for x in broadcast_split(engines).inside):
+        return list(e.schedulers)
     trainer_stages = {p.latest.stage for p in _trainers_in(world, set(_SHARED_STAGES)) if p.latest}
     return [
         s
@@ -151,7 +226,7 @@ def _blocked_engine_actors(world: World, engines: tuple[EngineRead, ...]) -> lis
             continue
         if read.block not in (Block.HTTP, Block.PARKED, Block.SLEEP):
             continue
-        if read.stage not in _ENGINE_WAIT_STAGES or _with_trainers(world, e):
+        if read.stage not in _ENGINE_WAIT_STAGES or _with_trainers(world, e, engines):
             continue
         out.append(
             suspect(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from slime_hangdoctor.analysis.engines import EngineRead
+from slime_hangdoctor.analysis.lost_requests import Holder, where_requests_are
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.stacks import ProcessRead
 from slime_hangdoctor.analysis.suspects.suspect import (
@@ -16,7 +17,7 @@ from slime_hangdoctor.analysis.suspects.suspect import (
     Suspect,
     suspect,
 )
-from slime_hangdoctor.analysis.world import Proc
+from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.verdict import Role, Stage
 
 MESSAGES = {
@@ -66,25 +67,43 @@ def suspects(reads: Reads) -> list[Suspect]:
                 )
             )
         elif read.stage in (Stage.ROLLOUT_DISPATCH, Stage.EVAL):
-            out.extend(_requests_lost(rm, read, engines))
+            out.extend(_requests_lost(world, rm, read, engines))
     return out
 
 
-def _requests_lost(rm: Proc, read: ProcessRead, engines: tuple[EngineRead, ...]) -> list[Suspect]:
+def _requests_lost(
+    world: World, rm: Proc, read: ProcessRead, engines: tuple[EngineRead, ...]
+) -> list[Suspect]:
+    """The loop waits on I/O and no engine shows a request: blame the RolloutManager only when no
+    dead or paused engine, unreachable router or proxy holds the requests (lost_requests.py)."""
     known = [e for e in engines if e.in_flight is not None]
     if not known or any((e.in_flight or 0) > 0 or e.moving for e in known):
         return []
+    where = where_requests_are(world, engines, rm)
+    evidence = (*where.why, *(f"engine {e.url}: {', '.join(e.evidence)}" for e in known[:4]))
+    if where.holder is Holder.PROXY:
+        why = (
+            "rollout coroutines wait on I/O, no engine has a request, and the RolloutManager "
+            f"sends them through a proxy ({where.proxy}): the requests wait at the proxy"
+        )
+    elif where.holder is Holder.ROLLOUT_MANAGER:
+        why = (
+            "rollout coroutines are waiting on I/O (event loop idle in select) but no engine has "
+            "a request running or queued, every engine answers and no router or proxy is in the "
+            "way: the requests are held in the RolloutManager (a remote reward service, or a "
+            "custom generate function awaiting something)"
+        )
+    else:
+        return []  # the engine or router that holds them is named by its own finder
     return [
         suspect(
             "rollout",
             Role.ROLLOUT_MANAGER,
-            "rollout coroutines are waiting on I/O (event loop idle in select) but no engine has "
-            "a request running or queued: the requests are stuck before the engines (router, a "
-            "remote reward service, or a custom generate function awaiting something)",
+            why,
             rm,
             stage=read.stage,
             weight=WEAK,
-            evidence=tuple(f"engine {e.url}: {', '.join(e.evidence)}" for e in known[:4]),
+            evidence=evidence,
         )
     ]
 

@@ -1,0 +1,477 @@
+"""Issue 16: diagnosis misses on slime-shaped hangs, as constructed facts (analysis_builders.py,
+frame names and files of shared/reference/slime.md §3/§8 and sglang.md §5).
+
+Class 1: an engine that never turns healthy while the RolloutManager is still being constructed is
+a start-up hang, whatever stage the engine's own scheduler loop shows. Class 3: in a weight
+broadcast where every engine is unresponsive, the engine whose scheduler is not in the broadcast its
+peer engines wait in is the culprit, with or without trainer stacks that wait in the collective.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from slime_hangdoctor.analysis.diagnosis import diagnose
+from slime_hangdoctor.facts import EngineLoad, Outcome, ServerInfo
+from slime_hangdoctor.snapshot import StackObs
+from slime_hangdoctor.topology import Engine, Topology
+from slime_hangdoctor.verdict import Diagnosis, Role, Stage, Status
+from tests.unit.analysis_builders import (
+    NODE,
+    RAY_GET,
+    F,
+    actor,
+    actor_main,
+    http,
+    member,
+    running_job,
+    snapshot,
+    stack_obs,
+    thread,
+    topology,
+)
+
+NODE2 = "192.0.2.3"
+URL0 = f"http://{NODE}:15000"
+URL1 = f"http://{NODE}:15001"
+ROLLOUT = "slime/ray/rollout.py"
+ENGINE = "slime/backends/sglang_utils/sglang_engine.py"
+UWD = "slime/backends/megatron_utils/update_weight/update_weight_from_distributed.py"
+ACTOR = "slime/backends/megatron_utils/actor.py"
+SCHED = "sglang/srt/managers/scheduler.py"
+RUNNER = "sglang/srt/model_executor/model_runner.py"
+C10D = "torch/distributed/distributed_c10d.py"
+
+
+def _diag(snap: object, topo: Topology) -> Diagnosis:
+    return diagnose(snap, topo)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- class 1: start-up
+
+SCHED_PREFILL_STUCK = thread(
+    (
+        F("time.sleep", "<native>"),
+        F("ModelRunner.forward_extend", RUNNER, 1800),
+        F("TpModelWorker.forward_batch_generation", "sglang/srt/managers/tp_worker.py", 230),
+        F("Scheduler.run_batch", SCHED, 1700),
+        F("Scheduler.event_loop_normal", SCHED, 950),
+        F("run_scheduler_process", SCHED, 3000),
+    )
+)
+ACTOR_WAITING_HEALTHY = actor_main(
+    F("SSLSocket.recv_into", "socket.py"),
+    F("HTTPConnectionPool.urlopen", "urllib3/connectionpool.py", 700),
+    F("Session.get", "requests/sessions.py", 600),
+    F("_wait_server_healthy", ENGINE, 97),
+    F("launch_server_process", ENGINE, 81),
+    F("SGLangEngine._init_normal", ENGINE, 180),
+    F("SGLangEngine.init", ENGINE, 140),
+)
+
+
+def _startup_snapshot(
+    with_rm_stack: bool, rm_state: str, driver_frames: tuple[object, ...]
+) -> tuple[object, Topology]:
+    stacks: list[StackObs] = []
+    for s in (0, 1):
+        stacks += [
+            stack_obs(100, thread(driver_frames), sample=s),  # type: ignore[arg-type]
+            stack_obs(401, ACTOR_WAITING_HEALTHY, sample=s),
+            stack_obs(411, SCHED_PREFILL_STUCK, sample=s),
+        ]
+        if with_rm_stack:
+            stacks.append(
+                stack_obs(
+                    200,
+                    actor_main(
+                        *RAY_GET,
+                        F("init_rollout_engines", ROLLOUT, 400),
+                        F("RolloutManager.__init__", ROLLOUT, 60),
+                    ),
+                    sample=s,
+                )
+            )
+    snap = snapshot(
+        stacks=tuple(stacks),
+        http=(
+            http(
+                URL1,
+                "/health",
+                None,
+                error="timed out after 2.0s",
+                sample=1,
+                outcome=Outcome.TIMED_OUT,
+            ),
+            http(URL1, "/server_info", 200, ServerInfo(internal_states_count=0), sample=1),
+            http(URL1, "/v1/loads", 200, EngineLoad(running=1, waiting=0), sample=1),
+        ),
+        jobs=(running_job(),),
+        actors=(
+            actor("rm", "RolloutManager", 200, state=rm_state),
+            actor("e1", "SGLangEngine", 401),
+        ),
+    )
+    topo = topology(
+        member(Role.DRIVER, 100, "driver"),
+        member(Role.ROLLOUT_MANAGER, 200, cls="RolloutManager", actor_id="rm"),
+        member(Role.SGLANG_ENGINE, 401, cls="SGLangEngine", method="init", url=URL1, actor_id="e1"),
+        member(Role.SGLANG_ENGINE, 411, "scheduler", url=URL1, actor_id="e1"),
+        engines=[Engine(URL1, NODE)],
+    )
+    return snap, topo
+
+
+DRIVER_NONCOLOCATE = (
+    *RAY_GET,
+    F("create_rollout_manager", "slime/ray/placement_group.py", 180),
+    F("train", "train.py", 20),
+    F("<module>", "train.py", 100),
+)
+DRIVER_COLOCATE = DRIVER_NONCOLOCATE  # slime creates the RolloutManager first in both layouts
+
+
+@pytest.mark.parametrize(
+    ("with_rm_stack", "rm_state", "driver"),
+    [
+        (True, "PENDING_CREATION", DRIVER_NONCOLOCATE),
+        (False, "PENDING_CREATION", DRIVER_COLOCATE),  # the RM's stack missing: Ray state says it
+        (True, "ALIVE", DRIVER_NONCOLOCATE),  # Ray state not read: the constructor frames say it
+    ],
+)
+def test_engine_whose_warmup_never_ends_is_a_startup_hang(
+    with_rm_stack: bool, rm_state: str, driver: tuple[object, ...]
+) -> None:
+    snap, topo = _startup_snapshot(with_rm_stack, rm_state, driver)
+    v = _diag(snap, topo).verdict
+    assert v.status is Status.HUNG
+    assert v.stage is Stage.STARTUP, v.summary
+    assert v.culprits[0].role is Role.SGLANG_ENGINE and v.culprits[0].engine_url == URL1
+
+
+def test_without_any_startup_frame_the_engine_stage_stands() -> None:
+    """Control: the same stuck engine after start-up (driver in the train loop, RM created) is
+    a rollout hang: the start-up rule needs a constructor / init / PENDING_CREATION to fire."""
+    snap, topo = _startup_snapshot(
+        False, "ALIVE", (*RAY_GET, F("train", "train.py", 60), F("<module>", "train.py", 100))
+    )
+    stacks = tuple(s for s in snap.stacks if s.pid != 401)  # type: ignore[attr-defined]
+    snap = snap.__class__(**{**snap.__dict__, "stacks": stacks})  # type: ignore[attr-defined]
+    v = _diag(snap, topo).verdict
+    assert v.stage is Stage.ROLLOUT_DISPATCH, v.summary
+
+
+# --------------------------------------------------------------------------- class 3: broadcast
+
+SCHED_IN_BROADCAST = thread(
+    (
+        F("broadcast", C10D, 2800),
+        F("ModelRunner._update_weights_unbucketed", RUNNER, 1200),
+        F("ModelRunner.update_weights_from_distributed", RUNNER, 1150),
+        F("Scheduler.update_weights_from_distributed", SCHED, 2400),
+        F("Scheduler.process_input_requests", SCHED, 1200),
+        F("Scheduler.event_loop_normal", SCHED, 950),
+        F("run_scheduler_process", SCHED, 3000),
+    )
+)
+SCHED_WEDGED = thread(
+    (
+        F("time.sleep", "<native>"),
+        F("ModelRunner.forward_decode", RUNNER, 1800),
+        F("Scheduler.run_batch", SCHED, 1700),
+        F("Scheduler.event_loop_normal", SCHED, 950),
+        F("run_scheduler_process", SCHED, 3000),
+    )
+)
+ENGINE_ACTOR_UPDATING = actor_main(
+    F("SSLSocket.recv_into", "socket.py"),
+    F("Session.post", "requests/sessions.py", 600),
+    F("SGLangEngine._make_request", ENGINE, 215),
+    F("SGLangEngine.update_weights_from_distributed", ENGINE, 300),
+)
+TRAINER_RAY_GET = actor_main(  # NCCL: handle.wait() returned, the CPU waits on the engines
+    *RAY_GET,
+    F("UpdateWeightFromDistributed._update_bucket_weights_from_distributed", UWD, 255),
+    F("UpdateWeightFromDistributed.update_weights", UWD, 125),
+    F("MegatronTrainRayActor.update_weights", ACTOR, 640),
+)
+
+
+@pytest.mark.parametrize("wedged", [0, 1])
+@pytest.mark.parametrize("trainer_stacks", [True, False])
+@pytest.mark.parametrize("engine_node", [NODE, NODE2])
+def test_odd_engine_out_of_the_weight_broadcast_is_the_culprit(
+    wedged: int, trainer_stacks: bool, engine_node: str
+) -> None:
+    urls = [f"http://{engine_node}:15000", f"http://{engine_node}:15001"]
+    stacks: list[StackObs] = []
+    for s in (0, 1):
+        for i in (0, 1):
+            sched = SCHED_WEDGED if i == wedged else SCHED_IN_BROADCAST
+            stacks += [
+                stack_obs(400 + i, ENGINE_ACTOR_UPDATING, sample=s, node=engine_node),
+                stack_obs(410 + i, sched, sample=s, node=engine_node),
+            ]
+        if trainer_stacks:
+            stacks.append(stack_obs(300, TRAINER_RAY_GET, sample=s))
+    answers = []
+    for url in urls:
+        answers += [
+            http(
+                url,
+                "/server_info",
+                None,
+                error="timed out after 5.0s",
+                sample=1,
+                outcome=Outcome.TIMED_OUT,
+            ),
+            http(
+                url,
+                "/health",
+                None,
+                error="timed out after 2.0s",
+                sample=1,
+                outcome=Outcome.TIMED_OUT,
+            ),
+        ]
+    snap = snapshot(stacks=tuple(stacks), http=tuple(answers), jobs=(running_job(),))
+    members = [
+        member(Role.TRAIN_RANK, 300, cls="MegatronTrainRayActor", method="update_weights", rank=0)
+    ]
+    for i, url in enumerate(urls):
+        for m in (
+            member(Role.SGLANG_ENGINE, 400 + i, cls="SGLangEngine", url=url, actor_id=f"e{i}"),
+            member(Role.SGLANG_ENGINE, 410 + i, "scheduler", url=url, actor_id=f"e{i}"),
+        ):
+            stacks_node = m.__class__(**{**m.__dict__, "node_ip": engine_node})
+            members.append(stacks_node)
+    topo = topology(*members, engines=[Engine(u, engine_node) for u in urls])
+    v = _diag(snap, topo).verdict
+    assert v.status is Status.HUNG
+    assert v.stage is Stage.NCCL_BROADCAST, v.summary
+    assert [c.engine_url for c in v.culprits] == [urls[wedged]], v.summary
+    assert v.culprits[0].node_ip == engine_node
+    assert v.culprits[0].pid == 410 + wedged or v.culprits[0].pid == 400 + wedged
+    victim = urls[1 - wedged]
+    assert not any(
+        r.culprit and r.pid in (400 + 1 - wedged, 410 + 1 - wedged) for r in _diag(snap, topo).rows
+    ), victim
+
+
+# --------------------------------------------------------------------------- class 2: dead engine
+
+REFUSED = "connection refused"
+RM_FILE = "slime/ray/rollout.py"
+
+
+def _dead_server_world(router: bool, earlier: bool) -> tuple[object, Topology]:
+    """Engine 1's HTTP server was killed mid-rollout; its SGLangEngine actor (pid 401) lives on,
+    with no server child. Engine 0 is healthy and idle. The RolloutManager's loop waits on I/O
+    (its requests to engine 1 fail and are retried). The topology is built by the product from
+    the processes and Ray state, as `attach` builds it."""
+    from slime_hangdoctor.facts import RouterWorkers
+    from slime_hangdoctor.topology import build_topology
+    from tests.unit.analysis_builders import LOOP_FRAMES, RM_GENERATE_FRAMES, proc, procs_obs
+
+    url0, url1 = f"http://{NODE}:15000", f"http://{NODE}:15001"
+    router_url = f"http://{NODE}:30000"
+    stacks: list[StackObs] = []
+    for s in (0, 1):
+        stacks += [
+            stack_obs(
+                100,
+                thread((*RAY_GET, F("train", "train.py", 60), F("<module>", "train.py"))),
+                sample=s,
+            ),
+            stack_obs(
+                200,
+                actor_main(*RM_GENERATE_FRAMES),
+                thread(LOOP_FRAMES, name="Thread-3 (_start_loop)", tid=7),
+                sample=s,
+            ),
+        ]
+    answers = [
+        http(url0, "/v1/loads", 200, EngineLoad(running=0, waiting=0), sample=s) for s in (0, 1)
+    ]
+    answers += [
+        http(url1, path, None, error=REFUSED, sample=1, outcome=Outcome.UNAVAILABLE)
+        for path in ("/model_info", "/server_info")
+    ]
+    if earlier:  # the first sample still got an answer: it died inside the window
+        answers.append(http(url1, "/v1/loads", 200, EngineLoad(running=2, waiting=0), sample=0))
+    if router:
+        answers += [
+            http(router_url, "/workers", 200, RouterWorkers((url0, url1)), sample=s, kind="router")
+            for s in (0, 1)
+        ]
+    views = tuple(
+        procs_obs(
+            s,
+            proc(100, "python3 train.py"),
+            proc(200, "ray::RolloutManager.generate"),
+            proc(400, "ray::SGLangEngine"),
+            proc(
+                410,
+                "python3 -c from multiprocessing.spawn import spawn_main",
+                ppid=400,
+                listen_addrs=(f"{NODE}:15000",),
+                listen_ports=(15000,),
+            ),
+            proc(411, "sglang::scheduler_TP0", ppid=410),
+            proc(401, "ray::SGLangEngine"),  # its server child is gone
+        )
+        for s in (0, 1)
+    )
+    snap = snapshot(
+        stacks=tuple(stacks),
+        http=tuple(answers),
+        processes=views,
+        jobs=(running_job(),),
+        actors=(
+            actor("rm", "RolloutManager", 200),
+            actor("e0", "SGLangEngine", 400),
+            actor("e1", "SGLangEngine", 401),
+        ),
+    )
+    return snap, build_topology(snap)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("router", "earlier"), [(True, False), (False, True), (True, True)])
+def test_engine_whose_server_is_gone_is_dead_and_the_culprit(router: bool, earlier: bool) -> None:
+    snap, topo = _dead_server_world(router, earlier)
+    d = _diag(snap, topo)
+    v = d.verdict
+    url1 = f"http://{NODE}:15001"
+    assert v.status is Status.HUNG
+    assert v.stage is Stage.ROLLOUT_DISPATCH
+    assert v.culprits[0].role is Role.SGLANG_ENGINE and v.culprits[0].engine_url == url1, v.summary
+    assert v.culprits[0].pid == 401  # the actor whose server is gone
+    assert {"url": url1, "state": "dead"} in v.extra["engines"]  # type: ignore[operator]
+    assert not any(c.role is Role.ROLLOUT_MANAGER for c in v.culprits)
+
+
+# --------------------------------------------------------------------------- class 4: lost requests
+
+
+def _idle_loop_world(
+    *, dead_engine: bool = False, router_down: bool = False, env: dict[str, str] | None = None
+) -> tuple[object, Topology]:
+    """The RolloutManager's loop waits on I/O in `generate`; engine 0 answers and holds nothing."""
+    from slime_hangdoctor.facts import RouterWorkers
+    from slime_hangdoctor.topology import build_topology
+    from tests.unit.analysis_builders import LOOP_FRAMES, RM_GENERATE_FRAMES, proc, procs_obs
+
+    url0, url1 = f"http://{NODE}:15000", f"http://{NODE}:15001"
+    router_url = f"http://{NODE}:30000"
+    stacks: list[StackObs] = []
+    for s in (0, 1):
+        stacks += [
+            stack_obs(
+                100,
+                thread((*RAY_GET, F("train", "train.py", 60), F("<module>", "train.py"))),
+                sample=s,
+            ),
+            stack_obs(
+                200,
+                actor_main(*RM_GENERATE_FRAMES),
+                thread(LOOP_FRAMES, name="Thread-3 (_start_loop)", tid=7),
+                sample=s,
+            ),
+        ]
+    answers = [
+        http(url, "/v1/loads", 200, EngineLoad(running=0, waiting=0), sample=s)
+        for s in (0, 1)
+        for url in ((url0,) if dead_engine else (url0, url1))
+    ]
+    if dead_engine:
+        answers += [
+            http(url1, "/model_info", None, error=REFUSED, sample=s, outcome=Outcome.UNAVAILABLE)
+            for s in (0, 1)
+        ]
+    answers += [
+        http(
+            router_url,
+            "/workers",
+            None,
+            error=REFUSED,
+            kind="router",
+            sample=s,
+            outcome=Outcome.UNAVAILABLE,
+        )
+        if router_down
+        else http(router_url, "/workers", 200, RouterWorkers((url0, url1)), kind="router", sample=s)
+        for s in (0, 1)
+    ]
+    engines = []
+    for i, url in enumerate((url0, url1)):
+        engines.append(proc(400 + i, "ray::SGLangEngine"))
+        if not (dead_engine and i == 1):
+            engines.append(
+                proc(
+                    410 + i,
+                    "python3 -c from multiprocessing.spawn import spawn_main",
+                    ppid=400 + i,
+                    listen_addrs=(url.removeprefix("http://"),),
+                    listen_ports=(15000 + i,),
+                )
+            )
+    views = tuple(
+        procs_obs(
+            s,
+            proc(100, "python3 train.py"),
+            proc(200, "ray::RolloutManager.generate", env=env or {}),
+            *engines,
+        )
+        for s in (0, 1)
+    )
+    snap = snapshot(
+        stacks=tuple(stacks),
+        http=tuple(answers),
+        processes=views,
+        jobs=(running_job(),),
+        actors=(
+            actor("rm", "RolloutManager", 200),
+            actor("e0", "SGLangEngine", 400),
+            actor("e1", "SGLangEngine", 401),
+        ),
+    )
+    return snap, build_topology(snap)  # type: ignore[arg-type]
+
+
+def _roles(v: object) -> list[Role]:
+    return [c.role for c in v.culprits]  # type: ignore[attr-defined]
+
+
+def test_idle_loop_and_empty_engines_alone_keeps_the_rollout_manager_weakly() -> None:
+    v = _diag(*_idle_loop_world()).verdict
+    assert _roles(v)[:1] == [Role.ROLLOUT_MANAGER]
+    assert "no router or proxy is in the way" in v.culprits[0].why
+
+
+def test_a_dead_engine_holds_the_requests_not_the_rollout_manager() -> None:
+    v = _diag(*_idle_loop_world(dead_engine=True)).verdict
+    assert _roles(v) == [Role.SGLANG_ENGINE], v.summary
+    assert v.culprits[0].engine_url == f"http://{NODE}:15001"
+
+
+def test_an_unreachable_router_is_its_own_finding() -> None:
+    v = _diag(*_idle_loop_world(router_down=True)).verdict
+    assert Role.ROLLOUT_MANAGER not in _roles(v), v.summary
+    assert _roles(v)[:1] == [Role.ROUTER]
+
+
+@pytest.mark.parametrize(
+    ("env", "in_the_way"),
+    [
+        ({"http_proxy": "http://proxy.corp:3128"}, True),
+        ({"HTTPS_PROXY": "http://proxy.corp:3128", "NO_PROXY": "example.org"}, True),
+        ({"http_proxy": "http://proxy.corp:3128", "no_proxy": f"localhost,{NODE}"}, False),
+        ({"http_proxy": "http://proxy.corp:3128", "no_proxy": "*"}, False),
+    ],
+)
+def test_a_proxy_in_the_rollout_managers_environment_is_named(
+    env: dict[str, str], in_the_way: bool
+) -> None:
+    v = _diag(*_idle_loop_world(env=env)).verdict
+    assert _roles(v)[:1] == [Role.ROLLOUT_MANAGER]
+    assert ("through a proxy" in v.culprits[0].why) is in_the_way
