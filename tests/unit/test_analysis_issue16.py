@@ -354,7 +354,11 @@ def test_engine_whose_server_is_gone_is_dead_and_the_culprit(router: bool, earli
 
 
 def _idle_loop_world(
-    *, dead_engine: bool = False, router_down: bool = False, env: dict[str, str] | None = None
+    *,
+    dead_engine: bool = False,
+    router_down: bool = False,
+    env: dict[str, str] | None = None,
+    paused_engine: bool = False,
 ) -> tuple[object, Topology]:
     """The RolloutManager's loop waits on I/O in `generate`; engine 0 answers and holds nothing."""
     from slime_hangdoctor.facts import RouterWorkers
@@ -383,6 +387,9 @@ def _idle_loop_world(
         for s in (0, 1)
         for url in ((url0,) if dead_engine else (url0, url1))
     ]
+    if paused_engine:  # SGLang >= 0.5.20 says it: /ready 503 while /ping 200
+        answers += [http(url1, "/ready", 503, sample=s) for s in (0, 1)]
+        answers += [http(url1, "/ping", 200, sample=s) for s in (0, 1)]
     if dead_engine:
         answers += [
             http(url1, "/model_info", None, error=REFUSED, sample=s, outcome=Outcome.UNAVAILABLE)
@@ -475,3 +482,12 @@ def test_a_proxy_in_the_rollout_managers_environment_is_named(
     v = _diag(*_idle_loop_world(env=env)).verdict
     assert _roles(v)[:1] == [Role.ROLLOUT_MANAGER]
     assert ("through a proxy" in v.culprits[0].why) is in_the_way
+
+
+def test_a_paused_engine_holds_the_requests_and_is_the_culprit() -> None:
+    v = _diag(*_idle_loop_world(paused_engine=True)).verdict
+    assert {"url": f"http://{NODE}:15001", "state": "paused"} in v.extra["engines"]  # type: ignore[operator]
+    assert _roles(v) == [Role.SGLANG_ENGINE], v.summary
+    assert v.culprits[0].engine_url == f"http://{NODE}:15001"
+    assert "paused" in v.culprits[0].why
+    assert v.stage is Stage.ROLLOUT_DISPATCH

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slime_hangdoctor.analysis.engines import EngineRead
+from slime_hangdoctor.analysis.engines import EngineRead, EngineState
 from slime_hangdoctor.analysis.lost_requests import Holder, where_requests_are
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.stacks import ProcessRead
@@ -71,11 +71,32 @@ def suspects(reads: Reads) -> list[Suspect]:
     return out
 
 
+def _paused_engine(e: EngineRead, read: ProcessRead) -> Suspect:
+    """An engine left paused while the rollout waits on I/O: the requests wait at its gate (a
+    /pause_generation without its /continue_generation, field-hangs.md #7)."""
+    proc = e.server or e.actor or (e.schedulers[0] if e.schedulers else None)
+    return suspect(
+        "sglang",
+        Role.SGLANG_ENGINE,
+        f"engine {e.url} is paused while the rollout waits on I/O: it holds the requests (a "
+        "pause_generation that no continue_generation followed)",
+        proc,
+        engine_url=e.url,
+        node_ip=e.node_ip or (proc.node_ip if proc else None),
+        weight=MEDIUM,
+        stage=read.stage,
+        evidence=e.evidence,
+    )
+
+
 def _requests_lost(
     world: World, rm: Proc, read: ProcessRead, engines: tuple[EngineRead, ...]
 ) -> list[Suspect]:
     """The loop waits on I/O and no engine shows a request: blame the RolloutManager only when no
     dead or paused engine, unreachable router or proxy holds the requests (lost_requests.py)."""
+    paused = [e for e in engines if e.state is EngineState.PAUSED]
+    if paused:  # paused in place it may still show requests: it holds them either way
+        return [_paused_engine(e, read) for e in paused]
     known = [e for e in engines if e.in_flight is not None]
     if not known or any((e.in_flight or 0) > 0 or e.moving for e in known):
         return []
