@@ -47,6 +47,15 @@ class FaultSpec:
 FAULT_ENGINE = 1  # engine index a server fault targets
 FAULT_RANK = 1  # train rank a train fault targets
 
+_WARMUP_STUCK_FRAMES = (
+    FrameSignature("driver", ("create_rollout_manager", "train")),
+    FrameSignature("rollout_manager", ("init_rollout_engines", "__init__")),
+    FrameSignature(
+        "engine 1 actor", ("_wait_server_healthy", "launch_server_process", "_init_normal", "init")
+    ),
+    FrameSignature("engine 1 scheduler", ("forward_extend", "event_loop_normal")),
+)
+
 FAULTS: dict[str, FaultSpec] = {
     spec.name: spec
     for spec in (
@@ -81,6 +90,37 @@ FAULTS: dict[str, FaultSpec] = {
                     ("_wait_server_healthy", "launch_server_process", "_init_normal", "init"),
                 ),
             ),
+        ),
+        FaultSpec(
+            name="startup_engine_warmup_stuck",
+            description=(
+                "engine 1's server is up but its first forward (the /health_generate warm-up) "
+                "never returns: its actor waits in _wait_server_healthy, the RolloutManager is "
+                "still being constructed"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="startup",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            uses_fault_after_steps=False,
+            server_fault="stuck_prefill",
+            frames=_WARMUP_STUCK_FRAMES,
+        ),
+        FaultSpec(
+            name="startup_engine_warmup_stuck_colocate",
+            description="colocate: as startup_engine_warmup_stuck",
+            expected=Expected(
+                status="hung",
+                stage="startup",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            colocate=True,
+            uses_fault_after_steps=False,
+            server_fault="stuck_prefill",
+            frames=_WARMUP_STUCK_FRAMES,
         ),
         FaultSpec(
             name="rollout_engine_stuck",
@@ -199,6 +239,31 @@ FAULTS: dict[str, FaultSpec] = {
                 ),
                 FrameSignature(
                     "engine 1 scheduler", ("_wait_for_weights", "update_weights_from_distributed")
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="weight_sync_engine_wedged",
+            description=(
+                "non-colocate: engine 1's scheduler wedges after the weight update reached it, "
+                "before the first broadcast; engine 0's scheduler and train rank 0 wait in the "
+                "broadcast, so both engines are unresponsive"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="nccl_broadcast",
+                culprit_role="sglang_engine",
+                culprit_engines=(FAULT_ENGINE,),  # alone: the engine in the broadcast is none
+            ),
+            server_fault="stuck_before_weight_broadcast",
+            frames=(
+                FrameSignature("driver", ("update_weights", "train")),
+                FrameSignature("train rank 0", ("broadcast", "update_weights_from_distributed")),
+                FrameSignature(
+                    "engine 1 scheduler", ("_synchronize", "update_weights_from_distributed")
+                ),
+                FrameSignature(
+                    "engine 0 scheduler", ("broadcast", "update_weights_from_distributed")
                 ),
             ),
         ),

@@ -33,7 +33,7 @@ SETTLE_S = 2.5  # after the armed line: let the faulty call reach its blocking p
 # engine_paused_by_update: the pause comes 1 s after the armed sync; the next rollout then runs on
 # the healthy engine, whose idle keep-alive connections the server closes after 5 s
 SETTLE_S_BY_FAULT = {"engine_paused_by_update": 9.0}
-STARTUP_SETTLE_S = 5.0  # never_healthy: a few /health_generate polls
+STARTUP_SETTLE_S = 5.0  # start-up faults: a few /health_generate polls
 HEALTHY_STEPS = {"none": 3, "slow": 1}  # train steps a healthy run shows before it is "ready"
 # What the job's processes import beyond the doctor's own dependencies (the [demo] extra).
 JOB_MODULES = ("torch", "numpy", "setproctitle")
@@ -173,6 +173,21 @@ class DemoRun:
             for i, host, port in _ENGINE_PORT_RE.findall(self.logs())
         }
 
+    def _engines_listening(self, logs: str) -> bool:
+        """Every engine's server accepts TCP connections (a connect, no request): a start-up fault
+        is in place only once its server is up (a slow machine takes seconds to spawn it)."""
+        import socket
+
+        found = _ENGINE_PORT_RE.findall(logs)
+        if not found:
+            return False
+        for _i, host, port in found:
+            try:
+                socket.create_connection((host, int(port)), timeout=0.5).close()
+            except OSError:
+                return False
+        return True
+
     # ---- waiting
     def stage(self, logs: str) -> str:
         """What the job's start-up is waiting for now, in words (the demo's progress line)."""
@@ -231,10 +246,11 @@ class DemoRun:
             if spec.expected.status != "hung":
                 if self.steps_done(logs) >= HEALTHY_STEPS.get(spec.name, 3):
                     break
-            elif spec.name == "startup_engine_never_healthy":
+            elif spec.expected.stage == "startup":
                 if (
                     "demo fault plan for engine" in logs
                     and "Launch HttpServerEngineAdapter" in logs
+                    and self._engines_listening(logs)
                 ):
                     if self.armed_after_s is None:
                         self.armed_after_s = time.monotonic() - self.started_at

@@ -81,6 +81,9 @@ FAULT_SETTINGS: dict[str, dict[str, object]] = {
     "slow": {"sglang_step_s": 0.25, "rollout_max_response_len": 48},
     "offload_hang": {"colocate": True},
     "colocate_update_hang": {"colocate": True},
+    "startup_engine_warmup_stuck_colocate": {"colocate": True},
+    # one bucket of several tensors: the healthy engine waits in the next broadcast
+    "weight_sync_engine_wedged": {"update_weight_buffer_size": 1 << 20},
     "eval_hang": {"eval_interval": 1, "skip_eval_before_train": True},
 }
 

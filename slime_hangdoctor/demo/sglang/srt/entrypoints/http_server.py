@@ -28,9 +28,16 @@ Faults (armed `--fault-after-s` seconds after start):
 - `never_healthy`: the server stays Starting: `/health` and `/health_generate` answer 503 at once.
 - `stuck_scheduler`: the next decode step blocks forever inside `forward_decode` (requests stay in
   flight, counters freeze, control calls hang).
+- `stuck_prefill`: the next prefill step blocks forever inside `forward_extend`. Live from the start,
+  it catches the first 1-token generation of `/health_generate`: the server is up and listening
+  (`/model_info`, `/metrics` answer) but never turns healthy, as an engine whose warm-up forward
+  never returns (slime#1484: stuck right after "Capture cuda graph" / "Uvicorn running").
 - `skip_weight_sync`: the scheduler never joins the weight-update group (it dials a port nobody
   listens on) and never receives a broadcast: `/init_weights_update_group` and
   `/update_weights_from_distributed` hang, the trainer waits in its rendezvous / broadcast.
+- `stuck_before_weight_broadcast`: `/update_weights_from_distributed` reaches the scheduler, which
+  then blocks forever before it joins the first broadcast (a device sync of the last batch that never
+  returns): the trainer and the other engines wait in the broadcast without it.
 - `hang_update_weights_from_tensor`: the colocated update never returns.
 - `hang_release_memory_occupation`: a colocate offload (`/release_memory_occupation`) never returns.
 - `stay_paused_after_update`: a second after a weight update (after the caller's own pause /

@@ -61,6 +61,9 @@ class ModelRunner:
         return self.forward_decode(batch)
 
     def forward_extend(self, batch: ScheduleBatch) -> list[tuple[int, float]]:
+        if self.fault_active("stuck_prefill"):
+            logger.debug("fault stuck_prefill: forward never returns")
+            self._synchronize()
         time.sleep(self.step_s)
         return [next_token(r.rid, len(r.output_ids)) for r in batch.reqs]
 
@@ -139,6 +142,8 @@ class ModelRunner:
             return False, f"Group {group_name} not in {list(self.groups)}"
         if self.fault_active("skip_weight_sync"):
             self._wait_for_weights()
+        if self.fault_active("stuck_before_weight_broadcast"):
+            self._synchronize()
         try:
             if req.get("load_format") == "flattened_bucket":
                 received = self._update_bucketed_weights_from_distributed(names, dtypes, shapes, pg)

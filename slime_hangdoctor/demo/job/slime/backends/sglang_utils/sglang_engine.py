@@ -25,17 +25,27 @@ logger = logging.getLogger(__name__)
 # matching requests to the faulty engine only from the armed step on.
 SERVER_FAULTS: dict[str, str] = {
     "startup_engine_never_healthy": "never_healthy",
+    "startup_engine_warmup_stuck": "stuck_prefill",
+    "startup_engine_warmup_stuck_colocate": "stuck_prefill",
     "rollout_engine_stuck": "stuck_scheduler",
     "eval_hang": "stuck_scheduler",
     "offload_hang": "hang_release_memory_occupation",
     "colocate_update_hang": "hang_update_weights_from_tensor",
     "weight_sync_engine_missing": "skip_weight_sync",
     "engine_paused_by_update": "stay_paused_after_update",
+    "weight_sync_engine_wedged": "stuck_before_weight_broadcast",
 }
 PLAN_MISSED_TEXT = "DEMO FAULT PLAN MISSED"
 TIMED_SERVER_FAULTS = frozenset(
-    {"skip_weight_sync", "hang_release_memory_occupation", "stay_paused_after_update"}
+    {
+        "skip_weight_sync",
+        "hang_release_memory_occupation",
+        "stay_paused_after_update",
+        "stuck_before_weight_broadcast",
+    }
 )
+# demo faults whose engine fault goes live right before a weight broadcast
+WEIGHT_SYNC_FAULTS = ("weight_sync_engine_missing", "weight_sync_engine_wedged")
 
 
 def server_fault_delay_s(args: argparse.Namespace) -> float:

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from slime.backends.sglang_utils.sglang_engine import (
+    WEIGHT_SYNC_FAULTS,
     check_server_fault_not_live,
     wait_until_server_fault_live,
 )
@@ -48,7 +49,7 @@ class UpdateWeightFromDistributed:
             )
             return
         if self._is_pp_src_rank:
-            if self.args.fault == "weight_sync_engine_missing":
+            if self.args.fault in WEIGHT_SYNC_FAULTS:
                 check_server_fault_not_live(self.args, rollout_engines[self.args.fault_engine])
             self._model_update_groups = connect_rollout_engines_from_distributed(
                 self.args, self._group_name, rollout_engines
@@ -104,11 +105,11 @@ class UpdateWeightFromDistributed:
         ray.get(self.rollout_engine_lock.release.remote())
 
     def _wait_for_timed_engine_fault(self) -> None:
-        """Demo fault plan (`weight_sync_engine_missing`, `engine_paused_by_update`): from the
-        armed step on, let that engine's timed server fault go live before this sync (the first
-        one it misses; the one after which it stays paused)."""
+        """Demo fault plan (`WEIGHT_SYNC_FAULTS`, `engine_paused_by_update`): from the armed step
+        on, let that engine's timed server fault go live before this sync (the first one it misses;
+        the one after which it stays paused)."""
         step = self.weight_version - 2  # sync 1 is the initial one; sync k+2 follows step k
-        timed = ("weight_sync_engine_missing", "engine_paused_by_update")
+        timed = (*WEIGHT_SYNC_FAULTS, "engine_paused_by_update")
         if step >= 0 and self.args.fault in timed and fault_armed(self.args, self.args.fault, step):
             engine = self.rollout_engines[self.args.fault_engine]
             where = f"weight sync to engine {self.args.fault_engine}"
