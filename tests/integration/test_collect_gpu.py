@@ -359,7 +359,7 @@ def test_fr_dump_through_a_real_fifo(
 
 
 def test_fr_fifo_without_reader_is_unavailable(tmp_path: Path, writer: BundleWriter) -> None:
-    target = find_fr_targets(_fr_env(tmp_path, 1), 99)
+    target = find_fr_targets(_fr_env(tmp_path, 1), os.getpid())
     assert target is not None
     os.mkfifo(target.pipe_path)
     rec = dump_flight_recorder(writer, target, node_ip=None, timeout=5)
@@ -369,7 +369,7 @@ def test_fr_fifo_without_reader_is_unavailable(tmp_path: Path, writer: BundleWri
 
 
 def test_fr_missing_pipe_is_unavailable(tmp_path: Path, writer: BundleWriter) -> None:
-    target = find_fr_targets(_fr_env(tmp_path, 1), 99)
+    target = find_fr_targets(_fr_env(tmp_path, 1), os.getpid())
     assert target is not None
     rec = dump_flight_recorder(writer, target, node_ip=None, timeout=5)
     assert rec.outcome is Outcome.UNAVAILABLE
@@ -377,7 +377,7 @@ def test_fr_missing_pipe_is_unavailable(tmp_path: Path, writer: BundleWriter) ->
 
 
 def test_fr_pipe_that_is_not_a_fifo_fails_untouched(tmp_path: Path, writer: BundleWriter) -> None:
-    target = find_fr_targets(_fr_env(tmp_path, 0), 99)
+    target = find_fr_targets(_fr_env(tmp_path, 0), os.getpid())
     assert target is not None
     Path(target.pipe_path).write_bytes(b"")
     rec = dump_flight_recorder(writer, target, node_ip=None, timeout=5)
@@ -387,7 +387,7 @@ def test_fr_pipe_that_is_not_a_fifo_fails_untouched(tmp_path: Path, writer: Bund
 
 
 def test_fr_dump_that_never_appears_times_out(tmp_path: Path, writer: BundleWriter) -> None:
-    target = find_fr_targets(_fr_env(tmp_path, 0), 99)
+    target = find_fr_targets(_fr_env(tmp_path, 0), os.getpid())
     assert target is not None
     os.mkfifo(target.pipe_path)
     Path(target.dump_path).write_bytes(FR_PICKLE.read_bytes())  # an old dump: not an answer
