@@ -246,7 +246,8 @@ class DemoRun:
             if spec.expected.status != "hung":
                 if self.steps_done(logs) >= HEALTHY_STEPS.get(spec.name, 3):
                     break
-            elif spec.expected.stage == "startup":
+            elif spec.expected.stage == "startup" and spec.server_fault is not None:
+                # an engine start-up fault is ready once its engines are launched and listening
                 if (
                     "demo fault plan for engine" in logs
                     and "Launch HttpServerEngineAdapter" in logs
