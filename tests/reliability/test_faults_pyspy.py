@@ -73,12 +73,31 @@ def my_pyspy(out: Path, rank: Rank) -> list[dict[str, object]]:
 # --------------------------------------------------------------------------- PY1 missing
 
 
+def interpreter_without_pyspy(tmp_path: Path) -> Path:
+    """A bin/ holding this Python, with the same packages but no py-spy beside it.
+
+    In a virtualenv a bare symlink to the interpreter leaves the venv (Python finds pyvenv.cfg next
+    to the path it was started by, not the symlink's target), so it would lose typer and the rest.
+    There the copy is a venv of its own: the same pyvenv.cfg and lib/, a bin/ with python3 only."""
+    root = tmp_path / "env"
+    bindir = root / "bin"
+    bindir.mkdir(parents=True)
+    (bindir / "python3").symlink_to(sys.executable)
+    if sys.prefix != sys.base_prefix:  # a venv: carry its config and site-packages over
+        venv = Path(sys.prefix)
+        (root / "pyvenv.cfg").write_bytes((venv / "pyvenv.cfg").read_bytes())
+        for lib in ("lib", "lib64"):
+            if (venv / lib).is_dir() and not (root / lib).exists():
+                (root / lib).symlink_to(venv / lib)
+    assert not (bindir / "py-spy").exists()
+    return bindir
+
+
+
 def test_pyspy_missing(tmp_path: Path, rank: Rank) -> None:
     """PY1: no py-spy on PATH nor beside the interpreter: stacks are `unavailable` with the
     install hint; the run goes on with everything else."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "python3").symlink_to(sys.executable)  # an interpreter with no py-spy beside it
+    bindir = interpreter_without_pyspy(tmp_path)
     env = cli_env(extra={"PATH": f"{bindir}:/usr/bin:/bin"})
     out = tmp_path / "b"
     run = run_cli(
