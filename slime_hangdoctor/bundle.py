@@ -122,6 +122,34 @@ class ProbeRecord:
 
 
 @dataclass(frozen=True)
+class ProbeClock:
+    """A probe's identity and start: `record` makes its ProbeRecord, timed up to that call.
+
+    One per probe run; a collector builds every record of that run through it, so the start time,
+    elapsed time, node and sample are set in one place."""
+
+    source: str
+    target: str
+    node_ip: str | None = None
+    sample: int | None = None
+    started_at: float = field(default_factory=time.time)
+    t0: float = field(default_factory=time.monotonic)
+
+    def record(self, outcome: Outcome, reason: str | None = None, **meta: Any) -> ProbeRecord:
+        return ProbeRecord(
+            self.source,
+            self.target,
+            outcome,
+            reason,
+            node_ip=self.node_ip,
+            sample=self.sample,
+            started_at=self.started_at,
+            elapsed_s=time.monotonic() - self.t0,
+            meta=meta,
+        )
+
+
+@dataclass(frozen=True)
 class Manifest:
     schema: str
     tool_version: str

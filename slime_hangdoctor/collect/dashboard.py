@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,33 +169,7 @@ def capture_state(
     Every endpoint is asked at once, each GET under `timeout` (default: the client's), so a slow
     dashboard costs one timeout, not one per endpoint."""
     limit = max(0.05, client.timeout if timeout is None else timeout)
-    pool = cf.ThreadPoolExecutor(max_workers=len(STATE_ENDPOINTS), thread_name_prefix="ray-state")
-    try:
-        futures = [
-            pool.submit(_capture_one, writer, client, ep, sample, limit) for ep in STATE_ENDPOINTS
-        ]
-        cf.wait(futures, timeout=limit + 1.0)
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-    records: list[ProbeRecord] = []
-    for ep, fut in zip(STATE_ENDPOINTS, futures, strict=True):
-        if fut.done() and not fut.cancelled() and fut.exception() is None:
-            records.append(fut.result())
-        else:
-            records.append(
-                writer.add(
-                    ProbeRecord(
-                        b.RAY_DASHBOARD,
-                        ep.target,
-                        Outcome.FAILED,
-                        _unfinished(fut),
-                        sample=sample,
-                        started_at=time.time(),
-                        meta={"endpoint": ep.path},
-                    )
-                )
-            )
-    return records
+    return _capture_all(writer, client, STATE_ENDPOINTS, sample, limit, "ray-state")
 
 
 def history_endpoint(job_id: str) -> Endpoint:
@@ -230,7 +205,20 @@ def capture_task_history(
     if not endpoints:
         return []
     limit = max(0.05, client.timeout if timeout is None else timeout)
-    pool = cf.ThreadPoolExecutor(max_workers=len(endpoints), thread_name_prefix="ray-history")
+    return _capture_all(writer, client, endpoints, sample, limit, "ray-history")
+
+
+def _capture_all(
+    writer: BundleWriter,
+    client: DashboardClient,
+    endpoints: Sequence[Endpoint],
+    sample: int | None,
+    limit: float,
+    thread_prefix: str,
+) -> list[ProbeRecord]:
+    """GET every endpoint at once, each under `limit`; an endpoint with no answer by then is a
+    FAILED record saying why. One record per endpoint, in their order."""
+    pool = cf.ThreadPoolExecutor(max_workers=len(endpoints), thread_name_prefix=thread_prefix)
     try:
         futures = [pool.submit(_capture_one, writer, client, ep, sample, limit) for ep in endpoints]
         cf.wait(futures, timeout=limit + 1.0)

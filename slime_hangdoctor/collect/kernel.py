@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from slime_hangdoctor import bundle as b
-from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, dumps_json
+from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
 from slime_hangdoctor.facts import Outcome
 
 MAX_THREADS = 4096
@@ -77,24 +77,11 @@ def record_kernel(
     timeout: float,
 ) -> ProbeRecord:
     """Scan and store (source `kernel`); never raises."""
-    started = time.time()
-    t0 = time.monotonic()
-
-    def record(outcome: Outcome, reason: str | None = None, **meta: Any) -> ProbeRecord:
-        return ProbeRecord(
-            b.KERNEL,
-            "kernel",
-            outcome,
-            reason,
-            node_ip=node_ip,
-            sample=sample,
-            started_at=started,
-            elapsed_s=time.monotonic() - t0,
-            meta=meta,
-        )
+    clock = ProbeClock(b.KERNEL, "kernel", node_ip=node_ip, sample=sample)
+    record = clock.record
 
     try:
-        doc, problems = scan_kernel(pids, node_ip, t0 + timeout)
+        doc, problems = scan_kernel(pids, node_ip, clock.t0 + timeout)
     except Exception as exc:  # noqa: BLE001 - a collector never raises past itself
         return writer.add(record(Outcome.FAILED, f"kernel scan failed: {exc!r}"[:300]))
     reason = "; ".join(problems[:4])[:400] or None

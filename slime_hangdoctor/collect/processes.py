@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from slime_hangdoctor import bundle as b
-from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, dumps_json
+from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import PROXY_ENV, Outcome
 from slime_hangdoctor.parsers.sockets import LISTEN, decode_address
@@ -108,21 +108,8 @@ def record_processes(
     uid: int | None = None,
 ) -> ProbeRecord:
     """Scan this node and store the artefact (source `processes`); never raises."""
-    started = time.time()
-    t0 = time.monotonic()
-
-    def record(outcome: Outcome, reason: str | None = None, **meta: Any) -> ProbeRecord:
-        return ProbeRecord(
-            b.PROCESSES,
-            "processes",
-            outcome,
-            reason,
-            node_ip=node_ip,
-            sample=sample,
-            started_at=started,
-            elapsed_s=time.monotonic() - t0,
-            meta=meta,
-        )
+    clock = ProbeClock(b.PROCESSES, "processes", node_ip=node_ip, sample=sample)
+    record = clock.record
 
     try:
         doc = scan_processes(node_ip, extra_pids=extra_pids, roots=roots, uid=uid)

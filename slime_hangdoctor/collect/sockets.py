@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from slime_hangdoctor import bundle as b
-from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, dumps_json
+from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
 from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.parsers.sockets import LISTEN
 
@@ -75,24 +75,11 @@ def record_sockets(
     timeout: float,
 ) -> ProbeRecord:
     """Scan and store (source `sockets`); never raises. Unreadable processes are named in `reason`."""
-    started = time.time()
-    t0 = time.monotonic()
-
-    def record(outcome: Outcome, reason: str | None = None, **meta: Any) -> ProbeRecord:
-        return ProbeRecord(
-            b.SOCKETS,
-            "sockets",
-            outcome,
-            reason,
-            node_ip=node_ip,
-            sample=sample,
-            started_at=started,
-            elapsed_s=time.monotonic() - t0,
-            meta=meta,
-        )
+    clock = ProbeClock(b.SOCKETS, "sockets", node_ip=node_ip, sample=sample)
+    record = clock.record
 
     try:
-        doc, problems = scan_sockets(pids, node_ip, t0 + timeout)
+        doc, problems = scan_sockets(pids, node_ip, clock.t0 + timeout)
     except Exception as exc:  # noqa: BLE001 - a collector never raises past itself
         return writer.add(record(Outcome.FAILED, f"socket scan failed: {exc!r}"[:300]))
     if not doc["tables"] and not doc["fds"] and problems:

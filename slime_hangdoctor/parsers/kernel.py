@@ -12,7 +12,6 @@ Artefact format::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +25,7 @@ from slime_hangdoctor.facts import (
     ShmSpace,
     ThreadKernelState,
 )
+from slime_hangdoctor.parsers.json_text import load_json_object
 
 _IO_KEYS = ("rchar", "wchar", "read_bytes", "write_bytes")
 
@@ -170,19 +170,4 @@ def _log(value: Any, uptime_s: float | None) -> KernelLog | None:
 
 
 def _load(data: str | bytes) -> Mapping[str, Any]:
-    if isinstance(data, bytes):
-        try:
-            data = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ParseError(f"kernel: not UTF-8 ({exc.reason})") from None
-    if not data.strip():
-        raise ParseError("kernel: empty artefact")
-    try:
-        doc = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise ParseError(f"kernel: not JSON ({exc.msg} at line {exc.lineno})") from None
-    except (ValueError, RecursionError) as exc:
-        raise ParseError(f"kernel: not usable JSON ({type(exc).__name__})") from None
-    if not isinstance(doc, Mapping):
-        raise ParseError("kernel: expected a JSON object")
-    return doc
+    return load_json_object(data, "kernel", unit="artefact")

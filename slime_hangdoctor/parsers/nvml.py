@@ -17,11 +17,11 @@ Pure: no I/O. Bad input raises `ParseError` and nothing else.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import GpmReading, GpuProcessUtil, GpuReading, GpuSample, GpuSeries
+from slime_hangdoctor.parsers.json_text import load_json
 
 __all__ = ["parse_gpm", "parse_nvml_series"]
 
@@ -30,12 +30,7 @@ __all__ = ["parse_gpm", "parse_nvml_series"]
 
 
 def _load(text: str, what: str) -> Any:
-    if not isinstance(text, str) or not text.strip():
-        raise ParseError(f"{what}: empty artefact")
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise ParseError(f"{what}: not valid JSON ({exc})") from None
+    return load_json(text, what, unit="artefact")
 
 
 def _is_unread(value: object) -> bool:

@@ -13,13 +13,13 @@ the first format and may be absent.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import ProcessInfo
+from slime_hangdoctor.parsers.json_text import load_json
 
 
 def parse_processes(text: str | bytes) -> tuple[ProcessInfo, ...]:
@@ -45,23 +45,7 @@ def parse_processes(text: str | bytes) -> tuple[ProcessInfo, ...]:
 
 
 def _load(text: str | bytes) -> Any:
-    if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ParseError(f"processes: not UTF-8 ({exc.reason})") from None
-    if not isinstance(text, str):
-        raise ParseError(f"processes: expected str or bytes, got {type(text).__name__}")
-    if not text.strip():
-        raise ParseError("processes: empty artefact")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ParseError(f"processes: not JSON ({exc.msg} at line {exc.lineno})") from None
-    except ValueError as exc:  # e.g. an integer over CPython's 4300-digit limit
-        raise ParseError(f"processes: not usable JSON ({exc})"[:200]) from None
-    except RecursionError:
-        raise ParseError("processes: JSON nested too deeply") from None
+    return load_json(text, "processes", unit="artefact")
 
 
 def _process(row: Mapping[str, Any], node_ip: str | None) -> ProcessInfo:

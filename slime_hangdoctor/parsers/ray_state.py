@@ -14,7 +14,6 @@ Endpoints (Ray 2.60, the shapes of the real answers in tests/fixtures/real/gpu-2
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -37,6 +36,7 @@ from slime_hangdoctor.facts import (
     RayTask,
     TaskPage,
 )
+from slime_hangdoctor.parsers.json_text import load_json
 
 T = TypeVar("T")
 
@@ -146,23 +146,7 @@ def parse_node_summary(body: bytes | str) -> tuple[GpuSeries, ...]:
 
 
 def _load(body: bytes | str, what: str) -> Any:
-    if isinstance(body, bytes):
-        try:
-            body = body.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ParseError(f"{what}: body is not UTF-8 ({exc.reason})") from None
-    if not isinstance(body, str):
-        raise ParseError(f"{what}: expected bytes or str, got {type(body).__name__}")
-    if not body.strip():
-        raise ParseError(f"{what}: empty body")
-    try:
-        return json.loads(body)
-    except json.JSONDecodeError as exc:
-        raise ParseError(f"{what}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    except ValueError as exc:  # e.g. an integer over CPython's 4300-digit limit
-        raise ParseError(f"{what}: not usable JSON ({exc})"[:200]) from None
-    except RecursionError:
-        raise ParseError(f"{what}: JSON nested too deeply") from None
+    return load_json(body, what)
 
 
 def _envelope_data(doc: Any, what: str) -> Mapping[str, Any]:

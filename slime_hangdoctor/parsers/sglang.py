@@ -21,7 +21,6 @@ why. Nothing here does I/O. Shapes handled:
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from slime_hangdoctor.facts import (
     ServerInfo,
     SglangMetrics,
 )
+from slime_hangdoctor.parsers.json_text import load_json
 
 __all__ = [
     "ENGINE_ENDPOINTS",
@@ -68,19 +68,7 @@ def _text(body: bytes | str, what: str) -> str:
 
 
 def _json(body: bytes | str, what: str) -> Any:
-    text = _text(body, what)
-    if not text.strip():
-        raise ParseError(f"{what}: empty body")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ParseError(
-            f"{what}: not JSON ({exc.msg} at line {exc.lineno} col {exc.colno})"
-        ) from exc
-    except ValueError as exc:  # e.g. an integer over CPython's 4300-digit limit
-        raise ParseError(f"{what}: not usable JSON ({exc})"[:200]) from exc
-    except RecursionError as exc:
-        raise ParseError(f"{what}: JSON nested too deeply") from exc
+    return load_json(body, what)
 
 
 def _object(body: bytes | str, what: str) -> dict[str, Any]:

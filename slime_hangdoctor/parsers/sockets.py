@@ -12,7 +12,6 @@ the kernel wrote them. Addresses are hex words in the byte order of the node tha
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
 from collections.abc import Mapping
@@ -20,6 +19,7 @@ from typing import Any
 
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import TcpConnection, TcpSocket
+from slime_hangdoctor.parsers.json_text import load_json_object
 
 # The kernel's TCP states (include/net/tcp_states.h), as /proc/net/tcp writes them (hex).
 TCP_STATES: Mapping[str, str] = {
@@ -155,19 +155,4 @@ def _fds(value: Any) -> list[tuple[int, int, int]]:
 
 
 def _load(data: str | bytes) -> Mapping[str, Any]:
-    if isinstance(data, bytes):
-        try:
-            data = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ParseError(f"sockets: not UTF-8 ({exc.reason})") from None
-    if not data.strip():
-        raise ParseError("sockets: empty artefact")
-    try:
-        doc = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise ParseError(f"sockets: not JSON ({exc.msg} at line {exc.lineno})") from None
-    except (ValueError, RecursionError) as exc:
-        raise ParseError(f"sockets: not usable JSON ({type(exc).__name__})") from None
-    if not isinstance(doc, Mapping):
-        raise ParseError("sockets: expected a JSON object")
-    return doc
+    return load_json_object(data, "sockets", unit="artefact")
