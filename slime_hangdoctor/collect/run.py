@@ -57,8 +57,12 @@ class DashboardProbe(Protocol):
 
 
 # The registry of cluster-wide dashboard probes: a new dashboard-read source adds one line (a later
-# probe may read what an earlier one stored through `partial_snapshot(writer)`).
-DASHBOARD_PROBES: tuple[DashboardProbe, ...] = (capture_state, capture_task_history)
+# probe may read what an earlier one stored through `partial_snapshot(writer)`). DASHBOARD_PROBES
+# run in order before the sample's node probes; BACKGROUND_DASHBOARD_PROBES start after them, in a
+# thread of their own beside the node probes (nothing in the sample reads their answers), and are
+# joined before the bundle is finished.
+DASHBOARD_PROBES: tuple[DashboardProbe, ...] = (capture_state,)
+BACKGROUND_DASHBOARD_PROBES: tuple[DashboardProbe, ...] = (capture_task_history,)
 
 
 @dataclass(frozen=True)
@@ -217,13 +221,19 @@ def _read_cluster(run: _Run, index: int) -> None:
     if run.client is None or run.deadline.expired:
         return
     run.say(f"sample {index + 1}/2: reading Ray state")
+    client, timeout = run.client, run.deadline.clamp(run.opts.probe_timeout_s)
     for probe in DASHBOARD_PROBES:
-        probe(
-            run.writer,
-            run.client,
-            sample=index,
-            timeout=run.deadline.clamp(run.opts.probe_timeout_s),
-        )
+        probe(run.writer, client, sample=index, timeout=timeout)
+
+    def background() -> None:
+        for probe in BACKGROUND_DASHBOARD_PROBES:
+            probe(run.writer, client, sample=index, timeout=timeout)
+
+    thread = threading.Thread(target=background, name=f"ray-state-bg{index}", daemon=True)
+    thread.start()
+    if run.threads is None:
+        run.threads = []
+    run.threads.append(thread)
 
 
 def _first_sample_setup(run: _Run, state: Snapshot) -> None:
@@ -231,7 +241,7 @@ def _first_sample_setup(run: _Run, state: Snapshot) -> None:
     run.node_ip, run.node_id = _local_node(state, run.local_ips)
     if run.gcs_address is None:
         run.gcs_address = _gcs_from_state(run.writer)
-    run.threads = [_start_gpu_sampling(run)]
+    run.threads = [*(run.threads or []), _start_gpu_sampling(run)]
 
 
 def _note_lost_nodes(run: _Run, remote: list[tuple[RemoteNode, set[int]]], index: int) -> None:

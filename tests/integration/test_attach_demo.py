@@ -2,21 +2,35 @@
 
 One real Ray head (with dashboard) serves the whole module; each fault is a real job submitted through
 the Job API, diagnosed by the real CLI in a subprocess (py-spy, HTTP to the SGLang stand-ins, Ray's
-state API), then stopped.
+state API), then stopped. The same live run also checks that the injected hang holds where
+shared/reference/slime.md §8 says it would (every frame signature of the fault, by py-spy, plus
+the fault's own checks in LIVE_CHECKS) and that stopping the job leaves none of its processes:
+one demo job per fault for the whole suite (CI time).
 """
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
+import requests
 
 from slime_hangdoctor.demo import cluster
 from slime_hangdoctor.demo.faults import FAULTS
-from slime_hangdoctor.demo.launch import DemoRun, start_demo
+from slime_hangdoctor.demo.launch import ARMED_TEXT, DemoRun, start_demo
 from tests.integration.cli import run_cli
+from tests.integration.demo_job_harness import (
+    check_all_signatures,
+    have_pyspy,
+    marked_processes,
+    pyspy_threads,
+    thread_has_frames,
+)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -61,21 +75,131 @@ def _check_culprit(verdict: dict[str, Any], run: DemoRun, fault: str) -> None:
     assert culprit["pid"] and culprit["node_ip"], culprit
 
 
+def _assert_stuck(run: DemoRun) -> None:
+    """No step completes over 2 s and the job is still RUNNING."""
+    steps = run.steps_done()
+    time.sleep(2.0)
+    assert run.steps_done() == steps
+    assert run.status() == "RUNNING"
+
+
+def _weight_sync_engine_missing(run: DemoRun, matched: dict[str, str]) -> None:
+    _assert_stuck(run)
+    rank0 = next(v for k, v in matched.items() if k.startswith("train rank 0"))
+    assert "distributed_c10d.py" in rank0
+    assert "update_weight_from_distributed.py" in rank0
+    # the healthy engine is not stuck in the sync: its scheduler waits for requests
+    threads = pyspy_threads(run.processes()["engine 0 scheduler"])
+    assert any(thread_has_frames(t, ("recv_requests", "event_loop_normal")) for t in threads)
+
+
+def _reward_hang(run: DemoRun, _matched: dict[str, str]) -> None:
+    _assert_stuck(run)
+    # CPU-hot: the loop thread is seen running (not idle) in at least one of a few dumps
+    rm = run.processes()["rollout_manager"]
+    for _ in range(5):
+        threads = pyspy_threads(rm)
+        if any("_start_loop" in str(t.get("thread_name")) and t.get("active") for t in threads):
+            return
+        time.sleep(0.2)
+    raise AssertionError("the reward loop thread was never seen running")
+
+
+def _colocate_update_hang(run: DemoRun, _matched: dict[str, str]) -> None:
+    assert run.steps_done() >= 1  # it trained (and synced) before it stalled
+    assert "release_memory_occupation" in run.logs()  # colocate: engines offload
+
+
+def _train_rank_stuck(run: DemoRun, _matched: dict[str, str]) -> None:
+    assert run.steps_done() == 0
+
+
+# The healthy job's own checks (what `demo --fault none` must look like): steps advance, no fault
+# armed, the processes are titled as slime's are, every engine serves its weight version.
+EXPECTED_PROCESSES = {
+    "driver",
+    "rollout_manager",
+    "train rank 0",
+    "train rank 1",
+    "engine 0 actor",
+    "engine 1 actor",
+    "engine 0 server",
+    "engine 1 server",
+    "engine 0 scheduler",
+    "engine 1 scheduler",
+}
+
+
+def _title(pid: int) -> str:
+    return str(psutil.Process(pid).cmdline()[0])
+
+
+def _healthy(run: DemoRun, _matched: dict[str, str]) -> None:
+    first = run.steps_done()
+    assert first >= 1
+    deadline = time.monotonic() + 60
+    while run.steps_done() <= first and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert run.steps_done() > first, run.logs()[-3000:]
+    assert run.status() == "RUNNING"
+    assert ARMED_TEXT not in run.logs()
+    procs = run.processes()
+    assert set(procs) >= EXPECTED_PROCESSES, procs
+    assert _title(procs["rollout_manager"]).startswith("ray::RolloutManager")
+    assert _title(procs["engine 0 actor"]).startswith("ray::SGLangEngine")
+    assert _title(procs["train rank 1"]).startswith("ray::MegatronTrainRayActor")
+    assert _title(procs["engine 1 scheduler"]) == "sglang::scheduler_TP0"
+    assert psutil.Process(procs["engine 1 server"]).ppid() == procs["engine 1 actor"]
+    urls = run.engine_urls()
+    assert sorted(urls) == [0, 1]
+    for url in urls.values():
+        # each sync after a step bumps the weight version every engine reports
+        answer = requests.get(f"{url}/get_weight_version", timeout=5).json()
+        assert int(answer["weight_version"]) >= 1
+    marked = set(marked_processes(run.submission_id))
+    assert {procs["driver"], procs["engine 1 actor"], procs["engine 1 scheduler"]} <= marked
+
+
+# A fault's own checks on the live job, after the doctor's run and the frame signatures.
+LIVE_CHECKS: dict[str, Callable[[DemoRun, dict[str, str]], None]] = {
+    "weight_sync_engine_missing": _weight_sync_engine_missing,
+    "reward_hang": _reward_hang,
+    "colocate_update_hang": _colocate_update_hang,
+    "train_rank_stuck": _train_rank_stuck,
+    "none": _healthy,
+}
+# Healthy steps before a fault arms (default 0): the colocated update hangs after one full step.
+FAULT_AFTER_STEPS: dict[str, int] = {"colocate_update_hang": 1}
+
+
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_attach_names_the_stage_and_the_culprit(
     head: cluster.RayHead, fault: str, tmp_path: Path
 ) -> None:
-    """Each demo fault: status, blocked stage and culprit process as the fault registry expects."""
+    """Each demo fault: status, blocked stage and culprit process as the fault registry expects;
+    the hang holds where its frame signatures say; the stopped job leaves no process behind."""
     # GIVEN a live demo job that has reached its fault
-    run = start_demo(fault, workdir=tmp_path / "demo", head=head)
+    spec = FAULTS[fault]
+    run = start_demo(
+        fault,
+        workdir=tmp_path / "demo",
+        head=head,
+        fault_after_steps=FAULT_AFTER_STEPS.get(fault, 0),
+    )
     try:
         run.wait_until_ready(timeout=150)
         # WHEN the doctor attaches through the dashboard address
         rc, verdict, _err, wall = attach(head.dashboard_url, "--out", str(tmp_path / "bundle"))
+        # (and the job still holds its hang where slime.md says it would)
+        if have_pyspy():
+            matched = check_all_signatures(run, spec)
+            if fault in LIVE_CHECKS:
+                LIVE_CHECKS[fault](run, matched)
     finally:
         run.stop()
+    assert marked_processes(run.submission_id) == []
     # THEN
-    expected = FAULTS[fault].expected
+    expected = spec.expected
     assert verdict["schema"] == "slime-hangdoctor.verdict/1"
     assert (verdict["status"], verdict["stage"]) == (expected.status, expected.stage), verdict[
         "summary"
