@@ -225,7 +225,15 @@ def ray_cli() -> list[str]:
 def _ray_start(
     args: list[str], log: Path | None, env: Mapping[str, str] | None, timeout: float
 ) -> None:
-    full_env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
+    # RAY_AUTH_MODE=disabled: Ray 2.60 turns token auth on for `ray start` whenever
+    # ~/.ray/auth_token exists, and any earlier local `ray.init()` on the machine writes that file;
+    # the demo's private heads are throw-away and answer without a token (a caller may override).
+    full_env = {
+        **os.environ,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_AUTH_MODE": "disabled",
+        **(env or {}),
+    }
     argv = [*ray_cli(), "start", *args]
     out = log.open("ab") if log is not None else subprocess.DEVNULL
     try:
