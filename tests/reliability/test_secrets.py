@@ -206,7 +206,9 @@ def test_manifest_records_that_keys_were_given_not_their_values(evidence: Eviden
 
 
 def test_environment_keeps_only_the_allow_list(evidence: Evidence) -> None:
-    """SE5: processes artefacts keep allow-listed variables only (names and values)."""
+    """SE5: processes artefacts keep allow-listed variables only (names and values), and the proxy
+    variables (`facts.PROXY_ENV`, any letter case) as URLs without user or password."""
+    from slime_hangdoctor.facts import PROXY_ENV
     from slime_hangdoctor.redact import ENV_ALLOWLIST
 
     seen = 0
@@ -214,7 +216,11 @@ def test_environment_keeps_only_the_allow_list(evidence: Evidence) -> None:
         if "/raw/processes/" in name and name.endswith(".json") and "!" not in name:
             for proc in json.loads(data)["processes"]:
                 env = proc.get("env") or {}
-                assert set(env) <= ENV_ALLOWLIST, (name, sorted(set(env) - ENV_ALLOWLIST))
+                other = {k for k in env if k not in ENV_ALLOWLIST and k.lower() not in PROXY_ENV}
+                assert not other, (name, sorted(other))
+                for key, value in env.items():
+                    if key.lower() in PROXY_ENV:
+                        assert "@" not in value or "<redacted>@" in value, (name, key)
                 seen += 1
     assert seen, "no process rows were searched"
     assert os.environ.get("PATH")  # the rank inherited PATH, HOME...: none of them was kept
