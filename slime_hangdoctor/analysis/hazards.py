@@ -76,6 +76,22 @@ def _bypassed(host: str, no_proxy: str) -> bool:
     return bool(rule(host, {"no": no_proxy}))
 
 
+def proxy_for_url(env: dict[str, str], url: str) -> tuple[str, str] | None:
+    """(variable, value) of the proxy that a client honouring the environment (httpx, requests,
+    aiohttp with trust_env, urllib) sends a request for `url` to, or None when it goes direct:
+    the scheme's proxy variable, unless no_proxy covers the host (Python's own rule). The one
+    place the doctor decides "through a proxy or not" (lost_requests.py asks it too)."""
+    parts = urlsplit(url if "//" in url else f"http://{url}")
+    proxy = _proxy_for(env, parts.scheme or "http")
+    if proxy is None:
+        return None
+    no_proxy = _no_proxy(env)
+    host = parts.netloc.rpartition("@")[2]
+    if no_proxy and _bypassed(host, no_proxy):
+        return None
+    return proxy
+
+
 def _targets(world: World, engines: tuple[EngineRead, ...]) -> list[tuple[str, str]]:
     """(label, url) of the job's own HTTP endpoints."""
     out = [(f"engine {e.url}", e.url) for e in engines]
@@ -94,16 +110,11 @@ def proxy_hazards(world: World, engines: tuple[EngineRead, ...]) -> tuple[ProxyH
         if p.role not in _HTTP_CALLERS or p.kind in ("scheduler", "detokenizer"):
             continue
         env = _env(p)
-        no_proxy = _no_proxy(env)
         hits: list[str] = []
         chosen: tuple[str, str] | None = None
         for label, url in targets:
-            parts = urlsplit(url if "//" in url else f"http://{url}")
-            proxy = _proxy_for(env, parts.scheme or "http")
+            proxy = proxy_for_url(env, url)
             if proxy is None:
-                continue
-            host = parts.netloc.rpartition("@")[2]
-            if no_proxy and _bypassed(host, no_proxy):
                 continue
             hits.append(label)
             chosen = chosen or proxy

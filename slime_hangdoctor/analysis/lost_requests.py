@@ -1,16 +1,27 @@
 """Where the rollout's requests are when the RolloutManager's loop waits on I/O and no engine shows
-a request running or queued ("The hangs users actually report", field-hangs.md #7-#9).
+a request running or queued (issue 16 class 4; "The hangs users actually report", field-hangs.md
+#7, #8 and slime#1026).
 
-An idle event loop with empty engines says only that the requests are somewhere between the two.
-The RolloutManager is blamed for that only when nothing else holds them:
+An idle event loop with empty engines says only that the requests are somewhere between the two:
+it is not a culprit by itself. In order, the holder is:
 
-- an engine that is dead (its server refuses connections, or is gone) or paused holds them: that
-  engine is the culprit, named by its own finder;
-- a router that does not answer (or answers 503, no worker) holds them: its own finding;
-- the RolloutManager's requests go through an HTTP proxy (proxy variables in its environment that
-  `no_proxy` does not exempt the engine hosts from): a finding with its own cause;
-- otherwise the requests are in the RolloutManager (a custom generate function or a remote reward
-  service it awaits): the RolloutManager stays the suspect, weakly.
+1. an engine that is dead (its server refuses connections, or is gone) or paused: that engine,
+   named by its own finder (engines, sglang);
+2. an engine whose callers hold request connections to it across both samples while its
+   scheduler has no work (procfs sockets, `network.held_requests`): that engine, named by the
+   sockets finder;
+3. a router that does not answer (or answers 503, no worker): its own finding (routers finder,
+   `rules._router_503`);
+4. an HTTP proxy: the RolloutManager's environment sends its requests for the engines to a proxy
+   that `no_proxy` does not exempt them from (`hazards.proxy_for_url`, Python's own rule): the
+   environ finder and the `requests-at-proxy` cause;
+5. the RolloutManager itself, only when positive evidence points there: Ray's task history shows
+   its rollout method running far longer than its earlier runs (`actor_queues`), and its TCP
+   connections, read at both samples, hold none to an engine, router or proxy. Then the requests
+   never left it: a coroutine awaits something nobody completes (a leaked concurrency slot, a
+   future nobody sets, a remote reward service).
+
+Otherwise the holder is unknown, and the reason says which evidence is missing.
 """
 
 from __future__ import annotations
@@ -18,14 +29,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from slime_hangdoctor.analysis.actor_queues import OverlongTask, build_view
 from slime_hangdoctor.analysis.engines import EngineRead
+from slime_hangdoctor.analysis.hazards import proxy_hazards
+from slime_hangdoctor.analysis.network import KeptConnections, held_requests, kept_connections
+from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 
-_PROXY_VARS = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
-_NO_PROXY_VARS = ("no_proxy", "NO_PROXY")
-# EngineState values that mean the engine holds requests without serving them (issue 18 adds a
-# paused state; compared by value so that this module reads either vocabulary)
+# EngineState values that mean the engine holds requests without serving them
 _HOLDING = frozenset({"dead", "paused"})
+# peers that would hold the RolloutManager's requests outside it
+_CARRIERS = ("engine", "router", "proxy")
 
 
 class Holder(str, Enum):
@@ -33,46 +47,16 @@ class Holder(str, Enum):
     ROUTER = "router"
     PROXY = "proxy"
     ROLLOUT_MANAGER = "rollout_manager"
+    UNKNOWN = "unknown"  # no holder found, and not enough evidence to blame the RolloutManager
 
 
 @dataclass(frozen=True)
 class LostRequests:
     holder: Holder
-    why: tuple[str, ...]
+    why: tuple[str, ...]  # evidence lines, each prefixed with the source it comes from
+    sources: frozenset[Source] = frozenset()  # the sources that decided it
     url: str | None = None  # the engine or router that holds them
     proxy: str | None = None  # NAME=value of the proxy variable
-
-
-def _host(url: str) -> str:
-    return url.partition("://")[2].rpartition(":")[0].strip("[]")
-
-
-def _exempt(no_proxy: str, host: str) -> bool:
-    for entry in (e.strip().lower() for e in no_proxy.split(",")):
-        if not entry:
-            continue
-        if entry == "*" or entry == host.lower():
-            return True
-        suffix = entry.lstrip("*")
-        if suffix.startswith(".") and host.lower().endswith(suffix):
-            return True
-    return False
-
-
-def proxy_in_the_way(rm: Proc, engines: tuple[EngineRead, ...]) -> str | None:
-    """`NAME=value` of a proxy variable of the RolloutManager's environment that its requests to
-    some engine would go through (Python's requests / httpx / aiohttp with trust_env honour it)."""
-    if not rm.infos:
-        return None
-    env = rm.infos[-1][1].env
-    proxy = next(((k, env[k]) for k in _PROXY_VARS if env.get(k)), None)
-    if proxy is None:
-        return None
-    no_proxy = ",".join(env[k] for k in _NO_PROXY_VARS if env.get(k))
-    hosts = {_host(e.url) for e in engines}
-    if hosts and all(_exempt(no_proxy, h) for h in hosts):
-        return None
-    return f"{proxy[0]}={proxy[1]}"
 
 
 def _router_down(world: World) -> tuple[str, str] | None:
@@ -89,27 +73,112 @@ def _router_down(world: World) -> tuple[str, str] | None:
     return None
 
 
+def _overlong_of(world: World, rm: Proc) -> OverlongTask | None:
+    view = build_view(world.snapshot)
+    if view is None:
+        return None
+    return next(
+        (
+            o
+            for o in view.overlong
+            if o.actor.class_name == "RolloutManager"
+            and (
+                o.actor.actor_id == rm.actor_id
+                or (o.actor.pid is not None and o.actor.pid == rm.pid)
+            )
+        ),
+        None,
+    )
+
+
+def _in_rm(
+    rm: Proc, overlong: OverlongTask | None, kept: KeptConnections | None, engines_line: str
+) -> LostRequests:
+    """Blame the RolloutManager only on its task history and its own connections."""
+    missing: list[str] = []
+    if overlong is None:
+        missing.append(
+            "[ray_tasks] no task history shows its rollout method running far longer than its "
+            "earlier runs (a first rollout, or no history read)"
+        )
+    if kept is None:
+        missing.append("[sockets] its TCP connections were not read at both samples")
+    if missing:
+        return LostRequests(
+            Holder.UNKNOWN,
+            (
+                "the rollout loop waits on I/O and no engine has a request, but nothing shows "
+                "who holds the requests",
+                *missing,
+                engines_line,
+            ),
+        )
+    assert overlong is not None and kept is not None
+    others = [f"{n} to {ep.label}" for ep, n in kept.peers]
+    return LostRequests(
+        Holder.ROLLOUT_MANAGER,
+        (
+            f"[ray_tasks] {rm.label} has run {overlong.task.method} for {overlong.elapsed_s:.0f}s; "
+            f"its {overlong.earlier_runs} earlier runs took at most "
+            f"{overlong.longest_earlier_s:.1f}s",
+            "[sockets] it holds no connection to any engine, router or proxy across both samples"
+            + (f" (only {', '.join(others[:3])})" if others else ""),
+            "[environ] no proxy variable sends its requests for the engines elsewhere",
+            engines_line,
+        ),
+        frozenset({"ray_tasks", "sockets", "environ", "sglang"}),
+    )
+
+
 def where_requests_are(world: World, engines: tuple[EngineRead, ...], rm: Proc) -> LostRequests:
+    """Who holds the rollout's requests (see the module docstring for the order)."""
     holding = [e for e in engines if e.state.value in _HOLDING]
     if holding:
         e = holding[0]
         return LostRequests(
             Holder.ENGINE,
-            (f"engine {e.url} is {e.state.value}: {'; '.join(e.evidence[:2])}",),
+            (f"[sglang] engine {e.url} is {e.state.value}: {'; '.join(e.evidence[:2])}",),
+            frozenset({"sglang"}),
             url=e.url,
         )
+    held = held_requests(world, engines)
+    if held:
+        h = held[0]
+        return LostRequests(
+            Holder.ENGINE, (f"[sockets] {h.describe()}",), frozenset({"sockets"}), url=h.engine.url
+        )
     if (down := _router_down(world)) is not None:
-        return LostRequests(Holder.ROUTER, (down[1],), url=down[0])
-    if (proxy := proxy_in_the_way(rm, engines)) is not None:
+        return LostRequests(
+            Holder.ROUTER, (f"[sglang] {down[1]}",), frozenset({"sglang"}), url=down[0]
+        )
+    engine_urls = {f"engine {e.url}" for e in engines}
+    proxy = next(
+        (
+            h
+            for h in proxy_hazards(world, engines)
+            if h.proc.pid == rm.pid and engine_urls & set(h.through_proxy)
+        ),
+        None,
+    )
+    if proxy is not None:
         return LostRequests(
             Holder.PROXY,
-            (
-                f"{rm.label} (pid {rm.pid}) runs with {proxy} and no_proxy does not exempt the "
-                "engine hosts: its requests go to the proxy, not to the engines",
-            ),
-            proxy=proxy,
+            (f"[environ] {proxy.describe()}: its requests go to the proxy, not to the engines",),
+            frozenset({"environ"}),
+            proxy=f"{proxy.variable}={proxy.proxy}",
         )
-    return LostRequests(
-        Holder.ROLLOUT_MANAGER,
-        ("every engine answers and none holds a request; no router or proxy is in the way",),
+    kept = kept_connections(world, engines, rm)
+    if kept is not None and (carriers := kept.to(*_CARRIERS)):
+        ep, n = carriers[0]
+        return LostRequests(
+            Holder.ENGINE if ep.kind == "engine" else Holder(ep.kind),
+            (f"[sockets] {rm.label} holds {n} connection(s) to {ep.label} across both samples",),
+            frozenset({"sockets"}),
+            url=ep.engine_url,
+        )
+    idle = [e for e in engines if e.in_flight is not None]
+    engines_line = "[sglang] " + "; ".join(
+        f"engine {e.url}: {e.running or 0:.0f} running, {e.queued or 0:.0f} queued"
+        for e in idle[:4]
     )
+    return _in_rm(rm, _overlong_of(world, rm), kept, engines_line)

@@ -124,13 +124,17 @@ def peer_map(world: World, engines: tuple[EngineRead, ...]) -> PeerMap:
         value = target.get(key)
         if isinstance(value, str) and value:
             peers.add(_url_key(value, None), Endpoint(kind, f"Ray {kind} {value}"))
+    # Proxies before listeners: a proxy that a slime process itself listens for (a local relay,
+    # the demo's black hole) is named by what the callers' environment makes of it.
+    for p in world.procs:
+        info = p.infos[-1][1] if p.infos else None
+        for name, value in info.env.items() if info is not None else ():
+            if name.lower() in PROXY_ENV and name.lower() != "no_proxy" and value:
+                peers.add(_url_key(value, p.node_ip), Endpoint("proxy", f"proxy {value}"))
     for p in world.procs:
         info = p.infos[-1][1] if p.infos else None
         if info is None:
             continue
-        for name, value in info.env.items():
-            if name.lower() in PROXY_ENV and name.lower() != "no_proxy" and value:
-                peers.add(_url_key(value, p.node_ip), Endpoint("proxy", f"proxy {value}"))
         store = info.env.get("MASTER_PORT")
         for addr in info.listen_addrs:
             at = _url_key(addr, p.node_ip)
@@ -145,6 +149,41 @@ def peer_map(world: World, engines: tuple[EngineRead, ...]) -> PeerMap:
             else:
                 peers.add(at, Endpoint("slime", p.label))
     return peers
+
+
+@dataclass(frozen=True)
+class KeptConnections:
+    """The connections one process held across both samples, by the peer they go to."""
+
+    proc: Proc
+    peers: tuple[tuple[Endpoint, int], ...]  # (peer, connections), most first
+
+    def to(self, *kinds: str) -> tuple[tuple[Endpoint, int], ...]:
+        return tuple((ep, n) for ep, n in self.peers if ep.kind in kinds)
+
+    def describe(self) -> str:
+        if not self.peers:
+            return (
+                f"{self.proc.label} (pid {self.proc.pid}) holds no request connection across "
+                "both samples (procfs sockets)"
+            )
+        held = ", ".join(f"{n} to {ep.label}" for ep, n in self.peers[:4])
+        return f"{self.proc.label} (pid {self.proc.pid}) holds across both samples: {held}"
+
+
+def kept_connections(
+    world: World, engines: tuple[EngineRead, ...], p: Proc
+) -> KeptConnections | None:
+    """What `p` held open (established or connecting) at both samples, by peer; None when its
+    sockets were not read at two different samples (no sockets source, one sample)."""
+    if len(p.conns) < 2 or p.conns[0][0] == p.conns[-1][0]:
+        return None
+    peers = peer_map(world, engines)
+    before = {c.socket.local_port for c in _waiting(p.conns[0][1])}
+    counts: Counter[Endpoint] = Counter(
+        peers.lookup(c) for c in _waiting(p.conns[-1][1]) if c.socket.local_port in before
+    )
+    return KeptConnections(p, tuple(counts.most_common()))
 
 
 def _latest(p: Proc) -> tuple[int, tuple[TcpConnection, ...]] | None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from slime_hangdoctor.analysis.engines import EngineRead, EngineState
 from slime_hangdoctor.analysis.kernel import kernel_reads
 from slime_hangdoctor.analysis.kernel_spin import KernelSpin, kernel_spins
+from slime_hangdoctor.analysis.lost_requests import Holder, where_requests_are
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block, split_name
 from slime_hangdoctor.analysis.stacks import ThreadRead
 from slime_hangdoctor.analysis.suspects.merge import Merged
@@ -314,6 +315,45 @@ def _router_503(ctx: Context) -> Cause | None:
     )
 
 
+def _requests_at_proxy(ctx: Context) -> Cause | None:
+    """The rollout waits on I/O, no engine has a request, and the RolloutManager's requests go to
+    an HTTP proxy (slime#1026 maintainer: "a proxy on the master node"): the proxy holds them.
+    Its own cause, beside the hazard: what to check and what to change."""
+    if ctx.status is not Status.HUNG or ctx.stage not in (Stage.ROLLOUT_DISPATCH, Stage.EVAL):
+        return None
+    for rm in ctx.world.by_role(Role.ROLLOUT_MANAGER):
+        read = rm.latest
+        if read is None or read.loop is None or read.loop.block is not Block.EVENT_LOOP:
+            continue
+        known = [e for e in ctx.engines if e.in_flight is not None]
+        if not known or any((e.in_flight or 0) > 0 or e.moving for e in known):
+            return None
+        where = where_requests_are(ctx.world, ctx.engines, rm)
+        if where.holder is not Holder.PROXY:
+            continue
+        url = known[0].url
+        return _cause(
+            "requests-at-proxy",
+            Severity.CRITICAL,
+            f"The rollout's requests go to an HTTP proxy ({where.proxy}), not to the engines: "
+            "every engine answers and holds no request while the RolloutManager waits on the "
+            "proxy (THUDM/slime#1026: a proxy on the master node)",
+            [
+                *where.why,
+                *(f"[sglang] engine {e.url}: 0 running, 0 queued" for e in known[:3]),
+            ],
+            [
+                f"On the RolloutManager's node: `curl -s -m 5 {url}/health` (through the proxy, "
+                f"as the rollout's client does) against `curl -s -m 5 --noproxy '*' {url}/health`"
+                " (direct): the first hangs or fails where the proxy cannot reach the engines",
+                "slime's httpx client (trust_env) and the router honour http_proxy/https_proxy/"
+                "all_proxy and no_proxy: no_proxy takes host names, exact IPs and .domain "
+                "suffixes, not CIDR ranges; list every engine and router host",
+            ],
+        )
+    return None
+
+
 def _disk_sleep(p: Proc) -> bool:
     """The process's last /proc reading says D (uninterruptible disk sleep), or the kernel source
     saw it or one of its threads in D at the last sample."""
@@ -402,6 +442,7 @@ KNOWN_CAUSES: tuple[Callable[[Context], Cause | None], ...] = (
     _triton_jit,
     _cp_allgather,
     _router_503,
+    _requests_at_proxy,
     _health_noise,
     _checkpoint,
 )

@@ -12,8 +12,15 @@ from __future__ import annotations
 import pytest
 
 from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.facts import EngineLoad, Outcome, ServerInfo
-from slime_hangdoctor.snapshot import StackObs
+from slime_hangdoctor.facts import (
+    EngineLoad,
+    Outcome,
+    RayTask,
+    ServerInfo,
+    TcpConnection,
+    TcpSocket,
+)
+from slime_hangdoctor.snapshot import SocketsObs, StackObs, TaskPageObs
 from slime_hangdoctor.topology import Engine, Topology
 from slime_hangdoctor.verdict import Diagnosis, Role, Stage, Status
 from tests.unit.analysis_builders import (
@@ -359,8 +366,13 @@ def _idle_loop_world(
     router_down: bool = False,
     env: dict[str, str] | None = None,
     paused_engine: bool = False,
+    history: bool = False,
+    rm_conns: tuple[tuple[str, int], ...] | None = None,
 ) -> tuple[object, Topology]:
-    """The RolloutManager's loop waits on I/O in `generate`; engine 0 answers and holds nothing."""
+    """The RolloutManager's loop waits on I/O in `generate`; engine 0 answers and holds nothing.
+    `history`: Ray's task history, where the RolloutManager's `generate` has run 60 s after two
+    earlier runs of 2 s. `rm_conns`: the sockets source read at both samples, with the
+    RolloutManager holding these (ip, port) peers open at both."""
     from slime_hangdoctor.facts import RouterWorkers
     from slime_hangdoctor.topology import build_topology
     from tests.unit.analysis_builders import LOOP_FRAMES, RM_GENERATE_FRAMES, proc, procs_obs
@@ -435,6 +447,8 @@ def _idle_loop_world(
         stacks=tuple(stacks),
         http=tuple(answers),
         processes=views,
+        task_pages=_rm_history() if history else (),
+        sockets=_rm_sockets(rm_conns) if rm_conns is not None else (),
         jobs=(running_job(),),
         actors=(
             actor("rm", "RolloutManager", 200),
@@ -445,14 +459,84 @@ def _idle_loop_world(
     return snap, build_topology(snap)  # type: ignore[arg-type]
 
 
+def _rm_history(now_s: float = 1000.0) -> tuple[TaskPageObs, ...]:
+    """Ray's task pages: the RolloutManager's generate running for 60 s (both samples), two
+    earlier generate runs of 2 s each in the job's history (at the last sample)."""
+    ms = int(now_s * 1000)
+
+    def gen(i: int, start_s: float, end_s: float | None) -> RayTask:
+        return RayTask(
+            f"t{i}",
+            "RolloutManager.generate",
+            "FINISHED" if end_s is not None else "RUNNING",
+            actor_id="rm",
+            worker_pid=200,
+            job_id="01000000",
+            start_time_ms=ms + int(start_s * 1000),
+            task_type="ACTOR_TASK",
+            end_time_ms=ms + int(end_s * 1000) if end_s is not None else None,
+            creation_time_ms=ms + int(start_s * 1000),
+        )
+
+    running = gen(3, -60.0, None)
+    earlier = (gen(1, -70.0, -68.0), gen(2, -66.0, -64.0))
+    return (
+        TaskPageObs("tasks_unfinished", 0, now_s - 3.0, (running,)),
+        TaskPageObs("tasks_unfinished", 1, now_s, (running,)),
+        TaskPageObs("tasks_job_01000000", 1, now_s, (*earlier, running)),
+    )
+
+
+def _rm_sockets(peers: tuple[tuple[str, int], ...]) -> tuple[SocketsObs, ...]:
+    conns = tuple(
+        TcpConnection(
+            200, 30 + i, TcpSocket(NODE, 40000 + i, ip, port, "ESTABLISHED", 0, 0, 900 + i), NODE
+        )
+        for i, (ip, port) in enumerate(peers)
+    )
+    return tuple(SocketsObs(NODE, s, conns) for s in (0, 1))
+
+
 def _roles(v: object) -> list[Role]:
     return [c.role for c in v.culprits]  # type: ignore[attr-defined]
 
 
-def test_idle_loop_and_empty_engines_alone_keeps_the_rollout_manager_weakly() -> None:
+def test_idle_loop_and_empty_engines_alone_blame_nobody() -> None:
+    """Waiting on I/O while no engine has a request is not a culprit by itself."""
     v = _diag(*_idle_loop_world()).verdict
-    assert _roles(v)[:1] == [Role.ROLLOUT_MANAGER]
-    assert "no router or proxy is in the way" in v.culprits[0].why
+    assert v.status is Status.HUNG and v.stage is Stage.ROLLOUT_DISPATCH, v.summary
+    assert _roles(v) == [], v.summary
+
+
+def test_the_rollout_manager_is_blamed_on_its_task_history_and_its_connections() -> None:
+    """Its generate runs 30x longer than before and it holds no connection to an engine, router
+    or proxy: the requests never left it, and the culprit finding says what shows it."""
+    v = _diag(*_idle_loop_world(history=True, rm_conns=())).verdict
+    assert _roles(v) == [Role.ROLLOUT_MANAGER], v.summary
+    assert v.culprits[0].pid == 200
+    culprit = next(f for f in v.findings if f.rule == "culprit")
+    assert "ray_tasks" in culprit.message and "rollout" in culprit.message
+    assert any(e.startswith("[ray_tasks]") and "generate for 60s" in e for e in culprit.evidence)
+    assert any(e.startswith("[sockets]") and "no connection" in e for e in culprit.evidence)
+
+
+@pytest.mark.parametrize(
+    ("history", "rm_conns"),
+    [
+        (False, ()),  # no task history: a first rollout, or the history was not read
+        (True, None),  # no sockets: held connections cannot be excluded
+        (True, ((NODE, 15001),)),  # it holds a connection to engine 1: not in the RolloutManager
+    ],
+)
+def test_without_its_evidence_the_rollout_finder_does_not_blame_the_rollout_manager(
+    history: bool, rm_conns: tuple[tuple[str, int], ...] | None
+) -> None:
+    v = _diag(*_idle_loop_world(history=history, rm_conns=rm_conns)).verdict
+    for c in (f for f in v.findings if f.rule == "culprit"):
+        assert not any(e.startswith("[rollout]") for e in c.evidence), c
+    if rm_conns:  # the engine its requests wait at is the culprit (sockets), not the manager
+        assert _roles(v) == [Role.SGLANG_ENGINE], v.summary
+        assert v.culprits[0].engine_url == f"http://{NODE}:15001"
 
 
 def test_a_dead_engine_holds_the_requests_not_the_rollout_manager() -> None:
@@ -471,17 +555,29 @@ def test_an_unreachable_router_is_its_own_finding() -> None:
     ("env", "in_the_way"),
     [
         ({"http_proxy": "http://proxy.corp:3128"}, True),
-        ({"HTTPS_PROXY": "http://proxy.corp:3128", "NO_PROXY": "example.org"}, True),
+        ({"HTTP_PROXY": "http://proxy.corp:3128", "NO_PROXY": "localhost,example.org"}, True),
+        ({"all_proxy": "http://proxy.corp:3128", "no_proxy": "10.0.0.0/8"}, True),  # no CIDR
+        # Python's rule (hazards.proxy_for_url): https_proxy is for https URLs only
+        ({"HTTPS_PROXY": "http://proxy.corp:3128", "NO_PROXY": "example.org"}, False),
         ({"http_proxy": "http://proxy.corp:3128", "no_proxy": f"localhost,{NODE}"}, False),
         ({"http_proxy": "http://proxy.corp:3128", "no_proxy": "*"}, False),
+        ({"http_proxy": "http://proxy.corp:3128", "no_proxy": ".0.0.1"}, False),  # a suffix
     ],
 )
-def test_a_proxy_in_the_rollout_managers_environment_is_named(
+def test_a_proxy_in_the_rollout_managers_environment_is_its_own_cause(
     env: dict[str, str], in_the_way: bool
 ) -> None:
     v = _diag(*_idle_loop_world(env=env)).verdict
-    assert _roles(v)[:1] == [Role.ROLLOUT_MANAGER]
-    assert ("through a proxy" in v.culprits[0].why) is in_the_way
+    cause = next((f for f in v.findings if f.rule == "requests-at-proxy"), None)
+    if in_the_way:
+        assert _roles(v) == [Role.ROLLOUT_MANAGER], v.summary
+        culprit = next(f for f in v.findings if f.rule == "culprit")
+        assert "environ" in culprit.message and "proxy.corp:3128" in v.culprits[0].why
+        assert cause is not None and "proxy.corp:3128" in cause.message
+        assert any(e.startswith("[environ]") for e in cause.evidence), cause
+        assert any("--noproxy" in s for s in v.next_steps), v.next_steps
+    else:
+        assert cause is None and _roles(v) == [], v.summary
 
 
 def test_a_paused_engine_holds_the_requests_and_is_the_culprit() -> None:

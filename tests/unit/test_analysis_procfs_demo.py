@@ -59,7 +59,7 @@ def test_paused_engine_is_named_by_the_connections_held_to_it(tmp_path: Path) ->
 
 def test_without_the_sockets_source_the_verdict_blames_the_wrong_process(tmp_path: Path) -> None:
     """The same bundle with the sockets records removed: nothing else says where the requests are,
-    and the verdict falls back to the RolloutManager ("stuck before the engines")."""
+    and the verdict names no culprit (before issue 16 class 4 it blamed the RolloutManager)."""
     root = _unpacked("engine_paused_by_update", tmp_path / "src")
     without = tf.bundle_without_sources(root, tmp_path / "without", frozenset({b.SOCKETS}))
     v = _diagnose(without).verdict

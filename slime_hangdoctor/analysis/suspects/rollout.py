@@ -92,8 +92,10 @@ def _paused_engine(e: EngineRead, read: ProcessRead) -> Suspect:
 def _requests_lost(
     world: World, rm: Proc, read: ProcessRead, engines: tuple[EngineRead, ...]
 ) -> list[Suspect]:
-    """The loop waits on I/O and no engine shows a request: blame the RolloutManager only when no
-    dead or paused engine, unreachable router or proxy holds the requests (lost_requests.py)."""
+    """The loop waits on I/O and no engine shows a request. That alone blames nobody: the
+    RolloutManager is named only when its task history and its connections point at it
+    (lost_requests.py); a paused or dead engine, an engine its callers hold connections to, a
+    router or a proxy that holds the requests is named by its own finder and finding."""
     paused = [e for e in engines if e.state is EngineState.PAUSED]
     if paused:  # paused in place it may still show requests: it holds them either way
         return [_paused_engine(e, read) for e in paused]
@@ -101,30 +103,22 @@ def _requests_lost(
     if not known or any((e.in_flight or 0) > 0 or e.moving for e in known):
         return []
     where = where_requests_are(world, engines, rm)
-    evidence = (*where.why, *(f"engine {e.url}: {', '.join(e.evidence)}" for e in known[:4]))
-    if where.holder is Holder.PROXY:
-        why = (
-            "rollout coroutines wait on I/O, no engine has a request, and the RolloutManager "
-            f"sends them through a proxy ({where.proxy}): the requests wait at the proxy"
-        )
-    elif where.holder is Holder.ROLLOUT_MANAGER:
-        why = (
-            "rollout coroutines are waiting on I/O (event loop idle in select) but no engine has "
-            "a request running or queued, every engine answers and no router or proxy is in the "
-            "way: the requests are held in the RolloutManager (a remote reward service, or a "
-            "custom generate function awaiting something)"
-        )
-    else:
-        return []  # the engine or router that holds them is named by its own finder
+    if where.holder is not Holder.ROLLOUT_MANAGER:
+        return []
     return [
         suspect(
             "rollout",
             Role.ROLLOUT_MANAGER,
-            why,
+            "rollout coroutines wait on I/O (event loop idle in select), no engine has a request "
+            "and none holds one, and the RolloutManager's own evidence points at it: its rollout "
+            "method has run far longer than before while it holds no connection to any engine, "
+            "router or proxy, so the requests never left it (a coroutine awaiting something "
+            "nobody completes: a leaked concurrency slot, a future nobody sets, a remote service) "
+            f"[evidence: {', '.join(sorted(where.sources))}]",
             rm,
             stage=read.stage,
             weight=WEAK,
-            evidence=evidence,
+            evidence=where.why,
         )
     ]
 
