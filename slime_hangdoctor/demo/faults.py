@@ -343,6 +343,39 @@ FAULTS: dict[str, FaultSpec] = {
                 FrameSignature("engine 1 server", ("_pass_pause_gate", "generate_request")),
             ),
         ),
+        FaultSpec(
+            name="rollout_behind_proxy",
+            description=(
+                "the RolloutManager runs with the master node's http_proxy (slime#1026), a proxy "
+                "that accepts and never answers, and a no_proxy that names localhost but not the "
+                "engines' address: the first rollout's requests wait at the proxy, every engine "
+                "is idle"
+            ),
+            expected=Expected(
+                status="hung", stage="rollout_dispatch", culprit_role="rollout_manager"
+            ),
+            uses_fault_after_steps=False,
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+            ),
+        ),
+        FaultSpec(
+            name="rollout_slots_leaked",
+            description=(
+                "the rollout's concurrency slots leak (a custom rollout's abort path takes them "
+                "from GenerateState's semaphore and never gives them back): after three healthy "
+                "rollouts every generate_and_rm waits for a slot forever, no request reaches an "
+                "engine, and no connection is open to any"
+            ),
+            expected=Expected(
+                status="hung", stage="rollout_dispatch", culprit_role="rollout_manager"
+            ),
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+            ),
+        ),
     )
 }
 

@@ -12,6 +12,7 @@ from ray.util.placement_group import placement_group
 from slime.ray.actor_group import RayTrainGroup
 from slime.ray.rollout import RolloutManager
 from slime.utils.logging_utils import log_fault_armed
+from slime.utils.misc import master_node_proxy_env, start_black_hole_proxy
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,15 @@ def create_training_models(
 
 def create_rollout_manager(args: argparse.Namespace, pg: PGTuple) -> tuple[Any, int | None]:
     manager_cls: Any = RolloutManager
-    rollout_manager = manager_cls.options(num_cpus=0, num_gpus=0).remote(args, pg)
+    options: dict[str, Any] = {"num_cpus": 0, "num_gpus": 0}
+    if args.fault == "rollout_behind_proxy":
+        # Demo fault (slime#1026): the RolloutManager, the process that sends /generate, runs with
+        # the master node's proxy variables; the proxy accepts and never answers. (The engines
+        # and trainers keep a clean environment, as on nodes whose shells have no proxy.)
+        proxy = start_black_hole_proxy()
+        options["runtime_env"] = {"env_vars": master_node_proxy_env(proxy)}
+        logger.info(f"demo fault plan: the rollout manager runs with http_proxy={proxy}")
+    rollout_manager = manager_cls.options(**options).remote(args, pg)
     # slime asks for the epoch size here; the call also waits for the engines to be up.
     num_rollout_per_epoch = ray.get(rollout_manager.get_num_rollout_per_epoch.remote())
     if args.offload_rollout:

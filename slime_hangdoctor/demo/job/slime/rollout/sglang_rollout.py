@@ -49,6 +49,7 @@ class GenerateState:
 
     def reset(self) -> None:
         self.aborted = False
+        self.slots_leaked = getattr(self, "slots_leaked", 0)  # kept across rollouts, as the slots
         self.pendings: set[asyncio.Task[list[Sample]]] = set()
         self.rollout_id = -1
         self.bad_answer_sent = False
@@ -82,6 +83,33 @@ def _announce_engine_fault(
     armed = fault_armed(args, args.fault, state.rollout_id)
     if armed and engine_takes_traffic(args, args.fault_engine, state.rollout_id, evaluation):
         where = f"{'eval' if evaluation else 'rollout'} requests to engine {args.fault_engine}"
+        log_fault_armed(logger, args.fault, where, state.rollout_id)
+
+
+async def _leak_slots(args: argparse.Namespace, state: GenerateState) -> None:
+    """Demo fault `rollout_slots_leaked`: the concurrency slots that a custom rollout's abort path
+    took from GenerateState's semaphore and never gave back (the semaphore lives as long as the
+    process). Every generate_and_rm of the next rollout then waits in `async with
+    state.semaphore` forever: nothing reaches an engine, the loop sits idle in select."""
+    if not fault_armed(args, "rollout_slots_leaked", state.rollout_id) or state.slots_leaked:
+        return
+    while not state.semaphore.locked():
+        await state.semaphore.acquire()
+        state.slots_leaked += 1
+    log_fault_armed(
+        logger,
+        args.fault,
+        f"generate_and_rm waiting for a rollout slot ({state.slots_leaked} leaked)",
+        state.rollout_id,
+    )
+
+
+def _announce_proxy(args: argparse.Namespace, state: GenerateState) -> None:
+    """Demo fault `rollout_behind_proxy`: the first rollout's requests go to the proxy."""
+    if args.fault == "rollout_behind_proxy" and state.rollout_id == args.start_rollout_id:
+        import os
+
+        where = f"requests to the engines through http_proxy={os.environ.get('http_proxy')}"
         log_fault_armed(logger, args.fault, where, state.rollout_id)
 
 
@@ -192,6 +220,8 @@ async def generate_rollout_async(
     data: list[list[Sample]] = []
     start = time.time()
     _announce_engine_fault(args, state, evaluation=False)
+    _announce_proxy(args, state)
+    await _leak_slots(args, state)
     state.submit_generate_tasks(data_source(target))
     while len(data) < target:
         done, state.pendings = await asyncio.wait(

@@ -85,6 +85,8 @@ FAULT_SETTINGS: dict[str, dict[str, object]] = {
     # one bucket of several tensors: the healthy engine waits in the next broadcast
     "weight_sync_engine_wedged": {"update_weight_buffer_size": 1 << 20},
     "eval_hang": {"eval_interval": 1, "skip_eval_before_train": True},
+    # earlier rollouts finish first: Ray's task history compares the stuck one with them
+    "rollout_slots_leaked": {"fault_after_steps": 3},
 }
 
 

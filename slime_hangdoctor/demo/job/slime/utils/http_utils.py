@@ -1,5 +1,10 @@
 """Async HTTP helpers for the rollout: like slime's, the client has NO timeout and `_post` retries
-only on exceptions (60 times, 1 s apart). aiohttp stands in for httpx (same semantics here)."""
+only on exceptions (60 times, 1 s apart). aiohttp stands in for httpx (same semantics here).
+
+Proxies: slime's `httpx.AsyncClient(...)` keeps httpx's default `trust_env=True`, so it sends its
+requests through `http_proxy` / `https_proxy` / `all_proxy` unless `no_proxy` covers the host
+(slime#1026). aiohttp's default is `trust_env=False`; the stand-in sets it to True to behave the
+same (aiohttp then reads the variables through urllib's getproxies / proxy_bypass)."""
 
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ def _client() -> Any:
         _http_client = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=None),
             connector=aiohttp.TCPConnector(limit=0),
+            trust_env=True,  # as httpx's default in slime
         )
     return _http_client
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import socket
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,3 +62,34 @@ def engine_takes_traffic(
     if args.fault == "eval_hang":
         return evaluation and fault_armed(args, args.fault, rollout_id)
     return True
+
+
+def start_black_hole_proxy() -> str:
+    """Demo fault `rollout_behind_proxy` (slime#1026: "a proxy setting on the master node"): an
+    HTTP proxy on this node that accepts every connection and never answers (a proxy that cannot
+    reach the engines and has no timeout of its own). Returns its URL; a daemon thread holds the
+    accepted connections open for the life of the process."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(128)
+    held: list[socket.socket] = []
+
+    def _hold() -> None:
+        while True:
+            conn, _addr = server.accept()
+            held.append(conn)  # never read, never answered
+
+    threading.Thread(target=_hold, name="black_hole_proxy", daemon=True).start()
+    return f"http://127.0.0.1:{server.getsockname()[1]}"
+
+
+def master_node_proxy_env(proxy_url: str) -> dict[str, str]:
+    """The proxy variables a shell on the master node exports: both spellings, and a no_proxy that
+    names localhost but not the address the engines are reached at (127.0.0.1 here, a node IP on
+    a cluster), so Python's rule (and httpx's) sends the engines' requests to the proxy."""
+    return {
+        "http_proxy": proxy_url,
+        "HTTP_PROXY": proxy_url,
+        "no_proxy": "localhost",
+        "NO_PROXY": "localhost",
+    }
