@@ -32,8 +32,9 @@ PLAN_MISSED_TEXT = "DEMO FAULT PLAN MISSED"  # a timed fault went live too early
 SETTLE_S = 2.5  # after the armed line: let the faulty call reach its blocking point
 # engine_paused_by_update: the pause comes 1 s after the armed sync; the next rollout then runs on
 # the healthy engine, whose idle keep-alive connections the server closes after 5 s
-# rollout_slots_leaked: the stuck generate must outlast 5x its earlier runs (Ray's task history)
-SETTLE_S_BY_FAULT = {"engine_paused_by_update": 9.0, "rollout_slots_leaked": 12.0}
+# rollout_slots_leaked: the stuck generate must outlast 5x its earlier runs (Ray task history;
+# the first rollout imports the reward code and may take seconds)
+SETTLE_S_BY_FAULT = {"engine_paused_by_update": 9.0, "rollout_slots_leaked": 20.0}
 STARTUP_SETTLE_S = 5.0  # start-up faults: a few /health_generate polls
 HEALTHY_STEPS = {"none": 3, "slow": 1}  # train steps a healthy run shows before it is "ready"
 # What the job's processes import beyond the doctor's own dependencies (the [demo] extra).

@@ -168,6 +168,42 @@ LIVE_CHECKS: dict[str, Callable[[DemoRun, dict[str, str]], None]] = {
     "train_rank_stuck": _train_rank_stuck,
     "none": _healthy,
 }
+def _finding(verdict: dict[str, Any], rule: str) -> dict[str, Any]:
+    found = next((f for f in verdict["findings"] if f["rule"] == rule), None)
+    assert found is not None, [f["rule"] for f in verdict["findings"]]
+    return found
+
+
+def _rollout_behind_proxy(verdict: dict[str, Any], run: DemoRun) -> None:
+    """slime#1026: the environment source (the RolloutManager's proxy variables) names the cause,
+    and the sockets source shows its connections held at the proxy; no engine holds a request."""
+    rm = run.roles()["rollout_manager"]
+    assert verdict["culprits"][0]["pid"] == rm
+    assert "environ" in _finding(verdict, "culprit")["message"]
+    cause = _finding(verdict, "requests-at-proxy")
+    assert any(
+        e.startswith("[environ]") and f"pid {rm}" in e and "connection(s) to the proxy" in e
+        for e in cause["evidence"]
+    ), cause
+    assert not any(f["rule"] == "requests-held-outside-scheduler" for f in verdict["findings"])
+
+
+def _rollout_slots_leaked(verdict: dict[str, Any], run: DemoRun) -> None:
+    """Class 4's own: the RolloutManager is blamed on its task history and its sockets, and the
+    culprit finding cites both."""
+    assert verdict["culprits"][0]["pid"] == run.roles()["rollout_manager"]
+    culprit = _finding(verdict, "culprit")
+    assert "ray_tasks" in culprit["message"] and "rollout" in culprit["message"], culprit
+    assert any(e.startswith("[ray_tasks]") and "generate for" in e for e in culprit["evidence"])
+    assert any(e.startswith("[sockets]") and "no connection" in e for e in culprit["evidence"])
+    assert not any(f["rule"] == "requests-at-proxy" for f in verdict["findings"])
+
+
+# A fault's checks of the verdict beyond status, stage and culprit: the finding naming its source.
+VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
+    "rollout_behind_proxy": _rollout_behind_proxy,
+    "rollout_slots_leaked": _rollout_slots_leaked,
+}
 # Healthy steps before a fault arms (default 0): the colocated update hangs after one full step.
 FAULT_AFTER_STEPS: dict[str, int] = {"colocate_update_hang": 1}
 
@@ -205,6 +241,8 @@ def test_attach_names_the_stage_and_the_culprit(
         "summary"
     ]
     _check_culprit(verdict, run, fault)
+    if fault in VERDICT_CHECKS:
+        VERDICT_CHECKS[fault](verdict, run)
     assert rc == verdict["exit_code"] and rc in ((1, 2) if expected.status == "hung" else (0,))
     assert wall < TIMEOUT_S + 5
     assert (tmp_path / "bundle" / "manifest.json").is_file()
