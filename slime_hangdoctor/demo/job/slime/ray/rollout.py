@@ -201,6 +201,11 @@ def init_rollout_engines(args: argparse.Namespace, pg: Any, all_rollout_engines:
             "SGLANG_MEMORY_SAVER_CUDA_GRAPH": "true",
             "OMP_NUM_THREADS": "1",
         }
+        if args.fault == "rollout_behind_proxy":
+            # Demo: the engines run where the master node's proxy is not set. Ray's child actors
+            # inherit the RolloutManager's runtime_env env_vars: clear the proxy ones here (an
+            # empty value means no proxy to requests and httpx).
+            env_vars.update(dict.fromkeys(("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY"), ""))
         engine = rollout_ray_actor.options(
             num_cpus=0,
             num_gpus=0,
