@@ -55,9 +55,11 @@ def open_timer(snapshot: Snapshot) -> OpenTimer | None:
         for t in log.tail.open_timers
         if t.name in TIMER_STAGES
     ]
-    if not found:
-        return None
-    return max(found, key=lambda o: o.timer.started or 0.0)
+    best: OpenTimer | None = None
+    for o in found:  # a tie (one-second log times) goes to the later line: the inner timer
+        if best is None or (o.timer.started or 0.0) >= (best.timer.started or 0.0):
+            best = o
+    return best
 
 
 def log_stage(snapshot: Snapshot) -> Stage | None:

@@ -170,3 +170,23 @@ def test_http_retries_of_the_rollout_manager_are_named_with_their_url() -> None:
     v = _v(_frozen_engine_job((_log(tail, "RolloutManager", 200),)))
     msg = _finding(v, "log-http-retries")
     assert "attempt 7/60, url=http://10.0.0.2:3333/generate" in msg
+
+
+def test_timers_started_in_the_same_second_name_the_inner_one() -> None:
+    # slime logs `Timer train start` and `Timer actor_train start` within one second: log times
+    # have one-second resolution, so the later line (the inner timer) is the one quoted.
+    same = LogTail(
+        lines=2,
+        last_time=NOW - 60,
+        last_line="[2026-01-25 10:24:00] timer.py:24 - Timer actor_train start",
+        open_timers=(
+            LogTimer("train", NOW - 60, "[2026-01-25 10:24:00] timer.py:24 - Timer train start"),
+            LogTimer(
+                "actor_train",
+                NOW - 60,
+                "[2026-01-25 10:24:00] timer.py:24 - Timer actor_train start",
+            ),
+        ),
+    )
+    v = _v(_frozen_engine_job((_log(same, "MegatronTrainRayActor", 300),)))
+    assert "`Timer actor_train start`" in _finding(v, "log-open-timer")
