@@ -376,6 +376,45 @@ FAULTS: dict[str, FaultSpec] = {
                 FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
             ),
         ),
+        FaultSpec(
+            name="checkpoint_slow_storage",
+            description=(
+                "slime's save_model after a train step writes the checkpoint to slow storage "
+                "(verl#2238: 22-36 min per save): train rank 0 writes the whole torch_dist "
+                "checkpoint in small fsync'd blocks, each acknowledged after a pause, while rank "
+                "1 waits in save_checkpoint's barrier. Both stack samples look the same; only "
+                "the kernel source's /proc/<pid>/io write bytes show the save moving"
+            ),
+            expected=Expected(status="progressing", stage="none"),
+            frames=(
+                FrameSignature("driver", ("save_model", "train")),
+                FrameSignature(
+                    "train rank 0",
+                    ("_write_block", "_write_shard_to_slow_storage", "save_checkpoint", "save"),
+                ),
+                FrameSignature("train rank 1", ("barrier", "save_checkpoint", "save")),
+            ),
+        ),
+        FaultSpec(
+            name="train_custom_loss_stuck",
+            description=(
+                "slime's FSDP backend (--train-backend fsdp) with a user's loss plugged in by "
+                "--custom-loss-function-path: on train rank 1 the loss loops forever on a "
+                "micro-batch without response tokens, and rank 0 waits in the step's all_reduce. "
+                "No frame or Ray method of the FSDP backend is in the stage tables: only rank 0's "
+                "`Timer actor_train start` in the log names the stage (slime#1487)"
+            ),
+            expected=Expected(
+                status="hung", stage="train", culprit_role="train_rank", culprit_rank=FAULT_RANK
+            ),
+            frames=(
+                FrameSignature(
+                    "train rank 1",
+                    ("token_mean_loss", "loss_function", "_train_step", "_train_core", "train"),
+                ),
+                FrameSignature("train rank 0", ("all_reduce", "_train_step", "_train_core")),
+            ),
+        ),
     )
 }
 

@@ -2,8 +2,9 @@
 the Job API with one injected fault, and a handle to wait for it and to stop everything.
 
 Readiness is read from the job's own log (the Job API): healthy runs are ready after a few
-training steps, faulty runs after the job logs `DEMO FAULT ARMED` plus a short settle time (the
-moment the blocking call is entered) — or, for start-up faults, after the engine plan line.
+training steps, faulty runs (a progressing one too, e.g. a slow checkpoint) after the job logs
+`DEMO FAULT ARMED` plus a short settle time (the moment the blocking call is entered) — or, for
+start-up faults, after the engine plan line.
 
 Every process the demo starts carries the environment variable `SLIME_HANGDOCTOR_DEMO=<id>`
 (Ray passes the job's env to its actors; the engines' server and scheduler children inherit it),
@@ -46,7 +47,9 @@ _ENGINE_PORT_RE = re.compile(r"Ports for engine (\d+): \{'host': '([^']+)', 'por
 _ENGINE_LAUNCH_RE = re.compile(
     r"\(SGLangEngine pid=(\d+)[^)]*\).*Launch HttpServerEngineAdapter at: ([\d.]+):(\d+)"
 )
-_RANK_RE = re.compile(r"\(MegatronTrainRayActor pid=(\d+)[^)]*\).*\[Rank (\d+)\] joined the train")
+_RANK_RE = re.compile(
+    r"\((?:Megatron|FSDP)TrainRayActor pid=(\d+)[^)]*\).*\[Rank (\d+)\] joined the train"
+)
 _ENGINE_UP_TEXT = "The server is fired up and ready to roll"
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 _RAY_PREFIX_RE = re.compile(r"^\(\w+ pid=\d+(?:, ip=[^)]*)?\) ?")
@@ -245,8 +248,8 @@ class DemoRun:
             logs = self.logs()
             if progress is not None:
                 progress(f"{self.stage(logs)} ({time.monotonic() - self.started_at:.0f} s)")
-            if spec.expected.status != "hung":
-                if self.steps_done(logs) >= HEALTHY_STEPS.get(spec.name, 3):
+            if spec.expected.status != "hung" and spec.name in HEALTHY_STEPS:
+                if self.steps_done(logs) >= HEALTHY_STEPS[spec.name]:
                     break
             elif spec.expected.stage == "startup" and spec.server_fault is not None:
                 # an engine start-up fault is ready once its engines are launched and listening

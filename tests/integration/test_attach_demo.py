@@ -114,6 +114,14 @@ def _train_rank_stuck(run: DemoRun, _matched: dict[str, str]) -> None:
     assert run.steps_done() == 0
 
 
+def _checkpoint_slow_storage(run: DemoRun, _matched: dict[str, str]) -> None:
+    """The save goes on: no train step over 2 s, while rank 0's storage write bytes grow."""
+    rank0 = run.processes()["train rank 0"]
+    before = psutil.Process(rank0).io_counters().write_bytes
+    _assert_stuck(run)
+    assert psutil.Process(rank0).io_counters().write_bytes - before >= 1 << 20
+
+
 # The healthy job's own checks (what `demo --fault none` must look like): steps advance, no fault
 # armed, the processes are titled as slime's are, every engine serves its weight version.
 EXPECTED_PROCESSES = {
@@ -166,6 +174,8 @@ LIVE_CHECKS: dict[str, Callable[[DemoRun, dict[str, str]], None]] = {
     "reward_hang": _reward_hang,
     "colocate_update_hang": _colocate_update_hang,
     "train_rank_stuck": _train_rank_stuck,
+    "checkpoint_slow_storage": _checkpoint_slow_storage,
+    "train_custom_loss_stuck": _train_rank_stuck,
     "none": _healthy,
 }
 def _finding(verdict: dict[str, Any], rule: str) -> dict[str, Any]:
@@ -199,10 +209,32 @@ def _rollout_slots_leaked(verdict: dict[str, Any], run: DemoRun) -> None:
     assert not any(f["rule"] == "requests-at-proxy" for f in verdict["findings"])
 
 
+def _checkpoint_slow_storage_verdict(verdict: dict[str, Any], _run: DemoRun) -> None:
+    """Issue 14 item 8, kernel source: only rank 0's storage bytes show the save moving."""
+    assert verdict["extra"]["current_stage"] == "checkpoint", verdict["extra"]
+    io = _finding(verdict, "storage-io")
+    assert [e.split(" (pid")[0] for e in io["evidence"]] == ["train rank 0"], io
+    progress = _finding(verdict, "progress")
+    assert any(
+        e.startswith("train rank 0:") and "to storage between the samples" in e
+        for e in progress["evidence"]
+    ), progress
+
+
+def _train_custom_loss_stuck(verdict: dict[str, Any], _run: DemoRun) -> None:
+    """Issue 14 item 8, logs source: only rank 0's open `Timer actor_train start` names the
+    stage (the FSDP backend's frames and methods name none)."""
+    timer = _finding(verdict, "log-open-timer")
+    assert "`Timer actor_train start`" in timer["message"], timer
+    assert "used: no live source named one" in timer["message"], timer
+
+
 # A fault's checks of the verdict beyond status, stage and culprit: the finding naming its source.
 VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
     "rollout_behind_proxy": _rollout_behind_proxy,
     "rollout_slots_leaked": _rollout_slots_leaked,
+    "checkpoint_slow_storage": _checkpoint_slow_storage_verdict,
+    "train_custom_loss_stuck": _train_custom_loss_stuck,
 }
 # Healthy steps before a fault arms (default 0): the colocated update hangs after one full step.
 FAULT_AFTER_STEPS: dict[str, int] = {"colocate_update_hang": 1}

@@ -47,6 +47,9 @@ def train(args: argparse.Namespace) -> None:
 
         ray.get(actor_model.async_train(rollout_id, rollout_data_ref))
 
+        if should_run_periodic_action(rollout_id, args.save_interval):
+            actor_model.save_model(rollout_id)
+
         if args.offload_rollout:
             ray.get(rollout_manager.onload_weights.remote())
         actor_model.update_weights()

@@ -30,13 +30,16 @@ class RayTrainGroup:
     ) -> None:
         from slime.backends.megatron_utils.actor import MegatronTrainRayActor
 
+        actor_impl: Any = MegatronTrainRayActor
+        if self.args.train_backend == "fsdp":
+            from slime.backends.fsdp_utils.actor import FSDPTrainRayActor
+
+            actor_impl = FSDPTrainRayActor
         world_size = self._num_nodes * self._num_gpus_per_node
         placement_group, bundle_indices, _gpu_ids = pg
         env_vars = {"NCCL_CUMEM_ENABLE": "0", "OMP_NUM_THREADS": "1"}
         # On the 2-core demo box a "GPU" is nothing: the actors ask for no resources at all.
-        actor_cls: Any = ray.remote(num_gpus=0, runtime_env={"env_vars": env_vars})(
-            MegatronTrainRayActor
-        )
+        actor_cls: Any = ray.remote(num_gpus=0, runtime_env={"env_vars": env_vars})(actor_impl)
         self._actor_handlers: list[Any] = []
         master_addr, master_port = None, None
         for rank in range(world_size):
@@ -62,6 +65,10 @@ class RayTrainGroup:
     def update_weights(self) -> list[Any]:
         """Push the trained weights to the rollout engines (every rank takes part)."""
         return list(ray.get([actor.update_weights.remote() for actor in self._actor_handlers]))
+
+    def save_model(self, step_id: int) -> list[Any]:
+        """Save the actor model (every rank takes part)."""
+        return list(ray.get([actor.save_model.remote(step_id) for actor in self._actor_handlers]))
 
     def onload(self) -> list[Any]:
         return list(ray.get([actor.wake_up.remote() for actor in self._actor_handlers]))

@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-_DEFAULTS: dict[str, object] = {"sglang_step_s": 0.02, "rollout_max_response_len": 16}
+_DEFAULTS: dict[str, object] = {
+    "sglang_step_s": 0.02,
+    "rollout_max_response_len": 16,
+    "train_backend": "megatron",
+}
 # SGLang ServerArgs fields the stand-in engine takes, given to the job as --sglang-<field>
 SERVER_PASSTHROUGH = (
     "admin_api_key",
@@ -62,6 +66,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--update-weight-buffer-size", type=int, default=16 * 1024)
     p.add_argument("--distributed-timeout-minutes", type=int, default=60)
     p.add_argument("--train-step-seconds", type=float, default=0.3)
+    # training backend and user-plugged hooks, as slime's
+    p.add_argument("--train-backend", choices=("megatron", "fsdp"), default="megatron")
+    p.add_argument("--custom-loss-function-path", default=None)
+    # checkpointing, as slime's (Megatron's --save, slime's --save-interval)
+    p.add_argument("--save", default=None)
+    p.add_argument("--save-interval", type=int, default=None)
     # demo faults
     p.add_argument("--fault", default="none")
     p.add_argument("--fault-after-steps", type=int, default=0)
@@ -87,6 +97,13 @@ FAULT_SETTINGS: dict[str, dict[str, object]] = {
     "eval_hang": {"eval_interval": 1, "skip_eval_before_train": True},
     # earlier rollouts finish first: Ray's task history compares the stuck one with them
     "rollout_slots_leaked": {"fault_after_steps": 3},
+    # slime's FSDP backend with a user's loss that never returns on a batch without tokens
+    "train_custom_loss_stuck": {
+        "train_backend": "fsdp",
+        "custom_loss_function_path": "user_plugins.token_mean_loss.token_mean_loss",
+    },
+    # a save after every step, under the job's working directory (a disk-backed folder)
+    "checkpoint_slow_storage": {"save": "checkpoints", "save_interval": 1},
 }
 
 
@@ -103,5 +120,6 @@ def finalize_args(args: argparse.Namespace) -> None:
     args.num_engines = args.rollout_num_gpus // min(
         args.rollout_num_gpus_per_engine, args.num_gpus_per_node
     )
+    args.slow_storage = False  # the demo's slow storage (checkpoint_slow_storage), set when armed
     args.sglang_router_ip = None
     args.sglang_router_port = None

@@ -93,3 +93,11 @@ def master_node_proxy_env(proxy_url: str) -> dict[str, str]:
         "no_proxy": "localhost",
         "NO_PROXY": "localhost",
     }
+
+
+def load_function(path: str) -> Any:
+    """`module.path.function` -> the function (slime's load_function, for --*-path hooks)."""
+    import importlib
+
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)

@@ -6,11 +6,12 @@ import argparse
 import logging
 from typing import Any
 
-from slime.backends.megatron_utils.model import initialize_model_and_optimizer, train
+from slime.backends.megatron_utils.model import initialize_model_and_optimizer, save, train
 from slime.ray.train_actor import TrainRayActor
 from slime.utils.data import process_rollout_data
 from slime.utils.distributed_utils import get_gloo_group
-from slime.utils.misc import Box
+from slime.utils.logging_utils import log_fault_armed
+from slime.utils.misc import Box, fault_armed
 from slime.utils.timer import Timer, timer, with_defer
 
 logger = logging.getLogger(__name__)
@@ -23,6 +24,9 @@ class MegatronTrainRayActor(TrainRayActor):
         import torch.distributed as dist
 
         Timer().log_enabled = dist.get_rank() == 0
+        from megatron.training.global_vars import set_args
+
+        set_args(args)  # Megatron's initialize_megatron
         logger.info("Applying monkey patch to torch.distributed")
         dist.barrier(group=get_gloo_group())
         logger.info("Load checkpoint from HuggingFace model into Megatron (path=demo/model)")
@@ -98,6 +102,19 @@ class MegatronTrainRayActor(TrainRayActor):
         Timer().end("train")
         if self.args.rank == 0:
             logger.info(f"perf {rollout_id}: {{'perf/step': {rollout_id}}}")
+
+    @timer
+    def save_model(self, iteration: int) -> None:
+        if fault_armed(self.args, "checkpoint_slow_storage", iteration):
+            self.args.slow_storage = True
+            if self.args.rank == 0:
+                log_fault_armed(
+                    logger,
+                    self.args.fault,
+                    "save_checkpoint on train rank 0 (slow storage)",
+                    iteration,
+                )
+        save(iteration, self.model, self.optimizer, None)
 
     @timer
     def update_weights(self) -> None:

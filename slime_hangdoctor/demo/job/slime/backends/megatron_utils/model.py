@@ -80,3 +80,12 @@ def train(
             logger.info(
                 f"step {optimizer['step']}: {{'train/loss': {metrics['loss']:.6f}, 'train/grad_norm': {metrics['grad_norm']:.4f}}}"
             )
+
+
+def save(iteration: int, model: dict[str, Any], optimizer: Any, opt_param_scheduler: Any) -> None:
+    """slime's `save`: Megatron's save_checkpoint of the (one-chunk) model."""
+    from megatron.training.checkpointing import save_checkpoint
+
+    save_checkpoint(
+        iteration, [model], optimizer, opt_param_scheduler, num_floating_point_operations_so_far=0
+    )

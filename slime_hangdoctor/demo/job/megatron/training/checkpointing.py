@@ -1,0 +1,107 @@
+"""`save_checkpoint` as megatron/training/checkpointing.py (torch_dist format, not fully parallel).
+
+Every rank saves its part of the state, then all ranks wait in a barrier ("Wait so everyone is done
+(necessary)") before rank 0 writes the tracker file `latest_checkpointed_iteration.txt`. Without
+`--ckpt-fully-parallel-save`, a tensor replicated across data-parallel ranks is written by its main
+replica, the first data-parallel rank: with pure data parallelism (the demo: 2 ranks, DP=2) rank 0
+writes the whole checkpoint while the other ranks wait in that barrier.
+
+The demo fault `checkpoint_slow_storage` stands in for a slow file system under `--save` (an
+overloaded NFS / Lustre / object-store mount): each 64 KiB block is acknowledged only after a pause,
+so the write moves on steadily but never finishes while the doctor looks. The demo's state is small,
+so the slow write cycles through one bounded shard file (disk use stays at SLOW_SHARD_BYTES) and
+fsyncs every block: the bytes really reach the disk and count in `/proc/<pid>/io` write_bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import time
+from typing import Any
+
+from megatron.training.global_vars import get_args
+
+logger = logging.getLogger(__name__)
+
+SLOW_BLOCK_BYTES = 64 * 1024
+SLOW_SHARD_BYTES = 4 * 1024 * 1024
+SLOW_BLOCK_PAUSE_S = 0.05  # ~1.2 MiB/s: slow, but far above the doctor's 1 MiB per window
+
+
+def get_checkpoint_name(checkpoints_path: str, iteration: int) -> str:
+    return os.path.join(checkpoints_path, f"iter_{iteration:07d}")
+
+
+def get_checkpoint_tracker_filename(checkpoints_path: str) -> str:
+    return os.path.join(checkpoints_path, "latest_checkpointed_iteration.txt")
+
+
+def ensure_directory_exists(path: str) -> None:
+    os.makedirs(path, exist_ok=True)
+
+
+def save_checkpoint(
+    iteration: int,
+    model: list[Any],
+    optimizer: Any,
+    opt_param_scheduler: Any,
+    num_floating_point_operations_so_far: int,
+    checkpointing_context: dict[str, Any] | None = None,
+) -> None:
+    import torch
+    import torch.distributed as dist
+
+    args = get_args()
+    rank = dist.get_rank()
+    checkpoint_name = get_checkpoint_name(args.save, iteration)
+    if rank == 0:
+        logger.info(
+            f"saving checkpoint at iteration {iteration:7d} to {args.save} in torch_dist format"
+        )
+        ensure_directory_exists(checkpoint_name)
+        state_dict = {
+            "iteration": iteration,
+            "model": model[0],
+            "optimizer": optimizer,
+            "opt_param_scheduler": opt_param_scheduler,
+            "num_floating_point_operations_so_far": num_floating_point_operations_so_far,
+        }
+        buf = io.BytesIO()
+        torch.save(state_dict, buf)
+        shard = os.path.join(checkpoint_name, "__0_0.distcp")
+        if getattr(args, "slow_storage", False):
+            _write_shard_to_slow_storage(shard, buf.getvalue())
+        else:
+            with open(shard, "wb") as fh:
+                fh.write(buf.getvalue())
+    # Wait so everyone is done (necessary)
+    dist.barrier()
+    if rank == 0:
+        with open(get_checkpoint_tracker_filename(args.save), "w") as fh:
+            fh.write(str(iteration))
+        logger.info(f"  successfully saved checkpoint from iteration {iteration:7d} to {args.save}")
+    # Wait so everyone is done (not necessary)
+    dist.barrier()
+
+
+def _write_shard_to_slow_storage(path: str, payload: bytes) -> None:
+    """The demo's slow storage (see the module docstring): blocks of the shard, each fsync'd and
+    acknowledged after a pause, cycling through one bounded file; it does not finish."""
+    block = (payload * (SLOW_BLOCK_BYTES // max(1, len(payload)) + 1))[:SLOW_BLOCK_BYTES]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        offset = 0
+        deadline = time.monotonic() + 10**9
+        while time.monotonic() < deadline:
+            _write_block(fd, block, offset)
+            offset = (offset + SLOW_BLOCK_BYTES) % SLOW_SHARD_BYTES
+    finally:
+        os.close(fd)
+
+
+def _write_block(fd: int, block: bytes, offset: int) -> None:
+    os.pwrite(fd, block, offset)
+    os.fsync(fd)
+    time.sleep(SLOW_BLOCK_PAUSE_S)  # the storage's latency

@@ -1,0 +1,107 @@
+"""The kernel and log sources on recorded demo bundles (tests/fixtures/analysis/demo, provenance in
+tests/fixtures/README.md): each demo fault gets its verdict with its source, and a wrong one when
+that source's records are removed (`transforms.bundle_without_sources`).
+
+- `checkpoint_slow_storage` (verl#2238 shape): rank 0 writes the checkpoint to slow storage while
+  rank 1 waits in save_checkpoint's barrier. The stacks are the same at both samples; only
+  /proc/<pid>/io says the save moves. With the kernel source: progressing, no culprit. Without it:
+  hung in `checkpoint`, rank 0 blamed, and `checkpoint-stall` calls it a collective mismatch.
+- `train_custom_loss_stuck` (slime#1487 shape): the FSDP backend's frames and Ray methods name no
+  stage; rank 0's `Timer actor_train start` does. With the logs: hung in `train`. Without them: the
+  same culprit (logs never decide it) and the stage `unknown`.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+from slime_hangdoctor import bundle as b
+from slime_hangdoctor.analysis.diagnosis import diagnose
+from slime_hangdoctor.bundle import open_bundle
+from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.topology import build_topology
+from slime_hangdoctor.verdict import Diagnosis, Finding, Role, Stage, Status, Verdict
+from tests.fixtures import transforms as tf
+
+DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "analysis" / "demo"
+FAULT_RANK = 1
+
+
+def _unpacked(name: str, dest: Path) -> Path:
+    with tarfile.open(DEMO / f"{name}.tar.gz") as tar:
+        tar.extractall(dest, filter="data")
+    return next(p.parent for p in dest.rglob("manifest.json"))
+
+
+def _diagnose(path: Path) -> Diagnosis:
+    with open_bundle(path) as bundle:
+        snapshot = load_snapshot(bundle)
+    return diagnose(snapshot, build_topology(snapshot))
+
+
+def _finding(v: Verdict, rule: str) -> Finding:
+    found = [f for f in v.findings if f.rule == rule]
+    assert len(found) == 1, [f.rule for f in v.findings]
+    return found[0]
+
+
+# --------------------------------------------------------------------------- kernel source
+
+
+def test_slow_checkpoint_storage_is_progress_by_the_bytes_it_writes(tmp_path: Path) -> None:
+    d = _diagnose(_unpacked("checkpoint_slow_storage", tmp_path))
+    v = d.verdict
+    assert (v.status, v.stage) == (Status.PROGRESSING, Stage.NONE), v.summary
+    assert v.culprits == ()
+    assert v.extra.get("current_stage") == Stage.CHECKPOINT.value
+    io = _finding(v, "storage-io")
+    assert len(io.evidence) == 1 and io.evidence[0].startswith("train rank 0"), io.evidence
+    progress = _finding(v, "progress")
+    assert any(
+        e.startswith("train rank 0:") and "to storage between the samples" in e
+        for e in progress.evidence
+    ), progress
+    assert not any(f.rule == "checkpoint-stall" for f in v.findings)
+    rank1 = next(r for r in d.rows if r.role is Role.TRAIN_RANK and r.label.endswith("1"))
+    assert rank1.stage is Stage.CHECKPOINT  # it waits in the save's barrier, as a hang would show
+
+
+def test_without_the_kernel_source_the_slow_save_is_called_a_hang(tmp_path: Path) -> None:
+    root = _unpacked("checkpoint_slow_storage", tmp_path / "src")
+    without = tf.bundle_without_sources(root, tmp_path / "without", frozenset({b.KERNEL}))
+    v = _diagnose(without).verdict
+    assert (v.status, v.stage) == (Status.HUNG, Stage.CHECKPOINT), v.summary
+    assert v.culprits and v.culprits[0].role is Role.TRAIN_RANK and v.culprits[0].rank == 0
+    assert "collective mismatch" in _finding(v, "checkpoint-stall").message
+    assert not any(f.rule == "storage-io" for f in v.findings)
+    kept = tf.bundle_without_sources(root, tmp_path / "kept", frozenset({b.SOCKETS, b.RAY_LOGS}))
+    assert _diagnose(kept).verdict.status is Status.PROGRESSING  # not those sources
+
+
+# --------------------------------------------------------------------------- logs source
+
+
+def test_an_open_timer_names_the_stage_the_fsdp_frames_do_not(tmp_path: Path) -> None:
+    d = _diagnose(_unpacked("train_custom_loss_stuck", tmp_path))
+    v = d.verdict
+    assert (v.status, v.stage) == (Status.HUNG, Stage.TRAIN), v.summary
+    top = v.culprits[0]
+    assert (top.role, top.rank) == (Role.TRAIN_RANK, FAULT_RANK), v.summary
+    timer = _finding(v, "log-open-timer")
+    assert "`Timer actor_train start`" in timer.message, timer.message
+    assert "used: no live source named one" in timer.message
+    assert all(r.stage is not Stage.TRAIN for r in d.rows if r.role is Role.TRAIN_RANK)
+
+
+def test_without_the_logs_source_the_stage_is_unknown_and_the_culprit_the_same(
+    tmp_path: Path,
+) -> None:
+    root = _unpacked("train_custom_loss_stuck", tmp_path / "src")
+    without = tf.bundle_without_sources(root, tmp_path / "without", frozenset({b.RAY_LOGS}))
+    v = _diagnose(without).verdict
+    assert (v.status, v.stage) == (Status.HUNG, Stage.UNKNOWN), v.summary
+    assert (v.culprits[0].role, v.culprits[0].rank) == (Role.TRAIN_RANK, FAULT_RANK)
+    assert not any(f.rule.startswith("log-") for f in v.findings)
+    kept = tf.bundle_without_sources(root, tmp_path / "kept", frozenset({b.KERNEL, b.SOCKETS}))
+    assert _diagnose(kept).verdict.stage is Stage.TRAIN  # not those sources
