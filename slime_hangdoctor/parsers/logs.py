@@ -5,6 +5,9 @@ Line shapes (shared/reference/slime.md §7, sglang.md §2):
   logger: `[YYYY-mm-dd HH:MM:SS<tp/dp tags>] message`; Ray's internal logs `[... ,ms I pid tid]`;
   Python's default `YYYY-mm-dd HH:MM:SS,ms ...`.
 - Ray prefixes the actor lines it forwards into the driver's log with `(Class pid=N, ip=...)`.
+- Ray writes its own marker lines into a worker's log files (`:job_id:02000000`,
+  `:actor_name:SGLangEngine`, as the real answers in tests/fixtures/real/local-cpu-ray-2.60-logs):
+  they are skipped, not counted as the process's lines.
 - slime's Timer (slime/utils/timer.py, slime/observability/timer.py) logs on global rank 0:
   `Timer <name> start` and `Timer <name> end (elapsed: X.Ys)`.
 - SGLang's scheduler: `Cache not flushed because there are pending requests. #queue-req: N,
@@ -26,6 +29,9 @@ MAX_TEXT = 300  # characters kept of one notable line
 KEEP_PER_KIND = 4  # newest notable lines kept per kind
 MAX_LINES = 200_000  # a tail with more lines is refused (the collector asks for a few hundred)
 
+# Ray's own marker lines in a worker's log files (ray_constants.LOG_PREFIX_*: the job and actor the
+# worker serves, task names), not the process's output.
+_RAY_MARKERS = (":job_id:", ":actor_name:", ":task_name:", ":event_summary:", ":info_message:")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _RAY_PREFIX = re.compile(r"^\((?P<who>[^()]{1,200})\)\s?")
 _TIME = re.compile(r"(?P<d>\d{4}-\d{2}-\d{2})[ T](?P<t>\d{2}:\d{2}:\d{2})")
@@ -75,7 +81,7 @@ def parse_log_tail(text: str, utc_offset_s: int = 0) -> LogTail:
     in_traceback = False
     for line in raw:
         stripped = _ANSI.sub("", line).strip()
-        if not stripped:
+        if not stripped or stripped.startswith(_RAY_MARKERS):
             continue
         count += 1
         who, body = _split_prefix(stripped)

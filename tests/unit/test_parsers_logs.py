@@ -5,6 +5,7 @@ and named transformations of them (forwarded into a driver log by Ray, cut, redr
 from __future__ import annotations
 
 import calendar
+import json
 import time
 from pathlib import Path
 
@@ -115,3 +116,64 @@ def test_slimes_http_retry_line_is_a_retry_not_an_error() -> None:
     )
     tail = parse_log_tail(SLIME_1487 + line + "\n")
     assert [n.kind for n in tail.notable] == [LogKind.RETRY]
+
+
+# Real Ray 2.60 log API answers (tests/fixtures/real/local-cpu-ray-2.60-logs, captured by
+# tests/fixtures/capture_ray_logs.py): a driver log with the actors' forwarded lines, and the err and
+# out streams of a train rank, an engine and a RolloutManager printing slime's and SGLang's lines.
+RAY_LOGS = FIX / "real" / "local-cpu-ray-2.60-logs"
+
+
+def _ray_log(pattern: str) -> str:
+    (path,) = RAY_LOGS.glob(pattern)
+    return path.read_text()
+
+
+def test_real_log_api_tail_of_rank_0_ends_in_two_open_timers_of_one_second() -> None:
+    tail = parse_log_tail(_ray_log("MegatronTrainRayActor-*-err.log"))
+    assert [t.name for t in tail.open_timers] == ["train", "actor_train"]
+    assert tail.open_timers[0].started == tail.open_timers[1].started  # one-second log times
+    assert tail.lines == 5  # Ray's `:job_id:` / `:actor_name:` marker lines are not counted
+    assert tail.last_line.endswith("Timer actor_train start") and not tail.notable
+
+
+def test_real_worker_log_markers_are_not_the_last_line_of_an_empty_stream() -> None:
+    tail = parse_log_tail(_ray_log("RolloutManager-*-out.log"))
+    assert (tail.lines, tail.last_line, tail.last_time) == (0, "", None)
+
+
+def test_real_engine_tail_refused_flush_with_its_counts() -> None:
+    tail = parse_log_tail(_ray_log("SGLangEngine-*-err.log"))
+    assert [n.kind for n in tail.notable] == [LogKind.CACHE_NOT_FLUSHED] * 3
+    assert tail.pending_flush == (0, 1)
+
+
+def test_real_rollout_manager_tail_retries_then_a_traceback() -> None:
+    tail = parse_log_tail(_ray_log("RolloutManager-*-err.log"))
+    assert [n.kind for n in tail.notable] == [LogKind.RETRY] * 3 + [LogKind.TRACEBACK]
+    assert tail.notable[-1].text == "TimeoutError: Timeout while flushing cache."
+    assert tail.last_line == "TimeoutError: Timeout while flushing cache."
+
+
+def test_real_driver_log_reads_the_forwarded_lines_per_process() -> None:
+    tail = parse_log_tail(_ray_log("driver-*.log"))
+    assert [t.name for t in tail.open_timers] == ["train", "actor_train"]
+    assert tail.open_timers[-1].text.startswith("(MegatronTrainRayActor pid=")
+    kinds = [n.kind for n in tail.notable]
+    assert kinds.count(LogKind.CACHE_NOT_FLUSHED) == 3 and kinds.count(LogKind.RETRY) == 3
+    assert tail.notable[-1].kind is LogKind.TRACEBACK
+    assert tail.pending_flush == (0, 1)
+    assert tail.last_line.startswith("(RolloutManager pid=")  # colour codes stripped
+
+
+def test_real_capture_records_are_whole_ok_answers() -> None:
+    records = json.loads((RAY_LOGS / "records.json").read_text())
+    assert {r["outcome"] for r in records} == {"ok"}
+    assert {r["meta"]["status"] for r in records} == {200}
+    assert not any(r["meta"]["truncated"] for r in records)
+    actors = [r for r in records if r["meta"]["kind"] == "actor"]
+    assert sorted(r["meta"]["class_name"] for r in actors) == sorted(
+        ["MegatronTrainRayActor", "SGLangEngine", "RolloutManager"] * 2
+    )
+    assert {r["meta"]["suffix"] for r in actors} == {"err", "out"}
+    assert {r["artifact"] for r in records} == {p.name for p in RAY_LOGS.glob("*.log")}
