@@ -232,6 +232,8 @@ def _ray_start(
         **os.environ,
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_AUTH_MODE": "disabled",
+        # a stopped demo job's hung driver gets 1 s after SIGTERM, not Ray's 3 s, before SIGKILL
+        "RAY_JOB_STOP_WAIT_TIME_S": "1",
         **(env or {}),
     }
     argv = [*ray_cli(), "start", *args]
