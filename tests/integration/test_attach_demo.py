@@ -1,7 +1,7 @@
 """`attach` against the live demo slime job: every fault's verdict names the right stage and culprit.
 
-One real Ray head (with dashboard) serves the whole module; each fault is a real job submitted through
-the Job API, diagnosed by the real CLI in a subprocess (py-spy, HTTP to the SGLang stand-ins, Ray's
+Real Ray heads (with dashboard) serve the whole module, PARALLEL_JOBS fault jobs at a time; each
+fault is a real job submitted through the Job API, diagnosed by the real CLI in a subprocess (py-spy, HTTP to the SGLang stand-ins, Ray's
 state API), then stopped. The same live run also checks that the injected hang holds where
 shared/reference/slime.md §8 says it would (every frame signature of the fault, by py-spy, plus
 the fault's own checks in LIVE_CHECKS) and that stopping the job leaves none of its processes:
@@ -10,9 +10,12 @@ one demo job per fault for the whole suite (CI time).
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import json
+import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +181,8 @@ LIVE_CHECKS: dict[str, Callable[[DemoRun, dict[str, str]], None]] = {
     "train_custom_loss_stuck": _train_rank_stuck,
     "none": _healthy,
 }
+
+
 def _finding(verdict: dict[str, Any], rule: str) -> dict[str, Any]:
     found = next((f for f in verdict["findings"] if f["rule"] == rule), None)
     assert found is not None, [f["rule"] for f in verdict["findings"]]
@@ -240,34 +245,115 @@ VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
 FAULT_AFTER_STEPS: dict[str, int] = {"colocate_update_hang": 1}
 
 
-@pytest.mark.parametrize("fault", sorted(FAULTS))
-def test_attach_names_the_stage_and_the_culprit(
-    head: cluster.RayHead, fault: str, tmp_path: Path
-) -> None:
-    """Each demo fault: status, blocked stage and culprit process as the fault registry expects;
-    the hang holds where its frame signatures say; the stopped job leaves no process behind."""
-    # GIVEN a live demo job that has reached its fault
+# Demo jobs diagnosed at once, each on a Ray head of its own (the doctor attaches by that head's
+# dashboard URL, so it sees only that cluster's job). Two keep the 2-core CI box busy without
+# starving either job; the verdicts are the same as one at a time.
+PARALLEL_JOBS = 2
+
+
+@dataclass
+class FaultRun:
+    """What one fault's live run gave: the doctor's answer and the checks made on the live job."""
+
+    run: DemoRun
+    workdir: Path
+    rc: int = -1
+    verdict: dict[str, Any] | None = None
+    wall: float = 0.0
+    error: BaseException | None = None  # raised by the live part (start, attach, live checks)
+    leftover: list[int] | None = None  # processes of the job still alive after its stop
+
+
+def _diagnose_live(head: cluster.RayHead, fault: str, workdir: Path) -> FaultRun:
+    """Start `fault`'s demo job on `head`, attach the doctor, check the live hang, stop the job."""
     spec = FAULTS[fault]
     run = start_demo(
         fault,
-        workdir=tmp_path / "demo",
+        workdir=workdir / "demo",
         head=head,
         fault_after_steps=FAULT_AFTER_STEPS.get(fault, 0),
     )
+    result = FaultRun(run, workdir)
     try:
-        run.wait_until_ready(timeout=150)
-        # WHEN the doctor attaches through the dashboard address
-        rc, verdict, _err, wall = attach(head.dashboard_url, "--out", str(tmp_path / "bundle"))
+        run.wait_until_ready(timeout=200)
+        # the doctor attaches through the dashboard address
+        result.rc, result.verdict, _err, result.wall = attach(
+            head.dashboard_url, "--out", str(workdir / "bundle")
+        )
         # (and the job still holds its hang where slime.md says it would)
         if have_pyspy():
             matched = check_all_signatures(run, spec)
             if fault in LIVE_CHECKS:
                 LIVE_CHECKS[fault](run, matched)
+    except BaseException as exc:  # noqa: BLE001 - re-raised by the fault's own test
+        result.error = exc
     finally:
         run.stop()
-    assert marked_processes(run.submission_id) == []
+    result.leftover = marked_processes(run.submission_id)
+    return result
+
+
+def _selected_faults(session: pytest.Session) -> list[str]:
+    """The faults of test_attach_names_the_stage_and_the_culprit this session runs, in order."""
+    faults: list[str] = []
+    for item in session.items:
+        callspec = getattr(item, "callspec", None)
+        if (
+            callspec is not None
+            and getattr(item, "originalname", "") == "test_attach_names_the_stage_and_the_culprit"
+            and Path(str(item.path)) == Path(__file__)
+        ):
+            faults.append(str(callspec.params["fault"]))
+    return faults
+
+
+@pytest.fixture(scope="module")
+def fault_runs(
+    request: pytest.FixtureRequest,
+    head: cluster.RayHead,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, cf.Future[FaultRun]]]:
+    """Every selected fault's live run, PARALLEL_JOBS at a time, in test order: each test waits for
+    its own while the next ones already run."""
+    faults = _selected_faults(request.session)
+    heads: queue.Queue[cluster.RayHead] = queue.Queue()
+    heads.put(head)
+    extra: list[cluster.RayHead] = []
+    for i in range(1, min(PARALLEL_JOBS, len(faults))):
+        extra.append(cluster.start_head(tmp_path_factory.mktemp(f"ray-head-{i}"), num_cpus=2))
+        heads.put(extra[-1])
+
+    def one(fault: str) -> FaultRun:
+        h = heads.get()
+        try:
+            return _diagnose_live(h, fault, tmp_path_factory.mktemp(fault))
+        finally:
+            heads.put(h)
+
+    pool = cf.ThreadPoolExecutor(max_workers=heads.qsize(), thread_name_prefix="fault")
+    try:
+        yield {fault: pool.submit(one, fault) for fault in faults}
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        for h in extra:
+            h.stop()
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_attach_names_the_stage_and_the_culprit(
+    fault_runs: dict[str, cf.Future[FaultRun]], fault: str
+) -> None:
+    """Each demo fault: status, blocked stage and culprit process as the fault registry expects;
+    the hang holds where its frame signatures say; the stopped job leaves no process behind."""
+    # GIVEN a live demo job that has reached its fault, WHEN the doctor attached (fault_runs)
+    result = fault_runs[fault].result(timeout=600)
+    if result.error is not None:
+        raise result.error
+    run, verdict = result.run, result.verdict
+    assert verdict is not None
+    assert result.leftover == []
     # THEN
-    expected = spec.expected
+    expected = FAULTS[fault].expected
     assert verdict["schema"] == "slime-hangdoctor.verdict/1"
     assert (verdict["status"], verdict["stage"]) == (expected.status, expected.stage), verdict[
         "summary"
@@ -275,10 +361,11 @@ def test_attach_names_the_stage_and_the_culprit(
     _check_culprit(verdict, run, fault)
     if fault in VERDICT_CHECKS:
         VERDICT_CHECKS[fault](verdict, run)
+    rc = result.rc
     assert rc == verdict["exit_code"] and rc in ((1, 2) if expected.status == "hung" else (0,))
-    assert wall < TIMEOUT_S + 5
-    assert (tmp_path / "bundle" / "manifest.json").is_file()
-    assert (tmp_path / "bundle.tar.gz").is_file()
+    assert result.wall < TIMEOUT_S + 5
+    assert (result.workdir / "bundle" / "manifest.json").is_file()
+    assert (result.workdir / "bundle.tar.gz").is_file()
 
 
 def test_attach_to_a_cluster_without_a_slime_job_is_idle(head: cluster.RayHead) -> None:
