@@ -23,6 +23,8 @@ import psutil
 import pytest
 import requests
 
+from slime_hangdoctor import bundle as b
+from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.demo import cluster
 from slime_hangdoctor.demo.faults import FAULTS
 from slime_hangdoctor.demo.launch import ARMED_TEXT, DemoRun, start_demo
@@ -234,9 +236,21 @@ def _train_custom_loss_stuck(verdict: dict[str, Any], _run: DemoRun) -> None:
     assert "used: no live source named one" in timer["message"], timer
 
 
+def _engine_paused_by_update(verdict: dict[str, Any], run: DemoRun) -> None:
+    """AReaL#1160: only the RolloutManager's connections to engine 1, held across both samples
+    (the sockets source), say where the rollout's requests are; the healthy engine is not named."""
+    urls = run.engine_urls()
+    held = _finding(verdict, "requests-held-outside-scheduler")
+    assert any(urls[1] in e and "rollout manager" in e for e in held["evidence"]), held
+    assert not any(urls[0] in e for e in held["evidence"]), held
+    culprit = _finding(verdict, "culprit")
+    assert any(e.startswith("[sockets]") for e in culprit["evidence"]), culprit
+
+
 # A fault's checks of the verdict beyond status, stage and culprit: the finding naming its source.
 VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
     "rollout_behind_proxy": _rollout_behind_proxy,
+    "engine_paused_by_update": _engine_paused_by_update,
     "rollout_slots_leaked": _rollout_slots_leaked,
     "checkpoint_slow_storage": _checkpoint_slow_storage_verdict,
     "train_custom_loss_stuck": _train_custom_loss_stuck,
@@ -366,6 +380,9 @@ def test_attach_names_the_stage_and_the_culprit(
     assert result.wall < TIMEOUT_S + 5
     assert (result.workdir / "bundle" / "manifest.json").is_file()
     assert (result.workdir / "bundle.tar.gz").is_file()
+    with open_bundle(result.workdir / "bundle") as bundle:
+        ok = {r.source for r in bundle.manifest.probes if r.outcome.value == "ok"}
+    assert {b.SOCKETS, b.KERNEL} <= ok  # the node-local procfs sources read every demo job
 
 
 def test_attach_to_a_cluster_without_a_slime_job_is_idle(head: cluster.RayHead) -> None:
