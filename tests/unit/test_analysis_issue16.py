@@ -278,25 +278,11 @@ def _dead_server_world(router: bool, earlier: bool) -> tuple[object, Topology]:
     the processes and Ray state, as `attach` builds it."""
     from slime_hangdoctor.facts import RouterWorkers
     from slime_hangdoctor.topology import build_topology
-    from tests.unit.analysis_builders import LOOP_FRAMES, RM_GENERATE_FRAMES, proc, procs_obs
+    from tests.unit.analysis_builders import proc, procs_obs
 
     url0, url1 = f"http://{NODE}:15000", f"http://{NODE}:15001"
     router_url = f"http://{NODE}:30000"
-    stacks: list[StackObs] = []
-    for s in (0, 1):
-        stacks += [
-            stack_obs(
-                100,
-                thread((*RAY_GET, F("train", "train.py", 60), F("<module>", "train.py"))),
-                sample=s,
-            ),
-            stack_obs(
-                200,
-                actor_main(*RM_GENERATE_FRAMES),
-                thread(LOOP_FRAMES, name="Thread-3 (_start_loop)", tid=7),
-                sample=s,
-            ),
-        ]
+    stacks = _driver_and_rollout_waiting()
     answers = [
         http(url0, "/v1/loads", 200, EngineLoad(running=0, waiting=0), sample=s) for s in (0, 1)
     ]
@@ -375,25 +361,11 @@ def _idle_loop_world(
     RolloutManager holding these (ip, port) peers open at both."""
     from slime_hangdoctor.facts import RouterWorkers
     from slime_hangdoctor.topology import build_topology
-    from tests.unit.analysis_builders import LOOP_FRAMES, RM_GENERATE_FRAMES, proc, procs_obs
+    from tests.unit.analysis_builders import proc, procs_obs
 
     url0, url1 = f"http://{NODE}:15000", f"http://{NODE}:15001"
     router_url = f"http://{NODE}:30000"
-    stacks: list[StackObs] = []
-    for s in (0, 1):
-        stacks += [
-            stack_obs(
-                100,
-                thread((*RAY_GET, F("train", "train.py", 60), F("<module>", "train.py"))),
-                sample=s,
-            ),
-            stack_obs(
-                200,
-                actor_main(*RM_GENERATE_FRAMES),
-                thread(LOOP_FRAMES, name="Thread-3 (_start_loop)", tid=7),
-                sample=s,
-            ),
-        ]
+    stacks = _driver_and_rollout_waiting()
     answers = [
         http(url, "/v1/loads", 200, EngineLoad(running=0, waiting=0), sample=s)
         for s in (0, 1)
@@ -587,3 +559,26 @@ def test_a_paused_engine_holds_the_requests_and_is_the_culprit() -> None:
     assert v.culprits[0].engine_url == f"http://{NODE}:15001"
     assert "paused" in v.culprits[0].why
     assert v.stage is Stage.ROLLOUT_DISPATCH
+
+
+def _driver_and_rollout_waiting() -> list[StackObs]:
+    """Both samples: the driver (pid 100) in `ray.get` under `train`, the RolloutManager (pid 200)
+    in `generate` with its asyncio loop thread idle."""
+    from tests.unit.analysis_builders import LOOP_FRAMES, RM_GENERATE_FRAMES
+
+    stacks: list[StackObs] = []
+    for s in (0, 1):
+        stacks += [
+            stack_obs(
+                100,
+                thread((*RAY_GET, F("train", "train.py", 60), F("<module>", "train.py"))),
+                sample=s,
+            ),
+            stack_obs(
+                200,
+                actor_main(*RM_GENERATE_FRAMES),
+                thread(LOOP_FRAMES, name="Thread-3 (_start_loop)", tid=7),
+                sample=s,
+            ),
+        ]
+    return stacks
