@@ -55,6 +55,9 @@ SOCKETS = (
 KERNEL = (
     "kernel"  # JSON: kernel-side state of one node's slime processes, /dev/shm, OOM-killer lines
 )
+# The first bytes of one stream (err / out) of a slime actor's Ray worker log, read on its node;
+# meta: pid, class_name, stream, file, bytes, max_bytes, truncated
+ACTOR_LOG_HEAD = "actor_log_head"
 
 SOURCES = (
     RAY_DASHBOARD,
@@ -70,6 +73,7 @@ SOURCES = (
     RAY_LOGS,
     SOCKETS,
     KERNEL,
+    ACTOR_LOG_HEAD,
 )
 
 _SAFE = re.compile(r"[^A-Za-z0-9._\-]+")

@@ -604,3 +604,29 @@ class NodeKernel:
     shm: ShmSpace | None = None
     shm_error: str | None = None
     log: KernelLog | None = None
+
+
+# --------------------------------------------------------------------------- actor log heads (node files)
+
+
+@dataclass(frozen=True)
+class LoggedUrl:
+    """An engine URL one of its start-up lines names."""
+
+    url: str  # scheme://host:port, as logged (the host is not resolved)
+    line: str  # the line (cut)
+    served: bool  # SGLang's uvicorn line (the server listened there); False: slime's launch line
+
+
+@dataclass(frozen=True)
+class ActorLogHead:
+    """What the first bytes of a slime actor's worker log say (engine URLs, for now)."""
+
+    urls: tuple[LoggedUrl, ...] = ()
+    lines: int = 0  # whole lines read
+
+    @property
+    def served_url(self) -> LoggedUrl | None:
+        """The URL the server last said it listens on (None: no uvicorn line in the head)."""
+        served = [u for u in self.urls if u.served]
+        return served[-1] if served else None

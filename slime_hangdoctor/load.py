@@ -29,6 +29,7 @@ from slime_hangdoctor.parsers import (
     sglang,
     sockets,
 )
+from slime_hangdoctor.parsers.log_heads import parse_log_head
 from slime_hangdoctor.parsers.logs import parse_log_tail
 from slime_hangdoctor.snapshot import (
     FrObs,
@@ -36,6 +37,7 @@ from slime_hangdoctor.snapshot import (
     GpuObs,
     HttpObs,
     KernelObs,
+    LogHeadObs,
     LogObs,
     Parsed,
     ProcessesObs,
@@ -70,6 +72,7 @@ class _Acc:
         self.logs: list[LogObs] = []
         self.sockets: list[SocketsObs] = []
         self.kernel: list[KernelObs] = []
+        self.log_heads: list[LogHeadObs] = []
         self.summary_gpus: list[GpuObs] = []
         self.task_pages: list[TaskPageObs] = []
         self.pgs: dict[str, RayPlacementGroup] = {}
@@ -124,6 +127,7 @@ def load_snapshot(bundle: Bundle) -> Snapshot:
         ras=tuple(acc.ras),
         flight=tuple(acc.flight),
         logs=tuple(acc.logs),
+        log_heads=tuple(acc.log_heads),
         task_pages=tuple(sorted(acc.task_pages, key=lambda p: (p.sample, p.time))),
         placement_groups=tuple(acc.pgs.values()),
         cluster=acc.cluster[max(acc.cluster)] if acc.cluster else None,
@@ -200,6 +204,24 @@ def _load_log(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
             suffix=_str(meta.get("suffix")),
             fetched_at=rec.started_at,
             truncated=bool(meta.get("truncated")),
+        )
+    )
+
+
+def _load_log_head(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
+    meta = rec.meta
+    pid = _int(meta.get("pid"))
+    if pid is None:
+        raise ParseError("log head record without a pid")
+    acc.log_heads.append(
+        LogHeadObs(
+            node_ip=rec.node_ip,
+            pid=pid,
+            class_name=str(meta.get("class_name") or ""),
+            stream=str(meta.get("stream") or ""),
+            head=parse_log_head(data),
+            file=_str(meta.get("file")),
+            sample=rec.sample or 0,
         )
     )
 
@@ -352,6 +374,7 @@ SOURCE_LOADERS: dict[str, Callable[[_Acc, ProbeRecord, bytes], None]] = {
     b.RAY_LOGS: _load_log,
     b.SOCKETS: _load_sockets,
     b.KERNEL: _load_kernel,
+    b.ACTOR_LOG_HEAD: _load_log_head,
 }
 # HTTP answers of engines and routers are read whatever their outcome (a refused connection, a
 # timeout and a 503 are evidence too).

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from slime_hangdoctor.bundle import Manifest
 from slime_hangdoctor.facts import (
+    ActorLogHead,
     ClusterResources,
     EngineLoad,
     FrDump,
@@ -133,6 +134,19 @@ class SocketsObs:
 
 
 @dataclass(frozen=True)
+class LogHeadObs:
+    """The head of one stream of a slime actor's worker log, read on its node."""
+
+    node_ip: str | None
+    pid: int
+    class_name: str
+    stream: str  # err | out
+    head: ActorLogHead
+    file: str | None = None  # the log's file name
+    sample: int = 0
+
+
+@dataclass(frozen=True)
 class KernelObs:
     """Kernel-side state of one node (its slime processes, /dev/shm, OOM lines) at one sample."""
 
@@ -161,6 +175,7 @@ class Snapshot:
     cluster: ClusterResources | None = None  # the newest /api/cluster_status answer
     sockets: tuple[SocketsObs, ...] = ()
     kernel: tuple[KernelObs, ...] = ()
+    log_heads: tuple[LogHeadObs, ...] = ()
     blind_spots: tuple[str, ...] = ()  # probes that failed or were not allowed, parse failures
     ray_seen: bool = False  # the Ray state API answered
     notes: tuple[str, ...] = field(default_factory=tuple)

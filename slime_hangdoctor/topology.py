@@ -47,7 +47,8 @@ class Engine:
     node_ip: str | None = None
     actor_pid: int | None = None
     server_pid: int | None = None
-    source: str = "proc-listen"  # proc-listen | user-flag | router | earlier-answer | actor
+    source: str = "proc-listen"  # proc-listen | actor-log | user-flag | router | earlier-answer
+    origin: str = ""  # where the URL was read, in words, where the source alone does not say
 
 
 @dataclass(frozen=True)
@@ -154,11 +155,13 @@ def build_topology(snapshot: Snapshot) -> Topology:
             source="proc-title",
         )
     _add_engine_processes(members, procs)
+    logged = _logged_urls(snapshot)
+    _add_logged_urls(members, logged)
     _add_routers(members, procs)
     _add_drivers(members, procs, snapshot)
     _add_distributed_ranks(members, procs)
     final = _assign_ranks(list(members.values()), procs)
-    engines = _engines(final, snapshot)
+    engines = _engines(final, snapshot, logged)
     final, engines = _pair_lost_servers(final, engines)
     routers = tuple(
         dict.fromkeys(m.engine_url for m in final if m.role is Role.ROUTER and m.engine_url)
@@ -376,7 +379,51 @@ def _assign_ranks(
     return out
 
 
-def _engines(members: list[Member], snapshot: Snapshot) -> tuple[Engine, ...]:
+_ANY_ADDRESS = ("0.0.0.0", "::", "[::]", "")
+
+
+def _logged_urls(snapshot: Snapshot) -> dict[tuple[str | None, int], tuple[str, str]]:
+    """(node, pid) of an engine actor -> the URL its server said it listens on (SGLang's uvicorn
+    line in the head of the actor's worker log) and where that was read, in words."""
+    out: dict[tuple[str | None, int], tuple[str, str]] = {}
+    for obs in sorted(snapshot.log_heads, key=lambda o: (o.sample, o.stream != "err")):
+        served = obs.head.served_url
+        if served is None or (obs.node_ip, obs.pid) in out:
+            continue
+        scheme, _, rest = served.url.partition("://")
+        host, _, port = rest.rpartition(":")
+        if host in _ANY_ADDRESS:
+            host = obs.node_ip or "127.0.0.1"
+        where = f" on {obs.node_ip}" if obs.node_ip else ""
+        origin = (
+            f"the head of the {obs.stream} log of {obs.class_name or 'the actor'} pid "
+            f"{obs.pid}{where} ({obs.file or 'its Ray worker log'}): {served.line!r}"
+        )
+        out[(obs.node_ip, obs.pid)] = (f"{scheme}://{host}:{port}", origin)
+    return out
+
+
+def _add_logged_urls(
+    members: dict[tuple[str | None, int], Member],
+    logged: dict[tuple[str | None, int], tuple[str, str]],
+) -> None:
+    """An engine actor with no listening child gets the URL its log names (its server is gone)."""
+    for key, (url, _origin) in logged.items():
+        m = members.get(key)
+        if (
+            m is not None
+            and m.role is Role.SGLANG_ENGINE
+            and m.kind == "actor"
+            and not m.engine_url
+        ):
+            members[key] = _replace(m, engine_url=url)
+
+
+def _engines(
+    members: list[Member],
+    snapshot: Snapshot,
+    logged: dict[tuple[str | None, int], tuple[str, str]] | None = None,
+) -> tuple[Engine, ...]:
     engines: dict[str, Engine] = {}
     for m in members:
         if m.role is Role.SGLANG_ENGINE and m.kind == "http_server" and m.engine_url:
@@ -392,6 +439,11 @@ def _engines(members: list[Member], snapshot: Snapshot) -> tuple[Engine, ...]:
                 m.engine_url,
                 Engine(m.engine_url, m.node_ip, actor.pid if actor else None, m.pid, "proc-listen"),
             )
+    served = {m.engine_url for m in members if m.kind == "http_server"}
+    for m in members:  # an engine actor whose URL only its log names: its server is gone
+        url, origin = (logged or {}).get((m.node_ip, m.pid), (None, ""))
+        if m.kind == "actor" and url is not None and m.engine_url == url and url not in served:
+            engines.setdefault(url, Engine(url, m.node_ip, m.pid, None, "actor-log", origin))
     given = snapshot.manifest.target.get("sglang_urls")
     for url in given if isinstance(given, list) else ():
         engines.setdefault(str(url), Engine(str(url), None, None, None, "user-flag"))
@@ -422,7 +474,9 @@ def _pair_lost_servers(
     user) and an SGLangEngine actor with no server among its children, on the same node: that
     actor's server is gone. Paired only when the node leaves no choice (one of each)."""
     served = {m.engine_url for m in members if m.engine_url and m.kind == "http_server"}
-    lost = [e for e in engines if e.server_pid is None and e.url not in served]
+    lost = [
+        e for e in engines if e.server_pid is None and e.actor_pid is None and e.url not in served
+    ]
     bare = [
         m
         for m in members

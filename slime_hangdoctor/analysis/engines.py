@@ -297,6 +297,23 @@ def _schedulers_frozen(procs: tuple[Proc, ...]) -> list[str]:
     return out
 
 
+# Where an engine URL was learned (topology.Engine.source), in words; a listening socket needs none.
+_URL_SOURCES: Mapping[str, str] = {
+    "user-flag": "--sglang-url",
+    "router": "the router's worker list (GET /workers)",
+    "earlier-answer": "its own answers earlier in this run",
+    "actor-log": "its engine actor's log",
+}
+
+
+def url_origin(world: World, url: str) -> str | None:
+    """Where the doctor learned `url`, when it was not from a process listening on it."""
+    for e in world.topology.engines:
+        if e.url.rstrip("/") == url and e.source in _URL_SOURCES:
+            return e.origin or _URL_SOURCES[e.source]
+    return None
+
+
 def _status_of(latest: list[HttpObs], path: str) -> int | None:
     return next((o.answer.status for o in latest if o.answer.path == path), None)
 
@@ -424,6 +441,9 @@ def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None)
     router_down = router is not None and router.is_healthy is False
     if answers and all(_refused(a) for a in answers):
         evidence.extend(_describe(a) for a in answers[:3])
+        origin = url_origin(world, url)
+        if origin is not None:
+            evidence.append(f"{url} is known from {origin}")
         if router_down:
             evidence.append(f"the router marks {url} unhealthy")
         return make(EngineState.DEAD)

@@ -22,6 +22,7 @@ from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.topology import Topology, build_topology
+from slime_hangdoctor.verdict import Role
 
 
 @dataclass(frozen=True)
@@ -35,13 +36,18 @@ class NodeSpec:
     stacks: bool = True
     ras: bool = True
     procfs: bool = True  # TCP connections and kernel-side state of the slime processes
+    # the heads of the worker logs of engine actors with no serving child (collect/log_heads.py),
+    # except those of `heads_read` (pids whose heads this run has read already)
+    log_heads: bool = True
+    heads_read: frozenset[int] = frozenset()
 
 
 # What discovery reads (build_topology, and collect.run's node, driver and actor look-ups): Ray
-# state, the process tables and the routers' engine lists. Stacks, engine answers, GPU and RAS
+# state, the process tables, the routers' engine lists and the engine actors' log heads (the URL
+# of a server that is gone). Stacks, engine answers, GPU and RAS
 # records are parsed once, by the analysis: re-parsing them at every discovery step cost more with
 # every sample and every target.
-DISCOVERY_SOURCES = frozenset({b.RAY_DASHBOARD, b.PROCESSES, b.ROUTER})
+DISCOVERY_SOURCES = frozenset({b.RAY_DASHBOARD, b.PROCESSES, b.ROUTER, b.ACTOR_LOG_HEAD})
 
 
 def partial_snapshot(writer: BundleWriter) -> Snapshot:
@@ -132,7 +138,42 @@ def _submit_procfs(
     return submit_procfs(writer, pids, spec, opts, deadline, pool)
 
 
-NODE_PROBES: tuple[NodeProbe, ...] = (_submit_stacks, _submit_ras, _submit_procfs)
+def _submit_log_heads(
+    writer: BundleWriter,
+    topo: Topology,
+    spec: NodeSpec,
+    opts: CollectOptions,
+    deadline: Deadline,
+    pool: cf.ThreadPoolExecutor,
+) -> list[cf.Future[Any]]:
+    if not spec.log_heads:
+        return []
+    actors = unserved_engine_actors(topo, spec)
+    if not actors:
+        return []
+    return [pool.submit(_log_heads, writer, actors, spec, opts, deadline)]
+
+
+NODE_PROBES: tuple[NodeProbe, ...] = (
+    _submit_stacks,
+    _submit_ras,
+    _submit_procfs,
+    _submit_log_heads,
+)
+
+
+def unserved_engine_actors(topo: Topology, spec: NodeSpec) -> list[tuple[int, str]]:
+    """SGLangEngine actors of this node whose URL no listening child gives (a server that is gone,
+    or not up yet), and whose log heads this run has not read yet."""
+    return [
+        (m.pid, m.class_name or "SGLangEngine")
+        for m in topo.members
+        if m.role is Role.SGLANG_ENGINE
+        and m.kind == "actor"
+        and m.engine_url is None
+        and m.node_ip in (None, spec.node_ip)
+        and m.pid not in spec.heads_read
+    ]
 
 
 def submit_stacks(
@@ -254,6 +295,24 @@ def _stack(
         timeout=timeout,
         native=opts.native,
         pyspy=opts.pyspy,
+    )
+
+
+def _log_heads(
+    writer: BundleWriter,
+    actors: list[tuple[int, str]],
+    spec: NodeSpec,
+    opts: CollectOptions,
+    deadline: Deadline,
+) -> list[ProbeRecord]:
+    from slime_hangdoctor.collect.log_heads import record_log_heads
+
+    return record_log_heads(
+        writer,
+        actors,
+        node_ip=spec.node_ip,
+        sample=spec.sample,
+        timeout=deadline.clamp(opts.probe_timeout_s),
     )
 
 

@@ -270,8 +270,19 @@ def _start_remote_samples(
     if run.tasks is None:
         run.say(f"connecting to Ray to reach {len(remote)} other node(s)")
         run.tasks = RayTasks(run.gcs_address, timeout_s=deadline.clamp(8.0))
+    read = heads_read(run.writer)
     specs = [
-        (node, NodeSpec(node.node_ip, index, frozenset(pids), stacks=opts.stacks))
+        (
+            node,
+            NodeSpec(
+                node.node_ip,
+                index,
+                frozenset(pids),
+                stacks=opts.stacks,
+                log_heads=opts.logs,
+                heads_read=read.get(node.node_ip, frozenset()),
+            ),
+        )
         for node, pids in remote
     ]
     started = collect_remote(run.tasks, run.writer, specs, opts, deadline)
@@ -297,7 +308,19 @@ def _local_spec(run: _Run, state: Snapshot, index: int) -> NodeSpec:
         roots=_local_roots(state, run),
         extra_pids=frozenset(_local_drivers(state, run)),
         stacks=opts.stacks and not (opts.stacks_only_if_stalled and index == 1),
+        log_heads=opts.logs,
+        heads_read=heads_read(run.writer).get(run.node_ip, frozenset()),
     )
+
+
+def heads_read(writer: BundleWriter) -> dict[str | None, frozenset[int]]:
+    """Node -> pids whose worker log heads this run has read (or tried to): each is read once."""
+    out: dict[str | None, set[int]] = {}
+    for rec in writer.records:
+        pid = rec.meta.get("pid") if rec.source == b.ACTOR_LOG_HEAD else None
+        if isinstance(pid, int):
+            out.setdefault(rec.node_ip, set()).add(pid)
+    return {node: frozenset(pids) for node, pids in out.items()}
 
 
 def _sample_here_and_probe_endpoints(

@@ -415,6 +415,26 @@ FAULTS: dict[str, FaultSpec] = {
                 FrameSignature("train rank 0", ("all_reduce", "_train_step", "_train_core")),
             ),
         ),
+        FaultSpec(
+            name="engine_server_killed",
+            description=(
+                "mid-rollout, engine 1's HTTP server process is SIGKILLed (as by the OOM killer; "
+                "its schedulers die with it, its SGLangEngine actor lives on): its port refuses "
+                "connections and the RolloutManager retries its requests (slime gives up after "
+                "60 s; the demo keeps retrying)"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="rollout_dispatch",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="killed_mid_generate",
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+            ),
+        ),
     )
 }
 

@@ -70,13 +70,17 @@ def _attach(address: str, out: Path, timeout: float = 30.0) -> tuple[int, dict[s
     return proc.returncode, json.loads(proc.stdout), wall
 
 
-@pytest.mark.parametrize("fault", ["rollout_engine_stuck", "weight_sync_engine_wedged"])
+@pytest.mark.parametrize(
+    "fault", ["rollout_engine_stuck", "weight_sync_engine_wedged", "engine_server_killed"]
+)
 def test_culprit_is_named_on_its_own_node(
     two_nodes: tuple[cluster.RayHead, cluster.RayNodeProc], tmp_path: Path, fault: str
 ) -> None:
     """An engine stuck on the second node: the verdict names that engine and that node. With
     `weight_sync_engine_wedged` both engines there are unresponsive: the schedulers read on that
-    node (through the pinned Ray task) decide which one is the odd one out of the broadcast."""
+    node (through the pinned Ray task) decide which one is the odd one out of the broadcast. With
+    `engine_server_killed` the dead server's URL is known only from the head of its actor's log,
+    read on that node by the pinned task."""
     head, _node = two_nodes
     run = start_demo(fault, workdir=tmp_path / "demo", head=head, extra_args=SPREAD)
     try:
@@ -101,6 +105,10 @@ def test_culprit_is_named_on_its_own_node(
         remote = [r for r in b.manifest.probes if r.node_ip == NODE2_IP]
     sources = {r.source for r in remote if r.outcome.value == "ok"}
     assert {"processes", "pyspy"} <= sources, sources  # collected there, by the pinned Ray task
+    if fault == "engine_server_killed":
+        assert "actor_log_head" in sources, sources
+        engines = verdict["extra"]["engines"]
+        assert [e["url"] for e in engines if e["state"] == "dead"] == [urls[1]], engines
     train_nodes = {p["node_ip"] for p in verdict["processes"] if p["role"] == "train_rank"}
     assert NODE2_IP not in train_nodes and len(train_nodes) == 1
 

@@ -271,11 +271,20 @@ REFUSED = "connection refused"
 RM_FILE = "slime/ray/rollout.py"
 
 
-def _dead_server_world(router: bool, earlier: bool) -> tuple[object, Topology]:
+def _dead_server_world(
+    router: bool,
+    earlier: bool,
+    logged: bool = False,
+    second_bare: bool = False,
+    probed: bool = True,
+) -> tuple[object, Topology]:
     """Engine 1's HTTP server was killed mid-rollout; its SGLangEngine actor (pid 401) lives on,
     with no server child. Engine 0 is healthy and idle. The RolloutManager's loop waits on I/O
     (its requests to engine 1 fail and are retried). The topology is built by the product from
-    the processes and Ray state, as `attach` builds it."""
+    the processes and Ray state, as `attach` builds it. `logged`: the head of actor 401's worker
+    log (the node-local `actor_log_head` source) names the URL its server listened on.
+    `second_bare`: another engine actor of the node (402) has no server child either.
+    `probed=False`: nothing told the doctor engine 1's URL, so it never asked it."""
     from slime_hangdoctor.facts import RouterWorkers
     from slime_hangdoctor.topology import build_topology
     from tests.unit.analysis_builders import proc, procs_obs
@@ -289,6 +298,7 @@ def _dead_server_world(router: bool, earlier: bool) -> tuple[object, Topology]:
     answers += [
         http(url1, path, None, error=REFUSED, sample=1, outcome=Outcome.UNAVAILABLE)
         for path in ("/model_info", "/server_info")
+        if probed
     ]
     if earlier:  # the first sample still got an answer: it died inside the window
         answers.append(http(url1, "/v1/loads", 200, EngineLoad(running=2, waiting=0), sample=0))
@@ -297,6 +307,18 @@ def _dead_server_world(router: bool, earlier: bool) -> tuple[object, Topology]:
             http(router_url, "/workers", 200, RouterWorkers((url0, url1)), sample=s, kind="router")
             for s in (0, 1)
         ]
+    heads = ()
+    if logged:
+        from slime_hangdoctor.parsers.log_heads import parse_log_head
+        from slime_hangdoctor.snapshot import LogHeadObs
+
+        text = (
+            f"[2026-12-01 09:00:00] sglang_engine.py:180 - Launch HttpServerEngineAdapter at: "
+            f"{NODE}:15001\nINFO:     Uvicorn running on {url1} (Press CTRL+C to quit)\n"
+        )
+        heads = (
+            LogHeadObs(NODE, 401, "SGLangEngine", "err", parse_log_head(text.encode()), "w.err"),
+        )
     views = tuple(
         procs_obs(
             s,
@@ -312,6 +334,7 @@ def _dead_server_world(router: bool, earlier: bool) -> tuple[object, Topology]:
             ),
             proc(411, "sglang::scheduler_TP0", ppid=410),
             proc(401, "ray::SGLangEngine"),  # its server child is gone
+            *((proc(402, "ray::SGLangEngine"),) if second_bare else ()),
         )
         for s in (0, 1)
     )
@@ -324,7 +347,9 @@ def _dead_server_world(router: bool, earlier: bool) -> tuple[object, Topology]:
             actor("rm", "RolloutManager", 200),
             actor("e0", "SGLangEngine", 400),
             actor("e1", "SGLangEngine", 401),
+            *((actor("e2", "SGLangEngine", 402),) if second_bare else ()),
         ),
+        log_heads=heads,
     )
     return snap, build_topology(snap)  # type: ignore[arg-type]
 
@@ -341,6 +366,33 @@ def test_engine_whose_server_is_gone_is_dead_and_the_culprit(router: bool, earli
     assert v.culprits[0].pid == 401  # the actor whose server is gone
     assert {"url": url1, "state": "dead"} in v.extra["engines"]  # type: ignore[operator]
     assert not any(c.role is Role.ROLLOUT_MANAGER for c in v.culprits)
+
+
+@pytest.mark.parametrize("second_bare", [False, True])
+def test_engine_known_only_from_its_actors_log_is_dead_and_the_culprit(second_bare: bool) -> None:
+    """No router and no earlier answer (the demo's shape): the URL comes from the head of the
+    engine actor's own worker log, so the actor is paired with it even when another engine actor
+    of the node has no server child either (the one-of-each pairing could not choose), and the
+    evidence names where the URL was read."""
+    snap, topo = _dead_server_world(False, False, logged=True, second_bare=second_bare)
+    url1 = f"http://{NODE}:15001"
+    engine = next(e for e in topo.engines if e.url == url1)
+    assert (engine.source, engine.actor_pid) == ("actor-log", 401)
+    v = _diag(snap, topo).verdict
+    assert v.status is Status.HUNG and v.stage is Stage.ROLLOUT_DISPATCH, v.summary
+    assert v.culprits[0].engine_url == url1 and v.culprits[0].pid == 401, v.summary
+    assert {"url": url1, "state": "dead"} in v.extra["engines"]  # type: ignore[operator]
+    evidence = [e for f in v.findings for e in f.evidence]
+    assert any("known from the head of the err log of SGLangEngine pid 401" in e for e in evidence)
+
+
+def test_without_the_log_head_the_dead_engine_is_invisible() -> None:
+    """The same world without the log head (nor router, nor earlier answer): no URL to probe,
+    no dead engine, and the culprit is not engine 1 (why the head is read)."""
+    snap, topo = _dead_server_world(False, False, logged=False, probed=False)
+    assert all(e.url != f"http://{NODE}:15001" for e in topo.engines)
+    v = _diag(snap, topo).verdict
+    assert not v.culprits or v.culprits[0].pid != 401, v.summary
 
 
 # --------------------------------------------------------------------------- class 4: lost requests

@@ -71,6 +71,11 @@ class RolloutManager:
     def generate(self, rollout_id: int) -> list[Box]:
         start_time = time.time()
         self.rollout_id = rollout_id
+        if fault_armed(self.args, "engine_server_killed", rollout_id):
+            # demo fault plan: the engine's server dies at its first request of this rollout
+            engine = self.rollout_engines[self.args.fault_engine]
+            where = f"the rollout's requests to engine {self.args.fault_engine}"
+            wait_until_server_fault_live(self.args, engine, rollout_id, where)
         data = self._get_rollout_data(rollout_id=rollout_id)
         rewards = [s.reward or 0.0 for s in data]
         logger.info(

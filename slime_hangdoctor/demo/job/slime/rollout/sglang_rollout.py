@@ -131,7 +131,7 @@ async def generate(
         "sampling_params": sampling_params,
         "return_logprob": True,
     }
-    output = await post(url, payload)
+    output = await post(url, payload, max_retries=args.rollout_max_retries)
     text = str(output.get("text", ""))
     meta = output.get("meta_info", {}) or {}
     output_ids = [int(t) for t in output.get("output_ids", [])] or _encode(text)

@@ -9,6 +9,7 @@ _DEFAULTS: dict[str, object] = {
     "sglang_step_s": 0.02,
     "rollout_max_response_len": 16,
     "train_backend": "megatron",
+    "rollout_max_retries": 60,
 }
 # SGLang ServerArgs fields the stand-in engine takes, given to the job as --sglang-<field>
 SERVER_PASSTHROUGH = (
@@ -45,6 +46,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.add_argument(f"--sglang-{field.replace('_', '-')}", default=None)
     p.add_argument("--sglang-request-log-dir", default=None)
     p.add_argument("--sglang-server-concurrency", type=int, default=16)
+    # How often one rollout request is retried, 1 s apart, before the rollout fails: slime's
+    # `post(..., max_retries=60)` (a demo knob: `engine_server_killed` retries for as long as it
+    # runs, so that a doctor run never races the job's failure)
+    p.add_argument("--rollout-max-retries", type=int, default=60)
     p.add_argument(
         "--sglang-step-s", type=float, default=0.02, help="stand-in seconds per forward step"
     )
@@ -104,6 +109,7 @@ FAULT_SETTINGS: dict[str, dict[str, object]] = {
     },
     # a save after every step, under the job's working directory (a disk-backed folder)
     "checkpoint_slow_storage": {"save": "checkpoints", "save_interval": 1},
+    "engine_server_killed": {"rollout_max_retries": 1_000_000},
 }
 
 

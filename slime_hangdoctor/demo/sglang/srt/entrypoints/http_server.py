@@ -44,6 +44,10 @@ Faults (armed `--fault-after-s` seconds after start):
   continue pair) generation is paused again and never continued (as AReaL#1160, where the update
   endpoint paused and nothing continued): later `/generate` requests wait at the tokenizer's pause
   gate, outside the scheduler, which reports nothing running or queued.
+- `killed_mid_generate`: as soon as the first `/generate` of the armed phase reached the
+  scheduler, this HTTP process SIGKILLs itself (as the kernel's OOM killer would): requests in
+  flight are cut, new connections are refused, the scheduler and detokenizer die with it (their
+  parent-death signal, as SGLang's). The SGLangEngine actor that spawned it stays alive.
 `never_healthy` ignores `--fault-after-s`.
 
 Where it differs from a real engine: one DP rank and one TP rank; no streaming, no batch input on

@@ -22,6 +22,7 @@ FAULTS = (
     "hang_update_weights_from_tensor",
     "hang_release_memory_occupation",
     "stay_paused_after_update",
+    "killed_mid_generate",
 )
 
 

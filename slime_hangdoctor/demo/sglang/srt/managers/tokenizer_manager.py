@@ -9,6 +9,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -263,6 +264,8 @@ class TokenizerManager:
                 self._rid_waiters[rid] = slot
             tic = time.time()
             self.send({"type": "generate", **req})
+            if self.fault_active("killed_mid_generate"):
+                self._die_now()
             while not slot.event.wait(0.5):
                 if cancel is not None and cancel.is_set():
                     with self._lock:
@@ -275,6 +278,16 @@ class TokenizerManager:
             return out
         finally:
             self.model_update_lock.release_read()
+
+    def _die_now(self) -> None:
+        """Fault `killed_mid_generate`: SIGKILL this HTTP process as soon as the armed phase's
+        first generation reached the scheduler (a demo rollout ends in a fraction of a second: a
+        later kill could miss it), as the kernel's OOM killer does: no handler runs, nothing is
+        logged, the listening socket closes (new connections are refused) and the requests in
+        flight are cut. The scheduler and the detokenizer die with it through their parent-death
+        signal, as SGLang's do (`kill_itself_when_parent_died`); the SGLangEngine actor that
+        spawned it lives on."""
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def _pass_pause_gate(self, cancel: threading.Event | None) -> bool:
         """`async with self.is_pause_cond: await wait_for(lambda: not self.is_pause)`

@@ -34,6 +34,7 @@ SERVER_FAULTS: dict[str, str] = {
     "weight_sync_engine_missing": "skip_weight_sync",
     "engine_paused_by_update": "stay_paused_after_update",
     "weight_sync_engine_wedged": "stuck_before_weight_broadcast",
+    "engine_server_killed": "killed_mid_generate",
 }
 PLAN_MISSED_TEXT = "DEMO FAULT PLAN MISSED"
 TIMED_SERVER_FAULTS = frozenset(
@@ -42,6 +43,7 @@ TIMED_SERVER_FAULTS = frozenset(
         "hang_release_memory_occupation",
         "stay_paused_after_update",
         "stuck_before_weight_broadcast",
+        "killed_mid_generate",
     }
 )
 # demo faults whose engine fault goes live right before a weight broadcast

@@ -1,0 +1,58 @@
+"""Parse the head of a slime actor's worker log (`actor_log_head`): the engine URLs it names.
+
+Line shapes, written once at an engine's start-up (shared/reference/slime.md §2, §7; sglang.md):
+- slime's SGLangEngine (`sglang_engine.py` `_init_normal`, `logging` to stderr):
+  `[YYYY-mm-dd HH:MM:SS] sglang_engine.py:N - Launch HttpServerEngineAdapter at: HOST:PORT`,
+  before the server starts; slime's clients call `http://HOST:PORT`.
+- uvicorn in SGLang's HTTP server (the actor's child: it inherits the actor's stderr):
+  `INFO:     Uvicorn running on http://HOST:PORT (Press CTRL+C to quit)`, once it listens.
+Ray writes a worker's lines to its file without the `(Class pid=N)` prefix it adds in the driver's
+log; colour codes are dropped. tqdm redraws with carriage returns, so `\\r` ends a line too. A last
+line without its newline (a head cut at the byte cap, or a line being written) is not read. Pure:
+no I/O; never raises but ParseError.
+"""
+
+from __future__ import annotations
+
+import re
+
+from slime_hangdoctor.errors import ParseError
+from slime_hangdoctor.facts import ActorLogHead, LoggedUrl
+
+MAX_TEXT = 300  # characters kept of one line
+MAX_URLS = 16  # URLs kept (a head names one engine's URL twice)
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_HOST = r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)"
+_PORT = r"(?P<port>\d{1,5})(?![\d])"
+_LAUNCH = re.compile(r"Launch HttpServerEngineAdapter at: " + _HOST + ":" + _PORT)
+_UVICORN = re.compile(r"Uvicorn running on (?P<scheme>https?)://" + _HOST + ":" + _PORT)
+
+
+def parse_log_head(data: bytes) -> ActorLogHead:
+    """The engine URLs that the whole lines of `data` name, oldest first."""
+    if not isinstance(data, bytes | bytearray):
+        raise ParseError("a log head is bytes")
+    text = bytes(data).decode("utf-8", "replace")
+    lines = re.split(r"\r\n|\r|\n", text)
+    whole = lines[:-1]  # the last element is what follows the last line end
+    urls: list[LoggedUrl] = []
+    for raw in whole:
+        line = _ANSI.sub("", raw)
+        found = _url(line)
+        if found is not None and len(urls) < MAX_URLS:
+            urls.append(found)
+    return ActorLogHead(tuple(urls), sum(1 for line in whole if line.strip()))
+
+
+def _url(line: str) -> LoggedUrl | None:
+    match = _UVICORN.search(line)
+    served = match is not None
+    if match is None:
+        match = _LAUNCH.search(line)
+    if match is None or not 0 < int(match["port"]) < 65536:
+        return None
+    scheme = match.groupdict().get("scheme") or "http"
+    return LoggedUrl(
+        f"{scheme}://{match['host']}:{int(match['port'])}", line.strip()[:MAX_TEXT], served
+    )
