@@ -440,10 +440,10 @@ def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None)
 
     router_down = router is not None and router.is_healthy is False
     if answers and all(_refused(a) for a in answers):
-        evidence.extend(_describe(a) for a in answers[:3])
         origin = url_origin(world, url)
-        if origin is not None:
+        if origin is not None:  # first: why a URL that nothing serves is an engine at all
             evidence.append(f"{url} is known from {origin}")
+        evidence.extend(_describe(a) for a in answers[:3])
         if router_down:
             evidence.append(f"the router marks {url} unhealthy")
         return make(EngineState.DEAD)

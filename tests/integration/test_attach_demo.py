@@ -247,6 +247,19 @@ def _engine_paused_by_update(verdict: dict[str, Any], run: DemoRun) -> None:
     assert any(e.startswith("[sockets]") for e in culprit["evidence"]), culprit
 
 
+def _engine_server_killed(verdict: dict[str, Any], run: DemoRun) -> None:
+    """Class 2: the killed server listens nowhere and the demo has no router; its URL comes from
+    the head of its engine actor's log, the engine is dead, the culprit is that actor, and the
+    evidence says where the URL was read."""
+    url = run.engine_urls()[1]
+    assert {"url": url, "state": "dead"} in verdict["extra"]["engines"], verdict["extra"]
+    assert verdict["culprits"][0]["pid"] == run.roles()["engine 1 actor"], verdict["culprits"]
+    evidence = [e for f in verdict["findings"] for e in f["evidence"]]
+    assert any(
+        f"{url} is known from the head of the err log of SGLangEngine" in e for e in evidence
+    ), evidence
+
+
 # A fault's checks of the verdict beyond status, stage and culprit: the finding naming its source.
 VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
     "rollout_behind_proxy": _rollout_behind_proxy,
@@ -254,6 +267,7 @@ VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
     "rollout_slots_leaked": _rollout_slots_leaked,
     "checkpoint_slow_storage": _checkpoint_slow_storage_verdict,
     "train_custom_loss_stuck": _train_custom_loss_stuck,
+    "engine_server_killed": _engine_server_killed,
 }
 # Healthy steps before a fault arms (default 0): the colocated update hangs after one full step.
 FAULT_AFTER_STEPS: dict[str, int] = {"colocate_update_hang": 1}
