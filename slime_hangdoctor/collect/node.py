@@ -44,9 +44,8 @@ class NodeSpec:
 
 # What discovery reads (build_topology, and collect.run's node, driver and actor look-ups): Ray
 # state, the process tables, the routers' engine lists and the engine actors' log heads (the URL
-# of a server that is gone). Stacks, engine answers, GPU and RAS
-# records are parsed once, by the analysis: re-parsing them at every discovery step cost more with
-# every sample and every target.
+# of a server that is gone). Stacks, engine answers, GPU and RAS records are parsed once, by the
+# analysis: re-parsing them at every discovery step cost more with every sample and every target.
 DISCOVERY_SOURCES = frozenset({b.RAY_DASHBOARD, b.PROCESSES, b.ROUTER, b.ACTOR_LOG_HEAD})
 
 

@@ -228,3 +228,29 @@ def test_node_sample_learns_the_url_of_a_server_less_engine_actor(
         ("http://127.0.0.1:15003", "actor-log", engine_actor, "10.0.0.5")
     ]
     assert "Uvicorn running on http://127.0.0.1:15003" in engines[0].origin
+
+
+def test_a_head_is_redacted_like_every_artefact(tmp_path: Path) -> None:
+    """SGLang logs its server arguments at start-up, the API key among them: the stored head has
+    the doctor's known secrets blanked (BundleWriter.add), the URL line kept."""
+    from tests.titled import titled_python
+
+    secret = "sk-demo-0123456789abcdef"
+    line = f"server_args=ServerArgs(host='127.0.0.1', port=15003, api_key='{secret}')\n{UVICORN}"
+    proc = subprocess.Popen(
+        titled_python("ray::SGLangEngine", _ENGINE_ACTOR, str(tmp_path), WORKER, line),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        w = BundleWriter(tmp_path / "b", command="test", known_secrets=(secret,))
+        err = lh.record_log_heads(
+            w, [(proc.pid, "SGLangEngine")], node_ip=None, sample=0, timeout=5
+        )
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    data = (w.root / str(err[0].artifact)).read_bytes()
+    assert secret.encode() not in data and b"api_key=" in data
+    assert parse_log_head(data).served_url is not None
