@@ -346,11 +346,32 @@ def _add_drivers(
 def _add_distributed_ranks(
     members: dict[tuple[str | None, int], Member], procs: dict[tuple[str | None, int], ProcessInfo]
 ) -> None:
-    """torch.distributed ranks outside Ray (RANK and WORLD_SIZE in their environment) count as train ranks."""
+    """torch.distributed ranks outside Ray (RANK and WORLD_SIZE in their environment) count as train
+    ranks; a descendant of a train rank that inherited them (a DataLoader worker, an uploader the
+    checkpoint is streamed to) does not: ranks are siblings under their launcher, never nested."""
     for key, p in procs.items():
         if key in members or "RANK" not in p.env or "WORLD_SIZE" not in p.env:
             continue
+        if _under_a_train_rank(key, members, procs):
+            continue
         members[key] = Member(Role.TRAIN_RANK, p.pid, key[0], "process", p.title, source="env")
+
+
+def _under_a_train_rank(
+    key: tuple[str | None, int],
+    members: dict[tuple[str | None, int], Member],
+    procs: dict[tuple[str | None, int], ProcessInfo],
+) -> bool:
+    node, seen = key[0], {key[1]}
+    ppid = procs[key].ppid
+    while ppid is not None and ppid not in seen and len(seen) < 64:
+        parent = members.get((node, ppid))
+        if parent is not None and parent.role is Role.TRAIN_RANK:
+            return True
+        seen.add(ppid)
+        info = procs.get((node, ppid))
+        ppid = info.ppid if info is not None else None
+    return False
 
 
 def _assign_ranks(

@@ -18,6 +18,19 @@ from slime_hangdoctor.facts import ProcessKernelState
 from slime_hangdoctor.verdict import Finding, Role, Severity
 
 IO_PROGRESS_BYTES = 1 << 20  # storage bytes in the window that count as work moving
+# Kernel functions a writer sleeps in, interruptibly (S state, so D state alone misses them), while
+# the other side does not take the bytes: a pipe or FIFO whose reader stopped (a checkpoint streamed
+# to an uploader such as `aws s3 cp - URL` or a compressor), a socket whose peer stopped reading.
+# Linux 6.14 split pipe_write into anon_pipe_write and fifo_pipe_write.
+WRITE_WAITS = frozenset(
+    {
+        "pipe_write",
+        "anon_pipe_write",
+        "fifo_pipe_write",
+        "pipe_wait_writable",
+        "sk_stream_wait_memory",
+    }
+)
 OOM_RECENT_S = 24 * 3600.0
 
 
@@ -44,6 +57,27 @@ class KernelRead:
         if a is None or b is None or self.samples < 2:
             return None
         return max(0, b.write_bytes - a.write_bytes)
+
+    @property
+    def chars_written(self) -> int | None:
+        """Bytes the process handed to write() calls that returned, between the samples (wchar:
+        pipes and sockets included; a write still blocked has not added its bytes yet)."""
+        a, b = self.first.io, self.last.io
+        if a is None or b is None or self.samples < 2:
+            return None
+        return max(0, b.wchar - a.wchar)
+
+    @property
+    def stuck_writing(self) -> bool:
+        """Asleep in a write wait (WRITE_WAITS) at both samples and not one byte written in
+        between: the reader behind the pipe or socket stopped taking data."""
+        return (
+            self.samples >= 2
+            and self.first.wchan in WRITE_WAITS
+            and self.last.wchan in WRITE_WAITS
+            and self.io_delta == 0
+            and self.chars_written == 0
+        )
 
     @property
     def disk_sleep_throughout(self) -> bool:
@@ -120,6 +154,7 @@ def kernel_findings(world: World) -> list[Finding]:
     reads = [k for k in kernel_reads(world) if k.proc.role is not None]
     stuck = [k for k in reads if k.stuck_in_kernel]
     sleeping = [k for k in reads if k.last.in_disk_sleep and k not in stuck]
+    blocked = [k for k in reads if k.stuck_writing and k not in stuck]
     if stuck:
         out.append(
             Finding(
@@ -128,6 +163,17 @@ def kernel_findings(world: World) -> list[Finding]:
                 "Slime processes in uninterruptible disk sleep at both samples with no storage "
                 "byte moved: stuck storage, not a collective",
                 tuple(k.describe() for k in stuck[:6]),
+            )
+        )
+    if blocked:
+        out.append(
+            Finding(
+                "stuck-writing",
+                Severity.CRITICAL,
+                "Slime processes blocked in a write at both samples (a pipe or socket whose "
+                "reader stopped taking data) with no byte written in between: the storage or "
+                "uploader behind it is stuck, not a collective",
+                tuple(k.describe() for k in blocked[:6]),
             )
         )
     if sleeping:

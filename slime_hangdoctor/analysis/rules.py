@@ -389,7 +389,22 @@ def _checkpoint(ctx: Context) -> Cause | None:
         "Check the file system under --save (df -h, mount, NFS/Lustre/object-store client health) "
         "and whether another job writes there",
     ]
-    if in_coll and (elsewhere or storage):
+    stuck = [k for k in reads.values() if k.stuck_in_kernel or k.stuck_writing]
+    if stuck:
+        msg = (
+            "Checkpoint save / load is stuck in storage, not in a collective: "
+            + "; ".join(f"{k.proc.label} (pid {k.proc.pid}) {k.where()}" for k in stuck[:3])
+            + " at both samples, no byte written between them: stuck storage"
+            + (f"; {len(in_coll)} rank(s) wait for it in the save's collective" if in_coll else "")
+            + "."
+        )
+        steps = [
+            *storage_steps,
+            "A write blocked in pipe_write / sk_stream_wait_memory goes to a pipe or socket: find "
+            "its reader (ls -l /proc/PID/fd; the uploader or compressor the save streams to) and "
+            "why it stopped reading",
+        ]
+    elif in_coll and (elsewhere or storage):
         msg = (
             f"Checkpoint collective mismatch: {len(in_coll)} rank(s) wait in a collective of the "
             f"save ({_who([(p, p.latest.primary) for p in in_coll if p.latest])}) while "
@@ -424,9 +439,7 @@ def _checkpoint(ctx: Context) -> Cause | None:
             + (" (D state: uninterruptible disk I/O)" if any(_disk_sleep(p) for p in ranks) else "")
             + "."
         )
-        if any(k.stuck_in_kernel for k in reads.values()):
-            msg += " No storage byte moved between the samples while in D state: stuck storage."
-        elif any(k.io_delta for k in reads.values()):
+        if any(k.io_delta for k in reads.values()):
             msg += " Storage bytes moved between the samples: slow storage, not stuck."
         steps = storage_steps
     return _cause("checkpoint-stall", Severity.WARNING, msg, ev, steps)

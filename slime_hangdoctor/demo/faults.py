@@ -396,6 +396,26 @@ FAULTS: dict[str, FaultSpec] = {
             ),
         ),
         FaultSpec(
+            name="checkpoint_stuck_storage",
+            description=(
+                "slime's save_model after a train step streams rank 0's checkpoint to an uploader "
+                "(as into `aws s3 cp - URL`) that stopped reading: the write sleeps in the kernel "
+                "(pipe_write) with no byte moving, while rank 1 waits in save_checkpoint's "
+                "barrier. The stacks alone read as a collective mismatch of the save (slime#1908, "
+                "verl#2238); the kernel source's wchan and flat /proc/<pid>/io say stuck storage"
+            ),
+            expected=Expected(
+                status="hung", stage="checkpoint", culprit_role="train_rank", culprit_rank=0
+            ),
+            frames=(
+                FrameSignature("driver", ("save_model", "train")),
+                FrameSignature(
+                    "train rank 0", ("_stream_shard_to_uploader", "save_checkpoint", "save")
+                ),
+                FrameSignature("train rank 1", ("barrier", "save_checkpoint", "save")),
+            ),
+        ),
+        FaultSpec(
             name="train_custom_loss_stuck",
             description=(
                 "slime's FSDP backend (--train-backend fsdp) with a user's loss plugged in by "

@@ -127,6 +127,17 @@ def _checkpoint_slow_storage(run: DemoRun, _matched: dict[str, str]) -> None:
     assert psutil.Process(rank0).io_counters().write_bytes - before >= 1 << 20
 
 
+def _checkpoint_stuck_storage(run: DemoRun, _matched: dict[str, str]) -> None:
+    """The save's write sleeps in pipe_write and moves no byte over 2 s."""
+    rank0 = psutil.Process(run.processes()["train rank 0"])
+    before = rank0.io_counters()
+    _assert_stuck(run)
+    after = rank0.io_counters()
+    assert (after.write_chars, after.write_bytes) == (before.write_chars, before.write_bytes)
+    with open(f"/proc/{rank0.pid}/wchan") as fh:
+        assert fh.read().strip() in ("pipe_write", "anon_pipe_write")  # Linux >= 6.14: anon_
+
+
 # The healthy job's own checks (what `demo --fault none` must look like): steps advance, no fault
 # armed, the processes are titled as slime's are, every engine serves its weight version.
 EXPECTED_PROCESSES = {
@@ -180,6 +191,7 @@ LIVE_CHECKS: dict[str, Callable[[DemoRun, dict[str, str]], None]] = {
     "colocate_update_hang": _colocate_update_hang,
     "train_rank_stuck": _train_rank_stuck,
     "checkpoint_slow_storage": _checkpoint_slow_storage,
+    "checkpoint_stuck_storage": _checkpoint_stuck_storage,
     "train_custom_loss_stuck": _train_rank_stuck,
     "none": _healthy,
 }
@@ -228,6 +240,15 @@ def _checkpoint_slow_storage_verdict(verdict: dict[str, Any], _run: DemoRun) -> 
     ), progress
 
 
+def _checkpoint_stuck_storage_verdict(verdict: dict[str, Any], _run: DemoRun) -> None:
+    """Kernel source: rank 0's write in pipe_write with no byte moved is stuck storage, not the
+    collective mismatch the stacks alone suggest."""
+    stall = _finding(verdict, "checkpoint-stall")["message"]
+    assert "stuck in storage, not in a collective" in stall and "pipe_write" in stall, stall
+    blocked = _finding(verdict, "stuck-writing")
+    assert [e.split(" (pid")[0] for e in blocked["evidence"]] == ["train rank 0"], blocked
+
+
 def _train_custom_loss_stuck(verdict: dict[str, Any], _run: DemoRun) -> None:
     """Issue 14 item 8, logs source: only rank 0's open `Timer actor_train start` names the
     stage (the FSDP backend's frames and methods name none)."""
@@ -266,6 +287,7 @@ VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
     "engine_paused_by_update": _engine_paused_by_update,
     "rollout_slots_leaked": _rollout_slots_leaked,
     "checkpoint_slow_storage": _checkpoint_slow_storage_verdict,
+    "checkpoint_stuck_storage": _checkpoint_stuck_storage_verdict,
     "train_custom_loss_stuck": _train_custom_loss_stuck,
     "engine_server_killed": _engine_server_killed,
 }

@@ -4,8 +4,9 @@ storage (ranks writing, D state) from a collective mismatch (ranks in the save's
 from __future__ import annotations
 
 from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.facts import Frame
+from slime_hangdoctor.facts import Frame, IoCounters, NodeKernel, ProcessKernelState
 from slime_hangdoctor.render.labels import headline
+from slime_hangdoctor.snapshot import KernelObs
 from slime_hangdoctor.topology import Topology
 from slime_hangdoctor.verdict import (
     SCHEMA,
@@ -154,3 +155,67 @@ def test_the_checkpoint_stage_is_part_of_the_verdict_contract() -> None:
     doc = v.to_json()
     assert doc["schema"] == SCHEMA and doc["stage"] == "checkpoint"
     assert verdict_from_json(doc).stage is Stage.CHECKPOINT
+
+
+def _kernel(pid_wchan: dict[int, str], wchar: dict[int, tuple[int, int]]) -> tuple[KernelObs, ...]:
+    """The kernel source's view of the ranks at both samples: each rank's wchan (the same at both)
+    and its wchar at sample 0 and 1 (storage bytes flat: a pipe takes none)."""
+    return tuple(
+        KernelObs(
+            None,
+            s,
+            NodeKernel(
+                tuple(
+                    ProcessKernelState(
+                        pid, "S", wchan, IoCounters(0, wchar.get(pid, (0, 0))[s], 0, 4096)
+                    )
+                    for pid, wchan in pid_wchan.items()
+                )
+            ),
+        )
+        for s in (0, 1)
+    )
+
+
+def _diag_kernel(kernel: tuple[KernelObs, ...]) -> Verdict:
+    stacks = [stack_obs(100, thread(DRIVER_SAVE), sample=s) for s in (0, 1)]
+    stacks += [
+        stack_obs(pid, actor_main(*fr), sample=s)
+        for s in (0, 1)
+        for pid, fr in ((300, SAVE_WRITE), (301, SAVE_GATHER))
+    ]
+    infos = tuple(
+        procs_obs(
+            s,
+            proc(100, "python3 train.py", 5.0),
+            proc(300, "ray::MegatronTrainRayActor.save_model", 20.0),
+            proc(301, "ray::MegatronTrainRayActor.save_model", 20.0),
+        )
+        for s in (0, 1)
+    )
+    snap = snapshot(stacks=tuple(stacks), processes=infos, jobs=(running_job(),), kernel=kernel)
+    return diagnose(snap, _members()).verdict
+
+
+def test_a_write_asleep_in_a_full_pipe_with_no_byte_moved_is_stuck_storage_not_a_mismatch() -> None:
+    # rank 0 streams its shard to an uploader that stopped reading (anon_pipe_write, Linux 6.18);
+    # rank 1 waits in the save's collective. The stacks alone read as a collective mismatch.
+    assert _finding(_diag({300: SAVE_WRITE, 301: SAVE_GATHER}).verdict).startswith(
+        "Checkpoint collective mismatch"
+    )
+    v = _diag_kernel(_kernel({300: "anon_pipe_write", 301: "futex_do_wait"}, {}))
+    assert (v.status, v.stage) == (Status.HUNG, Stage.CHECKPOINT)
+    msg = _finding(v)
+    assert msg.startswith("Checkpoint save / load is stuck in storage, not in a collective")
+    assert "in anon_pipe_write" in msg and "1 rank(s) wait for it" in msg
+    assert (v.culprits[0].role, v.culprits[0].rank) == (Role.TRAIN_RANK, 0)
+    assert any(f.rule == "stuck-writing" for f in v.findings)
+    assert any("ls -l /proc/PID/fd" in s for s in v.next_steps)
+
+
+def test_a_pipe_write_that_moves_bytes_is_not_stuck() -> None:
+    v = _diag_kernel(
+        _kernel({300: "anon_pipe_write", 301: "futex_do_wait"}, {300: (1 << 20, 5 << 20)})
+    )
+    assert not any(f.rule == "stuck-writing" for f in v.findings)
+    assert _finding(v).startswith("Checkpoint collective mismatch")

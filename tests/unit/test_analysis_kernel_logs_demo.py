@@ -6,6 +6,10 @@ that source's records are removed (`transforms.bundle_without_sources`).
   rank 1 waits in save_checkpoint's barrier. The stacks are the same at both samples; only
   /proc/<pid>/io says the save moves. With the kernel source: progressing, no culprit. Without it:
   hung in `checkpoint`, rank 0 blamed, and `checkpoint-stall` calls it a collective mismatch.
+- `checkpoint_stuck_storage` (slime#1908 / verl#2238 "storage or collective?"): rank 0 streams the
+  checkpoint to an uploader that stopped reading; its write sleeps in pipe_write with no byte moved.
+  With the kernel source: `checkpoint-stall` says stuck storage (and `stuck-writing`). Without it:
+  the same status, stage and culprit, but `checkpoint-stall` reads a collective mismatch.
 - `train_custom_loss_stuck` (slime#1487 shape): the FSDP backend's frames and Ray methods name no
   stage; rank 0's `Timer actor_train start` does. With the logs: hung in `train`. Without them: the
   same culprit (logs never decide it) and the stage `unknown`.
@@ -77,6 +81,29 @@ def test_without_the_kernel_source_the_slow_save_is_called_a_hang(tmp_path: Path
     assert not any(f.rule == "storage-io" for f in v.findings)
     kept = tf.bundle_without_sources(root, tmp_path / "kept", frozenset({b.SOCKETS, b.RAY_LOGS}))
     assert _diagnose(kept).verdict.status is Status.PROGRESSING  # not those sources
+
+
+def test_a_write_stuck_in_a_full_pipe_is_stuck_storage(tmp_path: Path) -> None:
+    v = _diagnose(_unpacked("checkpoint_stuck_storage", tmp_path)).verdict
+    assert (v.status, v.stage) == (Status.HUNG, Stage.CHECKPOINT), v.summary
+    assert (v.culprits[0].role, v.culprits[0].rank) == (Role.TRAIN_RANK, 0)
+    stall = _finding(v, "checkpoint-stall").message
+    assert stall.startswith("Checkpoint save / load is stuck in storage, not in a collective")
+    assert "pipe_write at both samples" in stall, stall
+    blocked = _finding(v, "stuck-writing")
+    assert [e.split(" (pid")[0] for e in blocked.evidence] == ["train rank 0"]
+    assert "kernel" in _finding(v, "culprit").message
+
+
+def test_without_the_kernel_source_the_stuck_write_reads_as_a_collective_mismatch(
+    tmp_path: Path,
+) -> None:
+    root = _unpacked("checkpoint_stuck_storage", tmp_path / "src")
+    without = tf.bundle_without_sources(root, tmp_path / "without", frozenset({b.KERNEL}))
+    v = _diagnose(without).verdict
+    assert (v.status, v.stage) == (Status.HUNG, Stage.CHECKPOINT), v.summary
+    assert _finding(v, "checkpoint-stall").message.startswith("Checkpoint collective mismatch")
+    assert not any(f.rule == "stuck-writing" for f in v.findings)
 
 
 # --------------------------------------------------------------------------- logs source

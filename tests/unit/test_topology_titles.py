@@ -9,6 +9,8 @@ import itertools
 import pytest
 
 from slime_hangdoctor.topology import build_topology, sglang_kind
+from slime_hangdoctor.verdict import Role
+from tests.unit import analysis_builders as ab
 from tests.unit.analysis_builders import proc, procs_obs, snapshot
 
 # The suffix parts in SGLang's order; each present only when its dimension is in use
@@ -59,3 +61,18 @@ def test_detokenizer_router_is_not_counted_as_the_detokenizer() -> None:
     assert kinds[501] == "scheduler"
     assert kinds[502] == "detokenizer_router"
     assert kinds[503] == "tokenizer_worker"
+
+
+def test_a_child_of_a_train_rank_that_inherited_rank_is_not_another_rank() -> None:
+    """The uploader a checkpoint is streamed to (demo `checkpoint_stuck_storage`: `sleep` with
+    rank 0's environment) or a DataLoader worker carries RANK and WORLD_SIZE too: it is not a
+    third train rank, and the two ranks keep their numbers."""
+    env = {"WORLD_SIZE": "2"}
+    procs = (
+        ab.proc(300, "ray::MegatronTrainRayActor.save_model", env={**env, "RANK": "0"}),
+        ab.proc(301, "ray::MegatronTrainRayActor.save_model", env={**env, "RANK": "1"}),
+        ab.proc(400, "sleep infinity", ppid=300, env={**env, "RANK": "0"}),
+    )
+    snap = ab.snapshot(processes=(ab.procs_obs(0, *procs),))
+    ranks = {m.pid: m.rank for m in build_topology(snap).members if m.role is Role.TRAIN_RANK}
+    assert ranks == {300: 0, 301: 1}

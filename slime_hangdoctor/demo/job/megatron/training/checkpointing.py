@@ -11,6 +11,8 @@ overloaded NFS / Lustre / object-store mount): each 64 KiB block is acknowledged
 so the write moves on steadily but never finishes while the doctor looks. The demo's state is small,
 so the slow write cycles through one bounded shard file (disk use stays at SLOW_SHARD_BYTES) and
 fsyncs every block: the bytes really reach the disk and count in `/proc/<pid>/io` write_bytes.
+`checkpoint_stuck_storage` streams the shard to an uploader that stopped reading: the write never
+returns and no byte moves.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import subprocess
 import time
 from typing import Any
 
@@ -71,7 +74,9 @@ def save_checkpoint(
         buf = io.BytesIO()
         torch.save(state_dict, buf)
         shard = os.path.join(checkpoint_name, "__0_0.distcp")
-        if getattr(args, "slow_storage", False):
+        if getattr(args, "stuck_storage", False):
+            _stream_shard_to_uploader(buf.getvalue())
+        elif getattr(args, "slow_storage", False):
             _write_shard_to_slow_storage(shard, buf.getvalue())
         else:
             with open(shard, "wb") as fh:
@@ -105,3 +110,16 @@ def _write_block(fd: int, block: bytes, offset: int) -> None:
     os.pwrite(fd, block, offset)
     os.fsync(fd)
     time.sleep(SLOW_BLOCK_PAUSE_S)  # the storage's latency
+
+
+def _stream_shard_to_uploader(payload: bytes) -> None:
+    """The demo's stuck storage (`checkpoint_stuck_storage`): the shard is streamed to an uploader
+    process, as `torch.save(state, proc.stdin)` into `aws s3 cp - s3://...` would be, and the
+    uploader stopped reading (its connection hangs; here a `sleep` that never reads). Once the pipe
+    holds 64 KiB the write sleeps in the kernel (wchan pipe_write, anon_pipe_write on Linux >= 6.14)
+    with no byte moving, for good."""
+    uploader = subprocess.Popen(["sleep", "infinity"], stdin=subprocess.PIPE)
+    assert uploader.stdin is not None
+    block = (payload * ((1 << 20) // max(1, len(payload)) + 1))[: 1 << 20]
+    while True:
+        uploader.stdin.write(block)

@@ -110,6 +110,7 @@ FAULT_SETTINGS: dict[str, dict[str, object]] = {
     # a save after every step, under the job's working directory (a disk-backed folder)
     "checkpoint_slow_storage": {"save": "checkpoints", "save_interval": 1},
     "engine_server_killed": {"rollout_max_retries": 1_000_000},
+    "checkpoint_stuck_storage": {"save": "checkpoints", "save_interval": 1},
 }
 
 
@@ -127,5 +128,6 @@ def finalize_args(args: argparse.Namespace) -> None:
         args.rollout_num_gpus_per_engine, args.num_gpus_per_node
     )
     args.slow_storage = False  # the demo's slow storage (checkpoint_slow_storage), set when armed
+    args.stuck_storage = False  # the demo's stuck storage (checkpoint_stuck_storage), when armed
     args.sglang_router_ip = None
     args.sglang_router_port = None

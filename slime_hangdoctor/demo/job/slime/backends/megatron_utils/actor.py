@@ -114,6 +114,15 @@ class MegatronTrainRayActor(TrainRayActor):
                     "save_checkpoint on train rank 0 (slow storage)",
                     iteration,
                 )
+        if fault_armed(self.args, "checkpoint_stuck_storage", iteration):
+            self.args.stuck_storage = True
+            if self.args.rank == 0:
+                log_fault_armed(
+                    logger,
+                    self.args.fault,
+                    "save_checkpoint on train rank 0 (stuck storage)",
+                    iteration,
+                )
         save(iteration, self.model, self.optimizer, None)
 
     @timer
