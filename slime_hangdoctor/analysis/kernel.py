@@ -69,14 +69,20 @@ class KernelRead:
 
     @property
     def stuck_writing(self) -> bool:
-        """Asleep in a write wait (WRITE_WAITS) at both samples and not one byte written in
-        between: the reader behind the pipe or socket stopped taking data."""
+        """Asleep in a write wait (WRITE_WAITS) at both samples, no storage byte and less than
+        IO_PROGRESS_BYTES handed to write() in between: the reader behind the pipe or socket
+        stopped taking data. The allowance is the doctor's own doing: py-spy's attach interrupts
+        the blocked write, which returns what it had copied (at most the pipe's capacity,
+        /proc/sys/fs/pipe-max-size: 1 MiB by default) and blocks again. A sample read while
+        py-spy held the process (tracing stop) says nothing: the other sample decides."""
+        states = (self.first, self.last)
         return (
             self.samples >= 2
-            and self.first.wchan in WRITE_WAITS
-            and self.last.wchan in WRITE_WAITS
+            and all(k.wchan in WRITE_WAITS or traced(k) for k in states)
+            and any(k.wchan in WRITE_WAITS for k in states)
             and self.io_delta == 0
-            and self.chars_written == 0
+            and self.chars_written is not None
+            and self.chars_written < IO_PROGRESS_BYTES
         )
 
     @property
@@ -89,7 +95,7 @@ class KernelRead:
         return self.samples >= 2 and self.disk_sleep_throughout and self.io_delta == 0
 
     def where(self) -> str:
-        k = self.last
+        k = self.first if traced(self.last) and not traced(self.first) else self.last
         parts = [f"state {k.state}"]
         if k.wchan:
             parts.append(f"in {k.wchan}")
@@ -103,6 +109,12 @@ class KernelRead:
         if delta is not None:
             text += f"; {_mib(delta)} read+written between the samples"
         return text
+
+
+def traced(k: ProcessKernelState) -> bool:
+    """Read while a tracer held the process (py-spy dumps it during the same sample): its state
+    and wchan then show the tracing stop, not what it waits for."""
+    return k.state == "t" or k.wchan == "ptrace_stop"
 
 
 def _mib(n: int) -> str:
@@ -171,8 +183,8 @@ def kernel_findings(world: World) -> list[Finding]:
                 "stuck-writing",
                 Severity.CRITICAL,
                 "Slime processes blocked in a write at both samples (a pipe or socket whose "
-                "reader stopped taking data) with no byte written in between: the storage or "
-                "uploader behind it is stuck, not a collective",
+                "reader stopped taking data) with no storage byte and under 1 MiB written in "
+                "between: the storage or uploader behind it is stuck, not a collective",
                 tuple(k.describe() for k in blocked[:6]),
             )
         )

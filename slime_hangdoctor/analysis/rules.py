@@ -394,7 +394,7 @@ def _checkpoint(ctx: Context) -> Cause | None:
         msg = (
             "Checkpoint save / load is stuck in storage, not in a collective: "
             + "; ".join(f"{k.proc.label} (pid {k.proc.pid}) {k.where()}" for k in stuck[:3])
-            + " at both samples, no byte written between them: stuck storage"
+            + " at both samples, nothing written between them: stuck storage"
             + (f"; {len(in_coll)} rank(s) wait for it in the save's collective" if in_coll else "")
             + "."
         )

@@ -153,10 +153,12 @@ def _submit_log_heads(
     return [pool.submit(_log_heads, writer, actors, spec, opts, deadline)]
 
 
+# The procfs probes go first: their reads take milliseconds and start before the py-spy dumps
+# attach, so a process's state and wchan are rarely read while py-spy holds it (tracing stop).
 NODE_PROBES: tuple[NodeProbe, ...] = (
+    _submit_procfs,
     _submit_stacks,
     _submit_ras,
-    _submit_procfs,
     _submit_log_heads,
 )
 

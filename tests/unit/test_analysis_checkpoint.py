@@ -157,9 +157,14 @@ def test_the_checkpoint_stage_is_part_of_the_verdict_contract() -> None:
     assert verdict_from_json(doc).stage is Stage.CHECKPOINT
 
 
-def _kernel(pid_wchan: dict[int, str], wchar: dict[int, tuple[int, int]]) -> tuple[KernelObs, ...]:
-    """The kernel source's view of the ranks at both samples: each rank's wchan (the same at both)
-    and its wchar at sample 0 and 1 (storage bytes flat: a pipe takes none)."""
+def _kernel(
+    pid_wchan: dict[int, str],
+    wchar: dict[int, tuple[int, int]],
+    traced_at_1: frozenset[int] = frozenset(),
+) -> tuple[KernelObs, ...]:
+    """The kernel source's view of the ranks at both samples: each rank's wchan (the same at both,
+    or py-spy's tracing stop at sample 1 for `traced_at_1`) and its wchar at sample 0 and 1
+    (storage bytes flat: a pipe takes none)."""
     return tuple(
         KernelObs(
             None,
@@ -167,7 +172,10 @@ def _kernel(pid_wchan: dict[int, str], wchar: dict[int, tuple[int, int]]) -> tup
             NodeKernel(
                 tuple(
                     ProcessKernelState(
-                        pid, "S", wchan, IoCounters(0, wchar.get(pid, (0, 0))[s], 0, 4096)
+                        pid,
+                        "t" if s == 1 and pid in traced_at_1 else "S",
+                        "ptrace_stop" if s == 1 and pid in traced_at_1 else wchan,
+                        IoCounters(0, wchar.get(pid, (0, 0))[s], 0, 4096),
                     )
                     for pid, wchan in pid_wchan.items()
                 )
@@ -219,3 +227,19 @@ def test_a_pipe_write_that_moves_bytes_is_not_stuck() -> None:
     )
     assert not any(f.rule == "stuck-writing" for f in v.findings)
     assert _finding(v).startswith("Checkpoint collective mismatch")
+
+
+def test_a_sample_taken_while_py_spy_held_the_writer_leaves_the_other_to_decide() -> None:
+    # the kernel probe runs beside the py-spy dumps: one sample may catch rank 0 in tracing stop
+    traced = _kernel({300: "anon_pipe_write", 301: "futex_do_wait"}, {}, frozenset({300}))
+    msg = _finding(_diag_kernel(traced))
+    assert "stuck in storage" in msg and "in anon_pipe_write" in msg, msg
+    both = _kernel({300: "ptrace_stop", 301: "futex_do_wait"}, {}, frozenset({300}))
+    assert _finding(_diag_kernel(both)).startswith("Checkpoint collective mismatch")
+
+
+def test_the_partial_return_py_spys_attach_causes_is_not_a_write_moving() -> None:
+    # py-spy's attach interrupts the blocked pipe write, which returns the 64 KiB it had copied
+    # (wchar moves once by at most a pipe's capacity) and blocks again: still stuck
+    once = _kernel({300: "anon_pipe_write", 301: "futex_do_wait"}, {300: (298969, 364505)})
+    assert "stuck in storage" in _finding(_diag_kernel(once))

@@ -1,6 +1,6 @@
 """Suspects from the kernel-side state of the slime processes: one in uninterruptible disk sleep at
 both samples with no storage byte moved in between, or asleep in a write to a pipe or socket whose
-reader stopped (no byte written in between) (analysis/kernel.py)."""
+reader stopped (nothing moving in between) (analysis/kernel.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, Reads, Suspect
 
 def suspects(reads: Reads) -> list[Suspect]:
     """A slime process stuck in the kernel: D state at both samples and no storage byte moved, or
-    a write to a pipe / socket asleep at both samples and no byte written."""
+    a write to a pipe / socket asleep at both samples and nothing moving."""
     out: list[Suspect] = []
     for k in kernel_reads(reads.world):
         if k.proc.role is None or not (k.stuck_in_kernel or k.stuck_writing):
@@ -20,7 +20,7 @@ def suspects(reads: Reads) -> list[Suspect]:
             f"in uninterruptible disk sleep at both samples ({k.where()}) with no storage byte "
             "moved: stuck in the kernel (storage that does not answer)"
             if k.stuck_in_kernel
-            else f"blocked in a write at both samples ({k.where()}) with no byte written: the "
+            else f"blocked in a write at both samples ({k.where()}) with nothing moving: the "
             "pipe or socket it writes to is full and its reader stopped"
         )
         out.append(
