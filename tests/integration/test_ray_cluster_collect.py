@@ -112,7 +112,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
         (src / "driver.py").write_text(DRIVER)
         sid = submit_job(
             head,
-            "python driver.py",
+            f"{sys.executable} driver.py",
             working_dir=src,
             submission_id="slime-hang-1",
             env={"NCCL_DEBUG": "WARN"},
