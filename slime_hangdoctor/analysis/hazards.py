@@ -15,7 +15,6 @@ across ranks, a nearly full /dev/shm.
 
 from __future__ import annotations
 
-import urllib.request
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -72,6 +71,8 @@ def _no_proxy(env: dict[str, str]) -> str:
 
 def _bypassed(host: str, no_proxy: str) -> bool:
     """Python's own no_proxy rule, given the value instead of reading os.environ (pure)."""
+    import urllib.request  # lazy: ~80 ms of imports (http.client, email), used only with a proxy
+
     rule = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]  # not in typeshed
     return bool(rule(host, {"no": no_proxy}))
 

@@ -20,6 +20,7 @@ from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import Bundle, BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.parsers.ray_state import TASK_HISTORY
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.topology import Topology, build_topology
 from slime_hangdoctor.verdict import Role
@@ -44,15 +45,20 @@ class NodeSpec:
 
 # What discovery reads (build_topology, and collect.run's node, driver and actor look-ups): Ray
 # state, the process tables, the routers' engine lists and the engine actors' log heads (the URL
-# of a server that is gone). Stacks, engine answers, GPU and RAS records are parsed once, by the
-# analysis: re-parsing them at every discovery step cost more with every sample and every target.
+# of a server that is gone). Stacks, engine answers, GPU and RAS records and the task history (up to
+# ray_state.TASK_LIMIT rows per job) are parsed once, by the analysis: re-parsing them at every
+# discovery step cost more with every sample and every target.
 DISCOVERY_SOURCES = frozenset({b.RAY_DASHBOARD, b.PROCESSES, b.ROUTER, b.ACTOR_LOG_HEAD})
 
 
 def partial_snapshot(writer: BundleWriter) -> Snapshot:
     """Parse what discovery needs of what the writer holds so far (DISCOVERY_SOURCES)."""
     manifest = writer.manifest()
-    probes = tuple(p for p in manifest.probes if p.source in DISCOVERY_SOURCES)
+    probes = tuple(
+        p
+        for p in manifest.probes
+        if p.source in DISCOVERY_SOURCES and not p.target.startswith(TASK_HISTORY.target)
+    )
     with Bundle(writer.root, dataclasses.replace(manifest, probes=probes)) as view:
         return load_snapshot(view)
 
