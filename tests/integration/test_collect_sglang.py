@@ -196,10 +196,10 @@ def test_stuck_engine(start: Start, writer: BundleWriter) -> None:
         daemon=True,
     ).start()
     deadline = time.monotonic() + 10
-    while (
-        s.get("/v1/loads").json()["loads"][0]["num_running_reqs"] != 1
-        and time.monotonic() < deadline
-    ):
+    # `{"loads": []}` until the scheduler published its first snapshot
+    while [x["num_running_reqs"] for x in s.get("/v1/loads").json()["loads"][:1]] != [
+        1
+    ] and time.monotonic() < deadline:
         time.sleep(0.05)
     records = timed_probe(
         5.0, lambda: probe_engine(writer, s.url, node_ip=None, sample=1, timeout=5.0)

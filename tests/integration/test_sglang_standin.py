@@ -63,6 +63,12 @@ def background_post(
     return box
 
 
+def _running(s: Standin) -> int | None:
+    """`num_running_reqs` of /v1/loads; None while it answers `{"loads": []}` (no snapshot yet)."""
+    loads = s.get("/v1/loads").json()["loads"]
+    return int(loads[0]["num_running_reqs"]) if loads else None
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -296,7 +302,7 @@ def test_release_while_busy_crashes_the_engine_like_sglang(healthy: Standin) -> 
     box = background_post(
         healthy, "/generate", {"input_ids": [1], "sampling_params": {"max_new_tokens": 4000}}
     )
-    assert wait_for(lambda: healthy.get("/v1/loads").json()["loads"][0]["num_running_reqs"] == 1)
+    assert wait_for(lambda: _running(healthy) == 1)
     with pytest.raises(requests.ConnectionError):
         healthy.post("/release_memory_occupation", json={})
     assert healthy.proc.wait(timeout=15) != 0
@@ -348,7 +354,7 @@ def test_stuck_scheduler(start: Start) -> None:
     box = background_post(
         s, "/generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 50}}
     )
-    assert wait_for(lambda: s.get("/v1/loads").json()["loads"][0]["num_running_reqs"] == 1)
+    assert wait_for(lambda: _running(s) == 1)
     frozen = counters(s)
     info = s.get("/server_info", timeout=10)  # slime patch: [] after SGLANG_SERVER_INFO_TIMEOUT
     assert info.status_code == 200 and parse_server_info(info.content).empty_internal_states
@@ -533,7 +539,7 @@ def test_in_place_pause_freezes_the_published_load(healthy: Standin) -> None:
     box = background_post(
         healthy, "/generate", {"input_ids": [1], "sampling_params": {"max_new_tokens": 4000}}
     )
-    assert wait_for(lambda: healthy.get("/v1/loads").json()["loads"][0]["num_running_reqs"] == 1)
+    assert wait_for(lambda: _running(healthy) == 1)
     assert healthy.post("/pause_generation", json={"mode": "in_place"}).status_code == 200
     time.sleep(0.3)
     first = parse_metrics(healthy.get("/metrics").text).decode_tokens_total
