@@ -97,7 +97,8 @@ FAULT_SETTINGS: dict[str, dict[str, object]] = {
     "offload_hang": {"colocate": True},
     "colocate_update_hang": {"colocate": True},
     "startup_engine_warmup_stuck_colocate": {"colocate": True},
-    # one bucket of several tensors: the healthy engine waits in the next broadcast
+    # one bucket of several tensors (meant to keep the healthy engine in the next broadcast; gloo
+    # hands it its copies from rank 0 and it returns: see the fault description)
     "weight_sync_engine_wedged": {"update_weight_buffer_size": 1 << 20},
     "eval_hang": {"eval_interval": 1, "skip_eval_before_train": True},
     # earlier rollouts finish first: Ray's task history compares the stuck one with them
