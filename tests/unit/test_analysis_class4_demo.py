@@ -13,31 +13,17 @@ evidence that says where the requests are, and each bundle's verdict goes wrong 
 
 from __future__ import annotations
 
-import tarfile
 from pathlib import Path
 
 from slime_hangdoctor import bundle as b
-from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.facts import PROXY_ENV
-from slime_hangdoctor.load import load_snapshot
-from slime_hangdoctor.topology import build_topology
 from slime_hangdoctor.verdict import Finding, Role, Stage, Status, Verdict
 from tests.fixtures import transforms as tf
-
-DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "analysis" / "demo"
-
-
-def _unpacked(name: str, dest: Path) -> Path:
-    with tarfile.open(DEMO / f"{name}.tar.gz") as tar:
-        tar.extractall(dest, filter="data")
-    return next(p.parent for p in dest.rglob("manifest.json"))
+from tests.unit.demo_bundles import diagnosed, unpacked
 
 
 def _verdict(path: Path) -> Verdict:
-    with open_bundle(path) as bundle:
-        snapshot = load_snapshot(bundle)
-    return diagnose(snapshot, build_topology(snapshot)).verdict
+    return diagnosed(path).verdict
 
 
 def _finding(v: Verdict, rule: str) -> Finding | None:
@@ -48,7 +34,7 @@ def _finding(v: Verdict, rule: str) -> Finding | None:
 
 
 def test_requests_sent_to_a_proxy_are_the_proxys_cause(tmp_path: Path) -> None:
-    v = _verdict(_unpacked("rollout_behind_proxy", tmp_path))
+    v = _verdict(unpacked("rollout_behind_proxy", tmp_path))
     assert (v.status, v.stage) == (Status.HUNG, Stage.ROLLOUT_DISPATCH), v.summary
     assert [c.role for c in v.culprits] == [Role.ROLLOUT_MANAGER], v.summary
     culprit = _finding(v, "culprit")
@@ -66,7 +52,7 @@ def test_requests_sent_to_a_proxy_are_the_proxys_cause(tmp_path: Path) -> None:
 def test_without_the_environment_the_proxy_case_blames_nobody(tmp_path: Path) -> None:
     """The same bundle without the proxy variables: an idle loop and idle engines are not a
     culprit by themselves (and the RolloutManager's first rollout has no history to compare)."""
-    root = _unpacked("rollout_behind_proxy", tmp_path / "src")
+    root = unpacked("rollout_behind_proxy", tmp_path / "src")
     without = tf.bundle_without_env(root, tmp_path / "without", PROXY_ENV)
     v = _verdict(without)
     assert v.status is Status.HUNG, v.summary
@@ -82,7 +68,7 @@ def test_without_the_environment_the_proxy_case_blames_nobody(tmp_path: Path) ->
 def test_a_rollout_manager_whose_requests_never_left_it_is_blamed_on_its_evidence(
     tmp_path: Path,
 ) -> None:
-    v = _verdict(_unpacked("rollout_slots_leaked", tmp_path))
+    v = _verdict(unpacked("rollout_slots_leaked", tmp_path))
     assert (v.status, v.stage) == (Status.HUNG, Stage.ROLLOUT_DISPATCH), v.summary
     assert [c.role for c in v.culprits] == [Role.ROLLOUT_MANAGER], v.summary
     culprit = _finding(v, "culprit")
@@ -94,7 +80,7 @@ def test_a_rollout_manager_whose_requests_never_left_it_is_blamed_on_its_evidenc
 
 
 def test_without_the_task_history_the_rollout_manager_is_not_blamed(tmp_path: Path) -> None:
-    root = _unpacked("rollout_slots_leaked", tmp_path / "src")
+    root = unpacked("rollout_slots_leaked", tmp_path / "src")
     without = tf.bundle_without_targets(root, tmp_path / "without", b.RAY_DASHBOARD, ("tasks_",))
     v = _verdict(without)
     assert v.status is Status.HUNG, v.summary
@@ -104,7 +90,7 @@ def test_without_the_task_history_the_rollout_manager_is_not_blamed(tmp_path: Pa
 def test_without_the_sockets_the_rollout_finder_stays_silent(tmp_path: Path) -> None:
     """Held connections cannot be excluded: only the task history's own (weak) overlong-method
     suspect remains, and the culprit finding no longer cites the rollout finder."""
-    root = _unpacked("rollout_slots_leaked", tmp_path / "src")
+    root = unpacked("rollout_slots_leaked", tmp_path / "src")
     v = _verdict(tf.bundle_without_sources(root, tmp_path / "without", frozenset({b.SOCKETS})))
     culprit = _finding(v, "culprit")
     assert culprit is None or not any(e.startswith("[rollout]") for e in culprit.evidence)

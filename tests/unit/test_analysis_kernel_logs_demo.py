@@ -17,31 +17,14 @@ that source's records are removed (`transforms.bundle_without_sources`).
 
 from __future__ import annotations
 
-import tarfile
 from pathlib import Path
 
 from slime_hangdoctor import bundle as b
-from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.bundle import open_bundle
-from slime_hangdoctor.load import load_snapshot
-from slime_hangdoctor.topology import build_topology
-from slime_hangdoctor.verdict import Diagnosis, Finding, Role, Stage, Status, Verdict
+from slime_hangdoctor.verdict import Finding, Role, Stage, Status, Verdict
 from tests.fixtures import transforms as tf
+from tests.unit.demo_bundles import diagnosed, unpacked
 
-DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "analysis" / "demo"
 FAULT_RANK = 1
-
-
-def _unpacked(name: str, dest: Path) -> Path:
-    with tarfile.open(DEMO / f"{name}.tar.gz") as tar:
-        tar.extractall(dest, filter="data")
-    return next(p.parent for p in dest.rglob("manifest.json"))
-
-
-def _diagnose(path: Path) -> Diagnosis:
-    with open_bundle(path) as bundle:
-        snapshot = load_snapshot(bundle)
-    return diagnose(snapshot, build_topology(snapshot))
 
 
 def _finding(v: Verdict, rule: str) -> Finding:
@@ -54,7 +37,7 @@ def _finding(v: Verdict, rule: str) -> Finding:
 
 
 def test_slow_checkpoint_storage_is_progress_by_the_bytes_it_writes(tmp_path: Path) -> None:
-    d = _diagnose(_unpacked("checkpoint_slow_storage", tmp_path))
+    d = diagnosed(unpacked("checkpoint_slow_storage", tmp_path))
     v = d.verdict
     assert (v.status, v.stage) == (Status.PROGRESSING, Stage.NONE), v.summary
     assert v.culprits == ()
@@ -72,19 +55,19 @@ def test_slow_checkpoint_storage_is_progress_by_the_bytes_it_writes(tmp_path: Pa
 
 
 def test_without_the_kernel_source_the_slow_save_is_called_a_hang(tmp_path: Path) -> None:
-    root = _unpacked("checkpoint_slow_storage", tmp_path / "src")
+    root = unpacked("checkpoint_slow_storage", tmp_path / "src")
     without = tf.bundle_without_sources(root, tmp_path / "without", frozenset({b.KERNEL}))
-    v = _diagnose(without).verdict
+    v = diagnosed(without).verdict
     assert (v.status, v.stage) == (Status.HUNG, Stage.CHECKPOINT), v.summary
     assert v.culprits and v.culprits[0].role is Role.TRAIN_RANK and v.culprits[0].rank == 0
     assert "collective mismatch" in _finding(v, "checkpoint-stall").message
     assert not any(f.rule == "storage-io" for f in v.findings)
     kept = tf.bundle_without_sources(root, tmp_path / "kept", frozenset({b.SOCKETS, b.RAY_LOGS}))
-    assert _diagnose(kept).verdict.status is Status.PROGRESSING  # not those sources
+    assert diagnosed(kept).verdict.status is Status.PROGRESSING  # not those sources
 
 
 def test_a_write_stuck_in_a_full_pipe_is_stuck_storage(tmp_path: Path) -> None:
-    v = _diagnose(_unpacked("checkpoint_stuck_storage", tmp_path)).verdict
+    v = diagnosed(unpacked("checkpoint_stuck_storage", tmp_path)).verdict
     assert (v.status, v.stage) == (Status.HUNG, Stage.CHECKPOINT), v.summary
     assert (v.culprits[0].role, v.culprits[0].rank) == (Role.TRAIN_RANK, 0)
     stall = _finding(v, "checkpoint-stall").message
@@ -98,9 +81,9 @@ def test_a_write_stuck_in_a_full_pipe_is_stuck_storage(tmp_path: Path) -> None:
 def test_without_the_kernel_source_the_stuck_write_reads_as_a_collective_mismatch(
     tmp_path: Path,
 ) -> None:
-    root = _unpacked("checkpoint_stuck_storage", tmp_path / "src")
+    root = unpacked("checkpoint_stuck_storage", tmp_path / "src")
     without = tf.bundle_without_sources(root, tmp_path / "without", frozenset({b.KERNEL}))
-    v = _diagnose(without).verdict
+    v = diagnosed(without).verdict
     assert (v.status, v.stage) == (Status.HUNG, Stage.CHECKPOINT), v.summary
     assert _finding(v, "checkpoint-stall").message.startswith("Checkpoint collective mismatch")
     assert not any(f.rule == "stuck-writing" for f in v.findings)
@@ -110,7 +93,7 @@ def test_without_the_kernel_source_the_stuck_write_reads_as_a_collective_mismatc
 
 
 def test_an_open_timer_names_the_stage_the_fsdp_frames_do_not(tmp_path: Path) -> None:
-    d = _diagnose(_unpacked("train_custom_loss_stuck", tmp_path))
+    d = diagnosed(unpacked("train_custom_loss_stuck", tmp_path))
     v = d.verdict
     assert (v.status, v.stage) == (Status.HUNG, Stage.TRAIN), v.summary
     top = v.culprits[0]
@@ -124,11 +107,11 @@ def test_an_open_timer_names_the_stage_the_fsdp_frames_do_not(tmp_path: Path) ->
 def test_without_the_logs_source_the_stage_is_unknown_and_the_culprit_the_same(
     tmp_path: Path,
 ) -> None:
-    root = _unpacked("train_custom_loss_stuck", tmp_path / "src")
+    root = unpacked("train_custom_loss_stuck", tmp_path / "src")
     without = tf.bundle_without_sources(root, tmp_path / "without", frozenset({b.RAY_LOGS}))
-    v = _diagnose(without).verdict
+    v = diagnosed(without).verdict
     assert (v.status, v.stage) == (Status.HUNG, Stage.UNKNOWN), v.summary
     assert (v.culprits[0].role, v.culprits[0].rank) == (Role.TRAIN_RANK, FAULT_RANK)
     assert not any(f.rule.startswith("log-") for f in v.findings)
     kept = tf.bundle_without_sources(root, tmp_path / "kept", frozenset({b.KERNEL, b.SOCKETS}))
-    assert _diagnose(kept).verdict.stage is Stage.TRAIN  # not those sources
+    assert diagnosed(kept).verdict.stage is Stage.TRAIN  # not those sources

@@ -4,33 +4,18 @@ without them (`transforms.bundle_without_sources`)."""
 
 from __future__ import annotations
 
-import tarfile
 from pathlib import Path
 
 from slime_hangdoctor import bundle as b
-from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.analysis.engines import read_engines
 from slime_hangdoctor.analysis.network import held_requests
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.topology import build_topology
-from slime_hangdoctor.verdict import Diagnosis, Role, Stage, Status
+from slime_hangdoctor.verdict import Role, Stage, Status
 from tests.fixtures import transforms as tf
-
-DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "analysis" / "demo"
-
-
-def _unpacked(name: str, dest: Path) -> Path:
-    with tarfile.open(DEMO / f"{name}.tar.gz") as tar:
-        tar.extractall(dest, filter="data")
-    return next(p.parent for p in dest.rglob("manifest.json"))
-
-
-def _diagnose(path: Path) -> Diagnosis:
-    with open_bundle(path) as bundle:
-        snapshot = load_snapshot(bundle)
-    return diagnose(snapshot, build_topology(snapshot))
+from tests.unit.demo_bundles import diagnosed, unpacked
 
 
 def _engine_urls(path: Path) -> list[str]:
@@ -40,9 +25,9 @@ def _engine_urls(path: Path) -> list[str]:
 
 
 def test_paused_engine_is_named_by_the_connections_held_to_it(tmp_path: Path) -> None:
-    root = _unpacked("engine_paused_by_update", tmp_path)
+    root = unpacked("engine_paused_by_update", tmp_path)
     urls = _engine_urls(root)
-    v = _diagnose(root).verdict
+    v = diagnosed(root).verdict
     assert (v.status, v.stage) == (Status.HUNG, Stage.ROLLOUT_DISPATCH), v.summary
     top = v.culprits[0]
     assert top.role is Role.SGLANG_ENGINE and top.engine_url == urls[1], v.summary
@@ -60,10 +45,10 @@ def test_paused_engine_is_named_by_the_connections_held_to_it(tmp_path: Path) ->
 def test_without_the_sockets_source_the_verdict_blames_the_wrong_process(tmp_path: Path) -> None:
     """The same bundle with the sockets records removed: nothing else says where the requests are,
     and the verdict names no culprit (before issue 16 class 4 it blamed the RolloutManager)."""
-    root = _unpacked("engine_paused_by_update", tmp_path / "src")
+    root = unpacked("engine_paused_by_update", tmp_path / "src")
     without = tf.bundle_without_sources(root, tmp_path / "without", frozenset({b.SOCKETS}))
-    v = _diagnose(without).verdict
+    v = diagnosed(without).verdict
     assert not any(f.rule == "requests-held-outside-scheduler" for f in v.findings)
     assert all(c.role is not Role.SGLANG_ENGINE for c in v.culprits), v.summary
     kept = tf.bundle_without_sources(root, tmp_path / "kept", frozenset({b.KERNEL}))
-    assert _diagnose(kept).verdict.culprits[0].role is Role.SGLANG_ENGINE  # not that source
+    assert diagnosed(kept).verdict.culprits[0].role is Role.SGLANG_ENGINE  # not that source

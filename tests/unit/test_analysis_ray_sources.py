@@ -5,20 +5,14 @@ removed from the bundle (`transforms.bundle_without_targets`) the verdict goes w
 
 from __future__ import annotations
 
-import tarfile
 from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.demo.faults import FAULTS
-from slime_hangdoctor.load import load_snapshot
-from slime_hangdoctor.topology import build_topology
 from slime_hangdoctor.verdict import Verdict
 from tests.fixtures import transforms as tf
-
-DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "analysis" / "demo"
+from tests.unit.demo_bundles import DEMO, diagnosed, unpacked
 
 # fault -> (the dashboard answers that make the source, the rule of its finding, words in it)
 CASES = {
@@ -32,16 +26,8 @@ CASES = {
 RECORDED = sorted(n for n in CASES if (DEMO / f"{n}.tar.gz").is_file())
 
 
-def _unpacked(name: str, dest: Path) -> Path:
-    with tarfile.open(DEMO / f"{name}.tar.gz") as tar:
-        tar.extractall(dest, filter="data")
-    return next(p.parent for p in dest.rglob("manifest.json"))
-
-
 def _verdict(path: Path) -> Verdict:
-    with open_bundle(path) as bundle:
-        snapshot = load_snapshot(bundle)
-    return diagnose(snapshot, build_topology(snapshot)).verdict
+    return diagnosed(path).verdict
 
 
 def _as_expected(v: Verdict, name: str) -> bool:
@@ -61,7 +47,7 @@ def test_every_case_is_recorded() -> None:
 @pytest.mark.parametrize("name", RECORDED)
 def test_the_source_names_the_fault(name: str, tmp_path: Path) -> None:
     _targets, rule, words = CASES[name]
-    v = _verdict(_unpacked(name, tmp_path))
+    v = _verdict(unpacked(name, tmp_path))
     assert _as_expected(v, name), (v.status, v.stage, v.culprits)
     finding = next(f for f in v.findings if f.rule == rule)
     assert words in finding.message
@@ -71,7 +57,7 @@ def test_the_source_names_the_fault(name: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", RECORDED)
 def test_without_the_source_the_verdict_goes_wrong(name: str, tmp_path: Path) -> None:
     targets, rule, words = CASES[name]
-    src = _unpacked(name, tmp_path / "src")
+    src = unpacked(name, tmp_path / "src")
     without = tf.bundle_without_targets(src, tmp_path / "without", "ray_dashboard", targets)
     v = _verdict(without)
     assert rule not in {f.rule for f in v.findings}
