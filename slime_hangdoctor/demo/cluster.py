@@ -213,6 +213,43 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+# Ray's worker processes listen on 10002-19999 (`ray start --min/max-worker-port` defaults) and the
+# kernel hands out outgoing connections' local ports from ip_local_port_range (32768-60999 by
+# default): a port counted up from either can be taken between the check and the server's bind.
+_QUIET_PORTS_LOW = 20000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def quiet_port_block(size: int = 64) -> int:
+    """The first of `size` consecutive ports, free now on 127.0.0.1, that lie between Ray's worker
+    ports and the kernel's ephemeral range, at a random place so two demos on one box rarely meet
+    (slime counts its engines' ports up from such a base and checks each one itself)."""
+    import random
+
+    try:
+        ephemeral_low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    high = ephemeral_low - size
+    if high <= _QUIET_PORTS_LOW:  # an unusual ephemeral range: fall back to one the OS hands out
+        return free_ports(1)[0]
+    rng = random.SystemRandom()
+    for _ in range(32):
+        base = rng.randrange(_QUIET_PORTS_LOW, high)
+        if all(_port_free(port) for port in range(base, base + size)):
+            return base
+    return free_ports(1)[0]
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((NODE_IP, port))
+        except OSError:
+            return False
+    return True
+
+
 def ray_cli() -> list[str]:
     """The `ray` command of this Python (the script beside it, else `python -m`)."""
     beside = Path(sys.executable).parent / "ray"

@@ -433,8 +433,8 @@ def start_demo(
         args = ["--sglang-request-log-dir", str(request_logs), *(extra_args or [])]
         if "--sglang-base-port" not in args:
             # slime counts engine ports up from 15000; two demos on one box would race for the
-            # same ports, so each run starts from a port the OS just handed out
-            args += ["--sglang-base-port", str(cluster.free_ports(1)[0])]
+            # same ports, so each run starts from a free block of its own (cluster.quiet_port_block)
+            args += ["--sglang-base-port", str(cluster.quiet_port_block())]
         run.started_at = time.monotonic()
         cluster.submit_job(
             head,

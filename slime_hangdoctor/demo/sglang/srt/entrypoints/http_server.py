@@ -738,16 +738,23 @@ def launch_server(args: list[str]) -> None:
     threading.Thread(
         target=_subprocess_watchdog, args=(tm,), name="subprocess-watchdog", daemon=True
     ).start()
-    if not tm.wait_ready(60.0):
-        logger.error("the scheduler did not start within 60 s")
+    if not tm.wait_ready():
+        # as SGLang's _launch_subprocesses when the scheduler's pipe closes before it is ready
+        codes = [proc.poll() for proc in tm.children]
+        logger.error("Rank 0 scheduler is dead. Please check if there are relevant logs.")
+        logger.error("Exit code: %s", codes[0] if codes else None)
         tm.kill_children()
-        raise SystemExit(1)
+        raise EOFError
     if ns.load_s > 0:
         time.sleep(ns.load_s)
     try:
         server = StandinHTTPServer((ns.host, ns.port), tm)
     except OSError as exc:
-        logger.error("cannot listen on %s:%s: %s", ns.host, ns.port, exc)
+        # uvicorn's own line when the bind fails (it then exits 1)
+        sys.stderr.write(
+            f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+            f"({ns.host!r}, {ns.port}): {(exc.strerror or str(exc)).lower()}\n"
+        )
         tm.kill_children()
         raise SystemExit(1) from exc
     port = server.server_address[1]

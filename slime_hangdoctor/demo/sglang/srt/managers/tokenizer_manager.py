@@ -185,8 +185,14 @@ class TokenizerManager:
         )
         threading.Thread(target=self._reader, name="tokenizer-handle-loop", daemon=True).start()
 
-    def wait_ready(self, timeout: float) -> bool:
-        return self._ready.wait(timeout)
+    def wait_ready(self) -> bool:
+        """Block until the scheduler says it is ready (True) or a subprocess exits first (False).
+        No time limit: SGLang's launch blocks on the scheduler's pipe until it answers or closes
+        (a scheduler loading a model on a busy node may take minutes)."""
+        while not self._ready.wait(0.5):
+            if any(proc.poll() is not None for proc in self.children):
+                return self._ready.is_set()
+        return True
 
     def kill_children(self) -> None:
         for proc in self.children:
