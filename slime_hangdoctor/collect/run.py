@@ -144,8 +144,8 @@ def collect(
         try:
             t0 = time.monotonic()
             topo = _sample(run, 0)
+            _start_logs(run)  # in the window's idle wait: not beside the second sample's dumps
             _sleep_until(t0 + opts.window_s, deadline, say)
-            _start_logs(run)
             topo = _sample(run, 1)
             if opts.flight_recorder:
                 say("asking the ranks' flight recorders to dump")
@@ -507,8 +507,10 @@ def _traceback_fallback(run: _Run, failed: list[RemoteNode], index: int) -> None
 
 
 def _start_logs(run: _Run) -> None:
-    """Tail the driver's and the slime actors' logs (Ray log API) while the second sample runs; the
-    thread is joined with the others before the bundle is finished."""
+    """Tail the driver's and the slime actors' logs (Ray log API) from the end of the first sample,
+    while the window passes (the dashboard and Ray's agents are then idle, so the tails do not slow
+    the second sample's dumps and probes); the thread is joined with the others before the bundle
+    is finished."""
     if run.client is None or not run.opts.logs or run.deadline.expired:
         return
     from slime_hangdoctor.collect.logs import fetch_logs

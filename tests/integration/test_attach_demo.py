@@ -1,7 +1,7 @@
 """`attach` against the live demo slime job: every fault's verdict names the right stage and culprit.
 
-Real Ray heads (with dashboard) serve the whole module, PARALLEL_JOBS fault jobs at a time; each
-fault is a real job submitted through the Job API, diagnosed by the real CLI in a subprocess (py-spy, HTTP to the SGLang stand-ins, Ray's
+Real Ray heads (with dashboard) serve the whole session's live pool (tests/live_pool.py), two
+fault jobs at a time; each fault is a real job submitted through the Job API, diagnosed by the real CLI in a subprocess (py-spy, HTTP to the SGLang stand-ins, Ray's
 state API), then stopped. The same live run also checks that the injected hang holds where
 shared/reference/slime.md §8 says it would (every frame signature of the fault, by py-spy, plus
 the fault's own checks in LIVE_CHECKS) and that stopping the job leaves none of its processes:
@@ -10,11 +10,10 @@ one demo job per fault for the whole suite (CI time).
 
 from __future__ import annotations
 
-import concurrent.futures as cf
+import functools
 import json
-import queue
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,6 @@ import requests
 
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import open_bundle
-from slime_hangdoctor.demo import cluster
 from slime_hangdoctor.demo.faults import FAULTS
 from slime_hangdoctor.demo.launch import ARMED_TEXT, DemoRun, start_demo
 from tests.integration.cli import run_cli
@@ -36,6 +34,7 @@ from tests.integration.demo_job_harness import (
     pyspy_threads,
     thread_has_frames,
 )
+from tests.live_pool import LivePool, Slot, add_scenario, scenario
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -295,12 +294,6 @@ VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
 FAULT_AFTER_STEPS: dict[str, int] = {"colocate_update_hang": 1}
 
 
-# Demo jobs diagnosed at once, each on a Ray head of its own (the doctor attaches by that head's
-# dashboard URL, so it sees only that cluster's job). Two keep the 2-core CI box busy without
-# starving either job; the verdicts are the same as one at a time.
-PARALLEL_JOBS = 2
-
-
 @dataclass
 class FaultRun:
     """What one fault's live run gave: the doctor's answer and the checks made on the live job."""
@@ -314,9 +307,12 @@ class FaultRun:
     leftover: list[int] | None = None  # processes of the job still alive after its stop
 
 
-def _diagnose_live(head: cluster.RayHead, fault: str, workdir: Path) -> FaultRun:
-    """Start `fault`'s demo job on `head`, attach the doctor, check the live hang, stop the job."""
+def _diagnose_live(fault: str, slot: Slot) -> FaultRun:
+    """Start `fault`'s demo job on the slot's head, attach the doctor, check the live hang, stop
+    the job (the live pool runs this, LIVE_SLOTS faults at a time, each on its slot's own head:
+    the doctor attaches by that head's dashboard URL, so it sees only that cluster's job)."""
     spec = FAULTS[fault]
+    head, workdir = slot.head, slot.workdir(fault)
     run = start_demo(
         fault,
         workdir=workdir / "demo",
@@ -343,60 +339,18 @@ def _diagnose_live(head: cluster.RayHead, fault: str, workdir: Path) -> FaultRun
     return result
 
 
-def _selected_faults(session: pytest.Session) -> list[str]:
-    """The faults of test_attach_names_the_stage_and_the_culprit this session runs, in order."""
-    faults: list[str] = []
-    for item in session.items:
-        callspec = getattr(item, "callspec", None)
-        if (
-            callspec is not None
-            and getattr(item, "originalname", "") == "test_attach_names_the_stage_and_the_culprit"
-            and Path(str(item.path)) == Path(__file__)
-        ):
-            faults.append(str(callspec.params["fault"]))
-    return faults
+for _fault in FAULTS:
+    add_scenario(f"attach:{_fault}", functools.partial(_diagnose_live, _fault))
 
 
-@pytest.fixture(scope="module")
-def fault_runs(
-    request: pytest.FixtureRequest,
-    head: cluster.RayHead,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, cf.Future[FaultRun]]]:
-    """Every selected fault's live run, PARALLEL_JOBS at a time, in test order: each test waits for
-    its own while the next ones already run."""
-    faults = _selected_faults(request.session)
-    heads: queue.Queue[cluster.RayHead] = queue.Queue()
-    heads.put(head)
-    extra: list[cluster.RayHead] = []
-    for i in range(1, min(PARALLEL_JOBS, len(faults))):
-        extra.append(cluster.start_head(tmp_path_factory.mktemp(f"ray-head-{i}"), num_cpus=2))
-        heads.put(extra[-1])
-
-    def one(fault: str) -> FaultRun:
-        h = heads.get()
-        try:
-            return _diagnose_live(h, fault, tmp_path_factory.mktemp(fault))
-        finally:
-            heads.put(h)
-
-    pool = cf.ThreadPoolExecutor(max_workers=heads.qsize(), thread_name_prefix="fault")
-    try:
-        yield {fault: pool.submit(one, fault) for fault in faults}
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        for h in extra:
-            h.stop()
-
-
-@pytest.mark.parametrize("fault", sorted(FAULTS))
-def test_attach_names_the_stage_and_the_culprit(
-    fault_runs: dict[str, cf.Future[FaultRun]], fault: str
-) -> None:
+@pytest.mark.parametrize(
+    "fault", [pytest.param(f, marks=pytest.mark.live(f"attach:{f}")) for f in sorted(FAULTS)]
+)
+def test_attach_names_the_stage_and_the_culprit(live_pool: LivePool, fault: str) -> None:
     """Each demo fault: status, blocked stage and culprit process as the fault registry expects;
     the hang holds where its frame signatures say; the stopped job leaves no process behind."""
-    # GIVEN a live demo job that has reached its fault, WHEN the doctor attached (fault_runs)
-    result = fault_runs[fault].result(timeout=600)
+    # GIVEN a live demo job that has reached its fault, WHEN the doctor attached (_diagnose_live)
+    result: FaultRun = live_pool.result(f"attach:{fault}")
     if result.error is not None:
         raise result.error
     run, verdict = result.run, result.verdict
@@ -421,23 +375,36 @@ def test_attach_names_the_stage_and_the_culprit(
     assert {b.SOCKETS, b.KERNEL} <= ok  # the node-local procfs sources read every demo job
 
 
-def test_attach_to_a_cluster_without_a_slime_job_is_idle(head: cluster.RayHead) -> None:
-    """A cluster whose job finished (or never ran one) is idle, exit 0."""
+@scenario("attach:idle")
+def _attach_idle(slot: Slot) -> dict[str, tuple[int, dict[str, Any]]]:
+    """The doctor on the slot's head, between jobs (whatever ran there has been stopped), by each
+    address form: the dashboard URL, host:6379 (GCS) and RAY_ADDRESS."""
+    import os
+
+    head = slot.head
+    out: dict[str, tuple[int, dict[str, Any]]] = {}
     rc, verdict, _err, _wall = attach(head.dashboard_url)
+    out["dashboard"] = (rc, verdict)
+    rc, verdict, _err, _wall = attach(head.gcs_address)
+    out["gcs"] = (rc, verdict)
+    env = {**os.environ, "RAY_ADDRESS": head.gcs_address}
+    proc, _wall = run_cli("attach", "--json", "--window", "1", env=env)
+    out["auto_env"] = (proc.returncode, json.loads(proc.stdout))
+    return out
+
+
+@pytest.mark.live("attach:idle")
+def test_attach_to_a_cluster_without_a_slime_job_is_idle(live_pool: LivePool) -> None:
+    """A cluster whose job finished (or never ran one) is idle, exit 0."""
+    rc, verdict = live_pool.result("attach:idle")["dashboard"]
     assert verdict["status"] == "idle" and rc == 0, verdict
 
 
+@pytest.mark.live("attach:idle")
 @pytest.mark.parametrize("form", ["gcs", "auto_env"])
-def test_address_forms_reach_the_same_cluster(head: cluster.RayHead, form: str) -> None:
+def test_address_forms_reach_the_same_cluster(live_pool: LivePool, form: str) -> None:
     """host:6379 (GCS) and RAY_ADDRESS both find the dashboard."""
-    import os
-
-    if form == "gcs":
-        rc, verdict, _err, _ = attach(head.gcs_address)
-    else:
-        env = {**os.environ, "RAY_ADDRESS": head.gcs_address}
-        proc, _wall = run_cli("attach", "--json", "--window", "1", env=env)
-        rc, verdict = proc.returncode, json.loads(proc.stdout)
+    rc, verdict = live_pool.result("attach:idle")[form]
     assert verdict["status"] == "idle" and rc == 0, verdict
 
 

@@ -147,7 +147,9 @@ def test_an_unknown_host() -> None:
     assert classify(caught.value)[0] is Failure.UNKNOWN_HOST
 
 
-def test_a_proxy_in_the_environment_is_not_used(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_proxy_in_the_environment_is_not_used(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The doctor talks to cluster addresses directly (docs/probes.md)."""
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
     monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")

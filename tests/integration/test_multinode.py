@@ -4,7 +4,8 @@ The head (192.0.2.x or whatever Ray picks) runs the driver and the train ranks; 
 `ray start --address` at 127.0.0.2 (a loopback alias, so the nodes differ by IP as on a real cluster)
 holds the engines. The doctor samples its own node in-process and the other through a Ray task pinned
 to it; the verdict must name the culprit on the right node, and a node killed mid-run must come back as a
-blind spot within the deadline.
+blind spot within the deadline. All of it is one live scenario (tests/live_pool.py) with a cluster
+of its own, beside the other live scenarios.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from slime_hangdoctor.demo import cluster
 from slime_hangdoctor.demo.faults import FAULTS
 from slime_hangdoctor.demo.launch import start_demo
 from tests.integration.cli import CLI, run_cli
+from tests.live_pool import LivePool, Slot, scenario
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -33,24 +35,6 @@ SPREAD = [
     "--rollout-node-resource",
     "rollout_node",
 ]
-
-
-@pytest.fixture(scope="module")
-def two_nodes(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[cluster.RayHead, cluster.RayNodeProc]]:
-    work = tmp_path_factory.mktemp("multinode")
-    head = cluster.start_head(work, num_cpus=2)
-    try:
-        node = cluster.start_worker_node(
-            head, work, resources={"rollout_node": 4}, num_cpus=1, node_ip_address=NODE2_IP
-        )
-        try:
-            yield head, node
-        finally:
-            node.stop()
-    finally:
-        head.stop()
 
 
 def _attach(address: str, out: Path, timeout: float = 30.0) -> tuple[int, dict[str, Any], float]:
@@ -70,57 +54,44 @@ def _attach(address: str, out: Path, timeout: float = 30.0) -> tuple[int, dict[s
     return proc.returncode, json.loads(proc.stdout), wall
 
 
-@pytest.mark.parametrize(
-    "fault", ["rollout_engine_stuck", "weight_sync_engine_wedged", "engine_server_killed"]
-)
-def test_culprit_is_named_on_its_own_node(
-    two_nodes: tuple[cluster.RayHead, cluster.RayNodeProc], tmp_path: Path, fault: str
-) -> None:
-    """An engine stuck on the second node: the verdict names that engine and that node. With
-    `weight_sync_engine_wedged` both engines there are unresponsive: the schedulers read on that
-    node (through the pinned Ray task) decide which one is the odd one out of the broadcast. With
-    `engine_server_killed` the dead server's URL is known only from the head of its actor's log,
-    read on that node by the pinned task."""
-    head, _node = two_nodes
-    run = start_demo(fault, workdir=tmp_path / "demo", head=head, extra_args=SPREAD)
+FAULTS_SPREAD = ("rollout_engine_stuck", "weight_sync_engine_wedged", "engine_server_killed")
+
+
+@dataclass
+class Attached:
+    rc: int
+    verdict: dict[str, Any]
+    wall: float
+    urls: dict[int, str]
+    bundle: Path
+
+
+@dataclass
+class Killed:
+    out: str
+    err: str
+    wall: float
+    timeout: float
+
+
+@dataclass
+class MultiNode:
+    faults: dict[str, Attached | BaseException] = field(default_factory=dict)
+    killed: Killed | BaseException | None = None
+
+
+def _culprit_run(head: cluster.RayHead, work: Path, fault: str) -> Attached:
+    run = start_demo(fault, workdir=work / "demo", head=head, extra_args=SPREAD)
     try:
         run.wait_until_ready(timeout=150)
-        rc, verdict, wall = _attach(head.dashboard_url, tmp_path / "bundle")
-        urls = run.engine_urls()
+        rc, verdict, wall = _attach(head.dashboard_url, work / "bundle")
+        return Attached(rc, verdict, wall, run.engine_urls(), work / "bundle")
     finally:
         run.stop()
-    expected = FAULTS[fault].expected
-    assert (verdict["status"], verdict["stage"]) == (expected.status, expected.stage), verdict[
-        "summary"
-    ]
-    culprit = verdict["culprits"][0]
-    wanted = expected.culprit_engines or (expected.culprit_engine,)
-    # every engine blamed is one the fault expects (the engine inside the broadcast is none)
-    blamed = {c["engine_url"] for c in verdict["culprits"] if c["role"] == "sglang_engine"}
-    assert blamed == {urls[i] for i in wanted}, verdict["culprits"]
-    assert culprit["role"] == "sglang_engine" and culprit["engine_url"] in {urls[i] for i in wanted}
-    assert culprit["node_ip"] == NODE2_IP, culprit
-    assert rc == 2 and wall < 30 + 5
-    with open_bundle(tmp_path / "bundle") as b:
-        remote = [r for r in b.manifest.probes if r.node_ip == NODE2_IP]
-    sources = {r.source for r in remote if r.outcome.value == "ok"}
-    assert {"processes", "pyspy"} <= sources, sources  # collected there, by the pinned Ray task
-    if fault == "engine_server_killed":
-        assert "actor_log_head" in sources, sources
-        engines = verdict["extra"]["engines"]
-        assert [e["url"] for e in engines if e["state"] == "dead"] == [urls[1]], engines
-    train_nodes = {p["node_ip"] for p in verdict["processes"] if p["role"] == "train_rank"}
-    assert NODE2_IP not in train_nodes and len(train_nodes) == 1
 
 
-def test_a_node_killed_mid_run_is_a_blind_spot(
-    two_nodes: tuple[cluster.RayHead, cluster.RayNodeProc], tmp_path: Path
-) -> None:
-    """Killing the second node while the doctor samples: a named blind spot, within the deadline."""
-    head, node = two_nodes
-    run = start_demo(
-        "rollout_engine_stuck", workdir=tmp_path / "demo", head=head, extra_args=SPREAD
-    )
+def _kill_run(head: cluster.RayHead, node: cluster.RayNodeProc, work: Path) -> Killed:
+    run = start_demo("rollout_engine_stuck", workdir=work / "demo", head=head, extra_args=SPREAD)
     try:
         run.wait_until_ready(timeout=150)
         timeout = 20.0
@@ -143,10 +114,83 @@ def test_a_node_killed_mid_run_is_a_blind_spot(
         time.sleep(2.5)  # sample 0 is taken; the node dies inside the window
         node.stop()
         out, err = proc.communicate(timeout=timeout + 30)
-        wall = time.monotonic() - t0
+        return Killed(out, err, time.monotonic() - t0, timeout)
     finally:
         run.stop()
-    assert "Traceback" not in err, err
-    verdict = json.loads(out)
-    assert wall < timeout + 1 + 2.5
+
+
+@scenario("multinode", long=True)
+def _multinode(slot: Slot) -> MultiNode:
+    """A two-node cluster of its own (not the slot's head): each fault of FAULTS_SPREAD in turn,
+    then a run during which the second node is killed. Each case's exception is its result."""
+    work = slot.workdir("multinode")
+    result = MultiNode()
+    head = cluster.start_head(work, num_cpus=2)
+    try:
+        node = cluster.start_worker_node(
+            head, work, resources={"rollout_node": 4}, num_cpus=1, node_ip_address=NODE2_IP
+        )
+        try:
+            for fault in FAULTS_SPREAD:
+                try:
+                    result.faults[fault] = _culprit_run(head, slot.workdir(fault), fault)
+                except Exception as exc:  # noqa: BLE001 - re-raised by the fault's own test
+                    result.faults[fault] = exc
+            try:
+                result.killed = _kill_run(head, node, slot.workdir("node-killed"))
+            except Exception as exc:  # noqa: BLE001 - re-raised by its test
+                result.killed = exc
+        finally:
+            node.stop()
+    finally:
+        head.stop()
+    return result
+
+
+@pytest.mark.live("multinode")
+@pytest.mark.parametrize("fault", FAULTS_SPREAD)
+def test_culprit_is_named_on_its_own_node(live_pool: LivePool, fault: str) -> None:
+    """An engine stuck on the second node: the verdict names that engine and that node. With
+    `weight_sync_engine_wedged` both engines there are unresponsive: the schedulers read on that
+    node (through the pinned Ray task) decide which one is the odd one out of the broadcast. With
+    `engine_server_killed` the dead server's URL is known only from the head of its actor's log,
+    read on that node by the pinned task."""
+    got = live_pool.result("multinode").faults[fault]
+    if isinstance(got, BaseException):
+        raise got
+    rc, verdict, wall, urls = got.rc, got.verdict, got.wall, got.urls
+    expected = FAULTS[fault].expected
+    assert (verdict["status"], verdict["stage"]) == (expected.status, expected.stage), verdict[
+        "summary"
+    ]
+    culprit = verdict["culprits"][0]
+    wanted = expected.culprit_engines or (expected.culprit_engine,)
+    # every engine blamed is one the fault expects (the engine inside the broadcast is none)
+    blamed = {c["engine_url"] for c in verdict["culprits"] if c["role"] == "sglang_engine"}
+    assert blamed == {urls[i] for i in wanted}, verdict["culprits"]
+    assert culprit["role"] == "sglang_engine" and culprit["engine_url"] in {urls[i] for i in wanted}
+    assert culprit["node_ip"] == NODE2_IP, culprit
+    assert rc == 2 and wall < 30 + 5
+    with open_bundle(got.bundle) as b:
+        remote = [r for r in b.manifest.probes if r.node_ip == NODE2_IP]
+    sources = {r.source for r in remote if r.outcome.value == "ok"}
+    assert {"processes", "pyspy"} <= sources, sources  # collected there, by the pinned Ray task
+    if fault == "engine_server_killed":
+        assert "actor_log_head" in sources, sources
+        engines = verdict["extra"]["engines"]
+        assert [e["url"] for e in engines if e["state"] == "dead"] == [urls[1]], engines
+    train_nodes = {p["node_ip"] for p in verdict["processes"] if p["role"] == "train_rank"}
+    assert NODE2_IP not in train_nodes and len(train_nodes) == 1
+
+
+@pytest.mark.live("multinode")
+def test_a_node_killed_mid_run_is_a_blind_spot(live_pool: LivePool) -> None:
+    """Killing the second node while the doctor samples: a named blind spot, within the deadline."""
+    got = live_pool.result("multinode").killed
+    if isinstance(got, BaseException):
+        raise got
+    assert got is not None
+    assert "Traceback" not in got.err, got.err
+    verdict = json.loads(got.out)
+    assert got.wall < got.timeout + 1 + 2.5
     assert any(NODE2_IP in spot for spot in verdict["blind_spots"]), verdict["blind_spots"]

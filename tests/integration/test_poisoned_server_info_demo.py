@@ -11,6 +11,7 @@ that poisons the endpoint is the doctor's own engine probe (collect/sglang.probe
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,10 @@ import pytest
 
 from slime_hangdoctor.bundle import BundleWriter
 from slime_hangdoctor.collect.sglang import probe_engine
-from slime_hangdoctor.demo import cluster
 from slime_hangdoctor.demo.launch import DemoRun, start_demo
 from slime_hangdoctor.parsers.sglang import parse_server_info
 from tests.integration.cli import run_cli
+from tests.live_pool import LivePool, Slot, scenario
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -62,15 +63,17 @@ def _engine_state(verdict: dict[str, Any], url: str) -> str:
     return states[url]
 
 
-def test_attach_and_check_stay_ok_on_a_poisoned_server_info(
-    head: cluster.RayHead, tmp_path: Path
-) -> None:
-    # GIVEN a healthy demo job, one of whose engines has a poisoned /server_info
-    run = start_demo("none", workdir=tmp_path / "demo", head=head)
+@scenario("poisoned-server-info")
+def _poisoned_server_info(
+    slot: Slot,
+) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str], int, str]:
+    """A healthy demo job, one of whose engines has a poisoned /server_info; the doctor attaches,
+    and a cron check runs. Returns (attach run, check run, train steps done, engine URL)."""
+    work, head = slot.workdir("poisoned"), slot.head
+    run = start_demo("none", workdir=work / "demo", head=head)
     try:
         run.wait_until_ready(timeout=150)
-        url = _poison(run, tmp_path)
-        # WHEN the doctor attaches, and a cron check runs
+        url = _poison(run, work)
         proc, _wall = run_cli(
             "attach", head.dashboard_url, "--json", "--window", "3", "--timeout", "25", timeout=60
         )
@@ -83,14 +86,21 @@ def test_attach_and_check_stay_ok_on_a_poisoned_server_info(
             "--timeout",
             "25",
             "--state-file",
-            str(tmp_path / "state.json"),
+            str(work / "state.json"),
             "--stall-after",
             "60s",
             timeout=60,
         )
-        steps = run.steps_done()
+        return proc, check, run.steps_done(), url
     finally:
         run.stop()
+
+
+@pytest.mark.live("poisoned-server-info")
+def test_attach_and_check_stay_ok_on_a_poisoned_server_info(live_pool: LivePool) -> None:
+    # GIVEN a healthy demo job, one of whose engines has a poisoned /server_info
+    # WHEN the doctor attaches, and a cron check runs
+    proc, check, steps, url = live_pool.result("poisoned-server-info")
     # THEN both say the job progresses, and the engine is not read as unresponsive
     assert "Traceback" not in proc.stderr + check.stderr, proc.stderr + check.stderr
     verdict = json.loads(proc.stdout)

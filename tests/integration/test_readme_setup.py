@@ -16,12 +16,13 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 
+from tests.live_pool import LivePool, Slot, scenario
 from tests.readme_commands import setup_commands
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -53,12 +54,9 @@ def _marked(tag: str) -> list[psutil.Process]:
     return found
 
 
-@pytest.fixture
-def tag() -> Iterator[str]:
-    """A marker in the command's environment: whatever it left running is ended afterwards."""
-    value = uuid.uuid4().hex
-    yield value
-    left = _marked(value)
+def _end_marked(tag: str) -> None:
+    """Whatever the command left running (found by the marker in its environment) is ended."""
+    left = _marked(tag)
     for proc in left:
         try:
             proc.send_signal(signal.SIGKILL)
@@ -67,8 +65,20 @@ def tag() -> Iterator[str]:
     psutil.wait_procs(left, timeout=10)
 
 
-@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
-def test_readme_demo_command_in_a_fresh_venv(tmp_path: Path, tag: str) -> None:
+@dataclass(frozen=True)
+class ReadmeRun:
+    proc: subprocess.CompletedProcess[str]
+    bindir: Path
+    sees: str  # the venv python's sys.path and where it imports slime_hangdoctor from
+    mine: str | None  # this interpreter's venv bin/, if it runs in one
+
+
+@scenario("readme-demo", long=True)
+def _readme_demo(slot: Slot) -> ReadmeRun:
+    """The README's demo command in a fresh venv (no Ray head of the slot's: the demo starts its
+    own, as for a newcomer); runs in the live pool beside the demo jobs of other tests."""
+    tag = uuid.uuid4().hex
+    tmp_path = slot.workdir("readme")
     command = setup_commands()["demo"]
     bindir = _fresh_venv(tmp_path / "venv")
     mine = str(Path(sys.executable).parent) if sys.prefix != sys.base_prefix else None
@@ -81,18 +91,19 @@ def test_readme_demo_command_in_a_fresh_venv(tmp_path: Path, tag: str) -> None:
         "COLUMNS": "200",
         MARKER: tag,
     }
-    proc = subprocess.run(
-        ["bash", "-c", command],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
-    out, err = proc.stdout, proc.stderr
-    tail = f"\n--- stdout tail\n{out[-4000:]}\n--- stderr tail\n{err[-4000:]}"
+    try:
+        proc = subprocess.run(
+            ["bash", "-c", command],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
+    finally:
+        _end_marked(tag)
     # the venv is its own: its python sees neither this interpreter's site-packages nor ours
     sees = subprocess.run(
         [
@@ -105,13 +116,22 @@ def test_readme_demo_command_in_a_fresh_venv(tmp_path: Path, tag: str) -> None:
         text=True,
         check=True,
     ).stdout
+    return ReadmeRun(proc, bindir, sees, mine)
+
+
+@pytest.mark.live("readme-demo")
+@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+def test_readme_demo_command_in_a_fresh_venv(live_pool: LivePool) -> None:
+    run: ReadmeRun = live_pool.result("readme-demo", timeout=RUN_TIMEOUT_S + 60)
+    out, err, bindir = run.proc.stdout, run.proc.stderr, run.bindir
+    tail = f"\n--- stdout tail\n{out[-4000:]}\n--- stderr tail\n{err[-4000:]}"
     assert (bindir / "slime-hangdoctor").exists(), tail
-    if mine is not None:
-        assert str(Path(sys.executable).parent.parent) not in sees, sees
+    if run.mine is not None:
+        assert str(Path(sys.executable).parent.parent) not in run.sees, run.sees
     assert "internal error" not in err, tail
     # the demo's verdict (fault weight_sync_engine_missing): hung in the weight broadcast, the
     # engine that left it is the culprit, and its scheduler was found by its `sglang::` title
-    assert proc.returncode == 2, tail
+    assert run.proc.returncode == 2, tail
     assert re.search(r"HUNG in weight-sync", out), tail
     assert re.search(r"Culprit\s+\S*\s*SGLang engine", out), tail
     assert re.search(r"scheduler 127\.0\.0\.1:\d+\s+\d+\s+nccl_broadcast", out), tail

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from slime_hangdoctor.demo import cluster
 from slime_hangdoctor.demo.launch import start_demo
 from tests.integration.cli import CLI, run_cli
+from tests.live_pool import LivePool, Slot, scenario
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -73,16 +73,27 @@ def carried(verdict: dict[str, Any]) -> bool:
     return any(f["rule"] == "watchdog.carried" for f in verdict["findings"])
 
 
-def test_a_healthy_job_stays_ok(head: cluster.RayHead, tmp_path: Path) -> None:
-    """No false alarm: every tick on a progressing job exits 0."""
-    run = start_demo("none", workdir=tmp_path / "demo", head=head)
+Ticks = list[tuple[float, int, dict[str, Any]]]
+
+
+@scenario("watchdog:healthy")
+def _healthy(slot: Slot) -> tuple[Path, Ticks]:
+    """4 ticks on a progressing demo job."""
+    work = slot.workdir("watchdog-healthy")
+    run = start_demo("none", workdir=work / "demo", head=slot.head)
     try:
         run.wait_until_ready(timeout=150)
-        seen = ticks(head.dashboard_url, tmp_path, 4)
+        return work, ticks(slot.head.dashboard_url, work, 4)
     finally:
         run.stop()
+
+
+@pytest.mark.live("watchdog:healthy")
+def test_a_healthy_job_stays_ok(live_pool: LivePool) -> None:
+    """No false alarm: every tick on a progressing job exits 0."""
+    work, seen = live_pool.result("watchdog:healthy")
     assert [rc for _t, rc, _v in seen] == [0, 0, 0, 0]
-    assert not (tmp_path / "hook.json").exists()
+    assert not (work / "hook.json").exists()
     # The first run takes stacks (nothing remembered yet); once a run has seen work move in its
     # window, the next ones look without py-spy as long as work keeps moving.
     assert not stacks_skipped(seen[0][2])
@@ -91,20 +102,26 @@ def test_a_healthy_job_stays_ok(head: cluster.RayHead, tmp_path: Path) -> None:
     assert all(v["status"] == "progressing" for v in skipped)
 
 
-def test_a_stall_turns_warning_then_critical_with_evidence(
-    head: cluster.RayHead, tmp_path: Path
-) -> None:
-    """Healthy first, then an engine gets stuck: 0 ... 1 ... 2 within --stall-after + one interval."""
-    from prometheus_client.parser import text_string_to_metric_families
-
+@scenario("watchdog:stall", long=True)
+def _stall(slot: Slot) -> tuple[Path, Ticks]:
+    """9 ticks on a demo job whose engine gets stuck after 3 healthy steps."""
+    work = slot.workdir("watchdog-stall")
     run = start_demo(
-        "rollout_engine_stuck", workdir=tmp_path / "demo", head=head, fault_after_steps=3
+        "rollout_engine_stuck", workdir=work / "demo", head=slot.head, fault_after_steps=3
     )
     try:
         run.wait_until_ready(timeout=150)
-        seen = ticks(head.dashboard_url, tmp_path, 9)
+        return work, ticks(slot.head.dashboard_url, work, 9)
     finally:
         run.stop()
+
+
+@pytest.mark.live("watchdog:stall")
+def test_a_stall_turns_warning_then_critical_with_evidence(live_pool: LivePool) -> None:
+    """Healthy first, then an engine gets stuck: 0 ... 1 ... 2 within --stall-after + one interval."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    work, seen = live_pool.result("watchdog:stall")
     codes = [rc for _t, rc, _v in seen]
     assert 1 in codes and 2 in codes, seen
     first_warn = next(t for t, rc, _v in seen if rc == 1)
@@ -112,9 +129,9 @@ def test_a_stall_turns_warning_then_critical_with_evidence(
     assert codes.index(1) < codes.index(2)
     assert first_crit - first_warn <= STALL_AFTER_S + INTERVAL_S + 6.0, seen
     # evidence: one stall bundle, the hook got the verdict, the textfile parses
-    bundles = sorted((tmp_path / "bundles").glob("stall-*"))
+    bundles = sorted((work / "bundles").glob("stall-*"))
     assert any((b / "manifest.json").is_file() for b in bundles if b.is_dir()), bundles
-    hook = json.loads((tmp_path / "hook.json").read_text())
+    hook = json.loads((work / "hook.json").read_text())
     assert hook["status"] == "hung" and hook["stage"] == "rollout_dispatch" and hook["bundle"]
     # a stalled run is judged on stacks, whatever the runs before it skipped
     assert not any(stacks_skipped(v) for _t, rc, v in seen if rc != 0)
@@ -126,8 +143,7 @@ def test_a_stall_turns_warning_then_critical_with_evidence(
     assert any(carried(v) for _t, _rc, v in after), [v["findings"] for _t, _rc, v in after]
     assert not any(carried(v) for _t, rc, v in seen if rc != 2)
     families = {
-        f.name: f
-        for f in text_string_to_metric_families((tmp_path / "hangdoctor.prom").read_text())
+        f.name: f for f in text_string_to_metric_families((work / "hangdoctor.prom").read_text())
     }
     stalled = [
         s
@@ -136,20 +152,29 @@ def test_a_stall_turns_warning_then_critical_with_evidence(
     ]
     assert stalled and stalled[0].value == 1.0
     assert families["slime_hangdoctor_seconds_since_progress"].samples[0].value >= STALL_AFTER_S
-    lines = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in (work / "runs.jsonl").read_text().splitlines()]
     assert [line["exit_code"] for line in lines] == codes
     assert sum(1 for line in lines if line["new_stall"]) == 1  # one alert per stall
 
 
-def test_overlapping_runs_do_not_pile_up(head: cluster.RayHead, tmp_path: Path) -> None:
-    """Two checks at once on the same state file: one runs, the other exits 3 at once."""
-    args = ("check", head.dashboard_url, "--window", "3")
-    args += ("--state-file", str(tmp_path / "state.json"), "--json")
+@scenario("watchdog:overlap")
+def _overlap(slot: Slot) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Two checks at once on the same state file (on the slot's head, between jobs)."""
+    work = slot.workdir("watchdog-overlap")
+    args = ("check", slot.head.dashboard_url, "--window", "3")
+    args += ("--state-file", str(work / "state.json"), "--json")
     first = subprocess.Popen(
         [*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     time.sleep(1.5)
     second, quick = run_cli(*args)
     first.communicate(timeout=60)
+    return second, quick
+
+
+@pytest.mark.live("watchdog:overlap")
+def test_overlapping_runs_do_not_pile_up(live_pool: LivePool) -> None:
+    """Two checks at once on the same state file: one runs, the other exits 3 at once."""
+    second, quick = live_pool.result("watchdog:overlap")
     assert second.returncode == 3 and "another check is still running" in second.stdout
     assert quick < 8.0  # refused at once, not after waiting for the first run

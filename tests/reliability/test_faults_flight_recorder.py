@@ -137,7 +137,9 @@ def test_pipe_that_is_a_symlink_gets_nothing(tmp_path: Path) -> None:
     (tmp_path / "pipe_0.pipe").symlink_to(real_fifo)
     with rank_running(tmp_path, env=fr_env(tmp_path)):
         run = attach_fr(tmp_path / "b")
-    find_blind(run, "flight_recorder rank0: failed:", "is a symbolic link: refused, nothing written")
+    find_blind(
+        run, "flight_recorder rank0: failed:", "is a symbolic link: refused, nothing written"
+    )
 
 
 def test_dump_of_another_uid_is_refused(tmp_path: Path) -> None:

@@ -44,7 +44,6 @@ from tests.reliability.harness import (
 pytestmark = pytest.mark.timeout(120)
 
 
-
 @pytest.fixture(scope="module")
 def rank(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rank]:
     with rank_running(tmp_path_factory.mktemp("rank")) as r:

@@ -93,7 +93,6 @@ def interpreter_without_pyspy(tmp_path: Path) -> Path:
     return bindir
 
 
-
 def test_pyspy_missing(tmp_path: Path, rank: Rank) -> None:
     """PY1: no py-spy on PATH nor beside the interpreter: stacks are `unavailable` with the
     install hint; the run goes on with everything else."""

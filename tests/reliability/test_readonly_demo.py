@@ -5,20 +5,21 @@ sits on the engines' and the driver's command lines) and the `train_rank_stuck` 
 holds, the job itself sends the engines nothing, so every request logged during a doctor run is
 the doctor's.
 
-Cases RO10 and SE6 of docs/reliability.md. One demo run for the module (~30-40 s)."""
+Cases RO10 and SE6 of docs/reliability.md. One demo run for the module (~30-40 s), in the
+session's live pool (tests/live_pool.py)."""
 
 from __future__ import annotations
 
 import json
 import tarfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from slime_hangdoctor.demo.launch import DemoRun, start_demo
+from tests.live_pool import LivePool, Slot, scenario
 from tests.reliability.harness import CliRun, assert_clean, run_cli
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -42,17 +43,6 @@ class Demo:
         return out
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    work = tmp_path_factory.mktemp("demo")
-    run = start_demo("train_rank_stuck", workdir=work, extra_args=["--sglang-api-key", DEMO_KEY])
-    try:
-        run.wait_until_ready(timeout=150.0)
-        yield Demo(run, work)
-    finally:
-        run.stop()
-
-
 def _doctor_requests(demo: Demo, *args: str) -> tuple[CliRun, list[tuple[str, str, str]]]:
     """Run the CLI; the requests the engines logged meanwhile, as (engine log, method, path)."""
     before = {name: len(lines) for name, lines in demo.logs().items()}
@@ -71,20 +61,54 @@ def _doctor_requests(demo: Demo, *args: str) -> tuple[CliRun, list[tuple[str, st
     return result, new
 
 
-def _assert_read_only(new: list[tuple[str, str, str]], demo: Demo) -> None:
-    assert {name for name, _, _ in new} == set(demo.logs()), f"not every engine was probed: {new}"
+def _assert_read_only(new: list[tuple[str, str, str]], engines: set[str]) -> None:
+    assert {name for name, _, _ in new} == engines, f"not every engine was probed: {new}"
     bad = [r for r in new if r[1] != "GET" or r[2] not in ENGINE_READ_ONLY]
     assert not bad, f"non read-only calls to the demo's engines: {bad}"
 
 
-def test_attach_on_the_demo_is_read_only_and_keeps_the_key_out(demo: Demo, tmp_path: Path) -> None:
+@dataclass
+class ReadOnlyRuns:
+    engines: set[str]  # the engines' request logs
+    attach: CliRun
+    attach_requests: list[tuple[str, str, str]]
+    bundle: Path
+    check: CliRun
+    check_requests: list[tuple[str, str, str]]
+
+
+@scenario("readonly")
+def _readonly(slot: Slot) -> ReadOnlyRuns:
+    """The demo job with an API key and `train_rank_stuck`; a default `attach --out`, then a
+    default `check`, each with the requests the engines logged during it."""
+    work = slot.workdir("readonly-demo")
+    run = start_demo(
+        "train_rank_stuck",
+        workdir=work,
+        head=slot.head,
+        extra_args=["--sglang-api-key", DEMO_KEY],
+    )
+    try:
+        run.wait_until_ready(timeout=150.0)
+        demo = Demo(run, work)
+        url = run.head.dashboard_url
+        out = work / "bundle"
+        attach, attach_new = _doctor_requests(demo, "attach", url, "--out", str(out), "-f", "json")
+        state = str(work / "state.json")
+        check, check_new = _doctor_requests(demo, "check", url, "--state-file", state, "--json")
+        return ReadOnlyRuns(set(demo.logs()), attach, attach_new, out, check, check_new)
+    finally:
+        run.stop()
+
+
+@pytest.mark.live("readonly")
+def test_attach_on_the_demo_is_read_only_and_keeps_the_key_out(live_pool: LivePool) -> None:
     """RO10 + SE6: a default `attach` on the demo's Ray cluster sends its engines only the
     read-only GETs; the API key (on the engines' and driver's command lines and in the Job API's
     entrypoint) appears nowhere in the bundle, its tarball or the report."""
-    out = tmp_path / "b"
-    url = demo.run.head.dashboard_url
-    result, new = _doctor_requests(demo, "attach", url, "--out", str(out), "-f", "json")
-    _assert_read_only(new, demo)
+    runs: ReadOnlyRuns = live_pool.result("readonly")
+    result, out = runs.attach, runs.bundle
+    _assert_read_only(runs.attach_requests, runs.engines)
     assert result.verdict()["status"] == "hung"
     blobs = [f.read_bytes() for f in out.rglob("*") if f.is_file()]
     with tarfile.open(f"{out}.tar.gz", "r:gz") as tar:
@@ -94,9 +118,8 @@ def test_attach_on_the_demo_is_read_only_and_keeps_the_key_out(demo: Demo, tmp_p
     assert any(b"--sglang-api-key" in b for b in blobs), "the entrypoint was not in the bundle"
 
 
-def test_check_on_the_demo_is_read_only(demo: Demo, tmp_path: Path) -> None:
+@pytest.mark.live("readonly")
+def test_check_on_the_demo_is_read_only(live_pool: LivePool) -> None:
     """RO10: a default `check` (the cron watchdog) too."""
-    url = demo.run.head.dashboard_url
-    state = str(tmp_path / "state.json")
-    _, new = _doctor_requests(demo, "check", url, "--state-file", state, "--json")
-    _assert_read_only(new, demo)
+    runs: ReadOnlyRuns = live_pool.result("readonly")
+    _assert_read_only(runs.check_requests, runs.engines)

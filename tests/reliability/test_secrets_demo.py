@@ -7,23 +7,27 @@ a file name, not in the report.
 The secrets reach the job the general way: extra job arguments (slime's own `--wandb-key`,
 `--wandb-host`, SGLang's ServerArgs under slime's `--sglang-` prefix, which the job hands to its
 engines and the engines echo in /server_info) and the job's runtime_env env_vars. One demo run
-(`train_rank_stuck`: quiet once it holds), ~40 s."""
+(`train_rank_stuck`: quiet once it holds), ~40 s, in the session's live pool."""
 
 from __future__ import annotations
 
 import json
 import tarfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.demo import cluster
 from slime_hangdoctor.demo.launch import DemoRun, start_demo
-from tests.reliability.harness import CliRun, assert_clean, free_port, run_cli
+from tests.live_pool import LivePool, Slot, scenario
+from tests.reliability.harness import CliRun, assert_clean, run_cli
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(700)]
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.slow,
+    pytest.mark.timeout(700),
+    pytest.mark.live("secrets"),
+]
 
 
 def _mark(where: str) -> str:
@@ -60,8 +64,6 @@ def _job_args() -> list[str]:
         }
     )
     return [
-        # engines away from the default 15000: other demo jobs on a shared box use that range
-        "--sglang-base-port", str(20000 + free_port() % 20000),
         "--wandb-key", c["wandb_key"],
         f"--wandb-key={c['wandb_key_eq']}",
         "--wandb-host", f"https://oauth2:{c['wandb_host_url']}@wandb.corp.example",
@@ -79,28 +81,14 @@ class Corpus:
     files: dict[str, bytes]
 
 
-def _start_head(work: Path) -> cluster.RayHead:
-    """A Ray head; a loaded box may miss Ray's own 30 s raylet registration: up to 3 tries."""
-    for attempt in range(3):
-        try:
-            return cluster.start_head(work / f"head{attempt}", num_cpus=2, timeout=300.0)
-        except cluster.ClusterError:
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
-    work = tmp_path_factory.mktemp("secrets-demo")
-    head = _start_head(work)
-    try:
-        run = start_demo(
-            "train_rank_stuck", workdir=work, extra_args=_job_args(), extra_env=ENV, head=head
-        )
-    except BaseException:
-        head.stop(timeout=5.0)
-        raise
+@scenario("secrets")
+def _corpus(slot: Slot) -> Corpus:
+    """The job with the secrets, on the slot's head; one `attach --out` with credentials in its
+    addresses and an API key; every file it wrote, its tarball's members and its output."""
+    work = slot.workdir("secrets-demo")
+    run = start_demo(
+        "train_rank_stuck", workdir=work, extra_args=_job_args(), extra_env=ENV, head=slot.head
+    )
     try:
         run.wait_until_ready(timeout=200.0)
         dash = run.head.dashboard_url.replace("://", f"://hd:{DOCTOR_URLS['ray']}@", 1)
@@ -120,10 +108,15 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
                     files[f"tar!{member.name}"] = fh.read()
         files["stdout"] = cli.stdout.encode()
         files["stderr"] = cli.stderr.encode()
-        yield Corpus(run, cli, out, files)
+        return Corpus(run, cli, out, files)
     finally:
         run.stop()
-        head.stop(timeout=5.0)
+
+
+@pytest.fixture
+def corpus(live_pool: LivePool) -> Corpus:
+    result: Corpus = live_pool.result("secrets")
+    return result
 
 
 SECRETS = (*CMDLINE.values(), *DOCTOR_URLS.values())

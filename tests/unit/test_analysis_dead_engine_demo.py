@@ -8,32 +8,27 @@ blames another process."""
 
 from __future__ import annotations
 
-import tarfile
 from pathlib import Path
 
 from slime_hangdoctor import bundle as b
-from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.bundle import open_bundle
-from slime_hangdoctor.load import load_snapshot
-from slime_hangdoctor.topology import Topology, build_topology
+from slime_hangdoctor.pipeline import analyse_bundle
+from slime_hangdoctor.topology import Topology
 from slime_hangdoctor.verdict import Diagnosis, Role, Stage, Status
 from tests.fixtures import transforms as tf
+from tests.unit.demo_bundles import unpacked
 
-DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "analysis" / "demo"
 NAME = "engine_server_killed"
 
 
 def _unpacked(dest: Path) -> Path:
-    with tarfile.open(DEMO / f"{NAME}.tar.gz") as tar:
-        tar.extractall(dest, filter="data")
-    return next(p.parent for p in dest.rglob("manifest.json"))
+    return unpacked(NAME, dest)
 
 
 def _read(path: Path) -> tuple[Diagnosis, Topology]:
-    with open_bundle(path) as bundle:
-        snapshot = load_snapshot(bundle)
-    topo = build_topology(snapshot)
-    return diagnose(snapshot, topo), topo
+    analysed = analyse_bundle(path)
+    assert analysed.topology is not None
+    return analysed.diagnosis, analysed.topology
 
 
 def _logged(topo: Topology) -> str:

@@ -20,10 +20,22 @@ def _write(root: Path) -> BundleWriter:
     w = BundleWriter(root, command="test", window_s=3.0, known_secrets=("s3cr3t-key",))
     w.note_sample(0, 100.0)
     w.note_sample(1, 103.0)
-    w.add(ProbeRecord(b.PYSPY, "pid_1", Outcome.OK, node_ip="10.0.0.1", sample=0, meta={"pid": 1}), b"[]", suffix=".json")
-    w.add(ProbeRecord(b.SGLANG, "h_15000_/server_info", Outcome.OK, sample=1), '{"api_key": "s3cr3t-key", "x": 1}', suffix=".json")
+    w.add(
+        ProbeRecord(b.PYSPY, "pid_1", Outcome.OK, node_ip="10.0.0.1", sample=0, meta={"pid": 1}),
+        b"[]",
+        suffix=".json",
+    )
+    w.add(
+        ProbeRecord(b.SGLANG, "h_15000_/server_info", Outcome.OK, sample=1),
+        '{"api_key": "s3cr3t-key", "x": 1}',
+        suffix=".json",
+    )
     w.add(ProbeRecord(b.NVML, "gpus", Outcome.UNAVAILABLE, "NVML Shared Library Not Found"))
-    w.add(ProbeRecord(b.FLIGHT_RECORDER, "rank0", Outcome.OK), b"\x80\x04binary s3cr3t-key", suffix=".pkl")
+    w.add(
+        ProbeRecord(b.FLIGHT_RECORDER, "rank0", Outcome.OK),
+        b"\x80\x04binary s3cr3t-key",
+        suffix=".pkl",
+    )
     w.finish()
     return w
 
@@ -33,7 +45,12 @@ def test_round_trip_keeps_bytes_and_outcomes(tmp_path: Path) -> None:
     _write(tmp_path / "bnd")
     with open_bundle(tmp_path / "bnd") as opened:
         recs = list(opened.records())
-        assert [r.outcome for r in recs] == [Outcome.OK, Outcome.OK, Outcome.UNAVAILABLE, Outcome.OK]
+        assert [r.outcome for r in recs] == [
+            Outcome.OK,
+            Outcome.OK,
+            Outcome.UNAVAILABLE,
+            Outcome.OK,
+        ]
         assert opened.read(recs[0]) == b"[]"
         assert opened.read(recs[2]) is None
         assert opened.read(recs[3]) == b"\x80\x04binary s3cr3t-key"  # pickles are never rewritten

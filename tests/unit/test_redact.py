@@ -33,11 +33,25 @@ def test_known_secrets_are_blanked_anywhere() -> None:
 
 def test_cmdline_flag_value_in_next_argument() -> None:
     argv = ["python", "-m", "sglang.launch_server", "--api-key", "hunter22", "--port", "30000"]
-    assert redact_cmdline(argv) == ("python", "-m", "sglang.launch_server", "--api-key", REDACTED, "--port", "30000")
+    assert redact_cmdline(argv) == (
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--api-key",
+        REDACTED,
+        "--port",
+        "30000",
+    )
 
 
 def test_environment_keeps_only_the_allow_list() -> None:
-    env = {"RANK": "1", "WANDB_API_KEY": "w", "HF_TOKEN": "h", "PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0,1"}
+    env = {
+        "RANK": "1",
+        "WANDB_API_KEY": "w",
+        "HF_TOKEN": "h",
+        "PATH": "/bin",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+    }
     assert filter_env(env) == {"RANK": "1", "CUDA_VISIBLE_DEVICES": "0,1"}
 
 
@@ -71,10 +85,47 @@ def _every_pass(text: str) -> str:
 
 
 _PIECES = (
-    "api_key", "API-KEY", "Token", "tokens_total", "SECRET", "passwd", "Password", "auth",
-    "Authorization", "bearer ", "Bearer x.y", '"', "'", ":", " ", "=", "-", "--", "_", "x", "7",
-    "{", "}", ",", "&", "\n", "\u017fecret", "\u212aey", "\u0130", "é", "ß",
-    "://", "@", "?", "sig", "X-Amz-Signature", "\\", "-u", "user", "wandb-key", "Basic ",
+    "api_key",
+    "API-KEY",
+    "Token",
+    "tokens_total",
+    "SECRET",
+    "passwd",
+    "Password",
+    "auth",
+    "Authorization",
+    "bearer ",
+    "Bearer x.y",
+    '"',
+    "'",
+    ":",
+    " ",
+    "=",
+    "-",
+    "--",
+    "_",
+    "x",
+    "7",
+    "{",
+    "}",
+    ",",
+    "&",
+    "\n",
+    "\u017fecret",
+    "\u212aey",
+    "\u0130",
+    "é",
+    "ß",
+    "://",
+    "@",
+    "?",
+    "sig",
+    "X-Amz-Signature",
+    "\\",
+    "-u",
+    "user",
+    "wandb-key",
+    "Basic ",
 )
 
 
@@ -197,7 +248,9 @@ def test_url_credentials_keep_the_host() -> None:
         out = redact_text(text)
         assert SECRET not in out, out
         assert "@" in out and REDACTED in out
-    assert "gitlab.example.com/team" in redact_text(f"https://oauth2:{SECRET}@gitlab.example.com/team")
+    assert "gitlab.example.com/team" in redact_text(
+        f"https://oauth2:{SECRET}@gitlab.example.com/team"
+    )
     plain = "see https://github.com/THUDM/slime/issues/1 and user@example.com"
     assert redact_text(plain) == plain
 

@@ -46,7 +46,9 @@ def test_markers_moving_between_runs_restart_the_clock() -> None:
 
 
 def test_progress_resets_and_rearms_the_alert() -> None:
-    d1 = decide_check(HUNG, {}, WatchState(last_progress_at=0.0, last_run_at=0.0), now=1000.0, stall_after_s=60)
+    d1 = decide_check(
+        HUNG, {}, WatchState(last_progress_at=0.0, last_run_at=0.0), now=1000.0, stall_after_s=60
+    )
     assert d1.new_stall
     d2 = decide_check(OK, {}, d1.state, now=1010.0, stall_after_s=60)
     assert d2.exit_code is ExitCode.OK and d2.state.alerted_stall_since is None
@@ -56,11 +58,19 @@ def test_progress_resets_and_rearms_the_alert() -> None:
 
 def test_unknown_keeps_the_clock() -> None:
     state = WatchState(last_progress_at=500.0, last_run_at=900.0, markers={"m": "1"}, runs=3)
-    d = decide_check(Verdict(Status.UNKNOWN, Stage.UNKNOWN, "no ray"), {}, state, now=1000.0, stall_after_s=60)
-    assert d.exit_code is ExitCode.UNKNOWN and d.state.last_progress_at == 500.0 and d.state.markers == {"m": "1"}
+    d = decide_check(
+        Verdict(Status.UNKNOWN, Stage.UNKNOWN, "no ray"), {}, state, now=1000.0, stall_after_s=60
+    )
+    assert (
+        d.exit_code is ExitCode.UNKNOWN
+        and d.state.last_progress_at == 500.0
+        and d.state.markers == {"m": "1"}
+    )
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("90", 90), ("90s", 90), ("15m", 900), ("1h30m", 5400), ("2.5m", 150)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90", 90), ("90s", 90), ("15m", 900), ("1h30m", 5400), ("2.5m", 150)]
+)
 def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
@@ -84,7 +94,9 @@ def test_corrupt_or_foreign_state_is_reported_and_replaced(tmp_path: Path, conte
     assert load_state(path).state.last_progress_at == 1.0
 
 
-def _hold_lock(path: str, ready: multiprocessing.synchronize.Event, release: multiprocessing.synchronize.Event) -> None:
+def _hold_lock(
+    path: str, ready: multiprocessing.synchronize.Event, release: multiprocessing.synchronize.Event
+) -> None:
     with run_lock(Path(path)):
         ready.set()
         release.wait(10)
@@ -141,7 +153,9 @@ def _look(at: float = 1000.0) -> StallLook:
 
 
 def test_a_stall_look_is_kept_while_hung_and_dropped_on_progress_or_unknown() -> None:
-    d1 = decide_check(HUNG, {"m": "1"}, WatchState(), now=1000.0, stall_after_s=60, stall_look=_look())
+    d1 = decide_check(
+        HUNG, {"m": "1"}, WatchState(), now=1000.0, stall_after_s=60, stall_look=_look()
+    )
     assert d1.state.stall_look == _look()
     d2 = decide_check(OK, {"m": "2"}, d1.state, now=1060.0, stall_after_s=60, stall_look=_look())
     assert d2.state.stall_look is None
@@ -154,8 +168,13 @@ def test_a_stall_look_round_trips_and_a_malformed_one_is_dropped(tmp_path: Path)
     path = tmp_path / "state.json"
     save_state(path, WatchState(last_progress_at=1.0, last_run_at=2.0, stall_look=_look(5.0)))
     assert load_state(path).state.stall_look == _look(5.0)
-    for bad in ({"at": "x", "verdict": {}, "members": []}, {"at": 1.0, "verdict": [], "members": []},
-                {"at": 1.0, "verdict": {}, "members": [1]}, "look", {"at": True, "verdict": {}, "members": []}):
+    for bad in (
+        {"at": "x", "verdict": {}, "members": []},
+        {"at": 1.0, "verdict": [], "members": []},
+        {"at": 1.0, "verdict": {}, "members": [1]},
+        "look",
+        {"at": True, "verdict": {}, "members": []},
+    ):
         doc = json.loads(path.read_text())
         doc["stall_look"] = bad
         path.write_text(json.dumps(doc))
@@ -167,14 +186,22 @@ def test_only_an_alerted_stall_young_enough_is_carried() -> None:
     """The carry rule of watchdog/run.py: the stall in progress, after its alert, for CARRY_FOR_S."""
     from slime_hangdoctor.watchdog.run import CARRY_FOR_S, _carriable
 
-    alerted = WatchState(last_progress_at=400.0, last_run_at=990.0, alerted_stall_since=400.0, stall_look=_look(900.0))
+    alerted = WatchState(
+        last_progress_at=400.0,
+        last_run_at=990.0,
+        alerted_stall_since=400.0,
+        stall_look=_look(900.0),
+    )
     assert _carriable(alerted, now=1000.0) == _look(900.0)
     assert _carriable(alerted, now=900.0 + CARRY_FOR_S) is None  # too old: stacks again
     assert _carriable(alerted, now=899.0) is None  # a clock that went back
     before_alert = WatchState(last_progress_at=400.0, last_run_at=990.0, stall_look=_look(900.0))
     assert _carriable(before_alert, now=1000.0) is None
     older_alert = WatchState(
-        last_progress_at=950.0, last_run_at=990.0, alerted_stall_since=400.0, stall_look=_look(900.0)
+        last_progress_at=950.0,
+        last_run_at=990.0,
+        alerted_stall_since=400.0,
+        stall_look=_look(900.0),
     )
     assert _carriable(older_alert, now=1000.0) is None  # progress since: a new stall, not alerted
     assert _carriable(WatchState(alerted_stall_since=1.0, last_progress_at=1.0), now=1000.0) is None

@@ -121,13 +121,6 @@ class RolloutManager:
     def onload_kv(self) -> None:
         self.onload(tags=[GPU_MEMORY_TYPE_KV_CACHE, GPU_MEMORY_TYPE_CUDA_GRAPH])
 
-    def _arm_engine_faults(self, rollout_id: int, phase: str) -> None:
-        """Demo only: tell the faulty engine which phase is next, so a server fault that the
-        fault plan ties to this phase and step goes live just before the phase's requests."""
-        ray.get(
-            [engine.arm_demo_fault.remote(rollout_id, phase) for engine in self.rollout_engines]
-        )
-
     def _get_rollout_data(self, rollout_id: int) -> list[Sample]:
         output = call_rollout_fn(
             self.generate_rollout, self.args, rollout_id, self.data_source, evaluation=False
