@@ -18,6 +18,7 @@ while it runs. A scenario that needs a head of its own (other settings) starts o
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import queue
 import threading
 from collections.abc import Callable, Iterable
@@ -34,7 +35,15 @@ RESULT_TIMEOUT_S = 900.0
 
 ScenarioFn = Callable[["Slot"], Any]
 SCENARIOS: dict[str, ScenarioFn] = {}
-LONG: set[str] = set()  # started before the others: no long one is left to run alone at the end
+# A shared job: one demo job that several tests' parts run against in turn (one job start, not one
+# per test). Its scenario names are "JOB/PART"; the job runs only the parts of selected tests.
+JobStart = Callable[["Slot", Path], Any]  # -> a started, ready run with .stop()
+PartFn = Callable[[Any, "Slot", Path], Any]  # (the run, the slot, a work dir) -> result
+JOBS: dict[str, JobStart] = {}
+PARTS: dict[str, dict[str, tuple[int, PartFn]]] = {}
+LONG: set[str] = (
+    set()
+)  # scenarios and shared jobs started before the others (none left alone at the end)
 
 
 def scenario(name: str, *, long: bool = False) -> Callable[[ScenarioFn], ScenarioFn]:
@@ -56,6 +65,32 @@ def add_scenario(name: str, fn: ScenarioFn, *, long: bool = False) -> None:
         LONG.add(name)
 
 
+def shared_job(name: str, start: JobStart, *, long: bool = False) -> None:
+    """Register the shared job `name`: `start(slot, workdir)` returns its run, ready for parts;
+    `long`: its parts take minutes together (started first, as a long scenario)."""
+    if name in JOBS and JOBS[name] is not start:
+        raise ValueError(f"shared job {name!r} is registered twice")
+    JOBS[name] = start
+    if long:
+        LONG.add(name)
+
+
+def job_part(job: str, part: str, *, order: int = 0) -> Callable[[PartFn], PartFn]:
+    """Register `fn(run, slot, workdir) -> result` as the part `part` of the shared job `job`,
+    the scenario "JOB/PART"; parts run in `order` (then by name), on the same live job."""
+
+    def register(fn: PartFn) -> PartFn:
+        PARTS.setdefault(job, {})[part] = (order, fn)
+        return fn
+
+    return register
+
+
+def _split(name: str) -> tuple[str, str] | None:
+    job, sep, part = name.partition("/")
+    return (job, part) if sep else None
+
+
 def live_names(items: Iterable[pytest.Item]) -> list[str]:
     """The scenarios these tests name (``@pytest.mark.live``), each once: the long ones first,
     then the others in test order."""
@@ -65,7 +100,8 @@ def live_names(items: Iterable[pytest.Item]) -> list[str]:
             name = str(mark.args[0])
             if name not in names:
                 names.append(name)
-    return [n for n in names if n in LONG] + [n for n in names if n not in LONG]
+    long = [n for n in names if n in LONG or (_split(n) or ("",))[0] in LONG]
+    return long + [n for n in names if n not in long]
 
 
 class Slot:
@@ -107,12 +143,30 @@ class LivePool:
         self._lock = threading.Lock()
 
     def submit(self, names: Iterable[str]) -> None:
+        """Start these scenarios (those not started yet), in order; the parts of one shared job
+        named here run as one scenario, at the place of the first of them."""
+        names = list(names)
         with self._lock:
             for name in names:
-                if name not in self._futures:
+                if name in self._futures:
+                    continue
+                split = _split(name)
+                if split is None:
                     if name not in SCENARIOS:
                         raise KeyError(f"no live scenario {name!r} (tests/live_pool.py)")
                     self._futures[name] = self._pool.submit(self._run, SCENARIOS[name])
+                    continue
+                job = split[0]
+                if job not in JOBS:
+                    raise KeyError(f"no shared job {job!r} (tests/live_pool.py)")
+                parts = [p for n in names if (sp := _split(n)) and sp[0] == job for p in [sp[1]]]
+                parts = [p for p in parts if f"{job}/{p}" not in self._futures]
+                unknown = [p for p in parts if p not in PARTS.get(job, {})]
+                if unknown:
+                    raise KeyError(f"shared job {job!r} has no parts {unknown}")
+                future = self._pool.submit(self._run, functools.partial(_run_job, job, parts))
+                for part in parts:
+                    self._futures[f"{job}/{part}"] = future
 
     def _run(self, fn: ScenarioFn) -> Any:
         slot = self._slots.get()
@@ -124,9 +178,36 @@ class LivePool:
     def result(self, name: str, timeout: float = RESULT_TIMEOUT_S) -> Any:
         """The scenario's result (submitted now if it was not), or the exception it raised."""
         self.submit([name])
-        return self._futures[name].result(timeout=timeout)
+        got = self._futures[name].result(timeout=timeout)
+        split = _split(name)
+        if split is None:
+            return got
+        part = got[split[1]]
+        if isinstance(part, BaseException):
+            raise part
+        return part
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         for slot in self._all:
             slot.close()
+
+
+def _run_job(job: str, parts: list[str], slot: Slot) -> dict[str, Any]:
+    """Start the shared job once, run the parts in their order on it, stop it: each part's
+    result, or the exception it raised (the job's own failure is every part's)."""
+    work = slot.workdir(job)
+    results: dict[str, Any] = {}
+    try:
+        run = JOBS[job](slot, work)
+    except BaseException as exc:  # noqa: BLE001 - each part's test re-raises it
+        return dict.fromkeys(parts, exc)
+    try:
+        for part in sorted(parts, key=lambda p: (PARTS[job][p][0], p)):
+            try:
+                results[part] = PARTS[job][part][1](run, slot, slot.workdir(f"{job}-{part}"))
+            except BaseException as exc:  # noqa: BLE001 - re-raised by the part's test
+                results[part] = exc
+    finally:
+        run.stop()
+    return results

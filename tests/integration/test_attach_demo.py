@@ -34,7 +34,8 @@ from tests.integration.demo_job_harness import (
     pyspy_threads,
     thread_has_frames,
 )
-from tests.live_pool import LivePool, Slot, add_scenario, scenario
+from tests.live_jobs import NONE_JOB, STALL_JOB
+from tests.live_pool import LivePool, Slot, add_scenario, job_part, scenario
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -304,58 +305,81 @@ class FaultRun:
     verdict: dict[str, Any] | None = None
     wall: float = 0.0
     error: BaseException | None = None  # raised by the live part (start, attach, live checks)
-    leftover: list[int] | None = None  # processes of the job still alive after its stop
 
 
-def _diagnose_live(fault: str, slot: Slot) -> FaultRun:
-    """Start `fault`'s demo job on the slot's head, attach the doctor, check the live hang, stop
-    the job (the live pool runs this, LIVE_SLOTS faults at a time, each on its slot's own head:
-    the doctor attaches by that head's dashboard URL, so it sees only that cluster's job)."""
-    spec = FAULTS[fault]
-    head, workdir = slot.head, slot.workdir(fault)
-    run = start_demo(
-        fault,
-        workdir=workdir / "demo",
-        head=head,
-        fault_after_steps=FAULT_AFTER_STEPS.get(fault, 0),
-    )
+def _attach_live(fault: str, run: DemoRun, workdir: Path) -> FaultRun:
+    """On `fault`'s live job: attach the doctor (by the head's dashboard URL: it sees only the job
+    of that cluster), then check that the job still holds its hang where slime.md says."""
     result = FaultRun(run, workdir)
     try:
-        run.wait_until_ready(timeout=200)
-        # the doctor attaches through the dashboard address
         result.rc, result.verdict, _err, result.wall = attach(
-            head.dashboard_url, "--out", str(workdir / "bundle")
+            run.head.dashboard_url, "--out", str(workdir / "bundle")
         )
-        # (and the job still holds its hang where slime.md says it would)
         if have_pyspy():
-            matched = check_all_signatures(run, spec)
+            matched = check_all_signatures(run, FAULTS[fault])
             if fault in LIVE_CHECKS:
                 LIVE_CHECKS[fault](run, matched)
     except BaseException as exc:  # noqa: BLE001 - re-raised by the fault's own test
         result.error = exc
-    finally:
-        run.stop()
-    result.leftover = marked_processes(run.submission_id)
     return result
 
 
+def _diagnose_live(fault: str, slot: Slot) -> FaultRun:
+    """Start `fault`'s demo job on the slot's head, attach the doctor, check the live hang, stop
+    the job (the live pool runs this, two faults at a time, each on its slot's own head)."""
+    workdir = slot.workdir(fault)
+    run = start_demo(
+        fault,
+        workdir=workdir / "demo",
+        head=slot.head,
+        fault_after_steps=FAULT_AFTER_STEPS.get(fault, 0),
+    )
+    try:
+        run.wait_until_ready(timeout=200)
+    except BaseException as exc:  # noqa: BLE001 - re-raised by the fault's own test
+        run.stop()
+        return FaultRun(run, workdir, error=exc)
+    try:
+        return _attach_live(fault, run, workdir)
+    finally:
+        run.stop()
+
+
+# Faults whose live job is a shared one (tests/live_jobs.py): the doctor's run is a part of it,
+# after (stall-job: the watchdog's ticks) or before (none-job) the other modules' parts.
+SHARED_JOB = {"none": (NONE_JOB, -1), "rollout_engine_stuck": (STALL_JOB, 1)}
+
+
+def _attach_part(fault: str, run: DemoRun, _slot: Slot, workdir: Path) -> FaultRun:
+    return _attach_live(fault, run, workdir)
+
+
+def _scenario(fault: str) -> str:
+    return f"{SHARED_JOB[fault][0]}/attach" if fault in SHARED_JOB else f"attach:{fault}"
+
+
 for _fault in FAULTS:
-    add_scenario(f"attach:{_fault}", functools.partial(_diagnose_live, _fault))
+    if _fault in SHARED_JOB:
+        _job, _order = SHARED_JOB[_fault]
+        job_part(_job, "attach", order=_order)(functools.partial(_attach_part, _fault))
+    else:
+        add_scenario(f"attach:{_fault}", functools.partial(_diagnose_live, _fault))
 
 
 @pytest.mark.parametrize(
-    "fault", [pytest.param(f, marks=pytest.mark.live(f"attach:{f}")) for f in sorted(FAULTS)]
+    "fault", [pytest.param(f, marks=pytest.mark.live(_scenario(f))) for f in sorted(FAULTS)]
 )
 def test_attach_names_the_stage_and_the_culprit(live_pool: LivePool, fault: str) -> None:
     """Each demo fault: status, blocked stage and culprit process as the fault registry expects;
     the hang holds where its frame signatures say; the stopped job leaves no process behind."""
-    # GIVEN a live demo job that has reached its fault, WHEN the doctor attached (_diagnose_live)
-    result: FaultRun = live_pool.result(f"attach:{fault}")
+    # GIVEN a live demo job that has reached its fault, WHEN the doctor attached (_attach_live);
+    # the pool hands the result over once the job is stopped
+    result: FaultRun = live_pool.result(_scenario(fault))
     if result.error is not None:
         raise result.error
     run, verdict = result.run, result.verdict
     assert verdict is not None
-    assert result.leftover == []
+    assert marked_processes(run.submission_id) == []
     # THEN
     expected = FAULTS[fault].expected
     assert verdict["schema"] == "slime-hangdoctor.verdict/1"

@@ -22,7 +22,7 @@ import pytest
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.demo import cluster
 from slime_hangdoctor.demo.faults import FAULTS
-from slime_hangdoctor.demo.launch import start_demo
+from slime_hangdoctor.demo.launch import DemoRun, start_demo
 from tests.integration.cli import CLI, run_cli
 from tests.live_pool import LivePool, Slot, scenario
 
@@ -54,7 +54,9 @@ def _attach(address: str, out: Path, timeout: float = 30.0) -> tuple[int, dict[s
     return proc.returncode, json.loads(proc.stdout), wall
 
 
-FAULTS_SPREAD = ("rollout_engine_stuck", "weight_sync_engine_wedged", "engine_server_killed")
+# the last one's job also serves the node-killed run (KILL_ON): the node is killed only then
+FAULTS_SPREAD = ("weight_sync_engine_wedged", "engine_server_killed", "rollout_engine_stuck")
+KILL_ON = "rollout_engine_stuck"
 
 
 @dataclass
@@ -80,49 +82,32 @@ class MultiNode:
     killed: Killed | BaseException | None = None
 
 
-def _culprit_run(head: cluster.RayHead, work: Path, fault: str) -> Attached:
-    run = start_demo(fault, workdir=work / "demo", head=head, extra_args=SPREAD)
-    try:
-        run.wait_until_ready(timeout=150)
-        rc, verdict, wall = _attach(head.dashboard_url, work / "bundle")
-        return Attached(rc, verdict, wall, run.engine_urls(), work / "bundle")
-    finally:
-        run.stop()
+def _culprit_run(head: cluster.RayHead, run: DemoRun, work: Path) -> Attached:
+    rc, verdict, wall = _attach(head.dashboard_url, work / "bundle")
+    return Attached(rc, verdict, wall, run.engine_urls(), work / "bundle")
 
 
-def _kill_run(head: cluster.RayHead, node: cluster.RayNodeProc, work: Path) -> Killed:
-    run = start_demo("rollout_engine_stuck", workdir=work / "demo", head=head, extra_args=SPREAD)
-    try:
-        run.wait_until_ready(timeout=150)
-        timeout = 20.0
-        t0 = time.monotonic()
-        proc = subprocess.Popen(
-            [
-                *CLI,
-                "attach",
-                head.dashboard_url,
-                "--json",
-                "--window",
-                "4",
-                "--timeout",
-                str(timeout),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        time.sleep(2.5)  # sample 0 is taken; the node dies inside the window
-        node.stop()
-        out, err = proc.communicate(timeout=timeout + 30)
-        return Killed(out, err, time.monotonic() - t0, timeout)
-    finally:
-        run.stop()
+def _kill_run(head: cluster.RayHead, node: cluster.RayNodeProc) -> Killed:
+    """An `attach` during which the second node is killed (inside its window)."""
+    timeout = 20.0
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        [*CLI, "attach", head.dashboard_url, "--json", "--window", "4", "--timeout", str(timeout)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(2.5)  # sample 0 is taken; the node dies inside the window
+    node.stop()
+    out, err = proc.communicate(timeout=timeout + 30)
+    return Killed(out, err, time.monotonic() - t0, timeout)
 
 
 @scenario("multinode", long=True)
 def _multinode(slot: Slot) -> MultiNode:
     """A two-node cluster of its own (not the slot's head): each fault of FAULTS_SPREAD in turn,
-    then a run during which the second node is killed. Each case's exception is its result."""
+    attached once; on the last one's live job (an engine stuck on the second node) a second
+    `attach` during which that node is killed. Each case's exception is its result."""
     work = slot.workdir("multinode")
     result = MultiNode()
     head = cluster.start_head(work, num_cpus=2)
@@ -132,14 +117,25 @@ def _multinode(slot: Slot) -> MultiNode:
         )
         try:
             for fault in FAULTS_SPREAD:
+                fault_work = slot.workdir(fault)
                 try:
-                    result.faults[fault] = _culprit_run(head, slot.workdir(fault), fault)
+                    run = start_demo(
+                        fault, workdir=fault_work / "demo", head=head, extra_args=SPREAD
+                    )
                 except Exception as exc:  # noqa: BLE001 - re-raised by the fault's own test
                     result.faults[fault] = exc
-            try:
-                result.killed = _kill_run(head, node, slot.workdir("node-killed"))
-            except Exception as exc:  # noqa: BLE001 - re-raised by its test
-                result.killed = exc
+                    continue
+                try:
+                    run.wait_until_ready(timeout=150)
+                    result.faults[fault] = _culprit_run(head, run, fault_work)
+                    if fault == KILL_ON:
+                        result.killed = _kill_run(head, node)
+                except Exception as exc:  # noqa: BLE001 - re-raised by the tests
+                    result.faults.setdefault(fault, exc)
+                    if fault == KILL_ON and result.killed is None:
+                        result.killed = exc
+                finally:
+                    run.stop()
         finally:
             node.stop()
     finally:

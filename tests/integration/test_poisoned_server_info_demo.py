@@ -21,10 +21,11 @@ import pytest
 
 from slime_hangdoctor.bundle import BundleWriter
 from slime_hangdoctor.collect.sglang import probe_engine
-from slime_hangdoctor.demo.launch import DemoRun, start_demo
+from slime_hangdoctor.demo.launch import DemoRun
 from slime_hangdoctor.parsers.sglang import parse_server_info
 from tests.integration.cli import run_cli
-from tests.live_pool import LivePool, Slot, scenario
+from tests.live_jobs import NONE_JOB
+from tests.live_pool import LivePool, Slot, job_part
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -63,44 +64,40 @@ def _engine_state(verdict: dict[str, Any], url: str) -> str:
     return states[url]
 
 
-@scenario("poisoned-server-info")
+@job_part(NONE_JOB, "poisoned", order=1)
 def _poisoned_server_info(
-    slot: Slot,
+    run: DemoRun, slot: Slot, work: Path
 ) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str], int, str]:
-    """A healthy demo job, one of whose engines has a poisoned /server_info; the doctor attaches,
-    and a cron check runs. Returns (attach run, check run, train steps done, engine URL)."""
-    work, head = slot.workdir("poisoned"), slot.head
-    run = start_demo("none", workdir=work / "demo", head=head)
-    try:
-        run.wait_until_ready(timeout=150)
-        url = _poison(run, work)
-        proc, _wall = run_cli(
-            "attach", head.dashboard_url, "--json", "--window", "3", "--timeout", "25", timeout=60
-        )
-        check, _wall = run_cli(
-            "check",
-            head.dashboard_url,
-            "--json",
-            "--window",
-            "2",
-            "--timeout",
-            "25",
-            "--state-file",
-            str(work / "state.json"),
-            "--stall-after",
-            "60s",
-            timeout=60,
-        )
-        return proc, check, run.steps_done(), url
-    finally:
-        run.stop()
+    """Engine 0 of the healthy demo job gets a poisoned /server_info; the doctor attaches, and a
+    cron check runs. Returns (attach run, check run, train steps done, engine URL). The last part
+    of the shared job: the engine stays poisoned."""
+    head = slot.head
+    url = _poison(run, work)
+    proc, _wall = run_cli(
+        "attach", head.dashboard_url, "--json", "--window", "3", "--timeout", "25", timeout=60
+    )
+    check, _wall = run_cli(
+        "check",
+        head.dashboard_url,
+        "--json",
+        "--window",
+        "2",
+        "--timeout",
+        "25",
+        "--state-file",
+        str(work / "state.json"),
+        "--stall-after",
+        "60s",
+        timeout=60,
+    )
+    return proc, check, run.steps_done(), url
 
 
-@pytest.mark.live("poisoned-server-info")
+@pytest.mark.live(f"{NONE_JOB}/poisoned")
 def test_attach_and_check_stay_ok_on_a_poisoned_server_info(live_pool: LivePool) -> None:
     # GIVEN a healthy demo job, one of whose engines has a poisoned /server_info
     # WHEN the doctor attaches, and a cron check runs
-    proc, check, steps, url = live_pool.result("poisoned-server-info")
+    proc, check, steps, url = live_pool.result(f"{NONE_JOB}/poisoned")
     # THEN both say the job progresses, and the engine is not read as unresponsive
     assert "Traceback" not in proc.stderr + check.stderr, proc.stderr + check.stderr
     verdict = json.loads(proc.stdout)

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from slime_hangdoctor.demo.launch import start_demo
+from slime_hangdoctor.demo.launch import DemoRun
 from tests.integration.cli import CLI, run_cli
-from tests.live_pool import LivePool, Slot, scenario
+from tests.live_jobs import NONE_JOB, STALL_JOB
+from tests.live_pool import LivePool, Slot, job_part, scenario
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -76,22 +77,16 @@ def carried(verdict: dict[str, Any]) -> bool:
 Ticks = list[tuple[float, int, dict[str, Any]]]
 
 
-@scenario("watchdog:healthy")
-def _healthy(slot: Slot) -> tuple[Path, Ticks]:
-    """4 ticks on a progressing demo job."""
-    work = slot.workdir("watchdog-healthy")
-    run = start_demo("none", workdir=work / "demo", head=slot.head)
-    try:
-        run.wait_until_ready(timeout=150)
-        return work, ticks(slot.head.dashboard_url, work, 4)
-    finally:
-        run.stop()
+@job_part(NONE_JOB, "watchdog", order=0)
+def _healthy(run: DemoRun, slot: Slot, work: Path) -> tuple[Path, Ticks]:
+    """4 ticks on the progressing demo job."""
+    return work, ticks(slot.head.dashboard_url, work, 4)
 
 
-@pytest.mark.live("watchdog:healthy")
+@pytest.mark.live(f"{NONE_JOB}/watchdog")
 def test_a_healthy_job_stays_ok(live_pool: LivePool) -> None:
     """No false alarm: every tick on a progressing job exits 0."""
-    work, seen = live_pool.result("watchdog:healthy")
+    work, seen = live_pool.result(f"{NONE_JOB}/watchdog")
     assert [rc for _t, rc, _v in seen] == [0, 0, 0, 0]
     assert not (work / "hook.json").exists()
     # The first run takes stacks (nothing remembered yet); once a run has seen work move in its
@@ -102,26 +97,18 @@ def test_a_healthy_job_stays_ok(live_pool: LivePool) -> None:
     assert all(v["status"] == "progressing" for v in skipped)
 
 
-@scenario("watchdog:stall", long=True)
-def _stall(slot: Slot) -> tuple[Path, Ticks]:
-    """9 ticks on a demo job whose engine gets stuck after 3 healthy steps."""
-    work = slot.workdir("watchdog-stall")
-    run = start_demo(
-        "rollout_engine_stuck", workdir=work / "demo", head=slot.head, fault_after_steps=3
-    )
-    try:
-        run.wait_until_ready(timeout=150)
-        return work, ticks(slot.head.dashboard_url, work, 9)
-    finally:
-        run.stop()
+@job_part(STALL_JOB, "watchdog", order=0)
+def _stall(run: DemoRun, slot: Slot, work: Path) -> tuple[Path, Ticks]:
+    """9 ticks on the demo job whose engine gets stuck after a few healthy steps."""
+    return work, ticks(slot.head.dashboard_url, work, 9)
 
 
-@pytest.mark.live("watchdog:stall")
+@pytest.mark.live(f"{STALL_JOB}/watchdog")
 def test_a_stall_turns_warning_then_critical_with_evidence(live_pool: LivePool) -> None:
     """Healthy first, then an engine gets stuck: 0 ... 1 ... 2 within --stall-after + one interval."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    work, seen = live_pool.result("watchdog:stall")
+    work, seen = live_pool.result(f"{STALL_JOB}/watchdog")
     codes = [rc for _t, rc, _v in seen]
     assert 1 in codes and 2 in codes, seen
     first_warn = next(t for t, rc, _v in seen if rc == 1)

@@ -1,12 +1,12 @@
-"""Read-only by default, on the real demo job (a private Ray head, the slime-shaped job, two
+"""Read-only by default, on the real demo job (a Ray head, the slime-shaped job, two
 SGLang stand-in engines that log every request they receive: `--sglang-request-log-dir`, which
 `start_demo` always passes). The job runs with an SGLang API key (`--sglang-api-key`, so the key
 sits on the engines' and the driver's command lines) and the `train_rank_stuck` fault: once it
 holds, the job itself sends the engines nothing, so every request logged during a doctor run is
 the doctor's.
 
-Cases RO10 and SE6 of docs/reliability.md. One demo run for the module (~30-40 s), in the
-session's live pool (tests/live_pool.py)."""
+Cases RO10 and SE6 of docs/reliability.md. The job is the live pool's shared "secret-job"
+(tests/live_jobs.py), whose API key is one of the marked secrets (tests/reliability/secret_job.py)."""
 
 from __future__ import annotations
 
@@ -18,13 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.demo.launch import DemoRun, start_demo
-from tests.live_pool import LivePool, Slot, scenario
+from slime_hangdoctor.demo.launch import DemoRun
+from tests.live_jobs import SECRET_JOB
+from tests.live_pool import LivePool, Slot, job_part
 from tests.reliability.harness import CliRun, assert_clean, run_cli
+from tests.reliability.secret_job import API_KEY
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(300)]
 
-DEMO_KEY = "SECRET-demo-sglang-key-5a7c9e1b3d"
+DEMO_KEY = API_KEY  # on the engines' and the driver's command lines
 ENGINE_READ_ONLY = frozenset(
     {"/model_info", "/get_model_info", "/server_info", "/get_server_info", "/v1/loads"}
     | {"/get_load", "/metrics", "/ready", "/ping"}
@@ -77,36 +79,25 @@ class ReadOnlyRuns:
     check_requests: list[tuple[str, str, str]]
 
 
-@scenario("readonly")
-def _readonly(slot: Slot) -> ReadOnlyRuns:
-    """The demo job with an API key and `train_rank_stuck`; a default `attach --out`, then a
-    default `check`, each with the requests the engines logged during it."""
-    work = slot.workdir("readonly-demo")
-    run = start_demo(
-        "train_rank_stuck",
-        workdir=work,
-        head=slot.head,
-        extra_args=["--sglang-api-key", DEMO_KEY],
-    )
-    try:
-        run.wait_until_ready(timeout=150.0)
-        demo = Demo(run, work)
-        url = run.head.dashboard_url
-        out = work / "bundle"
-        attach, attach_new = _doctor_requests(demo, "attach", url, "--out", str(out), "-f", "json")
-        state = str(work / "state.json")
-        check, check_new = _doctor_requests(demo, "check", url, "--state-file", state, "--json")
-        return ReadOnlyRuns(set(demo.logs()), attach, attach_new, out, check, check_new)
-    finally:
-        run.stop()
+@job_part(SECRET_JOB, "readonly", order=1)
+def _readonly(run: DemoRun, slot: Slot, work: Path) -> ReadOnlyRuns:
+    """A default `attach --out`, then a default `check`, each with the requests the engines
+    logged during it."""
+    demo = Demo(run, run.workdir)
+    url = run.head.dashboard_url
+    out = work / "bundle"
+    attach, attach_new = _doctor_requests(demo, "attach", url, "--out", str(out), "-f", "json")
+    state = str(work / "state.json")
+    check, check_new = _doctor_requests(demo, "check", url, "--state-file", state, "--json")
+    return ReadOnlyRuns(set(demo.logs()), attach, attach_new, out, check, check_new)
 
 
-@pytest.mark.live("readonly")
+@pytest.mark.live(f"{SECRET_JOB}/readonly")
 def test_attach_on_the_demo_is_read_only_and_keeps_the_key_out(live_pool: LivePool) -> None:
     """RO10 + SE6: a default `attach` on the demo's Ray cluster sends its engines only the
     read-only GETs; the API key (on the engines' and driver's command lines and in the Job API's
     entrypoint) appears nowhere in the bundle, its tarball or the report."""
-    runs: ReadOnlyRuns = live_pool.result("readonly")
+    runs: ReadOnlyRuns = live_pool.result(f"{SECRET_JOB}/readonly")
     result, out = runs.attach, runs.bundle
     _assert_read_only(runs.attach_requests, runs.engines)
     assert result.verdict()["status"] == "hung"
@@ -118,8 +109,8 @@ def test_attach_on_the_demo_is_read_only_and_keeps_the_key_out(live_pool: LivePo
     assert any(b"--sglang-api-key" in b for b in blobs), "the entrypoint was not in the bundle"
 
 
-@pytest.mark.live("readonly")
+@pytest.mark.live(f"{SECRET_JOB}/readonly")
 def test_check_on_the_demo_is_read_only(live_pool: LivePool) -> None:
     """RO10: a default `check` (the cron watchdog) too."""
-    runs: ReadOnlyRuns = live_pool.result("readonly")
+    runs: ReadOnlyRuns = live_pool.result(f"{SECRET_JOB}/readonly")
     _assert_read_only(runs.check_requests, runs.engines)
