@@ -76,10 +76,28 @@ class Standin:
             pass
 
 
+SNAPSHOT_WAIT_S = 5.0
+
+
+def _wait_first_snapshot(standin: Standin) -> None:
+    deadline = time.monotonic() + SNAPSHOT_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            answer = requests.get(standin.url + "/v1/loads", timeout=1.0)
+            if answer.status_code != 200 or answer.json().get("loads"):
+                return  # published, or not ours to read (an API key): nothing to wait for
+        except (requests.RequestException, ValueError, AttributeError):
+            pass
+        time.sleep(0.05)
+
+
 def start_standin(
     tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 30.0
 ) -> Standin:
-    """Start a stand-in on a free loopback port and wait until its HTTP side answers."""
+    """Start a stand-in on a free loopback port and wait until its HTTP side answers, then (up to
+    SNAPSHOT_WAIT_S) until its scheduler has published its first load snapshot: before that,
+    `/v1/loads` answers `{"loads": []}` as SGLang 0.5.15 does, and tests start from a steady engine
+    (a fault that stops the scheduler early never publishes one: it is not waited for longer)."""
     last = ""
     for _ in range(3):
         port = free_port()
@@ -109,6 +127,7 @@ def start_standin(
         while time.monotonic() < deadline and proc.poll() is None:
             try:
                 requests.get(standin.url + "/v1/models", timeout=1.0)
+                _wait_first_snapshot(standin)
                 request_log.unlink(missing_ok=True)  # tests see only their own requests
                 return standin
             except requests.RequestException:
