@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -324,7 +325,7 @@ def _load_http(acc: _Acc, rec: ProbeRecord, data: bytes | None) -> None:
         url=str(meta.get("url") or rec.target),
         path=path,
         status=_int(meta.get("status")),
-        elapsed_s=float(meta.get("elapsed_s") or rec.elapsed_s or 0.0),
+        elapsed_s=_float(meta.get("elapsed_s")) or rec.elapsed_s or 0.0,
         outcome=rec.outcome,
         error=meta.get("error") or (rec.reason if rec.outcome is not Outcome.OK else None),
     )
@@ -358,6 +359,17 @@ def _int(value: Any) -> int | None:
         return int(value) if value is not None else None
     except (TypeError, ValueError):
         return None
+
+
+def _float(value: Any) -> float | None:
+    """A number of a record's meta, None where a damaged bundle holds anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 # The registry: what the loader does with an ok record of each source (bundle.SOURCES), in one place.

@@ -108,21 +108,23 @@ class Slot:
     """What a scenario runs with: its slot's shared Ray head (started on first use) and fresh
     temporary directories."""
 
-    def __init__(self, index: int, factory: pytest.TempPathFactory) -> None:
+    def __init__(self, index: int, factory: pytest.TempPathFactory, lock: threading.Lock) -> None:
         self.index = index
         self._factory = factory
+        self._lock = lock  # pytest's TempPathFactory is not thread-safe
         self._head: cluster.RayHead | None = None
 
     @property
     def head(self) -> cluster.RayHead:
         if self._head is None:
             self._head = cluster.start_head(
-                self._factory.mktemp(f"live-head-{self.index}"), num_cpus=2, timeout=300.0
+                self.workdir(f"live-head-{self.index}"), num_cpus=2, timeout=300.0
             )
         return self._head
 
     def workdir(self, name: str) -> Path:
-        return self._factory.mktemp(name.replace(":", "-"))
+        with self._lock:
+            return self._factory.mktemp(name.replace(":", "-"))
 
     def close(self) -> None:
         if self._head is not None:
@@ -134,8 +136,10 @@ class LivePool:
     """The session's scenarios, run LIVE_SLOTS at a time in the order they were submitted."""
 
     def __init__(self, factory: pytest.TempPathFactory, slots: int = LIVE_SLOTS) -> None:
+        factory.getbasetemp()  # made here, once: two threads making it at once got two of them
+        tmp_lock = threading.Lock()
         self._slots: queue.Queue[Slot] = queue.Queue()
-        self._all = [Slot(i, factory) for i in range(slots)]
+        self._all = [Slot(i, factory, tmp_lock) for i in range(slots)]
         for slot in self._all:
             self._slots.put(slot)
         self._pool = cf.ThreadPoolExecutor(max_workers=slots, thread_name_prefix="live")

@@ -440,6 +440,38 @@ def test_manifest_field_of_the_wrong_type(tmp_path: Path, field: str, value: Any
     _analyse_or_refuse(root, change, tmp_path)
 
 
+# a record's meta (each source's own fields); the first is the fuzzer's find on a demo bundle: an
+# SGLang answer whose meta.elapsed_s is a list (load._load_http called float() on it)
+META_FIELDS = [
+    ("elapsed_s", [None]),
+    ("elapsed_s", "fast"),
+    ("elapsed_s", 10**400),
+    ("status", [200]),
+    ("pid", {"a": 1}),
+]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), META_FIELDS, ids=[f"meta.{f}={str(v)[:8]}" for f, v in META_FIELDS]
+)
+def test_meta_field_of_the_wrong_type(tmp_path: Path, field: str, value: Any) -> None:
+    """FZ6 for the records' meta: a field of another type is analysed (or the bundle refused),
+    never an exception. On a recorded demo bundle, whose records carry every source's meta."""
+    from tests.unit.demo_bundles import unpacked
+
+    root = unpacked("rollout_engine_stuck", tmp_path / "src")
+    changed = []
+
+    def change(doc: dict[str, Any]) -> None:
+        for rec in doc["probes"]:
+            if field in (rec.get("meta") or {}):
+                rec["meta"][field] = value
+                changed.append(rec["source"])
+
+    _analyse_or_refuse(root, change, tmp_path)
+    assert changed  # the bundle has such records: the case is exercised
+
+
 HUGE = b"9" * 5000  # CPython refuses int() of more than 4300 digits (ValueError)
 
 
