@@ -24,14 +24,18 @@ SECRET_JOB = "secret-job"
 STALL_AFTER_STEPS = 3
 
 
-def _none_job(slot: Slot, work: Path) -> DemoRun:
-    run = start_demo("none", workdir=work / "demo", head=slot.head)
+def _ready(run: DemoRun, timeout: float) -> DemoRun:
+    """`run` once it has reached its fault (or its healthy steps); stopped if it never does."""
     try:
-        run.wait_until_ready(timeout=150)
+        run.wait_until_ready(timeout=timeout)
     except BaseException:
         run.stop()
         raise
     return run
+
+
+def _none_job(slot: Slot, work: Path) -> DemoRun:
+    return _ready(start_demo("none", workdir=work / "demo", head=slot.head), 150)
 
 
 def _stall_job(slot: Slot, work: Path) -> DemoRun:
@@ -41,12 +45,7 @@ def _stall_job(slot: Slot, work: Path) -> DemoRun:
         head=slot.head,
         fault_after_steps=STALL_AFTER_STEPS,
     )
-    try:
-        run.wait_until_ready(timeout=150)
-    except BaseException:
-        run.stop()
-        raise
-    return run
+    return _ready(run, 150)
 
 
 def _secret_job(slot: Slot, work: Path) -> DemoRun:
@@ -55,12 +54,7 @@ def _secret_job(slot: Slot, work: Path) -> DemoRun:
     run = start_demo(
         "train_rank_stuck", workdir=work, extra_args=job_args(), extra_env=ENV, head=slot.head
     )
-    try:
-        run.wait_until_ready(timeout=200.0)
-    except BaseException:
-        run.stop()
-        raise
-    return run
+    return _ready(run, 200.0)
 
 
 shared_job(NONE_JOB, _none_job)
