@@ -7,7 +7,8 @@ compare with e.g. `Stage(spec.expected.stage)`.
 `frames` lists, per key process, function names that a `py-spy dump` of that process shows while
 the fault holds, innermost first, as a subsequence of one thread's stack (other frames may sit in
 between). Process labels: "driver", "rollout_manager", "train rank N", "engine N actor" (the
-SGLangEngine Ray actor), "engine N server" (its HTTP child), "engine N scheduler".
+SGLangEngine Ray actor), "engine N server" (its HTTP child), "engine N scheduler", "router" (the
+sgl-router process the RolloutManager forks in its constructor, as slime's `_start_router`).
 """
 
 from __future__ import annotations
@@ -448,6 +449,39 @@ FAULTS: dict[str, FaultSpec] = {
                 culprit_engine=FAULT_ENGINE,
             ),
             server_fault="killed_mid_generate",
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+            ),
+        ),
+        FaultSpec(
+            name="router_worker_removed",
+            description=(
+                "mid-rollout, every engine's worker is removed from the router (DELETE "
+                "/workers/{id}, as slime's SGLangEngine.shutdown does) while the rollout's "
+                "requests are in flight: those finish (sgl-router 0.3.2 keeps their connections), "
+                "every later /generate gets 503 no_available_workers from the router, and the "
+                "RolloutManager retries it; the engines are healthy and idle"
+            ),
+            expected=Expected(status="hung", stage="rollout_dispatch", culprit_role="router"),
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+                # fork keeps the constructor's frames below the router's own
+                FrameSignature(
+                    "router", ("start", "launch_router", "run_router", "_start_router", "__init__")
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="router_killed",
+            description=(
+                "mid-rollout, the router process (the RolloutManager's forked child) is "
+                "SIGKILLed, as by the OOM killer: its port refuses connections and the "
+                "RolloutManager retries its requests (slime gives up after 60 s; the demo keeps "
+                "retrying); the engines are healthy and idle"
+            ),
+            expected=Expected(status="hung", stage="rollout_dispatch", culprit_role="router"),
             frames=(
                 FrameSignature("driver", ("train",)),
                 FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),

@@ -149,10 +149,22 @@ class DemoRun:
 
     def processes(self) -> dict[str, int]:
         """`roles()` plus each engine's server ("engine N server", the actor's spawn child) and
-        its scheduler ("engine N scheduler", cmdline starting with `sglang::scheduler`)."""
+        its scheduler ("engine N scheduler", cmdline starting with `sglang::scheduler`), and the
+        router ("router", the RolloutManager's forked child, a live one)."""
         import psutil
 
         out = self.roles()
+        if "rollout_manager" in out:
+            try:
+                children = psutil.Process(out["rollout_manager"]).children()
+            except psutil.Error:
+                children = []
+            for child in children:
+                try:
+                    if child.status() != psutil.STATUS_ZOMBIE:
+                        out["router"] = child.pid
+                except psutil.Error:
+                    continue
         for label, pid in list(out.items()):
             if not label.endswith(" actor"):
                 continue

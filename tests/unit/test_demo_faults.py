@@ -30,18 +30,16 @@ REQUIRED = {
 _PROBE = """
 import json, sys
 from slime.utils.arguments import parse_args
-from slime.utils.misc import engine_takes_traffic, fault_armed
-from slime.backends.sglang_utils.sglang_engine import SERVER_FAULTS
-out = {"server_faults": SERVER_FAULTS, "args": {}}
+from slime.utils.misc import fault_armed
+from slime.backends.sglang_utils.sglang_engine import SERVER_FAULTS, TIMED_SERVER_FAULTS
+out = {"server_faults": SERVER_FAULTS, "timed": sorted(TIMED_SERVER_FAULTS), "args": {}}
 for fault in sys.argv[1:]:
     a = parse_args(["--fault", fault, "--fault-after-steps", "2"])
     out["args"][fault] = {
         "colocate": a.colocate, "eval_interval": a.eval_interval, "num_engines": a.num_engines,
         "armed": [fault_armed(a, fault, i) for i in range(4)],
         "reward_hang_armed": [fault_armed(a, "reward_hang", i) for i in range(4)],
-        "engine1_rollout": [engine_takes_traffic(a, 1, i, False) for i in range(4)],
-        "engine1_eval": [engine_takes_traffic(a, 1, i, True) for i in range(4)],
-        "engine0_rollout": [engine_takes_traffic(a, 0, i, False) for i in range(4)],
+        "router": [a.sglang_router_ip, a.sglang_router_port, a.router_policy, a.router_log_level],
     }
 print(json.dumps(out))
 """
@@ -107,16 +105,25 @@ def test_job_configuration_follows_the_fault(job_view: dict[str, object]) -> Non
     assert args["reward_hang"]["armed"] == [False, False, True, True]
 
 
-def test_stuck_engine_gets_traffic_only_once_armed(job_view: dict[str, object]) -> None:
+def test_stuck_scheduler_goes_live_only_once_armed(job_view: dict[str, object]) -> None:
+    """The router sends every engine its share of every rollout: a stuck decode step must wait
+    for its arm file (created at the armed step), or the job would hang at its first rollout."""
+    timed = job_view["timed"]
+    assert isinstance(timed, list)
+    assert "stuck_scheduler" in timed
     args = job_view["args"]
     assert isinstance(args, dict)
-    stuck = args["rollout_engine_stuck"]
-    assert stuck["engine1_rollout"] == [False, False, True, True]
-    assert stuck["engine0_rollout"] == [True] * 4
-    ev = args["eval_hang"]
-    assert ev["engine1_rollout"] == [False] * 4
-    assert ev["engine1_eval"] == [False, False, True, True]
-    assert args["none"]["engine1_rollout"] == [True] * 4
+    assert args["rollout_engine_stuck"]["armed"] == [False, False, True, True]
+    assert args["eval_hang"]["armed"] == [False, False, True, True]
+
+
+def test_the_job_starts_its_own_router_with_slimes_defaults(job_view: dict[str, object]) -> None:
+    """No --sglang-router-ip: the RolloutManager starts sgl-router, with RouterArgs' own policy
+    and slime's quiet log level (slime/backends/sglang_utils/arguments.py:34-37)."""
+    args = job_view["args"]
+    assert isinstance(args, dict)
+    for name in FAULTS:
+        assert args[name]["router"] == [None, None, "cache_aware", "warn"], name
 
 
 def test_server_fault_support_matches_the_standin() -> None:

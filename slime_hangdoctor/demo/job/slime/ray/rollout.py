@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import multiprocessing
+import random
 import time
 from typing import Any
 
@@ -17,7 +19,13 @@ from slime.rollout.data_source import RolloutDataSourceWithBuffer
 from slime.rollout.sglang_rollout import generate_rollout
 from slime.utils.http_utils import init_http_client
 from slime.utils.logging_utils import configure_logger
-from slime.utils.misc import Box, fault_armed, get_free_port
+from slime.utils.misc import (
+    Box,
+    die_with_parent_after_fork,
+    fault_armed,
+    get_current_node_ip,
+    get_free_port,
+)
 from slime.utils.types import Sample
 
 logger = logging.getLogger(__name__)
@@ -35,6 +43,7 @@ class RolloutManager:
         configure_logger()
         self.args = args
         self.pg = pg
+        _start_router(args)
         init_http_client(args)
         self.data_source = RolloutDataSourceWithBuffer(args)
         self.generate_rollout = generate_rollout
@@ -76,6 +85,12 @@ class RolloutManager:
             engine = self.rollout_engines[self.args.fault_engine]
             where = f"the rollout's requests to engine {self.args.fault_engine}"
             wait_until_server_fault_live(self.args, engine, rollout_id, where)
+        if fault_armed(self.args, "rollout_engine_stuck", rollout_id):
+            # demo fault plan: the engine's scheduler blocks at its next decode step, which is
+            # one of this rollout's requests that the router sends it
+            engine = self.rollout_engines[self.args.fault_engine]
+            where = f"rollout requests to engine {self.args.fault_engine}"
+            wait_until_server_fault_live(self.args, engine, rollout_id, where)
         data = self._get_rollout_data(rollout_id=rollout_id)
         rewards = [s.reward or 0.0 for s in data]
         logger.info(
@@ -87,6 +102,11 @@ class RolloutManager:
         return self._split_train_data_by_dp(train_data, self.train_parallel_config["dp_size"])
 
     def eval(self, rollout_id: int) -> None:
+        if fault_armed(self.args, "eval_hang", rollout_id):
+            # demo fault plan: the engine's scheduler blocks at its next decode step, an eval one
+            engine = self.rollout_engines[self.args.fault_engine]
+            where = f"eval requests to engine {self.args.fault_engine}"
+            wait_until_server_fault_live(self.args, engine, rollout_id, where)
         result = call_rollout_fn(
             self.eval_generate_rollout, self.args, rollout_id, self.data_source, evaluation=True
         )
@@ -177,6 +197,58 @@ class RolloutManager:
                 part[key] = data[key]
             refs.append(Box(ray.put(part)))
         return refs
+
+
+def _start_router(args: argparse.Namespace) -> None:
+    """Start sgl-router as slime does: `_start_router` in slime/ray/rollout.py (January layout
+    6485964, lines 634-675, called from RolloutManager.__init__ at line 51; slime main 624b824,
+    lines 916-968). A `multiprocessing.Process` with the default start method (fork on Linux), so
+    the child keeps this constructor's frames below `run_router`, the title Ray gave this actor
+    and the actor's environment. Health checks and the circuit breaker off, a Prometheus port, as
+    slime main does (lines 941-954)."""
+    if args.sglang_router_ip is not None:
+        return
+
+    args.sglang_router_ip = get_current_node_ip()
+    if args.sglang_router_port is None:
+        args.sglang_router_port = get_free_port(random.randint(3000, 4000))
+
+    from sglang_router.launch_router import RouterArgs  # type: ignore[import-untyped]
+
+    from slime.utils.http_utils import run_router
+
+    router_args = RouterArgs.from_cli_args(args, use_router_prefix=True)
+    router_args.host = args.sglang_router_ip
+    router_args.port = args.sglang_router_port
+    router_args.prometheus_port = get_free_port(random.randint(4000, 5000))
+    router_args.request_timeout_secs = args.sglang_router_request_timeout_secs
+
+    # Disable circuit breaker to prevent RDMA transfer timeouts from
+    # marking decode workers as dead. (slime main rollout.py:947-950)
+    router_args.disable_circuit_breaker = True
+
+    # We will not use the health check from router.
+    if hasattr(router_args, "disable_health_check"):
+        router_args.disable_health_check = True
+
+    logger.info(f"Launch router with args: {router_args}")
+
+    # Demo only (no frame of it in the child's stack): the router dies with this actor, as the
+    # stand-in engines do with theirs, so that a stopped demo leaves no router behind.
+    die_with_parent_after_fork()
+    process = multiprocessing.Process(
+        target=run_router,
+        args=(router_args,),
+    )
+    process.daemon = True  # Set the process as a daemon
+    process.start()
+    # Wait 3 seconds
+    time.sleep(3)
+    assert process.is_alive()
+    logger.info(
+        f"Router launched at {args.sglang_router_ip}:{args.sglang_router_port}, "
+        f"Prometheus port: {router_args.prometheus_port}"
+    )
 
 
 def init_rollout_engines(args: argparse.Namespace, pg: Any, all_rollout_engines: list[Any]) -> int:

@@ -1,6 +1,8 @@
 """Rollout against the SGLang engines: generate_rollout -> generate_rollout_async ->
 generate_and_rm_group -> generate_and_rm -> generate (POST /generate) -> async_rm.
-All coroutines run on the RolloutManager's AsyncLoopThread; the caller blocks in `run`."""
+All coroutines run on the RolloutManager's AsyncLoopThread; the caller blocks in `run`.
+Every /generate goes to the router (`http://{sglang_router_ip}:{sglang_router_port}/generate`,
+slime main 624b824 slime/rollout/sglang_rollout.py:158), which picks the engine."""
 
 from __future__ import annotations
 
@@ -14,9 +16,9 @@ from typing import Any
 from slime.rollout.base_types import RolloutFnEvalOutput, RolloutFnTrainOutput
 from slime.rollout.rm_hub import async_rm
 from slime.utils.async_utils import run
-from slime.utils.http_utils import get, post
+from slime.utils.http_utils import delete, get, post
 from slime.utils.logging_utils import log_fault_armed
-from slime.utils.misc import engine_takes_traffic, fault_armed
+from slime.utils.misc import fault_armed
 from slime.utils.types import Sample
 
 logger = logging.getLogger(__name__)
@@ -53,15 +55,7 @@ class GenerateState:
         self.pendings: set[asyncio.Task[list[Sample]]] = set()
         self.rollout_id = -1
         self.bad_answer_sent = False
-
-    def engine_url(self, index: int, evaluation: bool = False) -> str:
-        """Round-robin over the engines (the demo has no router in front of them)."""
-        urls = [
-            url
-            for i, url in enumerate(self.args.rollout_engine_urls)
-            if engine_takes_traffic(self.args, i, self.rollout_id, evaluation)
-        ]
-        return str(urls[index % len(urls)])
+        self.router_broken = getattr(self, "router_broken", False)  # once per job, as the slots
 
     def submit_generate_tasks(self, samples: list[list[Sample]]) -> None:
         for group in samples:
@@ -72,18 +66,6 @@ class GenerateState:
                     )
                 )
             )
-
-
-def _announce_engine_fault(
-    args: argparse.Namespace, state: GenerateState, evaluation: bool
-) -> None:
-    """Demo: log when the engine set to get stuck starts receiving this phase's requests."""
-    if args.fault not in ("rollout_engine_stuck", "eval_hang"):
-        return
-    armed = fault_armed(args, args.fault, state.rollout_id)
-    if armed and engine_takes_traffic(args, args.fault_engine, state.rollout_id, evaluation):
-        where = f"{'eval' if evaluation else 'rollout'} requests to engine {args.fault_engine}"
-        log_fault_armed(logger, args.fault, where, state.rollout_id)
 
 
 async def _leak_slots(args: argparse.Namespace, state: GenerateState) -> None:
@@ -113,6 +95,41 @@ def _announce_proxy(args: argparse.Namespace, state: GenerateState) -> None:
         log_fault_armed(logger, args.fault, where, state.rollout_id)
 
 
+async def _break_router(args: argparse.Namespace, state: GenerateState) -> None:
+    """Demo faults of the router, once the armed rollout's first group is back and the others'
+    requests are in flight at the router:
+    - `router_worker_removed`: every engine's worker is taken out of the router as slime's
+      SGLangEngine.shutdown does it (GET /workers, then DELETE /workers/{id}; slime main 624b824,
+      sglang_engine.py:301-317). sgl-router 0.3.2 lets the requests in flight finish; every later
+      /generate gets 503 `no_available_workers`, and the rollout retries it.
+    - `router_killed`: the router process (this process's multiprocessing child) is SIGKILLed, as
+      by the OOM killer; requests in flight are cut, new ones are refused, and the rollout retries
+      them (slime gives up after 60 tries; the demo keeps retrying)."""
+    if state.router_broken or not (
+        fault_armed(args, "router_worker_removed", state.rollout_id)
+        or fault_armed(args, "router_killed", state.rollout_id)
+    ):
+        return
+    state.router_broken = True
+    base = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+    if args.fault == "router_worker_removed":
+        removed = []
+        for worker in (await get(f"{base}/workers"))["workers"]:
+            await delete(f"{base}/workers/{worker['id']}")
+            removed.append(str(worker["url"]))
+        where = f"the router at {base}: workers {', '.join(removed)} removed"
+    else:
+        import multiprocessing
+        import os
+        import signal
+
+        pids = [p.pid for p in multiprocessing.active_children() if p.pid is not None]
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        where = f"the router at {base}: process {', '.join(map(str, pids))} killed"
+    log_fault_armed(logger, args.fault, where, state.rollout_id)
+
+
 def _encode(text: str) -> list[int]:
     return [ord(c) % 32000 for c in text]
 
@@ -124,7 +141,7 @@ async def generate(
     evaluation: bool = False,
 ) -> Sample:
     state = GenerateState(args)
-    url = f"{state.engine_url(sample.group_index or 0, evaluation)}/generate"
+    url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}/generate"
     prompt_ids = _encode(sample.prompt)
     payload = {
         "input_ids": prompt_ids,
@@ -219,7 +236,6 @@ async def generate_rollout_async(
     target = args.rollout_batch_size
     data: list[list[Sample]] = []
     start = time.time()
-    _announce_engine_fault(args, state, evaluation=False)
     _announce_proxy(args, state)
     await _leak_slots(args, state)
     state.submit_generate_tasks(data_source(target))
@@ -235,6 +251,7 @@ async def generate_rollout_async(
                     f"label: {group[0].label}, reward: {group[0].reward}"
                 )
             data.append(group)
+            await _break_router(args, state)
     logger.info(f"Finish rollout: {len(data)} groups in {time.time() - start:.2f}s")
     aborted_samples = await abort(args, rollout_id) if state.pendings else []
     data.sort(key=lambda g: g[0].index or 0)
@@ -259,7 +276,6 @@ async def eval_rollout_single_dataset(
     state = GenerateState(args)
     state.reset()
     state.rollout_id = rollout_id
-    _announce_engine_fault(args, state, evaluation=True)
     params = {"temperature": 0.0, "max_new_tokens": args.rollout_max_response_len}
     samples: list[Sample] = data_source.eval_samples()
     for s in samples:
@@ -285,8 +301,7 @@ def generate_rollout(
 
 
 async def get_worker_urls(args: argparse.Namespace) -> list[str]:
-    """What slime asks the router for (`GET /workers`); without a router, the engines themselves."""
-    if args.sglang_router_ip:
-        response = await get(f"http://{args.sglang_router_ip}:{args.sglang_router_port}/workers")
-        return [w["url"] for w in response["workers"]]
-    return list(args.rollout_engine_urls)
+    """The engines the router knows, as slime's `abort` asks for them (`GET /workers`, slime main
+    624b824 slime/rollout/sglang_rollout.py:346-347)."""
+    response = await get(f"http://{args.sglang_router_ip}:{args.sglang_router_port}/workers")
+    return [str(w["url"]) for w in response["workers"]]

@@ -45,6 +45,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for field in SERVER_PASSTHROUGH:
         p.add_argument(f"--sglang-{field.replace('_', '-')}", default=None)
     p.add_argument("--sglang-request-log-dir", default=None)
+    # The router, as slime's add_sglang_router_arguments (slime main 624b824,
+    # slime/backends/sglang_utils/arguments.py:12-37): no IP or port given -> the RolloutManager
+    # starts sgl-router itself (`_start_router`); every RouterArgs field under --router-*.
+    p.add_argument("--sglang-router-ip", default=None)
+    p.add_argument("--sglang-router-port", type=int, default=None)
+    p.add_argument("--sglang-router-request-timeout-secs", type=int, default=14400)
+    from sglang_router.launch_router import RouterArgs  # type: ignore[import-untyped]
+
+    RouterArgs.add_cli_args(p, use_router_prefix=True, exclude_host_port=True)
+    p.set_defaults(router_log_level="warn")
     p.add_argument("--sglang-server-concurrency", type=int, default=16)
     # How often one rollout request is retried, 1 s apart, before the rollout fails: slime's
     # `post(..., max_retries=60)` (a demo knob: `engine_server_killed` retries for as long as it
@@ -111,6 +121,8 @@ FAULT_SETTINGS: dict[str, dict[str, object]] = {
     # a save after every step, under the job's working directory (a disk-backed folder)
     "checkpoint_slow_storage": {"save": "checkpoints", "save_interval": 1},
     "engine_server_killed": {"rollout_max_retries": 1_000_000},
+    "router_worker_removed": {"rollout_max_retries": 1_000_000},
+    "router_killed": {"rollout_max_retries": 1_000_000},
     "checkpoint_stuck_storage": {"save": "checkpoints", "save_interval": 1},
 }
 
@@ -128,7 +140,9 @@ def finalize_args(args: argparse.Namespace) -> None:
     args.num_engines = args.rollout_num_gpus // min(
         args.rollout_num_gpus_per_engine, args.num_gpus_per_node
     )
+    if args.sglang_api_key and args.router_api_key is None:
+        # engines with an API key: the router needs it to register them and to forward requests
+        # (a slime user gives --router-api-key alongside --sglang-api-key)
+        args.router_api_key = args.sglang_api_key
     args.slow_storage = False  # the demo's slow storage (checkpoint_slow_storage), set when armed
     args.stuck_storage = False  # the demo's stuck storage (checkpoint_stuck_storage), when armed
-    args.sglang_router_ip = None
-    args.sglang_router_port = None

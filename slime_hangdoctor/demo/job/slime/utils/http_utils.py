@@ -65,3 +65,25 @@ async def get(url: str) -> Any:
     async with _client().get(url, headers=_headers()) as response:
         response.raise_for_status()
         return await response.json(content_type=None)
+
+
+async def delete(url: str) -> Any:
+    async with _client().delete(url, headers=_headers()) as response:
+        response.raise_for_status()
+        return await response.json(content_type=None)
+
+
+def run_router(args: Any) -> int:
+    """slime's run_router, verbatim (slime main 624b824, slime/utils/http_utils.py:117-127): the
+    target of the multiprocessing child that `_start_router` forks from the RolloutManager's
+    constructor. `launch_router` blocks in the router's native code for the life of the child."""
+    try:
+        from sglang_router.launch_router import launch_router  # type: ignore[import-untyped]
+
+        router = launch_router(args)
+        if router is None:
+            return 1
+        return 0
+    except Exception as e:
+        logger.info(e)
+        return 1

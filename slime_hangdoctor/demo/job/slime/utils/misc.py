@@ -44,24 +44,37 @@ def _is_port_free(port: int) -> bool:
     return True
 
 
+def die_with_parent_after_fork() -> None:
+    """Demo hygiene: a multiprocessing child forked from this process after this call gets
+    SIGKILL when the thread that forked it ends (Linux prctl PR_SET_PDEATHSIG), set in the child
+    by multiprocessing's after-fork hook, before its target runs. A Ray actor killed with SIGKILL
+    runs no atexit hook that would end its daemon children."""
+    import multiprocessing.util
+
+    multiprocessing.util.register_after_fork(_PDEATHSIG_KEY, _set_pdeathsig)
+
+
+class _AfterForkKey:
+    """A weak-referenceable key for multiprocessing's after-fork registry."""
+
+
+_PDEATHSIG_KEY = _AfterForkKey()
+
+
+def _set_pdeathsig(_key: object) -> None:
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the child may outlive a killed actor
+
+
 def fault_armed(args: argparse.Namespace, name: str, rollout_id: int) -> bool:
     """Whether the demo fault `name` is selected and armed at this rollout id."""
     return bool(args.fault == name and rollout_id >= args.fault_after_steps)
-
-
-def engine_takes_traffic(
-    args: argparse.Namespace, engine_index: int, rollout_id: int, evaluation: bool
-) -> bool:
-    """Demo fault plan: the engine whose scheduler is set to get stuck at its next decode step
-    receives generation traffic only from the armed step on (eval traffic only, for `eval_hang`),
-    so that the job runs healthy until then."""
-    if engine_index != args.fault_engine:
-        return True
-    if args.fault == "rollout_engine_stuck":
-        return fault_armed(args, args.fault, rollout_id)
-    if args.fault == "eval_hang":
-        return evaluation and fault_armed(args, args.fault, rollout_id)
-    return True
 
 
 def start_black_hole_proxy() -> str:

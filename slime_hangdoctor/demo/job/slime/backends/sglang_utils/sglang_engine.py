@@ -18,11 +18,11 @@ from slime.utils.logging_utils import configure_logger, log_fault_armed
 
 logger = logging.getLogger(__name__)
 
-# The demo's fault plan for the engines: demo fault -> stand-in server fault. Timed ones go live a
-# fixed time after the server is up (`server_fault_delay_s`; they must spare the start-up calls:
-# the weight-update group, the first offload) and the job waits for that moment at the armed step
-# (`wait_until_server_fault_live`); the others are live from the start and the job sends the
-# matching requests to the faulty engine only from the armed step on.
+# The demo's fault plan for the engines: demo fault -> stand-in server fault. Timed ones go live
+# when the job creates their arm file at the armed step (`wait_until_server_fault_live`; they must
+# spare the start-up calls: the weight-update group, the first offload, the warm-up); the others
+# are live from the start. The router spreads every rollout over every engine, so a fault of the
+# rollout's own requests (a stuck decode step) is armed at its step too.
 SERVER_FAULTS: dict[str, str] = {
     "startup_engine_never_healthy": "never_healthy",
     "startup_engine_warmup_stuck": "stuck_prefill",
@@ -39,6 +39,7 @@ SERVER_FAULTS: dict[str, str] = {
 PLAN_MISSED_TEXT = "DEMO FAULT PLAN MISSED"
 TIMED_SERVER_FAULTS = frozenset(
     {
+        "stuck_scheduler",
         "skip_weight_sync",
         "hang_release_memory_occupation",
         "stay_paused_after_update",
@@ -147,12 +148,25 @@ class SGLangEngine(RayActor):
         self.process: Any = None
         self.server_fault_at: float | None = None
         self.fault_arm_file: str | None = None
+        self.router_ip: str | None = None
+        self.router_port: int | None = None
 
-    def init(self, dist_init_addr: str, port: int, nccl_port: int, host: str | None = None) -> None:
+    def init(
+        self,
+        dist_init_addr: str,
+        port: int,
+        nccl_port: int,
+        host: str | None = None,
+        router_ip: str | None = None,
+        router_port: int | None = None,
+    ) -> None:
         self.server_host = host or "127.0.0.1"
         self.server_port = port
         self.dist_init_addr = dist_init_addr
         self.nccl_port = nccl_port
+        # slime main 624b824 sglang_engine.py:115-116
+        self.router_ip = router_ip if router_ip is not None else self.args.sglang_router_ip
+        self.router_port = router_port if router_port is not None else self.args.sglang_router_port
         self._init_normal(self._server_args())
 
     def _server_args(self) -> list[str]:
@@ -208,6 +222,49 @@ class SGLangEngine(RayActor):
                 server_args[server_args.index("--fault-after-s") + 1]
             )
             logger.info(f"engine {self.rank} up in {time.time() - started:.1f}s")
+        self._register_to_router()
+
+    def _register_to_router(self) -> None:
+        """slime's `_register_to_router` for sglang-router >= 0.3 (slime main 624b824,
+        sglang_engine.py:177-199; January layout 6485964, lines 185-204): POST /workers with
+        the worker's URL and type, no timeout. The router answers 202 and adds the worker in the
+        background (it probes the worker's /server_info and /model_info first)."""
+        import requests
+
+        if self.node_rank == 0 and self.router_ip and self.router_port:
+            worker_url = f"http://{self.server_host}:{self.server_port}"
+            payload = {
+                "url": worker_url,
+                "worker_type": self.worker_type,
+            }
+            response = requests.post(
+                f"http://{self.router_ip}:{self.router_port}/workers",
+                json=payload,
+            )
+            response.raise_for_status()
+
+    def remove_from_router(self) -> bool:
+        """slime's SGLangEngine.shutdown takes its worker out of the router this way (slime main
+        624b824, sglang_engine.py:301-317): find the worker's id in GET /workers, then
+        DELETE /workers/{id}. True when the router had the worker."""
+        import requests
+
+        base = f"http://{self.router_ip}:{self.router_port}"
+        worker_url = self._base_url()
+        response = None
+        try:
+            all_workers = requests.get(f"{base}/workers").json()["workers"]
+            for worker in all_workers:
+                if worker["url"] == worker_url:
+                    response = requests.delete(f"{base}/workers/{worker['id']}")
+                    break
+            else:
+                logger.warning(f"Worker {worker_url} not found in router during shutdown.")
+        except Exception as e:
+            logger.warning(f"Failed to fetch workers list or remove worker: {e}")
+        if response is not None:
+            response.raise_for_status()
+        return response is not None
 
     def _base_url(self) -> str:
         return f"http://{self.server_host}:{self.server_port}"
@@ -351,6 +408,8 @@ class SGLangEngine(RayActor):
 
     def shutdown(self) -> None:
         logger.info(f"Shutdown engine {self.server_host}:{self.server_port}...")
+        if self.node_rank == 0 and self.router_ip and self.router_port:
+            self.remove_from_router()
         if self.process is not None and self.process.is_alive():
             self.process.terminate()
             self.process.join(timeout=5)
