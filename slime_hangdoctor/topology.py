@@ -143,6 +143,8 @@ def build_topology(snapshot: Snapshot) -> Topology:
         parsed = parse_ray_title(p.title)
         if (node, pid) in members or parsed is None or parsed[0] not in CLASS_ROLES:
             continue
+        if forked_from_actor((node, pid), procs):
+            continue  # a child that kept its actor's title across a fork is not that actor
         members[(node, pid)] = Member(
             CLASS_ROLES[parsed[0]],
             pid,
@@ -157,7 +159,7 @@ def build_topology(snapshot: Snapshot) -> Topology:
     _add_engine_processes(members, procs)
     logged = _logged_urls(snapshot)
     _add_logged_urls(members, logged)
-    _add_routers(members, procs)
+    _add_routers(members, procs, _router_code_pids(snapshot))
     _add_drivers(members, procs, snapshot)
     _add_distributed_ranks(members, procs)
     final = _assign_ranks(list(members.values()), procs)
@@ -289,24 +291,106 @@ def sglang_kind(title: str) -> str | None:
     return "sglang_helper"
 
 
+def forked_from_actor(
+    key: tuple[str | None, int], procs: dict[tuple[str | None, int], ProcessInfo]
+) -> bool:
+    """A process below a slime actor's process: a fork (slime's router, an SGLang server, a
+    DataLoader worker) keeps the actor's `ray::Class.method` title and environment, but Ray starts
+    every actor as a child of its raylet, never of another actor."""
+    node, seen = key[0], {key[1]}
+    info = procs.get(key)
+    ppid = info.ppid if info is not None else None
+    while ppid is not None and ppid not in seen and len(seen) < 64:
+        parent = procs.get((node, ppid))
+        if parent is None:
+            return False
+        parsed = parse_ray_title(parent.title)
+        if parsed is not None and parsed[0] in CLASS_ROLES:
+            return True
+        seen.add(ppid)
+        ppid = parent.ppid
+    return False
+
+
+# sgl-router's Python entry points (sglang_router/launch_router.py, router.py; the `sglang-router`
+# console script and `python -m sglang_router.launch_router`)
+_ROUTER_MODULE = "sglang_router"
+
+
+def _router_code_pids(snapshot: Snapshot) -> set[tuple[str | None, int]]:
+    """Processes whose stacks run sgl-router's Python code (slime's `run_router` -> `launch_router`
+    child of the RolloutManager, blocked in the router's native server)."""
+    out: set[tuple[str | None, int]] = set()
+    for obs in snapshot.stacks:
+        for thread in obs.stack.threads:
+            if any(
+                f"{_ROUTER_MODULE}/" in (f.short_filename or f.filename).replace("\\", "/")
+                for f in thread.frames
+                if not f.native
+            ):
+                out.add((obs.node_ip, obs.pid))
+                break
+    return out
+
+
+def _runs_router_command(p: ProcessInfo) -> bool:
+    """A router the user runs: `python -m sglang_router.launch_router ...`, `sglang-router ...`."""
+    head = p.cmdline[:3]
+    return any(
+        arg.startswith(_ROUTER_MODULE) or arg.rsplit("/", 1)[-1] == "sglang-router" for arg in head
+    )
+
+
+def _own_listen(p: ProcessInfo, parent: ProcessInfo | None) -> ProcessInfo:
+    """`p` without the listening sockets it inherited from its parent across a fork (a Ray
+    worker's own gRPC port stays open in slime's forked router)."""
+    if parent is None:
+        return p
+    addrs = tuple(a for a in p.listen_addrs if a not in parent.listen_addrs)
+    ports = tuple(x for x in p.listen_ports if x not in parent.listen_ports)
+    return dataclasses.replace(p, listen_addrs=addrs, listen_ports=ports)
+
+
 def _add_routers(
-    members: dict[tuple[str | None, int], Member], procs: dict[tuple[str | None, int], ProcessInfo]
+    members: dict[tuple[str | None, int], Member],
+    procs: dict[tuple[str | None, int], ProcessInfo],
+    router_code: set[tuple[str | None, int]],
 ) -> None:
+    """slime's router: a child of the RolloutManager that listens or runs sgl-router's code; and a
+    router run by hand (its command line), wherever it runs."""
     for rm in [m for m in members.values() if m.role is Role.ROLLOUT_MANAGER and m.kind == "actor"]:
         for p in _descendants(rm.pid, rm.node_ip, procs):
-            if (rm.node_ip, p.pid) in members or not (p.listen_addrs or p.listen_ports):
+            key = (rm.node_ip, p.pid)
+            if key in members:
                 continue
-            members[(rm.node_ip, p.pid)] = Member(
+            own = _own_listen(p, procs.get((rm.node_ip, p.ppid)) if p.ppid else None)
+            listens = bool(own.listen_addrs or own.listen_ports)
+            if not (listens or key in router_code or _runs_router_command(p)):
+                continue
+            members[key] = Member(
                 Role.ROUTER,
                 p.pid,
                 rm.node_ip,
                 "router",
                 p.title,
                 rm.actor_id,
-                engine_url=_engine_url(p, rm.node_ip),
+                engine_url=_engine_url(own, rm.node_ip),
                 parent_pid=p.ppid,
                 source=rm.source,
             )
+    for key, p in procs.items():
+        if key in members or not (_runs_router_command(p) or key in router_code):
+            continue
+        members[key] = Member(
+            Role.ROUTER,
+            p.pid,
+            key[0],
+            "router",
+            p.title,
+            engine_url=_engine_url(p, key[0]),
+            parent_pid=p.ppid,
+            source="proc-title",
+        )
 
 
 def _add_drivers(

@@ -167,9 +167,27 @@ def _first_python(frames: tuple[Frame, ...]) -> int | None:
     return None
 
 
+# multiprocessing's child entry (`BaseProcess._bootstrap`, multiprocessing/process.py): in a forked
+# child every frame outside it is the parent's, copied at the fork (slime's router keeps
+# `RolloutManager.__init__ -> _start_router -> Process.start -> Popen._launch` below it for life).
+_FORK_ENTRY = ("_bootstrap", "multiprocessing/process.py")
+
+
+def own_frames(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    """The frames a process runs itself: innermost first, up to its multiprocessing entry (a forked
+    child's inherited frames cut off); all of them for any other process."""
+    for i, f in enumerate(frames):
+        if f.native or split_name(f.name)[1] != _FORK_ENTRY[0]:
+            continue
+        if (f.short_filename or f.filename).replace("\\", "/").endswith(_FORK_ENTRY[1]):
+            return frames[: i + 1]
+    return frames
+
+
 def read_thread(ts: ThreadStack, pid: int) -> ThreadRead:
-    stage, stage_index, sig = find_stage(ts.frames)
-    block, block_index = find_block(ts.frames, ts.active)
+    own = own_frames(ts.frames)
+    stage, stage_index, sig = find_stage(own)
+    block, block_index = find_block(own, ts.active)
     main = ts.name == "MainThread" or ts.os_thread_id == pid
     return ThreadRead(
         thread_id=ts.thread_id,
