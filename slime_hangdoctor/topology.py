@@ -114,6 +114,20 @@ def _engine_url(proc: ProcessInfo, node_ip: str | None) -> str | None:
     return None
 
 
+def _router_url(proc: ProcessInfo, node_ip: str | None) -> str | None:
+    """The router's HTTP address among its own listening sockets. sgl-router also serves
+    Prometheus on a port of its own, bound to every address unless --prometheus-host says
+    otherwise; slime binds the router itself to the node's IP (`router_args.host = router_ip` in
+    `_start_router`): an address bound to one host goes first."""
+    specific = tuple(
+        a
+        for a in proc.listen_addrs
+        if a.rpartition(":")[0].strip("[]") not in ("", "0.0.0.0", "::")
+    )
+    ordered = specific + tuple(a for a in proc.listen_addrs if a not in specific)
+    return _engine_url(dataclasses.replace(proc, listen_addrs=ordered), node_ip)
+
+
 def build_topology(snapshot: Snapshot) -> Topology:
     """Roles of the slime processes seen in `snapshot` (Ray state first, process titles second)."""
     procs = _latest_processes(snapshot)
@@ -374,7 +388,7 @@ def _add_routers(
                 "router",
                 p.title,
                 rm.actor_id,
-                engine_url=_engine_url(own, rm.node_ip),
+                engine_url=_router_url(own, rm.node_ip),
                 parent_pid=p.ppid,
                 source=rm.source,
             )
@@ -387,7 +401,7 @@ def _add_routers(
             key[0],
             "router",
             p.title,
-            engine_url=_engine_url(p, key[0]),
+            engine_url=_router_url(p, key[0]),
             parent_pid=p.ppid,
             source="proc-title",
         )

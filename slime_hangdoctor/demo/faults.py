@@ -43,6 +43,8 @@ class FaultSpec:
     uses_fault_after_steps: bool = True  # False: the fault is there from the start
     server_fault: str | None = None  # the SGLang stand-in fault it uses, if any
     frames: tuple[FrameSignature, ...] = field(default_factory=tuple)
+    # where the doctor does not reach `expected` yet: what it says instead (tests mark it xfail)
+    known_gap: str | None = None
 
 
 FAULT_ENGINE = 1  # engine index a server fault targets
@@ -472,6 +474,10 @@ FAULTS: dict[str, FaultSpec] = {
                     "router", ("start", "launch_router", "run_router", "_start_router", "__init__")
                 ),
             ),
+            known_gap=(
+                "hung in rollout_dispatch, culprit not identified: no rule reads the router's "
+                "empty /workers or its 503 no_available_workers (issue 24 item 3)"
+            ),
         ),
         FaultSpec(
             name="router_killed",
@@ -485,6 +491,10 @@ FAULTS: dict[str, FaultSpec] = {
             frames=(
                 FrameSignature("driver", ("train",)),
                 FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+            ),
+            known_gap=(
+                "hung in rollout_dispatch, culprit not identified: no rule blames a router that "
+                "is gone (its port refuses; the doctor finds no router process to probe)"
             ),
         ),
     )

@@ -30,7 +30,13 @@ def test_every_capture_is_a_known_fault() -> None:
     assert set(CAPTURED) <= set(FAULTS)
 
 
-@pytest.mark.parametrize("name", CAPTURED)
+def _param(name: str) -> object:
+    gap = FAULTS[name].known_gap if name in FAULTS else None
+    marks = [pytest.mark.xfail(reason=gap, strict=True)] if gap else []
+    return pytest.param(name, marks=marks)
+
+
+@pytest.mark.parametrize("name", [_param(n) for n in CAPTURED])
 def test_demo_fault_gets_its_expected_verdict(name: str) -> None:
     expected = FAULTS[name].expected
     v = _verdict(name)

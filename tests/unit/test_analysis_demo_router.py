@@ -1,0 +1,57 @@
+"""slime's router in the demo job (issue 24 item 3): the real sgl-router 0.3.2, forked from the
+RolloutManager's constructor as slime's `_start_router` does, with a Prometheus port. Recorded:
+tests/fixtures/analysis/demo/router_worker_removed.tar.gz (provenance: tests/fixtures/README.md).
+The router listens on its own HTTP port (bound to the host slime gives it) and on its Prometheus
+port (bound to every address), besides the Ray worker's gRPC port it inherited across the fork."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slime_hangdoctor.parsers.sglang import RouterWorkers
+from slime_hangdoctor.pipeline import analyse_bundle
+from slime_hangdoctor.verdict import Role
+
+BUNDLE = (
+    Path(__file__).resolve().parents[1]
+    / "fixtures"
+    / "analysis"
+    / "demo"
+    / "router_worker_removed.tar.gz"
+)
+ROUTER_PID = 22741  # in the recording
+RM_PID = 22589
+ROUTER_URL = "http://127.0.0.1:3316"  # `Router launched at 127.0.0.1:3316, Prometheus port: 4097`
+
+
+@pytest.fixture(scope="module")
+def analysed():  # type: ignore[no-untyped-def]
+    return analyse_bundle(BUNDLE)
+
+
+def test_the_recording_has_the_shape_slime_runs(analysed) -> None:  # type: ignore[no-untyped-def]
+    """Guard on the fixture: the forked child kept the actor's title and listens on three ports:
+    Prometheus on every address first, its own HTTP port, the inherited gRPC port."""
+    procs = {p.pid: p for o in analysed.snapshot.processes for p in o.processes}
+    router = procs[ROUTER_PID]
+    assert router.title == "ray::RolloutManager.__init__" and router.ppid == RM_PID
+    assert router.listen_addrs == ("0.0.0.0:4097", "127.0.0.1:3316", "[::]:17856")
+    assert procs[RM_PID].listen_addrs == ("[::]:17856",)
+
+
+def test_the_router_url_is_its_http_port_not_its_prometheus_port(analysed) -> None:  # type: ignore[no-untyped-def]
+    (router,) = analysed.topology.by_role(Role.ROUTER)
+    assert (router.pid, router.parent_pid) == (ROUTER_PID, RM_PID)
+    assert router.engine_url == ROUTER_URL
+    assert analysed.topology.routers == (ROUTER_URL,)
+
+
+def test_the_doctor_read_the_routers_workers(analysed) -> None:  # type: ignore[no-untyped-def]
+    """What `attach` asked the router (GET /workers, both samples): every worker removed."""
+    answers = [o for o in analysed.snapshot.http if o.kind == "router"]
+    assert [o.sample for o in answers] == [0, 1]
+    for obs in answers:
+        assert obs.answer.url == ROUTER_URL
+        assert obs.parsed == RouterWorkers(urls=(), api="workers", workers=())
