@@ -41,6 +41,9 @@ class FaultSpec:
     colocate: bool = False
     uses_fault_after_steps: bool = True  # False: the fault is there from the start
     server_fault: str | None = None  # the SGLang stand-in fault it uses, if any
+    # the job's rewards come from a remote reward model outside the job (`--rm-type remote_rm
+    # --rm-url`, a free port the launcher picks)
+    remote_reward: bool = False
     frames: tuple[FrameSignature, ...] = field(default_factory=tuple)
 
 
@@ -353,6 +356,22 @@ FAULTS: dict[str, FaultSpec] = {
                 status="hung", stage="rollout_dispatch", culprit_role="rollout_manager"
             ),
             uses_fault_after_steps=False,
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+            ),
+        ),
+        FaultSpec(
+            name="reward_service_stuck",
+            description=(
+                "the rewards come from a remote reward model outside the job (`--rm-type "
+                "remote_rm --rm-url`, as slime's remote_rm posts each sample); after the healthy "
+                "rollouts the service accepts and reads every request and never answers: the "
+                "engines have finished their share, every stack is idle, only the "
+                "RolloutManager's connections to the service show where the rollout waits"
+            ),
+            expected=Expected(status="hung", stage="reward", culprit_role="rollout_manager"),
+            remote_reward=True,
             frames=(
                 FrameSignature("driver", ("train",)),
                 FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),

@@ -281,6 +281,19 @@ def _engine_server_killed(verdict: dict[str, Any], run: DemoRun) -> None:
     ), evidence
 
 
+def _reward_service_stuck(verdict: dict[str, Any], run: DemoRun) -> None:
+    """Issue 21 item 3: the rollout waits on a remote reward model outside the job. Only the
+    RolloutManager's connections (sockets) show where; the peer is named from the job's command
+    line (`--rm-url`), and the stage is what the rollout waits on it for (the reward)."""
+    rm = run.roles()["rollout_manager"]
+    cause = _finding(verdict, "requests-at-external-service")
+    assert "reward model http://127.0.0.1:" in cause["message"], cause
+    assert "--rm-url" in cause["message"], cause
+    assert any(e.startswith("[sockets]") and f"pid {rm}" in e for e in cause["evidence"]), cause
+    assert verdict["culprits"][0]["pid"] == rm
+    assert not any(f["rule"] == "requests-held-outside-scheduler" for f in verdict["findings"])
+
+
 # A fault's checks of the verdict beyond status, stage and culprit: the finding naming its source.
 VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
     "rollout_behind_proxy": _rollout_behind_proxy,
@@ -290,9 +303,10 @@ VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
     "checkpoint_stuck_storage": _checkpoint_stuck_storage_verdict,
     "train_custom_loss_stuck": _train_custom_loss_stuck,
     "engine_server_killed": _engine_server_killed,
+    "reward_service_stuck": _reward_service_stuck,
 }
 # Healthy steps before a fault arms (default 0): the colocated update hangs after one full step.
-FAULT_AFTER_STEPS: dict[str, int] = {"colocate_update_hang": 1}
+FAULT_AFTER_STEPS: dict[str, int] = {"colocate_update_hang": 1, "reward_service_stuck": 1}
 
 
 @dataclass

@@ -103,6 +103,22 @@ def _requests_lost(
     if not known or any((e.in_flight or 0) > 0 or e.moving for e in known):
         return []
     where = where_requests_are(world, engines, rm)
+    if where.holder is Holder.EXTERNAL and where.service is not None:
+        svc = where.service
+        return [
+            suspect(
+                "sockets",
+                Role.ROLLOUT_MANAGER,
+                f"the rollout waits on the {svc.kind.value} {svc.url}, a service outside the job "
+                f"({svc.named_by}): the RolloutManager holds its connections to it across both "
+                "samples while every engine is idle, so the requests are there "
+                f"[evidence: {', '.join(sorted(where.sources))}]",
+                rm,
+                stage=svc.stage,
+                weight=MEDIUM,
+                evidence=where.why,
+            )
+        ]
     if where.holder is not Holder.ROLLOUT_MANAGER:
         return []
     return [

@@ -53,6 +53,7 @@ class GenerateState:
         self.pendings: set[asyncio.Task[list[Sample]]] = set()
         self.rollout_id = -1
         self.bad_answer_sent = False
+        self.rm_announced = False
 
     def engine_url(self, index: int, evaluation: bool = False) -> str:
         """Round-robin over the engines (the demo has no router in front of them)."""
@@ -171,6 +172,10 @@ async def generate_and_rm(
             log_fault_armed(
                 logger, args.fault, "async_rm on the rollout loop thread", state.rollout_id
             )
+        if fault_armed(args, "reward_service_stuck", state.rollout_id) and not state.rm_announced:
+            state.rm_announced = True
+            where = f"remote_rm awaiting the reward service at {args.rm_url}"
+            log_fault_armed(logger, args.fault, where, state.rollout_id)
         sample.reward = await async_rm(args, sample)
     return sample
 

@@ -68,6 +68,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-samples-per-eval-prompt", type=int, default=1)
     p.add_argument("--skip-eval-before-train", action="store_true")
     p.add_argument("--rm-type", default="math")
+    p.add_argument("--rm-url", default=None)
     p.add_argument("--update-weight-buffer-size", type=int, default=16 * 1024)
     p.add_argument("--distributed-timeout-minutes", type=int, default=60)
     p.add_argument("--train-step-seconds", type=float, default=0.3)
