@@ -49,10 +49,14 @@ def suspects(reads: Reads) -> list[Suspect]:
     return out
 
 
+def _children(world: World, p: Proc) -> list[Proc]:
+    """The processes `p` forked whose stacks were read (a rank's checkpoint writer), at most 2."""
+    return [c for c in world.children_of(p) if c.latest is not None][:2]
+
+
 def _children_text(world: World, p: Proc) -> str:
     """Where the processes `p` forked wait (a rank waiting for its checkpoint writer)."""
-    kids = [c for c in world.children_of(p) if c.latest is not None]
-    return "".join(f"; its child {c.label} is {brief(c)}" for c in kids[:2])
+    return "".join(f"; its child {c.label} is {brief(c)}" for c in _children(world, p))
 
 
 def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
@@ -82,9 +86,7 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
                     Block.WAIT,
                 ),
                 evidence=tuple(
-                    f"{q.label}: {brief(q)}"
-                    for q in (*ranks[:8], *world.children_of(p)[:2])
-                    if q.latest is not None or q in ranks
+                    f"{q.label}: {brief(q)}" for q in (*ranks[:8], *_children(world, p))
                 ),
             )
             for p in outside
