@@ -70,7 +70,9 @@ def test_an_engine_that_served_is_not_left_paused_once_the_update_ended(tmp_path
     assert v.status is Status.PROGRESSING
     found = _paused_findings(v)
     assert [f.severity for f in found] == [Severity.INFO, Severity.INFO]
-    assert all("served between the samples" in f.message for f in found)
+    assert all(
+        "served between the samples (weight_version moved: 3 -> 4)" in f.message for f in found
+    )
     # without the engines' own answers nothing clears the pause: the rule still warns
     blind = tf.bundle_without_sources(ended, tmp_path / "blind", frozenset({b.SGLANG}))
     warned = _paused_findings(analyse_bundle(blind).diagnosis.verdict)

@@ -68,8 +68,8 @@ def _engine_of(engines: tuple[EngineRead, ...], actor: RayActor) -> EngineRead |
 
 def _normal(p: PausedEngine, engines: tuple[EngineRead, ...]) -> bool:
     """A pause that a healthy step shows: the weight update that paused the engine still runs (its
-    continue_generation has not come yet), or the engine served between the samples (its step
-    counters moved: it is not held, whatever the history last caught)."""
+    continue_generation has not come yet), or the engine was busy between the samples (its step
+    counters or its weight_version moved: it is not held, whatever the history last caught)."""
     if not p.left_paused:
         return True
     e = _engine_of(engines, p.actor)
@@ -152,7 +152,7 @@ def _paused_text(world: World, p: PausedEngine, engines: tuple[EngineRead, ...] 
         return (
             f"Ray task history: the last pause_generation of {_label(world, p.actor)} has no "
             "continue_generation after it in the history, but the engine served between the "
-            f"samples ({', '.join(e.moving[:3]) or 'its counters moved'}): not left paused"
+            f"samples ({e.evidence[0] if e.evidence else 'busy'}): not left paused"
         )
     tail = (
         "; its continue_generation is queued behind other calls"
