@@ -42,7 +42,7 @@ from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 
 # EngineState values that mean the engine holds requests without serving them
-_HOLDING = frozenset({"dead", "paused"})
+_HOLDING = frozenset({"dead", "paused", "held"})
 # peers that would hold the RolloutManager's requests outside it
 _CARRIERS = ("engine", "router", "proxy")
 

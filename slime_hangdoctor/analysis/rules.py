@@ -405,7 +405,7 @@ def _checkpoint(ctx: Context) -> Cause | None:
     verl#2238). Its next steps differ from a train-step hang's."""
     if ctx.status is not Status.HUNG or ctx.stage is not Stage.CHECKPOINT:
         return None
-    ranks = [p for p in ctx.world.by_role(Role.TRAIN_RANK) if p.latest is not None]
+    ranks = [p for p in ctx.world.train_ranks() if p.latest is not None]
     saving = [p for p in ranks if p.latest is not None and p.latest.stage is Stage.CHECKPOINT]
     in_coll = [p for p in saving if p.latest is not None and p.latest.primary.in_collective]
     elsewhere = [p for p in ranks if p not in saving]

@@ -433,6 +433,28 @@ FAULTS: dict[str, FaultSpec] = {
             ),
         ),
         FaultSpec(
+            name="checkpoint_writer_deadlock",
+            description=(
+                "slime's save_model after a train step hands rank 0's checkpoint to an "
+                "asynchronous writer process forked from the rank (multiprocessing, fork) while "
+                "another thread of the rank holds the writer's lock: the child inherits the lock "
+                "held and waits on it forever, rank 0 waits for its writer in join, rank 1 in "
+                "save_checkpoint's barrier. The child keeps the rank's Ray process title "
+                "(ray::MegatronTrainRayActor.save_model) and environment: it is rank 0's child, "
+                "not a third rank"
+            ),
+            expected=Expected(
+                status="hung", stage="checkpoint", culprit_role="train_rank", culprit_rank=0
+            ),
+            frames=(
+                FrameSignature("driver", ("save_model", "train")),
+                FrameSignature(
+                    "train rank 0", ("join", "_save_shard_in_forked_writer", "save_checkpoint")
+                ),
+                FrameSignature("train rank 1", ("barrier", "save_checkpoint", "save")),
+            ),
+        ),
+        FaultSpec(
             name="train_custom_loss_stuck",
             description=(
                 "slime's FSDP backend (--train-backend fsdp) with a user's loss plugged in by "

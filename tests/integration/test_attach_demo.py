@@ -249,6 +249,15 @@ def _checkpoint_stuck_storage_verdict(verdict: dict[str, Any], _run: DemoRun) ->
     assert [e.split(" (pid")[0] for e in blocked["evidence"]] == ["train rank 0"], blocked
 
 
+def _checkpoint_writer_deadlock(verdict: dict[str, Any], run: DemoRun) -> None:
+    """Issue 21 item 5: the writer rank 0 forked keeps its Ray title; it is rank 0's child, never
+    a third rank, and rank 0 is the one culprit, with the child named as where it waits."""
+    rank0 = run.processes()["train rank 0"]
+    assert [(c["rank"], c["pid"]) for c in verdict["culprits"]] == [(0, rank0)], verdict["culprits"]
+    assert "its child train rank 0 child (pid " in verdict["culprits"][0]["why"]
+    assert "train rank 2" not in json.dumps(verdict)
+
+
 def _train_custom_loss_stuck(verdict: dict[str, Any], _run: DemoRun) -> None:
     """Issue 14 item 8, logs source: only rank 0's open `Timer actor_train start` names the
     stage (the FSDP backend's frames and methods name none)."""
@@ -301,6 +310,7 @@ VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
     "rollout_slots_leaked": _rollout_slots_leaked,
     "checkpoint_slow_storage": _checkpoint_slow_storage_verdict,
     "checkpoint_stuck_storage": _checkpoint_stuck_storage_verdict,
+    "checkpoint_writer_deadlock": _checkpoint_writer_deadlock,
     "train_custom_loss_stuck": _train_custom_loss_stuck,
     "engine_server_killed": _engine_server_killed,
     "reward_service_stuck": _reward_service_stuck,

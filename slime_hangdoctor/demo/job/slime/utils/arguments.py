@@ -113,6 +113,7 @@ FAULT_SETTINGS: dict[str, dict[str, object]] = {
     "checkpoint_slow_storage": {"save": "checkpoints", "save_interval": 1},
     "engine_server_killed": {"rollout_max_retries": 1_000_000},
     "checkpoint_stuck_storage": {"save": "checkpoints", "save_interval": 1},
+    "checkpoint_writer_deadlock": {"save": "checkpoints", "save_interval": 1},
 }
 
 
@@ -131,5 +132,8 @@ def finalize_args(args: argparse.Namespace) -> None:
     )
     args.slow_storage = False  # the demo's slow storage (checkpoint_slow_storage), set when armed
     args.stuck_storage = False  # the demo's stuck storage (checkpoint_stuck_storage), when armed
+    args.writer_deadlock = (
+        False  # the demo's forked writer (checkpoint_writer_deadlock), when armed
+    )
     args.sglang_router_ip = None
     args.sglang_router_port = None
