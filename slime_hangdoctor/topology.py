@@ -144,8 +144,11 @@ def build_topology(snapshot: Snapshot) -> Topology:
         parsed = parse_ray_title(p.title)
         if (node, pid) in members or parsed is None or parsed[0] not in CLASS_ROLES:
             continue
-        if forked_from_actor((node, pid), procs):
-            continue  # a child that kept its actor's title across a fork is not that actor
+        if CLASS_ROLES[parsed[0]] is not Role.TRAIN_RANK and forked_from_actor((node, pid), procs):
+            # a child that kept its actor's title across a fork is not that actor: the router or a
+            # server below the RolloutManager or an engine actor (found from them, below); a train
+            # rank's child is labelled as that rank's child (`_assign_ranks`)
+            continue
         members[(node, pid)] = Member(
             CLASS_ROLES[parsed[0]],
             pid,
