@@ -48,7 +48,7 @@ def _threads(procs: tuple[Proc, ...]) -> Iterator[tuple[Proc, ThreadRead]]:
 
 
 def _funcs(t: ThreadRead) -> set[str]:
-    return {split_name(f.name)[1] for f in t.frames}
+    return {split_name(f.name)[1] for f in t.own}
 
 
 def _in_file(frame: Frame, part: str) -> bool:
@@ -62,7 +62,7 @@ def _with_frames(
     for p, t in _threads(procs):
         if funcs is not None and not (funcs & _funcs(t)):
             continue
-        if file_part is not None and not any(_in_file(f, file_part) for f in t.frames):
+        if file_part is not None and not any(_in_file(f, file_part) for f in t.own):
             continue
         out.append((p, t))
     return out

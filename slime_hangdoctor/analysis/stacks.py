@@ -52,6 +52,11 @@ class ThreadRead:
         return self.frames[self.block_index] if self.block_index is not None else None
 
     @property
+    def own(self) -> tuple[Frame, ...]:
+        """The frames the process runs itself (a forked child's inherited frames cut off)."""
+        return own_frames(self.frames)
+
+    @property
     def top(self) -> Frame | None:
         """The innermost Python frame that is not plumbing."""
         for f in self.frames:
@@ -62,7 +67,7 @@ class ThreadRead:
     @property
     def is_loop_thread(self) -> bool:
         """An asyncio loop thread (slime's AsyncLoopThread: `_start_loop` -> `run_forever`)."""
-        return any(split_name(f.name)[1] in _LOOP_FUNCS for f in self.frames)
+        return any(split_name(f.name)[1] in _LOOP_FUNCS for f in self.own)
 
     @property
     def waiting(self) -> bool:
