@@ -14,8 +14,9 @@ Which processes are kept:
 
 Found by their titles (`--local`, or no Ray state), only the processes of one user are taken: the
 `--uid` given, else the owner of the local Ray session (`$RAY_TMPDIR/ray/session_latest`, /tmp by
-default), else the user running the doctor. A root doctor thus never picks up another user's
-`ray::`/`sglang::` processes (anyone can title a process so), nor dumps their stacks.
+default) if the Ray temp dir can be trusted to say it (`local_uid_choice`), else the user running the
+doctor. A root doctor thus never picks up another user's `ray::`/`sglang::` processes (anyone can
+title a process so, or plant a `session_latest` in Ray's 0777 temp dir), nor dumps their stacks.
 
 Raylet, GCS, dashboard and other daemons are not listed. A process that vanishes mid-scan is skipped.
 Command lines are redacted; the environment keeps allow-listed keys only; trailing empty arguments
