@@ -15,6 +15,7 @@ from slime_hangdoctor import __version__
 from slime_hangdoctor.collect.options import WATCHDOG_DEFAULTS, CollectOptions
 from slime_hangdoctor.errors import HangDoctorError
 from slime_hangdoctor.verdict import Diagnosis, ExitCode, ReportFormat
+from slime_hangdoctor.watchdog.state import DEFAULT_STATE_FILE
 
 if TYPE_CHECKING:
     from slime_hangdoctor.watchdog.run import CheckOptions
@@ -422,7 +423,7 @@ def _check_options(
 def check(
     address: AddressArg = None,
     stall_after: StallAfterOpt = "10m",
-    state_file: StateFileOpt = Path("/var/tmp/slime-hangdoctor/state.json"),
+    state_file: StateFileOpt = DEFAULT_STATE_FILE,
     window: WindowOpt = WATCHDOG_DEFAULTS.window_s,
     timeout: TimeoutOpt = WATCHDOG_DEFAULTS.timeout_s,
     probe_timeout: ProbeTimeoutOpt = WATCHDOG_DEFAULTS.probe_timeout_s,
@@ -481,7 +482,7 @@ def watch(
         float, typer.Option("--interval", min=1.0, help="Seconds between runs.")
     ] = 60.0,
     stall_after: StallAfterOpt = "10m",
-    state_file: StateFileOpt = Path("/var/tmp/slime-hangdoctor/state.json"),
+    state_file: StateFileOpt = DEFAULT_STATE_FILE,
     window: WindowOpt = WATCHDOG_DEFAULTS.window_s,
     timeout: TimeoutOpt = WATCHDOG_DEFAULTS.timeout_s,
     probe_timeout: ProbeTimeoutOpt = WATCHDOG_DEFAULTS.probe_timeout_s,
