@@ -146,6 +146,8 @@ def find_block(frames: tuple[Frame, ...], active: bool) -> tuple[Block, int | No
     python_seen = 0
     for i, frame in enumerate(frames):
         sig = wait_of(frame)
+        if sig is not None and sig.own_call and (python_seen or active):
+            sig = None  # it called Python code, or runs on the CPU: not its own native wait
         if sig is not None:
             if python_seen and active and sig.block in (Block.EVENT_LOOP, Block.WAIT):
                 # running library code called from an event loop / pool: it is working

@@ -249,9 +249,11 @@ FAULTS: dict[str, FaultSpec] = {
             name="weight_sync_engine_wedged",
             description=(
                 "non-colocate: engine 1's scheduler wedges after the weight update reached it, "
-                "before the first broadcast; train rank 0 waits in the broadcast (on NCCL engine "
-                "0's scheduler would wait there too; gloo, the demo's CPU stand-in, hands engine 0 "
-                "its copy straight from rank 0 and it goes back to its loop)"
+                "before the first broadcast; train rank 0 waits in the broadcast of the bucket's "
+                "first tensor (32 MiB, more than a socket holds, so its gloo send to engine 1 never "
+                "completes) and engine 0's scheduler, which got it, waits on the next tensor's "
+                "handle (`handle.wait()` in update_weights_from_distributed, no broadcast frame), "
+                "as on NCCL"
             ),
             expected=Expected(
                 status="hung",
@@ -265,6 +267,10 @@ FAULTS: dict[str, FaultSpec] = {
                 FrameSignature("train rank 0", ("broadcast", "update_weights_from_distributed")),
                 FrameSignature(
                     "engine 1 scheduler", ("_synchronize", "update_weights_from_distributed")
+                ),
+                FrameSignature(
+                    "engine 0 scheduler",
+                    ("update_weights_from_distributed", "update_weights_from_distributed"),
                 ),
             ),
         ),
