@@ -211,7 +211,7 @@ _JSON_ESCAPED = re.compile(
 # JSON string; the quote is kept, and a quoted value is blanked up to its closing quote), after an
 # optional authorization scheme (`authorization=Token X`: the scheme is kept, the token blanked).
 _OPEN_QUOTE = r"""(?P<q>\\{0,3}["'])?(?:(?i:token|bearer|basic|digest)[ \t]+)?"""
-_VALUE = r"""(?P<v>(?:[^\s"',&\\]|\\(?![\\"']))+)"""
+_VALUE = r"""(?P<v>(?:[^\s"',&\\]|\\(?![\\"']))[^\s"',&\\]*(?:\\(?![\\"'])[^\s"',&\\]*)*)"""
 # --api-key X  --wandb-key=X  --hf-token "X"
 _FLAG = re.compile(
     r"(?P<k>(?<![\w-])--?(?P<n>[A-Za-z][A-Za-z0-9_\-]*)(?:=|[ \t]+)" + _OPEN_QUOTE + ")" + _VALUE
@@ -333,8 +333,11 @@ flag_pass = _named(_FLAG, is_secret_name)
 assign_pass = _named(_ASSIGN, is_secret_name)
 header_pass = _named(_HEADER, is_secret_name)
 bearer_pass = _plain(_BEARER)
-wandb_login_pass = _plain(_WANDB_LOGIN, ("login",))
-mysql_password_pass = _plain(_MYSQL_PW, ("mysql", "mariadb"))
+# The literals that every match of a pass holds, as written (both passes are case-sensitive).
+_WANDB_LOGIN_NEEDS = ("login",)
+_MYSQL_NEEDS = ("mysql", "mariadb")
+wandb_login_pass = _plain(_WANDB_LOGIN, _WANDB_LOGIN_NEEDS)
+mysql_password_pass = _plain(_MYSQL_PW, _MYSQL_NEEDS)
 
 # In this order: structure first (URLs, JSON fields), then the looser text forms.
 PASSES: tuple[Pass, ...] = (
@@ -352,14 +355,14 @@ PASSES: tuple[Pass, ...] = (
 )
 
 # A necessary condition of every pass: a secret word, a URL's `@`, a signed query's `sig`/`amz`/
-# `goog`/`code`, curl's `-u`/`--user`, `login` (wandb), a MySQL client's name. Most texts (/metrics pages, stacks) hold none and skip
-# every pass. ASCII texts are searched lower-cased; others case-insensitively (Unicode folding).
-_HINT = (
-    r"key|token|secret|passw|passphrase|pwd|cred|auth|cookie|bearer|basic|@|sig|amz|goog|code|-u"
-    r"|user|login|mysql|mariadb"
-)
+# `goog`/`code`, curl's `-u`/`--user`, or the literal a case-sensitive pass needs (`login` of
+# `wandb login`, a MySQL client's name). Most texts (/metrics pages, stacks) hold none and skip
+# every pass. ASCII texts are searched lower-cased; others case-insensitively (Unicode folding);
+# the literals as written (a substring test: no cost on the hot path).
+_HINT = r"key|token|secret|passw|passphrase|pwd|cred|auth|cookie|bearer|basic|@|sig|amz|goog|code|-u|user"
 _ASCII_HINT = re.compile(_HINT)
 _UNICODE_HINT = re.compile(_HINT, re.IGNORECASE)
+_LITERAL_HINTS = (*_WANDB_LOGIN_NEEDS, *_MYSQL_NEEDS)
 
 
 def every_pass(text: str) -> str:
@@ -375,7 +378,7 @@ def redact_text(text: str, known_secrets: tuple[str, ...] = ()) -> str:
         if secret and len(secret) >= 4:
             text = text.replace(secret, REDACTED)
     hint = _ASCII_HINT.search(text.lower()) if text.isascii() else _UNICODE_HINT.search(text)
-    if hint is None:
+    if hint is None and not any(word in text for word in _LITERAL_HINTS):
         return text  # no pass can match
     return every_pass(text)
 

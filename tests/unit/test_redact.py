@@ -130,6 +130,13 @@ _PIECES = (
     "user",
     "wandb-key",
     "Basic ",
+    "wandb login ",  # issue 22: the passes with literal pre-checks, quotes, lists, schemes
+    "login",
+    "mysql",
+    "-p",
+    "Token ",
+    "[",
+    "]",
 )
 
 
