@@ -370,3 +370,19 @@ def test_the_watch_status_line_is_one_printable_line(
         assert not bad, [hex(ord(c)) for c in bad]
         assert "\\u2028" in line and "\\x1b" in line
     assert "模型 é █▌ ok\\x0a2026-12-01T00:00:00 exit=0" in out
+
+
+def test_an_error_message_naming_a_strangers_file_is_printable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`analyse` of an attachment whose name (chosen by whoever filed the report) holds a line
+    separator, a zero-width space and an ESC sequence: the error names it escaped."""
+    from slime_hangdoctor import cli
+
+    name = tmp_path / f"bundle{UNPRINTABLE}.tar.gz"
+    rc = cli.main(["analyse", str(name)])
+    err = capsys.readouterr().err
+    assert rc != 0 and "does not exist" in " ".join(err.split())
+    bad = sorted({c for c in err if not c.isprintable() and c != "\n"})
+    assert not bad, [hex(ord(c)) for c in bad]
+    assert "\\u2028" in err and "\\x1b" in err
