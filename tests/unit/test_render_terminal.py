@@ -316,8 +316,8 @@ def test_control_sequences_from_a_bundle_never_reach_the_terminal() -> None:
 # Issue 22 point 11: characters that pass a list of control characters but are no printable
 # text: line and paragraph separators (a one-line status in two), zero-width and format
 # characters (hide or reorder text), a byte that was not UTF-8 (a lone surrogate), a tag
-# character outside the BMP, and C0 / C1 controls.
-UNPRINTABLE = "\u2028\u2029\u200b\u061c\ufeff\u2060\udcff\U000e0041\x1b[2J\x9b\x85"
+# character outside the BMP, spaces other than the space (Zs), and C0 / C1 controls.
+UNPRINTABLE = "\u2028\u2029\u200b\u061c\ufeff\u2060\udcff\U000e0041\u00a0\u3000\x1b[2J\x9b\x85"
 PRINTABLE_TEXT = "rank 模型 é █▌ ok"  # no-ASCII text that is printable stays as it is
 
 
