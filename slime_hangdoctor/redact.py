@@ -414,19 +414,16 @@ def redact_cmdline(
     Ray's job supervisor runs an entrypoint): `redact_shell`."""
     out: list[str] = []
     hide_next = False
-    command: str | None = None  # the command word of the current simple command
-    login = False  # between `wandb login` and its KEY
+    mysql = False  # a MySQL client named in this command (`mysql`, `sudo mysql`, `docker exec`)
+    login = False  # between `wandb login` (`python -m wandb login`) and its KEY
     skip_value = False  # the value of a `wandb login` option
     for i, arg in enumerate(argv):
-        if _SHELL_OPERATOR.fullmatch(arg):  # `&&`, `;`, `|` in shell tokens: a new command
+        if _SHELL_OPERATOR.fullmatch(arg):  # `&&`, `;`, `|` in shell words: a new command
             out.append(arg)
-            command, login, hide_next, skip_value = None, False, False, False
+            mysql, login, hide_next, skip_value = False, False, False, False
             continue
-        if command is None and not _ENV_PREFIX.fullmatch(arg):
-            command = arg.rsplit("/", 1)[-1]
-        elif command is None:  # `HF_TOKEN=X python ...`
-            out.append(redact_text(arg, known_secrets))
-            continue
+        word = arg.rsplit("/", 1)[-1]
+        mysql = mysql or word in MYSQL_CLIENTS
         if hide_next:
             hide_next = False
             if not arg.startswith("-") or arg == "-":
@@ -441,7 +438,7 @@ def redact_cmdline(
                 continue
             else:
                 skip_value = arg in WANDB_LOGIN_VALUE_OPTIONS
-        elif command == "wandb" and arg == "login":
+        elif arg == "login" and i and argv[i - 1].rsplit("/", 1)[-1] == "wandb":
             login = True
         if re.fullmatch(r"--?[A-Za-z][A-Za-z0-9_\-]*", arg) and is_secret_name(arg):
             out.append(arg)
@@ -451,7 +448,7 @@ def redact_cmdline(
         if prev in ("-u", "--user", "--proxy-user") and re.fullmatch(r"[^\s:]+:\S+", arg):
             out.append(arg.partition(":")[0] + ":" + REDACTED)
             continue
-        if command in MYSQL_CLIENTS and len(arg) > 2 and arg.startswith("-p"):
+        if mysql and len(arg) > 2 and arg.startswith("-p") and word not in MYSQL_CLIENTS:
             out.append("-p" + REDACTED)
             continue
         if any(c.isspace() for c in arg):
@@ -462,7 +459,6 @@ def redact_cmdline(
 
 
 _SHELL_OPERATOR = re.compile(r"[();<>|&]+")
-_ENV_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.DOTALL)
 
 
 def redact_shell(command: str, known_secrets: tuple[str, ...] = ()) -> str:

@@ -383,6 +383,15 @@ def test_minor_gaps_of_point_13() -> None:
     assert redact_cmdline(["/usr/bin/mysql", "-uroot", f"-p{SECRET}", "app"]) == (
         "/usr/bin/mysql", "-uroot", f"-p{REDACTED}", "app",
     )  # fmt: skip
+    assert redact_cmdline(["sudo", "-u", "db", "mysql", f"-p{SECRET}", "app"]) == (
+        "sudo", "-u", "db", "mysql", f"-p{REDACTED}", "app",
+    )  # fmt: skip
+    assert redact_cmdline(["docker", "exec", "db", "mariadb", "-uroot", f"-p{SECRET}"]) == (
+        "docker", "exec", "db", "mariadb", "-uroot", f"-p{REDACTED}",
+    )  # fmt: skip
+    assert redact_cmdline(["python", "-m", "wandb", "login", "--relogin", SECRET]) == (
+        "python", "-m", "wandb", "login", "--relogin", REDACTED,
+    )  # fmt: skip
     body = json.dumps({"api_key": [SECRET, "k2"], "port": 1, "tags": ["a", "b"]})
     assert json.loads(redact_text(body)) == {"api_key": [REDACTED], "port": 1, "tags": ["a", "b"]}
     assert SECRET not in redact_text(f"{{'api_key': ['{SECRET}']}}")
