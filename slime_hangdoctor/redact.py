@@ -8,6 +8,11 @@ userinfo of every URL (`https://oauth2:X@host` keeps the host). Names are judged
 (`--wandb-key`: `wandb` `key`), so that `--tokenizer-path`, `--input-key` or `--fim-pad-token` stay
 readable while every secret-bearing option of slime, SGLang, Megatron and W&B is caught
 (`SECRET_OPTIONS`, read from their argument parsers, is checked in tests/unit/test_redact.py).
+
+A value may be quoted (`--wandb-key 'X'`, `\\"X\\"` inside a JSON string: blanked to its closing
+quote); shell text (an `sh -c` argument) is split into words with `shlex` and judged word by word
+like an argv; secrets no option names are the `wandb login KEY` word and a MySQL client's `-pX`.
+Bytes are redacted as bytes (`redact_bytes`): what is not UTF-8 comes back exactly, never unread.
 """
 
 from __future__ import annotations
