@@ -469,8 +469,11 @@ _SHELL_OPERATOR = re.compile(r"[();<>|&]+")
 def redact_shell(command: str, known_secrets: tuple[str, ...] = ()) -> str:
     """Redact shell text (an `sh -c` argument, a job's entrypoint): split into words with `shlex`
     (quotes removed, `&&` / `;` / `|` apart), each word judged as `redact_cmdline` judges an
-    argument, and the words joined again (quoted where the shell needs it) where one was blanked.
-    Text that does not parse (an unbalanced quote) is redacted as free text (`redact_text`)."""
+    argument. The values it blanks are then blanked in the text as written, with every free-text
+    pattern (`redact_text`), so the quoting, the redirections and a JSON document in the text stay
+    as they were; a value not found there as written (`a\\ b`) or shorter than a known secret may
+    be has the words joined again instead (shell-quoted). Text that does not parse (an unbalanced
+    quote) is redacted as free text."""
     try:
         lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
@@ -481,11 +484,20 @@ def redact_shell(command: str, known_secrets: tuple[str, ...] = ()) -> str:
     if len(words) == 1 and words[0] == command:
         return redact_text(command, known_secrets)  # one plain word: nothing to split
     redacted = redact_cmdline(words, known_secrets)
-    if list(redacted) == words:
-        return redact_text(command, known_secrets)
+    pairs = zip(words, redacted, strict=True)
+    values = [v for w, r in pairs if w != r for v in _blanked_values(w, r)]
+    if all(len(v) >= 4 and v in command for v in values):
+        return redact_text(command, (*known_secrets, *values))
     return " ".join(
         w if _SHELL_OPERATOR.fullmatch(w) or REDACTED in w else shlex.quote(w) for w in redacted
     )
+
+
+def _blanked_values(original: str, redacted: str) -> tuple[str, ...]:
+    """The parts of `original` that `redacted` shows as REDACTED (`-pX` -> `-p<redacted>`: X)."""
+    parts = redacted.split(REDACTED)
+    found = re.fullmatch("(.*?)".join(re.escape(p) for p in parts), original, re.DOTALL)
+    return tuple(g for g in found.groups() if g) if found else (original,)
 
 
 def filter_env(

@@ -422,3 +422,22 @@ def test_shell_text_that_does_not_parse_falls_back_to_the_patterns() -> None:
     assert SECRET not in out and "--note 'unclosed" in out
     plain = "python train.py --port 1 2>&1 | tee log # no secret"
     assert redact_shell(plain) == plain
+
+
+def test_shell_text_keeps_its_form_and_every_pattern() -> None:
+    """The values the words give up are blanked in the text as written: its quotes and
+    redirections stay, and a JSON document in one argument is still judged by its fields (split
+    into words, `"api_key": "X"` is no field any more)."""
+    argv = [
+        "/bin/sh",
+        "-c",
+        f"python train.py --wandb-key '{SECRET}' --cfg '{{\"api_key\": \"k-{SECRET}\"}}' 2>&1 | tee log",
+    ]
+    assert redact_cmdline(argv)[2] == (
+        f"python train.py --wandb-key '{REDACTED}' --cfg '{{\"api_key\": \"{REDACTED}\"}}' "
+        "2>&1 | tee log"
+    )
+    # a value the text does not hold as written (an escaped blank): the words joined again
+    assert redact_cmdline(["sh", "-c", f"wandb login a\\ {SECRET} && python x.py"])[2] == (
+        f"wandb login {REDACTED} && python x.py"
+    )
