@@ -32,7 +32,7 @@ from typing import Any
 from slime_hangdoctor import __version__
 from slime_hangdoctor.errors import BundleInvalid, BundleNotWritable
 from slime_hangdoctor.facts import Outcome
-from slime_hangdoctor.redact import redact_text
+from slime_hangdoctor.redact import redact_bytes, redact_text
 from slime_hangdoctor.safe_fs import (
     CLOEXEC,
     NOFOLLOW,
@@ -286,14 +286,18 @@ class BundleWriter:
     def add(
         self, record: ProbeRecord, data: bytes | str | None = None, *, suffix: str = ".txt"
     ) -> ProbeRecord:
-        """Store `data` verbatim (text is redacted) and remember the record; returns it with its path."""
+        """Store `data` verbatim, secrets blanked (bytes that are not UTF-8 too: `redact_bytes`),
+        and remember the record; returns it with its path."""
         self.note_host(record.node_ip)
         artifact = None
         if data is not None:
             if isinstance(data, str):
                 data = redact_text(data, self._known_secrets).encode("utf-8", "replace")
-            elif suffix != ".pkl":
-                data = _redact_bytes(data, self._known_secrets)
+            elif not (record.source == FLIGHT_RECORDER and suffix == ".pkl"):
+                # a flight-recorder pickle is kept byte for byte (blanking would break its
+                # framing; the loader turns only its scalars to text); every other artefact is
+                # redacted whatever suffix a node's answer claims
+                data = redact_bytes(data, self._known_secrets)
             artifact = self._unique_name(record, suffix)
             try:
                 self._write(artifact, data)
@@ -632,14 +636,6 @@ def _claim_root(root: Path) -> int:
         os.close(fd)
         raise
     return fd
-
-
-def _redact_bytes(data: bytes, known: tuple[str, ...]) -> bytes:
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data
-    return redact_text(text, known).encode("utf-8")
 
 
 def _with(record: ProbeRecord, **changes: Any) -> ProbeRecord:

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import stat
+import tarfile
 import threading
 import time
 from collections.abc import Iterator
@@ -57,6 +58,11 @@ def _says(run: CliRun, text: str) -> bool:
 def _root_only() -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root to hand a path to another user")
+
+
+ROUTER_FORK = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "real" / "router-fork" / "router_fork.tar.gz"
+)
 
 
 def _victim(tmp_path: Path) -> Path:
@@ -110,6 +116,35 @@ def test_a_node_suffix_never_writes_outside_the_bundle(tmp_path: Path) -> None:
     run = run_cli("analyse", str(out), "-f", "json")
     assert_clean(run)
     assert run.verdict()["status"], run.describe()
+
+
+def test_a_node_suffix_of_pkl_does_not_skip_redaction(tmp_path: Path) -> None:
+    """SP1b: flight-recorder pickles are kept byte for byte; a node answer that claims `.pkl` for
+    another source's artefact (the real process scan of this machine, with a secret in a command
+    line) is redacted all the same: the suffix comes from the node, the source decides."""
+    rec, data, _ = _node_answer(tmp_path)[0]
+    assert data is not None
+    secret = "hd-sp1b-" + "q" * 24
+    doc = json.loads(data)
+    # a process entry as a real scan records it (the router-fork recording's driver), with a
+    # secret on its command line: the node's own bytes, whatever it claims they are
+    with tarfile.open(ROUTER_FORK) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("processes.s0.json"))
+        handle = tar.extractfile(member)
+        assert handle is not None
+        recorded = json.loads(handle.read())["processes"]
+    driver = dict(next(p for p in recorded if "job.py" in " ".join(p["cmdline"])))
+    driver["cmdline"] = [*driver["cmdline"], f"--api-key={secret}"]
+    doc["processes"] = [driver]
+    planted = json.dumps(doc).encode()
+    out = tmp_path / "b"
+    writer = BundleWriter(out, command="attach")
+    assert add_exported(writer, [(rec, planted, ".pkl")]) == 1
+    writer.finish()
+    (stored,) = [p for p in writer.records if p.node_ip == "10.0.0.2"]
+    assert stored.artifact is not None
+    kept = (out / stored.artifact).read_bytes()
+    assert secret.encode() not in kept and b"--api-key" in kept
 
 
 def test_a_swapped_bundle_folder_is_never_written_through(tmp_path: Path) -> None:
