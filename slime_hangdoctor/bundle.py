@@ -16,11 +16,14 @@ import io
 import json
 import os
 import re
+import secrets
 import shutil
+import stat
 import tarfile
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,9 +32,18 @@ from typing import Any
 from slime_hangdoctor import __version__
 from slime_hangdoctor.errors import BundleInvalid, BundleNotWritable
 from slime_hangdoctor.facts import Outcome
-from slime_hangdoctor.redact import redact_text
+from slime_hangdoctor.redact import redact_bytes, redact_text
+from slime_hangdoctor.safe_fs import (
+    CLOEXEC,
+    NOFOLLOW,
+    UnsafePath,
+    open_dir,
+    private_problem,
+    read_regular,
+    shared_problem,
+)
 
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | NOFOLLOW | CLOEXEC
 BUNDLE_SCHEMA = "slime-hangdoctor.bundle/1"
 MANIFEST = "manifest.json"
 
@@ -82,6 +94,17 @@ _SAFE = re.compile(r"[^A-Za-z0-9._\-]+")
 def safe_name(text: str) -> str:
     """A file-name-safe rendering of a target (URL, IP, pid)."""
     return _SAFE.sub("_", text).strip("_.")[:120] or "_"  # never "." or ".."
+
+
+_SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,16}")
+
+
+def safe_suffix(suffix: str) -> str:
+    """`suffix` if it is a plain file extension (`.json`), else one made of its safe characters
+    (a remote node's answer is untrusted: `/../../etc/cron.d/x` becomes `.etc_cron.d_x`)."""
+    if _SUFFIX.fullmatch(suffix):
+        return suffix
+    return "." + safe_name(suffix)[:32]
 
 
 @dataclass(frozen=True)
@@ -237,14 +260,18 @@ class BundleWriter:
         self.options = dict(options or {})
         self.created_at = time.time()
         try:
-            _claim_root(self.root)
-            probe = self.root / ".write-test"
-            probe.write_bytes(b"")
-            probe.unlink()
+            # Every write below goes through this descriptor: nothing swapped on the path later
+            # (a middle directory renamed, a symlink planted) can send a file elsewhere.
+            self._fd = _claim_root(self.root)
+        except UnsafePath as exc:
+            raise BundleNotWritable(
+                f"cannot write an evidence bundle at {self.root}: {exc}"
+            ) from exc
         except OSError as exc:
             raise BundleNotWritable(
                 f"cannot write an evidence bundle at {self.root}: {exc.strerror or exc}"
             ) from exc
+        weakref.finalize(self, os.close, self._fd)
 
     def note_host(self, host: str | None) -> None:
         if host:
@@ -259,21 +286,21 @@ class BundleWriter:
     def add(
         self, record: ProbeRecord, data: bytes | str | None = None, *, suffix: str = ".txt"
     ) -> ProbeRecord:
-        """Store `data` verbatim (text is redacted) and remember the record; returns it with its path."""
+        """Store `data` verbatim, secrets blanked (bytes that are not UTF-8 too: `redact_bytes`),
+        and remember the record; returns it with its path."""
         self.note_host(record.node_ip)
         artifact = None
         if data is not None:
             if isinstance(data, str):
                 data = redact_text(data, self._known_secrets).encode("utf-8", "replace")
-            elif suffix != ".pkl":
-                data = _redact_bytes(data, self._known_secrets)
+            elif not (record.source == FLIGHT_RECORDER and suffix == ".pkl"):
+                # a flight-recorder pickle is kept byte for byte (blanking would break its
+                # framing; the loader turns only its scalars to text); every other artefact is
+                # redacted whatever suffix a node's answer claims
+                data = redact_bytes(data, self._known_secrets)
             artifact = self._unique_name(record, suffix)
-            path = self.root / artifact
             try:
-                _mkdirs_private(self.root, path.parent)
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o600)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
+                self._write(artifact, data)
             except OSError as exc:
                 record = _with(
                     record, artifact=None, reason=_join(record.reason, f"artefact not saved: {exc}")
@@ -284,9 +311,43 @@ class BundleWriter:
             self._records.append(stored)
         return stored
 
+    def _write(self, artifact: str, data: bytes) -> None:
+        """Write `data` at `artifact` (raw/<source>/<node>/<name>) under the bundle's descriptor:
+        each folder made 0700 and opened O_NOFOLLOW under the one before, the file created 0600
+        O_NOFOLLOW under the last; a path that would leave the bundle is refused."""
+        parts = artifact.split("/")
+        inside = os.path.normpath(os.path.join(self.root, artifact))
+        if any(p in ("", ".", "..") for p in parts) or not inside.startswith(f"{self.root}/"):
+            raise OSError(errno.EPERM, f"{artifact!r} would land outside the bundle")
+        fd = os.dup(self._fd)
+        try:
+            for folder in parts[:-1]:
+                made = True
+                try:
+                    os.mkdir(folder, 0o700, dir_fd=fd)
+                except FileExistsError:
+                    made = False
+                nfd = os.open(folder, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = nfd
+                if made:
+                    os.fchmod(fd, 0o700)  # whatever the umask
+            out = os.open(
+                parts[-1],
+                os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW | CLOEXEC,
+                0o600,
+                dir_fd=fd,
+            )
+        finally:
+            os.close(fd)
+        with os.fdopen(out, "wb") as fh:
+            fh.write(data)
+
     def _unique_name(self, record: ProbeRecord, suffix: str) -> str:
         # Every part of the path is made safe: the target (a URL may carry user:password@), the
-        # node and the source alike (records of remote node tasks come from another process).
+        # node, the source and the suffix alike (records of remote node tasks come from another
+        # process, and a node's answer is untrusted input).
+        suffix = safe_suffix(suffix)
         source = safe_name(record.source)
         node = safe_name(record.node_ip or "local")
         base = safe_name(redact_text(record.target, self._known_secrets))
@@ -328,29 +389,83 @@ class BundleWriter:
         text = json.dumps(manifest.to_json(), indent=1, sort_keys=False)
         text = redact_text(text, self._known_secrets)
         try:
-            tmp = self.root / (MANIFEST + ".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o600)
+            tmp = MANIFEST + ".tmp"
+            fd = os.open(
+                tmp,
+                os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW | CLOEXEC,
+                0o600,
+                dir_fd=self._fd,
+            )
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
-            os.replace(tmp, self.root / MANIFEST)
+            os.replace(tmp, MANIFEST, src_dir_fd=self._fd, dst_dir_fd=self._fd)
         except OSError as exc:
             raise BundleNotWritable(f"cannot write {self.root / MANIFEST}: {exc}") from exc
         return manifest
 
 
 def archive(root: Path, dest: Path | None = None) -> Path:
-    """Pack a bundle directory into `<root>.tar.gz` (0600)."""
+    """Pack a bundle directory into `<root>.tar.gz` (0600, the caller's).
+
+    The archive is a new file (O_EXCL | O_NOFOLLOW, a random name) in its directory, renamed
+    over `dest` when complete: a root run in a shared directory never writes into a file or
+    through a symlink someone planted there. An existing `dest` is replaced only if it is a
+    regular file of the caller's; anything else is refused."""
     root = Path(os.path.abspath(root))
-    dest = dest or root.with_name(root.name + ".tar.gz")
+    dest = Path(os.path.abspath(dest or root.with_name(root.name + ".tar.gz")))
     try:
-        # Never through a symlink: a root run writing DIR.tar.gz in a shared directory must not
-        # truncate the file a planted link points at.
-        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as fh, tarfile.open(fileobj=fh, mode="w:gz") as tar:
-            tar.add(root, arcname=root.name)
+        parent, _ = open_dir(dest.parent)
+    except (UnsafePath, OSError) as exc:
+        raise BundleNotWritable(f"cannot write {dest}: {_why(exc)}") from exc
+    tmp = f".{dest.name}.{secrets.token_hex(8)}.tmp"
+    try:
+        why = shared_problem(os.fstat(parent), (0, os.geteuid())) or _foreign_entry(
+            parent, dest.name
+        )
+        if why is not None:
+            raise BundleNotWritable(f"cannot write {dest}: {why}")
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600, dir_fd=parent
+        )
+        try:
+            with os.fdopen(fd, "wb") as fh, tarfile.open(fileobj=fh, mode="w:gz") as tar:
+                tar.add(root, arcname=root.name)
+            os.replace(tmp, dest.name, src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=parent)
+            except OSError:
+                pass
+            raise
     except OSError as exc:
         raise BundleNotWritable(f"cannot write {dest}: {exc}") from exc
+    finally:
+        os.close(parent)
     return dest
+
+
+def _foreign_entry(parent: int, name: str) -> str | None:
+    """Why the entry `name` in the directory `parent` may not be replaced (a symbolic link, not
+    a regular file, another user's, hard-linked), or None (absent, or a plain file of ours)."""
+    try:
+        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "it exists and is a symbolic link (not followed, not replaced)"
+    if not stat.S_ISREG(st.st_mode):
+        return "it exists and is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"it exists and belongs to uid {st.st_uid} (not replaced)"
+    if st.st_nlink != 1:
+        return "it exists with other hard links (not replaced)"
+    return None
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
 
 
 class Bundle:
@@ -368,14 +483,13 @@ class Bundle:
         path = (self.root / record.artifact).resolve()
         if self.root.resolve() not in path.parents:
             return None  # never read outside the bundle
+        # A regular file only, opened without blocking: a FIFO or a device planted as an
+        # artefact is a blind spot, never a read that waits forever.
         try:
-            with path.open("rb") as fh:
-                if os.fstat(fh.fileno()).st_size > MAX_ARTEFACT_BYTES:
-                    return None  # no probe writes so much: not an artefact of ours
-                data = fh.read(MAX_ARTEFACT_BYTES + 1)
+            data = read_regular(path, MAX_ARTEFACT_BYTES)
         except OSError:
             return None
-        if len(data) > MAX_ARTEFACT_BYTES:
+        if data is None or len(data) > MAX_ARTEFACT_BYTES:
             return None  # no probe writes so much: not an artefact of ours (a blind spot)
         return data
 
@@ -418,7 +532,10 @@ def open_bundle(path: Path) -> Bundle:
         root = found[0].parent
     manifest_path = root / MANIFEST
     try:
-        raw = manifest_path.read_text(encoding="utf-8")
+        data = read_regular(manifest_path, MAX_ARTEFACT_BYTES)
+        if data is None:
+            raise OSError(errno.EINVAL, "not a regular file of a readable size")
+        raw = data.decode("utf-8")
         manifest = Manifest.from_json(json.loads(raw))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         if tmp is not None:
@@ -487,53 +604,38 @@ def _opt(value: Any, kind: type) -> Any:
     raise TypeError(f"expected {kind.__name__} or null, got {type(value).__name__}")
 
 
-def _claim_root(root: Path) -> None:
-    """Make `root` the bundle's directory: created 0700, or an existing *empty* directory (left
-    as it is: the doctor never chmods what it did not create). A non-empty directory is refused:
-    `--out /tmp` or `--out .` would pack what is already there into the tarball."""
-    if os.path.lexists(root):
-        if root.is_symlink() or not root.is_dir():
-            raise OSError(errno.ENOTDIR, "it exists and is not a directory")
-        if any(os.scandir(root)):
-            raise OSError(
-                errno.ENOTEMPTY,
-                "it exists and is not empty (give a new directory: the bundle and DIR.tar.gz "
-                "must hold only the evidence)",
-            )
-    else:
-        old = os.umask(0o077)
-        try:
-            root.mkdir(mode=0o700, parents=True)
-        finally:
-            os.umask(old)
-    old = os.umask(0o077)
+def _claim_root(root: Path) -> int:
+    """A descriptor of `root` as the bundle's directory: created 0700 (missing parents too,
+    whatever the umask), or an existing *empty* directory of the caller's that no one else may
+    write (left as it is: the doctor never chmods what it did not create). Refused: a non-empty
+    directory (`--out /tmp` or `--out .` would pack what is already there into the tarball),
+    another user's or a shared one (they could swap what it holds), a symbolic link, and any
+    path through a directory of another user or one others may write (sticky ones excepted).
+    Raises UnsafePath / OSError."""
+    if os.path.lexists(root) and (root.is_symlink() or not root.is_dir()):
+        raise OSError(errno.ENOTDIR, "it exists and is not a directory")
+    fd, created = open_dir(
+        root, create=True, leaf_mode=0o700, parents_mode=0o700, follow_leaf=False
+    )
     try:
-        (root / "raw").mkdir(mode=0o700)
-    finally:
-        os.umask(old)
-
-
-def _mkdirs_private(root: Path, leaf: Path) -> None:
-    """Create `leaf` and every folder between it and `root`, each 0700."""
-    missing = []
-    d = leaf
-    while d != root and not d.exists():
-        missing.append(d)
-        d = d.parent
-    for folder in reversed(missing):
-        try:
-            folder.mkdir(mode=0o700)
-        except FileExistsError:
-            continue
-        os.chmod(folder, 0o700)
-
-
-def _redact_bytes(data: bytes, known: tuple[str, ...]) -> bytes:
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data
-    return redact_text(text, known).encode("utf-8")
+        if not created:
+            if os.listdir(fd):
+                raise OSError(
+                    errno.ENOTEMPTY,
+                    "it exists and is not empty (give a new directory: the bundle and "
+                    "DIR.tar.gz must hold only the evidence)",
+                )
+            why = private_problem(os.fstat(fd))
+            if why is not None:
+                raise UnsafePath(f"refusing {root}: {why} (give a new directory)")
+        os.mkdir("raw", 0o700, dir_fd=fd)
+        probe = ".write-test"
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600, dir_fd=fd))
+        os.unlink(probe, dir_fd=fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _with(record: ProbeRecord, **changes: Any) -> ProbeRecord:

@@ -15,6 +15,7 @@ from slime_hangdoctor import __version__
 from slime_hangdoctor.collect.options import WATCHDOG_DEFAULTS, CollectOptions
 from slime_hangdoctor.errors import HangDoctorError
 from slime_hangdoctor.verdict import Diagnosis, ExitCode, ReportFormat
+from slime_hangdoctor.watchdog.state import DEFAULT_STATE_FILE
 
 if TYPE_CHECKING:
     from slime_hangdoctor.watchdog.run import CheckOptions
@@ -422,7 +423,7 @@ def _check_options(
 def check(
     address: AddressArg = None,
     stall_after: StallAfterOpt = "10m",
-    state_file: StateFileOpt = Path("/var/tmp/slime-hangdoctor/state.json"),
+    state_file: StateFileOpt = DEFAULT_STATE_FILE,
     window: WindowOpt = WATCHDOG_DEFAULTS.window_s,
     timeout: TimeoutOpt = WATCHDOG_DEFAULTS.timeout_s,
     probe_timeout: ProbeTimeoutOpt = WATCHDOG_DEFAULTS.probe_timeout_s,
@@ -481,7 +482,7 @@ def watch(
         float, typer.Option("--interval", min=1.0, help="Seconds between runs.")
     ] = 60.0,
     stall_after: StallAfterOpt = "10m",
-    state_file: StateFileOpt = Path("/var/tmp/slime-hangdoctor/state.json"),
+    state_file: StateFileOpt = DEFAULT_STATE_FILE,
     window: WindowOpt = WATCHDOG_DEFAULTS.window_s,
     timeout: TimeoutOpt = WATCHDOG_DEFAULTS.timeout_s,
     probe_timeout: ProbeTimeoutOpt = WATCHDOG_DEFAULTS.probe_timeout_s,
@@ -529,13 +530,15 @@ def watch(
     )
 
     def line(result: CheckResult) -> None:
-        v = result.diagnosis.verdict
+        from slime_hangdoctor.render.printable import one_line
+
+        v = result.diagnosis.verdict  # the summary and notes may quote the job: one line each
         typer.echo(
             f"{time.strftime('%Y-%m-%dT%H:%M:%S')} exit={int(result.exit_code)} status={v.status.value} "
-            f"stage={v.stage.value} {v.summary}",
+            f"stage={v.stage.value} {one_line(v.summary)}",
         )
         for note in result.notes:
-            typer.echo(f"  warning: {note}", err=True)
+            typer.echo(f"  warning: {one_line(note)}", err=True)
 
     rc = watch_loop(address, opts, copts, interval_s=interval, max_runs=max_runs, on_result=line)
     raise typer.Exit(int(rc))
@@ -654,9 +657,10 @@ def _err(msg: str, help_text: str = "") -> None:
     from rich.markup import escape
 
     from slime_hangdoctor.redact import redact_text
+    from slime_hangdoctor.render.printable import printable
 
     console = Console(stderr=True)
-    msg = escape(redact_text(msg))  # an address given with user:password@ is never echoed
+    msg = escape(printable(redact_text(msg)))  # an address's user:password@ is never echoed
     console.print(f"[bold red]slime-hangdoctor:[/] {msg}", highlight=False, markup=True)
     if help_text:
         console.print(help_text, highlight=False, markup=False)

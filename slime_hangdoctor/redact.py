@@ -8,11 +8,17 @@ userinfo of every URL (`https://oauth2:X@host` keeps the host). Names are judged
 (`--wandb-key`: `wandb` `key`), so that `--tokenizer-path`, `--input-key` or `--fim-pad-token` stay
 readable while every secret-bearing option of slime, SGLang, Megatron and W&B is caught
 (`SECRET_OPTIONS`, read from their argument parsers, is checked in tests/unit/test_redact.py).
+
+A value may be quoted (`--wandb-key 'X'`, `\\"X\\"` inside a JSON string: blanked to its closing
+quote); shell text (an `sh -c` argument) is split into words with `shlex` and judged word by word
+like an argv; secrets no option names are the `wandb login KEY` word and a MySQL client's `-pX`.
+Bytes are redacted as bytes (`redact_bytes`): what is not UTF-8 comes back exactly, never unread.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
@@ -96,7 +102,8 @@ SECRET_OPTIONS: tuple[SecretOption, ...] = (
     SecretOption("--aws-secret-access-key", "AWS CLI", "aws configure / s3 tools"),
     SecretOption("--credentials", "generic", "gcloud, docker, s3 tools"),
     SecretOption("--private-key", "generic", "ssh, TLS, signing tools"),
-    SecretOption("-u user:pw", "curl", "curl --user"),
+    SecretOption("-u user:pw", "curl", "curl --user (also glued: -uuser:pw)"),
+    SecretOption("-pPASSWORD", "MySQL / MariaDB clients", "mysql --password, glued short form"),
     SecretOption("X-Api-Key:", "HTTP", "API-key header"),
 )
 
@@ -186,15 +193,18 @@ def url_secrets(url: str | None) -> tuple[str, ...]:
 _URL_USERINFO = re.compile(
     r"(?P<k>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<v>[^\s/?#\"'<>\\@]*(?:@[^\s/?#\"'<>\\@]*)*)(?=@)"
 )
-# curl -u user:pw / --user user:pw  ->  user:<redacted>
+# curl -u user:pw / --user user:pw / -uuser:pw  ->  user:<redacted>
 _USER_PW = re.compile(
-    r"(?P<k>(?<![\w-])(?:-u|--user|--proxy-user)(?:=|[ \t]+)[^\s:\"']+:)(?P<v>[^\s\"']+)"
+    r"(?P<k>(?<![\w-])(?:-u(?:=|[ \t]+)?|(?:--user|--proxy-user)(?:=|[ \t]+))[^\s:\"']+:)"
+    r"(?P<v>[^\s\"']+)"
 )
 # ?sig=X  &X-Amz-Signature=X  (only names that carry a secret)
 _QUERY = re.compile(r"(?P<k>[?&;](?P<n>[A-Za-z0-9_.\-]+)=)(?P<v>[^&\s\"'#<>;]+)")
-# "api_key": "X"  'api_key': 'X'  (JSON, Python reprs); a value may hold escaped quotes
+# "api_key": "X"  'api_key': 'X'  "api_key": ["X", "Y"]  (JSON, Python reprs); a value may hold
+# escaped quotes
 _JSON_FIELD = re.compile(
-    r"""(?P<k>(?P<q>["'])(?P<n>[A-Za-z0-9_.\-]+)(?P=q)\s*:\s*)(?P<vq>["'])(?P<v>(?:\\.|[^\\\n]){0,8192}?)(?P=vq)"""
+    r"""(?P<k>(?P<q>["'])(?P<n>[A-Za-z0-9_.\-]+)(?P=q)\s*:\s*)"""
+    r"""(?:(?P<vq>["'])(?P<v>(?:\\.|[^\\\n]){0,8192}?)(?P=vq)|\[(?P<list>[^\[\]{}]{0,8192})\])"""
 )
 # \"api_key\": \"X\"  (a JSON document inside a JSON string, e.g. SGLang's *_extra_config)
 _JSON_ESCAPED = re.compile(
@@ -202,43 +212,104 @@ _JSON_ESCAPED = re.compile(
     r"""[A-Za-z0-9_.\-]*)(?P=bs)"\s*:\s*(?P=bs)")(?P<v>[^\n]{0,8192}?)(?<!\\)(?P=bs)\"""",
     re.IGNORECASE,  # only names with a secret word: another field's value may hold a whole document
 )
-# --api-key X  --wandb-key=X
+# A value after `=` or a flag: unquoted, or opening with a quote (`'X'`, `"X"`, `\"X\"` inside a
+# JSON string; the quote is kept, and a quoted value is blanked up to its closing quote), after an
+# optional authorization scheme (`authorization=Token X`: the scheme is kept, the token blanked).
+_OPEN_QUOTE = r"""(?P<q>\\{0,3}["'])?(?:(?i:token|bearer|basic|digest)[ \t]+)?"""
+_VALUE = r"""(?P<v>(?:[^\s"',&\\]|\\(?![\\"']))[^\s"',&\\]*(?:\\(?![\\"'])[^\s"',&\\]*)*)"""
+# --api-key X  --wandb-key=X  --hf-token "X"
 _FLAG = re.compile(
-    r"(?P<k>(?<![\w-])--?(?P<n>[A-Za-z][A-Za-z0-9_\-]*)(?:=|[ \t]+))(?P<v>[^\s\"',&]+)"
+    r"(?P<k>(?<![\w-])--?(?P<n>[A-Za-z][A-Za-z0-9_\-]*)(?:=|[ \t]+)" + _OPEN_QUOTE + ")" + _VALUE
 )
-# HF_TOKEN=X  api_key='X'
-_ASSIGN = re.compile(r"(?P<k>(?<![\w.-])(?P<n>[A-Za-z_][A-Za-z0-9_]*)=[\"']?)(?P<v>[^\s\"',&]+)")
+# HF_TOKEN=X  api_key='X'  authorization=Token X
+_ASSIGN = re.compile(
+    r"(?P<k>(?<![\w.-])(?P<n>[A-Za-z_][A-Za-z0-9_]*)=" + _OPEN_QUOTE + ")" + _VALUE
+)
 # X-Api-Key: X  password: X  (to the end of the line or the enclosing string)
 _HEADER = re.compile(
     r"(?P<k>(?<![\w.-])(?P<n>[A-Za-z][A-Za-z0-9_\-]*):[ \t]*)(?P<v>[^\s\"',;][^\r\n\"',;]*)"
 )
 _BEARER = re.compile(r"(?P<k>\b(?:Bearer|Basic)\s+)(?P<v>[A-Za-z0-9._~+/=\-]{6,})", re.IGNORECASE)
 
+# Secrets that no option names: W&B's `wandb login [OPTIONS] KEY` (the options of wandb/cli/cli.py
+# login; `--host` takes a value) and the MySQL / MariaDB clients' glued `-pPASSWORD` (a bare `-p`
+# is a port, a pid or a flag of every other tool: only these commands' `-p` is a password).
+WANDB_LOGIN_VALUE_OPTIONS = frozenset({"--host"})
+MYSQL_CLIENTS = frozenset(
+    {
+        "mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlshow", "mysqlcheck", "mysqlpump",
+        "mysqlslap", "mariadb", "mariadb-dump", "mariadb-admin", "mariadb-import", "mariadb-show",
+        "mariadb-check", "mariadb-slap",
+    }
+)  # fmt: skip
+_WANDB_LOGIN = re.compile(
+    r"(?P<k>(?<![\w.-])wandb[ \t]+login(?:[ \t]+(?:"
+    + "|".join(re.escape(o) for o in sorted(WANDB_LOGIN_VALUE_OPTIONS))
+    + r")(?:=|[ \t]+)[^\s\"']+|[ \t]+--?[A-Za-z][\w-]*)*[ \t]+(?P<q>\\{0,3}[\"'])?)"
+    + _VALUE
+)
+_MYSQL_PW = re.compile(
+    r"(?P<k>(?<![\w.-])(?:"
+    + "|".join(re.escape(c) for c in sorted(MYSQL_CLIENTS, key=len, reverse=True))
+    + r")(?![\w.-])(?:[ \t]+[^\s|;&]+){0,32}?[ \t]+-p(?P<q>\\{0,3}[\"'])?)"
+    + _VALUE
+)
+
 Pass = Callable[[str], str]
+
+
+def _blank(
+    pattern: re.Pattern[str],
+    secret: Callable[[re.Match[str]], bool],
+    text: str,
+) -> str:
+    """Blank the value (group `v`) of every match that `secret` judges a secret; a value that
+    opens with a quote (group `q`) is blanked up to its closing quote on the same line."""
+    out: list[str] = []
+    pos = 0
+    for m in pattern.finditer(text):
+        if m.start() < pos or not m.group("v") or m.group("v") == REDACTED or not secret(m):
+            continue
+        start, end = m.start("v"), m.end("v")
+        quote = m.groupdict().get("q")
+        if quote:
+            close = text.find(quote, start, start + 8192)
+            if close != -1 and "\n" not in text[start:close]:
+                end = max(end, close)
+        out += (text[pos:start], REDACTED)
+        pos = end
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def _named(pattern: re.Pattern[str], secret: Callable[[str], bool]) -> Pass:
     def run(text: str) -> str:
-        def sub(m: re.Match[str]) -> str:
-            if not m.group("v") or m.group("v") == REDACTED or not secret(m.group("n")):
-                return m.group(0)
-            return f"{m.group('k')}{REDACTED}"  # the match is k + v
-
-        return pattern.sub(sub, text)
+        return _blank(pattern, lambda m: secret(m.group("n")), text)
 
     return run
 
 
-def _plain(pattern: re.Pattern[str]) -> Pass:
+def _plain(pattern: re.Pattern[str], needs: tuple[str, ...] = ()) -> Pass:
     def run(text: str) -> str:
-        return pattern.sub(lambda m: f"{m.group('k')}{REDACTED}", text)
+        if needs and not any(word in text for word in needs):
+            return text  # a literal every match holds is absent (linear time, no regex)
+        return _blank(pattern, lambda m: True, text)
 
     return run
 
 
 def _json_field(text: str) -> str:
     def sub(m: re.Match[str]) -> str:
-        if not m.group("v") or not is_secret_name(m.group("n")):
+        if not is_secret_name(m.group("n")):
+            return m.group(0)
+        listed = m.group("list")
+        if listed is not None:  # a list of secrets: one blank in its place
+            if listed.strip() in ("", "null", "None"):
+                return m.group(0)
+            return f"{m.group('k')}[{m.group('q')}{REDACTED}{m.group('q')}]"
+        if not m.group("v"):
             return m.group(0)
         return f"{m.group('k')}{m.group('vq')}{REDACTED}{m.group('vq')}"
 
@@ -267,6 +338,11 @@ flag_pass = _named(_FLAG, is_secret_name)
 assign_pass = _named(_ASSIGN, is_secret_name)
 header_pass = _named(_HEADER, is_secret_name)
 bearer_pass = _plain(_BEARER)
+# The literals that every match of a pass holds, as written (both passes are case-sensitive).
+_WANDB_LOGIN_NEEDS = ("login",)
+_MYSQL_NEEDS = ("mysql", "mariadb")
+wandb_login_pass = _plain(_WANDB_LOGIN, _WANDB_LOGIN_NEEDS)
+mysql_password_pass = _plain(_MYSQL_PW, _MYSQL_NEEDS)
 
 # In this order: structure first (URLs, JSON fields), then the looser text forms.
 PASSES: tuple[Pass, ...] = (
@@ -278,15 +354,20 @@ PASSES: tuple[Pass, ...] = (
     flag_pass,
     assign_pass,
     bearer_pass,
+    wandb_login_pass,
+    mysql_password_pass,
     header_pass,
 )
 
 # A necessary condition of every pass: a secret word, a URL's `@`, a signed query's `sig`/`amz`/
-# `goog`/`code`, curl's `-u`/`--user`. Most texts (/metrics pages, stacks) hold none and skip
-# every pass. ASCII texts are searched lower-cased; others case-insensitively (Unicode folding).
+# `goog`/`code`, curl's `-u`/`--user`, or the literal a case-sensitive pass needs (`login` of
+# `wandb login`, a MySQL client's name). Most texts (/metrics pages, stacks) hold none and skip
+# every pass. ASCII texts are searched lower-cased; others case-insensitively (Unicode folding);
+# the literals as written (a substring test: no cost on the hot path).
 _HINT = r"key|token|secret|passw|passphrase|pwd|cred|auth|cookie|bearer|basic|@|sig|amz|goog|code|-u|user"
 _ASCII_HINT = re.compile(_HINT)
 _UNICODE_HINT = re.compile(_HINT, re.IGNORECASE)
+_LITERAL_HINTS = (*_WANDB_LOGIN_NEEDS, *_MYSQL_NEEDS)
 
 
 def every_pass(text: str) -> str:
@@ -302,24 +383,68 @@ def redact_text(text: str, known_secrets: tuple[str, ...] = ()) -> str:
         if secret and len(secret) >= 4:
             text = text.replace(secret, REDACTED)
     hint = _ASCII_HINT.search(text.lower()) if text.isascii() else _UNICODE_HINT.search(text)
-    if hint is None:
+    if hint is None and not any(word in text for word in _LITERAL_HINTS):
         return text  # no pass can match
     return every_pass(text)
+
+
+def redact_bytes(data: bytes, known_secrets: tuple[str, ...] = ()) -> bytes:
+    """`redact_text` on bytes, whatever they hold: bytes that are not UTF-8 (a multibyte
+    character cut by a byte cap, a binary body, a mis-encoded log) are carried through as
+    `surrogateescape` code points, so every byte outside a blanked value comes back exactly."""
+    text = data.decode("utf-8", "surrogateescape")
+    return redact_text(text, known_secrets).encode("utf-8", "surrogateescape")
+
+
+def utf8_prefix(data: bytes, limit: int) -> bytes:
+    """The first `limit` bytes of `data` without a UTF-8 character that the cut leaves incomplete
+    at its end (at most 3 bytes fewer): what a byte cap keeps of a text."""
+    cut = data[: max(limit, 0)]
+    for back in range(1, min(3, len(cut)) + 1):
+        byte = cut[-back]
+        if byte < 0x80 or byte >= 0xF8:
+            break  # ASCII (the last character is whole), or no UTF-8 here
+        if byte >= 0xC0:  # the lead byte of the last character: is its sequence complete?
+            size = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return cut[:-back] if size > back else cut
+    return cut
 
 
 def redact_cmdline(
     argv: tuple[str, ...] | list[str], known_secrets: tuple[str, ...] = ()
 ) -> tuple[str, ...]:
     """Redact a command line argument by argument (`--api-key X` spans two arguments; so do
-    `-u user:pw` and W&B's `wandb login KEY`)."""
+    `-u user:pw` and W&B's `wandb login [OPTIONS] KEY`; a MySQL client's `-pPASSWORD` is one).
+    An argument with a blank in it is shell text (`sh -c "python train.py --wandb-key 'X'"`, as
+    Ray's job supervisor runs an entrypoint): `redact_shell`."""
     out: list[str] = []
     hide_next = False
+    mysql = False  # a MySQL client named in this command (`mysql`, `sudo mysql`, `docker exec`)
+    login = False  # between `wandb login` (`python -m wandb login`) and its KEY
+    skip_value = False  # the value of a `wandb login` option
     for i, arg in enumerate(argv):
+        if _SHELL_OPERATOR.fullmatch(arg):  # `&&`, `;`, `|` in shell words: a new command
+            out.append(arg)
+            mysql, login, hide_next, skip_value = False, False, False, False
+            continue
+        word = arg.rsplit("/", 1)[-1]
+        mysql = mysql or word in MYSQL_CLIENTS
         if hide_next:
             hide_next = False
             if not arg.startswith("-") or arg == "-":
                 out.append(REDACTED)
                 continue
+        if login:
+            if skip_value:
+                skip_value = False
+            elif not arg.startswith("-"):
+                out.append(REDACTED)
+                login = False
+                continue
+            else:
+                skip_value = arg in WANDB_LOGIN_VALUE_OPTIONS
+        elif arg == "login" and i and argv[i - 1].rsplit("/", 1)[-1] == "wandb":
+            login = True
         if re.fullmatch(r"--?[A-Za-z][A-Za-z0-9_\-]*", arg) and is_secret_name(arg):
             out.append(arg)
             hide_next = True
@@ -328,16 +453,51 @@ def redact_cmdline(
         if prev in ("-u", "--user", "--proxy-user") and re.fullmatch(r"[^\s:]+:\S+", arg):
             out.append(arg.partition(":")[0] + ":" + REDACTED)
             continue
-        if (
-            i >= 2
-            and argv[i - 1] == "login"
-            and argv[i - 2].rsplit("/", 1)[-1] == "wandb"
-            and not arg.startswith("-")
-        ):
-            out.append(REDACTED)
+        if mysql and len(arg) > 2 and arg.startswith("-p") and word not in MYSQL_CLIENTS:
+            out.append("-p" + REDACTED)
+            continue
+        if any(c.isspace() for c in arg):
+            out.append(redact_shell(arg, known_secrets))
             continue
         out.append(redact_text(arg, known_secrets))
     return tuple(out)
+
+
+_SHELL_OPERATOR = re.compile(r"[();<>|&]+")
+
+
+def redact_shell(command: str, known_secrets: tuple[str, ...] = ()) -> str:
+    """Redact shell text (an `sh -c` argument, a job's entrypoint): split into words with `shlex`
+    (quotes removed, `&&` / `;` / `|` apart), each word judged as `redact_cmdline` judges an
+    argument. The values it blanks are then blanked in the text as written, with every free-text
+    pattern (`redact_text`), so the quoting, the redirections and a JSON document in the text stay
+    as they were; a value not found there as written (`a\\ b`) or shorter than a known secret may
+    be has the words joined again instead (shell-quoted). Text that does not parse (an unbalanced
+    quote) is redacted as free text."""
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        lexer.commenters = ""
+        words = list(lexer)
+    except ValueError:
+        return redact_text(command, known_secrets)
+    if len(words) == 1 and words[0] == command:
+        return redact_text(command, known_secrets)  # one plain word: nothing to split
+    redacted = redact_cmdline(words, known_secrets)
+    pairs = zip(words, redacted, strict=True)
+    values = [v for w, r in pairs if w != r for v in _blanked_values(w, r)]
+    if all(len(v) >= 4 and v in command for v in values):
+        return redact_text(command, (*known_secrets, *values))
+    return " ".join(
+        w if _SHELL_OPERATOR.fullmatch(w) or REDACTED in w else shlex.quote(w) for w in redacted
+    )
+
+
+def _blanked_values(original: str, redacted: str) -> tuple[str, ...]:
+    """The parts of `original` that `redacted` shows as REDACTED (`-pX` -> `-p<redacted>`: X)."""
+    parts = redacted.split(REDACTED)
+    found = re.fullmatch("(.*?)".join(re.escape(p) for p in parts), original, re.DOTALL)
+    return tuple(g for g in found.groups() if g) if found else (original,)
 
 
 def filter_env(

@@ -18,7 +18,7 @@ class Member:
     role: Role
     pid: int
     node_ip: str | None
-    kind: str  # actor | http_server | scheduler | detokenizer | driver | router
+    kind: str  # actor | http_server | scheduler | detokenizer | driver | router | process | child
     title: str = ""
     actor_id: str | None = None
     class_name: str | None = None
@@ -32,7 +32,8 @@ class Member:
     @property
     def label(self) -> str:
         if self.role is Role.TRAIN_RANK and self.rank is not None:
-            return f"train rank {self.rank}{'?' if self.rank_inferred else ''}"
+            rank = f"train rank {self.rank}{'?' if self.rank_inferred else ''}"
+            return f"{rank} child (pid {self.pid})" if self.kind == "child" else rank
         if self.role is Role.SGLANG_ENGINE:
             names = {"actor": "engine actor", "http_server": "engine server"}
             return f"{names.get(self.kind, self.kind)} {self.engine_url or ''}".strip()
@@ -157,8 +158,11 @@ def build_topology(snapshot: Snapshot) -> Topology:
         parsed = parse_ray_title(p.title)
         if (node, pid) in members or parsed is None or parsed[0] not in CLASS_ROLES:
             continue
-        if forked_from_actor((node, pid), procs):
-            continue  # a child that kept its actor's title across a fork is not that actor
+        if CLASS_ROLES[parsed[0]] is not Role.TRAIN_RANK and forked_from_actor((node, pid), procs):
+            # a child that kept its actor's title across a fork is not that actor: the router or a
+            # server below the RolloutManager or an engine actor (found from them, below); a train
+            # rank's child is labelled as that rank's child (`_assign_ranks`)
+            continue
         members[(node, pid)] = Member(
             CLASS_ROLES[parsed[0]],
             pid,
@@ -460,22 +464,54 @@ def _under_a_train_rank(
     members: dict[tuple[str | None, int], Member],
     procs: dict[tuple[str | None, int], ProcessInfo],
 ) -> bool:
+    return _train_rank_above(key, members, procs) is not None
+
+
+def _train_rank_above(
+    key: tuple[str | None, int],
+    members: dict[tuple[str | None, int], Member],
+    procs: dict[tuple[str | None, int], ProcessInfo],
+) -> Member | None:
+    """The nearest ancestor of process `key` that is a train rank (an actor or a process), if any."""
     node, seen = key[0], {key[1]}
-    ppid = procs[key].ppid
+    info = procs.get(key)
+    ppid = info.ppid if info is not None else None
     while ppid is not None and ppid not in seen and len(seen) < 64:
         parent = members.get((node, ppid))
-        if parent is not None and parent.role is Role.TRAIN_RANK:
-            return True
+        if (
+            parent is not None
+            and parent.role is Role.TRAIN_RANK
+            and parent.kind in ("actor", "process")
+        ):
+            return parent
         seen.add(ppid)
         info = procs.get((node, ppid))
         ppid = info.ppid if info is not None else None
-    return False
+    return None
 
 
 def _assign_ranks(
     members: list[Member], procs: dict[tuple[str | None, int], ProcessInfo]
 ) -> list[Member]:
-    ranks = [m for m in members if m.role is Role.TRAIN_RANK and m.kind in ("actor", "process")]
+    """Rank numbers from RANK in the environment, else guessed in process order. A process forked
+    by a train rank (an async checkpoint writer, a DataLoader worker, an uploader) keeps the rank's
+    Ray process title and environment: it is that rank's child (kind `child`, the rank's number,
+    `parent_pid` the rank), never a rank of its own."""
+    by_key = {(m.node_ip, m.pid): m for m in members}
+    parent_of = {
+        (m.node_ip, m.pid): above
+        for m in members
+        if m.role is Role.TRAIN_RANK
+        and m.kind in ("actor", "process")
+        and (above := _train_rank_above((m.node_ip, m.pid), by_key, procs)) is not None
+    }
+    ranks = [
+        m
+        for m in members
+        if m.role is Role.TRAIN_RANK
+        and m.kind in ("actor", "process")
+        and (m.node_ip, m.pid) not in parent_of
+    ]
     known: dict[int, int] = {}
     for m in ranks:
         info = procs.get((m.node_ip, m.pid))
@@ -488,13 +524,33 @@ def _assign_ranks(
     free = iter(r for r in range(len(ranks)) if r not in known.values())
     out: list[Member] = []
     guessed = {m.pid: next(free, None) for m in unknown}
+    assigned: dict[tuple[str | None, int], Member] = {}
     for m in members:
         if m not in ranks:
             out.append(m)
-        elif m.pid in known:
-            out.append(_replace(m, rank=known[m.pid]))
+            continue
+        if m.pid in known:
+            done = _replace(m, rank=known[m.pid])
         else:
-            out.append(_replace(m, rank=guessed.get(m.pid), rank_inferred=True))
+            done = _replace(m, rank=guessed.get(m.pid), rank_inferred=True)
+        assigned[(m.node_ip, m.pid)] = done
+        out.append(done)
+    for i, m in enumerate(out):
+        above = parent_of.get((m.node_ip, m.pid))
+        if above is None:
+            continue
+        hops = 0
+        while (above.node_ip, above.pid) in parent_of and hops < 64:  # a grandchild: the rank
+            above, hops = parent_of[(above.node_ip, above.pid)], hops + 1
+        rank = assigned.get((above.node_ip, above.pid), above)
+        out[i] = _replace(
+            m,
+            kind="child",
+            rank=rank.rank,
+            rank_inferred=rank.rank_inferred,
+            parent_pid=rank.pid,
+            actor_id=None,
+        )
     return out
 
 

@@ -11,7 +11,9 @@ a call queued on an actor waits for the method it runs now. From that and the pa
 - a **cycle** of such edges that held in both samples is a deadlock of the actors' queues
   (slime PR#2331: engines joining PP groups in opposite orders; open-instruct PR#1454);
 - an **engine left paused**: its last ``pause_generation`` finished and no ``continue_generation``
-  came after it (AReaL#1160);
+  came after it (AReaL#1160). While the call that paused it (the weight update, e.g. a train rank's
+  ``update_weights``) still runs, that is the normal middle of an update, not an engine left
+  paused: `PausedEngine.update` names that call;
 - a **method running far longer than its earlier runs** (verl#1696: one actor method stuck).
 """
 
@@ -60,6 +62,14 @@ class PausedEngine:
     actor: RayActor
     pause: RayTask
     continue_queued: RayTask | None = None  # a continue_generation that never ran (queued)
+    # the call that paused it (the pause's caller), still running: an update in flight, whose
+    # continue_generation has not come yet (normal); None: that caller has ended or is unknown
+    update: RayTask | None = None
+
+    @property
+    def left_paused(self) -> bool:
+        """Paused with nothing still running that would continue it."""
+        return self.update is None
 
 
 @dataclass(frozen=True)
@@ -260,7 +270,12 @@ def _paused(actors: dict[str, RayActor], state: dict[str, RayTask]) -> tuple[Pau
         ]
         if any(t.state in RUNNING | FINAL for t in later):
             continue
-        out.append(PausedEngine(actor, last, later[0] if later else None))
+        # an actor's method (a train rank's update_weights); never the driver's task, which runs
+        # for the whole job
+        caller = state.get(last.parent_task_id or "")
+        running = caller is not None and caller.actor_id is not None and caller.state in RUNNING
+        update = caller if running else None
+        out.append(PausedEngine(actor, last, later[0] if later else None, update))
     return tuple(out)
 
 

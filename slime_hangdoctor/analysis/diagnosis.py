@@ -457,6 +457,17 @@ def _engine_findings(engines: tuple[EngineRead, ...], status: Status) -> list[Fi
         if e.state is EngineState.PAUSED
     )
     out.extend(
+        Finding(
+            "engine-held",
+            Severity.INFO,
+            f"engine {e.url} holds requests between its HTTP layer and its scheduler (not "
+            "paused by the evidence)",
+            e.evidence[:4],
+        )
+        for e in engines
+        if e.state is EngineState.HELD
+    )
+    out.extend(
         Finding("engine-server-info-poisoned", Severity.INFO, note, ())
         for e in engines
         for note in e.notes
@@ -542,7 +553,7 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
         findings += _culprit_findings(culprits)
         findings += _evidence_findings(evidence)
     findings += [c.finding for c in causes]
-    findings += ray_findings(world)
+    findings += ray_findings(world, engines)
     if status is Status.HUNG:
         findings += network.network_findings(world, engines)
     findings += hazards.hazard_findings(world, engines)

@@ -12,9 +12,13 @@ the SGLang source slime runs (0.5.15.post1 + slime's docker/patch/latest/sglang.
   scheduler loop stops publishing its load, scheduler.py:1551): PAUSED, never stuck or idle. Read
   from `/ready` 503 with `/ping` 200 (>=0.5.20), more `/pause_generation` than
   `/continue_generation` calls in the HTTP middleware's counters (0.5.15's only pause indicator),
-  or `/generate` requests in flight at the HTTP layer (or at the router) that the scheduler's
-  `/v1/loads` does not hold: they wait at the tokenizer's pause gate (tokenizer_manager.py:619-620)
-  or the weight-update lock.
+  or Ray's task history (a last `pause_generation` with no `continue_generation` after it and no
+  weight update still running: `actor_queues.PausedEngine.left_paused`).
+- `/generate` requests in flight at the HTTP layer (or at the router) that the scheduler's
+  `/v1/loads` does not hold, with none of the pause evidence above: HELD, never stuck or idle, and
+  not called paused. They may wait at the tokenizer's pause gate (tokenizer_manager.py:619-620), but
+  as well at the weight-update lock, in a tokenizer worker that never forwards them, or be a request
+  never reaped; only the pause evidence tells a pause.
 - Requests in flight (`/v1/loads`, or `/generate` calls at the HTTP layer) and the step counters
   compared flat: STUCK. Metric gauges alone never count: `num_running_reqs` refreshes only on
   prefill, every `decode_log_interval` decode steps or every 30 s idle.
@@ -35,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
+from slime_hangdoctor.analysis.actor_queues import PausedEngine, build_view
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import (
@@ -79,6 +84,7 @@ class EngineState(str, Enum):
     UNRESPONSIVE = "unresponsive"
     STUCK = "stuck"
     PAUSED = "paused"
+    HELD = "held"  # requests held between the HTTP layer and the scheduler, no pause evidence
     BUSY = "busy"
     IDLE = "idle"
     UNKNOWN = "unknown"
@@ -330,10 +336,18 @@ def _router_entry(world: World, url: str) -> RouterWorker | None:
     return None
 
 
+# Requests held between an engine's HTTP layer and its scheduler: the states that hold them.
+HOLDING_STATES = frozenset({EngineState.PAUSED, EngineState.HELD})
+HELD_CAUSES = (
+    "a tokenizer worker that never forwards them, the weight-update lock, or a request never reaped"
+)
+
+
 @dataclass(frozen=True)
 class _Pause:
-    explicit: tuple[str, ...]  # the engine says it is paused
+    explicit: tuple[str, ...]  # the engine (or Ray's task history) says it is paused
     gated: tuple[str, ...]  # requests held before the scheduler
+    held: float = 0.0  # how many (the larger gap of the HTTP layer's and the router's counts)
 
     @property
     def any(self) -> bool:
@@ -345,9 +359,16 @@ def _pause(
     metrics: SglangMetrics | None,
     load: EngineLoad | None,
     router: RouterWorker | None,
+    history: PausedEngine | None = None,
 ) -> _Pause:
     explicit: list[str] = []
     gated: list[str] = []
+    gap = 0.0
+    if history is not None and history.left_paused:
+        explicit.append(
+            f"Ray task history: its last pause_generation ({history.pause.task_id[:12]}) finished "
+            "and no continue_generation ran after it"
+        )
     ready, ping = _status_of(latest, "/ready"), _status_of(latest, "/ping")
     if ready == 503 and ping == 200:
         explicit.append("GET /ready: 503 while GET /ping: 200 (SGLang >= 0.5.20: paused)")
@@ -363,17 +384,32 @@ def _pause(
     held = None if load is None else (load.running or 0) + (load.waiting or 0)
     active = metrics.http_active.get(_GENERATE) if metrics is not None else None
     if active is not None and held is not None and active > held:
+        gap = active - held
         gated.append(
             f"{active:g} /generate requests in flight at the HTTP layer "
             f"(sglang:http_requests_active) but {held:g} in the scheduler (/v1/loads): the rest "
-            "wait at the tokenizer's pause gate or weight-update lock"
+            "wait before the scheduler"
         )
     if router is not None and router.load and held is not None and router.load > held:
+        gap = max(gap, router.load - held)
         gated.append(
             f"the router counts {router.load} requests in flight to this engine, the scheduler "
             f"holds {held:g} (/v1/loads): the rest wait before the scheduler"
         )
-    return _Pause(tuple(explicit), tuple(gated))
+    return _Pause(tuple(explicit), tuple(gated), gap)
+
+
+def _held_line(pause: _Pause, metrics: SglangMetrics | None) -> str:
+    """What a gap between the HTTP layer and the scheduler is when no pause evidence shows."""
+    counts = ""
+    if metrics is not None and (metrics.http_requests or metrics.http_active):
+        pauses = metrics.http_responses_ok.get(_PAUSE, 0.0) + metrics.http_active.get(_PAUSE, 0.0)
+        continues = metrics.http_responses_ok.get(_CONTINUE, 0.0)
+        counts = f" ({pauses:g} /pause_generation, {continues:g} /continue_generation answered)"
+    return (
+        f"{pause.held:g} requests held between the HTTP layer and the scheduler: not paused by "
+        f"the evidence{counts}; {HELD_CAUSES}"
+    )
 
 
 def _calls(metrics: dict[int, SglangMetrics]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -389,7 +425,14 @@ def _calls(metrics: dict[int, SglangMetrics]) -> tuple[tuple[str, ...], tuple[st
     return latest, tuple(p for p in latest if p in held)
 
 
-def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None) -> EngineRead:
+def read_engine(
+    url: str,
+    obs: list[HttpObs],
+    world: World,
+    node_ip: str | None,
+    history: tuple[PausedEngine, ...] = (),
+) -> EngineRead:
+    """`history`: the engines Ray's task history shows paused (`actor_queues.TaskView.paused`)."""
     procs = tuple(
         p
         for p in world.procs
@@ -456,7 +499,9 @@ def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None)
     if len(set(versions)) > 1:
         evidence.append("weight_version moved: " + " -> ".join(versions))
         return make(EngineState.BUSY)
-    pause = _pause(latest, last_metrics, load, router)
+    actor_ids = {p.actor_id for p in procs if p.actor_id}
+    paused_in_history = next((h for h in history if h.actor.actor_id in actor_ids), None)
+    pause = _pause(latest, last_metrics, load, router, paused_in_history)
     http_generate = last_metrics.http_active.get(_GENERATE) if last_metrics is not None else None
     in_flight = (running or 0.0) + (queued or 0.0)
     timed_out = _unresponsive(latest, empty_counts=False)
@@ -487,10 +532,15 @@ def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None)
         evidence.extend(pause.explicit + pause.gated)
         evidence.extend(call_lines())
         return make(EngineState.UNRESPONSIVE, frozen=compared)
-    if pause.any:
+    if pause.explicit:
         evidence.extend(pause.explicit + pause.gated)
         evidence.extend(call_lines())
         return make(EngineState.PAUSED, frozen=compared)
+    if pause.gated:
+        evidence.append(_held_line(pause, last_metrics))
+        evidence.extend(pause.gated)
+        evidence.extend(call_lines())
+        return make(EngineState.HELD, frozen=compared)
     if answers and all(a.status is None for a in answers):
         evidence.extend(_describe(a) for a in answers[:3])
         return make(EngineState.UNRESPONSIVE)
@@ -526,6 +576,8 @@ def read_engines(world: World) -> tuple[EngineRead, ...]:
         if p.role is Role.SGLANG_ENGINE and p.engine_url:
             by_url.setdefault(p.engine_url.rstrip("/"), [])
             nodes.setdefault(p.engine_url.rstrip("/"), p.node_ip)
+    view = build_view(world.snapshot)
+    history = view.paused if view is not None else ()
     return tuple(
-        read_engine(url, obs, world, nodes.get(url)) for url, obs in sorted(by_url.items())
+        read_engine(url, obs, world, nodes.get(url), history) for url, obs in sorted(by_url.items())
     )

@@ -133,7 +133,7 @@ def proxy_hazards(world: World, engines: tuple[EngineRead, ...]) -> tuple[ProxyH
 
 
 def _ifname_mismatches(world: World) -> list[str]:
-    ranks = [p for p in world.procs if p.role is Role.TRAIN_RANK and p.infos]
+    ranks = [p for p in world.train_ranks() if p.infos]
     lines: list[str] = []
     for var in IFNAME_VARS:
         values: dict[str, list[str]] = {}

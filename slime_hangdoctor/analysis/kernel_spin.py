@@ -65,7 +65,7 @@ def _communicator_in_stacks(world: World) -> str | None:
             for t in read.threads:
                 if t.block in _COMM_BLOCKS:
                     return f"{p.label} (pid {p.pid}) is {t.describe()}"
-                hit = next((f for f in t.frames if _comm_frame(f)), None)
+                hit = next((f for f in t.own if _comm_frame(f)), None)
                 if hit is not None:
                     return f"{p.label} (pid {p.pid}) has {hit.where} on its stack"
     return None

@@ -15,7 +15,11 @@ it is not a culprit by itself. In order, the holder is:
 4. an HTTP proxy: the RolloutManager's environment sends its requests for the engines to a proxy
    that `no_proxy` does not exempt them from (`hazards.proxy_for_url`, Python's own rule): the
    environ finder and the `requests-at-proxy` cause;
-5. the RolloutManager itself, only when positive evidence points there: Ray's task history shows
+5. a service outside the job that the job's own configuration names (`--rm-url`, a tool server, an
+   external engine: `services.job_services`), when the RolloutManager holds connections to it
+   across both samples: that service, named as the job names it; the stage is what the rollout
+   waits on it for (a reward model: reward);
+6. the RolloutManager itself, only when positive evidence points there: Ray's task history shows
    its rollout method running far longer than its earlier runs (`actor_queues`), and its TCP
    connections, read at both samples, hold none to an engine, router or proxy. Then the requests
    never left it: a coroutine awaits something nobody completes (a leaked concurrency slot, a
@@ -33,11 +37,12 @@ from slime_hangdoctor.analysis.actor_queues import OverlongTask, build_view
 from slime_hangdoctor.analysis.engines import EngineRead
 from slime_hangdoctor.analysis.hazards import proxy_hazards
 from slime_hangdoctor.analysis.network import KeptConnections, held_requests, kept_connections
+from slime_hangdoctor.analysis.services import Service
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 
 # EngineState values that mean the engine holds requests without serving them
-_HOLDING = frozenset({"dead", "paused"})
+_HOLDING = frozenset({"dead", "paused", "held"})
 # peers that would hold the RolloutManager's requests outside it
 _CARRIERS = ("engine", "router", "proxy")
 
@@ -46,6 +51,7 @@ class Holder(str, Enum):
     ENGINE = "engine"
     ROUTER = "router"
     PROXY = "proxy"
+    EXTERNAL = "external"  # a service outside the job (a remote reward model, a tool server)
     ROLLOUT_MANAGER = "rollout_manager"
     UNKNOWN = "unknown"  # no holder found, and not enough evidence to blame the RolloutManager
 
@@ -57,6 +63,7 @@ class LostRequests:
     sources: frozenset[Source] = frozenset()  # the sources that decided it
     url: str | None = None  # the engine or router that holds them
     proxy: str | None = None  # NAME=value of the proxy variable
+    service: Service | None = None  # the service outside the job that holds them
 
 
 def _router_down(world: World) -> tuple[str, str] | None:
@@ -181,4 +188,19 @@ def where_requests_are(world: World, engines: tuple[EngineRead, ...], rm: Proc) 
         f"engine {e.url}: {e.running or 0:.0f} running, {e.queued or 0:.0f} queued"
         for e in idle[:4]
     )
+    if kept is not None and (outside := kept.to("external")):
+        ep, n = outside[0]
+        assert ep.service is not None
+        return LostRequests(
+            Holder.EXTERNAL,
+            (
+                f"[sockets] {rm.label} (pid {rm.pid}) holds {n} connection(s) across both "
+                f"samples to {ep.service.url}, which no process of the job serves: the "
+                f"{ep.service.kind.value} named by {ep.service.named_by}",
+                engines_line,
+            ),
+            frozenset({"sockets", "processes", "sglang"}),
+            url=ep.service.url,
+            service=ep.service,
+        )
     return _in_rm(rm, _overlong_of(world, rm), kept, engines_line)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from slime_hangdoctor.analysis.engines import EngineRead
+from slime_hangdoctor.analysis.services import Service, job_services
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import PROXY_ENV, TcpConnection
 from slime_hangdoctor.verdict import Finding, Role, Severity
@@ -32,9 +33,10 @@ _LOOPBACK = ("127.", "::1", "0.0.0.0", "::")
 
 @dataclass(frozen=True)
 class Endpoint:
-    kind: str  # engine | router | dashboard | gcs | store | proxy | slime | unknown
+    kind: str  # engine | router | dashboard | gcs | store | proxy | slime | external | unknown
     label: str
     engine_url: str | None = None
+    service: Service | None = None  # what the job's configuration says an external peer is
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,12 @@ def peer_map(world: World, engines: tuple[EngineRead, ...]) -> PeerMap:
                 peers.add(at, Endpoint("router", p.label))
             else:
                 peers.add(at, Endpoint("slime", p.label))
+    # Last: a URL of the job's configuration that no process of the job serves is outside it.
+    for svc in job_services(world):
+        peers.add(
+            (_host_key(svc.host, svc.node_ip), svc.port),
+            Endpoint("external", svc.label, service=svc),
+        )
     return peers
 
 

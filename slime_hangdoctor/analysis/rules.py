@@ -48,7 +48,7 @@ def _threads(procs: tuple[Proc, ...]) -> Iterator[tuple[Proc, ThreadRead]]:
 
 
 def _funcs(t: ThreadRead) -> set[str]:
-    return {split_name(f.name)[1] for f in t.frames}
+    return {split_name(f.name)[1] for f in t.own}
 
 
 def _in_file(frame: Frame, part: str) -> bool:
@@ -62,7 +62,7 @@ def _with_frames(
     for p, t in _threads(procs):
         if funcs is not None and not (funcs & _funcs(t)):
             continue
-        if file_part is not None and not any(_in_file(f, file_part) for f in t.frames):
+        if file_part is not None and not any(_in_file(f, file_part) for f in t.own):
             continue
         out.append((p, t))
     return out
@@ -354,6 +354,43 @@ def _requests_at_proxy(ctx: Context) -> Cause | None:
     return None
 
 
+def _requests_at_external_service(ctx: Context) -> Cause | None:
+    """The rollout waits on a service outside the job that the job's configuration names (a remote
+    reward model or judge, a tool server, an external engine): it holds the requests."""
+    if ctx.status is not Status.HUNG:
+        return None
+    for rm in ctx.world.by_role(Role.ROLLOUT_MANAGER):
+        read = rm.latest
+        if read is None or read.loop is None or read.loop.block is not Block.EVENT_LOOP:
+            continue
+        known = [e for e in ctx.engines if e.in_flight is not None]
+        if not known or any((e.in_flight or 0) > 0 or e.moving for e in known):
+            return None
+        where = where_requests_are(ctx.world, ctx.engines, rm)
+        svc = where.service
+        if where.holder is not Holder.EXTERNAL or svc is None:
+            continue
+        return _cause(
+            "requests-at-external-service",
+            Severity.CRITICAL,
+            f"The rollout waits on the {svc.kind.value} {svc.url}, a service outside the job "
+            f"({svc.named_by}): the RolloutManager holds its requests there while every engine "
+            "is idle",
+            list(where.why),
+            [
+                f"From the RolloutManager's node: `curl -s -m 10 -o /dev/null -w '%{{http_code}} "
+                f"%{{time_total}}s\\n' {svc.url}` (a hang or a 5xx is the service's own problem)",
+                f"Look at the {svc.kind.value}'s own logs, load and GPU: it accepted the "
+                "connections and has not answered",
+                "slime's remote_rm waits as long as its aiohttp session lets it (January 2026: "
+                "aiohttp's default 300 s per request; August 2026: 120 s, retried 10 times): "
+                "give a custom reward or tool client a timeout so that a wedged service fails a "
+                "step instead of stopping the job",
+            ],
+        )
+    return None
+
+
 def _disk_sleep(p: Proc) -> bool:
     """The process's last /proc reading says D (uninterruptible disk sleep), or the kernel source
     saw it or one of its threads in D at the last sample."""
@@ -368,7 +405,7 @@ def _checkpoint(ctx: Context) -> Cause | None:
     verl#2238). Its next steps differ from a train-step hang's."""
     if ctx.status is not Status.HUNG or ctx.stage is not Stage.CHECKPOINT:
         return None
-    ranks = [p for p in ctx.world.by_role(Role.TRAIN_RANK) if p.latest is not None]
+    ranks = [p for p in ctx.world.train_ranks() if p.latest is not None]
     saving = [p for p in ranks if p.latest is not None and p.latest.stage is Stage.CHECKPOINT]
     in_coll = [p for p in saving if p.latest is not None and p.latest.primary.in_collective]
     elsewhere = [p for p in ranks if p not in saving]
@@ -456,6 +493,7 @@ KNOWN_CAUSES: tuple[Callable[[Context], Cause | None], ...] = (
     _cp_allgather,
     _router_503,
     _requests_at_proxy,
+    _requests_at_external_service,
     _health_noise,
     _checkpoint,
 )

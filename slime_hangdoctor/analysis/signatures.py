@@ -605,10 +605,15 @@ COLLECTIVE_BLOCKS = frozenset({Block.COLLECTIVE, Block.RENDEZVOUS, Block.CUDA_SY
 
 @dataclass(frozen=True)
 class WaitSig:
+    """`own_call`: a Python frame that waits in a native call it makes itself, with no Python frame
+    below it (`handle.wait()` on a c10d Work): it is the wait only as the thread's innermost Python
+    frame, and only while the thread is idle (the GIL released) or --native shows no other wait."""
+
     block: Block
     func: str
     file: str | None = None  # suffix or folder, as FrameSig.file
     native: bool = False  # matches native frames (py-spy --native): substring of the name
+    own_call: bool = False
 
 
 _C10D = "torch/distributed/distributed_c10d.py"
@@ -641,6 +646,15 @@ WAITS: tuple[WaitSig, ...] = (
         Block.EVENT_LOOP,
         "sglang/srt/",
         "broadcast_pyobj recv_requests _pull_raw_reqs on_idle maybe_sleep_on_idle",
+    ),
+    # SGLang's scheduler receiving the weight broadcast posts every `broadcast(async_op=True)`, then
+    # waits in `handle.wait()` (native: c10d::Work::wait) in the same frame, with no `broadcast`
+    # frame below: 0.5.15.post1 model_runner.py:2095-2113 (`ModelRunner.update_weights_from_
+    # distributed`), 0.5.21+ model_runner_components/weight_updater.py (`receive_weights_from_
+    # distributed`). Nothing else these functions call directly blocks.
+    *(
+        WaitSig(Block.COLLECTIVE, f, "sglang/srt/model_executor/", own_call=True)
+        for f in ("update_weights_from_distributed", "receive_weights_from_distributed")
     ),
     *_waits(Block.CUDA_SYNC, "torch/cuda/__init__.py", "synchronize"),
     *_waits(Block.CUDA_SYNC, "torch/cuda/streams.py", "synchronize wait_event query"),

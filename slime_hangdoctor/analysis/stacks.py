@@ -52,6 +52,11 @@ class ThreadRead:
         return self.frames[self.block_index] if self.block_index is not None else None
 
     @property
+    def own(self) -> tuple[Frame, ...]:
+        """The frames the process runs itself (a forked child's inherited frames cut off)."""
+        return own_frames(self.frames)
+
+    @property
     def top(self) -> Frame | None:
         """The innermost Python frame that is not plumbing."""
         for f in self.frames:
@@ -62,7 +67,7 @@ class ThreadRead:
     @property
     def is_loop_thread(self) -> bool:
         """An asyncio loop thread (slime's AsyncLoopThread: `_start_loop` -> `run_forever`)."""
-        return any(split_name(f.name)[1] in _LOOP_FUNCS for f in self.frames)
+        return any(split_name(f.name)[1] in _LOOP_FUNCS for f in self.own)
 
     @property
     def waiting(self) -> bool:
@@ -141,6 +146,8 @@ def find_block(frames: tuple[Frame, ...], active: bool) -> tuple[Block, int | No
     python_seen = 0
     for i, frame in enumerate(frames):
         sig = wait_of(frame)
+        if sig is not None and sig.own_call and (python_seen or active):
+            sig = None  # it called Python code, or runs on the CPU: not its own native wait
         if sig is not None:
             if python_seen and active and sig.block in (Block.EVENT_LOOP, Block.WAIT):
                 # running library code called from an event loop / pool: it is working

@@ -7,6 +7,7 @@ processes without Ray: a process that holds a GPU and speaks NCCL is taken for a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -69,8 +70,19 @@ class Proc:
         return self.member.actor_id if self.member else None
 
     @property
+    def is_child(self) -> bool:
+        """A process forked by a slime process that kept its title (`Member.kind` "child")."""
+        return self.kind == "child"
+
+    @property
+    def parent_pid(self) -> int | None:
+        return self.member.parent_pid if self.member else None
+
+    @property
     def label(self) -> str:
         if self.role is Role.TRAIN_RANK and self.rank is not None:
+            if self.is_child:
+                return f"train rank {self.rank} child (pid {self.pid})"
             return f"train rank {self.rank}"
         if self.member is not None:
             return self.member.label
@@ -107,6 +119,26 @@ class World:
     def by_role(self, role: Role) -> tuple[Proc, ...]:
         return tuple(p for p in self.procs if p.role is role)
 
+    def train_ranks(self) -> tuple[Proc, ...]:
+        """The train ranks themselves: not the processes they forked (`Proc.is_child`)."""
+        return tuple(p for p in self.by_role(Role.TRAIN_RANK) if not p.is_child)
+
+    def children_of(self, proc: Proc) -> tuple[Proc, ...]:
+        """The processes `proc` forked that kept its title (its `child` members)."""
+        return tuple(
+            p
+            for p in self.procs
+            if p.is_child and p.parent_pid == proc.pid and p.node_ip == proc.node_ip
+        )
+
+    def parent_of(self, proc: Proc) -> Proc | None:
+        """The slime process a `child` was forked by."""
+        if not proc.is_child or proc.parent_pid is None:
+            return None
+        return next(
+            (p for p in self.procs if p.pid == proc.parent_pid and p.node_ip == proc.node_ip), None
+        )
+
     def find(self, pid: int | None, node_ip: str | None = None) -> Proc | None:
         if pid is None:
             return None
@@ -116,8 +148,8 @@ class World:
         return hits[0] if hits else None
 
     def train_rank(self, rank: int) -> Proc | None:
-        for p in self.procs:
-            if p.role is Role.TRAIN_RANK and p.rank == rank:
+        for p in self.train_ranks():
+            if p.rank == rank:
                 return p
         return None
 
@@ -331,6 +363,7 @@ def build_world(snapshot: Snapshot, topology: Topology) -> World:
                 kernel=tuple(kernel.get((node_ip, pid)) or _by_pid(kernel, pid)),
             )
         )
+    procs = _children_ranked(procs)
     samples = sorted(
         {s.sample for s in snapshot.stacks}
         | {p.sample for p in snapshot.processes}
@@ -338,6 +371,19 @@ def build_world(snapshot: Snapshot, topology: Topology) -> World:
         | {r.sample for r in snapshot.ras}
     )
     return World(snapshot, topology, tuple(procs), gpus, tuple(samples))
+
+
+def _children_ranked(procs: list[Proc]) -> list[Proc]:
+    """A rank's child carries the rank of its parent as the world resolved it."""
+    by_key = {(p.node_ip, p.pid): p for p in procs}
+    out: list[Proc] = []
+    for p in procs:
+        parent = by_key.get((p.node_ip, p.parent_pid)) if p.is_child and p.parent_pid else None
+        if parent is not None and parent.rank is not None:
+            out.append(dataclasses.replace(p, rank=parent.rank, rank_source=parent.rank_source))
+        else:
+            out.append(p)
+    return out
 
 
 def _by_pid(table: Mapping[tuple[str | None, int], list[T]], pid: int) -> list[T]:

@@ -11,12 +11,20 @@ Address forms:
   dashboard given without its scheme), then ``http://host:8265``.
 - ``"http(s)://host:port"``: the dashboard itself. ``"ray://host:port"`` (Ray Client): host:8265.
 
+The local cluster's files are trusted only as safe_fs says: the file belongs to root, to the
+doctor's user or to the ``--uid`` given, and no directory on its path may be written by anyone
+else (sticky ones excepted). Ray makes its temp dir and session dirs mode 0777 without a sticky
+bit, so any local user can plant these files there. An address read from a file not trusted so is
+never sent the Ray token: with a token, it is not tried at all (a blind spot names the file and
+why: give the address); without one it is tried as before (there is no secret to lose).
+
 Each candidate dashboard is checked with ``GET /api/version``. Ray's own helpers are never used to
 connect: given a dead or non-GCS address they block ~35 s (see ray-and-tools-notes §3).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -30,6 +38,7 @@ from urllib.parse import urlsplit
 
 from slime_hangdoctor.collect.dashboard import DashboardClient, resolve_token
 from slime_hangdoctor.errors import RayUnreachable
+from slime_hangdoctor.safe_fs import file_problem, read_regular, trusted_owners
 
 DEFAULT_DASHBOARD_PORT = 8265
 DEFAULT_GCS_PORT = 6379
@@ -45,6 +54,8 @@ class Cluster:
     tried: tuple[str, ...]
     ray_version: str | None
     session_name: str | None = None
+    # local cluster files not trusted, each with why: their addresses were not sent the token
+    distrusted: tuple[str, ...] = ()
 
 
 class _Auth(Exception):
@@ -54,9 +65,11 @@ class _Auth(Exception):
 class _Search:
     """State of one resolution: the deadline, what was tried and why each form failed."""
 
-    def __init__(self, timeout: float, token: str | None) -> None:
+    def __init__(self, timeout: float, token: str | None, uid: int | None = None) -> None:
         self.deadline = time.monotonic() + max(0.1, timeout)
         self.token = token
+        self.owners = trusted_owners(uid)
+        self.distrusted: list[str] = []
         self.tried: list[str] = []
         self.failures: list[str] = []
         self.auth_failure: str | None = None
@@ -75,9 +88,12 @@ def resolve_cluster(
     timeout: float,
     token: str | None,
     ray_temp_dir: Path | None = None,
+    uid: int | None = None,
 ) -> Cluster:
-    """The cluster's dashboard, or RayUnreachable (listing every form tried) within `timeout` s."""
-    search = _Search(timeout, resolve_token(token))
+    """The cluster's dashboard, or RayUnreachable (listing every form tried) within `timeout` s.
+
+    `uid`: the user the run is for (`--uid`): the local cluster's files may also be theirs."""
+    search = _Search(timeout, resolve_token(token), uid)
     for form, gcs, url in _candidates(address, search, ray_temp_dir):
         if url in search.seen:
             continue
@@ -88,7 +104,7 @@ def resolve_cluster(
         search.tried.append(form if form.endswith(url) else f"{form} -> {url}")
         found = _check_dashboard(url, gcs, search, form)
         if found is not None:
-            return found
+            return dataclasses.replace(found, distrusted=tuple(search.distrusted))
     raise _unreachable(address, search)
 
 
@@ -107,7 +123,14 @@ def _candidates(
         value = os.environ.get(var, "").strip()
         if value and value not in ("auto", "local"):
             yield from _explicit(f"{var}={value}", value, search)
-    for form, gcs in _local_gcs(temp_dir):
+    for form, gcs, why in _local_gcs(temp_dir, search.owners):
+        if why is not None and search.token:
+            search.distrusted.append(
+                f"{form}: not trusted ({why}): the Ray token is never sent to an address read "
+                "from it; give the cluster's address"
+            )
+            search.fail(form, f"not tried: not trusted ({why})")
+            continue
         yield from _from_gcs(form, gcs, search, fallbacks=False)
     yield "default", None, f"http://127.0.0.1:{DEFAULT_DASHBOARD_PORT}"
 
@@ -186,15 +209,17 @@ def _is_local_address(host: str) -> bool:
     return True
 
 
-def _local_gcs(temp_dir: Path | None) -> Iterator[tuple[str, str]]:
+def _local_gcs(
+    temp_dir: Path | None, owners: frozenset[int]
+) -> Iterator[tuple[str, str, str | None]]:
+    """(form, GCS address, why the file it came from is not trusted or None) of the local cluster.
+    Read without blocking and never through a symlink at the file itself (a FIFO planted there
+    must not hang discovery)."""
     root = temp_dir or _ray_temp_dir()
     current = root / "ray_current_cluster"
-    try:
-        text = current.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
-        text = ""
+    text = _small_text(current)
     if text:
-        yield f"local cluster ({current})", text
+        yield f"local cluster ({current})", text, file_problem(current, owners)
     session = root / "session_latest"
     try:
         port_files = sorted(session.glob("gcs_server_port_*"))
@@ -202,10 +227,20 @@ def _local_gcs(temp_dir: Path | None) -> Iterator[tuple[str, str]]:
         port_files = []
     for f in port_files[:1]:
         try:
-            port = int(f.read_text(encoding="utf-8").strip())
-        except (OSError, ValueError, UnicodeDecodeError):
+            port = int(_small_text(f))
+        except ValueError:
             continue
-        yield f"local session ({session})", f"127.0.0.1:{port}"
+        yield f"local session ({session})", f"127.0.0.1:{port}", file_problem(f, owners)
+
+
+def _small_text(path: Path) -> str:
+    try:
+        data = read_regular(path, 4096)
+    except OSError:
+        return ""
+    if data is None:
+        return ""
+    return data.decode("utf-8", "replace").strip()
 
 
 def _ray_temp_dir() -> Path:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from slime_hangdoctor.redact import utf8_prefix
+
 if TYPE_CHECKING:
     from urllib3.response import BaseHTTPResponse
 
@@ -24,7 +26,8 @@ CHUNK = 64 * 1024
 
 @dataclass(frozen=True)
 class Fetched:
-    """A complete answer (or its first `max_body` bytes, `truncated`)."""
+    """A complete answer (or its first `max_body` bytes, `truncated`, less a UTF-8 character
+    the cap would split)."""
 
     status: int
     body: bytes
@@ -93,8 +96,8 @@ def _read(resp: BaseHTTPResponse, deadline: float, max_body: int) -> tuple[bytes
         if not chunk:
             return bytes(buf), False
         buf.extend(chunk)
-        if len(buf) >= max_body:
-            return bytes(buf[:max_body]), True
+        if len(buf) >= max_body:  # cut on a character boundary: redact_bytes sees whole text
+            return utf8_prefix(bytes(buf), max_body), True
         if time.monotonic() > deadline:
             raise BodyDeadline(bytes(buf))
 

@@ -25,6 +25,7 @@ from typing import Any
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
 from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.redact import utf8_prefix
 
 MAX_THREADS = 4096
 MAX_KMSG_BYTES = 4 << 20
@@ -95,7 +96,7 @@ def record_kernel(
 def _read(path: str) -> str | None:
     try:
         with open(path, "rb") as fh:
-            return fh.read(MAX_FILE_BYTES).decode("utf-8", "replace")
+            return utf8_prefix(fh.read(MAX_FILE_BYTES), MAX_FILE_BYTES).decode("utf-8", "replace")
     except OSError:
         return None
 

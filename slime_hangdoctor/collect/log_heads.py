@@ -36,6 +36,7 @@ from typing import Any
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.redact import utf8_prefix
 
 MAX_HEAD_BYTES = 64 * 1024  # per stream
 CHUNK = 16 * 1024
@@ -105,7 +106,10 @@ def read_head(
                 break
             chunks.append(chunk)
             total += len(chunk)
-        return Head(Outcome.OK, None, b"".join(chunks), name, info.st_size)
+        data = b"".join(chunks)
+        if total >= max_bytes:  # the cap cut the log: on a character boundary (tqdm's bars)
+            data = utf8_prefix(data, max_bytes)
+        return Head(Outcome.OK, None, data, name, info.st_size)
     except OSError as exc:
         return Head(Outcome.FAILED, f"{name}: {exc.strerror or exc}", file=name)
     finally:

@@ -75,16 +75,18 @@ def sample_node(
 
     `on_scan` gets the topology found by the process scan before the stacks are dumped (the CLI
     starts its engine probes there, so that they run while the stacks are dumped)."""
-    from slime_hangdoctor.collect.processes import local_uid, record_processes
+    from slime_hangdoctor.collect.processes import local_uid_choice, record_processes
 
+    # found by titles: one user's processes only (a root doctor takes no one else's)
+    uid, note = local_uid_choice(opts.uid) if spec.roots is None else (None, None)
     record_processes(
         writer,
         node_ip=spec.node_ip,
         sample=spec.sample,
         extra_pids=spec.extra_pids,
         roots=spec.roots,
-        # found by titles: one user's processes only (a root doctor takes no one else's)
-        uid=local_uid(opts.uid) if spec.roots is None else None,
+        uid=uid,
+        note=note,
     )
     topo = build_topology(partial_snapshot(writer))
     if on_scan is not None:

@@ -14,8 +14,9 @@ Which processes are kept:
 
 Found by their titles (`--local`, or no Ray state), only the processes of one user are taken: the
 `--uid` given, else the owner of the local Ray session (`$RAY_TMPDIR/ray/session_latest`, /tmp by
-default), else the user running the doctor. A root doctor thus never picks up another user's
-`ray::`/`sglang::` processes (anyone can title a process so), nor dumps their stacks.
+default) if the Ray temp dir can be trusted to say it (`local_uid_choice`), else the user running the
+doctor. A root doctor thus never picks up another user's `ray::`/`sglang::` processes (anyone can
+title a process so, or plant a `session_latest` in Ray's 0777 temp dir), nor dumps their stacks.
 
 Raylet, GCS, dashboard and other daemons are not listed. A process that vanishes mid-scan is skipped.
 Command lines are redacted; the environment keeps allow-listed keys only; trailing empty arguments
@@ -38,6 +39,7 @@ from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import PROXY_ENV, Outcome
 from slime_hangdoctor.parsers.sockets import LISTEN, decode_address
 from slime_hangdoctor.redact import filter_env, redact_cmdline
+from slime_hangdoctor.safe_fs import dir_problem, trusted_owners
 
 RAY_DAEMON_PREFIXES = ("ray::DashboardAgent", "ray::RuntimeEnvAgent", "ray::IDLE")
 DESCENDANT_DEPTH = 3
@@ -59,12 +61,32 @@ def ray_session_uid() -> int | None:
         return None
 
 
-def local_uid(explicit: int | None = None) -> int:
-    """Whose processes title discovery takes: `--uid`, else the Ray session's owner, else ours."""
+def local_uid_choice(explicit: int | None = None) -> tuple[int, str | None]:
+    """(whose processes title discovery takes, why the Ray session's owner was not taken or None).
+
+    `--uid`, else the owner of the Ray session if the Ray temp dir can be trusted to say it (no
+    directory on its path writable by others without a sticky bit, each root's or ours: Ray makes
+    its own 0777, where anyone can plant a `session_latest` of theirs), else ours."""
     if explicit is not None:
-        return explicit
+        return explicit, None
+    own = os.geteuid()
     session = ray_session_uid()
-    return session if session is not None else os.geteuid()
+    if session is None or session == own:
+        return own, None
+    temp_dir = Path(os.environ.get("RAY_TMPDIR") or "/tmp") / "ray"
+    why = dir_problem(temp_dir, trusted_owners())
+    if why is None:
+        return session, None
+    return own, (
+        f"the owner of {temp_dir / 'session_latest'} (uid {session}) was not taken as the job's "
+        f"user: {why}; only uid {own}'s processes were scanned (pass --uid to name the job's user)"
+    )
+
+
+def local_uid(explicit: int | None = None) -> int:
+    """Whose processes title discovery takes: `--uid`, else the Ray session's owner (when it can
+    be trusted, `local_uid_choice`), else ours."""
+    return local_uid_choice(explicit)[0]
 
 
 def scan_processes(
@@ -106,8 +128,10 @@ def record_processes(
     extra_pids: AbstractSet[int] = frozenset(),
     roots: AbstractSet[int] | None = None,
     uid: int | None = None,
+    note: str | None = None,
 ) -> ProbeRecord:
-    """Scan this node and store the artefact (source `processes`); never raises."""
+    """Scan this node and store the artefact (source `processes`); never raises. `note`: what
+    the scan left out and why (a partial blind spot)."""
     clock = ProbeClock(b.PROCESSES, "processes", node_ip=node_ip, sample=sample)
     record = clock.record
 
@@ -122,7 +146,7 @@ def record_processes(
     meta: dict[str, Any] = {"count": len(doc["processes"])}
     if uid is not None:
         meta["uid"] = uid  # title discovery was limited to this user's processes
-    return writer.add(record(Outcome.OK, **meta), dumps_json(doc), suffix=".json")
+    return writer.add(record(Outcome.OK, note, **meta), dumps_json(doc), suffix=".json")
 
 
 # --------------------------------------------------------------------------- helpers

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
+from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, safe_suffix
 from slime_hangdoctor.collect.node import NodeSpec, run_detached_sample
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.facts import Outcome
@@ -120,14 +120,28 @@ def _task(
 def add_exported(
     writer: BundleWriter, exported: list[tuple[dict[str, Any], bytes | None, str]]
 ) -> int:
-    """Re-add a remote node's records (and bytes) to the main bundle; returns how many."""
+    """Re-add a remote node's records (and bytes) to the main bundle; returns how many.
+
+    A node's answer is untrusted input: its record's source, target and node become safe file
+    names (BundleWriter), and so does its artefact suffix; a suffix that had to be changed is
+    said in the record's reason. Nothing it says can place a file outside the bundle."""
     n = 0
-    for rec_json, data, suffix in exported:
+    for item in exported:
         try:
+            rec_json, data, suffix = item
             rec = ProbeRecord.from_json(rec_json)
         except Exception:  # noqa: BLE001 - a malformed record from a node is skipped
             continue
-        writer.add(ProbeRecord(**{**rec.__dict__, "artifact": None}), data, suffix=suffix)
+        reason = rec.reason
+        if not isinstance(data, (bytes, str)):
+            data = None
+        suffix = suffix if isinstance(suffix, str) else ""
+        if data is not None and safe_suffix(suffix) != suffix:
+            note = f"the node's artefact suffix {suffix[:80]!r} was unsafe: saved as {safe_suffix(suffix)!r}"
+            reason = f"{reason}; {note}" if reason else note
+        writer.add(
+            ProbeRecord(**{**rec.__dict__, "artifact": None, "reason": reason}), data, suffix=suffix
+        )
         n += 1
     return n
 

@@ -188,11 +188,24 @@ def _connect(
     from slime_hangdoctor.collect.dashboard import DashboardClient
 
     cluster = resolve_cluster(
-        address, timeout=deadline.clamp(min(6.0, opts.timeout_s / 2)), token=opts.ray_token
+        address,
+        timeout=deadline.clamp(min(6.0, opts.timeout_s / 2)),
+        token=opts.ray_token,
+        uid=opts.uid,
     )
     writer.target["dashboard_url"] = cluster.dashboard_url
     writer.target["gcs_address"] = cluster.gcs_address
     writer.target["address_forms_tried"] = list(cluster.tried)
+    if cluster.distrusted:  # a blind spot: the cluster those files name was not looked at
+        writer.add(
+            ProbeRecord(
+                b.RAY_DASHBOARD,
+                "local cluster files",
+                Outcome.DENIED,
+                "; ".join(cluster.distrusted),
+                started_at=time.time(),
+            )
+        )
     client = DashboardClient(
         cluster.dashboard_url, token=opts.ray_token, timeout=opts.probe_timeout_s
     )

@@ -42,6 +42,9 @@ class FaultSpec:
     colocate: bool = False
     uses_fault_after_steps: bool = True  # False: the fault is there from the start
     server_fault: str | None = None  # the SGLang stand-in fault it uses, if any
+    # the job's rewards come from a remote reward model outside the job (`--rm-type remote_rm
+    # --rm-url`, a free port the launcher picks)
+    remote_reward: bool = False
     frames: tuple[FrameSignature, ...] = field(default_factory=tuple)
     # where the doctor does not reach `expected` yet: what it says instead (tests mark it xfail)
     known_gap: str | None = None
@@ -249,9 +252,11 @@ FAULTS: dict[str, FaultSpec] = {
             name="weight_sync_engine_wedged",
             description=(
                 "non-colocate: engine 1's scheduler wedges after the weight update reached it, "
-                "before the first broadcast; train rank 0 waits in the broadcast (on NCCL engine "
-                "0's scheduler would wait there too; gloo, the demo's CPU stand-in, hands engine 0 "
-                "its copy straight from rank 0 and it goes back to its loop)"
+                "before the first broadcast; train rank 0 waits in the broadcast of the bucket's "
+                "first tensor (32 MiB, more than a socket holds, so its gloo send to engine 1 never "
+                "completes) and engine 0's scheduler, which got it, waits on the next tensor's "
+                "handle (`handle.wait()` in update_weights_from_distributed, no broadcast frame), "
+                "as on NCCL"
             ),
             expected=Expected(
                 status="hung",
@@ -265,6 +270,10 @@ FAULTS: dict[str, FaultSpec] = {
                 FrameSignature("train rank 0", ("broadcast", "update_weights_from_distributed")),
                 FrameSignature(
                     "engine 1 scheduler", ("_synchronize", "update_weights_from_distributed")
+                ),
+                FrameSignature(
+                    "engine 0 scheduler",
+                    ("update_weights_from_distributed", "update_weights_from_distributed"),
                 ),
             ),
         ),
@@ -362,6 +371,22 @@ FAULTS: dict[str, FaultSpec] = {
             ),
         ),
         FaultSpec(
+            name="reward_service_stuck",
+            description=(
+                "the rewards come from a remote reward model outside the job (`--rm-type "
+                "remote_rm --rm-url`, as slime's remote_rm posts each sample); after the healthy "
+                "rollouts the service accepts and reads every request and never answers: the "
+                "engines have finished their share, every stack is idle, only the "
+                "RolloutManager's connections to the service show where the rollout waits"
+            ),
+            expected=Expected(status="hung", stage="reward", culprit_role="rollout_manager"),
+            remote_reward=True,
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+            ),
+        ),
+        FaultSpec(
             name="rollout_slots_leaked",
             description=(
                 "the rollout's concurrency slots leak (a custom rollout's abort path takes them "
@@ -412,6 +437,28 @@ FAULTS: dict[str, FaultSpec] = {
                 FrameSignature("driver", ("save_model", "train")),
                 FrameSignature(
                     "train rank 0", ("_stream_shard_to_uploader", "save_checkpoint", "save")
+                ),
+                FrameSignature("train rank 1", ("barrier", "save_checkpoint", "save")),
+            ),
+        ),
+        FaultSpec(
+            name="checkpoint_writer_deadlock",
+            description=(
+                "slime's save_model after a train step hands rank 0's checkpoint to an "
+                "asynchronous writer process forked from the rank (multiprocessing, fork) while "
+                "another thread of the rank holds the writer's lock: the child inherits the lock "
+                "held and waits on it forever, rank 0 waits for its writer in join, rank 1 in "
+                "save_checkpoint's barrier. The child keeps the rank's Ray process title "
+                "(ray::MegatronTrainRayActor.save_model) and environment: it is rank 0's child, "
+                "not a third rank"
+            ),
+            expected=Expected(
+                status="hung", stage="checkpoint", culprit_role="train_rank", culprit_rank=0
+            ),
+            frames=(
+                FrameSignature("driver", ("save_model", "train")),
+                FrameSignature(
+                    "train rank 0", ("join", "_save_shard_in_forked_writer", "save_checkpoint")
                 ),
                 FrameSignature("train rank 1", ("barrier", "save_checkpoint", "save")),
             ),

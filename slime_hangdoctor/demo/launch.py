@@ -443,6 +443,9 @@ def start_demo(
     )
     try:
         args = ["--sglang-request-log-dir", str(request_logs), *(extra_args or [])]
+        if spec.remote_reward:
+            (rm_port,) = cluster.free_ports(1)
+            args += ["--rm-type", "remote_rm", "--rm-url", f"http://127.0.0.1:{rm_port}/score"]
         if "--sglang-base-port" not in args:
             # slime counts engine ports up from 15000; two demos on one box would race for the
             # same ports, so each run starts from a free block of its own (cluster.quiet_port_block)

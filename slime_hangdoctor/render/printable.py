@@ -2,32 +2,44 @@
 
 Frame names, log lines, reasons and URLs in a report come from the job and, for `analyse`, from a
 bundle someone attached to a bug report. An ESC (or a C1 CSI, or a bidi override) in them would
-move the cursor, retitle the window or hide text on the reader's terminal. Every control
-character but newline and tab is shown as a visible `\\xNN` / `\\uNNNN` escape instead.
+move the cursor, retitle the window or hide text on the reader's terminal; a line or paragraph
+separator (U+2028, U+2029) breaks a one-line status where a terminal or log viewer honours it; a
+format character (zero-width U+200B, the Arabic letter mark U+061C, bidi marks) hides or reorders
+text. Every character that `str.isprintable` refuses (Unicode categories Cc, Cf, Cs, Co, Cn, Zl,
+Zp, and Zs but the space) except newline and tab is shown as a visible `\\xNN` / `\\uNNNN` /
+`\\UNNNNNNNN` escape instead; `one_line` escapes newline and tab too.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 from slime_hangdoctor.verdict import Diagnosis
 
-# C0 controls but \t and \n, DEL, C1 controls, and the bidi embedding/override/isolate marks.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
-
-def printable(text: str) -> str:
-    """`text` with every control character escaped (newlines and tabs kept)."""
+def printable(text: str, keep: str = "\n\t") -> str:
+    """`text` with every non-printable character but those in `keep` escaped."""
     if text.isprintable():
         return text
-    return _CONTROL.sub(_escape, text)
+    plain = text
+    for c in keep:
+        plain = plain.replace(c, "")
+    if plain.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else _escape(c) for c in text)
 
 
-def _escape(m: re.Match[str]) -> str:
-    code = ord(m.group(0))
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+def one_line(text: str) -> str:
+    """`text` as one printable line: newlines and tabs escaped too (a status line, a log line)."""
+    return printable(text, keep="")
+
+
+def _escape(c: str) -> str:
+    code = ord(c)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def printable_diagnosis(diagnosis: Diagnosis) -> Diagnosis:

@@ -1,8 +1,10 @@
 """Files the doctor keeps for itself (the watchdog's state and lock), safe when it runs as root.
 
 A root cron `check` writes into `/var/tmp/slime-hangdoctor/`, a path any user can create first.
-So the directory is created 0700 and owned by the caller, a directory that someone else owns or
-that others may write to is refused (nobody else can then plant a symlink or swap a file in it),
+So the directory is created 0700 and owned by the caller (its missing parents 0755, whatever the
+umask), a directory that someone else owns or that others may write to is refused, and so is one
+below a directory of another user or one others may write without a sticky bit (nobody else can
+then plant a symlink or swap a file in it or on the way to it),
 and every file is opened with O_NOFOLLOW; the state is written to a temporary file in that same
 directory and renamed over the old one.
 """
@@ -10,52 +12,27 @@ directory and renamed over the old one.
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
-from slime_hangdoctor.errors import HangDoctorError
+from slime_hangdoctor.safe_fs import UnsafePath, open_private_dir
+
+__all__ = ["UnsafePath", "open_private", "private_dir", "read_private", "write_atomic"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-class UnsafePath(HangDoctorError):
-    """A path the doctor would write through is not safe (foreign owner, writable by others)."""
-
-    help_text = (
-        "Choose a --state-file in a directory that only you (the user running the doctor) own "
-        "and can write, or remove the directory so that the doctor creates it (mode 0700)."
-    )
-
-
 def private_dir(path: Path) -> Path:
-    """`path` as a directory of ours: created 0700 if missing; refused (UnsafePath) if it is a
-    symlink, not a directory, owned by another user, or writable by group or others."""
+    """`path` as a directory of ours: created 0700 if missing (missing parents 0755, whatever the
+    umask); refused (UnsafePath) if it is a symlink, not a directory, owned by another user, or
+    writable by group or others, or if a directory above it belongs to another user or may be
+    written by others without a sticky bit (safe_fs.open_private_dir)."""
     path = Path(path)
-    if not os.path.lexists(path):
-        if path.parent != path:
-            os.makedirs(path.parent, exist_ok=True)
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass  # created meanwhile: checked below like any other
     try:
-        st = os.lstat(path)
+        fd = open_private_dir(path)
     except OSError as exc:
-        raise UnsafePath(f"cannot use {path}: {exc.strerror}") from exc
-    if stat.S_ISLNK(st.st_mode):
-        raise UnsafePath(f"refusing {path}: it is a symbolic link")
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafePath(f"refusing {path}: it is not a directory")
-    if st.st_uid != os.geteuid():
-        raise UnsafePath(
-            f"refusing {path}: it belongs to uid {st.st_uid}, not to the user running the "
-            f"doctor (uid {os.geteuid()})"
-        )
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UnsafePath(
-            f"refusing {path}: others may write to it (mode {stat.S_IMODE(st.st_mode):04o})"
-        )
+        raise UnsafePath(f"cannot use {path}: {exc.strerror or exc}") from exc
+    os.close(fd)
     return path
 
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
+import pwd
+import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from dataclasses import dataclass
@@ -17,6 +21,14 @@ from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.errors import HangDoctorError
 from slime_hangdoctor.markers import Markers, progress_markers, work_markers
 from slime_hangdoctor.pipeline import Analysed, attach
+from slime_hangdoctor.safe_fs import (
+    CLOEXEC,
+    NOFOLLOW,
+    NONBLOCK,
+    UnsafePath,
+    open_dir,
+    open_private_dir,
+)
 from slime_hangdoctor.verdict import (
     Diagnosis,
     ExitCode,
@@ -27,8 +39,10 @@ from slime_hangdoctor.verdict import (
     verdict_from_json,
 )
 from slime_hangdoctor.watchdog.decide import CheckDecision, decide_check
+from slime_hangdoctor.watchdog.private_files import private_dir
 from slime_hangdoctor.watchdog.prom import write_prom_file
 from slime_hangdoctor.watchdog.state import (
+    DEFAULT_STATE_FILE,
     LockHeld,
     StallLook,
     WatchState,
@@ -71,22 +85,47 @@ class CheckResult:
 
 
 def run_check(address: str | None, opts: CollectOptions, check: CheckOptions) -> CheckResult:
-    """One watchdog run under the state-file lock. Never raises for a bad state file or a dead job."""
+    """One watchdog run under the state-file lock. Never raises for a bad state file or a dead job.
+
+    The default state directory (/var/tmp/slime-hangdoctor) is one any user can create first: if
+    it is not safe to use (another user's, writable by others, a symlink), the run says why and
+    keeps its state in the caller's own state directory instead (`fallback_state_file`), so that a
+    planted directory cannot stop every root check. A --state-file given is used or refused."""
+    early: tuple[str, ...] = ()
+    if check.state_file == DEFAULT_STATE_FILE:
+        try:
+            private_dir(check.state_file.parent)
+        except UnsafePath as exc:
+            fallback = fallback_state_file()
+            early = (f"{exc}; the state is kept in {fallback} instead",)
+            check = dataclasses.replace(check, state_file=fallback)
     try:
         with run_lock(check.state_file):
-            return _check_locked(address, opts, check)
+            return _check_locked(address, opts, check, early)
     except LockHeld as exc:
         verdict = unknown_verdict(
             f"Skipped: another check is still running (lock {exc} held); runs never pile up.",
         )
-        return CheckResult(Diagnosis(verdict), ExitCode.UNKNOWN, notes=("lock held",))
+        return CheckResult(Diagnosis(verdict), ExitCode.UNKNOWN, notes=("lock held", *early))
 
 
-def _check_locked(address: str | None, opts: CollectOptions, check: CheckOptions) -> CheckResult:
+def fallback_state_file() -> Path:
+    """The caller's own state file: $XDG_STATE_HOME/slime-hangdoctor/state.json, else
+    ~/.local/state/slime-hangdoctor/state.json (the home directory of the passwd entry: a cron
+    job's environment may lack HOME). No other user can create or write there."""
+    xdg = os.environ.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(xdg):
+        xdg = os.path.join(pwd.getpwuid(os.geteuid()).pw_dir, ".local", "state")
+    return Path(xdg) / "slime-hangdoctor" / "state.json"
+
+
+def _check_locked(
+    address: str | None, opts: CollectOptions, check: CheckOptions, early: tuple[str, ...] = ()
+) -> CheckResult:
     started = time.monotonic()
     now = time.time()
     loaded = load_state(check.state_file)
-    notes = [loaded.problem] if loaded.problem else []
+    notes = [*early, *([loaded.problem] if loaded.problem else [])]
     look = _look(address, opts, loaded.state, now)
     analysed = look.analysed
     diagnosis = analysed.diagnosis
@@ -120,7 +159,12 @@ def _check_locked(address: str | None, opts: CollectOptions, check: CheckOptions
             duration_s=duration,
         )
     if check.log_file is not None:
-        _log_run(check.log_file, diagnosis, decision, bundle, hook_rc, now, duration, notes)
+        problem = _log_run(
+            check.log_file, diagnosis, decision, bundle, hook_rc, now, duration, notes
+        )
+        if problem is not None:
+            notes.append(problem)
+            diagnosis = _annotate_problem(diagnosis, problem, "watchdog.log_file")
     return CheckResult(diagnosis, decision.exit_code, decision, bundle, hook_rc, tuple(notes))
 
 
@@ -272,9 +316,11 @@ def _annotate(diagnosis: Diagnosis, decision: CheckDecision, notes: list[str]) -
     return dataclasses.replace(diagnosis, verdict=verdict)
 
 
-def _annotate_problem(diagnosis: Diagnosis, problem: str) -> Diagnosis:
+def _annotate_problem(
+    diagnosis: Diagnosis, problem: str, code: str = "watchdog.stall_bundle"
+) -> Diagnosis:
     verdict = diagnosis.verdict
-    finding = Finding("watchdog.stall_bundle", Severity.WARNING, problem)
+    finding = Finding(code, Severity.WARNING, problem)
     verdict = dataclasses.replace(
         verdict,
         findings=(*verdict.findings, finding),
@@ -292,14 +338,16 @@ def _keep_evidence(
     if check.bundle_dir is None:
         return None, None
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))
-    root = check.bundle_dir / f"stall-{stamp}"
+    # A random tail: nobody can plant the next stall bundle's name (or its .tar.gz) ahead of it.
+    root = check.bundle_dir / f"stall-{stamp}-{secrets.token_hex(6)}"
     stall_opts = dataclasses.replace(
         opts,
         native=opts.native or check.on_stall_native,
         flight_recorder=opts.flight_recorder or check.on_stall_flight_recorder,
     )
     try:
-        check.bundle_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Ours and private (created 0700), reached through no directory another user steers.
+        os.close(open_private_dir(check.bundle_dir))
         attach(address, stall_opts, out=root, command="check-stall")
     except (OSError, HangDoctorError) as exc:
         return (
@@ -356,7 +404,13 @@ def _log_run(
     now: float,
     duration: float,
     notes: list[str],
-) -> None:
+) -> str | None:
+    """Append the run's JSON line to `path`; returns why not, or None.
+
+    Opened O_APPEND | O_NOFOLLOW (mode 0600 when created, whatever the umask) under its
+    directory's descriptor (made 0700 if missing, reached as in safe_fs.open_dir), without
+    blocking; anything but a plain file of one link is refused: a root cron run never writes
+    through a planted symlink, into a FIFO or into a hard link of another file."""
     v = diagnosis.verdict
     line: dict[str, Any] = {
         "time": now,
@@ -375,9 +429,39 @@ def _log_run(
         "duration_s": round(duration, 3),
         "notes": notes,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(line) + "\n")
+    path = Path(os.path.abspath(path))
+    try:
+        parent, _ = open_dir(path.parent, create=True, leaf_mode=0o700)
+    except (UnsafePath, OSError) as exc:
+        return f"--log-file {path} not written: {_why(exc)}"
+    try:
+        fd = os.open(
+            path.name,
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW | NONBLOCK | CLOEXEC,
+            0o600,
+            dir_fd=parent,
+        )
+    except OSError as exc:
+        return f"--log-file {path} not written: {_why(exc)}"
+    finally:
+        os.close(parent)
+    with os.fdopen(fd, "ab") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return f"--log-file {path} not written: it is not a regular file"
+        if st.st_nlink != 1:
+            return f"--log-file {path} not written: it has other hard links"
+        try:
+            fh.write((json.dumps(line) + "\n").encode("utf-8"))
+        except OSError as exc:
+            return f"--log-file {path} not written: {_why(exc)}"
+    return None
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and not isinstance(exc, UnsafePath) and exc.strerror:
+        return "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+    return str(exc)
 
 
 def watch_loop(

@@ -22,6 +22,9 @@ from slime_hangdoctor.watchdog.private_files import (
 )
 
 STATE_SCHEMA = "slime-hangdoctor.watchdog-state/1"
+# The CLI's default --state-file (a shared directory: see watchdog/run.py run_check for what
+# happens when someone else created it first).
+DEFAULT_STATE_FILE = Path("/var/tmp/slime-hangdoctor/state.json")
 
 
 @dataclass(frozen=True)

@@ -292,6 +292,15 @@ def _checkpoint_stuck_storage_verdict(verdict: dict[str, Any], _run: DemoRun) ->
     assert [e.split(" (pid")[0] for e in blocked["evidence"]] == ["train rank 0"], blocked
 
 
+def _checkpoint_writer_deadlock(verdict: dict[str, Any], run: DemoRun) -> None:
+    """Issue 21 item 5: the writer rank 0 forked keeps its Ray title; it is rank 0's child, never
+    a third rank, and rank 0 is the one culprit, with the child named as where it waits."""
+    rank0 = run.processes()["train rank 0"]
+    assert [(c["rank"], c["pid"]) for c in verdict["culprits"]] == [(0, rank0)], verdict["culprits"]
+    assert "its child train rank 0 child (pid " in verdict["culprits"][0]["why"]
+    assert "train rank 2" not in json.dumps(verdict)
+
+
 def _train_custom_loss_stuck(verdict: dict[str, Any], _run: DemoRun) -> None:
     """Issue 14 item 8, logs source: only rank 0's open `Timer actor_train start` names the
     stage (the FSDP backend's frames and methods name none)."""
@@ -325,6 +334,19 @@ def _engine_server_killed(verdict: dict[str, Any], run: DemoRun) -> None:
     ), evidence
 
 
+def _reward_service_stuck(verdict: dict[str, Any], run: DemoRun) -> None:
+    """Issue 21 item 3: the rollout waits on a remote reward model outside the job. Only the
+    RolloutManager's connections (sockets) show where; the peer is named from the job's command
+    line (`--rm-url`), and the stage is what the rollout waits on it for (the reward)."""
+    rm = run.roles()["rollout_manager"]
+    cause = _finding(verdict, "requests-at-external-service")
+    assert "reward model http://127.0.0.1:" in cause["message"], cause
+    assert "--rm-url" in cause["message"], cause
+    assert any(e.startswith("[sockets]") and f"pid {rm}" in e for e in cause["evidence"]), cause
+    assert verdict["culprits"][0]["pid"] == rm
+    assert not any(f["rule"] == "requests-held-outside-scheduler" for f in verdict["findings"])
+
+
 # A fault's checks of the verdict beyond status, stage and culprit: the finding naming its source.
 VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
     "rollout_behind_proxy": _rollout_behind_proxy,
@@ -332,8 +354,10 @@ VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
     "rollout_slots_leaked": _rollout_slots_leaked,
     "checkpoint_slow_storage": _checkpoint_slow_storage_verdict,
     "checkpoint_stuck_storage": _checkpoint_stuck_storage_verdict,
+    "checkpoint_writer_deadlock": _checkpoint_writer_deadlock,
     "train_custom_loss_stuck": _train_custom_loss_stuck,
     "engine_server_killed": _engine_server_killed,
+    "reward_service_stuck": _reward_service_stuck,
 }
 # Faults where the router does not list every engine when the doctor comes: an engine that never
 # came up never registered; no RolloutManager, no router; the router faults themselves.
@@ -348,7 +372,7 @@ ROUTER_WITHOUT_EVERY_ENGINE = frozenset(
     }
 )
 # Healthy steps before a fault arms (default 0): the colocated update hangs after one full step.
-FAULT_AFTER_STEPS: dict[str, int] = {"colocate_update_hang": 1}
+FAULT_AFTER_STEPS: dict[str, int] = {"colocate_update_hang": 1, "reward_service_stuck": 1}
 
 
 @dataclass

@@ -7,7 +7,9 @@ stand-in replaying the real answers with runtime-env `env_vars` secrets injected
 job's env_vars in /api/jobs/, /api/v0/actors and /api/v0/tasks) and echoing the Ray token. Then
 `collect` and `attach` write bundles (with a permissive umask), `analyse` renders all three
 formats, and every byte (bundle files, the unpacked tarball, stdout, stderr) is searched for every
-secret value.
+secret value. Issue 22: the job's entrypoint (in /api/jobs/) holds quoted values, `wandb login
+--relogin KEY` and `mysql -pX` in a compound command; an engine answers /server_info with a byte
+that is not UTF-8 ahead of the API key.
 
 Cases SE1-SE5 of docs/reliability.md."""
 
@@ -39,6 +41,8 @@ from tests.reliability.harness import (
 
 pytestmark = pytest.mark.timeout(180)
 
+SERVER_INFO = Path(__file__).parents[1] / "fixtures" / "sglang" / "server_info.json"
+
 API_KEY = "sk-SECRET-apikey-7f3a9c1e5b"  # given to the doctor with --api-key
 ADMIN_KEY = "SECRET-adminkey-2b8d4f6a0c"  # never given to the doctor: only patterns can catch it
 CMDLINE_KEY = "SECRET-cmdline-9e1c3a5b7d"  # on the rank's command line after --api-key
@@ -56,8 +60,24 @@ URL_PASSWORDS = {  # issue 15 point 3: in the addresses given to the doctor itse
     "ray": "SECRET-rayurlpw-8d7c6b5a4e",
     "sglang": "SECRET-sglurlpw-3e4f5a6b7c",
 }
+# Issue 22 points 4 and 13: secrets in the job's entrypoint (as /api/jobs/ echoes it, its quotes
+# JSON-escaped): a compound command with `wandb login --relogin KEY`, a MySQL client's `-pX` and
+# quoted values; and point 2: an engine whose /server_info holds a byte that is not UTF-8 ahead of
+# the API key the doctor is given.
+ENTRYPOINT_SECRETS = {
+    "login": "SECRET-wandblogin-3b5d7f9a1c",
+    "mysql": "MYSQLPW-6d4b2f0e8a",  # no secret word: only the mysql rule can catch it
+    "quoted": "SECRET-quotedkey-8e6c4a2b0d",
+    "dquoted": "SECRET-hftoken-1c3e5a7b9d",
+}
+ENTRYPOINT = (
+    f"cd /job && wandb login --relogin {ENTRYPOINT_SECRETS['login']} && "
+    f"mysql -h db -p{ENTRYPOINT_SECRETS['mysql']} -e 'select 1' && python3 driver.py hang "
+    f"--wandb-key '{ENTRYPOINT_SECRETS['quoted']}' --hf-token \"{ENTRYPOINT_SECRETS['dquoted']}\""
+)
 SECRETS = (
     *URL_PASSWORDS.values(),
+    *ENTRYPOINT_SECRETS.values(),
     API_KEY,
     ADMIN_KEY,
     CMDLINE_KEY,
@@ -98,6 +118,14 @@ class Evidence:
         self.files[f"stderr of {label}"] = run.stderr.encode()
 
 
+def _engine_with_a_stray_byte() -> dict[str, tuple[int, bytes, str, float]]:
+    """The stand-in's recorded /server_info with the doctor's API key in `api_key` and a byte
+    that is not UTF-8 ahead of it (`transforms.insert_invalid_utf8`)."""
+    body = tf.set_json_path(SERVER_INFO.read_text(encoding="utf-8"), ("api_key",), API_KEY)
+    data = tf.insert_invalid_utf8(body.encode(), body.index('"api_key"'))
+    return {"/server_info": (200, data, "application/json", 0.0)}
+
+
 def _leaky_dashboard() -> dict[str, tuple[int, bytes, str, float]]:
     """The real dashboard answers with runtime-env secrets in jobs, actors and tasks
     (`transforms.ray_with_runtime_env`) and the Ray token echoed in /api/cluster_status."""
@@ -106,6 +134,9 @@ def _leaky_dashboard() -> dict[str, tuple[int, bytes, str, float]]:
     for url, ans in answers.items():
         path = urlsplit(url).path
         body = tf.ray_with_runtime_env(path, ans["body"], RUNTIME_ENV_SECRETS)
+        if path == "/api/jobs/":
+            for i in range(len(json.loads(body))):
+                body = tf.set_json_path(body, (i, "entrypoint"), ENTRYPOINT)
         if path == "/api/cluster_status":
             doc = json.loads(body)
             doc["msg"] = f"proxy echo: Authorization: Bearer {RAY_TOKEN}"
@@ -128,9 +159,10 @@ def evidence(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Evidence]:
             ev.add_run(run_cli("attach", "-f", "markdown", *local))
     finally:
         engine.stop()
-    with http_stub(_leaky_dashboard()) as dash:
+    with http_stub(_leaky_dashboard()) as dash, http_stub(_engine_with_a_stray_byte()) as eng:
         ray = (dash.url, "--ray-token", RAY_TOKEN, *COMMON[2:])
-        ev.add_run(run_cli("attach", "--out", str(work / "r"), "-f", "text", *ray, umask=0))
+        stray = ("--sglang-url", eng.url, "--api-key", API_KEY)
+        ev.add_run(run_cli("attach", "--out", str(work / "r"), "-f", "text", *ray, *stray, umask=0))
         ev.add_run(run_cli("collect", "--out", str(work / "rc"), *ray, umask=0))
         # Point 3: credentials in the Ray address and an --sglang-url (a closed port)
         host = dash.url.split("://", 1)[1]
@@ -182,6 +214,10 @@ def test_the_search_covers_what_holds_the_secrets(evidence: Evidence) -> None:
     assert b'\\"TEAM_SHARED_CRED\\": \\"<redacted>\\"' in blob  # serialized_runtime_env
     assert b"proxy echo: Authorization: Bearer <redacted>" in blob
     assert b'"RANK": "0"' in blob  # allow-listed environment is kept
+    # issue 22: the entrypoint's secrets, blanked in place; the engine body's stray byte kept
+    assert b"wandb login --relogin <redacted> && mysql -h db -p<redacted> -e" in blob
+    assert b"--wandb-key '<redacted>' --hf-token \\\"<redacted>\\\"" in blob
+    assert b'\xff\xfe\x80"api_key": "<redacted>"' in blob
     assert any("markdown" in " ".join(r.argv) for r in evidence.runs)
 
 

@@ -339,8 +339,10 @@ def test_flat_gauges_without_a_realtime_counter_are_not_frozen() -> None:
     assert _read(*with_realtime).state is EngineState.STUCK
 
 
-def test_router_marks_dead_and_holds_requests_of_a_paused_engine() -> None:
-    """Item 10: /workers entries carry is_healthy and load (the router's in-flight count)."""
+def test_router_marks_dead_and_counts_requests_held_before_the_scheduler() -> None:
+    """Item 10: /workers entries carry is_healthy and load (the router's in-flight count). Requests
+    the router counts and the scheduler does not hold, with no pause evidence, are held, not
+    paused (issue 21 item 5)."""
     from slime_hangdoctor.facts import RouterWorker, RouterWorkers
 
     def router(healthy: bool, load: int) -> HttpObs:
@@ -352,6 +354,7 @@ def test_router_marks_dead_and_holds_requests_of_a_paused_engine() -> None:
     assert any("router marks" in line for line in dead.evidence)
     idle = (_metrics("metrics_idle.txt", 0), _metrics("metrics_idle.txt", 1))
     held = _read(*idle, _loads("v1_loads_idle.json"), router(True, 3))
-    assert held.state is EngineState.PAUSED
+    assert held.state is EngineState.HELD
     assert any("router counts 3" in line for line in held.evidence)
+    assert held.evidence[0].startswith("3 requests held between the HTTP layer and the scheduler")
     assert _read(*idle, _loads("v1_loads_idle.json"), router(True, 0)).state is EngineState.IDLE

@@ -19,6 +19,7 @@ from slime_hangdoctor.facts import (
     ServerInfo,
     TcpConnection,
     TcpSocket,
+    ThreadStack,
 )
 from slime_hangdoctor.snapshot import SocketsObs, StackObs, TaskPageObs
 from slime_hangdoctor.topology import Engine, Topology
@@ -37,6 +38,7 @@ from tests.unit.analysis_builders import (
     thread,
     topology,
 )
+from tests.unit.demo_bundles import WEDGED_PIDS, recorded_main_thread, wedged_bundle
 
 NODE2 = "192.0.2.3"
 URL0 = f"http://{NODE}:15000"
@@ -47,7 +49,6 @@ UWD = "slime/backends/megatron_utils/update_weight/update_weight_from_distribute
 ACTOR = "slime/backends/megatron_utils/actor.py"
 SCHED = "sglang/srt/managers/scheduler.py"
 RUNNER = "sglang/srt/model_executor/model_runner.py"
-C10D = "torch/distributed/distributed_c10d.py"
 
 
 def _diag(snap: object, topo: Topology) -> Diagnosis:
@@ -170,32 +171,16 @@ def test_without_any_startup_frame_the_engine_stage_stands() -> None:
 
 # --------------------------------------------------------------------------- class 3: broadcast
 
-SCHED_IN_BROADCAST = thread(
-    (
-        F("broadcast", C10D, 2800),
-        F("ModelRunner._update_weights_unbucketed", RUNNER, 1200),
-        F("ModelRunner.update_weights_from_distributed", RUNNER, 1150),
-        F("Scheduler.update_weights_from_distributed", SCHED, 2400),
-        F("Scheduler.process_input_requests", SCHED, 1200),
-        F("Scheduler.event_loop_normal", SCHED, 950),
-        F("run_scheduler_process", SCHED, 3000),
-    )
-)
-SCHED_WEDGED = thread(
-    (
-        F("time.sleep", "<native>"),
-        F("ModelRunner.forward_decode", RUNNER, 1800),
-        F("Scheduler.run_batch", SCHED, 1700),
-        F("Scheduler.event_loop_normal", SCHED, 950),
-        F("run_scheduler_process", SCHED, 3000),
-    )
-)
-ENGINE_ACTOR_UPDATING = actor_main(
-    F("SSLSocket.recv_into", "socket.py"),
-    F("Session.post", "requests/sessions.py", 600),
-    F("SGLangEngine._make_request", ENGINE, 215),
-    F("SGLangEngine.update_weights_from_distributed", ENGINE, 300),
-)
+# Schedulers and engine actors of the weight broadcast, recorded (plain and --native py-spy) from demo
+# fault weight_sync_engine_wedged: engine 0's scheduler waits on its broadcast handles (innermost Python
+# frame ModelRunner.update_weights_from_distributed, no broadcast frame, as SGLang 0.5.15.post1),
+# engine 1's is wedged before the broadcast; both actors wait on their /update_weights_from_distributed.
+
+
+def _recorded(label: str, native: bool) -> ThreadStack:
+    return recorded_main_thread(wedged_bundle(native), WEDGED_PIDS[label])
+
+
 TRAINER_RAY_GET = actor_main(  # NCCL: handle.wait() returned, the CPU waits on the engines
     *RAY_GET,
     F("UpdateWeightFromDistributed._update_bucket_weights_from_distributed", UWD, 255),
@@ -204,19 +189,23 @@ TRAINER_RAY_GET = actor_main(  # NCCL: handle.wait() returned, the CPU waits on 
 )
 
 
+@pytest.mark.parametrize("native", [False, True], ids=["plain", "native"])
 @pytest.mark.parametrize("wedged", [0, 1])
 @pytest.mark.parametrize("trainer_stacks", [True, False])
 @pytest.mark.parametrize("engine_node", [NODE, NODE2])
 def test_odd_engine_out_of_the_weight_broadcast_is_the_culprit(
-    wedged: int, trainer_stacks: bool, engine_node: str
+    wedged: int, trainer_stacks: bool, engine_node: str, native: bool
 ) -> None:
     urls = [f"http://{engine_node}:15000", f"http://{engine_node}:15001"]
+    in_broadcast = _recorded("engine 0 scheduler", native)
+    stuck = _recorded("engine 1 scheduler", native)
+    actors = [_recorded(f"engine {i} actor", native) for i in (0, 1)]
     stacks: list[StackObs] = []
     for s in (0, 1):
         for i in (0, 1):
-            sched = SCHED_WEDGED if i == wedged else SCHED_IN_BROADCAST
+            sched = stuck if i == wedged else in_broadcast
             stacks += [
-                stack_obs(400 + i, ENGINE_ACTOR_UPDATING, sample=s, node=engine_node),
+                stack_obs(400 + i, actors[i], sample=s, node=engine_node),
                 stack_obs(410 + i, sched, sample=s, node=engine_node),
             ]
         if trainer_stacks:

@@ -16,7 +16,7 @@ PACKAGE = ROOT / "slime_hangdoctor"
 PKG = "slime_hangdoctor"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
-_BASE = frozenset({"errors", "facts", "verdict", "redact", "__init__"})
+_BASE = frozenset({"errors", "facts", "verdict", "redact", "safe_fs", "__init__"})
 _BELOW_ANALYSIS = _BASE | {"bundle", "parsers", "snapshot", "load", "topology", "markers"}
 
 ALLOWED: dict[str, frozenset[str]] = {
@@ -25,7 +25,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "facts": frozenset(),
     "verdict": frozenset(),
     "redact": frozenset(),
-    "bundle": frozenset({"__init__", "errors", "facts", "redact"}),
+    "safe_fs": frozenset({"errors"}),
+    "bundle": frozenset({"__init__", "errors", "facts", "redact", "safe_fs"}),
     "parsers": frozenset({"errors", "facts"}),
     "snapshot": frozenset({"facts", "bundle"}),
     "load": frozenset({"__init__", "errors", "facts", "bundle", "parsers", "snapshot"}),

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from slime_hangdoctor.redact import REDACTED, filter_env, redact_cmdline, redact_text
+from tests.fixtures import transforms as tf
 
 
 def test_json_fields_with_secret_names_are_blanked() -> None:
@@ -126,6 +130,13 @@ _PIECES = (
     "user",
     "wandb-key",
     "Basic ",
+    "wandb login ",  # issue 22: the passes with literal pre-checks, quotes, lists, schemes
+    "login",
+    "mysql",
+    "-p",
+    "Token ",
+    "[",
+    "]",
 )
 
 
@@ -288,3 +299,145 @@ def test_secrets_inside_json_strings_and_values_with_quotes() -> None:
     assert json.loads(redact_text(quoted))["port"] == 3
     double = json.dumps({"a": json.dumps({"b": inner})})
     assert SECRET not in redact_text(double)
+
+
+# ---------------------------------------------------------------- issue 22: quoted secrets (4)
+# and the minor gaps (13)
+
+_FIXTURES = Path(__file__).parents[1] / "fixtures"
+_PROCESSES = _FIXTURES / "real/local-cpu-ray-2.60-two-actors/processes.json"
+_JOBS = _FIXTURES / "real/local-cpu-ray-2.60-two-actors/dashboard/jobs.json"
+
+# Entrypoints a user submits (`ray job submit -- ENTRYPOINT`); Ray 2.60's job supervisor runs
+# each as `/bin/sh -c ENTRYPOINT` and echoes it in /api/jobs/. What must survive of each is the
+# rest of the command.
+ENTRYPOINTS = (
+    (f"python train.py --wandb-key '{SECRET}' --port 1", ("python train.py", "--port 1")),
+    (f"python train.py --wandb-key='{SECRET}' --port 1", ("python train.py", "--port 1")),
+    (f'python train.py --hf-token "{SECRET}" --port 1', ("python train.py", "--port 1")),
+    (f"python train.py --db-password 'two {SECRET}' --port 1", ("python train.py", "--port 1")),
+    (
+        f"cd /job && wandb login --relogin {SECRET} && python train.py --port 1",
+        ("cd /job &&", "wandb login --relogin", "&& python train.py --port 1"),
+    ),
+    (f"wandb login {SECRET}; python train.py", ("wandb login", "python train.py")),
+    (
+        f"wandb login --host https://wandb.corp --relogin {SECRET} && python train.py",
+        ("wandb login --host https://wandb.corp --relogin", "python train.py"),
+    ),
+    (
+        f"mysql -h db -u svc -p{SECRET} -e 'select 1' && python train.py",
+        ("mysql -h db -u svc -p", "python train.py"),
+    ),
+    (f"curl -ualice:{SECRET} -o d.bin https://h/d && python train.py", ("-ualice:", "d.bin")),
+)
+
+
+@pytest.mark.parametrize(("entrypoint", "kept"), ENTRYPOINTS)
+def test_an_entrypoint_run_by_sh_c_keeps_no_secret(entrypoint: str, kept: tuple[str, ...]) -> None:
+    """Issue 22 points 4 and 13: the job supervisor's `['/bin/sh', '-c', ENTRYPOINT]` in the
+    real processes artefact, argument by argument (redact_cmdline), and the entrypoint in the
+    real /api/jobs/ answer (redact_text, the JSON string escaping its quotes)."""
+    procs = json.loads(tf.sh_c_entrypoint(_PROCESSES.read_text(encoding="utf-8"), entrypoint))
+    argvs = [p["cmdline"] for p in procs["processes"] if p["cmdline"][:2] == ["/bin/sh", "-c"]]
+    assert [entrypoint] in [a[2:] for a in argvs]
+    for argv in argvs:
+        out = redact_cmdline(argv)
+        assert SECRET not in " ".join(out), out
+        assert out[:2] == ("/bin/sh", "-c")
+        if argv[2] == entrypoint:
+            assert REDACTED in out[2] and all(k in out[2] for k in kept), out
+    body = tf.set_json_path(_JOBS.read_text(encoding="utf-8"), (0, "entrypoint"), entrypoint)
+    out_body = redact_text(body)
+    assert SECRET not in out_body, out_body
+    doc = json.loads(out_body)  # still JSON: the escaped quotes kept
+    assert all(k in doc[0]["entrypoint"] for k in kept), doc[0]["entrypoint"]
+    assert doc[0]["submission_id"] == "slime-hang-1"
+
+
+def test_quoted_secrets_in_free_text() -> None:
+    """Point 4 in free text (a log line, a py-spy header): each value blanked whole, its quotes
+    kept, the text around it unchanged."""
+    for text, want in (
+        (f"--wandb-key '{SECRET}' --port 1", f"--wandb-key '{REDACTED}' --port 1"),
+        (f"--wandb-key='{SECRET}' --port 1", f"--wandb-key='{REDACTED}' --port 1"),
+        (f'--hf-token "{SECRET}" --port 1', f'--hf-token "{REDACTED}" --port 1'),
+        (f"--db-password 'a b {SECRET}' -x", f"--db-password '{REDACTED}' -x"),
+        (f"PASSWORD='a b {SECRET}' next", f"PASSWORD='{REDACTED}' next"),
+        (
+            f"cd x && wandb login --relogin {SECRET} && python train.py",
+            f"cd x && wandb login --relogin {REDACTED} && python train.py",
+        ),
+    ):
+        assert redact_text(f"run: {text}") == f"run: {want}", text
+
+
+def test_minor_gaps_of_point_13() -> None:
+    """`-ualice:pw` (curl's -u glued), `mysql -pX`, a secret field holding a list,
+    `authorization=Token X`: blanked, the rest kept."""
+    assert redact_text(f"curl -ualice:{SECRET} https://h") == f"curl -ualice:{REDACTED} https://h"
+    assert redact_cmdline(["curl", f"-ualice:{SECRET}", "https://h"]) == (
+        "curl", f"-ualice:{REDACTED}", "https://h",
+    )  # fmt: skip
+    assert redact_text(f"mysql -h db -p{SECRET} app") == f"mysql -h db -p{REDACTED} app"
+    assert redact_cmdline(["/usr/bin/mysql", "-uroot", f"-p{SECRET}", "app"]) == (
+        "/usr/bin/mysql", "-uroot", f"-p{REDACTED}", "app",
+    )  # fmt: skip
+    assert redact_cmdline(["sudo", "-u", "db", "mysql", f"-p{SECRET}", "app"]) == (
+        "sudo", "-u", "db", "mysql", f"-p{REDACTED}", "app",
+    )  # fmt: skip
+    assert redact_cmdline(["docker", "exec", "db", "mariadb", "-uroot", f"-p{SECRET}"]) == (
+        "docker", "exec", "db", "mariadb", "-uroot", f"-p{REDACTED}",
+    )  # fmt: skip
+    assert redact_cmdline(["python", "-m", "wandb", "login", "--relogin", SECRET]) == (
+        "python", "-m", "wandb", "login", "--relogin", REDACTED,
+    )  # fmt: skip
+    body = json.dumps({"api_key": [SECRET, "k2"], "port": 1, "tags": ["a", "b"]})
+    assert json.loads(redact_text(body)) == {"api_key": [REDACTED], "port": 1, "tags": ["a", "b"]}
+    assert SECRET not in redact_text(f"{{'api_key': ['{SECRET}']}}")
+    assert redact_text(f"authorization=Token {SECRET} x=1") == f"authorization=Token {REDACTED} x=1"
+
+
+def test_a_bare_dash_p_is_no_password() -> None:
+    """Only a MySQL / MariaDB client's glued `-pX` is a password: `-p` of every other tool (a
+    port, a pid, a path) and mysql's bare `-p` (it then asks) stay."""
+    for text in (
+        "ssh -p 2222 host",
+        "docker run -p 8000:8000 img",
+        "py-spy dump -p 1234",
+        "python train.py -p8000",
+        "mkdir -p /tmp/x",
+        "mysql -p app",
+        "mysqlrouter -pX",
+    ):
+        assert redact_text(text) == text, text
+        assert redact_cmdline(text.split()) == tuple(text.split()), text
+
+
+def test_shell_text_that_does_not_parse_falls_back_to_the_patterns() -> None:
+    """An unbalanced quote: shlex refuses, the free-text patterns still blank the value."""
+    from slime_hangdoctor.redact import redact_shell
+
+    out = redact_shell(f"python train.py --wandb-key '{SECRET}' --note 'unclosed")
+    assert SECRET not in out and "--note 'unclosed" in out
+    plain = "python train.py --port 1 2>&1 | tee log # no secret"
+    assert redact_shell(plain) == plain
+
+
+def test_shell_text_keeps_its_form_and_every_pattern() -> None:
+    """The values the words give up are blanked in the text as written: its quotes and
+    redirections stay, and a JSON document in one argument is still judged by its fields (split
+    into words, `"api_key": "X"` is no field any more)."""
+    argv = [
+        "/bin/sh",
+        "-c",
+        f"python train.py --wandb-key '{SECRET}' --cfg '{{\"api_key\": \"k-{SECRET}\"}}' 2>&1 | tee log",
+    ]
+    assert redact_cmdline(argv)[2] == (
+        f"python train.py --wandb-key '{REDACTED}' --cfg '{{\"api_key\": \"{REDACTED}\"}}' "
+        "2>&1 | tee log"
+    )
+    # a value the text does not hold as written (an escaped blank): the words joined again
+    assert redact_cmdline(["sh", "-c", f"wandb login a\\ {SECRET} && python x.py"])[2] == (
+        f"wandb login {REDACTED} && python x.py"
+    )

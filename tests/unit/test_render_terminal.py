@@ -311,3 +311,78 @@ def test_control_sequences_from_a_bundle_never_reach_the_terminal() -> None:
         for bad in ("\x1b", "\x07", "\x9b", "\u202e"):
             assert bad not in out, (fmt, bad)
         assert "\\x1b]0;pwned" in out, fmt
+
+
+# Issue 22 point 11: characters that pass a list of control characters but are no printable
+# text: line and paragraph separators (a one-line status in two), zero-width and format
+# characters (hide or reorder text), a byte that was not UTF-8 (a lone surrogate), a tag
+# character outside the BMP, spaces other than the space (Zs), and C0 / C1 controls.
+UNPRINTABLE = "\u2028\u2029\u200b\u061c\ufeff\u2060\udcff\U000e0041\u00a0\u3000\x1b[2J\x9b\x85"
+PRINTABLE_TEXT = "rank 模型 é █▌ ok"  # no-ASCII text that is printable stays as it is
+
+
+def _evil(diagnosis: Diagnosis, text: str) -> Diagnosis:
+    assert diagnosis.excerpt is not None
+    frames = (f"step{text} (x.py:1)", *diagnosis.excerpt.frames)
+    verdict = replace(diagnosis.verdict, summary=f"summary {text}", blind_spots=(f"log: {text}",))
+    return replace(diagnosis, verdict=verdict, excerpt=replace(diagnosis.excerpt, frames=frames))
+
+
+def test_every_unprintable_character_is_escaped_in_the_reports() -> None:
+    """Every character `str.isprintable` refuses (Cc, Cf, Cs, Co, Cn, Zl, Zp) reaches the
+    text and markdown reports as a visible escape, printable Unicode text unchanged."""
+    from slime_hangdoctor.render import render
+
+    diagnosis = _evil(hung_diagnosis(), UNPRINTABLE + PRINTABLE_TEXT)
+    for fmt in ("text", "markdown"):
+        console = Console(width=100, force_terminal=False, no_color=True)
+        with console.capture() as capture:
+            render(diagnosis, fmt, console)
+        out = capture.get()
+        bad = sorted({c for c in out if not c.isprintable() and c not in "\n"})
+        assert not bad, (fmt, [hex(ord(c)) for c in bad])
+        for escaped in ("\\u2028", "\\u200b", "\\u061c", "\\udcff", "\\U000e0041", "\\x1b"):
+            assert escaped in out, (fmt, escaped)
+        assert "模型 é █▌ ok" in out, fmt
+
+
+def test_the_watch_status_line_is_one_printable_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`watch` prints one status line per run with the verdict's summary (which quotes the job)
+    and a warning line per note: each stays one line, every unprintable character escaped,
+    newlines too (a summary holding `\\n2026-... exit=0 status=ok` would forge a run)."""
+    from slime_hangdoctor import cli
+    from slime_hangdoctor.verdict import ExitCode
+    from slime_hangdoctor.watchdog import run as watchdog
+
+    forged = "\n2026-12-01T00:00:00 exit=0 status=ok stage=unknown all fine"
+    diagnosis = _evil(hung_diagnosis(), UNPRINTABLE + PRINTABLE_TEXT + forged)
+    result = watchdog.CheckResult(diagnosis, ExitCode.CRITICAL, notes=(f"note {UNPRINTABLE}",))
+    monkeypatch.setattr(watchdog, "run_check", lambda address, opts, check: result)
+    rc = cli.main(["watch", "--max-runs", "1", "--state-file", str(tmp_path / "state.json")])
+    out, err = capsys.readouterr()
+    assert rc == int(ExitCode.CRITICAL)
+    assert out.count("\n") == 1 and out.endswith("\n") and "exit=2" in out
+    assert err.count("\n") == 1 and err.startswith("  warning: note ")
+    for line in (out, err):
+        bad = sorted({c for c in line[:-1] if not c.isprintable()})
+        assert not bad, [hex(ord(c)) for c in bad]
+        assert "\\u2028" in line and "\\x1b" in line
+    assert "模型 é █▌ ok\\x0a2026-12-01T00:00:00 exit=0" in out
+
+
+def test_an_error_message_naming_a_strangers_file_is_printable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`analyse` of an attachment whose name (chosen by whoever filed the report) holds a line
+    separator, a zero-width space and an ESC sequence: the error names it escaped."""
+    from slime_hangdoctor import cli
+
+    name = tmp_path / f"bundle{UNPRINTABLE}.tar.gz"
+    rc = cli.main(["analyse", str(name)])
+    err = capsys.readouterr().err
+    assert rc != 0 and "does not exist" in " ".join(err.split())
+    bad = sorted({c for c in err if not c.isprintable() and c != "\n"})
+    assert not bad, [hex(ord(c)) for c in bad]
+    assert "\\u2028" in err and "\\x1b" in err

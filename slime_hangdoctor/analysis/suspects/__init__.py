@@ -116,6 +116,8 @@ def hang_evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
     return out
 
 
-def ray_findings(world: World) -> list[Finding]:
+def ray_findings(world: World, engines: tuple[EngineRead, ...] = ()) -> list[Finding]:
     """What Ray's state says beside the suspects: queues and cycles, placement waits, deaths."""
-    return ray_tasks.findings(world) + placement.findings(world) + ray.findings(world)
+    return (
+        ray_tasks.findings(world, engines=engines) + placement.findings(world) + ray.findings(world)
+    )

@@ -116,7 +116,7 @@ def _engine_stage(e: EngineRead) -> Stage | None:
 def _trainers_in(world: World, stages: set[Stage]) -> list[Proc]:
     return [
         p
-        for p in world.by_role(Role.TRAIN_RANK)
+        for p in world.train_ranks()
         if p.latest is not None and p.latest.stage in stages and p.latest.primary.waiting
     ]
 

@@ -13,6 +13,7 @@ from slime_hangdoctor.analysis.actor_queues import (
     WaitEdge,
     build_view,
 )
+from slime_hangdoctor.analysis.engines import EngineRead, EngineState
 from slime_hangdoctor.analysis.signatures import method_stage
 from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, STRONG, WEAK, Reads, Suspect, suspect
 from slime_hangdoctor.analysis.world import Proc, World
@@ -58,6 +59,23 @@ def _role(actor: RayActor) -> Role | None:
     return CLASS_ROLES.get(actor.class_name)
 
 
+def _engine_of(engines: tuple[EngineRead, ...], actor: RayActor) -> EngineRead | None:
+    for e in engines:
+        if any(p.actor_id == actor.actor_id for p in e.procs):
+            return e
+    return None
+
+
+def _normal(p: PausedEngine, engines: tuple[EngineRead, ...]) -> bool:
+    """A pause that a healthy step shows: the weight update that paused the engine still runs (its
+    continue_generation has not come yet), or the engine was busy between the samples (its step
+    counters or its weight_version moved: it is not held, whatever the history last caught)."""
+    if not p.left_paused:
+        return True
+    e = _engine_of(engines, p.actor)
+    return e is not None and e.state is EngineState.BUSY
+
+
 # --------------------------------------------------------------------------- actor queues
 
 
@@ -90,7 +108,7 @@ def suspects(reads: Reads) -> list[Suspect]:
             )
     for p in view.paused:
         role = _role(p.actor)
-        if role is None:
+        if role is None or _normal(p, reads.engines):
             continue
         out.append(
             suspect(
@@ -122,7 +140,20 @@ def suspects(reads: Reads) -> list[Suspect]:
     return out
 
 
-def _paused_text(world: World, p: PausedEngine) -> str:
+def _paused_text(world: World, p: PausedEngine, engines: tuple[EngineRead, ...] = ()) -> str:
+    if p.update is not None:
+        return (
+            f"Ray task history: {_label(world, p.actor)} is paused by a weight update in flight: "
+            f"{_caller(world, p.update)} called its pause_generation and still runs; its "
+            "continue_generation comes when that update ends (normal during a weight update)"
+        )
+    e = _engine_of(engines, p.actor)
+    if e is not None and e.state is EngineState.BUSY:
+        return (
+            f"Ray task history: the last pause_generation of {_label(world, p.actor)} has no "
+            "continue_generation after it in the history, but the engine served between the "
+            f"samples ({e.evidence[0] if e.evidence else 'busy'}): not left paused"
+        )
     tail = (
         "; its continue_generation is queued behind other calls"
         if p.continue_queued is not None
@@ -134,6 +165,12 @@ def _paused_text(world: World, p: PausedEngine) -> str:
     )
 
 
+def _caller(world: World, task: RayTask) -> str:
+    actor = next((a for a in world.snapshot.actors if a.actor_id == task.actor_id), None)
+    who = _label(world, actor) if actor is not None else task.name.rsplit(".", 1)[0]
+    return f"{who}'s {task.method}"
+
+
 def _overlong_text(world: World, o: OverlongTask) -> str:
     return (
         f"Ray task history: {_label(world, o.actor)} has run {o.task.method} for "
@@ -142,7 +179,10 @@ def _overlong_text(world: World, o: OverlongTask) -> str:
     )
 
 
-def findings(world: World, view: TaskView | None = None) -> list[Finding]:
+def findings(
+    world: World, view: TaskView | None = None, engines: tuple[EngineRead, ...] = ()
+) -> list[Finding]:
+    """`engines`: the engines' reads, to tell an engine left paused from one that served."""
     view = view or build_view(world.snapshot)
     if view is None:
         return []
@@ -159,12 +199,14 @@ def findings(world: World, view: TaskView | None = None) -> list[Finding]:
             )
         )
     for p in view.paused:
+        normal = _normal(p, engines)
+        caller = () if p.update is None else (f"{p.update.name} {p.update.task_id[:12]} RUNNING",)
         out.append(
             Finding(
-                "ray_tasks.engine_paused",
-                Severity.WARNING,
-                _paused_text(world, p),
-                (f"{p.pause.name} {p.pause.task_id[:12]} FINISHED",),
+                "ray_tasks.engine_paused_in_update" if normal else "ray_tasks.engine_paused",
+                Severity.INFO if normal else Severity.WARNING,
+                _paused_text(world, p, engines),
+                (f"{p.pause.name} {p.pause.task_id[:12]} FINISHED", *caller),
             )
         )
     for o in view.overlong:

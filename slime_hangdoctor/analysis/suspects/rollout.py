@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slime_hangdoctor.analysis.engines import EngineRead, EngineState
+from slime_hangdoctor.analysis.engines import (
+    HELD_CAUSES,
+    HOLDING_STATES,
+    EngineRead,
+    EngineState,
+)
 from slime_hangdoctor.analysis.lost_requests import Holder, where_requests_are
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.stacks import ProcessRead
@@ -72,14 +77,24 @@ def suspects(reads: Reads) -> list[Suspect]:
 
 
 def _paused_engine(e: EngineRead, read: ProcessRead) -> Suspect:
-    """An engine left paused while the rollout waits on I/O: the requests wait at its gate (a
-    /pause_generation without its /continue_generation, field-hangs.md #7)."""
+    """An engine that holds the requests before its scheduler while the rollout waits on I/O:
+    paused (a /pause_generation without its /continue_generation, field-hangs.md #7) where the
+    pause evidence shows it, else held for a reason the evidence does not name."""
     proc = e.server or e.actor or (e.schedulers[0] if e.schedulers else None)
+    if e.state is EngineState.PAUSED:
+        why = (
+            f"engine {e.url} is paused while the rollout waits on I/O: it holds the requests (a "
+            "pause_generation that no continue_generation followed)"
+        )
+    else:
+        why = (
+            f"engine {e.url} holds the rollout's requests between its HTTP layer and its "
+            f"scheduler while the rollout waits on I/O: not paused by the evidence; {HELD_CAUSES}"
+        )
     return suspect(
         "sglang",
         Role.SGLANG_ENGINE,
-        f"engine {e.url} is paused while the rollout waits on I/O: it holds the requests (a "
-        "pause_generation that no continue_generation followed)",
+        why,
         proc,
         engine_url=e.url,
         node_ip=e.node_ip or (proc.node_ip if proc else None),
@@ -96,13 +111,29 @@ def _requests_lost(
     RolloutManager is named only when its task history and its connections point at it
     (lost_requests.py); a paused or dead engine, an engine its callers hold connections to, a
     router or a proxy that holds the requests is named by its own finder and finding."""
-    paused = [e for e in engines if e.state is EngineState.PAUSED]
+    paused = [e for e in engines if e.state in HOLDING_STATES]
     if paused:  # paused in place it may still show requests: it holds them either way
         return [_paused_engine(e, read) for e in paused]
     known = [e for e in engines if e.in_flight is not None]
     if not known or any((e.in_flight or 0) > 0 or e.moving for e in known):
         return []
     where = where_requests_are(world, engines, rm)
+    if where.holder is Holder.EXTERNAL and where.service is not None:
+        svc = where.service
+        return [
+            suspect(
+                "sockets",
+                Role.ROLLOUT_MANAGER,
+                f"the rollout waits on the {svc.kind.value} {svc.url}, a service outside the job "
+                f"({svc.named_by}): the RolloutManager holds its connections to it across both "
+                "samples while every engine is idle, so the requests are there "
+                f"[evidence: {', '.join(sorted(where.sources))}]",
+                rm,
+                stage=svc.stage,
+                weight=MEDIUM,
+                evidence=where.why,
+            )
+        ]
     if where.holder is not Holder.ROLLOUT_MANAGER:
         return []
     return [

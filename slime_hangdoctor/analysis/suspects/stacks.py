@@ -32,7 +32,7 @@ def _op_of(read: ProcessRead) -> str:
 
 def peer_groups(world: World) -> list[list[Proc]]:
     """Processes that run collectives together: the train ranks; the schedulers of one engine."""
-    groups = [[p for p in world.by_role(Role.TRAIN_RANK) if p.latest is not None]]
+    groups = [[p for p in world.train_ranks() if p.latest is not None]]
     engines: dict[str, list[Proc]] = {}
     for p in world.by_role(Role.SGLANG_ENGINE):
         if p.kind == "scheduler" and p.latest is not None and p.engine_url:
@@ -45,11 +45,21 @@ def suspects(reads: Reads) -> list[Suspect]:
     world = reads.world
     out: list[Suspect] = []
     for group in peer_groups(world):
-        out += _odd_ones(group)
+        out += _odd_ones(group, world)
     return out
 
 
-def _odd_ones(ranks: list[Proc]) -> list[Suspect]:
+def _children(world: World, p: Proc) -> list[Proc]:
+    """The processes `p` forked whose stacks were read (a rank's checkpoint writer), at most 2."""
+    return [c for c in world.children_of(p) if c.latest is not None][:2]
+
+
+def _children_text(world: World, p: Proc) -> str:
+    """Where the processes `p` forked wait (a rank waiting for its checkpoint writer)."""
+    return "".join(f"; its child {c.label} is {brief(c)}" for c in _children(world, p))
+
+
+def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
     in_coll = [p for p in ranks if p.latest is not None and p.latest.primary.in_collective]
     if not in_coll:
         return []
@@ -63,7 +73,8 @@ def _odd_ones(ranks: list[Proc]) -> list[Suspect]:
                 "stacks",
                 role,
                 f"stacks: {p.label} is not in the collective its peers wait in; it is "
-                f"{p.latest.describe() if p.latest else '?'} (peers: {victims})",
+                f"{p.latest.describe() if p.latest else '?'}{_children_text(world, p)} "
+                f"(peers: {victims})",
                 p,
                 weight=weight,
                 stage=p.latest.stage if p.latest else None,
@@ -74,7 +85,9 @@ def _odd_ones(ranks: list[Proc]) -> list[Suspect]:
                     Block.HTTP,
                     Block.WAIT,
                 ),
-                evidence=tuple(f"{q.label}: {brief(q)}" for q in ranks[:8]),
+                evidence=tuple(
+                    f"{q.label}: {brief(q)}" for q in (*ranks[:8], *_children(world, p))
+                ),
             )
             for p in outside
         ]

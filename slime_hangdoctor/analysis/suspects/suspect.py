@@ -58,12 +58,15 @@ class Evidence:
 
 
 def from_proc(proc: Proc | None, **kw: object) -> dict[str, object]:
-    """Identity fields of a suspect, filled from what the world knows about the process."""
+    """Identity fields of a suspect, filled from what the world knows about the process. A process
+    that a slime process forked (`Proc.is_child`: an async checkpoint writer, a DataLoader worker)
+    is not a culprit of its own: the suspect names its parent (for a train rank, the rank), and the
+    finder's `why` names the child as where it waits."""
     out: dict[str, object] = dict(kw)
     if proc is None:
         return out
     known: dict[str, object] = {
-        "pid": proc.pid,
+        "pid": proc.parent_pid if proc.is_child and proc.parent_pid else proc.pid,
         "node_ip": proc.node_ip,
         "rank": proc.rank,
         "engine_url": proc.engine_url,

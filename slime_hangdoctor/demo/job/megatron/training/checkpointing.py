@@ -12,15 +12,20 @@ so the write moves on steadily but never finishes while the doctor looks. The de
 so the slow write cycles through one bounded shard file (disk use stays at SLOW_SHARD_BYTES) and
 fsyncs every block: the bytes really reach the disk and count in `/proc/<pid>/io` write_bytes.
 `checkpoint_stuck_storage` streams the shard to an uploader that stopped reading: the write never
-returns and no byte moves.
+returns and no byte moves. `checkpoint_writer_deadlock` hands the shard to an asynchronous writer
+process forked from the rank (multiprocessing, fork start method) while another thread of the rank
+holds the writer's lock: the child inherits the lock held, with no thread to release it, and
+waits on it for good; the rank waits for its writer.
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import multiprocessing
 import os
 import subprocess
+import threading
 import time
 from typing import Any
 
@@ -30,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 SLOW_BLOCK_BYTES = 64 * 1024
 SLOW_SHARD_BYTES = 4 * 1024 * 1024
+_SHARD_LOCK = threading.Lock()  # the writer's lock: one shard write at a time
 SLOW_BLOCK_PAUSE_S = 0.05  # ~1.2 MiB/s: slow, but far above the doctor's 1 MiB per window
 
 
@@ -74,7 +80,9 @@ def save_checkpoint(
         buf = io.BytesIO()
         torch.save(state_dict, buf)
         shard = os.path.join(checkpoint_name, "__0_0.distcp")
-        if getattr(args, "stuck_storage", False):
+        if getattr(args, "writer_deadlock", False):
+            _save_shard_in_forked_writer(shard, buf.getvalue())
+        elif getattr(args, "stuck_storage", False):
             _stream_shard_to_uploader(buf.getvalue())
         elif getattr(args, "slow_storage", False):
             _write_shard_to_slow_storage(shard, buf.getvalue())
@@ -123,3 +131,33 @@ def _stream_shard_to_uploader(payload: bytes) -> None:
     block = (payload * ((1 << 20) // max(1, len(payload)) + 1))[: 1 << 20]
     while True:
         uploader.stdin.write(block)
+
+
+def _save_shard_in_forked_writer(path: str, payload: bytes) -> None:
+    """The demo's writer deadlock (`checkpoint_writer_deadlock`): the shard goes to a writer process
+    forked from the rank, as an asynchronous checkpoint writer is, and the rank waits for it before
+    the barrier. Another thread of the rank (here one recording the save's metadata) holds the
+    writer's lock at the moment of the fork: the child gets a copy of the lock, held, and no thread
+    of its own to release it (the classic fork-with-threads deadlock). The child keeps the rank's
+    Ray process title and environment; it waits in the lock forever, and so does the rank in
+    `join`."""
+    held, forked = threading.Event(), threading.Event()
+
+    def record_metadata() -> None:
+        with _SHARD_LOCK:
+            held.set()
+            forked.wait(timeout=60.0)
+
+    threading.Thread(target=record_metadata, name="ckpt-metadata", daemon=True).start()
+    held.wait(timeout=60.0)
+    writer = multiprocessing.get_context("fork").Process(
+        target=_write_shard_locked, args=(path, payload), name="ckpt-writer", daemon=True
+    )
+    writer.start()
+    forked.set()
+    writer.join()
+
+
+def _write_shard_locked(path: str, payload: bytes) -> None:
+    with _SHARD_LOCK, open(path, "wb") as fh:
+        fh.write(payload)

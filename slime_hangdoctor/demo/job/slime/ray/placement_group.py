@@ -12,7 +12,7 @@ from ray.util.placement_group import placement_group
 from slime.ray.actor_group import RayTrainGroup
 from slime.ray.rollout import RolloutManager
 from slime.utils.logging_utils import log_fault_armed
-from slime.utils.misc import master_node_proxy_env, start_black_hole_proxy
+from slime.utils.misc import master_node_proxy_env, start_black_hole_proxy, start_reward_service
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +96,10 @@ def create_rollout_manager(args: argparse.Namespace, pg: PGTuple) -> tuple[Any, 
         proxy = start_black_hole_proxy()
         options["runtime_env"] = {"env_vars": master_node_proxy_env(proxy)}
         logger.info(f"demo fault plan: the rollout manager runs with http_proxy={proxy}")
+    if args.fault == "reward_service_stuck":
+        # Demo fault: the remote reward model (`--rm-url`) runs outside the job.
+        start_reward_service(args)
+        logger.info(f"demo fault plan: the rollout's rewards come from {args.rm_url}")
     rollout_manager = manager_cls.options(**options).remote(args, pg)
     # slime asks for the epoch size here; the call also waits for the engines to be up.
     num_rollout_per_epoch = ray.get(rollout_manager.get_num_rollout_per_epoch.remote())

@@ -56,6 +56,7 @@ class GenerateState:
         self.rollout_id = -1
         self.bad_answer_sent = False
         self.router_broken = getattr(self, "router_broken", False)  # once per job, as the slots
+        self.rm_announced = False
 
     def submit_generate_tasks(self, samples: list[list[Sample]]) -> None:
         for group in samples:
@@ -188,6 +189,10 @@ async def generate_and_rm(
             log_fault_armed(
                 logger, args.fault, "async_rm on the rollout loop thread", state.rollout_id
             )
+        if fault_armed(args, "reward_service_stuck", state.rollout_id) and not state.rm_announced:
+            state.rm_announced = True
+            where = f"remote_rm awaiting the reward service at {args.rm_url}"
+            log_fault_armed(logger, args.fault, where, state.rollout_id)
         sample.reward = await async_rm(args, sample)
     return sample
 

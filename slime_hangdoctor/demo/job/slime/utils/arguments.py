@@ -10,6 +10,8 @@ _DEFAULTS: dict[str, object] = {
     "rollout_max_response_len": 16,
     "train_backend": "megatron",
     "rollout_max_retries": 60,
+    "update_weight_buffer_size": 16 * 1024,
+    "vocab_size": 256,
 }
 # SGLang ServerArgs fields the stand-in engine takes, given to the job as --sglang-<field>
 SERVER_PASSTHROUGH = (
@@ -78,7 +80,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-samples-per-eval-prompt", type=int, default=1)
     p.add_argument("--skip-eval-before-train", action="store_true")
     p.add_argument("--rm-type", default="math")
+    p.add_argument("--rm-url", default=None)
     p.add_argument("--update-weight-buffer-size", type=int, default=16 * 1024)
+    p.add_argument("--vocab-size", type=int, default=256)  # Megatron's: rows of embed / lm_head
     p.add_argument("--distributed-timeout-minutes", type=int, default=60)
     p.add_argument("--train-step-seconds", type=float, default=0.3)
     # training backend and user-plugged hooks, as slime's
@@ -107,9 +111,11 @@ FAULT_SETTINGS: dict[str, dict[str, object]] = {
     "offload_hang": {"colocate": True},
     "colocate_update_hang": {"colocate": True},
     "startup_engine_warmup_stuck_colocate": {"colocate": True},
-    # one bucket of several tensors (meant to keep the healthy engine in the next broadcast; gloo
-    # hands it its copies from rank 0 and it returns: see the fault description)
-    "weight_sync_engine_wedged": {"update_weight_buffer_size": 1 << 20},
+    # one bucket of several tensors, the first (the embedding, 32 MiB as a real vocabulary makes it)
+    # larger than a loopback socket holds: rank 0's gloo send of it to the wedged engine never
+    # completes, so the healthy engine gets that tensor and waits on the next one's handle, as an
+    # engine in a stuck NCCL broadcast does
+    "weight_sync_engine_wedged": {"update_weight_buffer_size": 1 << 27, "vocab_size": 1 << 18},
     "eval_hang": {"eval_interval": 1, "skip_eval_before_train": True},
     # earlier rollouts finish first: Ray's task history compares the stuck one with them
     "rollout_slots_leaked": {"fault_after_steps": 3},
@@ -124,6 +130,7 @@ FAULT_SETTINGS: dict[str, dict[str, object]] = {
     "router_worker_removed": {"rollout_max_retries": 1_000_000},
     "router_killed": {"rollout_max_retries": 1_000_000},
     "checkpoint_stuck_storage": {"save": "checkpoints", "save_interval": 1},
+    "checkpoint_writer_deadlock": {"save": "checkpoints", "save_interval": 1},
 }
 
 
@@ -146,3 +153,6 @@ def finalize_args(args: argparse.Namespace) -> None:
         args.router_api_key = args.sglang_api_key
     args.slow_storage = False  # the demo's slow storage (checkpoint_slow_storage), set when armed
     args.stuck_storage = False  # the demo's stuck storage (checkpoint_stuck_storage), when armed
+    args.writer_deadlock = (
+        False  # the demo's forked writer (checkpoint_writer_deadlock), when armed
+    )

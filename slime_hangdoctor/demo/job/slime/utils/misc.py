@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,34 @@ def start_black_hole_proxy() -> str:
 
     threading.Thread(target=_hold, name="black_hole_proxy", daemon=True).start()
     return f"http://127.0.0.1:{server.getsockname()[1]}"
+
+
+def start_reward_service(args: argparse.Namespace) -> None:
+    """Demo fault `reward_service_stuck`: the remote reward model that `--rm-url` names, started as
+    a service outside the job (user_plugins/reward_service.py): detached from the job's process
+    tree (a double fork: its parent exits at once), it answers the healthy rollouts' requests and
+    wedges from the armed rollout on."""
+    import subprocess
+    import sys
+    from urllib.parse import urlsplit
+
+    port = urlsplit(args.rm_url).port
+    answer = args.fault_after_steps * args.rollout_batch_size * args.n_samples_per_prompt
+    service = [sys.executable, "-m", "user_plugins.reward_service"]
+    service += ["--port", str(port), "--answer", str(answer)]
+    detach = "import subprocess, sys; subprocess.Popen(sys.argv[1:], start_new_session=True)"
+    subprocess.run([sys.executable, "-c", detach, *service], check=True, timeout=30)
+    deadline = time.monotonic() + 30
+    while not _port_taken(port):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the demo's reward service did not listen on port {port}")
+        time.sleep(0.1)
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(1.0)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def master_node_proxy_env(proxy_url: str) -> dict[str, str]:

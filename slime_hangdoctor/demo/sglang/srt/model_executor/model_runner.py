@@ -144,54 +144,55 @@ class ModelRunner:
             self._wait_for_weights()
         if self.fault_active("stuck_before_weight_broadcast"):
             self._synchronize()
+        if req.get("load_format") == "flattened_bucket":
+            return self._update_bucketed_weights_from_distributed(names, dtypes, shapes, pg)
+        # SGLang 0.5.15.post1 sglang/srt/model_executor/model_runner.py:2095-2113: post every
+        # broadcast with async_op=True, then wait on each handle in this same frame. Work.wait() is
+        # native (gloo here, NCCL on GPUs): py-spy shows this function as the innermost Python frame
+        # of a scheduler that waits in the broadcast, with no `broadcast` frame.
+        import torch
+        import torch.distributed as dist
+
         try:
-            if req.get("load_format") == "flattened_bucket":
-                received = self._update_bucketed_weights_from_distributed(names, dtypes, shapes, pg)
-            else:
-                received = self._update_weights_unbucketed(names, dtypes, shapes, pg)
+            received: list[tuple[str, Any]] = []
+            handles = []
+            for name, dtype, shape in zip(names, dtypes, shapes, strict=False):
+                weight = torch.empty(shape, dtype=torch_dtype(dtype))
+                handles.append(dist.broadcast(weight, src=0, group=pg, async_op=True))
+                received.append((name, weight))
+            for handle in handles:
+                handle.wait()
         except Exception as exc:
-            return False, (
-                f"Failed to update parameter online: {exc}. The full weights of the ModelRunner are "
-                "partially updated. Please discard the whole weights."
-            )
+            return False, _partial_update_message(exc)
         self.load_weights(received)
         return True, "Succeeded to update parameter online."
 
     def _wait_for_weights(self) -> None:
         _block_forever("weights that are never broadcast (the engine skipped the sync)")
 
-    def _update_weights_unbucketed(
-        self, names: list[str], dtypes: list[str], shapes: list[list[int]], pg: Any
-    ) -> list[tuple[str, Any]]:
-        import torch
-        import torch.distributed as dist
-
-        out: list[tuple[str, Any]] = []
-        for name, dtype, shape in zip(names, dtypes, shapes, strict=False):
-            tensor = torch.empty(shape, dtype=torch_dtype(dtype))
-            handle = dist.broadcast(tensor, src=0, group=pg, async_op=True)
-            handle.wait()
-            out.append((name, tensor))
-        return out
-
     def _update_bucketed_weights_from_distributed(
         self, names: list[str], dtypes: list[str], shapes: list[list[int]], pg: Any
-    ) -> list[tuple[str, Any]]:
-        """`flattened_bucket`: one synchronous broadcast of all tensors flattened (dtype of the first)."""
+    ) -> tuple[bool, str]:
+        """`flattened_bucket`: one synchronous broadcast of all tensors flattened (dtype of the
+        first), as model_runner.py:2127-2156 of SGLang 0.5.15.post1."""
         import math
 
         import torch
         import torch.distributed as dist
 
-        sizes = [math.prod(s) for s in shapes]
-        flat = torch.empty(sum(sizes), dtype=torch_dtype(dtypes[0] if dtypes else "float32"))
-        dist.broadcast(flat, src=0, group=pg)
-        out: list[tuple[str, Any]] = []
-        offset = 0
-        for name, size, shape in zip(names, sizes, shapes, strict=False):
-            out.append((name, flat[offset : offset + size].view(shape)))
-            offset += size
-        return out
+        try:
+            sizes = [math.prod(s) for s in shapes]
+            flat = torch.empty(sum(sizes), dtype=torch_dtype(dtypes[0] if dtypes else "float32"))
+            dist.broadcast(flat, src=0, group=pg)
+            out: list[tuple[str, Any]] = []
+            offset = 0
+            for name, size, shape in zip(names, sizes, shapes, strict=False):
+                out.append((name, flat[offset : offset + size].view(shape)))
+                offset += size
+        except Exception as exc:
+            return False, _partial_update_message(exc)
+        self.load_weights(out)
+        return True, "Succeeded to update parameter online."
 
     def load_weights(self, named: Iterable[tuple[str, Any]]) -> None:
         for name, tensor in named:
@@ -210,6 +211,13 @@ class ModelRunner:
 
     def _barrier_tp_cpu_group(self) -> None:
         _block_forever("torch.distributed.barrier(tp_cpu_group) that a peer never reaches")
+
+
+def _partial_update_message(exc: Exception) -> str:
+    return (
+        f"Failed to update parameter online: {exc}. The full weights of the ModelRunner are "
+        "partially updated. Please discard the whole weights."
+    )
 
 
 def _closed_port() -> int:

@@ -123,6 +123,15 @@ class MegatronTrainRayActor(TrainRayActor):
                     "save_checkpoint on train rank 0 (stuck storage)",
                     iteration,
                 )
+        if fault_armed(self.args, "checkpoint_writer_deadlock", iteration):
+            self.args.writer_deadlock = True
+            if self.args.rank == 0:
+                log_fault_armed(
+                    logger,
+                    self.args.fault,
+                    "save_checkpoint on train rank 0 (forked writer deadlocked)",
+                    iteration,
+                )
         save(iteration, self.model, self.optimizer, None)
 
     @timer

@@ -17,13 +17,16 @@ PARAM_SHAPES: dict[str, tuple[int, ...]] = {
     "model.norm.weight": (32,),
     "lm_head.weight": (256, 32),
 }
+VOCAB_PARAMS = ("model.embed_tokens.weight", "lm_head.weight")  # rows: --vocab-size
 
 
 def initialize_model_and_optimizer(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     import torch
 
     gen = torch.Generator().manual_seed(1234)
-    model = {name: torch.randn(shape, generator=gen) * 0.02 for name, shape in PARAM_SHAPES.items()}
+    vocab = int(getattr(args, "vocab_size", 256))
+    shapes = {n: (vocab, *s[1:]) if n in VOCAB_PARAMS else s for n, s in PARAM_SHAPES.items()}
+    model = {name: torch.randn(shape, generator=gen) * 0.02 for name, shape in shapes.items()}
     return model, {"lr": 1e-3, "step": 0}
 
 

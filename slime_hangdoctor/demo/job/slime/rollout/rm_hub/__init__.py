@@ -1,4 +1,6 @@
-"""Reward functions. Rule-based ones run synchronously on the rollout's event-loop thread."""
+"""Reward functions. Rule-based ones run synchronously on the rollout's event-loop thread; `remote_rm`
+awaits a reward service over HTTP on it (slime/rollout/rm_hub/__init__.py, January 2026 layout
+9bfe152: one aiohttp session per sample, aiohttp's default 300 s total timeout)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,16 @@ from slime.rollout.rm_hub.math_utils import extract_boxed_answer, grade_answer_v
 from slime.utils.types import Sample
 
 
+async def remote_rm(args: argparse.Namespace, sample: Sample) -> float:
+    """slime's `remote_rm` (9bfe152 rm_hub/__init__.py:17-27): POST the sample to `--rm-url`."""
+    import aiohttp
+
+    payload = {"prompt": sample.prompt, "response": sample.response, "label": sample.label}
+    async with aiohttp.ClientSession() as session, session.post(args.rm_url, json=payload) as resp:
+        resp.raise_for_status()
+        return float(await resp.json())
+
+
 async def async_rm(args: argparse.Namespace, sample: Sample) -> float:
     rm_type = (sample.metadata.get("rm_type") or args.rm_type or "").strip()
     response = sample.response
@@ -16,6 +28,8 @@ async def async_rm(args: argparse.Namespace, sample: Sample) -> float:
     if rm_type.startswith("boxed_"):
         response = extract_boxed_answer(response) or ""
         rm_type = rm_type[len("boxed_") :]
+    if rm_type == "remote_rm":
+        return await remote_rm(args, sample)
     if rm_type == "math":
         return 1.0 if grade_answer_verl(response, label) else 0.0
     if rm_type == "random":
