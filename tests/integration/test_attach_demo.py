@@ -360,7 +360,8 @@ VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
     "reward_service_stuck": _reward_service_stuck,
 }
 # Faults where the router does not list every engine when the doctor comes: an engine that never
-# came up never registered; no RolloutManager, no router; the router faults themselves.
+# came up never registered; no RolloutManager, no router; the router faults themselves; a router
+# that cannot reach the engines.
 ROUTER_WITHOUT_EVERY_ENGINE = frozenset(
     {
         "startup_engine_never_healthy",
@@ -369,6 +370,9 @@ ROUTER_WITHOUT_EVERY_ENGINE = frozenset(
         "placement_infeasible",
         "router_worker_removed",
         "router_killed",
+        # the router inherits the RolloutManager's environment across the fork, proxy included:
+        # its registration probes of the engines wait at the proxy, no engine is ever added
+        "rollout_behind_proxy",
     }
 )
 # Healthy steps before a fault arms (default 0): the colocated update hangs after one full step.
