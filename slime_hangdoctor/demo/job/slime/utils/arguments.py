@@ -148,8 +148,8 @@ def finalize_args(args: argparse.Namespace) -> None:
         args.rollout_num_gpus_per_engine, args.num_gpus_per_node
     )
     if args.sglang_api_key and args.router_api_key is None:
-        # engines with an API key: the router needs it to register them and to forward requests
-        # (a slime user gives --router-api-key alongside --sglang-api-key)
+        # engines with an API key: the router sends its key to them and asks it of its own
+        # callers (POST /workers too); a slime user gives --router-api-key alongside
         args.router_api_key = args.sglang_api_key
     args.slow_storage = False  # the demo's slow storage (checkpoint_slow_storage), set when armed
     args.stuck_storage = False  # the demo's stuck storage (checkpoint_stuck_storage), when armed

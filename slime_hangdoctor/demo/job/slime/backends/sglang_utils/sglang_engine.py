@@ -240,6 +240,7 @@ class SGLangEngine(RayActor):
             response = requests.post(
                 f"http://{self.router_ip}:{self.router_port}/workers",
                 json=payload,
+                headers=self._headers(),  # demo: the router shares the engines' API key, if any
             )
             response.raise_for_status()
 
@@ -253,10 +254,12 @@ class SGLangEngine(RayActor):
         worker_url = self._base_url()
         response = None
         try:
-            all_workers = requests.get(f"{base}/workers").json()["workers"]
-            for worker in all_workers:
+            answer = requests.get(f"{base}/workers", headers=self._headers())
+            for worker in answer.json()["workers"]:
                 if worker["url"] == worker_url:
-                    response = requests.delete(f"{base}/workers/{worker['id']}")
+                    response = requests.delete(
+                        f"{base}/workers/{worker['id']}", headers=self._headers()
+                    )
                     break
             else:
                 logger.warning(f"Worker {worker_url} not found in router during shutdown.")
