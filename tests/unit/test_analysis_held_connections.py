@@ -1,0 +1,136 @@
+"""An open connection is not a request in flight (issue 27), on recorded bundles of the real
+sgl-router 0.3.2 forked as slime forks it, in front of two SGLang stand-ins
+(tests/fixtures/analysis/router, provenance in tests/fixtures/README.md), and on the recorded demo
+bundle of a paused engine: a held connection counts only with a named kind of evidence of a request
+on it, and an idle pool is shown as such, never a culprit."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+from slime_hangdoctor import bundle as b
+from slime_hangdoctor.analysis.engines import EngineRead, read_engines
+from slime_hangdoctor.analysis.network import (
+    HeldRequests,
+    InFlightKind,
+    held_requests,
+    idle_pools,
+    is_router,
+)
+from slime_hangdoctor.analysis.world import World, build_world
+from slime_hangdoctor.bundle import open_bundle
+from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.topology import build_topology
+from slime_hangdoctor.verdict import Role, Stage, Status
+from tests.fixtures import transforms as tf
+from tests.unit.demo_bundles import diagnosed, unpacked
+
+ROUTER = Path(__file__).resolve().parents[1] / "fixtures" / "analysis" / "router"
+
+
+def _router_bundle(name: str, dest: Path) -> Path:
+    with tarfile.open(ROUTER / f"{name}.tar.gz") as tar:
+        tar.extractall(dest, filter="data")
+    return next(p.parent for p in dest.rglob("manifest.json"))
+
+
+def _world(path: Path) -> World:
+    with open_bundle(path) as bundle:
+        snapshot = load_snapshot(bundle)
+    return build_world(snapshot, build_topology(snapshot))
+
+
+def _held(path: Path) -> tuple[tuple[HeldRequests, ...], tuple[HeldRequests, ...]]:
+    world = _world(path)
+    engines = read_engines(world)
+    return held_requests(world, engines), idle_pools(world, engines)
+
+
+def test_the_routers_idle_pool_blames_no_engine(tmp_path: Path) -> None:
+    """The router keeps the connections of its registration probes: 2 to each engine across both
+    samples, nothing in flight. Before issue 27 both engines were culprits on them."""
+    root = _router_bundle("idle_behind_router", tmp_path)
+    held, idle = _held(root)
+    assert held == ()
+    assert len(idle) == 2 and all(h.persistent and h.connections == 2 for h in idle)
+    for h in idle:
+        assert [is_router(p) for p, _ in h.callers] == [True]
+        assert h.in_flight == ()
+        assert "the router counts 0 in flight to it" in h.idle
+        assert "its HTTP layer counts 0 request(s) in flight" in h.idle
+        assert "empty socket queues" in h.idle and "no caller awaits an answer" in h.idle
+    v = diagnosed(root).verdict
+    assert v.culprits == (), v.summary
+    assert all(f.rule != "requests-held-outside-scheduler" for f in v.findings)
+    conns = next(f for f in v.findings if f.rule == "connections")
+    assert sum("idle pooled connection(s)" in line for line in conns.evidence) == 2, conns
+
+
+def test_requests_held_behind_the_router_are_named_with_their_evidence(tmp_path: Path) -> None:
+    """Engine 1 paused, four `/generate` sent through the router: the engine's HTTP layer and the
+    router count them, and the chain names the RolloutManager, the router and the engine."""
+    root = _router_bundle("held_behind_router", tmp_path)
+    held, idle = _held(root)
+    (h,) = held
+    assert idle == ()
+    assert set(h.kinds) == {InFlightKind.ENGINE_HTTP, InFlightKind.ROUTER}, h.in_flight
+    assert all(is_router(p) for p, _ in h.callers)
+    (chain,) = h.chain
+    assert chain.startswith("rollout manager (pid ") and chain.endswith(f"engine {h.engine.url}")
+    assert " -> router (pid " in chain
+    v = diagnosed(root).verdict
+    assert (v.status, v.stage) == (Status.HUNG, Stage.ROLLOUT_DISPATCH), v.summary
+    (top,) = v.culprits
+    assert top.role is Role.SGLANG_ENGINE and top.engine_url == h.engine.url
+    finding = next(f for f in v.findings if f.rule == "requests-held-outside-scheduler")
+    assert any(line.startswith("[engine_http] ") for line in finding.evidence), finding
+    assert any(line.startswith("[router] ") for line in finding.evidence), finding
+    assert any(line.startswith("chain: rollout manager") for line in finding.evidence), finding
+
+
+def test_without_the_engines_and_routers_counts_the_held_connections_are_an_idle_pool(
+    tmp_path: Path,
+) -> None:
+    """The same recording with the engines' `/metrics` and the router's `/workers` removed: the
+    router holds the same four connections, its own stack waits on nothing, and nothing else
+    shows a request: no engine is blamed on connections alone."""
+    root = _router_bundle("held_behind_router", tmp_path / "src")
+    without = tf.bundle_without_sources(root, tmp_path / "without", frozenset({b.ROUTER}))
+    held, _ = _held(without)
+    assert {k for h in held for k in h.kinds} == {InFlightKind.ENGINE_HTTP}
+    pages = tuple(
+        r["target"]
+        for r in json.loads((without / "manifest.json").read_text())["probes"]
+        if r["source"] == b.SGLANG and r["target"].endswith("_metrics")
+    )
+    assert len(pages) == 4  # two engines, two samples
+    metrics = tf.bundle_without_targets(without, tmp_path / "neither", b.SGLANG, pages)
+    held, idle = _held(metrics)
+    assert held == () and len(idle) == 1
+    v = diagnosed(metrics).verdict
+    assert all(c.role is not Role.SGLANG_ENGINE for c in v.culprits), v.summary
+
+
+def test_the_paused_demo_engine_is_named_by_its_callers_wait(tmp_path: Path) -> None:
+    """engine_paused_by_update (recorded before the stand-in had the HTTP middleware's series,
+    no router): the RolloutManager's own thread waits in its rollout at both samples. Without its
+    stacks nothing shows a request on its connections, and no engine is named from them."""
+    root = unpacked("engine_paused_by_update", tmp_path / "src")
+    (h,) = held_requests(*_engines(root))
+    assert h.kinds == (InFlightKind.CALLER_AWAITS,)
+    assert "rollout manager" in h.in_flight[0].text and "rollout_dispatch" in h.in_flight[0].text
+    assert h.unread_bytes == 0  # the 119 bytes at sample 1 are a probe of the doctor's own
+    stackless = tf.bundle_without_sources(root, tmp_path / "stackless", frozenset({b.PYSPY}))
+    world, engines = _engines(stackless)
+    assert held_requests(world, engines) == ()
+    (pool,) = idle_pools(world, engines)
+    assert pool.engine.url == h.engine.url
+    v = diagnosed(stackless).verdict
+    assert all(c.role is not Role.SGLANG_ENGINE for c in v.culprits), v.summary
+
+
+def _engines(path: Path) -> tuple[World, tuple[EngineRead, ...]]:
+    world = _world(path)
+    return world, read_engines(world)
