@@ -21,7 +21,8 @@ each kind named (`InFlightKind`):
 - `engine_http`: the engine's own HTTP layer counts the requests until their response is made
   (`sglang:http_requests_active` for `/generate` and the OpenAI routes), in every sample that read
   `/metrics`;
-- `router`: the router counts requests in flight to this engine (`GET /workers` `load`);
+- `router`: the router counts requests in flight to this engine (`GET /workers` `load`, or
+  `smg_worker_requests_active{worker}` on its Prometheus port);
 - `socket_queues`: on the held connections, bytes the caller sent and the engine's kernel did not
   acknowledge, or bytes the engine's server did not read, at both samples;
 - `caller_awaits`: the caller's own thread awaits an answer at every sample: a blocking HTTP read,
@@ -41,7 +42,7 @@ from urllib.parse import urlsplit
 from slime_hangdoctor.analysis.engines import EngineRead, router_entry
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import PROXY_ENV, SglangMetrics, TcpConnection
+from slime_hangdoctor.facts import PROXY_ENV, RouterMetrics, SglangMetrics, TcpConnection
 from slime_hangdoctor.topology import parse_ray_title
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
 
@@ -339,16 +340,26 @@ def _evidence(
     elif active:
         idle.append(f"its HTTP layer counts {active[-1]:g} request(s) in flight")
     worker = router_entry(world, e.url)
+    routed = router_active(world, e.url)
+    views = []
     if worker is not None and worker.load:
+        views.append(f"{worker.load} (GET /workers load)")
+    if routed and all(n > 0 for n in routed):
+        views.append(
+            f"{routed[-1]:g} (smg_worker_requests_active, "
+            + ("every sample)" if len(routed) > 1 else "the sample that read it)")
+        )
+    if views:
         found.append(
             InFlight(
                 InFlightKind.ROUTER,
-                f"the router counts {worker.load} request(s) in flight to engine {e.url} "
-                "(GET /workers load)",
+                f"the router counts requests in flight to engine {e.url}: {', '.join(views)}",
             )
         )
+    elif routed:
+        idle.append("the router counts 0 in flight to it (smg_worker_requests_active)")
     elif worker is not None and worker.load is not None:
-        idle.append("the router counts 0 in flight to it")
+        idle.append("the router counts 0 in flight to it (GET /workers load)")
     unacked = sum(_queued(p, conns, "tx") for p, conns in callers)
     unread = _unread(e, callers)
     if unacked or unread:
@@ -388,6 +399,20 @@ def _http_active(world: World, url: str) -> list[float]:
         sum(m.http_active.get(path, 0.0) for path in REQUEST_PATHS)
         for _, m in sorted(by_sample.items())
     ]
+
+
+def router_active(world: World, url: str) -> list[float]:
+    """The router's in-flight count for engine `url` (`smg_worker_requests_active` on its
+    Prometheus page), per sample whose page lists that worker, oldest first. The router lists a
+    worker once it has sent it a request, and only under a policy that counts load (cache_aware
+    does, round_robin does not): a page without it says nothing."""
+    by_sample: dict[int, float] = {}
+    for o in world.snapshot.http:
+        if o.kind == "router" and isinstance(o.parsed, RouterMetrics):
+            n = o.parsed.requests_active.get(url.rstrip("/"))
+            if n is not None:
+                by_sample[o.sample] = by_sample.get(o.sample, 0.0) + n
+    return [n for _, n in sorted(by_sample.items())]
 
 
 def _queued(p: Proc, conns: list[TcpConnection], queue: str) -> int:

@@ -10,6 +10,8 @@ import json
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.analysis.engines import EngineRead, read_engines
 from slime_hangdoctor.analysis.network import (
@@ -21,7 +23,11 @@ from slime_hangdoctor.analysis.network import (
 )
 from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.bundle import open_bundle
+from slime_hangdoctor.collect.run import router_metrics_urls
+from slime_hangdoctor.errors import ParseError
+from slime_hangdoctor.facts import RouterMetrics, RouterWorkers
 from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.parsers.sglang import parse_router_metrics
 from slime_hangdoctor.topology import build_topology
 from slime_hangdoctor.verdict import Role, Stage, Status
 from tests.fixtures import transforms as tf
@@ -58,7 +64,7 @@ def test_the_routers_idle_pool_blames_no_engine(tmp_path: Path) -> None:
     for h in idle:
         assert [is_router(p) for p, _ in h.callers] == [True]
         assert h.in_flight == ()
-        assert "the router counts 0 in flight to it" in h.idle
+        assert "the router counts 0 in flight to it (GET /workers load)" in h.idle
         assert "its HTTP layer counts 0 request(s) in flight" in h.idle
         assert "empty socket queues" in h.idle and "no caller awaits an answer" in h.idle
     v = diagnosed(root).verdict
@@ -69,13 +75,16 @@ def test_the_routers_idle_pool_blames_no_engine(tmp_path: Path) -> None:
 
 
 def test_requests_held_behind_the_router_are_named_with_their_evidence(tmp_path: Path) -> None:
-    """Engine 1 paused, four `/generate` sent through the router: the engine's HTTP layer and the
-    router count them, and the chain names the RolloutManager, the router and the engine."""
+    """The engine that served a first request paused, four `/generate` sent through the router
+    after it: the engine's HTTP layer and the router (its `/workers` and its Prometheus page)
+    count them, and the chain names the RolloutManager, the router and the engine."""
     root = _router_bundle("held_behind_router", tmp_path)
     held, idle = _held(root)
     (h,) = held
     assert idle == ()
     assert set(h.kinds) == {InFlightKind.ENGINE_HTTP, InFlightKind.ROUTER}, h.in_flight
+    (router,) = (f.text for f in h.in_flight if f.kind is InFlightKind.ROUTER)
+    assert "4 (GET /workers load)" in router and "4 (smg_worker_requests_active" in router
     assert all(is_router(p) for p, _ in h.callers)
     (chain,) = h.chain
     assert chain.startswith("rollout manager (pid ") and chain.endswith(f"engine {h.engine.url}")
@@ -134,3 +143,29 @@ def test_the_paused_demo_engine_is_named_by_its_callers_wait(tmp_path: Path) -> 
 def _engines(path: Path) -> tuple[World, tuple[EngineRead, ...]]:
     world = _world(path)
     return world, read_engines(world)
+
+
+def test_the_routers_prometheus_page_is_found_among_its_ports_and_read(tmp_path: Path) -> None:
+    """The collector found the router's Prometheus port among the router process's listening
+    ports (its HTTP port answers 404 there) and read `smg_worker_requests_active` per worker."""
+    root = _router_bundle("held_behind_router", tmp_path)
+    with open_bundle(root) as bundle:
+        snapshot = load_snapshot(bundle)
+    topology = build_topology(snapshot)
+    routers = [o.answer.url for o in snapshot.http if isinstance(o.parsed, RouterWorkers)]
+    (url,) = router_metrics_urls(snapshot, topology, sorted(set(routers)))
+    pages = [o for o in snapshot.http if isinstance(o.parsed, RouterMetrics)]
+    assert len(pages) == 2 and {o.answer.url for o in pages} == {url}
+    (held,) = held_requests(*_engines(root))
+    assert [p.parsed.requests_active for p in pages if isinstance(p.parsed, RouterMetrics)] == [
+        {held.engine.url: 4.0}
+    ] * 2
+
+
+def test_an_engine_page_is_not_a_routers(tmp_path: Path) -> None:
+    root = _router_bundle("held_behind_router", tmp_path)
+    page = next(root.rglob("raw/router/**/*_metrics.s0.txt"))
+    engine_page = next(p for p in root.rglob("raw/sglang/**/*_metrics.s0.txt"))
+    assert parse_router_metrics(page.read_bytes()).requests_active
+    with pytest.raises(ParseError, match="no smg_worker_requests_active"):
+        parse_router_metrics(engine_page.read_bytes())
