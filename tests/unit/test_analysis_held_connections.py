@@ -169,3 +169,30 @@ def test_an_engine_page_is_not_a_routers(tmp_path: Path) -> None:
     assert parse_router_metrics(page.read_bytes()).requests_active
     with pytest.raises(ParseError, match="no smg_worker_requests_active"):
         parse_router_metrics(engine_page.read_bytes())
+
+
+def test_bytes_waiting_in_the_held_sockets_at_both_samples_are_a_request(tmp_path: Path) -> None:
+    """The idle router bundle with one pooled connection's queue set (`transforms.sockets_with_queue`,
+    119 bytes: the size of the request waiting unread in engine_paused_by_update's server): unread
+    by the engine's server, or unacknowledged at the router, at both samples it is a request in
+    flight; at one sample only it is not."""
+    root = _router_bundle("idle_behind_router", tmp_path / "src")
+    world = _world(root)
+    router = next(p for p in world.procs if is_router(p))
+    engine = sorted(e.url for e in read_engines(world))[0]
+    port = int(engine.rsplit(":", 1)[1])
+    conn = next(c for c in router.conns[-1][1] if c.socket.remote_port == port)
+    mine = conn.socket.local_port
+
+    unread = tf.sockets_with_queue(root, tmp_path / "unread", (port, mine), rx=119)
+    (h,) = held_requests(*_engines(unread))
+    assert (h.engine.url, h.kinds, h.unread_bytes) == (engine, (InFlightKind.SOCKET_QUEUES,), 119)
+    assert "119 bytes received not read" in h.in_flight[0].text
+    assert [c.engine_url for c in diagnosed(unread).verdict.culprits] == [engine]
+
+    unacked = tf.sockets_with_queue(root, tmp_path / "unacked", (mine, port), tx=119)
+    (h,) = held_requests(*_engines(unacked))
+    assert "119 bytes sent and not acknowledged" in h.in_flight[0].text
+
+    once = tf.sockets_with_queue(root, tmp_path / "once", (port, mine), rx=119, samples=(1,))
+    assert held_requests(*_engines(once)) == ()
