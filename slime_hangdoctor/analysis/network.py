@@ -26,7 +26,9 @@ each kind named (`InFlightKind`):
 - `socket_queues`: on the held connections, bytes the caller sent and the engine's kernel did not
   acknowledge, or bytes the engine's server did not read, at both samples;
 - `caller_awaits`: the caller's own thread awaits an answer at every sample: a blocking HTTP read,
-  or a waiting thread in a rollout stage or in a running Ray method (`ray::Class.method`).
+  or a waiting thread in a rollout stage or in a running Ray method (`ray::Class.method`); not
+  where the engine's HTTP layer counts no request (the caller then awaits another peer, and its
+  connection to this engine is pooled).
 
 Connections with none of them are an idle pool (`idle_pools`): shown as such, never a culprit. Where
 the caller is the router, the RolloutManager -> router -> engine chain is named.
@@ -378,9 +380,16 @@ def _evidence(
     else:
         idle.append("empty socket queues")
     awaiting = [(p, why) for p, _ in callers if (why := caller_awaits(p)) is not None]
-    for p, why in awaiting[:2]:
-        found.append(InFlight(InFlightKind.CALLER_AWAITS, f"{p.label} (pid {p.pid}) {why}"))
-    if not awaiting:
+    if awaiting and active and active[-1] == 0:
+        # the engine's HTTP layer counts a request until its response is made: a caller that
+        # waits while it counts none awaits another peer (a pooled connection to this one)
+        idle.append(f"{awaiting[0][0].label} waits, but not on this engine (its HTTP layer)")
+    elif awaiting:
+        found.extend(
+            InFlight(InFlightKind.CALLER_AWAITS, f"{p.label} (pid {p.pid}) {why}")
+            for p, why in awaiting[:2]
+        )
+    else:
         idle.append("no caller awaits an answer")
     return tuple(found), tuple(idle)
 

@@ -77,15 +77,18 @@ def test_the_routers_idle_pool_blames_no_engine(tmp_path: Path) -> None:
 def test_requests_held_behind_the_router_are_named_with_their_evidence(tmp_path: Path) -> None:
     """The engine that served a first request paused, four `/generate` sent through the router
     after it: the engine's HTTP layer and the router (its `/workers` and its Prometheus page)
-    count them, and the chain names the RolloutManager, the router and the engine."""
+    count them, the RolloutManager waits in its method, and the chain names the RolloutManager,
+    the router and the engine."""
     root = _router_bundle("held_behind_router", tmp_path)
-    held, idle = _held(root)
-    (h,) = held
-    assert idle == ()
-    assert set(h.kinds) == {InFlightKind.ENGINE_HTTP, InFlightKind.ROUTER}, h.in_flight
+    (h,), _ = _held(root)
+    assert set(h.kinds) == {
+        InFlightKind.ENGINE_HTTP,
+        InFlightKind.ROUTER,
+        InFlightKind.CALLER_AWAITS,
+    }, h.in_flight
     (router,) = (f.text for f in h.in_flight if f.kind is InFlightKind.ROUTER)
     assert "4 (GET /workers load)" in router and "4 (smg_worker_requests_active" in router
-    assert all(is_router(p) for p, _ in h.callers)
+    assert [is_router(p) for p, _ in h.callers] == [True, False]  # 4 routed, 1 of its own pool
     (chain,) = h.chain
     assert chain.startswith("rollout manager (pid ") and chain.endswith(f"engine {h.engine.url}")
     assert " -> router (pid " in chain
@@ -99,16 +102,31 @@ def test_requests_held_behind_the_router_are_named_with_their_evidence(tmp_path:
     assert any(line.startswith("chain: rollout manager") for line in finding.evidence), finding
 
 
-def test_without_the_engines_and_routers_counts_the_held_connections_are_an_idle_pool(
+def test_a_waiting_caller_s_pooled_connection_to_an_idle_engine_is_no_request(
     tmp_path: Path,
 ) -> None:
-    """The same recording with the engines' `/metrics` and the router's `/workers` removed: the
-    router holds the same four connections, its own stack waits on nothing, and nothing else
-    shows a request: no engine is blamed on connections alone."""
+    """The RolloutManager waits for its requests (at the paused engine, through the router) and
+    its aiohttp pool keeps a connection to the other engine from its `/abort_request` round: that
+    engine's HTTP layer counts no request, so the wait is not on it."""
+    root = _router_bundle("held_behind_router", tmp_path)
+    (h,), (pool,) = _held(root)
+    assert pool.engine.url != h.engine.url and pool.in_flight == ()
+    assert [p.role for p, _ in pool.callers] == [Role.ROLLOUT_MANAGER]
+    assert "rollout manager waits, but not on this engine (its HTTP layer)" in pool.idle
+    assert "its HTTP layer counts 0 request(s) in flight" in pool.idle
+
+
+def test_without_the_counts_and_the_stacks_the_held_connections_are_an_idle_pool(
+    tmp_path: Path,
+) -> None:
+    """The same recording without the router's answers and the stacks, then without the engines'
+    `/metrics` too: the router and the RolloutManager hold the same connections, and nothing
+    shows a request on them: no engine is blamed on connections alone."""
     root = _router_bundle("held_behind_router", tmp_path / "src")
-    without = tf.bundle_without_sources(root, tmp_path / "without", frozenset({b.ROUTER}))
-    held, _ = _held(without)
-    assert {k for h in held for k in h.kinds} == {InFlightKind.ENGINE_HTTP}
+    gone = frozenset({b.ROUTER, b.PYSPY})
+    without = tf.bundle_without_sources(root, tmp_path / "without", gone)
+    (h,), _ = _held(without)
+    assert h.kinds == (InFlightKind.ENGINE_HTTP,)
     pages = tuple(
         r["target"]
         for r in json.loads((without / "manifest.json").read_text())["probes"]
@@ -117,7 +135,7 @@ def test_without_the_engines_and_routers_counts_the_held_connections_are_an_idle
     assert len(pages) == 4  # two engines, two samples
     metrics = tf.bundle_without_targets(without, tmp_path / "neither", b.SGLANG, pages)
     held, idle = _held(metrics)
-    assert held == () and len(idle) == 1
+    assert held == () and len(idle) == 2
     v = diagnosed(metrics).verdict
     assert all(c.role is not Role.SGLANG_ENGINE for c in v.culprits), v.summary
 
