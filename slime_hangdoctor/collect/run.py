@@ -433,12 +433,19 @@ def _start_endpoints(
     return jobs
 
 
+def _port_of(url: str) -> int | None:
+    try:
+        return urlsplit(url if "//" in url else f"//{url}").port
+    except ValueError:  # a --router-url with a bad port: probed (and failing) as given
+        return None
+
+
 def router_metrics_urls(state: Snapshot, topo: Topology, routers: list[str]) -> list[str]:
     """The other listening ports of each router process (its role, or the title `launch_router`
     gives it, `sglang::router`): where its Prometheus page may be. Its HTTP port (a known router
     URL) is left out: it answers 404 for /metrics."""
     pids = {(m.node_ip, m.pid) for m in topo.members if m.role is Role.ROUTER}
-    served = {urlsplit(u if "//" in u else f"//{u}").port for u in routers}
+    served = {_port_of(u) for u in routers}
     out: set[str] = set()
     for obs in state.processes:
         for p in obs.processes:

@@ -172,6 +172,8 @@ def test_the_routers_prometheus_page_is_found_among_its_ports_and_read(tmp_path:
     topology = build_topology(snapshot)
     routers = [o.answer.url for o in snapshot.http if isinstance(o.parsed, RouterWorkers)]
     (url,) = router_metrics_urls(snapshot, topology, sorted(set(routers)))
+    # a --router-url with a bad port leaves the rest as it is (it fails on its own probe)
+    assert router_metrics_urls(snapshot, topology, [*routers, "http://h:99999"]) == [url]
     pages = [o for o in snapshot.http if isinstance(o.parsed, RouterMetrics)]
     assert len(pages) == 2 and {o.answer.url for o in pages} == {url}
     (held,) = held_requests(*_engines(root))
