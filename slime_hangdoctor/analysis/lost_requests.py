@@ -7,9 +7,10 @@ it is not a culprit by itself. In order, the holder is:
 
 1. an engine that is dead (its server refuses connections, or is gone) or paused: that engine,
    named by its own finder (engines, sglang);
-2. an engine whose callers hold request connections to it across both samples while its
-   scheduler has no work (procfs sockets, `network.held_requests`): that engine, named by the
-   sockets finder;
+2. an engine whose callers hold connections to it across both samples with evidence of requests
+   in flight on them (the engine's HTTP layer, the router, the socket queues, the caller's own
+   wait: `network.held_requests`) while its scheduler has no work: that engine, named by the
+   sockets finder (an idle keep-alive pool is not one);
 3. a router that does not answer (or answers 503, no worker): its own finding (routers finder,
    `rules._router_503`);
 4. an HTTP proxy: the RolloutManager's environment sends its requests for the engines to a proxy
