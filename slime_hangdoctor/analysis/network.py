@@ -424,6 +424,13 @@ def router_active(world: World, url: str) -> list[float]:
     return [n for _, n in sorted(by_sample.items())]
 
 
+def engine_http_idle(world: World, url: str) -> bool:
+    """The engine's HTTP layer counts no request in flight in every sample that read it (and was
+    read): a connection to it holds no request, whoever waits."""
+    active = _http_active(world, url)
+    return bool(active) and all(n == 0 for n in active)
+
+
 def _queued(p: Proc, conns: list[TcpConnection], queue: str) -> int:
     """Bytes in one queue ("tx": sent, not acknowledged; "rx": received, not read) of these
     connections of `p`, counted where non-empty at both samples (the smaller reading)."""

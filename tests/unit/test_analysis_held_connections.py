@@ -14,6 +14,7 @@ import pytest
 
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.analysis.engines import EngineRead, read_engines
+from slime_hangdoctor.analysis.lost_requests import Holder, where_requests_are
 from slime_hangdoctor.analysis.network import (
     HeldRequests,
     InFlightKind,
@@ -216,3 +217,24 @@ def test_bytes_waiting_in_the_held_sockets_at_both_samples_are_a_request(tmp_pat
 
     once = tf.sockets_with_queue(root, tmp_path / "once", (port, mine), rx=119, samples=(1,))
     assert held_requests(*_engines(once)) == ()
+
+
+def test_a_rollout_awaiting_a_leaked_slot_holds_only_an_idle_pool(tmp_path: Path) -> None:
+    """The RolloutManager awaits a semaphore slot nobody releases after slime's abort round: its
+    aiohttp pool keeps one connection to each engine, the router's keeps two, no request is
+    anywhere. No engine holds the requests, and the RolloutManager's connections are named as an
+    idle pool, not as where the requests are (before issue 27: `Holder.ENGINE` on them)."""
+    root = _router_bundle("awaits_behind_router", tmp_path)
+    world, engines = _engines(root)
+    assert held_requests(world, engines) == ()
+    pools = idle_pools(world, engines)
+    assert len(pools) == 2
+    for pool in pools:
+        assert {p.role for p, _ in pool.callers} == {Role.ROLLOUT_MANAGER, Role.SGLANG_ENGINE}
+        assert "rollout manager waits, but not on this engine (its HTTP layer)" in pool.idle
+    (rm,) = world.by_role(Role.ROLLOUT_MANAGER)
+    where = where_requests_are(world, engines, rm)
+    assert where.holder is Holder.UNKNOWN, where
+    assert any("idle keep-alive pool" in line for line in where.why), where.why
+    v = diagnosed(root).verdict
+    assert v.culprits == (), v.summary
