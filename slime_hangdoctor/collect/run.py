@@ -416,7 +416,11 @@ def _start_endpoints(
                 api_key=opts.api_key,
             )
         )
-    for url in router_metrics_urls(partial_snapshot(run.writer), topo, routers):
+    has_router = any(
+        m.role is Role.ROUTER or m.title.startswith(ROUTER_TITLE) for m in topo.members
+    )
+    state = partial_snapshot(run.writer) if has_router else None  # read only where one is
+    for url in router_metrics_urls(state, topo, routers) if state is not None else ():
         if ("router-metrics", url) in probed:
             continue
         probed.add(("router-metrics", url))
