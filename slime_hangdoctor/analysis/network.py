@@ -304,22 +304,25 @@ def _connections_held(world: World, engines: tuple[EngineRead, ...]) -> tuple[He
         callers.sort(key=lambda pc: -len(pc[1]))
         held.append((e, callers, persistent))
     known = len([e for e in engines if e.in_flight is not None])
-    out: list[HeldRequests] = []
-    for e, callers, persistent in held:
-        evidence, idle = _evidence(world, e, callers)
-        out.append(
-            HeldRequests(
-                e,
-                tuple((p, len(conns)) for p, conns in callers),
-                persistent,
-                _unread(e, callers),
-                singled_out=len(holding) < known,
-                in_flight=evidence,
-                idle=idle,
-                chain=_chains(world, engines, e, [p for p, _ in callers]),
-            )
+    read = [
+        (e, callers, persistent, *_evidence(world, e, callers)) for e, callers, persistent in held
+    ]
+    # engines other than these hold connections too, but only idle pools: not requests
+    pooled = {e.url for e, _, _, evidence, _ in read if not evidence}
+    holding -= pooled
+    return tuple(
+        HeldRequests(
+            e,
+            tuple((p, len(conns)) for p, conns in callers),
+            persistent,
+            _unread(e, callers),
+            singled_out=len(holding) < known,
+            in_flight=evidence,
+            idle=idle,
+            chain=_chains(world, engines, e, [p for p, _ in callers]),
         )
-    return tuple(out)
+        for e, callers, persistent, evidence, idle in read
+    )
 
 
 def _evidence(

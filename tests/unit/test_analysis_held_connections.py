@@ -112,6 +112,7 @@ def test_a_waiting_caller_s_pooled_connection_to_an_idle_engine_is_no_request(
     root = _router_bundle("held_behind_router", tmp_path)
     (h,), (pool,) = _held(root)
     assert pool.engine.url != h.engine.url and pool.in_flight == ()
+    assert h.singled_out  # the other engine's connections are a pool: it holds no request
     assert [p.role for p, _ in pool.callers] == [Role.ROLLOUT_MANAGER]
     assert "rollout manager waits, but not on this engine (its HTTP layer)" in pool.idle
     assert "its HTTP layer counts 0 request(s) in flight" in pool.idle
