@@ -336,7 +336,8 @@ def _load_http(acc: _Acc, rec: ProbeRecord, data: bytes | None) -> None:
         acc.blind.append(f"{rec.source} {answer.url}{path}: {rec.outcome.value}{reason}")
     if rec.outcome is Outcome.OK and rec.artifact and data is None:
         acc.blind.append(f"{rec.source} {rec.target}: artefact missing from the bundle")
-    parser = sglang.PARSER_BY_PATH.get(path)
+    table = sglang.ROUTER_PARSER_BY_PATH if rec.source == b.ROUTER else sglang.PARSER_BY_PATH
+    parser = table.get(path)
     if parser is not None and data is not None and answer.status == 200:
         try:
             parsed = parser(data)
