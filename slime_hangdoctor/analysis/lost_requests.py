@@ -190,7 +190,7 @@ def where_requests_are(world: World, engines: tuple[EngineRead, ...], rm: Proc) 
             proxy=f"{proxy.variable}={proxy.proxy}",
         )
     kept = kept_connections(world, engines, rm)
-    pooled = _pooled(world, kept)
+    pooled = _pooled(world, kept, engines)
     carriers = [c for c in kept.to(*_CARRIERS) if c not in pooled] if kept is not None else []
     if carriers:
         ep, n = carriers[0]
@@ -223,21 +223,28 @@ def where_requests_are(world: World, engines: tuple[EngineRead, ...], rm: Proc) 
     return _in_rm(rm, _overlong_of(world, rm), kept, engines_line, pooled)
 
 
-def _pooled(world: World, kept: KeptConnections | None) -> list[tuple[Endpoint, int]]:
-    """The RolloutManager's connections to engines whose HTTP layer counts no request: its
-    client's keep-alive pool (an open connection is not a request in flight, issue 27)."""
+def _pooled(
+    world: World, kept: KeptConnections | None, engines: tuple[EngineRead, ...]
+) -> list[tuple[Endpoint, int]]:
+    """The RolloutManager's connections to engines whose HTTP layer counts no request, and to the
+    router when no engine behind it counts one: its client's keep-alive pool (an open connection
+    is not a request in flight, issue 27)."""
     if kept is None:
         return []
-    return [
+    pooled = [
         (ep, n)
         for ep, n in kept.to("engine")
         if ep.engine_url is not None and engine_http_idle(world, ep.engine_url)
     ]
+    if engines and all(engine_http_idle(world, e.url) for e in engines):
+        pooled += list(kept.to("router"))
+    return pooled
 
 
 def _pool_line(pooled: list[tuple[Endpoint, int]]) -> str:
     held = ", ".join(f"{n} to {ep.label}" for ep, n in pooled[:3])
     return (
-        f"[sockets] its connections to engines are an idle keep-alive pool ({held}): those "
-        "engines count no request in flight at their HTTP layer (sglang:http_requests_active)"
+        f"[sockets] its connections to engines (or their router) are an idle keep-alive pool "
+        f"({held}): those engines count no request in flight at their HTTP layer "
+        "(sglang:http_requests_active)"
     )

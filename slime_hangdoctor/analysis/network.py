@@ -46,7 +46,7 @@ from slime_hangdoctor.analysis.services import Service, job_services
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import PROXY_ENV, RouterMetrics, SglangMetrics, TcpConnection
-from slime_hangdoctor.topology import parse_ray_title
+from slime_hangdoctor.topology import ROUTER_TITLE, parse_ray_title
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
 
 _WAITING = ("ESTABLISHED", "SYN_SENT")  # a request in flight, or a connect that never completes
@@ -496,7 +496,7 @@ def caller_awaits(p: Proc) -> str | None:
 def is_router(p: Proc) -> bool:
     """The sgl-router: by its role, or by the title `launch_router` gives it (`sglang::router`)
     where the topology names it otherwise."""
-    return p.role is Role.ROUTER or p.title.startswith("sglang::router")
+    return p.role is Role.ROUTER or p.title.startswith(ROUTER_TITLE)
 
 
 def _chains(

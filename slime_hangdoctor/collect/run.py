@@ -43,10 +43,8 @@ from slime_hangdoctor.errors import RayUnreachable
 from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.redact import redact_text
 from slime_hangdoctor.snapshot import Snapshot
-from slime_hangdoctor.topology import CLASS_ROLES, Topology, build_topology
+from slime_hangdoctor.topology import CLASS_ROLES, ROUTER_TITLE, Topology, build_topology
 from slime_hangdoctor.verdict import Role
-
-ROUTER_TITLE = "sglang::router"  # the title sglang_router's launch_router gives its process
 
 ProgressFn = Callable[[str], None]
 

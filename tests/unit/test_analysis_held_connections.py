@@ -231,7 +231,7 @@ def test_a_rollout_awaiting_a_leaked_slot_holds_only_an_idle_pool(tmp_path: Path
     pools = idle_pools(world, engines)
     assert len(pools) == 2
     for pool in pools:
-        assert {p.role for p, _ in pool.callers} == {Role.ROLLOUT_MANAGER, Role.SGLANG_ENGINE}
+        assert {p.role for p, _ in pool.callers} == {Role.ROLLOUT_MANAGER, Role.ROUTER}
         assert "rollout manager waits, but not on this engine (its HTTP layer)" in pool.idle
     (rm,) = world.by_role(Role.ROLLOUT_MANAGER)
     where = where_requests_are(world, engines, rm)
