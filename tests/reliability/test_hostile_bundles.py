@@ -9,9 +9,11 @@ the recorded bundle it was derived from."""
 from __future__ import annotations
 
 import gzip
+import json
 import tarfile
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,3 +69,101 @@ def test_tar_header_memory_bomb_is_refused(tmp_path: Path, kind: bytes, what: st
     assert f"a {what} header of {HEADER_BOMB_BYTES} bytes" in proc.stderr + proc.stdout
     assert "Traceback" not in proc.stderr
     assert wall < 60, wall
+
+
+# --------------------------------------------------------------------------- item 8: parsing
+
+
+def _demo_dir(tmp_path: Path, name: str = "none") -> Path:
+    """A recorded demo bundle, unpacked to a directory that the attack then edits."""
+    with tarfile.open(DEMO / f"{name}.tar.gz") as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    (root,) = (tmp_path / "unpacked").iterdir()
+    return root
+
+
+def _processes_records(root: Path) -> list[dict[str, Any]]:
+    manifest = json.loads((root / "manifest.json").read_text())
+    return [p for p in manifest["probes"] if p["source"] == "processes"]
+
+
+def _small_rows(size: int, first_pid: int = 100_000) -> str:
+    """`{"pid": N, "ppid": 1}` rows, `size` bytes of them: the most objects a byte buys."""
+    row = 24  # len('{"pid":100000,"ppid":1},'): six-digit pids throughout
+    count = size // row + 1
+    return ",".join(f'{{"pid":{first_pid + i},"ppid":1}}' for i in range(count))
+
+
+def _with_rows(doc_text: str, rows: str) -> str:
+    doc = json.loads(doc_text)
+    head = json.dumps({**doc, "processes": []})
+    return head.replace('"processes": []', f'"processes": [{rows}]')
+
+
+def _analyse_json(root: Path) -> tuple[dict[str, Any], float, int]:
+    proc, wall, peak = run_cli_measured("analyse", "--json", str(root), timeout=120)
+    assert proc.returncode in (0, 1, 2, 3), proc.stderr
+    assert "Traceback" not in proc.stderr
+    return json.loads(proc.stdout), wall, peak
+
+
+def test_a_16_mib_processes_artefact_is_not_parsed(tmp_path: Path) -> None:
+    """Item 8: a 16 MiB processes JSON of small rows (700,000 processes) took 809 MiB and 22 s.
+    Over the cap of its source (8 MiB; a 1000-process node writes about 0.5 MiB) it is not read:
+    a blind spot that says why, at baseline memory."""
+    root = _demo_dir(tmp_path)
+    artefact = root / _processes_records(root)[0]["artifact"]
+    artefact.write_text(_with_rows(artefact.read_text(), _small_rows(16 * MiB)))
+    assert artefact.stat().st_size >= 16 * MiB
+    verdict, wall, peak = _analyse_json(root)
+    assert peak - _baseline_rss() < GROWTH_LIMIT, peak
+    assert any(
+        "processes" in b and "not parsed" in b and "over the 8388608 bytes kept" in b
+        for b in verdict["blind_spots"]
+    ), verdict["blind_spots"]
+    assert wall < 60, wall
+
+
+def test_records_that_share_one_artefact_are_refused(tmp_path: Path) -> None:
+    """Item 8: eight manifest records naming one 4 MiB processes artefact (small rows) took
+    959 MiB and 61 s: each record parsed it again. The second and later records are refused (a
+    manifest of ours never shares an artefact), and the first is over the row cap."""
+    root = _demo_dir(tmp_path)
+    manifest_path = root / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    first = next(p for p in manifest["probes"] if p["source"] == "processes")
+    artefact = root / first["artifact"]
+    artefact.write_text(_with_rows(artefact.read_text(), _small_rows(4 * MiB)))
+    manifest["probes"].extend({**first, "target": f"copy{i}", "sample": 0} for i in range(7))
+    manifest_path.write_text(json.dumps(manifest))
+    verdict, wall, peak = _analyse_json(root)
+    assert peak - _baseline_rss() < GROWTH_LIMIT, peak
+    shared = [b for b in verdict["blind_spots"] if "is another record's" in b]
+    assert len(shared) == 7, verdict["blind_spots"]
+    assert any("more than 10000 processes" in b for b in verdict["blind_spots"])
+    assert wall < 60, wall
+
+
+def test_the_parse_budget_of_a_bundle_is_a_blind_spot_not_an_error(tmp_path: Path) -> None:
+    """Item 8: across records, at most MAX_PARSE_COST is parsed; the records past it are a blind
+    spot ("parse budget exhausted"), and the verdict still comes."""
+    from slime_hangdoctor.load import MAX_PARSE_COST
+
+    root = _demo_dir(tmp_path)
+    manifest_path = root / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    first = next(p for p in manifest["probes"] if p["source"] == "processes")
+    text = (root / first["artifact"]).read_text()
+    # distinct artefacts of real rows (each under the caps) until the budget is spent
+    rows = json.loads(text)["processes"]
+    big = _with_rows(text, ",".join(json.dumps(r) for r in rows * (7000 // len(rows))))
+    count = MAX_PARSE_COST // (len(big) + 256 * big.count("{")) + 2
+    for i in range(count):
+        name = f"raw/processes/192.0.2.2/extra{i}.json"
+        (root / name).write_text(big)
+        manifest["probes"].append({**first, "target": f"extra{i}", "artifact": name})
+    manifest_path.write_text(json.dumps(manifest))
+    verdict, _, _ = _analyse_json(root)
+    assert any("parse budget exhausted" in b for b in verdict["blind_spots"]), verdict[
+        "blind_spots"
+    ]
