@@ -158,7 +158,7 @@ def load_snapshot(bundle: Bundle) -> Snapshot:
 # What one bundle may make the loader parse. Parsing costs more than the bytes: each JSON object
 # becomes a dict, and most become a fact that the analysis keeps (16 MiB of `{"pid": N}` rows took
 # 809 MiB and 22 s). An artefact costs its length plus OBJECT_COST per `{` in it. The budget holds
-# a big cluster's bundle (a recorded demo bundle costs under 8 MiB) and bounds a crafted one.
+# a big cluster's bundle (a recorded demo bundle costs at most 2.1 MiB) and bounds a crafted one.
 MAX_PARSE_COST = 128 * 1024 * 1024
 OBJECT_COST = 256
 # The largest artefact of each source that is parsed: the collector's own cap where it has one,

@@ -71,6 +71,43 @@ def test_tar_header_memory_bomb_is_refused(tmp_path: Path, kind: bytes, what: st
     assert wall < 60, wall
 
 
+# --------------------------------------------------------------------------- item 6: pickles
+
+FR_BUNDLE = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "bundles" / "gpu-h200-broadcast-hang-fr"
+)
+
+
+@pytest.mark.parametrize(
+    ("attack", "said"),
+    [
+        (b"\x80\x02}r" + (2**26).to_bytes(4, "little") + b".", "memo index 67108864 out of order"),
+        (b"cos\nsystem\n(S'touch PWNED'\ntR.", "refused global os.system"),
+    ],
+    ids=["memo-index-bomb", "os-system"],
+)
+def test_a_hostile_flight_recorder_dump_is_a_blind_spot(
+    tmp_path: Path, attack: bytes, said: str
+) -> None:
+    """Item 6 through the CLI: rank 0's dump of a recorded GPU bundle replaced by the 9-byte
+    memo-index bomb (the C unpickler allocated a GiB for it) or an os.system pickle. The dump is
+    a "could not parse" blind spot, the rest of the bundle is analysed, memory stays at baseline
+    and nothing runs."""
+    import shutil
+
+    root = tmp_path / "bundle"
+    shutil.copytree(FR_BUNDLE, root)
+    (root / "raw" / "flight_recorder" / "192.0.2.2" / "rank0.pkl").write_bytes(attack)
+    proc, _, peak = run_cli_measured("analyse", "--json", str(root), timeout=120)
+    assert peak - _baseline_rss() < GROWTH_LIMIT, peak
+    verdict = json.loads(proc.stdout)
+    assert any(
+        b.startswith("flight_recorder rank0: could not parse:") and said in b
+        for b in verdict["blind_spots"]
+    ), verdict["blind_spots"]
+    assert not (Path.cwd() / "PWNED").exists()
+
+
 # --------------------------------------------------------------------------- item 8: parsing
 
 
