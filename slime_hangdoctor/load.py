@@ -174,7 +174,8 @@ MAX_BYTES_BY_SOURCE: dict[str, int] = {
     b.NVML: 16 * _MiB,
     b.GPM: 16 * _MiB,
     b.NCCL_RAS: 64 * _MiB,  # collect/nccl_ras.py: 32 MiB a part, two parts
-    b.FLIGHT_RECORDER: 256 * _MiB,  # collect/flight_recorder.py MAX_DUMP_BYTES
+    # a 2000-entry dump is 341 KB; safe_pickle.MAX_OBJECTS stops one over ~40,000 entries
+    b.FLIGHT_RECORDER: 32 * _MiB,
     b.RAY_LOGS: 4 * _MiB,  # collect/logs.py: 256 KiB a tail
     b.SOCKETS: 64 * _MiB,  # collect/sockets.py: 16 MiB a table, four tables
     b.KERNEL: 16 * _MiB,  # collect/kernel.py: 4 MiB of kernel log and the process states

@@ -13,7 +13,8 @@ An unpickler does its damage while it loads, before any check on what it built c
 opcodes of plain data are accepted (None, booleans, numbers, strings, bytes, lists, tuples, dicts:
 what a PyTorch flight-recorder dump is made of), memo indexes must be handed out in order (as
 every pickler does), dict keys must be strings, bytes, None, booleans or ints of under 61 bits
-(whose hashes cannot collide), and at most MAX_OBJECTS objects may be built. Sets are refused (a
+(whose hashes cannot collide), at most MAX_OBJECTS objects may be built and at most MAX_REFERENCES
+opcodes that build nothing may run (which also bounds the walk's own time). Sets are refused (a
 dump holds none). A pickle that passes is then loaded by the C unpickler, whose `find_class`
 refuses every global all the same (the second wall).
 """
@@ -24,12 +25,17 @@ import struct
 
 from slime_hangdoctor.errors import ParseError
 
-__all__ = ["MAX_OBJECTS", "check_plain_pickle"]
+__all__ = ["MAX_OBJECTS", "MAX_REFERENCES", "check_plain_pickle"]
 
 # Objects built (not references to ones built before). A real dump (PyTorch's default ring of
-# 2000 entries, 341 KB) builds about 60,000; this allows dumps of 60,000 entries and bounds what a
-# hostile one builds to a few hundred MB.
-MAX_OBJECTS = 2_000_000
+# 2000 entries, 341 KB) builds about 46,000: this allows dumps of over 40,000 entries (20 times
+# the default) and bounds what a hostile one builds to about 100 MB.
+MAX_OBJECTS = 1_000_000
+# References pushed (memo GETs, DUP, marks), and memo writes, FRAME and PROTO: the opcodes that
+# build nothing. A reference is a pointer in a container (256 MiB of `h\x00a` appends 85 million);
+# a memo write grows the memo; each costs walking time. A real 2000-entry dump has ~92,000.
+# With MAX_OBJECTS (and the pops, which cannot outnumber the pushes) this bounds the walk.
+MAX_REFERENCES = 2_000_000
 _SAFE_INT = 2**61 - 1  # CPython hashes an int modulo this: below it, distinct ints hash apart
 
 # Tags of what the walk knows of each stack slot: a key may be a _STR or a _SCALAR.
@@ -57,6 +63,7 @@ _REFUSED = {
     0x98: "READONLY_BUFFER",
 }
 
+_TOO_MANY = f"more than {MAX_REFERENCES} references, memo writes and frames"
 _U4 = struct.Struct("<I")
 _U8 = struct.Struct("<Q")
 _I4 = struct.Struct("<i")
@@ -94,18 +101,23 @@ def _walk(data: bytes, what: str) -> None:  # noqa: C901, PLR0912, PLR0915 - one
     stack: list[int] = []
     marks: list[int] = []
     memo: list[int] = []
-    built = 0
+    built = references = 0
     pos = 0
     while pos < n:
         op = data[pos]
         pos += 1
         # The most frequent opcodes of a real dump first (BINGET is half of them).
-        if op == 0x68:  # BINGET
-            stack.append(memo[data[pos]])
-            pos += 1
-            continue
-        if op == 0x28:  # MARK
-            marks.append(len(stack))
+        if op == 0x68 or op == 0x28 or op == 0x32:  # noqa: PLR1714 - BINGET, MARK, DUP: no object
+            references += 1
+            if references > MAX_REFERENCES:
+                raise _refuse(what, _TOO_MANY)
+            if op == 0x68:
+                stack.append(memo[data[pos]])
+                pos += 1
+            elif op == 0x28:
+                marks.append(len(stack))
+            else:
+                stack.append(stack[-1])
             continue
         if op == 0x5D:  # EMPTY_LIST
             tag = _LIST
@@ -162,6 +174,9 @@ def _walk(data: bytes, what: str) -> None:  # noqa: C901, PLR0912, PLR0915 - one
             _, pos = _line(data, pos)
             tag = _NUMBER
         elif op in (0x71, 0x72, 0x70, 0x94):  # BINPUT, LONG_BINPUT, PUT, MEMOIZE
+            references += 1
+            if references > MAX_REFERENCES:
+                raise _refuse(what, _TOO_MANY)
             if op == 0x71:
                 index = data[pos]
                 pos += 1
@@ -189,6 +204,9 @@ def _walk(data: bytes, what: str) -> None:  # noqa: C901, PLR0912, PLR0915 - one
                 index = int(text)
             if not 0 <= index < len(memo):
                 raise _Corrupt(f"memo index {index} was never set")
+            references += 1
+            if references > MAX_REFERENCES:
+                raise _refuse(what, _TOO_MANY)
             stack.append(memo[index])
             continue
         elif op == 0x61:  # APPEND
@@ -216,13 +234,16 @@ def _walk(data: bytes, what: str) -> None:  # noqa: C901, PLR0912, PLR0915 - one
             tag = _TUPLE if op == 0x74 else _LIST if op == 0x6C else _DICT
         elif op == 0x29:  # EMPTY_TUPLE
             tag = _TUPLE
-        elif op == 0x80:  # PROTO
+        elif op == 0x80 or op == 0x95:  # noqa: PLR1714 - PROTO, FRAME
+            references += 1
+            if references > MAX_REFERENCES:
+                raise _refuse(what, _TOO_MANY)
+            if op == 0x95:
+                pos += 8
+                continue
             if data[pos] > 5:
                 raise _Corrupt(f"unsupported protocol {data[pos]}")
             pos += 1
-            continue
-        elif op == 0x95:  # FRAME
-            pos += 8
             continue
         elif op == 0x30:  # POP
             if stack:
@@ -232,9 +253,6 @@ def _walk(data: bytes, what: str) -> None:  # noqa: C901, PLR0912, PLR0915 - one
             continue
         elif op == 0x31:  # POP_MARK
             del stack[marks.pop() :]
-            continue
-        elif op == 0x32:  # DUP
-            stack.append(stack[-1])
             continue
         elif op == 0x2E:  # STOP
             if len(stack) != 1 or marks:
