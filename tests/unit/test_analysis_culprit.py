@@ -1,10 +1,20 @@
 """Culprit search: real RAS after a peer was killed, cascades across communicators / process groups
 (the rank behind everywhere is the root, not the victims that show up behind elsewhere), routers,
-engines, the odd scheduler out and processes that died."""
+engines, the odd scheduler out and processes that died.
+
+Stacks are recorded (tests/unit/recorded_stacks.py: demo bundles, plain and `--native`) except two
+that no CPU process can show, built here from the reports that describe them:
+- `test_odd_scheduler_out_in_a_colocated_tensor_update`: sglang#17870's scheduler blocked in
+  `cuStreamSynchronize` under `rebuild_cuda_tensor` (CUDA IPC) beside TP peers in the tp_cpu_group
+  barrier; CUDA IPC needs GPUs, and the demo's colocated-update scheduler is one per engine.
+- `_entry`: flight-recorder entries' frames (not py-spy stacks), as torch's FR writes them.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.analysis.engines import read_engines
@@ -33,6 +43,8 @@ from tests.unit.analysis_builders import (
     thread,
     topology,
 )
+from tests.unit.demo_bundles import WEDGED_PIDS, recorded_main_thread, wedged_bundle
+from tests.unit.recorded_stacks import as_obs, demo, recorded_process, recorded_thread
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "gpu-2xh200-nccl-broadcast-hang"
 URL = f"http://{NODE}:15000"
@@ -125,22 +137,11 @@ def test_flight_recorder_cascade_blames_the_root() -> None:
 
 
 def test_router_that_refuses_connections_is_the_culprit() -> None:
-    rm_loop = thread(
-        (
-            F("EpollSelector.select", "selectors.py"),
-            F("BaseEventLoop._run_once", "asyncio/base_events.py"),
-            F("AsyncLoopThread._start_loop", "slime/utils/async_utils.py"),
-        ),
-        name="Thread-3 (_start_loop)",
-        tid=7,
-    )
-    rm_main = actor_main(
-        F("Future.result", "concurrent/futures/_base.py"),
-        F("generate_rollout", "slime/rollout/sglang_rollout.py"),
-        F("RolloutManager.generate", "slime/ray/rollout.py"),
-    )
+    # the demo's RolloutManager in `generate` (pid 24105): main thread in Future.result, its
+    # asyncio loop thread idle, at both samples
+    rm = demo("engine_paused_by_update")
     snap = snapshot(
-        stacks=tuple(stack_obs(200, rm_main, rm_loop, sample=s) for s in (0, 1)),
+        stacks=tuple(as_obs(200, s, *recorded_process(rm, 24105, s).threads) for s in (0, 1)),
         http=tuple(
             http(
                 "http://10.0.0.1:3001",
@@ -163,27 +164,19 @@ def test_router_that_refuses_connections_is_the_culprit() -> None:
     assert v.culprits[0].role is Role.ROUTER
 
 
-def test_unresponsive_engine_whose_scheduler_waits_in_the_broadcast_is_only_weakly_blamed() -> None:
+@pytest.mark.parametrize("native", [False, True], ids=["plain", "native"])
+def test_unresponsive_engine_whose_scheduler_waits_in_the_broadcast_is_only_weakly_blamed(
+    native: bool,
+) -> None:
     """Trainer rank 0 and the engine's scheduler both wait inside the weight broadcast: the engine
-    not answering /health is explained (it is a victim too), so it is not blamed strongly."""
-    uwd = "slime/backends/megatron_utils/update_weight/update_weight_from_distributed.py"
-    trainer = actor_main(
-        F("broadcast", "torch/distributed/distributed_c10d.py"),
-        F("update_weights_from_distributed", uwd),
-        F("MegatronTrainRayActor.update_weights", "slime/backends/megatron_utils/actor.py"),
-    )
-    sched = thread(
-        (
-            F("broadcast", "torch/distributed/distributed_c10d.py"),
-            F(
-                "ModelRunner._update_bucketed_weights_from_distributed",
-                "sglang/srt/model_executor/model_runner.py",
-            ),
-        ),
-    )
+    not answering /health is explained (it is a victim too), so it is not blamed strongly. Recorded
+    from demo fault weight_sync_engine_wedged: rank 0 in dist.broadcast, engine 0's scheduler in
+    handle.wait() of its async broadcasts (no broadcast frame: SGLang 0.5.15.post1)."""
+    trainer = recorded_main_thread(wedged_bundle(native), WEDGED_PIDS["train rank 0"])
+    sched = recorded_main_thread(wedged_bundle(native), WEDGED_PIDS["engine 0 scheduler"])
     snap = snapshot(
         samples=1,
-        stacks=(stack_obs(411, sched), stack_obs(300, trainer)),
+        stacks=(as_obs(411, 0, sched), as_obs(300, 0, trainer)),
         http=(http(URL, "/health", 503),),
     )
     topo = topology(
@@ -195,7 +188,7 @@ def test_unresponsive_engine_whose_scheduler_waits_in_the_broadcast_is_only_weak
     (s,) = engines.suspects(_reads(world))
     assert s.weight == WEAK and s.waits_elsewhere
     assert "same collective as the trainers" in s.why
-    alone = build_world(snapshot(samples=1, stacks=(stack_obs(411, sched),), http=snap.http), topo)
+    alone = build_world(snapshot(samples=1, stacks=(as_obs(411, 0, sched),), http=snap.http), topo)
     (s,) = engines.suspects(_reads(alone))
     assert s.weight == MEDIUM  # no trainer waits with it: the engine itself is stuck
 
@@ -249,12 +242,10 @@ def test_odd_scheduler_out_in_a_colocated_tensor_update() -> None:
 
 
 def test_a_train_rank_that_died_during_the_window() -> None:
-    gloo_wait = actor_main(
-        F("barrier", "torch/distributed/distributed_c10d.py"),
-        F("MegatronTrainRayActor.train", "slime/backends/megatron_utils/actor.py"),
-    )
+    # the demo's train rank in its step's all_reduce (train_rank_stuck, pid 5981)
+    step = recorded_thread(demo("train_rank_stuck"), 5981)
     snap = snapshot(
-        stacks=(stack_obs(300, gloo_wait, sample=0), stack_obs(300, gloo_wait, sample=1)),
+        stacks=(as_obs(300, 0, step), as_obs(300, 1, step)),
         processes=(
             procs_obs(
                 0,
