@@ -78,8 +78,12 @@ def checkpoint_rank(rank: int, native: bool = False) -> ThreadStack:
     return next(t for t in _dump(SHAPES / name).threads if t.name == "MainThread")
 
 
-def checkpoint_rank_pid(rank: int) -> int:
-    return int(json.loads((SHAPES / "pids.json").read_text())[f"ckpt rank {rank}"])
+def tp_scheduler(rank: int, native: bool = False) -> ThreadStack:
+    """The main thread of TP scheduler `rank` (0-3) of stage-shapes' colocated tensor update: ranks
+    0-2 in the real Gloo barrier after update_weights_from_tensor, rank 3 still inside the update
+    (parked where the GPU case blocks in CUDA IPC), plain or `--native`."""
+    name = f"tp_rank{rank}{'.native' if native else ''}.json"
+    return next(t for t in _dump(SHAPES / name).threads if t.name == "MainThread")
 
 
 def gloo_dump(name: str) -> ProcessStack:

@@ -2,12 +2,12 @@
 (the rank behind everywhere is the root, not the victims that show up behind elsewhere), routers,
 engines, the odd scheduler out and processes that died.
 
-Stacks are recorded (tests/unit/recorded_stacks.py: demo bundles, plain and `--native`) except two
-that no CPU process can show, built here from the reports that describe them:
-- `test_odd_scheduler_out_in_a_colocated_tensor_update`: sglang#17870's scheduler blocked in
-  `cuStreamSynchronize` under `rebuild_cuda_tensor` (CUDA IPC) beside TP peers in the tp_cpu_group
-  barrier; CUDA IPC needs GPUs, and the demo's colocated-update scheduler is one per engine.
-- `_entry`: flight-recorder entries' frames (not py-spy stacks), as torch's FR writes them.
+Stacks are recorded (tests/unit/recorded_stacks.py: demo bundles and stage-shapes, plain and
+`--native`). One part no CPU process can show: sglang#17870's odd scheduler is blocked in
+`cuStreamSynchronize` under `rebuild_cuda_tensor` (CUDA IPC); the recorded odd rank parks in a
+real wait at the same place of the update instead, so the CUDA frames themselves are untested here.
+The flight-recorder cascade's entries are built (three ranks in two process groups; the real FR
+capture has two ranks in one), each with the call stack a real FR dump recorded.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from slime_hangdoctor.analysis.suspects import engines, flight_recorder, ras, re
 from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, STRONG, WEAK, Reads
 from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.facts import FrDump, FrEntry, Outcome, RasCommunicator, RasRank, RasReport
+from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
 from slime_hangdoctor.parsers.nccl_ras import parse_ras
 from slime_hangdoctor.snapshot import FrObs, RasObs
 from slime_hangdoctor.topology import Engine
@@ -30,21 +31,22 @@ from slime_hangdoctor.verdict import Role, Stage, Status
 from tests.fixtures import transforms as tf
 from tests.unit.analysis_builders import (
     NODE,
-    F,
-    N,
-    actor_main,
     http,
     member,
     proc,
     procs_obs,
     running_job,
     snapshot,
-    stack_obs,
-    thread,
     topology,
 )
 from tests.unit.demo_bundles import WEDGED_PIDS, recorded_main_thread, wedged_bundle
-from tests.unit.recorded_stacks import as_obs, demo, recorded_process, recorded_thread
+from tests.unit.recorded_stacks import (
+    as_obs,
+    demo,
+    recorded_process,
+    recorded_thread,
+    tp_scheduler,
+)
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "gpu-2xh200-nccl-broadcast-hang"
 URL = f"http://{NODE}:15000"
@@ -106,12 +108,19 @@ def test_ras_cascade_blames_the_rank_behind_everywhere() -> None:
     assert [s.pid for s in ras.suspects(_reads(world))] == [11]
 
 
+# The call stack torch's flight recorder recorded for rank 0's all_reduce in the train step of the
+# real H200 capture (run3_train_stuck, entry 1: `all_reduce <- wrapper <- train_one_step <- main`).
+_FR_STEP = next(
+    e.frames
+    for e in parse_flight_recorder(
+        (REAL / "run3_train_stuck.fr.fr_train_stuck_rank_0.pkl").read_bytes(), rank=0
+    ).entries
+    if e.state == "started"
+)
+
+
 def _entry(seq: int, state: str, pg: int = 0, op: str = "nccl:all_reduce") -> FrEntry:
-    frames = (
-        F("all_reduce", "torch/distributed/distributed_c10d.py"),
-        F("train_one_step", "slime/backends/megatron_utils/model.py"),
-    )
-    return FrEntry(seq, pg, seq, op, state, frames)
+    return FrEntry(seq, pg, seq, op, state, _FR_STEP)
 
 
 def test_flight_recorder_cascade_blames_the_root() -> None:
@@ -193,42 +202,15 @@ def test_unresponsive_engine_whose_scheduler_waits_in_the_broadcast_is_only_weak
     assert s.weight == MEDIUM  # no trainer waits with it: the engine itself is stuck
 
 
-def test_odd_scheduler_out_in_a_colocated_tensor_update() -> None:
-    """sglang#17870 shape: three TP schedulers wait in the tp_cpu_group barrier, one is stuck in a
-    CUDA sync under the IPC tensor rebuild. The odd one is the suspect; the known cause is linked."""
-    barrier = thread(
-        (
-            F("barrier", "torch/distributed/distributed_c10d.py"),
-            F(
-                "SchedulerWeightUpdater.update_weights_from_tensor",
-                "sglang/srt/managers/scheduler_components/weight_updater.py",
-            ),
-        )
-    )
-    odd = thread(
-        (
-            N("cuStreamSynchronize", "libcuda.so.1"),
-            F("rebuild_cuda_tensor", "torch/multiprocessing/reductions.py"),
-            F(
-                "SchedulerWeightUpdater.update_weights_from_tensor",
-                "sglang/srt/managers/scheduler_components/weight_updater.py",
-            ),
-        ),
-        active=True,
-    )
-    trainer = actor_main(
-        F("Worker.get_objects", "ray/_private/worker.py"),
-        F("get", "ray/_private/worker.py"),
-        F(
-            "_send_to_colocated_engine",
-            "slime/backends/megatron_utils/update_weight/update_weight_from_tensor.py",
-        ),
-        F("MegatronTrainRayActor.update_weights", "slime/backends/megatron_utils/actor.py"),
-    )
-    stacks = [
-        stack_obs(500 + i, barrier if i < 3 else odd, sample=s) for i in range(4) for s in (0, 1)
-    ]
-    stacks += [stack_obs(300, trainer, sample=s) for s in (0, 1)]
+@pytest.mark.parametrize("native", [False, True], ids=["plain", "native"])
+def test_odd_scheduler_out_in_a_colocated_tensor_update(native: bool) -> None:
+    """sglang#17870 shape: three TP schedulers wait in the tp_cpu_group barrier, one has not left
+    the tensor update. The odd one is the suspect; the known cause is linked. Recorded: stage-shapes'
+    four Gloo TP ranks (the odd one parked where the GPU case blocks in CUDA IPC) and the demo's
+    train rank waiting on the colocated engine (colocate_update_hang, pid 7665)."""
+    trainer = recorded_thread(demo("colocate_update_hang"), 7665)
+    stacks = [as_obs(500 + i, s, tp_scheduler(i, native)) for i in range(4) for s in (0, 1)]
+    stacks += [as_obs(300, s, trainer) for s in (0, 1)]
     topo = topology(
         member(Role.TRAIN_RANK, 300, cls="MegatronTrainRayActor", method="update_weights", rank=0),
         *(member(Role.SGLANG_ENGINE, 500 + i, "scheduler", url=URL) for i in range(4)),
