@@ -237,6 +237,14 @@ def test_every_signature_row_the_stage_decision_uses_is_read_on_a_recording() ->
     assert {c[2] for c in CASES} == set(Stage) - {Stage.NONE, Stage.UNKNOWN}
 
 
+def test_bare_frame_names_map_to_the_same_stage() -> None:
+    """torch's flight recorder records each frame's bare `co_name` (the real H200 FR pickle names
+    `_exception_logger.<locals>.wrapper` just `wrapper`), and so does py-spy on Python < 3.11; the
+    stage the FR decides from (decide_stage's FR rule) must not depend on py-spy's qualified names."""
+    for label, frames, stage in CASES:
+        assert find_stage(tf.bare_frame_names(frames()))[0] is stage, label
+
+
 def test_qualified_method_matches_in_a_copied_file() -> None:
     """A slime method in a file the tables do not expect (the Ray reproducer's driver.py) still
     matches by its class-qualified name (py-spy on Python >= 3.11); by its bare name it does not."""
