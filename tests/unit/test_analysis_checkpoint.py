@@ -41,9 +41,12 @@ SAVE_GATHER = checkpoint_rank(0)
 SAVE_GATHER_1 = checkpoint_rank(1)
 # A rank writing its shard under save_checkpoint (demo fault checkpoint_slow_storage, pid 12361:
 # `_write_block <- _write_shard_to_slow_storage <- save_checkpoint <- save <- save_model`).
-SAVE_WRITE = recorded_thread(demo("checkpoint_slow_storage"), 12361)
+WRITING = recorded_thread(demo("checkpoint_slow_storage"), 12361)
 # The driver in `RayTrainGroup.save_model` (same bundle, pid 12192).
-DRIVER_SAVE = recorded_thread(demo("checkpoint_slow_storage"), 12192)
+DRIVER = recorded_thread(demo("checkpoint_slow_storage"), 12192)
+# Their frames, as tests/unit/test_analysis_kernel_hazards.py reads them.
+SAVE_WRITE = WRITING.frames
+DRIVER_SAVE = DRIVER.frames
 # A train-step all_reduce (demo fault train_rank_stuck, pid 5981).
 STEP = recorded_thread(demo("train_rank_stuck"), 5981)
 
@@ -59,7 +62,7 @@ def _members() -> Topology:
 def _diag(rank_threads: dict[int, ThreadStack], d_state: frozenset[int] = frozenset()) -> Diagnosis:
     stacks = []
     for s in (0, 1):
-        stacks.append(as_obs(100, s, DRIVER_SAVE))
+        stacks.append(as_obs(100, s, DRIVER))
         stacks += [as_obs(pid, s, t) for pid, t in rank_threads.items()]
     infos = [
         procs_obs(
@@ -102,7 +105,7 @@ def test_all_ranks_in_the_saves_gather_is_a_checkpoint_hang_with_collective_step
 
 
 def test_one_rank_writing_while_the_other_waits_in_the_gather_is_a_mismatch() -> None:
-    v = _diag({300: SAVE_GATHER, 301: SAVE_WRITE}).verdict
+    v = _diag({300: SAVE_GATHER, 301: WRITING}).verdict
     assert v.stage is Stage.CHECKPOINT
     msg = _finding(v)
     assert msg.startswith("Checkpoint collective mismatch: 1 rank(s)")
@@ -110,7 +113,7 @@ def test_one_rank_writing_while_the_other_waits_in_the_gather_is_a_mismatch() ->
 
 
 def test_ranks_writing_in_d_state_point_at_storage_not_a_collective() -> None:
-    v = _diag({300: SAVE_WRITE, 301: SAVE_WRITE}, d_state=frozenset({300, 301})).verdict
+    v = _diag({300: WRITING, 301: WRITING}, d_state=frozenset({300, 301})).verdict
     assert v.stage is Stage.CHECKPOINT
     msg = _finding(v)
     assert "storage" in msg and "D state" in msg
@@ -160,10 +163,8 @@ def _kernel(
 
 
 def _diag_kernel(kernel: tuple[KernelObs, ...]) -> Verdict:
-    stacks = [as_obs(100, s, DRIVER_SAVE) for s in (0, 1)]
-    stacks += [
-        as_obs(pid, s, t) for s in (0, 1) for pid, t in ((300, SAVE_WRITE), (301, SAVE_GATHER))
-    ]
+    stacks = [as_obs(100, s, DRIVER) for s in (0, 1)]
+    stacks += [as_obs(pid, s, t) for s in (0, 1) for pid, t in ((300, WRITING), (301, SAVE_GATHER))]
     infos = tuple(
         procs_obs(
             s,
@@ -180,7 +181,7 @@ def _diag_kernel(kernel: tuple[KernelObs, ...]) -> Verdict:
 def test_a_write_asleep_in_a_full_pipe_with_no_byte_moved_is_stuck_storage_not_a_mismatch() -> None:
     # rank 0 streams its shard to an uploader that stopped reading (anon_pipe_write, Linux 6.18);
     # rank 1 waits in the save's collective. The stacks alone read as a collective mismatch.
-    assert _finding(_diag({300: SAVE_WRITE, 301: SAVE_GATHER}).verdict).startswith(
+    assert _finding(_diag({300: WRITING, 301: SAVE_GATHER}).verdict).startswith(
         "Checkpoint collective mismatch"
     )
     v = _diag_kernel(_kernel({300: "anon_pipe_write", 301: "futex_do_wait"}, {}))
