@@ -71,19 +71,24 @@ def shape_pid() -> int:
     return int(json.loads((SHAPES / "pids.json").read_text())["shapes"])
 
 
-def checkpoint_rank(rank: int, native: bool = False) -> ThreadStack:
-    """The main thread of checkpoint rank 0 or 1 of stage-shapes (in torch's real gather_object
-    under Megatron's save_state_dict_async_plan), plain or `--native`."""
-    name = f"ckpt_rank{rank}{'.native' if native else ''}.json"
+def gloo_rank(world: str, rank: int, native: bool = False) -> ThreadStack:
+    """The main thread of rank `rank` of one of stage-shapes' real Gloo worlds (`ckpt`, `tp`,
+    `whiten`, `cp`; see capture_stage_shapes.py), plain or `--native`."""
+    name = f"{world}_rank{rank}{'.native' if native else ''}.json"
     return next(t for t in _dump(SHAPES / name).threads if t.name == "MainThread")
+
+
+def checkpoint_rank(rank: int, native: bool = False) -> ThreadStack:
+    """Checkpoint rank 0 or 1: in torch's real gather_object under Megatron's
+    save_state_dict_async_plan, waiting for rank 2, which never enters the save."""
+    return gloo_rank("ckpt", rank, native)
 
 
 def tp_scheduler(rank: int, native: bool = False) -> ThreadStack:
-    """The main thread of TP scheduler `rank` (0-3) of stage-shapes' colocated tensor update: ranks
-    0-2 in the real Gloo barrier after update_weights_from_tensor, rank 3 still inside the update
-    (parked where the GPU case blocks in CUDA IPC), plain or `--native`."""
-    name = f"tp_rank{rank}{'.native' if native else ''}.json"
-    return next(t for t in _dump(SHAPES / name).threads if t.name == "MainThread")
+    """TP scheduler `rank` (0-3) of a colocated tensor update: ranks 0-2 in the real Gloo barrier
+    after update_weights_from_tensor, rank 3 still inside the update (parked where the GPU case
+    blocks in CUDA IPC)."""
+    return gloo_rank("tp", rank, native)
 
 
 def gloo_dump(name: str) -> ProcessStack:

@@ -27,7 +27,7 @@ from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
 from slime_hangdoctor.parsers.nccl_ras import parse_ras
 from slime_hangdoctor.snapshot import FrObs, RasObs
 from slime_hangdoctor.topology import Engine
-from slime_hangdoctor.verdict import Role, Stage, Status
+from slime_hangdoctor.verdict import Role, Stage, Status, Verdict
 from tests.fixtures import transforms as tf
 from tests.unit.analysis_builders import (
     NODE,
@@ -43,6 +43,7 @@ from tests.unit.demo_bundles import WEDGED_PIDS, recorded_main_thread, wedged_bu
 from tests.unit.recorded_stacks import (
     as_obs,
     demo,
+    gloo_rank,
     recorded_process,
     recorded_thread,
     tp_scheduler,
@@ -269,3 +270,49 @@ def test_launch_skew_in_a_busy_job_is_not_a_mismatch() -> None:
     assert [s.weight for s in ras.suspects(_reads(world))] == [WEAK]
     frozen = snapshot(ras=(RasObs(NODE, 0, json_only), RasObs(NODE, 1, json_only)))
     assert [s.weight for s in ras.suspects(_reads(build_world(frozen, topology())))] == [STRONG]
+
+
+def _train_world(world: str, native: bool) -> Verdict:
+    """Three train ranks whose stacks are stage-shapes' Gloo world `world`, at two samples."""
+    stacks = tuple(
+        as_obs(300 + r, s, gloo_rank(world, r, native)) for r in range(3) for s in (0, 1)
+    )
+    topo = topology(
+        *(
+            member(Role.TRAIN_RANK, 300 + r, cls="MegatronTrainRayActor", method="train", rank=r)
+            for r in range(3)
+        )
+    )
+    return diagnose(snapshot(stacks=stacks, jobs=(running_job(),)), topo).verdict
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["plain", "native"])
+@pytest.mark.parametrize(
+    ("world", "op"),
+    [
+        # slime PR#393: two ranks in distributed_masked_whiten's all_reduce, a PP stage in its recv
+        ("whiten", "recv"),
+        # two ranks in the whitening all_reduce, the third in gather_log_data's gather_object on
+        # slime's gloo group: with --native all three wait in c10d::Work::wait
+        ("mixed", "all_gather"),
+    ],
+)
+def test_the_rank_in_another_collective_is_the_odd_one_out(
+    world: str, op: str, native: bool
+) -> None:
+    v = _train_world(world, native)
+    assert (v.status, v.stage) == (Status.HUNG, Stage.TRAIN)
+    assert [(c.pid, c.rank) for c in v.culprits] == [(302, 2)]
+    assert f"waits in {op} while 2 peers wait in all_reduce" in v.culprits[0].why
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["plain", "native"])
+def test_ranks_in_the_cp_all_gather_of_the_loss(native: bool) -> None:
+    """slime PR #2123's shape: two ranks in the loss's context-parallel all-gather (torch's real
+    differentiable all_reduce under `_allgather_cp_redistribute`), the third still in its forward
+    step: the third is the culprit, and the known case is named."""
+    v = _train_world("cp", native)
+    assert (v.status, v.stage) == (Status.HUNG, Stage.TRAIN)
+    assert [(c.pid, c.rank) for c in v.culprits] == [(302, 2)]
+    assert "not in the collective its peers wait in" in v.culprits[0].why
+    assert "known-cp-allgather-stuck" in {f.rule for f in v.findings}
