@@ -42,6 +42,9 @@ SAVE_GATHER_1 = checkpoint_rank(1)
 # A rank writing its shard under save_checkpoint (demo fault checkpoint_slow_storage, pid 12361:
 # `_write_block <- _write_shard_to_slow_storage <- save_checkpoint <- save <- save_model`).
 WRITING = recorded_thread(demo("checkpoint_slow_storage"), 12361)
+# A rank streaming its shard to an uploader through a pipe (demo fault checkpoint_stuck_storage,
+# pid 22909: `_stream_shard_to_uploader <- save_checkpoint <- save <- save_model`).
+PIPE_WRITER = recorded_thread(demo("checkpoint_stuck_storage"), 22909)
 # The driver in `RayTrainGroup.save_model` (same bundle, pid 12192).
 DRIVER = recorded_thread(demo("checkpoint_slow_storage"), 12192)
 # Their frames, as tests/unit/test_analysis_kernel_hazards.py reads them.
@@ -164,7 +167,9 @@ def _kernel(
 
 def _diag_kernel(kernel: tuple[KernelObs, ...]) -> Verdict:
     stacks = [as_obs(100, s, DRIVER) for s in (0, 1)]
-    stacks += [as_obs(pid, s, t) for s in (0, 1) for pid, t in ((300, WRITING), (301, SAVE_GATHER))]
+    stacks += [
+        as_obs(pid, s, t) for s in (0, 1) for pid, t in ((300, PIPE_WRITER), (301, SAVE_GATHER))
+    ]
     infos = tuple(
         procs_obs(
             s,
@@ -181,7 +186,7 @@ def _diag_kernel(kernel: tuple[KernelObs, ...]) -> Verdict:
 def test_a_write_asleep_in_a_full_pipe_with_no_byte_moved_is_stuck_storage_not_a_mismatch() -> None:
     # rank 0 streams its shard to an uploader that stopped reading (anon_pipe_write, Linux 6.18);
     # rank 1 waits in the save's collective. The stacks alone read as a collective mismatch.
-    assert _finding(_diag({300: WRITING, 301: SAVE_GATHER}).verdict).startswith(
+    assert _finding(_diag({300: PIPE_WRITER, 301: SAVE_GATHER}).verdict).startswith(
         "Checkpoint collective mismatch"
     )
     v = _diag_kernel(_kernel({300: "anon_pipe_write", 301: "futex_do_wait"}, {}))
