@@ -1,17 +1,16 @@
 """Stacks that real processes produced, for the unit tests of stack rules (issue 21): threads read
 through the product's own loader / parser from the recorded demo bundles, the GPU fixture bundles,
-the router-fork bundle and tests/fixtures/real/stage-shapes/ (provenance: tests/fixtures/README.md).
+the Gloo captures and tests/fixtures/real/stage-shapes/ (provenance: tests/fixtures/README.md).
 Tests select a process by the pid the recording has and a thread by its recorded name; variants come
 only from the named transformations in tests/fixtures/transforms.py."""
 
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 from slime_hangdoctor.bundle import open_bundle
-from slime_hangdoctor.facts import Frame, ProcessStack, ThreadStack
+from slime_hangdoctor.facts import ProcessStack, ThreadStack
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.parsers.pyspy import parse_pyspy_json, parse_pyspy_text
 from slime_hangdoctor.snapshot import StackObs
@@ -22,7 +21,6 @@ DEMO_NATIVE = FIXTURES / "analysis" / "demo_native"
 BUNDLES = FIXTURES / "bundles"
 REAL = FIXTURES / "real"
 SHAPES = REAL / "stage-shapes"
-ROUTER_FORK = REAL / "router-fork" / "router_fork.tar.gz"
 GLOO = REAL / "local-cpu-gloo-broadcast-hang"
 
 
@@ -51,12 +49,6 @@ def recorded_thread(
     return next(t for t in stack.threads if t.name == thread)
 
 
-def recorded_frames(
-    bundle: Path, pid: int, thread: str = "MainThread", sample: int = 0
-) -> tuple[Frame, ...]:
-    return recorded_thread(bundle, pid, thread, sample).frames
-
-
 @functools.lru_cache(maxsize=16)
 def _dump(path: Path) -> ProcessStack:
     return parse_pyspy_json(path.read_text())
@@ -65,10 +57,6 @@ def _dump(path: Path) -> ProcessStack:
 def shape_thread(label: str) -> ThreadStack:
     """The thread named `label` in stage-shapes/shapes.json (one `py-spy dump --json`)."""
     return next(t for t in _dump(SHAPES / "shapes.json").threads if t.name == label)
-
-
-def shape_pid() -> int:
-    return int(json.loads((SHAPES / "pids.json").read_text())["shapes"])
 
 
 def gloo_rank(world: str, rank: int, native: bool = False) -> ThreadStack:
