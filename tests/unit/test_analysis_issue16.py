@@ -24,6 +24,7 @@ from slime_hangdoctor.facts import (
 from slime_hangdoctor.snapshot import SocketsObs, StackObs, TaskPageObs
 from slime_hangdoctor.topology import Engine, Topology
 from slime_hangdoctor.verdict import Diagnosis, Role, Stage, Status
+from tests.unit import recorded_shapes as rs
 from tests.unit.analysis_builders import (
     NODE,
     RAY_GET,
@@ -181,12 +182,10 @@ def _recorded(label: str, native: bool) -> ThreadStack:
     return recorded_main_thread(wedged_bundle(native), WEDGED_PIDS[label])
 
 
-TRAINER_RAY_GET = actor_main(  # NCCL: handle.wait() returned, the CPU waits on the engines
-    *RAY_GET,
-    F("UpdateWeightFromDistributed._update_bucket_weights_from_distributed", UWD, 255),
-    F("UpdateWeightFromDistributed.update_weights", UWD, 125),
-    F("MegatronTrainRayActor.update_weights", ACTOR, 640),
-)
+# Train rank 1 of the healthy demo job caught in its weight update (demo2/none, pid 5863): in
+# `ray.get` under `UpdateWeightFromDistributed.update_weights`, as a rank whose NCCL broadcasts were
+# posted waits on the engines' update calls (no collective frame of its own).
+TRAINER_RAY_GET = rs.main_thread(rs.bundle("demo2/none"), 5863)
 
 
 @pytest.mark.parametrize("native", [False, True], ids=["plain", "native"])
@@ -603,23 +602,12 @@ def test_a_paused_engine_holds_the_requests_and_is_the_culprit() -> None:
 
 
 def _driver_and_rollout_waiting() -> list[StackObs]:
-    """Both samples: the driver (pid 100) in `ray.get` under `train`, the RolloutManager (pid 200)
-    in `generate` with its asyncio loop thread idle."""
-    from tests.unit.analysis_builders import LOOP_FRAMES, RM_GENERATE_FRAMES
-
-    stacks: list[StackObs] = []
-    for s in (0, 1):
-        stacks += [
-            stack_obs(
-                100,
-                thread((*RAY_GET, F("train", "train.py", 60), F("<module>", "train.py"))),
-                sample=s,
-            ),
-            stack_obs(
-                200,
-                actor_main(*RM_GENERATE_FRAMES),
-                thread(LOOP_FRAMES, name="Thread-3 (_start_loop)", tid=7),
-                sample=s,
-            ),
-        ]
-    return stacks
+    """Both samples: the driver in `ray.get` under `train` and the RolloutManager in `generate`
+    with its asyncio loop thread idle, as recorded in demo fault engine_server_killed (driver pid
+    22749, RolloutManager pid 22793), moved to pids 100 and 200 of this world."""
+    killed = rs.bundle("demo/engine_server_killed")
+    return [
+        rs.stack(killed, pid, s, as_pid=as_pid)
+        for s in (0, 1)
+        for pid, as_pid in ((22749, 100), (22793, 200))
+    ]

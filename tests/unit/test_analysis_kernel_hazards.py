@@ -15,6 +15,7 @@ from slime_hangdoctor.parsers.kernel import parse_kernel
 from slime_hangdoctor.snapshot import KernelObs
 from slime_hangdoctor.verdict import Role
 from tests.unit import analysis_builders as ab
+from tests.unit import recorded_shapes as rs
 
 
 def kernel_suspects(world: World) -> list[Suspect]:
@@ -161,20 +162,43 @@ def test_proxy_not_covering_the_engines_is_named_with_python_no_proxy_rule() -> 
     assert "<redacted>" in h.describe()
 
 
-def _checkpoint_world(moved: int) -> ab.Snapshot:
-    """Two ranks writing a checkpoint (test_analysis_checkpoint's stacks) with the real D-state
-    reading as their kernel state at both samples, `moved` bytes written in between."""
-    from tests.unit import test_analysis_checkpoint as tc
+# demo fault checkpoint_slow_storage: the driver (12192) in `ray.get` of `save_model`, train rank 0
+# (12361) writing its shard (`_write_block` under slime's `save_checkpoint`). Both ranks of this
+# world write: rank 0's recorded stack moved to pids 300 and 301 (rank 1 of that recording had
+# finished its shard and waits in the barrier; its process row is kept for pid 301), the driver
+# moved to 100.
+CHECKPOINT = rs.bundle("demo/checkpoint_slow_storage")
+CHECKPOINT_STACKS = {12192: 100, 12361: 300}
+CHECKPOINT_ROWS = {12192: 100, 12361: 300, 12417: 301}
 
-    stacks = []
-    for s in (0, 1):
-        stacks.append(ab.stack_obs(100, ab.thread(tc.DRIVER_SAVE), sample=s))
-        stacks += [ab.stack_obs(pid, ab.actor_main(*tc.SAVE_WRITE), sample=s) for pid in (300, 301)]
+
+def _checkpoint_members() -> ab.Topology:
+    return ab.topology(
+        ab.member(Role.DRIVER, 100, "driver"),
+        *(
+            ab.member(
+                Role.TRAIN_RANK, pid, cls="MegatronTrainRayActor", method="save_model", rank=r
+            )
+            for r, pid in enumerate((300, 301))
+        ),
+    )
+
+
+def _checkpoint_world(moved: int) -> ab.Snapshot:
+    """The recorded checkpoint save above, with the real D-state reading as both ranks' kernel
+    state at both samples, `moved` bytes written in between."""
+    stacks = tuple(
+        rs.stack(CHECKPOINT, pid, s, as_pid=as_pid)
+        for s in (0, 1)
+        for pid, as_pid in (*CHECKPOINT_STACKS.items(), (12361, 301))
+    )
     infos = tuple(
         ab.procs_obs(
             s,
-            ab.proc(100, "python3 train.py", 5.0),
-            *(ab.proc(pid, "ray::MegatronTrainRayActor.save_model", 20.0) for pid in (300, 301)),
+            *(
+                rs.process(CHECKPOINT, pid, s, as_pid=as_pid, ppid=1)
+                for pid, as_pid in CHECKPOINT_ROWS.items()
+            ),
         )
         for s in (0, 1)
     )
@@ -190,7 +214,7 @@ def _checkpoint_world(moved: int) -> ab.Snapshot:
         )
 
     return ab.snapshot(
-        stacks=tuple(stacks),
+        stacks=stacks,
         processes=infos,
         jobs=(ab.running_job(),),
         kernel=(KernelObs(ab.NODE, 0, node(0)), KernelObs(ab.NODE, 1, node(moved))),
@@ -198,9 +222,7 @@ def _checkpoint_world(moved: int) -> ab.Snapshot:
 
 
 def test_checkpoint_in_d_state_with_no_bytes_moved_is_stuck_storage() -> None:
-    from tests.unit import test_analysis_checkpoint as tc
-
-    v = diagnose(_checkpoint_world(0), tc._members()).verdict  # noqa: SLF001
+    v = diagnose(_checkpoint_world(0), _checkpoint_members()).verdict
     assert v.status.value == "hung" and v.stage.value == "checkpoint", v.summary
     (f,) = [f for f in v.findings if f.rule == "checkpoint-stall"]
     assert "stuck storage" in f.message
@@ -208,10 +230,8 @@ def test_checkpoint_in_d_state_with_no_bytes_moved_is_stuck_storage() -> None:
 
 
 def test_checkpoint_writing_slowly_is_not_called_stuck() -> None:
-    from tests.unit import test_analysis_checkpoint as tc
-
-    v = diagnose(_checkpoint_world(8192), tc._members()).verdict  # noqa: SLF001
+    v = diagnose(_checkpoint_world(8192), _checkpoint_members()).verdict
     (f,) = [f for f in v.findings if f.rule == "checkpoint-stall"]
     assert "slow storage, not stuck" in f.message
-    fast = diagnose(_checkpoint_world(256 << 20), tc._members()).verdict  # noqa: SLF001
+    fast = diagnose(_checkpoint_world(256 << 20), _checkpoint_members()).verdict
     assert fast.status.value == "progressing", fast.summary  # 256 MiB in the window: it writes
