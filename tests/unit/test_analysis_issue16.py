@@ -9,6 +9,8 @@ peer engines wait in is the culprit, with or without trainer stacks that wait in
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from slime_hangdoctor.analysis.diagnosis import diagnose
@@ -27,16 +29,12 @@ from slime_hangdoctor.verdict import Diagnosis, Role, Stage, Status
 from tests.unit import recorded_shapes as rs
 from tests.unit.analysis_builders import (
     NODE,
-    RAY_GET,
-    F,
     actor,
-    actor_main,
     http,
     member,
     running_job,
     snapshot,
     stack_obs,
-    thread,
     topology,
 )
 from tests.unit.demo_bundles import WEDGED_PIDS, recorded_main_thread, wedged_bundle
@@ -58,49 +56,34 @@ def _diag(snap: object, topo: Topology) -> Diagnosis:
 
 # --------------------------------------------------------------------------- class 1: start-up
 
-SCHED_PREFILL_STUCK = thread(
-    (
-        F("time.sleep", "<native>"),
-        F("ModelRunner.forward_extend", RUNNER, 1800),
-        F("TpModelWorker.forward_batch_generation", "sglang/srt/managers/tp_worker.py", 230),
-        F("Scheduler.run_batch", SCHED, 1700),
-        F("Scheduler.event_loop_normal", SCHED, 950),
-        F("run_scheduler_process", SCHED, 3000),
-    )
-)
-ACTOR_WAITING_HEALTHY = actor_main(
-    F("SSLSocket.recv_into", "socket.py"),
-    F("HTTPConnectionPool.urlopen", "urllib3/connectionpool.py", 700),
-    F("Session.get", "requests/sessions.py", 600),
-    F("_wait_server_healthy", ENGINE, 97),
-    F("launch_server_process", ENGINE, 81),
-    F("SGLangEngine._init_normal", ENGINE, 180),
-    F("SGLangEngine.init", ENGINE, 140),
-)
+# Recorded: demo fault startup_engine_never_healthy (analysis/demo_shapes/, with the RolloutManager's
+# constructor dumped): the driver in `create_rollout_manager` (12738), the RolloutManager in
+# `RolloutManager.__init__` -> `init_rollout_engines` -> `ray.get` (12899), engine 1's actor in
+# `SGLangEngine.init` -> `_wait_server_healthy` (12986). Its scheduler is taken from demo fault
+# rollout_engine_stuck (2870: wedged in `ModelRunner.forward_decode` -> `_synchronize`), the stage a
+# warm-up request that never ends shows; each is moved to this world's pid.
+STARTUP = rs.bundle("demo_shapes/startup_engine_never_healthy")
+ENGINE_STUCK = rs.bundle("demo/rollout_engine_stuck")
+Recording = tuple[Path, int]
+DRIVER_IN_CREATE_ROLLOUT_MANAGER: Recording = (STARTUP, 12738)
+DRIVER_IN_TRAIN_LOOP: Recording = (rs.bundle("demo/engine_server_killed"), 22749)
 
 
 def _startup_snapshot(
-    with_rm_stack: bool, rm_state: str, driver_frames: tuple[object, ...]
+    with_rm_stack: bool, rm_state: str, driver: Recording | None
 ) -> tuple[object, Topology]:
+    """`driver=None`: only the engine's scheduler was dumped (py-spy read none of the Ray
+    workers), so no stack shows start-up and Ray's actor state alone can say it."""
     stacks: list[StackObs] = []
     for s in (0, 1):
-        stacks += [
-            stack_obs(100, thread(driver_frames), sample=s),  # type: ignore[arg-type]
-            stack_obs(401, ACTOR_WAITING_HEALTHY, sample=s),
-            stack_obs(411, SCHED_PREFILL_STUCK, sample=s),
-        ]
+        stacks.append(rs.stack(ENGINE_STUCK, 2870, s, as_pid=411))
+        if driver is not None:
+            stacks += [
+                rs.stack(driver[0], driver[1], s, as_pid=100),
+                rs.stack(STARTUP, 12986, s, as_pid=401),
+            ]
         if with_rm_stack:
-            stacks.append(
-                stack_obs(
-                    200,
-                    actor_main(
-                        *RAY_GET,
-                        F("init_rollout_engines", ROLLOUT, 400),
-                        F("RolloutManager.__init__", ROLLOUT, 60),
-                    ),
-                    sample=s,
-                )
-            )
+            stacks.append(rs.stack(STARTUP, 12899, s, as_pid=200))
     snap = snapshot(
         stacks=tuple(stacks),
         http=(
@@ -131,12 +114,7 @@ def _startup_snapshot(
     return snap, topo
 
 
-DRIVER_NONCOLOCATE = (
-    *RAY_GET,
-    F("create_rollout_manager", "slime/ray/placement_group.py", 180),
-    F("train", "train.py", 20),
-    F("<module>", "train.py", 100),
-)
+DRIVER_NONCOLOCATE = DRIVER_IN_CREATE_ROLLOUT_MANAGER
 DRIVER_COLOCATE = DRIVER_NONCOLOCATE  # slime creates the RolloutManager first in both layouts
 
 
@@ -144,12 +122,13 @@ DRIVER_COLOCATE = DRIVER_NONCOLOCATE  # slime creates the RolloutManager first i
     ("with_rm_stack", "rm_state", "driver"),
     [
         (True, "PENDING_CREATION", DRIVER_NONCOLOCATE),
-        (False, "PENDING_CREATION", DRIVER_COLOCATE),  # the RM's stack missing: Ray state says it
+        (False, "PENDING_CREATION", DRIVER_COLOCATE),  # the RM's stack missing
+        (False, "PENDING_CREATION", None),  # no stack shows start-up: Ray state says it
         (True, "ALIVE", DRIVER_NONCOLOCATE),  # Ray state not read: the constructor frames say it
     ],
 )
 def test_engine_whose_warmup_never_ends_is_a_startup_hang(
-    with_rm_stack: bool, rm_state: str, driver: tuple[object, ...]
+    with_rm_stack: bool, rm_state: str, driver: Recording | None
 ) -> None:
     snap, topo = _startup_snapshot(with_rm_stack, rm_state, driver)
     v = _diag(snap, topo).verdict
@@ -161,9 +140,7 @@ def test_engine_whose_warmup_never_ends_is_a_startup_hang(
 def test_without_any_startup_frame_the_engine_stage_stands() -> None:
     """Control: the same stuck engine after start-up (driver in the train loop, RM created) is
     a rollout hang: the start-up rule needs a constructor / init / PENDING_CREATION to fire."""
-    snap, topo = _startup_snapshot(
-        False, "ALIVE", (*RAY_GET, F("train", "train.py", 60), F("<module>", "train.py", 100))
-    )
+    snap, topo = _startup_snapshot(False, "ALIVE", DRIVER_IN_TRAIN_LOOP)
     stacks = tuple(s for s in snap.stacks if s.pid != 401)  # type: ignore[attr-defined]
     snap = snap.__class__(**{**snap.__dict__, "stacks": stacks})  # type: ignore[attr-defined]
     v = _diag(snap, topo).verdict
