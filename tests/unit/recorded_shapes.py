@@ -16,7 +16,7 @@ from pathlib import Path
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.facts import ProcessInfo, ThreadStack
 from slime_hangdoctor.load import load_snapshot
-from slime_hangdoctor.snapshot import Snapshot, StackObs
+from slime_hangdoctor.snapshot import LogHeadObs, Snapshot, StackObs
 from tests.fixtures import transforms as tf
 from tests.unit.analysis_builders import NODE
 
@@ -92,3 +92,11 @@ def process(
     if as_pid is None:
         return tf.process_relabelled(info, pid=pid, ppid=info.ppid, node_ip=NODE)  # type: ignore[no-any-return]
     return tf.process_relabelled(info, pid=as_pid, ppid=ppid, node_ip=NODE)  # type: ignore[no-any-return]
+
+
+def log_heads(path: Path, pid: int) -> tuple[LogHeadObs, ...]:
+    """The recorded heads of `pid`'s worker log (the `actor_log_head` source), on the tests' node
+    (`transforms.log_head_relabelled`)."""
+    return tuple(
+        tf.log_head_relabelled(h, node_ip=NODE) for h in recorded(path).log_heads if h.pid == pid
+    )
