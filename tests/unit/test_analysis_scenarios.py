@@ -279,17 +279,20 @@ def test_pp_weight_group_creation_deadlock() -> None:
 
 
 def test_engine_never_healthy_at_startup() -> None:
-    """demo fault startup_engine_never_healthy: the driver in `create_rollout_manager`, engine 1's
-    actor in `SGLangEngine.init` -> `_wait_server_healthy` (one sample)."""
-    startup = rs.bundle("demo/startup_engine_never_healthy")
-    driver, engine = 743, 834
+    """demo fault startup_engine_never_healthy (analysis/demo_shapes/): the driver in
+    `create_rollout_manager`, the RolloutManager in its constructor waiting on
+    `init_rollout_engines`, engine 1's actor in `SGLangEngine.init` -> `_wait_server_healthy`
+    (one sample)."""
+    startup = rs.bundle("demo_shapes/startup_engine_never_healthy")
+    driver, rm, engine = 12738, 12899, 12986
     snap = snapshot(
-        stacks=rs.stacks(startup, driver, engine, samples=(0,)),
+        stacks=rs.stacks(startup, driver, rm, engine, samples=(0,)),
         jobs=(running_job(driver),),
         samples=1,
     )
     topo = topology(
         member(Role.DRIVER, driver, "driver"),
+        member(Role.ROLLOUT_MANAGER, rm, cls="RolloutManager", method="__init__"),
         member(Role.SGLANG_ENGINE, engine, cls="SGLangEngine", method="init", url=URL0),
     )
     v = _diag(snap, topo).verdict
