@@ -10,13 +10,14 @@ frame, title or thread is written here.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.facts import ProcessInfo, ThreadStack
 from slime_hangdoctor.load import load_snapshot
-from slime_hangdoctor.snapshot import LogHeadObs, Snapshot, StackObs
+from slime_hangdoctor.snapshot import LogHeadObs, ProcessesObs, Snapshot, StackObs
 from tests.fixtures import transforms as tf
 from tests.unit.analysis_builders import NODE
 
@@ -100,3 +101,16 @@ def log_heads(path: Path, pid: int) -> tuple[LogHeadObs, ...]:
     return tuple(
         tf.log_head_relabelled(h, node_ip=NODE) for h in recorded(path).log_heads if h.pid == pid
     )
+
+
+def processes(
+    path: Path, sample: int = 0, *, without: frozenset[int] = frozenset()
+) -> ProcessesObs:
+    """The recorded process table of `sample`, every row on the tests' node; `without`: as read
+    once those pids had exited (`transforms.processes_without`)."""
+    obs = next(o for o in recorded(path).processes if o.sample == sample)
+    rows = tuple(
+        tf.process_relabelled(p, pid=p.pid, ppid=p.ppid, node_ip=NODE) for p in obs.processes
+    )
+    moved = dataclasses.replace(obs, node_ip=NODE, processes=rows)
+    return tf.processes_without(moved, without) if without else moved  # type: ignore[no-any-return]

@@ -17,7 +17,7 @@ from slime_hangdoctor.topology import Engine
 from slime_hangdoctor.verdict import Role, Stage
 from tests.fixtures import transforms as tf
 from tests.unit import recorded_shapes as rs
-from tests.unit.analysis_builders import NODE, http, member, procs_obs, snapshot, topology
+from tests.unit.analysis_builders import NODE, http, member, snapshot, topology
 
 SG = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
 TIMED_OUT, UNAVAILABLE = Outcome.TIMED_OUT, Outcome.UNAVAILABLE
@@ -89,15 +89,15 @@ def test_a_stalled_body_is_a_timeout_whatever_its_error_text() -> None:
 def test_refused_everywhere_or_server_gone_is_dead() -> None:
     refused = http(URL, "/model_info", None, error="connection refused", outcome=UNAVAILABLE)
     assert _state(refused) is EngineState.DEAD
-    # the recorded rows of demo fault engine_server_killed: engine 0's HTTP server (pid 22895) at
-    # sample 0; at sample 1 the table holds the driver's row (22749) and no server
+    # the recorded process tables of demo fault engine_server_killed, the second as read once
+    # engine 0's HTTP server (pid 22895) had exited (`transforms.processes_without`)
     killed = rs.bundle("demo/engine_server_killed")
     server = 22895
     topo = topology(
         member(Role.SGLANG_ENGINE, server, "http_server", url=URL),
         engines=[Engine(URL, NODE, None, server)],
     )
-    gone = (procs_obs(0, rs.process(killed, server)), procs_obs(1, rs.process(killed, 22749, 1)))
+    gone = (rs.processes(killed, 0), rs.processes(killed, 1, without=frozenset({server})))
     assert _state(_metrics("metrics_idle.txt", 0), processes=gone, topo=topo) is EngineState.DEAD
 
 

@@ -16,6 +16,7 @@ The HTTP answers, router lists, Ray actor and task rows and sockets around them 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -273,7 +274,6 @@ def _dead_server_world(
     `probed=False`: nothing told the doctor engine 1's URL, so it never asked it."""
     from slime_hangdoctor.facts import RouterWorkers
     from slime_hangdoctor.topology import build_topology
-    from tests.unit.analysis_builders import procs_obs
 
     url0, url1 = K_URL0, K_URL1
     router_url = f"http://{NODE}:30000"
@@ -296,12 +296,14 @@ def _dead_server_world(
     heads = rs.log_heads(KILLED, K["e1"]) if logged else ()
     other = OTHER_ENGINE_ACTOR[1]
     views = tuple(
-        procs_obs(
-            s,
-            *(rs.process(KILLED, pid, s) for pid in K.values()),
-            *((rs.process(OTHER_ENGINE_ACTOR[0], other, s),) if second_bare else ()),
+        dataclasses.replace(
+            table,
+            processes=(
+                *table.processes,
+                *((rs.process(OTHER_ENGINE_ACTOR[0], other, s),) if second_bare else ()),
+            ),
         )
-        for s in (0, 1)
+        for s, table in ((s, rs.processes(KILLED, s)) for s in (0, 1))
     )
     snap = snapshot(
         stacks=stacks,
@@ -370,6 +372,7 @@ def test_without_the_log_head_the_dead_engine_is_invisible() -> None:
 # and stacks are the recording's; HTTP answers, router, task history and sockets are built.
 LEAKED = rs.bundle("demo/rollout_slots_leaked")
 L = {"driver": 4835, "rm": 4868, "e0": 4899, "e0 server": 4929, "e1": 4898, "e1 server": 4959}
+L |= {"e1 scheduler": 4968}
 L_URL0, L_URL1 = "http://127.0.0.1:40697", "http://127.0.0.1:40700"
 L_HOST1, L_PORT1 = "127.0.0.1", 40700
 
@@ -384,7 +387,8 @@ def _idle_loop_world(
     rm_conns: tuple[tuple[str, int], ...] | None = None,
 ) -> tuple[object, Topology]:
     """The RolloutManager's loop waits on I/O in `generate`; engine 0 answers and holds nothing.
-    `dead_engine`: engine 1's server row is left out (gone) and its URL refuses. `env`: added to
+    `dead_engine`: engine 1's server and scheduler have exited before the first sample
+    (`transforms.processes_without`) and its URL refuses. `env`: added to
     the RolloutManager's recorded environment (`transforms.process_with_env`). `history`: Ray's
     task history, where the RolloutManager's `generate` has run 60 s after two earlier runs of
     2 s. `rm_conns`: the sockets source read at both samples, with the RolloutManager holding these
@@ -392,7 +396,6 @@ def _idle_loop_world(
     from slime_hangdoctor.facts import RouterWorkers
     from slime_hangdoctor.topology import build_topology
     from tests.fixtures import transforms as tf
-    from tests.unit.analysis_builders import procs_obs
 
     url0, url1 = L_URL0, L_URL1
     router_url = f"http://{NODE}:30000"
@@ -424,16 +427,16 @@ def _idle_loop_world(
         else http(router_url, "/workers", 200, RouterWorkers((url0, url1)), kind="router", sample=s)
         for s in (0, 1)
     ]
-    rows = [L["driver"], L["e0"], L["e0 server"], L["e1"]]
-    if not dead_engine:
-        rows.append(L["e1 server"])
+    gone = frozenset({L["e1 server"], L["e1 scheduler"]} if dead_engine else ())
     views = tuple(
-        procs_obs(
-            s,
-            tf.process_with_env(rs.process(LEAKED, L["rm"], s), env or {}),
-            *(rs.process(LEAKED, pid, s) for pid in rows),
+        dataclasses.replace(
+            table,
+            processes=tuple(
+                tf.process_with_env(p, env or {}) if p.pid == L["rm"] else p
+                for p in table.processes
+            ),
         )
-        for s in (0, 1)
+        for table in (rs.processes(LEAKED, s, without=gone) for s in (0, 1))
     )
     snap = snapshot(
         stacks=stacks,
