@@ -29,9 +29,6 @@ def bundle(name: str) -> Path:
     return FIXTURES / "analysis" / f"{name}.tar.gz"
 
 
-ROUTER_FORK = FIXTURES / "real" / "router-fork" / "router_fork.tar.gz"
-
-
 @functools.lru_cache(maxsize=32)
 def recorded(path: Path) -> Snapshot:
     """The whole recorded snapshot of `path`, as the loader reads it."""
@@ -73,12 +70,6 @@ def main_thread(path: Path, pid: int, sample: int = 0) -> ThreadStack:
     """The recorded main thread of `pid` at `sample`."""
     obs = recorded_stack(path, pid, sample)
     return next(t for t in obs.stack.threads if t.name == "MainThread")
-
-
-def thread_named(path: Path, pid: int, prefix: str, sample: int = 0) -> ThreadStack:
-    """The recorded thread of `pid` whose name starts with `prefix` (e.g. `Thread-1 (_start_loop)`)."""
-    obs = recorded_stack(path, pid, sample)
-    return next(t for t in obs.stack.threads if (t.name or "").startswith(prefix))
 
 
 def process(
