@@ -25,6 +25,7 @@ from slime_hangdoctor.collect.dashboard import DashboardClient, capture_state, c
 from slime_hangdoctor.collect.node import (
     NodeSpec,
     partial_snapshot,
+    pending_actors,
     pids_by_node,
     sample_gpus_over,
     sample_node,
@@ -321,6 +322,7 @@ def _local_spec(run: _Run, state: Snapshot, index: int) -> NodeSpec:
         index,
         roots=_local_roots(state, run),
         extra_pids=frozenset(_local_drivers(state, run)),
+        pending=pending_actors(state),
         stacks=opts.stacks and not (opts.stacks_only_if_stalled and index == 1),
         log_heads=opts.logs,
         heads_read=heads_read(run.writer).get(run.node_ip, frozenset()),
