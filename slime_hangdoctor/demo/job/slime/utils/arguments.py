@@ -119,6 +119,7 @@ FAULT_SETTINGS: dict[str, dict[str, object]] = {
     "engine_server_killed": {"rollout_max_retries": 1_000_000},
     "checkpoint_stuck_storage": {"save": "checkpoints", "save_interval": 1},
     "checkpoint_writer_deadlock": {"save": "checkpoints", "save_interval": 1},
+    "checkpoint_plan_gather_stuck": {"save": "checkpoints", "save_interval": 1},
 }
 
 
@@ -140,5 +141,7 @@ def finalize_args(args: argparse.Namespace) -> None:
     args.writer_deadlock = (
         False  # the demo's forked writer (checkpoint_writer_deadlock), when armed
     )
+    args.async_save = False  # `--async-save`: dist_checkpointing's planned save (when armed)
+    args.plan_coordinator_mismatch = False  # checkpoint_plan_gather_stuck, when armed
     args.sglang_router_ip = None
     args.sglang_router_port = None
