@@ -277,6 +277,33 @@ FAULTS: dict[str, FaultSpec] = {
             ),
         ),
         FaultSpec(
+            name="weight_sync_health_check_queued",
+            description=(
+                "weight_sync_engine_wedged in a job run with --use-fault-tolerance: the "
+                "RolloutManager's RolloutHealthMonitor thread, resumed by generate and not paused "
+                "for the weight update (no offload), calls each engine actor's health_generate "
+                "every second; each engine actor runs update_weights_from_distributed, blocked in "
+                "the weight broadcast, so the health check queues behind it on the actor "
+                "(open-instruct PR#1454's shape)"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="nccl_broadcast",
+                culprit_role="sglang_engine",
+                culprit_engines=(FAULT_ENGINE,),
+            ),
+            server_fault="stuck_before_weight_broadcast",
+            frames=(
+                FrameSignature("driver", ("update_weights", "train")),
+                FrameSignature("train rank 0", ("broadcast", "update_weights_from_distributed")),
+                FrameSignature(
+                    "rollout_manager",
+                    ("get", "_check_engine_health", "_run_health_checks"),
+                    thread="RolloutHealthMonitor",
+                ),
+            ),
+        ),
+        FaultSpec(
             name="eval_hang",
             description="engine 1's scheduler gets stuck in a decode step during eval",
             expected=Expected(

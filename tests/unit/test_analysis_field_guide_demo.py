@@ -7,11 +7,17 @@ tests/fixtures/README.md), where the verdict could mislead.
   out: the doctor says hung in `checkpoint`, only suspected, names no culprit, and `checkpoint-stall`
   says that every rank waits in the save's collective (a mismatch, or a rank it cannot see), never a
   storage problem and never one rank's fault.
+- Row 20, open-instruct PR#1454: a health check queued behind a blocking weight broadcast on the
+  same actor (demo fault `weight_sync_health_check_queued`: slime's RolloutHealthMonitor of
+  `--use-fault-tolerance` calls `health_generate` on an engine actor that runs
+  `update_weights_from_distributed`, blocked in the broadcast that the wedged engine 1 never
+  joins). Ray's task list shows the check queued behind the update (`ray_tasks.queues`, info); the
+  culprit stays the engine that never joined the broadcast, not the one whose actor holds the queue.
 """
 
 from __future__ import annotations
 
-from slime_hangdoctor.verdict import ExitCode, Finding, Stage, Status, Verdict
+from slime_hangdoctor.verdict import ExitCode, Finding, Severity, Stage, Status, Verdict
 from tests.unit.demo_bundles import DEMO, diagnosed
 
 
@@ -36,3 +42,16 @@ def test_every_rank_in_the_save_plan_gather_is_a_checkpoint_hang_with_no_culprit
         for r in (0, 1)
     ]
     assert any("--async-save" in s for s in v.next_steps), v.next_steps
+
+
+def test_a_health_check_queued_behind_the_weight_broadcast_is_named_not_blamed() -> None:
+    v = diagnosed(DEMO / "weight_sync_health_check_queued.tar.gz").verdict
+    assert (v.status, v.stage) == (Status.HUNG, Stage.NCCL_BROADCAST), v.summary
+    wedged = "http://127.0.0.1:32137"  # engine 1: its scheduler wedged before the broadcast
+    assert [c.engine_url for c in v.culprits] == [wedged], v.culprits
+    queues = _finding(v, "ray_tasks.queues")
+    assert queues.severity is Severity.INFO
+    assert queues.evidence == (
+        "engine actor http://127.0.0.1:32134: runs update_weights_from_distributed; "
+        "queued: health_generate",
+    )
