@@ -11,9 +11,12 @@ Raw bytes are kept so that a better parser can re-read an old bundle. Directorie
 
 from __future__ import annotations
 
+import bz2
 import errno
+import gzip
 import io
 import json
+import lzma
 import os
 import re
 import secrets
@@ -24,10 +27,11 @@ import tempfile
 import threading
 import time
 import weakref
+import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from slime_hangdoctor import __version__
 from slime_hangdoctor.errors import BundleInvalid, BundleNotWritable
@@ -520,9 +524,8 @@ def open_bundle(path: Path) -> Bundle:
     if path.is_file():
         tmp = Path(tempfile.mkdtemp(prefix="hangdoctor-bundle-"))
         try:
-            with tarfile.open(path, "r:*") as tar:
-                _safe_extract(tar, tmp, path.stat().st_size)
-        except (tarfile.TarError, OSError, EOFError) as exc:
+            _unpack(path, tmp)
+        except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             raise BundleInvalid(f"{path} is not a readable bundle archive: {exc}") from exc
         found = sorted(tmp.rglob(MANIFEST))
@@ -555,6 +558,119 @@ MAX_UNPACKED_BYTES = 1024 * 1024 * 1024  # the whole bundle
 MAX_MEMBERS = 100_000
 MAX_RATIO = 100  # unpacked bytes per archive byte (evidence JSON packs ~10:1; zeros ~1000:1)
 _RATIO_FLOOR = 32 * 1024 * 1024  # below this much, the ratio does not matter
+# tarfile reads an extended header (GNU long name 'L'/'K', pax 'x'/'g') whole, and processes a
+# chain of them recursively, before a caller sees the member: both are capped before tarfile runs.
+# tarfile itself writes a pax header of a few hundred bytes (a long or non-ASCII path).
+MAX_HEADER_BYTES = 64 * 1024
+MAX_HEADER_CHAIN = 8  # extended headers in a row before one member
+_COPY_CHUNK = 1024 * 1024
+_EXTENDED = {
+    tarfile.GNUTYPE_LONGNAME: "GNU long name",
+    tarfile.GNUTYPE_LONGLINK: "GNU long link",
+    tarfile.XHDTYPE: "pax",
+    tarfile.XGLTYPE: "pax global",
+    tarfile.SOLARIS_XHDTYPE: "Solaris pax",
+}
+_PAX_REFUSED = (b" size=", b"GNU.sparse")  # a size that moves the next header; sparse maps
+
+
+def _unpack(path: Path, dest: Path) -> None:
+    """Check every header of the archive at `path` (`_scan_headers`), then unpack it into `dest`
+    (`_safe_extract`). Both passes read the same open file, decompressed the same way (tarfile is
+    given the compression that the magic bytes name, the ones `r:*` reads)."""
+    with open(path, "rb") as fh:
+        archive_bytes = os.fstat(fh.fileno()).st_size
+        magic = fh.read(6)
+        fh.seek(0)
+        mode: Literal["r:", "r:gz", "r:bz2", "r:xz"] = "r:"
+        stream: io.BufferedIOBase = fh
+        if magic.startswith(b"\x1f\x8b"):
+            mode, stream = "r:gz", gzip.GzipFile(fileobj=fh, mode="rb")
+        elif magic.startswith(b"BZh"):
+            mode, stream = "r:bz2", bz2.BZ2File(fh)
+        elif magic.startswith(b"\xfd7zXZ\x00"):
+            mode, stream = "r:xz", lzma.LZMAFile(fh)  # noqa: SIM115 - closed below
+        try:
+            _scan_headers(stream, archive_bytes)
+        finally:
+            if stream is not fh:
+                stream.close()  # not `fh`: a decompressor leaves a file object it was given open
+        fh.seek(0)
+        with tarfile.open(fileobj=fh, mode=mode) as tar:
+            _safe_extract(tar, dest, archive_bytes)
+
+
+def _scan_headers(stream: io.BufferedIOBase, archive_bytes: int) -> None:
+    """Walk the tar stream block by block as tarfile will, checking each header before its data
+    is read: an extended header over MAX_HEADER_BYTES (a 1 MB .tar.gz declaring a 500 MB long
+    name made tarfile buffer it whole), a chain of more than MAX_HEADER_CHAIN of them, a pax
+    header that sets a size or a sparse map, a sparse, link or device member, and the size caps
+    of `_safe_extract` are refused (tarfile.TarError). Data blocks are skipped in 1 MiB reads."""
+    total = members = chain = 0
+    while True:
+        block = stream.read(tarfile.BLOCKSIZE)
+        if len(block) < tarfile.BLOCKSIZE or block.count(0) == tarfile.BLOCKSIZE:
+            return  # the end (or a truncated archive: tarfile stops there too)
+        try:
+            info = tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+        except tarfile.HeaderError as exc:
+            raise tarfile.TarError(f"a damaged tar header ({exc})") from None
+        members += 1
+        if members > 2 * MAX_MEMBERS:
+            raise tarfile.TarError(f"more than {MAX_MEMBERS} members")
+        if info.size < 0:
+            raise tarfile.TarError(f"member {info.name!r} has a negative size")
+        kind = _EXTENDED.get(info.type)
+        if kind is not None:
+            chain += 1
+            if info.size > MAX_HEADER_BYTES:
+                raise tarfile.TarError(
+                    f"a {kind} header of {info.size} bytes (over {MAX_HEADER_BYTES}): "
+                    "not an archive that slime-hangdoctor wrote"
+                )
+            if chain > MAX_HEADER_CHAIN:
+                raise tarfile.TarError(f"more than {MAX_HEADER_CHAIN} extended headers in a row")
+            body = stream.read(_blocks(info.size))
+            pax = info.type not in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
+            if pax and any(word in body[: info.size] for word in _PAX_REFUSED):
+                raise tarfile.TarError(f"a {kind} header that sets a size or a sparse map")
+            continue
+        chain = 0
+        if info.type == tarfile.GNUTYPE_SPARSE:
+            raise tarfile.TarError(f"member {info.name!r} is a sparse file")
+        if info.isdir():
+            if info.size:
+                raise tarfile.TarError(f"directory {info.name!r} has a size")
+            continue
+        if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE):
+            raise tarfile.TarError(f"member {info.name!r} is not a plain file")
+        if info.size > MAX_ARTEFACT_BYTES:
+            raise tarfile.TarError(
+                f"member {info.name!r} is {info.size} bytes, over {MAX_ARTEFACT_BYTES}"
+            )
+        total += info.size
+        _check_total(total, archive_bytes)
+        left = _blocks(info.size)
+        while left:
+            chunk = stream.read(min(left, _COPY_CHUNK))
+            if not chunk:
+                return  # truncated: tarfile reports it
+            left -= len(chunk)
+
+
+def _blocks(size: int) -> int:
+    """`size` rounded up to whole tar blocks."""
+    return -(-size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+
+
+def _check_total(total: int, archive_bytes: int) -> None:
+    if total > MAX_UNPACKED_BYTES:
+        raise tarfile.TarError(f"it unpacks to more than {MAX_UNPACKED_BYTES} bytes")
+    if total > _RATIO_FLOOR and total > MAX_RATIO * max(1, archive_bytes):
+        raise tarfile.TarError(
+            f"it unpacks to over {MAX_RATIO} times its own size ({total} bytes from "
+            f"{archive_bytes}): not a bundle"
+        )
 
 
 def _safe_extract(tar: tarfile.TarFile, dest: Path, archive_bytes: int) -> None:
@@ -580,13 +696,7 @@ def _safe_extract(tar: tarfile.TarFile, dest: Path, archive_bytes: int) -> None:
                 f"member {member.name!r} is {member.size} bytes, over {MAX_ARTEFACT_BYTES}"
             )
         total += member.size
-        if total > MAX_UNPACKED_BYTES:
-            raise tarfile.TarError(f"it unpacks to more than {MAX_UNPACKED_BYTES} bytes")
-        if total > _RATIO_FLOOR and total > MAX_RATIO * max(1, archive_bytes):
-            raise tarfile.TarError(
-                f"it unpacks to over {MAX_RATIO} times its own size ({total} bytes from "
-                f"{archive_bytes}): not a bundle"
-            )
+        _check_total(total, archive_bytes)
     if hasattr(tarfile, "data_filter"):
         tar.extractall(dest, members=members, filter="data")
         return

@@ -311,6 +311,17 @@ class RouterWorkers:
     workers: tuple[RouterWorker, ...] = ()  # `/workers` entries; empty for `/list_workers`
 
 
+@dataclass(frozen=True)
+class RouterMetrics:
+    """The sgl-router's Prometheus page (its `--prometheus-port`, not its HTTP port; the `smg_*`
+    families of sgl-router 0.3), the series that say where requests are."""
+
+    # smg_worker_requests_active{worker=URL}: requests the router has sent to that worker and not
+    # had answered
+    requests_active: Mapping[str, float] = field(default_factory=dict)
+    connections_active: float | None = None  # smg_http_connections_active: clients' connections
+
+
 # --------------------------------------------------------------------------- Ray state
 
 

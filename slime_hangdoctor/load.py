@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import stat
 from collections.abc import Callable
 from typing import Any
 
@@ -83,18 +85,32 @@ class _Acc:
 
 
 def load_snapshot(bundle: Bundle) -> Snapshot:
-    """Parse every artefact of `bundle`; never raises for a bad artefact (it becomes a blind spot)."""
+    """Parse every artefact of `bundle`; never raises for a bad artefact (it becomes a blind spot).
+
+    A bundle given to `analyse` is untrusted: what is parsed is capped before it is read (an
+    artefact over its source's cap, one that an earlier record already named, and everything
+    past MAX_PARSE_COST are blind spots, not parsed)."""
     acc = _Acc()
+    budget = _Budget()
     for rec in bundle.manifest.probes:
-        data = bundle.read(rec)
+        wanted = rec.source in HTTP_SOURCES or rec.outcome is Outcome.OK
+        refused = budget.admit(bundle, rec) if wanted and rec.artifact else None
+        data = bundle.read(rec) if wanted and refused is None else None
+        if data is not None:
+            refused = budget.charge(data)
+        if refused is not None:
+            acc.blind.append(f"{rec.source} {rec.target}: not parsed: {refused}")
+            data = None
         if rec.source in HTTP_SOURCES:
-            _load_http(acc, rec, data)
+            _load_http(acc, rec, data, body_refused=refused is not None)
             continue
         if rec.outcome is not Outcome.OK:
             acc.blind.append(describe_failure(rec))
             continue
         if rec.reason and rec.source in _PARTIAL_SOURCES:
             acc.blind.append(f"{rec.source} {rec.target}: partly seen: {rec.reason}")
+        if refused is not None:
+            continue
         if data is None:
             acc.blind.append(f"{rec.source} {rec.target}: artefact missing from the bundle")
             continue
@@ -137,6 +153,80 @@ def load_snapshot(bundle: Bundle) -> Snapshot:
         blind_spots=tuple(dict.fromkeys(acc.blind)),
         ray_seen=acc.ray_seen,
     )
+
+
+# What one bundle may make the loader parse. Parsing costs more than the bytes: each JSON object
+# becomes a dict, and most become a fact that the analysis keeps (16 MiB of `{"pid": N}` rows took
+# 809 MiB and 22 s). An artefact costs its length plus OBJECT_COST per `{` in it. The budget holds
+# a big cluster's bundle (a recorded demo bundle costs at most 2.1 MiB) and bounds a crafted one.
+MAX_PARSE_COST = 128 * 1024 * 1024
+OBJECT_COST = 256
+# The largest artefact of each source that is parsed: the collector's own cap where it has one,
+# with headroom (recorded demo bundles: processes 9 KB, py-spy 38 KB, dashboard 400 KB).
+_MiB = 1024 * 1024
+MAX_BYTES_BY_SOURCE: dict[str, int] = {
+    b.RAY_DASHBOARD: 64 * _MiB,  # collect/dashboard.py MAX_BODY
+    b.PROCESSES: 8 * _MiB,  # a 1000-process node writes about 0.5 MiB
+    b.PYSPY: 16 * _MiB,
+    b.DASHBOARD_TRACEBACK: 16 * _MiB,
+    b.SGLANG: 8 * _MiB,  # collect/sglang.py BODY_CAP: 4 MiB
+    b.ROUTER: 8 * _MiB,
+    b.NVML: 16 * _MiB,
+    b.GPM: 16 * _MiB,
+    b.NCCL_RAS: 64 * _MiB,  # collect/nccl_ras.py: 32 MiB a part, two parts
+    # a 2000-entry dump is 341 KB; safe_pickle.MAX_OBJECTS stops one over ~40,000 entries
+    b.FLIGHT_RECORDER: 32 * _MiB,
+    b.RAY_LOGS: 4 * _MiB,  # collect/logs.py: 256 KiB a tail
+    b.SOCKETS: 64 * _MiB,  # collect/sockets.py: 16 MiB a table, four tables
+    b.KERNEL: 16 * _MiB,  # collect/kernel.py: 4 MiB of kernel log and the process states
+    b.ACTOR_LOG_HEAD: 1 * _MiB,  # collect/log_heads.py: 64 KiB a stream
+}
+
+
+class _Budget:
+    """The parse budget of one bundle, and the artefacts that records have already named."""
+
+    def __init__(self) -> None:
+        self.spent = 0
+        self.seen: set[tuple[int, int]] = set()
+
+    def admit(self, bundle: Bundle, rec: ProbeRecord) -> str | None:
+        """Why `rec`'s artefact is not to be read, or None. A record that names a file an earlier
+        record named is refused (eight records on one 4 MiB artefact took 959 MiB and 61 s)."""
+        try:
+            path = (bundle.root / str(rec.artifact)).resolve()
+            if bundle.root.resolve() not in path.parents:
+                return None  # outside the bundle: Bundle.read never reads it
+            st = os.stat(path)
+        except (OSError, ValueError, RuntimeError):
+            return None  # missing: Bundle.read says so
+        if not stat.S_ISREG(st.st_mode):
+            return None  # Bundle.read refuses it
+        key = (st.st_dev, st.st_ino)
+        if key in self.seen:
+            return "its artefact is another record's (a manifest of ours never shares one)"
+        self.seen.add(key)
+        cap = MAX_BYTES_BY_SOURCE.get(rec.source, 64 * _MiB)
+        if st.st_size > cap:
+            return f"its artefact is {st.st_size} bytes, over the {cap} bytes kept for {rec.source}"
+        if self.spent + st.st_size > MAX_PARSE_COST:
+            return self.exhausted()
+        return None
+
+    def charge(self, data: bytes) -> str | None:
+        """Spend what parsing `data` costs; why not, when it would go over the budget."""
+        cost = len(data) + OBJECT_COST * data.count(b"{")
+        if self.spent + cost > MAX_PARSE_COST:
+            return self.exhausted()
+        self.spent += cost
+        return None
+
+    @staticmethod
+    def exhausted() -> str:
+        return (
+            f"parse budget exhausted ({MAX_PARSE_COST // _MiB} MiB a bundle, each JSON object "
+            f"counted as {OBJECT_COST} bytes)"
+        )
 
 
 def describe_failure(rec: ProbeRecord) -> str:
@@ -318,7 +408,9 @@ def _load_stack(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
         acc.stacks.append(StackObs(rec.node_ip, stack.pid, sample, stack, via))
 
 
-def _load_http(acc: _Acc, rec: ProbeRecord, data: bytes | None) -> None:
+def _load_http(
+    acc: _Acc, rec: ProbeRecord, data: bytes | None, *, body_refused: bool = False
+) -> None:
     meta = rec.meta
     path = str(meta.get("path") or "")
     answer = HttpAnswer(
@@ -334,9 +426,10 @@ def _load_http(acc: _Acc, rec: ProbeRecord, data: bytes | None) -> None:
     if rec.outcome is not Outcome.OK and not meta.get("fallback"):
         reason = f": {rec.reason}" if rec.reason else ""
         acc.blind.append(f"{rec.source} {answer.url}{path}: {rec.outcome.value}{reason}")
-    if rec.outcome is Outcome.OK and rec.artifact and data is None:
+    if rec.outcome is Outcome.OK and rec.artifact and data is None and not body_refused:
         acc.blind.append(f"{rec.source} {rec.target}: artefact missing from the bundle")
-    parser = sglang.PARSER_BY_PATH.get(path)
+    table = sglang.ROUTER_PARSER_BY_PATH if rec.source == b.ROUTER else sglang.PARSER_BY_PATH
+    parser = table.get(path)
     if parser is not None and data is not None and answer.status == 200:
         try:
             parsed = parser(data)

@@ -27,13 +27,14 @@ from slime_hangdoctor.facts import (
     RayNode,
     RayPlacementGroup,
     RayTask,
+    RouterMetrics,
     RouterWorkers,
     ServerInfo,
     SglangMetrics,
     TcpConnection,
 )
 
-Parsed = ServerInfo | ModelInfo | EngineLoad | SglangMetrics | RouterWorkers | None
+Parsed = ServerInfo | ModelInfo | EngineLoad | SglangMetrics | RouterWorkers | RouterMetrics | None
 
 
 @dataclass(frozen=True)

@@ -228,7 +228,7 @@ def _add_engine_processes(
         members[(actor.node_ip, actor.pid)] = _replace(actor, engine_url=url)
         for p in desc:
             kind = sglang_kind(p.title) or ("http_server" if p is server else None)
-            if kind is None:
+            if kind is None or p.title.split(" ", 1)[0] == ROUTER_TITLE:
                 continue
             claimed.add((actor.node_ip, p.pid))
             members[(actor.node_ip, p.pid)] = Member(
@@ -248,6 +248,8 @@ def _add_engine_processes(
         kind = sglang_kind(p.title)
         if kind is None or (node, pid) in claimed or (node, pid) in members:
             continue
+        if p.title.split(" ", 1)[0] == ROUTER_TITLE:
+            continue  # the router (_add_routers), not a part of an engine
         parent = procs.get((node, p.ppid)) if p.ppid is not None else None
         url = None
         if parent is not None and not parent.title.startswith("sglang::"):
@@ -351,8 +353,17 @@ def _router_code_pids(snapshot: Snapshot) -> set[tuple[str | None, int]]:
     return out
 
 
+# the title sglang_router/launch_router.py:32 sets (setproctitle). In a fork of a Ray worker it
+# does not take (Ray's own title setting moved argv: slime's router keeps `ray::RolloutManager...`,
+# recorded in tests/fixtures/real/router-fork/); a router started outside Ray has it.
+ROUTER_TITLE = "sglang::router"
+
+
 def _runs_router_command(p: ProcessInfo) -> bool:
-    """A router the user runs: `python -m sglang_router.launch_router ...`, `sglang-router ...`."""
+    """A router the user runs: `python -m sglang_router.launch_router ...`, `sglang-router ...`,
+    or any process with the router's own title."""
+    if p.title.split(" ", 1)[0] == ROUTER_TITLE:
+        return True
     head = p.cmdline[:3]
     return any(
         arg.startswith(_ROUTER_MODULE) or arg.rsplit("/", 1)[-1] == "sglang-router" for arg in head

@@ -324,7 +324,7 @@ def _status_of(latest: list[HttpObs], path: str) -> int | None:
     return next((o.answer.status for o in latest if o.answer.path == path), None)
 
 
-def _router_entry(world: World, url: str) -> RouterWorker | None:
+def router_entry(world: World, url: str) -> RouterWorker | None:
     """This engine's entry in the router's latest `/workers` answer."""
     routers = [o for o in world.snapshot.http if o.kind == "router"]
     last = max((o.sample for o in routers), default=0)
@@ -447,7 +447,7 @@ def read_engine(
     running, queued, from_gauges = _in_flight(load, last_metrics)
     versions = _weight_versions(obs)
     calls, calls_held = _calls(metrics)
-    router = _router_entry(world, url)
+    router = router_entry(world, url)
     evidence: list[str] = []
     notes: list[str] = []
     dead_procs = [p for p in procs if p.kind in ("http_server", "scheduler") and p.dead]

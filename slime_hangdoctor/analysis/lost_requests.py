@@ -7,9 +7,10 @@ it is not a culprit by itself. In order, the holder is:
 
 1. an engine that is dead (its server refuses connections, or is gone) or paused: that engine,
    named by its own finder (engines, sglang);
-2. an engine whose callers hold request connections to it across both samples while its
-   scheduler has no work (procfs sockets, `network.held_requests`): that engine, named by the
-   sockets finder;
+2. an engine whose callers hold connections to it across both samples with evidence of requests
+   in flight on them (the engine's HTTP layer, the router, the socket queues, the caller's own
+   wait: `network.held_requests`) while its scheduler has no work: that engine, named by the
+   sockets finder (an idle keep-alive pool is not one);
 3. a router that does not answer (or answers 503, no worker): its own finding (routers finder,
    `rules._router_503`);
 4. an HTTP proxy: the RolloutManager's environment sends its requests for the engines to a proxy
@@ -21,7 +22,8 @@ it is not a culprit by itself. In order, the holder is:
    waits on it for (a reward model: reward);
 6. the RolloutManager itself, only when positive evidence points there: Ray's task history shows
    its rollout method running far longer than its earlier runs (`actor_queues`), and its TCP
-   connections, read at both samples, hold none to an engine, router or proxy. Then the requests
+   connections, read at both samples, hold none to an engine, router or proxy (but an idle pool to
+   engines whose HTTP layer counts no request: `network.engine_http_idle`). Then the requests
    never left it: a coroutine awaits something nobody completes (a leaked concurrency slot, a
    future nobody sets, a remote reward service).
 
@@ -36,7 +38,13 @@ from enum import Enum
 from slime_hangdoctor.analysis.actor_queues import OverlongTask, build_view
 from slime_hangdoctor.analysis.engines import EngineRead
 from slime_hangdoctor.analysis.hazards import proxy_hazards
-from slime_hangdoctor.analysis.network import KeptConnections, held_requests, kept_connections
+from slime_hangdoctor.analysis.network import (
+    Endpoint,
+    KeptConnections,
+    engine_http_idle,
+    held_requests,
+    kept_connections,
+)
 from slime_hangdoctor.analysis.services import Service
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
@@ -99,9 +107,14 @@ def _overlong_of(world: World, rm: Proc) -> OverlongTask | None:
 
 
 def _in_rm(
-    rm: Proc, overlong: OverlongTask | None, kept: KeptConnections | None, engines_line: str
+    rm: Proc,
+    overlong: OverlongTask | None,
+    kept: KeptConnections | None,
+    engines_line: str,
+    pooled: list[tuple[Endpoint, int]],
 ) -> LostRequests:
-    """Blame the RolloutManager only on its task history and its own connections."""
+    """Blame the RolloutManager only on its task history and its own connections (an idle pool
+    to engines that count no request is no connection the requests wait on)."""
     missing: list[str] = []
     if overlong is None:
         missing.append(
@@ -117,11 +130,12 @@ def _in_rm(
                 "the rollout loop waits on I/O and no engine has a request, but nothing shows "
                 "who holds the requests",
                 *missing,
+                *([_pool_line(pooled)] if pooled else []),
                 engines_line,
             ),
         )
     assert overlong is not None and kept is not None
-    others = [f"{n} to {ep.label}" for ep, n in kept.peers]
+    others = [f"{n} to {ep.label}" for ep, n in kept.peers if (ep, n) not in pooled]
     return LostRequests(
         Holder.ROLLOUT_MANAGER,
         (
@@ -130,6 +144,7 @@ def _in_rm(
             f"{overlong.longest_earlier_s:.1f}s",
             "[sockets] it holds no connection to any engine, router or proxy across both samples"
             + (f" (only {', '.join(others[:3])})" if others else ""),
+            *([_pool_line(pooled)] if pooled else []),
             "[environ] no proxy variable sends its requests for the engines elsewhere",
             engines_line,
         ),
@@ -175,7 +190,9 @@ def where_requests_are(world: World, engines: tuple[EngineRead, ...], rm: Proc) 
             proxy=f"{proxy.variable}={proxy.proxy}",
         )
     kept = kept_connections(world, engines, rm)
-    if kept is not None and (carriers := kept.to(*_CARRIERS)):
+    pooled = _pooled(world, kept, engines)
+    carriers = [c for c in kept.to(*_CARRIERS) if c not in pooled] if kept is not None else []
+    if carriers:
         ep, n = carriers[0]
         return LostRequests(
             Holder.ENGINE if ep.kind == "engine" else Holder(ep.kind),
@@ -203,4 +220,31 @@ def where_requests_are(world: World, engines: tuple[EngineRead, ...], rm: Proc) 
             url=ep.service.url,
             service=ep.service,
         )
-    return _in_rm(rm, _overlong_of(world, rm), kept, engines_line)
+    return _in_rm(rm, _overlong_of(world, rm), kept, engines_line, pooled)
+
+
+def _pooled(
+    world: World, kept: KeptConnections | None, engines: tuple[EngineRead, ...]
+) -> list[tuple[Endpoint, int]]:
+    """The RolloutManager's connections to engines whose HTTP layer counts no request, and to the
+    router when no engine behind it counts one: its client's keep-alive pool (an open connection
+    is not a request in flight, issue 27)."""
+    if kept is None:
+        return []
+    pooled = [
+        (ep, n)
+        for ep, n in kept.to("engine")
+        if ep.engine_url is not None and engine_http_idle(world, ep.engine_url)
+    ]
+    if engines and all(engine_http_idle(world, e.url) for e in engines):
+        pooled += list(kept.to("router"))
+    return pooled
+
+
+def _pool_line(pooled: list[tuple[Endpoint, int]]) -> str:
+    held = ", ".join(f"{n} to {ep.label}" for ep, n in pooled[:3])
+    return (
+        f"[sockets] its connections to engines (or their router) are an idle keep-alive pool "
+        f"({held}): those engines count no request in flight at their HTTP layer "
+        "(sglang:http_requests_active)"
+    )

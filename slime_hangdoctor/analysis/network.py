@@ -7,28 +7,75 @@ a process-group store (a train rank's MASTER_PORT), a proxy (from a process's pr
 another slime process (one of its listening ports), or unknown.
 
 The engine-level fact: callers hold connections to an engine across both samples while its
-scheduler reports no running and no queued request and its counters do not move. The requests are
-held outside the scheduler: an engine left paused (AReaL#1160: `pause_generation` with no
-`continue_generation`), a tokenizer-side lock (sglang PR#29670), a request never reaped (miles
-PR#1585). An HTTP keep-alive connection also stays open while idle, but servers close those after a
-few seconds (uvicorn: 5 s); an engine singled out among its peers, or with bytes its server never
-read, is not pooling.
+scheduler reports no running and no queued request and its counters do not move, AND something
+shows a request in flight on them. The requests are held outside the scheduler: an engine left
+paused (AReaL#1160: `pause_generation` with no `continue_generation`), a tokenizer-side lock
+(sglang PR#29670), a request never reaped (miles PR#1585).
+
+An open connection is not a request in flight (issue 27). Every pooling HTTP client keeps idle
+connections open: the sgl-router after it registers a worker (`/health`, `/server_info`,
+`/model_info` stay in its keep-alive pool until the server closes them, uvicorn: 5 s), aiohttp,
+httpx, a `requests.Session`. So a held connection counts only with evidence of a request on it,
+each kind named (`InFlightKind`):
+
+- `engine_http`: the engine's own HTTP layer counts the requests until their response is made
+  (`sglang:http_requests_active` for `/generate` and the OpenAI routes), in every sample that read
+  `/metrics`;
+- `router`: the router counts requests in flight to this engine (`GET /workers` `load`, or
+  `smg_worker_requests_active{worker}` on its Prometheus port);
+- `socket_queues`: on the held connections, bytes the caller sent and the engine's kernel did not
+  acknowledge, or bytes the engine's server did not read, at both samples;
+- `caller_awaits`: the caller's own thread awaits an answer at every sample: a blocking HTTP read,
+  or a waiting thread in a rollout stage or in a running Ray method (`ray::Class.method`); not
+  where the engine's HTTP layer counts no request (the caller then awaits another peer, and its
+  connection to this engine is pooled).
+
+Connections with none of them are an idle pool (`idle_pools`): shown as such, never a culprit. Where
+the caller is the router, the RolloutManager -> router -> engine chain is named.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from enum import Enum
 from urllib.parse import urlsplit
 
-from slime_hangdoctor.analysis.engines import EngineRead
+from slime_hangdoctor.analysis.engines import EngineRead, router_entry
 from slime_hangdoctor.analysis.services import Service, job_services
+from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import PROXY_ENV, TcpConnection
-from slime_hangdoctor.verdict import Finding, Role, Severity
+from slime_hangdoctor.facts import PROXY_ENV, RouterMetrics, SglangMetrics, TcpConnection
+from slime_hangdoctor.topology import ROUTER_TITLE, parse_ray_title
+from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
 
 _WAITING = ("ESTABLISHED", "SYN_SENT")  # a request in flight, or a connect that never completes
 _LOOPBACK = ("127.", "::1", "0.0.0.0", "::")
+# The routes a rollout's requests take (SGLang's native one and the OpenAI-compatible ones): their
+# `sglang:http_requests_active` counts requests whose response is not made yet. The doctor's own
+# probes (`/metrics`, `/v1/loads`...) and the control calls (engines.CALL_STAGES) are not requests.
+REQUEST_PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
+# Stages whose waiting thread awaits the answers of the requests it sent
+_AWAITING_STAGES = frozenset({Stage.ROLLOUT_DISPATCH, Stage.EVAL})
+_AWAITING_BLOCKS = frozenset({Block.WAIT, Block.EVENT_LOOP})
+
+
+class InFlightKind(str, Enum):
+    """The kinds of evidence that a request waits on a held connection (module doc)."""
+
+    ENGINE_HTTP = "engine_http"
+    ROUTER = "router"
+    SOCKET_QUEUES = "socket_queues"
+    CALLER_AWAITS = "caller_awaits"
+
+
+@dataclass(frozen=True)
+class InFlight:
+    kind: InFlightKind
+    text: str
+
+    def describe(self) -> str:
+        return f"[{self.kind.value}] {self.text}"
 
 
 @dataclass(frozen=True)
@@ -41,29 +88,48 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class HeldRequests:
-    """Callers hold connections to an engine whose scheduler has no work (typed for other rules)."""
+    """Callers hold connections to an engine whose scheduler has no work (typed for other rules).
+    `in_flight` is the evidence of requests on them; without any, the connections are an idle
+    pool (`idle_pools`) and `held_requests` leaves them out."""
 
     engine: EngineRead
     callers: tuple[tuple[Proc, int], ...]  # (caller, connections it holds), most first
     persistent: bool  # the same connections were open at both samples
-    unread_bytes: int  # request bytes the engine's server has not read (its receive queues)
+    unread_bytes: int  # request bytes the engine's server has not read on the callers' connections
     singled_out: bool  # other engines of the job hold no such connections
+    in_flight: tuple[InFlight, ...] = ()
+    idle: tuple[str, ...] = ()  # what was read and shows no request (for an idle pool)
+    chain: tuple[str, ...] = ()  # "rollout manager (pid 1) -> router (pid 2) -> engine URL"
 
     @property
     def connections(self) -> int:
         return sum(n for _, n in self.callers)
 
+    @property
+    def kinds(self) -> tuple[InFlightKind, ...]:
+        return tuple(dict.fromkeys(f.kind for f in self.in_flight))
+
+    def _who(self) -> str:
+        return ", ".join(f"{p.label} (pid {p.pid}) {n}" for p, n in self.callers[:4])
+
     def describe(self) -> str:
-        who = ", ".join(f"{p.label} (pid {p.pid}) {n}" for p, n in self.callers[:4])
         held = "across both samples" if self.persistent else "at the last sample"
         text = (
-            f"{self.connections} connection(s) to engine {self.engine.url} held {held} ({who}) "
-            f"while its scheduler reports {self.engine.running or 0:.0f} running and "
-            f"{self.engine.queued or 0:.0f} queued requests"
+            f"{self.connections} connection(s) to engine {self.engine.url} held {held} "
+            f"({self._who()}) while its scheduler reports {self.engine.running or 0:.0f} running "
+            f"and {self.engine.queued or 0:.0f} queued requests"
         )
+        if self.in_flight:
+            text += "; requests in flight on them: " + ", ".join(k.value for k in self.kinds)
         if self.unread_bytes:
             text += f"; {self.unread_bytes} request bytes wait unread in its server's sockets"
         return text
+
+    def describe_idle(self) -> str:
+        return (
+            f"{self.connections} idle pooled connection(s) to engine {self.engine.url} "
+            f"({self._who()}): not a request in flight ({'; '.join(self.idle)})"
+        )
 
 
 def _host_key(ip: str, node_ip: str | None) -> str:
@@ -203,13 +269,26 @@ def _waiting(conns: tuple[TcpConnection, ...]) -> list[TcpConnection]:
 
 
 def held_requests(world: World, engines: tuple[EngineRead, ...]) -> tuple[HeldRequests, ...]:
-    """Engines with no scheduler work whose callers hold connections to them (see module doc)."""
+    """Engines with no scheduler work whose callers hold connections to them, with evidence of a
+    request in flight on them (see module doc)."""
+    return tuple(h for h in _connections_held(world, engines) if h.in_flight)
+
+
+def idle_pools(world: World, engines: tuple[EngineRead, ...]) -> tuple[HeldRequests, ...]:
+    """Connections held to engines with no scheduler work and no evidence of a request on them."""
+    return tuple(h for h in _connections_held(world, engines) if not h.in_flight)
+
+
+_Callers = list[tuple[Proc, list[TcpConnection]]]
+
+
+def _connections_held(world: World, engines: tuple[EngineRead, ...]) -> tuple[HeldRequests, ...]:
     peers = peer_map(world, engines)
-    held: list[HeldRequests] = []
+    held: list[tuple[EngineRead, _Callers, bool]] = []
     holding: set[str] = set()
     for e in engines:
         own = {p.pid for p in e.procs}
-        callers: list[tuple[Proc, int]] = []
+        callers: _Callers = []
         persistent = True
         for p in world.procs:
             if p.pid in own or not p.conns:
@@ -227,29 +306,229 @@ def held_requests(world: World, engines: tuple[EngineRead, ...]) -> tuple[HeldRe
                 last = kept
             else:
                 persistent = False
-            callers.append((p, len(last)))
+            callers.append((p, last))
         if not callers or e.in_flight is None or e.in_flight > 0 or e.moving:
             continue
-        callers.sort(key=lambda pn: -pn[1])
-        held.append(HeldRequests(e, tuple(callers), persistent, _unread(e), True))
+        callers.sort(key=lambda pc: -len(pc[1]))
+        held.append((e, callers, persistent))
+    known = len([e for e in engines if e.in_flight is not None])
+    read = [
+        (e, callers, persistent, *_evidence(world, e, callers)) for e, callers, persistent in held
+    ]
+    # engines other than these hold connections too, but only idle pools: not requests
+    pooled = {e.url for e, _, _, evidence, _ in read if not evidence}
+    holding -= pooled
     return tuple(
         HeldRequests(
-            h.engine,
-            h.callers,
-            h.persistent,
-            h.unread_bytes,
-            singled_out=len(holding) < len([e for e in engines if e.in_flight is not None]),
+            e,
+            tuple((p, len(conns)) for p, conns in callers),
+            persistent,
+            _unread(e, callers),
+            singled_out=len(holding) < known,
+            in_flight=evidence,
+            idle=idle,
+            chain=_chains(world, engines, e, [p for p, _ in callers]),
         )
-        for h in held
+        for e, callers, persistent, evidence, idle in read
     )
 
 
-def _unread(e: EngineRead) -> int:
-    """Bytes in the receive queues of the engine server's accepted connections, at the last sample."""
+def _evidence(
+    world: World, e: EngineRead, callers: _Callers
+) -> tuple[tuple[InFlight, ...], tuple[str, ...]]:
+    """Evidence of requests in flight on the callers' connections to `e`; where there is none,
+    what was read and shows none."""
+    found: list[InFlight] = []
+    idle: list[str] = []
+    active = _http_active(world, e.url)
+    if active and all(n > 0 for n in active):
+        found.append(
+            InFlight(
+                InFlightKind.ENGINE_HTTP,
+                f"engine {e.url} counts {active[-1]:g} request(s) in flight at its HTTP layer "
+                f"(sglang:http_requests_active, {' '.join(REQUEST_PATHS)}) in "
+                + ("every sample" if len(active) > 1 else "the sample that read it"),
+            )
+        )
+    elif active:
+        idle.append(f"its HTTP layer counts {active[-1]:g} request(s) in flight")
+    worker = router_entry(world, e.url)
+    routed = router_active(world, e.url)
+    views = []
+    if worker is not None and worker.load:
+        views.append(f"{worker.load} (GET /workers load)")
+    if routed and all(n > 0 for n in routed):
+        views.append(
+            f"{routed[-1]:g} (smg_worker_requests_active, "
+            + ("every sample)" if len(routed) > 1 else "the sample that read it)")
+        )
+    if views:
+        found.append(
+            InFlight(
+                InFlightKind.ROUTER,
+                f"the router counts requests in flight to engine {e.url}: {', '.join(views)}",
+            )
+        )
+    elif routed:
+        idle.append("the router counts 0 in flight to it (smg_worker_requests_active)")
+    elif worker is not None and worker.load is not None:
+        idle.append("the router counts 0 in flight to it (GET /workers load)")
+    unacked = sum(_queued(p, conns, "tx") for p, conns in callers)
+    unread = _unread(e, callers)
+    if unacked or unread:
+        parts = [
+            f"{n} bytes {what}"
+            for n, what in ((unacked, "sent and not acknowledged"), (unread, "received not read"))
+            if n
+        ]
+        found.append(
+            InFlight(
+                InFlightKind.SOCKET_QUEUES,
+                f"{' and '.join(parts)} on the held connections to engine {e.url} at both "
+                "samples (procfs sockets)",
+            )
+        )
+    else:
+        idle.append("empty socket queues")
+    awaiting = [(p, why) for p, _ in callers if (why := caller_awaits(p)) is not None]
+    if awaiting and active and active[-1] == 0:
+        # the engine's HTTP layer counts a request until its response is made: a caller that
+        # waits while it counts none awaits another peer (a pooled connection to this one)
+        idle.append(f"{awaiting[0][0].label} waits, but not on this engine (its HTTP layer)")
+    elif awaiting:
+        found.extend(
+            InFlight(InFlightKind.CALLER_AWAITS, f"{p.label} (pid {p.pid}) {why}")
+            for p, why in awaiting[:2]
+        )
+    else:
+        idle.append("no caller awaits an answer")
+    return tuple(found), tuple(idle)
+
+
+def _http_active(world: World, url: str) -> list[float]:
+    """Requests in flight at the engine's HTTP layer (REQUEST_PATHS), per sample whose `/metrics`
+    has the HTTP middleware's series (SGLang >= 0.5.9), oldest first."""
+    by_sample: dict[int, SglangMetrics] = {}
+    for o in world.snapshot.http:
+        m = o.parsed
+        if o.kind != "engine" or o.answer.url.rstrip("/") != url:
+            continue
+        if isinstance(m, SglangMetrics) and (m.http_requests or m.http_active):
+            by_sample[o.sample] = m
+    return [
+        sum(m.http_active.get(path, 0.0) for path in REQUEST_PATHS)
+        for _, m in sorted(by_sample.items())
+    ]
+
+
+def router_active(world: World, url: str) -> list[float]:
+    """The router's in-flight count for engine `url` (`smg_worker_requests_active` on its
+    Prometheus page), per sample whose page lists that worker, oldest first. The router lists a
+    worker once it has sent it a request, and only under a policy that counts load (cache_aware
+    does, round_robin does not): a page without it says nothing."""
+    by_sample: dict[int, float] = {}
+    for o in world.snapshot.http:
+        if o.kind == "router" and isinstance(o.parsed, RouterMetrics):
+            n = o.parsed.requests_active.get(url.rstrip("/"))
+            if n is not None:
+                by_sample[o.sample] = by_sample.get(o.sample, 0.0) + n
+    return [n for _, n in sorted(by_sample.items())]
+
+
+def engine_http_idle(world: World, url: str) -> bool:
+    """The engine's HTTP layer counts no request in flight in every sample that read it (and was
+    read): a connection to it holds no request, whoever waits."""
+    active = _http_active(world, url)
+    return bool(active) and all(n == 0 for n in active)
+
+
+def _queued(p: Proc, conns: list[TcpConnection], queue: str) -> int:
+    """Bytes in one queue ("tx": sent, not acknowledged; "rx": received, not read) of these
+    connections of `p`, counted where non-empty at both samples (the smaller reading)."""
+    if len(p.conns) < 2 or p.conns[0][0] == p.conns[-1][0]:
+        return 0
+    first = {c.socket.local_port: c for c in _waiting(p.conns[0][1])}
+    total = 0
+    for c in conns:
+        before = first.get(c.socket.local_port)
+        if before is not None:
+            total += min(_queue(before, queue), _queue(c, queue))
+    return total
+
+
+def _queue(c: TcpConnection, queue: str) -> int:
+    return c.socket.tx_queue if queue == "tx" else c.socket.rx_queue
+
+
+def _unread(e: EngineRead, callers: _Callers) -> int:
+    """Bytes waiting unread in the engine server's ends of the callers' connections at both
+    samples (a probe of the doctor's own is no caller)."""
     server = e.server
     if server is None or not server.conns:
         return 0
-    return sum(c.socket.rx_queue for c in _waiting(server.conns[-1][1]))
+    ports = {c.socket.local_port for _, conns in callers for c in conns}
+    ends = [c for c in _waiting(server.conns[-1][1]) if c.socket.remote_port in ports]
+    return _queued(server, ends, "rx")
+
+
+def caller_awaits(p: Proc) -> str | None:
+    """How `p`'s own thread awaits an answer at every sample its stack was read, or None: a
+    blocking HTTP read, or a waiting thread in a rollout stage or a running Ray method."""
+    if not p.reads:
+        return None
+    how = ""
+    for r in p.reads:
+        parsed = parse_ray_title(r.title or p.title)
+        if r.block is Block.HTTP:
+            how = "blocks reading an HTTP answer"
+        elif r.block not in _AWAITING_BLOCKS:
+            return None
+        elif r.stage in _AWAITING_STAGES:
+            how = f"waits in its {r.stage.value} stage"
+        elif parsed is not None and parsed[1] is not None:
+            how = f"waits in its running method {parsed[0]}.{parsed[1]}"
+        else:
+            return None
+    samples = "both samples" if len(p.reads) > 1 else "the one sample read"
+    return f"{how} (its stack, {samples})"
+
+
+def is_router(p: Proc) -> bool:
+    """The sgl-router: by its role, or by the title `launch_router` gives it (`sglang::router`)
+    where the topology names it otherwise."""
+    return p.role is Role.ROUTER or p.title.startswith(ROUTER_TITLE)
+
+
+def _chains(
+    world: World, engines: tuple[EngineRead, ...], e: EngineRead, callers: list[Proc]
+) -> tuple[str, ...]:
+    """RolloutManager -> router -> engine, for each caller that is a router (the RolloutManager
+    named where it holds connections to that router across both samples)."""
+    out: list[str] = []
+    for router in [p for p in callers if is_router(p)]:
+        listen = {ep.label for ep in _listeners(router, world, engines)}
+        upstream = [
+            p
+            for p in world.procs
+            if p.role is Role.ROLLOUT_MANAGER
+            and (kept := kept_connections(world, engines, p)) is not None
+            and any(ep.kind == "router" or ep.label in listen for ep, _ in kept.peers)
+        ]
+        hops = [f"{p.label} (pid {p.pid})" for p in upstream[:1]]
+        out.append(" -> ".join([*hops, f"router (pid {router.pid})", f"engine {e.url}"]))
+    return tuple(out)
+
+
+def _listeners(p: Proc, world: World, engines: tuple[EngineRead, ...]) -> list[Endpoint]:
+    """The peers that `p`'s own listening ports are known as."""
+    info = p.infos[-1][1] if p.infos else None
+    peers = peer_map(world, engines)
+    out: list[Endpoint] = []
+    for addr in info.listen_addrs if info is not None else ():
+        key = _url_key(addr, p.node_ip)
+        if key is not None and key in peers.exact:
+            out.append(peers.exact[key])
+    return out
 
 
 def connection_lines(world: World, engines: tuple[EngineRead, ...]) -> list[str]:
@@ -274,6 +553,13 @@ def connection_lines(world: World, engines: tuple[EngineRead, ...]) -> list[str]
     return lines
 
 
+def held_lines(h: HeldRequests) -> tuple[str, ...]:
+    """The evidence lines of one engine's held requests: the connections, each kind of evidence of
+    a request in flight on them, and where the chain through a router stops."""
+    chain = tuple(f"chain: {c}: the requests stop at the engine" for c in h.chain)
+    return (h.describe(), *(f.describe() for f in h.in_flight), *chain)
+
+
 def network_findings(world: World, engines: tuple[EngineRead, ...]) -> list[Finding]:
     out: list[Finding] = []
     held = held_requests(world, engines)
@@ -282,19 +568,20 @@ def network_findings(world: World, engines: tuple[EngineRead, ...]) -> list[Find
             Finding(
                 "requests-held-outside-scheduler",
                 Severity.CRITICAL if any(h.persistent for h in held) else Severity.WARNING,
-                "Callers hold open request connections (procfs TCP sockets) to engines whose "
-                "scheduler has no work: the requests wait outside the scheduler",
-                tuple(h.describe() for h in held[:4]),
+                "Callers hold requests in flight (procfs TCP sockets, with the evidence of each) "
+                "to engines whose scheduler has no work: the requests wait outside the scheduler",
+                tuple(line for h in held[:4] for line in held_lines(h))[:12],
             )
         )
     lines = connection_lines(world, engines)
+    lines.extend(h.describe_idle() for h in idle_pools(world, engines)[:4])
     if lines:
         out.append(
             Finding(
                 "connections",
                 Severity.INFO,
                 "Open TCP connections of the slime processes, by peer (procfs sockets)",
-                tuple(lines[:8]),
+                tuple(lines[:12]),
             )
         )
     return out

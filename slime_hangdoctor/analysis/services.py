@@ -109,9 +109,11 @@ def job_services(world: World) -> tuple[Service, ...]:
             found.setdefault((s.host, s.port), s)
         for name, value in info.env.items():
             for url in _URL.findall(value or ""):
-                s = _service(url, name, f"in the {p.label}'s environment (pid {p.pid})", p.node_ip)
-                if s is not None:
-                    found.setdefault((s.host, s.port), s)
+                svc = _service(
+                    url, name, f"in the {p.label}'s environment (pid {p.pid})", p.node_ip
+                )
+                if svc is not None:
+                    found.setdefault((svc.host, svc.port), svc)
     for job in world.snapshot.jobs:
         if job.status != "RUNNING" or not job.entrypoint:
             continue

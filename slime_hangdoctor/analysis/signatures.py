@@ -71,6 +71,7 @@ class Layout:
     name: str
     frames: tuple[FrameSig, ...]
     methods: tuple[MethodSig, ...]
+    source: str = ""  # the tree its rows were read from (`owner/repo@commit`)
 
 
 # --------------------------------------------------------------------------- frame tables
@@ -168,7 +169,10 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
     FrameSig(ANY, S.REWARD, "slime/rollout/rm_hub/", what="reward model"),
     FrameSig(ANY, S.REWARD, "sympy/", what="sympy (math reward)"),
     FrameSig(ANY, S.REWARD, "math_verify/", what="math_verify (reward)"),
-    FrameSig(ANY, S.REWARD, "latex2sympy2/", what="latex2sympy (reward)"),
+    # math_verify parses LaTeX with latex2sympy2_extended (a package); the older latex2sympy2 is
+    # one module file
+    FrameSig(ANY, S.REWARD, "latex2sympy2_extended/", what="latex2sympy (reward)"),
+    FrameSig(ANY, S.REWARD, "latex2sympy2.py", what="latex2sympy (reward)"),
     # --- train actors (MegatronTrainRayActor)
     FrameSig("init", S.STARTUP, _ACTOR_PY, "MegatronTrainRayActor", "train actor init"),
     FrameSig("init", S.STARTUP, _TRAIN_ACTOR_PY, "TrainRayActor", "train actor init"),
@@ -271,10 +275,12 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
     *_rows(
         S.STARTUP,
         _ENGINE_PY,
-        "init _init_normal _init_external _register_to_router _sanity_check_server_args",
+        "init _init_normal _init_external _register_to_router",
         cls="SGLangEngine",
         what="engine startup",
     ),
+    # a function nested in SGLangEngine._init_normal (py-spy's qualname owner is `<locals>`)
+    FrameSig("_sanity_check_server_args", S.STARTUP, _ENGINE_PY, what="engine startup"),
     *_rows(
         S.STARTUP,
         _ENGINE_PY,
@@ -453,9 +459,23 @@ _HEAD_METHODS: tuple[MethodSig, ...] = (
     *_methods("RolloutManager", S.STARTUP, "recover_updatable_engines"),
 )
 
+# Every row names a real function of a real tree: tests/unit/test_signature_layouts.py checks each
+# against the (file, function) lists that scripts/extract_layout_functions.py read from the trees
+# (tests/fixtures/layouts/: these slime commits, Megatron-LM, Megatron-Bridge, the SGLang 0.5.15.post1
+# and 0.5.23 wheels, torch 2.13.0, sympy, math-verify, latex2sympy2).
 LAYOUTS: dict[str, Layout] = {
-    "2026-01": Layout("2026-01", _COMMON_FRAMES + _JAN_FRAMES, _COMMON_METHODS + _JAN_METHODS),
-    "2026-08": Layout("2026-08", _COMMON_FRAMES + _HEAD_FRAMES, _COMMON_METHODS + _HEAD_METHODS),
+    "2026-01": Layout(
+        "2026-01",
+        _COMMON_FRAMES + _JAN_FRAMES,
+        _COMMON_METHODS + _JAN_METHODS,
+        "THUDM/slime@9bfe15250e82baebf405fc824d1708f779d44406",
+    ),
+    "2026-08": Layout(
+        "2026-08",
+        _COMMON_FRAMES + _HEAD_FRAMES,
+        _COMMON_METHODS + _HEAD_METHODS,
+        "THUDM/slime@624b824a898ab0ec1fcb4d373004c7f3852bf515",
+    ),
 }
 
 # Ray classes that make up a slime job (class_name in the Ray state API).

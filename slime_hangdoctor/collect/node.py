@@ -34,6 +34,9 @@ class NodeSpec:
     sample: int
     roots: frozenset[int] | None = None  # Ray worker pids of this node; None = find by titles
     extra_pids: frozenset[int] = frozenset()  # job drivers on this node
+    # (pid, class) of the job's actors that Ray lists with a pid and no node yet (an actor in its
+    # constructor: PENDING_CREATION); scanned where that pid carries the actor's `ray::` title
+    pending: frozenset[tuple[int, str]] = frozenset()
     stacks: bool = True
     ras: bool = True
     procfs: bool = True  # TCP connections and kernel-side state of the slime processes
@@ -84,6 +87,7 @@ def sample_node(
         node_ip=spec.node_ip,
         sample=spec.sample,
         extra_pids=spec.extra_pids,
+        pending=spec.pending,
         roots=spec.roots,
         uid=uid,
         note=note,
@@ -336,6 +340,17 @@ def _ras(
         sample=spec.sample,
         port=opts.ras_port,
         timeout=deadline.clamp(opts.probe_timeout_s),
+    )
+
+
+def pending_actors(snapshot: Snapshot) -> frozenset[tuple[int, str]]:
+    """(pid, class) of the actors Ray lists with a worker pid but no node: an actor whose
+    constructor still runs (Ray 2.60 answers PENDING_CREATION, node_id null, with the pid of the
+    worker running `__init__`). `pids_by_node` cannot place them; each node's scan looks for them."""
+    return frozenset(
+        (a.pid, a.class_name)
+        for a in snapshot.actors
+        if a.pid and not a.node_id and a.state not in ("ALIVE", "DEAD") and a.class_name
     )
 
 

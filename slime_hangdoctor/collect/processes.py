@@ -95,12 +95,15 @@ def scan_processes(
     extra_pids: AbstractSet[int] = frozenset(),
     roots: AbstractSet[int] | None = None,
     uid: int | None = None,
+    pending: AbstractSet[tuple[int, str]] = frozenset(),
 ) -> dict[str, Any]:
     """The JSON-able processes artefact of this node (see the module doc for who is in it).
 
     `roots`: when Ray says which worker pids belong to this node, scan exactly those (and their
     descendants) instead of every `ray::`/`sglang::` title: several Ray nodes can share one machine.
     `uid`: with title discovery, only that user's processes (and their descendants of that user).
+    `pending`: (pid, class) of actors Ray has not placed on a node yet (in their constructor): a
+    root when that pid here carries the title `ray::<class>...` (another node's pid is not one).
     """
     import psutil
 
@@ -110,6 +113,7 @@ def scan_processes(
     else:
         chosen_roots = {pid for pid in roots if pid in table}
     roots = chosen_roots | {pid for pid in extra_pids if pid in table}
+    roots |= {pid for pid, cls in pending if pid in table and _titled_as(psutil, pid, cls)}
     roots.discard(os.getpid())
     chosen = _with_descendants(roots, table)
     listening = listening_sockets()
@@ -129,6 +133,7 @@ def record_processes(
     roots: AbstractSet[int] | None = None,
     uid: int | None = None,
     note: str | None = None,
+    pending: AbstractSet[tuple[int, str]] = frozenset(),
 ) -> ProbeRecord:
     """Scan this node and store the artefact (source `processes`); never raises. `note`: what
     the scan left out and why (a partial blind spot)."""
@@ -136,7 +141,7 @@ def record_processes(
     record = clock.record
 
     try:
-        doc = scan_processes(node_ip, extra_pids=extra_pids, roots=roots, uid=uid)
+        doc = scan_processes(node_ip, extra_pids=extra_pids, roots=roots, uid=uid, pending=pending)
     except ImportError:
         return writer.add(
             record(Outcome.UNAVAILABLE, "psutil is not installed (pip install psutil)")
@@ -173,6 +178,16 @@ def _process_table(
         title = cmd[0] if cmd and cmd[0] else (info.get("name") or "")
         table[int(info["pid"])] = (info.get("ppid"), str(title))
     return table
+
+
+def _titled_as(psutil: Any, pid: int, class_name: str) -> bool:
+    """Whether process `pid` carries the `ray::` title of actor class `class_name`."""
+    try:
+        argv = psutil.Process(pid).cmdline()
+    except (psutil.Error, OSError):
+        return False
+    title = argv[0] if argv else ""
+    return title == f"ray::{class_name}" or title.startswith(f"ray::{class_name}.")
 
 
 def _with_descendants(roots: set[int], table: dict[int, tuple[int | None, str]]) -> set[int]:

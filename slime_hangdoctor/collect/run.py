@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, Manifest, ProbeRecord
@@ -24,6 +25,7 @@ from slime_hangdoctor.collect.dashboard import DashboardClient, capture_state, c
 from slime_hangdoctor.collect.node import (
     NodeSpec,
     partial_snapshot,
+    pending_actors,
     pids_by_node,
     sample_gpus_over,
     sample_node,
@@ -42,7 +44,7 @@ from slime_hangdoctor.errors import RayUnreachable
 from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.redact import redact_text
 from slime_hangdoctor.snapshot import Snapshot
-from slime_hangdoctor.topology import CLASS_ROLES, Topology, build_topology
+from slime_hangdoctor.topology import CLASS_ROLES, ROUTER_TITLE, Topology, build_topology
 from slime_hangdoctor.verdict import Role
 
 ProgressFn = Callable[[str], None]
@@ -320,6 +322,7 @@ def _local_spec(run: _Run, state: Snapshot, index: int) -> NodeSpec:
         index,
         roots=_local_roots(state, run),
         extra_pids=frozenset(_local_drivers(state, run)),
+        pending=pending_actors(state),
         stacks=opts.stacks and not (opts.stacks_only_if_stalled and index == 1),
         log_heads=opts.logs,
         heads_read=heads_read(run.writer).get(run.node_ip, frozenset()),
@@ -386,8 +389,9 @@ def _stacks_if_stalled(run: _Run, topo: Topology, local_spec: NodeSpec) -> None:
 def _start_endpoints(
     run: _Run, topo: Topology, index: int, probed: set[tuple[str, str]]
 ) -> list[cf.Future[Any]]:
-    """Submit the probes of the engines and routers of `topo` not in `probed` (which it updates)."""
-    from slime_hangdoctor.collect.sglang import probe_engine, probe_router
+    """Submit the probes of the engines and routers of `topo` not in `probed` (which it updates),
+    and of each router's Prometheus page (`router_metrics_urls`)."""
+    from slime_hangdoctor.collect.sglang import probe_engine, probe_router, probe_router_metrics
 
     opts, deadline = run.opts, run.deadline
     jobs: list[cf.Future[Any]] = []
@@ -425,7 +429,54 @@ def _start_endpoints(
                 api_key=opts.api_key,
             )
         )
+    has_router = any(
+        m.role is Role.ROUTER or m.title.startswith(ROUTER_TITLE) for m in topo.members
+    )
+    state = partial_snapshot(run.writer) if has_router else None  # read only where one is
+    for url in router_metrics_urls(state, topo, routers) if state is not None else ():
+        if ("router-metrics", url) in probed:
+            continue
+        probed.add(("router-metrics", url))
+        jobs.append(
+            run.pool.submit(
+                probe_router_metrics,
+                run.writer,
+                url,
+                node_ip=run.node_ip,
+                sample=index,
+                timeout=deadline.clamp(opts.probe_timeout_s),
+            )
+        )
     return jobs
+
+
+def _port_of(url: str) -> int | None:
+    try:
+        return urlsplit(url if "//" in url else f"//{url}").port
+    except ValueError:  # a --router-url with a bad port: probed (and failing) as given
+        return None
+
+
+def router_metrics_urls(state: Snapshot, topo: Topology, routers: list[str]) -> list[str]:
+    """The other listening ports of each router process (its role, or the title `launch_router`
+    gives it, `sglang::router`): where its Prometheus page may be. Its HTTP port (a known router
+    URL) is left out: it answers 404 for /metrics."""
+    pids = {(m.node_ip, m.pid) for m in topo.members if m.role is Role.ROUTER}
+    served = {_port_of(u) for u in routers}
+    out: set[str] = set()
+    for obs in state.processes:
+        for p in obs.processes:
+            if (obs.node_ip, p.pid) not in pids and not p.title.startswith(ROUTER_TITLE):
+                continue
+            for addr in p.listen_addrs:
+                host, _, port = addr.rpartition(":")
+                if not port.isdigit() or int(port) in served:
+                    continue
+                host = host.strip("[]")
+                if host in ("0.0.0.0", "::", ""):
+                    host = obs.node_ip or "127.0.0.1"
+                out.add(f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}")
+    return sorted(out)
 
 
 def _gcs_from_state(writer: BundleWriter) -> str | None:

@@ -71,6 +71,9 @@ HEALTH_GENERATE = Endpoint(("/health_generate",), None, ".txt")
 ROUTER_ENDPOINTS: tuple[Endpoint, ...] = tuple(
     Endpoint(e.paths, e.parse, e.suffix) for e in parsers.ROUTER_ENDPOINTS
 )
+ROUTER_METRICS_ENDPOINTS: tuple[Endpoint, ...] = tuple(
+    Endpoint(e.paths, e.parse, e.suffix) for e in parsers.ROUTER_METRICS_ENDPOINTS
+)
 
 
 # --------------------------------------------------------------------------- one request
@@ -389,4 +392,26 @@ def probe_router(
         sample=sample,
         timeout=timeout,
         api_key=api_key,
+    )
+
+
+def probe_router_metrics(
+    writer: BundleWriter,
+    url: str,
+    *,
+    node_ip: str | None,
+    sample: int,
+    timeout: float,
+) -> list[ProbeRecord]:
+    """Read the router's Prometheus page (`url` is one of the router process's other listening
+    ports: slime starts the router with a `prometheus_port`): its per-worker in-flight counts."""
+    return _probe(
+        writer,
+        ROUTER_METRICS_ENDPOINTS,
+        url,
+        source=bundle.ROUTER,
+        node_ip=node_ip,
+        sample=sample,
+        timeout=timeout,
+        api_key=None,  # the Prometheus exporter takes no key
     )

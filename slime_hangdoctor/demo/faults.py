@@ -25,6 +25,8 @@ class Expected:
     culprit_engine: int | None = None  # engine index (0-based), for culprit_role "sglang_engine"
     # engines blamed together (a wait-for cycle has no single culprit): every one of them, no other
     culprit_engines: tuple[int, ...] = ()
+    # a hang where no process stands out (every rank waits alike): the verdict names no culprit
+    no_culprit: bool = False
 
 
 @dataclass(frozen=True)
@@ -278,6 +280,33 @@ FAULTS: dict[str, FaultSpec] = {
             ),
         ),
         FaultSpec(
+            name="weight_sync_health_check_queued",
+            description=(
+                "weight_sync_engine_wedged in a job run with --use-fault-tolerance: the "
+                "RolloutManager's RolloutHealthMonitor thread, resumed by generate and not paused "
+                "for the weight update (no offload), calls each engine actor's health_generate "
+                "every second; each engine actor runs update_weights_from_distributed, blocked in "
+                "the weight broadcast, so the health check queues behind it on the actor "
+                "(open-instruct PR#1454's shape)"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="nccl_broadcast",
+                culprit_role="sglang_engine",
+                culprit_engines=(FAULT_ENGINE,),
+            ),
+            server_fault="stuck_before_weight_broadcast",
+            frames=(
+                FrameSignature("driver", ("update_weights", "train")),
+                FrameSignature("train rank 0", ("broadcast", "update_weights_from_distributed")),
+                FrameSignature(
+                    "rollout_manager",
+                    ("get", "_check_engine_health", "_run_health_checks"),
+                    thread="RolloutHealthMonitor",
+                ),
+            ),
+        ),
+        FaultSpec(
             name="eval_hang",
             description="engine 1's scheduler gets stuck in a decode step during eval",
             expected=Expected(
@@ -461,6 +490,35 @@ FAULTS: dict[str, FaultSpec] = {
                     "train rank 0", ("join", "_save_shard_in_forked_writer", "save_checkpoint")
                 ),
                 FrameSignature("train rank 1", ("barrier", "save_checkpoint", "save")),
+            ),
+        ),
+        FaultSpec(
+            name="checkpoint_plan_gather_stuck",
+            description=(
+                "slime's save_model after a train step with --async-save: Megatron's "
+                "save_state_dict_async_plan gathers every rank's local save plan on a coordinator "
+                "(torch DCP's _DistWrapper.gather_object). Each rank is given its own coordinator "
+                "(as a save group whose layout differs between ranks would), so every rank waits "
+                "for the others' plans in the same gather_object and no rank is anywhere else: "
+                "THUDM/slime#1908's stack (its root cause is open). No rank stands out"
+            ),
+            expected=Expected(status="hung", stage="checkpoint", no_culprit=True),
+            frames=(
+                FrameSignature("driver", ("save_model", "train")),
+                *(
+                    FrameSignature(
+                        f"train rank {r}",
+                        (
+                            "gather",
+                            "gather_object",
+                            "gather_object",
+                            "save_state_dict_async_plan",
+                            "async_save",
+                            "save_checkpoint",
+                        ),
+                    )
+                    for r in (0, 1)
+                ),
             ),
         ),
         FaultSpec(

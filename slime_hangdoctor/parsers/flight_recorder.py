@@ -4,9 +4,11 @@ A rank's watchdog writes a pickle of plain containers: `{"version", "pg_config",
 "comm_lib_version", "entries": [{"record_id", "pg_id", "collective_seq_id", "profiling_name",
 "state", "frames": [{"name", "filename", "line"}], "input_sizes", "is_p2p", ...}]}`.
 
-SECURITY: a pickle from a bundle is untrusted. It is read with a restricted `pickle.Unpickler`
+SECURITY: a pickle from a bundle is untrusted. Its opcodes are checked before it is loaded
+(`safe_pickle.check_plain_pickle`: plain data only, memo indexes in order, dict keys whose hashes
+cannot collide, a cap on the objects built), then it is read with a restricted `pickle.Unpickler`
 whose `find_class` refuses every global and which has no `persistent_load`: only dicts, lists,
-tuples, sets, strings, bytes, numbers, booleans and None can be built, so no code can run. A pickle
+tuples, strings, bytes, numbers, booleans and None can be built, so no code can run. A pickle
 that needs anything else raises `ParseError`. Nor can a small pickle build a huge structure: one
 that shares an object many times (a "memo bomb": 215 bytes whose `str()` is gigabytes) is walked
 under a node budget (proportional to its size) and a depth budget before anything reads it, and
@@ -27,6 +29,7 @@ from typing import Any, NoReturn
 
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import Frame, FrDump, FrEntry
+from slime_hangdoctor.parsers.safe_pickle import check_plain_pickle
 
 __all__ = ["parse_flight_recorder", "rank_from_dump_name"]
 
@@ -48,8 +51,10 @@ def _unpickle(data: bytes) -> object:
         raise ParseError(f"flight recorder: expected bytes, got {type(data).__name__}")
     if not data:
         raise ParseError("flight recorder: empty dump")
+    data = bytes(data)
+    check_plain_pickle(data, "flight recorder")  # before any object is built
     try:
-        obj = _NoGlobalsUnpickler(io.BytesIO(bytes(data))).load()
+        obj = _NoGlobalsUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as exc:
         raise ParseError(f"flight recorder: unsafe or corrupt pickle ({exc})") from None
     except Exception as exc:  # corrupt pickles raise anything: EOFError, ValueError, ...

@@ -16,6 +16,8 @@ why. Nothing here does I/O. Shapes handled:
   the HTTP middleware's series, kept per `endpoint` label.
 - router `GET /workers` (`{"workers": [{"url", "is_healthy", "load", ...}]}`) and the older
   `GET /list_workers` (`{"urls": [...]}`).
+- the router's Prometheus page (its `--prometheus-port`): `smg_worker_requests_active{worker}` and
+  `smg_http_connections_active` (sgl-router 0.3.2's names).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import (
     EngineLoad,
     ModelInfo,
+    RouterMetrics,
     RouterWorker,
     RouterWorkers,
     ServerInfo,
@@ -41,6 +44,8 @@ __all__ = [
     "ENGINE_ENDPOINTS",
     "PARSER_BY_PATH",
     "ROUTER_ENDPOINTS",
+    "ROUTER_METRICS_ENDPOINTS",
+    "ROUTER_PARSER_BY_PATH",
     "STEP_COUNTERS",
     "WORK_COUNTERS",
     "HttpEndpoint",
@@ -48,6 +53,7 @@ __all__ = [
     "parse_metrics",
     "parse_metrics_page",
     "parse_model_info",
+    "parse_router_metrics",
     "parse_server_info",
     "parse_workers",
 ]
@@ -424,9 +430,34 @@ def parse_workers(body: bytes | str) -> RouterWorkers:
     raise ParseError(f"{what}: neither 'workers' nor 'urls' present")
 
 
+_ROUTER_ACTIVE = "smg_worker_requests_active"
+_ROUTER_CONNECTIONS = "smg_http_connections_active"
+
+
+def parse_router_metrics(body: bytes | str) -> RouterMetrics:
+    """The router's Prometheus page -> RouterMetrics (names as sgl-router 0.3.2 exports them,
+    recorded in tests/fixtures/analysis/router). A page with neither series (an engine's, another
+    exporter's) raises: it is not the router's."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    active: dict[str, float] = {}
+    connections: float | None = None
+    seen = False
+    for name, labels, value in _samples(text):
+        if name == _ROUTER_ACTIVE and labels.get("worker"):
+            url = labels["worker"].rstrip("/")
+            active[url] = active.get(url, 0.0) + value
+            seen = True
+        elif name == _ROUTER_CONNECTIONS:
+            connections = (connections or 0.0) + value
+            seen = True
+    if not seen and "# TYPE smg_" not in text:
+        raise ParseError(f"router metrics: no {_ROUTER_ACTIVE} or {_ROUTER_CONNECTIONS} series")
+    return RouterMetrics(active, connections)
+
+
 # --------------------------------------------------------------------------- the source's table
 
-HttpParsed = ServerInfo | ModelInfo | EngineLoad | SglangMetrics | RouterWorkers
+HttpParsed = ServerInfo | ModelInfo | EngineLoad | SglangMetrics | RouterWorkers | RouterMetrics
 
 
 @dataclass(frozen=True)
@@ -452,11 +483,23 @@ ENGINE_ENDPOINTS: tuple[HttpEndpoint, ...] = (
 ROUTER_ENDPOINTS: tuple[HttpEndpoint, ...] = (
     HttpEndpoint(("/workers", "/list_workers"), parse_workers),
 )
+# The router's Prometheus port (slime gives it one: `router_args.prometheus_port`), found among the
+# router process's listening ports (its HTTP port answers 404 for /metrics).
+ROUTER_METRICS_ENDPOINTS: tuple[HttpEndpoint, ...] = (
+    HttpEndpoint(("/metrics",), parse_router_metrics, ".txt"),
+)
 
-# Derived: every path the collector may have stored -> its parser (the loader's dispatch).
+# Derived: every path the collector may have stored -> its parser (the loader's dispatch), for an
+# engine's records and for a router's (whose `/metrics` is its Prometheus page).
 PARSER_BY_PATH: Mapping[str, Callable[[bytes], HttpParsed]] = {
     path: e.parse
     for e in (*ENGINE_ENDPOINTS, *ROUTER_ENDPOINTS)
+    if e.parse is not None
+    for path in e.paths
+}
+ROUTER_PARSER_BY_PATH: Mapping[str, Callable[[bytes], HttpParsed]] = {
+    path: e.parse
+    for e in (*ROUTER_ENDPOINTS, *ROUTER_METRICS_ENDPOINTS)
     if e.parse is not None
     for path in e.paths
 }

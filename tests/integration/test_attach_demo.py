@@ -301,6 +301,24 @@ def _checkpoint_writer_deadlock(verdict: dict[str, Any], run: DemoRun) -> None:
     assert "train rank 2" not in json.dumps(verdict)
 
 
+def _checkpoint_plan_gather_stuck(verdict: dict[str, Any], _run: DemoRun) -> None:
+    """slime#1908's shape: every rank waits in the save plan's gather_object, no rank stands out;
+    checkpoint-stall says so (no culprit: `_check_culprit`), a warning (exit 1), not critical."""
+    stall = _finding(verdict, "checkpoint-stall")
+    assert stall["message"].startswith("All 2 rank(s) in the checkpoint wait in a collective"), (
+        stall
+    )
+    assert verdict["exit_code"] == 1, verdict["summary"]
+
+
+def _weight_sync_health_check_queued(verdict: dict[str, Any], _run: DemoRun) -> None:
+    """open-instruct PR#1454's shape: Ray's task list shows the RolloutHealthMonitor's
+    health_generate queued on an engine actor behind a running method (the blocked update, or,
+    should the check have gone first, the update behind the check)."""
+    queues = _finding(verdict, "ray_tasks.queues")
+    assert any("health_generate" in e for e in queues["evidence"]), queues
+
+
 def _train_custom_loss_stuck(verdict: dict[str, Any], _run: DemoRun) -> None:
     """Issue 14 item 8, logs source: only rank 0's open `Timer actor_train start` names the
     stage (the FSDP backend's frames and methods name none)."""
@@ -355,6 +373,8 @@ VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
     "checkpoint_slow_storage": _checkpoint_slow_storage_verdict,
     "checkpoint_stuck_storage": _checkpoint_stuck_storage_verdict,
     "checkpoint_writer_deadlock": _checkpoint_writer_deadlock,
+    "checkpoint_plan_gather_stuck": _checkpoint_plan_gather_stuck,
+    "weight_sync_health_check_queued": _weight_sync_health_check_queued,
     "train_custom_loss_stuck": _train_custom_loss_stuck,
     "engine_server_killed": _engine_server_killed,
     "reward_service_stuck": _reward_service_stuck,

@@ -133,3 +133,6 @@ def test_collect_fetches_logs_between_the_samples_and_the_verdict_cites_them(
     rules = {f.rule for f in verdict.findings}
     assert "log-cache-not-flushed" in rules
     assert "log-open-timer" in rules
+    # the RolloutManager's logged TimeoutError (miles#1585's "Timeout while flushing cache.")
+    errors = [f.message for f in verdict.findings if f.rule == "log-errors"]
+    assert any("TimeoutError: Timeout while flushing cache." in m for m in errors), errors

@@ -1,10 +1,15 @@
 """The `checkpoint` stage: a hang in checkpoint save / load is named as such, and its finding tells
-storage (ranks writing, D state) from a collective mismatch (ranks in the save's collective)."""
+storage (ranks writing, D state) from a collective mismatch (ranks in the save's collective).
+
+The ranks' and the driver's stacks are recorded (tests/unit/recorded_stacks.py); the process table,
+Ray job and kernel readings around them are built facts (analysis_builders), as before."""
 
 from __future__ import annotations
 
+import pytest
+
 from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.facts import Frame, IoCounters, NodeKernel, ProcessKernelState
+from slime_hangdoctor.facts import IoCounters, NodeKernel, ProcessKernelState, ThreadStack
 from slime_hangdoctor.render.labels import headline
 from slime_hangdoctor.snapshot import KernelObs
 from slime_hangdoctor.topology import Topology
@@ -18,57 +23,35 @@ from slime_hangdoctor.verdict import (
     verdict_from_json,
 )
 from tests.unit.analysis_builders import (
-    RAY_GET,
-    F,
-    actor_main,
     member,
     proc,
     procs_obs,
     running_job,
     snapshot,
-    stack_obs,
-    thread,
     topology,
 )
+from tests.unit.recorded_stacks import as_obs, checkpoint_rank, demo, recorded_thread
 
-# slime#1908: every train rank in this stack (Megatron paths relative to its megatron/ folder, as the
-# report printed them), innermost first, above the Ray actor frames.
-SAVE_GATHER = (
-    F("gather", "torch/distributed/distributed_c10d.py", 4264),
-    F("wrapper", "torch/distributed/c10d_logger.py", 81),
-    F("gather_object", "torch/distributed/distributed_c10d.py", 3312),
-    F("wrapper", "torch/distributed/c10d_logger.py", 81),
-    F("gather_object", "torch/distributed/checkpoint/utils.py", 135),
-    F(
-        "save_state_dict_async_plan",
-        "core/dist_checkpointing/strategies/state_dict_saver.py",
-        141,
-    ),
-    F("async_save", "core/dist_checkpointing/strategies/torch.py", 797),
-    F("save", "core/dist_checkpointing/strategies/base.py", 223),
-    F("save", "core/dist_checkpointing/strategies/fully_parallel.py", 98),
-    F("save", "core/dist_checkpointing/serialization.py", 425),
-    F("save_checkpoint", "training/checkpointing.py", 573),
-    F("save", "slime/backends/megatron_utils/model.py", 705),
-    F("save_model", "slime/backends/megatron_utils/actor.py", 530),
-    F("wrapper", "slime/utils/timer.py", 78),
-)
-# torch DCP's file writer (torch/distributed/checkpoint/filesystem.py) under the same save.
-SAVE_WRITE = (
-    F("_write_item", "torch/distributed/checkpoint/filesystem.py", 320),
-    F("_write_files_from_queue", "torch/distributed/checkpoint/filesystem.py", 375),
-    F("_FileSystemWriter.write_data", "torch/distributed/checkpoint/filesystem.py", 680),
-    F("save", "core/dist_checkpointing/serialization.py", 425),
-    F("save_checkpoint", "training/checkpointing.py", 573),
-    F("save", "slime/backends/megatron_utils/model.py", 705),
-    F("save_model", "slime/backends/megatron_utils/actor.py", 530),
-)
-DRIVER_SAVE = (
-    *RAY_GET,
-    F("RayTrainGroup.save_model", "slime/ray/actor_group.py", 153),
-    F("train", "train.py", 76),
-    F("<module>", "train.py", 120),
-)
+# Recorded stacks (tests/fixtures/README.md): the ranks' threads keep their recorded frames and flags,
+# the tests give them the pids of their own topology.
+# slime#1908's shape: Megatron's save down to save_state_dict_async_plan, in torch's real
+# _DistWrapper.gather_object -> gather_object -> all_gather, waiting for a rank not in the save
+# (stage-shapes ckpt ranks 0 and 1).
+SAVE_GATHER = checkpoint_rank(0)
+SAVE_GATHER_1 = checkpoint_rank(1)
+# A rank writing its shard under save_checkpoint (demo fault checkpoint_slow_storage, pid 12361:
+# `_write_block <- _write_shard_to_slow_storage <- save_checkpoint <- save <- save_model`).
+WRITING = recorded_thread(demo("checkpoint_slow_storage"), 12361)
+# A rank streaming its shard to an uploader through a pipe (demo fault checkpoint_stuck_storage,
+# pid 22909: `_stream_shard_to_uploader <- save_checkpoint <- save <- save_model`).
+PIPE_WRITER = recorded_thread(demo("checkpoint_stuck_storage"), 22909)
+# The driver in `RayTrainGroup.save_model` (same bundle, pid 12192).
+DRIVER = recorded_thread(demo("checkpoint_slow_storage"), 12192)
+# Their frames, as tests/unit/test_analysis_kernel_hazards.py reads them.
+SAVE_WRITE = WRITING.frames
+DRIVER_SAVE = DRIVER.frames
+# A train-step all_reduce (demo fault train_rank_stuck, pid 5981).
+STEP = recorded_thread(demo("train_rank_stuck"), 5981)
 
 
 def _members() -> Topology:
@@ -79,13 +62,11 @@ def _members() -> Topology:
     )
 
 
-def _diag(
-    rank_frames: dict[int, tuple[Frame, ...]], d_state: frozenset[int] = frozenset()
-) -> Diagnosis:
+def _diag(rank_threads: dict[int, ThreadStack], d_state: frozenset[int] = frozenset()) -> Diagnosis:
     stacks = []
     for s in (0, 1):
-        stacks.append(stack_obs(100, thread(DRIVER_SAVE), sample=s))
-        stacks += [stack_obs(pid, actor_main(*fr), sample=s) for pid, fr in rank_frames.items()]
+        stacks.append(as_obs(100, s, DRIVER))
+        stacks += [as_obs(pid, s, t) for pid, t in rank_threads.items()]
     infos = [
         procs_obs(
             s,
@@ -97,7 +78,7 @@ def _diag(
                     20.0,
                     status="disk-sleep" if pid in d_state else "sleeping",
                 )
-                for pid in rank_frames
+                for pid in rank_threads
             ),
         )
         for s in (0, 1)
@@ -112,8 +93,12 @@ def _finding(v: Verdict) -> str:
     return found[0].message
 
 
-def test_all_ranks_in_the_saves_gather_is_a_checkpoint_hang_with_collective_steps() -> None:
-    v = _diag({300: SAVE_GATHER, 301: SAVE_GATHER}).verdict
+@pytest.mark.parametrize("native", [False, True], ids=["plain", "native"])
+def test_all_ranks_in_the_saves_gather_is_a_checkpoint_hang_with_collective_steps(
+    native: bool,
+) -> None:
+    """Both recorded ranks in the save's gather_object, as py-spy shows them plain and --native."""
+    v = _diag({300: checkpoint_rank(0, native), 301: checkpoint_rank(1, native)}).verdict
     assert v.status is Status.HUNG
     assert v.stage is Stage.CHECKPOINT
     assert "All 2 rank(s)" in _finding(v)
@@ -123,7 +108,7 @@ def test_all_ranks_in_the_saves_gather_is_a_checkpoint_hang_with_collective_step
 
 
 def test_one_rank_writing_while_the_other_waits_in_the_gather_is_a_mismatch() -> None:
-    v = _diag({300: SAVE_GATHER, 301: SAVE_WRITE}).verdict
+    v = _diag({300: SAVE_GATHER, 301: WRITING}).verdict
     assert v.stage is Stage.CHECKPOINT
     msg = _finding(v)
     assert msg.startswith("Checkpoint collective mismatch: 1 rank(s)")
@@ -131,7 +116,7 @@ def test_one_rank_writing_while_the_other_waits_in_the_gather_is_a_mismatch() ->
 
 
 def test_ranks_writing_in_d_state_point_at_storage_not_a_collective() -> None:
-    v = _diag({300: SAVE_WRITE, 301: SAVE_WRITE}, d_state=frozenset({300, 301})).verdict
+    v = _diag({300: WRITING, 301: WRITING}, d_state=frozenset({300, 301})).verdict
     assert v.stage is Stage.CHECKPOINT
     msg = _finding(v)
     assert "storage" in msg and "D state" in msg
@@ -140,18 +125,13 @@ def test_ranks_writing_in_d_state_point_at_storage_not_a_collective() -> None:
 
 
 def test_a_train_step_hang_has_no_checkpoint_finding() -> None:
-    step = (
-        F("all_reduce", "torch/distributed/distributed_c10d.py", 2806),
-        F("train_one_step", "slime/backends/megatron_utils/model.py", 400),
-        F("train", "slime/backends/megatron_utils/model.py", 600),
-    )
-    v = _diag({300: step, 301: step}).verdict
+    v = _diag({300: STEP, 301: STEP}).verdict
     assert v.stage is Stage.TRAIN
     assert "checkpoint-stall" not in {f.rule for f in v.findings}
 
 
 def test_the_checkpoint_stage_is_part_of_the_verdict_contract() -> None:
-    v = _diag({300: SAVE_GATHER, 301: SAVE_GATHER}).verdict
+    v = _diag({300: SAVE_GATHER, 301: SAVE_GATHER_1}).verdict
     doc = v.to_json()
     assert doc["schema"] == SCHEMA and doc["stage"] == "checkpoint"
     assert verdict_from_json(doc).stage is Stage.CHECKPOINT
@@ -186,11 +166,9 @@ def _kernel(
 
 
 def _diag_kernel(kernel: tuple[KernelObs, ...]) -> Verdict:
-    stacks = [stack_obs(100, thread(DRIVER_SAVE), sample=s) for s in (0, 1)]
+    stacks = [as_obs(100, s, DRIVER) for s in (0, 1)]
     stacks += [
-        stack_obs(pid, actor_main(*fr), sample=s)
-        for s in (0, 1)
-        for pid, fr in ((300, SAVE_WRITE), (301, SAVE_GATHER))
+        as_obs(pid, s, t) for s in (0, 1) for pid, t in ((300, PIPE_WRITER), (301, SAVE_GATHER))
     ]
     infos = tuple(
         procs_obs(
@@ -208,7 +186,7 @@ def _diag_kernel(kernel: tuple[KernelObs, ...]) -> Verdict:
 def test_a_write_asleep_in_a_full_pipe_with_no_byte_moved_is_stuck_storage_not_a_mismatch() -> None:
     # rank 0 streams its shard to an uploader that stopped reading (anon_pipe_write, Linux 6.18);
     # rank 1 waits in the save's collective. The stacks alone read as a collective mismatch.
-    assert _finding(_diag({300: SAVE_WRITE, 301: SAVE_GATHER}).verdict).startswith(
+    assert _finding(_diag({300: PIPE_WRITER, 301: SAVE_GATHER}).verdict).startswith(
         "Checkpoint collective mismatch"
     )
     v = _diag_kernel(_kernel({300: "anon_pipe_write", 301: "futex_do_wait"}, {}))

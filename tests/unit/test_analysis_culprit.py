@@ -1,10 +1,20 @@
 """Culprit search: real RAS after a peer was killed, cascades across communicators / process groups
 (the rank behind everywhere is the root, not the victims that show up behind elsewhere), routers,
-engines, the odd scheduler out and processes that died."""
+engines, the odd scheduler out and processes that died.
+
+Stacks are recorded (tests/unit/recorded_stacks.py: demo bundles and stage-shapes, plain and
+`--native`). One part no CPU process can show: sglang#17870's odd scheduler is blocked in
+`cuStreamSynchronize` under `rebuild_cuda_tensor` (CUDA IPC); the recorded odd rank parks in a
+real wait at the same place of the update instead, so the CUDA frames themselves are untested here.
+The flight-recorder cascade's entries are built (three ranks in two process groups; the real FR
+capture has two ranks in one), each with the call stack a real FR dump recorded.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.analysis.engines import read_engines
@@ -13,25 +23,30 @@ from slime_hangdoctor.analysis.suspects import engines, flight_recorder, ras, re
 from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, STRONG, WEAK, Reads
 from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.facts import FrDump, FrEntry, Outcome, RasCommunicator, RasRank, RasReport
+from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
 from slime_hangdoctor.parsers.nccl_ras import parse_ras
 from slime_hangdoctor.snapshot import FrObs, RasObs
 from slime_hangdoctor.topology import Engine
-from slime_hangdoctor.verdict import Role, Stage, Status
+from slime_hangdoctor.verdict import Role, Stage, Status, Verdict
 from tests.fixtures import transforms as tf
 from tests.unit.analysis_builders import (
     NODE,
-    F,
-    N,
-    actor_main,
     http,
     member,
     proc,
     procs_obs,
     running_job,
     snapshot,
-    stack_obs,
-    thread,
     topology,
+)
+from tests.unit.demo_bundles import WEDGED_PIDS, recorded_main_thread, wedged_bundle
+from tests.unit.recorded_stacks import (
+    as_obs,
+    demo,
+    gloo_rank,
+    recorded_process,
+    recorded_thread,
+    tp_scheduler,
 )
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "gpu-2xh200-nccl-broadcast-hang"
@@ -94,12 +109,19 @@ def test_ras_cascade_blames_the_rank_behind_everywhere() -> None:
     assert [s.pid for s in ras.suspects(_reads(world))] == [11]
 
 
+# The call stack torch's flight recorder recorded for rank 0's all_reduce in the train step of the
+# real H200 capture (run3_train_stuck, entry 1: `all_reduce <- wrapper <- train_one_step <- main`).
+_FR_STEP = next(
+    e.frames
+    for e in parse_flight_recorder(
+        (REAL / "run3_train_stuck.fr.fr_train_stuck_rank_0.pkl").read_bytes(), rank=0
+    ).entries
+    if e.state == "started"
+)
+
+
 def _entry(seq: int, state: str, pg: int = 0, op: str = "nccl:all_reduce") -> FrEntry:
-    frames = (
-        F("all_reduce", "torch/distributed/distributed_c10d.py"),
-        F("train_one_step", "slime/backends/megatron_utils/model.py"),
-    )
-    return FrEntry(seq, pg, seq, op, state, frames)
+    return FrEntry(seq, pg, seq, op, state, _FR_STEP)
 
 
 def test_flight_recorder_cascade_blames_the_root() -> None:
@@ -125,22 +147,11 @@ def test_flight_recorder_cascade_blames_the_root() -> None:
 
 
 def test_router_that_refuses_connections_is_the_culprit() -> None:
-    rm_loop = thread(
-        (
-            F("EpollSelector.select", "selectors.py"),
-            F("BaseEventLoop._run_once", "asyncio/base_events.py"),
-            F("AsyncLoopThread._start_loop", "slime/utils/async_utils.py"),
-        ),
-        name="Thread-3 (_start_loop)",
-        tid=7,
-    )
-    rm_main = actor_main(
-        F("Future.result", "concurrent/futures/_base.py"),
-        F("generate_rollout", "slime/rollout/sglang_rollout.py"),
-        F("RolloutManager.generate", "slime/ray/rollout.py"),
-    )
+    # the demo's RolloutManager in `generate` (pid 24105): main thread in Future.result, its
+    # asyncio loop thread idle, at both samples
+    rm = demo("engine_paused_by_update")
     snap = snapshot(
-        stacks=tuple(stack_obs(200, rm_main, rm_loop, sample=s) for s in (0, 1)),
+        stacks=tuple(as_obs(200, s, *recorded_process(rm, 24105, s).threads) for s in (0, 1)),
         http=tuple(
             http(
                 "http://10.0.0.1:3001",
@@ -163,27 +174,19 @@ def test_router_that_refuses_connections_is_the_culprit() -> None:
     assert v.culprits[0].role is Role.ROUTER
 
 
-def test_unresponsive_engine_whose_scheduler_waits_in_the_broadcast_is_only_weakly_blamed() -> None:
+@pytest.mark.parametrize("native", [False, True], ids=["plain", "native"])
+def test_unresponsive_engine_whose_scheduler_waits_in_the_broadcast_is_only_weakly_blamed(
+    native: bool,
+) -> None:
     """Trainer rank 0 and the engine's scheduler both wait inside the weight broadcast: the engine
-    not answering /health is explained (it is a victim too), so it is not blamed strongly."""
-    uwd = "slime/backends/megatron_utils/update_weight/update_weight_from_distributed.py"
-    trainer = actor_main(
-        F("broadcast", "torch/distributed/distributed_c10d.py"),
-        F("update_weights_from_distributed", uwd),
-        F("MegatronTrainRayActor.update_weights", "slime/backends/megatron_utils/actor.py"),
-    )
-    sched = thread(
-        (
-            F("broadcast", "torch/distributed/distributed_c10d.py"),
-            F(
-                "ModelRunner._update_bucketed_weights_from_distributed",
-                "sglang/srt/model_executor/model_runner.py",
-            ),
-        ),
-    )
+    not answering /health is explained (it is a victim too), so it is not blamed strongly. Recorded
+    from demo fault weight_sync_engine_wedged: rank 0 in dist.broadcast, engine 0's scheduler in
+    handle.wait() of its async broadcasts (no broadcast frame: SGLang 0.5.15.post1)."""
+    trainer = recorded_main_thread(wedged_bundle(native), WEDGED_PIDS["train rank 0"])
+    sched = recorded_main_thread(wedged_bundle(native), WEDGED_PIDS["engine 0 scheduler"])
     snap = snapshot(
         samples=1,
-        stacks=(stack_obs(411, sched), stack_obs(300, trainer)),
+        stacks=(as_obs(411, 0, sched), as_obs(300, 0, trainer)),
         http=(http(URL, "/health", 503),),
     )
     topo = topology(
@@ -195,47 +198,20 @@ def test_unresponsive_engine_whose_scheduler_waits_in_the_broadcast_is_only_weak
     (s,) = engines.suspects(_reads(world))
     assert s.weight == WEAK and s.waits_elsewhere
     assert "same collective as the trainers" in s.why
-    alone = build_world(snapshot(samples=1, stacks=(stack_obs(411, sched),), http=snap.http), topo)
+    alone = build_world(snapshot(samples=1, stacks=(as_obs(411, 0, sched),), http=snap.http), topo)
     (s,) = engines.suspects(_reads(alone))
     assert s.weight == MEDIUM  # no trainer waits with it: the engine itself is stuck
 
 
-def test_odd_scheduler_out_in_a_colocated_tensor_update() -> None:
-    """sglang#17870 shape: three TP schedulers wait in the tp_cpu_group barrier, one is stuck in a
-    CUDA sync under the IPC tensor rebuild. The odd one is the suspect; the known cause is linked."""
-    barrier = thread(
-        (
-            F("barrier", "torch/distributed/distributed_c10d.py"),
-            F(
-                "SchedulerWeightUpdater.update_weights_from_tensor",
-                "sglang/srt/managers/scheduler_components/weight_updater.py",
-            ),
-        )
-    )
-    odd = thread(
-        (
-            N("cuStreamSynchronize", "libcuda.so.1"),
-            F("rebuild_cuda_tensor", "torch/multiprocessing/reductions.py"),
-            F(
-                "SchedulerWeightUpdater.update_weights_from_tensor",
-                "sglang/srt/managers/scheduler_components/weight_updater.py",
-            ),
-        ),
-        active=True,
-    )
-    trainer = actor_main(
-        F("Worker.get_objects", "ray/_private/worker.py"),
-        F("get", "ray/_private/worker.py"),
-        F(
-            "_send_to_colocated_engine",
-            "slime/backends/megatron_utils/update_weight/update_weight_from_tensor.py",
-        ),
-        F("MegatronTrainRayActor.update_weights", "slime/backends/megatron_utils/actor.py"),
-    )
-    stacks = [
-        stack_obs(500 + i, barrier if i < 3 else odd, sample=s) for i in range(4) for s in (0, 1)
-    ]
-    stacks += [stack_obs(300, trainer, sample=s) for s in (0, 1)]
+@pytest.mark.parametrize("native", [False, True], ids=["plain", "native"])
+def test_odd_scheduler_out_in_a_colocated_tensor_update(native: bool) -> None:
+    """sglang#17870 shape: three TP schedulers wait in the tp_cpu_group barrier, one has not left
+    the tensor update. The odd one is the suspect; the known cause is linked. Recorded: stage-shapes'
+    four Gloo TP ranks (the odd one parked where the GPU case blocks in CUDA IPC) and the demo's
+    train rank waiting on the colocated engine (colocate_update_hang, pid 7665)."""
+    trainer = recorded_thread(demo("colocate_update_hang"), 7665)
+    stacks = [as_obs(500 + i, s, tp_scheduler(i, native)) for i in range(4) for s in (0, 1)]
+    stacks += [as_obs(300, s, trainer) for s in (0, 1)]
     topo = topology(
         member(Role.TRAIN_RANK, 300, cls="MegatronTrainRayActor", method="update_weights", rank=0),
         *(member(Role.SGLANG_ENGINE, 500 + i, "scheduler", url=URL) for i in range(4)),
@@ -249,12 +225,10 @@ def test_odd_scheduler_out_in_a_colocated_tensor_update() -> None:
 
 
 def test_a_train_rank_that_died_during_the_window() -> None:
-    gloo_wait = actor_main(
-        F("barrier", "torch/distributed/distributed_c10d.py"),
-        F("MegatronTrainRayActor.train", "slime/backends/megatron_utils/actor.py"),
-    )
+    # the demo's train rank in its step's all_reduce (train_rank_stuck, pid 5981)
+    step = recorded_thread(demo("train_rank_stuck"), 5981)
     snap = snapshot(
-        stacks=(stack_obs(300, gloo_wait, sample=0), stack_obs(300, gloo_wait, sample=1)),
+        stacks=(as_obs(300, 0, step), as_obs(300, 1, step)),
         processes=(
             procs_obs(
                 0,
@@ -296,3 +270,49 @@ def test_launch_skew_in_a_busy_job_is_not_a_mismatch() -> None:
     assert [s.weight for s in ras.suspects(_reads(world))] == [WEAK]
     frozen = snapshot(ras=(RasObs(NODE, 0, json_only), RasObs(NODE, 1, json_only)))
     assert [s.weight for s in ras.suspects(_reads(build_world(frozen, topology())))] == [STRONG]
+
+
+def _train_world(world: str, native: bool) -> Verdict:
+    """Three train ranks whose stacks are stage-shapes' Gloo world `world`, at two samples."""
+    stacks = tuple(
+        as_obs(300 + r, s, gloo_rank(world, r, native)) for r in range(3) for s in (0, 1)
+    )
+    topo = topology(
+        *(
+            member(Role.TRAIN_RANK, 300 + r, cls="MegatronTrainRayActor", method="train", rank=r)
+            for r in range(3)
+        )
+    )
+    return diagnose(snapshot(stacks=stacks, jobs=(running_job(),)), topo).verdict
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["plain", "native"])
+@pytest.mark.parametrize(
+    ("world", "op"),
+    [
+        # slime PR#393: two ranks in distributed_masked_whiten's all_reduce, a PP stage in its recv
+        ("whiten", "recv"),
+        # two ranks in the whitening all_reduce, the third in gather_log_data's gather_object on
+        # slime's gloo group: with --native all three wait in c10d::Work::wait
+        ("mixed", "all_gather"),
+    ],
+)
+def test_the_rank_in_another_collective_is_the_odd_one_out(
+    world: str, op: str, native: bool
+) -> None:
+    v = _train_world(world, native)
+    assert (v.status, v.stage) == (Status.HUNG, Stage.TRAIN)
+    assert [(c.pid, c.rank) for c in v.culprits] == [(302, 2)]
+    assert f"waits in {op} while 2 peers wait in all_reduce" in v.culprits[0].why
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["plain", "native"])
+def test_ranks_in_the_cp_all_gather_of_the_loss(native: bool) -> None:
+    """slime PR #2123's shape: two ranks in the loss's context-parallel all-gather (torch's real
+    differentiable all_reduce under `_allgather_cp_redistribute`), the third still in its forward
+    step: the third is the culprit, and the known case is named."""
+    v = _train_world("cp", native)
+    assert (v.status, v.stage) == (Status.HUNG, Stage.TRAIN)
+    assert [(c.pid, c.rank) for c in v.culprits] == [(302, 2)]
+    assert "not in the collective its peers wait in" in v.culprits[0].why
+    assert "known-cp-allgather-stuck" in {f.rule for f in v.findings}

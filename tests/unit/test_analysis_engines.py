@@ -16,7 +16,8 @@ from slime_hangdoctor.snapshot import HttpObs
 from slime_hangdoctor.topology import Engine
 from slime_hangdoctor.verdict import Role, Stage
 from tests.fixtures import transforms as tf
-from tests.unit.analysis_builders import NODE, http, member, proc, procs_obs, snapshot, topology
+from tests.unit import recorded_shapes as rs
+from tests.unit.analysis_builders import NODE, http, member, snapshot, topology
 
 SG = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
 TIMED_OUT, UNAVAILABLE = Outcome.TIMED_OUT, Outcome.UNAVAILABLE
@@ -88,11 +89,15 @@ def test_a_stalled_body_is_a_timeout_whatever_its_error_text() -> None:
 def test_refused_everywhere_or_server_gone_is_dead() -> None:
     refused = http(URL, "/model_info", None, error="connection refused", outcome=UNAVAILABLE)
     assert _state(refused) is EngineState.DEAD
+    # the recorded process tables of demo fault engine_server_killed, the second as read once
+    # engine 0's HTTP server (pid 22895) had exited (`transforms.processes_without`)
+    killed = rs.bundle("demo/engine_server_killed")
+    server = 22895
     topo = topology(
-        member(Role.SGLANG_ENGINE, 410, "http_server", url=URL),
-        engines=[Engine(URL, NODE, None, 410)],
+        member(Role.SGLANG_ENGINE, server, "http_server", url=URL),
+        engines=[Engine(URL, NODE, None, server)],
     )
-    gone = (procs_obs(0, proc(410, "python3 -c spawn")), procs_obs(1, proc(1, "init")))
+    gone = (rs.processes(killed, 0), rs.processes(killed, 1, without=frozenset({server})))
     assert _state(_metrics("metrics_idle.txt", 0), processes=gone, topo=topo) is EngineState.DEAD
 
 

@@ -1,13 +1,23 @@
-"""Issue 16: diagnosis misses on slime-shaped hangs, as constructed facts (analysis_builders.py,
-frame names and files of shared/reference/slime.md §3/§8 and sglang.md §5).
+"""Issue 16: diagnosis misses on slime-shaped hangs.
 
 Class 1: an engine that never turns healthy while the RolloutManager is still being constructed is
-a start-up hang, whatever stage the engine's own scheduler loop shows. Class 3: in a weight
-broadcast where every engine is unresponsive, the engine whose scheduler is not in the broadcast its
-peer engines wait in is the culprit, with or without trainer stacks that wait in the collective.
+a start-up hang, whatever stage the engine's own scheduler loop shows. Class 2: an engine whose
+server is gone is dead and the culprit. Class 3: in a weight broadcast where every engine is
+unresponsive, the engine whose scheduler is not in the broadcast its peer engines wait in is the
+culprit, with or without trainer stacks that wait in the collective. Class 4: requests lost
+between the RolloutManager and the engines.
+
+Every stack, process row and worker-log head here is recorded (tests/unit/recorded_shapes.py and
+tests/unit/demo_bundles.py; provenance in tests/fixtures/README.md), selected by its recorded pid;
+a world composed from several recordings moves a process to its pid with a named transformation.
+The HTTP answers, router lists, Ray actor and task rows and sockets around them are constructed
+(analysis_builders.py).
 """
 
 from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -24,18 +34,15 @@ from slime_hangdoctor.facts import (
 from slime_hangdoctor.snapshot import SocketsObs, StackObs, TaskPageObs
 from slime_hangdoctor.topology import Engine, Topology
 from slime_hangdoctor.verdict import Diagnosis, Role, Stage, Status
+from tests.unit import recorded_shapes as rs
 from tests.unit.analysis_builders import (
     NODE,
-    RAY_GET,
-    F,
     actor,
-    actor_main,
     http,
     member,
     running_job,
     snapshot,
     stack_obs,
-    thread,
     topology,
 )
 from tests.unit.demo_bundles import WEDGED_PIDS, recorded_main_thread, wedged_bundle
@@ -57,49 +64,34 @@ def _diag(snap: object, topo: Topology) -> Diagnosis:
 
 # --------------------------------------------------------------------------- class 1: start-up
 
-SCHED_PREFILL_STUCK = thread(
-    (
-        F("time.sleep", "<native>"),
-        F("ModelRunner.forward_extend", RUNNER, 1800),
-        F("TpModelWorker.forward_batch_generation", "sglang/srt/managers/tp_worker.py", 230),
-        F("Scheduler.run_batch", SCHED, 1700),
-        F("Scheduler.event_loop_normal", SCHED, 950),
-        F("run_scheduler_process", SCHED, 3000),
-    )
-)
-ACTOR_WAITING_HEALTHY = actor_main(
-    F("SSLSocket.recv_into", "socket.py"),
-    F("HTTPConnectionPool.urlopen", "urllib3/connectionpool.py", 700),
-    F("Session.get", "requests/sessions.py", 600),
-    F("_wait_server_healthy", ENGINE, 97),
-    F("launch_server_process", ENGINE, 81),
-    F("SGLangEngine._init_normal", ENGINE, 180),
-    F("SGLangEngine.init", ENGINE, 140),
-)
+# Recorded: demo fault startup_engine_never_healthy (analysis/demo_shapes/, with the RolloutManager's
+# constructor dumped): the driver in `create_rollout_manager` (12738), the RolloutManager in
+# `RolloutManager.__init__` -> `init_rollout_engines` -> `ray.get` (12899), engine 1's actor in
+# `SGLangEngine.init` -> `_wait_server_healthy` (12986). Its scheduler is taken from demo fault
+# rollout_engine_stuck (2870: wedged in `ModelRunner.forward_decode` -> `_synchronize`), the stage a
+# warm-up request that never ends shows; each is moved to this world's pid.
+STARTUP = rs.bundle("demo_shapes/startup_engine_never_healthy")
+ENGINE_STUCK = rs.bundle("demo/rollout_engine_stuck")
+Recording = tuple[Path, int]
+DRIVER_IN_CREATE_ROLLOUT_MANAGER: Recording = (STARTUP, 12738)
+DRIVER_IN_TRAIN_LOOP: Recording = (rs.bundle("demo/engine_server_killed"), 22749)
 
 
 def _startup_snapshot(
-    with_rm_stack: bool, rm_state: str, driver_frames: tuple[object, ...]
+    with_rm_stack: bool, rm_state: str, driver: Recording | None
 ) -> tuple[object, Topology]:
+    """`driver=None`: only the engine's scheduler was dumped (py-spy read none of the Ray
+    workers), so no stack shows start-up and Ray's actor state alone can say it."""
     stacks: list[StackObs] = []
     for s in (0, 1):
-        stacks += [
-            stack_obs(100, thread(driver_frames), sample=s),  # type: ignore[arg-type]
-            stack_obs(401, ACTOR_WAITING_HEALTHY, sample=s),
-            stack_obs(411, SCHED_PREFILL_STUCK, sample=s),
-        ]
+        stacks.append(rs.stack(ENGINE_STUCK, 2870, s, as_pid=411))
+        if driver is not None:
+            stacks += [
+                rs.stack(driver[0], driver[1], s, as_pid=100),
+                rs.stack(STARTUP, 12986, s, as_pid=401),
+            ]
         if with_rm_stack:
-            stacks.append(
-                stack_obs(
-                    200,
-                    actor_main(
-                        *RAY_GET,
-                        F("init_rollout_engines", ROLLOUT, 400),
-                        F("RolloutManager.__init__", ROLLOUT, 60),
-                    ),
-                    sample=s,
-                )
-            )
+            stacks.append(rs.stack(STARTUP, 12899, s, as_pid=200))
     snap = snapshot(
         stacks=tuple(stacks),
         http=(
@@ -130,12 +122,7 @@ def _startup_snapshot(
     return snap, topo
 
 
-DRIVER_NONCOLOCATE = (
-    *RAY_GET,
-    F("create_rollout_manager", "slime/ray/placement_group.py", 180),
-    F("train", "train.py", 20),
-    F("<module>", "train.py", 100),
-)
+DRIVER_NONCOLOCATE = DRIVER_IN_CREATE_ROLLOUT_MANAGER
 DRIVER_COLOCATE = DRIVER_NONCOLOCATE  # slime creates the RolloutManager first in both layouts
 
 
@@ -143,12 +130,13 @@ DRIVER_COLOCATE = DRIVER_NONCOLOCATE  # slime creates the RolloutManager first i
     ("with_rm_stack", "rm_state", "driver"),
     [
         (True, "PENDING_CREATION", DRIVER_NONCOLOCATE),
-        (False, "PENDING_CREATION", DRIVER_COLOCATE),  # the RM's stack missing: Ray state says it
+        (False, "PENDING_CREATION", DRIVER_COLOCATE),  # the RM's stack missing
+        (False, "PENDING_CREATION", None),  # no stack shows start-up: Ray state says it
         (True, "ALIVE", DRIVER_NONCOLOCATE),  # Ray state not read: the constructor frames say it
     ],
 )
 def test_engine_whose_warmup_never_ends_is_a_startup_hang(
-    with_rm_stack: bool, rm_state: str, driver: tuple[object, ...]
+    with_rm_stack: bool, rm_state: str, driver: Recording | None
 ) -> None:
     snap, topo = _startup_snapshot(with_rm_stack, rm_state, driver)
     v = _diag(snap, topo).verdict
@@ -160,9 +148,7 @@ def test_engine_whose_warmup_never_ends_is_a_startup_hang(
 def test_without_any_startup_frame_the_engine_stage_stands() -> None:
     """Control: the same stuck engine after start-up (driver in the train loop, RM created) is
     a rollout hang: the start-up rule needs a constructor / init / PENDING_CREATION to fire."""
-    snap, topo = _startup_snapshot(
-        False, "ALIVE", (*RAY_GET, F("train", "train.py", 60), F("<module>", "train.py", 100))
-    )
+    snap, topo = _startup_snapshot(False, "ALIVE", DRIVER_IN_TRAIN_LOOP)
     stacks = tuple(s for s in snap.stacks if s.pid != 401)  # type: ignore[attr-defined]
     snap = snap.__class__(**{**snap.__dict__, "stacks": stacks})  # type: ignore[attr-defined]
     v = _diag(snap, topo).verdict
@@ -181,12 +167,10 @@ def _recorded(label: str, native: bool) -> ThreadStack:
     return recorded_main_thread(wedged_bundle(native), WEDGED_PIDS[label])
 
 
-TRAINER_RAY_GET = actor_main(  # NCCL: handle.wait() returned, the CPU waits on the engines
-    *RAY_GET,
-    F("UpdateWeightFromDistributed._update_bucket_weights_from_distributed", UWD, 255),
-    F("UpdateWeightFromDistributed.update_weights", UWD, 125),
-    F("MegatronTrainRayActor.update_weights", ACTOR, 640),
-)
+# Train rank 1 of the healthy demo job caught in its weight update (demo2/none, pid 5863): in
+# `ray.get` under `UpdateWeightFromDistributed.update_weights`, as a rank whose NCCL broadcasts were
+# posted waits on the engines' update calls (no collective frame of its own).
+TRAINER_RAY_GET = rs.main_thread(rs.bundle("demo2/none"), 5863)
 
 
 @pytest.mark.parametrize("native", [False, True], ids=["plain", "native"])
@@ -260,6 +244,20 @@ REFUSED = "connection refused"
 RM_FILE = "slime/ray/rollout.py"
 
 
+# Recorded: demo fault engine_server_killed. Engine 0 (actor 22827, HTTP server 22895 listening on
+# 127.0.0.1:38351, scheduler 22900) serves; engine 1's HTTP server killed itself at its first
+# /generate, its actor 22826 lives on with no child; the driver (22749) waits in `train`, the
+# RolloutManager (22793) in `generate` with its loop idle. Process rows, stacks and the heads of
+# actor 22826's worker log are the recording's; HTTP answers, router and Ray actors are built.
+KILLED = rs.bundle("demo/engine_server_killed")
+K = {"driver": 22749, "rm": 22793, "e0": 22827, "e0 server": 22895, "e0 scheduler": 22900}
+K |= {"e1": 22826}
+K_URL0, K_URL1 = "http://127.0.0.1:38351", "http://127.0.0.1:38354"
+# another bare engine actor: the row of demo fault rollout_slots_leaked's engine actor 4898, whose
+# children are not taken into this world
+OTHER_ENGINE_ACTOR = (rs.bundle("demo/rollout_slots_leaked"), 4898)
+
+
 def _dead_server_world(
     router: bool,
     earlier: bool,
@@ -267,20 +265,19 @@ def _dead_server_world(
     second_bare: bool = False,
     probed: bool = True,
 ) -> tuple[object, Topology]:
-    """Engine 1's HTTP server was killed mid-rollout; its SGLangEngine actor (pid 401) lives on,
+    """Engine 1's HTTP server was killed mid-rollout; its SGLangEngine actor (K["e1"]) lives on,
     with no server child. Engine 0 is healthy and idle. The RolloutManager's loop waits on I/O
     (its requests to engine 1 fail and are retried). The topology is built by the product from
-    the processes and Ray state, as `attach` builds it. `logged`: the head of actor 401's worker
-    log (the node-local `actor_log_head` source) names the URL its server listened on.
-    `second_bare`: another engine actor of the node (402) has no server child either.
+    the processes and Ray state, as `attach` builds it. `logged`: the head of engine 1's actor's
+    worker log (the node-local `actor_log_head` source) names the URL its server listened on.
+    `second_bare`: another engine actor of the node has no server child either.
     `probed=False`: nothing told the doctor engine 1's URL, so it never asked it."""
     from slime_hangdoctor.facts import RouterWorkers
     from slime_hangdoctor.topology import build_topology
-    from tests.unit.analysis_builders import proc, procs_obs
 
-    url0, url1 = f"http://{NODE}:15000", f"http://{NODE}:15001"
+    url0, url1 = K_URL0, K_URL1
     router_url = f"http://{NODE}:30000"
-    stacks = _driver_and_rollout_waiting()
+    stacks = rs.stacks(KILLED, K["driver"], K["rm"])
     answers = [
         http(url0, "/v1/loads", 200, EngineLoad(running=0, waiting=0), sample=s) for s in (0, 1)
     ]
@@ -296,47 +293,28 @@ def _dead_server_world(
             http(router_url, "/workers", 200, RouterWorkers((url0, url1)), sample=s, kind="router")
             for s in (0, 1)
         ]
-    heads = ()
-    if logged:
-        from slime_hangdoctor.parsers.log_heads import parse_log_head
-        from slime_hangdoctor.snapshot import LogHeadObs
-
-        text = (
-            f"[2026-12-01 09:00:00] sglang_engine.py:180 - Launch HttpServerEngineAdapter at: "
-            f"{NODE}:15001\nINFO:     Uvicorn running on {url1} (Press CTRL+C to quit)\n"
-        )
-        heads = (
-            LogHeadObs(NODE, 401, "SGLangEngine", "err", parse_log_head(text.encode()), "w.err"),
-        )
+    heads = rs.log_heads(KILLED, K["e1"]) if logged else ()
+    other = OTHER_ENGINE_ACTOR[1]
     views = tuple(
-        procs_obs(
-            s,
-            proc(100, "python3 train.py"),
-            proc(200, "ray::RolloutManager.generate"),
-            proc(400, "ray::SGLangEngine"),
-            proc(
-                410,
-                "python3 -c from multiprocessing.spawn import spawn_main",
-                ppid=400,
-                listen_addrs=(f"{NODE}:15000",),
-                listen_ports=(15000,),
+        dataclasses.replace(
+            table,
+            processes=(
+                *table.processes,
+                *((rs.process(OTHER_ENGINE_ACTOR[0], other, s),) if second_bare else ()),
             ),
-            proc(411, "sglang::scheduler_TP0", ppid=410),
-            proc(401, "ray::SGLangEngine"),  # its server child is gone
-            *((proc(402, "ray::SGLangEngine"),) if second_bare else ()),
         )
-        for s in (0, 1)
+        for s, table in ((s, rs.processes(KILLED, s)) for s in (0, 1))
     )
     snap = snapshot(
-        stacks=tuple(stacks),
+        stacks=stacks,
         http=tuple(answers),
         processes=views,
-        jobs=(running_job(),),
+        jobs=(running_job(K["driver"]),),
         actors=(
-            actor("rm", "RolloutManager", 200),
-            actor("e0", "SGLangEngine", 400),
-            actor("e1", "SGLangEngine", 401),
-            *((actor("e2", "SGLangEngine", 402),) if second_bare else ()),
+            actor("rm", "RolloutManager", K["rm"]),
+            actor("e0", "SGLangEngine", K["e0"]),
+            actor("e1", "SGLangEngine", K["e1"]),
+            *((actor("e2", "SGLangEngine", other),) if second_bare else ()),
         ),
         log_heads=heads,
     )
@@ -348,11 +326,11 @@ def test_engine_whose_server_is_gone_is_dead_and_the_culprit(router: bool, earli
     snap, topo = _dead_server_world(router, earlier)
     d = _diag(snap, topo)
     v = d.verdict
-    url1 = f"http://{NODE}:15001"
+    url1 = K_URL1
     assert v.status is Status.HUNG
     assert v.stage is Stage.ROLLOUT_DISPATCH
     assert v.culprits[0].role is Role.SGLANG_ENGINE and v.culprits[0].engine_url == url1, v.summary
-    assert v.culprits[0].pid == 401  # the actor whose server is gone
+    assert v.culprits[0].pid == K["e1"]  # the actor whose server is gone
     assert {"url": url1, "state": "dead"} in v.extra["engines"]  # type: ignore[operator]
     assert not any(c.role is Role.ROLLOUT_MANAGER for c in v.culprits)
 
@@ -364,27 +342,39 @@ def test_engine_known_only_from_its_actors_log_is_dead_and_the_culprit(second_ba
     of the node has no server child either (the one-of-each pairing could not choose), and the
     evidence names where the URL was read."""
     snap, topo = _dead_server_world(False, False, logged=True, second_bare=second_bare)
-    url1 = f"http://{NODE}:15001"
+    url1 = K_URL1
     engine = next(e for e in topo.engines if e.url == url1)
-    assert (engine.source, engine.actor_pid) == ("actor-log", 401)
+    assert (engine.source, engine.actor_pid) == ("actor-log", K["e1"])
     v = _diag(snap, topo).verdict
     assert v.status is Status.HUNG and v.stage is Stage.ROLLOUT_DISPATCH, v.summary
-    assert v.culprits[0].engine_url == url1 and v.culprits[0].pid == 401, v.summary
+    assert v.culprits[0].engine_url == url1 and v.culprits[0].pid == K["e1"], v.summary
     assert {"url": url1, "state": "dead"} in v.extra["engines"]  # type: ignore[operator]
     evidence = [e for f in v.findings for e in f.evidence]
-    assert any("known from the head of the err log of SGLangEngine pid 401" in e for e in evidence)
+    head = f"known from the head of the err log of SGLangEngine pid {K['e1']}"
+    assert any(head in e for e in evidence), evidence
 
 
 def test_without_the_log_head_the_dead_engine_is_invisible() -> None:
     """The same world without the log head (nor router, nor earlier answer): no URL to probe,
     no dead engine, and the culprit is not engine 1 (why the head is read)."""
     snap, topo = _dead_server_world(False, False, logged=False, probed=False)
-    assert all(e.url != f"http://{NODE}:15001" for e in topo.engines)
+    assert all(e.url != K_URL1 for e in topo.engines)
     v = _diag(snap, topo).verdict
-    assert not v.culprits or v.culprits[0].pid != 401, v.summary
+    assert not v.culprits or v.culprits[0].pid != K["e1"], v.summary
 
 
 # --------------------------------------------------------------------------- class 4: lost requests
+
+
+# Recorded: demo fault rollout_slots_leaked (the RolloutManager's loop idle in `generate` while no
+# engine has a request). Engine 0: actor 4899, HTTP server 4929 on 127.0.0.1:40697; engine 1: actor
+# 4898, server 4959 on 127.0.0.1:40700; driver 4835 in `train`, RolloutManager 4868. Process rows
+# and stacks are the recording's; HTTP answers, router, task history and sockets are built.
+LEAKED = rs.bundle("demo/rollout_slots_leaked")
+L = {"driver": 4835, "rm": 4868, "e0": 4899, "e0 server": 4929, "e1": 4898, "e1 server": 4959}
+L |= {"e1 scheduler": 4968}
+L_URL0, L_URL1 = "http://127.0.0.1:40697", "http://127.0.0.1:40700"
+L_HOST1, L_PORT1 = "127.0.0.1", 40700
 
 
 def _idle_loop_world(
@@ -397,16 +387,19 @@ def _idle_loop_world(
     rm_conns: tuple[tuple[str, int], ...] | None = None,
 ) -> tuple[object, Topology]:
     """The RolloutManager's loop waits on I/O in `generate`; engine 0 answers and holds nothing.
-    `history`: Ray's task history, where the RolloutManager's `generate` has run 60 s after two
-    earlier runs of 2 s. `rm_conns`: the sockets source read at both samples, with the
-    RolloutManager holding these (ip, port) peers open at both."""
+    `dead_engine`: engine 1's server and scheduler have exited before the first sample
+    (`transforms.processes_without`) and its URL refuses. `env`: added to
+    the RolloutManager's recorded environment (`transforms.process_with_env`). `history`: Ray's
+    task history, where the RolloutManager's `generate` has run 60 s after two earlier runs of
+    2 s. `rm_conns`: the sockets source read at both samples, with the RolloutManager holding these
+    (ip, port) peers open at both."""
     from slime_hangdoctor.facts import RouterWorkers
     from slime_hangdoctor.topology import build_topology
-    from tests.unit.analysis_builders import proc, procs_obs
+    from tests.fixtures import transforms as tf
 
-    url0, url1 = f"http://{NODE}:15000", f"http://{NODE}:15001"
+    url0, url1 = L_URL0, L_URL1
     router_url = f"http://{NODE}:30000"
-    stacks = _driver_and_rollout_waiting()
+    stacks = rs.stacks(LEAKED, L["driver"], L["rm"])
     answers = [
         http(url, "/v1/loads", 200, EngineLoad(running=0, waiting=0), sample=s)
         for s in (0, 1)
@@ -434,39 +427,28 @@ def _idle_loop_world(
         else http(router_url, "/workers", 200, RouterWorkers((url0, url1)), kind="router", sample=s)
         for s in (0, 1)
     ]
-    engines = []
-    for i, url in enumerate((url0, url1)):
-        engines.append(proc(400 + i, "ray::SGLangEngine"))
-        if not (dead_engine and i == 1):
-            engines.append(
-                proc(
-                    410 + i,
-                    "python3 -c from multiprocessing.spawn import spawn_main",
-                    ppid=400 + i,
-                    listen_addrs=(url.removeprefix("http://"),),
-                    listen_ports=(15000 + i,),
-                )
-            )
+    gone = frozenset({L["e1 server"], L["e1 scheduler"]} if dead_engine else ())
     views = tuple(
-        procs_obs(
-            s,
-            proc(100, "python3 train.py"),
-            proc(200, "ray::RolloutManager.generate", env=env or {}),
-            *engines,
+        dataclasses.replace(
+            table,
+            processes=tuple(
+                tf.process_with_env(p, env or {}) if p.pid == L["rm"] else p
+                for p in table.processes
+            ),
         )
-        for s in (0, 1)
+        for table in (rs.processes(LEAKED, s, without=gone) for s in (0, 1))
     )
     snap = snapshot(
-        stacks=tuple(stacks),
+        stacks=stacks,
         http=tuple(answers),
         processes=views,
         task_pages=_rm_history() if history else (),
         sockets=_rm_sockets(rm_conns) if rm_conns is not None else (),
-        jobs=(running_job(),),
+        jobs=(running_job(L["driver"]),),
         actors=(
-            actor("rm", "RolloutManager", 200),
-            actor("e0", "SGLangEngine", 400),
-            actor("e1", "SGLangEngine", 401),
+            actor("rm", "RolloutManager", L["rm"]),
+            actor("e0", "SGLangEngine", L["e0"]),
+            actor("e1", "SGLangEngine", L["e1"]),
         ),
     )
     return snap, build_topology(snap)  # type: ignore[arg-type]
@@ -483,7 +465,7 @@ def _rm_history(now_s: float = 1000.0) -> tuple[TaskPageObs, ...]:
             "RolloutManager.generate",
             "FINISHED" if end_s is not None else "RUNNING",
             actor_id="rm",
-            worker_pid=200,
+            worker_pid=L["rm"],
             job_id="01000000",
             start_time_ms=ms + int(start_s * 1000),
             task_type="ACTOR_TASK",
@@ -503,7 +485,10 @@ def _rm_history(now_s: float = 1000.0) -> tuple[TaskPageObs, ...]:
 def _rm_sockets(peers: tuple[tuple[str, int], ...]) -> tuple[SocketsObs, ...]:
     conns = tuple(
         TcpConnection(
-            200, 30 + i, TcpSocket(NODE, 40000 + i, ip, port, "ESTABLISHED", 0, 0, 900 + i), NODE
+            L["rm"],
+            30 + i,
+            TcpSocket(NODE, 40000 + i, ip, port, "ESTABLISHED", 0, 0, 900 + i),
+            NODE,
         )
         for i, (ip, port) in enumerate(peers)
     )
@@ -526,7 +511,7 @@ def test_the_rollout_manager_is_blamed_on_its_task_history_and_its_connections()
     or proxy: the requests never left it, and the culprit finding says what shows it."""
     v = _diag(*_idle_loop_world(history=True, rm_conns=())).verdict
     assert _roles(v) == [Role.ROLLOUT_MANAGER], v.summary
-    assert v.culprits[0].pid == 200
+    assert v.culprits[0].pid == L["rm"]
     culprit = next(f for f in v.findings if f.rule == "culprit")
     assert "ray_tasks" in culprit.message and "rollout" in culprit.message
     assert any(e.startswith("[ray_tasks]") and "generate for 60s" in e for e in culprit.evidence)
@@ -538,7 +523,7 @@ def test_the_rollout_manager_is_blamed_on_its_task_history_and_its_connections()
     [
         (False, ()),  # no task history: a first rollout, or the history was not read
         (True, None),  # no sockets: held connections cannot be excluded
-        (True, ((NODE, 15001),)),  # it holds a connection to engine 1: not in the RolloutManager
+        (True, ((L_HOST1, L_PORT1),)),  # it holds a connection to engine 1: not in the RM
     ],
 )
 def test_without_its_evidence_the_rollout_finder_does_not_blame_the_rollout_manager(
@@ -549,13 +534,13 @@ def test_without_its_evidence_the_rollout_finder_does_not_blame_the_rollout_mana
         assert not any(e.startswith("[rollout]") for e in c.evidence), c
     if rm_conns:  # the engine its requests wait at is the culprit (sockets), not the manager
         assert _roles(v) == [Role.SGLANG_ENGINE], v.summary
-        assert v.culprits[0].engine_url == f"http://{NODE}:15001"
+        assert v.culprits[0].engine_url == L_URL1
 
 
 def test_a_dead_engine_holds_the_requests_not_the_rollout_manager() -> None:
     v = _diag(*_idle_loop_world(dead_engine=True)).verdict
     assert _roles(v) == [Role.SGLANG_ENGINE], v.summary
-    assert v.culprits[0].engine_url == f"http://{NODE}:15001"
+    assert v.culprits[0].engine_url == L_URL1
 
 
 def test_an_unreachable_router_is_its_own_finding() -> None:
@@ -572,7 +557,7 @@ def test_an_unreachable_router_is_its_own_finding() -> None:
         ({"all_proxy": "http://proxy.corp:3128", "no_proxy": "10.0.0.0/8"}, True),  # no CIDR
         # Python's rule (hazards.proxy_for_url): https_proxy is for https URLs only
         ({"HTTPS_PROXY": "http://proxy.corp:3128", "NO_PROXY": "example.org"}, False),
-        ({"http_proxy": "http://proxy.corp:3128", "no_proxy": f"localhost,{NODE}"}, False),
+        ({"http_proxy": "http://proxy.corp:3128", "no_proxy": f"localhost,{L_HOST1}"}, False),
         ({"http_proxy": "http://proxy.corp:3128", "no_proxy": "*"}, False),
         ({"http_proxy": "http://proxy.corp:3128", "no_proxy": ".0.0.1"}, False),  # a suffix
     ],
@@ -595,31 +580,8 @@ def test_a_proxy_in_the_rollout_managers_environment_is_its_own_cause(
 
 def test_a_paused_engine_holds_the_requests_and_is_the_culprit() -> None:
     v = _diag(*_idle_loop_world(paused_engine=True)).verdict
-    assert {"url": f"http://{NODE}:15001", "state": "paused"} in v.extra["engines"]  # type: ignore[operator]
+    assert {"url": L_URL1, "state": "paused"} in v.extra["engines"]  # type: ignore[operator]
     assert _roles(v) == [Role.SGLANG_ENGINE], v.summary
-    assert v.culprits[0].engine_url == f"http://{NODE}:15001"
+    assert v.culprits[0].engine_url == L_URL1
     assert "paused" in v.culprits[0].why
     assert v.stage is Stage.ROLLOUT_DISPATCH
-
-
-def _driver_and_rollout_waiting() -> list[StackObs]:
-    """Both samples: the driver (pid 100) in `ray.get` under `train`, the RolloutManager (pid 200)
-    in `generate` with its asyncio loop thread idle."""
-    from tests.unit.analysis_builders import LOOP_FRAMES, RM_GENERATE_FRAMES
-
-    stacks: list[StackObs] = []
-    for s in (0, 1):
-        stacks += [
-            stack_obs(
-                100,
-                thread((*RAY_GET, F("train", "train.py", 60), F("<module>", "train.py"))),
-                sample=s,
-            ),
-            stack_obs(
-                200,
-                actor_main(*RM_GENERATE_FRAMES),
-                thread(LOOP_FRAMES, name="Thread-3 (_start_loop)", tid=7),
-                sample=s,
-            ),
-        ]
-    return stacks

@@ -1,5 +1,7 @@
-"""Kernel-side state and environment hazards in the analysis: constructed snapshots (see
-analysis_builders) around the real `kernel` artefact of tests/fixtures/real/procfs."""
+"""Kernel-side state and environment hazards in the analysis: the real `kernel` artefact of
+tests/fixtures/real/procfs with recorded process rows and stacks of demo jobs (recorded_shapes.py;
+moved to a test's pid, or given a test's variables, by named transformations), in snapshots built
+with analysis_builders."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from slime_hangdoctor.facts import NodeKernel, ShmSpace
 from slime_hangdoctor.parsers.kernel import parse_kernel
 from slime_hangdoctor.snapshot import KernelObs
 from slime_hangdoctor.verdict import Role
+from tests.fixtures import transforms as tf
 from tests.unit import analysis_builders as ab
+from tests.unit import recorded_shapes as rs
 
 
 def kernel_suspects(world: World) -> list[Suspect]:
@@ -32,11 +36,15 @@ REAL = parse_kernel((PROCFS / "kernel.json").read_text(encoding="utf-8"))
 BLOCKED = next(p for p in REAL.processes if p.in_disk_sleep)  # the real D-state spawner
 
 
-def _rank_world(node0: NodeKernel, node1: NodeKernel, **env: str) -> ab.Snapshot:
-    pid = BLOCKED.pid
-    info = ab.proc(pid, "ray::MegatronTrainRayActor.save_model", cpu=1.0, env={"RANK": "0", **env})
+# A train rank's process row as recorded (demo fault checkpoint_slow_storage, rank 0 pid 12361,
+# `ray::MegatronTrainRayActor.save_model`), moved to the pid of the real D-state reading.
+SAVING_RANK = (rs.bundle("demo/checkpoint_slow_storage"), 12361)
+
+
+def _rank_world(node0: NodeKernel, node1: NodeKernel) -> ab.Snapshot:
+    rows = [rs.process(*SAVING_RANK, s, as_pid=BLOCKED.pid, ppid=1) for s in (0, 1)]
     return ab.snapshot(
-        processes=(ab.procs_obs(0, info), ab.procs_obs(1, info)),
+        processes=(ab.procs_obs(0, rows[0]), ab.procs_obs(1, rows[1])),
         kernel=(KernelObs(ab.NODE, 0, node0), KernelObs(ab.NODE, 1, node1)),
     )
 
@@ -119,18 +127,22 @@ def test_nearly_full_shm_is_a_hazard() -> None:
 
 
 def test_socket_interfaces_that_differ_across_ranks() -> None:
-    a = ab.proc(
-        11, "ray::MegatronTrainRayActor.train", env={"RANK": "0", "NCCL_SOCKET_IFNAME": "eth0"}
+    """The process rows of three recorded train ranks (demo faults rollout_behind_proxy 4430 and
+    4490, train_rank_stuck 5981), two of them with NCCL_SOCKET_IFNAME added to their recorded
+    environment (`transforms.process_with_env`): eth0, ib0, unset."""
+    proxy_job, stuck_job = (
+        rs.bundle("demo/rollout_behind_proxy"),
+        rs.bundle("demo/train_rank_stuck"),
     )
-    b_ = ab.proc(
-        12, "ray::MegatronTrainRayActor.train", env={"RANK": "1", "NCCL_SOCKET_IFNAME": "ib0"}
-    )
-    c = ab.proc(13, "ray::MegatronTrainRayActor.train", env={"RANK": "2"})
+    a = tf.process_with_env(rs.process(proxy_job, 4430), {"NCCL_SOCKET_IFNAME": "eth0"})
+    b_ = tf.process_with_env(rs.process(proxy_job, 4490), {"NCCL_SOCKET_IFNAME": "ib0"})
+    c = rs.process(stuck_job, 5981)
+    assert "NCCL_SOCKET_IFNAME" not in c.env
     snap = ab.snapshot(processes=(ab.procs_obs(0, a, b_, c),))
     topo = ab.topology(
         *(
             ab.member(Role.TRAIN_RANK, p, cls="MegatronTrainRayActor", rank=r)
-            for r, p in enumerate((11, 12, 13))
+            for r, p in enumerate((4430, 4490, 5981))
         )
     )
     (f,) = [
@@ -142,12 +154,16 @@ def test_socket_interfaces_that_differ_across_ranks() -> None:
 
 
 def test_proxy_not_covering_the_engines_is_named_with_python_no_proxy_rule() -> None:
+    """The RolloutManager's row of demo fault rollout_behind_proxy (pid 4307: http_proxy and
+    HTTP_PROXY at the black-hole proxy 127.0.0.1:49671, no_proxy=localhost), and the same row with
+    no_proxy naming the engine's host (`transforms.process_with_env`, moved to pid 22)."""
     url = "http://10.0.0.2:15000"
-    rm_env = {"HTTP_PROXY": "http://<redacted>@proxy.corp:3128", "no_proxy": "localhost,.corp"}
-    rm = ab.proc(21, "ray::RolloutManager.generate", env=rm_env)
-    ok = ab.proc(22, "ray::RolloutManager.generate", env={**rm_env, "no_proxy": "10.0.0.2"})
+    proxy_job = rs.bundle("demo/rollout_behind_proxy")
+    rm = rs.process(proxy_job, 4307)
+    covered = {"no_proxy": "10.0.0.2", "NO_PROXY": "10.0.0.2"}
+    ok = tf.process_with_env(rs.process(proxy_job, 4307, as_pid=22, ppid=rm.ppid), covered)
     topo = ab.topology(
-        ab.member(Role.ROLLOUT_MANAGER, 21, cls="RolloutManager"),
+        ab.member(Role.ROLLOUT_MANAGER, 4307, cls="RolloutManager"),
         ab.member(Role.ROLLOUT_MANAGER, 22, cls="RolloutManager"),
         engines=(ab.Engine(url, ab.NODE),),
     )
@@ -157,24 +173,48 @@ def test_proxy_not_covering_the_engines_is_named_with_python_no_proxy_rule() -> 
 
     engines = read_engines(world)
     (h,) = hazards.proxy_hazards(world, engines)
-    assert h.proc.pid == 21 and h.variable == "HTTP_PROXY" and h.through_proxy == (f"engine {url}",)
-    assert "<redacted>" in h.describe()
+    assert h.proc.pid == 4307 and h.through_proxy == (f"engine {url}",)
+    assert h.variable.lower() == "http_proxy"
+    assert "127.0.0.1:49671" in h.describe()
+
+
+# demo fault checkpoint_slow_storage: the driver (12192) in `ray.get` of `save_model`, train rank 0
+# (12361) writing its shard (`_write_block` under slime's `save_checkpoint`). Both ranks of this
+# world write: rank 0's recorded stack moved to pids 300 and 301 (rank 1 of that recording had
+# finished its shard and waits in the barrier; its process row is kept for pid 301), the driver
+# moved to 100.
+CHECKPOINT = rs.bundle("demo/checkpoint_slow_storage")
+CHECKPOINT_STACKS = {12192: 100, 12361: 300}
+CHECKPOINT_ROWS = {12192: 100, 12361: 300, 12417: 301}
+
+
+def _checkpoint_members() -> ab.Topology:
+    return ab.topology(
+        ab.member(Role.DRIVER, 100, "driver"),
+        *(
+            ab.member(
+                Role.TRAIN_RANK, pid, cls="MegatronTrainRayActor", method="save_model", rank=r
+            )
+            for r, pid in enumerate((300, 301))
+        ),
+    )
 
 
 def _checkpoint_world(moved: int) -> ab.Snapshot:
-    """Two ranks writing a checkpoint (test_analysis_checkpoint's stacks) with the real D-state
-    reading as their kernel state at both samples, `moved` bytes written in between."""
-    from tests.unit import test_analysis_checkpoint as tc
-
-    stacks = []
-    for s in (0, 1):
-        stacks.append(ab.stack_obs(100, ab.thread(tc.DRIVER_SAVE), sample=s))
-        stacks += [ab.stack_obs(pid, ab.actor_main(*tc.SAVE_WRITE), sample=s) for pid in (300, 301)]
+    """The recorded checkpoint save above, with the real D-state reading as both ranks' kernel
+    state at both samples, `moved` bytes written in between."""
+    stacks = tuple(
+        rs.stack(CHECKPOINT, pid, s, as_pid=as_pid)
+        for s in (0, 1)
+        for pid, as_pid in (*CHECKPOINT_STACKS.items(), (12361, 301))
+    )
     infos = tuple(
         ab.procs_obs(
             s,
-            ab.proc(100, "python3 train.py", 5.0),
-            *(ab.proc(pid, "ray::MegatronTrainRayActor.save_model", 20.0) for pid in (300, 301)),
+            *(
+                rs.process(CHECKPOINT, pid, s, as_pid=as_pid, ppid=1)
+                for pid, as_pid in CHECKPOINT_ROWS.items()
+            ),
         )
         for s in (0, 1)
     )
@@ -190,7 +230,7 @@ def _checkpoint_world(moved: int) -> ab.Snapshot:
         )
 
     return ab.snapshot(
-        stacks=tuple(stacks),
+        stacks=stacks,
         processes=infos,
         jobs=(ab.running_job(),),
         kernel=(KernelObs(ab.NODE, 0, node(0)), KernelObs(ab.NODE, 1, node(moved))),
@@ -198,9 +238,7 @@ def _checkpoint_world(moved: int) -> ab.Snapshot:
 
 
 def test_checkpoint_in_d_state_with_no_bytes_moved_is_stuck_storage() -> None:
-    from tests.unit import test_analysis_checkpoint as tc
-
-    v = diagnose(_checkpoint_world(0), tc._members()).verdict  # noqa: SLF001
+    v = diagnose(_checkpoint_world(0), _checkpoint_members()).verdict
     assert v.status.value == "hung" and v.stage.value == "checkpoint", v.summary
     (f,) = [f for f in v.findings if f.rule == "checkpoint-stall"]
     assert "stuck storage" in f.message
@@ -208,10 +246,8 @@ def test_checkpoint_in_d_state_with_no_bytes_moved_is_stuck_storage() -> None:
 
 
 def test_checkpoint_writing_slowly_is_not_called_stuck() -> None:
-    from tests.unit import test_analysis_checkpoint as tc
-
-    v = diagnose(_checkpoint_world(8192), tc._members()).verdict  # noqa: SLF001
+    v = diagnose(_checkpoint_world(8192), _checkpoint_members()).verdict
     (f,) = [f for f in v.findings if f.rule == "checkpoint-stall"]
     assert "slow storage, not stuck" in f.message
-    fast = diagnose(_checkpoint_world(256 << 20), tc._members()).verdict  # noqa: SLF001
+    fast = diagnose(_checkpoint_world(256 << 20), _checkpoint_members()).verdict
     assert fast.status.value == "progressing", fast.summary  # 256 MiB in the window: it writes

@@ -9,22 +9,21 @@ from slime_hangdoctor.facts import LogKind, LogLine, LogTail, LogTimer, SglangMe
 from slime_hangdoctor.snapshot import LogObs, Snapshot
 from slime_hangdoctor.topology import Topology
 from slime_hangdoctor.verdict import Role, Severity, Stage, Status, Verdict
+from tests.unit import recorded_shapes as rs
 from tests.unit.analysis_builders import (
-    RAY_GET,
-    F,
-    actor_main,
     http,
     member,
-    proc,
     procs_obs,
     running_job,
     snapshot,
-    stack_obs,
-    thread,
     topology,
 )
 
 URL0 = "http://10.0.0.1:15000"
+# The process rows of demo fault reward_service_stuck (every actor between tasks, titles without a
+# method): driver 16270, train rank 16590, engine actor 16414; moved to pids 100, 300 and 400.
+IDLE_JOB = rs.bundle("demo/reward_service_stuck")
+IDLE_JOB_PIDS = {16270: 100, 16590: 300, 16414: 400}
 NOW = 2000.0  # the manifest's created_at in analysis_builders
 
 # slime#1487: rank 0's log ends at "Timer actor_train start".
@@ -77,9 +76,10 @@ def _frozen_engine_job(logs: tuple[LogObs, ...] = (), stacks: tuple = ()) -> Sna
         processes=tuple(
             procs_obs(
                 s,
-                proc(100, "python3 train.py", 5.0),
-                proc(300, "ray::MegatronTrainRayActor", 20.0),
-                proc(400, "ray::SGLangEngine", 3.0),
+                *(
+                    rs.process(IDLE_JOB, pid, s, as_pid=as_pid, ppid=1)
+                    for pid, as_pid in IDLE_JOB_PIDS.items()
+                ),
             )
             for s in (0, 1)
         ),
@@ -118,18 +118,13 @@ def test_an_open_timer_names_the_stage_only_when_no_live_source_did() -> None:
 
 
 def test_an_open_timer_never_overrules_the_stage_the_stacks_show() -> None:
-    sync = (
-        F("broadcast", "torch/distributed/distributed_c10d.py", 3151),
-        F("update_weights_from_distributed", "slime/backends/megatron_utils/update_weight/x.py"),
-        F("MegatronTrainRayActor.update_weights", "slime/backends/megatron_utils/actor.py"),
-    )
+    """The stacks of demo fault weight_sync_engine_missing: the driver (pid 30064) in `ray.get` of
+    the weight update, train rank 0 (pid 30272) in `dist.broadcast` of it; moved to 100 and 300."""
+    sync = rs.bundle("demo/weight_sync_engine_missing")
     stacks = tuple(
-        s
+        rs.stack(sync, pid, sample, as_pid=as_pid)
         for sample in (0, 1)
-        for s in (
-            stack_obs(100, thread((*RAY_GET, F("train", "train.py", 90))), sample=sample),
-            stack_obs(300, actor_main(*sync), sample=sample),
-        )
+        for pid, as_pid in ((30064, 100), (30272, 300))
     )
     v = _v(_frozen_engine_job((_log(TRAINER_TAIL, "MegatronTrainRayActor", 300),), stacks))
     assert v.stage is Stage.NCCL_BROADCAST

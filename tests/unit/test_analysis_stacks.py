@@ -1,4 +1,5 @@
-"""Per-process stack reading on real py-spy output (parsed by the real parser), and thread choice."""
+"""Per-process stack reading on real py-spy output (parsed by the real parser / loader), and thread
+choice on recorded processes."""
 
 from __future__ import annotations
 
@@ -11,13 +12,7 @@ from slime_hangdoctor.parsers.pyspy import parse_pyspy_json, parse_pyspy_text
 from slime_hangdoctor.snapshot import StackObs
 from slime_hangdoctor.verdict import Stage
 from tests.fixtures import transforms as tf
-from tests.unit.analysis_builders import (
-    LOOP_FRAMES,
-    RM_GENERATE_FRAMES,
-    actor_main,
-    stack_obs,
-    thread,
-)
+from tests.unit.recorded_stacks import as_obs, demo, recorded_process
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 BCAST = REAL / "gpu-2xh200-nccl-broadcast-hang"
@@ -96,22 +91,16 @@ def test_dashboard_traceback_text_reads_like_pyspy() -> None:
 
 
 def test_rollout_manager_loop_thread_decides_when_it_works() -> None:
-    from tests.unit.analysis_builders import F
-
-    busy_loop = thread(
-        (F("Expr.__mul__", "sympy/core/expr.py"), F("async_rm", "slime/rollout/rm_hub/__init__.py"))
-        + LOOP_FRAMES,
-        name="Thread-3 (_start_loop)",
-        active=True,
-        tid=7,
+    """Recorded RolloutManagers in `generate`: demo fault reward_hang (pid 4581), whose asyncio loop
+    thread runs sympy inside the reward, and engine_paused_by_update (pid 24105), whose loop idles."""
+    busy = read_process(as_obs(4581, 0, *recorded_process(demo("reward_hang"), 4581).threads))
+    assert busy is not None
+    assert busy.primary.name == "Thread-1 (_start_loop)"
+    assert (busy.stage, busy.block) == (Stage.REWARD, Block.CPU)
+    idle = read_process(
+        as_obs(24105, 0, *recorded_process(demo("engine_paused_by_update"), 24105).threads)
     )
-    read = read_process(stack_obs(200, actor_main(*RM_GENERATE_FRAMES), busy_loop))
-    assert read is not None
-    assert read.primary.name == "Thread-3 (_start_loop)"
-    assert (read.stage, read.block) == (Stage.REWARD, Block.CPU)
-    idle_loop = thread(LOOP_FRAMES, name="Thread-3 (_start_loop)", tid=7)
-    read = read_process(stack_obs(200, actor_main(*RM_GENERATE_FRAMES), idle_loop))
-    assert read is not None
-    assert read.primary.main
-    assert read.stage is Stage.ROLLOUT_DISPATCH
-    assert read.loop is not None and read.loop.block is Block.EVENT_LOOP
+    assert idle is not None
+    assert idle.primary.main
+    assert idle.stage is Stage.ROLLOUT_DISPATCH
+    assert idle.loop is not None and idle.loop.block is Block.EVENT_LOOP

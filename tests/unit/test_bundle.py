@@ -275,3 +275,44 @@ def test_bundle_read_is_capped(tmp_path: Path) -> None:
     rec = ProbeRecord("nvml", "gpus", Outcome.OK, artifact="raw/big")
     manifest = Manifest("slime-hangdoctor.bundle/1", "t", 0.0, "t", (), 0.0, (), (rec,))
     assert Bundle(tmp_path, manifest).read(rec) is None
+
+
+def test_archive_with_long_names_in_every_format_still_opens(tmp_path: Path) -> None:
+    """Item 5's header checks keep what tarfile writes: a path over 100 characters takes a pax
+    header (the default format) or a GNU long-name header (GNU format); both open."""
+    import io
+
+    name = "b/raw/pyspy/" + "n" * 150 + "/pid1.json"
+    for fmt in (tarfile.PAX_FORMAT, tarfile.GNU_FORMAT):
+        path = tmp_path / f"long{fmt}.tar.gz"
+        with tarfile.open(path, "w:gz", format=fmt) as tar:
+            info, data = _manifest_member()
+            tar.addfile(info, io.BytesIO(data))
+            long = tarfile.TarInfo(name)
+            long.size = 2
+            tar.addfile(long, io.BytesIO(b"{}"))
+        with open_bundle(path) as bundle:
+            assert (bundle.root.parent / name).read_bytes() == b"{}"
+
+
+def test_a_chain_of_extended_headers_is_refused(tmp_path: Path) -> None:
+    """Item 5: tarfile handles each extended header by recursion and keeps every one read; a
+    chain of small ones (each under the size cap) is refused past MAX_HEADER_CHAIN."""
+    import gzip
+
+    from slime_hangdoctor.bundle import MAX_HEADER_CHAIN
+    from slime_hangdoctor.errors import BundleInvalid
+
+    path = tmp_path / "chain.tar.gz"
+    record = b"20 comment=xxxxxxxx\n"
+    with gzip.open(path, "wb") as gz:
+        for _ in range(MAX_HEADER_CHAIN + 1):
+            info = tarfile.TarInfo("./PaxHeaders/x")
+            info.type, info.size = tarfile.XHDTYPE, len(record)
+            gz.write(info.tobuf(format=tarfile.USTAR_FORMAT))
+            gz.write(record.ljust(tarfile.BLOCKSIZE, b"\0"))
+        info, data = _manifest_member()
+        gz.write(info.tobuf(format=tarfile.USTAR_FORMAT) + data.ljust(tarfile.BLOCKSIZE, b"\0"))
+        gz.write(bytes(2 * tarfile.BLOCKSIZE))
+    with pytest.raises(BundleInvalid, match="extended headers in a row"):
+        open_bundle(path)

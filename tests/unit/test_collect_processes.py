@@ -127,3 +127,43 @@ def test_record_processes_stores_the_artefact(node: dict[str, int], tmp_path: Pa
     assert rec.artifact is not None and rec.artifact.endswith(".json")
     stored = parse_processes((tmp_path / "b" / rec.artifact).read_text())
     assert node["scheduler"] in {p.pid for p in stored}
+
+
+# An actor in its constructor (issue 21: the RolloutManager starting its engines). Ray 2.60 lists
+# it PENDING_CREATION with the pid of the worker running `__init__` and no node (recorded: demo
+# fault startup_engine_never_healthy, analysis/demo_shapes/), so the roots by node leave it out.
+STARTUP = Path(__file__).resolve().parents[1] / "fixtures" / "analysis" / "demo_shapes"
+
+
+def test_an_actor_ray_has_not_placed_is_pending_with_its_pid() -> None:
+    from slime_hangdoctor.collect.node import pending_actors, pids_by_node
+    from tests.unit.recorded_shapes import recorded
+
+    snap = recorded(STARTUP / "startup_engine_never_healthy.tar.gz")
+    rm = next(a for a in snap.actors if a.class_name == "RolloutManager")
+    assert (rm.state, rm.node_id) == ("PENDING_CREATION", None)
+    assert rm.pid not in {pid for pids in pids_by_node(snap).values() for pid in pids}
+    assert pending_actors(snap) == {(rm.pid, "RolloutManager")}
+
+
+def test_a_pending_actor_is_scanned_where_its_pid_carries_its_title() -> None:
+    code = "import time\ntime.sleep(120)\n"
+    ctor = subprocess.Popen(
+        titled_python("ray::RolloutManager.__init__", code), start_new_session=True
+    )
+    try:
+        import psutil
+
+        deadline = time.monotonic() + 15
+        while psutil.Process(ctor.pid).cmdline()[0] != "ray::RolloutManager.__init__":
+            assert time.monotonic() < deadline, "the title was never set"
+            time.sleep(0.1)
+        roots: frozenset[int] = frozenset()  # Ray placed no live actor of the job on this node
+        found = scan_processes(None, roots=roots, pending={(ctor.pid, "RolloutManager")})
+        assert ctor.pid in {row["pid"] for row in found["processes"]}
+        # the same pid under another actor's name is another node's worker: left out
+        other = scan_processes(None, roots=roots, pending={(ctor.pid, "SGLangEngine")})
+        assert ctor.pid not in {row["pid"] for row in other["processes"]}
+    finally:
+        os.killpg(ctor.pid, signal.SIGKILL)
+        ctor.wait(timeout=10)

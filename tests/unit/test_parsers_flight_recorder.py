@@ -213,3 +213,100 @@ def test_a_config_value_that_is_a_container_is_not_stringified() -> None:
     doc = {"version": "2.4", "pg_config": {"0": {"desc": [1, 2], "name": "0"}}, "entries": []}
     dump = parse_flight_recorder(pickle.dumps(doc), rank=0)
     assert dict(dump.pg_config["0"]) == {"desc": "<list>", "name": "0"}
+
+
+# --------------------------------------------------------------------------- issue 22, item 6
+# Attacks inside the unpickler: they did their damage while loading, before the node budget ran.
+
+_P61 = 2**61 - 1  # CPython hashes an int modulo this: every multiple of it hashes to 0
+
+
+def _peak_and_seconds(data: bytes) -> tuple[ParseError, int, float]:
+    """The ParseError of parsing `data`, the peak of Python allocations meanwhile, and the time."""
+    import time
+    import tracemalloc
+
+    tracemalloc.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ParseError) as caught:
+            parse_flight_recorder(data, 0)
+    finally:
+        seconds = time.monotonic() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return caught.value, peak, seconds
+
+
+def test_a_nine_byte_memo_index_bomb_is_refused_without_allocating() -> None:
+    """`}` then `LONG_BINPUT 2**26`: the C unpickler sized its memo array to the index (a GiB
+    for 9 bytes). The opcode walk refuses an index handed out of order first."""
+    data = b"\x80\x02}r" + (2**26).to_bytes(4, "little") + b"."
+    assert len(data) == 9
+    exc, peak, _ = _peak_and_seconds(data)
+    assert peak < 10 * 1024 * 1024, peak
+    assert "memo index 67108864 out of order" in str(exc)
+
+
+@pytest.mark.parametrize("container", ["set", "dict"])
+def test_equal_hash_keys_are_refused_before_the_quadratic_build(container: str) -> None:
+    """20,000 ints of one hash (`i * (2**61 - 1)`): building the set (240 KB) or dict took
+    seconds, quadratically in their number. Sets are refused (a dump holds none) and dict keys
+    must be strings or ints of under 61 bits, before anything is built."""
+    keys = [i * _P61 for i in range(1, 20_001)]
+    payload: object = set(keys) if container == "set" else dict.fromkeys(keys, 0)
+    data = pickle.dumps({"version": "2.10", "entries": [], "x": payload}, protocol=4)
+    assert len(data) > 200_000
+    exc, peak, seconds = _peak_and_seconds(data)
+    assert ("EMPTY_SET" if container == "set" else "dict key of type large int") in str(exc)
+    assert seconds < 2.0, seconds
+    assert peak < 20 * 1024 * 1024, peak
+
+
+def test_an_os_system_global_runs_nothing(tmp_path: Path) -> None:
+    """The classic: GLOBAL os.system, then REDUCE. Refused by the opcode walk (the restricted
+    `find_class` behind it refuses it too); the command never runs."""
+    target = tmp_path / "pwned"
+    data = b"cos\nsystem\n(S'touch " + str(target).encode() + b"'\ntR."
+    exc, _, _ = _peak_and_seconds(data)
+    assert "refused global os.system" in str(exc)
+    assert not target.exists()
+
+
+def test_a_pickle_that_builds_too_many_objects_is_refused() -> None:
+    """Every one- or two-byte opcode builds an object: past MAX_OBJECTS the walk stops."""
+    from slime_hangdoctor.parsers.safe_pickle import MAX_OBJECTS
+
+    data = b"\x80\x02]" + b"]a" * (MAX_OBJECTS + 1) + b"."
+    with pytest.raises(ParseError, match=f"more than {MAX_OBJECTS} objects"):
+        parse_flight_recorder(data, 0)
+
+
+def test_every_recorded_dump_passes_the_opcode_walk() -> None:
+    """The walk accepts every real dump of the fixtures (PyTorch 2.11, protocol 2) and the
+    same dumps re-pickled at every protocol (fixtures' transformations use pickle.dumps)."""
+    from slime_hangdoctor.parsers.safe_pickle import check_plain_pickle
+
+    root = Path(__file__).resolve().parents[1] / "fixtures"
+    dumps = sorted(root.rglob("*.pkl"))
+    assert len(dumps) >= 10
+    for path in dumps:
+        data = path.read_bytes()
+        check_plain_pickle(data)
+        for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+            check_plain_pickle(pickle.dumps(tf.fr_load_plain(data), protocol=protocol))
+
+
+@pytest.mark.parametrize(
+    "flood",
+    [b"h\x00a", b"q\x00"],
+    ids=["memo-get-and-append", "memo-overwrite"],
+)
+def test_opcodes_that_build_nothing_are_capped(flood: bytes) -> None:
+    """A list appended to itself by reference, or one memo slot written over and over: no object
+    is built, but references fill memory and the walk takes time; past MAX_REFERENCES it stops."""
+    from slime_hangdoctor.parsers.safe_pickle import MAX_REFERENCES
+
+    data = b"\x80\x02]q\x00" + flood * (MAX_REFERENCES + 1) + b"."
+    with pytest.raises(ParseError, match=f"more than {MAX_REFERENCES} references"):
+        parse_flight_recorder(data, 0)

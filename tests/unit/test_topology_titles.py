@@ -1,6 +1,13 @@
 """SGLang process titles -> kinds (item 9 of issue 18): every variant SGLang's setproctitle calls
 write, read from the 0.5.15.post1 and 0.5.23 wheels (scheduler.py:4247-4262 / 6279-6294,
-detokenizer_manager.py:489, multi_tokenizer_mixin.py:577 and 601, data_parallel_controller.py:671)."""
+detokenizer_manager.py:489, multi_tokenizer_mixin.py:577 and 601, data_parallel_controller.py:671).
+
+Provenance: the title strings of the first three tests are SGLang's own format strings from those
+wheel lines, not recorded from a process: the demo's SGLang stand-in titles only
+`sglang::scheduler_TP0` and `sglang::detokenizer` (as every recorded demo bundle shows), and
+no GPU-less run produces the other variants. The process rows of the last test are recorded
+(tests/unit/recorded_shapes.py).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ import pytest
 from slime_hangdoctor.topology import build_topology, sglang_kind
 from slime_hangdoctor.verdict import Role
 from tests.unit import analysis_builders as ab
+from tests.unit import recorded_shapes as rs
 from tests.unit.analysis_builders import proc, procs_obs, snapshot
 
 # The suffix parts in SGLang's order; each present only when its dimension is in use
@@ -64,15 +72,15 @@ def test_detokenizer_router_is_not_counted_as_the_detokenizer() -> None:
 
 
 def test_a_child_of_a_train_rank_that_inherited_rank_is_not_another_rank() -> None:
-    """The uploader a checkpoint is streamed to (demo `checkpoint_stuck_storage`: `sleep` with
-    rank 0's environment) or a DataLoader worker carries RANK and WORLD_SIZE too: it is not a
-    third train rank, and the two ranks keep their numbers."""
-    env = {"WORLD_SIZE": "2"}
-    procs = (
-        ab.proc(300, "ray::MegatronTrainRayActor.save_model", env={**env, "RANK": "0"}),
-        ab.proc(301, "ray::MegatronTrainRayActor.save_model", env={**env, "RANK": "1"}),
-        ab.proc(400, "sleep infinity", ppid=300, env={**env, "RANK": "0"}),
-    )
+    """The uploader a checkpoint is streamed to carries RANK and WORLD_SIZE too (a DataLoader
+    worker would as well): it is not a third train rank, and the two ranks keep their numbers.
+    The process rows of demo fault checkpoint_stuck_storage: ranks 22909 and 22966 (no RANK in
+    their initial environment: slime sets it at run time), and rank 0's uploader 23066 (`sleep
+    infinity`, RANK=0, WORLD_SIZE=2 inherited from the rank)."""
+    stuck = rs.bundle("demo/checkpoint_stuck_storage")
+    uploader = rs.process(stuck, 23066)
+    assert uploader.env["RANK"] == "0" and uploader.env["WORLD_SIZE"] == "2"
+    procs = (rs.process(stuck, 22909), rs.process(stuck, 22966), uploader)
     snap = ab.snapshot(processes=(ab.procs_obs(0, *procs),))
     ranks = {m.pid: m.rank for m in build_topology(snap).members if m.role is Role.TRAIN_RANK}
-    assert ranks == {300: 0, 301: 1}
+    assert ranks == {22909: 0, 22966: 1}

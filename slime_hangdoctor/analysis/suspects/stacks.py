@@ -26,8 +26,14 @@ MESSAGES = {
 
 
 def _op_of(read: ProcessRead) -> str:
-    f = read.primary.block_frame
-    return split_name(f.name)[1] if f is not None else read.block.value
+    """The collective a process waits in: the Python call that issued the wait. With --native the
+    wait itself is a native frame that every op shares (`c10d::Work::wait` under all_reduce,
+    barrier and all_gather alike), so the first Python frame from it outwards names the op."""
+    t = read.primary
+    if t.block_index is None:
+        return read.block.value
+    f = next((f for f in t.frames[t.block_index :] if not f.native), t.frames[t.block_index])
+    return split_name(f.name)[1]
 
 
 def peer_groups(world: World) -> list[list[Proc]]:

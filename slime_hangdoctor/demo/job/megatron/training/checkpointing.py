@@ -15,7 +15,8 @@ fsyncs every block: the bytes really reach the disk and count in `/proc/<pid>/io
 returns and no byte moves. `checkpoint_writer_deadlock` hands the shard to an asynchronous writer
 process forked from the rank (multiprocessing, fork start method) while another thread of the rank
 holds the writer's lock: the child inherits the lock held, with no thread to release it, and
-waits on it for good; the rank waits for its writer.
+waits on it for good; the rank waits for its writer. `checkpoint_plan_gather_stuck` saves with
+`--async-save` through dist_checkpointing, whose plan gather every rank then waits in.
 """
 
 from __future__ import annotations
@@ -65,7 +66,9 @@ def save_checkpoint(
     args = get_args()
     rank = dist.get_rank()
     checkpoint_name = get_checkpoint_name(args.save, iteration)
-    if rank == 0:
+    if getattr(args, "async_save", False):
+        _save_torch_dist(checkpoint_name, model, optimizer, iteration, rank, args)
+    elif rank == 0:
         logger.info(
             f"saving checkpoint at iteration {iteration:7d} to {args.save} in torch_dist format"
         )
@@ -97,6 +100,28 @@ def save_checkpoint(
         logger.info(f"  successfully saved checkpoint from iteration {iteration:7d} to {args.save}")
     # Wait so everyone is done (not necessary)
     dist.barrier()
+
+
+def _save_torch_dist(
+    checkpoint_name: str, model: list[Any], optimizer: Any, iteration: int, rank: int, args: Any
+) -> None:
+    """`--async-save`: every rank goes through dist_checkpointing's save, which plans the save
+    across ranks before writing (the save's process group: the train ranks' gloo group). The demo
+    fault `checkpoint_plan_gather_stuck` gives each rank its own coordinator, as a save group whose
+    layout differs between ranks would: each rank then waits, as the coordinator, for the others'
+    plans in the same `gather_object`, and no rank is anywhere else (THUDM/slime#1908's stack)."""
+    from slime.utils.distributed_utils import get_gloo_group
+
+    from megatron.core.dist_checkpointing import serialization
+    from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
+
+    if rank == 0:
+        logger.info(f"saving checkpoint at iteration {iteration:7d} to {args.save} (async save)")
+    ensure_directory_exists(checkpoint_name)
+    coordinator = rank if getattr(args, "plan_coordinator_mismatch", False) else 0
+    strategy = TorchDistSaveShardedStrategy(get_gloo_group(), coordinator_rank=coordinator)
+    sharded_state_dict = {"model": model[0], "optimizer": optimizer, "iteration": iteration}
+    serialization.save(sharded_state_dict, checkpoint_name, strategy)
 
 
 def _write_shard_to_slow_storage(path: str, payload: bytes) -> None:

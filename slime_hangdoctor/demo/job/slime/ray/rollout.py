@@ -17,6 +17,7 @@ from slime.ray.utils import Lock
 from slime.rollout.base_types import call_rollout_fn
 from slime.rollout.data_source import RolloutDataSourceWithBuffer
 from slime.rollout.sglang_rollout import generate_rollout
+from slime.utils.health_monitor import RolloutHealthMonitor
 from slime.utils.http_utils import init_http_client
 from slime.utils.logging_utils import configure_logger
 from slime.utils.misc import (
@@ -57,6 +58,10 @@ class RolloutManager:
         self.rollout_engine_lock = lock_cls.options(num_cpus=0, num_gpus=0).remote()
         self.rollout_id = -1
         self.train_parallel_config: dict[str, Any] = {"dp_size": 1}
+        self._health_monitor: RolloutHealthMonitor | None = None
+        if args.use_fault_tolerance:
+            self._health_monitor = RolloutHealthMonitor(self, args)
+            self._health_monitor.start()
 
     def dispose(self) -> None:
         ray.get([engine.shutdown.remote() for engine in self.rollout_engines])
@@ -80,6 +85,8 @@ class RolloutManager:
     def generate(self, rollout_id: int) -> list[Box]:
         start_time = time.time()
         self.rollout_id = rollout_id
+        if self._health_monitor is not None:
+            self._health_monitor.resume()
         if fault_armed(self.args, "engine_server_killed", rollout_id):
             # demo fault plan: the engine's server dies at its first request of this rollout
             engine = self.rollout_engines[self.args.fault_engine]
@@ -117,6 +124,8 @@ class RolloutManager:
             )
 
     def offload(self) -> list[Any]:
+        if self._health_monitor is not None:
+            self._health_monitor.pause()
         if self.rollout_id >= 0 and fault_armed(self.args, "offload_hang", self.rollout_id):
             engine = self.rollout_engines[self.args.fault_engine]
             where = f"release_memory_occupation of engine {self.args.fault_engine}"

@@ -12,6 +12,8 @@ _DEFAULTS: dict[str, object] = {
     "rollout_max_retries": 60,
     "update_weight_buffer_size": 16 * 1024,
     "vocab_size": 256,
+    "rollout_health_check_interval": 30.0,
+    "rollout_health_check_timeout": 30.0,
 }
 # SGLang ServerArgs fields the stand-in engine takes, given to the job as --sglang-<field>
 SERVER_PASSTHROUGH = (
@@ -88,6 +90,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     # training backend and user-plugged hooks, as slime's
     p.add_argument("--train-backend", choices=("megatron", "fsdp"), default="megatron")
     p.add_argument("--custom-loss-function-path", default=None)
+    # fault tolerance, as slime's: the RolloutManager's health monitor of the engines
+    p.add_argument("--use-fault-tolerance", action="store_true")
+    p.add_argument("--rollout-health-check-interval", type=float, default=30.0)
+    p.add_argument("--rollout-health-check-timeout", type=float, default=30.0)
     # checkpointing, as slime's (Megatron's --save, slime's --save-interval)
     p.add_argument("--save", default=None)
     p.add_argument("--save-interval", type=int, default=None)
@@ -116,6 +122,15 @@ FAULT_SETTINGS: dict[str, dict[str, object]] = {
     # completes, so the healthy engine gets that tensor and waits on the next one's handle, as an
     # engine in a stuck NCCL broadcast does
     "weight_sync_engine_wedged": {"update_weight_buffer_size": 1 << 27, "vocab_size": 1 << 18},
+    # the same wedged broadcast, in a job run with --use-fault-tolerance: the health monitor checks
+    # every second and waits longer than a doctor run for an answer
+    "weight_sync_health_check_queued": {
+        "update_weight_buffer_size": 1 << 27,
+        "vocab_size": 1 << 18,
+        "use_fault_tolerance": True,
+        "rollout_health_check_interval": 1.0,
+        "rollout_health_check_timeout": 600.0,
+    },
     "eval_hang": {"eval_interval": 1, "skip_eval_before_train": True},
     # earlier rollouts finish first: Ray's task history compares the stuck one with them
     "rollout_slots_leaked": {"fault_after_steps": 3},
@@ -131,6 +146,7 @@ FAULT_SETTINGS: dict[str, dict[str, object]] = {
     "router_killed": {"rollout_max_retries": 1_000_000},
     "checkpoint_stuck_storage": {"save": "checkpoints", "save_interval": 1},
     "checkpoint_writer_deadlock": {"save": "checkpoints", "save_interval": 1},
+    "checkpoint_plan_gather_stuck": {"save": "checkpoints", "save_interval": 1},
 }
 
 
@@ -156,3 +172,5 @@ def finalize_args(args: argparse.Namespace) -> None:
     args.writer_deadlock = (
         False  # the demo's forked writer (checkpoint_writer_deadlock), when armed
     )
+    args.async_save = False  # `--async-save`: dist_checkpointing's planned save (when armed)
+    args.plan_coordinator_mismatch = False  # checkpoint_plan_gather_stuck, when armed

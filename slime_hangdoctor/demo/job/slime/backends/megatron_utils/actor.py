@@ -132,6 +132,17 @@ class MegatronTrainRayActor(TrainRayActor):
                     "save_checkpoint on train rank 0 (forked writer deadlocked)",
                     iteration,
                 )
+        if fault_armed(self.args, "checkpoint_plan_gather_stuck", iteration):
+            self.args.async_save = True
+            self.args.plan_coordinator_mismatch = True
+            if self.args.rank == 0:
+                log_fault_armed(
+                    logger,
+                    self.args.fault,
+                    "save_state_dict_async_plan on every train rank (plan gather, a coordinator "
+                    "per rank)",
+                    iteration,
+                )
         save(iteration, self.model, self.optimizer, None)
 
     @timer

@@ -34,6 +34,7 @@ SERVER_FAULTS: dict[str, str] = {
     "weight_sync_engine_missing": "skip_weight_sync",
     "engine_paused_by_update": "stay_paused_after_update",
     "weight_sync_engine_wedged": "stuck_before_weight_broadcast",
+    "weight_sync_health_check_queued": "stuck_before_weight_broadcast",
     "engine_server_killed": "killed_mid_generate",
 }
 PLAN_MISSED_TEXT = "DEMO FAULT PLAN MISSED"
@@ -48,7 +49,11 @@ TIMED_SERVER_FAULTS = frozenset(
     }
 )
 # demo faults whose engine fault goes live right before a weight broadcast
-WEIGHT_SYNC_FAULTS = ("weight_sync_engine_missing", "weight_sync_engine_wedged")
+WEIGHT_SYNC_FAULTS = (
+    "weight_sync_engine_missing",
+    "weight_sync_engine_wedged",
+    "weight_sync_health_check_queued",
+)
 
 
 def server_fault_delay_s(args: argparse.Namespace) -> float:

@@ -1,0 +1,1 @@
+"""Save strategies, named as megatron/core/dist_checkpointing/strategies/."""

@@ -1,0 +1,113 @@
+"""docs/field-guide.md claims only what its tests show (issue 21 item 6).
+
+For each row of the guide's table (and the "Also reported" paragraph): every test the row cites
+exists (demo faults, recorded bundles' goldens, test files and test functions), and every finding
+rule id the row claims, before its "**Not shown by a test**" part, is shown by what the row cites:
+the golden verdict of a cited recorded bundle lists it, or a cited test file asserts it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from slime_hangdoctor.demo.faults import FAULTS
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "docs" / "field-guide.md"
+GOLDEN = ROOT / "tests" / "fixtures" / "golden" / "verdicts"
+NOT_SHOWN = "**Not shown by a test"
+_RULE = re.compile(r"[a-z][a-z0-9_]*(?:[.-][a-z0-9_]+)+")
+_TICKED = re.compile(r"`([^`]+)`")
+_TEST_REF = re.compile(r"^(tests/[\w/]+\.py)?(?:::(\w+)(?:\[[^\]]*\])?)?$")
+
+
+def _rule_ids() -> frozenset[str]:
+    """Every string literal of the analysis code that has the shape of a finding's rule id."""
+    found: set[str] = set()
+    for path in (ROOT / "slime_hangdoctor" / "analysis").rglob("*.py"):
+        found.update(
+            lit for lit in re.findall(r'"([^"\n]+)"', path.read_text()) if _RULE.fullmatch(lit)
+        )
+    return frozenset(found)
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    claims: str  # what the doctor says, up to what the row says no test shows
+    cited: str  # where the row names its tests
+
+
+def _rows() -> list[Row]:
+    text = GUIDE.read_text()
+    rows: list[Row] = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 6 or cells[0] in ("#", "---"):
+            continue
+        rows.append(Row(f"{cells[0]}: {cells[1][:40]}", cells[3].split(NOT_SHOWN)[0], cells[5]))
+    also = text[text.index("**Also reported**") :]
+    rows.append(Row("also reported", also.split(NOT_SHOWN)[0], also.split(NOT_SHOWN)[0]))
+    return rows
+
+
+ROWS = _rows()
+
+
+def _goldens(cited: str) -> list[Path]:
+    """The golden verdicts of the recorded bundles `cited` names: demo faults (`demo-NAME`,
+    `demo2-NAME`) and GPU bundles by their own name."""
+    out: list[Path] = []
+    for name in _TICKED.findall(cited):
+        out += [p for p in (GOLDEN / f"{name}.json",) if p.is_file()]
+        if name in FAULTS:
+            out += list(GOLDEN.glob(f"demo*-{name}.json"))
+    return out
+
+
+def _test_files(cited: str) -> list[Path]:
+    return [
+        ROOT / m.group(1)
+        for t in _TICKED.findall(cited)
+        if (m := _TEST_REF.match(t)) and m.group(1)
+    ]
+
+
+def test_the_guide_has_every_case() -> None:
+    numbered = [r for r in ROWS if r.name.split(":")[0].isdigit()]
+    assert len(numbered) == 22 and len(ROWS) >= 25
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
+def test_every_cited_test_exists(row: Row) -> None:
+    current: Path | None = None
+    for ticked in _TICKED.findall(row.cited):
+        m = _TEST_REF.match(ticked)
+        if m is None or not (m.group(1) or m.group(2)):
+            continue
+        if m.group(1):
+            current = ROOT / m.group(1)
+            assert current.is_file(), ticked
+        if m.group(2):
+            assert current is not None, ticked
+            assert re.search(rf"^def {m.group(2)}\(", current.read_text(), re.M), ticked
+    demos = re.findall(r"demo ((?:`\w+`(?:, )?)+)", row.cited)
+    for group in demos:
+        for name in _TICKED.findall(group):
+            assert name in FAULTS, f"{row.name}: no demo fault {name}"
+    for name in re.findall(r"GPU bundles? ((?:`[\w.-]+`(?:[, ]+)?)+)", row.cited):
+        for bundle in _TICKED.findall(name):
+            assert (GOLDEN / f"{bundle}.json").is_file(), bundle
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
+def test_every_claimed_rule_is_shown_by_what_the_row_cites(row: Row) -> None:
+    rules = _rule_ids()
+    claimed = {t for t in _TICKED.findall(row.claims) if t in rules}
+    goldens = " ".join(p.read_text() for p in _goldens(row.cited))
+    tests = " ".join(p.read_text() for p in _test_files(row.cited))
+    unshown = sorted(r for r in claimed if f'"{r}"' not in goldens and f'"{r}"' not in tests)
+    assert not unshown, f"{row.name}: claimed, but no cited golden or test shows {unshown}"

@@ -1,0 +1,109 @@
+"""Every row of the stage tables names something real (issue 24 item 1).
+
+tests/fixtures/layouts/*.json.gz are the (file, function) pairs of the real trees the tables point at
+(slime at the January 2026 and August 2026 commits, miles, Megatron-LM, the SGLang 0.5.15.post1 wheel,
+torch 2.13.0, sympy, math-verify, latex2sympy2), extracted by scripts/extract_layout_functions.py
+(provenance: tests/fixtures/layouts/README.md). A frame row must match a real function in a real
+file (its file pattern, its class and its function name, all three; a wildcard row: a real file
+under its pattern), in at least one tree; a Ray method row, a real method of that class."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from slime_hangdoctor.analysis.signatures import (
+    ANY,
+    LAYOUTS,
+    FrameSig,
+    MethodSig,
+    _file_matches,
+    split_name,
+)
+from slime_hangdoctor.facts import Frame
+
+LAYOUT_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "layouts"
+
+
+@cache
+def trees() -> dict[str, dict[str, list[str]]]:
+    out: dict[str, dict[str, list[str]]] = {}
+    for path in sorted(LAYOUT_DIR.glob("*.json.gz")):
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        out[path.name.removesuffix(".json.gz")] = doc["files"]
+    return out
+
+
+def _frame_rows() -> list[FrameSig]:
+    return list(dict.fromkeys(s for layout in LAYOUTS.values() for s in layout.frames))
+
+
+def _method_rows() -> list[MethodSig]:
+    return list(dict.fromkeys(m for layout in LAYOUTS.values() for m in layout.methods))
+
+
+def real_matches(sig: FrameSig) -> list[str]:
+    """`tree: file:qualname` of every real function the row matches (file, class and name)."""
+    hits: list[str] = []
+    for tree, files in trees().items():
+        for path, names in files.items():
+            frame = Frame(name="", filename=path, short_filename=path)
+            if sig.file is not None and not _file_matches(sig.file, frame):
+                continue
+            if sig.func == ANY:
+                hits.append(f"{tree}: {path}")
+                continue
+            for qual in names:
+                owner, func = split_name(qual)
+                if func == sig.func and (sig.cls is None or owner == sig.cls):
+                    hits.append(f"{tree}: {path}:{qual}")
+    return hits
+
+
+def test_the_extracted_trees_are_there() -> None:
+    assert {"slime-2026-01", "slime-2026-08", "miles-2026-08", "sglang-0.5.15.post1"} <= set(
+        trees()
+    )
+    assert "RolloutManager.generate" in trees()["slime-2026-08"]["slime/ray/rollout.py"]
+
+
+@pytest.mark.parametrize("sig", _frame_rows(), ids=lambda s: f"{s.cls or ''}.{s.func}@{s.file}")
+def test_every_frame_row_names_a_real_function(sig: FrameSig) -> None:
+    assert real_matches(sig), f"{sig} names no function of any listed tree"
+
+
+@cache
+def bases() -> dict[str, dict[str, list[str]]]:
+    out: dict[str, dict[str, list[str]]] = {}
+    for path in sorted(LAYOUT_DIR.glob("*.json.gz")):
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        out[path.name.removesuffix(".json.gz")] = doc.get("bases", {})
+    return out
+
+
+def _lineage(tree: str, cls: str) -> list[str]:
+    """`cls` and its base classes in `tree`, by name (Ray titles an inherited method with the
+    actor's own class: `ray::MegatronTrainRayActor.set_rollout_manager` runs TrainRayActor's)."""
+    out: list[str] = []
+    todo = [cls]
+    while todo:
+        name = todo.pop(0)
+        if name not in out:
+            out.append(name)
+            todo.extend(bases()[tree].get(name, []))
+    return out
+
+
+@pytest.mark.parametrize("sig", _method_rows(), ids=lambda m: f"{m.cls}.{m.method}")
+def test_every_method_row_names_a_real_method(sig: MethodSig) -> None:
+    found = [
+        f"{tree}: {path}"
+        for tree, files in trees().items()
+        for path, names in files.items()
+        if any(split_name(q) in {(c, sig.method) for c in _lineage(tree, sig.cls)} for q in names)
+    ]
+    assert found, f"{sig} names no method of any listed tree"
