@@ -460,17 +460,22 @@ def _port_of(url: str) -> int | None:
 def router_metrics_urls(state: Snapshot, topo: Topology, routers: list[str]) -> list[str]:
     """The other listening ports of each router process (its role, or the title `launch_router`
     gives it, `sglang::router`): where its Prometheus page may be. Its HTTP port (a known router
-    URL) is left out: it answers 404 for /metrics."""
+    URL) is left out: it answers 404 for /metrics; so are the ports it inherited from its parent."""
     pids = {(m.node_ip, m.pid) for m in topo.members if m.role is Role.ROUTER}
     served = {_port_of(u) for u in routers}
     out: set[str] = set()
     for obs in state.processes:
+        by_pid = {p.pid: p for p in obs.processes}
         for p in obs.processes:
             if (obs.node_ip, p.pid) not in pids and not p.title.startswith(ROUTER_TITLE):
                 continue
+            # a socket its parent listens on too came across the fork (slime's router keeps the
+            # RolloutManager's Ray gRPC port): not the router's
+            parent = by_pid.get(p.ppid) if p.ppid is not None else None
+            inherited = set(parent.listen_addrs) if parent is not None else set()
             for addr in p.listen_addrs:
                 host, _, port = addr.rpartition(":")
-                if not port.isdigit() or int(port) in served:
+                if not port.isdigit() or int(port) in served or addr in inherited:
                     continue
                 host = host.strip("[]")
                 if host in ("0.0.0.0", "::", ""):

@@ -55,3 +55,14 @@ def test_the_doctor_read_the_routers_workers(analysed) -> None:  # type: ignore[
     for obs in answers:
         assert obs.answer.url == ROUTER_URL
         assert obs.parsed == RouterWorkers(urls=(), api="workers", workers=())
+
+
+def test_the_routers_prometheus_page_is_its_own_port_not_the_inherited_grpc_port(analysed) -> None:  # type: ignore[no-untyped-def]
+    """Where `attach` looks for the router's Prometheus page: its other own port, never the Ray
+    worker's gRPC port (`[::]:17856`) that the fork left open in it (an HTTP/2 server: read as
+    'the router does not answer')."""
+    from slime_hangdoctor.collect.run import router_metrics_urls
+
+    node = analysed.snapshot.processes[0].node_ip
+    urls = router_metrics_urls(analysed.snapshot, analysed.topology, [ROUTER_URL])
+    assert urls == [f"http://{node}:4097"]
