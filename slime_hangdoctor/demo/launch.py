@@ -420,7 +420,9 @@ def start_demo(
     }
     owns_head = head is None
     if head is None:
-        head = cluster.start_head(workdir, num_cpus=num_cpus)
+        head = cluster.start_head(
+            workdir, num_cpus=num_cpus, object_store_mib=spec.object_store_mib
+        )
     run = DemoRun(
         fault=spec,
         head=head,

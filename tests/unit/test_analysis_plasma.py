@@ -1,0 +1,60 @@
+"""The object-store wait (ray-project/ray#62093) on the recorded demo bundle of fault
+`rollout_data_plasma_full` (tests/fixtures/analysis/demo/, provenance in tests/fixtures/README.md):
+a Ray task of the RolloutManager's rollout-data conversion never gets its lease because the
+arguments that a running task pins fill Ray's share of a 128 MiB object store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slime_hangdoctor.analysis.suspects.plasma import ARGS_MEMORY_FRACTION, LEASE_WAIT_STATES
+from slime_hangdoctor.bundle import open_bundle
+from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.verdict import Role, Stage
+from tests.fixtures import transforms as tf
+from tests.unit.demo_bundles import diagnosed, unpacked
+
+NAME = "rollout_data_plasma_full"
+MIB = 1024 * 1024
+
+
+def test_the_raylet_reports_the_store_the_head_was_given(tmp_path: Path) -> None:
+    # GIVEN the node summary the dashboard answered (the head ran with --object-store-memory 128 MiB)
+    with open_bundle(unpacked(NAME, tmp_path)) as bundle:
+        snap = load_snapshot(bundle)
+    # THEN the parsed store is that one, used past Ray's share for the arguments of running tasks
+    (store,) = snap.object_stores
+    assert store.capacity_bytes == 128 * MIB
+    assert store.used_fraction >= ARGS_MEMORY_FRACTION
+    assert store.node_ip == "192.0.2.2"
+    waiting = {t.name for p in snap.task_pages for t in p.tasks if t.state in LEASE_WAIT_STATES}
+    assert waiting == {"pack_shard"}
+
+
+def test_the_task_that_cannot_start_names_the_call_that_waits(tmp_path: Path) -> None:
+    v = diagnosed(unpacked(NAME, tmp_path)).verdict
+    assert v.stage is Stage.ROLLOUT_DISPATCH
+    (culprit,) = v.culprits
+    assert culprit.role is Role.ROLLOUT_MANAGER
+    assert "task pack_shard" in culprit.why and "PENDING_NODE_ASSIGNMENT" in culprit.why
+    assert "RolloutManager.generate waits for it" in culprit.why
+    finding = next(f for f in v.findings if f.rule == "ray_plasma.args_wait")
+    assert "96 MiB of 128 MiB used (75%)" in finding.message
+    assert any(e.startswith("pack_rollout_batch ") and "RUNNING" in e for e in finding.evidence)
+    assert any("ray memory --stats-only" in e for e in finding.evidence)
+    assert any("ray status" in e for e in finding.evidence)
+
+
+@pytest.mark.parametrize("targets", [("node_summary",), ("tasks_unfinished",)])
+def test_without_the_store_or_the_waiting_task_no_one_is_named(
+    tmp_path: Path, targets: tuple[str, ...]
+) -> None:
+    # GIVEN the bundle without the raylets' store report, or without the unfinished tasks
+    src = unpacked(NAME, tmp_path / "src")
+    without = tf.bundle_without_targets(src, tmp_path / "without", "ray_dashboard", targets)
+    v = diagnosed(without).verdict
+    # THEN nothing claims the object store, and the RolloutManager's ray.get names no culprit
+    assert "ray_plasma.args_wait" not in {f.rule for f in v.findings}
+    assert v.culprits == ()
