@@ -144,8 +144,9 @@ def parse_node_summary(body: bytes | str) -> tuple[GpuSeries, ...]:
 
 
 def parse_object_stores(body: bytes | str) -> tuple[ObjectStoreUsage, ...]:
-    """``/nodes?view=summary`` -> each node's object store, from its ``raylet`` entry (a node whose
-    raylet has not reported yet has none, and no entry here)."""
+    """``/nodes?view=summary`` -> each node's object store, from its ``raylet`` entry. The dashboard
+    refreshes these readings every 15 s (Ray's ``NODE_STATS_UPDATE_INTERVAL_SECONDS``); a node it
+    has not read yet has no store stats and a capacity of 0: no entry here."""
     data = _envelope_data(_load(body, "node summary"), "node summary")
     summary = data.get("summary")
     if not isinstance(summary, list):
@@ -159,12 +160,16 @@ def parse_object_stores(body: bytes | str) -> tuple[ObjectStoreUsage, ...]:
         if not isinstance(stats, Mapping):
             raise ParseError(f"node summary: entry {i} has a non-object raylet.storeStats")
         where = f"node summary entry {i}"
+        used = _opt_int(raylet.get("objectStoreUsedMemory"), where) or 0
+        available = _opt_int(raylet.get("objectStoreAvailableMemory"), where) or 0
+        if used + available <= 0:
+            continue
         out.append(
             ObjectStoreUsage(
                 node_id=_opt_str(raylet.get("nodeId")),
                 node_ip=_opt_str(node.get("ip")),
-                used_bytes=_opt_int(raylet.get("objectStoreUsedMemory"), where) or 0,
-                available_bytes=_opt_int(raylet.get("objectStoreAvailableMemory"), where) or 0,
+                used_bytes=used,
+                available_bytes=available,
                 primary_copy_bytes=_opt_int(stats.get("objectStoreBytesPrimaryCopy"), where) or 0,
                 spilled_bytes=_opt_int(stats.get("spilledBytesTotal"), where) or 0,
                 local_objects=_opt_int(stats.get("numLocalObjects"), where) or 0,

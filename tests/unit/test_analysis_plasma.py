@@ -5,6 +5,7 @@ arguments that a running task pins fill Ray's share of a 128 MiB object store.""
 
 from __future__ import annotations
 
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.verdict import Role, Stage
 from tests.fixtures import transforms as tf
-from tests.unit.demo_bundles import diagnosed, unpacked
+from tests.unit.demo_bundles import DEMO, diagnosed, unpacked
 
 NAME = "rollout_data_plasma_full"
 MIB = 1024 * 1024
@@ -58,3 +59,24 @@ def test_without_the_store_or_the_waiting_task_no_one_is_named(
     # THEN nothing claims the object store, and the RolloutManager's ray.get names no culprit
     assert "ray_plasma.args_wait" not in {f.rule for f in v.findings}
     assert v.culprits == ()
+
+
+# The same fault attached 2.5 s after it armed, on a head started 13 s before (the first live run of
+# tests/integration/test_attach_demo.py): the dashboard had not yet read the raylet's store (it
+# does every 15 s), so its node summary carries zeros and no store stats.
+BEFORE_READ = DEMO.parent / "demo2" / f"{NAME}.tar.gz"
+
+
+def test_a_store_the_dashboard_has_not_read_is_no_reading(tmp_path: Path) -> None:
+    with tarfile.open(BEFORE_READ) as tar:
+        tar.extractall(tmp_path, filter="data")
+    path = next(p.parent for p in tmp_path.rglob("manifest.json"))
+    with open_bundle(path) as bundle:
+        snap = load_snapshot(bundle)
+    # GIVEN the task waiting in both samples, and a node summary without store readings
+    waiting = {t.name for p in snap.task_pages for t in p.tasks if t.state in LEASE_WAIT_STATES}
+    assert waiting == {"pack_shard"}
+    # THEN no store is parsed (not an empty one), and nothing claims the object store
+    assert snap.object_stores == ()
+    v = diagnosed(path).verdict
+    assert "ray_plasma.args_wait" not in {f.rule for f in v.findings}
