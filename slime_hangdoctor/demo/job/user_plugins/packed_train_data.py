@@ -45,7 +45,8 @@ def pack_rollout_batch(batch: np.ndarray, dp_size: int, shard_bytes: int) -> lis
 
 
 def convert_samples_to_train_data(args: argparse.Namespace, samples: list[Any]) -> dict[str, Any]:
-    store = int(ray.cluster_resources().get("object_store_memory", 0))
+    resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    store = int(resources.get("object_store_memory", 0))
     batch = np.zeros(int(store * BATCH_FRACTION), dtype=np.uint8)
     packed = pack_rollout_batch.remote(batch, args.world_size, int(store * SHARD_FRACTION))
     return {
