@@ -80,3 +80,25 @@ def test_a_store_the_dashboard_has_not_read_is_no_reading(tmp_path: Path) -> Non
     assert snap.object_stores == ()
     v = diagnosed(path).verdict
     assert "ray_plasma.args_wait" not in {f.rule for f in v.findings}
+
+
+# The same fault recorded by the second live run, one node-stats refresh after it armed: by then
+# the autoscaler's report lists the waiting task's demand ({"CPU": 0.01}), which the free CPUs
+# cover, and the store reads 96 of 128 MiB.
+WITH_DEMAND = DEMO.parent / "demo2" / f"{NAME}_demand.tar.gz"
+
+
+def test_a_demand_that_the_free_resources_cover_is_no_resource_wait(tmp_path: Path) -> None:
+    with tarfile.open(WITH_DEMAND) as tar:
+        tar.extractall(tmp_path, filter="data")
+    path = next(p.parent for p in tmp_path.rglob("manifest.json"))
+    with open_bundle(path) as bundle:
+        snap = load_snapshot(bundle)
+    # GIVEN the waiting task's own demand in the cluster status, and CPUs free for it
+    assert snap.cluster is not None and snap.cluster.task_demands == (({"CPU": 0.01}, 1),)
+    assert snap.cluster.total["CPU"] - snap.cluster.used["CPU"] >= 0.01
+    # THEN the object store is still named as the cause, with the RolloutManager as culprit
+    v = diagnosed(path).verdict
+    assert (v.status.value, v.stage) == ("hung", Stage.ROLLOUT_DISPATCH)
+    assert [c.role for c in v.culprits] == [Role.ROLLOUT_MANAGER]
+    assert "ray_plasma.args_wait" in {f.rule for f in v.findings}

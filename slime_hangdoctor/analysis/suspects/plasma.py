@@ -7,10 +7,10 @@ leases are neither evicted nor spilled. A task whose lease waits for that room s
 API as still waiting for its node (Ray 2.60: ``PENDING_NODE_ASSIGNMENT``; the task-event states
 ``PENDING_OBJ_STORE_MEM_AVAIL`` and ``PENDING_ARGS_FETCH`` name the same wait where Ray reports
 them), while the node's raylet reports a store filled past that fraction (``/nodes?view=summary``)
-and the autoscaler's report lists no task waiting for resources (``resourceDemand``, where a task
-that waits for plasma memory does not appear). Together, over both samples, they make the claim;
-the task's caller chain (``parent_task_id``) up to a slime actor names the call that waits and its
-stage.
+and the autoscaler's report lists no task demand that the free resources do not cover
+(``resourceDemand`` lists the task that waits for plasma memory too, with a demand that fits).
+Together, over both samples, they make the claim; the task's caller chain (``parent_task_id``) up
+to a slime actor names the call that waits and its stage.
 
 Pure: `suspects(reads)` for the registry, `findings(world)` for the report.
 """
@@ -23,7 +23,7 @@ from typing import Literal
 from slime_hangdoctor.analysis.signatures import method_stage
 from slime_hangdoctor.analysis.suspects.suspect import STRONG, Reads, Suspect, suspect
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import ObjectStoreUsage, RayActor, RayTask
+from slime_hangdoctor.facts import ClusterResources, ObjectStoreUsage, RayActor, RayTask
 from slime_hangdoctor.topology import CLASS_ROLES
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
 
@@ -110,15 +110,27 @@ def _caller(
     return None, None, None
 
 
+def _resources_short(cluster: ClusterResources | None) -> bool:
+    """Whether a task waiting for a lease may wait for resources instead: the autoscaler's report
+    (``resourceDemand``, which lists a task waiting for plasma memory too) holds a demand that the
+    cluster's free resources do not cover."""
+    if cluster is None:
+        return False
+    for shape, _count in cluster.task_demands:
+        for key, need in shape.items():
+            free = cluster.total.get(key, 0.0) - cluster.used.get(key, 0.0)
+            if need > free + 1e-9:
+                return True
+    return False
+
+
 def plasma_waits(world: World) -> list[PlasmaWait]:
     snap = world.snapshot
     full = tuple(s for s in snap.object_stores if s.used_fraction >= ARGS_MEMORY_FRACTION)
     waiting = _waiting_ids(world)
     if not full or not waiting:
         return []
-    if snap.cluster is not None and snap.cluster.task_demands:
-        # the raylets report tasks waiting for CPU, GPU or memory (`resourceDemand`); a task that
-        # waits for plasma memory is not among them, but a waiting task may then be one of those
+    if _resources_short(snap.cluster):
         return []
     jobs = {j.job_id for j in snap.jobs if j.status == "RUNNING" and j.job_id}
     tasks: dict[str, RayTask] = {}
