@@ -452,6 +452,31 @@ class ClusterResources:
 
 
 @dataclass(frozen=True)
+class ObjectStoreUsage:
+    """One node's plasma object store as its raylet reports it (``/nodes?view=summary``:
+    ``raylet.objectStoreUsedMemory``, ``raylet.objectStoreAvailableMemory`` and the
+    ``raylet.storeStats`` counters, which Ray leaves out where they are zero)."""
+
+    node_id: str | None
+    node_ip: str | None
+    used_bytes: int
+    available_bytes: int
+    primary_copy_bytes: int = 0  # objects this node created (spillable); the rest are copies
+    spilled_bytes: int = 0  # spilled to external storage since the node started
+    local_objects: int = 0
+    pulls_queued: bool = False  # the raylet's PullManager holds pulls it has no room for
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.used_bytes + self.available_bytes
+
+    @property
+    def used_fraction(self) -> float:
+        cap = self.capacity_bytes
+        return self.used_bytes / cap if cap > 0 else 0.0
+
+
+@dataclass(frozen=True)
 class RayNode:
     node_id: str
     node_ip: str
