@@ -30,7 +30,6 @@ the SGLang source slime runs (0.5.15.post1 + slime's docker/patch/latest/sglang.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -47,7 +46,12 @@ from slime_hangdoctor.facts import (
     ServerInfo,
     SglangMetrics,
 )
-from slime_hangdoctor.parsers.sglang import STEP_COUNTERS, WORK_COUNTERS
+from slime_hangdoctor.parsers.sglang import (
+    RECOVERING_VERSION,
+    STEP_COUNTERS,
+    WORK_COUNTERS,
+    version_tuple,
+)
 from slime_hangdoctor.snapshot import HttpObs
 from slime_hangdoctor.verdict import Role, Stage
 
@@ -67,8 +71,6 @@ CALL_STAGES: Mapping[str, Stage] = {
     "/release_memory_occupation": Stage.OFFLOAD_ONLOAD,
     "/resume_memory_occupation": Stage.OFFLOAD_ONLOAD,
 }
-# The first SGLang release whose queueing communicator recovers from a cancelled call (a lock).
-RECOVERING_VERSION = (0, 5, 23)
 # The last release whose `/server_info` `weight_version` follows weight updates (0.5.23's is the
 # startup value, http_server.py:863-873 there).
 LIVE_SERVER_INFO_VERSION = (0, 5, 15)
@@ -102,6 +104,10 @@ class EngineRead:
     calls: tuple[str, ...] = ()  # control calls in flight in the latest sample (CALL_STAGES keys)
     calls_held: tuple[str, ...] = ()  # ... and in flight in every sample that had /metrics
     notes: tuple[str, ...] = ()  # what a reader should know though it changes no state
+    # On a version whose /server_info a timed-out call poisons: whether the doctor called it, per
+    # sample, and why (it is skipped when the first reads show the scheduler busy or silent).
+    server_info_calls: str | None = None
+    server_info_skipped: bool = False  # ... and in at least one sample it did not call it
 
     @property
     def in_flight(self) -> float | None:
@@ -127,14 +133,6 @@ class EngineRead:
     @property
     def schedulers(self) -> tuple[Proc, ...]:
         return tuple(p for p in self.procs if p.kind == "scheduler")
-
-
-def version_tuple(text: str | None) -> tuple[int, ...] | None:
-    """'0.5.15.post1' -> (0, 5, 15); None when there is no leading dotted number."""
-    match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
-    if match is None:
-        return None
-    return tuple(int(g) for g in match.groups(default="0"))
 
 
 def _describe(a: HttpAnswer) -> str:
@@ -248,6 +246,48 @@ def poisoned_note(url: str, info: ServerInfo) -> str:
         "one /server_info that timed out (any scheduler stall over 2 s: a weight sync, a long "
         "prefill, a probe during one) leaves the endpoint poisoned: every later call answers [] "
         "after 2 s; only an engine restart clears it. Read /v1/loads and /metrics instead."
+    )
+
+
+def server_info_calls(url: str, obs: list[HttpObs]) -> str | None:
+    """What the doctor did with `/server_info` in each sample, on an engine whose version (as
+    `/v1/loads` or `/server_info` reported it; unknown counts) lets one timed-out call poison it."""
+    versions = [
+        o.parsed.version
+        for o in obs
+        if isinstance(o.parsed, (EngineLoad, ServerInfo)) and o.parsed.version
+    ]
+    version = versions[-1] if versions else None
+    parsed = version_tuple(version)
+    if parsed is not None and parsed >= RECOVERING_VERSION:
+        return None
+    parts: list[str] = []
+    for o in sorted(obs, key=lambda o: o.sample):
+        a = o.answer
+        if a.path not in ("/server_info", "/get_server_info") or a.status == 404:
+            continue
+        if a.sent and _refused(a):
+            continue  # nothing listened: nothing to poison
+        label = f"sample {o.sample + 1}"
+        if not a.sent:
+            parts.append(f"{label}: not called ({(a.error or '').removeprefix('not sent: ')})")
+        elif isinstance(o.parsed, ServerInfo) and not o.parsed.empty_internal_states:
+            parts.append(
+                f"{label}: called, as the first reads showed the scheduler idle; it answered "
+                f"with its states in {a.elapsed_s:.1f} s"
+            )
+        else:
+            parts.append(
+                f"{label}: called, as the first reads showed the scheduler idle; it gave no "
+                f"states ({_describe(a)}): if this call timed out it may itself have poisoned "
+                "the endpoint"
+            )
+    if not parts:
+        return None
+    named = f"SGLang {version}" if version else "SGLang of unknown version"
+    return (
+        f"engine {url} ({named}: one /server_info that times out leaves the endpoint answering "
+        "internal_states: [] until a restart): " + "; ".join(parts)
     )
 
 
@@ -396,7 +436,7 @@ def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None)
         if (p.engine_url or "").rstrip("/") == url and p.role is Role.SGLANG_ENGINE
     )
     latest_sample = max((o.sample for o in obs), default=None)
-    latest = [o for o in obs if o.sample == latest_sample]
+    latest = [o for o in obs if o.sample == latest_sample and o.answer.sent]
     metrics = _metrics(obs)
     last_metrics = metrics.get(latest_sample) if latest_sample is not None else None
     moving, compared = _moving(metrics)
@@ -429,6 +469,8 @@ def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None)
             calls,
             calls_held,
             tuple(notes),
+            server_info_calls(url, obs),
+            any(o.answer.path == "/server_info" and not o.answer.sent for o in obs),
         )
 
     def call_lines() -> list[str]:
