@@ -452,8 +452,12 @@ def server_info_risk(jobs: list[_Job]) -> str | None:
         f"on {named} one /server_info that times out leaves the endpoint answering "
         "internal_states: [] for every later caller (communicator.py:38-58)"
     )
-    if not any(a.outcome is Outcome.OK for job in jobs for a in job.answers):
-        return f"the HTTP process gave no answer to the first reads; {poison}"
+    answers = [a for job in jobs for a in job.answers]
+    if not any(a.outcome is Outcome.OK for a in answers) and any(
+        a.outcome is Outcome.TIMED_OUT for a in answers
+    ):
+        # (refused everywhere: nothing listens, nothing to poison; the call is made and refused)
+        return f"the HTTP process did not answer the first reads in time; {poison}"
     if load is not None and load.known and (load.running or 0) + (load.waiting or 0) > 0:
         return (
             f"/v1/loads shows {load.running} running, {load.waiting} waiting (the scheduler is "

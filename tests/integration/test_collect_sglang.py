@@ -180,7 +180,8 @@ def test_healthy_engine_default_probe_is_read_only(start: Start, writer: BundleW
     assert parse_model_info(artefact(writer, got["/model_info"])).model_path == "demo/model"
     assert parse_server_info(artefact(writer, got["/server_info"])).internal_states_count == 1
     assert parse_loads(artefact(writer, got["/v1/loads"])).running == 0
-    assert parse_metrics(artefact(writer, got["/metrics"])).decode_tokens_total == 0.0
+    # no realtime series before the first batch (metrics_collector.py:1203-1217)
+    assert parse_metrics(artefact(writer, got["/metrics"])).decode_tokens_total is None
     assert str(got["/metrics"].artifact).endswith(".s0.txt")
     logged = s.logged()
     assert sorted(e["path"] for e in logged) == sorted(DEFAULT_PATHS)
@@ -320,8 +321,11 @@ def test_accepting_socket_that_never_answers_times_out_in_budget(writer: BundleW
     finally:
         hole.close()
     assert [r.meta["path"] for r in records] == DEFAULT_PATHS
-    assert all(r.outcome is Outcome.TIMED_OUT for r in records), records
-    assert all("timed out" in (r.reason or "") for r in records)
+    asked = [r for r in records if r.meta["path"] != "/server_info"]
+    assert all(r.outcome is Outcome.TIMED_OUT for r in asked), records
+    assert all("timed out" in (r.reason or "") for r in asked)
+    # nothing answered in time: /server_info, which one timeout poisons on 0.5.15, is not sent
+    assert by_path(records)["/server_info"].meta.get("not_sent") is True
 
 
 def test_trickling_body_is_cut_at_the_budget(writer: BundleWriter) -> None:
@@ -359,7 +363,8 @@ def test_trickling_body_is_cut_at_the_budget(writer: BundleWriter) -> None:
     finally:
         stop.set()
         srv.close()
-    assert all(r.outcome is Outcome.TIMED_OUT for r in records), records
+    asked = [r for r in records if not r.meta.get("not_sent")]
+    assert all(r.outcome is Outcome.TIMED_OUT for r in asked), records
 
 
 def test_garbage_bodies_fail_but_are_kept(
@@ -394,7 +399,7 @@ def test_old_sglang_fallback_paths(fake: Callable[..., FakeHTTP], writer: Bundle
                 200,
                 b'{"model_path": "old/model", "internal_states": [{}], "version": "0.4.6"}',
             ),
-            "/get_load": (200, b'{"load": 17}'),
+            "/get_load": (200, b'{"load": 0}'),
         }
     )
     records = probe_engine(writer, f.url, node_ip=None, sample=0, timeout=3.0)
@@ -418,7 +423,7 @@ def test_old_sglang_fallback_paths(fake: Callable[..., FakeHTTP], writer: Bundle
     ):
         assert got[new].outcome is Outcome.FAILED and got[new].meta["fallback"] == old
         assert got[old].outcome is Outcome.OK
-    assert parse_loads(artefact(writer, got["/get_load"])).running == 1
+    assert parse_loads(artefact(writer, got["/get_load"])).running == 0
     assert got["/metrics"].outcome is Outcome.FAILED and got["/metrics"].meta["status"] == 404
 
 
