@@ -16,8 +16,19 @@ the SGLang source slime runs (0.5.15.post1 + slime's docker/patch/latest/sglang.
   `/v1/loads` does not hold: they wait at the tokenizer's pause gate (tokenizer_manager.py:619-620)
   or the weight-update lock.
 - Requests in flight (`/v1/loads`, or `/generate` calls at the HTTP layer) and the step counters
-  compared flat: STUCK. Metric gauges alone never count: `num_running_reqs` refreshes only on
-  prefill, every `decode_log_interval` decode steps or every 30 s idle.
+  compared flat: STUCK. Metric gauges never count, not even when `/v1/loads` is unknown:
+  `num_running_reqs` refreshes only on prefill, every `decode_log_interval` decode steps or every
+  30 s idle (they are shown as a note). The realtime counters exist only after their first
+  non-zero increment (metrics_collector.py:1203-1217), so an engine that never ran a batch has
+  nothing to compare.
+- `/generate` requests at the HTTP layer beyond the published load, no pause call, and the
+  scheduler blocked in one frame in both samples (py-spy): STUCK in its first batch after idle
+  (the LoadSnapshot is published after a prefill batch, every 15 decode batches and when idle, so
+  it still says idle). An abort-mode `/pause_generation` held in flight in every sample beside
+  requests in `/v1/loads` and flat step counters: STUCK (its drain waits for them, holding
+  `is_pause_cond`, tokenizer_manager.py:1697-1709).
+- Every endpoint timed out while the HTTP process lives: UNRESPONSIVE, and the evidence says the
+  HTTP process itself is blocked (one asyncio loop serves every endpoint), with its py-spy stack.
 - A scheduler round trip that timed out (`/server_info`; not `/get_load`, which reads shared memory
   since 0.5.15), or `/health` 503: UNRESPONSIVE.
 - `internal_states: []` from slime's patched `/server_info`: evidence of a silent scheduler only
@@ -191,18 +202,26 @@ def _load(latest: list[HttpObs]) -> tuple[EngineLoad | None, list[str]]:
     return None, []
 
 
-def _in_flight(
-    load: EngineLoad | None, metrics: SglangMetrics | None
-) -> tuple[float | None, float | None, bool]:
-    """Running and queued requests: from `/v1/loads` (published every 15 decode steps, at each
-    prefill and when idle), else from the `num_running_reqs`/`num_queue_reqs` gauges (refreshed
-    only at prefill, every `decode_log_interval` decode steps and every 30 s idle: they can say
-    "running" for up to 30 s after the last request ended). The flag says the gauges were used."""
+def _in_flight(load: EngineLoad | None) -> tuple[float | None, float | None]:
+    """Running and queued requests, from `/v1/loads` only (published every 15 decode steps, at each
+    prefill and when idle). Never from the `num_running_reqs`/`num_queue_reqs` gauges: they refresh
+    only at prefill, every `decode_log_interval` (40) decode steps and every 30 s idle, so they can
+    say "running" for up to 30 s after the last request ended, and a flat step counter beside them
+    would read as stuck. Without a load the count is unknown (see `_gauge_line`)."""
     if load is not None and load.running is not None and load.waiting is not None:
-        return float(load.running), float(load.waiting), False
-    if metrics is not None and (metrics.running_reqs is not None or metrics.queue_reqs is not None):
-        return metrics.running_reqs, metrics.queue_reqs, True
-    return None, None, False
+        return float(load.running), float(load.waiting)
+    return None, None
+
+
+def _gauge_line(metrics: SglangMetrics | None) -> list[str]:
+    """What the gauges say where `/v1/loads` said nothing: shown, never counted."""
+    if metrics is None or (metrics.running_reqs is None and metrics.queue_reqs is None):
+        return []
+    return [
+        f"the metric gauges say running {metrics.running_reqs or 0:g}, queued "
+        f"{metrics.queue_reqs or 0:g}, as last refreshed (at prefill, every 40 decode steps or "
+        "30 s idle): not counted"
+    ]
 
 
 def _weight_versions(obs: list[HttpObs]) -> tuple[str, ...]:
@@ -441,7 +460,9 @@ def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None)
     last_metrics = metrics.get(latest_sample) if latest_sample is not None else None
     moving, compared = _moving(metrics)
     load, load_notes = _load(latest)
-    running, queued, from_gauges = _in_flight(load, last_metrics)
+    running, queued = _in_flight(load)
+    if load is None:
+        load_notes = load_notes + _gauge_line(last_metrics)
     versions = _weight_versions(obs)
     calls, calls_held = _calls(metrics)
     router = _router_entry(world, url)
@@ -502,12 +523,38 @@ def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None)
     http_generate = last_metrics.http_active.get(_GENERATE) if last_metrics is not None else None
     in_flight = (running or 0.0) + (queued or 0.0)
     timed_out = _unresponsive(latest, empty_counts=False)
+    frozen_scheds = _schedulers_frozen(procs)
+    if pause.gated and not pause.explicit and frozen_scheds:
+        # Requests held before the scheduler's last published load, no pause call, and the
+        # scheduler blocked in one frame in both samples: not a pause gate but a scheduler stuck
+        # in its first batch after idle, whose LoadSnapshot still says idle (it is published after
+        # a prefill batch, every 15 decode batches and when idle: scheduler.py:3466, :3580).
+        evidence.extend(pause.gated)
+        evidence.append(
+            "the scheduler's published load is its idle snapshot: it is published only after a "
+            "batch, and this one never ended"
+        )
+        evidence.extend(frozen_scheds)
+        evidence.extend(call_lines())
+        return make(EngineState.STUCK, frozen=True)
+    if compared and in_flight > 0 and _PAUSE in calls_held:
+        # An abort-mode pause drains while holding is_pause_cond (tokenizer_manager.py:1697-1709):
+        # held in flight in every sample, with requests in the scheduler and no step between the
+        # samples, it waits for a scheduler that does not run them to an end.
+        evidence.append(
+            f"{in_flight:g} requests in flight (running {running or 0:g}, queued {queued or 0:g}, "
+            "/v1/loads) and no scheduler step between the samples (sglang:realtime_tokens_total "
+            "flat), while /pause_generation waits in every sample for them to drain: the pause "
+            "cannot finish (it holds is_pause_cond, so /continue_generation waits too)"
+        )
+        evidence.extend(call_lines())
+        return make(EngineState.STUCK, frozen=True)
     if compared and not pause.any and (in_flight > 0 or (http_generate or 0) > 0):
         if in_flight > 0:
             evidence.append(
                 f"{in_flight:g} requests in flight (running {running or 0:g}, queued "
                 f"{queued or 0:g}"
-                + (", metric gauges" if from_gauges else ", /v1/loads")
+                + ", /v1/loads"
                 + ") and no scheduler step between the samples (sglang:realtime_tokens_total flat)"
             )
         else:
@@ -518,12 +565,10 @@ def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None)
         evidence.extend(_unresponsive(latest, empty_counts=True))
         evidence.extend(call_lines())
         return make(EngineState.STUCK, frozen=True)
-    if empty and not timed_out:
+    if empty and not timed_out and (calls_held or frozen_scheds):
         # `[]` with the scheduler's own frozen progress: a control call held in flight, or a
         # scheduler blocked at the same frame in both samples.
-        frozen_scheds = _schedulers_frozen(procs)
-        if calls_held or frozen_scheds:
-            timed_out = [_empty_states_line(a, i) for a, i in empty] + frozen_scheds
+        timed_out = [_empty_states_line(a, i) for a, i in empty] + frozen_scheds
     if timed_out:
         evidence.extend(timed_out)
         evidence.extend(pause.explicit + pause.gated)
@@ -534,6 +579,15 @@ def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None)
         evidence.extend(call_lines())
         return make(EngineState.PAUSED, frozen=compared)
     if answers and all(a.status is None for a in answers):
+        server = next((p for p in procs if p.kind == "http_server" and not p.dead), None)
+        if server is not None and all(_timed_out(a) for a in answers):
+            evidence.append(
+                f"every endpoint of {url} timed out while its HTTP process {server.label} (pid "
+                f"{server.pid}) lives: the HTTP process itself is blocked (one asyncio event loop "
+                "serves /metrics, /model_info and /health too), not a dead engine"
+            )
+            if server.latest is not None:
+                evidence.append(f"{server.label} (pid {server.pid}) {server.latest.describe()}")
         evidence.extend(_describe(a) for a in answers[:3])
         return make(EngineState.UNRESPONSIVE)
     evidence.extend(call_lines())
