@@ -119,6 +119,8 @@ class EngineRead:
     # sample, and why (it is skipped when the first reads show the scheduler busy or silent).
     server_info_calls: str | None = None
     server_info_skipped: bool = False  # ... and in at least one sample it did not call it
+    # every endpoint timed out while the HTTP process lives: its event loop is blocked
+    http_blocked: bool = False
 
     @property
     def in_flight(self) -> float | None:
@@ -472,7 +474,7 @@ def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None)
     answers = [o.answer for o in latest]
     empty = [(a, i) for a, i in _server_infos(latest) if i.empty_internal_states]
 
-    def make(state: EngineState, frozen: bool = False) -> EngineRead:
+    def make(state: EngineState, frozen: bool = False, http_blocked: bool = False) -> EngineRead:
         hung = state in (EngineState.STUCK, EngineState.UNRESPONSIVE)
         if empty and not hung and not any(_recovers(i) for _, i in empty):
             notes.append(poisoned_note(url, empty[0][1]))
@@ -492,6 +494,7 @@ def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None)
             tuple(notes),
             server_info_calls(url, obs),
             any(o.answer.path == "/server_info" and not o.answer.sent for o in obs),
+            http_blocked,
         )
 
     def call_lines() -> list[str]:
@@ -529,10 +532,11 @@ def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None)
         # scheduler blocked in one frame in both samples: not a pause gate but a scheduler stuck
         # in its first batch after idle, whose LoadSnapshot still says idle (it is published after
         # a prefill batch, every 15 decode batches and when idle: scheduler.py:3466, :3580).
-        evidence.extend(pause.gated)
         evidence.append(
-            "the scheduler's published load is its idle snapshot: it is published only after a "
-            "batch, and this one never ended"
+            f"{http_generate or 0:g} /generate requests in flight at the HTTP layer "
+            f"(sglang:http_requests_active), {in_flight:g} in the scheduler's published load "
+            "(/v1/loads): its snapshot from before this batch (published only after a prefill "
+            "batch, every 15 decode batches and when idle), and the batch never ended:"
         )
         evidence.extend(frozen_scheds)
         evidence.extend(call_lines())
@@ -580,7 +584,8 @@ def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None)
         return make(EngineState.PAUSED, frozen=compared)
     if answers and all(a.status is None for a in answers):
         server = next((p for p in procs if p.kind == "http_server" and not p.dead), None)
-        if server is not None and all(_timed_out(a) for a in answers):
+        blocked = server is not None and all(_timed_out(a) for a in answers)
+        if server is not None and blocked:
             evidence.append(
                 f"every endpoint of {url} timed out while its HTTP process {server.label} (pid "
                 f"{server.pid}) lives: the HTTP process itself is blocked (one asyncio event loop "
@@ -589,7 +594,7 @@ def read_engine(url: str, obs: list[HttpObs], world: World, node_ip: str | None)
             if server.latest is not None:
                 evidence.append(f"{server.label} (pid {server.pid}) {server.latest.describe()}")
         evidence.extend(_describe(a) for a in answers[:3])
-        return make(EngineState.UNRESPONSIVE)
+        return make(EngineState.UNRESPONSIVE, http_blocked=blocked)
     evidence.extend(call_lines())
     if empty:
         a, info = empty[0]
