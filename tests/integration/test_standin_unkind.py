@@ -149,3 +149,49 @@ def test_an_abort_pause_that_cannot_drain_holds_continue_and_reads_stuck(start: 
     verdict = _doctor(s)
     assert _engine(verdict, s.url)["state"] == "stuck", _evidence(verdict)
     assert "/pause_generation waits in every sample" in _evidence(verdict)
+
+
+def test_the_doctor_leaves_server_info_answering_after_a_3s_scheduler_stall(start: Start) -> None:
+    """Item 7: on 0.5.15 one `/server_info` that times out leaves every later call answering
+    `internal_states: []` (communicator.py:38-58 and slime's 2 s patch). The scheduler of a
+    generating engine stalls for 3 s (its process stopped) from the doctor's first read on; after
+    the doctor's run, `/server_info` still answers with its states, and the verdict says where the
+    doctor chose not to call it."""
+    import psutil
+
+    s = start()
+    stop = threading.Event()
+
+    def traffic() -> None:
+        body = {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 40}}
+        while not stop.is_set():
+            try:
+                requests.post(s.url + "/generate", json=body, timeout=30)
+            except requests.RequestException:
+                return
+
+    def stall_at_first_read() -> None:
+        scheduler = psutil.Process(s.scheduler_pid())
+        while not stop.is_set():
+            if any(e["path"] == "/model_info" for e in s.logged()):
+                scheduler.suspend()
+                time.sleep(3.0)
+                scheduler.resume()
+                return
+            time.sleep(0.01)
+
+    workers = [threading.Thread(target=f, daemon=True) for f in (traffic, stall_at_first_read)]
+    for w in workers:
+        w.start()
+    try:
+        time.sleep(0.5)
+        verdict = _doctor(s)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(30)
+    engine = _engine(verdict, s.url)
+    assert "sample 1: not called" in engine.get("server_info_calls", ""), engine
+    answer = s.get("/server_info", timeout=5.0)
+    assert answer.elapsed.total_seconds() < 1.5
+    assert len(answer.json()["internal_states"]) == 1, answer.text[:300]

@@ -58,7 +58,12 @@ Where it differs from a real engine: one DP rank and one TP rank; no streaming, 
 `/generate` (400); token ids and text are deterministic filler; a forward step is a sleep; weight
 groups use gloo whatever `backend` says; `flattened_bucket` broadcasts one flat tensor of the first
 dtype; `/update_weights_from_tensor` accepts any strings (no CUDA IPC); the `sglang::detokenizer`
-child is idle (outputs go scheduler -> HTTP directly). Kept on purpose, as in SGLang: metric gauges
+child is idle (outputs go scheduler -> HTTP directly); requests are served on threads that take
+turns on one lock where SGLang runs coroutines on one asyncio loop (the same stalls: a handler that
+blocks without awaiting stalls every endpoint; py-spy shows the blocked handler on its own thread,
+not on MainThread). Kept on purpose, as in SGLang: the LoadSnapshot published after a prefill batch,
+every 15 decode batches and when idle; realtime counters only after their first non-zero count, no
+forward timer without SGLANG_ENABLE_METRICS_DEVICE_TIMER, `num_paused_reqs` always 0; metric gauges
 refresh only at prefill, every 40 decode steps and every 30 s idle (so `num_running_reqs` can stay
 stale after requests end), counters move only while generating, and `/health` runs a 1-token
 generation through the pause gate and the update lock.
