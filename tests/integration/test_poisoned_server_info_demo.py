@@ -4,8 +4,9 @@ a scheduler stall (issue 18, item 1): `attach` still says "progressing" and `che
 On SGLang 0.5.15 + slime's patch, a `/server_info` that times out (2 s) leaves the queueing
 communicator's `_result_event` set (communicator.py:38-58): every later call answers
 `internal_states: []` after 2 s, though the scheduler recovered. The SGLang stand-in reproduces
-that; the stall is a real one (the engine's scheduler process is stopped for 3 s), and the probe
-that poisons the endpoint is the doctor's own engine probe (collect/sglang.probe_engine).
+that; the stall is a real one (the engine's scheduler process is stopped for 3 s), and the call
+that poisons the endpoint is a plain `/server_info` GET (the doctor's own probe skips it on a busy
+0.5.15 engine since issue 25 item 7; at idle, as in `_poison_standin`, it still poisons it).
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from typing import Any
 import psutil
 import pytest
 
-from slime_hangdoctor.bundle import BundleWriter
-from slime_hangdoctor.collect.sglang import probe_engine
 from slime_hangdoctor.demo.launch import DemoRun
 from slime_hangdoctor.parsers.sglang import parse_server_info
 from tests.integration.cli import run_cli
@@ -32,28 +31,34 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 STALL_S = 3.0
 
 
-def _server_info(writer: BundleWriter, url: str, sample: int) -> tuple[float, bytes | None]:
-    """The doctor's own engine probe; returns /server_info's elapsed seconds and body."""
-    records = probe_engine(writer, url, node_ip=None, sample=sample, timeout=2.5)
-    (rec,) = [r for r in records if r.meta.get("path") == "/server_info"]
-    body = (writer.root / rec.artifact).read_bytes() if rec.artifact else None
-    return float(rec.meta.get("elapsed_s") or 0.0), body
+def _server_info(url: str) -> tuple[float, bytes | None]:
+    """One `/server_info` GET with a 2.5 s timeout, as any caller makes it (slime, an operator, an
+    older doctor); returns its elapsed seconds and body. The doctor's own probe no longer sends it
+    while the first reads show the scheduler busy or silent (issue 25 item 7), so it may not be
+    the one that poisons a generating engine."""
+    import requests
+
+    tic = time.monotonic()
+    try:
+        body: bytes | None = requests.get(url + "/server_info", timeout=2.5).content
+    except requests.RequestException:
+        body = None
+    return time.monotonic() - tic, body
 
 
 def _poison(run: DemoRun, tmp_path: Path) -> str:
-    """Stop engine 0's scheduler for STALL_S while the doctor probes it; returns the engine URL."""
+    """Stop engine 0's scheduler for STALL_S while a /server_info call waits; returns its URL."""
     url = run.engine_urls()[0]
     scheduler = psutil.Process(run.processes()["engine 0 scheduler"])
-    writer = BundleWriter(tmp_path / "probe", command="test")
     scheduler.suspend()
     try:
-        elapsed, body = _server_info(writer, url, 0)
+        elapsed, body = _server_info(url)
     finally:
         time.sleep(max(0.0, STALL_S - elapsed))
         scheduler.resume()
     assert body is not None and parse_server_info(body).empty_internal_states
     time.sleep(2.0)  # the scheduler runs again: the job makes progress
-    elapsed, body = _server_info(writer, url, 1)
+    elapsed, body = _server_info(url)
     assert body is not None and parse_server_info(body).empty_internal_states, "not poisoned"
     assert elapsed >= 1.9
     return url
@@ -113,10 +118,9 @@ def test_attach_and_check_stay_ok_on_a_poisoned_server_info(live_pool: LivePool)
 
 def _poison_standin(url: str, scheduler_pid: int, tmp_path: Path) -> None:
     scheduler = psutil.Process(scheduler_pid)
-    writer = BundleWriter(tmp_path / "probe", command="test")
     scheduler.suspend()
     try:
-        elapsed, body = _server_info(writer, url, 0)
+        elapsed, body = _server_info(url)
     finally:
         time.sleep(max(0.0, STALL_S - elapsed))
         scheduler.resume()
