@@ -221,6 +221,9 @@ class HttpAnswer:
     # its headers is TIMED_OUT with a status.
     outcome: Outcome
     error: str | None = None  # for the reader: "connection refused", "timed out after 2.0s", ...
+    # False: the collector chose not to send it (`/server_info` on an engine whose version lets a
+    # timed-out call poison it, while another read showed its scheduler busy or silent)
+    sent: bool = True
 
 
 @dataclass(frozen=True)
@@ -264,6 +267,7 @@ class EngineLoad:
     gen_throughput: float | None = None
     tokens: int | None = None  # <=0.5.2 `/get_load` reports only a token count
     ranks: int | None = None  # DP-rank entries in the answer; None for the `{"load": N}` form
+    version: str | None = None  # the engine's SGLang version (`/v1/loads` carries it, >=0.5.9)
 
     @property
     def known(self) -> bool:

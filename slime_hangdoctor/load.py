@@ -428,6 +428,7 @@ def _load_http(
         elapsed_s=_float(meta.get("elapsed_s")) or rec.elapsed_s or 0.0,
         outcome=rec.outcome,
         error=meta.get("error") or (rec.reason if rec.outcome is not Outcome.OK else None),
+        sent=meta.get("not_sent") is not True,
     )
     parsed: Parsed = None
     parse_error = None
