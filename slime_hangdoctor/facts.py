@@ -221,6 +221,9 @@ class HttpAnswer:
     # its headers is TIMED_OUT with a status.
     outcome: Outcome
     error: str | None = None  # for the reader: "connection refused", "timed out after 2.0s", ...
+    # False: the collector chose not to send it (`/server_info` on an engine whose version lets a
+    # timed-out call poison it, while another read showed its scheduler busy or silent)
+    sent: bool = True
 
 
 @dataclass(frozen=True)
@@ -264,6 +267,7 @@ class EngineLoad:
     gen_throughput: float | None = None
     tokens: int | None = None  # <=0.5.2 `/get_load` reports only a token count
     ranks: int | None = None  # DP-rank entries in the answer; None for the `{"load": N}` form
+    version: str | None = None  # the engine's SGLang version (`/v1/loads` carries it, >=0.5.9)
 
     @property
     def known(self) -> bool:
@@ -449,6 +453,31 @@ class ClusterResources:
     # resourceDemand: tasks and actors waiting for resources: (resources, how many)
     task_demands: tuple[tuple[Mapping[str, float], int], ...] = ()
     time: float | None = None
+
+
+@dataclass(frozen=True)
+class ObjectStoreUsage:
+    """One node's plasma object store as its raylet reports it (``/nodes?view=summary``:
+    ``raylet.objectStoreUsedMemory``, ``raylet.objectStoreAvailableMemory`` and the
+    ``raylet.storeStats`` counters, which Ray leaves out where they are zero)."""
+
+    node_id: str | None
+    node_ip: str | None
+    used_bytes: int
+    available_bytes: int
+    primary_copy_bytes: int = 0  # objects this node created (spillable); the rest are copies
+    spilled_bytes: int = 0  # spilled to external storage since the node started
+    local_objects: int = 0
+    pulls_queued: bool = False  # the raylet's PullManager holds pulls it has no room for
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.used_bytes + self.available_bytes
+
+    @property
+    def used_fraction(self) -> float:
+        cap = self.capacity_bytes
+        return self.used_bytes / cap if cap > 0 else 0.0
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import (
     ClusterResources,
     HttpAnswer,
+    ObjectStoreUsage,
     Outcome,
     RayActor,
     RayJob,
@@ -80,6 +81,7 @@ class _Acc:
         self.task_pages: list[TaskPageObs] = []
         self.pgs: dict[str, RayPlacementGroup] = {}
         self.cluster: dict[tuple[int, float], ClusterResources] = {}
+        self.object_stores: dict[tuple[int, float], tuple[ObjectStoreUsage, ...]] = {}
         self.blind: list[str] = []
         self.ray_seen = False
 
@@ -148,6 +150,7 @@ def load_snapshot(bundle: Bundle) -> Snapshot:
         task_pages=tuple(sorted(acc.task_pages, key=lambda p: (p.sample, p.time))),
         placement_groups=tuple(acc.pgs.values()),
         cluster=acc.cluster[max(acc.cluster)] if acc.cluster else None,
+        object_stores=acc.object_stores[max(acc.object_stores)] if acc.object_stores else (),
         sockets=tuple(acc.sockets),
         kernel=tuple(acc.kernel),
         blind_spots=tuple(dict.fromkeys(acc.blind)),
@@ -350,8 +353,13 @@ def _add_nodes(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
 
 
 def _add_node_summary(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
-    for series in parsed:
-        acc.summary_gpus.append(GpuObs(series.node_ip, series, "ray_summary"))
+    stores: list[ObjectStoreUsage] = []
+    for item in parsed:
+        if isinstance(item, ObjectStoreUsage):
+            stores.append(item)
+        else:
+            acc.summary_gpus.append(GpuObs(item.node_ip, item, "ray_summary"))
+    acc.object_stores[(rec.sample or 0, rec.started_at)] = tuple(stores)
 
 
 def _add_jobs(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
@@ -420,6 +428,7 @@ def _load_http(
         elapsed_s=_float(meta.get("elapsed_s")) or rec.elapsed_s or 0.0,
         outcome=rec.outcome,
         error=meta.get("error") or (rec.reason if rec.outcome is not Outcome.OK else None),
+        sent=meta.get("not_sent") is not True,
     )
     parsed: Parsed = None
     parse_error = None

@@ -19,6 +19,7 @@ from slime_hangdoctor.facts import (
     LogTail,
     ModelInfo,
     NodeKernel,
+    ObjectStoreUsage,
     ProcessInfo,
     ProcessStack,
     RasReport,
@@ -174,6 +175,7 @@ class Snapshot:
     task_pages: tuple[TaskPageObs, ...] = ()
     placement_groups: tuple[RayPlacementGroup, ...] = ()
     cluster: ClusterResources | None = None  # the newest /api/cluster_status answer
+    object_stores: tuple[ObjectStoreUsage, ...] = ()  # each node's, from the newest node summary
     sockets: tuple[SocketsObs, ...] = ()
     kernel: tuple[KernelObs, ...] = ()
     log_heads: tuple[LogHeadObs, ...] = ()

@@ -472,6 +472,11 @@ def _engine_findings(engines: tuple[EngineRead, ...], status: Status) -> list[Fi
         for e in engines
         for note in e.notes
     )
+    out.extend(
+        Finding("engine-server-info-probe", Severity.INFO, e.server_info_calls, ())
+        for e in engines
+        if e.server_info_calls and e.server_info_skipped
+    )
     return out
 
 
@@ -582,7 +587,11 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
             for g in world.gpus
         ]
     if engines:
-        extra["engines"] = [{"url": e.url, "state": e.state.value} for e in engines]
+        extra["engines"] = [
+            {"url": e.url, "state": e.state.value}
+            | ({"server_info_calls": e.server_info_calls} if e.server_info_calls else {})
+            for e in engines
+        ]
     verdict = Verdict(
         status=status,
         stage=stage,

@@ -20,8 +20,19 @@ the SGLang source slime runs (0.5.15.post1 + slime's docker/patch/latest/sglang.
   as well at the weight-update lock, in a tokenizer worker that never forwards them, or be a request
   never reaped; only the pause evidence tells a pause.
 - Requests in flight (`/v1/loads`, or `/generate` calls at the HTTP layer) and the step counters
-  compared flat: STUCK. Metric gauges alone never count: `num_running_reqs` refreshes only on
-  prefill, every `decode_log_interval` decode steps or every 30 s idle.
+  compared flat: STUCK. Metric gauges never count, not even when `/v1/loads` is unknown:
+  `num_running_reqs` refreshes only on prefill, every `decode_log_interval` decode steps or every
+  30 s idle (they are shown as a note). The realtime counters exist only after their first
+  non-zero increment (metrics_collector.py:1203-1217), so an engine that never ran a batch has
+  nothing to compare.
+- `/generate` requests at the HTTP layer beyond the published load, no pause call, and the
+  scheduler blocked in one frame in both samples (py-spy): STUCK in its first batch after idle
+  (the LoadSnapshot is published after a prefill batch, every 15 decode batches and when idle, so
+  it still says idle). An abort-mode `/pause_generation` held in flight in every sample beside
+  requests in `/v1/loads` and flat step counters: STUCK (its drain waits for them, holding
+  `is_pause_cond`, tokenizer_manager.py:1697-1709).
+- Every endpoint timed out while the HTTP process lives: UNRESPONSIVE, and the evidence says the
+  HTTP process itself is blocked (one asyncio loop serves every endpoint), with its py-spy stack.
 - A scheduler round trip that timed out (`/server_info`; not `/get_load`, which reads shared memory
   since 0.5.15), or `/health` 503: UNRESPONSIVE.
 - `internal_states: []` from slime's patched `/server_info`: evidence of a silent scheduler only
@@ -34,7 +45,6 @@ the SGLang source slime runs (0.5.15.post1 + slime's docker/patch/latest/sglang.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -52,7 +62,12 @@ from slime_hangdoctor.facts import (
     ServerInfo,
     SglangMetrics,
 )
-from slime_hangdoctor.parsers.sglang import STEP_COUNTERS, WORK_COUNTERS
+from slime_hangdoctor.parsers.sglang import (
+    RECOVERING_VERSION,
+    STEP_COUNTERS,
+    WORK_COUNTERS,
+    version_tuple,
+)
 from slime_hangdoctor.snapshot import HttpObs
 from slime_hangdoctor.verdict import Role, Stage
 
@@ -72,8 +87,6 @@ CALL_STAGES: Mapping[str, Stage] = {
     "/release_memory_occupation": Stage.OFFLOAD_ONLOAD,
     "/resume_memory_occupation": Stage.OFFLOAD_ONLOAD,
 }
-# The first SGLang release whose queueing communicator recovers from a cancelled call (a lock).
-RECOVERING_VERSION = (0, 5, 23)
 # The last release whose `/server_info` `weight_version` follows weight updates (0.5.23's is the
 # startup value, http_server.py:863-873 there).
 LIVE_SERVER_INFO_VERSION = (0, 5, 15)
@@ -108,6 +121,12 @@ class EngineRead:
     calls: tuple[str, ...] = ()  # control calls in flight in the latest sample (CALL_STAGES keys)
     calls_held: tuple[str, ...] = ()  # ... and in flight in every sample that had /metrics
     notes: tuple[str, ...] = ()  # what a reader should know though it changes no state
+    # On a version whose /server_info a timed-out call poisons: whether the doctor called it, per
+    # sample, and why (it is skipped when the first reads show the scheduler busy or silent).
+    server_info_calls: str | None = None
+    server_info_skipped: bool = False  # ... and in at least one sample it did not call it
+    # every endpoint timed out while the HTTP process lives: its event loop is blocked
+    http_blocked: bool = False
 
     @property
     def in_flight(self) -> float | None:
@@ -133,14 +152,6 @@ class EngineRead:
     @property
     def schedulers(self) -> tuple[Proc, ...]:
         return tuple(p for p in self.procs if p.kind == "scheduler")
-
-
-def version_tuple(text: str | None) -> tuple[int, ...] | None:
-    """'0.5.15.post1' -> (0, 5, 15); None when there is no leading dotted number."""
-    match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
-    if match is None:
-        return None
-    return tuple(int(g) for g in match.groups(default="0"))
 
 
 def _describe(a: HttpAnswer) -> str:
@@ -199,18 +210,26 @@ def _load(latest: list[HttpObs]) -> tuple[EngineLoad | None, list[str]]:
     return None, []
 
 
-def _in_flight(
-    load: EngineLoad | None, metrics: SglangMetrics | None
-) -> tuple[float | None, float | None, bool]:
-    """Running and queued requests: from `/v1/loads` (published every 15 decode steps, at each
-    prefill and when idle), else from the `num_running_reqs`/`num_queue_reqs` gauges (refreshed
-    only at prefill, every `decode_log_interval` decode steps and every 30 s idle: they can say
-    "running" for up to 30 s after the last request ended). The flag says the gauges were used."""
+def _in_flight(load: EngineLoad | None) -> tuple[float | None, float | None]:
+    """Running and queued requests, from `/v1/loads` only (published every 15 decode steps, at each
+    prefill and when idle). Never from the `num_running_reqs`/`num_queue_reqs` gauges: they refresh
+    only at prefill, every `decode_log_interval` (40) decode steps and every 30 s idle, so they can
+    say "running" for up to 30 s after the last request ended, and a flat step counter beside them
+    would read as stuck. Without a load the count is unknown (see `_gauge_line`)."""
     if load is not None and load.running is not None and load.waiting is not None:
-        return float(load.running), float(load.waiting), False
-    if metrics is not None and (metrics.running_reqs is not None or metrics.queue_reqs is not None):
-        return metrics.running_reqs, metrics.queue_reqs, True
-    return None, None, False
+        return float(load.running), float(load.waiting)
+    return None, None
+
+
+def _gauge_line(metrics: SglangMetrics | None) -> list[str]:
+    """What the gauges say where `/v1/loads` said nothing: shown, never counted."""
+    if metrics is None or (metrics.running_reqs is None and metrics.queue_reqs is None):
+        return []
+    return [
+        f"the metric gauges say running {metrics.running_reqs or 0:g}, queued "
+        f"{metrics.queue_reqs or 0:g}, as last refreshed (at prefill, every 40 decode steps or "
+        "30 s idle): not counted"
+    ]
 
 
 def _weight_versions(obs: list[HttpObs]) -> tuple[str, ...]:
@@ -254,6 +273,48 @@ def poisoned_note(url: str, info: ServerInfo) -> str:
         "one /server_info that timed out (any scheduler stall over 2 s: a weight sync, a long "
         "prefill, a probe during one) leaves the endpoint poisoned: every later call answers [] "
         "after 2 s; only an engine restart clears it. Read /v1/loads and /metrics instead."
+    )
+
+
+def server_info_calls(url: str, obs: list[HttpObs]) -> str | None:
+    """What the doctor did with `/server_info` in each sample, on an engine whose version (as
+    `/v1/loads` or `/server_info` reported it; unknown counts) lets one timed-out call poison it."""
+    versions = [
+        o.parsed.version
+        for o in obs
+        if isinstance(o.parsed, (EngineLoad, ServerInfo)) and o.parsed.version
+    ]
+    version = versions[-1] if versions else None
+    parsed = version_tuple(version)
+    if parsed is not None and parsed >= RECOVERING_VERSION:
+        return None
+    parts: list[str] = []
+    for o in sorted(obs, key=lambda o: o.sample):
+        a = o.answer
+        if a.path not in ("/server_info", "/get_server_info") or a.status == 404:
+            continue
+        if a.sent and _refused(a):
+            continue  # nothing listened: nothing to poison
+        label = f"sample {o.sample + 1}"
+        if not a.sent:
+            parts.append(f"{label}: not called ({(a.error or '').removeprefix('not sent: ')})")
+        elif isinstance(o.parsed, ServerInfo) and not o.parsed.empty_internal_states:
+            parts.append(
+                f"{label}: called, as the first reads showed the scheduler idle; it answered "
+                f"with its states in {a.elapsed_s:.1f} s"
+            )
+        else:
+            parts.append(
+                f"{label}: called, as the first reads showed the scheduler idle; it gave no "
+                f"states ({_describe(a)}): if this call timed out it may itself have poisoned "
+                "the endpoint"
+            )
+    if not parts:
+        return None
+    named = f"SGLang {version}" if version else "SGLang of unknown version"
+    return (
+        f"engine {url} ({named}: one /server_info that times out leaves the endpoint answering "
+        "internal_states: [] until a restart): " + "; ".join(parts)
     )
 
 
@@ -439,12 +500,14 @@ def read_engine(
         if (p.engine_url or "").rstrip("/") == url and p.role is Role.SGLANG_ENGINE
     )
     latest_sample = max((o.sample for o in obs), default=None)
-    latest = [o for o in obs if o.sample == latest_sample]
+    latest = [o for o in obs if o.sample == latest_sample and o.answer.sent]
     metrics = _metrics(obs)
     last_metrics = metrics.get(latest_sample) if latest_sample is not None else None
     moving, compared = _moving(metrics)
     load, load_notes = _load(latest)
-    running, queued, from_gauges = _in_flight(load, last_metrics)
+    running, queued = _in_flight(load)
+    if load is None:
+        load_notes = load_notes + _gauge_line(last_metrics)
     versions = _weight_versions(obs)
     calls, calls_held = _calls(metrics)
     router = router_entry(world, url)
@@ -454,7 +517,7 @@ def read_engine(
     answers = [o.answer for o in latest]
     empty = [(a, i) for a, i in _server_infos(latest) if i.empty_internal_states]
 
-    def make(state: EngineState, frozen: bool = False) -> EngineRead:
+    def make(state: EngineState, frozen: bool = False, http_blocked: bool = False) -> EngineRead:
         hung = state in (EngineState.STUCK, EngineState.UNRESPONSIVE)
         if empty and not hung and not any(_recovers(i) for _, i in empty):
             notes.append(poisoned_note(url, empty[0][1]))
@@ -472,6 +535,9 @@ def read_engine(
             calls,
             calls_held,
             tuple(notes),
+            server_info_calls(url, obs),
+            any(o.answer.path == "/server_info" and not o.answer.sent for o in obs),
+            http_blocked,
         )
 
     def call_lines() -> list[str]:
@@ -505,12 +571,39 @@ def read_engine(
     http_generate = last_metrics.http_active.get(_GENERATE) if last_metrics is not None else None
     in_flight = (running or 0.0) + (queued or 0.0)
     timed_out = _unresponsive(latest, empty_counts=False)
+    frozen_scheds = _schedulers_frozen(procs)
+    if pause.gated and not pause.explicit and frozen_scheds:
+        # Requests held before the scheduler's last published load, no pause call, and the
+        # scheduler blocked in one frame in both samples: not a pause gate but a scheduler stuck
+        # in its first batch after idle, whose LoadSnapshot still says idle (it is published after
+        # a prefill batch, every 15 decode batches and when idle: scheduler.py:3466, :3580).
+        evidence.append(
+            f"{http_generate or 0:g} /generate requests in flight at the HTTP layer "
+            f"(sglang:http_requests_active), {in_flight:g} in the scheduler's published load "
+            "(/v1/loads): its snapshot from before this batch (published only after a prefill "
+            "batch, every 15 decode batches and when idle), and the batch never ended:"
+        )
+        evidence.extend(frozen_scheds)
+        evidence.extend(call_lines())
+        return make(EngineState.STUCK, frozen=True)
+    if compared and in_flight > 0 and _PAUSE in calls_held:
+        # An abort-mode pause drains while holding is_pause_cond (tokenizer_manager.py:1697-1709):
+        # held in flight in every sample, with requests in the scheduler and no step between the
+        # samples, it waits for a scheduler that does not run them to an end.
+        evidence.append(
+            f"{in_flight:g} requests in flight (running {running or 0:g}, queued {queued or 0:g}, "
+            "/v1/loads) and no scheduler step between the samples (sglang:realtime_tokens_total "
+            "flat), while /pause_generation waits in every sample for them to drain: the pause "
+            "cannot finish (it holds is_pause_cond, so /continue_generation waits too)"
+        )
+        evidence.extend(call_lines())
+        return make(EngineState.STUCK, frozen=True)
     if compared and not pause.any and (in_flight > 0 or (http_generate or 0) > 0):
         if in_flight > 0:
             evidence.append(
                 f"{in_flight:g} requests in flight (running {running or 0:g}, queued "
                 f"{queued or 0:g}"
-                + (", metric gauges" if from_gauges else ", /v1/loads")
+                + ", /v1/loads"
                 + ") and no scheduler step between the samples (sglang:realtime_tokens_total flat)"
             )
         else:
@@ -521,12 +614,10 @@ def read_engine(
         evidence.extend(_unresponsive(latest, empty_counts=True))
         evidence.extend(call_lines())
         return make(EngineState.STUCK, frozen=True)
-    if empty and not timed_out:
+    if empty and not timed_out and (calls_held or frozen_scheds):
         # `[]` with the scheduler's own frozen progress: a control call held in flight, or a
         # scheduler blocked at the same frame in both samples.
-        frozen_scheds = _schedulers_frozen(procs)
-        if calls_held or frozen_scheds:
-            timed_out = [_empty_states_line(a, i) for a, i in empty] + frozen_scheds
+        timed_out = [_empty_states_line(a, i) for a, i in empty] + frozen_scheds
     if timed_out:
         evidence.extend(timed_out)
         evidence.extend(pause.explicit + pause.gated)
@@ -542,8 +633,18 @@ def read_engine(
         evidence.extend(call_lines())
         return make(EngineState.HELD, frozen=compared)
     if answers and all(a.status is None for a in answers):
+        server = next((p for p in procs if p.kind == "http_server" and not p.dead), None)
+        blocked = server is not None and all(_timed_out(a) for a in answers)
+        if server is not None and blocked:
+            evidence.append(
+                f"every endpoint of {url} timed out while its HTTP process {server.label} (pid "
+                f"{server.pid}) lives: the HTTP process itself is blocked (one asyncio event loop "
+                "serves /metrics, /model_info and /health too), not a dead engine"
+            )
+            if server.latest is not None:
+                evidence.append(f"{server.label} (pid {server.pid}) {server.latest.describe()}")
         evidence.extend(_describe(a) for a in answers[:3])
-        return make(EngineState.UNRESPONSIVE)
+        return make(EngineState.UNRESPONSIVE, http_blocked=blocked)
     evidence.extend(call_lines())
     if empty:
         a, info = empty[0]

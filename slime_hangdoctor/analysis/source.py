@@ -20,6 +20,7 @@ Source = Literal[
     "ray",  # Ray's state API (actors, tasks, jobs)
     "ray_tasks",  # Ray's task list: actor queues, wait-for cycles, paused engines, overlong methods
     "ray_placement",  # Ray's placement groups against the cluster's capacity
+    "ray_plasma",  # a task whose arguments do not fit in the object store (the raylets' stores)
     "processes",  # the process table (psutil / procfs)
     "cpu",  # CPU time of the slime processes between the samples
     "sockets",  # TCP connections of the slime processes (procfs, collect/sockets.py)

@@ -6,7 +6,8 @@ Which processes are kept:
   ``ray::Class.method`` while a method runs. Ray's own daemons are left out: ``ray::DashboardAgent``,
   ``ray::RuntimeEnvAgent`` and idle pooled workers (``ray::IDLE*``); they play no part in a slime job.
   ``ray::JobSupervisor`` is kept: the job's driver (``python train.py``) is its child.
-- every process whose title starts with ``sglang::`` (schedulers, detokenizer), wherever it hangs;
+- every process whose title starts with ``sglang::`` (schedulers, detokenizer), wherever it hangs,
+  and, found so by title, its untitled parent: the engine's HTTP process (an engine outside Ray);
 - the pids in `extra_pids` (Ray job drivers from the Job API);
 - the children and grandchildren (3 levels) of all of the above: the SGLang HTTP server that an
   `SGLangEngine` actor spawns (``python -c from multiprocessing.spawn ...``), its schedulers, the
@@ -110,6 +111,7 @@ def scan_processes(
     table = _process_table(psutil, titles=roots is None, uid=uid)
     if roots is None:
         chosen_roots = {pid for pid, (_, title) in table.items() if is_root_title(title)}
+        chosen_roots |= _sglang_servers(chosen_roots, table)
     else:
         chosen_roots = {pid for pid in roots if pid in table}
     roots = chosen_roots | {pid for pid in extra_pids if pid in table}
@@ -155,6 +157,20 @@ def record_processes(
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _sglang_servers(roots: AbstractSet[int], table: dict[int, tuple[int | None, str]]) -> set[int]:
+    """The HTTP process of an SGLang engine found by its children's titles: the untitled parent of
+    an `sglang::` process (an engine outside Ray, `python -m sglang.launch_server`, has no title of
+    its own; under Ray it is a descendant of the SGLangEngine actor anyway)."""
+    out: set[int] = set()
+    for pid in roots:
+        ppid, title = table[pid]
+        if not title.startswith("sglang::") or ppid is None or ppid <= 1 or ppid not in table:
+            continue
+        if not table[ppid][1].startswith(("sglang::", "ray::")):
+            out.add(ppid)
+    return out
 
 
 def _process_table(

@@ -3,17 +3,24 @@
 Every request is a GET with its own client timeout and a body cap, and ends as one `ProbeRecord`
 (source `sglang` or `router`) whose raw body goes verbatim into the bundle. Nothing here raises.
 
-Default engine probe (all read-only, sent concurrently so a hanging `/server_info` delays nothing):
+Default engine probe (all read-only). First, concurrently, what the HTTP process answers by itself:
 
 - `/model_info` (fallback `/get_model_info` on 404): tokenizer process only, the HTTP liveness probe.
-- `/server_info` (fallback `/get_server_info`): a scheduler round trip; slime's patch answers
-  `internal_states: []` after 2 s when the scheduler is stuck, stock SGLang hangs (so: timed_out).
 - `/v1/loads` (fallback `/get_load`): the load snapshot (frozen values when the scheduler is stuck).
 - `/metrics`: Prometheus counters, whose deltas across the two samples show progress, and the HTTP
   middleware's per-endpoint request counts (pause/continue calls, calls in flight).
 - `/ready` and `/ping` (tokenizer-side flag checks, no scheduler, no side effect): on >=0.5.20
   `/ready` is 503 while paused and `/ping` stays 200; on 0.5.15 `/ready` is 404 and `/ping` always
   200. Their status is the answer: 404 and 503 are recorded as ok answers, not as failures.
+
+Then `/server_info` (fallback `/get_server_info`), a scheduler round trip: slime's patch answers
+`internal_states: []` after 2 s when the scheduler is stuck, stock SGLang hangs (so: timed_out). On
+the versions whose queueing communicator never recovers from a cancelled call (before 0.5.23, the
+version `/v1/loads` reports; an unknown version counts as one of them), one `/server_info` that
+times out poisons the endpoint for every later caller (0.5.15.post1 communicator.py:38-58), so it is
+not sent when the first reads already show the scheduler busy or silent (`server_info_risk`): a
+request in flight in `/v1/loads`, or at a scheduler-bound endpoint in `sglang:http_requests_active`,
+or no answer from the HTTP process at all. The record then says "not sent" and why.
 
 `/health` is NOT called by default. Since SGLang 0.4.10 `/health` is the same handler as
 `/health_generate` (unless `SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false`): on an idle scheduler it
@@ -38,7 +45,7 @@ from urllib.parse import urlsplit
 from slime_hangdoctor import bundle
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, safe_name
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.facts import Outcome, SglangMetrics
 from slime_hangdoctor.parsers import sglang as parsers
 
 # An answer past this size is not an SGLang answer (a /metrics page is ~10-500 KB): it is not kept,
@@ -66,6 +73,7 @@ ENGINE_ENDPOINTS: tuple[Endpoint, ...] = tuple(
     Endpoint(e.paths, e.parse, e.suffix, status_answers=e.status_answers)
     for e in parsers.ENGINE_ENDPOINTS
 )
+SERVER_INFO = next(e for e in ENGINE_ENDPOINTS if e.paths[0] == "/server_info")
 HEALTH = Endpoint(("/health",), None, ".txt", HEALTH_TIMEOUT_CAP_S)
 HEALTH_GENERATE = Endpoint(("/health_generate",), None, ".txt")
 ROUTER_ENDPOINTS: tuple[Endpoint, ...] = tuple(
@@ -94,6 +102,7 @@ class Answer:
     outcome: Outcome = Outcome.FAILED
     reason: str | None = None
     fallback: str | None = None
+    not_sent: bool = False  # deliberately not asked (see server_info_risk)
 
 
 def _classify(exc: BaseException, budget: float) -> tuple[Outcome, str]:
@@ -297,6 +306,9 @@ def _record(
     }
     if answer.fallback:
         meta["fallback"] = answer.fallback
+    if answer.not_sent:
+        meta["not_sent"] = True
+        meta["error"] = answer.reason
     return ProbeRecord(
         source=source,
         target=safe_name(f"{netloc}{answer.path}"),
@@ -328,6 +340,19 @@ def _probe(
         answer = Answer(path=endpoints[0].paths[0], started_at=time.time())
         answer.reason = answer.error = f"probe failed: {type(exc).__name__}: {exc}"
         jobs = [_Job(endpoints[0], answers=[answer])]
+    return _records(writer, jobs, source=source, url=base, node_ip=node_ip, sample=sample)
+
+
+def _records(
+    writer: BundleWriter,
+    jobs: list[_Job],
+    *,
+    source: str,
+    url: str,
+    node_ip: str | None,
+    sample: int,
+) -> list[ProbeRecord]:
+    base = url
     records: list[ProbeRecord] = []
     for job in jobs:
         for answer in job.answers:
@@ -356,21 +381,104 @@ def probe_engine(
     concurrently and each request gets what is left of the budget. See the module docstring for why
     `/health` is off by default (`health=True` turns it on) and `/health_generate` is opt-in.
     """
-    endpoints = ENGINE_ENDPOINTS
+    first = tuple(e for e in ENGINE_ENDPOINTS if e is not SERVER_INFO)
+    later: tuple[Endpoint, ...] = ()
     if health:
-        endpoints = (HEALTH, *endpoints)
+        later = (HEALTH, *later)
     if health_generate:
-        endpoints = (*endpoints, HEALTH_GENERATE)
-    return _probe(
-        writer,
-        endpoints,
-        url,
-        source=bundle.SGLANG,
-        node_ip=node_ip,
-        sample=sample,
-        timeout=timeout,
-        api_key=api_key,
+        later = (*later, HEALTH_GENERATE)
+    base = base_url(url)
+    tic = time.monotonic()
+    try:
+        jobs = _collect_jobs(first, base, api_key, timeout)
+        risk = server_info_risk(jobs)
+        if risk is None:
+            later = (SERVER_INFO, *later)
+        else:
+            jobs.append(_Job(SERVER_INFO, answers=[_not_sent(SERVER_INFO.paths[0], risk)]))
+        left = timeout - (time.monotonic() - tic)
+        if later and left > 0.05:
+            jobs.extend(_collect_jobs(later, base, api_key, left))
+        elif later:
+            why = "not sent: no time left of the probe budget"
+            jobs.extend(
+                _Job(
+                    e,
+                    answers=[
+                        Answer(e.paths[0], time.time(), outcome=Outcome.TIMED_OUT, reason=why)
+                    ],
+                )
+                for e in later
+            )
+    except Exception as exc:  # thread start failure and the like
+        answer = Answer(path=first[0].paths[0], started_at=time.time())
+        answer.reason = answer.error = f"probe failed: {type(exc).__name__}: {exc}"
+        jobs = [_Job(first[0], answers=[answer])]
+    order = {e.paths[0]: i for i, e in enumerate((HEALTH, *ENGINE_ENDPOINTS, HEALTH_GENERATE))}
+    jobs.sort(key=lambda j: order.get(j.endpoint.paths[0], len(order)))
+    return _records(writer, jobs, source=bundle.SGLANG, url=base, node_ip=node_ip, sample=sample)
+
+
+def _not_sent(path: str, why: str) -> Answer:
+    reason = f"not sent: {why}"
+    return Answer(path, time.time(), outcome=Outcome.UNAVAILABLE, reason=reason, not_sent=True)
+
+
+def _parsed(jobs: list[_Job], path: str, check: Callable[[bytes], Any]) -> Any:
+    for job in jobs:
+        for answer in job.answers:
+            if answer.path == path and answer.outcome is Outcome.OK and answer.body is not None:
+                try:
+                    return check(answer.body)
+                except Exception:
+                    return None
+    return None
+
+
+def server_info_risk(jobs: list[_Job]) -> str | None:
+    """Why `/server_info` must not be sent after these first reads (None: send it).
+
+    On a version whose `/server_info` stays poisoned after one timed-out call (or an unknown one),
+    it is sent only when the HTTP process answered and nothing shows the scheduler holding work: a
+    busy or silent scheduler may not answer within slime's 2 s, and that one timeout would leave
+    every later `/server_info` (slime's, the operator's, the doctor's next sample) answering
+    `internal_states: []` until the engine restarts."""
+    load = _parsed(jobs, "/v1/loads", parsers.parse_loads) or _parsed(
+        jobs, "/get_load", parsers.parse_loads
     )
+    version = load.version if load is not None else None
+    parsed_version = parsers.version_tuple(version)
+    if parsed_version is not None and parsed_version >= parsers.RECOVERING_VERSION:
+        return None
+    named = f"SGLang {version}" if version else "an SGLang of unknown version"
+    poison = (
+        f"on {named} one /server_info that times out leaves the endpoint answering "
+        "internal_states: [] for every later caller (communicator.py:38-58)"
+    )
+    answers = [a for job in jobs for a in job.answers]
+    if not any(a.outcome is Outcome.OK for a in answers) and any(
+        a.outcome is Outcome.TIMED_OUT for a in answers
+    ):
+        # (refused everywhere: nothing listens, nothing to poison; the call is made and refused)
+        return f"the HTTP process did not answer the first reads in time; {poison}"
+    if load is not None and load.known and (load.running or 0) + (load.waiting or 0) > 0:
+        return (
+            f"/v1/loads shows {load.running} running, {load.waiting} waiting (the scheduler is "
+            f"busy); {poison}"
+        )
+    metrics = _parsed(jobs, "/metrics", parsers.parse_metrics_page)
+    if isinstance(metrics, SglangMetrics):
+        held = sorted(
+            f"{p} x{n:g}"
+            for p, n in metrics.http_active.items()
+            if n > 0 and p not in parsers.HTTP_ONLY_PATHS
+        )
+        if held:
+            return (
+                "requests in flight at scheduler-bound endpoints (sglang:http_requests_active: "
+                f"{', '.join(held)}); {poison}"
+            )
+    return None
 
 
 def probe_router(

@@ -98,6 +98,7 @@ def start_head(
     num_cpus: int = 2,
     env: Mapping[str, str] | None = None,
     timeout: float = START_TIMEOUT_S,
+    object_store_mib: int | None = None,
 ) -> RayHead:
     """Start a head with its dashboard on 127.0.0.1 and wait until ``/api/version`` answers.
 
@@ -133,6 +134,8 @@ def start_head(
         f"--temp-dir={temp_dir}",
         "--disable-usage-stats",
     ]
+    if object_store_mib is not None:
+        args.append(f"--object-store-memory={object_store_mib * 1024 * 1024}")
     # Ray binds these two metrics ports at fixed defaults (44217, 44227): a second head would clash.
     full_env = {
         "AUTOSCALER_METRIC_PORT": str(monitor_port),

@@ -47,6 +47,9 @@ class FaultSpec:
     # the job's rewards come from a remote reward model outside the job (`--rm-type remote_rm
     # --rm-url`, a free port the launcher picks)
     remote_reward: bool = False
+    # the head's object store (`ray start --object-store-memory`, MiB) that the fault needs; None:
+    # Ray's default. A head shared with other faults has the default: such a fault gets its own.
+    object_store_mib: int | None = None
     frames: tuple[FrameSignature, ...] = field(default_factory=tuple)
     # where the doctor does not reach `expected` yet: what it says instead (tests mark it xfail)
     known_gap: str | None = None
@@ -359,6 +362,28 @@ FAULTS: dict[str, FaultSpec] = {
             frames=(
                 FrameSignature(
                     "driver", ("_create_placement_group", "create_placement_groups", "train")
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="rollout_data_plasma_full",
+            description=(
+                "ray-project/ray#62093: a user's --custom-convert-samples-to-train-data-path packs "
+                "the rollout batch in a Ray task that waits on one Ray task per DP shard; the "
+                "batch it pins as a granted lease's argument leaves no room under Ray's "
+                "task-argument limit (70 % of a small object store): the shard's task never "
+                "starts and RolloutManager.generate waits"
+            ),
+            expected=Expected(
+                status="hung", stage="rollout_dispatch", culprit_role="rollout_manager"
+            ),
+            uses_fault_after_steps=False,
+            object_store_mib=128,
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature(
+                    "rollout_manager",
+                    ("convert_samples_to_train_data", "_convert_samples_to_train_data", "generate"),
                 ),
             ),
         ),

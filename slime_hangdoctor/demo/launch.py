@@ -35,7 +35,13 @@ SETTLE_S = 2.5  # after the armed line: let the faulty call reach its blocking p
 # the healthy engine, whose idle keep-alive connections the server closes after 5 s
 # rollout_slots_leaked: the stuck generate must outlast 5x its earlier runs (Ray task history;
 # the first rollout imports the reward code and may take seconds)
-SETTLE_S_BY_FAULT = {"engine_paused_by_update": 9.0, "rollout_slots_leaked": 20.0}
+# rollout_data_plasma_full: the dashboard refreshes the raylets' object-store readings of its node
+# summary every 15 s (Ray's NODE_STATS_UPDATE_INTERVAL_SECONDS): one refresh after the hang
+SETTLE_S_BY_FAULT = {
+    "engine_paused_by_update": 9.0,
+    "rollout_slots_leaked": 20.0,
+    "rollout_data_plasma_full": 16.0,
+}
 STARTUP_SETTLE_S = 5.0  # start-up faults: a few /health_generate polls
 HEALTHY_STEPS = {"none": 3, "slow": 1}  # train steps a healthy run shows before it is "ready"
 # What the job's processes import beyond the doctor's own dependencies (the [demo] extra).
@@ -432,7 +438,9 @@ def start_demo(
     }
     owns_head = head is None
     if head is None:
-        head = cluster.start_head(workdir, num_cpus=num_cpus)
+        head = cluster.start_head(
+            workdir, num_cpus=num_cpus, object_store_mib=spec.object_store_mib
+        )
     run = DemoRun(
         fault=spec,
         head=head,

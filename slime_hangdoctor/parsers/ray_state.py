@@ -27,6 +27,7 @@ from slime_hangdoctor.facts import (
     GpuReading,
     GpuSample,
     GpuSeries,
+    ObjectStoreUsage,
     PlacementBundle,
     PlacementDemand,
     RayActor,
@@ -137,6 +138,42 @@ def parse_node_summary(body: bytes | str) -> tuple[GpuSeries, ...]:
                 samples=(GpuSample(t=0.0, gpus=readings),),
                 driver=None,
                 node_ip=_opt_str(node.get("ip")),
+            )
+        )
+    return tuple(out)
+
+
+def parse_object_stores(body: bytes | str) -> tuple[ObjectStoreUsage, ...]:
+    """``/nodes?view=summary`` -> each node's object store, from its ``raylet`` entry. The dashboard
+    refreshes these readings every 15 s (Ray's ``NODE_STATS_UPDATE_INTERVAL_SECONDS``); a node it
+    has not read yet has no store stats and a capacity of 0: no entry here."""
+    data = _envelope_data(_load(body, "node summary"), "node summary")
+    summary = data.get("summary")
+    if not isinstance(summary, list):
+        raise ParseError("node summary: data.summary is not a list")
+    out: list[ObjectStoreUsage] = []
+    for i, node in enumerate(summary):
+        raylet = node.get("raylet") if isinstance(node, Mapping) else None
+        if not isinstance(raylet, Mapping) or "objectStoreAvailableMemory" not in raylet:
+            continue
+        stats = raylet.get("storeStats") or {}
+        if not isinstance(stats, Mapping):
+            raise ParseError(f"node summary: entry {i} has a non-object raylet.storeStats")
+        where = f"node summary entry {i}"
+        used = _opt_int(raylet.get("objectStoreUsedMemory"), where) or 0
+        available = _opt_int(raylet.get("objectStoreAvailableMemory"), where) or 0
+        if used + available <= 0:
+            continue
+        out.append(
+            ObjectStoreUsage(
+                node_id=_opt_str(raylet.get("nodeId")),
+                node_ip=_opt_str(node.get("ip")),
+                used_bytes=used,
+                available_bytes=available,
+                primary_copy_bytes=_opt_int(stats.get("objectStoreBytesPrimaryCopy"), where) or 0,
+                spilled_bytes=_opt_int(stats.get("spilledBytesTotal"), where) or 0,
+                local_objects=_opt_int(stats.get("numLocalObjects"), where) or 0,
+                pulls_queued=stats.get("objectPullsQueued") is True,
             )
         )
     return tuple(out)
@@ -504,6 +541,10 @@ def _task_page(body: bytes) -> tuple[TaskPage]:
     return (parse_task_page(body),)
 
 
+def _node_summary(body: bytes) -> tuple[GpuSeries | ObjectStoreUsage, ...]:
+    return (*parse_node_summary(body), *parse_object_stores(body))
+
+
 def _cluster(body: bytes) -> tuple[ClusterResources]:
     return (parse_cluster_status(body),)
 
@@ -549,7 +590,7 @@ STATE_ENDPOINTS: tuple[StateEndpoint, ...] = (
     StateEndpoint("placement_groups", "/api/v0/placement_groups", _MANY, parse_placement_groups),
     StateEndpoint("nodes", "/api/v0/nodes", _MANY, parse_nodes),
     StateEndpoint("jobs", "/api/jobs/", parse=parse_jobs),
-    StateEndpoint("node_summary", "/nodes", (("view", "summary"),), parse_node_summary),
+    StateEndpoint("node_summary", "/nodes", (("view", "summary"),), _node_summary),
     StateEndpoint("cluster_status", "/api/cluster_status", parse=_cluster),
     StateEndpoint("profiling_enabled", "/api/profiling_enabled"),
 )

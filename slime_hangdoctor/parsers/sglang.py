@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +43,9 @@ from slime_hangdoctor.parsers.json_text import load_json
 
 __all__ = [
     "ENGINE_ENDPOINTS",
+    "HTTP_ONLY_PATHS",
     "PARSER_BY_PATH",
+    "RECOVERING_VERSION",
     "ROUTER_ENDPOINTS",
     "ROUTER_METRICS_ENDPOINTS",
     "ROUTER_PARSER_BY_PATH",
@@ -56,7 +59,41 @@ __all__ = [
     "parse_router_metrics",
     "parse_server_info",
     "parse_workers",
+    "version_tuple",
 ]
+
+
+# The first SGLang release whose queueing communicator recovers from a cancelled `/server_info`
+# call (0.5.23 serialises the calls with an asyncio.Lock). Before it, one call that timed out under
+# slime's 2 s patch leaves `_result_event` set (0.5.15.post1 managers/communicator.py:38-58) and
+# every later call answers `internal_states: []`.
+RECOVERING_VERSION = (0, 5, 23)
+
+# Endpoints the HTTP process answers by itself, without the scheduler (0.5.15.post1: the tokenizer's
+# own state, the shared-memory load snapshot, the Prometheus files). A request in flight at any other
+# endpoint (`sglang:http_requests_active`) is work the scheduler holds or will hold.
+HTTP_ONLY_PATHS = frozenset(
+    {
+        "/metrics",
+        "/model_info",
+        "/get_model_info",
+        "/v1/models",
+        "/v1/loads",
+        "/get_load",
+        "/ready",
+        "/ping",
+        "/get_weight_version",
+        "/weight_version",
+    }
+)
+
+
+def version_tuple(text: str | None) -> tuple[int, ...] | None:
+    """'0.5.15.post1' -> (0, 5, 15); None when there is no leading dotted number."""
+    match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    if match is None:
+        return None
+    return tuple(int(g) for g in match.groups(default="0"))
 
 
 # --------------------------------------------------------------------------- small helpers
@@ -204,7 +241,7 @@ def parse_loads(body: bytes | str) -> EngineLoad:
         loads = data["loads"]
         if not isinstance(loads, list):
             raise ParseError(f"{what}: 'loads' is not a list")
-        return _v1_loads(loads, what)
+        return _v1_loads(loads, what, _opt_str(data.get("version")))
     if "load" in data:
         tokens = _count(data["load"], "load", what)
         return EngineLoad(running=1 if tokens > 0 else 0, waiting=0)
@@ -218,9 +255,9 @@ def _entries(items: list[Any], what: str) -> list[Mapping[str, Any]]:
     return entries
 
 
-def _v1_loads(items: list[Any], what: str) -> EngineLoad:
+def _v1_loads(items: list[Any], what: str, version: str | None = None) -> EngineLoad:
     if not items:
-        return EngineLoad(running=None, waiting=None, ranks=0)
+        return EngineLoad(running=None, waiting=None, ranks=0, version=version)
     running = waiting = 0
     throughputs: list[float] = []
     for entry in _entries(items, what):
@@ -238,6 +275,7 @@ def _v1_loads(items: list[Any], what: str) -> EngineLoad:
         waiting=waiting,
         gen_throughput=sum(throughputs) if throughputs else None,
         ranks=len(items),
+        version=version,
     )
 
 

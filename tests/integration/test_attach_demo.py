@@ -432,10 +432,13 @@ def _diagnose_live(fault: str, slot: Slot) -> FaultRun:
     """Start `fault`'s demo job on the slot's head, attach the doctor, check the live hang, stop
     the job (the live pool runs this, two faults at a time, each on its slot's own head)."""
     workdir = slot.workdir(fault)
+    # a fault that needs a head option of its own (a small object store) starts its own head,
+    # which the run stops with the job; the others share the slot's
+    own_head = FAULTS[fault].object_store_mib is not None
     run = start_demo(
         fault,
         workdir=workdir / "demo",
-        head=slot.head,
+        head=None if own_head else slot.head,
         fault_after_steps=FAULT_AFTER_STEPS.get(fault, 0),
     )
     try:

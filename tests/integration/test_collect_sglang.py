@@ -180,7 +180,8 @@ def test_healthy_engine_default_probe_is_read_only(start: Start, writer: BundleW
     assert parse_model_info(artefact(writer, got["/model_info"])).model_path == "demo/model"
     assert parse_server_info(artefact(writer, got["/server_info"])).internal_states_count == 1
     assert parse_loads(artefact(writer, got["/v1/loads"])).running == 0
-    assert parse_metrics(artefact(writer, got["/metrics"])).decode_tokens_total == 0.0
+    # no realtime series before the first batch (metrics_collector.py:1203-1217)
+    assert parse_metrics(artefact(writer, got["/metrics"])).decode_tokens_total is None
     assert str(got["/metrics"].artifact).endswith(".s0.txt")
     logged = s.logged()
     assert sorted(e["path"] for e in logged) == sorted(DEFAULT_PATHS)
@@ -205,18 +206,55 @@ def test_stuck_engine(start: Start, writer: BundleWriter) -> None:
         5.0, lambda: probe_engine(writer, s.url, node_ip=None, sample=1, timeout=5.0)
     )
     got = by_path(records)
-    assert all(r.outcome is Outcome.OK for r in records), records
-    assert parse_server_info(artefact(writer, got["/server_info"])).empty_internal_states
+    assert all(r.outcome is Outcome.OK for p, r in got.items() if p != "/server_info"), records
     assert parse_loads(artefact(writer, got["/v1/loads"])).running == 1
-    # With a budget below slime's 2 s server_info timeout, the scheduler call times out instead.
-    short = timed_probe(
-        1.0, lambda: probe_engine(writer, s.url, node_ip=None, sample=0, timeout=1.0)
-    )
-    got = by_path(short)
-    assert got["/server_info"].outcome is Outcome.TIMED_OUT
-    assert got["/server_info"].meta["status"] is None and got["/server_info"].artifact is None
-    assert got["/model_info"].outcome is Outcome.OK and got["/metrics"].outcome is Outcome.OK
+    # On 0.5.15 a /server_info that times out would poison the endpoint: with a request in flight
+    # it is not sent, and the record says why.
+    info = got["/server_info"]
+    assert info.outcome is Outcome.UNAVAILABLE and info.meta["not_sent"] is True, info
+    assert info.artifact is None and "1 running" in str(info.reason)
+    assert "/server_info" not in {e["path"] for e in s.logged()}
     assert all(e["method"] == "GET" for e in s.logged() if e["path"] != "/generate")
+
+
+def test_doctor_probe_leaves_server_info_working_after_a_3s_stall(
+    start: Start, writer: BundleWriter
+) -> None:
+    """Issue 25 item 7: a 0.5.15-shaped engine whose scheduler stalls for 3 s (its process stopped)
+    while it generates. The doctor probes it twice in the stall; afterwards `/server_info` still
+    answers with its states (one doctor call that timed out would have left it answering
+    `internal_states: []` for everyone, communicator.py:38-58)."""
+    import psutil
+
+    s = start()
+    assert s.get("/v1/loads").json()["version"].startswith("0.5.15")
+    stop = threading.Event()
+
+    def traffic() -> None:
+        body = {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 40}}
+        while not stop.is_set():
+            _quiet_post(s.url + "/generate", body)
+
+    worker = threading.Thread(target=traffic, daemon=True)
+    worker.start()
+    time.sleep(0.5)
+    scheduler = psutil.Process(s.scheduler_pid())
+    records: list[ProbeRecord] = []
+    scheduler.suspend()
+    tic = time.monotonic()
+    try:
+        for sample in (0, 1):
+            records += probe_engine(writer, s.url, node_ip=None, sample=sample, timeout=2.5)
+    finally:
+        time.sleep(max(0.0, 3.0 - (time.monotonic() - tic)))
+        scheduler.resume()
+        stop.set()
+    infos = [r for r in records if r.meta["path"] == "/server_info"]
+    assert len(infos) == 2 and all(r.meta.get("not_sent") for r in infos), infos
+    worker.join(30)
+    answer = s.get("/server_info", timeout=5.0)
+    assert answer.elapsed.total_seconds() < 1.5
+    assert parse_server_info(answer.content).internal_states_count == 1, answer.text[:300]
 
 
 def _quiet_post(url: str, body: dict[str, Any]) -> None:
@@ -283,8 +321,11 @@ def test_accepting_socket_that_never_answers_times_out_in_budget(writer: BundleW
     finally:
         hole.close()
     assert [r.meta["path"] for r in records] == DEFAULT_PATHS
-    assert all(r.outcome is Outcome.TIMED_OUT for r in records), records
-    assert all("timed out" in (r.reason or "") for r in records)
+    asked = [r for r in records if r.meta["path"] != "/server_info"]
+    assert all(r.outcome is Outcome.TIMED_OUT for r in asked), records
+    assert all("timed out" in (r.reason or "") for r in asked)
+    # nothing answered in time: /server_info, which one timeout poisons on 0.5.15, is not sent
+    assert by_path(records)["/server_info"].meta.get("not_sent") is True
 
 
 def test_trickling_body_is_cut_at_the_budget(writer: BundleWriter) -> None:
@@ -322,7 +363,8 @@ def test_trickling_body_is_cut_at_the_budget(writer: BundleWriter) -> None:
     finally:
         stop.set()
         srv.close()
-    assert all(r.outcome is Outcome.TIMED_OUT for r in records), records
+    asked = [r for r in records if not r.meta.get("not_sent")]
+    assert all(r.outcome is Outcome.TIMED_OUT for r in asked), records
 
 
 def test_garbage_bodies_fail_but_are_kept(
@@ -357,7 +399,7 @@ def test_old_sglang_fallback_paths(fake: Callable[..., FakeHTTP], writer: Bundle
                 200,
                 b'{"model_path": "old/model", "internal_states": [{}], "version": "0.4.6"}',
             ),
-            "/get_load": (200, b'{"load": 17}'),
+            "/get_load": (200, b'{"load": 0}'),
         }
     )
     records = probe_engine(writer, f.url, node_ip=None, sample=0, timeout=3.0)
@@ -381,7 +423,7 @@ def test_old_sglang_fallback_paths(fake: Callable[..., FakeHTTP], writer: Bundle
     ):
         assert got[new].outcome is Outcome.FAILED and got[new].meta["fallback"] == old
         assert got[old].outcome is Outcome.OK
-    assert parse_loads(artefact(writer, got["/get_load"])).running == 1
+    assert parse_loads(artefact(writer, got["/get_load"])).running == 0
     assert got["/metrics"].outcome is Outcome.FAILED and got["/metrics"].meta["status"] == 404
 
 

@@ -341,7 +341,17 @@ def test_flat_gauges_without_a_realtime_counter_are_not_frozen() -> None:
     e = _read(*obs)
     assert e.state is not EngineState.STUCK and not e.frozen
     with_realtime = [_metrics("metrics_after.txt", s) for s in (0, 1)]
-    assert _read(*with_realtime).state is EngineState.STUCK
+    assert _read(*with_realtime, _loads("v1_loads_stuck.json")).state is EngineState.STUCK
+
+
+def test_gauges_never_count_even_without_a_load() -> None:
+    """Issue 25 item 8: with `/v1/loads` unknown, `num_running_reqs` (as last refreshed: at prefill,
+    every 40 decode steps, every 30 s idle) beside a flat realtime counter is not a stall; the
+    gauges are shown, not counted."""
+    with_realtime = [_metrics("metrics_after.txt", s) for s in (0, 1)]
+    e = _read(*with_realtime)
+    assert e.state is EngineState.UNKNOWN and e.running is None, e
+    assert any("gauges say running" in line for line in e.evidence), e.evidence
 
 
 def test_router_marks_dead_and_counts_requests_held_before_the_scheduler() -> None:

@@ -22,6 +22,11 @@ CASES = {
         "ray_placement.infeasible",
         "in one PACK group, cluster has 0",
     ),
+    "rollout_data_plasma_full": (
+        ("node_summary",),
+        "ray_plasma.args_wait",
+        "is PENDING_NODE_ASSIGNMENT over both samples while the object store",
+    ),
 }
 RECORDED = sorted(n for n in CASES if (DEMO / f"{n}.tar.gz").is_file())
 

@@ -172,6 +172,7 @@ def test_stuck_engine_with_requests_in_flight_during_eval() -> None:
         http=(
             http(URL0, "/metrics", 200, metrics, sample=0),
             http(URL0, "/metrics", 200, metrics, sample=1),
+            http(URL0, "/v1/loads", 200, EngineLoad(running=12, waiting=0, ranks=1), sample=1),
             http(
                 URL1,
                 "/metrics",

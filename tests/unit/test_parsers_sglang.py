@@ -78,7 +78,9 @@ def test_spec_v1_loads_sums_dp_ranks() -> None:
         '{"dp_rank": 0, "num_running_reqs": 4, "num_waiting_reqs": 1, "gen_throughput": 10.0},'
         '{"dp_rank": 1, "num_running_reqs": 2, "num_waiting_reqs": 0, "gen_throughput": 5.5}]}'
     )
-    assert parse_loads(body) == EngineLoad(running=6, waiting=1, gen_throughput=15.5, ranks=2)
+    assert parse_loads(body) == EngineLoad(
+        running=6, waiting=1, gen_throughput=15.5, ranks=2, version="0.5.15"
+    )
 
 
 def test_spec_weight_version_patch_body() -> None:
@@ -124,7 +126,8 @@ def test_captured_model_info_and_weight_version() -> None:
 
 
 def test_captured_loads() -> None:
-    assert parse_loads(fixture("v1_loads_idle.json")) == EngineLoad(0, 0, 0.0, ranks=1)
+    idle_load = parse_loads(fixture("v1_loads_idle.json"))
+    assert idle_load == EngineLoad(0, 0, 0.0, ranks=1, version="0.5.15.post1")
     busy = parse_loads(fixture("v1_loads_busy.json"))
     assert busy.running == 2 and busy.waiting == 0
     assert busy.gen_throughput is not None and busy.gen_throughput > 0

@@ -27,6 +27,7 @@ from slime_hangdoctor.analysis.suspects import (
     gpu_kernel,
     kernel,
     placement,
+    plasma,
     processes,
     progress,
     ras,
@@ -66,6 +67,7 @@ SUSPECT_FINDERS: tuple[SuspectFinder, ...] = (
     SuspectFinder("ray", ray.suspects),
     SuspectFinder("ray_tasks", ray_tasks.suspects),
     SuspectFinder("ray_placement", placement.suspects),
+    SuspectFinder("ray_plasma", plasma.suspects),
     SuspectFinder("processes", processes.suspects),
     SuspectFinder("routers", routers.suspects),
     SuspectFinder("rollout", rollout.suspects),
@@ -119,5 +121,8 @@ def hang_evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
 def ray_findings(world: World, engines: tuple[EngineRead, ...] = ()) -> list[Finding]:
     """What Ray's state says beside the suspects: queues and cycles, placement waits, deaths."""
     return (
-        ray_tasks.findings(world, engines=engines) + placement.findings(world) + ray.findings(world)
+        ray_tasks.findings(world, engines=engines)
+        + placement.findings(world)
+        + plasma.findings(world)
+        + ray.findings(world)
     )

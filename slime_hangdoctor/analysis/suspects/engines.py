@@ -51,6 +51,11 @@ def suspects(reads: Reads) -> list[Suspect]:
         stage = _engine_stage(e)
         inside = _with_trainers(world, e, engines)
         why = f"engine {e.url} {words[e.state]}"
+        if e.http_blocked:
+            why = (
+                f"engine {e.url} is unresponsive: the HTTP process itself is blocked (every "
+                "endpoint timed out while it lives)"
+            )
         weight = weights[e.state]
         if inside and e.state is not EngineState.DEAD:
             why += (

@@ -89,6 +89,7 @@ def build_server_args(ns: argparse.Namespace) -> Msg:
         "enable_metrics": True,
         "enable_metrics_for_all_schedulers": False,
         "decode_log_interval": 40,
+        "load_snapshot_publish_interval": 15,
         "api_key": ns.api_key,
         "admin_api_key": ns.admin_api_key,
         "hicache_storage_backend_extra_config": ns.hicache_storage_backend_extra_config,

@@ -19,13 +19,14 @@ from slime.rollout.data_source import RolloutDataSourceWithBuffer
 from slime.rollout.sglang_rollout import generate_rollout
 from slime.utils.health_monitor import RolloutHealthMonitor
 from slime.utils.http_utils import init_http_client
-from slime.utils.logging_utils import configure_logger
+from slime.utils.logging_utils import configure_logger, log_fault_armed
 from slime.utils.misc import (
     Box,
     die_with_parent_after_fork,
     fault_armed,
     get_current_node_ip,
     get_free_port,
+    load_function,
 )
 from slime.utils.types import Sample
 
@@ -175,6 +176,12 @@ class RolloutManager:
         return raw, out
 
     def _convert_samples_to_train_data(self, samples: list[Sample]) -> dict[str, Any]:
+        if self.args.custom_convert_samples_to_train_data_path:
+            if self.args.fault == "rollout_data_plasma_full":
+                where = "the custom convert_samples_to_train_data (a Ray task per DP shard)"
+                log_fault_armed(logger, self.args.fault, where, self.rollout_id)
+            convert = load_function(self.args.custom_convert_samples_to_train_data_path)
+            return dict(convert(self.args, samples))
         raw_rewards, rewards = self._post_process_rewards(samples)
         return {
             "tokens": [s.tokens for s in samples],

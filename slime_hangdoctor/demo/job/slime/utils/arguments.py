@@ -94,6 +94,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--use-fault-tolerance", action="store_true")
     p.add_argument("--rollout-health-check-interval", type=float, default=30.0)
     p.add_argument("--rollout-health-check-timeout", type=float, default=30.0)
+    p.add_argument("--custom-convert-samples-to-train-data-path", default=None)
     # checkpointing, as slime's (Megatron's --save, slime's --save-interval)
     p.add_argument("--save", default=None)
     p.add_argument("--save-interval", type=int, default=None)
@@ -138,6 +139,12 @@ FAULT_SETTINGS: dict[str, dict[str, object]] = {
     "train_custom_loss_stuck": {
         "train_backend": "fsdp",
         "custom_loss_function_path": "user_plugins.token_mean_loss.token_mean_loss",
+    },
+    # a user's conversion of samples to train data that packs each DP shard in a Ray task
+    "rollout_data_plasma_full": {
+        "custom_convert_samples_to_train_data_path": (
+            "user_plugins.packed_train_data.convert_samples_to_train_data"
+        ),
     },
     # a save after every step, under the job's working directory (a disk-backed folder)
     "checkpoint_slow_storage": {"save": "checkpoints", "save_interval": 1},

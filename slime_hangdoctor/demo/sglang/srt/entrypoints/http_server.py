@@ -44,6 +44,10 @@ Faults (armed `--fault-after-s` seconds after start):
   continue pair) generation is paused again and never continued (as AReaL#1160, where the update
   endpoint paused and nothing continued): later `/generate` requests wait at the tokenizer's pause
   gate, outside the scheduler, which reports nothing running or queued.
+- `blocked_http_loop`: the next `/generate` makes a synchronous call on the HTTP process's event
+  loop that never returns (in `_tokenize_one_request`): the process lives, but no endpoint answers
+  again, `/metrics`, `/model_info` and `/health` included (the real HTTP process is one asyncio
+  loop; see tokenizer_manager.py's docstring). The scheduler is idle and well.
 - `killed_mid_generate`: as soon as the first `/generate` of the armed phase reached the
   scheduler, this HTTP process SIGKILLs itself (as the kernel's OOM killer would): requests in
   flight are cut, new connections are refused, the scheduler and detokenizer die with it (their
@@ -54,7 +58,12 @@ Where it differs from a real engine: one DP rank and one TP rank; no streaming, 
 `/generate` (400); token ids and text are deterministic filler; a forward step is a sleep; weight
 groups use gloo whatever `backend` says; `flattened_bucket` broadcasts one flat tensor of the first
 dtype; `/update_weights_from_tensor` accepts any strings (no CUDA IPC); the `sglang::detokenizer`
-child is idle (outputs go scheduler -> HTTP directly). Kept on purpose, as in SGLang: metric gauges
+child is idle (outputs go scheduler -> HTTP directly); requests are served on threads that take
+turns on one lock where SGLang runs coroutines on one asyncio loop (the same stalls: a handler that
+blocks without awaiting stalls every endpoint; py-spy shows the blocked handler on its own thread,
+not on MainThread). Kept on purpose, as in SGLang: the LoadSnapshot published after a prefill batch,
+every 15 decode batches and when idle; realtime counters only after their first non-zero count, no
+forward timer without SGLANG_ENABLE_METRICS_DEVICE_TIMER, `num_paused_reqs` always 0; metric gauges
 refresh only at prefill, every 40 decode steps and every 30 s idle (so `num_running_reqs` can stay
 stale after requests end), counters move only while generating, and `/health` runs a 1-token
 generation through the pause gate and the update lock.
@@ -279,7 +288,9 @@ _CORE_LOAD_KEYS = (
 
 def ep_v1_loads(tm: TokenizerManager, method: str, query: str, raw: bytes) -> Reply:
     params = parse_qs(query)
-    include = {x for v in params.get("include", ["core"]) for x in v.split(",") if x}
+    # No `include`: every section (0.5.15.post1 LoadSnapshot.to_dict(include=None) -> include_all,
+    # managers/load_snapshot.py); `include=core` alone: the core keys only.
+    include = {x for v in params.get("include", ["all"]) for x in v.split(",") if x}
     load: Msg = dict(tm.snapshot.get("load") or {})
     entry: Msg = {k: load.get(k, 0) for k in _CORE_LOAD_KEYS}
     if include & {"memory", "all"}:
@@ -577,27 +588,33 @@ class RequestHandler(BaseHTTPRequestHandler):
         tm = self.server.tm
         path, _, query = self.path.partition("?")
         client = f"{self.client_address[0]}:{self.client_address[1]}"
-        tm.log_request(method, path, query, client)
-        # The HTTP middleware (0.5.15.post1 utils/common.py:2350-2372, installed with
-        # --enable-metrics, outermost): every request counted by its route's path, in flight
-        # (`sglang:http_requests_active`, livesum) until its response is made.
-        endpoint = path  # the matched route's path; the stand-in's routes are exact paths
-        tm.http_request_started(endpoint, method)
-        status: int | None = None
         try:
+            raw = self._read_body()  # uvicorn reads the body without holding the loop
+        except ValueError:
+            raw = None
+        # Everything else runs on the one event loop (tokenizer_manager.py's docstring): a
+        # blocked loop answers nothing, /metrics, /model_info and /health included.
+        with tm.on_loop():
+            tm.log_request(method, path, query, client)
+            # The HTTP middleware (0.5.15.post1 utils/common.py:2350-2372, installed with
+            # --enable-metrics, outermost): every request counted by its route's path, in flight
+            # (`sglang:http_requests_active`, livesum) until its response is made.
+            endpoint = path  # the matched route's path; the stand-in's routes are exact paths
+            tm.http_request_started(endpoint, method)
+            status: int | None = None
             try:
-                raw = self._read_body()
-            except ValueError:
-                status = 413
-                self._respond(method, path, (413, TEXT, b"Request Entity Too Large"))
-                return
-            reply = auth_failure(tm, method, path, self.headers.get("Authorization"))
-            if reply is None:
-                reply = self._route(tm, method, path, query, raw)
-            status = reply[0]
-            self._respond(method, path, reply)
-        finally:
-            tm.http_request_ended(endpoint, method, status)
+                if raw is None:
+                    status = 413
+                    reply: Reply = (413, TEXT, b"Request Entity Too Large")
+                else:
+                    reply = auth_failure(
+                        tm, method, path, self.headers.get("Authorization")
+                    ) or self._route(tm, method, path, query, raw)
+                status = reply[0]
+                with tm.awaiting():  # sending the response awaits the socket
+                    self._respond(method, path, reply)
+            finally:
+                tm.http_request_ended(endpoint, method, status)
 
     def _route(self, tm: TokenizerManager, method: str, path: str, query: str, raw: bytes) -> Reply:
         route = ROUTES.get(path)

@@ -23,6 +23,7 @@ FAULTS = (
     "hang_release_memory_occupation",
     "stay_paused_after_update",
     "killed_mid_generate",
+    "blocked_http_loop",
 )
 
 

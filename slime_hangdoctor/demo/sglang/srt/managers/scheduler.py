@@ -2,7 +2,9 @@
 
 It receives JSON requests from the HTTP process, runs prefill/decode batches (a forward pass is a
 sleep of `step_s`), sends outputs and control replies back, and publishes a load/metrics snapshot
-after every batch and every 0.5 s when idle (the LoadSnapshot). Uncaught exceptions end the engine as
+(the LoadSnapshot) as 0.5.15.post1 does: after each prefill batch, every
+`load_snapshot_publish_interval` (15) decode batches, and when idle (every 0.5 s here). A scheduler
+stuck in its first batch after idle therefore still shows its idle snapshot (0 running, 0 waiting). Uncaught exceptions end the engine as
 in SGLang: "Scheduler hit an exception", then SIGQUIT to the HTTP process."""
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ DECODE_LOG_INTERVAL = 40  # SGLang --decode-log-interval
 IDLE_GAUGE_REFRESH_S = 30.0  # gauges refresh about every 30 s when idle
 
 IDLE_SNAPSHOT_S = 0.5  # the LoadSnapshot is republished by on_idle
+
+# 0.5.15.post1 server_args.py:1168 (`load_snapshot_publish_interval = 15`): "Publish load snapshot
+# to shared memory every N decode iterations. Prefill and idle always publish immediately."
+# (scheduler.py:665-676 creates the writer with it; :3466 forces a write after a prefill batch,
+# :3580 counts decode batches). A forward that never returns publishes nothing more.
+LOAD_SNAPSHOT_PUBLISH_INTERVAL = 15
 
 EOS_TOKEN_ID = 2
 
@@ -79,6 +87,7 @@ class Scheduler(SchedulerWeightUpdaterMixin):
         self._decode_steps = 0
         self._last_gauge_refresh = 0.0
         self._last_snapshot = 0.0
+        self._decode_since_publish = 0
         model_runner = ModelRunner(cfg)
         model_runner.fault_active = self.fault_active
         self.tp_worker = TpModelWorker(model_runner)
@@ -181,7 +190,13 @@ class Scheduler(SchedulerWeightUpdaterMixin):
         for ack in self.health_check_acks:
             self.send({"type": "health", "id": ack})
         self.health_check_acks.clear()
-        self.publish_snapshot()
+        self.publish_metrics()  # Prometheus counters are written as they count
+        if batch.mode == "prefill":
+            self.publish_snapshot()  # forced (scheduler.py:3466)
+        else:
+            self._decode_since_publish += 1
+            if self._decode_since_publish >= LOAD_SNAPSHOT_PUBLISH_INTERVAL:
+                self.publish_snapshot()  # every 15 decode batches (scheduler.py:3580)
 
     def process_batch_result_prefill(
         self, batch: ScheduleBatch, result: list[tuple[int, float]]
@@ -281,9 +296,9 @@ class Scheduler(SchedulerWeightUpdaterMixin):
             "gen_throughput": round(self.last_gen_throughput, 2),
             "cache_hit_rate": 0.0,
             "utilization": round(used / self.max_total_num_tokens, 4),
-            "num_paused_reqs": len(self.waiting_queue) + len(self.running_batch)
-            if self.engine_paused
-            else 0,
+            # 0.5.15.post1 never sets it while paused (only the async weight sync of later
+            # versions does): `num_paused_reqs` and `queues.paused` stay 0.
+            "num_paused_reqs": 0,
             "num_retracted_reqs": self.num_retracted,
         }
 
@@ -307,20 +322,27 @@ class Scheduler(SchedulerWeightUpdaterMixin):
             "kv_available_tokens": self.max_total_num_tokens - load["num_used_tokens"],
         }
         self._last_gauge_refresh = time.time()
+        self.publish_metrics()
 
-    def publish_snapshot(self) -> None:
-        self._last_snapshot = time.time()
+    def publish_metrics(self) -> None:
+        """The scheduler's Prometheus values (multiprocess files in SGLang: `/metrics` reads them
+        at once, whatever the LoadSnapshot's cadence)."""
         self.send(
             {
-                "type": "snapshot",
-                "ts": self._last_snapshot,
-                "load": self.load(),
+                "type": "metrics",
                 "gauges": self.gauges,
                 "realtime_tokens": dict(self.realtime_tokens),
                 "forward_execution_seconds": self.forward_seconds,
                 "weight_load_duration": dict(self.weight_load_duration),
             }
         )
+
+    def publish_snapshot(self) -> None:
+        """The LoadSnapshot (shared memory in SGLang: `/v1/loads`, `/get_load`)."""
+        self._last_snapshot = time.time()
+        self._decode_since_publish = 0
+        self.send({"type": "snapshot", "ts": self._last_snapshot, "load": self.load()})
+        self.publish_metrics()
 
     # ---- request handlers (weight and memory ones: scheduler_components/weight_updater.py)
     def handle_generate_request(self, req: Msg) -> Msg | None:
@@ -352,8 +374,8 @@ class Scheduler(SchedulerWeightUpdaterMixin):
         for running in list(self.running_batch):
             if abort_all or running.rid == rid:
                 self.finish(running, {"type": "abort", "message": "Abort before decode"})
-        if not self.engine_paused:
-            self.publish_snapshot()
+        # No snapshot of its own: the next batch or idle pass publishes (a scheduler paused
+        # in_place/retract keeps its last one, scheduler.py:1551).
         return None
 
     def get_internal_state(self, req: Msg) -> Msg | None:

@@ -1,7 +1,17 @@
 """The HTTP-side TokenizerManager of the stand-in (as `sglang/srt/managers/tokenizer_manager.py`).
 
 It owns the pause gate (`is_pause_cond`), the `model_update_lock`, the channel to the scheduler, the
-last LoadSnapshot and the tokenizer-side counters, and starts the scheduler and detokenizer children."""
+last LoadSnapshot and the tokenizer-side counters, and starts the scheduler and detokenizer children.
+
+The real HTTP process is ONE asyncio event loop (uvicorn running FastAPI, with the TokenizerManager's
+`handle_loop` as a task on it: 0.5.15.post1 entrypoints/http_server.py `launch_server` ->
+`uvicorn.run`, tokenizer_manager.py `auto_create_handle_loop`): every endpoint, `/metrics`,
+`/model_info` and `/health` included, and the reading of the scheduler's outputs run on it, and a
+coroutine lets the others run only where it awaits. The stand-in serves each request on a thread
+but makes them take turns the same way: `loop` is held while a handler runs, and released only
+where the real coroutine awaits (`awaiting()`: the scheduler's answer, the pause condition, the
+update lock, a sleep). A handler that blocks without awaiting (fault `blocked_http_loop`) stalls
+every endpoint, as a blocked event loop does."""
 
 from __future__ import annotations
 
@@ -74,20 +84,18 @@ class RWLock:
             self.readers -= 1
             self._cond.notify_all()
 
-    @contextmanager
-    def writer(self) -> Iterator[None]:
+    def acquire_write(self) -> None:
         with self._cond:
             self._waiting_writers += 1
             while self._writer or self.readers:
                 self._cond.wait()
             self._waiting_writers -= 1
             self._writer = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
+
+    def release_write(self) -> None:
+        with self._cond:
+            self._writer = False
+            self._cond.notify_all()
 
 
 class TokenizerManager:
@@ -105,9 +113,12 @@ class TokenizerManager:
         self.is_pause_cond = threading.Condition()
         self._late_pause = False
         self.model_update_lock = RWLock()
+        self.loop = threading.Lock()  # the one event loop (see the module docstring)
+        self._on_loop = threading.local()
         self.last_receive_tstamp = 0.0
         self.scheduler_info: Msg = {}
-        self.snapshot: Msg = {}
+        self.snapshot: Msg = {}  # the last LoadSnapshot
+        self.scheduler_metrics: Msg = {}  # the scheduler's last Prometheus values
         self.counters = {
             "prompt_tokens": 0.0,
             "generation_tokens": 0.0,
@@ -140,6 +151,42 @@ class TokenizerManager:
         self.health_generation = os.getenv(
             "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "true"
         ).lower() not in ("0", "false", "no", "off")
+
+    # ---- the event loop
+    @contextmanager
+    def on_loop(self) -> Iterator[None]:
+        """Run the body as a coroutine step on the one event loop."""
+        self.loop.acquire()
+        self._on_loop.held = True
+        try:
+            yield
+        finally:
+            self._on_loop.held = False
+            self.loop.release()
+
+    @contextmanager
+    def awaiting(self) -> Iterator[None]:
+        """An `await` inside a coroutine: the loop serves the others meanwhile."""
+        if not getattr(self._on_loop, "held", False):
+            yield
+            return
+        self._on_loop.held = False
+        self.loop.release()
+        try:
+            yield
+        finally:
+            self.loop.acquire()
+            self._on_loop.held = True
+
+    def tokenize_one_request(self, req: Msg) -> None:
+        """`_tokenize_one_request` runs on the event loop. Fault `blocked_http_loop`: it makes a
+        synchronous call that never returns (as a tokenizer or a blocking I/O call inside a
+        coroutine would), so the loop never runs anything again: every endpoint stalls while the
+        process lives."""
+        if self.fault_active("blocked_http_loop"):
+            logger.debug("fault blocked_http_loop: a blocking call on the event loop")
+            while True:
+                time.sleep(1.0)
 
     # ---- subprocesses
     def start_subprocesses(self) -> None:
@@ -216,7 +263,14 @@ class TokenizerManager:
                 msg = recv_msg(self.conn)
             except (EOFError, OSError, ValueError):
                 return  # the subprocess watchdog reports the death
-            self.handle_loop_message(msg)
+            if msg.get("type") == "snapshot":
+                self.snapshot = msg  # shared memory, written by the scheduler: no loop involved
+                continue
+            if msg.get("type") == "metrics":
+                self.scheduler_metrics = msg  # the Prometheus multiprocess files: the same
+                continue
+            with self.on_loop():  # handle_loop is a task on the event loop
+                self.handle_loop_message(msg)
 
     def handle_loop_message(self, msg: Msg) -> None:
         kind = msg.get("type")
@@ -251,7 +305,8 @@ class TokenizerManager:
         with self._lock:
             self._pending[req_id] = slot
         self.send({**msg, "id": req_id})
-        slot.event.wait()
+        with self.awaiting():
+            slot.event.wait()
         return slot.value
 
     # ---- generation
@@ -259,10 +314,12 @@ class TokenizerManager:
         self, req: Msg, cancel: threading.Event | None = None, log_metrics: bool = True
     ) -> Msg | None:
         """Pass the pause gate and the reader lock, run on the scheduler, wait for the output."""
-        if not self._pass_pause_gate(cancel):
-            return None
-        if not self.model_update_lock.acquire_read(cancel):
-            return None
+        self.tokenize_one_request(req)
+        with self.awaiting():
+            if not self._pass_pause_gate(cancel):
+                return None
+            if not self.model_update_lock.acquire_read(cancel):
+                return None
         try:
             slot = Slot.new()
             rid = str(req["rid"])
@@ -272,7 +329,7 @@ class TokenizerManager:
             self.send({"type": "generate", **req})
             if self.fault_active("killed_mid_generate"):
                 self._die_now()
-            while not slot.event.wait(0.5):
+            while not self._wait(slot.event, 0.5):
                 if cancel is not None and cancel.is_set():
                     with self._lock:
                         self._rid_waiters.pop(rid, None)
@@ -284,6 +341,10 @@ class TokenizerManager:
             return out
         finally:
             self.model_update_lock.release_read()
+
+    def _wait(self, event: threading.Event, timeout: float) -> bool:
+        with self.awaiting():
+            return event.wait(timeout)
 
     def _die_now(self) -> None:
         """Fault `killed_mid_generate`: SIGKILL this HTTP process as soon as the armed phase's
@@ -336,7 +397,8 @@ class TokenizerManager:
             target=self.generate_request, args=(req, cancel, False), daemon=True
         ).start()
         for _ in range(self.health_timeout):
-            time.sleep(1)
+            with self.awaiting():
+                time.sleep(1)
             if self.last_receive_tstamp > tic:
                 cancel.set()
                 self.server_status = "Up"
@@ -379,13 +441,13 @@ class TokenizerManager:
             if self._internal_result is not None or self._internal_ready:
                 ready = threading.Event()
                 self._internal_ready.append(ready)
-        if ready is not None and not ready.wait(max(deadline - time.monotonic(), 0.0)):
+        if ready is not None and not self._wait(ready, max(deadline - time.monotonic(), 0.0)):
             return None  # cancelled in `await ready_event.wait()`: the event stays queued
         slot = Slot.new()
         with self._lock:
             self._internal_result = slot
         self.send({"type": "get_internal_state", "id": f"internal-{uuid.uuid4().hex}"})
-        if not slot.event.wait(max(deadline - time.monotonic(), 0.0)):
+        if not self._wait(slot.event, max(deadline - time.monotonic(), 0.0)):
             return None  # cancelled in `await self._result_event.wait()`: never cleared
         with self._lock:
             self._internal_result = None
@@ -413,33 +475,55 @@ class TokenizerManager:
 
     def pause_generation(self, mode: str) -> None:
         """tokenizer_manager.py:1696-1709: only the tokenizer's `is_pause` is set in mode `abort`
-        (slime's, the default: io_struct.py:1483); `retract`/`in_place` also tell the scheduler."""
-        with self.is_pause_cond:
+        (slime's, the default: io_struct.py:1483); `retract`/`in_place` also tell the scheduler.
+        In mode `abort` the whole drain (abort all, then poll the update lock every second until
+        no request holds it, :1697-1709) runs inside `async with self.is_pause_cond`: until the
+        scheduler has finished every request, `/continue_generation`, another pause, a weight
+        update made while paused and new `/generate` requests all wait for the condition's lock.
+        A scheduler that never answers keeps the pause call, and all of them, waiting forever."""
+        with self.awaiting():
+            self.is_pause_cond.acquire()
+        try:
             self.is_pause = True
-        if mode == "abort":
+            if mode != "abort":
+                self.send({"type": "pause_generation", "mode": mode})
+                return
             while self.model_update_lock.readers > 0:
                 self.send({"type": "abort", "abort_all": True})
-                time.sleep(1.0)
-        else:
-            self.send({"type": "pause_generation", "mode": mode})
+                with self.awaiting():
+                    time.sleep(1.0)
+        finally:
+            self.is_pause_cond.release()
 
     def continue_generation(self) -> None:
         if self._late_pause:
             return  # fault stay_paused_after_update: this continue is lost
-        with self.is_pause_cond:
+        with self.awaiting():
+            self.is_pause_cond.acquire()
+        try:
             self.is_pause = False
             self.is_pause_cond.notify_all()
+        finally:
+            self.is_pause_cond.release()
         self.send({"type": "continue_generation"})
 
     def weight_update(self, msg: Msg) -> Msg:
         """Paused: run while holding the pause lock; else take the writer side of the update lock."""
         if msg.get("abort_all_requests"):
             self.send({"type": "abort", "abort_all": True})
-        with self.is_pause_cond:
+        with self.awaiting():
+            self.is_pause_cond.acquire()
+        try:
             if self.is_pause:
                 return self._weight_update_roundtrip(msg)
-        with self.model_update_lock.writer():
+        finally:
+            self.is_pause_cond.release()
+        with self.awaiting():
+            self.model_update_lock.acquire_write()
+        try:
             return self._weight_update_roundtrip(msg)
+        finally:
+            self.model_update_lock.release_write()
 
     def _weight_update_roundtrip(self, msg: Msg) -> Msg:
         result = dict(self.roundtrip(msg) or {})

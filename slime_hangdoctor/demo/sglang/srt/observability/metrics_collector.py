@@ -1,15 +1,23 @@
 """`/metrics` of the stand-in: Prometheus text with SGLang 0.5.15's metric names and labels
 (as `sglang/srt/observability/metrics_collector.py`). Gauges and counters come from the scheduler's
-last snapshot, tokenizer counters from the TokenizerManager."""
+last published Prometheus values (after every batch and gauge refresh, not at the LoadSnapshot's
+cadence), tokenizer counters from the TokenizerManager."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 from slime_hangdoctor.demo.sglang.srt.managers.tokenizer_manager import TokenizerManager
 
 Msg = dict[str, Any]
+
+
+def device_timer_enabled() -> bool:
+    """`SGLANG_ENABLE_METRICS_DEVICE_TIMER` (a bool env of environ.py, default False)."""
+    value = os.getenv("SGLANG_ENABLE_METRICS_DEVICE_TIMER", "false").strip().lower()
+    return value in ("1", "true", "yes", "on")
 
 
 def render_metrics(tm: TokenizerManager) -> str:
@@ -20,7 +28,7 @@ def render_metrics(tm: TokenizerManager) -> str:
         HistogramMetricFamily,
     )
 
-    snap = tm.snapshot
+    snap = tm.scheduler_metrics
     sched_labels = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
     sched_values = [tm.served_model_name, "unified", "0", "0", "0"]
     tok_labels, tok_values = ["model_name", "engine_type"], [tm.served_model_name, "unified"]
@@ -67,18 +75,30 @@ def render_metrics(tm: TokenizerManager) -> str:
             g.add_metric([*sched_values, source], float(secs))
         families.append(g)
 
+    # 0.5.15.post1 metrics_collector.py:1203-1217: a realtime series (one per mode label) is made
+    # by its first `.labels(mode=...).inc(n)` with n > 0, so a mode that never counted (or an
+    # engine that never decoded) has no series at all, not a 0.
     realtime: Msg = dict(snap.get("realtime_tokens") or {})
-    c = CounterMetricFamily(
-        "sglang:realtime_tokens", "Realtime token counts by mode.", labels=[*sched_labels, "mode"]
-    )
-    for mode in ("prefill_compute", "prefill_cache", "decode"):
-        c.add_metric([*sched_values, mode], float(realtime.get(mode, 0.0)))
-    families.append(c)
-    c = CounterMetricFamily(
-        "sglang:forward_execution_seconds", "Seconds spent in forward passes.", labels=sched_labels
-    )
-    c.add_metric(sched_values, float(snap.get("forward_execution_seconds") or 0.0))
-    families.append(c)
+    counted = [m for m in ("prefill_compute", "prefill_cache", "decode") if realtime.get(m)]
+    if counted:
+        c = CounterMetricFamily(
+            "sglang:realtime_tokens",
+            "Realtime token counts by mode.",
+            labels=[*sched_labels, "mode"],
+        )
+        for mode in counted:
+            c.add_metric([*sched_values, mode], float(realtime[mode]))
+        families.append(c)
+    # The forward timer exists only with SGLANG_ENABLE_METRICS_DEVICE_TIMER (off by default,
+    # 0.5.15.post1 environ.py:792).
+    if device_timer_enabled():
+        c = CounterMetricFamily(
+            "sglang:forward_execution_seconds",
+            "Seconds spent in forward passes.",
+            labels=sched_labels,
+        )
+        c.add_metric(sched_values, float(snap.get("forward_execution_seconds") or 0.0))
+        families.append(c)
     c = CounterMetricFamily(
         "sglang:cuda_graph_passes", "Forward passes that used a CUDA graph.", labels=sched_labels
     )
