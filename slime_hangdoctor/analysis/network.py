@@ -185,8 +185,10 @@ def peer_map(world: World, engines: tuple[EngineRead, ...]) -> PeerMap:
         peers.add(
             _url_key(e.url, node), Endpoint("engine", f"engine {e.url}", e.url), override=True
         )
+    router_nodes = {m.engine_url: m.node_ip for m in world.topology.by_role(Role.ROUTER)}
     for url in world.topology.routers:
-        peers.add(_url_key(str(url), None), Endpoint("router", f"router {url}"), override=True)
+        at = _url_key(str(url), router_nodes.get(url))
+        peers.add(at, Endpoint("router", f"router {url}"), override=True)
     target = world.snapshot.manifest.target
     for key, kind in (("dashboard_url", "dashboard"), ("gcs_address", "gcs")):
         value = target.get(key)

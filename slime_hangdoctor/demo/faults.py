@@ -604,10 +604,6 @@ FAULTS: dict[str, FaultSpec] = {
                     "router", ("start", "launch_router", "run_router", "_start_router", "__init__")
                 ),
             ),
-            known_gap=(
-                "hung in rollout_dispatch, culprit not identified: no rule reads the router's "
-                "empty /workers or its 503 no_available_workers (issue 24 item 3)"
-            ),
         ),
         FaultSpec(
             name="router_killed",

@@ -66,3 +66,32 @@ def test_the_routers_prometheus_page_is_its_own_port_not_the_inherited_grpc_port
     node = analysed.snapshot.processes[0].node_ip
     urls = router_metrics_urls(analysed.snapshot, analysed.topology, [ROUTER_URL])
     assert urls == [f"http://{node}:4097"]
+
+
+def test_a_router_that_lists_no_worker_holds_the_rollout(analysed) -> None:  # type: ignore[no-untyped-def]
+    """Every worker removed mid-rollout: the router's `/workers` lists none in both samples, the
+    engines are up and idle, and the RolloutManager holds its connections to the router across
+    both samples (its requests get 503 and are retried): the router is the culprit, the evidence
+    its empty list and the held connections."""
+    v = analysed.diagnosis.verdict
+    assert [(c.role, c.pid) for c in v.culprits] == [(Role.ROUTER, ROUTER_PID)]
+    culprit = next(f for f in v.findings if f.rule == "culprit")
+    assert f"[sglang] GET {ROUTER_URL}/workers: 200, no worker" in culprit.evidence
+    assert any(
+        e.startswith("[sockets]") and f"(pid {RM_PID}) holds 8 connection(s)" in e
+        for e in culprit.evidence
+    ), culprit.evidence
+
+
+def test_without_the_held_connections_the_empty_router_is_not_blamed(tmp_path: Path) -> None:
+    """An empty worker list alone (a router between registrations) blames nobody: the sockets
+    source is what shows the requests waiting there."""
+    import tarfile
+
+    from tests.fixtures.transforms import bundle_without_sources
+
+    with tarfile.open(BUNDLE) as tar:
+        tar.extractall(tmp_path / "src", filter="data")
+    src = next(p.parent for p in (tmp_path / "src").rglob("manifest.json"))
+    v = analyse_bundle(bundle_without_sources(src, tmp_path / "nosockets", frozenset({"sockets"})))
+    assert not any(c.role is Role.ROUTER for c in v.diagnosis.verdict.culprits)

@@ -1,9 +1,18 @@
-"""SGLang routers: a router that refuses connections (no request reaches an engine) or answers 503."""
+"""SGLang routers: a router that refuses connections (no request reaches an engine), answers 503, or
+lists no worker while callers hold their requests at it."""
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.suspects.suspect import STRONG, WEAK, Reads, Suspect, suspect
-from slime_hangdoctor.facts import HttpAnswer
+from slime_hangdoctor.analysis.network import kept_connections
+from slime_hangdoctor.analysis.suspects.suspect import (
+    MEDIUM,
+    STRONG,
+    WEAK,
+    Reads,
+    Suspect,
+    suspect,
+)
+from slime_hangdoctor.facts import HttpAnswer, RouterWorkers
 from slime_hangdoctor.verdict import Role, Stage
 
 
@@ -18,6 +27,8 @@ def suspects(reads: Reads) -> list[Suspect]:
     for url, answers in by_url.items():
         refused = all(a.status is None for a in answers)
         if not refused and not any(a.status == 503 for a in answers):
+            if (empty := _empty_with_requests(reads, url, last)) is not None:
+                out.append(empty)
             continue
         proc = next((p for p in world.by_role(Role.ROUTER) if p.engine_url == url), None)
         why = (
@@ -39,3 +50,44 @@ def suspects(reads: Reads) -> list[Suspect]:
             )
         )
     return out
+
+
+def _empty_with_requests(reads: Reads, url: str, sample: int) -> Suspect | None:
+    """The router's `/workers` lists no worker at the last sample while the job's engines are
+    there and a RolloutManager holds connections to the router across both samples: every request
+    it gets is answered 503 (`no_available_workers`, sgl-router 0.3.2) and retried, or waits; the
+    router holds the rollout (a worker removed, or never registered)."""
+    world = reads.world
+    listed = [
+        o.parsed
+        for o in world.snapshot.http
+        if o.kind == "router" and o.sample == sample and o.answer.url == url
+        if isinstance(o.parsed, RouterWorkers)
+    ]
+    if not listed or any(w.urls for w in listed) or not reads.engines:
+        return None
+    holders: list[str] = []
+    for rm in world.by_role(Role.ROLLOUT_MANAGER):
+        kept = kept_connections(world, reads.engines, rm)
+        held = sum(n for ep, n in kept.to("router")) if kept is not None else 0
+        if held:
+            holders.append(f"{rm.label} (pid {rm.pid}) holds {held} connection(s) to it")
+    if not holders:
+        return None
+    proc = next((p for p in world.by_role(Role.ROUTER) if p.engine_url == url), None)
+    engines = ", ".join(e.url for e in reads.engines[:3])
+    return suspect(
+        "sockets",
+        Role.ROUTER,
+        f"router {url} lists no worker (GET /workers) while the job's engines ({engines}) are up "
+        f"and the rollout's requests are held at it: {'; '.join(holders)} across both samples. "
+        "Every request it gets is answered 503 (no available workers) and retried",
+        proc,
+        engine_url=url,
+        weight=MEDIUM,
+        stage=Stage.ROLLOUT_DISPATCH,
+        evidence=(
+            f"[sglang] GET {url}/workers: 200, no worker",
+            *(f"[sockets] {h}" for h in holders),
+        ),
+    )
