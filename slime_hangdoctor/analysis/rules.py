@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from slime_hangdoctor.analysis.engines import EngineRead, EngineState
 from slime_hangdoctor.analysis.kernel import kernel_reads
 from slime_hangdoctor.analysis.kernel_spin import KernelSpin, kernel_spins
-from slime_hangdoctor.analysis.lost_requests import Holder, where_requests_are
+from slime_hangdoctor.analysis.lost_requests import Holder, LostRequests, where_requests_are
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block, split_name
 from slime_hangdoctor.analysis.stacks import ThreadRead
 from slime_hangdoctor.analysis.suspects.merge import Merged
@@ -315,12 +315,12 @@ def _router_503(ctx: Context) -> Cause | None:
     )
 
 
-def _requests_at_proxy(ctx: Context) -> Cause | None:
-    """The rollout waits on I/O, no engine has a request, and the RolloutManager's requests go to
-    an HTTP proxy (slime#1026 maintainer: "a proxy on the master node"): the proxy holds them.
-    Its own cause, beside the hazard: what to check and what to change."""
-    if ctx.status is not Status.HUNG or ctx.stage not in (Stage.ROLLOUT_DISPATCH, Stage.EVAL):
-        return None
+def _idle_rollout_held_by(
+    ctx: Context, holder: Holder
+) -> tuple[LostRequests, list[EngineRead]] | None:
+    """The first RolloutManager whose rollout loop waits on I/O while every engine that reports
+    its load holds no request and does not move, when `holder` holds its requests
+    (`lost_requests.where_requests_are`), with those engines."""
     for rm in ctx.world.by_role(Role.ROLLOUT_MANAGER):
         read = rm.latest
         if read is None or read.loop is None or read.loop.block is not Block.EVENT_LOOP:
@@ -329,29 +329,41 @@ def _requests_at_proxy(ctx: Context) -> Cause | None:
         if not known or any((e.in_flight or 0) > 0 or e.moving for e in known):
             return None
         where = where_requests_are(ctx.world, ctx.engines, rm)
-        if where.holder is not Holder.PROXY:
-            continue
-        url = known[0].url
-        return _cause(
-            "requests-at-proxy",
-            Severity.CRITICAL,
-            f"The rollout's requests go to an HTTP proxy ({where.proxy}), not to the engines: "
-            "every engine answers and holds no request while the RolloutManager waits on the "
-            "proxy (THUDM/slime#1026: a proxy on the master node)",
-            [
-                *where.why,
-                *(f"[sglang] engine {e.url}: 0 running, 0 queued" for e in known[:3]),
-            ],
-            [
-                f"On the RolloutManager's node: `curl -s -m 5 {url}/health` (through the proxy, "
-                f"as the rollout's client does) against `curl -s -m 5 --noproxy '*' {url}/health`"
-                " (direct): the first hangs or fails where the proxy cannot reach the engines",
-                "slime's httpx client (trust_env) and the router honour http_proxy/https_proxy/"
-                "all_proxy and no_proxy: no_proxy takes host names, exact IPs and .domain "
-                "suffixes, not CIDR ranges; list every engine and router host",
-            ],
-        )
+        if where.holder is holder:
+            return where, known
     return None
+
+
+def _requests_at_proxy(ctx: Context) -> Cause | None:
+    """The rollout waits on I/O, no engine has a request, and the RolloutManager's requests go to
+    an HTTP proxy (slime#1026 maintainer: "a proxy on the master node"): the proxy holds them.
+    Its own cause, beside the hazard: what to check and what to change."""
+    if ctx.status is not Status.HUNG or ctx.stage not in (Stage.ROLLOUT_DISPATCH, Stage.EVAL):
+        return None
+    found = _idle_rollout_held_by(ctx, Holder.PROXY)
+    if found is None:
+        return None
+    where, known = found
+    url = known[0].url
+    return _cause(
+        "requests-at-proxy",
+        Severity.CRITICAL,
+        f"The rollout's requests go to an HTTP proxy ({where.proxy}), not to the engines: "
+        "every engine answers and holds no request while the RolloutManager waits on the "
+        "proxy (THUDM/slime#1026: a proxy on the master node)",
+        [
+            *where.why,
+            *(f"[sglang] engine {e.url}: 0 running, 0 queued" for e in known[:3]),
+        ],
+        [
+            f"On the RolloutManager's node: `curl -s -m 5 {url}/health` (through the proxy, "
+            f"as the rollout's client does) against `curl -s -m 5 --noproxy '*' {url}/health`"
+            " (direct): the first hangs or fails where the proxy cannot reach the engines",
+            "slime's httpx client (trust_env) and the router honour http_proxy/https_proxy/"
+            "all_proxy and no_proxy: no_proxy takes host names, exact IPs and .domain "
+            "suffixes, not CIDR ranges; list every engine and router host",
+        ],
+    )
 
 
 def _requests_at_external_service(ctx: Context) -> Cause | None:
@@ -359,36 +371,29 @@ def _requests_at_external_service(ctx: Context) -> Cause | None:
     reward model or judge, a tool server, an external engine): it holds the requests."""
     if ctx.status is not Status.HUNG:
         return None
-    for rm in ctx.world.by_role(Role.ROLLOUT_MANAGER):
-        read = rm.latest
-        if read is None or read.loop is None or read.loop.block is not Block.EVENT_LOOP:
-            continue
-        known = [e for e in ctx.engines if e.in_flight is not None]
-        if not known or any((e.in_flight or 0) > 0 or e.moving for e in known):
-            return None
-        where = where_requests_are(ctx.world, ctx.engines, rm)
-        svc = where.service
-        if where.holder is not Holder.EXTERNAL or svc is None:
-            continue
-        return _cause(
-            "requests-at-external-service",
-            Severity.CRITICAL,
-            f"The rollout waits on the {svc.kind.value} {svc.url}, a service outside the job "
-            f"({svc.named_by}): the RolloutManager holds its requests there while every engine "
-            "is idle",
-            list(where.why),
-            [
-                f"From the RolloutManager's node: `curl -s -m 10 -o /dev/null -w '%{{http_code}} "
-                f"%{{time_total}}s\\n' {svc.url}` (a hang or a 5xx is the service's own problem)",
-                f"Look at the {svc.kind.value}'s own logs, load and GPU: it accepted the "
-                "connections and has not answered",
-                "slime's remote_rm waits as long as its aiohttp session lets it (January 2026: "
-                "aiohttp's default 300 s per request; August 2026: 120 s, retried 10 times): "
-                "give a custom reward or tool client a timeout so that a wedged service fails a "
-                "step instead of stopping the job",
-            ],
-        )
-    return None
+    found = _idle_rollout_held_by(ctx, Holder.EXTERNAL)
+    svc = found[0].service if found is not None else None
+    if found is None or svc is None:
+        return None
+    where = found[0]
+    return _cause(
+        "requests-at-external-service",
+        Severity.CRITICAL,
+        f"The rollout waits on the {svc.kind.value} {svc.url}, a service outside the job "
+        f"({svc.named_by}): the RolloutManager holds its requests there while every engine "
+        "is idle",
+        list(where.why),
+        [
+            f"From the RolloutManager's node: `curl -s -m 10 -o /dev/null -w '%{{http_code}} "
+            f"%{{time_total}}s\\n' {svc.url}` (a hang or a 5xx is the service's own problem)",
+            f"Look at the {svc.kind.value}'s own logs, load and GPU: it accepted the "
+            "connections and has not answered",
+            "slime's remote_rm waits as long as its aiohttp session lets it (January 2026: "
+            "aiohttp's default 300 s per request; August 2026: 120 s, retried 10 times): "
+            "give a custom reward or tool client a timeout so that a wedged service fails a "
+            "step instead of stopping the job",
+        ],
+    )
 
 
 def _disk_sleep(p: Proc) -> bool:
