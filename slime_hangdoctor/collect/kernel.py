@@ -56,6 +56,11 @@ def scan_kernel(
             problems.append("deadline reached: later processes not read")
             break
         row = _process(pid, procfs)
+        until = min(deadline, time.monotonic() + TRACED_WAIT_S)
+        while row is not None and _traced(row) and time.monotonic() < until:
+            # py-spy holds it for its dump (a few ms): its state and wchan say nothing until then
+            time.sleep(TRACED_POLL_S)
+            row = _process(pid, procfs) or row
         if row is not None:
             procs[str(pid)] = row
     doc: dict[str, Any] = {
@@ -123,6 +128,17 @@ def _process(pid: int, procfs: str) -> dict[str, Any] | None:
         threads.append({"tid": int(tid), "stat": tstat, "wchan": _read(f"{base}/task/{tid}/wchan")})
     row["threads"] = threads
     return row
+
+
+# A process in tracing stop (py-spy's dump, beside this read, holds it ~15 ms): read again for up
+# to this long, so that its own state and wchan are seen (analysis/kernel.py: a traced reading
+# decides nothing; read twice in tracing stop, a stuck write looked like no evidence at all).
+TRACED_WAIT_S = 0.25
+TRACED_POLL_S = 0.01
+
+
+def _traced(row: dict[str, Any]) -> bool:
+    return _state(str(row["stat"])) == "t" or (row.get("wchan") or "").strip() == "ptrace_stop"
 
 
 def _state(stat: str) -> str:

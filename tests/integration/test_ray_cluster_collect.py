@@ -163,9 +163,15 @@ def test_resolve_auto_from_ray_address(job: Job, monkeypatch: pytest.MonkeyPatch
     assert cluster.dashboard_url == job.head.dashboard_url
 
 
-def test_resolve_auto_from_local_cluster_file(job: Job, monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS"):
+def test_resolve_auto_from_local_cluster_file(
+    job: Job, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Ray makes its temp dir 0777 without a sticky bit, so its files are not trusted; with no
+    token anywhere (none given, none in the environment, no ~/.ray/auth_token) there is nothing
+    to lose and the address is still tried (docs/reliability.md TM3)."""
+    for var in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ray/auth_token of the machine's user
     assert job.head.owner_dir is not None
     monkeypatch.setenv("RAY_TMPDIR", str(job.head.owner_dir))  # Ray's temp dir is <it>/ray
     cluster = resolve_cluster(None, timeout=5, token=None)

@@ -34,6 +34,7 @@ from slime_hangdoctor.errors import BundleInvalid, ParseError
 from slime_hangdoctor.facts import (
     ClusterResources,
     GpuSeries,
+    ObjectStoreUsage,
     Outcome,
     ProcessInfo,
     RayActor,
@@ -155,7 +156,9 @@ def _byte_ops(draw: st.DrawFn, data: bytes) -> bytes:
     return data
 
 
-def _parses_or_refuses(parse: Callable[[Any], tuple[Any, ...]], body: bytes, fact: type) -> None:
+def _parses_or_refuses(
+    parse: Callable[[Any], tuple[Any, ...]], body: bytes, fact: type | tuple[type, ...]
+) -> None:
     """The parser's whole contract: facts of the right type, or ParseError with a reason."""
     for arg in (body, body.decode("utf-8", "replace")):
         try:
@@ -170,18 +173,20 @@ def _parses_or_refuses(parse: Callable[[Any], tuple[Any, ...]], body: bytes, fac
 
 
 # Every dashboard answer the loader parses (the source's own table), with the fact it yields.
-_FACTS: dict[str, type] = {
+_FACTS: dict[str, type | tuple[type, ...]] = {
     "actors": RayActor,
     "tasks_running": RayTask,
     "nodes": RayNode,
     "jobs": RayJob,
-    "node_summary": GpuSeries,
+    "node_summary": (GpuSeries, ObjectStoreUsage),  # GPUs and each raylet's object store
     "tasks_unfinished": TaskPage,
     TASK_HISTORY.target: TaskPage,
     "placement_groups": RayPlacementGroup,
     "cluster_status": ClusterResources,
 }
-RAY_PARSERS: tuple[tuple[str, str, Callable[[Any], tuple[Any, ...]], type], ...] = tuple(
+RAY_PARSERS: tuple[
+    tuple[str, str, Callable[[Any], tuple[Any, ...]], type | tuple[type, ...]], ...
+] = tuple(
     (e.path, e.target, e.parse, _FACTS[e.target])
     for e in (*STATE_ENDPOINTS, TASK_HISTORY)
     if e.parse is not None
@@ -192,7 +197,10 @@ RAY_PARSERS: tuple[tuple[str, str, Callable[[Any], tuple[Any, ...]], type], ...]
     ("endpoint", "target", "parse", "fact"), RAY_PARSERS, ids=[e for e, *_ in RAY_PARSERS]
 )
 def test_fuzz_ray_state(
-    endpoint: str, target: str, parse: Callable[[Any], tuple[Any, ...]], fact: type
+    endpoint: str,
+    target: str,
+    parse: Callable[[Any], tuple[Any, ...]],
+    fact: type | tuple[type, ...],
 ) -> None:
     """FZ1: every Ray state / Job API / node summary parser on mutated real answers."""
     sources = _dashboard_bodies(endpoint, target)
