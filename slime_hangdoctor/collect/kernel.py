@@ -56,11 +56,8 @@ def scan_kernel(
             problems.append("deadline reached: later processes not read")
             break
         row = _process(pid, procfs)
-        until = min(deadline, time.monotonic() + TRACED_WAIT_S)
-        while row is not None and _traced(row) and time.monotonic() < until:
-            # py-spy holds it for its dump (a few ms): its state and wchan say nothing until then
-            time.sleep(TRACED_POLL_S)
-            row = _process(pid, procfs) or row
+        if row is not None and _traced(row):
+            row = _after_trace(pid, procfs, row, min(deadline, time.monotonic() + TRACED_WAIT_S))
         if row is not None:
             procs[str(pid)] = row
     doc: dict[str, Any] = {
@@ -139,6 +136,22 @@ TRACED_POLL_S = 0.01
 
 def _traced(row: dict[str, Any]) -> bool:
     return _state(str(row["stat"])) == "t" or (row.get("wchan") or "").strip() == "ptrace_stop"
+
+
+def _after_trace(pid: int, procfs: str, row: dict[str, Any], until: float) -> dict[str, Any]:
+    """Read a process that py-spy held again until it waits somewhere (not in tracing stop, and
+    not running: let go, an interrupted write returns what it copied and is restarted, so the
+    process runs for a moment before it blocks again). A process still running at `until` is
+    read as running; one still traced, as traced."""
+    while time.monotonic() < until:
+        time.sleep(TRACED_POLL_S)
+        again = _process(pid, procfs)
+        if again is None:
+            break
+        row = again
+        if not _traced(row) and _state(str(row["stat"])) != "R":
+            break
+    return row
 
 
 def _state(stat: str) -> str:
