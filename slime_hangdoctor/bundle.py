@@ -644,12 +644,7 @@ def _scan_headers(stream: io.BufferedIOBase, archive_bytes: int) -> None:
             continue
         if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE):
             raise tarfile.TarError(f"member {info.name!r} is not a plain file")
-        if info.size > MAX_ARTEFACT_BYTES:
-            raise tarfile.TarError(
-                f"member {info.name!r} is {info.size} bytes, over {MAX_ARTEFACT_BYTES}"
-            )
-        total += info.size
-        _check_total(total, archive_bytes)
+        total = _counted(info, total, archive_bytes)
         left = _blocks(info.size)
         while left:
             chunk = stream.read(min(left, _COPY_CHUNK))
@@ -661,6 +656,18 @@ def _scan_headers(stream: io.BufferedIOBase, archive_bytes: int) -> None:
 def _blocks(size: int) -> int:
     """`size` rounded up to whole tar blocks."""
     return -(-size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+
+
+def _counted(info: tarfile.TarInfo, total: int, archive_bytes: int) -> int:
+    """`total` with this member's size added, within the caps (one member, all of them, the
+    ratio to the archive's own size), for the header walk and the extraction alike."""
+    if info.size > MAX_ARTEFACT_BYTES:
+        raise tarfile.TarError(
+            f"member {info.name!r} is {info.size} bytes, over {MAX_ARTEFACT_BYTES}"
+        )
+    total += info.size
+    _check_total(total, archive_bytes)
+    return total
 
 
 def _check_total(total: int, archive_bytes: int) -> None:
@@ -691,12 +698,7 @@ def _safe_extract(tar: tarfile.TarFile, dest: Path, archive_bytes: int) -> None:
             raise tarfile.TarError(f"member {member.name!r} is not a plain file")
         if member.issparse():
             raise tarfile.TarError(f"member {member.name!r} is a sparse file")
-        if member.size > MAX_ARTEFACT_BYTES:
-            raise tarfile.TarError(
-                f"member {member.name!r} is {member.size} bytes, over {MAX_ARTEFACT_BYTES}"
-            )
-        total += member.size
-        _check_total(total, archive_bytes)
+        total = _counted(member, total, archive_bytes)
     if hasattr(tarfile, "data_filter"):
         tar.extractall(dest, members=members, filter="data")
         return

@@ -99,7 +99,10 @@ def _latest_processes(snapshot: Snapshot) -> dict[tuple[str | None, int], Proces
     return out
 
 
-def _engine_url(proc: ProcessInfo, node_ip: str | None) -> str | None:
+def listen_urls(proc: ProcessInfo, node_ip: str | None) -> tuple[str, ...]:
+    """`http://host:port` of each listening socket of `proc`, in its order (a wildcard address is
+    the node's)."""
+    out: list[str] = []
     for addr in proc.listen_addrs:
         host, _, port = addr.rpartition(":")
         host = host.strip("[]")
@@ -109,7 +112,14 @@ def _engine_url(proc: ProcessInfo, node_ip: str | None) -> str | None:
             host = node_ip or "127.0.0.1"
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{port}"
+        out.append(f"http://{host}:{port}")
+    return tuple(out)
+
+
+def _engine_url(proc: ProcessInfo, node_ip: str | None) -> str | None:
+    urls = listen_urls(proc, node_ip)
+    if urls:
+        return urls[0]
     if proc.listen_ports:
         return f"http://{node_ip or '127.0.0.1'}:{min(proc.listen_ports)}"
     return None
@@ -370,7 +380,7 @@ def _runs_router_command(p: ProcessInfo) -> bool:
     )
 
 
-def _own_listen(p: ProcessInfo, parent: ProcessInfo | None) -> ProcessInfo:
+def own_listen(p: ProcessInfo, parent: ProcessInfo | None) -> ProcessInfo:
     """`p` without the listening sockets it inherited from its parent across a fork (a Ray
     worker's own gRPC port stays open in slime's forked router)."""
     if parent is None:
@@ -392,7 +402,7 @@ def _add_routers(
             key = (rm.node_ip, p.pid)
             if key in members:
                 continue
-            own = _own_listen(p, procs.get((rm.node_ip, p.ppid)) if p.ppid else None)
+            own = own_listen(p, procs.get((rm.node_ip, p.ppid)) if p.ppid else None)
             listens = bool(own.listen_addrs or own.listen_ports)
             if not (listens or key in router_code or _runs_router_command(p)):
                 continue

@@ -44,7 +44,13 @@ from slime_hangdoctor.errors import RayUnreachable
 from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.redact import redact_text
 from slime_hangdoctor.snapshot import Snapshot
-from slime_hangdoctor.topology import CLASS_ROLES, ROUTER_TITLE, Topology, build_topology
+from slime_hangdoctor.topology import (
+    CLASS_ROLES,
+    Topology,
+    build_topology,
+    listen_urls,
+    own_listen,
+)
 from slime_hangdoctor.verdict import Role
 
 ProgressFn = Callable[[str], None]
@@ -395,58 +401,33 @@ def _start_endpoints(
 
     opts, deadline = run.opts, run.deadline
     jobs: list[cf.Future[Any]] = []
-    engines = sorted({e.url for e in topo.engines} | set(opts.sglang_urls))
-    routers = sorted(set(topo.routers) | set(opts.router_urls))
-    for url in engines:
-        if ("engine", url) in probed:
-            continue
-        probed.add(("engine", url))
+
+    def once(kind: str, url: str, probe: Callable[..., Any], **kw: Any) -> None:
+        if (kind, url) in probed:
+            return
+        probed.add((kind, url))
+        timeout = deadline.clamp(opts.probe_timeout_s)
         jobs.append(
             run.pool.submit(
-                probe_engine,
-                run.writer,
-                url,
-                node_ip=run.node_ip,
-                sample=index,
-                timeout=deadline.clamp(opts.probe_timeout_s),
-                api_key=opts.api_key,
-                health_generate=opts.health_generate,
-                health=opts.health,
+                probe, run.writer, url, node_ip=run.node_ip, sample=index, timeout=timeout, **kw
             )
+        )
+
+    routers = sorted(set(topo.routers) | set(opts.router_urls))
+    for url in sorted({e.url for e in topo.engines} | set(opts.sglang_urls)):
+        once(
+            "engine",
+            url,
+            probe_engine,
+            api_key=opts.api_key,
+            health_generate=opts.health_generate,
+            health=opts.health,
         )
     for url in routers:
-        if ("router", url) in probed:
-            continue
-        probed.add(("router", url))
-        jobs.append(
-            run.pool.submit(
-                probe_router,
-                run.writer,
-                url,
-                node_ip=run.node_ip,
-                sample=index,
-                timeout=deadline.clamp(opts.probe_timeout_s),
-                api_key=opts.api_key,
-            )
-        )
-    has_router = any(
-        m.role is Role.ROUTER or m.title.startswith(ROUTER_TITLE) for m in topo.members
-    )
-    state = partial_snapshot(run.writer) if has_router else None  # read only where one is
-    for url in router_metrics_urls(state, topo, routers) if state is not None else ():
-        if ("router-metrics", url) in probed:
-            continue
-        probed.add(("router-metrics", url))
-        jobs.append(
-            run.pool.submit(
-                probe_router_metrics,
-                run.writer,
-                url,
-                node_ip=run.node_ip,
-                sample=index,
-                timeout=deadline.clamp(opts.probe_timeout_s),
-            )
-        )
+        once("router", url, probe_router, api_key=opts.api_key)
+    if any(m.role is Role.ROUTER for m in topo.members):  # the state is read only where one is
+        for url in router_metrics_urls(partial_snapshot(run.writer), topo, routers):
+            once("router-metrics", url, probe_router_metrics)
     return jobs
 
 
@@ -458,29 +439,20 @@ def _port_of(url: str) -> int | None:
 
 
 def router_metrics_urls(state: Snapshot, topo: Topology, routers: list[str]) -> list[str]:
-    """The other listening ports of each router process (its role, or the title `launch_router`
-    gives it, `sglang::router`): where its Prometheus page may be. Its HTTP port (a known router
-    URL) is left out: it answers 404 for /metrics; so are the ports it inherited from its parent."""
+    """The other listening ports of each router process (its role; `sglang::router` titled ones
+    have it): where its Prometheus page may be. Its HTTP port (a known router URL) is left out: it
+    answers 404 for /metrics; so are the ports it inherited from its parent across the fork
+    (slime's router keeps the RolloutManager's Ray gRPC port: `topology.own_listen`)."""
     pids = {(m.node_ip, m.pid) for m in topo.members if m.role is Role.ROUTER}
     served = {_port_of(u) for u in routers}
     out: set[str] = set()
     for obs in state.processes:
         by_pid = {p.pid: p for p in obs.processes}
         for p in obs.processes:
-            if (obs.node_ip, p.pid) not in pids and not p.title.startswith(ROUTER_TITLE):
+            if (obs.node_ip, p.pid) not in pids:
                 continue
-            # a socket its parent listens on too came across the fork (slime's router keeps the
-            # RolloutManager's Ray gRPC port): not the router's
-            parent = by_pid.get(p.ppid) if p.ppid is not None else None
-            inherited = set(parent.listen_addrs) if parent is not None else set()
-            for addr in p.listen_addrs:
-                host, _, port = addr.rpartition(":")
-                if not port.isdigit() or int(port) in served or addr in inherited:
-                    continue
-                host = host.strip("[]")
-                if host in ("0.0.0.0", "::", ""):
-                    host = obs.node_ip or "127.0.0.1"
-                out.add(f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}")
+            own = own_listen(p, by_pid.get(p.ppid) if p.ppid is not None else None)
+            out.update(u for u in listen_urls(own, obs.node_ip) if _port_of(u) not in served)
     return sorted(out)
 
 

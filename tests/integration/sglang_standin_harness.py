@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,17 @@ from typing import Any
 import requests
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def keep_generating(url: str, stop: threading.Event) -> None:
+    """POST short `/generate` requests to the engine at `url`, one after the other, until `stop`
+    is set or a request fails (the stand-in was stopped): a generating engine for a test."""
+    body = {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 40}}
+    while not stop.is_set():
+        try:
+            requests.post(url + "/generate", json=body, timeout=30)
+        except requests.RequestException:
+            return
 
 
 def free_port() -> int:

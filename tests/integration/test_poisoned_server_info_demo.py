@@ -134,20 +134,13 @@ def test_a_poisoned_engine_alone_is_never_read_unresponsive(tmp_path: Path, busy
     poisoned-endpoint finding (it used to be "unresponsive", a culprit); generating, "busy"."""
     import threading
 
-    import requests
-
-    from tests.integration.sglang_standin_harness import start_standin
+    from tests.integration.sglang_standin_harness import keep_generating, start_standin
 
     s = start_standin(tmp_path)
     stop = threading.Event()
 
     def traffic() -> None:
-        body = {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 40}}
-        while not stop.is_set():
-            try:
-                requests.post(s.url + "/generate", json=body, timeout=30)
-            except requests.RequestException:
-                return  # the stand-in was stopped
+        keep_generating(s.url, stop)  # until the stand-in is stopped
 
     try:
         _poison_standin(s.url, s.scheduler_pid(), tmp_path)

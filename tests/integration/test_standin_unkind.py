@@ -18,7 +18,7 @@ import requests
 
 from slime_hangdoctor.parsers.sglang import parse_metrics
 from tests.integration.cli import run_cli
-from tests.integration.sglang_standin_harness import Standin, start_standin
+from tests.integration.sglang_standin_harness import Standin, keep_generating, start_standin
 
 Start = Callable[..., Standin]
 
@@ -163,12 +163,7 @@ def test_the_doctor_leaves_server_info_answering_after_a_3s_scheduler_stall(star
     stop = threading.Event()
 
     def traffic() -> None:
-        body = {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 40}}
-        while not stop.is_set():
-            try:
-                requests.post(s.url + "/generate", json=body, timeout=30)
-            except requests.RequestException:
-                return
+        keep_generating(s.url, stop)
 
     def stall_at_first_read() -> None:
         scheduler = psutil.Process(s.scheduler_pid())
