@@ -75,22 +75,7 @@ KERNEL = (
 # meta: pid, class_name, stream, file, bytes, max_bytes, truncated
 ACTOR_LOG_HEAD = "actor_log_head"
 
-SOURCES = (
-    RAY_DASHBOARD,
-    PROCESSES,
-    PYSPY,
-    DASHBOARD_TRACEBACK,
-    SGLANG,
-    ROUTER,
-    NVML,
-    GPM,
-    NCCL_RAS,
-    FLIGHT_RECORDER,
-    RAY_LOGS,
-    SOCKETS,
-    KERNEL,
-    ACTOR_LOG_HEAD,
-)
+# The list of the sources, with what each one needs, is sources.SPECS.
 
 _SAFE = re.compile(r"[^A-Za-z0-9._\-]+")
 

@@ -664,6 +664,11 @@ class ActorLogHead:
 
     urls: tuple[LoggedUrl, ...] = ()
     lines: int = 0  # whole lines read
+    # which log: the actor's pid and class, the stream (err / out) and the log's file name
+    pid: int = 0
+    class_name: str = ""
+    stream: str = ""
+    file: str | None = None
 
     @property
     def served_url(self) -> LoggedUrl | None:

@@ -23,41 +23,27 @@ from slime_hangdoctor.facts import (
     RayTask,
 )
 from slime_hangdoctor.parsers import (
-    flight_recorder,
-    kernel,
-    nccl_ras,
     nvml,
-    processes,
     pyspy,
     ray_state,
     sglang,
-    sockets,
 )
-from slime_hangdoctor.parsers.log_heads import parse_log_head
 from slime_hangdoctor.parsers.logs import parse_log_tail
 from slime_hangdoctor.snapshot import (
-    FrObs,
-    GpmObs,
     GpuObs,
     HttpObs,
-    KernelObs,
-    LogHeadObs,
     LogObs,
     Parsed,
-    ProcessesObs,
-    RasObs,
     Snapshot,
-    SocketsObs,
     StackObs,
     TaskPageObs,
 )
+from slime_hangdoctor.source_spec import Observed, SourceSpec
+from slime_hangdoctor.sources import BY_NAME
 
-# Sources whose ok record may still carry a reason for what part of it failed (one GPU of eight).
-_PARTIAL_SOURCES = frozenset({b.NVML, b.GPM, b.NCCL_RAS, b.PROCESSES, b.SOCKETS, b.KERNEL})
 
-
-class _Acc:
-    """Mutable accumulator used only while loading."""
+class _Loading:
+    """What the loader has filed so far (mutable, used only while loading one bundle)."""
 
     def __init__(self) -> None:
         self.actors: dict[str, RayActor] = {}
@@ -66,22 +52,16 @@ class _Acc:
         self.running: dict[tuple[int, float], set[str]] = {}
         self.nodes: dict[str, RayNode] = {}
         self.jobs: list[RayJob] = []
-        self.processes: list[ProcessesObs] = []
         self.stacks: list[StackObs] = []
         self.http: list[HttpObs] = []
         self.gpus: list[GpuObs] = []
-        self.gpm: list[GpmObs] = []
-        self.ras: list[RasObs] = []
-        self.flight: list[FrObs] = []
         self.logs: list[LogObs] = []
-        self.sockets: list[SocketsObs] = []
-        self.kernel: list[KernelObs] = []
-        self.log_heads: list[LogHeadObs] = []
         self.summary_gpus: list[GpuObs] = []
         self.task_pages: list[TaskPageObs] = []
         self.pgs: dict[str, RayPlacementGroup] = {}
         self.cluster: dict[tuple[int, float], ClusterResources] = {}
         self.object_stores: dict[tuple[int, float], tuple[ObjectStoreUsage, ...]] = {}
+        self.observed: list[Observed[Any]] = []
         self.blind: list[str] = []
         self.ray_seen = False
 
@@ -92,7 +72,7 @@ def load_snapshot(bundle: Bundle) -> Snapshot:
     A bundle given to `analyse` is untrusted: what is parsed is capped before it is read (an
     artefact over its source's cap, one that an earlier record already named, and everything
     past MAX_PARSE_COST are blind spots, not parsed)."""
-    acc = _Acc()
+    acc = _Loading()
     budget = _Budget()
     for rec in bundle.manifest.probes:
         wanted = rec.source in HTTP_SOURCES or rec.outcome is Outcome.OK
@@ -109,7 +89,8 @@ def load_snapshot(bundle: Bundle) -> Snapshot:
         if rec.outcome is not Outcome.OK:
             acc.blind.append(describe_failure(rec))
             continue
-        if rec.reason and rec.source in _PARTIAL_SOURCES:
+        spec = BY_NAME.get(rec.source)
+        if rec.reason and spec is not None and spec.partial:
             acc.blind.append(f"{rec.source} {rec.target}: partly seen: {rec.reason}")
         if refused is not None:
             continue
@@ -117,8 +98,9 @@ def load_snapshot(bundle: Bundle) -> Snapshot:
             acc.blind.append(f"{rec.source} {rec.target}: artefact missing from the bundle")
             continue
         try:
-            loader = SOURCE_LOADERS.get(rec.source)
-            if loader is not None:
+            if spec is not None and spec.parse is not None:
+                _file(acc, spec, rec, data)
+            elif (loader := COMPOSITE_LOADERS.get(rec.source)) is not None:
                 loader(acc, rec, data)
         except ParseError as exc:
             acc.blind.append(f"{rec.source} {rec.target}: could not parse: {exc}")
@@ -138,21 +120,15 @@ def load_snapshot(bundle: Bundle) -> Snapshot:
         tasks=tasks,
         nodes=tuple(acc.nodes.values()),
         jobs=tuple(acc.jobs),
-        processes=tuple(acc.processes),
         stacks=tuple(acc.stacks),
         http=tuple(acc.http),
         gpus=tuple(acc.gpus),
-        gpm=tuple(acc.gpm),
-        ras=tuple(acc.ras),
-        flight=tuple(acc.flight),
         logs=tuple(acc.logs),
-        log_heads=tuple(acc.log_heads),
         task_pages=tuple(sorted(acc.task_pages, key=lambda p: (p.sample, p.time))),
         placement_groups=tuple(acc.pgs.values()),
         cluster=acc.cluster[max(acc.cluster)] if acc.cluster else None,
         object_stores=acc.object_stores[max(acc.object_stores)] if acc.object_stores else (),
-        sockets=tuple(acc.sockets),
-        kernel=tuple(acc.kernel),
+        observed=tuple(acc.observed),
         blind_spots=tuple(dict.fromkeys(acc.blind)),
         ray_seen=acc.ray_seen,
     )
@@ -162,28 +138,9 @@ def load_snapshot(bundle: Bundle) -> Snapshot:
 # becomes a dict, and most become a fact that the analysis keeps (16 MiB of `{"pid": N}` rows took
 # 809 MiB and 22 s). An artefact costs its length plus OBJECT_COST per `{` in it. The budget holds
 # a big cluster's bundle (a recorded demo bundle costs at most 2.1 MiB) and bounds a crafted one.
-MAX_PARSE_COST = 128 * 1024 * 1024
-OBJECT_COST = 256
-# The largest artefact of each source that is parsed: the collector's own cap where it has one,
-# with headroom (recorded demo bundles: processes 9 KB, py-spy 38 KB, dashboard 400 KB).
 _MiB = 1024 * 1024
-MAX_BYTES_BY_SOURCE: dict[str, int] = {
-    b.RAY_DASHBOARD: 64 * _MiB,  # collect/dashboard.py MAX_BODY
-    b.PROCESSES: 8 * _MiB,  # a 1000-process node writes about 0.5 MiB
-    b.PYSPY: 16 * _MiB,
-    b.DASHBOARD_TRACEBACK: 16 * _MiB,
-    b.SGLANG: 8 * _MiB,  # collect/sglang.py BODY_CAP: 4 MiB
-    b.ROUTER: 8 * _MiB,
-    b.NVML: 16 * _MiB,
-    b.GPM: 16 * _MiB,
-    b.NCCL_RAS: 64 * _MiB,  # collect/nccl_ras.py: 32 MiB a part, two parts
-    # a 2000-entry dump is 341 KB; safe_pickle.MAX_OBJECTS stops one over ~40,000 entries
-    b.FLIGHT_RECORDER: 32 * _MiB,
-    b.RAY_LOGS: 4 * _MiB,  # collect/logs.py: 256 KiB a tail
-    b.SOCKETS: 64 * _MiB,  # collect/sockets.py: 16 MiB a table, four tables
-    b.KERNEL: 16 * _MiB,  # collect/kernel.py: 4 MiB of kernel log and the process states
-    b.ACTOR_LOG_HEAD: 1 * _MiB,  # collect/log_heads.py: 64 KiB a stream
-}
+MAX_PARSE_COST = 128 * _MiB
+OBJECT_COST = 256
 
 
 class _Budget:
@@ -209,7 +166,8 @@ class _Budget:
         if key in self.seen:
             return "its artefact is another record's (a manifest of ours never shares one)"
         self.seen.add(key)
-        cap = MAX_BYTES_BY_SOURCE.get(rec.source, 64 * _MiB)
+        spec = BY_NAME.get(rec.source)
+        cap = spec.max_bytes if spec is not None else 64 * _MiB
         if st.st_size > cap:
             return f"its artefact is {st.st_size} bytes, over the {cap} bytes kept for {rec.source}"
         if self.spent + st.st_size > MAX_PARSE_COST:
@@ -238,52 +196,20 @@ def describe_failure(rec: ProbeRecord) -> str:
     return f"{rec.source} {rec.target}: {rec.outcome.value}{reason}"
 
 
-def _load_processes(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
-    procs = processes.parse_processes(_text(data))
-    acc.processes.append(ProcessesObs(rec.node_ip, rec.sample or 0, procs, rec.started_at or None))
+def _file(acc: _Loading, spec: SourceSpec[Any], rec: ProbeRecord, data: bytes) -> None:
+    """Parse one ok record of `spec`'s source into its fact, and the blind spots the fact shows."""
+    assert spec.parse is not None
+    fact = spec.parse(data, rec)
+    acc.observed.append(Observed(spec.name, rec.node_ip, rec.sample or 0, fact, rec.started_at))
+    if spec.notes is not None:
+        acc.blind.extend(spec.notes(fact, rec.node_ip or "this node"))
 
 
-def _load_nvml(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
+def _load_nvml(acc: _Loading, rec: ProbeRecord, data: bytes) -> None:
     acc.gpus.append(GpuObs(rec.node_ip, nvml.parse_nvml_series(_text(data))))
 
 
-def _load_gpm(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
-    acc.gpm.append(GpmObs(rec.node_ip, nvml.parse_gpm(_text(data))))
-
-
-def _load_ras(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
-    acc.ras.append(RasObs(rec.node_ip, rec.sample or 0, nccl_ras.parse_ras(_text(data))))
-
-
-def _load_sockets(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
-    conns = sockets.parse_sockets(data)
-    acc.sockets.append(SocketsObs(rec.node_ip, rec.sample or 0, conns))
-
-
-def _load_kernel(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
-    node = kernel.parse_kernel(data)
-    acc.kernel.append(KernelObs(rec.node_ip, rec.sample or 0, node))
-    where = rec.node_ip or "this node"
-    if node.log is not None and not node.log.readable:
-        acc.blind.append(
-            f"kernel log of {where} not readable ({node.log.why_not}): OOM-killer kills there "
-            "would not be seen"
-        )
-    if node.shm_error:
-        acc.blind.append(f"/dev/shm of {where}: {node.shm_error}")
-
-
-def _load_flight_recorder(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
-    rank = _int(rec.meta.get("rank"))
-    if rank is None:
-        rank = flight_recorder.rank_from_dump_name(
-            str(rec.meta.get("dump") or rec.artifact or rec.target)
-        )
-    dump = flight_recorder.parse_flight_recorder(data, rank, pid=_int(rec.meta.get("pid")))
-    acc.flight.append(FrObs(rec.node_ip, dump))
-
-
-def _load_log(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
+def _load_log(acc: _Loading, rec: ProbeRecord, data: bytes) -> None:
     meta = rec.meta
     tail = parse_log_tail(_text(data), _int(meta.get("utc_offset_s")) or 0)
     acc.logs.append(
@@ -302,29 +228,11 @@ def _load_log(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
     )
 
 
-def _load_log_head(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
-    meta = rec.meta
-    pid = _int(meta.get("pid"))
-    if pid is None:
-        raise ParseError("log head record without a pid")
-    acc.log_heads.append(
-        LogHeadObs(
-            node_ip=rec.node_ip,
-            pid=pid,
-            class_name=str(meta.get("class_name") or ""),
-            stream=str(meta.get("stream") or ""),
-            head=parse_log_head(data),
-            file=_str(meta.get("file")),
-            sample=rec.sample or 0,
-        )
-    )
-
-
 def _str(value: Any) -> str | None:
     return str(value) if value is not None else None
 
 
-def _load_dashboard(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
+def _load_dashboard(acc: _Loading, rec: ProbeRecord, data: bytes) -> None:
     endpoint = ray_state.endpoint_of(str(rec.meta.get("endpoint") or rec.target), rec.target)
     if endpoint is None or endpoint.parse is None:
         return  # kept for the reader (version, cluster status, ...), not analysed
@@ -335,24 +243,24 @@ def _load_dashboard(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
     add(acc, rec, endpoint.parse(data))
 
 
-def _add_actors(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
+def _add_actors(acc: _Loading, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
     for a in parsed:
         acc.actors[a.actor_id] = a
     acc.ray_seen = True
 
 
-def _add_running_tasks(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
+def _add_running_tasks(acc: _Loading, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
     for t in parsed:
         acc.tasks[t.task_id] = t
     acc.running[(rec.sample or 0, rec.started_at)] = {t.task_id for t in parsed}
 
 
-def _add_nodes(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
+def _add_nodes(acc: _Loading, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
     for n in parsed:
         acc.nodes[n.node_id] = n
 
 
-def _add_node_summary(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
+def _add_node_summary(acc: _Loading, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
     stores: list[ObjectStoreUsage] = []
     for item in parsed:
         if isinstance(item, ObjectStoreUsage):
@@ -362,12 +270,12 @@ def _add_node_summary(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> N
     acc.object_stores[(rec.sample or 0, rec.started_at)] = tuple(stores)
 
 
-def _add_jobs(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
+def _add_jobs(acc: _Loading, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
     known = {(j.job_id, j.submission_id) for j in acc.jobs}
     acc.jobs.extend(j for j in parsed if (j.job_id, j.submission_id) not in known)
 
 
-def _add_task_page(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
+def _add_task_page(acc: _Loading, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
     for page in parsed:
         acc.task_pages.append(
             TaskPageObs(rec.target, rec.sample or 0, rec.started_at, page.tasks, page.truncated)
@@ -379,19 +287,19 @@ def _add_task_page(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None
             )
 
 
-def _add_placement_groups(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
+def _add_placement_groups(acc: _Loading, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
     for pg in parsed:
         acc.pgs[pg.placement_group_id] = pg
 
 
-def _add_cluster(acc: _Acc, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
+def _add_cluster(acc: _Loading, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
     for cluster in parsed:
         acc.cluster[(rec.sample or 0, rec.started_at)] = cluster
 
 
 # What the loader does with each parsed dashboard answer, by ray_state.STATE_ENDPOINTS target
 # (tests/unit/test_source_tables.py: every endpoint with a parser has one).
-DASHBOARD_LOADERS: dict[str, Callable[[_Acc, ProbeRecord, tuple[Any, ...]], None]] = {
+DASHBOARD_LOADERS: dict[str, Callable[[_Loading, ProbeRecord, tuple[Any, ...]], None]] = {
     "actors": _add_actors,
     "tasks_running": _add_running_tasks,
     "nodes": _add_nodes,
@@ -404,7 +312,7 @@ DASHBOARD_LOADERS: dict[str, Callable[[_Acc, ProbeRecord, tuple[Any, ...]], None
 }
 
 
-def _load_stack(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
+def _load_stack(acc: _Loading, rec: ProbeRecord, data: bytes) -> None:
     sample = rec.sample or 0
     pid = _int(rec.meta.get("pid"))
     via = "dashboard" if rec.source == b.DASHBOARD_TRACEBACK else "pyspy"
@@ -417,7 +325,7 @@ def _load_stack(acc: _Acc, rec: ProbeRecord, data: bytes) -> None:
 
 
 def _load_http(
-    acc: _Acc, rec: ProbeRecord, data: bytes | None, *, body_refused: bool = False
+    acc: _Loading, rec: ProbeRecord, data: bytes | None, *, body_refused: bool = False
 ) -> None:
     meta = rec.meta
     path = str(meta.get("path") or "")
@@ -474,21 +382,15 @@ def _float(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-# The registry: what the loader does with an ok record of each source (bundle.SOURCES), in one place.
-# A new source adds its loader here (tests/unit/test_source_tables.py checks that none is missing).
-SOURCE_LOADERS: dict[str, Callable[[_Acc, ProbeRecord, bytes], None]] = {
+# What the loader does with an ok record of a composite source (a SourceSpec with no parse); every
+# other source is filed by its spec (`_file`). tests/unit/test_source_tables.py checks that every
+# spec has one or the other.
+COMPOSITE_LOADERS: dict[str, Callable[[_Loading, ProbeRecord, bytes], None]] = {
     b.RAY_DASHBOARD: _load_dashboard,
-    b.PROCESSES: _load_processes,
     b.PYSPY: _load_stack,
     b.DASHBOARD_TRACEBACK: _load_stack,
     b.NVML: _load_nvml,
-    b.GPM: _load_gpm,
-    b.NCCL_RAS: _load_ras,
-    b.FLIGHT_RECORDER: _load_flight_recorder,
     b.RAY_LOGS: _load_log,
-    b.SOCKETS: _load_sockets,
-    b.KERNEL: _load_kernel,
-    b.ACTOR_LOG_HEAD: _load_log_head,
 }
 # HTTP answers of engines and routers are read whatever their outcome (a refused connection, a
 # timeout and a 503 are evidence too).

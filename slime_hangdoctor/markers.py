@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 
+from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
+from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.parsers.sglang import WORK_COUNTERS
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.topology import Topology
@@ -63,18 +65,18 @@ def _ray_tasks(snapshot: Snapshot, topology: Topology, out: Markers) -> None:
 
 
 def _ras_counts(snapshot: Snapshot, out: Markers) -> None:
-    for obs in snapshot.ras:
-        for comm in obs.report.communicators:
+    for obs in snapshot.facts(RAS):
+        for comm in obs.fact.communicators:
             total = sum(sum(r.collective_counts.values()) for r in comm.ranks)
             out[f"ras:{obs.node_ip}:{comm.hash}"] = str(total)
 
 
 def _flight_cursors(snapshot: Snapshot, out: Markers) -> None:
-    for obs in snapshot.flight:
-        for pg, status in obs.dump.pg_status.items():
+    for obs in snapshot.facts(FLIGHT_RECORDER):
+        for pg, status in obs.fact.pg_status.items():
             value = status.get("last_completed_collective")
             if value is not None:
-                out[f"fr:rank{obs.dump.rank}:pg{pg}"] = str(value)
+                out[f"fr:rank{obs.fact.rank}:pg{pg}"] = str(value)
 
 
 def _gpu_counters(snapshot: Snapshot, out: Markers) -> None:

@@ -6,23 +6,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from slime_hangdoctor.bundle import Manifest
 from slime_hangdoctor.facts import (
-    ActorLogHead,
     ClusterResources,
     EngineLoad,
-    FrDump,
-    GpmReading,
     GpuSeries,
     HttpAnswer,
     LogTail,
     ModelInfo,
-    NodeKernel,
     ObjectStoreUsage,
     ProcessInfo,
     ProcessStack,
-    RasReport,
     RayActor,
     RayJob,
     RayNode,
@@ -32,8 +28,11 @@ from slime_hangdoctor.facts import (
     RouterWorkers,
     ServerInfo,
     SglangMetrics,
-    TcpConnection,
 )
+from slime_hangdoctor.parsers import processes
+from slime_hangdoctor.source_spec import Observed, SourceSpec
+
+F = TypeVar("F")
 
 Parsed = ServerInfo | ModelInfo | EngineLoad | SglangMetrics | RouterWorkers | RouterMetrics | None
 
@@ -45,14 +44,6 @@ class StackObs:
     sample: int
     stack: ProcessStack
     via: str = "pyspy"  # pyspy | dashboard
-
-
-@dataclass(frozen=True)
-class ProcessesObs:
-    node_ip: str | None
-    sample: int
-    processes: tuple[ProcessInfo, ...]
-    time: float | None = None
 
 
 @dataclass(frozen=True)
@@ -72,25 +63,6 @@ class GpuObs:
     series: GpuSeries
     # nvml (the local sampler) | ray_summary (dashboard /nodes?view=summary: util and power only)
     via: str = "nvml"
-
-
-@dataclass(frozen=True)
-class GpmObs:
-    node_ip: str | None
-    readings: tuple[GpmReading, ...]
-
-
-@dataclass(frozen=True)
-class RasObs:
-    node_ip: str | None
-    sample: int
-    report: RasReport
-
-
-@dataclass(frozen=True)
-class FrObs:
-    node_ip: str | None
-    dump: FrDump
 
 
 @dataclass(frozen=True)
@@ -127,58 +99,23 @@ class TaskPageObs:
 
 
 @dataclass(frozen=True)
-class SocketsObs:
-    """The TCP connections of one node's slime processes at one sample."""
-
-    node_ip: str | None
-    sample: int
-    connections: tuple[TcpConnection, ...]
-
-
-@dataclass(frozen=True)
-class LogHeadObs:
-    """The head of one stream of a slime actor's worker log, read on its node."""
-
-    node_ip: str | None
-    pid: int
-    class_name: str
-    stream: str  # err | out
-    head: ActorLogHead
-    file: str | None = None  # the log's file name
-    sample: int = 0
-
-
-@dataclass(frozen=True)
-class KernelObs:
-    """Kernel-side state of one node (its slime processes, /dev/shm, OOM lines) at one sample."""
-
-    node_ip: str | None
-    sample: int
-    kernel: NodeKernel
-
-
-@dataclass(frozen=True)
 class Snapshot:
     manifest: Manifest
     actors: tuple[RayActor, ...] = ()
     tasks: tuple[RayTask, ...] = ()
     nodes: tuple[RayNode, ...] = ()
     jobs: tuple[RayJob, ...] = ()
-    processes: tuple[ProcessesObs, ...] = ()
     stacks: tuple[StackObs, ...] = ()
     http: tuple[HttpObs, ...] = ()
     gpus: tuple[GpuObs, ...] = ()
-    gpm: tuple[GpmObs, ...] = ()
-    ras: tuple[RasObs, ...] = ()
-    flight: tuple[FrObs, ...] = ()
     logs: tuple[LogObs, ...] = ()
     task_pages: tuple[TaskPageObs, ...] = ()
     placement_groups: tuple[RayPlacementGroup, ...] = ()
     cluster: ClusterResources | None = None  # the newest /api/cluster_status answer
     object_stores: tuple[ObjectStoreUsage, ...] = ()  # each node's, from the newest node summary
-    sockets: tuple[SocketsObs, ...] = ()
-    kernel: tuple[KernelObs, ...] = ()
-    log_heads: tuple[LogHeadObs, ...] = ()
+    # the facts of every source the loader files by its spec (source_spec.SourceSpec.parse), in
+    # the bundle's order: read them with facts(SPEC)
+    observed: tuple[Observed[Any], ...] = ()
     blind_spots: tuple[str, ...] = ()  # probes that failed or were not allowed, parse failures
     ray_seen: bool = False  # the Ray state API answered
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -186,6 +123,18 @@ class Snapshot:
     @property
     def window_s(self) -> float:
         return self.manifest.window_s
+
+    def facts(self, spec: SourceSpec[F]) -> tuple[Observed[F], ...]:
+        """Every fact of one source, in the bundle's order."""
+        by_source = self.__dict__.get("_by_source")
+        if by_source is None:
+            grouped: dict[str, list[Observed[Any]]] = {}
+            for obs in self.observed:
+                grouped.setdefault(obs.source, []).append(obs)
+            by_source = {name: tuple(group) for name, group in grouped.items()}
+            object.__setattr__(self, "_by_source", by_source)
+        found: tuple[Observed[F], ...] = by_source.get(spec.name, ())
+        return found
 
     def stacks_of(self, pid: int, node_ip: str | None = None) -> tuple[StackObs, ...]:
         return tuple(
@@ -195,4 +144,6 @@ class Snapshot:
         )
 
     def processes_at(self, sample: int) -> tuple[ProcessInfo, ...]:
-        return tuple(p for obs in self.processes if obs.sample == sample for p in obs.processes)
+        return tuple(
+            p for obs in self.facts(processes.SPEC) if obs.sample == sample for p in obs.fact
+        )

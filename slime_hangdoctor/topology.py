@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 
 from slime_hangdoctor.facts import ProcessInfo, RouterWorkers
+from slime_hangdoctor.parsers.log_heads import SPEC as LOG_HEADS
+from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.verdict import Role
 
@@ -93,8 +95,8 @@ def parse_ray_title(title: str) -> tuple[str, str | None] | None:
 
 def _latest_processes(snapshot: Snapshot) -> dict[tuple[str | None, int], ProcessInfo]:
     out: dict[tuple[str | None, int], ProcessInfo] = {}
-    for obs in sorted(snapshot.processes, key=lambda o: o.sample):
-        for p in obs.processes:
+    for obs in sorted(snapshot.facts(PROCESSES), key=lambda o: o.sample):
+        for p in obs.fact:
             out[(obs.node_ip, p.pid)] = p
     return out
 
@@ -582,9 +584,9 @@ def _logged_urls(snapshot: Snapshot) -> dict[tuple[str | None, int], tuple[str, 
     """(node, pid) of an engine actor -> the URL its server said it listens on (SGLang's uvicorn
     line in the head of the actor's worker log) and where that was read, in words."""
     out: dict[tuple[str | None, int], tuple[str, str]] = {}
-    for obs in sorted(snapshot.log_heads, key=lambda o: (o.sample, o.stream != "err")):
-        served = obs.head.served_url
-        if served is None or (obs.node_ip, obs.pid) in out:
+    for obs in sorted(snapshot.facts(LOG_HEADS), key=lambda o: (o.sample, o.fact.stream != "err")):
+        served = obs.fact.served_url
+        if served is None or (obs.node_ip, obs.fact.pid) in out:
             continue
         scheme, _, rest = served.url.partition("://")
         host, _, port = rest.rpartition(":")
@@ -592,10 +594,10 @@ def _logged_urls(snapshot: Snapshot) -> dict[tuple[str | None, int], tuple[str, 
             host = obs.node_ip or "127.0.0.1"
         where = f" on {obs.node_ip}" if obs.node_ip else ""
         origin = (
-            f"the head of the {obs.stream} log of {obs.class_name or 'the actor'} pid "
-            f"{obs.pid}{where} ({obs.file or 'its Ray worker log'}): {served.line!r}"
+            f"the head of the {obs.fact.stream} log of {obs.fact.class_name or 'the actor'} pid "
+            f"{obs.fact.pid}{where} ({obs.fact.file or 'its Ray worker log'}): {served.line!r}"
         )
-        out[(obs.node_ip, obs.pid)] = (f"{scheme}://{host}:{port}", origin)
+        out[(obs.node_ip, obs.fact.pid)] = (f"{scheme}://{host}:{port}", origin)
     return out
 
 

@@ -9,17 +9,15 @@ culprit's own stack, the majority of stacks, then the running Ray methods.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 from collections import Counter
 
-from slime_hangdoctor.analysis import hazards, kernel, network, rules
+from slime_hangdoctor.analysis import rules
 from slime_hangdoctor.analysis.engines import (
-    HUNG_ENGINE_STATES,
-    EngineRead,
-    EngineState,
     read_engines,
 )
 from slime_hangdoctor.analysis.kernel_spin import kernel_spins
-from slime_hangdoctor.analysis.logs import log_findings, log_stage
 from slime_hangdoctor.analysis.progress import Progress, assess
 from slime_hangdoctor.analysis.signatures import (
     SLIME_ACTOR_CLASSES,
@@ -27,19 +25,23 @@ from slime_hangdoctor.analysis.signatures import (
     layout_hint,
     method_stage,
 )
+from slime_hangdoctor.analysis.source_analysis import Reading, Section, SourceAnalysis
 from slime_hangdoctor.analysis.stacks import highlight
 from slime_hangdoctor.analysis.suspects import (
     EVIDENCE_MESSAGES,
     find_suspects,
     hang_evidence,
-    ray_findings,
     reads_of,
 )
 from slime_hangdoctor.analysis.suspects.flight_recorder import fr_groups, fr_stage
 from slime_hangdoctor.analysis.suspects.merge import Merged, merge
 from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, Evidence
 from slime_hangdoctor.analysis.world import Proc, World, build_world
+from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
+from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
+from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.snapshot import Snapshot
+from slime_hangdoctor.sources import SPECS
 from slime_hangdoctor.topology import Topology
 from slime_hangdoctor.verdict import (
     Confidence,
@@ -74,7 +76,14 @@ _STAGE_ORDER = (
 
 def _usable(s: Snapshot) -> bool:
     return bool(
-        s.stacks or s.processes or s.gpus or s.http or s.ras or s.flight or s.actors or s.jobs
+        s.stacks
+        or s.facts(PROCESSES)
+        or s.gpus
+        or s.http
+        or s.facts(RAS)
+        or s.facts(FLIGHT_RECORDER)
+        or s.actors
+        or s.jobs
     )
 
 
@@ -84,11 +93,15 @@ def _no_job(world: World) -> bool:
         return False
     if any(p.role is not None and p.reads for p in world.procs):
         return False
-    if snap.ras or snap.flight or any(o.kind == "engine" for o in snap.http):
+    if (
+        any(snap.facts(RAS))
+        or any(snap.facts(FLIGHT_RECORDER))
+        or any(o.kind == "engine" for o in snap.http)
+    ):
         return False
     running = any(j.status == "RUNNING" for j in snap.jobs)
     alive = any(a.class_name in SLIME_ACTOR_CLASSES and a.state == "ALIVE" for a in snap.actors)
-    return not running and not alive and (snap.ray_seen or bool(snap.processes))
+    return not running and not alive and (snap.ray_seen or bool(snap.facts(PROCESSES)))
 
 
 # --------------------------------------------------------------------------- stage
@@ -433,54 +446,31 @@ def _progress_findings(progress: Progress) -> list[Finding]:
     return out
 
 
-def _engine_findings(engines: tuple[EngineRead, ...], status: Status) -> list[Finding]:
-    out: list[Finding] = []
-    if status is Status.PROGRESSING:
-        out.extend(
-            Finding(
-                "engine-" + e.state.value,
-                Severity.WARNING,
-                f"engine {e.url} is {e.state.value} while the job progresses elsewhere",
-                e.evidence[:4],
-            )
-            for e in engines
-            if e.state in HUNG_ENGINE_STATES
-        )
-    out.extend(
-        Finding(
-            "engine-paused",
-            Severity.INFO,
-            f"engine {e.url} is paused (generation held before its scheduler)",
-            e.evidence[:4],
-        )
-        for e in engines
-        if e.state is EngineState.PAUSED
-    )
-    out.extend(
-        Finding(
-            "engine-held",
-            Severity.INFO,
-            f"engine {e.url} holds requests between its HTTP layer and its scheduler (not "
-            "paused by the evidence)",
-            e.evidence[:4],
-        )
-        for e in engines
-        if e.state is EngineState.HELD
-    )
-    out.extend(
-        Finding("engine-server-info-poisoned", Severity.INFO, note, ())
-        for e in engines
-        for note in e.notes
-    )
-    out.extend(
-        Finding("engine-server-info-probe", Severity.INFO, e.server_info_calls, ())
-        for e in engines
-        if e.server_info_calls and e.server_info_skipped
-    )
-    return out
-
-
 # --------------------------------------------------------------------------- main
+
+
+@functools.cache
+def source_analyses() -> tuple[SourceAnalysis, ...]:
+    """The ANALYSIS of every source whose spec names one, in the sources' order (sources.SPECS)."""
+    found: list[SourceAnalysis] = []
+    for spec in SPECS:
+        if spec.analysis is not None:
+            analysis = importlib.import_module(spec.analysis).ANALYSIS
+            if not isinstance(analysis, SourceAnalysis):
+                raise TypeError(f"{spec.analysis}.ANALYSIS is not a SourceAnalysis")
+            found.append(analysis)
+    return tuple(found)
+
+
+def _source_findings(
+    analyses: tuple[SourceAnalysis, ...], reading: Reading, section: Section
+) -> list[Finding]:
+    return [
+        f
+        for a in analyses
+        if a.findings is not None and a.section is section
+        for f in a.findings(reading)
+    ]
 
 
 def _select_culprits(merged: list[Merged]) -> tuple[Merged, ...]:
@@ -527,7 +517,8 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
     world = build_world(snapshot, topology)
     engines = read_engines(world)
     progress = assess(world, engines)
-    if io := kernel.io_signals(world):
+    analyses = source_analyses()
+    if io := [s for a in analyses if a.progress is not None for s in a.progress(world)]:
         progress = dataclasses.replace(progress, progress=progress.progress + tuple(io))
     if _no_job(world):
         return Diagnosis(
@@ -548,7 +539,8 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
     live_stage = decide_stage(world, merged) if status is Status.HUNG else Stage.NONE
     stage = live_stage
     if status is Status.HUNG and stage is Stage.UNKNOWN:
-        stage = log_stage(snapshot) or stage  # a second stage signal: only where none was found
+        # a second stage signal (the logs' open Timer): only where the live evidence found none
+        stage = next((h for a in analyses if a.stage and (h := a.stage(world))), stage)
     culprits = _select_culprits(merged) if status is Status.HUNG else ()
     ctx = rules.Context(world, engines, status, stage, culprits)
     causes = rules.known_causes(ctx)
@@ -558,17 +550,13 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
         findings += _culprit_findings(culprits)
         findings += _evidence_findings(evidence)
     findings += [c.finding for c in causes]
-    findings += ray_findings(world, engines)
-    if status is Status.HUNG:
-        findings += network.network_findings(world, engines)
-    findings += hazards.hazard_findings(world, engines)
-    findings += kernel.kernel_findings(world)
-    findings += _engine_findings(engines, status)
+    reading = Reading(world, engines, status, live_stage)
+    findings += _source_findings(analyses, reading, Section.STATE)
     findings += _progress_findings(progress)
-    findings += log_findings(snapshot, status, live_stage)
+    findings += _source_findings(analyses, reading, Section.LOGS)
     steps = rules.culprit_steps(ctx) if status is Status.HUNG else []
     steps += [s for c in causes for s in c.steps]
-    steps += hazards.hazard_steps(world, engines)
+    steps += [s for a in analyses if a.next_steps is not None for s in a.next_steps(reading)]
     steps += rules.general_steps(ctx)
     current = current_stage(world)
     extra: dict[str, object] = {}

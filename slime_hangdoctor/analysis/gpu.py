@@ -13,6 +13,7 @@ from enum import Enum
 from statistics import median
 
 from slime_hangdoctor.facts import GpmReading, GpuReading
+from slime_hangdoctor.parsers.nvml import GPM_SPEC as GPM
 from slime_hangdoctor.snapshot import Snapshot
 
 STUCK_MIN_UTIL = 90  # util.gpu in every reading
@@ -177,8 +178,8 @@ def read_gpus(snapshot: Snapshot) -> tuple[GpuRead, ...]:
                 per.setdefault(key, []).append(r)
                 spans.setdefault(key, []).append(sample.t)
     gpm: dict[tuple[str | None, int], GpmReading] = {}
-    for gobs in snapshot.gpm:
-        for g in gobs.readings:
+    for gobs in snapshot.facts(GPM):
+        for g in gobs.fact:
             gpm[(gobs.node_ip, g.index)] = g
     out: list[GpuRead] = []
     for key in sorted(set(per) | set(gpm), key=lambda k: (k[0] or "", k[1])):

@@ -20,7 +20,9 @@ from urllib.parse import urlsplit
 
 from slime_hangdoctor.analysis.engines import EngineRead
 from slime_hangdoctor.analysis.network import peer_map
+from slime_hangdoctor.analysis.source_analysis import SourceAnalysis
 from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.parsers.kernel import SPEC as KERNEL
 from slime_hangdoctor.verdict import Finding, Role, Severity
 
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
@@ -150,8 +152,8 @@ def _ifname_mismatches(world: World) -> list[str]:
 def _shm_lines(world: World) -> list[str]:
     lines: list[str] = []
     seen: set[str | None] = set()
-    for obs in sorted(world.snapshot.kernel, key=lambda o: -o.sample):
-        shm = obs.kernel.shm
+    for obs in sorted(world.snapshot.facts(KERNEL), key=lambda o: -o.sample):
+        shm = obs.fact.shm
         if obs.node_ip in seen or shm is None or shm.total_bytes <= 0:
             continue
         seen.add(obs.node_ip)
@@ -214,3 +216,9 @@ def hazard_steps(world: World, engines: tuple[EngineRead, ...]) -> list[str]:
     if _shm_lines(world):
         steps.append("Free /dev/shm (ls -la /dev/shm: stale segments of dead jobs) or enlarge it")
     return steps
+
+
+ANALYSIS = SourceAnalysis(
+    findings=lambda r: hazard_findings(r.world, r.engines),
+    next_steps=lambda r: hazard_steps(r.world, r.engines),
+)

@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.progress import Signal
+from slime_hangdoctor.analysis.source_analysis import SourceAnalysis
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import ProcessKernelState
+from slime_hangdoctor.parsers.kernel import SPEC as KERNEL
 from slime_hangdoctor.verdict import Finding, Role, Severity
 
 IO_PROGRESS_BYTES = 1 << 20  # storage bytes in the window that count as work moving
@@ -149,8 +151,8 @@ def io_signals(world: World) -> list[Signal]:
 
 def oom_lines(world: World) -> list[str]:
     seen: dict[str, None] = {}
-    for obs in world.snapshot.kernel:
-        log = obs.kernel.log
+    for obs in world.snapshot.facts(KERNEL):
+        log = obs.fact.log
         if log is None or not log.readable:
             continue
         for line in log.oom_lines:
@@ -227,3 +229,9 @@ def writers_of(world: World, role: Role) -> list[KernelRead]:
         for k in kernel_reads(world)
         if k.proc.role is role and (k.io_delta or 0) >= IO_PROGRESS_BYTES
     ]
+
+
+ANALYSIS = SourceAnalysis(
+    progress=io_signals,
+    findings=lambda reading: kernel_findings(reading.world),
+)

@@ -27,6 +27,8 @@ from slime_hangdoctor.analysis.gpu import GpuRead, GpuState
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import Frame, Outcome
+from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
+from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.verdict import Role, Stage
 
 _COMM_BLOCKS = frozenset({Block.COLLECTIVE, Block.RENDEZVOUS})
@@ -82,7 +84,7 @@ def _world_size_env(world: World) -> str | None:
 
 def _ras_closed(world: World, node_ip: str | None) -> str | None:
     """Why RAS says there is no communicator on `node_ip`, or None when it cannot say so."""
-    if any(obs.report.communicators for obs in world.snapshot.ras):
+    if any(obs.fact.communicators for obs in world.snapshot.facts(RAS)):
         return None
     on_node = [
         r
@@ -93,8 +95,8 @@ def _ras_closed(world: World, node_ip: str | None) -> str | None:
         return None
     if all(r.outcome is Outcome.UNAVAILABLE for r in on_node):
         return f"NCCL RAS on {on_node[0].target}: port closed in every sample (no communicator)"
-    answered = [obs for obs in world.snapshot.ras if obs.node_ip in (None, node_ip)]
-    if answered and not any(obs.report.communicators for obs in answered):
+    answered = [obs for obs in world.snapshot.facts(RAS) if obs.node_ip in (None, node_ip)]
+    if answered and not any(obs.fact.communicators for obs in answered):
         return "NCCL RAS answered and lists no communicator"
     return None
 
@@ -119,7 +121,7 @@ def _holder(world: World, g: GpuRead) -> Proc | None:
 def kernel_spins(world: World) -> tuple[KernelSpin, ...]:
     """GPUs that spin while no communicator exists anywhere, each with the process waiting on it."""
     stuck = [g for g in world.gpus if g.state is GpuState.STUCK]
-    if not stuck or world.snapshot.flight:
+    if not stuck or world.snapshot.facts(FLIGHT_RECORDER):
         return ()
     if _communicator_in_stacks(world) is not None or _world_size_env(world) is not None:
         return ()

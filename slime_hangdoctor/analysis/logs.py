@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from slime_hangdoctor.analysis.source_analysis import Section, SourceAnalysis
 from slime_hangdoctor.facts import LogKind, LogTimer
 from slime_hangdoctor.snapshot import LogObs, Snapshot
 from slime_hangdoctor.verdict import Finding, Severity, Stage, Status
@@ -175,3 +176,10 @@ def _at(when: float | None, now: float) -> str:
             else f" ({age:.0f} s before the look)"
         )
     return text
+
+
+ANALYSIS = SourceAnalysis(
+    findings=lambda r: log_findings(r.world.snapshot, r.status, r.stage),
+    section=Section.LOGS,
+    stage=lambda world: log_stage(world.snapshot),
+)

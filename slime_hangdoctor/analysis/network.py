@@ -44,10 +44,11 @@ from urllib.parse import urlsplit
 from slime_hangdoctor.analysis.engines import EngineRead, router_entry
 from slime_hangdoctor.analysis.services import Service, job_services
 from slime_hangdoctor.analysis.signatures import Block
+from slime_hangdoctor.analysis.source_analysis import Reading, SourceAnalysis
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import PROXY_ENV, RouterMetrics, SglangMetrics, TcpConnection
 from slime_hangdoctor.topology import ROUTER_TITLE, parse_ray_title
-from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
+from slime_hangdoctor.verdict import Finding, Role, Severity, Stage, Status
 
 _WAITING = ("ESTABLISHED", "SYN_SENT")  # a request in flight, or a connect that never completes
 _LOOPBACK = ("127.", "::1", "0.0.0.0", "::")
@@ -587,3 +588,13 @@ def network_findings(world: World, engines: tuple[EngineRead, ...]) -> list[Find
             )
         )
     return out
+
+
+def _hung_findings(reading: Reading) -> list[Finding]:
+    """Who holds the requests: asked only of a hung job (a progressing one holds requests too)."""
+    if reading.status is not Status.HUNG:
+        return []
+    return network_findings(reading.world, reading.engines)
+
+
+ANALYSIS = SourceAnalysis(findings=_hung_findings)

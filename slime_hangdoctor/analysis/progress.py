@@ -17,6 +17,7 @@ from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import RasReport
+from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.verdict import Stage
 
 CPU_BUSY_FRACTION = 0.3  # of one core over the window
@@ -95,8 +96,8 @@ def _ras_signals(world: World) -> tuple[list[Signal], list[Signal], bool]:
     progress: list[Signal] = []
     frozen: list[Signal] = []
     per_node: dict[str | None, list[tuple[int, RasReport]]] = {}
-    for obs in world.snapshot.ras:
-        per_node.setdefault(obs.node_ip, []).append((obs.sample, obs.report))
+    for obs in world.snapshot.facts(RAS):
+        per_node.setdefault(obs.node_ip, []).append((obs.sample, obs.fact))
     compared = False
     for node, reports in per_node.items():
         if len({s for s, _ in reports}) < 2:

@@ -18,7 +18,10 @@ from slime_hangdoctor.analysis.stacks import ThreadRead
 from slime_hangdoctor.analysis.suspects.merge import Merged
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import Frame
+from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
+from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.snapshot import Snapshot
+from slime_hangdoctor.sources import SPECS
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage, Status
 
 
@@ -593,7 +596,7 @@ def _collective_hang(ctx: Context) -> bool:
     w = ctx.world
     if any(p.latest is not None and p.latest.primary.in_collective for p in w.procs):
         return True
-    return bool(w.snapshot.ras or w.snapshot.flight) or any(
+    return bool(w.snapshot.facts(RAS) or w.snapshot.facts(FLIGHT_RECORDER)) or any(
         g.state.value == "stuck_in_collective" for g in w.gpus
     )
 
@@ -607,14 +610,14 @@ def general_steps(ctx: Context) -> list[str]:
         and _collective_hang(ctx)
         and not kernel_spins(w)
     ):
-        if not w.snapshot.flight:
+        if not w.snapshot.facts(FLIGHT_RECORDER):
             steps.append(
                 "Arm the PyTorch flight recorder for the next run (before the process groups are "
                 "created): TORCH_FR_BUFFER_SIZE=2000 TORCH_FR_DUMP_TEMP_FILE=/tmp/fr_rank_ "
                 "TORCH_NCCL_DEBUG_INFO_PIPE_FILE=/tmp/fr_pipe_ ; then re-run hangdoctor with "
                 "--flight-recorder to dump it on demand"
             )
-        if not w.snapshot.ras:
+        if not w.snapshot.facts(RAS):
             steps.append(
                 "Ask NCCL RAS on a node of the job (NCCL >= 2.24): "
                 "echo 'verbose status' | nc 127.0.0.1 28028"
@@ -675,17 +678,8 @@ def blind_spots(ctx: Context) -> list[str]:
             )
     if not snap.gpus:
         out.append("no NVML readings: GPU states (stuck in a collective / idle / busy) unknown")
-    if not snap.ras:
-        out.append(
-            "no NCCL RAS answer (NCCL < 2.24, NCCL_RAS_ENABLE=0, no live communicator, or not "
-            "probed): collective counts per rank unknown"
-        )
-    if not snap.flight:
-        out.append(
-            "no flight-recorder dumps (the job needs TORCH_FR_BUFFER_SIZE and "
-            "TORCH_NCCL_DEBUG_INFO_PIPE_FILE, and hangdoctor --flight-recorder): per-rank "
-            "collective cursors unknown"
-        )
+    # a source the run holds no fact of, that says what is missing then (SourceSpec.missing)
+    out.extend(spec.missing for spec in SPECS if spec.missing and not snap.facts(spec))
     if not snap.ray_seen:
         out.append("no Ray state API answer: roles come from process titles and environment only")
     if not w.two_samples:

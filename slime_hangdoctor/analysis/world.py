@@ -15,6 +15,11 @@ from typing import TypeVar
 from slime_hangdoctor.analysis.gpu import GpuRead, gpu_of_pid, read_gpus
 from slime_hangdoctor.analysis.stacks import ProcessRead, read_process
 from slime_hangdoctor.facts import ProcessInfo, ProcessKernelState, TcpConnection
+from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
+from slime_hangdoctor.parsers.kernel import SPEC as KERNEL
+from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
+from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
+from slime_hangdoctor.parsers.sockets import SPEC as SOCKETS
 from slime_hangdoctor.snapshot import Snapshot, StackObs
 from slime_hangdoctor.topology import Member, Topology, parse_ray_title
 from slime_hangdoctor.verdict import Role
@@ -175,8 +180,8 @@ def _stack_rank(obs: StackObs) -> tuple[int, int, int]:
 
 def _infos(snapshot: Snapshot) -> dict[tuple[str | None, int], list[tuple[int, ProcessInfo]]]:
     out: dict[tuple[str | None, int], list[tuple[int, ProcessInfo]]] = {}
-    for obs in sorted(snapshot.processes, key=lambda o: o.sample):
-        for p in obs.processes:
+    for obs in sorted(snapshot.facts(PROCESSES), key=lambda o: o.sample):
+        for p in obs.fact:
             out.setdefault((obs.node_ip, p.pid), []).append((obs.sample, p))
     return out
 
@@ -187,13 +192,13 @@ def _conns(
     """Per process, its TCP connections at each sample where its node's sockets were read (an
     empty tuple: read, and it held none)."""
     seen: dict[tuple[str | None, int], set[int]] = {}
-    for pobs in snapshot.processes:
-        for p in pobs.processes:
+    for pobs in snapshot.facts(PROCESSES):
+        for p in pobs.fact:
             seen.setdefault((pobs.node_ip, pobs.sample), set()).add(p.pid)
     out: dict[tuple[str | None, int], list[tuple[int, tuple[TcpConnection, ...]]]] = {}
-    for obs in sorted(snapshot.sockets, key=lambda o: o.sample):
+    for obs in sorted(snapshot.facts(SOCKETS), key=lambda o: o.sample):
         by_pid: dict[int, list[TcpConnection]] = {}
-        for c in obs.connections:
+        for c in obs.fact:
             by_pid.setdefault(c.pid, []).append(c)
         for pid in seen.get((obs.node_ip, obs.sample), set()) | set(by_pid):
             out.setdefault((obs.node_ip, pid), []).append((obs.sample, tuple(by_pid.get(pid, ()))))
@@ -204,23 +209,25 @@ def _kernel(
     snapshot: Snapshot,
 ) -> dict[tuple[str | None, int], list[tuple[int, ProcessKernelState]]]:
     out: dict[tuple[str | None, int], list[tuple[int, ProcessKernelState]]] = {}
-    for obs in sorted(snapshot.kernel, key=lambda o: o.sample):
-        for k in obs.kernel.processes:
+    for obs in sorted(snapshot.facts(KERNEL), key=lambda o: o.sample):
+        for k in obs.fact.processes:
             out.setdefault((obs.node_ip, k.pid), []).append((obs.sample, k))
     return out
 
 
 def _fr_ranks(snapshot: Snapshot) -> dict[int, int]:
     """pid -> global rank from flight-recorder dumps that carry their pid."""
-    return {f.dump.pid: f.dump.rank for f in snapshot.flight if f.dump.pid is not None}
+    return {
+        f.fact.pid: f.fact.rank for f in snapshot.facts(FLIGHT_RECORDER) if f.fact.pid is not None
+    }
 
 
 def _ras_ranks(snapshot: Snapshot) -> dict[int, int]:
     """pid -> rank in the largest NCCL communicator RAS reported (the world group, usually)."""
     best: dict[int, int] = {}
     size = -1
-    for obs in snapshot.ras:
-        for comm in obs.report.communicators:
+    for obs in snapshot.facts(RAS):
+        for comm in obs.fact.communicators:
             n = comm.size or len(comm.ranks)
             if n > size:
                 size = n
@@ -231,8 +238,8 @@ def _ras_ranks(snapshot: Snapshot) -> dict[int, int]:
 def _ras_pids(snapshot: Snapshot) -> set[int]:
     return {
         r.pid
-        for obs in snapshot.ras
-        for c in obs.report.communicators
+        for obs in snapshot.facts(RAS)
+        for c in obs.fact.communicators
         for r in c.ranks
         if r.pid is not None
     }
@@ -324,7 +331,7 @@ def build_world(snapshot: Snapshot, topology: Topology) -> World:
         ):
             keys.setdefault(key, None)
     last_sample: dict[str | None, int] = {}
-    for pobs in snapshot.processes:
+    for pobs in snapshot.facts(PROCESSES):
         last_sample[pobs.node_ip] = max(last_sample.get(pobs.node_ip, -1), pobs.sample)
     procs: list[Proc] = []
     for node, pid in keys:
@@ -366,9 +373,9 @@ def build_world(snapshot: Snapshot, topology: Topology) -> World:
     procs = _children_ranked(procs)
     samples = sorted(
         {s.sample for s in snapshot.stacks}
-        | {p.sample for p in snapshot.processes}
+        | {p.sample for p in snapshot.facts(PROCESSES)}
         | {h.sample for h in snapshot.http}
-        | {r.sample for r in snapshot.ras}
+        | {r.sample for r in snapshot.facts(RAS)}
     )
     return World(snapshot, topology, tuple(procs), gpus, tuple(samples))
 

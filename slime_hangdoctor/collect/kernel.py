@@ -15,6 +15,7 @@ kernel log, MAX_OOM_LINES kept, and a deadline checked between processes and log
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import errno
 import os
 import re
@@ -24,6 +25,7 @@ from typing import Any
 
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
+from slime_hangdoctor.collect.node_probe import NodeContext
 from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.redact import utf8_prefix
 
@@ -203,3 +205,20 @@ def _kmsg(path: str, deadline: float) -> dict[str, Any]:
     finally:
         os.close(fd)
     return {"readable": True, "error": None, "lines": lines[-MAX_OOM_LINES:]}
+
+
+def NODE_PROBE(ctx: NodeContext) -> list[cf.Future[Any]]:  # noqa: N802 - the spec's entry point
+    """Kernel-side state of this node's slime processes (parsers.kernel.SPEC)."""
+    pids = sorted({m.pid for m in ctx.members()})
+    if not pids:
+        return []
+    return [
+        ctx.pool.submit(
+            record_kernel,
+            ctx.writer,
+            pids,
+            node_ip=ctx.spec.node_ip,
+            sample=ctx.spec.sample,
+            timeout=ctx.timeout(),
+        )
+    ]

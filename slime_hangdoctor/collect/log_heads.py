@@ -24,6 +24,7 @@ refusal is a `denied` record. Never raises.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import errno
 import os
 import re
@@ -35,8 +36,10 @@ from typing import Any
 
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
+from slime_hangdoctor.collect.node_probe import NodeContext
 from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.redact import utf8_prefix
+from slime_hangdoctor.verdict import Role
 
 MAX_HEAD_BYTES = 64 * 1024  # per stream
 CHUNK = 16 * 1024
@@ -161,3 +164,35 @@ def record_log_heads(
             )
             out.append(writer.add(record, head.data, suffix=".log"))
     return out
+
+
+def unserved_engine_actors(ctx: NodeContext) -> list[tuple[int, str]]:
+    """SGLangEngine actors of this node whose URL no listening child gives (a server that is gone,
+    or not up yet), and whose log heads this run has not read yet."""
+    done = ctx.spec.done(b.ACTOR_LOG_HEAD)
+    return [
+        (m.pid, m.class_name or "SGLangEngine")
+        for m in ctx.members()
+        if m.role is Role.SGLANG_ENGINE
+        and m.kind == "actor"
+        and m.engine_url is None
+        and m.pid not in done
+    ]
+
+
+def NODE_PROBE(ctx: NodeContext) -> list[cf.Future[Any]]:  # noqa: N802 - the spec's entry point
+    """The heads of the worker logs of this node's engine actors with no serving child
+    (parsers.log_heads.SPEC): each read once a run."""
+    actors = unserved_engine_actors(ctx)
+    if not actors:
+        return []
+    return [
+        ctx.pool.submit(
+            record_log_heads,
+            ctx.writer,
+            actors,
+            node_ip=ctx.spec.node_ip,
+            sample=ctx.spec.sample,
+            timeout=ctx.timeout(),
+        )
+    ]

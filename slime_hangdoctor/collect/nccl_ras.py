@@ -16,6 +16,7 @@ Every receive has a socket timeout; the whole probe ends within `timeout` second
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import json
 import socket
 import time
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slime_hangdoctor.bundle import NCCL_RAS, BundleWriter, ProbeRecord
+from slime_hangdoctor.collect.node_probe import NodeContext
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.facts import Outcome
 
@@ -223,3 +225,17 @@ def _verdict(
         return Outcome.TIMED_OUT, f"NCCL RAS at {where} did not answer within {timeout:g}s"
     errors = "; ".join(f"{fmt}: {parts[fmt].get('error')}" for fmt in statuses)
     return Outcome.FAILED, f"NCCL RAS at {where} failed: {errors}"
+
+
+def NODE_PROBE(ctx: NodeContext) -> list[cf.Future[Any]]:  # noqa: N802 - the spec's entry point
+    """NCCL RAS of this node (parsers.nccl_ras.SPEC)."""
+    return [
+        ctx.pool.submit(
+            query_ras,
+            ctx.writer,
+            node_ip=ctx.spec.node_ip,
+            sample=ctx.spec.sample,
+            port=ctx.opts.ras_port,
+            timeout=ctx.timeout(),
+        )
+    ]

@@ -9,6 +9,7 @@ holds a one-line summary.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import os
 import shutil
 import signal
@@ -20,6 +21,7 @@ from typing import Any
 
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
+from slime_hangdoctor.collect.node_probe import NodeContext
 from slime_hangdoctor.facts import Outcome
 
 PTRACE_HELP = (
@@ -271,3 +273,21 @@ def _resume_if_stopped(pid: int, before: str, meta: dict[str, Any]) -> None:
             meta["sigcont"] = True
         except OSError as exc:
             meta["sigcont_error"] = str(exc)
+
+
+def NODE_PROBE(ctx: NodeContext) -> list[cf.Future[Any]]:  # noqa: N802 - the spec's entry point
+    """A py-spy dump of every slime process of this node (parsers.pyspy.SPEC)."""
+    timeout = ctx.timeout(3.0 if ctx.opts.native else 0.0)
+    return [
+        ctx.pool.submit(
+            dump_stack,
+            ctx.writer,
+            m.pid,
+            node_ip=ctx.spec.node_ip,
+            sample=ctx.spec.sample,
+            timeout=timeout,
+            native=ctx.opts.native,
+            pyspy=ctx.opts.pyspy,
+        )
+        for m in ctx.members()
+    ]

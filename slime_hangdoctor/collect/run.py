@@ -23,7 +23,6 @@ from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, Manifest, ProbeRecord
 from slime_hangdoctor.collect.dashboard import DashboardClient, capture_state, capture_task_history
 from slime_hangdoctor.collect.node import (
-    NodeSpec,
     partial_snapshot,
     pending_actors,
     pids_by_node,
@@ -32,6 +31,7 @@ from slime_hangdoctor.collect.node import (
     submit_stacks,
     work_moved,
 )
+from slime_hangdoctor.collect.node_probe import NodeSpec
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.collect.remote import (
     RayTasks,
@@ -42,8 +42,10 @@ from slime_hangdoctor.collect.remote import (
 )
 from slime_hangdoctor.errors import RayUnreachable
 from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.redact import redact_text
 from slime_hangdoctor.snapshot import Snapshot
+from slime_hangdoctor.sources import SPECS
 from slime_hangdoctor.topology import (
     CLASS_ROLES,
     Topology,
@@ -291,7 +293,6 @@ def _start_remote_samples(
     if run.tasks is None:
         run.say(f"connecting to Ray to reach {len(remote)} other node(s)")
         run.tasks = RayTasks(run.gcs_address, timeout_s=deadline.clamp(8.0))
-    read = heads_read(run.writer)
     specs = [
         (
             node,
@@ -299,9 +300,8 @@ def _start_remote_samples(
                 node.node_ip,
                 index,
                 frozenset(pids),
-                stacks=opts.stacks,
-                log_heads=opts.logs,
-                heads_read=read.get(node.node_ip, frozenset()),
+                off=sources_off(opts),
+                read_before=read_before(run.writer, node.node_ip),
             ),
         )
         for node, pids in remote
@@ -329,20 +329,31 @@ def _local_spec(run: _Run, state: Snapshot, index: int) -> NodeSpec:
         roots=_local_roots(state, run),
         extra_pids=frozenset(_local_drivers(state, run)),
         pending=pending_actors(state),
-        stacks=opts.stacks and not (opts.stacks_only_if_stalled and index == 1),
-        log_heads=opts.logs,
-        heads_read=heads_read(run.writer).get(run.node_ip, frozenset()),
+        off=sources_off(opts, second_stacks=not (opts.stacks_only_if_stalled and index == 1)),
+        read_before=read_before(run.writer, run.node_ip),
     )
 
 
-def heads_read(writer: BundleWriter) -> dict[str | None, frozenset[int]]:
-    """Node -> pids whose worker log heads this run has read (or tried to): each is read once."""
-    out: dict[str | None, set[int]] = {}
+def sources_off(opts: CollectOptions, *, second_stacks: bool = True) -> frozenset[str]:
+    """The sources this run turned off (a spec's `switch`: a CollectOptions flag that is False);
+    py-spy's also at the second sample of the watchdog's look (`second_stacks` False)."""
+    off = {s.name for s in SPECS if s.switch is not None and not getattr(opts, s.switch)}
+    if not second_stacks:
+        off.add(b.PYSPY)
+    return frozenset(off)
+
+
+def read_before(
+    writer: BundleWriter, node_ip: str | None
+) -> tuple[tuple[str, frozenset[int]], ...]:
+    """(source, pids) of the records this run holds of `node_ip`'s processes, by source: a source
+    that reads each process once a run (the log heads) skips those."""
+    out: dict[str, set[int]] = {}
     for rec in writer.records:
-        pid = rec.meta.get("pid") if rec.source == b.ACTOR_LOG_HEAD else None
-        if isinstance(pid, int):
-            out.setdefault(rec.node_ip, set()).add(pid)
-    return {node: frozenset(pids) for node, pids in out.items()}
+        pid = rec.meta.get("pid")
+        if rec.node_ip == node_ip and isinstance(pid, int):
+            out.setdefault(rec.source, set()).add(pid)
+    return tuple((source, frozenset(pids)) for source, pids in sorted(out.items()))
 
 
 def _sample_here_and_probe_endpoints(
@@ -446,9 +457,9 @@ def router_metrics_urls(state: Snapshot, topo: Topology, routers: list[str]) -> 
     pids = {(m.node_ip, m.pid) for m in topo.members if m.role is Role.ROUTER}
     served = {_port_of(u) for u in routers}
     out: set[str] = set()
-    for obs in state.processes:
-        by_pid = {p.pid: p for p in obs.processes}
-        for p in obs.processes:
+    for obs in state.facts(PROCESSES):
+        by_pid = {p.pid: p for p in obs.fact}
+        for p in obs.fact:
             if (obs.node_ip, p.pid) not in pids:
                 continue
             own = own_listen(p, by_pid.get(p.ppid) if p.ppid is not None else None)

@@ -12,6 +12,7 @@ at most MAX_FDS fds per process, MAX_TABLE_BYTES per table, and a deadline check
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import os
 import sys
 import time
@@ -20,6 +21,7 @@ from typing import Any
 
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
+from slime_hangdoctor.collect.node_probe import NodeContext
 from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.parsers.sockets import LISTEN
 
@@ -139,3 +141,20 @@ def _table(path: str, wanted: set[int]) -> tuple[str | None, str | None]:
         except ValueError:
             continue
     return "\n".join(kept) + "\n", why
+
+
+def NODE_PROBE(ctx: NodeContext) -> list[cf.Future[Any]]:  # noqa: N802 - the spec's entry point
+    """The TCP connections of this node's slime processes (parsers.sockets.SPEC)."""
+    pids = sorted({m.pid for m in ctx.members()})
+    if not pids:
+        return []
+    return [
+        ctx.pool.submit(
+            record_sockets,
+            ctx.writer,
+            pids,
+            node_ip=ctx.spec.node_ip,
+            sample=ctx.spec.sample,
+            timeout=ctx.timeout(),
+        )
+    ]

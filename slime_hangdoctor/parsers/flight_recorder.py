@@ -27,9 +27,11 @@ import re
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
+from slime_hangdoctor.bundle import FLIGHT_RECORDER, ProbeRecord
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import Frame, FrDump, FrEntry
 from slime_hangdoctor.parsers.safe_pickle import check_plain_pickle
+from slime_hangdoctor.source_spec import SourceSpec
 
 __all__ = ["parse_flight_recorder", "rank_from_dump_name"]
 
@@ -263,3 +265,31 @@ def rank_from_dump_name(name: str) -> int | None:
 
 def _small_int(digits: str) -> int | None:
     return int(digits) if len(digits) <= 9 else None
+
+
+def _parse_record(data: bytes, rec: ProbeRecord) -> FrDump:
+    rank = _meta_int(rec.meta.get("rank"))
+    if rank is None:
+        rank = rank_from_dump_name(str(rec.meta.get("dump") or rec.artifact or rec.target))
+    return parse_flight_recorder(data, rank, pid=_meta_int(rec.meta.get("pid")))
+
+
+def _meta_int(value: object) -> int | None:
+    try:
+        return int(value) if isinstance(value, (int, str)) else None
+    except ValueError:
+        return None
+
+
+# The pickle one rank dumped (collect/flight_recorder.py). A 2000-entry dump is 341 KB;
+# safe_pickle.MAX_OBJECTS stops one over ~40,000 entries.
+SPEC = SourceSpec[FrDump](
+    name=FLIGHT_RECORDER,
+    parse=_parse_record,
+    max_bytes=32 * 1024 * 1024,
+    missing=(
+        "no flight-recorder dumps (the job needs TORCH_FR_BUFFER_SIZE and "
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE, and hangdoctor --flight-recorder): per-rank "
+        "collective cursors unknown"
+    ),
+)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from slime_hangdoctor.bundle import KERNEL
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import (
     IoCounters,
@@ -26,6 +27,7 @@ from slime_hangdoctor.facts import (
     ThreadKernelState,
 )
 from slime_hangdoctor.parsers.json_text import load_json_object
+from slime_hangdoctor.source_spec import SourceSpec
 
 _IO_KEYS = ("rchar", "wchar", "read_bytes", "write_bytes")
 
@@ -171,3 +173,28 @@ def _log(value: Any, uptime_s: float | None) -> KernelLog | None:
 
 def _load(data: str | bytes) -> Mapping[str, Any]:
     return load_json_object(data, "kernel", unit="artefact")
+
+
+def _kernel_notes(node: NodeKernel, where: str) -> tuple[str, ...]:
+    out: list[str] = []
+    if node.log is not None and not node.log.readable:
+        out.append(
+            f"kernel log of {where} not readable ({node.log.why_not}): OOM-killer kills there "
+            "would not be seen"
+        )
+    if node.shm_error:
+        out.append(f"/dev/shm of {where}: {node.shm_error}")
+    return tuple(out)
+
+
+# Kernel-side state of one node's slime processes, /dev/shm and OOM-killer lines at one sample
+# (collect/kernel.py: 4 MiB of kernel log and the process states).
+SPEC = SourceSpec[NodeKernel](
+    name=KERNEL,
+    parse=lambda data, rec: parse_kernel(data),
+    max_bytes=16 * 1024 * 1024,
+    partial=True,
+    notes=_kernel_notes,
+    node_probe="slime_hangdoctor.collect.kernel",
+    analysis="slime_hangdoctor.analysis.kernel",
+)

@@ -14,10 +14,13 @@ no I/O; never raises but ParseError.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
+from slime_hangdoctor.bundle import ACTOR_LOG_HEAD, ProbeRecord
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import ActorLogHead, LoggedUrl
+from slime_hangdoctor.source_spec import SourceSpec
 
 MAX_TEXT = 300  # characters kept of one line
 MAX_URLS = 16  # URLs kept (a head names one engine's URL twice)
@@ -56,3 +59,32 @@ def _url(line: str) -> LoggedUrl | None:
     return LoggedUrl(
         f"{scheme}://{match['host']}:{int(match['port'])}", line.strip()[:MAX_TEXT], served
     )
+
+
+def _parse_record(data: bytes, rec: ProbeRecord) -> ActorLogHead:
+    pid = rec.meta.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool):
+        raise ParseError("log head record without a pid")
+    return dataclasses.replace(
+        parse_log_head(data),
+        pid=pid,
+        class_name=str(rec.meta.get("class_name") or ""),
+        stream=str(rec.meta.get("stream") or ""),
+        file=_str(rec.meta.get("file")),
+    )
+
+
+def _str(value: object) -> str | None:
+    return str(value) if value is not None else None
+
+
+# The head of one stream of an engine actor's worker log, read on its node (collect/log_heads.py:
+# 64 KiB a stream). Discovery reads it: the URL of a server that is gone.
+SPEC = SourceSpec[ActorLogHead](
+    name=ACTOR_LOG_HEAD,
+    parse=_parse_record,
+    max_bytes=1 * 1024 * 1024,
+    discovery=True,
+    node_probe="slime_hangdoctor.collect.log_heads",
+    switch="logs",
+)

@@ -22,8 +22,10 @@ import calendar
 import re
 import time
 
+from slime_hangdoctor.bundle import RAY_LOGS
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import LogKind, LogLine, LogTail, LogTimer
+from slime_hangdoctor.source_spec import SourceSpec
 
 MAX_TEXT = 300  # characters kept of one notable line
 KEEP_PER_KIND = 4  # newest notable lines kept per kind
@@ -168,3 +170,13 @@ def _newest_per_kind(lines: list[LogLine]) -> tuple[LogLine, ...]:
 
 def _cut(text: str) -> str:
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 3] + "..."
+
+
+# The tail of one log through Ray's log API (collect/logs.py: 256 KiB a tail). Composite: the
+# loader keeps the record's meta with it (load.py).
+SPEC = SourceSpec[LogTail](
+    name=RAY_LOGS,
+    parse=None,
+    max_bytes=4 * 1024 * 1024,
+    analysis="slime_hangdoctor.analysis.logs",
+)

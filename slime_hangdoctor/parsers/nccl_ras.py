@@ -27,8 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from slime_hangdoctor.bundle import NCCL_RAS
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import RasCommunicator, RasRank, RasReport
+from slime_hangdoctor.source_spec import SourceSpec
 
 __all__ = ["parse_ras", "parse_ras_json_body", "parse_ras_text_body"]
 
@@ -465,3 +467,17 @@ def parse_ras_text_body(body: str) -> RasReport:
     for line in body.splitlines():
         reader.feed(line)
     return reader.report()
+
+
+# NCCL RAS of one node at one sample (collect/nccl_ras.py: 32 MiB a part, two parts).
+SPEC = SourceSpec[RasReport](
+    name=NCCL_RAS,
+    parse=lambda data, rec: parse_ras(data.decode("utf-8", "replace")),
+    max_bytes=64 * 1024 * 1024,
+    partial=True,
+    missing=(
+        "no NCCL RAS answer (NCCL < 2.24, NCCL_RAS_ENABLE=0, no live communicator, or not "
+        "probed): collective counts per rank unknown"
+    ),
+    node_probe="slime_hangdoctor.collect.nccl_ras",
+)

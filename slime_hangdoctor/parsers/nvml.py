@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from slime_hangdoctor.bundle import GPM, NVML
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import GpmReading, GpuProcessUtil, GpuReading, GpuSample, GpuSeries
 from slime_hangdoctor.parsers.json_text import load_json
+from slime_hangdoctor.source_spec import SourceSpec
 
 __all__ = ["parse_gpm", "parse_nvml_series"]
 
@@ -257,3 +259,21 @@ def parse_gpm(text: str) -> tuple[GpmReading, ...]:
     if not isinstance(data, list):
         raise ParseError(f"GPM: top level is {type(data).__name__}, not a list of GPUs")
     return tuple(_gpm_reading(g, pos) for pos, g in enumerate(data))
+
+
+# The GPU series of one node, sampled across the window (collect/nvml.py). Composite: the loader
+# merges it with the GPU readings of Ray's node summary (load.py).
+SPEC = SourceSpec[GpuSeries](
+    name=NVML,
+    parse=None,
+    max_bytes=16 * 1024 * 1024,
+    partial=True,
+)
+
+# GPM readings of one node (collect/nvml.py, after the series).
+GPM_SPEC = SourceSpec[tuple[GpmReading, ...]](
+    name=GPM,
+    parse=lambda data, rec: parse_gpm(data.decode("utf-8", "replace")),
+    max_bytes=16 * 1024 * 1024,
+    partial=True,
+)

@@ -24,8 +24,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from slime_hangdoctor.bundle import DASHBOARD_TRACEBACK, PYSPY
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import Frame, ProcessStack, ThreadStack
+from slime_hangdoctor.source_spec import SourceSpec
 
 __all__ = ["MAX_NAME_CHARS", "parse_pyspy_json", "parse_pyspy_text"]
 
@@ -306,3 +308,21 @@ def parse_pyspy_text(text: str) -> tuple[ProcessStack, ...]:
         first = text.strip().splitlines()[0][:120]
         raise ParseError(f"py-spy text: no 'Process N:' dump found (starts with {first!r})")
     return tuple(p.build() for p in reader.done)
+
+
+# py-spy's dump of one process (collect/pyspy.py). Composite: one text dump may hold several
+# processes; the loader files each stack (load.py).
+SPEC = SourceSpec[ProcessStack](
+    name=PYSPY,
+    parse=None,
+    max_bytes=16 * 1024 * 1024,
+    node_probe="slime_hangdoctor.collect.pyspy",
+    switch="stacks",
+)
+
+# Ray's /worker/traceback of one process (collect/dashboard.py), where py-spy could not read it.
+TRACEBACK_SPEC = SourceSpec[ProcessStack](
+    name=DASHBOARD_TRACEBACK,
+    parse=None,
+    max_bytes=16 * 1024 * 1024,
+)

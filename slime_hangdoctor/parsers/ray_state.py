@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from slime_hangdoctor.bundle import RAY_DASHBOARD
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import (
     ActorDeath,
@@ -38,6 +39,7 @@ from slime_hangdoctor.facts import (
     TaskPage,
 )
 from slime_hangdoctor.parsers.json_text import load_json
+from slime_hangdoctor.source_spec import SourceSpec
 
 T = TypeVar("T")
 
@@ -603,3 +605,14 @@ def endpoint_of(path: str, target: str) -> StateEndpoint | None:
         return TASK_HISTORY
     matches = [e for e in STATE_ENDPOINTS if path.startswith(e.path)]
     return next((e for e in matches if e.target == target), matches[0] if matches else None)
+
+
+# One Ray dashboard answer (collect/dashboard.py MAX_BODY). Composite: each endpoint's parse and
+# filing are load.DASHBOARD_LOADERS'.
+SPEC = SourceSpec[object](
+    name=RAY_DASHBOARD,
+    parse=None,
+    max_bytes=64 * 1024 * 1024,
+    discovery=True,
+    analysis="slime_hangdoctor.analysis.ray_findings",
+)

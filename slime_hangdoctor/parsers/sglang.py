@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from slime_hangdoctor.bundle import ROUTER, SGLANG
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import (
     EngineLoad,
@@ -40,6 +41,7 @@ from slime_hangdoctor.facts import (
     SglangMetrics,
 )
 from slime_hangdoctor.parsers.json_text import load_json
+from slime_hangdoctor.source_spec import SourceSpec
 
 __all__ = [
     "ENGINE_ENDPOINTS",
@@ -541,3 +543,13 @@ ROUTER_PARSER_BY_PATH: Mapping[str, Callable[[bytes], HttpParsed]] = {
     if e.parse is not None
     for path in e.paths
 }
+
+# One HTTP answer of an engine / of a router (collect/sglang.py: 4 MiB a body). Composite: read
+# whatever its outcome (a refused connection, a timeout and a 503 are evidence too; load.py).
+ENGINE_SPEC = SourceSpec[object](
+    name=SGLANG,
+    parse=None,
+    max_bytes=8 * 1024 * 1024,
+    analysis="slime_hangdoctor.analysis.engine_findings",
+)
+ROUTER_SPEC = SourceSpec[object](name=ROUTER, parse=None, max_bytes=8 * 1024 * 1024, discovery=True)

@@ -17,9 +17,11 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
+from slime_hangdoctor.bundle import SOCKETS
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import TcpConnection, TcpSocket
 from slime_hangdoctor.parsers.json_text import load_json_object
+from slime_hangdoctor.source_spec import SourceSpec
 
 # The kernel's TCP states (include/net/tcp_states.h), as /proc/net/tcp writes them (hex).
 TCP_STATES: Mapping[str, str] = {
@@ -156,3 +158,15 @@ def _fds(value: Any) -> list[tuple[int, int, int]]:
 
 def _load(data: str | bytes) -> Mapping[str, Any]:
     return load_json_object(data, "sockets", unit="artefact")
+
+
+# The TCP connections of one node's slime processes at one sample (collect/sockets.py: 16 MiB a
+# table, four tables).
+SPEC = SourceSpec[tuple[TcpConnection, ...]](
+    name=SOCKETS,
+    parse=lambda data, rec: parse_sockets(data),
+    max_bytes=64 * 1024 * 1024,
+    partial=True,
+    node_probe="slime_hangdoctor.collect.sockets",
+    analysis="slime_hangdoctor.analysis.network",
+)

@@ -40,6 +40,7 @@ from slime_hangdoctor.collect.processes import local_uid, record_processes
 from slime_hangdoctor.collect.remote import add_exported
 from slime_hangdoctor.errors import RayUnreachable
 from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from tests.reliability.harness import ROOT, CliRun, assert_clean, cli_env, http_stub, run_cli
 
 pytestmark = pytest.mark.timeout(120)
@@ -112,7 +113,7 @@ def test_a_node_suffix_never_writes_outside_the_bundle(tmp_path: Path) -> None:
     assert "was unsafe" in str(stored.reason)
     with open_bundle(out) as opened:
         snap = load_snapshot(opened)
-    assert any(p.node_ip == "10.0.0.2" for p in snap.processes), "the record was not kept"
+    assert any(p.node_ip == "10.0.0.2" for p in snap.facts(PROCESSES)), "the record was not kept"
     run = run_cli("analyse", str(out), "-f", "json")
     assert_clean(run)
     assert run.verdict()["status"], run.describe()
@@ -343,11 +344,12 @@ def test_local_uid_is_not_taken_from_a_planted_session(
     assert local_uid(None) == os.geteuid()
     assert local_uid(NOBODY) == NOBODY
     writer = BundleWriter(tmp_path / "b", command="attach")
-    from slime_hangdoctor.collect.node import NodeSpec, sample_node
+    from slime_hangdoctor.collect.node import sample_node
+    from slime_hangdoctor.collect.node_probe import NodeSpec
     from slime_hangdoctor.collect.options import CollectOptions, Deadline
 
     opts = CollectOptions(local=True, stacks=False)
-    spec = NodeSpec(node_ip=None, sample=0, stacks=False, ras=False, log_heads=False)
+    spec = NodeSpec(node_ip=None, sample=0, off=frozenset({"pyspy", "nccl_ras", "actor_log_head"}))
     with futures.ThreadPoolExecutor(max_workers=2) as pool:
         sample_node(writer, spec, opts, Deadline(5.0), pool)
     (scan,) = [r for r in writer.records if r.source == "processes"]

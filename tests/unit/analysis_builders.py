@@ -21,7 +21,8 @@ from slime_hangdoctor.facts import (
     RayJob,
     ThreadStack,
 )
-from slime_hangdoctor.snapshot import HttpObs, Parsed, ProcessesObs, Snapshot, StackObs
+from slime_hangdoctor.snapshot import HttpObs, Parsed, Snapshot, StackObs
+from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.topology import Engine, Member, Topology
 from slime_hangdoctor.verdict import Role
 
@@ -129,8 +130,8 @@ def proc(pid: int, title: str, cpu: float | None = None, **kw: Any) -> ProcessIn
     )
 
 
-def procs_obs(sample: int, *infos: ProcessInfo) -> ProcessesObs:
-    return ProcessesObs(NODE, sample, tuple(infos), 1000.0 + 10 * sample)
+def procs_obs(sample: int, *infos: ProcessInfo) -> Observed[tuple[ProcessInfo, ...]]:
+    return Observed("processes", NODE, sample, tuple(infos), 1000.0 + 10 * sample)
 
 
 def http(
@@ -182,9 +183,17 @@ def manifest(window_s: float = 10.0, samples: int = 2) -> Manifest:
     )
 
 
+# The sources a test gives by name (each a tuple of `Observed` facts, which carry their source):
+# the builder files them all in the Snapshot's `observed`, as the loader does.
+_OBSERVED_KEYS = ("processes", "ras", "flight", "kernel", "sockets", "gpm", "log_heads")
+
+
 def snapshot(samples: int = 2, **kw: Any) -> Snapshot:
     kw.setdefault("ray_seen", True)
-    return Snapshot(manifest=manifest(samples=samples), **kw)
+    observed = list(kw.pop("observed", ()))
+    for key in _OBSERVED_KEYS:
+        observed.extend(kw.pop(key, ()))
+    return Snapshot(manifest=manifest(samples=samples), observed=tuple(observed), **kw)
 
 
 def running_job(driver_pid: int = 100) -> RayJob:

@@ -15,9 +15,12 @@ import functools
 from pathlib import Path
 
 from slime_hangdoctor.bundle import open_bundle
-from slime_hangdoctor.facts import ProcessInfo, ThreadStack
+from slime_hangdoctor.facts import ActorLogHead, ProcessInfo, ThreadStack
 from slime_hangdoctor.load import load_snapshot
-from slime_hangdoctor.snapshot import LogHeadObs, ProcessesObs, Snapshot, StackObs
+from slime_hangdoctor.parsers.log_heads import SPEC as LOG_HEADS
+from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
+from slime_hangdoctor.snapshot import Snapshot, StackObs
+from slime_hangdoctor.source_spec import Observed
 from tests.fixtures import transforms as tf
 from tests.unit.analysis_builders import NODE
 
@@ -78,30 +81,28 @@ def process(
     """The recorded process-table row of `pid` at `sample`, on the tests' node, moved to `as_pid`
     (with parent `ppid`) when given (`transforms.process_relabelled`)."""
     snap = recorded(path)
-    info = next(
-        p for obs in snap.processes if obs.sample == sample for p in obs.processes if p.pid == pid
-    )
+    info = next(p for p in snap.processes_at(sample) if p.pid == pid)
     if as_pid is None:
         return tf.process_relabelled(info, pid=pid, ppid=info.ppid, node_ip=NODE)  # type: ignore[no-any-return]
     return tf.process_relabelled(info, pid=as_pid, ppid=ppid, node_ip=NODE)  # type: ignore[no-any-return]
 
 
-def log_heads(path: Path, pid: int) -> tuple[LogHeadObs, ...]:
+def log_heads(path: Path, pid: int) -> tuple[Observed[ActorLogHead], ...]:
     """The recorded heads of `pid`'s worker log (the `actor_log_head` source), on the tests' node
     (`transforms.log_head_relabelled`)."""
     return tuple(
-        tf.log_head_relabelled(h, node_ip=NODE) for h in recorded(path).log_heads if h.pid == pid
+        tf.log_head_relabelled(h, node_ip=NODE)
+        for h in recorded(path).facts(LOG_HEADS)
+        if h.fact.pid == pid
     )
 
 
 def processes(
     path: Path, sample: int = 0, *, without: frozenset[int] = frozenset()
-) -> ProcessesObs:
+) -> Observed[tuple[ProcessInfo, ...]]:
     """The recorded process table of `sample`, every row on the tests' node; `without`: as read
     once those pids had exited (`transforms.processes_without`)."""
-    obs = next(o for o in recorded(path).processes if o.sample == sample)
-    rows = tuple(
-        tf.process_relabelled(p, pid=p.pid, ppid=p.ppid, node_ip=NODE) for p in obs.processes
-    )
-    moved = dataclasses.replace(obs, node_ip=NODE, processes=rows)
+    obs = next(o for o in recorded(path).facts(PROCESSES) if o.sample == sample)
+    rows = tuple(tf.process_relabelled(p, pid=p.pid, ppid=p.ppid, node_ip=NODE) for p in obs.fact)
+    moved = dataclasses.replace(obs, node_ip=NODE, fact=rows)
     return tf.processes_without(moved, without) if without else moved  # type: ignore[no-any-return]

@@ -11,7 +11,7 @@ import pytest
 from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.facts import IoCounters, NodeKernel, ProcessKernelState, ThreadStack
 from slime_hangdoctor.render.labels import headline
-from slime_hangdoctor.snapshot import KernelObs
+from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.topology import Topology
 from slime_hangdoctor.verdict import (
     SCHEMA,
@@ -141,12 +141,13 @@ def _kernel(
     pid_wchan: dict[int, str],
     wchar: dict[int, tuple[int, int]],
     traced_at_1: frozenset[int] = frozenset(),
-) -> tuple[KernelObs, ...]:
+) -> tuple[Observed[NodeKernel], ...]:
     """The kernel source's view of the ranks at both samples: each rank's wchan (the same at both,
     or py-spy's tracing stop at sample 1 for `traced_at_1`) and its wchar at sample 0 and 1
     (storage bytes flat: a pipe takes none)."""
     return tuple(
-        KernelObs(
+        Observed(
+            "kernel",
             None,
             s,
             NodeKernel(
@@ -165,7 +166,7 @@ def _kernel(
     )
 
 
-def _diag_kernel(kernel: tuple[KernelObs, ...]) -> Verdict:
+def _diag_kernel(kernel: tuple[Observed[NodeKernel], ...]) -> Verdict:
     stacks = [as_obs(100, s, DRIVER) for s in (0, 1)]
     stacks += [
         as_obs(pid, s, t) for s in (0, 1) for pid, t in ((300, PIPE_WRITER), (301, SAVE_GATHER))

@@ -25,7 +25,7 @@ from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.facts import FrDump, FrEntry, Outcome, RasCommunicator, RasRank, RasReport
 from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
 from slime_hangdoctor.parsers.nccl_ras import parse_ras
-from slime_hangdoctor.snapshot import FrObs, RasObs
+from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.topology import Engine
 from slime_hangdoctor.verdict import Role, Stage, Status, Verdict
 from tests.fixtures import transforms as tf
@@ -71,7 +71,9 @@ def _ranks(*pids: int) -> tuple:  # type: ignore[type-arg]
 def test_real_ras_after_the_peer_was_killed_names_the_dead_rank() -> None:
     report = parse_ras((REAL / "run2_ras_hang_peerkilled_80s.json").read_text())
     snap = snapshot(
-        ras=(RasObs("192.0.2.2", 0, report),), processes=_ranks(674, 675), ray_seen=False
+        ras=(Observed("nccl_ras", "192.0.2.2", 0, report),),
+        processes=_ranks(674, 675),
+        ray_seen=False,
     )
     v = diagnose(snap, topology()).verdict
     assert v.status is Status.HUNG
@@ -103,7 +105,9 @@ def test_ras_cascade_blames_the_rank_behind_everywhere() -> None:
         "MISMATCH",
     )
     snap = snapshot(
-        samples=1, ras=(RasObs(NODE, 0, RasReport((tp, dp))),), processes=_ranks(10, 11, 12)[:1]
+        samples=1,
+        ras=(Observed("nccl_ras", NODE, 0, RasReport((tp, dp))),),
+        processes=_ranks(10, 11, 12)[:1],
     )
     world = build_world(snap, topology())
     assert [s.pid for s in ras.suspects(_reads(world))] == [11]
@@ -135,7 +139,9 @@ def test_flight_recorder_cascade_blames_the_root() -> None:
         FrDump(2, "2.10", (_entry(2, "completed", pg=1), _entry(3, "started", pg=1))),
     )
     snap = snapshot(
-        samples=1, flight=tuple(FrObs(NODE, d) for d in dumps), processes=_ranks(20, 21, 22)[:1]
+        samples=1,
+        flight=tuple(Observed("flight_recorder", NODE, 0, d) for d in dumps),
+        processes=_ranks(20, 21, 22)[:1],
     )
     world = build_world(snap, topology())
     suspects = flight_recorder.suspects(_reads(world))
@@ -253,7 +259,9 @@ def test_a_train_rank_that_died_during_the_window() -> None:
 def test_ras_text_form_alone_names_the_rank_that_never_launched() -> None:
     """The RAS answer without its JSON part (NCCL < 2.28): the text warnings carry the counts."""
     text = tf.ras_drop_part((REAL / "run3_hang.ras.json").read_text(), "json")
-    snap = snapshot(samples=1, ras=(RasObs("192.0.2.2", 0, parse_ras(text)),), ray_seen=False)
+    snap = snapshot(
+        samples=1, ras=(Observed("nccl_ras", "192.0.2.2", 0, parse_ras(text)),), ray_seen=False
+    )
     v = diagnose(snap, topology()).verdict
     assert v.status is Status.HUNG
     assert [(c.pid, c.rank, c.gpu) for c in v.culprits] == [(572, 1, 1)]
@@ -263,12 +271,16 @@ def test_ras_text_form_alone_names_the_rank_that_never_launched() -> None:
 def test_launch_skew_in_a_busy_job_is_not_a_mismatch() -> None:
     """The busy capture: JSON counts 21984 vs 21985 (launch skew) while NCCL's text says OK."""
     busy = (REAL.parent / "gpu-2xh200-ray-nccl-hang" / "busy" / "ras.json").read_text()
-    full = snapshot(samples=1, ras=(RasObs(NODE, 0, parse_ras(busy)),))
+    full = snapshot(samples=1, ras=(Observed("nccl_ras", NODE, 0, parse_ras(busy)),))
     assert ras.suspects(_reads(build_world(full, topology()))) == []
     json_only = parse_ras(tf.ras_drop_part(busy, "text"))
-    world = build_world(snapshot(samples=1, ras=(RasObs(NODE, 0, json_only),)), topology())
+    world = build_world(
+        snapshot(samples=1, ras=(Observed("nccl_ras", NODE, 0, json_only),)), topology()
+    )
     assert [s.weight for s in ras.suspects(_reads(world))] == [WEAK]
-    frozen = snapshot(ras=(RasObs(NODE, 0, json_only), RasObs(NODE, 1, json_only)))
+    frozen = snapshot(
+        ras=(Observed("nccl_ras", NODE, 0, json_only), Observed("nccl_ras", NODE, 1, json_only))
+    )
     assert [s.weight for s in ras.suspects(_reads(build_world(frozen, topology())))] == [STRONG]
 
 

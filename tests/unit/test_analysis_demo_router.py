@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.parsers.sglang import RouterWorkers
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.verdict import Role
@@ -34,7 +35,7 @@ def analysed():  # type: ignore[no-untyped-def]
 def test_the_recording_has_the_shape_slime_runs(analysed) -> None:  # type: ignore[no-untyped-def]
     """Guard on the fixture: the forked child kept the actor's title and listens on three ports:
     Prometheus on every address first, its own HTTP port, the inherited gRPC port."""
-    procs = {p.pid: p for o in analysed.snapshot.processes for p in o.processes}
+    procs = {p.pid: p for o in analysed.snapshot.facts(PROCESSES) for p in o.fact}
     router = procs[ROUTER_PID]
     assert router.title == "ray::RolloutManager.__init__" and router.ppid == RM_PID
     assert router.listen_addrs == ("0.0.0.0:4097", "127.0.0.1:3316", "[::]:17856")
@@ -63,7 +64,7 @@ def test_the_routers_prometheus_page_is_its_own_port_not_the_inherited_grpc_port
     'the router does not answer')."""
     from slime_hangdoctor.collect.run import router_metrics_urls
 
-    node = analysed.snapshot.processes[0].node_ip
+    node = analysed.snapshot.facts(PROCESSES)[0].node_ip
     urls = router_metrics_urls(analysed.snapshot, analysed.topology, [ROUTER_URL])
     assert urls == [f"http://{node}:4097"]
 

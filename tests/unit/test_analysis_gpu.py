@@ -8,7 +8,8 @@ import pytest
 
 from slime_hangdoctor.analysis.gpu import GpuState, gpu_of_pid, read_gpus
 from slime_hangdoctor.parsers.nvml import parse_gpm, parse_nvml_series
-from slime_hangdoctor.snapshot import GpmObs, GpuObs
+from slime_hangdoctor.snapshot import GpuObs
+from slime_hangdoctor.source_spec import Observed
 from tests.unit.analysis_builders import snapshot
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
@@ -18,7 +19,7 @@ NODE = "192.0.2.2"
 
 def _states(nvml: str, gpm: str | None = None) -> dict[int, GpuState]:
     series = parse_nvml_series((BCAST / nvml).read_text())
-    gpms = (GpmObs(NODE, parse_gpm((BCAST / gpm).read_text())),) if gpm else ()
+    gpms = (Observed("gpm", NODE, 0, parse_gpm((BCAST / gpm).read_text())),) if gpm else ()
     reads = read_gpus(snapshot(gpus=(GpuObs(NODE, series),), gpm=gpms))
     return {g.index: g.state for g in reads}
 

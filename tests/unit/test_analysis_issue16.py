@@ -31,7 +31,8 @@ from slime_hangdoctor.facts import (
     TcpSocket,
     ThreadStack,
 )
-from slime_hangdoctor.snapshot import SocketsObs, StackObs, TaskPageObs
+from slime_hangdoctor.snapshot import StackObs, TaskPageObs
+from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.topology import Engine, Topology
 from slime_hangdoctor.verdict import Diagnosis, Role, Stage, Status
 from tests.unit import recorded_shapes as rs
@@ -298,8 +299,8 @@ def _dead_server_world(
     views = tuple(
         dataclasses.replace(
             table,
-            processes=(
-                *table.processes,
+            fact=(
+                *table.fact,
                 *((rs.process(OTHER_ENGINE_ACTOR[0], other, s),) if second_bare else ()),
             ),
         )
@@ -431,9 +432,8 @@ def _idle_loop_world(
     views = tuple(
         dataclasses.replace(
             table,
-            processes=tuple(
-                tf.process_with_env(p, env or {}) if p.pid == L["rm"] else p
-                for p in table.processes
+            fact=tuple(
+                tf.process_with_env(p, env or {}) if p.pid == L["rm"] else p for p in table.fact
             ),
         )
         for table in (rs.processes(LEAKED, s, without=gone) for s in (0, 1))
@@ -482,7 +482,9 @@ def _rm_history(now_s: float = 1000.0) -> tuple[TaskPageObs, ...]:
     )
 
 
-def _rm_sockets(peers: tuple[tuple[str, int], ...]) -> tuple[SocketsObs, ...]:
+def _rm_sockets(
+    peers: tuple[tuple[str, int], ...],
+) -> tuple[Observed[tuple[TcpConnection, ...]], ...]:
     conns = tuple(
         TcpConnection(
             L["rm"],
@@ -492,7 +494,7 @@ def _rm_sockets(peers: tuple[tuple[str, int], ...]) -> tuple[SocketsObs, ...]:
         )
         for i, (ip, port) in enumerate(peers)
     )
-    return tuple(SocketsObs(NODE, s, conns) for s in (0, 1))
+    return tuple(Observed("sockets", NODE, s, conns) for s in (0, 1))
 
 
 def _roles(v: object) -> list[Role]:

@@ -14,7 +14,7 @@ from slime_hangdoctor.analysis.suspects.suspect import Suspect
 from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.facts import NodeKernel, ShmSpace
 from slime_hangdoctor.parsers.kernel import parse_kernel
-from slime_hangdoctor.snapshot import KernelObs
+from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.verdict import Role
 from tests.fixtures import transforms as tf
 from tests.unit import analysis_builders as ab
@@ -45,7 +45,7 @@ def _rank_world(node0: NodeKernel, node1: NodeKernel) -> ab.Snapshot:
     rows = [rs.process(*SAVING_RANK, s, as_pid=BLOCKED.pid, ppid=1) for s in (0, 1)]
     return ab.snapshot(
         processes=(ab.procs_obs(0, rows[0]), ab.procs_obs(1, rows[1])),
-        kernel=(KernelObs(ab.NODE, 0, node0), KernelObs(ab.NODE, 1, node1)),
+        kernel=(Observed("kernel", ab.NODE, 0, node0), Observed("kernel", ab.NODE, 1, node1)),
     )
 
 
@@ -233,7 +233,10 @@ def _checkpoint_world(moved: int) -> ab.Snapshot:
         stacks=stacks,
         processes=infos,
         jobs=(ab.running_job(),),
-        kernel=(KernelObs(ab.NODE, 0, node(0)), KernelObs(ab.NODE, 1, node(moved))),
+        kernel=(
+            Observed("kernel", ab.NODE, 0, node(0)),
+            Observed("kernel", ab.NODE, 1, node(moved)),
+        ),
     )
 
 

@@ -13,6 +13,7 @@ import pytest
 from slime_hangdoctor.analysis.diagnosis import startup_chain
 from slime_hangdoctor.analysis.stacks import own_frames, read_process
 from slime_hangdoctor.analysis.world import build_world
+from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.verdict import Role, Stage, Status
 
@@ -30,7 +31,7 @@ def analysed():  # type: ignore[no-untyped-def]
 
 def test_the_recording_has_the_shape_slime_runs(analysed) -> None:  # type: ignore[no-untyped-def]
     """Guard on the fixture itself: the child kept the actor's title and the constructor's frames."""
-    procs = {p.pid: p for o in analysed.snapshot.processes for p in o.processes}
+    procs = {p.pid: p for o in analysed.snapshot.facts(PROCESSES) for p in o.fact}
     assert procs[ROUTER_PID].title == "ray::RolloutManager.__init__"
     assert procs[ROUTER_PID].ppid == RM_PID
     stack = next(s for s in analysed.snapshot.stacks if s.pid == ROUTER_PID)

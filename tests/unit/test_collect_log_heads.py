@@ -202,7 +202,8 @@ def test_node_sample_learns_the_url_of_a_server_less_engine_actor(
     read again."""
     import concurrent.futures as cf
 
-    from slime_hangdoctor.collect.node import NodeSpec, partial_snapshot, sample_node
+    from slime_hangdoctor.collect.node import partial_snapshot, sample_node
+    from slime_hangdoctor.collect.node_probe import NodeSpec
     from slime_hangdoctor.collect.options import CollectOptions, Deadline
     from slime_hangdoctor.topology import build_topology
 
@@ -211,10 +212,8 @@ def test_node_sample_learns_the_url_of_a_server_less_engine_actor(
         "10.0.0.5",
         0,
         roots=frozenset({engine_actor}),
-        ras=False,
-        procfs=False,
-        stacks=False,
-        heads_read=frozenset({engine_actor}) if read_before else frozenset(),
+        off=frozenset({b.NCCL_RAS, b.SOCKETS, b.KERNEL, b.PYSPY}),
+        read_before=((b.ACTOR_LOG_HEAD, frozenset({engine_actor})),) if read_before else (),
     )
     with cf.ThreadPoolExecutor(max_workers=2) as pool:
         sample_node(writer, spec, CollectOptions(), Deadline(30.0), pool)

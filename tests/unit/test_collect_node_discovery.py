@@ -16,9 +16,11 @@ import pytest
 
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, open_bundle
-from slime_hangdoctor.collect.node import DISCOVERY_SOURCES, NodeSpec, partial_snapshot, sample_node
+from slime_hangdoctor.collect.node import DISCOVERY_SOURCES, partial_snapshot, sample_node
+from slime_hangdoctor.collect.node_probe import NodeSpec
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.topology import Topology, build_topology
 from tests.fixtures.transforms import truncate_bytes_at
 from tests.titled import titled_python
@@ -69,7 +71,7 @@ def test_partial_snapshot_finds_the_same_topology(src: Path, tmp_path: Path) -> 
         full.jobs,
         full.tasks,
     )
-    assert partial.processes == full.processes
+    assert partial.facts(PROCESSES) == full.facts(PROCESSES)
     assert partial.stacks == ()
     assert all(g.via == "ray_summary" for g in partial.gpus)  # no NVML series parsed
 
@@ -112,7 +114,7 @@ def test_on_scan_gets_the_topology_before_the_stacks(worker: int, tmp_path: Path
         stacks_so_far = sum(1 for r in writer.records if r.source == b.PYSPY)
         seen.append((topo, stacks_so_far))
 
-    spec = NodeSpec(None, 0, roots=frozenset({worker}), ras=False)
+    spec = NodeSpec(None, 0, roots=frozenset({worker}), off=frozenset({b.NCCL_RAS}))
     with cf.ThreadPoolExecutor(max_workers=2) as pool:
         topo = sample_node(writer, spec, CollectOptions(), Deadline(30.0), pool, on_scan=on_scan)
     assert len(seen) == 1
@@ -130,7 +132,8 @@ def test_node_sample_reads_procfs_of_the_scanned_processes(worker: int, tmp_path
 
     for procfs in (True, False):
         writer = BundleWriter(tmp_path / f"b{procfs}", command="test")
-        spec = NodeSpec("10.0.0.5", 1, roots=frozenset({worker}), ras=False, procfs=procfs)
+        off = {b.NCCL_RAS} | (set() if procfs else {b.SOCKETS, b.KERNEL})
+        spec = NodeSpec("10.0.0.5", 1, roots=frozenset({worker}), off=frozenset(off))
         with cf.ThreadPoolExecutor(max_workers=2) as pool:
             sample_node(writer, spec, CollectOptions(), Deadline(30.0), pool)
         recs = {r.source: r for r in writer.records}

@@ -16,6 +16,7 @@ from slime_hangdoctor.bundle import BundleWriter
 from slime_hangdoctor.collect import kernel as ck
 from slime_hangdoctor.collect import sockets as cs
 from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.parsers.kernel import SPEC as KERNEL
 from slime_hangdoctor.parsers.kernel import parse_kernel
 from slime_hangdoctor.parsers.sockets import parse_sockets
 
@@ -127,4 +128,4 @@ def test_unreadable_kernel_log_is_a_named_blind_spot_of_its_node(
         snap = load_snapshot(bundle)
     spots = [s for s in snap.blind_spots if s.startswith("kernel log of 10.0.0.7 not readable")]
     assert len(spots) == 1 and "OOM-killer" in spots[0]  # once per node, not per sample
-    assert len(snap.kernel) == 2
+    assert len(snap.facts(KERNEL)) == 2

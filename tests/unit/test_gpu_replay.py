@@ -18,6 +18,7 @@ import pytest
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.cli import main
 from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 
 BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
 RUNS = BUNDLES / "gpu-h200-runs"
@@ -83,7 +84,7 @@ def test_replay_gives_the_expected_verdict(
 def test_fr_bundles_hold_the_dumps(case: Case) -> None:
     with open_bundle(BUNDLES / f"gpu-h200-{case.name}-fr") as bundle:
         snapshot = load_snapshot(bundle)
-    assert len(snapshot.flight) == case.fr_dumps
-    assert {f.dump.rank for f in snapshot.flight} >= {0}
+    assert len(snapshot.facts(FLIGHT_RECORDER)) == case.fr_dumps
+    assert {f.fact.rank for f in snapshot.facts(FLIGHT_RECORDER)} >= {0}
     with open_bundle(BUNDLES / f"gpu-h200-{case.name}") as bundle:
-        assert not load_snapshot(bundle).flight
+        assert not load_snapshot(bundle).facts(FLIGHT_RECORDER)

@@ -17,7 +17,16 @@ PKG = "slime_hangdoctor"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 _BASE = frozenset({"errors", "facts", "verdict", "redact", "safe_fs", "__init__"})
-_BELOW_ANALYSIS = _BASE | {"bundle", "parsers", "snapshot", "load", "topology", "markers"}
+_BELOW_ANALYSIS = _BASE | {
+    "bundle",
+    "source_spec",
+    "parsers",
+    "sources",
+    "snapshot",
+    "load",
+    "topology",
+    "markers",
+}
 
 ALLOWED: dict[str, frozenset[str]] = {
     "__init__": frozenset(),
@@ -27,12 +36,20 @@ ALLOWED: dict[str, frozenset[str]] = {
     "redact": frozenset(),
     "safe_fs": frozenset({"errors"}),
     "bundle": frozenset({"__init__", "errors", "facts", "redact", "safe_fs"}),
-    "parsers": frozenset({"errors", "facts"}),
-    "snapshot": frozenset({"facts", "bundle"}),
-    "load": frozenset({"__init__", "errors", "facts", "bundle", "parsers", "snapshot"}),
-    "topology": frozenset({"facts", "snapshot", "verdict"}),
+    # a source's spec: the record it parses (a type only) and nothing else of ours
+    "source_spec": frozenset({"bundle"}),
+    # a parser module declares its source's SourceSpec (the bundle's name of the source)
+    "parsers": frozenset({"errors", "facts", "bundle", "source_spec"}),
+    "sources": frozenset({"parsers", "source_spec"}),  # the one list of the sources' specs
+    "snapshot": frozenset({"facts", "bundle", "parsers", "source_spec"}),
+    "load": frozenset(
+        {"__init__", "errors", "facts", "bundle", "source_spec", "parsers", "sources", "snapshot"}
+    ),
+    "topology": frozenset({"facts", "parsers", "snapshot", "verdict"}),
     "markers": frozenset({"facts", "parsers", "snapshot", "topology"}),
-    "analysis": frozenset({"facts", "parsers", "snapshot", "topology", "verdict", "markers"}),
+    "analysis": frozenset(
+        {"facts", "source_spec", "parsers", "sources", "snapshot", "topology", "verdict", "markers"}
+    ),
     "render": frozenset({"__init__", "errors", "verdict"}),
     "collect": _BELOW_ANALYSIS,
     "pipeline": _BELOW_ANALYSIS | {"collect", "analysis"},

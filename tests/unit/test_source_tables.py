@@ -3,17 +3,45 @@ derived from it, so nothing collected can go unparsed (issue 13, item 1)."""
 
 from __future__ import annotations
 
-from slime_hangdoctor import bundle as b
+import importlib
+
 from slime_hangdoctor import load
+from slime_hangdoctor.analysis.diagnosis import source_analyses
 from slime_hangdoctor.collect import dashboard
 from slime_hangdoctor.collect import sglang as collect_sglang
+from slime_hangdoctor.collect.node import node_probes
+from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.parsers import ray_state
 from slime_hangdoctor.parsers import sglang as parse_sglang
+from slime_hangdoctor.sources import SPECS
 
 
-def test_every_bundle_source_has_a_loader() -> None:
-    assert set(b.SOURCES) == set(load.SOURCE_LOADERS) | load.HTTP_SOURCES
-    assert not set(load.SOURCE_LOADERS) & load.HTTP_SOURCES
+def test_every_source_is_loaded_by_its_spec_or_by_one_composite_loader() -> None:
+    names = [spec.name for spec in SPECS]
+    assert len(names) == len(set(names)), "one spec a source"
+    for spec in SPECS:
+        composite = spec.name in load.COMPOSITE_LOADERS or spec.name in load.HTTP_SOURCES
+        assert (spec.parse is None) == composite, spec
+        assert spec.max_bytes > 0
+    assert set(load.COMPOSITE_LOADERS) | load.HTTP_SOURCES <= set(names)
+
+
+def test_each_layer_finds_the_part_of_a_spec_it_runs() -> None:
+    """A spec names its node probe and its analysis by module; each resolves, in its own layer,
+    to the entry point that layer calls, and a switch is a CollectOptions flag."""
+    probes = dict(node_probes())
+    analyses = source_analyses()
+    for spec in SPECS:
+        if spec.node_probe is not None:
+            assert spec.node_probe.startswith("slime_hangdoctor.collect."), spec
+            assert probes[spec.name] is importlib.import_module(spec.node_probe).NODE_PROBE
+        if spec.analysis is not None:
+            assert spec.analysis.startswith("slime_hangdoctor.analysis."), spec
+            assert importlib.import_module(spec.analysis).ANALYSIS in analyses
+        if spec.switch is not None:
+            assert isinstance(getattr(CollectOptions(), spec.switch), bool), spec
+    assert len(analyses) == sum(spec.analysis is not None for spec in SPECS)
+    assert [name for name, _ in node_probes()] == [s.name for s in SPECS if s.node_probe]
 
 
 def test_every_parsed_dashboard_answer_has_a_loader() -> None:

@@ -10,6 +10,7 @@ from slime_hangdoctor.analysis.stacks import find_stage
 from slime_hangdoctor.analysis.suspects.suspect import STRONG, Evidence, Reads, Suspect, suspect
 from slime_hangdoctor.analysis.world import World
 from slime_hangdoctor.facts import FrDump, FrEntry
+from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.verdict import Role, Stage
 
 MESSAGES = {
@@ -62,7 +63,7 @@ def _cursor(dump: FrDump, pg: str) -> FrCursor | None:
 
 
 def fr_groups(world: World) -> list[FrGroup]:
-    dumps: dict[int, FrDump] = {f.dump.rank: f.dump for f in world.snapshot.flight}
+    dumps: dict[int, FrDump] = {f.fact.rank: f.fact for f in world.snapshot.facts(FLIGHT_RECORDER)}
     pgs = sorted(
         {str(e.pg_id) for d in dumps.values() for e in d.entries if e.pg_id is not None}
         | {pg for d in dumps.values() for pg in d.pg_status}

@@ -15,6 +15,7 @@ from slime_hangdoctor.analysis.suspects.suspect import (
 )
 from slime_hangdoctor.analysis.world import World
 from slime_hangdoctor.facts import RasCommunicator, RasRank
+from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.verdict import Role
 
 MESSAGES = {
@@ -49,13 +50,13 @@ def suspects(reads: Reads) -> list[Suspect]:
     out: list[Suspect] = []
     seen: set[str] = set()
     latest: dict[str | None, int] = {}
-    for obs in world.snapshot.ras:
+    for obs in world.snapshot.facts(RAS):
         latest[obs.node_ip] = max(latest.get(obs.node_ip, -1), obs.sample)
-    for obs in world.snapshot.ras:
+    for obs in world.snapshot.facts(RAS):
         if obs.sample != latest[obs.node_ip]:
             continue
         frozen = frozen_ras_comms(world)
-        for comm in obs.report.communicators:
+        for comm in obs.fact.communicators:
             if comm.hash in seen or comm.hash in moving_comms:
                 continue
             seen.add(comm.hash)
@@ -69,8 +70,8 @@ def _ras_waiters(world: World, moving_comms: frozenset[str]) -> set[int | None]:
     """Pids that launched a collective their peers have not (they wait in it somewhere): in a
     cascade they show up 'behind' in another communicator, but they are victims."""
     out: set[int | None] = set()
-    for obs in world.snapshot.ras:
-        for comm in obs.report.communicators:
+    for obs in world.snapshot.facts(RAS):
+        for comm in obs.fact.communicators:
             if comm.hash in moving_comms:
                 continue
             behind, _ = ras_behind(comm)
@@ -156,8 +157,8 @@ def _ras_comm_suspects(world: World, comm: RasCommunicator, frozen: bool) -> lis
 def frozen_ras_comms(world: World) -> set[str]:
     """RAS communicators read in two samples whose collective counts did not change."""
     totals: dict[str, dict[int, int]] = {}
-    for obs in world.snapshot.ras:
-        for c in obs.report.communicators:
+    for obs in world.snapshot.facts(RAS):
+        for c in obs.fact.communicators:
             total = sum(sum(r.collective_counts.values()) for r in c.ranks)
             totals.setdefault(c.hash, {})[obs.sample] = total
     return {h for h, by in totals.items() if len(by) >= 2 and len(set(by.values())) == 1}
@@ -167,8 +168,8 @@ def moving_ras_comms(world: World) -> set[str]:
     """RAS communicators whose collective counts rose between samples (a mismatch there is noise)."""
     first: dict[str, int] = {}
     moving: set[str] = set()
-    for obs in sorted(world.snapshot.ras, key=lambda o: o.sample):
-        for c in obs.report.communicators:
+    for obs in sorted(world.snapshot.facts(RAS), key=lambda o: o.sample):
+        for c in obs.fact.communicators:
             total = sum(sum(r.collective_counts.values()) for r in c.ranks)
             if c.hash in first and total > first[c.hash]:
                 moving.add(c.hash)
@@ -181,8 +182,8 @@ def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
     out: list[Evidence] = []
     seen: set[str] = set()
     frozen = frozen_ras_comms(world)
-    for obs in world.snapshot.ras:
-        for c in obs.report.communicators:
+    for obs in world.snapshot.facts(RAS):
+        for c in obs.fact.communicators:
             if c.hash in seen or c.hash in moving:
                 continue
             seen.add(c.hash)

@@ -1,0 +1,68 @@
+"""One evidence source, declared once: `SourceSpec` says what the loader, the collector and the
+analysis need of it, and `Observed` is one fact it produced, tagged with where and when.
+
+A source's spec lives in its own parser module (`parsers/<source>.py`, as `SPEC`) and is listed once,
+in `slime_hangdoctor/sources.py`. Everything else iterates over that list:
+
+- the loader (`load.py`) parses each ok record of the source with `spec.parse` into an `Observed`,
+  and the Snapshot holds it (`snapshot.facts(SPEC)`), so a new source adds no Snapshot field;
+- the collector (`collect/node.py`) runs `NODE_PROBE` of `spec.node_probe` (a module of `collect/`)
+  on every slime node at each sample, unless the run turned the source off (`spec.switch`);
+- the analysis (`analysis/diagnosis.py`) runs `ANALYSIS` of `spec.analysis` (a module of
+  `analysis/`): its findings, progress signals, stage hint and next steps; `spec.missing` is its
+  blind spot when the run holds no fact of it.
+
+The upper layers' parts are named by module (a string) because the spec lives below them: the spec
+may not import the collector or the analysis (tests/unit/test_import_layers.py), and each layer
+imports only its own part (tests/unit/test_source_tables.py checks every name resolves in its layer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from slime_hangdoctor.bundle import ProbeRecord
+
+F = TypeVar("F")
+
+
+@dataclass(frozen=True)
+class Observed(Generic[F]):
+    """One fact of one source, as a probe record of it saw it."""
+
+    source: str  # the spec's name (the ProbeRecord's source)
+    node_ip: str | None
+    sample: int  # 0 or 1 (one-off probes: 0)
+    fact: F
+    at: float = 0.0  # when the probe started (epoch seconds; 0 when the bundle does not say)
+
+
+# Bytes of one ok record, and the record (its meta, target) -> the fact; raises
+# errors.ParseError on bad input.
+Parse = Callable[[bytes, "ProbeRecord"], F]
+
+
+@dataclass(frozen=True)
+class SourceSpec(Generic[F]):
+    """Everything about one evidence source that is not its own code."""
+
+    name: str  # ProbeRecord.source, and the folder of its artefacts under raw/
+    # one ok record -> its fact; None for a composite source that load.py files itself
+    # (the Ray state answers, the stacks, the engines' and routers' HTTP answers, GPU series, logs)
+    parse: Parse[F] | None
+    max_bytes: int  # the largest artefact of it that a bundle may make the loader parse
+    partial: bool = False  # an ok record may still say which part of it failed (one GPU of eight)
+    discovery: bool = False  # read again while collecting, to find who is who (collect/node.py)
+    # the blind spots a parsed fact shows (e.g. the kernel log was not readable); gets the node label
+    notes: Callable[[F, str], tuple[str, ...]] | None = None
+    missing: str = ""  # the blind spot of a run that holds no fact of it ("" = none worth saying)
+    node_probe: str | None = None  # module of collect/ with NODE_PROBE, run on every slime node
+    analysis: str | None = None  # module of analysis/ with ANALYSIS
+    # the CollectOptions field that turns it off (a bool), None = always on
+    switch: str | None = None
+
+    def __repr__(self) -> str:
+        return f"SourceSpec({self.name!r})"
