@@ -9,8 +9,6 @@ culprit's own stack, the majority of stacks, then the running Ray methods.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import importlib
 from collections import Counter
 
 from slime_hangdoctor.analysis import rules
@@ -25,10 +23,15 @@ from slime_hangdoctor.analysis.signatures import (
     layout_hint,
     method_stage,
 )
-from slime_hangdoctor.analysis.source_analysis import Reading, Section, SourceAnalysis
+from slime_hangdoctor.analysis.source_analysis import (
+    Reading,
+    Section,
+    SourceAnalysis,
+    source_analyses,
+)
 from slime_hangdoctor.analysis.stacks import highlight
 from slime_hangdoctor.analysis.suspects import (
-    EVIDENCE_MESSAGES,
+    evidence_messages,
     find_suspects,
     hang_evidence,
     reads_of,
@@ -41,7 +44,6 @@ from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.snapshot import Snapshot
-from slime_hangdoctor.sources import SPECS
 from slime_hangdoctor.topology import Topology
 from slime_hangdoctor.verdict import (
     Confidence,
@@ -416,7 +418,7 @@ def _evidence_findings(evidence: list[Evidence]) -> list[Finding]:
         Finding(
             rule,
             Severity.CRITICAL if max(e.strength for e in evs) >= 2 else Severity.WARNING,
-            EVIDENCE_MESSAGES.get(rule, rule),
+            evidence_messages().get(rule, rule),
             tuple(dict.fromkeys(e.text for e in evs))[:6],
         )
         for rule, evs in by_rule.items()
@@ -447,19 +449,6 @@ def _progress_findings(progress: Progress) -> list[Finding]:
 
 
 # --------------------------------------------------------------------------- main
-
-
-@functools.cache
-def source_analyses() -> tuple[SourceAnalysis, ...]:
-    """The ANALYSIS of every source whose spec names one, in the sources' order (sources.SPECS)."""
-    found: list[SourceAnalysis] = []
-    for spec in SPECS:
-        if spec.analysis is not None:
-            analysis = importlib.import_module(spec.analysis).ANALYSIS
-            if not isinstance(analysis, SourceAnalysis):
-                raise TypeError(f"{spec.analysis}.ANALYSIS is not a SourceAnalysis")
-            found.append(analysis)
-    return tuple(found)
 
 
 def _source_findings(

@@ -9,14 +9,21 @@ progress findings), and last what the logs say (`Section.LOGS`: logs explain, li
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import functools
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from slime_hangdoctor.analysis.engines import EngineRead
 from slime_hangdoctor.analysis.progress import Signal
 from slime_hangdoctor.analysis.world import World
+from slime_hangdoctor.sources import SPECS
 from slime_hangdoctor.verdict import Finding, Stage, Status
+
+if TYPE_CHECKING:  # types only: the suspect finders' package runs the sources' finders below
+    from slime_hangdoctor.analysis.suspects.suspect import Evidence, Reads, Suspect
 
 
 class Section(Enum):
@@ -46,3 +53,24 @@ class SourceAnalysis:
     next_steps: Callable[[Reading], list[str]] | None = None
     # a second stage signal, used only where the live evidence named no stage
     stage: Callable[[World], Stage | None] | None = None
+    # who the others wait for, by this source (run after the finders of suspects.SUSPECT_FINDERS,
+    # which also read what no one source shows: chains of waits, the rollout's event loop)
+    suspects: Callable[[Reads], list[Suspect]] | None = None
+    # reasons to believe the job hangs, by this source, and the headline of each finding id
+    evidence: Callable[[Reads, Sequence[Suspect]], list[Evidence]] | None = None
+    messages: Mapping[str, str] = field(default_factory=dict)
+
+
+@functools.cache
+def source_analyses() -> tuple[SourceAnalysis, ...]:
+    """The ANALYSIS of every source whose spec names one, in the sources' order (sources.SPECS)."""
+    found: list[SourceAnalysis] = []
+    for spec in SPECS:
+        if spec.analysis is not None:
+            if not spec.analysis.startswith("slime_hangdoctor.analysis."):
+                raise ValueError(f"{spec.name}: its analysis must be a module of analysis/")
+            analysis = importlib.import_module(spec.analysis).ANALYSIS
+            if not isinstance(analysis, SourceAnalysis):
+                raise TypeError(f"{spec.analysis}.ANALYSIS is not a SourceAnalysis")
+            found.append(analysis)
+    return tuple(found)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 
 from slime_hangdoctor import load
-from slime_hangdoctor.analysis.diagnosis import source_analyses
+from slime_hangdoctor.analysis.source_analysis import source_analyses
 from slime_hangdoctor.collect import dashboard
 from slime_hangdoctor.collect import sglang as collect_sglang
 from slime_hangdoctor.collect.node import node_probes

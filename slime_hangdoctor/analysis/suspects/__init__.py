@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from slime_hangdoctor.analysis.engines import EngineRead
 from slime_hangdoctor.analysis.progress import Progress
+from slime_hangdoctor.analysis.source_analysis import source_analyses
 from slime_hangdoctor.analysis.suspects import (
     chain,
     driver,
@@ -88,9 +89,13 @@ EVIDENCE_FINDERS: tuple[EvidenceFinder, ...] = (
     EvidenceFinder("progress", progress.evidence, progress.MESSAGES),
 )
 
-EVIDENCE_MESSAGES: Mapping[str, str] = {
-    rule: text for f in EVIDENCE_FINDERS for rule, text in f.messages.items()
-}
+
+def evidence_messages() -> Mapping[str, str]:
+    """Finding id -> headline, of every evidence finder (the sources' own ones included)."""
+    found = {rule: text for f in EVIDENCE_FINDERS for rule, text in f.messages.items()}
+    for analysis in source_analyses():
+        found.update(analysis.messages)
+    return found
 
 
 def reads_of(world: World, engines: tuple[EngineRead, ...], progress: Progress) -> Reads:
@@ -103,6 +108,9 @@ def find_suspects(reads: Reads) -> list[Suspect]:
     for finder in SUSPECT_FINDERS:
         if not finder.fallback:
             out += finder.find(reads)
+    for analysis in source_analyses():
+        if analysis.suspects is not None:
+            out += analysis.suspects(reads)
     if not out:
         for finder in SUSPECT_FINDERS:
             if finder.fallback:
@@ -115,6 +123,9 @@ def hang_evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
     out: list[Evidence] = []
     for finder in EVIDENCE_FINDERS:
         out += finder.find(reads, suspects)
+    for analysis in source_analyses():
+        if analysis.evidence is not None:
+            out += analysis.evidence(reads, suspects)
     return out
 
 
