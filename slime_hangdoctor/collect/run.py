@@ -10,6 +10,7 @@ returned as `ray_error`, which the caller turns into exit 3 unless `--local`).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import os
 import threading
 import time
@@ -173,22 +174,23 @@ def collect(
     return CollectResult(writer.root, manifest, deadline.elapsed(), ray_error, run.work_moved)
 
 
+# What the manifest records of the options: every option, but a secret only as given or not, and
+# not the URLs (they may carry credentials), the py-spy path or the free-form extras.
+_SECRET_OPTIONS = ("api_key", "ray_token")
+_UNRECORDED_OPTIONS = ("sglang_urls", "router_urls", "pyspy", "extra")
+
+
 def _options_record(opts: CollectOptions) -> dict[str, Any]:
-    return {
-        "window_s": opts.window_s,
-        "timeout_s": opts.timeout_s,
-        "probe_timeout_s": opts.probe_timeout_s,
-        "native": opts.native,
-        "stacks": opts.stacks,
-        "gpu_detail": opts.gpu_detail,
-        "logs": opts.logs,
-        "health": opts.health,
-        "health_generate": opts.health_generate,
-        "flight_recorder": opts.flight_recorder,
-        "api_key_given": bool(opts.api_key),
-        "ray_token_given": bool(opts.ray_token),
-        "local": opts.local,
-    }
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(opts):
+        if f.name in _UNRECORDED_OPTIONS:
+            continue
+        value = getattr(opts, f.name)
+        if f.name in _SECRET_OPTIONS:
+            out[f"{f.name}_given"] = bool(value)
+        else:
+            out[f.name] = value
+    return out
 
 
 def _connect(
