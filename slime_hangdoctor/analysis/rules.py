@@ -17,7 +17,7 @@ from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block, split
 from slime_hangdoctor.analysis.stacks import ThreadRead
 from slime_hangdoctor.analysis.suspects.merge import Merged
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import Frame
+from slime_hangdoctor.facts import JOB_RUNNING, Frame
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage, Status
 
@@ -629,7 +629,7 @@ def general_steps(ctx: Context) -> list[str]:
             "Get Python stacks: run hangdoctor as root (py-spy needs ptrace) or start Ray with "
             "RAY_DASHBOARD_ENABLE_PROFILING=1 so the dashboard serves /worker/traceback"
         )
-    jobs = [j for j in w.snapshot.jobs if j.status == "RUNNING"]
+    jobs = [j for j in w.snapshot.jobs if j.status == JOB_RUNNING]
     if jobs and ctx.status is Status.HUNG:
         j = jobs[0]
         steps.append(f"ray job logs {j.submission_id or j.job_id}  (the driver's last lines)")

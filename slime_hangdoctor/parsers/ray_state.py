@@ -18,28 +18,39 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar, get_args
 
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import (
+    TASK_FAILED,
+    TASK_FINISHED,
+    TASK_RUNNING,
+    UNKNOWN_STATE,
     ActorDeath,
+    ActorState,
     ClusterResources,
     GpuReading,
     GpuSample,
     GpuSeries,
+    JobStatus,
+    NodeState,
     ObjectStoreUsage,
     PlacementBundle,
     PlacementDemand,
+    PlacementGroupState,
     RayActor,
     RayJob,
     RayNode,
     RayPlacementGroup,
     RayTask,
     TaskPage,
+    TaskState,
+    UnknownState,
 )
 from slime_hangdoctor.parsers.json_text import load_json
 
 T = TypeVar("T")
+StateT = TypeVar("StateT", bound=str)
 
 _MIB = 1024 * 1024
 
@@ -222,6 +233,28 @@ def _rows(rows: list[Any], one: Callable[[Mapping[str, Any]], T], what: str) -> 
     return tuple(out)
 
 
+# --------------------------------------------------------------------------- states
+
+# Ray's text -> our typed state (facts.py copies Ray's literals); anything else is UNKNOWN.
+_ACTOR_STATES: Final[Mapping[str, ActorState]] = {s: s for s in get_args(ActorState)}
+_TASK_STATES: Final[Mapping[str, TaskState]] = {s: s for s in get_args(TaskState)}
+_NODE_STATES: Final[Mapping[str, NodeState]] = {s: s for s in get_args(NodeState)}
+_PLACEMENT_GROUP_STATES: Final[Mapping[str, PlacementGroupState]] = {
+    s: s for s in get_args(PlacementGroupState)
+}
+_JOB_STATUSES: Final[Mapping[str, JobStatus]] = {s: s for s in get_args(JobStatus)}
+
+
+def _state(value: Any, known: Mapping[str, StateT]) -> tuple[StateT | UnknownState, str | None]:
+    """(state, raw text): a state Ray sent that `known` lacks (a newer Ray's) is UNKNOWN with its
+    text kept, cut to 80 characters; no state at all is UNKNOWN without text."""
+    text = _opt_str(value)
+    if text is None:
+        return UNKNOWN_STATE, None
+    state = known.get(text)
+    return (UNKNOWN_STATE, text[:80]) if state is None else (state, None)
+
+
 # --------------------------------------------------------------------------- rows
 
 
@@ -230,10 +263,11 @@ def _actor(row: Mapping[str, Any]) -> RayActor:
     node_ip = None
     if isinstance(address, Mapping):  # older Ray versions put the worker address here
         node_ip = _opt_str(address.get("ip_address") or address.get("ipAddress"))
+    state, raw_state = _state(row.get("state"), _ACTOR_STATES)
     return RayActor(
         actor_id=_req_str(row, "actor_id"),
         class_name=_opt_str(row.get("class_name")) or "",
-        state=_opt_str(row.get("state")) or "UNKNOWN",
+        state=state,
         pid=_pid(row.get("pid")),
         node_id=_opt_str(row.get("node_id")),
         name=_opt_str(row.get("name")),
@@ -243,6 +277,7 @@ def _actor(row: Mapping[str, Any]) -> RayActor:
         repr_name=_opt_str(row.get("repr_name")),
         death=_death(row.get("death_cause")),
         placement_group_id=_opt_str(row.get("placement_group_id")),
+        raw_state=raw_state,
     )
 
 
@@ -285,10 +320,11 @@ def _death(cause: Any) -> ActorDeath | None:
 
 def _task(row: Mapping[str, Any]) -> RayTask:
     name = _opt_str(row.get("name")) or _opt_str(row.get("func_or_class_name")) or ""
+    state, raw_state = _state(row.get("state"), _TASK_STATES)
     return RayTask(
         task_id=_req_str(row, "task_id"),
         name=name,
-        state=_opt_str(row.get("state")) or "UNKNOWN",
+        state=state,
         actor_id=_opt_str(row.get("actor_id")),
         worker_pid=_pid(row.get("worker_pid"), "worker_pid"),
         node_id=_opt_str(row.get("node_id")),
@@ -299,6 +335,7 @@ def _task(row: Mapping[str, Any]) -> RayTask:
         end_time_ms=_opt_int(row.get("end_time_ms"), "end_time_ms"),
         creation_time_ms=_opt_int(row.get("creation_time_ms"), "creation_time_ms"),
         error_type=_opt_str(row.get("error_type")),
+        raw_state=raw_state,
     )
 
 
@@ -309,9 +346,10 @@ def _placement_group(row: Mapping[str, Any]) -> RayPlacementGroup:
     stats = row.get("stats") or {}
     if not isinstance(stats, Mapping):
         raise ParseError("'stats' is not an object")
+    state, raw_state = _state(row.get("state"), _PLACEMENT_GROUP_STATES)
     return RayPlacementGroup(
         placement_group_id=_req_str(row, "placement_group_id"),
-        state=_opt_str(row.get("state")) or "UNKNOWN",
+        state=state,
         name=_opt_str(row.get("name")),
         creator_job_id=_opt_str(row.get("creator_job_id")),
         bundles=tuple(_bundle(b, i) for i, b in enumerate(bundles)),
@@ -320,6 +358,7 @@ def _placement_group(row: Mapping[str, Any]) -> RayPlacementGroup:
         created_ns=_opt_int(
             stats.get("creation_request_received_ns"), "creation_request_received_ns"
         ),
+        raw_state=raw_state,
     )
 
 
@@ -401,12 +440,14 @@ def _pg_demand(value: Any, i: int) -> PlacementDemand:
 
 
 def _node(row: Mapping[str, Any]) -> RayNode:
+    state, raw_state = _state(row.get("state"), _NODE_STATES)
     return RayNode(
         node_id=_req_str(row, "node_id"),
         node_ip=_req_str(row, "node_ip"),
-        state=_opt_str(row.get("state")) or "UNKNOWN",
+        state=state,
         is_head=row.get("is_head_node") is True,
         hostname=_opt_str(row.get("hostname")),
+        raw_state=raw_state,
     )
 
 
@@ -415,9 +456,9 @@ def _job(row: Mapping[str, Any]) -> RayJob:
     if driver is not None and not isinstance(driver, Mapping):
         raise ParseError("driver_info is not an object")
     driver = driver or {}
-    status = _opt_str(row.get("status"))
-    if status is None:
+    if _opt_str(row.get("status")) is None:
         raise ParseError("no 'status'")
+    status, raw_status = _state(row.get("status"), _JOB_STATUSES)
     return RayJob(
         job_id=_opt_str(row.get("job_id")),
         submission_id=_opt_str(row.get("submission_id")),
@@ -425,6 +466,7 @@ def _job(row: Mapping[str, Any]) -> RayJob:
         entrypoint=_opt_str(row.get("entrypoint")),
         driver_pid=_pid(driver.get("pid")),
         driver_node_ip=_opt_str(driver.get("node_ip_address")),
+        raw_status=raw_status,
     )
 
 
@@ -576,7 +618,7 @@ STATE_ENDPOINTS: tuple[StateEndpoint, ...] = (
             *_MANY,
             ("filter_keys", "state"),
             ("filter_predicates", "="),
-            ("filter_values", "RUNNING"),
+            ("filter_values", TASK_RUNNING),
         ),
         parse_tasks,
     ),
@@ -584,7 +626,7 @@ STATE_ENDPOINTS: tuple[StateEndpoint, ...] = (
     StateEndpoint(
         "tasks_unfinished",
         "/api/v0/tasks",
-        (*_TASKS, *filters(("state", "!=", "FINISHED"), ("state", "!=", "FAILED"))),
+        (*_TASKS, *filters(("state", "!=", TASK_FINISHED), ("state", "!=", TASK_FAILED))),
         _task_page,
     ),
     StateEndpoint("placement_groups", "/api/v0/placement_groups", _MANY, parse_placement_groups),
