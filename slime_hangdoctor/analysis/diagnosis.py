@@ -12,13 +12,13 @@ import dataclasses
 from collections import Counter
 
 from slime_hangdoctor.analysis import hazards, kernel, network, rules
+from slime_hangdoctor.analysis.cuda_spin import cuda_spins
 from slime_hangdoctor.analysis.engines import (
     HUNG_ENGINE_STATES,
     EngineRead,
     EngineState,
     read_engines,
 )
-from slime_hangdoctor.analysis.kernel_spin import kernel_spins
 from slime_hangdoctor.analysis.logs import log_findings, log_stage
 from slime_hangdoctor.analysis.progress import Progress, assess
 from slime_hangdoctor.analysis.signatures import (
@@ -231,7 +231,7 @@ def _row_state(world: World, p: Proc) -> str:
     else:
         parts.append(missing)
     if p.gpu is not None:
-        spinning = any(k.gpu == p.gpu for k in kernel_spins(world))
+        spinning = any(k.gpu == p.gpu for k in cuda_spins(world))
         parts.append(f"GPU {p.gpu.index} {'kernel_spin' if spinning else p.gpu.state.value}")
     if (age := _task_age(world, p)) is not None:
         parts.append(age)
@@ -574,7 +574,7 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
     if current is not None:
         extra["current_stage"] = current.value
     if world.gpus:
-        spinning = {(k.gpu.node_ip, k.gpu.index) for k in kernel_spins(world)}
+        spinning = {(k.gpu.node_ip, k.gpu.index) for k in cuda_spins(world)}
         extra["gpus"] = [
             {
                 "node_ip": g.node_ip,

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from slime_hangdoctor.analysis.cuda_spin import CudaSpin, cuda_spins
 from slime_hangdoctor.analysis.engines import EngineRead, EngineState
 from slime_hangdoctor.analysis.kernel import kernel_reads
-from slime_hangdoctor.analysis.kernel_spin import KernelSpin, kernel_spins
 from slime_hangdoctor.analysis.lost_requests import Holder, LostRequests, where_requests_are
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block, split_name
 from slime_hangdoctor.analysis.stacks import ThreadRead
@@ -547,7 +547,7 @@ def culprit_steps(ctx: Context) -> list[str]:
                 "an asyncio.all_tasks() dump: py-spy does not show suspended coroutines"
             )
         if "gpu_kernel" in m.sources:
-            steps += _kernel_steps(ctx, c.pid, c.node_ip)
+            steps += _cuda_spin_steps(ctx, c.pid, c.node_ip)
         elif c.role is Role.TRAIN_RANK and c.pid is not None:
             steps.append(
                 f"py-spy dump --native --pid {c.pid}{_on(proc, c.node_ip)}  (train rank"
@@ -563,8 +563,8 @@ def culprit_steps(ctx: Context) -> list[str]:
     return steps
 
 
-def _kernel_steps(ctx: Context, pid: int | None, node_ip: str | None) -> list[str]:
-    spin: KernelSpin | None = next((k for k in kernel_spins(ctx.world) if k.proc.pid == pid), None)
+def _cuda_spin_steps(ctx: Context, pid: int | None, node_ip: str | None) -> list[str]:
+    spin: CudaSpin | None = next((k for k in cuda_spins(ctx.world) if k.proc.pid == pid), None)
     if spin is None:
         return []
     on = _on(spin.proc, node_ip)
@@ -605,7 +605,7 @@ def general_steps(ctx: Context) -> list[str]:
         ctx.status is Status.HUNG
         and ctx.stage in _NCCL_STAGES
         and _collective_hang(ctx)
-        and not kernel_spins(w)
+        and not cuda_spins(w)
     ):
         if not w.snapshot.flight:
             steps.append(

@@ -11,7 +11,7 @@ Source = Literal[
     "ras",  # NCCL RAS (collect/nccl_ras.py)
     "flight_recorder",  # torch's NCCL flight recorder dumps
     "nvml",  # GPU readings (NVML, or Ray's node summary)
-    "gpu_kernel",  # a GPU spinning with no communicator anywhere (analysis/kernel_spin.py)
+    "gpu_kernel",  # a GPU spinning with no communicator anywhere (analysis/cuda_spin.py)
     "gpm",  # GPU performance metrics
     "stacks",  # py-spy / Ray traceback stacks
     "sglang",  # SGLang engine and router HTTP answers
