@@ -599,23 +599,23 @@ def filters(*triples: tuple[str, str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-_MANY = (("detail", "1"), ("limit", "10000"))
+_ALL_ROWS_DETAILED = (("detail", "1"), ("limit", "10000"))
 # Task queries are bounded on Ray's side too: the GCS filters (state, job_id) cut what the
 # dashboard reads, `limit` what it sends (Ray sorts by task id before it truncates: a truncated
 # page is an arbitrary subset, which the loader reports), `timeout` ends its own GCS call.
 TASK_LIMIT = 1000
-_TASKS = (("detail", "1"), ("limit", str(TASK_LIMIT)), ("timeout", "5"))
+_TASK_ROWS_DETAILED = (("detail", "1"), ("limit", str(TASK_LIMIT)), ("timeout", "5"))
 # The tasks of one job, every state: asked per RUNNING job (target + job id, query + job filter)
 # at the second sample by `collect.dashboard.capture_task_history`.
-TASK_HISTORY = StateEndpoint("tasks_job_", "/api/v0/tasks", _TASKS, _task_page)
+TASK_HISTORY = StateEndpoint("tasks_job_", "/api/v0/tasks", _TASK_ROWS_DETAILED, _task_page)
 STATE_ENDPOINTS: tuple[StateEndpoint, ...] = (
     StateEndpoint("version", "/api/version"),
-    StateEndpoint("actors", "/api/v0/actors", _MANY, parse_actors),
+    StateEndpoint("actors", "/api/v0/actors", _ALL_ROWS_DETAILED, parse_actors),
     StateEndpoint(
         "tasks_running",
         "/api/v0/tasks",
         (
-            *_MANY,
+            *_ALL_ROWS_DETAILED,
             ("filter_keys", "state"),
             ("filter_predicates", "="),
             ("filter_values", TASK_RUNNING),
@@ -626,11 +626,16 @@ STATE_ENDPOINTS: tuple[StateEndpoint, ...] = (
     StateEndpoint(
         "tasks_unfinished",
         "/api/v0/tasks",
-        (*_TASKS, *filters(("state", "!=", TASK_FINISHED), ("state", "!=", TASK_FAILED))),
+        (
+            *_TASK_ROWS_DETAILED,
+            *filters(("state", "!=", TASK_FINISHED), ("state", "!=", TASK_FAILED)),
+        ),
         _task_page,
     ),
-    StateEndpoint("placement_groups", "/api/v0/placement_groups", _MANY, parse_placement_groups),
-    StateEndpoint("nodes", "/api/v0/nodes", _MANY, parse_nodes),
+    StateEndpoint(
+        "placement_groups", "/api/v0/placement_groups", _ALL_ROWS_DETAILED, parse_placement_groups
+    ),
+    StateEndpoint("nodes", "/api/v0/nodes", _ALL_ROWS_DETAILED, parse_nodes),
     StateEndpoint("jobs", "/api/jobs/", parse=parse_jobs),
     StateEndpoint("node_summary", "/nodes", (("view", "summary"),), _node_summary),
     StateEndpoint("cluster_status", "/api/cluster_status", parse=_cluster),
