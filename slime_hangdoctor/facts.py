@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Final, Literal
 
 # --------------------------------------------------------------------------- probe outcomes
 
@@ -328,12 +329,67 @@ class RouterMetrics:
 
 # --------------------------------------------------------------------------- Ray state
 
+# Ray's states as Ray itself types them: copied from Ray 2.60's
+# ray/_private/custom_types.py (TypeActorStatus, TypeTaskStatus, TypeNodeStatus,
+# TypePlacementGroupStatus; ray/util/state/common.py types its state rows with them, and the
+# deprecated ray/experimental/state/custom_types.py re-exports them), and from the values of
+# ray.job_submission.JobStatus (ray/dashboard/modules/job/common.py) for jobs.
+# tests/unit/test_ray_states.py compares each with the installed Ray's, so an upgrade that adds a
+# state fails there first. A state a newer Ray sends that is not here is read as UNKNOWN, and its
+# text kept in the fact's `raw_state` / `raw_status` (never a crash, never a guess).
+ActorState = Literal["DEPENDENCIES_UNREADY", "PENDING_CREATION", "ALIVE", "RESTARTING", "DEAD"]
+TaskState = Literal[
+    "NIL",
+    "PENDING_ARGS_AVAIL",
+    "PENDING_NODE_ASSIGNMENT",
+    "PENDING_OBJ_STORE_MEM_AVAIL",
+    "PENDING_ARGS_FETCH",
+    "SUBMITTED_TO_WORKER",
+    "PENDING_ACTOR_TASK_ARGS_FETCH",
+    "PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY",
+    "RUNNING",
+    "RUNNING_IN_RAY_GET",
+    "RUNNING_IN_RAY_WAIT",
+    "FINISHED",
+    "FAILED",
+    "GETTING_AND_PINNING_ARGS",
+]
+NodeState = Literal["ALIVE", "DEAD"]
+PlacementGroupState = Literal["PENDING", "PREPARED", "CREATED", "REMOVED", "RESCHEDULING"]
+JobStatus = Literal["PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"]
+# Ray sent no state, or one not above (a newer Ray's): none of Ray's literals has this value.
+UnknownState = Literal["UNKNOWN"]
+UNKNOWN_STATE: Final[UnknownState] = "UNKNOWN"
+
+# The states the analysis and the collector decide on. Compare with these, never with bare text:
+# mypy rejects a constant or a set member that is not one of Ray's states.
+ACTOR_ALIVE: Final[ActorState] = "ALIVE"
+ACTOR_DEAD: Final[ActorState] = "DEAD"
+# an actor Ray is still creating (its constructor runs or waits for its arguments)
+ACTOR_BEING_CREATED: Final[frozenset[ActorState]] = frozenset(
+    {"PENDING_CREATION", "DEPENDENCIES_UNREADY"}
+)
+NODE_ALIVE: Final[NodeState] = "ALIVE"
+TASK_RUNNING: Final[TaskState] = "RUNNING"
+TASK_FINISHED: Final[TaskState] = "FINISHED"
+TASK_FAILED: Final[TaskState] = "FAILED"
+# a task that runs, also while it blocks in ray.get / ray.wait
+TASK_RUNNING_ANY: Final[frozenset[TaskState]] = frozenset(
+    {"RUNNING", "RUNNING_IN_RAY_GET", "RUNNING_IN_RAY_WAIT"}
+)
+TASK_ENDED: Final[frozenset[TaskState]] = frozenset({TASK_FINISHED, TASK_FAILED})
+# a placement group that waits for its resources (not placed yet, or re-placed after a node died)
+PLACEMENT_GROUP_WAITING: Final[frozenset[PlacementGroupState]] = frozenset(
+    {"PENDING", "RESCHEDULING"}
+)
+JOB_RUNNING: Final[JobStatus] = "RUNNING"
+
 
 @dataclass(frozen=True)
 class RayActor:
     actor_id: str
     class_name: str
-    state: str
+    state: ActorState | UnknownState
     pid: int | None
     node_id: str | None
     name: str | None = None
@@ -343,13 +399,14 @@ class RayActor:
     repr_name: str | None = None
     death: ActorDeath | None = None  # detail=1 only
     placement_group_id: str | None = None
+    raw_state: str | None = None  # what Ray sent where `state` is UNKNOWN (a newer Ray's state)
 
 
 @dataclass(frozen=True)
 class RayTask:
     task_id: str
     name: str  # e.g. "MegatronTrainRayActor.update_weights"
-    state: str
+    state: TaskState | UnknownState
     actor_id: str | None = None
     worker_pid: int | None = None
     node_id: str | None = None
@@ -361,6 +418,7 @@ class RayTask:
     end_time_ms: int | None = None
     creation_time_ms: int | None = None
     error_type: str | None = None  # e.g. ACTOR_DIED, TASK_EXECUTION_EXCEPTION
+    raw_state: str | None = None  # what Ray sent where `state` is UNKNOWN (a newer Ray's state)
 
     @property
     def method(self) -> str:
@@ -409,13 +467,14 @@ class RayPlacementGroup:
     """One row of ``/api/v0/placement_groups?detail=1``."""
 
     placement_group_id: str
-    state: str  # PENDING | CREATED | REMOVED | RESCHEDULING
+    state: PlacementGroupState | UnknownState
     name: str | None = None
     creator_job_id: str | None = None
     bundles: tuple[PlacementBundle, ...] = ()
     scheduling_state: str | None = None  # stats.scheduling_state, e.g. INFEASIBLE, QUEUED
     scheduling_attempt: int | None = None
     created_ns: int | None = None  # stats.creation_request_received_ns
+    raw_state: str | None = None  # what Ray sent where `state` is UNKNOWN (a newer Ray's state)
 
     def demand(self) -> dict[str, float]:
         """Resources of all bundles together."""
@@ -484,19 +543,21 @@ class ObjectStoreUsage:
 class RayNode:
     node_id: str
     node_ip: str
-    state: str
+    state: NodeState | UnknownState
     is_head: bool = False
     hostname: str | None = None
+    raw_state: str | None = None  # what Ray sent where `state` is UNKNOWN (a newer Ray's state)
 
 
 @dataclass(frozen=True)
 class RayJob:
     job_id: str | None
     submission_id: str | None
-    status: str
+    status: JobStatus | UnknownState
     entrypoint: str | None = None
     driver_pid: int | None = None
     driver_node_ip: str | None = None
+    raw_status: str | None = None  # what Ray sent where `status` is UNKNOWN (a newer Ray's status)
 
 
 # --------------------------------------------------------------------------- logs (Ray log API)

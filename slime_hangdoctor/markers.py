@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
+from slime_hangdoctor.facts import TASK_RUNNING
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.parsers.sglang import WORK_COUNTERS
@@ -58,7 +59,7 @@ def _engine_counters(snapshot: Snapshot, out: Markers) -> None:
 def _ray_tasks(snapshot: Snapshot, topology: Topology, out: Markers) -> None:
     slime_actors = {m.actor_id for m in topology.members if m.actor_id}
     ids = sorted(
-        t.task_id for t in snapshot.tasks if t.actor_id in slime_actors and t.state == "RUNNING"
+        t.task_id for t in snapshot.tasks if t.actor_id in slime_actors and t.state == TASK_RUNNING
     )
     if snapshot.ray_seen:
         out["ray:running_slime_tasks"] = _digest(ids)

@@ -6,7 +6,13 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from slime_hangdoctor.facts import ProcessInfo, RouterWorkers
+from slime_hangdoctor.facts import (
+    ACTOR_ALIVE,
+    JOB_RUNNING,
+    TASK_RUNNING,
+    ProcessInfo,
+    RouterWorkers,
+)
 from slime_hangdoctor.parsers.log_heads import SPEC as LOG_HEADS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.snapshot import Snapshot
@@ -145,7 +151,7 @@ def build_topology(snapshot: Snapshot) -> Topology:
     """Roles of the slime processes seen in `snapshot` (Ray state first, process titles second)."""
     procs = _latest_processes(snapshot)
     node_ip_of = {n.node_id: n.node_ip for n in snapshot.nodes}
-    running = {t.actor_id: t.name for t in snapshot.tasks if t.actor_id and t.state == "RUNNING"}
+    running = {t.actor_id: t.name for t in snapshot.tasks if t.actor_id and t.state == TASK_RUNNING}
     members: dict[tuple[str | None, int], Member] = {}
 
     def proc_node(pid: int, hint: str | None) -> str | None:
@@ -156,7 +162,7 @@ def build_topology(snapshot: Snapshot) -> Topology:
 
     for a in snapshot.actors:
         role = CLASS_ROLES.get(a.class_name)
-        if role is None or a.pid is None or a.state != "ALIVE":
+        if role is None or a.pid is None or a.state != ACTOR_ALIVE:
             continue
         node = proc_node(a.pid, a.node_ip or node_ip_of.get(a.node_id or ""))
         info = procs.get((node, a.pid))
@@ -200,7 +206,7 @@ def build_topology(snapshot: Snapshot) -> Topology:
     )
     doctor = snapshot.manifest.target.get("doctor_pid")
     jobs = [j for j in snapshot.jobs if j.driver_pid is None or j.driver_pid != doctor]
-    job_running = any(j.status == "RUNNING" for j in jobs) if jobs else None
+    job_running = any(j.status == JOB_RUNNING for j in jobs) if jobs else None
     return Topology(tuple(final), engines, routers, job_running)
 
 
@@ -441,7 +447,7 @@ def _add_drivers(
 ) -> None:
     doctor = snapshot.manifest.target.get("doctor_pid")
     for job in snapshot.jobs:
-        if job.status != "RUNNING" or job.driver_pid is None or job.driver_pid == doctor:
+        if job.status != JOB_RUNNING or job.driver_pid is None or job.driver_pid == doctor:
             continue
         node = job.driver_node_ip
         key = (node, job.driver_pid)

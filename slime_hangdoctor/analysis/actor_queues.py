@@ -21,11 +21,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slime_hangdoctor.facts import RayActor, RayTask
+from slime_hangdoctor.facts import (
+    ACTOR_ALIVE,
+    TASK_ENDED,
+    TASK_FINISHED,
+    TASK_RUNNING_ANY,
+    RayActor,
+    RayTask,
+)
 from slime_hangdoctor.snapshot import Snapshot, TaskPageObs
 
-RUNNING = frozenset({"RUNNING", "RUNNING_IN_RAY_GET", "RUNNING_IN_RAY_WAIT"})
-FINAL = frozenset({"FINISHED", "FAILED"})
+# a task that runs now or has ended: it reached a worker, it is not queued
+_STARTED = TASK_RUNNING_ANY | TASK_ENDED
 _ACTOR_CREATION_PREFIX = "f" * 16  # actor creation task id = 16 x "f" + actor id
 
 PAUSE_METHOD = "pause_generation"
@@ -138,7 +145,7 @@ def build_view(snapshot: Snapshot) -> TaskView | None:
     state = {
         tid: (now_tasks.get(tid, t))
         for tid, t in known.items()
-        if tid in now_tasks or t.state in FINAL or current is None
+        if tid in now_tasks or t.state in TASK_ENDED or current is None
     }
     queues = _queues(actors, state)
     edges = _edges(now_tasks, known, set(actors))
@@ -162,9 +169,9 @@ def _queues(actors: dict[str, RayActor], state: dict[str, RayTask]) -> tuple[Act
         actor = actors.get(actor_id)
         if actor is None:
             continue
-        running = tuple(sorted((t for t in tasks if t.state in RUNNING), key=_sort_key))
-        queued = tuple(sorted((t for t in tasks if t.state not in RUNNING | FINAL), key=_sort_key))
-        done = [t for t in tasks if t.state in FINAL]
+        running = tuple(sorted((t for t in tasks if t.state in TASK_RUNNING_ANY), key=_sort_key))
+        queued = tuple(sorted((t for t in tasks if t.state not in _STARTED), key=_sort_key))
+        done = [t for t in tasks if t.state in TASK_ENDED]
         recent = tuple(sorted(done, key=lambda t: -(t.end_time_ms or 0))[:RECENT])
         out.append(ActorQueue(actor, running, queued, recent))
     return tuple(sorted(out, key=lambda q: (q.actor.class_name, q.actor.actor_id)))
@@ -175,7 +182,7 @@ def _edges(
 ) -> tuple[WaitEdge, ...]:
     running_on: dict[str, list[RayTask]] = {}
     for t in now.values():
-        if t.state in RUNNING and t.actor_id:
+        if t.state in TASK_RUNNING_ANY and t.actor_id:
             running_on.setdefault(t.actor_id, []).append(t)
     by_parent: dict[str, list[RayTask]] = {}
     for t in now.values():
@@ -183,14 +190,14 @@ def _edges(
             by_parent.setdefault(t.parent_task_id, []).append(t)
     out: dict[tuple[str, str, str], WaitEdge] = {}
     for q in now.values():
-        if q.state in RUNNING or not q.actor_id or q.actor_id not in running_on:
+        if q.state in TASK_RUNNING_ANY or not q.actor_id or q.actor_id not in running_on:
             continue
         holding = min(running_on[q.actor_id], key=_sort_key)
         # the caller itself, when it is an actor's running method (or an async actor)
         parent = known.get(q.parent_task_id or "")
         caller = _actor_of(q.parent_task_id, known, actors)
         if caller and caller != q.actor_id:
-            waiting = parent if parent is not None and parent.state in RUNNING else None
+            waiting = parent if parent is not None and parent.state in TASK_RUNNING_ANY else None
             if waiting is not None or caller in running_on:
                 out.setdefault(
                     (caller, q.actor_id, q.task_id),
@@ -198,7 +205,7 @@ def _edges(
                 )
         # siblings: calls of the same caller running on other actors
         for s in by_parent.get(q.parent_task_id or "", []):
-            if s.state in RUNNING and s.actor_id and s.actor_id != q.actor_id:
+            if s.state in TASK_RUNNING_ANY and s.actor_id and s.actor_id != q.actor_id:
                 out.setdefault(
                     (s.actor_id, q.actor_id, q.task_id),
                     WaitEdge(s.actor_id, q.actor_id, s, q, holding, "sibling"),
@@ -235,7 +242,7 @@ def _persistent_ids(pages: tuple[TaskPageObs, ...]) -> set[str] | None:
     for p in pages:
         if p.target == "tasks_unfinished":
             by_sample.setdefault(p.sample, set()).update(
-                t.task_id for t in p.tasks if t.state not in FINAL
+                t.task_id for t in p.tasks if t.state not in TASK_ENDED
             )
     if len(by_sample) < 2:
         return None
@@ -258,8 +265,8 @@ def _paused(actors: dict[str, RayActor], state: dict[str, RayTask]) -> tuple[Pau
             per_actor.setdefault(t.actor_id, []).append(t)
     for actor_id, tasks in per_actor.items():
         actor = actors.get(actor_id)
-        pauses = [t for t in tasks if t.method == PAUSE_METHOD and t.state == "FINISHED"]
-        if actor is None or actor.state != "ALIVE" or not pauses:
+        pauses = [t for t in tasks if t.method == PAUSE_METHOD and t.state == TASK_FINISHED]
+        if actor is None or actor.state != ACTOR_ALIVE or not pauses:
             continue
         last = max(pauses, key=lambda t: (t.creation_time_ms or 0, t.end_time_ms or 0))
         later = [
@@ -268,12 +275,14 @@ def _paused(actors: dict[str, RayActor], state: dict[str, RayTask]) -> tuple[Pau
             if t.method == CONTINUE_METHOD
             and (t.creation_time_ms or 0) >= (last.creation_time_ms or 0)
         ]
-        if any(t.state in RUNNING | FINAL for t in later):
+        if any(t.state in _STARTED for t in later):
             continue
         # an actor's method (a train rank's update_weights); never the driver's task, which runs
         # for the whole job
         caller = state.get(last.parent_task_id or "")
-        running = caller is not None and caller.actor_id is not None and caller.state in RUNNING
+        running = (
+            caller is not None and caller.actor_id is not None and caller.state in TASK_RUNNING_ANY
+        )
         update = caller if running else None
         out.append(PausedEngine(actor, last, later[0] if later else None, update))
     return tuple(out)
@@ -284,13 +293,13 @@ def _overlong(
 ) -> tuple[OverlongTask, ...]:
     durations: dict[tuple[str, str], list[float]] = {}
     for t in state.values():
-        if t.state == "FINISHED" and t.actor_id and t.start_time_ms and t.end_time_ms:
+        if t.state == TASK_FINISHED and t.actor_id and t.start_time_ms and t.end_time_ms:
             key = (actors[t.actor_id].class_name if t.actor_id in actors else "", t.name)
             durations.setdefault(key, []).append((t.end_time_ms - t.start_time_ms) / 1000.0)
     out: list[OverlongTask] = []
     for t in state.values():
         actor = actors.get(t.actor_id or "")
-        if actor is None or t.state not in RUNNING or not t.start_time_ms:
+        if actor is None or t.state not in TASK_RUNNING_ANY or not t.start_time_ms:
             continue
         earlier = durations.get((actor.class_name, t.name), [])
         if len(earlier) < OVERLONG_MIN_RUNS:

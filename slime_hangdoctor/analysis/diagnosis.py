@@ -12,10 +12,10 @@ import dataclasses
 from collections import Counter
 
 from slime_hangdoctor.analysis import rules
+from slime_hangdoctor.analysis.cuda_spin import cuda_spins
 from slime_hangdoctor.analysis.engines import (
     read_engines,
 )
-from slime_hangdoctor.analysis.kernel_spin import kernel_spins
 from slime_hangdoctor.analysis.progress import Progress, assess
 from slime_hangdoctor.analysis.signatures import (
     SLIME_ACTOR_CLASSES,
@@ -40,6 +40,7 @@ from slime_hangdoctor.analysis.suspects.flight_recorder import fr_groups, fr_sta
 from slime_hangdoctor.analysis.suspects.merge import Merged, merge
 from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, Evidence
 from slime_hangdoctor.analysis.world import Proc, World, build_world
+from slime_hangdoctor.facts import ACTOR_ALIVE, ACTOR_BEING_CREATED, JOB_RUNNING, TASK_RUNNING
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
@@ -101,8 +102,8 @@ def _no_job(world: World) -> bool:
         or any(o.kind == "engine" for o in snap.http)
     ):
         return False
-    running = any(j.status == "RUNNING" for j in snap.jobs)
-    alive = any(a.class_name in SLIME_ACTOR_CLASSES and a.state == "ALIVE" for a in snap.actors)
+    running = any(j.status == JOB_RUNNING for j in snap.jobs)
+    alive = any(a.class_name in SLIME_ACTOR_CLASSES and a.state == ACTOR_ALIVE for a in snap.actors)
     return not running and not alive and (snap.ray_seen or bool(snap.facts(PROCESSES)))
 
 
@@ -132,20 +133,16 @@ def _in_broadcast(world: World) -> bool:
     return Stage.NCCL_BROADCAST in stages and stages <= {Stage.NCCL_BROADCAST, Stage.WEIGHT_SYNC}
 
 
-# Ray actor states of an actor whose constructor has not finished (Ray's ActorState)
-_BEING_CREATED = frozenset({"PENDING_CREATION", "DEPENDENCIES_UNREADY"})
-
-
 def startup_chain(world: World) -> tuple[str, ...]:
     """Why the job is still starting: a slime actor of the running job not yet created (its
     constructor runs), or a slime process that waits inside a constructor / `init` / engine
     launch. Nothing has been dispatched then, whatever stage an engine's own loop shows."""
-    jobs = {j.job_id for j in world.snapshot.jobs if j.status == "RUNNING" and j.job_id}
+    jobs = {j.job_id for j in world.snapshot.jobs if j.status == JOB_RUNNING and j.job_id}
     out = [
         f"Ray: {a.class_name} actor {a.actor_id[:12]} is {a.state}"
         for a in world.snapshot.actors
         if a.class_name in SLIME_ACTOR_CLASSES
-        and a.state in _BEING_CREATED
+        and a.state in ACTOR_BEING_CREATED
         and (not jobs or a.job_id in jobs)
     ]
     for p in world.procs:
@@ -229,7 +226,7 @@ def _task_age(world: World, p: Proc) -> str | None:
     """`update_weights running for 25 min` from the Ray task the process runs, where known."""
     now = world.snapshot.manifest.created_at
     for t in world.snapshot.tasks:
-        if t.worker_pid == p.pid and t.state == "RUNNING" and t.start_time_ms and now > 0:
+        if t.worker_pid == p.pid and t.state == TASK_RUNNING and t.start_time_ms and now > 0:
             age = now - t.start_time_ms / 1000.0
             if age >= 0:
                 when = f"{age / 60:.0f} min" if age >= 120 else f"{age:.0f} s"
@@ -249,7 +246,7 @@ def _row_state(world: World, p: Proc) -> str:
     else:
         parts.append(missing)
     if p.gpu is not None:
-        spinning = any(k.gpu == p.gpu for k in kernel_spins(world))
+        spinning = any(k.gpu == p.gpu for k in cuda_spins(world))
         parts.append(f"GPU {p.gpu.index} {'kernel_spin' if spinning else p.gpu.state.value}")
     if (age := _task_age(world, p)) is not None:
         parts.append(age)
@@ -554,7 +551,7 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
     if current is not None:
         extra["current_stage"] = current.value
     if world.gpus:
-        spinning = {(k.gpu.node_ip, k.gpu.index) for k in kernel_spins(world)}
+        spinning = {(k.gpu.node_ip, k.gpu.index) for k in cuda_spins(world)}
         extra["gpus"] = [
             {
                 "node_ip": g.node_ip,

@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from slime_hangdoctor.analysis.cuda_spin import CudaSpin, cuda_spins
 from slime_hangdoctor.analysis.engines import EngineRead, EngineState
 from slime_hangdoctor.analysis.kernel import kernel_reads
-from slime_hangdoctor.analysis.kernel_spin import KernelSpin, kernel_spins
 from slime_hangdoctor.analysis.lost_requests import Holder, LostRequests, where_requests_are
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block, split_name
 from slime_hangdoctor.analysis.stacks import ThreadRead
 from slime_hangdoctor.analysis.suspects.merge import Merged
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import Frame
+from slime_hangdoctor.facts import JOB_RUNNING, Frame
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.snapshot import Snapshot
@@ -550,7 +550,7 @@ def culprit_steps(ctx: Context) -> list[str]:
                 "an asyncio.all_tasks() dump: py-spy does not show suspended coroutines"
             )
         if "gpu_kernel" in m.sources:
-            steps += _kernel_steps(ctx, c.pid, c.node_ip)
+            steps += _cuda_spin_steps(ctx, c.pid, c.node_ip)
         elif c.role is Role.TRAIN_RANK and c.pid is not None:
             steps.append(
                 f"py-spy dump --native --pid {c.pid}{_on(proc, c.node_ip)}  (train rank"
@@ -566,8 +566,8 @@ def culprit_steps(ctx: Context) -> list[str]:
     return steps
 
 
-def _kernel_steps(ctx: Context, pid: int | None, node_ip: str | None) -> list[str]:
-    spin: KernelSpin | None = next((k for k in kernel_spins(ctx.world) if k.proc.pid == pid), None)
+def _cuda_spin_steps(ctx: Context, pid: int | None, node_ip: str | None) -> list[str]:
+    spin: CudaSpin | None = next((k for k in cuda_spins(ctx.world) if k.proc.pid == pid), None)
     if spin is None:
         return []
     on = _on(spin.proc, node_ip)
@@ -608,7 +608,7 @@ def general_steps(ctx: Context) -> list[str]:
         ctx.status is Status.HUNG
         and ctx.stage in _NCCL_STAGES
         and _collective_hang(ctx)
-        and not kernel_spins(w)
+        and not cuda_spins(w)
     ):
         if not w.snapshot.facts(FLIGHT_RECORDER):
             steps.append(
@@ -632,7 +632,7 @@ def general_steps(ctx: Context) -> list[str]:
             "Get Python stacks: run hangdoctor as root (py-spy needs ptrace) or start Ray with "
             "RAY_DASHBOARD_ENABLE_PROFILING=1 so the dashboard serves /worker/traceback"
         )
-    jobs = [j for j in w.snapshot.jobs if j.status == "RUNNING"]
+    jobs = [j for j in w.snapshot.jobs if j.status == JOB_RUNNING]
     if jobs and ctx.status is Status.HUNG:
         j = jobs[0]
         steps.append(f"ray job logs {j.submission_id or j.job_id}  (the driver's last lines)")

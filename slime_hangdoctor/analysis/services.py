@@ -20,6 +20,7 @@ from enum import Enum
 from urllib.parse import urlsplit
 
 from slime_hangdoctor.analysis.world import World
+from slime_hangdoctor.facts import JOB_RUNNING
 from slime_hangdoctor.verdict import Stage
 
 
@@ -115,7 +116,7 @@ def job_services(world: World) -> tuple[Service, ...]:
                 if svc is not None:
                     found.setdefault((svc.host, svc.port), svc)
     for job in world.snapshot.jobs:
-        if job.status != "RUNNING" or not job.entrypoint:
+        if job.status != JOB_RUNNING or not job.entrypoint:
             continue
         try:
             argv = tuple(shlex.split(job.entrypoint))

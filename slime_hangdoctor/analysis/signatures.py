@@ -24,8 +24,6 @@ from slime_hangdoctor.verdict import Stage
 
 ANY = "*"
 
-S = Stage  # short alias for the tables below
-
 
 @dataclass(frozen=True)
 class FrameSig:
@@ -80,11 +78,11 @@ _ROLLOUT_PY = "slime/ray/rollout.py"
 _ACTOR_PY = "slime/backends/megatron_utils/actor.py"
 _TRAIN_ACTOR_PY = "slime/ray/train_actor.py"
 _ENGINE_PY = "slime/backends/sglang_utils/sglang_engine.py"
-_UW = "slime/backends/megatron_utils/update_weight/"
-_UWD = _UW + "update_weight_from_distributed.py"
-_UWT = _UW + "update_weight_from_tensor.py"
+_UPDATE_WEIGHT_DIR = "slime/backends/megatron_utils/update_weight/"
+_UPDATE_FROM_DISTRIBUTED_PY = _UPDATE_WEIGHT_DIR + "update_weight_from_distributed.py"
+_UPDATE_FROM_TENSOR_PY = _UPDATE_WEIGHT_DIR + "update_weight_from_tensor.py"
 _ACTOR_GROUP = "slime/ray/actor_group.py"
-_PG = "slime/ray/placement_group.py"
+_PLACEMENT_GROUP_PY = "slime/ray/placement_group.py"
 _SGLANG = "sglang/srt/"
 
 
@@ -100,195 +98,216 @@ def _rows(
 _COMMON_FRAMES: tuple[FrameSig, ...] = (
     # --- driver: startup and the per-step calls into actor groups
     *_rows(
-        S.STARTUP,
-        _PG,
+        Stage.STARTUP,
+        _PLACEMENT_GROUP_PY,
         "create_placement_groups _create_placement_group create_rollout_manager "
         "create_training_models create_actor_model allocate_train_group",
         what="driver startup (placement group, actors)",
     ),
-    FrameSig("update_weights", S.WEIGHT_SYNC, _ACTOR_GROUP, "RayTrainGroup", "driver: weight sync"),
-    FrameSig("async_train", S.TRAIN, _ACTOR_GROUP, "RayTrainGroup", "driver: train step"),
-    FrameSig("save_model", S.CHECKPOINT, _ACTOR_GROUP, "RayTrainGroup", "driver: checkpoint save"),
-    *_rows(S.OFFLOAD_ONLOAD, _ACTOR_GROUP, "onload offload clear_memory", cls="RayTrainGroup"),
-    FrameSig("set_rollout_manager", S.STARTUP, _ACTOR_GROUP, "RayTrainGroup"),
-    FrameSig("offload_train", S.OFFLOAD_ONLOAD, "train.py", what="driver: offload train actors"),
-    # --- RolloutManager (slime/ray/rollout.py)
-    FrameSig("__init__", S.STARTUP, _ROLLOUT_PY, "RolloutManager", "rollout manager startup"),
-    FrameSig("_start_router", S.STARTUP, _ROLLOUT_PY, what="router launch"),
     FrameSig(
-        "_allocate_rollout_engine_addr_and_ports_normal", S.STARTUP, _ROLLOUT_PY, what="engines"
+        "update_weights", Stage.WEIGHT_SYNC, _ACTOR_GROUP, "RayTrainGroup", "driver: weight sync"
     ),
-    FrameSig("generate", S.ROLLOUT_DISPATCH, _ROLLOUT_PY, "RolloutManager", "rollout generate"),
-    FrameSig("_get_rollout_data", S.ROLLOUT_DISPATCH, _ROLLOUT_PY, "RolloutManager"),
-    FrameSig("eval", S.EVAL, _ROLLOUT_PY, "RolloutManager", "eval rollout"),
+    FrameSig("async_train", Stage.TRAIN, _ACTOR_GROUP, "RayTrainGroup", "driver: train step"),
+    FrameSig(
+        "save_model", Stage.CHECKPOINT, _ACTOR_GROUP, "RayTrainGroup", "driver: checkpoint save"
+    ),
+    *_rows(Stage.OFFLOAD_ONLOAD, _ACTOR_GROUP, "onload offload clear_memory", cls="RayTrainGroup"),
+    FrameSig("set_rollout_manager", Stage.STARTUP, _ACTOR_GROUP, "RayTrainGroup"),
+    FrameSig(
+        "offload_train", Stage.OFFLOAD_ONLOAD, "train.py", what="driver: offload train actors"
+    ),
+    # --- RolloutManager (slime/ray/rollout.py)
+    FrameSig("__init__", Stage.STARTUP, _ROLLOUT_PY, "RolloutManager", "rollout manager startup"),
+    FrameSig("_start_router", Stage.STARTUP, _ROLLOUT_PY, what="router launch"),
+    FrameSig(
+        "_allocate_rollout_engine_addr_and_ports_normal", Stage.STARTUP, _ROLLOUT_PY, what="engines"
+    ),
+    FrameSig("generate", Stage.ROLLOUT_DISPATCH, _ROLLOUT_PY, "RolloutManager", "rollout generate"),
+    FrameSig("_get_rollout_data", Stage.ROLLOUT_DISPATCH, _ROLLOUT_PY, "RolloutManager"),
+    FrameSig("eval", Stage.EVAL, _ROLLOUT_PY, "RolloutManager", "eval rollout"),
     *_rows(
-        S.ROLLOUT_DISPATCH,
+        Stage.ROLLOUT_DISPATCH,
         _ROLLOUT_PY,
         "_convert_samples_to_train_data _split_train_data_by_dp _post_process_rewards",
         cls="RolloutManager",
         what="rollout data conversion",
     ),
     *_rows(
-        S.OFFLOAD_ONLOAD,
+        Stage.OFFLOAD_ONLOAD,
         _ROLLOUT_PY,
         "offload onload onload_weights onload_kv",
         cls="RolloutManager",
         what="engine offload/onload",
     ),
-    FrameSig("set_train_parallel_config", S.STARTUP, _ROLLOUT_PY, "RolloutManager"),
+    FrameSig("set_train_parallel_config", Stage.STARTUP, _ROLLOUT_PY, "RolloutManager"),
     *_rows(
-        S.CHECKPOINT,
+        Stage.CHECKPOINT,
         _ROLLOUT_PY,
         "save load",
         cls="RolloutManager",
         what="rollout manager saving / loading its data-source state",
     ),
-    FrameSig("check_weights", S.WEIGHT_SYNC, _ROLLOUT_PY, "RolloutManager"),
+    FrameSig("check_weights", Stage.WEIGHT_SYNC, _ROLLOUT_PY, "RolloutManager"),
     # --- rollout functions (the RolloutManager's asyncio loop thread and main thread)
     FrameSig(
-        "generate_rollout", S.ROLLOUT_DISPATCH, "slime/rollout/", what="rollout", generic=True
+        "generate_rollout", Stage.ROLLOUT_DISPATCH, "slime/rollout/", what="rollout", generic=True
     ),
-    FrameSig("call_rollout_fn", S.ROLLOUT_DISPATCH, "slime/rollout/base_types.py", generic=True),
+    FrameSig(
+        "call_rollout_fn", Stage.ROLLOUT_DISPATCH, "slime/rollout/base_types.py", generic=True
+    ),
     *_rows(
-        S.EVAL,
+        Stage.EVAL,
         "slime/rollout/sglang_rollout.py",
         "eval_rollout eval_rollout_single_dataset",
         what="eval rollout",
     ),
-    FrameSig("abort", S.ROLLOUT_DISPATCH, "slime/rollout/sglang_rollout.py", what="abort tail"),
+    FrameSig("abort", Stage.ROLLOUT_DISPATCH, "slime/rollout/sglang_rollout.py", what="abort tail"),
     *(
-        FrameSig(f, S.ROLLOUT_DISPATCH, "slime/rollout/sglang_rollout.py", generic=True)
+        FrameSig(f, Stage.ROLLOUT_DISPATCH, "slime/rollout/sglang_rollout.py", generic=True)
         for f in ("generate_rollout_async", "generate_and_rm", "generate_and_rm_group", "generate")
     ),
-    FrameSig(ANY, S.ROLLOUT_DISPATCH, "slime/rollout/", what="rollout function", generic=True),
+    FrameSig(ANY, Stage.ROLLOUT_DISPATCH, "slime/rollout/", what="rollout function", generic=True),
     *(
-        FrameSig(f, S.ROLLOUT_DISPATCH, "slime/utils/http_utils.py", generic=True)
+        FrameSig(f, Stage.ROLLOUT_DISPATCH, "slime/utils/http_utils.py", generic=True)
         for f in ("post", "_post", "get")
     ),
     # --- reward (runs on the loop thread, synchronously for rule-based RMs)
-    FrameSig(ANY, S.REWARD, "slime/rollout/rm_hub/", what="reward model"),
-    FrameSig(ANY, S.REWARD, "sympy/", what="sympy (math reward)"),
-    FrameSig(ANY, S.REWARD, "math_verify/", what="math_verify (reward)"),
+    FrameSig(ANY, Stage.REWARD, "slime/rollout/rm_hub/", what="reward model"),
+    FrameSig(ANY, Stage.REWARD, "sympy/", what="sympy (math reward)"),
+    FrameSig(ANY, Stage.REWARD, "math_verify/", what="math_verify (reward)"),
     # math_verify parses LaTeX with latex2sympy2_extended (a package); the older latex2sympy2 is
     # one module file
-    FrameSig(ANY, S.REWARD, "latex2sympy2_extended/", what="latex2sympy (reward)"),
-    FrameSig(ANY, S.REWARD, "latex2sympy2.py", what="latex2sympy (reward)"),
+    FrameSig(ANY, Stage.REWARD, "latex2sympy2_extended/", what="latex2sympy (reward)"),
+    FrameSig(ANY, Stage.REWARD, "latex2sympy2.py", what="latex2sympy (reward)"),
     # --- train actors (MegatronTrainRayActor)
-    FrameSig("init", S.STARTUP, _ACTOR_PY, "MegatronTrainRayActor", "train actor init"),
-    FrameSig("init", S.STARTUP, _TRAIN_ACTOR_PY, "TrainRayActor", "train actor init"),
-    FrameSig("load_other_checkpoint", S.STARTUP, _ACTOR_PY, "MegatronTrainRayActor"),
+    FrameSig("init", Stage.STARTUP, _ACTOR_PY, "MegatronTrainRayActor", "train actor init"),
+    FrameSig("init", Stage.STARTUP, _TRAIN_ACTOR_PY, "TrainRayActor", "train actor init"),
+    FrameSig("load_other_checkpoint", Stage.STARTUP, _ACTOR_PY, "MegatronTrainRayActor"),
     *_rows(
-        S.TRAIN,
+        Stage.TRAIN,
         _ACTOR_PY,
         "train train_actor train_critic compute_log_prob _get_rollout_data "
         "fill_routing_replay sleep wake_up",
         cls="MegatronTrainRayActor",
         what="train step",
     ),
-    FrameSig("clear_memory", S.TRAIN, _TRAIN_ACTOR_PY, "TrainRayActor"),
-    FrameSig("update_weights", S.WEIGHT_SYNC, _ACTOR_PY, "MegatronTrainRayActor", "weight sync"),
-    FrameSig("process_rollout_data", S.TRAIN, None, what="trainer fetching rollout data"),
+    FrameSig("clear_memory", Stage.TRAIN, _TRAIN_ACTOR_PY, "TrainRayActor"),
+    FrameSig(
+        "update_weights", Stage.WEIGHT_SYNC, _ACTOR_PY, "MegatronTrainRayActor", "weight sync"
+    ),
+    FrameSig("process_rollout_data", Stage.TRAIN, None, what="trainer fetching rollout data"),
     *_rows(
-        S.TRAIN,
+        Stage.TRAIN,
         "slime/backends/megatron_utils/model.py",
         "train train_one_step forward_only",
         what="train step",
     ),
-    FrameSig("train_one_step", S.TRAIN, None, what="train step"),
+    FrameSig("train_one_step", Stage.TRAIN, None, what="train step"),
     *_rows(
-        S.STARTUP,
+        Stage.STARTUP,
         "slime/backends/megatron_utils/model.py",
         "initialize_model_and_optimizer setup_model_and_optimizer",
         what="model init",
     ),
-    FrameSig(ANY, S.STARTUP, "slime/backends/megatron_utils/initialize.py", what="megatron init"),
-    FrameSig(ANY, S.TRAIN, "slime/backends/megatron_utils/loss.py", what="loss"),
-    FrameSig(ANY, S.TRAIN, "slime/backends/megatron_utils/data.py", what="train data"),
-    FrameSig(ANY, S.TRAIN, "slime/backends/megatron_utils/cp_utils.py", what="context parallel"),
-    FrameSig(ANY, S.TRAIN, "megatron/core/pipeline_parallel/", what="megatron", generic=True),
-    FrameSig(ANY, S.TRAIN, "megatron/core/optimizer/", what="optimizer", generic=True),
-    FrameSig(ANY, S.TRAIN, "megatron/core/distributed/", what="megatron DDP", generic=True),
-    FrameSig(ANY, S.STARTUP, "megatron/training/initialize.py", what="megatron init"),
     FrameSig(
-        "initialize_model_parallel", S.STARTUP, "megatron/core/parallel_state.py", generic=True
+        ANY, Stage.STARTUP, "slime/backends/megatron_utils/initialize.py", what="megatron init"
+    ),
+    FrameSig(ANY, Stage.TRAIN, "slime/backends/megatron_utils/loss.py", what="loss"),
+    FrameSig(ANY, Stage.TRAIN, "slime/backends/megatron_utils/data.py", what="train data"),
+    FrameSig(
+        ANY, Stage.TRAIN, "slime/backends/megatron_utils/cp_utils.py", what="context parallel"
+    ),
+    FrameSig(ANY, Stage.TRAIN, "megatron/core/pipeline_parallel/", what="megatron", generic=True),
+    FrameSig(ANY, Stage.TRAIN, "megatron/core/optimizer/", what="optimizer", generic=True),
+    FrameSig(ANY, Stage.TRAIN, "megatron/core/distributed/", what="megatron DDP", generic=True),
+    FrameSig(ANY, Stage.STARTUP, "megatron/training/initialize.py", what="megatron init"),
+    FrameSig(
+        "initialize_model_parallel", Stage.STARTUP, "megatron/core/parallel_state.py", generic=True
     ),
     FrameSig(
-        "distributed_masked_whiten", S.TRAIN, "slime/utils/distributed_utils.py", what="whiten"
+        "distributed_masked_whiten", Stage.TRAIN, "slime/utils/distributed_utils.py", what="whiten"
     ),
-    FrameSig("init_gloo_group", S.STARTUP, "slime/utils/distributed_utils.py"),
+    FrameSig("init_gloo_group", Stage.STARTUP, "slime/utils/distributed_utils.py"),
     *(
-        FrameSig(f, S.TRAIN, "slime/utils/reloadable_process_group.py", generic=True)
+        FrameSig(f, Stage.TRAIN, "slime/utils/reloadable_process_group.py", generic=True)
         for f in ("reload_process_groups", "destroy_process_groups")
     ),
     # --- checkpoint save / load (slime#1908, verl#2238): slime's own entry points, Megatron's
     # save_checkpoint / load_checkpoint, dist_checkpointing with its (async) save strategies, torch DCP.
     # py-spy may print Megatron paths relative to the megatron/ folder (`core/dist_checkpointing/...`,
     # `training/checkpointing.py`, as in slime#1908), so the patterns leave out the leading `megatron/`.
-    FrameSig("save_model", S.CHECKPOINT, _ACTOR_PY, "MegatronTrainRayActor", "checkpoint save"),
+    FrameSig("save_model", Stage.CHECKPOINT, _ACTOR_PY, "MegatronTrainRayActor", "checkpoint save"),
     FrameSig(
-        "save", S.CHECKPOINT, "slime/backends/megatron_utils/model.py", what="checkpoint save"
+        "save", Stage.CHECKPOINT, "slime/backends/megatron_utils/model.py", what="checkpoint save"
     ),
     FrameSig(
-        ANY, S.CHECKPOINT, "slime/backends/megatron_utils/checkpoint.py", what="checkpoint load"
+        ANY, Stage.CHECKPOINT, "slime/backends/megatron_utils/checkpoint.py", what="checkpoint load"
     ),
     FrameSig(
-        ANY, S.CHECKPOINT, "slime/backends/megatron_utils/hf_checkpoint_saver.py", what="HF save"
+        ANY,
+        Stage.CHECKPOINT,
+        "slime/backends/megatron_utils/hf_checkpoint_saver.py",
+        what="HF save",
     ),
-    FrameSig("save_hf_model", S.CHECKPOINT, "slime/backends/megatron_utils/model.py"),
-    *_rows(S.CHECKPOINT, "slime/rollout/data_source.py", "save load", what="data-source state"),
-    FrameSig(ANY, S.CHECKPOINT, "training/checkpointing.py", what="Megatron checkpointing"),
+    FrameSig("save_hf_model", Stage.CHECKPOINT, "slime/backends/megatron_utils/model.py"),
+    *_rows(Stage.CHECKPOINT, "slime/rollout/data_source.py", "save load", what="data-source state"),
+    FrameSig(ANY, Stage.CHECKPOINT, "training/checkpointing.py", what="Megatron checkpointing"),
     *_rows(
-        S.CHECKPOINT,
+        Stage.CHECKPOINT,
         "training/async_utils.py",
         "maybe_finalize_async_save schedule_async_save",
         what="Megatron async checkpoint save",
     ),
-    FrameSig(ANY, S.CHECKPOINT, "dist_checkpointing/", what="Megatron dist_checkpointing"),
+    FrameSig(ANY, Stage.CHECKPOINT, "dist_checkpointing/", what="Megatron dist_checkpointing"),
     FrameSig(
-        ANY, S.CHECKPOINT, "torch/distributed/checkpoint/", what="torch distributed checkpoint"
+        ANY, Stage.CHECKPOINT, "torch/distributed/checkpoint/", what="torch distributed checkpoint"
     ),
     # --- weight sync, trainer side
-    FrameSig(ANY, S.WEIGHT_SYNC, _UW, what="weight sync"),
-    FrameSig(ANY, S.WEIGHT_SYNC, _UWT, what="colocated weight sync (CUDA IPC)"),
-    FrameSig(ANY, S.WEIGHT_SYNC, _UWD, what="distributed weight sync"),
+    FrameSig(ANY, Stage.WEIGHT_SYNC, _UPDATE_WEIGHT_DIR, what="weight sync"),
+    FrameSig(
+        ANY, Stage.WEIGHT_SYNC, _UPDATE_FROM_TENSOR_PY, what="colocated weight sync (CUDA IPC)"
+    ),
+    FrameSig(ANY, Stage.WEIGHT_SYNC, _UPDATE_FROM_DISTRIBUTED_PY, what="distributed weight sync"),
     FrameSig(
         "_update_bucket_weights_from_distributed",
-        S.NCCL_BROADCAST,
-        _UWD,
+        Stage.NCCL_BROADCAST,
+        _UPDATE_FROM_DISTRIBUTED_PY,
         what="weight broadcast (holding / waiting for the engine Lock)",
     ),
     FrameSig(
         "update_weights_from_distributed",
-        S.NCCL_BROADCAST,
+        Stage.NCCL_BROADCAST,
         None,
         what="NCCL broadcast of weights to the engines",
     ),
     FrameSig(
         "init_process_group",
-        S.WEIGHT_SYNC,
+        Stage.WEIGHT_SYNC,
         "slime/utils/distributed_utils.py",
         what="weight-update group creation",
     ),
-    FrameSig(ANY, S.WEIGHT_SYNC, "megatron/bridge/", what="megatron-bridge export", generic=True),
-    *_rows(S.NCCL_BROADCAST, "slime/ray/utils.py", "acquire release", cls="Lock"),
+    FrameSig(
+        ANY, Stage.WEIGHT_SYNC, "megatron/bridge/", what="megatron-bridge export", generic=True
+    ),
+    *_rows(Stage.NCCL_BROADCAST, "slime/ray/utils.py", "acquire release", cls="Lock"),
     # --- SGLangEngine Ray actor
     *_rows(
-        S.STARTUP,
+        Stage.STARTUP,
         _ENGINE_PY,
         "init _init_normal _init_external _register_to_router",
         cls="SGLangEngine",
         what="engine startup",
     ),
     # a function nested in SGLangEngine._init_normal (py-spy's qualname owner is `<locals>`)
-    FrameSig("_sanity_check_server_args", S.STARTUP, _ENGINE_PY, what="engine startup"),
+    FrameSig("_sanity_check_server_args", Stage.STARTUP, _ENGINE_PY, what="engine startup"),
     *_rows(
-        S.STARTUP,
+        Stage.STARTUP,
         _ENGINE_PY,
         "launch_server_process _wait_server_healthy",
         what="engine startup (waiting for the server to be healthy)",
     ),
     *_rows(
-        S.WEIGHT_SYNC,
+        Stage.WEIGHT_SYNC,
         _ENGINE_PY,
         "update_weights_from_tensor init_weights_update_group destroy_weights_update_group "
         "pause_generation continue_generation post_process_weights update_weights_from_disk "
@@ -298,43 +317,43 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
     ),
     FrameSig(
         "update_weights_from_distributed",
-        S.NCCL_BROADCAST,
+        Stage.NCCL_BROADCAST,
         _ENGINE_PY,
         "SGLangEngine",
         "engine weight broadcast",
     ),
-    FrameSig("flush_cache", S.WEIGHT_SYNC, _ENGINE_PY, "SGLangEngine", generic=True),
+    FrameSig("flush_cache", Stage.WEIGHT_SYNC, _ENGINE_PY, "SGLangEngine", generic=True),
     *_rows(
-        S.OFFLOAD_ONLOAD,
+        Stage.OFFLOAD_ONLOAD,
         _ENGINE_PY,
         "release_memory_occupation resume_memory_occupation",
         cls="SGLangEngine",
         what="engine memory release/resume",
     ),
-    FrameSig("shutdown", S.STARTUP, _ENGINE_PY, "SGLangEngine", generic=True),
+    FrameSig("shutdown", Stage.STARTUP, _ENGINE_PY, "SGLangEngine", generic=True),
     # --- SGLang scheduler / tokenizer (sglang.md §5); file names move between versions
     *_rows(
-        S.NCCL_BROADCAST,
+        Stage.NCCL_BROADCAST,
         _SGLANG,
         "update_weights_from_distributed _update_bucketed_weights_from_distributed "
         "receive_weights_from_distributed _receive_bucketed_weights_from_distributed",
         what="scheduler receiving the weight broadcast",
     ),
     *_rows(
-        S.WEIGHT_SYNC,
+        Stage.WEIGHT_SYNC,
         _SGLANG,
         "init_weights_update_group init_custom_process_group destroy_weights_update_group "
         "update_weights_from_tensor update_weights_from_disk update_weights_from_ipc",
         what="scheduler weight update",
     ),
     *_rows(
-        S.OFFLOAD_ONLOAD,
+        Stage.OFFLOAD_ONLOAD,
         _SGLANG,
         "release_memory_occupation resume_memory_occupation",
         what="scheduler memory release/resume",
     ),
     *(
-        FrameSig(f, S.ROLLOUT_DISPATCH, _SGLANG, what="scheduler running a batch", generic=True)
+        FrameSig(f, Stage.ROLLOUT_DISPATCH, _SGLANG, what="scheduler running a batch", generic=True)
         for f in (
             "run_batch",
             "forward_batch_generation",
@@ -346,62 +365,68 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
         )
     ),
     *_rows(
-        S.STARTUP,
+        Stage.STARTUP,
         _SGLANG,
         "init_memory_pool init_cuda_graphs capture load_model init_torch_distributed "
         "init_model_worker",
         what="engine startup",
     ),
-    FrameSig("__init__", S.STARTUP, _SGLANG, "Scheduler", "scheduler startup"),
-    FrameSig("__init__", S.STARTUP, _SGLANG, "ModelRunner", "model runner startup"),
+    FrameSig("__init__", Stage.STARTUP, _SGLANG, "Scheduler", "scheduler startup"),
+    FrameSig("__init__", Stage.STARTUP, _SGLANG, "ModelRunner", "model runner startup"),
     # --- torch: group creation is startup unless an outer frame says otherwise
     *(
-        FrameSig(f, S.STARTUP, "torch/distributed/distributed_c10d.py", generic=True)
+        FrameSig(f, Stage.STARTUP, "torch/distributed/distributed_c10d.py", generic=True)
         for f in ("init_process_group", "new_group", "_new_group_with_tag")
     ),
 )
 
 _JAN_FRAMES: tuple[FrameSig, ...] = (
-    FrameSig("init_rollout_engines", S.STARTUP, _ROLLOUT_PY, what="engine startup"),
-    FrameSig("get_rollout_engines_and_lock", S.WEIGHT_SYNC, _ROLLOUT_PY, "RolloutManager"),
-    FrameSig("clear_num_new_engines", S.WEIGHT_SYNC, _ROLLOUT_PY, "RolloutManager"),
+    FrameSig("init_rollout_engines", Stage.STARTUP, _ROLLOUT_PY, what="engine startup"),
+    FrameSig("get_rollout_engines_and_lock", Stage.WEIGHT_SYNC, _ROLLOUT_PY, "RolloutManager"),
+    FrameSig("clear_num_new_engines", Stage.WEIGHT_SYNC, _ROLLOUT_PY, "RolloutManager"),
     FrameSig(
-        "recover_rollout_engines", S.STARTUP, _ROLLOUT_PY, "RolloutManager", "FT engine recovery"
-    ),
-    FrameSig("async_init", S.STARTUP, _ACTOR_GROUP, "RayTrainGroup", "train actors init"),
-    FrameSig("connect", S.STARTUP, _ACTOR_GROUP, "RayTrainGroup"),
-    FrameSig("connect_actor_critic", S.STARTUP, _ACTOR_PY, "MegatronTrainRayActor"),
-    FrameSig("save", S.CHECKPOINT, "train.py", what="driver: checkpoint save"),
-    FrameSig(ANY, S.CHECKPOINT, "slime/backends/fsdp_utils/checkpoint.py", what="FSDP checkpoint"),
-    FrameSig(ANY, S.STARTUP, "slime/router/router.py", what="slime router", generic=True),
-)
-
-_HEAD_FRAMES: tuple[FrameSig, ...] = (
-    FrameSig("start_rollout_servers", S.STARTUP, _ROLLOUT_PY, what="engine startup"),
-    FrameSig("start_engines", S.STARTUP, _ROLLOUT_PY, "ServerGroup", "engine startup"),
-    FrameSig("recover", S.STARTUP, _ROLLOUT_PY, "RolloutServer", "FT engine recovery"),
-    *_rows(S.OFFLOAD_ONLOAD, _ROLLOUT_PY, "offload onload", cls="ServerGroup"),
-    *_rows(
-        S.OFFLOAD_ONLOAD,
-        _ROLLOUT_PY,
-        "offload onload onload_weights onload_kv",
-        cls="RolloutServer",
-    ),
-    FrameSig("get_updatable_engines_and_lock", S.WEIGHT_SYNC, _ROLLOUT_PY, "RolloutManager"),
-    FrameSig("clear_updatable_num_new_engines", S.WEIGHT_SYNC, _ROLLOUT_PY, "RolloutManager"),
-    FrameSig(
-        "recover_updatable_engines",
-        S.STARTUP,
+        "recover_rollout_engines",
+        Stage.STARTUP,
         _ROLLOUT_PY,
         "RolloutManager",
         "FT engine recovery",
     ),
-    FrameSig("create", S.STARTUP, _ACTOR_GROUP, "RayTrainGroup", "train actors init"),
-    FrameSig("release", S.TRAIN, _ACTOR_GROUP, "RayTrainGroup"),
-    FrameSig("_reload_rollout_weights_from_disk", S.WEIGHT_SYNC, _ACTOR_GROUP, "RayTrainGroup"),
+    FrameSig("async_init", Stage.STARTUP, _ACTOR_GROUP, "RayTrainGroup", "train actors init"),
+    FrameSig("connect", Stage.STARTUP, _ACTOR_GROUP, "RayTrainGroup"),
+    FrameSig("connect_actor_critic", Stage.STARTUP, _ACTOR_PY, "MegatronTrainRayActor"),
+    FrameSig("save", Stage.CHECKPOINT, "train.py", what="driver: checkpoint save"),
+    FrameSig(
+        ANY, Stage.CHECKPOINT, "slime/backends/fsdp_utils/checkpoint.py", what="FSDP checkpoint"
+    ),
+    FrameSig(ANY, Stage.STARTUP, "slime/router/router.py", what="slime router", generic=True),
+)
+
+_HEAD_FRAMES: tuple[FrameSig, ...] = (
+    FrameSig("start_rollout_servers", Stage.STARTUP, _ROLLOUT_PY, what="engine startup"),
+    FrameSig("start_engines", Stage.STARTUP, _ROLLOUT_PY, "ServerGroup", "engine startup"),
+    FrameSig("recover", Stage.STARTUP, _ROLLOUT_PY, "RolloutServer", "FT engine recovery"),
+    *_rows(Stage.OFFLOAD_ONLOAD, _ROLLOUT_PY, "offload onload", cls="ServerGroup"),
+    *_rows(
+        Stage.OFFLOAD_ONLOAD,
+        _ROLLOUT_PY,
+        "offload onload onload_weights onload_kv",
+        cls="RolloutServer",
+    ),
+    FrameSig("get_updatable_engines_and_lock", Stage.WEIGHT_SYNC, _ROLLOUT_PY, "RolloutManager"),
+    FrameSig("clear_updatable_num_new_engines", Stage.WEIGHT_SYNC, _ROLLOUT_PY, "RolloutManager"),
+    FrameSig(
+        "recover_updatable_engines",
+        Stage.STARTUP,
+        _ROLLOUT_PY,
+        "RolloutManager",
+        "FT engine recovery",
+    ),
+    FrameSig("create", Stage.STARTUP, _ACTOR_GROUP, "RayTrainGroup", "train actors init"),
+    FrameSig("release", Stage.TRAIN, _ACTOR_GROUP, "RayTrainGroup"),
+    FrameSig("_reload_rollout_weights_from_disk", Stage.WEIGHT_SYNC, _ACTOR_GROUP, "RayTrainGroup"),
     FrameSig(
         ANY,
-        S.ROLLOUT_DISPATCH,
+        Stage.ROLLOUT_DISPATCH,
         "slime/backends/sglang_utils/server_control.py",
         what="abort tail (abort until idle)",
     ),
@@ -417,46 +442,46 @@ def _methods(cls: str, stage: Stage, names: str, what: str = "") -> tuple[Method
 _TRAIN_CLS = "MegatronTrainRayActor"
 
 _COMMON_METHODS: tuple[MethodSig, ...] = (
-    *_methods(_TRAIN_CLS, S.STARTUP, "__init__ init set_rollout_manager load_other_checkpoint"),
-    *_methods(_TRAIN_CLS, S.TRAIN, "train sleep wake_up clear_memory"),
-    *_methods(_TRAIN_CLS, S.CHECKPOINT, "save_model"),
-    *_methods(_TRAIN_CLS, S.WEIGHT_SYNC, "update_weights"),
-    *_methods("RolloutManager", S.STARTUP, "__init__ set_train_parallel_config"),
-    *_methods("RolloutManager", S.ROLLOUT_DISPATCH, "generate"),
-    *_methods("RolloutManager", S.EVAL, "eval"),
-    *_methods("RolloutManager", S.OFFLOAD_ONLOAD, "offload onload onload_weights onload_kv"),
-    *_methods("RolloutManager", S.WEIGHT_SYNC, "check_weights"),
-    *_methods("RolloutManager", S.CHECKPOINT, "save load"),
-    *_methods("SGLangEngine", S.STARTUP, "__init__ init"),
+    *_methods(_TRAIN_CLS, Stage.STARTUP, "__init__ init set_rollout_manager load_other_checkpoint"),
+    *_methods(_TRAIN_CLS, Stage.TRAIN, "train sleep wake_up clear_memory"),
+    *_methods(_TRAIN_CLS, Stage.CHECKPOINT, "save_model"),
+    *_methods(_TRAIN_CLS, Stage.WEIGHT_SYNC, "update_weights"),
+    *_methods("RolloutManager", Stage.STARTUP, "__init__ set_train_parallel_config"),
+    *_methods("RolloutManager", Stage.ROLLOUT_DISPATCH, "generate"),
+    *_methods("RolloutManager", Stage.EVAL, "eval"),
+    *_methods("RolloutManager", Stage.OFFLOAD_ONLOAD, "offload onload onload_weights onload_kv"),
+    *_methods("RolloutManager", Stage.WEIGHT_SYNC, "check_weights"),
+    *_methods("RolloutManager", Stage.CHECKPOINT, "save load"),
+    *_methods("SGLangEngine", Stage.STARTUP, "__init__ init"),
     *_methods(
         "SGLangEngine",
-        S.WEIGHT_SYNC,
+        Stage.WEIGHT_SYNC,
         "update_weights_from_tensor init_weights_update_group destroy_weights_update_group "
         "pause_generation continue_generation post_process_weights update_weights_from_disk "
         "pull_weights check_weights",
     ),
-    *_methods("SGLangEngine", S.NCCL_BROADCAST, "update_weights_from_distributed"),
+    *_methods("SGLangEngine", Stage.NCCL_BROADCAST, "update_weights_from_distributed"),
     *_methods(
-        "SGLangEngine", S.OFFLOAD_ONLOAD, "release_memory_occupation resume_memory_occupation"
+        "SGLangEngine", Stage.OFFLOAD_ONLOAD, "release_memory_occupation resume_memory_occupation"
     ),
-    *_methods("Lock", S.NCCL_BROADCAST, "acquire release"),
+    *_methods("Lock", Stage.NCCL_BROADCAST, "acquire release"),
 )
 
 _JAN_METHODS: tuple[MethodSig, ...] = (
-    *_methods(_TRAIN_CLS, S.STARTUP, "connect_actor_critic"),
+    *_methods(_TRAIN_CLS, Stage.STARTUP, "connect_actor_critic"),
     *_methods(
-        "RolloutManager", S.WEIGHT_SYNC, "get_rollout_engines_and_lock clear_num_new_engines"
+        "RolloutManager", Stage.WEIGHT_SYNC, "get_rollout_engines_and_lock clear_num_new_engines"
     ),
-    *_methods("RolloutManager", S.STARTUP, "recover_rollout_engines"),
+    *_methods("RolloutManager", Stage.STARTUP, "recover_rollout_engines"),
 )
 
 _HEAD_METHODS: tuple[MethodSig, ...] = (
     *_methods(
         "RolloutManager",
-        S.WEIGHT_SYNC,
+        Stage.WEIGHT_SYNC,
         "get_updatable_engines_and_lock clear_updatable_num_new_engines",
     ),
-    *_methods("RolloutManager", S.STARTUP, "recover_updatable_engines"),
+    *_methods("RolloutManager", Stage.STARTUP, "recover_updatable_engines"),
 )
 
 # Every row names a real function of a real tree: tests/unit/test_signature_layouts.py checks each

@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.facts import JOB_RUNNING, Outcome
 from slime_hangdoctor.parsers import ray_state
 
 MAX_BODY = 64 * 1024 * 1024
@@ -200,7 +200,7 @@ def capture_task_history(
         jobs = partial_snapshot(writer).jobs
     except Exception:  # noqa: BLE001 - a collector never raises past itself
         return []
-    job_ids = sorted({j.job_id for j in jobs if j.status == "RUNNING" and j.job_id})
+    job_ids = sorted({j.job_id for j in jobs if j.status == JOB_RUNNING and j.job_id})
     endpoints = [history_endpoint(j) for j in job_ids]
     if not endpoints:
         return []

@@ -20,7 +20,7 @@ from typing import Any
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.dashboard import DashboardClient, HttpResult, classify
-from slime_hangdoctor.facts import Outcome, RayActor, RayJob
+from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, Outcome, RayActor, RayJob
 from slime_hangdoctor.topology import CLASS_ROLES
 
 LOG_ENDPOINT = "/api/v0/logs/file"
@@ -49,7 +49,7 @@ def log_targets(
 ) -> tuple[list[LogTarget], int]:
     """The files to tail and how many slime actors were left out for the budget."""
     out: list[LogTarget] = []
-    running = [j for j in jobs if j.status == "RUNNING"]
+    running = [j for j in jobs if j.status == JOB_RUNNING]
     for j in running:
         if not j.submission_id:
             continue
@@ -75,7 +75,7 @@ def log_targets(
         a
         for a in actors
         if a.class_name in CLASS_ROLES
-        and a.state == "ALIVE"
+        and a.state == ACTOR_ALIVE
         and (not job_ids or a.job_id in job_ids or a.job_id is None)
     ]
     slime.sort(key=lambda a: (_ORDER.get(a.class_name, 2), a.class_name, a.pid or 0, a.actor_id))

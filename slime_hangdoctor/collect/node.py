@@ -20,6 +20,7 @@ from typing import Any
 from slime_hangdoctor.bundle import Bundle, BundleWriter
 from slime_hangdoctor.collect.node_probe import NodeContext, NodeProbe, NodeSpec
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
+from slime_hangdoctor.facts import ACTOR_ALIVE, ACTOR_DEAD
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.parsers.ray_state import TASK_HISTORY
 from slime_hangdoctor.snapshot import Snapshot
@@ -188,7 +189,7 @@ def pending_actors(snapshot: Snapshot) -> frozenset[tuple[int, str]]:
     return frozenset(
         (a.pid, a.class_name)
         for a in snapshot.actors
-        if a.pid and not a.node_id and a.state not in ("ALIVE", "DEAD") and a.class_name
+        if a.pid and not a.node_id and a.state not in (ACTOR_ALIVE, ACTOR_DEAD) and a.class_name
     )
 
 
@@ -196,6 +197,6 @@ def pids_by_node(snapshot: Snapshot) -> dict[str, set[int]]:
     """Ray worker pids of the job's live actors, by node id (JobSupervisor too: the driver is its child)."""
     out: dict[str, set[int]] = {}
     for a in snapshot.actors:
-        if a.state == "ALIVE" and a.pid and a.node_id:
+        if a.state == ACTOR_ALIVE and a.pid and a.node_id:
             out.setdefault(a.node_id, set()).add(a.pid)
     return out

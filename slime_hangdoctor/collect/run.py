@@ -42,7 +42,7 @@ from slime_hangdoctor.collect.remote import (
     node_blind_spot,
 )
 from slime_hangdoctor.errors import RayUnreachable
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, NODE_ALIVE, Outcome
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.redact import redact_text
 from slime_hangdoctor.snapshot import Snapshot
@@ -489,7 +489,7 @@ def _gcs_from_state(writer: BundleWriter) -> str | None:
 
 def _local_node(state: Snapshot, local_ips: frozenset[str]) -> tuple[str | None, str | None]:
     """This machine's Ray node: the head if it runs here, else the first alive node with a local IP."""
-    here = [n for n in state.nodes if n.node_ip in local_ips and n.state == "ALIVE"]
+    here = [n for n in state.nodes if n.node_ip in local_ips and n.state == NODE_ALIVE]
     here.sort(key=lambda n: (not n.is_head, n.node_ip))
     if here:
         return here[0].node_ip, here[0].node_id
@@ -502,7 +502,7 @@ def _slime_nodes(state: Snapshot) -> dict[str, set[int]]:
     slime = {
         a.node_id
         for a in state.actors
-        if a.class_name in CLASS_ROLES and a.state == "ALIVE" and a.node_id
+        if a.class_name in CLASS_ROLES and a.state == ACTOR_ALIVE and a.node_id
     }
     return {n: pids for n, pids in by_node.items() if n in slime}
 
@@ -510,7 +510,7 @@ def _slime_nodes(state: Snapshot) -> dict[str, set[int]]:
 def _remote_nodes(state: Snapshot, run: _Run) -> list[tuple[RemoteNode, set[int]]]:
     if run.client is None:
         return []
-    ips = {n.node_id: n.node_ip for n in state.nodes if n.state == "ALIVE"}
+    ips = {n.node_id: n.node_ip for n in state.nodes if n.state == NODE_ALIVE}
     return [
         (RemoteNode(node_id, ips[node_id]), pids)
         for node_id, pids in sorted(_slime_nodes(state).items())
@@ -529,7 +529,7 @@ def _local_drivers(state: Snapshot, run: _Run) -> set[int]:
     return {
         j.driver_pid
         for j in state.jobs
-        if j.status == "RUNNING"
+        if j.status == JOB_RUNNING
         and j.driver_pid
         and (j.driver_node_ip in (None, run.node_ip) or j.driver_node_ip in run.local_ips)
     }
@@ -548,7 +548,7 @@ def _traceback_fallback(run: _Run, failed: list[RemoteNode], index: int) -> None
                 a.node_id == node.node_id
                 and a.class_name in CLASS_ROLES
                 and a.pid
-                and a.state == "ALIVE"
+                and a.state == ACTOR_ALIVE
             ):
                 worker_traceback(
                     run.writer,

@@ -18,30 +18,41 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar, get_args
 
 from slime_hangdoctor.bundle import RAY_DASHBOARD
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import (
+    TASK_FAILED,
+    TASK_FINISHED,
+    TASK_RUNNING,
+    UNKNOWN_STATE,
     ActorDeath,
+    ActorState,
     ClusterResources,
     GpuReading,
     GpuSample,
     GpuSeries,
+    JobStatus,
+    NodeState,
     ObjectStoreUsage,
     PlacementBundle,
     PlacementDemand,
+    PlacementGroupState,
     RayActor,
     RayJob,
     RayNode,
     RayPlacementGroup,
     RayTask,
     TaskPage,
+    TaskState,
+    UnknownState,
 )
 from slime_hangdoctor.parsers.json_text import load_json
 from slime_hangdoctor.source_spec import SourceSpec
 
 T = TypeVar("T")
+StateT = TypeVar("StateT", bound=str)
 
 _MIB = 1024 * 1024
 
@@ -224,6 +235,28 @@ def _rows(rows: list[Any], one: Callable[[Mapping[str, Any]], T], what: str) -> 
     return tuple(out)
 
 
+# --------------------------------------------------------------------------- states
+
+# Ray's text -> our typed state (facts.py copies Ray's literals); anything else is UNKNOWN.
+_ACTOR_STATES: Final[Mapping[str, ActorState]] = {s: s for s in get_args(ActorState)}
+_TASK_STATES: Final[Mapping[str, TaskState]] = {s: s for s in get_args(TaskState)}
+_NODE_STATES: Final[Mapping[str, NodeState]] = {s: s for s in get_args(NodeState)}
+_PLACEMENT_GROUP_STATES: Final[Mapping[str, PlacementGroupState]] = {
+    s: s for s in get_args(PlacementGroupState)
+}
+_JOB_STATUSES: Final[Mapping[str, JobStatus]] = {s: s for s in get_args(JobStatus)}
+
+
+def _state(value: Any, known: Mapping[str, StateT]) -> tuple[StateT | UnknownState, str | None]:
+    """(state, raw text): a state Ray sent that `known` lacks (a newer Ray's) is UNKNOWN with its
+    text kept, cut to 80 characters; no state at all is UNKNOWN without text."""
+    text = _opt_str(value)
+    if text is None:
+        return UNKNOWN_STATE, None
+    state = known.get(text)
+    return (UNKNOWN_STATE, text[:80]) if state is None else (state, None)
+
+
 # --------------------------------------------------------------------------- rows
 
 
@@ -232,10 +265,11 @@ def _actor(row: Mapping[str, Any]) -> RayActor:
     node_ip = None
     if isinstance(address, Mapping):  # older Ray versions put the worker address here
         node_ip = _opt_str(address.get("ip_address") or address.get("ipAddress"))
+    state, raw_state = _state(row.get("state"), _ACTOR_STATES)
     return RayActor(
         actor_id=_req_str(row, "actor_id"),
         class_name=_opt_str(row.get("class_name")) or "",
-        state=_opt_str(row.get("state")) or "UNKNOWN",
+        state=state,
         pid=_pid(row.get("pid")),
         node_id=_opt_str(row.get("node_id")),
         name=_opt_str(row.get("name")),
@@ -245,6 +279,7 @@ def _actor(row: Mapping[str, Any]) -> RayActor:
         repr_name=_opt_str(row.get("repr_name")),
         death=_death(row.get("death_cause")),
         placement_group_id=_opt_str(row.get("placement_group_id")),
+        raw_state=raw_state,
     )
 
 
@@ -287,10 +322,11 @@ def _death(cause: Any) -> ActorDeath | None:
 
 def _task(row: Mapping[str, Any]) -> RayTask:
     name = _opt_str(row.get("name")) or _opt_str(row.get("func_or_class_name")) or ""
+    state, raw_state = _state(row.get("state"), _TASK_STATES)
     return RayTask(
         task_id=_req_str(row, "task_id"),
         name=name,
-        state=_opt_str(row.get("state")) or "UNKNOWN",
+        state=state,
         actor_id=_opt_str(row.get("actor_id")),
         worker_pid=_pid(row.get("worker_pid"), "worker_pid"),
         node_id=_opt_str(row.get("node_id")),
@@ -301,6 +337,7 @@ def _task(row: Mapping[str, Any]) -> RayTask:
         end_time_ms=_opt_int(row.get("end_time_ms"), "end_time_ms"),
         creation_time_ms=_opt_int(row.get("creation_time_ms"), "creation_time_ms"),
         error_type=_opt_str(row.get("error_type")),
+        raw_state=raw_state,
     )
 
 
@@ -311,9 +348,10 @@ def _placement_group(row: Mapping[str, Any]) -> RayPlacementGroup:
     stats = row.get("stats") or {}
     if not isinstance(stats, Mapping):
         raise ParseError("'stats' is not an object")
+    state, raw_state = _state(row.get("state"), _PLACEMENT_GROUP_STATES)
     return RayPlacementGroup(
         placement_group_id=_req_str(row, "placement_group_id"),
-        state=_opt_str(row.get("state")) or "UNKNOWN",
+        state=state,
         name=_opt_str(row.get("name")),
         creator_job_id=_opt_str(row.get("creator_job_id")),
         bundles=tuple(_bundle(b, i) for i, b in enumerate(bundles)),
@@ -322,6 +360,7 @@ def _placement_group(row: Mapping[str, Any]) -> RayPlacementGroup:
         created_ns=_opt_int(
             stats.get("creation_request_received_ns"), "creation_request_received_ns"
         ),
+        raw_state=raw_state,
     )
 
 
@@ -403,12 +442,14 @@ def _pg_demand(value: Any, i: int) -> PlacementDemand:
 
 
 def _node(row: Mapping[str, Any]) -> RayNode:
+    state, raw_state = _state(row.get("state"), _NODE_STATES)
     return RayNode(
         node_id=_req_str(row, "node_id"),
         node_ip=_req_str(row, "node_ip"),
-        state=_opt_str(row.get("state")) or "UNKNOWN",
+        state=state,
         is_head=row.get("is_head_node") is True,
         hostname=_opt_str(row.get("hostname")),
+        raw_state=raw_state,
     )
 
 
@@ -417,9 +458,9 @@ def _job(row: Mapping[str, Any]) -> RayJob:
     if driver is not None and not isinstance(driver, Mapping):
         raise ParseError("driver_info is not an object")
     driver = driver or {}
-    status = _opt_str(row.get("status"))
-    if status is None:
+    if _opt_str(row.get("status")) is None:
         raise ParseError("no 'status'")
+    status, raw_status = _state(row.get("status"), _JOB_STATUSES)
     return RayJob(
         job_id=_opt_str(row.get("job_id")),
         submission_id=_opt_str(row.get("submission_id")),
@@ -427,6 +468,7 @@ def _job(row: Mapping[str, Any]) -> RayJob:
         entrypoint=_opt_str(row.get("entrypoint")),
         driver_pid=_pid(driver.get("pid")),
         driver_node_ip=_opt_str(driver.get("node_ip_address")),
+        raw_status=raw_status,
     )
 
 
@@ -559,26 +601,26 @@ def filters(*triples: tuple[str, str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-_MANY = (("detail", "1"), ("limit", "10000"))
+_ALL_ROWS_DETAILED = (("detail", "1"), ("limit", "10000"))
 # Task queries are bounded on Ray's side too: the GCS filters (state, job_id) cut what the
 # dashboard reads, `limit` what it sends (Ray sorts by task id before it truncates: a truncated
 # page is an arbitrary subset, which the loader reports), `timeout` ends its own GCS call.
 TASK_LIMIT = 1000
-_TASKS = (("detail", "1"), ("limit", str(TASK_LIMIT)), ("timeout", "5"))
+_TASK_ROWS_DETAILED = (("detail", "1"), ("limit", str(TASK_LIMIT)), ("timeout", "5"))
 # The tasks of one job, every state: asked per RUNNING job (target + job id, query + job filter)
 # at the second sample by `collect.dashboard.capture_task_history`.
-TASK_HISTORY = StateEndpoint("tasks_job_", "/api/v0/tasks", _TASKS, _task_page)
+TASK_HISTORY = StateEndpoint("tasks_job_", "/api/v0/tasks", _TASK_ROWS_DETAILED, _task_page)
 STATE_ENDPOINTS: tuple[StateEndpoint, ...] = (
     StateEndpoint("version", "/api/version"),
-    StateEndpoint("actors", "/api/v0/actors", _MANY, parse_actors),
+    StateEndpoint("actors", "/api/v0/actors", _ALL_ROWS_DETAILED, parse_actors),
     StateEndpoint(
         "tasks_running",
         "/api/v0/tasks",
         (
-            *_MANY,
+            *_ALL_ROWS_DETAILED,
             ("filter_keys", "state"),
             ("filter_predicates", "="),
-            ("filter_values", "RUNNING"),
+            ("filter_values", TASK_RUNNING),
         ),
         parse_tasks,
     ),
@@ -586,11 +628,16 @@ STATE_ENDPOINTS: tuple[StateEndpoint, ...] = (
     StateEndpoint(
         "tasks_unfinished",
         "/api/v0/tasks",
-        (*_TASKS, *filters(("state", "!=", "FINISHED"), ("state", "!=", "FAILED"))),
+        (
+            *_TASK_ROWS_DETAILED,
+            *filters(("state", "!=", TASK_FINISHED), ("state", "!=", TASK_FAILED)),
+        ),
         _task_page,
     ),
-    StateEndpoint("placement_groups", "/api/v0/placement_groups", _MANY, parse_placement_groups),
-    StateEndpoint("nodes", "/api/v0/nodes", _MANY, parse_nodes),
+    StateEndpoint(
+        "placement_groups", "/api/v0/placement_groups", _ALL_ROWS_DETAILED, parse_placement_groups
+    ),
+    StateEndpoint("nodes", "/api/v0/nodes", _ALL_ROWS_DETAILED, parse_nodes),
     StateEndpoint("jobs", "/api/jobs/", parse=parse_jobs),
     StateEndpoint("node_summary", "/nodes", (("view", "summary"),), _node_summary),
     StateEndpoint("cluster_status", "/api/cluster_status", parse=_cluster),

@@ -64,9 +64,9 @@ _REFUSED = {
 }
 
 _TOO_MANY = f"more than {MAX_REFERENCES} references, memo writes and frames"
-_U4 = struct.Struct("<I")
-_U8 = struct.Struct("<Q")
-_I4 = struct.Struct("<i")
+# the little-endian lengths and memo indexes of pickle's opcodes
+_UINT32_LE = struct.Struct("<I")
+_UINT64_LE = struct.Struct("<Q")
 
 
 class _Corrupt(Exception):
@@ -152,16 +152,16 @@ def _walk(data: bytes, what: str) -> None:  # noqa: C901, PLR0912, PLR0915 - one
             pos += 8
             tag = _NUMBER
         elif op in (0x58, 0x42, 0x54):  # BINUNICODE, BINBYTES, BINSTRING: 4-byte length
-            pos += 4 + _U4.unpack_from(data, pos)[0]
+            pos += 4 + _UINT32_LE.unpack_from(data, pos)[0]
             tag = _STR
         elif op in (0x8C, 0x43, 0x55):  # SHORT_BINUNICODE, SHORT_BINBYTES, SHORT_BINSTRING
             pos += 1 + data[pos]
             tag = _STR
         elif op in (0x8D, 0x8E):  # BINUNICODE8, BINBYTES8
-            pos += 8 + _U8.unpack_from(data, pos)[0]
+            pos += 8 + _UINT64_LE.unpack_from(data, pos)[0]
             tag = _STR
         elif op == 0x96:  # BYTEARRAY8
-            pos += 8 + _U8.unpack_from(data, pos)[0]
+            pos += 8 + _UINT64_LE.unpack_from(data, pos)[0]
             tag = _OTHER
         elif op in (0x56, 0x53):  # UNICODE, STRING (protocol 0: text to the end of the line)
             _, pos = _line(data, pos)
@@ -181,7 +181,7 @@ def _walk(data: bytes, what: str) -> None:  # noqa: C901, PLR0912, PLR0915 - one
                 index = data[pos]
                 pos += 1
             elif op == 0x72:
-                index = _U4.unpack_from(data, pos)[0]
+                index = _UINT32_LE.unpack_from(data, pos)[0]
                 pos += 4
             elif op == 0x70:
                 text, pos = _line(data, pos)
@@ -197,7 +197,7 @@ def _walk(data: bytes, what: str) -> None:  # noqa: C901, PLR0912, PLR0915 - one
             continue
         elif op in (0x6A, 0x67):  # LONG_BINGET, GET
             if op == 0x6A:
-                index = _U4.unpack_from(data, pos)[0]
+                index = _UINT32_LE.unpack_from(data, pos)[0]
                 pos += 4
             else:
                 text, pos = _line(data, pos)

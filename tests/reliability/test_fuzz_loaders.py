@@ -67,14 +67,14 @@ _QUEUES_FILES = {
 BUNDLES = FIXTURES / "bundles"
 DEMO_BUNDLES = FIXTURES / "analysis" / "demo"
 
-N = int(os.environ.get("HANGDOCTOR_FUZZ_EXAMPLES", "0")) or None
+EXAMPLES = int(os.environ.get("HANGDOCTOR_FUZZ_EXAMPLES", "0")) or None
 FAST = settings(
-    max_examples=N or 100,
+    max_examples=EXAMPLES or 100,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-SLOW = settings(FAST, max_examples=N or 30)
+SLOW = settings(FAST, max_examples=EXAMPLES or 30)
 
 JSON_VALUES = st.recursive(
     st.none()

@@ -251,9 +251,9 @@ RM_FILE = "slime/ray/rollout.py"
 # RolloutManager (22793) in `generate` with its loop idle. Process rows, stacks and the heads of
 # actor 22826's worker log are the recording's; HTTP answers, router and Ray actors are built.
 KILLED = rs.bundle("demo/engine_server_killed")
-K = {"driver": 22749, "rm": 22793, "e0": 22827, "e0 server": 22895, "e0 scheduler": 22900}
-K |= {"e1": 22826}
-K_URL0, K_URL1 = "http://127.0.0.1:38351", "http://127.0.0.1:38354"
+KILLED_PIDS = {"driver": 22749, "rm": 22793, "e0": 22827, "e0 server": 22895, "e0 scheduler": 22900}
+KILLED_PIDS |= {"e1": 22826}
+KILLED_URL0, KILLED_URL1 = "http://127.0.0.1:38351", "http://127.0.0.1:38354"
 # another bare engine actor: the row of demo fault rollout_slots_leaked's engine actor 4898, whose
 # children are not taken into this world
 OTHER_ENGINE_ACTOR = (rs.bundle("demo/rollout_slots_leaked"), 4898)
@@ -266,7 +266,7 @@ def _dead_server_world(
     second_bare: bool = False,
     probed: bool = True,
 ) -> tuple[object, Topology]:
-    """Engine 1's HTTP server was killed mid-rollout; its SGLangEngine actor (K["e1"]) lives on,
+    """Engine 1's HTTP server was killed mid-rollout; its SGLangEngine actor (KILLED_PIDS["e1"]) lives on,
     with no server child. Engine 0 is healthy and idle. The RolloutManager's loop waits on I/O
     (its requests to engine 1 fail and are retried). The topology is built by the product from
     the processes and Ray state, as `attach` builds it. `logged`: the head of engine 1's actor's
@@ -276,9 +276,9 @@ def _dead_server_world(
     from slime_hangdoctor.facts import RouterWorkers
     from slime_hangdoctor.topology import build_topology
 
-    url0, url1 = K_URL0, K_URL1
+    url0, url1 = KILLED_URL0, KILLED_URL1
     router_url = f"http://{NODE}:30000"
-    stacks = rs.stacks(KILLED, K["driver"], K["rm"])
+    stacks = rs.stacks(KILLED, KILLED_PIDS["driver"], KILLED_PIDS["rm"])
     answers = [
         http(url0, "/v1/loads", 200, EngineLoad(running=0, waiting=0), sample=s) for s in (0, 1)
     ]
@@ -294,7 +294,7 @@ def _dead_server_world(
             http(router_url, "/workers", 200, RouterWorkers((url0, url1)), sample=s, kind="router")
             for s in (0, 1)
         ]
-    heads = rs.log_heads(KILLED, K["e1"]) if logged else ()
+    heads = rs.log_heads(KILLED, KILLED_PIDS["e1"]) if logged else ()
     other = OTHER_ENGINE_ACTOR[1]
     views = tuple(
         dataclasses.replace(
@@ -310,11 +310,11 @@ def _dead_server_world(
         stacks=stacks,
         http=tuple(answers),
         processes=views,
-        jobs=(running_job(K["driver"]),),
+        jobs=(running_job(KILLED_PIDS["driver"]),),
         actors=(
-            actor("rm", "RolloutManager", K["rm"]),
-            actor("e0", "SGLangEngine", K["e0"]),
-            actor("e1", "SGLangEngine", K["e1"]),
+            actor("rm", "RolloutManager", KILLED_PIDS["rm"]),
+            actor("e0", "SGLangEngine", KILLED_PIDS["e0"]),
+            actor("e1", "SGLangEngine", KILLED_PIDS["e1"]),
             *((actor("e2", "SGLangEngine", other),) if second_bare else ()),
         ),
         log_heads=heads,
@@ -327,11 +327,11 @@ def test_engine_whose_server_is_gone_is_dead_and_the_culprit(router: bool, earli
     snap, topo = _dead_server_world(router, earlier)
     d = _diag(snap, topo)
     v = d.verdict
-    url1 = K_URL1
+    url1 = KILLED_URL1
     assert v.status is Status.HUNG
     assert v.stage is Stage.ROLLOUT_DISPATCH
     assert v.culprits[0].role is Role.SGLANG_ENGINE and v.culprits[0].engine_url == url1, v.summary
-    assert v.culprits[0].pid == K["e1"]  # the actor whose server is gone
+    assert v.culprits[0].pid == KILLED_PIDS["e1"]  # the actor whose server is gone
     assert {"url": url1, "state": "dead"} in v.extra["engines"]  # type: ignore[operator]
     assert not any(c.role is Role.ROLLOUT_MANAGER for c in v.culprits)
 
@@ -343,15 +343,15 @@ def test_engine_known_only_from_its_actors_log_is_dead_and_the_culprit(second_ba
     of the node has no server child either (the one-of-each pairing could not choose), and the
     evidence names where the URL was read."""
     snap, topo = _dead_server_world(False, False, logged=True, second_bare=second_bare)
-    url1 = K_URL1
+    url1 = KILLED_URL1
     engine = next(e for e in topo.engines if e.url == url1)
-    assert (engine.source, engine.actor_pid) == ("actor-log", K["e1"])
+    assert (engine.source, engine.actor_pid) == ("actor-log", KILLED_PIDS["e1"])
     v = _diag(snap, topo).verdict
     assert v.status is Status.HUNG and v.stage is Stage.ROLLOUT_DISPATCH, v.summary
-    assert v.culprits[0].engine_url == url1 and v.culprits[0].pid == K["e1"], v.summary
+    assert v.culprits[0].engine_url == url1 and v.culprits[0].pid == KILLED_PIDS["e1"], v.summary
     assert {"url": url1, "state": "dead"} in v.extra["engines"]  # type: ignore[operator]
     evidence = [e for f in v.findings for e in f.evidence]
-    head = f"known from the head of the err log of SGLangEngine pid {K['e1']}"
+    head = f"known from the head of the err log of SGLangEngine pid {KILLED_PIDS['e1']}"
     assert any(head in e for e in evidence), evidence
 
 
@@ -359,9 +359,9 @@ def test_without_the_log_head_the_dead_engine_is_invisible() -> None:
     """The same world without the log head (nor router, nor earlier answer): no URL to probe,
     no dead engine, and the culprit is not engine 1 (why the head is read)."""
     snap, topo = _dead_server_world(False, False, logged=False, probed=False)
-    assert all(e.url != K_URL1 for e in topo.engines)
+    assert all(e.url != KILLED_URL1 for e in topo.engines)
     v = _diag(snap, topo).verdict
-    assert not v.culprits or v.culprits[0].pid != K["e1"], v.summary
+    assert not v.culprits or v.culprits[0].pid != KILLED_PIDS["e1"], v.summary
 
 
 # --------------------------------------------------------------------------- class 4: lost requests
@@ -372,10 +372,17 @@ def test_without_the_log_head_the_dead_engine_is_invisible() -> None:
 # 4898, server 4959 on 127.0.0.1:40700; driver 4835 in `train`, RolloutManager 4868. Process rows
 # and stacks are the recording's; HTTP answers, router, task history and sockets are built.
 LEAKED = rs.bundle("demo/rollout_slots_leaked")
-L = {"driver": 4835, "rm": 4868, "e0": 4899, "e0 server": 4929, "e1": 4898, "e1 server": 4959}
-L |= {"e1 scheduler": 4968}
-L_URL0, L_URL1 = "http://127.0.0.1:40697", "http://127.0.0.1:40700"
-L_HOST1, L_PORT1 = "127.0.0.1", 40700
+LEAKED_PIDS = {
+    "driver": 4835,
+    "rm": 4868,
+    "e0": 4899,
+    "e0 server": 4929,
+    "e1": 4898,
+    "e1 server": 4959,
+}
+LEAKED_PIDS |= {"e1 scheduler": 4968}
+LEAKED_URL0, LEAKED_URL1 = "http://127.0.0.1:40697", "http://127.0.0.1:40700"
+LEAKED_HOST1, LEAKED_PORT1 = "127.0.0.1", 40700
 
 
 def _idle_loop_world(
@@ -398,9 +405,9 @@ def _idle_loop_world(
     from slime_hangdoctor.topology import build_topology
     from tests.fixtures import transforms as tf
 
-    url0, url1 = L_URL0, L_URL1
+    url0, url1 = LEAKED_URL0, LEAKED_URL1
     router_url = f"http://{NODE}:30000"
-    stacks = rs.stacks(LEAKED, L["driver"], L["rm"])
+    stacks = rs.stacks(LEAKED, LEAKED_PIDS["driver"], LEAKED_PIDS["rm"])
     answers = [
         http(url, "/v1/loads", 200, EngineLoad(running=0, waiting=0), sample=s)
         for s in (0, 1)
@@ -428,12 +435,13 @@ def _idle_loop_world(
         else http(router_url, "/workers", 200, RouterWorkers((url0, url1)), kind="router", sample=s)
         for s in (0, 1)
     ]
-    gone = frozenset({L["e1 server"], L["e1 scheduler"]} if dead_engine else ())
+    gone = frozenset({LEAKED_PIDS["e1 server"], LEAKED_PIDS["e1 scheduler"]} if dead_engine else ())
     views = tuple(
         dataclasses.replace(
             table,
             fact=tuple(
-                tf.process_with_env(p, env or {}) if p.pid == L["rm"] else p for p in table.fact
+                tf.process_with_env(p, env or {}) if p.pid == LEAKED_PIDS["rm"] else p
+                for p in table.fact
             ),
         )
         for table in (rs.processes(LEAKED, s, without=gone) for s in (0, 1))
@@ -444,11 +452,11 @@ def _idle_loop_world(
         processes=views,
         task_pages=_rm_history() if history else (),
         sockets=_rm_sockets(rm_conns) if rm_conns is not None else (),
-        jobs=(running_job(L["driver"]),),
+        jobs=(running_job(LEAKED_PIDS["driver"]),),
         actors=(
-            actor("rm", "RolloutManager", L["rm"]),
-            actor("e0", "SGLangEngine", L["e0"]),
-            actor("e1", "SGLangEngine", L["e1"]),
+            actor("rm", "RolloutManager", LEAKED_PIDS["rm"]),
+            actor("e0", "SGLangEngine", LEAKED_PIDS["e0"]),
+            actor("e1", "SGLangEngine", LEAKED_PIDS["e1"]),
         ),
     )
     return snap, build_topology(snap)  # type: ignore[arg-type]
@@ -465,7 +473,7 @@ def _rm_history(now_s: float = 1000.0) -> tuple[TaskPageObs, ...]:
             "RolloutManager.generate",
             "FINISHED" if end_s is not None else "RUNNING",
             actor_id="rm",
-            worker_pid=L["rm"],
+            worker_pid=LEAKED_PIDS["rm"],
             job_id="01000000",
             start_time_ms=ms + int(start_s * 1000),
             task_type="ACTOR_TASK",
@@ -487,7 +495,7 @@ def _rm_sockets(
 ) -> tuple[Observed[tuple[TcpConnection, ...]], ...]:
     conns = tuple(
         TcpConnection(
-            L["rm"],
+            LEAKED_PIDS["rm"],
             30 + i,
             TcpSocket(NODE, 40000 + i, ip, port, "ESTABLISHED", 0, 0, 900 + i),
             NODE,
@@ -513,7 +521,7 @@ def test_the_rollout_manager_is_blamed_on_its_task_history_and_its_connections()
     or proxy: the requests never left it, and the culprit finding says what shows it."""
     v = _diag(*_idle_loop_world(history=True, rm_conns=())).verdict
     assert _roles(v) == [Role.ROLLOUT_MANAGER], v.summary
-    assert v.culprits[0].pid == L["rm"]
+    assert v.culprits[0].pid == LEAKED_PIDS["rm"]
     culprit = next(f for f in v.findings if f.rule == "culprit")
     assert "ray_tasks" in culprit.message and "rollout" in culprit.message
     assert any(e.startswith("[ray_tasks]") and "generate for 60s" in e for e in culprit.evidence)
@@ -525,7 +533,7 @@ def test_the_rollout_manager_is_blamed_on_its_task_history_and_its_connections()
     [
         (False, ()),  # no task history: a first rollout, or the history was not read
         (True, None),  # no sockets: held connections cannot be excluded
-        (True, ((L_HOST1, L_PORT1),)),  # it holds a connection to engine 1: not in the RM
+        (True, ((LEAKED_HOST1, LEAKED_PORT1),)),  # it holds a connection to engine 1: not in the RM
     ],
 )
 def test_without_its_evidence_the_rollout_finder_does_not_blame_the_rollout_manager(
@@ -536,13 +544,13 @@ def test_without_its_evidence_the_rollout_finder_does_not_blame_the_rollout_mana
         assert not any(e.startswith("[rollout]") for e in c.evidence), c
     if rm_conns:  # the engine its requests wait at is the culprit (sockets), not the manager
         assert _roles(v) == [Role.SGLANG_ENGINE], v.summary
-        assert v.culprits[0].engine_url == L_URL1
+        assert v.culprits[0].engine_url == LEAKED_URL1
 
 
 def test_a_dead_engine_holds_the_requests_not_the_rollout_manager() -> None:
     v = _diag(*_idle_loop_world(dead_engine=True)).verdict
     assert _roles(v) == [Role.SGLANG_ENGINE], v.summary
-    assert v.culprits[0].engine_url == L_URL1
+    assert v.culprits[0].engine_url == LEAKED_URL1
 
 
 def test_an_unreachable_router_is_its_own_finding() -> None:
@@ -559,7 +567,7 @@ def test_an_unreachable_router_is_its_own_finding() -> None:
         ({"all_proxy": "http://proxy.corp:3128", "no_proxy": "10.0.0.0/8"}, True),  # no CIDR
         # Python's rule (hazards.proxy_for_url): https_proxy is for https URLs only
         ({"HTTPS_PROXY": "http://proxy.corp:3128", "NO_PROXY": "example.org"}, False),
-        ({"http_proxy": "http://proxy.corp:3128", "no_proxy": f"localhost,{L_HOST1}"}, False),
+        ({"http_proxy": "http://proxy.corp:3128", "no_proxy": f"localhost,{LEAKED_HOST1}"}, False),
         ({"http_proxy": "http://proxy.corp:3128", "no_proxy": "*"}, False),
         ({"http_proxy": "http://proxy.corp:3128", "no_proxy": ".0.0.1"}, False),  # a suffix
     ],
@@ -582,8 +590,8 @@ def test_a_proxy_in_the_rollout_managers_environment_is_its_own_cause(
 
 def test_a_paused_engine_holds_the_requests_and_is_the_culprit() -> None:
     v = _diag(*_idle_loop_world(paused_engine=True)).verdict
-    assert {"url": L_URL1, "state": "paused"} in v.extra["engines"]  # type: ignore[operator]
+    assert {"url": LEAKED_URL1, "state": "paused"} in v.extra["engines"]  # type: ignore[operator]
     assert _roles(v) == [Role.SGLANG_ENGINE], v.summary
-    assert v.culprits[0].engine_url == L_URL1
+    assert v.culprits[0].engine_url == LEAKED_URL1
     assert "paused" in v.culprits[0].why
     assert v.stage is Stage.ROLLOUT_DISPATCH

@@ -29,7 +29,6 @@ from tests.unit.recorded_stacks import (
     shape_thread,
 )
 
-S = Stage
 GPU_BCAST = BUNDLES / "gpu-2xh200-nccl-broadcast-hang"
 WEDGED_NATIVE = DEMO_NATIVE / "weight_sync_engine_wedged.tar.gz"
 
@@ -63,174 +62,194 @@ def _dcp_alone() -> tuple[Frame, ...]:
 # (label, the recorded thread's frames, expected stage). Pids are the recordings' own.
 CASES: list[tuple[str, Callable[[], tuple[Frame, ...]], Stage]] = [
     # --- engine startup (driver, RolloutManager [Jan] / [HEAD], SGLangEngine)
-    ("driver startup", lambda: _frames(_demo("startup_engine_never_healthy", 743)), S.STARTUP),
-    ("driver placement group", lambda: _frames(_demo("placement_infeasible", 25763)), S.STARTUP),
-    ("RM init Jan", lambda: _frames(_shape("RM init Jan")), S.STARTUP),
-    ("RM init HEAD", lambda: _frames(_shape("RM init HEAD")), S.STARTUP),
-    ("HEAD start servers", lambda: _frames(_shape("HEAD start servers")), S.STARTUP),
+    ("driver startup", lambda: _frames(_demo("startup_engine_never_healthy", 743)), Stage.STARTUP),
+    (
+        "driver placement group",
+        lambda: _frames(_demo("placement_infeasible", 25763)),
+        Stage.STARTUP,
+    ),
+    ("RM init Jan", lambda: _frames(_shape("RM init Jan")), Stage.STARTUP),
+    ("RM init HEAD", lambda: _frames(_shape("RM init HEAD")), Stage.STARTUP),
+    ("HEAD start servers", lambda: _frames(_shape("HEAD start servers")), Stage.STARTUP),
     (
         "engine healthy wait",
         lambda: _frames(_demo("startup_engine_never_healthy", 834)),
-        S.STARTUP,
+        Stage.STARTUP,
     ),
     (
         "engine healthy wait py3.10",
         _bare(_demo("startup_engine_never_healthy", 834)),
-        S.STARTUP,
+        Stage.STARTUP,
     ),
     # --- rollout dispatch / generation
     (
         "RM generate main",
         lambda: _frames(_demo("engine_paused_by_update", 24105)),
-        S.ROLLOUT_DISPATCH,
+        Stage.ROLLOUT_DISPATCH,
     ),
-    ("coroutine visible", lambda: _frames(_shape("coroutine visible")), S.ROLLOUT_DISPATCH),
-    ("abort Jan", lambda: _frames(_shape("abort Jan")), S.ROLLOUT_DISPATCH),
-    ("abort HEAD", lambda: _frames(_shape("abort HEAD")), S.ROLLOUT_DISPATCH),
-    ("convert", lambda: _frames(_shape("convert")), S.ROLLOUT_DISPATCH),
-    ("scheduler batch", lambda: _frames(_shape("scheduler batch")), S.ROLLOUT_DISPATCH),
+    ("coroutine visible", lambda: _frames(_shape("coroutine visible")), Stage.ROLLOUT_DISPATCH),
+    ("abort Jan", lambda: _frames(_shape("abort Jan")), Stage.ROLLOUT_DISPATCH),
+    ("abort HEAD", lambda: _frames(_shape("abort HEAD")), Stage.ROLLOUT_DISPATCH),
+    ("convert", lambda: _frames(_shape("convert")), Stage.ROLLOUT_DISPATCH),
+    ("scheduler batch", lambda: _frames(_shape("scheduler batch")), Stage.ROLLOUT_DISPATCH),
     (
         "scheduler decode (demo)",
         lambda: _frames(_demo("rollout_engine_stuck", 2870)),
-        S.ROLLOUT_DISPATCH,
+        Stage.ROLLOUT_DISPATCH,
     ),
     # --- reward
     (
         "sympy reward",
         lambda: _frames(_demo("reward_hang", 4581, "Thread-1 (_start_loop)")),
-        S.REWARD,
+        Stage.REWARD,
     ),
-    ("custom rm via async_rm", lambda: _frames(_shape("custom rm via async_rm")), S.REWARD),
+    ("custom rm via async_rm", lambda: _frames(_shape("custom rm via async_rm")), Stage.REWARD),
     # --- rollout offload / onload
-    ("RM offload", lambda: _frames(_shape("RM offload")), S.OFFLOAD_ONLOAD),
-    ("engine release", lambda: _frames(_shape("engine release")), S.OFFLOAD_ONLOAD),
+    ("RM offload", lambda: _frames(_shape("RM offload")), Stage.OFFLOAD_ONLOAD),
+    ("engine release", lambda: _frames(_shape("engine release")), Stage.OFFLOAD_ONLOAD),
     (
         "engine flush inside release",
         lambda: _frames(_shape("engine flush inside release")),
-        S.OFFLOAD_ONLOAD,
+        Stage.OFFLOAD_ONLOAD,
     ),
     (
         "HEAD server group onload",
         lambda: _frames(_shape("HEAD server group onload")),
-        S.OFFLOAD_ONLOAD,
+        Stage.OFFLOAD_ONLOAD,
     ),
-    ("scheduler release", lambda: _frames(_shape("scheduler release")), S.OFFLOAD_ONLOAD),
+    ("scheduler release", lambda: _frames(_shape("scheduler release")), Stage.OFFLOAD_ONLOAD),
     # --- data fetch / wake-sleep / log-prob / train step -> train
-    ("data fetch", lambda: _frames(_demo("train_rank_stuck", 6037)), S.TRAIN),
-    ("train step all_reduce", lambda: _frames(_demo("train_rank_stuck", 5981)), S.TRAIN),
+    ("data fetch", lambda: _frames(_demo("train_rank_stuck", 6037)), Stage.TRAIN),
+    ("train step all_reduce", lambda: _frames(_demo("train_rank_stuck", 5981)), Stage.TRAIN),
     (
         "train step (GPU reproducer)",
         lambda: recorded_thread(BUNDLES / "gpu-2xh200-nccl-train-stuck", 708).frames,
-        S.TRAIN,
+        Stage.TRAIN,
     ),
     (
         "whiten all_reduce (slime PR#393)",
         lambda: gloo_rank("whiten", 0).frames,
-        S.TRAIN,
+        Stage.TRAIN,
     ),
-    ("whiten all_reduce --native", lambda: gloo_rank("whiten", 1, native=True).frames, S.TRAIN),
-    ("PP recv", lambda: gloo_rank("whiten", 2).frames, S.TRAIN),
-    ("gather log data (gloo)", lambda: gloo_rank("mixed", 2).frames, S.TRAIN),
-    ("CP all-gather of the loss (PR #2123)", lambda: gloo_rank("cp", 0).frames, S.TRAIN),
-    ("CP all-gather --native", lambda: gloo_rank("cp", 1, native=True).frames, S.TRAIN),
-    ("wake up", lambda: _frames(_shape("wake up")), S.TRAIN),
-    ("sleep", lambda: _frames(_shape("sleep")), S.TRAIN),
-    ("log prob PP", lambda: _frames(_shape("log prob PP")), S.TRAIN),
-    ("train step collective", lambda: _frames(_shape("train step collective")), S.TRAIN),
-    ("gather log data", lambda: _frames(_shape("gather log data")), S.TRAIN),
+    ("whiten all_reduce --native", lambda: gloo_rank("whiten", 1, native=True).frames, Stage.TRAIN),
+    ("PP recv", lambda: gloo_rank("whiten", 2).frames, Stage.TRAIN),
+    ("gather log data (gloo)", lambda: gloo_rank("mixed", 2).frames, Stage.TRAIN),
+    ("CP all-gather of the loss (PR #2123)", lambda: gloo_rank("cp", 0).frames, Stage.TRAIN),
+    ("CP all-gather --native", lambda: gloo_rank("cp", 1, native=True).frames, Stage.TRAIN),
+    ("wake up", lambda: _frames(_shape("wake up")), Stage.TRAIN),
+    ("sleep", lambda: _frames(_shape("sleep")), Stage.TRAIN),
+    ("log prob PP", lambda: _frames(_shape("log prob PP")), Stage.TRAIN),
+    ("train step collective", lambda: _frames(_shape("train step collective")), Stage.TRAIN),
+    ("gather log data", lambda: _frames(_shape("gather log data")), Stage.TRAIN),
     # --- weight sync (colocate)
-    ("colocate update", lambda: _frames(_demo("colocate_update_hang", 7665)), S.WEIGHT_SYNC),
-    ("bridge export Jan", lambda: _frames(_shape("bridge export Jan")), S.WEIGHT_SYNC),
+    ("colocate update", lambda: _frames(_demo("colocate_update_hang", 7665)), Stage.WEIGHT_SYNC),
+    ("bridge export Jan", lambda: _frames(_shape("bridge export Jan")), Stage.WEIGHT_SYNC),
     (
         "reload inside update_weights",
         lambda: _frames(_shape("reload inside update_weights")),
-        S.WEIGHT_SYNC,
+        Stage.WEIGHT_SYNC,
     ),
-    ("engine tensor update", lambda: _frames(_demo("colocate_update_hang", 7367)), S.WEIGHT_SYNC),
-    ("driver weight sync", lambda: _frames(_demo("colocate_update_hang", 7205)), S.WEIGHT_SYNC),
-    ("scheduler IPC update", lambda: _frames(_demo("colocate_update_hang", 7573)), S.WEIGHT_SYNC),
+    (
+        "engine tensor update",
+        lambda: _frames(_demo("colocate_update_hang", 7367)),
+        Stage.WEIGHT_SYNC,
+    ),
+    ("driver weight sync", lambda: _frames(_demo("colocate_update_hang", 7205)), Stage.WEIGHT_SYNC),
+    (
+        "scheduler IPC update",
+        lambda: _frames(_demo("colocate_update_hang", 7573)),
+        Stage.WEIGHT_SYNC,
+    ),
     # --- weight sync (distributed): group init is weight_sync, the broadcast is nccl_broadcast
-    ("group init", lambda: _frames(_demo("actor_queue_cycle", 22353)), S.WEIGHT_SYNC),
-    ("TP gather Jan", lambda: _frames(_shape("TP gather Jan")), S.WEIGHT_SYNC),
+    ("group init", lambda: _frames(_demo("actor_queue_cycle", 22353)), Stage.WEIGHT_SYNC),
+    ("TP gather Jan", lambda: _frames(_shape("TP gather Jan")), Stage.WEIGHT_SYNC),
     (
         "barrier of non-source ranks",
         lambda: _frames(_demo("weight_sync_engine_missing", 30339)),
-        S.WEIGHT_SYNC,
+        Stage.WEIGHT_SYNC,
     ),
     (
         "engine actor group init",
         lambda: _frames(_demo("actor_queue_cycle", 21687)),
-        S.WEIGHT_SYNC,
+        Stage.WEIGHT_SYNC,
     ),
-    ("scheduler group init", lambda: _frames(_demo("actor_queue_cycle", 22202)), S.WEIGHT_SYNC),
-    ("broadcast", lambda: _frames(_demo("weight_sync_engine_missing", 30272)), S.NCCL_BROADCAST),
+    ("scheduler group init", lambda: _frames(_demo("actor_queue_cycle", 22202)), Stage.WEIGHT_SYNC),
+    (
+        "broadcast",
+        lambda: _frames(_demo("weight_sync_engine_missing", 30272)),
+        Stage.NCCL_BROADCAST,
+    ),
     (
         "broadcast --native",
         lambda: recorded_thread(WEDGED_NATIVE, 11671).frames,
-        S.NCCL_BROADCAST,
+        Stage.NCCL_BROADCAST,
     ),
-    ("lock spin", lambda: _frames(_shape("lock spin")), S.NCCL_BROADCAST),
+    ("lock spin", lambda: _frames(_shape("lock spin")), Stage.NCCL_BROADCAST),
     (
         "engine actor broadcast",
         lambda: _frames(_demo("weight_sync_engine_missing", 30129)),
-        S.NCCL_BROADCAST,
+        Stage.NCCL_BROADCAST,
     ),
     (
         "scheduler in handle.wait() (0.5.15 async broadcast)",
         lambda: _frames(_demo("weight_sync_engine_wedged", 11598)),
-        S.NCCL_BROADCAST,
+        Stage.NCCL_BROADCAST,
     ),
     (
         "scheduler in handle.wait() --native",
         lambda: recorded_thread(WEDGED_NATIVE, 11598).frames,
-        S.NCCL_BROADCAST,
+        Stage.NCCL_BROADCAST,
     ),
     (
         "scheduler broadcast 0.5.15",
         lambda: _frames(_shape("scheduler broadcast 0.5.15")),
-        S.NCCL_BROADCAST,
+        Stage.NCCL_BROADCAST,
     ),
     (
         "scheduler broadcast 0.5.21",
         lambda: _frames(_shape("scheduler broadcast 0.5.21")),
-        S.NCCL_BROADCAST,
+        Stage.NCCL_BROADCAST,
     ),
     # --- eval
-    ("eval main", lambda: _frames(_demo("eval_hang", 9298)), S.EVAL),
-    ("eval loop", lambda: _frames(_shape("eval loop")), S.EVAL),
+    ("eval main", lambda: _frames(_demo("eval_hang", 9298)), Stage.EVAL),
+    ("eval loop", lambda: _frames(_shape("eval loop")), Stage.EVAL),
     # --- checkpoint save / load
     (
         "save in dist_checkpointing async plan (slime#1908)",
         lambda: checkpoint_rank(0).frames,
-        S.CHECKPOINT,
+        Stage.CHECKPOINT,
     ),
     (
         "save in dist_checkpointing async plan --native",
         lambda: checkpoint_rank(1, native=True).frames,
-        S.CHECKPOINT,
+        Stage.CHECKPOINT,
     ),
-    ("torch DCP under an unknown trainer", _dcp_alone, S.CHECKPOINT),
+    ("torch DCP under an unknown trainer", _dcp_alone, Stage.CHECKPOINT),
     (
         "HEAD save_model finalising an async save",
         lambda: _frames(_shape("HEAD save_model finalising an async save")),
-        S.CHECKPOINT,
+        Stage.CHECKPOINT,
     ),
-    ("shard write", lambda: _frames(_demo("checkpoint_slow_storage", 12361)), S.CHECKPOINT),
+    ("shard write", lambda: _frames(_demo("checkpoint_slow_storage", 12361)), Stage.CHECKPOINT),
     (
         "checkpoint load at startup",
         lambda: _frames(_shape("checkpoint load at startup")),
-        S.CHECKPOINT,
+        Stage.CHECKPOINT,
     ),
-    ("driver save_model", lambda: _frames(_demo("checkpoint_slow_storage", 12192)), S.CHECKPOINT),
-    ("driver save Jan", lambda: _frames(_shape("driver save Jan")), S.CHECKPOINT),
+    (
+        "driver save_model",
+        lambda: _frames(_demo("checkpoint_slow_storage", 12192)),
+        Stage.CHECKPOINT,
+    ),
+    ("driver save Jan", lambda: _frames(_shape("driver save Jan")), Stage.CHECKPOINT),
     (
         "rollout manager data-source save",
         lambda: _frames(_shape("rollout manager data-source save")),
-        S.CHECKPOINT,
+        Stage.CHECKPOINT,
     ),
     # --- FT recovery -> startup
-    ("FT recover Jan", lambda: _frames(_shape("FT recover Jan")), S.STARTUP),
-    ("FT recover HEAD", lambda: _frames(_shape("FT recover HEAD")), S.STARTUP),
+    ("FT recover Jan", lambda: _frames(_shape("FT recover Jan")), Stage.STARTUP),
+    ("FT recover HEAD", lambda: _frames(_shape("FT recover HEAD")), Stage.STARTUP),
 ]
 
 
@@ -261,21 +280,21 @@ def test_qualified_method_matches_in_a_copied_file() -> None:
     matches by its class-qualified name (py-spy on Python >= 3.11); by its bare name it does not."""
     frames = recorded_thread(BUNDLES / "gpu-2xh200-ray-nccl-busy", 4121).frames
     assert frames[1].name == "MegatronTrainRayActor.update_weights"
-    assert find_stage(frames)[0] is S.WEIGHT_SYNC
+    assert find_stage(frames)[0] is Stage.WEIGHT_SYNC
     assert find_stage(tf.bare_frame_names(frames))[0] is None
 
 
 def test_the_innermost_matching_frame_decides_not_the_top_frame() -> None:
     """The real NCCL broadcast hang: rank 0 shows `synchronize`; its caller decides."""
     stage, index, _ = find_stage(recorded_thread(GPU_BCAST, 571).frames)
-    assert (stage, index) == (S.NCCL_BROADCAST, 1)
+    assert (stage, index) == (Stage.NCCL_BROADCAST, 1)
 
 
 def test_generic_rows_yield_to_an_outer_specific_frame() -> None:
     frames = shape_thread("bridge export over a forward step").frames
     k = next(i for i, f in enumerate(frames) if f.name == "forward_step")
-    assert find_stage(tf.innermost_frames(frames, k + 1))[0] is S.TRAIN
-    assert find_stage(frames)[0] is S.WEIGHT_SYNC
+    assert find_stage(tf.innermost_frames(frames, k + 1))[0] is Stage.TRAIN
+    assert find_stage(frames)[0] is Stage.WEIGHT_SYNC
 
 
 def test_unrelated_frames_have_no_stage() -> None:
@@ -317,11 +336,11 @@ def test_every_stage_but_none_and_unknown_has_rows_and_methods_cover_the_actors(
         )
     assert sg.method_stage("MegatronTrainRayActor", "update_weights") is not None
     sig = sg.method_stage("SGLangEngine", "update_weights_from_distributed")
-    assert sig is not None and sig.stage is S.NCCL_BROADCAST
+    assert sig is not None and sig.stage is Stage.NCCL_BROADCAST
     assert sg.method_stage("RolloutManager", "no_such_method") is None
     for cls, method in (("MegatronTrainRayActor", "save_model"), ("RolloutManager", "save")):
         sig = sg.method_stage(cls, method)
-        assert sig is not None and sig.stage is S.CHECKPOINT
+        assert sig is not None and sig.stage is Stage.CHECKPOINT
 
 
 # (the recorded thread, expected block, index of the frame that decided it). The thread's own

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from slime_hangdoctor.analysis.cuda_spin import cuda_spins
 from slime_hangdoctor.analysis.gpu import GpuRead, GpuState
-from slime_hangdoctor.analysis.kernel_spin import kernel_spins
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block
 from slime_hangdoctor.analysis.stacks import ProcessRead
 from slime_hangdoctor.analysis.suspects.flight_recorder import fr_groups, fr_stage
@@ -89,7 +89,7 @@ def gpu_suspects(world: World, engine_stage: bool) -> list[Suspect]:
 
 def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
     world = reads.world
-    spinning = {(k.gpu.node_ip, k.gpu.index) for k in kernel_spins(world)}
+    spinning = {(k.gpu.node_ip, k.gpu.index) for k in cuda_spins(world)}
     return [
         Evidence(
             "nvml",

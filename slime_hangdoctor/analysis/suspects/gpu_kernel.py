@@ -1,16 +1,16 @@
-"""A GPU spinning with no communicator anywhere (analysis/kernel_spin.py): the process that waits at
+"""A GPU spinning with no communicator anywhere (analysis/cuda_spin.py): the process that waits at
 a CUDA sync on it runs a kernel or stream that never finishes. Not a collective: nobody else waits."""
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.kernel_spin import kernel_spins
+from slime_hangdoctor.analysis.cuda_spin import cuda_spins
 from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, Reads, Suspect, suspect
 from slime_hangdoctor.verdict import Role
 
 
 def suspects(reads: Reads) -> list[Suspect]:
     out: list[Suspect] = []
-    for k in kernel_spins(reads.world):
+    for k in cuda_spins(reads.world):
         read = k.proc.latest
         sync = k.sync_frame
         out.append(

@@ -11,7 +11,12 @@ from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, STRONG, Reads, Suspect, suspect
 from slime_hangdoctor.analysis.world import World
-from slime_hangdoctor.facts import PlacementDemand, RayPlacementGroup
+from slime_hangdoctor.facts import (
+    JOB_RUNNING,
+    PLACEMENT_GROUP_WAITING,
+    PlacementDemand,
+    RayPlacementGroup,
+)
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
 
 
@@ -38,11 +43,11 @@ def _strategy(pg: RayPlacementGroup, demands: tuple[PlacementDemand, ...]) -> st
 
 def placement_waits(world: World) -> list[PlacementWait]:
     snap = world.snapshot
-    jobs = {j.job_id for j in snap.jobs if j.status == "RUNNING" and j.job_id}
+    jobs = {j.job_id for j in snap.jobs if j.status == JOB_RUNNING and j.job_id}
     cluster = snap.cluster
     out: list[PlacementWait] = []
     for pg in snap.placement_groups:
-        if pg.state not in ("PENDING", "RESCHEDULING"):
+        if pg.state not in PLACEMENT_GROUP_WAITING:
             continue
         if jobs and pg.creator_job_id not in jobs:
             continue

@@ -23,16 +23,21 @@ from typing import Literal
 from slime_hangdoctor.analysis.signatures import method_stage
 from slime_hangdoctor.analysis.suspects.suspect import STRONG, Reads, Suspect, suspect
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import ClusterResources, ObjectStoreUsage, RayActor, RayTask
+from slime_hangdoctor.facts import (
+    JOB_RUNNING,
+    TASK_RUNNING,
+    ClusterResources,
+    ObjectStoreUsage,
+    RayActor,
+    RayTask,
+    TaskState,
+)
 from slime_hangdoctor.topology import CLASS_ROLES
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
 
 # Ray 2.60's task states (common.proto TaskStatus) in which a task waits for its lease or for its
 # arguments to fit in the object store
-LeaseWaitState = Literal[
-    "PENDING_NODE_ASSIGNMENT", "PENDING_OBJ_STORE_MEM_AVAIL", "PENDING_ARGS_FETCH"
-]
-LEASE_WAIT_STATES: frozenset[LeaseWaitState] = frozenset(
+LEASE_WAIT_STATES: frozenset[TaskState] = frozenset(
     ("PENDING_NODE_ASSIGNMENT", "PENDING_OBJ_STORE_MEM_AVAIL", "PENDING_ARGS_FETCH")
 )
 # task types that ask the raylet for a lease (an actor's method runs in its leased worker)
@@ -132,7 +137,7 @@ def plasma_waits(world: World) -> list[PlasmaWait]:
         return []
     if _resources_short(snap.cluster):
         return []
-    jobs = {j.job_id for j in snap.jobs if j.status == "RUNNING" and j.job_id}
+    jobs = {j.job_id for j in snap.jobs if j.status == JOB_RUNNING and j.job_id}
     tasks: dict[str, RayTask] = {}
     for page in snap.task_pages:  # oldest first: the newest answer about a task wins
         tasks.update((t.task_id, t) for t in page.tasks)
@@ -145,7 +150,7 @@ def plasma_waits(world: World) -> list[PlasmaWait]:
         holders = tuple(
             t
             for t in tasks.values()
-            if t.state == "RUNNING"
+            if t.state == TASK_RUNNING
             and t.task_type in LEASE_TASK_TYPES
             and t.job_id == task.job_id
             and (task.node_id is None or t.node_id in (None, task.node_id))

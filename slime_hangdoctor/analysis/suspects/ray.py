@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from slime_hangdoctor.analysis.suspects.suspect import STRONG, Reads, Suspect
 from slime_hangdoctor.analysis.world import World
-from slime_hangdoctor.facts import RayActor
+from slime_hangdoctor.facts import ACTOR_DEAD, JOB_RUNNING, RayActor
 from slime_hangdoctor.verdict import Finding, Role, Severity
 
 
 def _running_job_ids(world: World) -> set[str]:
-    return {j.job_id for j in world.snapshot.jobs if j.status == "RUNNING" and j.job_id}
+    return {j.job_id for j in world.snapshot.jobs if j.status == JOB_RUNNING and j.job_id}
 
 
 _ACTOR_ROLES = {
@@ -25,7 +25,7 @@ def suspects(reads: Reads) -> list[Suspect]:
     out: list[Suspect] = []
     for a in world.snapshot.actors:
         role = _ACTOR_ROLES.get(a.class_name)
-        if role is None or a.state != "DEAD" or not jobs or a.job_id not in jobs:
+        if role is None or a.state != ACTOR_DEAD or not jobs or a.job_id not in jobs:
             continue
         out.append(
             Suspect(
@@ -51,10 +51,10 @@ def _death_cause(actor: RayActor) -> str:
 
 def findings(world: World) -> list[Finding]:
     """Why each slime actor of a running job died, as Ray recorded it."""
-    jobs = {j.job_id for j in world.snapshot.jobs if j.status == "RUNNING" and j.job_id}
+    jobs = {j.job_id for j in world.snapshot.jobs if j.status == JOB_RUNNING and j.job_id}
     out: list[Finding] = []
     for a in world.snapshot.actors:
-        if a.state != "DEAD" or a.death is None or a.class_name not in _ACTOR_ROLES:
+        if a.state != ACTOR_DEAD or a.death is None or a.class_name not in _ACTOR_ROLES:
             continue
         if jobs and a.job_id not in jobs:
             continue

@@ -1,8 +1,10 @@
-"""A GPU that spins with no communicator anywhere: a kernel or stream that never finishes.
+"""A GPU that spins with no communicator anywhere: a CUDA kernel or stream that never finishes.
 
-NVML cannot tell a rank whose NCCL kernel waits for a peer from a rank whose own kernel never ends
-(or whose device-to-host copy never returns): both read util 100 %, memory util 0, flat NVLink, low
-power (recorded on H200: shared/fixtures/gpu-h200-kernel-spin vs gpu-2xh200-nccl-broadcast-hang).
+(A CUDA kernel: "kernel" alone, in this package, is the Linux kernel of analysis/kernel.py.)
+
+NVML cannot tell a rank whose NCCL kernel waits for a peer from a rank whose own CUDA kernel never
+ends (or whose device-to-host copy never returns): both read util 100 %, memory util 0, flat NVLink,
+low power (recorded on H200: shared/fixtures/gpu-h200-kernel-spin vs gpu-2xh200-nccl-broadcast-hang).
 What tells them apart is whether a communicator exists at all. This module says, from typed facts
 only, that none does:
 
@@ -16,7 +18,7 @@ only, that none does:
 - the spinning GPU's process waits at a CUDA sync point and its stage is not one that is itself a
   collective (an NCCL broadcast's `synchronize`).
 
-Then the process on that GPU is the culprit: a stuck kernel or stream, not a collective.
+Then the process on that GPU is the culprit: a stuck CUDA kernel or stream, not a collective.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ _JOB_ROLES = frozenset({Role.TRAIN_RANK, Role.SGLANG_ENGINE})
 
 
 @dataclass(frozen=True)
-class KernelSpin:
+class CudaSpin:
     """One GPU that spins with no communicator: its process waits at a CUDA sync forever."""
 
     gpu: GpuRead
@@ -118,7 +120,7 @@ def _holder(world: World, g: GpuRead) -> Proc | None:
     return None
 
 
-def kernel_spins(world: World) -> tuple[KernelSpin, ...]:
+def cuda_spins(world: World) -> tuple[CudaSpin, ...]:
     """GPUs that spin while no communicator exists anywhere, each with the process waiting on it."""
     stuck = [g for g in world.gpus if g.state is GpuState.STUCK]
     if not stuck or world.snapshot.facts(FLIGHT_RECORDER):
@@ -126,8 +128,8 @@ def kernel_spins(world: World) -> tuple[KernelSpin, ...]:
     if _communicator_in_stacks(world) is not None or _world_size_env(world) is not None:
         return ()
     if any(g.state is GpuState.IDLE for g in _job_gpus(world)):
-        return ()  # a peer that never joined: the collective pattern, not a kernel
-    out: list[KernelSpin] = []
+        return ()  # a peer that never joined: the collective pattern, not a CUDA kernel
+    out: list[CudaSpin] = []
     for g in stuck:
         proc = _holder(world, g)
         read = proc.latest if proc is not None else None
@@ -144,5 +146,5 @@ def kernel_spins(world: World) -> tuple[KernelSpin, ...]:
             + (" (native stacks included)" if read.native else ""),
             "no flight-recorder dump",
         )
-        out.append(KernelSpin(g, proc, why))
+        out.append(CudaSpin(g, proc, why))
     return tuple(out)

@@ -1,8 +1,8 @@
-"""Issue 16, class 5: the recorded H200 kernel spin (tests/fixtures/real/gpu-h200-kernel-spin/).
+"""Issue 16, class 5: the recorded H200 CUDA kernel spin (tests/fixtures/real/gpu-h200-kernel-spin/).
 
-A train-rank-titled process whose kernel never finishes, no communicator anywhere: NVML reads as a
-rank stuck in an NCCL collective, but the verdict must blame the process (a stuck kernel / stream)
-and give kernel next steps, with Python stacks and with `--native` stacks. The contrast: the real
+A train-rank-titled process whose CUDA kernel never finishes, no communicator anywhere: NVML reads as a
+rank stuck in an NCCL collective, but the verdict must blame the process (a stuck CUDA kernel / stream)
+and give CUDA next steps, with Python stacks and with `--native` stacks. The contrast: the real
 2x H200 broadcast hang has the same NVML signature on GPU 0 and must stay a collective hang even
 when NCCL RAS and the flight recorder are removed (a peer that never joined is still there).
 """
@@ -32,7 +32,7 @@ def _diagnose(path: Path) -> Diagnosis:
 
 
 @pytest.mark.parametrize("name", ["kernel-spin", "kernel-spin-native"])
-def test_kernel_spin_blames_the_process_not_a_collective(name: str) -> None:
+def test_cuda_spin_blames_the_process_not_a_collective(name: str) -> None:
     d = _diagnose(SPIN / f"{name}.bundle.tar.gz")
     v = d.verdict
     assert v.status is Status.HUNG
@@ -53,7 +53,7 @@ def test_kernel_spin_blames_the_process_not_a_collective(name: str) -> None:
     assert asks_native is (name == "kernel-spin")
 
 
-def test_kernel_spin_native_names_the_driver_call() -> None:
+def test_cuda_spin_native_names_the_driver_call() -> None:
     v = _diagnose(SPIN / "kernel-spin-native.bundle.tar.gz").verdict
     assert "cuCtxSynchronize" in v.culprits[0].why
 
@@ -78,7 +78,7 @@ def test_recorded_verdicts_were_the_miss() -> None:
 def test_same_nvml_signature_with_a_peer_stays_a_collective_hang(
     tmp_path: Path, removed: frozenset[str]
 ) -> None:
-    """GPU 0 of the broadcast hang reads like the spin; rank 1 never joined, so no kernel blame."""
+    """GPU 0 of the broadcast hang reads like the spin; rank 1 never joined, so no CUDA-kernel blame."""
     v = _diagnose(tf.bundle_without_sources(BCAST, tmp_path / "b", removed)).verdict
     assert v.status is Status.HUNG
     assert [c.pid for c in v.culprits] == [572]  # rank 1 (its RANK env is in `processes`)
