@@ -178,3 +178,79 @@ def test_every_default_comes_from_the_defaults_objects() -> None:
         assert copts["stall_after_s"] == 5400.0 and copts["keep_bundles"] == 9
     assert calls["watch"]["kwargs"]["interval_s"] == 17.0
     assert calls["demo"]["kwargs"]["window"] == 4.5
+
+
+# ------------------------------------------------------------------ docs/cli.md
+
+DOC = ROOT / "docs" / "cli.md"
+DOC_HEAD = """# Command-line reference
+
+Every command of `slime-hangdoctor` and every option it takes, with its default (an empty default:
+off, or nothing). Options are listed by name; `--help` lists them in groups (where to look, what
+touches the job, output). Exit codes: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN, also for bad arguments
+(docs/verdict.md). The opt-in probes are explained in docs/probes.md, the watchdog's switches in
+docs/watchdog.md.
+
+This page is generated from the command line itself:
+`PYTHONPATH=$PWD python -m tests.unit.test_cli_options --write`; tests/unit/test_cli_options.py
+fails when the two differ.
+"""
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _default(param: Any) -> str:
+    if param.required:
+        return "(required)"
+    if param.show_default is False or param.default is None or param.default is False:
+        return ""
+    value = param.default
+    if isinstance(value, (list, tuple)):
+        return " ".join(f"`{v}`" for v in value)
+    return f"`{getattr(value, 'value', value)}`"
+
+
+def cli_reference() -> str:
+    """docs/cli.md, from the commands as typer builds them."""
+    import typer
+
+    from slime_hangdoctor import cli
+
+    out = [DOC_HEAD]
+    group = typer.main.get_command(cli.app)
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        args = " ".join(
+            f"[{p.name.upper()}]" if not p.required else p.name.upper()
+            for p in command.params
+            if not p.opts[0].startswith("-")
+        )
+        out.append(f"\n## `{name}`\n\n{_cell(command.help or '')}\n")
+        out.append(f"\n`slime-hangdoctor {name} [OPTIONS]{' ' + args if args else ''}`\n")
+        rows = [p for p in command.params if p.opts[0].startswith("-")]
+        if not rows:
+            continue
+        out.append("\n| option | default | env | what it does |\n|---|---|---|---|\n")
+        for p in sorted(rows, key=lambda p: p.opts[-1].lstrip("-")):
+            flags = ", ".join(f"`{o}`" for o in sorted(p.opts, key=len))
+            env = f"`{p.envvar}`" if p.envvar else ""
+            out.append(f"| {flags} | {_default(p)} | {env} | {_cell(p.help or '')} |\n")
+        for p in command.params:
+            if not p.opts[0].startswith("-"):
+                out.append(f"\n`{p.name.upper()}`: {_cell(p.help or '')}\n")
+    return "".join(out)
+
+
+def test_the_reference_page_is_the_command_line() -> None:
+    """docs/cli.md lists every command and option with its default and help, as the CLI has them."""
+    assert DOC.read_text() == cli_reference(), (
+        "docs/cli.md differs from the command line: "
+        "regenerate with `PYTHONPATH=$PWD python -m tests.unit.test_cli_options --write`"
+    )
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python -m tests.unit.test_cli_options --write")
+    DOC.write_text(cli_reference())
