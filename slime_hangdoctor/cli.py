@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast, get_origin
 
 import typer
 
@@ -410,11 +410,16 @@ def takes(
                 kind = param.annotation
                 if isinstance(kind, str):  # (what inspect's eval_str does, for this one alone)
                     kind = eval(kind, command.__globals__)
+                if get_origin(kind) is not Annotated:
+                    raise TypeError(f"{command.__name__}: {param.name} is no option of typer's")
                 params.append(param.replace(kind=_KW, annotation=kind))
             for option in group:
                 params.append(
                     option.parameter(CHECK_DEFAULTS if option.into == "copts" else defaults)
                 )
+        missing = {s.name for s in shared} - {p.name for p in params}
+        if missing:
+            raise TypeError(f"{command.__name__} takes, but is not handed: {sorted(missing)}")
 
         def run(**given: Any) -> None:
             handed = _build(shared, defaults, given)

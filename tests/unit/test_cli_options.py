@@ -15,9 +15,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+import typer
 
 from tests.fixtures.cli import record_cli
 
@@ -180,6 +181,23 @@ def test_every_default_comes_from_the_defaults_objects() -> None:
     assert calls["demo"]["kwargs"]["window"] == 4.5
 
 
+def test_a_command_is_refused_where_its_options_do_not_add_up() -> None:
+    """@takes refuses, when the command is defined, a shared option the command is not handed
+    (its value would be lost) and a parameter that is no typer option (typer would make it a
+    positional argument)."""
+    from slime_hangdoctor import cli
+
+    with pytest.raises(TypeError, match=r"not handed: \['local', 'window'\]"):
+
+        @cli.takes(*cli.LOOK[:1], cli.LOOK[3])
+        def lost(quiet: Annotated[bool, typer.Option("--quiet")] = False) -> None: ...
+
+    with pytest.raises(TypeError, match="addr is no option"):
+
+        @cli.takes(cli.ADDRESS)
+        def typo(address: str | None, addr: str | None) -> None: ...
+
+
 # ------------------------------------------------------------------ docs/cli.md
 
 DOC = ROOT / "docs" / "cli.md"
@@ -214,7 +232,6 @@ def _default(param: Any) -> str:
 
 def cli_reference() -> str:
     """docs/cli.md, from the commands as typer builds them."""
-    import typer
 
     from slime_hangdoctor import cli
 
