@@ -232,7 +232,6 @@ def _default(param: Any) -> str:
 
 def cli_reference() -> str:
     """docs/cli.md, from the commands as typer builds them."""
-
     from slime_hangdoctor import cli
 
     out = [DOC_HEAD]
