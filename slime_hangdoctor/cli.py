@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast, get_origin
 
 import typer
 
 from slime_hangdoctor import __version__
-from slime_hangdoctor.collect.options import WATCHDOG_DEFAULTS, CollectOptions
+from slime_hangdoctor.collect.options import CHECK_DEFAULTS, WATCHDOG_DEFAULTS, CollectOptions
 from slime_hangdoctor.errors import HangDoctorError
 from slime_hangdoctor.verdict import Diagnosis, ExitCode, ReportFormat
 from slime_hangdoctor.watchdog.state import DEFAULT_STATE_FILE
@@ -31,262 +34,436 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-# Every default comes from the options objects (CollectOptions; the watchdog's WATCHDOG_DEFAULTS),
-# never a second literal here.
+# ------------------------------------------------------------------ shared options, declared once
+#
+# Each option that several commands take is one `Shared` below: its parameter (name, flag, help,
+# limits) and where its value goes: a field of the CollectOptions (`opts`) or CheckOptions (`copts`)
+# the command is handed, or the report format (`output`). The default it shows and takes is that
+# field's value in the defaults object (CollectOptions() for attach, collect and demo;
+# WATCHDOG_DEFAULTS and CHECK_DEFAULTS for check and watch), never a second literal here. A command
+# names the options it takes in `@takes(...)`; `_build` turns their values into those objects.
+
 DEFAULTS = CollectOptions()
+_FROM_DEFAULTS: Any = object()  # a Shared's default: its field's value in the defaults object
+_KW = inspect.Parameter.KEYWORD_ONLY
+_ANNOTATED: Any = Annotated  # Annotated[type, info], of a type held in a variable
 
-# ------------------------------------------------------------------ shared options
 
-AddressArg = Annotated[
+def _same(value: Any) -> Any:
+    return value
+
+
+def _duration(text: str) -> float:
+    from slime_hangdoctor.watchdog.decide import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise HangDoctorError(str(exc)) from exc
+
+
+def _duration_text(seconds: float) -> str:
+    """600.0 -> '10m': a duration as --stall-after is written (and `_duration` reads back)."""
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}"
+
+
+def _urls(given: list[str] | None) -> tuple[str, ...]:
+    return tuple(given or ())
+
+
+def _urls_shown(urls: tuple[str, ...]) -> list[str] | None:
+    return list(urls) or None
+
+
+@dataclass(frozen=True)
+class Shared:
+    """One option of several commands, declared once: its parameter, and what its value fills."""
+
+    name: str  # the parameter's name: typer hands the value under it
+    type: Any  # the value's type
+    info: Any  # typer.Option(...) or typer.Argument(...): flags, help, limits
+    into: str = ""  # "opts", "copts" or "output"; "": handed to the command as `name`
+    field: str = ""  # the field of `into` it sets (by default `name`)
+    default: Any = _FROM_DEFAULTS  # or else the defaults object's value of `field`
+    parse: Callable[[Any], Any] = _same  # the option's value as the field takes it
+    show: Callable[[Any], Any] = _same  # the field's default as the option takes it
+
+    def parameter(self, defaults: object) -> inspect.Parameter:
+        default = self.default
+        if default is _FROM_DEFAULTS:
+            default = self.show(getattr(defaults, self.field or self.name))
+        kind = _ANNOTATED[self.type, self.info]
+        return inspect.Parameter(self.name, _KW, default=default, annotation=kind)
+
+
+ADDRESS = Shared(
+    "address",
     str | None,
     typer.Argument(
-        help="Ray address: 'auto' or nothing (RAY_ADDRESS, then the local cluster), 'host:6379' (GCS), "
-        "or 'http://host:8265' (dashboard).",
+        help="Ray address: 'auto' or nothing (RAY_ADDRESS, then the local cluster), 'host:6379' "
+        "(GCS), or 'http://host:8265' (dashboard).",
         show_default=False,
     ),
-]
-WindowOpt = Annotated[
-    float,
-    typer.Option(
-        "--window", min=0.0, help="Seconds between the two samples that tell slow from hung."
-    ),
-]
-TimeoutOpt = Annotated[
-    float, typer.Option("--timeout", min=1.0, help="Deadline for the whole run, in seconds.")
-]
-ProbeTimeoutOpt = Annotated[
-    float,
-    typer.Option("--probe-timeout", min=0.1, help="Timeout of one probe (HTTP call, py-spy dump)."),
-]
-FormatOpt = Annotated[
-    ReportFormat, typer.Option("--format", "-f", case_sensitive=False, help="Output format.")
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Alias of --format json.")]
-OutOpt = Annotated[
+    default=None,
+)
+OUT = Shared(
+    "out",
     Path | None,
     typer.Option(
         "--out",
         help="Keep the evidence bundle in this directory (and DIR.tar.gz) for a bug report.",
     ),
-]
-NativeOpt = Annotated[
-    bool,
-    typer.Option(
-        "--native",
-        help="OPT-IN, touches the job: py-spy --native stacks (C/C++ frames; pauses each target ~0.2-1 s).",
+    default=None,
+)
+QUIET = Shared(
+    "quiet", bool, typer.Option("--quiet", "-q", help="No progress display."), default=False
+)
+# The report's format: `output`.
+REPORT = (
+    Shared(
+        "fmt",
+        ReportFormat,
+        typer.Option("--format", "-f", case_sensitive=False, help="Output format."),
+        "output",
+        default=ReportFormat.TEXT,
     ),
-]
-HealthOpt = Annotated[
-    bool,
-    typer.Option(
-        "--health",
-        help="OPT-IN, touches the job: GET /health on engines. Since SGLang 0.4.10 it runs a 1-token "
-        "generation on an idle engine (unsafe on an offloaded colocate engine); default probes use "
-        "/model_info, /server_info, /v1/loads and /metrics instead.",
+    Shared(
+        "as_json",
+        bool,
+        typer.Option("--json", help="Alias of --format json."),
+        "output",
+        default=False,
     ),
-]
-HealthGenOpt = Annotated[
-    bool,
+)
+WINDOW = Shared(
+    "window",
+    float,
     typer.Option(
-        "--health-generate",
-        help="OPT-IN, touches the job: GET /health_generate on engines (runs a 1-token generation; "
-        "never use on offloaded colocate engines).",
+        "--window", min=0.0, help="Seconds between the two samples that tell slow from hung."
     ),
-]
-FlightOpt = Annotated[
-    bool,
-    typer.Option(
-        "--flight-recorder",
-        help="OPT-IN, touches the job: write the TORCH_NCCL_DEBUG_INFO_PIPE_FILE pipes found in the ranks' "
-        "environment so each rank dumps its PyTorch flight recorder, and read the dumps.",
+    "opts",
+    "window_s",
+)
+# Where to look and for how long: options of every live command (attach, collect, check, watch).
+LOOK = (
+    WINDOW,
+    Shared(
+        "timeout",
+        float,
+        typer.Option("--timeout", min=1.0, help="Deadline for the whole run, in seconds."),
+        "opts",
+        "timeout_s",
     ),
-]
-ApiKeyOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--api-key", envvar="SGLANG_API_KEY", help="API key of SGLang servers started with one."
+    Shared(
+        "probe_timeout",
+        float,
+        typer.Option(
+            "--probe-timeout", min=0.1, help="Timeout of one probe (HTTP call, py-spy dump)."
+        ),
+        "opts",
+        "probe_timeout_s",
     ),
-]
-RayTokenOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--ray-token", envvar="RAY_AUTH_TOKEN", help="Token for Ray clusters with token auth."
+    Shared(
+        "local",
+        bool,
+        typer.Option(
+            "--local", help="No Ray connection: find slime processes on this node by their titles."
+        ),
+        "opts",
     ),
-]
-SglangUrlOpt = Annotated[
-    list[str] | None,
-    typer.Option("--sglang-url", help="Also probe this SGLang engine (repeatable)."),
-]
-RouterUrlOpt = Annotated[
-    list[str] | None,
-    typer.Option("--router-url", help="Also probe this SGLang router (repeatable)."),
-]
-LocalOpt = Annotated[
-    bool,
-    typer.Option(
-        "--local", help="No Ray connection: find slime processes on this node by their titles."
+    Shared(
+        "uid",
+        int | None,
+        typer.Option(
+            "--uid",
+            min=0,
+            help="With --local: take only this user's processes (default: the owner of the local Ray "
+            "session, else the user running the doctor; a root doctor never takes other users').",
+            show_default=False,
+        ),
+        "opts",
     ),
-]
-UidOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--uid",
-        min=0,
-        help="With --local: take only this user's processes (default: the owner of the local Ray "
-        "session, else the user running the doctor; a root doctor never takes other users').",
-        show_default=False,
+    Shared(
+        "api_key",
+        str | None,
+        typer.Option(
+            "--api-key", envvar="SGLANG_API_KEY", help="API key of SGLang servers started with one."
+        ),
+        "opts",
     ),
-]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")]
-RasPortOpt = Annotated[
-    int,
-    typer.Option(
-        "--ras-port",
-        min=1,
-        max=65535,
-        help="TCP port of NCCL's RAS service on 127.0.0.1 (NCCL_RAS_ADDR's port).",
+    Shared(
+        "ray_token",
+        str | None,
+        typer.Option(
+            "--ray-token", envvar="RAY_AUTH_TOKEN", help="Token for Ray clusters with token auth."
+        ),
+        "opts",
     ),
-]
+    Shared(
+        "sglang_url",
+        list[str] | None,
+        typer.Option("--sglang-url", help="Also probe this SGLang engine (repeatable)."),
+        "opts",
+        "sglang_urls",
+        parse=_urls,
+        show=_urls_shown,
+    ),
+    Shared(
+        "router_url",
+        list[str] | None,
+        typer.Option("--router-url", help="Also probe this SGLang router (repeatable)."),
+        "opts",
+        "router_urls",
+        parse=_urls,
+        show=_urls_shown,
+    ),
+    Shared(
+        "ras_port",
+        int,
+        typer.Option(
+            "--ras-port",
+            min=1,
+            max=65535,
+            help="TCP port of NCCL's RAS service on 127.0.0.1 (NCCL_RAS_ADDR's port).",
+        ),
+        "opts",
+    ),
+)
+# What touches the job: options of attach and collect only. The watchdog never touches the job on a
+# routine look, and has its own --on-stall-* switches for a stall (STALL).
+TOUCH = (
+    Shared(
+        "native",
+        bool,
+        typer.Option(
+            "--native",
+            help="OPT-IN, touches the job: py-spy --native stacks (C/C++ frames; pauses each target "
+            "~0.2-1 s).",
+        ),
+        "opts",
+    ),
+    Shared(
+        "health",
+        bool,
+        typer.Option(
+            "--health",
+            help="OPT-IN, touches the job: GET /health on engines. Since SGLang 0.4.10 it runs a "
+            "1-token generation on an idle engine (unsafe on an offloaded colocate engine); default "
+            "probes use /model_info, /server_info, /v1/loads and /metrics instead.",
+        ),
+        "opts",
+    ),
+    Shared(
+        "health_generate",
+        bool,
+        typer.Option(
+            "--health-generate",
+            help="OPT-IN, touches the job: GET /health_generate on engines (runs a 1-token "
+            "generation; never use on offloaded colocate engines).",
+        ),
+        "opts",
+    ),
+    Shared(
+        "flight_recorder",
+        bool,
+        typer.Option(
+            "--flight-recorder",
+            help="OPT-IN, touches the job: write the TORCH_NCCL_DEBUG_INFO_PIPE_FILE pipes found in "
+            "the ranks' environment so each rank dumps its PyTorch flight recorder, and read the "
+            "dumps.",
+        ),
+        "opts",
+    ),
+)
+# The watchdog's own settings (check, watch): `copts`, a CheckOptions.
+STALL = (
+    Shared(
+        "stall_after",
+        str,
+        typer.Option(
+            "--stall-after", help="No progress for this long is CRITICAL (e.g. 600, 10m, 1h)."
+        ),
+        "copts",
+        "stall_after_s",
+        parse=_duration,
+        show=_duration_text,
+    ),
+    Shared(
+        "state_file",
+        Path,
+        typer.Option(
+            "--state-file", help="Where the watchdog remembers the last progress markers."
+        ),
+        "copts",
+        default=DEFAULT_STATE_FILE,
+    ),
+    Shared(
+        "bundle_dir",
+        Path | None,
+        typer.Option("--bundle-dir", help="On a new stall, write an evidence bundle here."),
+        "copts",
+        default=None,
+    ),
+    Shared(
+        "keep",
+        int,
+        typer.Option("--keep", min=1, help="Keep the last N stall bundles."),
+        "copts",
+        "keep_bundles",
+    ),
+    Shared(
+        "on_stall_native",
+        bool,
+        typer.Option(
+            "--on-stall-native", help="OPT-IN, touches the job: native stacks in the stall bundle."
+        ),
+        "copts",
+        default=False,
+    ),
+    Shared(
+        "on_stall_flight_recorder",
+        bool,
+        typer.Option(
+            "--on-stall-flight-recorder",
+            help="OPT-IN, touches the job: poke the flight-recorder pipes for the stall bundle.",
+        ),
+        "copts",
+        default=False,
+    ),
+    Shared(
+        "on_stall_exec",
+        str | None,
+        typer.Option(
+            "--on-stall-exec", help="Run this shell command on a new stall, verdict JSON on stdin."
+        ),
+        "copts",
+        default=None,
+    ),
+    Shared(
+        "prom_file",
+        Path | None,
+        typer.Option("--prom-file", help="Prometheus textfile for node-exporter (atomic)."),
+        "copts",
+        default=None,
+    ),
+    Shared(
+        "log_file",
+        Path | None,
+        typer.Option("--log-file", help="Append one JSON line per run."),
+        "copts",
+        default=None,
+    ),
+)
 
 
-def _fmt(fmt: ReportFormat, as_json: bool) -> ReportFormat:
-    return ReportFormat.JSON if as_json else fmt
+def _check_options(values: dict[str, Any]) -> CheckOptions:
+    from slime_hangdoctor.watchdog.run import CheckOptions
+
+    return CheckOptions(**values)
 
 
-def _options(
-    *,
-    window: float,
-    timeout: float,
-    probe_timeout: float,
-    api_key: str | None,
-    ray_token: str | None,
-    sglang_url: list[str] | None,
-    router_url: list[str] | None,
-    local: bool,
-    uid: int | None = None,
-    ras_port: int,
-    native: bool = DEFAULTS.native,
-    health: bool = DEFAULTS.health,
-    health_generate: bool = DEFAULTS.health_generate,
-    flight_recorder: bool = DEFAULTS.flight_recorder,
-) -> CollectOptions:
-    """The one place the command-line options become a CollectOptions.
+def _output(values: dict[str, Any]) -> ReportFormat:
+    return ReportFormat.JSON if values["as_json"] else cast("ReportFormat", values["fmt"])
 
-    Where to look (Ray token, engines, routers, the RAS port, --local) is an option of every live
-    command: attach, collect, check and watch. What touches the job (--native, --health,
-    --health-generate, --flight-recorder) is an option of attach and collect only; the watchdog
-    never touches the job on a routine look, and has its own --on-stall-* switches for a stall.
-    """
-    return CollectOptions(
-        window_s=window,
-        timeout_s=timeout,
-        probe_timeout_s=probe_timeout,
-        native=native,
-        health=health,
-        health_generate=health_generate,
-        flight_recorder=flight_recorder,
-        api_key=api_key,
-        ray_token=ray_token,
-        sglang_urls=tuple(sglang_url or ()),
-        router_urls=tuple(router_url or ()),
-        local=local,
-        uid=uid,
-        ras_port=ras_port,
-    )
+
+def _build(
+    shared: tuple[Shared, ...], collect_defaults: CollectOptions, given: dict[str, Any]
+) -> dict[str, Any]:
+    """The one place the command-line values become what a command is handed: the CollectOptions
+    (`opts`: the defaults object with every option given set), the CheckOptions (`copts`), the
+    report format (`output`), and the options handed as they are (address, out, quiet)."""
+    fields: dict[str, dict[str, Any]] = {}
+    handed: dict[str, Any] = {}
+    for option in shared:
+        value = given.pop(option.name)
+        if option.into:
+            fields.setdefault(option.into, {})[option.field or option.name] = option.parse(value)
+        else:
+            handed[option.name] = value
+    if "opts" in fields:
+        handed["opts"] = dataclasses.replace(collect_defaults, **fields["opts"])
+    if "copts" in fields:
+        handed["copts"] = _check_options(fields["copts"])
+    if "output" in fields:
+        handed["output"] = _output(fields["output"])
+    return handed
+
+
+def takes(
+    *shared: Shared, defaults: CollectOptions = DEFAULTS
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A command taking the `shared` options, besides its own (typer parameters in its signature).
+
+    The command declares what they fill, `opts`, `copts`, `output`, or the option's own name, and
+    typer sees the shared options in their place: a group where its object is declared, in the
+    order given here. `defaults` is the CollectOptions whose values are the `opts` options' defaults
+    (CHECK_DEFAULTS is the `copts` options')."""
+
+    def wrap(command: Callable[..., None]) -> Callable[..., None]:
+        params: list[inspect.Parameter] = []
+        for param in inspect.signature(command).parameters.values():
+            group = [s for s in shared if (s.into or s.name) == param.name]
+            if not group:  # the command's own option: its annotation, as typer reads it
+                kind = param.annotation
+                if isinstance(kind, str):  # (what inspect's eval_str does, for this one alone)
+                    kind = eval(kind, command.__globals__)
+                if get_origin(kind) is not Annotated:
+                    raise TypeError(f"{command.__name__}: {param.name} is no option of typer's")
+                params.append(param.replace(kind=_KW, annotation=kind))
+            for option in group:
+                params.append(
+                    option.parameter(CHECK_DEFAULTS if option.into == "copts" else defaults)
+                )
+        missing = {s.name for s in shared} - {p.name for p in params}
+        if missing:
+            raise TypeError(f"{command.__name__} takes, but is not handed: {sorted(missing)}")
+
+        def run(**given: Any) -> None:
+            handed = _build(shared, defaults, given)
+            command(**given, **handed)
+
+        run.__name__, run.__qualname__ = command.__name__, command.__qualname__
+        run.__doc__, run.__module__ = command.__doc__, command.__module__
+        run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        return run
+
+    return wrap
 
 
 # ------------------------------------------------------------------ commands
 
 
 @app.command()
+@takes(ADDRESS, *LOOK, *TOUCH, OUT, QUIET, *REPORT)
 def attach(
-    address: AddressArg = None,
-    window: WindowOpt = DEFAULTS.window_s,
-    timeout: TimeoutOpt = DEFAULTS.timeout_s,
-    probe_timeout: ProbeTimeoutOpt = DEFAULTS.probe_timeout_s,
-    fmt: FormatOpt = ReportFormat.TEXT,
-    as_json: JsonOpt = False,
-    out: OutOpt = None,
-    native: NativeOpt = False,
-    health: HealthOpt = False,
-    health_generate: HealthGenOpt = False,
-    flight_recorder: FlightOpt = False,
-    api_key: ApiKeyOpt = None,
-    ray_token: RayTokenOpt = None,
-    sglang_url: SglangUrlOpt = None,
-    router_url: RouterUrlOpt = None,
-    local: LocalOpt = False,
-    uid: UidOpt = None,
-    quiet: QuietOpt = False,
-    ras_port: RasPortOpt = DEFAULTS.ras_port,
+    address: str | None, opts: CollectOptions, out: Path | None, quiet: bool, output: ReportFormat
 ) -> None:
     """Diagnose a live slime job: discover, sample twice, analyse, report. Read-only by default."""
-    output = _fmt(fmt, as_json)
-    opts = _options(
-        window=window,
-        timeout=timeout,
-        probe_timeout=probe_timeout,
-        native=native,
-        health=health,
-        health_generate=health_generate,
-        flight_recorder=flight_recorder,
-        api_key=api_key,
-        ray_token=ray_token,
-        sglang_url=sglang_url,
-        router_url=router_url,
-        local=local,
-        uid=uid,
-        ras_port=ras_port,
-    )
     diagnosis = run_attach(address, opts, out=out, quiet=quiet or output is not ReportFormat.TEXT)
     _emit(diagnosis, output)
 
 
 @app.command()
+@takes(ADDRESS, *LOOK, *TOUCH, QUIET)
 def collect(
     out: Annotated[
         Path, typer.Option("--out", help="Directory to write the evidence bundle into.")
     ],
-    address: AddressArg = None,
-    window: WindowOpt = DEFAULTS.window_s,
-    timeout: TimeoutOpt = DEFAULTS.timeout_s,
-    probe_timeout: ProbeTimeoutOpt = DEFAULTS.probe_timeout_s,
-    native: NativeOpt = False,
-    health: HealthOpt = False,
-    health_generate: HealthGenOpt = False,
-    flight_recorder: FlightOpt = False,
-    api_key: ApiKeyOpt = None,
-    ray_token: RayTokenOpt = None,
-    sglang_url: SglangUrlOpt = None,
-    router_url: RouterUrlOpt = None,
-    local: LocalOpt = False,
-    uid: UidOpt = None,
-    quiet: QuietOpt = False,
-    ras_port: RasPortOpt = DEFAULTS.ras_port,
+    address: str | None,
+    opts: CollectOptions,
+    quiet: bool,
 ) -> None:
     """Write an evidence bundle (DIR and DIR.tar.gz) without analysing it."""
     from slime_hangdoctor.bundle import archive
     from slime_hangdoctor.collect.run import collect as do_collect
 
-    opts = _options(
-        window=window,
-        timeout=timeout,
-        probe_timeout=probe_timeout,
-        native=native,
-        health=health,
-        health_generate=health_generate,
-        flight_recorder=flight_recorder,
-        api_key=api_key,
-        ray_token=ray_token,
-        sglang_url=sglang_url,
-        router_url=router_url,
-        local=local,
-        uid=uid,
-        ras_port=ras_port,
-    )
     with _progress(quiet) as say:
         result = do_collect(address, opts, out, command="collect", progress=say)
-    if result.ray_error and not local:
+    if result.ray_error and not opts.local:
         _err(f"could not read the Ray cluster: {result.ray_error}")
     tarball = archive(result.root)
     failed = sum(1 for p in result.manifest.probes if p.outcome.value != "ok")
@@ -297,20 +474,19 @@ def collect(
 
 
 @app.command()
+@takes(*REPORT)
 def analyse(
     bundle: Annotated[
         Path, typer.Argument(help="A bundle directory or .tar.gz written by collect/attach/check.")
     ],
-    fmt: FormatOpt = ReportFormat.TEXT,
-    as_json: JsonOpt = False,
+    output: ReportFormat,
 ) -> None:
     """Analyse an evidence bundle offline (record once, report many)."""
-    output = _fmt(fmt, as_json)
-    diagnosis = analyse_bundle(bundle)
-    _emit(diagnosis, output)
+    _emit(analyse_bundle(bundle), output)
 
 
 @app.command()
+@takes(WINDOW, OUT, QUIET, *REPORT)
 def demo(
     fault: Annotated[
         str, typer.Option("--fault", help="Fault to inject (see --list-faults).")
@@ -318,14 +494,14 @@ def demo(
     list_faults: Annotated[
         bool, typer.Option("--list-faults", help="List the faults and exit.")
     ] = False,
-    window: WindowOpt = DEFAULTS.window_s,
-    fmt: FormatOpt = ReportFormat.TEXT,
-    as_json: JsonOpt = False,
-    out: OutOpt = None,
+    *,
+    opts: CollectOptions,
+    out: Path | None,
     workdir: Annotated[
         Path | None, typer.Option("--workdir", help="Where the demo's Ray cluster keeps its files.")
     ] = None,
-    quiet: QuietOpt = False,
+    quiet: bool,
+    output: ReportFormat,
 ) -> None:
     """Start a local Ray cluster, run a small slime-shaped job with a fault, and diagnose it."""
     from slime_hangdoctor.demo.faults import FAULTS
@@ -336,10 +512,9 @@ def demo(
         return
     if fault not in FAULTS:
         raise HangDoctorError(f"unknown fault {fault!r}; see --list-faults")
-    output = _fmt(fmt, as_json)
     diagnosis = run_demo(
         fault,
-        window=window,
+        window=opts.window_s,
         out=out,
         workdir=workdir,
         quiet=quiet or output is not ReportFormat.TEXT,
@@ -347,187 +522,32 @@ def demo(
     _emit(diagnosis, output)
 
 
-StallAfterOpt = Annotated[
-    str,
-    typer.Option(
-        "--stall-after", help="No progress for this long is CRITICAL (e.g. 600, 10m, 1h)."
-    ),
-]
-StateFileOpt = Annotated[
-    Path,
-    typer.Option("--state-file", help="Where the watchdog remembers the last progress markers."),
-]
-BundleDirOpt = Annotated[
-    Path | None, typer.Option("--bundle-dir", help="On a new stall, write an evidence bundle here.")
-]
-KeepOpt = Annotated[int, typer.Option("--keep", min=1, help="Keep the last N stall bundles.")]
-OnStallNativeOpt = Annotated[
-    bool,
-    typer.Option(
-        "--on-stall-native", help="OPT-IN, touches the job: native stacks in the stall bundle."
-    ),
-]
-OnStallFrOpt = Annotated[
-    bool,
-    typer.Option(
-        "--on-stall-flight-recorder",
-        help="OPT-IN, touches the job: poke the flight-recorder pipes for the stall bundle.",
-    ),
-]
-OnStallExecOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--on-stall-exec", help="Run this shell command on a new stall, verdict JSON on stdin."
-    ),
-]
-PromFileOpt = Annotated[
-    Path | None, typer.Option("--prom-file", help="Prometheus textfile for node-exporter (atomic).")
-]
-LogFileOpt = Annotated[
-    Path | None, typer.Option("--log-file", help="Append one JSON line per run.")
-]
-
-
-def _check_options(
-    state_file: Path,
-    stall_after: str,
-    bundle_dir: Path | None,
-    keep: int,
-    on_stall_native: bool,
-    on_stall_flight_recorder: bool,
-    on_stall_exec: str | None,
-    prom_file: Path | None,
-    log_file: Path | None,
-) -> CheckOptions:
-    from slime_hangdoctor.watchdog.decide import parse_duration
-    from slime_hangdoctor.watchdog.run import CheckOptions
-
-    try:
-        stall_s = parse_duration(stall_after)
-    except ValueError as exc:
-        raise HangDoctorError(str(exc)) from exc
-    return CheckOptions(
-        state_file=state_file,
-        stall_after_s=stall_s,
-        bundle_dir=bundle_dir,
-        keep_bundles=keep,
-        on_stall_native=on_stall_native,
-        on_stall_flight_recorder=on_stall_flight_recorder,
-        on_stall_exec=on_stall_exec,
-        prom_file=prom_file,
-        log_file=log_file,
-    )
-
-
 @app.command()
+@takes(ADDRESS, *STALL, *LOOK, *REPORT, defaults=WATCHDOG_DEFAULTS)
 def check(
-    address: AddressArg = None,
-    stall_after: StallAfterOpt = "10m",
-    state_file: StateFileOpt = DEFAULT_STATE_FILE,
-    window: WindowOpt = WATCHDOG_DEFAULTS.window_s,
-    timeout: TimeoutOpt = WATCHDOG_DEFAULTS.timeout_s,
-    probe_timeout: ProbeTimeoutOpt = WATCHDOG_DEFAULTS.probe_timeout_s,
-    local: LocalOpt = False,
-    uid: UidOpt = None,
-    bundle_dir: BundleDirOpt = None,
-    keep: KeepOpt = 5,
-    on_stall_native: OnStallNativeOpt = False,
-    on_stall_flight_recorder: OnStallFrOpt = False,
-    on_stall_exec: OnStallExecOpt = None,
-    prom_file: PromFileOpt = None,
-    log_file: LogFileOpt = None,
-    api_key: ApiKeyOpt = None,
-    ray_token: RayTokenOpt = None,
-    sglang_url: SglangUrlOpt = None,
-    router_url: RouterUrlOpt = None,
-    ras_port: RasPortOpt = DEFAULTS.ras_port,
-    fmt: FormatOpt = ReportFormat.TEXT,
-    as_json: JsonOpt = False,
+    address: str | None, copts: CheckOptions, opts: CollectOptions, output: ReportFormat
 ) -> None:
     """One watchdog run (for cron): exit 0 OK, 1 no progress yet below --stall-after, 2 stalled, 3 unknown."""
     from slime_hangdoctor.watchdog.run import run_check
 
-    output = _fmt(fmt, as_json)
-    opts = _options(
-        window=window,
-        timeout=timeout,
-        probe_timeout=probe_timeout,
-        api_key=api_key,
-        ray_token=ray_token,
-        sglang_url=sglang_url,
-        router_url=router_url,
-        local=local,
-        uid=uid,
-        ras_port=ras_port,
-    )
-    copts = _check_options(
-        state_file,
-        stall_after,
-        bundle_dir,
-        keep,
-        on_stall_native,
-        on_stall_flight_recorder,
-        on_stall_exec,
-        prom_file,
-        log_file,
-    )
     result = run_check(address, opts, copts)
     _emit(result.diagnosis, output, exit_code=int(result.exit_code))
 
 
 @app.command()
+@takes(ADDRESS, *STALL, *LOOK, defaults=WATCHDOG_DEFAULTS)
 def watch(
-    address: AddressArg = None,
+    address: str | None,
     interval: Annotated[
         float, typer.Option("--interval", min=1.0, help="Seconds between runs.")
-    ] = 60.0,
-    stall_after: StallAfterOpt = "10m",
-    state_file: StateFileOpt = DEFAULT_STATE_FILE,
-    window: WindowOpt = WATCHDOG_DEFAULTS.window_s,
-    timeout: TimeoutOpt = WATCHDOG_DEFAULTS.timeout_s,
-    probe_timeout: ProbeTimeoutOpt = WATCHDOG_DEFAULTS.probe_timeout_s,
-    local: LocalOpt = False,
-    uid: UidOpt = None,
-    bundle_dir: BundleDirOpt = None,
-    keep: KeepOpt = 5,
-    on_stall_native: OnStallNativeOpt = False,
-    on_stall_flight_recorder: OnStallFrOpt = False,
-    on_stall_exec: OnStallExecOpt = None,
-    prom_file: PromFileOpt = None,
-    log_file: LogFileOpt = None,
-    api_key: ApiKeyOpt = None,
-    ray_token: RayTokenOpt = None,
+    ] = CHECK_DEFAULTS.interval_s,
     max_runs: Annotated[int | None, typer.Option("--max-runs", help="Stop after N runs.")] = None,
-    sglang_url: SglangUrlOpt = None,
-    router_url: RouterUrlOpt = None,
-    ras_port: RasPortOpt = DEFAULTS.ras_port,
+    *,
+    copts: CheckOptions,
+    opts: CollectOptions,
 ) -> None:
     """`check` in a loop every --interval seconds (for a systemd service); one status line per run."""
     from slime_hangdoctor.watchdog.run import CheckResult, watch_loop
-
-    opts = _options(
-        window=window,
-        timeout=timeout,
-        probe_timeout=probe_timeout,
-        api_key=api_key,
-        ray_token=ray_token,
-        sglang_url=sglang_url,
-        router_url=router_url,
-        local=local,
-        uid=uid,
-        ras_port=ras_port,
-    )
-    copts = _check_options(
-        state_file,
-        stall_after,
-        bundle_dir,
-        keep,
-        on_stall_native,
-        on_stall_flight_recorder,
-        on_stall_exec,
-        prom_file,
-        log_file,
-    )
 
     def line(result: CheckResult) -> None:
         from slime_hangdoctor.render.printable import one_line

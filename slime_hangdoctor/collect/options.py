@@ -60,6 +60,21 @@ class CollectOptions:
 WATCHDOG_DEFAULTS = CollectOptions(window_s=2.0, timeout_s=30.0)
 
 
+@dataclass(frozen=True)
+class CheckDefaults:
+    """The watchdog's own settings when not given, beside the CollectOptions of WATCHDOG_DEFAULTS:
+    the command line (check, watch) shows and takes them, and watchdog/run.py's CheckOptions
+    defaults to them. Its switches (--bundle-dir, --on-stall-*, --prom-file, --log-file) are off
+    unless given, and have no value here."""
+
+    stall_after_s: float = 600.0  # no progress for this long is CRITICAL
+    keep_bundles: int = 5  # stall bundles kept in --bundle-dir
+    interval_s: float = 60.0  # watch: seconds between runs
+
+
+CHECK_DEFAULTS = CheckDefaults()
+
+
 class Deadline:
     """The run's deadline: every wait and probe timeout is clamped to what is left."""
 

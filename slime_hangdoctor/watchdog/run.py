@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slime_hangdoctor.collect.options import CollectOptions
+from slime_hangdoctor.collect.options import CHECK_DEFAULTS, CollectOptions
 from slime_hangdoctor.errors import HangDoctorError
 from slime_hangdoctor.markers import Markers, progress_markers, work_markers
 from slime_hangdoctor.pipeline import Analysed, attach
@@ -64,9 +64,9 @@ NVML_INTERVAL_S = 1.0
 @dataclass(frozen=True)
 class CheckOptions:
     state_file: Path
-    stall_after_s: float = 600.0
+    stall_after_s: float = CHECK_DEFAULTS.stall_after_s
     bundle_dir: Path | None = None
-    keep_bundles: int = 5
+    keep_bundles: int = CHECK_DEFAULTS.keep_bundles
     on_stall_native: bool = False
     on_stall_flight_recorder: bool = False
     on_stall_exec: str | None = None
