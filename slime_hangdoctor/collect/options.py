@@ -1,4 +1,4 @@
-"""What a collection run may do, and for how long."""
+"""What a collection run may do, for how long, and with which credentials."""
 
 from __future__ import annotations
 
@@ -8,6 +8,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slime_hangdoctor.redact import url_secrets
+
+
+def resolve_token(token: str | None = None) -> str | None:
+    """Ray's auth token, found as Ray 2.60 finds it: the explicit one, then ``RAY_AUTH_TOKEN``,
+    then the file named by ``RAY_AUTH_TOKEN_PATH``, then ``~/.ray/auth_token``. None if none.
+    (Here, below the dashboard client that sends it: `CollectOptions.secrets` blanks it too.)"""
+    if token:
+        return token.strip() or None
+    env = os.environ.get("RAY_AUTH_TOKEN", "").strip()
+    if env:
+        return env
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text or None
 
 
 @dataclass(frozen=True)
@@ -54,22 +71,6 @@ class CollectOptions:
         for url in (address, *self.sglang_urls, *self.router_urls):
             found.extend(url_secrets(url))
         return tuple(dict.fromkeys(s for s in found if s))
-
-
-def resolve_token(token: str | None = None) -> str | None:
-    """Ray's auth token, found as Ray 2.60 finds it: the explicit one, then ``RAY_AUTH_TOKEN``,
-    then the file named by ``RAY_AUTH_TOKEN_PATH``, then ``~/.ray/auth_token``. None if none."""
-    if token:
-        return token.strip() or None
-    env = os.environ.get("RAY_AUTH_TOKEN", "").strip()
-    if env:
-        return env
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return text or None
 
 
 # The watchdog's (check, watch) defaults: a shorter window (it runs often and compares with its last
