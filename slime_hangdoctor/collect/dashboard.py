@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
+from slime_hangdoctor.collect.node import partial_snapshot
 from slime_hangdoctor.collect.options import resolve_token
 from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.parsers import ray_state
@@ -177,8 +178,6 @@ def capture_task_history(
     job, all at once; never raises. A background dashboard probe (collect/run.py BACKGROUND_DASHBOARD_PROBES)."""
     if not sample:
         return []
-    from slime_hangdoctor.collect.node import partial_snapshot
-
     try:
         jobs = partial_snapshot(writer).jobs
     except Exception:  # noqa: BLE001 - a collector never raises past itself
