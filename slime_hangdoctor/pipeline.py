@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from slime_hangdoctor.bundle import Manifest, archive, open_bundle
+from slime_hangdoctor.bundle import BundleWriter, Manifest, archive, open_bundle
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.collect.run import ProgressFn
 from slime_hangdoctor.collect.run import collect as do_collect
@@ -46,12 +47,21 @@ def attach(
     out: Path | None = None,
     progress: ProgressFn | None = None,
     command: str = "attach",
+    judge_work_moved: Callable[[BundleWriter], bool] | None = None,
 ) -> Analysed:
-    """Live: collect into `out` (or a temp dir), then analyse. Never raises for an unreachable Ray."""
+    """Live: collect into `out` (or a temp dir), then analyse. Never raises for an unreachable Ray.
+    `judge_work_moved`: `collect.run.collect`'s (the watchdog's look passes its own)."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hangdoctor-") as tmpdir:
         root = out if out is not None else Path(tmpdir) / "bundle"
-        result = do_collect(address, opts, root, command=command, progress=progress)
+        result = do_collect(
+            address,
+            opts,
+            root,
+            command=command,
+            progress=progress,
+            judge_work_moved=judge_work_moved,
+        )
         if result.ray_error and not opts.local:
             verdict = unknown_verdict(
                 f"Could not read the Ray cluster: {result.ray_error}",

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from slime_hangdoctor.collect.dashboard import DashboardClient, resolve_token
+from slime_hangdoctor.collect.dashboard import DashboardClient
+from slime_hangdoctor.collect.options import resolve_token
 from slime_hangdoctor.errors import RayUnreachable
 from slime_hangdoctor.safe_fs import file_problem, read_regular, trusted_owners
 

@@ -10,16 +10,16 @@ from __future__ import annotations
 import concurrent.futures as cf
 import dataclasses
 import json
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
+from slime_hangdoctor.collect.node import partial_snapshot
+from slime_hangdoctor.collect.options import resolve_token
 from slime_hangdoctor.facts import JOB_RUNNING, Outcome
 from slime_hangdoctor.parsers import ray_state
 
@@ -29,22 +29,6 @@ TOKEN_HELP = (
     "the dashboard wants Ray's auth token: pass --ray-token, or set RAY_AUTH_TOKEN / "
     "RAY_AUTH_TOKEN_PATH (default ~/.ray/auth_token)"
 )
-
-
-def resolve_token(token: str | None = None) -> str | None:
-    """Ray's auth token, found as Ray 2.60 finds it: the explicit one, then ``RAY_AUTH_TOKEN``,
-    then the file named by ``RAY_AUTH_TOKEN_PATH``, then ``~/.ray/auth_token``. None if none."""
-    if token:
-        return token.strip() or None
-    env = os.environ.get("RAY_AUTH_TOKEN", "").strip()
-    if env:
-        return env
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return text or None
 
 
 # What to ask the dashboard: the source's table, beside its parsers (parsers/ray_state.py).
@@ -194,8 +178,6 @@ def capture_task_history(
     job, all at once; never raises. A background dashboard probe (collect/run.py BACKGROUND_DASHBOARD_PROBES)."""
     if not sample:
         return []
-    from slime_hangdoctor.collect.node import partial_snapshot
-
     try:
         jobs = partial_snapshot(writer).jobs
     except Exception:  # noqa: BLE001 - a collector never raises past itself

@@ -112,21 +112,6 @@ def submit_stacks(
     return NODE_PROBE(NodeContext(writer, topo, spec, opts, deadline, pool))
 
 
-def work_moved(writer: BundleWriter) -> bool:
-    """Did anything that moves only with work (tokens, Ray tasks, collectives, NVLink) change
-    between sample 0 and sample 1 of what the writer holds?"""
-    from slime_hangdoctor.markers import changed_markers, progress_markers, work_markers
-
-    manifest = writer.manifest()
-    seen = []
-    for sample in (0, 1):
-        probes = tuple(p for p in manifest.probes if p.sample in (sample, None))
-        with Bundle(writer.root, dataclasses.replace(manifest, probes=probes)) as view:
-            snap = load_snapshot(view)
-        seen.append(work_markers(progress_markers(snap, build_topology(snap))))
-    return bool(changed_markers(seen[0], seen[1]))
-
-
 def sample_gpus_over(
     writer: BundleWriter, node_ip: str | None, opts: CollectOptions, deadline: Deadline
 ) -> None:

@@ -1,9 +1,30 @@
-"""What a collection run may do, and for how long."""
+"""What a collection run may do, for how long, and with which credentials."""
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from slime_hangdoctor.redact import url_secrets
+
+
+def resolve_token(token: str | None = None) -> str | None:
+    """Ray's auth token, found as Ray 2.60 finds it: the explicit one, then ``RAY_AUTH_TOKEN``,
+    then the file named by ``RAY_AUTH_TOKEN_PATH``, then ``~/.ray/auth_token``. None if none.
+    (Here, below the dashboard client that sends it: `CollectOptions.secrets` blanks it too.)"""
+    if token:
+        return token.strip() or None
+    env = os.environ.get("RAY_AUTH_TOKEN", "").strip()
+    if env:
+        return env
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text or None
 
 
 @dataclass(frozen=True)
@@ -46,9 +67,6 @@ class CollectOptions:
         """Every secret this run was given, to blank wherever it shows up: the API key, Ray's
         token (also the one Ray would read from RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token), and the
         credentials in the URLs (the Ray address, --sglang-url, --router-url)."""
-        from slime_hangdoctor.collect.dashboard import resolve_token
-        from slime_hangdoctor.redact import url_secrets
-
         found = [self.api_key, self.ray_token, resolve_token(self.ray_token)]
         for url in (address, *self.sglang_urls, *self.router_urls):
             found.extend(url_secrets(url))

@@ -30,7 +30,6 @@ from slime_hangdoctor.collect.node import (
     sample_gpus_over,
     sample_node,
     submit_stacks,
-    work_moved,
 )
 from slime_hangdoctor.collect.node_probe import NodeSpec
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
@@ -106,6 +105,7 @@ class _Run:
     remote_gpu: list[tuple[RemoteNode, Any]] | None = None
     remote_seen: list[RemoteNode] | None = None
     work_moved: bool | None = None
+    judge_work_moved: Callable[[BundleWriter], bool] | None = None
 
 
 def collect(
@@ -115,8 +115,14 @@ def collect(
     *,
     command: str = "collect",
     progress: ProgressFn | None = None,
+    judge_work_moved: Callable[[BundleWriter], bool] | None = None,
 ) -> CollectResult:
-    """Collect evidence from the job at `address` into a bundle at `out`."""
+    """Collect evidence from the job at `address` into a bundle at `out`.
+
+    With `opts.stacks_only_if_stalled`, `judge_work_moved` (the watchdog's: what counts as work is
+    its policy, not the collector's) says, from what the writer holds after the second sample,
+    whether work moved between the samples; its answer is CollectResult.work_moved, and the second
+    sample's stacks are taken only when it says no (or when no judge was given)."""
     say = progress or (lambda _msg: None)
     deadline = Deadline(opts.timeout_s)
     writer = BundleWriter(
@@ -136,7 +142,16 @@ def collect(
     with cf.ThreadPoolExecutor(
         max_workers=max(2, opts.concurrency), thread_name_prefix="probe"
     ) as pool:
-        run = _Run(writer, opts, deadline, pool, say, local_ips=frozenset(_local_ips()), threads=[])
+        run = _Run(
+            writer,
+            opts,
+            deadline,
+            pool,
+            say,
+            local_ips=frozenset(_local_ips()),
+            threads=[],
+            judge_work_moved=judge_work_moved,
+        )
         if not opts.local:
             say("finding the Ray cluster")
             try:
@@ -396,11 +411,12 @@ def _sample_here_and_probe_endpoints(
 
 
 def _stacks_if_stalled(run: _Run, topo: Topology, local_spec: NodeSpec) -> None:
-    """The watchdog's mode: the second set of stacks only when nothing that moves with work moved."""
+    """The watchdog's mode: the second set of stacks only when its judge says no work moved."""
     opts, deadline = run.opts, run.deadline
-    run.work_moved = work_moved(run.writer)
+    if run.judge_work_moved is not None:
+        run.work_moved = run.judge_work_moved(run.writer)
     if opts.stacks and not run.work_moved:
-        run.say("nothing moved: taking the stacks again")
+        run.say(f"{'nothing moved: ' if run.work_moved is False else ''}taking the stacks again")
         dumps = submit_stacks(run.writer, topo, local_spec, opts, deadline, run.pool)
         cf.wait(dumps, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
 

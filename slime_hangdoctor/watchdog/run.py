@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slime_hangdoctor.bundle import Bundle, BundleWriter
 from slime_hangdoctor.collect.options import CHECK_DEFAULTS, CollectOptions
 from slime_hangdoctor.errors import HangDoctorError
-from slime_hangdoctor.markers import Markers, progress_markers, work_markers
+from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.markers import Markers, changed_markers, progress_markers, work_markers
 from slime_hangdoctor.pipeline import Analysed, attach
 from slime_hangdoctor.safe_fs import (
     CLOEXEC,
@@ -29,6 +31,7 @@ from slime_hangdoctor.safe_fs import (
     open_dir,
     open_private_dir,
 )
+from slime_hangdoctor.topology import build_topology
 from slime_hangdoctor.verdict import (
     Diagnosis,
     ExitCode,
@@ -216,6 +219,7 @@ def _look(address: str | None, opts: CollectOptions, previous: WatchState, now: 
                 full, stacks=False, gpu_detail=False, logs=False, timeout_s=opts.timeout_s / 2
             ),
             command="check",
+            judge_work_moved=work_moved,
         )
         markers = _markers(gate)
         status = gate.diagnosis.verdict.status
@@ -236,8 +240,22 @@ def _look(address: str | None, opts: CollectOptions, previous: WatchState, now: 
         full = dataclasses.replace(
             full, timeout_s=max(1.0, opts.timeout_s - (time.monotonic() - started))
         )
-    analysed = attach(address, full, command="check")
+    analysed = attach(address, full, command="check", judge_work_moved=work_moved)
     return _Look(analysed, _markers(analysed), full=opts.stacks)
+
+
+def work_moved(writer: BundleWriter) -> bool:
+    """The look's judge (`collect`'s `judge_work_moved`): did anything that moves only with work
+    (tokens, Ray tasks, collectives, NVLink) change between sample 0 and sample 1 of what the
+    writer holds? The collector asks it after the second sample, before taking stacks again."""
+    manifest = writer.manifest()
+    seen = []
+    for sample in (0, 1):
+        probes = tuple(p for p in manifest.probes if p.sample in (sample, None))
+        with Bundle(writer.root, dataclasses.replace(manifest, probes=probes)) as view:
+            snap = load_snapshot(view)
+        seen.append(work_markers(progress_markers(snap, build_topology(snap))))
+    return bool(changed_markers(seen[0], seen[1]))
 
 
 def _carriable(previous: WatchState, now: float) -> StallLook | None:

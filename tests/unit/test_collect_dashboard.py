@@ -20,10 +20,10 @@ from slime_hangdoctor.collect.dashboard import (
     PROFILING_HELP,
     DashboardClient,
     capture_state,
-    resolve_token,
     scrub_env_values,
     worker_traceback,
 )
+from slime_hangdoctor.collect.options import resolve_token
 from slime_hangdoctor.errors import RayUnreachable
 from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.parsers.ray_state import parse_actors, parse_jobs

@@ -2,7 +2,11 @@
 
 Every import of our own package counts, also the lazy ones inside functions. ALLOWED names, for each
 part of the package (a top-level module or a sub-package), the parts it may import; a part not in the
-table fails the test, so a new module must be placed in a layer (and in the docs) on purpose."""
+table fails the test, so a new module must be placed in a layer (and in the docs) on purpose.
+
+The layers say nothing of the modules inside one part: `cycles` walks the graph of module imports
+of the whole package (the same imports, lazy and TYPE_CHECKING ones included, `from x import y`
+counted as an import of module `x.y` when there is one) and names every cycle in it."""
 
 from __future__ import annotations
 
@@ -51,7 +55,8 @@ ALLOWED: dict[str, frozenset[str]] = {
         {"facts", "source_spec", "parsers", "sources", "snapshot", "topology", "verdict", "markers"}
     ),
     "render": frozenset({"__init__", "errors", "verdict"}),
-    "collect": _BELOW_ANALYSIS,
+    # not markers: what counts as work moving is the watchdog's policy (it judges for the collector)
+    "collect": _BELOW_ANALYSIS - {"markers"},
     "pipeline": _BELOW_ANALYSIS | {"collect", "analysis"},
     "watchdog": _BELOW_ANALYSIS | {"collect", "analysis", "render", "pipeline"},
     "demo": frozenset(),  # standalone: submitted to Ray with its own folder as working dir
@@ -124,12 +129,106 @@ def violations(files: list[Path], package: Path = PACKAGE) -> list[str]:
     return bad
 
 
+def import_graph(files: list[Path], package: Path = PACKAGE) -> dict[str, dict[str, str]]:
+    """Module -> {module it imports: where (`path:line` of the first such import)}."""
+    graph: dict[str, dict[str, str]] = {}
+    for path in files:
+        module = module_name(path, package)
+        edges = graph.setdefault(module, {})
+        found = own_imports(
+            path.read_text(), module, package, is_package=path.name == "__init__.py"
+        )
+        for line, target in found:
+            if target != module:
+                edges.setdefault(target, f"{path.relative_to(package.parent)}:{line}")
+    return graph
+
+
+def _cyclic_sets(graph: dict[str, dict[str, str]]) -> list[set[str]]:
+    """The strongly connected sets of two modules or more (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, {}):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            members = set()
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                members.add(top)
+                if top == node:
+                    break
+            if len(members) > 1:
+                found.append(members)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _shortest_cycle(graph: dict[str, dict[str, str]], start: str, within: set[str]) -> list[str]:
+    """The shortest import path from `start` back to itself, through `within` only."""
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following: list[str] = []
+        for node in frontier:
+            for nxt in sorted(graph.get(node, {})):
+                if nxt not in within or nxt in came_from:
+                    continue
+                came_from[nxt] = node
+                if nxt == start:
+                    path = [start]
+                    while path[-1] != start or len(path) == 1:
+                        path.append(came_from[path[-1]])
+                    return path[::-1]
+                following.append(nxt)
+        frontier = following
+    raise AssertionError(f"{start} is on no cycle of {sorted(within)}")
+
+
+def cycles(graph: dict[str, dict[str, str]]) -> list[str]:
+    """Each import cycle, named with the import that closes each step: for every module on a cycle,
+    the shortest cycle through it (a cycle found from two of its modules is named once)."""
+    named: dict[tuple[str, ...], str] = {}
+    for members in _cyclic_sets(graph):
+        for start in sorted(members):
+            ring = _shortest_cycle(graph, start, members)[:-1]
+            least = ring.index(min(ring))
+            ring = ring[least:] + ring[:least]  # told from its least module, once
+            steps = [
+                f"{a} -> {b} ({graph[a][b]})"
+                for a, b in zip(ring, [*ring[1:], ring[0]], strict=True)
+            ]
+            named.setdefault(tuple(ring), "; ".join(steps))
+    return sorted(named.values())
+
+
 def _package_files() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
 
 
 def test_every_import_follows_the_layers() -> None:
     assert violations(_package_files()) == []
+
+
+def test_no_module_imports_itself_back() -> None:
+    """No import cycle anywhere, inside a part too: a lazy import inside a function counts (it only
+    hides the cycle from the interpreter until that function runs)."""
+    assert cycles(import_graph(_package_files())) == []
 
 
 def test_every_layer_is_in_the_architecture_doc() -> None:
@@ -177,3 +276,67 @@ def test_the_check_catches_a_wrong_import(
     target.write_text(source)
     found = violations([target], package)
     assert any(expected in v for v in found), found
+
+
+def _fake_package(tmp_path: Path, sources: dict[str, str]) -> tuple[Path, list[Path]]:
+    package = tmp_path / PKG
+    files = []
+    for where, source in {"__init__.py": "", **sources}.items():
+        path = package / where
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+        files.append(path)
+    return package, files
+
+
+@pytest.mark.parametrize(
+    ("sources", "expected"),
+    [
+        (  # hidden in a function, as collect/options.py hid its import of collect/dashboard.py
+            {
+                "collect/__init__.py": "",
+                "collect/options.py": "def f():\n    from slime_hangdoctor.collect import dash\n",
+                "collect/dash.py": "from slime_hangdoctor.collect.node import g\n",
+                "collect/node.py": "from .options import f\n",
+            },
+            [
+                "slime_hangdoctor.collect.dash -> slime_hangdoctor.collect.node "
+                "(slime_hangdoctor/collect/dash.py:1); "
+                "slime_hangdoctor.collect.node -> slime_hangdoctor.collect.options "
+                "(slime_hangdoctor/collect/node.py:1); "
+                "slime_hangdoctor.collect.options -> slime_hangdoctor.collect.dash "
+                "(slime_hangdoctor/collect/options.py:2)"
+            ],
+        ),
+        (  # two cycles through one module: each is named
+            {
+                "a.py": "import slime_hangdoctor.b\nimport slime_hangdoctor.c\n",
+                "b.py": "from slime_hangdoctor import a\n",
+                "c.py": "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from slime_hangdoctor.a import X\n",
+            },
+            [
+                "slime_hangdoctor.a -> slime_hangdoctor.b (slime_hangdoctor/a.py:1); "
+                "slime_hangdoctor.b -> slime_hangdoctor.a (slime_hangdoctor/b.py:1)",
+                "slime_hangdoctor.a -> slime_hangdoctor.c (slime_hangdoctor/a.py:2); "
+                "slime_hangdoctor.c -> slime_hangdoctor.a (slime_hangdoctor/c.py:3)",
+            ],
+        ),
+        (  # one-way: a name imported from a package's __init__ is an import of the package
+            {
+                "p/__init__.py": "from slime_hangdoctor.p.m import X\n",
+                "p/m.py": "from slime_hangdoctor.q import Y\nX = 1\n",
+                "q.py": "Y = 2\n",
+                "r.py": "from slime_hangdoctor.p import X, m\n",
+            },
+            [],
+        ),
+    ],
+)
+def test_the_check_names_every_cycle(
+    tmp_path: Path, sources: dict[str, str], expected: list[str]
+) -> None:
+    """The cycle check itself can fail: cycles planted in a copy of the layout are named, with the
+    line of each import on them, and a one-way graph passes."""
+    package, files = _fake_package(tmp_path, sources)
+    assert cycles(import_graph(files, package)) == expected
