@@ -231,10 +231,6 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
     FrameSig(
         ANY, S.CHECKPOINT, "slime/backends/megatron_utils/checkpoint.py", what="checkpoint load"
     ),
-    FrameSig(
-        ANY, S.CHECKPOINT, "slime/backends/megatron_utils/hf_checkpoint_saver.py", what="HF save"
-    ),
-    FrameSig("save_hf_model", S.CHECKPOINT, "slime/backends/megatron_utils/model.py"),
     *_rows(S.CHECKPOINT, "slime/rollout/data_source.py", "save load", what="data-source state"),
     FrameSig(ANY, S.CHECKPOINT, "training/checkpointing.py", what="Megatron checkpointing"),
     *_rows(
@@ -251,6 +247,12 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
     FrameSig(ANY, S.WEIGHT_SYNC, _UW, what="weight sync"),
     FrameSig(ANY, S.WEIGHT_SYNC, _UWT, what="colocated weight sync (CUDA IPC)"),
     FrameSig(ANY, S.WEIGHT_SYNC, _UWD, what="distributed weight sync"),
+    # HfWeightIteratorDirect runs under every weight sync that converts to HF (through
+    # hf_weight_iterator_base.py:10 at 624b824) and, in slime main, under the HF save too
+    # (hf_checkpoint_saver.py:106): the outer frame decides (9bfe152 and 624b824 both have it)
+    FrameSig(
+        ANY, S.WEIGHT_SYNC, _UW + "hf_weight_iterator_direct.py", what="HF export", generic=True
+    ),
     FrameSig(
         "_update_bucket_weights_from_distributed",
         S.NCCL_BROADCAST,
@@ -374,6 +376,8 @@ _JAN_FRAMES: tuple[FrameSig, ...] = (
     FrameSig("save", S.CHECKPOINT, "train.py", what="driver: checkpoint save"),
     FrameSig(ANY, S.CHECKPOINT, "slime/backends/fsdp_utils/checkpoint.py", what="FSDP checkpoint"),
     FrameSig(ANY, S.STARTUP, "slime/router/router.py", what="slime router", generic=True),
+    # model.py:720 at 9bfe152 (gone from main: hf_checkpoint_saver.py took its place)
+    FrameSig("save_hf_model", S.CHECKPOINT, "slime/backends/megatron_utils/model.py"),
 )
 
 _HEAD_FRAMES: tuple[FrameSig, ...] = (
@@ -404,6 +408,35 @@ _HEAD_FRAMES: tuple[FrameSig, ...] = (
         S.ROLLOUT_DISPATCH,
         "slime/backends/sglang_utils/server_control.py",
         what="abort tail (abort until idle)",
+    ),
+    # Disk weight sync (624b824): UpdateWeightFromDisk.update_weights
+    # (update_weight/update_weight_from_disk.py:66) writes the HF weights through
+    # save_hf_model_to_path (:77), then RayTrainGroup._reload_rollout_weights_from_disk
+    # (actor_group.py:227) has the engines reload them; the delta mode
+    # (update_weight_from_disk_delta.py:84) publishes deltas the engines pull.
+    FrameSig(
+        "update_weights",
+        S.WEIGHT_SYNC,
+        _UW + "update_weight_from_disk.py",
+        "UpdateWeightFromDisk",
+        "disk weight sync (writing the HF weights the engines reload)",
+    ),
+    FrameSig(
+        "update_weights",
+        S.WEIGHT_SYNC,
+        _UW + "update_weight_from_disk_delta.py",
+        "UpdateWeightFromDiskDelta",
+        "disk weight sync (publishing weight deltas)",
+    ),
+    # hf_checkpoint_saver.py (save_hf_model_to_path :24, save_hf_model_direct_to_path :44) is
+    # shared by the HF checkpoint save (MegatronTrainRayActor.save_model, actor.py:590) and the
+    # disk weight sync (update_weight_from_disk.py:77): the outer frame decides.
+    FrameSig(
+        ANY,
+        S.CHECKPOINT,
+        "slime/backends/megatron_utils/hf_checkpoint_saver.py",
+        what="HF save (checkpoint or disk weight sync)",
+        generic=True,
     ),
 )
 
