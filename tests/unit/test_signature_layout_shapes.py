@@ -40,3 +40,30 @@ def test_the_hf_save_alone_reads_as_checkpoint() -> None:
     assert find_stage(frames[: k + 1])[0] is S.CHECKPOINT
     sig = sg.match_frame(frames[k])
     assert sig is not None and sig.generic and sg.layouts_of(sig) == ("2026-08",)
+
+
+# miles 31f1ca961: its moved files and its own classes (item 5)
+MILES = (
+    ("miles router start", S.STARTUP),
+    ("miles start servers", S.STARTUP),
+    ("miles convert", S.ROLLOUT_DISPATCH),
+    ("miles offload", S.OFFLOAD_ONLOAD),
+    ("miles reward", S.REWARD),
+    ("miles FSDP weight sync", S.WEIGHT_SYNC),
+    ("miles FSDP train", S.TRAIN),
+)
+
+
+@pytest.mark.parametrize(("label", "stage"), MILES)
+def test_miles_shape_reads_as_its_stage(label: str, stage: Stage) -> None:
+    thread = layout_shape_thread(label)
+    assert find_stage(thread.frames)[0] is stage
+    assert read_thread(thread, pid=1).stage is stage
+
+
+@pytest.mark.parametrize(("label", "_stage"), MILES)
+def test_miles_frames_tell_the_miles_layout(label: str, _stage: Stage) -> None:
+    """The innermost frame that decides is a row of the miles layout only."""
+    thread = layout_shape_thread(label)
+    _, _, sig = find_stage(thread.frames)
+    assert sig is not None and sg.layouts_of(sig) == ("miles-2026-08",)
