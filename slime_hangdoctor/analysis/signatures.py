@@ -776,10 +776,17 @@ def match_frame(frame: Frame) -> FrameSig | None:
 def _match(name: str, filename: str, short_filename: str) -> FrameSig | None:
     frame = Frame(name=name, filename=filename, short_filename=short_filename)
     func = split_name(name)[1]
+    # A row matched by its class alone (its file is elsewhere: a fork, a copied script) yields to
+    # one whose file matches too: slime's RolloutManager.generate in slime/ray/rollout.py is
+    # slime's row, not miles's (miles/ray/rollout/rollout_manager.py), however long its path.
     best: FrameSig | None = None
+    best_key: tuple[bool, tuple[int, int]] | None = None
     for sig in _BY_FUNC.get(func, ()) + _BY_FUNC.get(ANY, ()):
-        if sig_matches(sig, frame) and (best is None or sig.specificity > best.specificity):
-            best = sig
+        if not sig_matches(sig, frame):
+            continue
+        key = (sig.file is None or _file_matches(sig.file, frame), sig.specificity)
+        if best_key is None or key > best_key:
+            best, best_key = sig, key
     return best
 
 
