@@ -12,17 +12,15 @@ from slime_hangdoctor.analysis.stacks import find_stage, read_thread
 from slime_hangdoctor.verdict import Stage
 from tests.unit.recorded_stacks import layout_shape_thread
 
-S = Stage
-
 # slime 624b824: the HF save of hf_checkpoint_saver.py runs under the disk weight sync and under
 # the HF checkpoint save; the outer frame decides (item 1: "disk weight sync reads as weight sync").
 SLIME_MAIN = (
-    ("disk weight sync finalizing", S.WEIGHT_SYNC),
-    ("disk weight sync converting", S.WEIGHT_SYNC),
-    ("HF checkpoint save writing", S.CHECKPOINT),
-    ("HF checkpoint save converting", S.CHECKPOINT),
-    ("disk reload driver", S.WEIGHT_SYNC),
-    ("engine disk reload", S.WEIGHT_SYNC),
+    ("disk weight sync finalizing", Stage.WEIGHT_SYNC),
+    ("disk weight sync converting", Stage.WEIGHT_SYNC),
+    ("HF checkpoint save writing", Stage.CHECKPOINT),
+    ("HF checkpoint save converting", Stage.CHECKPOINT),
+    ("disk reload driver", Stage.WEIGHT_SYNC),
+    ("engine disk reload", Stage.WEIGHT_SYNC),
 )
 
 
@@ -37,20 +35,20 @@ def test_the_hf_save_alone_reads_as_checkpoint() -> None:
     """With no outer frame (the chain cut at save_hf_model_to_path) the shared saver is a save."""
     frames = layout_shape_thread("disk weight sync finalizing").frames
     k = next(i for i, f in enumerate(frames) if f.name == "save_hf_model_to_path")
-    assert find_stage(frames[: k + 1])[0] is S.CHECKPOINT
+    assert find_stage(frames[: k + 1])[0] is Stage.CHECKPOINT
     sig = sg.match_frame(frames[k])
     assert sig is not None and sig.generic and sg.layouts_of(sig) == ("2026-08",)
 
 
 # miles 31f1ca961: its moved files and its own classes (item 5)
 MILES = (
-    ("miles router start", S.STARTUP),
-    ("miles start servers", S.STARTUP),
-    ("miles convert", S.ROLLOUT_DISPATCH),
-    ("miles offload", S.OFFLOAD_ONLOAD),
-    ("miles reward", S.REWARD),
-    ("miles FSDP weight sync", S.WEIGHT_SYNC),
-    ("miles FSDP train", S.TRAIN),
+    ("miles router start", Stage.STARTUP),
+    ("miles start servers", Stage.STARTUP),
+    ("miles convert", Stage.ROLLOUT_DISPATCH),
+    ("miles offload", Stage.OFFLOAD_ONLOAD),
+    ("miles reward", Stage.REWARD),
+    ("miles FSDP weight sync", Stage.WEIGHT_SYNC),
+    ("miles FSDP train", Stage.TRAIN),
 )
 
 
