@@ -86,6 +86,27 @@ CALL_STAGES: Mapping[str, Stage] = {
     _PAUSE: Stage.WEIGHT_SYNC,
     "/release_memory_occupation": Stage.OFFLOAD_ONLOAD,
     "/resume_memory_occupation": Stage.OFFLOAD_ONLOAD,
+    # slime main (THUDM/slime 624b824a8) calls the five below with no timeout; each stage is read
+    # from their callers there. /flush_cache (GET, up to 60 tries, sglang_engine.py:270-289):
+    # after every weight update (update_weight_from_distributed.py:112,
+    # update_weight_from_tensor.py:286, update_weight_from_disk_delta.py:180, the disk reload in
+    # actor_group.py:245), and also first thing in release_memory_occupation
+    # (sglang_engine.py:328-330, an offload): weight sync, the caller of four of five.
+    "/flush_cache": Stage.WEIGHT_SYNC,
+    # sglang_engine.py:358-370, called by RayTrainGroup._reload_rollout_weights_from_disk
+    # (actor_group.py:248) and UpdateWeightFromDiskDelta (update_weight_from_disk_delta.py:183)
+    "/update_weights_from_disk": Stage.WEIGHT_SYNC,
+    # sglang_engine.py:344-356 (slime's SGLang patch), called by actor_group.py:240 and
+    # update_weight_from_disk_delta.py:110,178 before the engines reload from disk
+    "/pull_weights": Stage.WEIGHT_SYNC,
+    # sglang_engine.py:437-454, called by post_process_weights (update_weight_from_distributed.py:
+    # 359-369) around each update (update_weight_from_distributed.py:116,129,
+    # update_weight_from_tensor.py:288,326)
+    "/post_process_weights": Stage.WEIGHT_SYNC,
+    # sglang_engine.py:430-435, the last call of every weight update
+    # (update_weight_from_distributed.py:134, update_weight_from_tensor.py:331,
+    # update_weight_from_disk_delta.py:190, actor_group.py:269)
+    _CONTINUE: Stage.WEIGHT_SYNC,
 }
 # The last release whose `/server_info` `weight_version` follows weight updates (0.5.23's is the
 # startup value, http_server.py:863-873 there).

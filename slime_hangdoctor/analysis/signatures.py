@@ -15,7 +15,7 @@ selectors, ...) and, when py-spy ran with --native, native frames (cudaDeviceSyn
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from functools import lru_cache
 
@@ -101,7 +101,7 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
         Stage.STARTUP,
         _PLACEMENT_GROUP_PY,
         "create_placement_groups _create_placement_group create_rollout_manager "
-        "create_training_models create_actor_model allocate_train_group",
+        "create_training_models allocate_train_group",
         what="driver startup (placement group, actors)",
     ),
     FrameSig(
@@ -243,13 +243,6 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
     FrameSig(
         ANY, Stage.CHECKPOINT, "slime/backends/megatron_utils/checkpoint.py", what="checkpoint load"
     ),
-    FrameSig(
-        ANY,
-        Stage.CHECKPOINT,
-        "slime/backends/megatron_utils/hf_checkpoint_saver.py",
-        what="HF save",
-    ),
-    FrameSig("save_hf_model", Stage.CHECKPOINT, "slime/backends/megatron_utils/model.py"),
     *_rows(Stage.CHECKPOINT, "slime/rollout/data_source.py", "save load", what="data-source state"),
     FrameSig(ANY, Stage.CHECKPOINT, "training/checkpointing.py", what="Megatron checkpointing"),
     *_rows(
@@ -268,6 +261,16 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
         ANY, Stage.WEIGHT_SYNC, _UPDATE_FROM_TENSOR_PY, what="colocated weight sync (CUDA IPC)"
     ),
     FrameSig(ANY, Stage.WEIGHT_SYNC, _UPDATE_FROM_DISTRIBUTED_PY, what="distributed weight sync"),
+    # HfWeightIteratorDirect runs under every weight sync that converts to HF (through
+    # hf_weight_iterator_base.py:10 at 624b824) and, in slime main, under the HF save too
+    # (hf_checkpoint_saver.py:106): the outer frame decides (9bfe152 and 624b824 both have it)
+    FrameSig(
+        ANY,
+        Stage.WEIGHT_SYNC,
+        _UPDATE_WEIGHT_DIR + "hf_weight_iterator_direct.py",
+        what="HF export",
+        generic=True,
+    ),
     FrameSig(
         "_update_bucket_weights_from_distributed",
         Stage.NCCL_BROADCAST,
@@ -294,7 +297,7 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
     *_rows(
         Stage.STARTUP,
         _ENGINE_PY,
-        "init _init_normal _init_external _register_to_router",
+        "init _init_normal _init_external",
         cls="SGLangEngine",
         what="engine startup",
     ),
@@ -310,8 +313,7 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
         Stage.WEIGHT_SYNC,
         _ENGINE_PY,
         "update_weights_from_tensor init_weights_update_group destroy_weights_update_group "
-        "pause_generation continue_generation post_process_weights update_weights_from_disk "
-        "pull_weights check_weights",
+        "pause_generation continue_generation post_process_weights check_weights",
         cls="SGLangEngine",
         what="engine weight update",
     ),
@@ -399,9 +401,26 @@ _JAN_FRAMES: tuple[FrameSig, ...] = (
         ANY, Stage.CHECKPOINT, "slime/backends/fsdp_utils/checkpoint.py", what="FSDP checkpoint"
     ),
     FrameSig(ANY, Stage.STARTUP, "slime/router/router.py", what="slime router", generic=True),
+    # model.py:720 at 9bfe152 (gone from main: hf_checkpoint_saver.py took its place)
+    FrameSig("save_hf_model", Stage.CHECKPOINT, "slime/backends/megatron_utils/model.py"),
 )
 
 _HEAD_FRAMES: tuple[FrameSig, ...] = (
+    # placement_group.py, sglang_engine.py at 624b824 (not in 9bfe152)
+    FrameSig(
+        "create_actor_model",
+        Stage.STARTUP,
+        _PLACEMENT_GROUP_PY,
+        what="driver startup (placement group, actors)",
+    ),
+    FrameSig("_register_to_router", Stage.STARTUP, _ENGINE_PY, "SGLangEngine", "engine startup"),
+    *_rows(
+        Stage.WEIGHT_SYNC,
+        _ENGINE_PY,
+        "update_weights_from_disk pull_weights",
+        cls="SGLangEngine",
+        what="engine weight update",
+    ),
     FrameSig("start_rollout_servers", Stage.STARTUP, _ROLLOUT_PY, what="engine startup"),
     FrameSig("start_engines", Stage.STARTUP, _ROLLOUT_PY, "ServerGroup", "engine startup"),
     FrameSig("recover", Stage.STARTUP, _ROLLOUT_PY, "RolloutServer", "FT engine recovery"),
@@ -429,6 +448,185 @@ _HEAD_FRAMES: tuple[FrameSig, ...] = (
         Stage.ROLLOUT_DISPATCH,
         "slime/backends/sglang_utils/server_control.py",
         what="abort tail (abort until idle)",
+    ),
+    # Disk weight sync (624b824): UpdateWeightFromDisk.update_weights
+    # (update_weight/update_weight_from_disk.py:66) writes the HF weights through
+    # save_hf_model_to_path (:77), then RayTrainGroup._reload_rollout_weights_from_disk
+    # (actor_group.py:227) has the engines reload them; the delta mode
+    # (update_weight_from_disk_delta.py:84) publishes deltas the engines pull.
+    FrameSig(
+        "update_weights",
+        Stage.WEIGHT_SYNC,
+        _UPDATE_WEIGHT_DIR + "update_weight_from_disk.py",
+        "UpdateWeightFromDisk",
+        "disk weight sync (writing the HF weights the engines reload)",
+    ),
+    FrameSig(
+        "update_weights",
+        Stage.WEIGHT_SYNC,
+        _UPDATE_WEIGHT_DIR + "update_weight_from_disk_delta.py",
+        "UpdateWeightFromDiskDelta",
+        "disk weight sync (publishing weight deltas)",
+    ),
+    # hf_checkpoint_saver.py (save_hf_model_to_path :24, save_hf_model_direct_to_path :44) is
+    # shared by the HF checkpoint save (MegatronTrainRayActor.save_model, actor.py:590) and the
+    # disk weight sync (update_weight_from_disk.py:77): the outer frame decides.
+    FrameSig(
+        ANY,
+        Stage.CHECKPOINT,
+        "slime/backends/megatron_utils/hf_checkpoint_saver.py",
+        what="HF save (checkpoint or disk weight sync)",
+        generic=True,
+    ),
+)
+
+# --------------------------------------------------------------------------- miles
+
+# radixark/miles @ 31f1ca961 keeps slime's classes under `miles/`. Where a file kept its place
+# (`slime/X` -> `miles/X`), the row is slime's, renamed by `_in_miles`; the files miles moved or
+# dropped are left out (_NOT_IN_MILES) and the moved ones have their own rows (_MILES_FRAMES).
+_NOT_IN_MILES = (
+    "slime/ray/",  # split into miles/ray/rollout/*.py and miles/ray/train/ (rows below)
+    "slime/backends/megatron_utils/loss.py",  # no loss.py, data.py, cp_utils.py in miles
+    "slime/backends/megatron_utils/data.py",
+    "slime/backends/megatron_utils/cp_utils.py",
+    "slime/backends/megatron_utils/hf_checkpoint_saver.py",  # miles: hf_export.py
+    _UPDATE_FROM_DISTRIBUTED_PY,  # miles: update_weight_from_distributed/ (a package)
+    _UPDATE_WEIGHT_DIR + "update_weight_from_disk.py",
+    _UPDATE_WEIGHT_DIR + "update_weight_from_disk_delta.py",
+    "slime/backends/sglang_utils/server_control.py",
+)
+# slime rows naming a function miles does not have in the same file
+_NOT_IN_MILES_FUNCS = frozenset(
+    {
+        ("MegatronTrainRayActor", "_get_rollout_data"),
+        ("MegatronTrainRayActor", "fill_routing_replay"),
+        ("SGLangEngine", "_register_to_router"),
+        ("SGLangEngine", "post_process_weights"),
+    }
+)
+
+
+def _in_miles(rows: tuple[FrameSig, ...]) -> tuple[FrameSig, ...]:
+    """slime's rows for the files miles keeps in place, `slime/` renamed `miles/`; rows on other
+    trees (Megatron, SGLang, torch, sympy...) as they are."""
+    out: list[FrameSig] = []
+    for sig in rows:
+        if sig.file is None or not sig.file.startswith("slime/"):
+            out.append(sig)
+        elif not sig.file.startswith(_NOT_IN_MILES) and (sig.cls, sig.func) not in (
+            _NOT_IN_MILES_FUNCS
+        ):
+            out.append(replace(sig, file="miles/" + sig.file.removeprefix("slime/")))
+    return tuple(out)
+
+
+_MR = "miles/ray/rollout/"
+_M_RM = _MR + "rollout_manager.py"
+_M_GROUP = "miles/ray/train/group.py"
+_M_FSDP = "miles/backends/fsdp_utils/actor.py"
+
+# Each row: file:line at radixark/miles@31f1ca961a94.
+_MILES_FRAMES: tuple[FrameSig, ...] = (
+    # miles/ray/placement_group.py:51, :108, :126, :187
+    *_rows(
+        Stage.STARTUP,
+        "miles/ray/placement_group.py",
+        "create_placement_groups _create_placement_group create_rollout_manager "
+        "allocate_train_group",
+        what="driver startup (placement group, actors)",
+    ),
+    # RolloutManager, rollout_manager.py:57 __init__, :144 generate, :171 eval,
+    # :206 _eval_checkpoint, :243 _get_rollout_data, :275 save, :280 load, :286-298 offload /
+    # onload / onload_weights / onload_kv, :303 get_updatable_engines_and_lock, :324
+    # clear_updatable_has_new_engines, :330 recover_updatable_engines, :375 check_weights,
+    # :394 set_train_parallel_config
+    FrameSig("__init__", Stage.STARTUP, _M_RM, "RolloutManager", "rollout manager startup"),
+    *_rows(Stage.ROLLOUT_DISPATCH, _M_RM, "generate _get_rollout_data", cls="RolloutManager"),
+    *_rows(Stage.EVAL, _M_RM, "eval _eval_checkpoint", cls="RolloutManager", what="eval rollout"),
+    *_rows(Stage.CHECKPOINT, _M_RM, "save load", cls="RolloutManager"),
+    *_rows(
+        Stage.OFFLOAD_ONLOAD,
+        _M_RM,
+        "offload onload onload_weights onload_kv",
+        cls="RolloutManager",
+        what="engine offload/onload",
+    ),
+    *_rows(
+        Stage.WEIGHT_SYNC,
+        _M_RM,
+        "get_updatable_engines_and_lock clear_updatable_has_new_engines check_weights",
+        cls="RolloutManager",
+    ),
+    *_rows(
+        Stage.STARTUP,
+        _M_RM,
+        "recover_updatable_engines set_train_parallel_config",
+        cls="RolloutManager",
+    ),
+    # router_manager.py:18 start_router (slime's _start_router)
+    FrameSig("start_router", Stage.STARTUP, _MR + "router_manager.py", what="router launch"),
+    # rollout_server.py:17 start_rollout_servers, RolloutServer :263 recover, :268 offload,
+    # :274 onload, :292 wait_all_engines_alive
+    FrameSig("start_rollout_servers", Stage.STARTUP, _MR + "rollout_server.py", what="engines"),
+    *_rows(
+        Stage.STARTUP,
+        _MR + "rollout_server.py",
+        "recover wait_all_engines_alive",
+        cls="RolloutServer",
+        what="engine startup / recovery",
+    ),
+    *_rows(Stage.OFFLOAD_ONLOAD, _MR + "rollout_server.py", "offload onload", cls="RolloutServer"),
+    # server_group.py:58 start_engines, :235 offload, :244 onload, :253 onload_weights_from_disk
+    FrameSig("start_engines", Stage.STARTUP, _MR + "server_group.py", "ServerGroup", "engines"),
+    *_rows(
+        Stage.OFFLOAD_ONLOAD,
+        _MR + "server_group.py",
+        "offload onload onload_weights_from_disk",
+        cls="ServerGroup",
+    ),
+    # train_data_conversion.py:50 convert_samples_to_train_data, :274 split_train_data_by_dp
+    *_rows(
+        Stage.ROLLOUT_DISPATCH,
+        _MR + "train_data_conversion.py",
+        "convert_samples_to_train_data split_train_data_by_dp",
+        what="rollout data conversion",
+    ),
+    # RayTrainGroup, miles/ray/train/group.py:135 train, :229 init, :247 save_model,
+    # :255 update_weights, :284 onload, :290 offload, :296 clear_memory, :300 set_rollout_manager
+    FrameSig("train", Stage.TRAIN, _M_GROUP, "RayTrainGroup", "driver: train step"),
+    *_rows(Stage.STARTUP, _M_GROUP, "init set_rollout_manager", cls="RayTrainGroup"),
+    FrameSig("save_model", Stage.CHECKPOINT, _M_GROUP, "RayTrainGroup", "driver: checkpoint save"),
+    FrameSig("update_weights", Stage.WEIGHT_SYNC, _M_GROUP, "RayTrainGroup", "driver: weight sync"),
+    *_rows(Stage.OFFLOAD_ONLOAD, _M_GROUP, "onload offload clear_memory", cls="RayTrainGroup"),
+    # TrainRayActor, miles/ray/train_actor.py:79 init
+    FrameSig(
+        "init", Stage.STARTUP, "miles/ray/train_actor.py", "TrainRayActor", "train actor init"
+    ),
+    # FSDPTrainRayActor, miles/backends/fsdp_utils/actor.py:63 init, :321 sleep, :335 wake_up,
+    # :345 save_model, :439 train, :475 _train_core, :589 _train_step, :608 update_weights. Pinned
+    # to miles's file, not to the class: a class row would match anywhere, and slime's own FSDP
+    # backend (9bfe152 slime/backends/fsdp_utils/) is left to its Timer logs (docs/verdict.md).
+    FrameSig("init", Stage.STARTUP, _M_FSDP, what="train actor init"),
+    *_rows(Stage.TRAIN, _M_FSDP, "train _train_core _train_step sleep wake_up", what="train step"),
+    FrameSig("save_model", Stage.CHECKPOINT, _M_FSDP, what="checkpoint save"),
+    FrameSig("update_weights", Stage.WEIGHT_SYNC, _M_FSDP, what="weight sync"),
+    # miles/backends/fsdp_utils/update_weight_utils.py (UpdateWeight :54 and its subclasses)
+    FrameSig(
+        ANY,
+        Stage.WEIGHT_SYNC,
+        "miles/backends/fsdp_utils/update_weight_utils.py",
+        what="weight sync",
+    ),
+    FrameSig(
+        ANY, Stage.CHECKPOINT, "miles/backends/fsdp_utils/checkpoint.py", what="FSDP checkpoint"
+    ),
+    # miles/backends/megatron_utils/update_weight/update_weight_from_distributed/ (a package)
+    FrameSig(
+        ANY,
+        Stage.WEIGHT_SYNC,
+        "miles/backends/megatron_utils/update_weight/update_weight_from_distributed/",
+        what="distributed weight sync",
     ),
 )
 
@@ -484,6 +682,17 @@ _HEAD_METHODS: tuple[MethodSig, ...] = (
     *_methods("RolloutManager", Stage.STARTUP, "recover_updatable_engines"),
 )
 
+# rollout_manager.py:303, :324, :330 at 31f1ca961 (FSDPTrainRayActor's methods have no rows: Ray
+# titles them alike in slime's FSDP backend, which the tables leave to its logs)
+_MILES_METHODS: tuple[MethodSig, ...] = (
+    *_methods(
+        "RolloutManager",
+        Stage.WEIGHT_SYNC,
+        "get_updatable_engines_and_lock clear_updatable_has_new_engines",
+    ),
+    *_methods("RolloutManager", Stage.STARTUP, "recover_updatable_engines"),
+)
+
 # Every row names a real function of a real tree: tests/unit/test_signature_layouts.py checks each
 # against the (file, function) lists that scripts/extract_layout_functions.py read from the trees
 # (tests/fixtures/layouts/: these slime commits, Megatron-LM, Megatron-Bridge, the SGLang 0.5.15.post1
@@ -501,11 +710,24 @@ LAYOUTS: dict[str, Layout] = {
         _COMMON_METHODS + _HEAD_METHODS,
         "THUDM/slime@624b824a898ab0ec1fcb4d373004c7f3852bf515",
     ),
+    "miles-2026-08": Layout(
+        "miles-2026-08",
+        _in_miles(_COMMON_FRAMES + _HEAD_FRAMES) + _MILES_FRAMES,
+        _COMMON_METHODS + _MILES_METHODS,
+        "radixark/miles@31f1ca961a94cb860cec3b2dea34ec332bfa8f76",
+    ),
 }
 
 # Ray classes that make up a slime job (class_name in the Ray state API).
 SLIME_ACTOR_CLASSES = frozenset(
-    {"MegatronTrainRayActor", "RolloutManager", "SGLangEngine", "Lock", "_HttpPosterActor"}
+    {
+        "MegatronTrainRayActor",
+        "FSDPTrainRayActor",  # slime 9bfe152 backends/fsdp_utils/, miles fsdp_utils/actor.py:54
+        "RolloutManager",
+        "SGLangEngine",
+        "Lock",
+        "_HttpPosterActor",
+    }
 )
 
 
@@ -592,10 +814,17 @@ def match_frame(frame: Frame) -> FrameSig | None:
 def _match(name: str, filename: str, short_filename: str) -> FrameSig | None:
     frame = Frame(name=name, filename=filename, short_filename=short_filename)
     func = split_name(name)[1]
+    # A row matched by its class alone (its file is elsewhere: a fork, a copied script) yields to
+    # one whose file matches too: slime's RolloutManager.generate in slime/ray/rollout.py is
+    # slime's row, not miles's (miles/ray/rollout/rollout_manager.py), however long its path.
     best: FrameSig | None = None
+    best_key: tuple[bool, tuple[int, int]] | None = None
     for sig in _BY_FUNC.get(func, ()) + _BY_FUNC.get(ANY, ()):
-        if sig_matches(sig, frame) and (best is None or sig.specificity > best.specificity):
-            best = sig
+        if not sig_matches(sig, frame):
+            continue
+        key = (sig.file is None or _file_matches(sig.file, frame), sig.specificity)
+        if best_key is None or key > best_key:
+            best, best_key = sig, key
     return best
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import sys
 import time
 import uuid
@@ -26,6 +27,19 @@ from slime_hangdoctor.demo import cluster
 from slime_hangdoctor.demo.faults import FaultSpec, get_fault, server_fault_supported
 
 JOB_DIR = Path(__file__).resolve().parent / "job"
+# The source layouts the demo job can run as: slime's own, or miles's (radixark/miles @ 31f1ca961),
+# derived from it at launch by `miles_job` (slime's package renamed `miles/`, RolloutManager's
+# module where miles keeps it).
+JOB_LAYOUTS = ("slime", "miles")
+# slime file -> where miles has it (at 31f1ca961: miles/ray/rollout/rollout_manager.py:54
+# `class RolloutManager`; update_weight_from_distributed/broadcast.py:21 `class
+# UpdateWeightFromDistributed`); every other file of the job is where miles has it already.
+MILES_MOVES = {
+    "slime/ray/rollout.py": "miles/ray/rollout/rollout_manager.py",
+    "slime/backends/megatron_utils/update_weight/update_weight_from_distributed.py": (
+        "miles/backends/megatron_utils/update_weight/update_weight_from_distributed/broadcast.py"
+    ),
+}
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MARKER_ENV = "SLIME_HANGDOCTOR_DEMO"
 ARMED_TEXT = "DEMO FAULT ARMED"
@@ -397,6 +411,32 @@ def job_entrypoint(fault: str, fault_after_steps: int, extra_args: list[str] | N
     return shlex.join(argv)
 
 
+def _module(path: str) -> str:
+    return path.removesuffix(".py").replace("/", ".")
+
+
+def miles_job(dest: Path, job: Path = JOB_DIR) -> Path:
+    """The demo job laid out as miles: a copy of `job` under `dest` with the `slime` package
+    renamed `miles`, the files of MILES_MOVES moved where miles has them, and every module path
+    in the Python sources (`slime.x`, the moved modules) rewritten to match. Returns `dest`."""
+    shutil.copytree(job, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (dest / "slime").rename(dest / "miles")
+    moves = {_module(a): _module(b) for a, b in MILES_MOVES.items()}
+    for old, new in MILES_MOVES.items():
+        target = dest / new
+        target.parent.mkdir(parents=True, exist_ok=True)
+        init = target.parent / "__init__.py"
+        if not init.exists():
+            init.write_text("")
+        (dest / "miles" / old.removeprefix("slime/")).rename(target)
+    for path in dest.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        for old_mod, new_mod in moves.items():
+            text = re.sub(rf"\b{re.escape(old_mod)}\b(?![.\w])", new_mod, text)
+        path.write_text(re.sub(r"\bslime\.(?=[A-Za-z_])", "miles.", text), encoding="utf-8")
+    return dest
+
+
 def start_demo(
     fault: str,
     *,
@@ -406,10 +446,14 @@ def start_demo(
     extra_env: dict[str, str] | None = None,
     num_cpus: int = 2,
     head: cluster.RayHead | None = None,
+    layout: str = "slime",
 ) -> DemoRun:
     """Start a Ray head (or use `head`, which then outlives the run) and submit the demo job with
     `fault`; returns at once (see `DemoRun.wait_until_ready`). On any failure everything started
-    so far is stopped."""
+    so far is stopped. `layout`: one of JOB_LAYOUTS (`miles`: the job as `miles_job` lays it out,
+    under `workdir`)."""
+    if layout not in JOB_LAYOUTS:
+        raise DemoError(f"unknown demo job layout {layout!r} (known: {', '.join(JOB_LAYOUTS)})")
     spec = get_fault(fault)
     missing = missing_modules()
     if missing:
@@ -427,6 +471,7 @@ def start_demo(
     request_logs = workdir / "sglang"
     request_logs.mkdir(exist_ok=True)
     submission_id = f"slime-demo-{fault.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
+    job_dir = JOB_DIR if layout == "slime" else miles_job(workdir / f"job-{submission_id}")
     env = {
         MARKER_ENV: submission_id,
         "PYTHONPATH": str(REPO_ROOT),
@@ -462,7 +507,7 @@ def start_demo(
         cluster.submit_job(
             head,
             job_entrypoint(fault, fault_after_steps, args),
-            working_dir=JOB_DIR,
+            working_dir=job_dir,
             submission_id=submission_id,
             env=env,
         )

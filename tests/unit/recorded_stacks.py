@@ -21,6 +21,7 @@ DEMO_NATIVE = FIXTURES / "analysis" / "demo_native"
 BUNDLES = FIXTURES / "bundles"
 REAL = FIXTURES / "real"
 SHAPES = REAL / "stage-shapes"
+LAYOUT_SHAPES = REAL / "layout-shapes"
 GLOO = REAL / "local-cpu-gloo-broadcast-hang"
 
 
@@ -57,6 +58,12 @@ def _dump(path: Path) -> ProcessStack:
 def shape_thread(label: str) -> ThreadStack:
     """The thread named `label` in stage-shapes/shapes.json (one `py-spy dump --json`)."""
     return next(t for t in _dump(SHAPES / "shapes.json").threads if t.name == label)
+
+
+def layout_shape_thread(label: str) -> ThreadStack:
+    """The thread named `label` in layout-shapes/shapes.json (slime main's and miles's shapes, one
+    `py-spy dump --json`; see capture_layout_shapes.py)."""
+    return next(t for t in _dump(LAYOUT_SHAPES / "shapes.json").threads if t.name == label)
 
 
 def gloo_rank(world: str, rank: int, native: bool = False) -> ThreadStack:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from slime_hangdoctor.analysis.engines import EngineRead, EngineState, read_engines
 from slime_hangdoctor.analysis.progress import assess
 from slime_hangdoctor.analysis.suspects import engines as engine_suspects
@@ -252,6 +254,38 @@ def test_weight_sync_call_in_flight_in_every_sample_places_the_engine() -> None:
         _page("metrics_idle.txt", RESUMED_HTTP, sample=1),
     )
     assert done.calls == done.calls_held == ()
+
+
+# slime main's control calls with no timeout, each recorded in flight alone through SGLang
+# 0.5.15.post1's own metrics middleware (capture_wheel_http_metrics.py --calls); the stage each
+# one's callers in slime 624b824 give it (engines.CALL_STAGES cites them).
+SLIME_MAIN_CALLS = (
+    ("/flush_cache", Stage.WEIGHT_SYNC),
+    ("/update_weights_from_disk", Stage.WEIGHT_SYNC),
+    ("/pull_weights", Stage.WEIGHT_SYNC),
+    ("/post_process_weights", Stage.WEIGHT_SYNC),
+    ("/continue_generation", Stage.WEIGHT_SYNC),
+)
+
+
+@pytest.mark.parametrize(("path", "stage"), SLIME_MAIN_CALLS)
+def test_slime_main_call_in_flight_places_the_engine(path: str, stage: Stage) -> None:
+    """Issue 24 item 4: each call in flight in both samples places the engine in its stage, and
+    is a weak suspect with that stage; the same page read once, then a page where it returned."""
+    page = f"metrics_http_call_{path.strip('/')}_0.5.15.post1.txt"
+    held = (_page("metrics_idle.txt", page, sample=0), _page("metrics_idle.txt", page, sample=1))
+    e = _read(*held, _loads("v1_loads_idle.json"))
+    assert e.calls == e.calls_held == (path,)
+    assert e.call_stage is stage
+    world = build_world(snapshot(), topology(engines=[Engine(URL, NODE)]))
+    reads = Reads(world, (e,), assess(world, (e,)), frozenset())
+    (s,) = [s for s in engine_suspects.suspects(reads) if s.source == "sglang"]
+    assert s.stage is stage and path in s.why
+    # the next call's page: this one has returned (its series at 0), another is in flight
+    later = SLIME_MAIN_CALLS[(SLIME_MAIN_CALLS.index((path, stage)) + 1) % len(SLIME_MAIN_CALLS)]
+    nxt = f"metrics_http_call_{later[0].strip('/')}_0.5.15.post1.txt"
+    once = _read(held[0], _page("metrics_idle.txt", nxt, sample=1), _loads("v1_loads_idle.json"))
+    assert path not in once.calls and path not in once.calls_held
 
 
 def test_held_call_is_a_weak_suspect_with_its_stage() -> None:

@@ -46,10 +46,13 @@ def _method_rows() -> list[MethodSig]:
     return list(dict.fromkeys(m for layout in LAYOUTS.values() for m in layout.methods))
 
 
-def real_matches(sig: FrameSig) -> list[str]:
-    """`tree: file:qualname` of every real function the row matches (file, class and name)."""
+def real_matches(sig: FrameSig, only: str | None = None) -> list[str]:
+    """`tree: file:qualname` of every real function the row matches (file, class and name), in
+    every tree or in tree `only`."""
     hits: list[str] = []
     for tree, files in trees().items():
+        if only is not None and tree != only:
+            continue
         for path, names in files.items():
             frame = Frame(name="", filename=path, short_filename=path)
             if sig.file is not None and not _file_matches(sig.file, frame):
@@ -107,3 +110,37 @@ def test_every_method_row_names_a_real_method(sig: MethodSig) -> None:
         if any(split_name(q) in {(c, sig.method) for c in _lineage(tree, sig.cls)} for q in names)
     ]
     assert found, f"{sig} names no method of any listed tree"
+
+
+# Each layout's own tree (tests/fixtures/layouts/README.md): a row on the layout's own package
+# names a function of that tree, not merely of another layout's.
+OWN_TREE = {
+    "2026-01": "slime-2026-01",
+    "2026-08": "slime-2026-08",
+    "miles-2026-08": "miles-2026-08",
+}
+
+
+def _own_rows() -> list[tuple[str, FrameSig]]:
+    return [
+        (name, sig)
+        for name, layout in LAYOUTS.items()
+        for sig in layout.frames
+        if sig.file is not None and sig.file.startswith(("slime/", "miles/"))
+    ]
+
+
+def test_every_layout_has_its_tree() -> None:
+    assert set(LAYOUTS) == set(OWN_TREE)
+    assert LAYOUTS["miles-2026-08"].source.startswith("radixark/miles@31f1ca961")
+    assert all(s.file.startswith("miles/") for _, s in _own_rows() if _ == "miles-2026-08")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("layout", "sig"),
+    _own_rows(),
+    ids=lambda v: v if isinstance(v, str) else f"{v.cls}.{v.func}@{v.file}",
+)
+def test_every_layout_row_names_a_function_of_its_own_tree(layout: str, sig: FrameSig) -> None:
+    hits = real_matches(sig, only=OWN_TREE[layout])
+    assert hits, f"{layout}: {sig} names no function of {OWN_TREE[layout]}"

@@ -1,0 +1,63 @@
+"""The demo job laid out as miles (issue 24 item 5): launch.miles_job derives it from the demo job
+at launch. Its files must be where the real miles tree has them (tests/fixtures/layouts/
+miles-2026-08.json.gz, read from radixark/miles @ 31f1ca961), and its imports must resolve in it."""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from slime_hangdoctor.demo.launch import JOB_DIR, MILES_MOVES, DemoError, miles_job, start_demo
+
+MILES_TREE = Path(__file__).resolve().parents[1] / "fixtures" / "layouts" / "miles-2026-08.json.gz"
+
+
+def _miles_files() -> set[str]:
+    return set(json.loads(gzip.decompress(MILES_TREE.read_bytes()))["files"])
+
+
+def _imports(tree: ast.Module) -> list[str]:
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.append(node.module)
+        elif isinstance(node, ast.Import):
+            out.extend(a.name for a in node.names)
+    return out
+
+
+def test_every_miles_file_of_the_job_is_where_miles_has_it(tmp_path: Path) -> None:
+    job = miles_job(tmp_path / "job")
+    ours = {
+        str(p.relative_to(job)) for p in job.rglob("*.py") if p.parts[len(job.parts)] == "miles"
+    }
+    assert ours and not (job / "slime").exists()
+    assert ours <= _miles_files(), sorted(ours - _miles_files())
+    for old, new in MILES_MOVES.items():
+        assert (JOB_DIR / old).is_file() and (job / new).is_file()
+    assert "class RolloutManager" in (job / "miles/ray/rollout/rollout_manager.py").read_text()
+
+
+def test_the_miles_job_imports_only_itself(tmp_path: Path) -> None:
+    job = miles_job(tmp_path / "job")
+    for path in job.rglob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"\bslime\.(?=[A-Za-z_])", text), path
+        for module in _imports(ast.parse(text)):
+            if module.split(".")[0] != "miles":
+                continue
+            parts = module.split(".")
+            found = (job / Path(*parts)).with_suffix(".py").is_file() or (
+                job / Path(*parts) / "__init__.py"
+            ).is_file()
+            assert found, f"{path.relative_to(job)} imports {module}, which the job lacks"
+
+
+def test_an_unknown_layout_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(DemoError, match="unknown demo job layout"):
+        start_demo("none", workdir=tmp_path, layout="verl")
