@@ -155,7 +155,8 @@ def test_a_pending_actor_is_scanned_where_its_pid_carries_its_title() -> None:
         import psutil
 
         deadline = time.monotonic() + 15
-        while psutil.Process(ctor.pid).cmdline()[0] != "ray::RolloutManager.__init__":
+        # (an empty command line while the child is between fork and exec)
+        while (psutil.Process(ctor.pid).cmdline() or [""])[0] != "ray::RolloutManager.__init__":
             assert time.monotonic() < deadline, "the title was never set"
             time.sleep(0.1)
         roots: frozenset[int] = frozenset()  # Ray placed no live actor of the job on this node
