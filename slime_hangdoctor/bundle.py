@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bz2
 import errno
+import functools
 import gzip
 import io
 import json
@@ -465,12 +466,17 @@ class Bundle:
         self.manifest = manifest
         self._tmp = tmp
 
+    @functools.cached_property
+    def real_root(self) -> Path:
+        """The bundle's directory, symbolic links resolved (once: every read checks against it)."""
+        return self.root.resolve()
+
     def read(self, record: ProbeRecord) -> bytes | None:
         """The raw bytes of a record's artefact, or None when it has none or it is gone."""
         if not record.artifact:
             return None
         path = (self.root / record.artifact).resolve()
-        if self.root.resolve() not in path.parents:
+        if self.real_root not in path.parents:
             return None  # never read outside the bundle
         # A regular file only, opened without blocking: a FIFO or a device planted as an
         # artefact is a blind spot, never a read that waits forever.

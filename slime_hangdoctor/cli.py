@@ -6,6 +6,7 @@ import dataclasses
 import inspect
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -590,8 +591,20 @@ def run_attach(
     """collect + analyse; the bundle is kept only with --out."""
     from slime_hangdoctor.pipeline import attach as attach_it
 
+    _preload_render()
     with _progress(quiet) as say:
         return attach_it(address, opts, out=out, progress=say, command=command).diagnosis
+
+
+def _preload_render() -> None:
+    """Import the renderer (rich) in a thread while the probes run: it is needed only at the end."""
+
+    def load() -> None:
+        import rich.console  # noqa: F401
+
+        import slime_hangdoctor.render  # noqa: F401
+
+    threading.Thread(target=load, name="preload-render", daemon=True).start()
 
 
 DEMO_READY_TIMEOUT_S = 180.0  # a safety net for a busy machine, not the expected start-up time

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 import os
 import stat
+import threading
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import Bundle, ProbeRecord
@@ -41,11 +43,14 @@ from slime_hangdoctor.snapshot import (
 from slime_hangdoctor.source_spec import Observed, SourceSpec
 from slime_hangdoctor.sources import BY_NAME
 
+_T = TypeVar("_T")
+
 
 class _Loading:
     """What the loader has filed so far (mutable, used only while loading one bundle)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache: ParseCache | None = None) -> None:
+        self.cache = cache
         self.actors: dict[str, RayActor] = {}
         self.tasks: dict[str, RayTask] = {}
         # task ids of each running-tasks answer, by (sample, time): the newest one says what still runs
@@ -65,21 +70,79 @@ class _Loading:
         self.blind: list[str] = []
         self.ray_seen = False
 
+    def parse(self, rec: ProbeRecord, parser: str, parse: Callable[[], _T]) -> _T:
+        """`parse()`, through the cache where there is one."""
+        if self.cache is None:
+            return parse()
+        return self.cache.parsed(rec.artifact, parser, parse)
 
-def load_snapshot(bundle: Bundle) -> Snapshot:
+
+class ParseCache:
+    """The artefacts of a bundle that is still being written, each read and parsed once.
+
+    While collecting, discovery re-reads what the writer holds after each step (Ray state, the
+    process tables, the routers' answers), and the analysis then reads it all again; an artefact
+    never changes once written, so its bytes and each parser's result (or error) are kept by
+    artefact name. Only for the writer's own bundle (collect/node.py `parse_cache`): an untrusted
+    bundle is read through the parse budget, with no cache. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._data: dict[str, bytes] = {}
+        self._parsed: dict[tuple[str, str], _Parsed] = {}
+
+    def data(self, artifact: str) -> bytes | None:
+        with self._lock:
+            return self._data.get(artifact)
+
+    def keep(self, artifact: str, data: bytes) -> None:
+        with self._lock:
+            self._data[artifact] = data
+
+    def parsed(self, artifact: str | None, parser: str, parse: Callable[[], _T]) -> _T:
+        """`parse()`'s result for this artefact and parser, from the cache after the first call
+        (an exception it raised is raised again)."""
+        if artifact is None:
+            return parse()
+        key = (artifact, parser)
+        with self._lock:
+            hit = self._parsed.get(key)
+        if hit is None:
+            try:
+                hit = _Parsed(parse(), None)
+            except Exception as exc:  # noqa: BLE001 - kept, and raised again below
+                hit = _Parsed(None, exc)
+            with self._lock:
+                self._parsed[key] = hit
+        if hit.error is not None:
+            raise hit.error
+        value: _T = hit.value
+        return value
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    value: Any
+    error: Exception | None
+
+
+def load_snapshot(bundle: Bundle, cache: ParseCache | None = None) -> Snapshot:
     """Parse every artefact of `bundle`; never raises for a bad artefact (it becomes a blind spot).
 
     A bundle given to `analyse` is untrusted: what is parsed is capped before it is read (an
     artefact over its source's cap, one that an earlier record already named, and everything
-    past MAX_PARSE_COST are blind spots, not parsed)."""
-    acc = _Loading()
+    past MAX_PARSE_COST are blind spots, not parsed). `cache`: the collector's own bundle only."""
+    acc = _Loading(cache)
     budget = _Budget()
     for rec in bundle.manifest.probes:
         wanted = rec.source in HTTP_SOURCES or rec.outcome is Outcome.OK
-        refused = budget.admit(bundle, rec) if wanted and rec.artifact else None
-        data = bundle.read(rec) if wanted and refused is None else None
-        if data is not None:
+        kept = cache.data(rec.artifact) if cache is not None and wanted and rec.artifact else None
+        refused = budget.admit(bundle, rec) if wanted and rec.artifact and kept is None else None
+        data = kept or (bundle.read(rec) if wanted and refused is None else None)
+        if data is not None and kept is None:
             refused = budget.charge(data)
+            if cache is not None and refused is None and rec.artifact:
+                cache.keep(rec.artifact, data)
         if refused is not None:
             acc.blind.append(f"{rec.source} {rec.target}: not parsed: {refused}")
             data = None
@@ -155,7 +218,7 @@ class _Budget:
         record named is refused (eight records on one 4 MiB artefact took 959 MiB and 61 s)."""
         try:
             path = (bundle.root / str(rec.artifact)).resolve()
-            if bundle.root.resolve() not in path.parents:
+            if bundle.real_root not in path.parents:
                 return None  # outside the bundle: Bundle.read never reads it
             st = os.stat(path)
         except (OSError, ValueError, RuntimeError):
@@ -199,19 +262,22 @@ def describe_failure(rec: ProbeRecord) -> str:
 def _file(acc: _Loading, spec: SourceSpec[Any], rec: ProbeRecord, data: bytes) -> None:
     """Parse one ok record of `spec`'s source into its fact, and the blind spots the fact shows."""
     assert spec.parse is not None
-    fact = spec.parse(data, rec)
+    parse = spec.parse
+    fact = acc.parse(rec, spec.name, lambda: parse(data, rec))
     acc.observed.append(Observed(spec.name, rec.node_ip, rec.sample or 0, fact, rec.started_at))
     if spec.notes is not None:
         acc.blind.extend(spec.notes(fact, rec.node_ip or "this node"))
 
 
 def _load_nvml(acc: _Loading, rec: ProbeRecord, data: bytes) -> None:
-    acc.gpus.append(GpuObs(rec.node_ip, nvml.parse_nvml_series(_text(data))))
+    series = acc.parse(rec, b.NVML, lambda: nvml.parse_nvml_series(_text(data)))
+    acc.gpus.append(GpuObs(rec.node_ip, series))
 
 
 def _load_log(acc: _Loading, rec: ProbeRecord, data: bytes) -> None:
     meta = rec.meta
-    tail = parse_log_tail(_text(data), _int(meta.get("utc_offset_s")) or 0)
+    offset = _int(meta.get("utc_offset_s")) or 0
+    tail = acc.parse(rec, b.RAY_LOGS, lambda: parse_log_tail(_text(data), offset))
     acc.logs.append(
         LogObs(
             kind=str(meta.get("kind") or "actor"),
@@ -240,7 +306,8 @@ def _load_dashboard(acc: _Loading, rec: ProbeRecord, data: bytes) -> None:
     if add is None:
         acc.blind.append(f"{rec.source} {rec.target}: no loader for {endpoint.path} (a bug)")
         return
-    add(acc, rec, endpoint.parse(data))
+    parse = endpoint.parse
+    add(acc, rec, acc.parse(rec, endpoint.target, lambda: parse(data)))
 
 
 def _add_actors(acc: _Loading, rec: ProbeRecord, parsed: tuple[Any, ...]) -> None:
@@ -317,10 +384,10 @@ def _load_stack(acc: _Loading, rec: ProbeRecord, data: bytes) -> None:
     pid = _int(rec.meta.get("pid"))
     via = "dashboard" if rec.source == b.DASHBOARD_TRACEBACK else "pyspy"
     if rec.meta.get("format", "json" if via == "pyspy" else "text") == "json":
-        stack = pyspy.parse_pyspy_json(_text(data), pid)
+        stack = acc.parse(rec, "pyspy-json", lambda: pyspy.parse_pyspy_json(_text(data), pid))
         acc.stacks.append(StackObs(rec.node_ip, stack.pid, sample, stack, via))
         return
-    for stack in pyspy.parse_pyspy_text(_text(data)):
+    for stack in acc.parse(rec, "pyspy-text", lambda: pyspy.parse_pyspy_text(_text(data))):
         acc.stacks.append(StackObs(rec.node_ip, stack.pid, sample, stack, via))
 
 
@@ -349,7 +416,7 @@ def _load_http(
     parser = table.get(path)
     if parser is not None and data is not None and answer.status == 200:
         try:
-            parsed = parser(data)
+            parsed = acc.parse(rec, path, lambda: parser(data))
         except ParseError as exc:
             parse_error = str(exc)
         except Exception as exc:  # noqa: BLE001 - untrusted bytes: a blind spot, never a crash

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from slime_hangdoctor.bundle import BundleWriter, Manifest, archive, open_bundle
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.collect.run import ProgressFn
 from slime_hangdoctor.collect.run import collect as do_collect
-from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.load import ParseCache, load_snapshot
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.topology import Topology, build_topology
 from slime_hangdoctor.verdict import Diagnosis, unknown_verdict
@@ -29,12 +30,13 @@ class Analysed:
     work_moved: bool | None = None  # CollectResult.work_moved of a live run
 
 
-def analyse_bundle(path: Path) -> Analysed:
-    """Offline: open a bundle, parse it, diagnose it."""
+def analyse_bundle(path: Path, cache: ParseCache | None = None) -> Analysed:
+    """Offline: open a bundle, parse it, diagnose it. `cache`: what the run that wrote this bundle
+    already parsed of it (never for a bundle given to `analyse`: that one is untrusted)."""
     from slime_hangdoctor.analysis.diagnosis import diagnose
 
     with open_bundle(path) as opened:
-        snapshot = load_snapshot(opened)
+        snapshot = load_snapshot(opened, cache)
         manifest = opened.manifest
     topology = build_topology(snapshot)
     return Analysed(diagnose(snapshot, topology), snapshot, topology, manifest)
@@ -52,6 +54,7 @@ def attach(
     """Live: collect into `out` (or a temp dir), then analyse. Never raises for an unreachable Ray.
     `judge_work_moved`: `collect.run.collect`'s (the watchdog's look passes its own)."""
     started = time.monotonic()
+    _preload_analysis()
     with tempfile.TemporaryDirectory(prefix="hangdoctor-") as tmpdir:
         root = out if out is not None else Path(tmpdir) / "bundle"
         result = do_collect(
@@ -69,7 +72,7 @@ def attach(
                 elapsed_s=time.monotonic() - started,
             )
             return Analysed(Diagnosis(verdict), manifest=result.manifest)
-        analysed = analyse_bundle(result.root)
+        analysed = analyse_bundle(result.root, result.cache)
         if out is not None:
             archive(result.root)
     verdict = dataclasses.replace(analysed.diagnosis.verdict, elapsed_s=time.monotonic() - started)
@@ -79,3 +82,13 @@ def attach(
         bundle=out,
         work_moved=result.work_moved,
     )
+
+
+def _preload_analysis() -> None:
+    """Import the analysis in a thread while the first probes run (it is needed only after the
+    second sample; its import is ~0.1 s of a 2-core node's CPU that would otherwise come after)."""
+
+    def load() -> None:
+        import slime_hangdoctor.analysis.diagnosis  # noqa: F401
+
+    threading.Thread(target=load, name="preload-analysis", daemon=True).start()

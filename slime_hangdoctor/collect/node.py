@@ -12,7 +12,9 @@ import dataclasses
 import functools
 import importlib
 import tempfile
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ from slime_hangdoctor.bundle import Bundle, BundleWriter
 from slime_hangdoctor.collect.node_probe import NodeContext, NodeProbe, NodeSpec
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.facts import ACTOR_ALIVE, ACTOR_DEAD
-from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.load import ParseCache, load_snapshot
 from slime_hangdoctor.parsers.ray_state import TASK_HISTORY
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.sources import SPECS
@@ -35,6 +37,20 @@ from slime_hangdoctor.topology import Topology, build_topology
 DISCOVERY_SOURCES = frozenset(spec.name for spec in SPECS if spec.discovery)
 
 
+_CACHES: weakref.WeakKeyDictionary[BundleWriter, ParseCache] = weakref.WeakKeyDictionary()
+_CACHES_LOCK = threading.Lock()
+
+
+def parse_cache(writer: BundleWriter) -> ParseCache:
+    """The parse cache of the writer's own bundle: each artefact read and parsed once, by
+    discovery's many looks and by the analysis of the same run."""
+    with _CACHES_LOCK:
+        cache = _CACHES.get(writer)
+        if cache is None:
+            cache = _CACHES[writer] = ParseCache()
+        return cache
+
+
 def partial_snapshot(writer: BundleWriter) -> Snapshot:
     """Parse what discovery needs of what the writer holds so far (DISCOVERY_SOURCES)."""
     manifest = writer.manifest()
@@ -44,7 +60,7 @@ def partial_snapshot(writer: BundleWriter) -> Snapshot:
         if p.source in DISCOVERY_SOURCES and not p.target.startswith(TASK_HISTORY.target)
     )
     with Bundle(writer.root, dataclasses.replace(manifest, probes=probes)) as view:
-        return load_snapshot(view)
+        return load_snapshot(view, parse_cache(writer))
 
 
 def sample_node(

@@ -28,12 +28,18 @@ class NodeSpec:
     # (source, pids) whose records of that source this run holds already (a source that reads a
     # process once per run, such as the log heads, skips them)
     read_before: tuple[tuple[str, frozenset[int]], ...] = ()
+    # (source, pids) whose probe of that source this sample has started already (the second
+    # sample's stacks of the processes the first one found start before its Ray state is read)
+    started: tuple[tuple[str, frozenset[int]], ...] = ()
 
     def wants(self, source: str) -> bool:
         return source not in self.off
 
     def done(self, source: str) -> frozenset[int]:
         return next((pids for name, pids in self.read_before if name == source), frozenset())
+
+    def started_for(self, source: str) -> frozenset[int]:
+        return next((pids for name, pids in self.started if name == source), frozenset())
 
 
 @dataclass(frozen=True)

@@ -278,6 +278,7 @@ def _resume_if_stopped(pid: int, before: str, meta: dict[str, Any]) -> None:
 def NODE_PROBE(ctx: NodeContext) -> list[cf.Future[Any]]:  # noqa: N802 - the spec's entry point
     """A py-spy dump of every slime process of this node (parsers.pyspy.SPEC)."""
     timeout = ctx.timeout(3.0 if ctx.opts.native else 0.0)
+    started = ctx.spec.started_for(b.PYSPY)
     return [
         ctx.pool.submit(
             dump_stack,
@@ -290,4 +291,5 @@ def NODE_PROBE(ctx: NodeContext) -> list[cf.Future[Any]]:  # noqa: N802 - the sp
             pyspy=ctx.opts.pyspy,
         )
         for m in ctx.members()
+        if m.pid not in started
     ]

@@ -21,9 +21,10 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from slime_hangdoctor import bundle as b
-from slime_hangdoctor.bundle import BundleWriter, Manifest, ProbeRecord
+from slime_hangdoctor.bundle import Bundle, BundleWriter, Manifest, ProbeRecord
 from slime_hangdoctor.collect.dashboard import DashboardClient, capture_state, capture_task_history
 from slime_hangdoctor.collect.node import (
+    parse_cache,
     partial_snapshot,
     pending_actors,
     pids_by_node,
@@ -31,7 +32,7 @@ from slime_hangdoctor.collect.node import (
     sample_node,
     submit_stacks,
 )
-from slime_hangdoctor.collect.node_probe import NodeSpec
+from slime_hangdoctor.collect.node_probe import NodeContext, NodeSpec
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.collect.remote import (
     RayTasks,
@@ -42,6 +43,7 @@ from slime_hangdoctor.collect.remote import (
 )
 from slime_hangdoctor.errors import RayUnreachable
 from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, NODE_ALIVE, Outcome
+from slime_hangdoctor.load import ParseCache, load_snapshot
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.redact import redact_text
 from slime_hangdoctor.snapshot import Snapshot
@@ -84,6 +86,8 @@ class CollectResult:
     # With `stacks_only_if_stalled`: did anything that moves only with work move between the two
     # samples (None: not asked, or no second sample).
     work_moved: bool | None = None
+    # the artefacts of this bundle already read and parsed (for the analysis of the same run)
+    cache: ParseCache | None = None
 
 
 @dataclass
@@ -104,6 +108,7 @@ class _Run:
     threads: list[threading.Thread] | None = None
     remote_gpu: list[tuple[RemoteNode, Any]] | None = None
     remote_seen: list[RemoteNode] | None = None
+    topo: Topology | None = None  # the last sample's
     work_moved: bool | None = None
     judge_work_moved: Callable[[BundleWriter], bool] | None = None
 
@@ -171,6 +176,7 @@ def collect(
             t0 = time.monotonic()
             topo = _sample(run, 0)
             _start_logs(run)  # in the window's idle wait: not beside the second sample's dumps
+            _start_preparse(run)  # the first sample's artefacts, parsed while the window passes
             _sleep_until(t0 + opts.window_s, deadline, say)
             topo = _sample(run, 1)
             if opts.flight_recorder:
@@ -186,7 +192,27 @@ def collect(
             if run.tasks is not None:
                 run.tasks.close()
     manifest = writer.finish()
-    return CollectResult(writer.root, manifest, deadline.elapsed(), ray_error, run.work_moved)
+    return CollectResult(
+        writer.root, manifest, deadline.elapsed(), ray_error, run.work_moved, parse_cache(writer)
+    )
+
+
+def _start_preparse(run: _Run) -> None:
+    """Parse what the writer holds (the first sample) in a thread, into the writer's parse cache:
+    the analysis then parses the second sample's artefacts only."""
+
+    def preparse() -> None:
+        try:
+            with Bundle(run.writer.root, run.writer.manifest()) as view:
+                load_snapshot(view, parse_cache(run.writer))
+        except Exception:  # noqa: BLE001 - a head start only: the analysis parses what is missing
+            return
+
+    thread = threading.Thread(target=preparse, name="preparse", daemon=True)
+    thread.start()
+    if run.threads is None:
+        run.threads = []
+    run.threads.append(thread)
 
 
 # What the manifest records of the options: every option, but a secret only as given or not, and
@@ -240,8 +266,13 @@ def _connect(
 
 
 def _sample(run: _Run, index: int) -> Topology:
-    """One sample: Ray state; this node and every other slime node; then engines and routers."""
+    """One sample: Ray state; this node and every other slime node; then engines and routers.
+
+    At the second sample, the stacks of this node's processes that the first sample found are
+    dumped from its start, while Ray's state is read and the processes scanned again (the scan
+    then dumps only the processes new since)."""
     run.writer.note_sample(index, time.time())
+    early = _early_stacks(run, index)
     _read_cluster(run, index)
     state = partial_snapshot(run.writer)
     if index == 0:
@@ -249,11 +280,33 @@ def _sample(run: _Run, index: int) -> Topology:
     remote = _remote_nodes(state, run)
     _note_lost_nodes(run, remote, index)
     started = _start_remote_samples(run, remote, index)
-    local_spec = _local_spec(run, state, index)
+    local_spec = dataclasses.replace(
+        _local_spec(run, state, index),
+        started=((b.PYSPY, frozenset(early)),) if early else (),
+    )
     topo = _sample_here_and_probe_endpoints(run, local_spec, started, index)
+    cf.wait(list(early.values()), timeout=run.deadline.clamp(run.opts.probe_timeout_s * 2 + 1.0))
+    run.topo = topo
     if index == 1 and run.opts.stacks_only_if_stalled:
         _stacks_if_stalled(run, topo, local_spec)
     return topo
+
+
+def _early_stacks(run: _Run, index: int) -> dict[int, cf.Future[Any]]:
+    """pid -> its dump, for this node's processes of the last sample's topology, started now
+    (the second sample of a run that takes stacks at both)."""
+    opts = run.opts
+    if index == 0 or run.topo is None or b.PYSPY in _local_spec_off(opts, index):
+        return {}
+    from slime_hangdoctor.collect.pyspy import NODE_PROBE
+
+    spec = NodeSpec(run.node_ip, index)
+    here = NodeContext(run.writer, run.topo, spec, opts, run.deadline, run.pool).members()
+    # still there (a process gone since is the scan's to find, not a failed dump)
+    alive = tuple(m for m in here if os.path.exists(f"/proc/{m.pid}"))
+    topo = dataclasses.replace(run.topo, members=alive)
+    ctx = NodeContext(run.writer, topo, spec, opts, run.deadline, run.pool)
+    return dict(zip([m.pid for m in alive], NODE_PROBE(ctx), strict=True))
 
 
 def _read_cluster(run: _Run, index: int) -> None:
@@ -346,9 +399,13 @@ def _local_spec(run: _Run, state: Snapshot, index: int) -> NodeSpec:
         roots=_local_roots(state, run),
         extra_pids=frozenset(_local_drivers(state, run)),
         pending=pending_actors(state),
-        off=sources_off(opts, second_stacks=not (opts.stacks_only_if_stalled and index == 1)),
+        off=_local_spec_off(opts, index),
         read_before=read_before(run.writer, run.node_ip),
     )
+
+
+def _local_spec_off(opts: CollectOptions, index: int) -> frozenset[str]:
+    return sources_off(opts, second_stacks=not (opts.stacks_only_if_stalled and index == 1))
 
 
 def sources_off(opts: CollectOptions, *, second_stacks: bool = True) -> frozenset[str]:

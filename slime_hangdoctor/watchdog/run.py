@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from slime_hangdoctor.bundle import Bundle, BundleWriter
+from slime_hangdoctor.collect.node import parse_cache
 from slime_hangdoctor.collect.options import CHECK_DEFAULTS, CollectOptions
 from slime_hangdoctor.errors import HangDoctorError
 from slime_hangdoctor.load import load_snapshot
@@ -253,7 +254,7 @@ def work_moved(writer: BundleWriter) -> bool:
     for sample in (0, 1):
         probes = tuple(p for p in manifest.probes if p.sample in (sample, None))
         with Bundle(writer.root, dataclasses.replace(manifest, probes=probes)) as view:
-            snap = load_snapshot(view)
+            snap = load_snapshot(view, parse_cache(writer))
         seen.append(work_markers(progress_markers(snap, build_topology(snap))))
     return bool(changed_markers(seen[0], seen[1]))
 
