@@ -8,7 +8,10 @@ with bytecode cached as for an installed package (machine.cli_env), and prints t
 time and CPU (the CLI and its children) of each tree.
 
     git worktree add /tmp/base <commit>
-    python -m benchmarks.ab_verdict base=/tmp/base head=. [--runs 5]
+    python -m benchmarks.ab_verdict base=/tmp/base head=. [--runs 5] [--faults a,b,c]
+
+Per fault and tree: the median and the worst wall time minus the window (issue 26's measure), the
+CPU, and, from one more run with `--out`, the time from the process's start to its first probe.
 
 Not part of `benchmarks.run` (it needs other trees); its figures go to benchmarks/findings.md.
 """
@@ -16,8 +19,10 @@ Not part of `benchmarks.run` (it needs other trees); its figures go to benchmark
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 from benchmarks.bench_verdict import CONFIGS
@@ -42,9 +47,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("trees", nargs="+", help="NAME=PATH of each tree, two or more")
     parser.add_argument("--runs", type=int, default=RUNS)
+    parser.add_argument(
+        "--faults", default="", help="demo faults, comma-separated (default: bench_verdict's)"
+    )
     args = parser.parse_args()
     trees = _trees(args.trees)
-    for fault, extra in CONFIGS:
+    configs = tuple((f, ()) for f in args.faults.split(",") if f) if args.faults else CONFIGS
+    for fault, extra in configs:
         with running_demo(fault, extra) as job:
             argv = [
                 sys.executable,
@@ -65,13 +74,34 @@ def main() -> None:
                     if round_:
                         walls[name].append(run.wall_s)
                         cpus[name].append(run.cpu_user_s + run.cpu_sys_s)
+            with tempfile.TemporaryDirectory(prefix="hd-ab-") as tmp:
+                first = {
+                    name: _first_probe_s(argv, tree, Path(tmp) / name)
+                    for name, tree in trees.items()
+                }
             print(f"{fault} {' '.join(extra)}: {load_snapshot()}")
             for name in trees:
+                over = [w - WINDOW_S for w in walls[name]]
                 print(
                     f"  {name}: {statistics.median(walls[name]):.2f} s "
                     f"({min(walls[name]):.2f}-{max(walls[name]):.2f}), "
-                    f"CPU {statistics.median(cpus[name]):.2f} s"
+                    f"window + {statistics.median(over):.2f} s median, + {max(over):.2f} s worst, "
+                    f"CPU {statistics.median(cpus[name]):.2f} s, "
+                    f"start to first probe {first[name]:.2f} s",
+                    flush=True,
                 )
+
+
+WINDOW_S = 3.0  # attach's default --window
+
+
+def _first_probe_s(argv: list[str], tree: Path, out: Path) -> float:
+    """Process start to the first probe of one run with --out (its manifest times every probe)."""
+    env = {**cli_env(), "PYTHONPATH": str(tree)}
+    run = run_measured([*argv, "--out", str(out)], timeout=120, env=env, cwd=str(tree))
+    manifest = json.loads((out / "manifest.json").read_text())
+    starts = [p["started_at"] for p in manifest["probes"] if p.get("started_at")]
+    return min(starts) - run.launched_at if starts else float("nan")
 
 
 if __name__ == "__main__":

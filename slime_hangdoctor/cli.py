@@ -591,13 +591,14 @@ def run_attach(
     """collect + analyse; the bundle is kept only with --out."""
     from slime_hangdoctor.pipeline import attach as attach_it
 
-    _preload_render()
     with _progress(quiet) as say:
-        return attach_it(address, opts, out=out, progress=say, command=command).diagnosis
+        return attach_it(
+            address, opts, out=out, progress=say, command=command, on_window=_preload_render
+        ).diagnosis
 
 
 def _preload_render() -> None:
-    """Import the renderer (rich) in a thread while the probes run: it is needed only at the end."""
+    """Import the renderer (rich) in a thread while the window passes: it is needed only at the end."""
 
     def load() -> None:
         import rich.console  # noqa: F401

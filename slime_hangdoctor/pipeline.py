@@ -50,11 +50,18 @@ def attach(
     progress: ProgressFn | None = None,
     command: str = "attach",
     judge_work_moved: Callable[[BundleWriter], bool] | None = None,
+    on_window: Callable[[], None] | None = None,
 ) -> Analysed:
     """Live: collect into `out` (or a temp dir), then analyse. Never raises for an unreachable Ray.
-    `judge_work_moved`: `collect.run.collect`'s (the watchdog's look passes its own)."""
+    `judge_work_moved`: `collect.run.collect`'s (the watchdog's look passes its own); `on_window`:
+    called as the window's wait begins, beside the analysis's own import there."""
     started = time.monotonic()
-    _preload_analysis()
+
+    def window_begins() -> None:
+        _preload_analysis()
+        if on_window is not None:
+            on_window()
+
     with tempfile.TemporaryDirectory(prefix="hangdoctor-") as tmpdir:
         root = out if out is not None else Path(tmpdir) / "bundle"
         result = do_collect(
@@ -64,6 +71,7 @@ def attach(
             command=command,
             progress=progress,
             judge_work_moved=judge_work_moved,
+            on_window=window_begins,
         )
         if result.ray_error and not opts.local:
             verdict = unknown_verdict(
@@ -85,8 +93,8 @@ def attach(
 
 
 def _preload_analysis() -> None:
-    """Import the analysis in a thread while the first probes run (it is needed only after the
-    second sample; its import is ~0.1 s of a 2-core node's CPU that would otherwise come after)."""
+    """Import the analysis in a thread while the window passes (it is needed only after the second
+    sample; its import is ~0.1 s of a 2-core node's CPU that would otherwise come after it)."""
 
     def load() -> None:
         import slime_hangdoctor.analysis.diagnosis  # noqa: F401

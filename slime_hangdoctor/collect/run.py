@@ -121,8 +121,12 @@ def collect(
     command: str = "collect",
     progress: ProgressFn | None = None,
     judge_work_moved: Callable[[BundleWriter], bool] | None = None,
+    on_window: Callable[[], None] | None = None,
 ) -> CollectResult:
     """Collect evidence from the job at `address` into a bundle at `out`.
+
+    `on_window` is called once the first sample is taken, as the window's wait begins (the CLI
+    loads what it needs only after the second sample there: the analysis, the renderer).
 
     With `opts.stacks_only_if_stalled`, `judge_work_moved` (the watchdog's: what counts as work is
     its policy, not the collector's) says, from what the writer holds after the second sample,
@@ -177,6 +181,8 @@ def collect(
             topo = _sample(run, 0)
             _start_logs(run)  # in the window's idle wait: not beside the second sample's dumps
             _start_preparse(run)  # the first sample's artefacts, parsed while the window passes
+            if on_window is not None:
+                on_window()
             _sleep_until(t0 + opts.window_s, deadline, say)
             topo = _sample(run, 1)
             if opts.flight_recorder:
