@@ -14,6 +14,7 @@ from slime_hangdoctor.analysis.signatures import (
     WAITING_BLOCKS,
     Block,
     FrameSig,
+    is_intake_caller,
     is_transparent,
     match_frame,
     split_name,
@@ -152,6 +153,10 @@ def find_block(frames: tuple[Frame, ...], active: bool) -> tuple[Block, int | No
             if python_seen and active and sig.block in (Block.EVENT_LOOP, Block.WAIT):
                 # running library code called from an event loop / pool: it is working
                 return Block.CPU, _first_python(frames)
+            if sig.block is Block.COLLECTIVE:
+                intake = _intake_caller(frames, i)
+                if intake is not None:
+                    return Block.EVENT_LOOP, intake
             return sig.block, i
         if frame.native or is_transparent(frame):
             continue
@@ -162,6 +167,22 @@ def find_block(frames: tuple[Frame, ...], active: bool) -> tuple[Block, int | No
     if first is None:
         return Block.UNKNOWN, None
     return (Block.CPU if active else Block.PARKED), first
+
+
+def _intake_caller(frames: tuple[Frame, ...], start: int) -> int | None:
+    """The index of a scheduler's request-intake broadcast (`broadcast_pyobj`) that called the
+    collective at `start`, looking outward through the collective's own frames (torch's c10d,
+    transparent wrappers, native frames); None when the first other frame is anything else."""
+    for j in range(start, len(frames)):
+        frame = frames[j]
+        if is_intake_caller(frame):
+            return j
+        if frame.native or is_transparent(frame):
+            continue
+        sig = wait_of(frame)
+        if sig is None or sig.block is not Block.COLLECTIVE:
+            return None
+    return None
 
 
 def _first_python(frames: tuple[Frame, ...]) -> int | None:
