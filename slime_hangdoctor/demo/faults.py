@@ -630,7 +630,7 @@ FAULTS: dict[str, FaultSpec] = {
         FaultSpec(
             name="rollout_tp_rank_prefetch_stuck",
             description=(
-                "engines with 2 TP ranks and HiCache storage (sglang#30760): in rollout 0, engine "
+                "engines with 2 TP ranks and HiCache storage (sglang#30760): at the armed rollout, engine "
                 "1's TP rank 0 enters the prefetch check's all_reduce for a request its TP rank 1 "
                 "never reaches (rank 1's batch is full first: its own free slots), and rank 1 "
                 "moves on to wait in broadcast_pyobj for rank 0's next requests, for ever"
@@ -641,7 +641,6 @@ FAULTS: dict[str, FaultSpec] = {
                 culprit_role="sglang_engine",
                 culprit_engine=FAULT_ENGINE,
             ),
-            uses_fault_after_steps=False,
             server_fault="prefetch_check_diverged",
             tp_size=2,
             frames=(

@@ -47,6 +47,7 @@ TIMED_SERVER_FAULTS = frozenset(
         "stay_paused_after_update",
         "stuck_before_weight_broadcast",
         "killed_mid_generate",
+        "prefetch_check_diverged",
     }
 )
 # demo faults whose engine fault goes live right before a weight broadcast
