@@ -78,6 +78,13 @@ class ThreadRead:
     def in_collective(self) -> bool:
         return self.block in COLLECTIVE_BLOCKS
 
+    @property
+    def in_intake(self) -> bool:
+        """An SGLang TP rank waiting in `broadcast_pyobj` for its rank 0's next requests (its
+        collective is the intake, see signatures.INTAKE_CALLERS): it waits for rank 0."""
+        frame = self.block_frame
+        return self.block is Block.EVENT_LOOP and frame is not None and is_intake_caller(frame)
+
     def key(self) -> tuple[tuple[str, str, int | None], ...]:
         """A comparable fingerprint of the stack (to tell whether it moved between samples)."""
         return tuple((f.name, f.short_filename or f.filename, f.line) for f in self.frames)
@@ -95,6 +102,8 @@ class ThreadRead:
         if sf is not None and sf is not self.block_frame:
             stage_part = f" in {split_name(sf.name)[1]}"
         text = _BLOCK_TEXT.get(self.block, "at")
+        if self.in_intake:
+            return f"waiting for its TP rank 0's next requests in {where}"
         if self.block is Block.CPU:
             return f"running on CPU: {where}"
         if self.block is Block.PARKED:
