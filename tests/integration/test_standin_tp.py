@@ -114,13 +114,13 @@ def test_tp2_every_rank_joins_the_weight_update_group(start: Start) -> None:
             "master_port": port,
             "rank_offset": 1,
             "world_size": 3,
-            "group_name": "slime-pp_0",
+            "group_name": "slime-tp2-pp_0",
             "backend": "nccl",
         },
         "init",
     )
     pg = init_custom_process_group(
-        "gloo", f"tcp://127.0.0.1:{port}", 3, 0, "slime-pp_0", datetime.timedelta(seconds=60)
+        "gloo", f"tcp://127.0.0.1:{port}", 3, 0, "slime-tp2-pp_0", datetime.timedelta(seconds=60)
     )
     init.join(60)
     assert box["init"].json()["success"]
@@ -131,7 +131,7 @@ def test_tp2_every_rank_joins_the_weight_update_group(start: Start) -> None:
             "names": ["w"],
             "dtypes": ["float32"],
             "shapes": [[4]],
-            "group_name": "slime-pp_0",
+            "group_name": "slime-tp2-pp_0",
             "flush_cache": False,
             "weight_version": "2",
         },

@@ -294,6 +294,11 @@ class Scheduler(SchedulerWeightUpdaterMixin):
         self.realtime_tokens["prefill_compute"] += new_tokens
         self.running_batch.extend(batch.reqs)
         self._append_tokens(batch.reqs, result)
+        if self.tp_rank != 0:
+            # only the stats-logging rank logs batches (0.5.15.post1
+            # scheduler_components/metrics_reporter.py:510-521, `is_stats_logging_rank`)
+            self.refresh_gauges()
+            return
         logger.info(
             "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: 0, token usage: %.2f, "
             "#running-req: %d, #queue-req: %d",
@@ -312,7 +317,7 @@ class Scheduler(SchedulerWeightUpdaterMixin):
         self._log_tokens += len(batch.reqs)
         self._append_tokens(batch.reqs, result)
         self._decode_steps += 1
-        if self._decode_steps % DECODE_LOG_INTERVAL == 0:
+        if self._decode_steps % DECODE_LOG_INTERVAL == 0 and self.tp_rank == 0:
             now = time.time()
             self.last_gen_throughput = self._log_tokens / max(now - self._log_tic, 1e-6)
             self._log_tokens, self._log_tic = 0, now
