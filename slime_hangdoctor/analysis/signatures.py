@@ -354,6 +354,20 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
         "release_memory_occupation resume_memory_occupation",
         what="scheduler memory release/resume",
     ),
+    # the admission loop (0.5.15.post1 scheduler.py:2607-2900) and HiCache's prefetch check in it,
+    # a collective over the TP group (hiradix_cache.py:1438-1530; sglang#30760)
+    *(
+        FrameSig(
+            f, Stage.ROLLOUT_DISPATCH, _SGLANG, what="scheduler admitting requests", generic=True
+        )
+        for f in (
+            "get_next_batch_to_run",
+            "get_new_batch_prefill",
+            "_get_new_batch_prefill_raw",
+            "check_prefetch_progress",
+            "can_terminate_prefetch",
+        )
+    ),
     *(
         FrameSig(f, Stage.ROLLOUT_DISPATCH, _SGLANG, what="scheduler running a batch", generic=True)
         for f in (
@@ -983,6 +997,23 @@ TRANSPARENT_FILES = (
     "contextlib.py",
     "functools.py",
 )
+
+
+# Collectives that are a scheduler's request intake, not a stuck collective: SGLang's TP ranks
+# other than 0 wait in `broadcast_pyobj` (utils/common.py:2132-2178, a blocking `dist.broadcast` of
+# TP rank 0's request list, called by `recv_requests` -> `_broadcast_reqs_across_ranks`,
+# scheduler_components/request_receiver.py:141-201) until rank 0 comes back for its next requests.
+# py-spy shows torch's `broadcast` innermost (and gloo/NCCL native frames under --native): the
+# caller decides. Such a rank waits for its rank 0: idle when rank 0 is, never the one to blame.
+INTAKE_CALLERS: tuple[tuple[str, str], ...] = (("broadcast_pyobj", "sglang/srt/"),)
+
+
+def is_intake_caller(frame: Frame) -> bool:
+    """Whether the frame is a scheduler's request-intake broadcast (see INTAKE_CALLERS)."""
+    if frame.native:
+        return False
+    func = split_name(frame.name)[1]
+    return any(func == f and _file_matches(path, frame) for f, path in INTAKE_CALLERS)
 
 
 def wait_of(frame: Frame) -> WaitSig | None:

@@ -14,6 +14,7 @@ from slime_hangdoctor.analysis.signatures import (
     WAITING_BLOCKS,
     Block,
     FrameSig,
+    is_intake_caller,
     is_transparent,
     match_frame,
     split_name,
@@ -77,6 +78,13 @@ class ThreadRead:
     def in_collective(self) -> bool:
         return self.block in COLLECTIVE_BLOCKS
 
+    @property
+    def in_intake(self) -> bool:
+        """An SGLang TP rank waiting in `broadcast_pyobj` for its rank 0's next requests (its
+        collective is the intake, see signatures.INTAKE_CALLERS): it waits for rank 0."""
+        frame = self.block_frame
+        return self.block is Block.EVENT_LOOP and frame is not None and is_intake_caller(frame)
+
     def key(self) -> tuple[tuple[str, str, int | None], ...]:
         """A comparable fingerprint of the stack (to tell whether it moved between samples)."""
         return tuple((f.name, f.short_filename or f.filename, f.line) for f in self.frames)
@@ -94,6 +102,8 @@ class ThreadRead:
         if sf is not None and sf is not self.block_frame:
             stage_part = f" in {split_name(sf.name)[1]}"
         text = _BLOCK_TEXT.get(self.block, "at")
+        if self.in_intake:
+            return f"waiting for its TP rank 0's next requests in {where}"
         if self.block is Block.CPU:
             return f"running on CPU: {where}"
         if self.block is Block.PARKED:
@@ -152,6 +162,10 @@ def find_block(frames: tuple[Frame, ...], active: bool) -> tuple[Block, int | No
             if python_seen and active and sig.block in (Block.EVENT_LOOP, Block.WAIT):
                 # running library code called from an event loop / pool: it is working
                 return Block.CPU, _first_python(frames)
+            if sig.block is Block.COLLECTIVE:
+                intake = _intake_caller(frames, i)
+                if intake is not None:
+                    return Block.EVENT_LOOP, intake
             return sig.block, i
         if frame.native or is_transparent(frame):
             continue
@@ -162,6 +176,22 @@ def find_block(frames: tuple[Frame, ...], active: bool) -> tuple[Block, int | No
     if first is None:
         return Block.UNKNOWN, None
     return (Block.CPU if active else Block.PARKED), first
+
+
+def _intake_caller(frames: tuple[Frame, ...], start: int) -> int | None:
+    """The index of a scheduler's request-intake broadcast (`broadcast_pyobj`) that called the
+    collective at `start`, looking outward through the collective's own frames (torch's c10d,
+    transparent wrappers, native frames); None when the first other frame is anything else."""
+    for j in range(start, len(frames)):
+        frame = frames[j]
+        if is_intake_caller(frame):
+            return j
+        if frame.native or is_transparent(frame):
+            continue
+        sig = wait_of(frame)
+        if sig is None or sig.block is not Block.COLLECTIVE:
+            return None
+    return None
 
 
 def _first_python(frames: tuple[Frame, ...]) -> int | None:

@@ -51,6 +51,10 @@ class FaultSpec:
     # Ray's default. A head shared with other faults has the default: such a fault gets its own.
     object_store_mib: int | None = None
     frames: tuple[FrameSignature, ...] = field(default_factory=tuple)
+    # TP ranks per engine (slime's --rollout-num-gpus-per-engine): each engine then runs that many
+    # `sglang::scheduler_TP<r>` processes ("engine N scheduler" is rank 0's, "engine N scheduler
+    # TPr" rank r's)
+    tp_size: int = 1
     # where the doctor does not reach `expected` yet: what it says instead (tests mark it xfail)
     known_gap: str | None = None
 
@@ -621,6 +625,42 @@ FAULTS: dict[str, FaultSpec] = {
             known_gap=(
                 "hung in rollout_dispatch, culprit not identified: no rule blames a router that "
                 "is gone (its port refuses; the doctor finds no router process to probe)"
+            ),
+        ),
+        FaultSpec(
+            name="rollout_tp_rank_prefetch_stuck",
+            description=(
+                "engines with 2 TP ranks and HiCache storage (sglang#30760): at the armed rollout, engine "
+                "1's TP rank 0 enters the prefetch check's all_reduce for a request its TP rank 1 "
+                "never reaches (rank 1's batch is full first: its own free slots), and rank 1 "
+                "moves on to wait in broadcast_pyobj for rank 0's next requests, for ever"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="rollout_dispatch",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="prefetch_check_diverged",
+            tp_size=2,
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+                FrameSignature(
+                    "engine 1 scheduler",
+                    (
+                        "all_reduce",
+                        "_all_reduce_attn_groups",
+                        "can_terminate_prefetch",
+                        "check_prefetch_progress",
+                        "_get_new_batch_prefill_raw",
+                        "event_loop_normal",
+                    ),
+                ),
+                FrameSignature(
+                    "engine 1 scheduler TP1",
+                    ("broadcast", "broadcast_pyobj", "recv_requests", "event_loop_normal"),
+                ),
             ),
         ),
     )

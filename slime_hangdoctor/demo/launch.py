@@ -169,7 +169,8 @@ class DemoRun:
 
     def processes(self) -> dict[str, int]:
         """`roles()` plus each engine's server ("engine N server", the actor's spawn child) and
-        its scheduler ("engine N scheduler", cmdline starting with `sglang::scheduler`), and the
+        its scheduler ("engine N scheduler", cmdline starting with `sglang::scheduler`; with
+        several TP ranks that is TP rank 0's, and rank r > 0 is "engine N scheduler TPr"), and the
         router ("router", the RolloutManager's forked child, a live one)."""
         import psutil
 
@@ -199,7 +200,9 @@ class DemoRun:
                 except psutil.Error:
                     continue
                 if cmd and cmd[0].startswith("sglang::scheduler"):
-                    out[f"{engine} scheduler"] = child.pid
+                    rank = cmd[0].rsplit("_TP", 1)[-1] if "_TP" in cmd[0] else "0"
+                    suffix = "" if rank == "0" else f" TP{rank}"
+                    out[f"{engine} scheduler{suffix}"] = child.pid
                 elif any("spawn_main" in part for part in cmd):
                     out[f"{engine} server"] = child.pid
         return out
@@ -447,14 +450,19 @@ def start_demo(
     num_cpus: int = 2,
     head: cluster.RayHead | None = None,
     layout: str = "slime",
+    tp_size: int | None = None,
 ) -> DemoRun:
     """Start a Ray head (or use `head`, which then outlives the run) and submit the demo job with
     `fault`; returns at once (see `DemoRun.wait_until_ready`). On any failure everything started
     so far is stopped. `layout`: one of JOB_LAYOUTS (`miles`: the job as `miles_job` lays it out,
-    under `workdir`)."""
+    under `workdir`). `tp_size`: TP ranks per engine (None: the fault's own, 1 for most), as
+    slime's `--rollout-num-gpus-per-engine`, with as many engines as at one rank each."""
     if layout not in JOB_LAYOUTS:
         raise DemoError(f"unknown demo job layout {layout!r} (known: {', '.join(JOB_LAYOUTS)})")
     spec = get_fault(fault)
+    tp = spec.tp_size if tp_size is None else tp_size
+    if tp < 1:
+        raise DemoError(f"tp size must be at least 1, not {tp}")
     missing = missing_modules()
     if missing:
         raise DemoError(
@@ -499,6 +507,9 @@ def start_demo(
         if spec.remote_reward:
             (rm_port,) = cluster.free_ports(1)
             args += ["--rm-type", "remote_rm", "--rm-url", f"http://127.0.0.1:{rm_port}/score"]
+        if tp > 1:
+            args += ["--rollout-num-gpus", str(2 * tp), "--rollout-num-gpus-per-engine", str(tp)]
+            args += ["--num-gpus-per-node", str(max(2, tp))]
         if "--sglang-base-port" not in args:
             # slime counts engine ports up from 15000; two demos on one box would race for the
             # same ports, so each run starts from a free block of its own (cluster.quiet_port_block)

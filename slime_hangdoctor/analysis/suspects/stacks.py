@@ -71,6 +71,8 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
         return []
     role = ranks[0].role or Role.TRAIN_RANK
     outside = [p for p in ranks if p not in in_coll]
+    if outside and all(p.latest is not None and p.latest.primary.in_intake for p in outside):
+        return _awaited_by_intake(in_coll, outside, role)
     if outside:
         victims = ", ".join(f"{p.label} ({brief(p)})" for p in in_coll[:4])
         weight = MEDIUM if len(outside) <= len(in_coll) else WEAK
@@ -98,6 +100,27 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
             for p in outside
         ]
     return _collective_minority(in_coll, role)
+
+
+def _awaited_by_intake(in_coll: list[Proc], intake: list[Proc], role: Role) -> list[Suspect]:
+    """One engine's schedulers: the ranks outside the collective wait in `broadcast_pyobj` for the
+    next requests of the rank that is in it (sglang#30760: TP rank 0 in the prefetch check's
+    all_reduce, which the other ranks left for the next loop). They wait for it: it is the one."""
+    waiting = ", ".join(f"{p.label} (pid {p.pid})" for p in intake[:4])
+    return [
+        suspect(
+            "stacks",
+            role,
+            f"stacks: {p.label} (pid {p.pid}) waits in {_op_of(p.latest) if p.latest else '?'}"
+            f" ({p.latest.describe() if p.latest else '?'}), a collective its TP peers never "
+            f"enter: they wait in broadcast_pyobj for its next requests ({waiting})",
+            p,
+            weight=MEDIUM,
+            stage=p.latest.stage if p.latest else None,
+            evidence=tuple(f"{q.label} (pid {q.pid}): {brief(q)}" for q in (*in_coll, *intake)[:8]),
+        )
+        for p in in_coll
+    ]
 
 
 def _collective_minority(in_coll: list[Proc], role: Role) -> list[Suspect]:

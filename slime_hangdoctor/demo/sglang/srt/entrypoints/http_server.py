@@ -712,10 +712,9 @@ def _graceful_exit(tm: TokenizerManager) -> None:
 
 
 def _subprocess_watchdog(tm: TokenizerManager) -> None:
-    names = ("scheduler", "detokenizer")
     while True:
         time.sleep(1.0)
-        for name, proc in zip(names, tm.children, strict=False):
+        for name, proc in zip(tm.child_names, tm.children, strict=False):
             code = proc.poll()
             if code is not None:
                 logger.error(

@@ -24,6 +24,7 @@ FAULTS = (
     "stay_paused_after_update",
     "killed_mid_generate",
     "blocked_http_loop",
+    "prefetch_check_diverged",
 )
 
 

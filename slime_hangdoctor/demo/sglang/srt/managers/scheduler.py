@@ -20,12 +20,17 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
+from slime_hangdoctor.demo.sglang.srt.distributed import parallel_state
 from slime_hangdoctor.demo.sglang.srt.managers.io_struct import recv_msg, send_msg
 from slime_hangdoctor.demo.sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+from slime_hangdoctor.demo.sglang.srt.managers.scheduler_components.request_receiver import (
+    SchedulerRequestReceiver,
+)
 from slime_hangdoctor.demo.sglang.srt.managers.scheduler_components.weight_updater import (
     SchedulerWeightUpdaterMixin,
 )
 from slime_hangdoctor.demo.sglang.srt.managers.tp_worker import TpModelWorker
+from slime_hangdoctor.demo.sglang.srt.mem_cache.hiradix_cache import HiRadixCache
 from slime_hangdoctor.demo.sglang.srt.model_executor.model_runner import ModelRunner
 from slime_hangdoctor.demo.sglang.srt.utils.common import log_prefix, setup_logging
 from slime_hangdoctor.demo.sglang.utils import TypeBasedDispatcher
@@ -88,6 +93,16 @@ class Scheduler(SchedulerWeightUpdaterMixin):
         self._last_gauge_refresh = 0.0
         self._last_snapshot = 0.0
         self._decode_since_publish = 0
+        # Tensor parallelism: `tp_size` scheduler processes per engine, rank 0 talks to the HTTP
+        # process (the only one with `conn` traffic), every rank joins the TP group.
+        self.tp_rank = int(cfg.get("tp_rank", 0))
+        self.tp_size = max(int(cfg.get("tp_size", 1)), 1)
+        self.request_receiver: SchedulerRequestReceiver | None = None
+        self.tree_cache: HiRadixCache | None = None
+        self.enable_hicache_storage = False
+        self.copy_done: Any = None
+        if self.tp_size > 1:
+            self.init_tp_group(cfg)
         model_runner = ModelRunner(cfg)
         model_runner.fault_active = self.fault_active
         self.tp_worker = TpModelWorker(model_runner)
@@ -109,13 +124,41 @@ class Scheduler(SchedulerWeightUpdaterMixin):
         )
         self.refresh_gauges()
 
+    def init_tp_group(self, cfg: Msg) -> None:
+        parallel_state.init_distributed_environment(
+            world_size=self.tp_size,
+            rank=self.tp_rank,
+            distributed_init_method=str(cfg["dist_init_method"]),
+            timeout_s=float(cfg.get("dist_timeout_s", 1800.0)),
+        )
+        parallel_state.initialize_model_parallel(self.tp_size)
+        tp_group = parallel_state.get_tp_group()
+        self.request_receiver = SchedulerRequestReceiver(
+            self.conn if self.tp_rank == 0 else None, tp_group, self.is_busy
+        )
+        # The engine of the fault `prefetch_check_diverged` runs with a HiCache storage backend
+        # (--hicache-storage-backend, prefetch policy `timeout`, as in sglang#30760 / #22607).
+        self.enable_hicache_storage = self.fault == "prefetch_check_diverged"
+        if self.enable_hicache_storage:
+            attn_tp_group = parallel_state.get_attention_tp_group()
+            self.tree_cache = HiRadixCache(
+                tp_group.cpu_group, attn_tp_group.cpu_group, tp_world_size=self.tp_size
+            )
+
     # ---- helpers
+    def is_busy(self) -> bool:
+        return bool(self.running_batch or self.waiting_queue) and not self.engine_paused
+
     def fault_active(self, name: str) -> bool:
         if self.fault != name or time.time() < self.fault_at:
             return False
         return self.fault_arm_file is None or os.path.exists(self.fault_arm_file)
 
     def send(self, msg: Msg) -> None:
+        if self.tp_rank != 0:
+            # only TP rank 0 has the sockets to the tokenizer/detokenizer (0.5.15.post1
+            # scheduler.py:615-637 `init_ipc_channels(is_rank_zero=...)`): the others send nothing
+            return
         if not send_msg(self.conn, self.send_lock, msg):
             os._exit(0)  # the HTTP process is gone
 
@@ -131,7 +174,11 @@ class Scheduler(SchedulerWeightUpdaterMixin):
 
     def event_loop_normal(self) -> None:
         while True:
-            recv_reqs = self.recv_requests()
+            if self.request_receiver is not None:
+                # TP ranks: rank 0 pulls, every rank takes part in the broadcast (scheduler.py:1549)
+                recv_reqs = self.request_receiver.recv_requests()
+            else:
+                recv_reqs = self.recv_requests()
             self.process_input_requests(recv_reqs)
             if self.engine_paused:
                 # scheduler.py:1551: paused (in_place/retract) the loop only serves control
@@ -166,6 +213,11 @@ class Scheduler(SchedulerWeightUpdaterMixin):
     def get_next_batch_to_run(self) -> ScheduleBatch | None:
         if self.engine_paused:
             return None
+        if self.tp_size > 1:
+            prefill = self.get_new_batch_prefill()
+            if prefill is not None:
+                return prefill
+            return ScheduleBatch("decode", list(self.running_batch)) if self.running_batch else None
         new: list[Req] = []
         while self.waiting_queue and len(self.running_batch) + len(new) < self.max_running_requests:
             new.append(self.waiting_queue.popleft())
@@ -175,14 +227,51 @@ class Scheduler(SchedulerWeightUpdaterMixin):
             return ScheduleBatch("decode", list(self.running_batch))
         return None
 
+    def get_new_batch_prefill(self) -> ScheduleBatch | None:
+        return self._get_new_batch_prefill_raw()
+
+    def get_num_allocatable_reqs(self, running_bs: int) -> int:
+        """This rank's own free request slots (SGLang: `req_to_token_pool.available_size()`, local
+        to each TP rank: PR#33029). Fault `prefetch_check_diverged`: the ranks other than 0 have
+        none left (slots that only they still hold), so their admission loop stops earlier."""
+        if self.tp_rank != 0 and self.fault_active("prefetch_check_diverged"):
+            return 0
+        return self.max_running_requests - running_bs
+
+    def _get_new_batch_prefill_raw(self) -> ScheduleBatch | None:
+        """The admission loop of 0.5.15.post1 scheduler.py:2762-2900: for each waiting request,
+        stop once this rank's batch is full, then (HiCache storage) ask whether its prefetch may
+        end: `check_prefetch_progress` is a collective over the TP group called from inside a loop
+        whose trip count is per-rank state (:2870-2890; sglang#30760)."""
+        can_run: list[Req] = []
+        running_bs = len(self.running_batch)
+        for req in list(self.waiting_queue):
+            if len(can_run) >= self.get_num_allocatable_reqs(running_bs):
+                break  # self.running_batch.batch_is_full
+            if self.tree_cache is not None:
+                prefetch_done = self.tree_cache.check_prefetch_progress(req.rid)
+                if not prefetch_done:
+                    continue  # skip staging requests that are ongoing prefetch
+            can_run.append(req)
+        if not can_run:
+            return None
+        for req in can_run:
+            self.waiting_queue.remove(req)
+        return ScheduleBatch("prefill", can_run)
+
     def run_batch(self, batch: ScheduleBatch) -> list[tuple[int, float]]:
         tic = time.perf_counter()
         result = self.tp_worker.forward_batch_generation(batch)
+        self.copy_done = self.tp_worker.model_runner.copy_done
         self.forward_seconds += time.perf_counter() - tic
         self.forward_ct += 1
         return result
 
     def process_batch_result(self, batch: ScheduleBatch, result: list[tuple[int, float]]) -> None:
+        if self.copy_done is not None:
+            # the batch's TP all-reduce (NCCL on GPUs: the CPU waits for it at the result copy)
+            self.copy_done.wait()
+            self.copy_done = None
         if batch.mode == "prefill":
             self.process_batch_result_prefill(batch, result)
         else:
@@ -205,6 +294,11 @@ class Scheduler(SchedulerWeightUpdaterMixin):
         self.realtime_tokens["prefill_compute"] += new_tokens
         self.running_batch.extend(batch.reqs)
         self._append_tokens(batch.reqs, result)
+        if self.tp_rank != 0:
+            # only the stats-logging rank logs batches (0.5.15.post1
+            # scheduler_components/metrics_reporter.py:510-521, `is_stats_logging_rank`)
+            self.refresh_gauges()
+            return
         logger.info(
             "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: 0, token usage: %.2f, "
             "#running-req: %d, #queue-req: %d",
@@ -223,7 +317,7 @@ class Scheduler(SchedulerWeightUpdaterMixin):
         self._log_tokens += len(batch.reqs)
         self._append_tokens(batch.reqs, result)
         self._decode_steps += 1
-        if self._decode_steps % DECODE_LOG_INTERVAL == 0:
+        if self._decode_steps % DECODE_LOG_INTERVAL == 0 and self.tp_rank == 0:
             now = time.time()
             self.last_gen_throughput = self._log_tokens / max(now - self._log_tic, 1e-6)
             self._log_tokens, self._log_tic = 0, now
@@ -352,17 +446,23 @@ class Scheduler(SchedulerWeightUpdaterMixin):
         max_new = max(int(req.get("max_new_tokens", 16)), 1)
         rid = str(req["rid"])
         target = 1 if req.get("health") else target_length(rid, max_new)
-        self.waiting_queue.append(
-            Req(
-                rid=rid,
-                input_len=max(int(req.get("input_len", 1)), 1),
-                max_new_tokens=max_new,
-                target_len=target,
-                return_logprob=bool(req.get("return_logprob")),
-                health=bool(req.get("health")),
-            )
+        new_req = Req(
+            rid=rid,
+            input_len=max(int(req.get("input_len", 1)), 1),
+            max_new_tokens=max_new,
+            target_len=target,
+            return_logprob=bool(req.get("return_logprob")),
+            health=bool(req.get("health")),
         )
+        self._prefetch_kvcache(new_req)
+        self.waiting_queue.append(new_req)
         return None
+
+    def _prefetch_kvcache(self, req: Req) -> None:
+        """HiCache storage: prefetch the request's prefix as it joins the queue (0.5.15.post1
+        scheduler.py:2284-2319)."""
+        if self.tree_cache is not None:
+            self.tree_cache.prefetch_from_storage(req.rid, req.input_len)
 
     def abort_request(self, req: Msg) -> Msg | None:
         rid = req.get("rid")
@@ -370,6 +470,8 @@ class Scheduler(SchedulerWeightUpdaterMixin):
         for queued in list(self.waiting_queue):
             if abort_all or queued.rid == rid:
                 self.waiting_queue.remove(queued)
+                if self.tree_cache is not None:
+                    self.tree_cache.terminate_prefetch(queued.rid)  # scheduler.py:2388
                 self.finish(queued, {"type": "abort", "message": "Abort in waiting queue"})
         for running in list(self.running_batch):
             if abort_all or running.rid == rid:

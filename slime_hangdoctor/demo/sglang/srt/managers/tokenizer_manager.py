@@ -19,6 +19,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -144,6 +145,8 @@ class TokenizerManager:
         self._ready = threading.Event()
         self._log_lock = threading.Lock()
         self.children: list[subprocess.Popen[bytes]] = []
+        self.child_names: list[str] = []
+        self.tp_conns: list[Connection] = []
         self.conn: Connection | None = None
         self.signals_installed = False
         self.health_timeout = int(os.getenv("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
@@ -190,8 +193,11 @@ class TokenizerManager:
 
     # ---- subprocesses
     def start_subprocesses(self) -> None:
-        """Start scheduler and detokenizer from the calling thread (PDEATHSIG follows that thread)."""
-        parent, child = socket.socketpair()
+        """Start scheduler(s) and detokenizer from the calling thread (PDEATHSIG follows that
+        thread). With `--tp-size N`, N scheduler processes titled as SGLang 0.5.15.post1 titles
+        them (`configure_scheduler_process`, scheduler.py:4247-4262: `sglang::scheduler` + `_TP<r>`
+        when tp_size > 1), which rendezvous on a port of their own as the engine's TP group; only
+        rank 0 exchanges requests and outputs with this process."""
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -200,36 +206,51 @@ class TokenizerManager:
         # environment stays that environment. The child sets its title with setproctitle, as
         # SGLang's run_scheduler_process does.
         common = [sys.executable, "-m", SCHEDULER_MODULE, "--parent-pid", str(os.getpid())]
-        fd = child.fileno()
-        scheduler = subprocess.Popen(  # noqa: S603 - our own module, fixed argv
-            [*common, "--title", self.ns.scheduler_title, "--fd", str(fd)],
-            pass_fds=(fd,),
-            env=env,
-            stdin=subprocess.DEVNULL,
-        )
-        child.close()
-        self.children.append(scheduler)
-        detokenizer = subprocess.Popen(  # noqa: S603
-            [*common, "--title", "sglang::detokenizer", "--role", "detokenizer"],
-            env=env,
-            stdin=subprocess.DEVNULL,
-        )
-        self.children.append(detokenizer)
-        self.conn = Connection(parent.detach())
-        self.send(
-            {
-                "type": "config",
-                "title": self.ns.scheduler_title,
-                "server_args": self.server_args,
-                "fault": self.ns.fault,
-                "fault_at": self.started_at + max(self.ns.fault_after_s, 0.0),
-                "fault_arm_file": self.ns.fault_arm_file,
-                "step_s": self.ns.step_s,
-                "max_total_num_tokens": self.ns.max_total_tokens,
-                "max_running_requests": self.ns.max_running_requests,
-                "weight_sync_timeout_s": self.ns.weight_sync_timeout_s,
-            }
-        )
+        tp_size = max(int(self.ns.tp_size), 1)
+        dist_init_method = f"tcp://127.0.0.1:{_free_port()}" if tp_size > 1 else None
+        conns: list[Connection] = []
+        for tp_rank in range(tp_size):
+            parent, child = socket.socketpair()
+            fd = child.fileno()
+            scheduler = subprocess.Popen(  # noqa: S603 - our own module, fixed argv
+                [*common, "--title", scheduler_title(self.ns, tp_rank), "--fd", str(fd)],
+                pass_fds=(fd,),
+                env=env,
+                stdin=subprocess.DEVNULL,
+            )
+            child.close()
+            self.children.append(scheduler)
+            self.child_names.append("scheduler" if tp_size == 1 else f"scheduler_TP{tp_rank}")
+            conns.append(Connection(parent.detach()))
+            if tp_rank == 0:
+                detokenizer = subprocess.Popen(  # noqa: S603
+                    [*common, "--title", "sglang::detokenizer", "--role", "detokenizer"],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                )
+                self.children.append(detokenizer)
+                self.child_names.append("detokenizer")
+        self.conn = conns[0]
+        self.tp_conns = conns  # ranks > 0 only read their config: kept open for their lives
+        config = {
+            "type": "config",
+            "server_args": self.server_args,
+            "fault": self.ns.fault,
+            "fault_at": self.started_at + max(self.ns.fault_after_s, 0.0),
+            "fault_arm_file": self.ns.fault_arm_file,
+            "step_s": self.ns.step_s,
+            "max_total_num_tokens": self.ns.max_total_tokens,
+            "max_running_requests": self.ns.max_running_requests,
+            "weight_sync_timeout_s": self.ns.weight_sync_timeout_s,
+            "tp_size": tp_size,
+            "dist_init_method": dist_init_method,
+        }
+        for tp_rank, conn in enumerate(conns):
+            send_msg(
+                conn,
+                self._send_lock,
+                {**config, "tp_rank": tp_rank, "title": scheduler_title(self.ns, tp_rank)},
+            )
         threading.Thread(target=self._reader, name="tokenizer-handle-loop", daemon=True).start()
 
     def wait_ready(self) -> bool:
@@ -572,3 +593,20 @@ class TokenizerManager:
                     fh.write(line + "\n")
             except OSError as exc:
                 logger.warning("cannot write the request log: %s", exc)
+
+
+def scheduler_title(ns: Any, tp_rank: int) -> str:
+    """The process title of TP rank `tp_rank`: `--scheduler-title` with one TP rank (the stand-in's
+    default `sglang::scheduler_TP0`), else `sglang::scheduler_TP<r>` with that title's other
+    suffixes kept (scheduler.py:4247-4262 builds ` DP<d>`, ` PP<p>`, ..., ` TP<r>` and replaces
+    spaces by `_`)."""
+    title = str(ns.scheduler_title)
+    if int(ns.tp_size) <= 1:
+        return title
+    return f"{re.sub(r'_TP[0-9]+$', '', title)}_TP{tp_rank}"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -53,6 +53,10 @@ class ModelRunner:
         self.groups: dict[str, Any] = {}
         self.weights: dict[str, tuple[list[int], float]] = {}  # name -> (shape, checksum)
         self.fault_active: Callable[[str], bool] = lambda name: False
+        self.tp_rank = int(cfg.get("tp_rank", 0))
+        self.tp_size = max(int(cfg.get("tp_size", 1)), 1)
+        # the handle of the last forward's TP all-reduce (tp_size > 1), waited on by the scheduler
+        self.copy_done: Any = None
 
     # ---- forward
     def forward(self, batch: ScheduleBatch) -> list[tuple[int, float]]:
@@ -65,6 +69,7 @@ class ModelRunner:
             logger.debug("fault stuck_prefill: forward never returns")
             self._synchronize()
         time.sleep(self.step_s)
+        self._all_reduce_hidden_states(len(batch.reqs))
         return [next_token(r.rid, len(r.output_ids)) for r in batch.reqs]
 
     def forward_decode(self, batch: ScheduleBatch) -> list[tuple[int, float]]:
@@ -72,7 +77,21 @@ class ModelRunner:
             logger.debug("fault stuck_scheduler: forward never returns")
             self._synchronize()
         time.sleep(self.step_s)
+        self._all_reduce_hidden_states(len(batch.reqs))
         return [next_token(r.rid, len(r.output_ids)) for r in batch.reqs]
+
+    def _all_reduce_hidden_states(self, num_tokens: int) -> None:
+        """The row-parallel layers' all-reduce of every forward over the TP ranks (one real gloo
+        collective per batch here; NCCL in SGLang, `tensor_model_parallel_all_reduce`)."""
+        if self.tp_size == 1:
+            return
+        import torch
+
+        from slime_hangdoctor.demo.sglang.srt.distributed.communication_op import (
+            tensor_model_parallel_all_reduce,
+        )
+
+        self.copy_done = tensor_model_parallel_all_reduce(torch.ones(max(num_tokens, 1)))
 
     def _synchronize(self) -> None:
         _block_forever("copy_done.synchronize() of a batch that never finishes")
@@ -81,7 +100,7 @@ class ModelRunner:
     def init_weights_update_group(self, req: Msg) -> tuple[bool, str]:
         address = str(req.get("master_address", "127.0.0.1"))
         port = int(req.get("master_port", 0))
-        rank = int(req.get("rank_offset", 1))  # + tp_rank (0)
+        rank = int(req.get("rank_offset", 1)) + self.tp_rank  # model_runner: rank_offset + tp_rank
         world_size = int(req.get("world_size", 2))
         group_name = str(req.get("group_name", "weight_update_group"))
         requested = str(req.get("backend", "nccl"))

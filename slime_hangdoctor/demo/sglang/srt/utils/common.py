@@ -84,3 +84,41 @@ def init_custom_process_group(
     )
     c10d._world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
     return pg
+
+
+def broadcast_pyobj(
+    data: list[Any] | None,
+    rank: int,
+    dist_group: Any = None,
+    src: int = 0,
+    force_cpu_device: bool = True,
+) -> list[Any]:
+    """Broadcast a list of objects from `src` to the group's other ranks: a size, then the pickled
+    bytes, each with a blocking `dist.broadcast` (SGLang 0.5.15.post1 `utils/common.py:2132-2178`).
+    A rank that is not `src` waits inside the first `broadcast` until `src` sends, however long
+    that takes: the TP ranks of an idle engine sit here between batches. The stand-in's messages
+    are its own, between its own processes (as SGLang's)."""
+    import pickle
+
+    import torch
+    import torch.distributed as dist
+
+    if rank == src:
+        if not data:
+            dist.broadcast(torch.tensor([0], dtype=torch.long), src=src, group=dist_group)
+            return []
+        serialized = pickle.dumps(data)
+        tensor_data = torch.frombuffer(bytearray(serialized), dtype=torch.uint8)
+        tensor_size = torch.tensor([len(serialized)], dtype=torch.long)
+        dist.broadcast(tensor_size, src=src, group=dist_group)
+        dist.broadcast(tensor_data, src=src, group=dist_group)
+        return data
+    tensor_size = torch.tensor([0], dtype=torch.long)
+    dist.broadcast(tensor_size, src=src, group=dist_group)
+    size = int(tensor_size.item())
+    if size == 0:
+        return []
+    tensor_data = torch.empty(size, dtype=torch.uint8)
+    dist.broadcast(tensor_data, src=src, group=dist_group)
+    received: list[Any] = pickle.loads(bytes(tensor_data.numpy()))  # noqa: S301 - our own ranks
+    return received

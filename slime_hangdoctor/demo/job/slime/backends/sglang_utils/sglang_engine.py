@@ -36,6 +36,7 @@ SERVER_FAULTS: dict[str, str] = {
     "weight_sync_engine_wedged": "stuck_before_weight_broadcast",
     "weight_sync_health_check_queued": "stuck_before_weight_broadcast",
     "engine_server_killed": "killed_mid_generate",
+    "rollout_tp_rank_prefetch_stuck": "prefetch_check_diverged",
 }
 PLAN_MISSED_TEXT = "DEMO FAULT PLAN MISSED"
 TIMED_SERVER_FAULTS = frozenset(
@@ -46,6 +47,7 @@ TIMED_SERVER_FAULTS = frozenset(
         "stay_paused_after_update",
         "stuck_before_weight_broadcast",
         "killed_mid_generate",
+        "prefetch_check_diverged",
     }
 )
 # demo faults whose engine fault goes live right before a weight broadcast
@@ -184,6 +186,8 @@ class SGLangEngine(RayActor):
             "--step-s",
             str(args.sglang_step_s),
         ]
+        if args.rollout_num_gpus_per_engine > 1:  # slime: tp_size = rollout_num_gpus_per_engine
+            argv += ["--tp-size", str(args.rollout_num_gpus_per_engine)]
         argv.append("--exit-with-parent")  # stand-in flag: no engine outlives a killed actor
         if args.colocate:
             argv.append("--enable-memory-saver")

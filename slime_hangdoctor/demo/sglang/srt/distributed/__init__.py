@@ -1,0 +1,1 @@
+"""The stand-in's tensor-parallel groups (as `sglang/srt/distributed/`)."""

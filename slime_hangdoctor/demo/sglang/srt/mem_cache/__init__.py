@@ -1,0 +1,1 @@
+"""The stand-in's KV cache pieces (as `sglang/srt/mem_cache/`)."""

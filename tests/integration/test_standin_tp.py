@@ -1,0 +1,169 @@
+"""The SGLang stand-in with several TP ranks (`--tp-size N`): N scheduler processes titled as
+SGLang 0.5.15.post1 titles them, TP rank 0 receiving the requests and broadcasting them to the others
+with `broadcast_pyobj` over a real gloo group, one all-reduce per batch, the weight-update group
+joined by every rank at `rank_offset + tp_rank`, and the fault `prefetch_check_diverged`
+(sglang#30760: rank 0 in HiCache's prefetch-check all_reduce, rank 1 in `broadcast_pyobj`)."""
+
+from __future__ import annotations
+
+import datetime
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.integration.sglang_standin_harness import Standin, free_port, start_standin
+
+Start = Callable[..., Standin]
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[Start]:
+    started: list[Standin] = []
+
+    def _start(*args: str) -> Standin:
+        s = start_standin(tmp_path, *args, timeout=60.0)
+        started.append(s)
+        return s
+
+    yield _start
+    for s in started:
+        s.stop()
+
+
+def schedulers(s: Standin) -> dict[str, int]:
+    """Title -> pid of the stand-in's scheduler children."""
+    out: dict[str, int] = {}
+    for child in s.children():
+        cmd = child.cmdline()
+        if cmd and cmd[0].startswith("sglang::scheduler"):
+            out[cmd[0]] = int(child.pid)
+    return out
+
+
+def pyspy_frames(pid: int) -> str:
+    exe = shutil.which("py-spy")
+    if exe is None:
+        pytest.skip("py-spy not installed")
+    out = subprocess.run(
+        [exe, "dump", "--pid", str(pid)], check=False, capture_output=True, text=True, timeout=30
+    )
+    return out.stdout
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return predicate()
+
+
+def generate(s: Standin, timeout: float = 30.0) -> requests.Response:
+    body = {"text": "1+1=", "sampling_params": {"max_new_tokens": 6}}
+    return s.post("/generate", json=body, timeout=timeout)
+
+
+def test_tp2_runs_two_titled_ranks_that_broadcast_the_requests(start: Start) -> None:
+    s = start("--tp-size", "2")
+    assert wait_for(lambda: len(schedulers(s)) == 2)
+    ranks = schedulers(s)
+    assert set(ranks) == {"sglang::scheduler_TP0", "sglang::scheduler_TP1"}
+    for _ in range(3):
+        r = generate(s)
+        assert r.status_code == 200, r.text
+        assert r.json()["meta_info"]["completion_tokens"] >= 1
+    # idle: rank 1 waits in torch's real broadcast under broadcast_pyobj <- recv_requests
+    assert wait_for(lambda: "broadcast_pyobj" in pyspy_frames(ranks["sglang::scheduler_TP1"]))
+    stack = pyspy_frames(ranks["sglang::scheduler_TP1"])
+    assert "broadcast (torch/distributed/distributed_c10d.py" in stack
+    assert "SchedulerRequestReceiver.recv_requests" in stack
+
+
+def test_tp2_every_rank_joins_the_weight_update_group(start: Start) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from slime_hangdoctor.demo.sglang_scheduler import init_custom_process_group
+
+    s = start("--tp-size", "2")
+    port = free_port()
+    box: dict[str, Any] = {}
+
+    def post(path: str, body: dict[str, Any], key: str) -> threading.Thread:
+        def run() -> None:
+            box[key] = s.post(path, json=body, timeout=60)
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        return t
+
+    # slime: world size = engines * rollout_num_gpus_per_engine + 1, engine i at rank_offset
+    # 1 + i * tp; each TP rank joins at rank_offset + tp_rank
+    init = post(
+        "/init_weights_update_group",
+        {
+            "master_address": "127.0.0.1",
+            "master_port": port,
+            "rank_offset": 1,
+            "world_size": 3,
+            "group_name": "slime-tp2-pp_0",
+            "backend": "nccl",
+        },
+        "init",
+    )
+    pg = init_custom_process_group(
+        "gloo", f"tcp://127.0.0.1:{port}", 3, 0, "slime-tp2-pp_0", datetime.timedelta(seconds=60)
+    )
+    init.join(60)
+    assert box["init"].json()["success"]
+    weight = torch.ones(4)
+    upd = post(
+        "/update_weights_from_distributed",
+        {
+            "names": ["w"],
+            "dtypes": ["float32"],
+            "shapes": [[4]],
+            "group_name": "slime-tp2-pp_0",
+            "flush_cache": False,
+            "weight_version": "2",
+        },
+        "upd",
+    )
+    dist.broadcast(weight, src=0, group=pg, async_op=True).wait()  # both ranks receive it
+    upd.join(60)
+    assert box["upd"].status_code == 200, box["upd"].text
+    assert s.get("/get_weight_version").json() == {"weight_version": "2"}
+
+
+def test_prefetch_check_diverged_leaves_rank0_in_all_reduce_and_rank1_in_broadcast(
+    start: Start,
+) -> None:
+    s = start("--tp-size", "2", "--fault", "prefetch_check_diverged")
+    assert wait_for(lambda: len(schedulers(s)) == 2)
+    ranks = schedulers(s)
+    with pytest.raises(requests.Timeout):
+        generate(s, timeout=3)
+    rank0 = ranks["sglang::scheduler_TP0"]
+    rank1 = ranks["sglang::scheduler_TP1"]
+    assert wait_for(lambda: "check_prefetch_progress" in pyspy_frames(rank0))
+    stack0 = pyspy_frames(rank0)
+    for frame in (
+        "all_reduce (torch/distributed/distributed_c10d.py",
+        "HiRadixCache._all_reduce_attn_groups",
+        "HiRadixCache.can_terminate_prefetch",
+        "Scheduler._get_new_batch_prefill_raw",
+    ):
+        assert frame in stack0
+    stack1 = pyspy_frames(rank1)
+    assert "broadcast_pyobj" in stack1 and "check_prefetch_progress" not in stack1
+    time.sleep(2.0)  # for ever: the same two stacks later
+    assert "check_prefetch_progress" in pyspy_frames(rank0)
+    assert "broadcast_pyobj" in pyspy_frames(rank1)
