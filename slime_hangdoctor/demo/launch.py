@@ -43,7 +43,11 @@ SETTLE_S_BY_FAULT = {
     "rollout_data_plasma_full": 16.0,
 }
 STARTUP_SETTLE_S = 5.0  # start-up faults: a few /health_generate polls
-HEALTHY_STEPS = {"none": 3, "slow": 1}  # train steps a healthy run shows before it is "ready"
+HEALTHY_STEPS = {
+    "none": 3,
+    "slow": 1,
+    "disk_weight_sync": 2,
+}  # train steps a healthy run shows before it is "ready"
 # What the job's processes import beyond the doctor's own dependencies (the [demo] extra).
 JOB_MODULES = ("torch", "numpy", "setproctitle")
 
