@@ -64,7 +64,7 @@ FAULT_RANK = 1  # train rank a train fault targets
 
 _WARMUP_STUCK_FRAMES = (
     FrameSignature("driver", ("create_rollout_manager", "train")),
-    FrameSignature("rollout_manager", ("init_rollout_engines", "__init__")),
+    FrameSignature("rollout_manager", ("get", "__init__")),
     FrameSignature(
         "engine 1 actor", ("_wait_server_healthy", "launch_server_process", "_init_normal", "init")
     ),
@@ -87,6 +87,16 @@ FAULTS: dict[str, FaultSpec] = {
             uses_fault_after_steps=False,
         ),
         FaultSpec(
+            name="disk_weight_sync",
+            description=(
+                "healthy, with slime main's disk weight sync (--update-weight-transport disk): "
+                "each update writes an HF checkpoint (save_hf_model_to_path) and the engines "
+                "reload it (/update_weights_from_disk); steps keep advancing"
+            ),
+            expected=Expected(status="progressing", stage="none"),
+            uses_fault_after_steps=False,
+        ),
+        FaultSpec(
             name="startup_engine_never_healthy",
             description="engine 1's server never turns healthy (503): the job never leaves start-up",
             expected=Expected(
@@ -99,7 +109,7 @@ FAULTS: dict[str, FaultSpec] = {
             server_fault="never_healthy",
             frames=(
                 FrameSignature("driver", ("create_rollout_manager", "train")),
-                FrameSignature("rollout_manager", ("init_rollout_engines", "__init__")),
+                FrameSignature("rollout_manager", ("get", "__init__")),
                 FrameSignature(
                     "engine 1 actor",
                     ("_wait_server_healthy", "launch_server_process", "_init_normal", "init"),
@@ -289,11 +299,13 @@ FAULTS: dict[str, FaultSpec] = {
         FaultSpec(
             name="weight_sync_health_check_queued",
             description=(
-                "weight_sync_engine_wedged in a job run with --use-fault-tolerance: the "
-                "RolloutManager's RolloutHealthMonitor thread, resumed by generate and not paused "
-                "for the weight update (no offload), calls each engine actor's health_generate "
-                "every second; each engine actor runs update_weights_from_distributed, blocked in "
-                "the weight broadcast, so the health check queues behind it on the actor "
+                "weight_sync_engine_wedged in a job run with --use-fault-tolerance whose "
+                "recovery step leaves the health monitors running (slime pauses them in "
+                "RolloutManager.recover_updatable_engines before every weight update; a fork "
+                "that does not): the RolloutManager's RolloutHealthMonitor thread, resumed by "
+                "generate, calls each engine actor's health_generate every second; each engine "
+                "actor runs update_weights_from_distributed, blocked in the weight broadcast, so "
+                "the health check queues behind it on the actor "
                 "(open-instruct PR#1454's shape)"
             ),
             expected=Expected(

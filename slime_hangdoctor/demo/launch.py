@@ -39,7 +39,18 @@ MILES_MOVES = {
     "slime/backends/megatron_utils/update_weight/update_weight_from_distributed.py": (
         "miles/backends/megatron_utils/update_weight/update_weight_from_distributed/broadcast.py"
     ),
+    # slime main moved these to slime/observability/ (624b824); miles keeps them in utils/
+    "slime/observability/timer.py": "miles/utils/timer.py",
+    "slime/observability/logging_utils.py": "miles/utils/logging_utils.py",
 }
+# Files of slime main's features that miles does not have (radixark/miles@31f1ca961): the miles
+# job carries them so that it imports, but no recorded miles run goes through them (disk weight
+# sync, server_control's abort tail).
+MILES_LACKS = (
+    "miles/backends/megatron_utils/hf_checkpoint_saver.py",
+    "miles/backends/megatron_utils/update_weight/update_weight_from_disk.py",
+    "miles/backends/sglang_utils/server_control.py",
+)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MARKER_ENV = "SLIME_HANGDOCTOR_DEMO"
 ARMED_TEXT = "DEMO FAULT ARMED"
@@ -57,7 +68,11 @@ SETTLE_S_BY_FAULT = {
     "rollout_data_plasma_full": 16.0,
 }
 STARTUP_SETTLE_S = 5.0  # start-up faults: a few /health_generate polls
-HEALTHY_STEPS = {"none": 3, "slow": 1}  # train steps a healthy run shows before it is "ready"
+HEALTHY_STEPS = {
+    "none": 3,
+    "slow": 1,
+    "disk_weight_sync": 2,
+}  # train steps a healthy run shows before it is "ready"
 # What the job's processes import beyond the doctor's own dependencies (the [demo] extra).
 JOB_MODULES = ("torch", "numpy", "setproctitle")
 
@@ -432,6 +447,9 @@ def miles_job(dest: Path, job: Path = JOB_DIR) -> Path:
         if not init.exists():
             init.write_text("")
         (dest / "miles" / old.removeprefix("slime/")).rename(target)
+    observability = dest / "miles" / "observability"
+    if sorted(p.name for p in observability.iterdir()) == ["__init__.py"]:
+        shutil.rmtree(observability)  # emptied by the moves: miles has no such package
     for path in dest.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         for old_mod, new_mod in moves.items():

@@ -225,6 +225,21 @@ def _router_killed(run: DemoRun, _matched: dict[str, str]) -> None:
         assert requests.get(f"{url}/health", timeout=5).status_code == 200
 
 
+def _disk_weight_sync(run: DemoRun, _matched: dict[str, str]) -> None:
+    """Steps advance through slime main's disk weight sync: train rank 0 writes each version's
+    HF checkpoint and every engine reloads it (its weight version is the disk version)."""
+    first = run.steps_done()
+    deadline = time.monotonic() + 60
+    while run.steps_done() <= first and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert run.steps_done() > first, run.logs()[-3000:]
+    assert ARMED_TEXT not in run.logs()
+    assert re.search(r"Saving model in HuggingFace format to \S+/weight_v\d{6}", run.logs())
+    for url in run.engine_urls().values():
+        answer = requests.get(f"{url}/get_weight_version", timeout=5).json()
+        assert int(answer["weight_version"]) >= 2  # version 1 at start-up, then one per step
+
+
 # A fault's own checks on the live job, after the doctor's run and the frame signatures.
 LIVE_CHECKS: dict[str, Callable[[DemoRun, dict[str, str]], None]] = {
     "weight_sync_engine_missing": _weight_sync_engine_missing,
@@ -235,6 +250,7 @@ LIVE_CHECKS: dict[str, Callable[[DemoRun, dict[str, str]], None]] = {
     "checkpoint_stuck_storage": _checkpoint_stuck_storage,
     "train_custom_loss_stuck": _train_rank_stuck,
     "none": _healthy,
+    "disk_weight_sync": _disk_weight_sync,
     "router_worker_removed": _router_worker_removed,
     "router_killed": _router_killed,
 }

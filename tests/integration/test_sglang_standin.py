@@ -578,3 +578,83 @@ def test_loads_empty_until_the_first_snapshot(tmp_path: Path) -> None:
     assert json.loads(ep_get_load(tm, "GET", "", b"")[2]) == []
     tm.snapshot = {"type": "snapshot", "load": {"num_running_reqs": 0}}
     assert len(json.loads(ep_v1_loads(tm, "GET", "", b"")[2])["loads"]) == 1
+
+
+# --------------------------------------------------------------------------- slime main's calls
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_JOB = ROOT / "slime_hangdoctor" / "demo" / "job"
+
+
+def test_update_weights_from_disk_answers_like_0515(healthy: Standin, tmp_path: Path) -> None:
+    """slime main's disk weight sync (`SGLangEngine.update_weights_from_disk`): 0.5.15.post1's
+    `/update_weights_from_disk` answers 200 `{"success", "message", "num_paused_requests"}` and
+    takes the weight version; 400 with the same body when it cannot load the path; 422 without
+    `model_path` (a required field of UpdateWeightFromDiskReqInput)."""
+    assert healthy.post("/update_weights_from_disk", json={}).status_code == 422
+    r = healthy.post("/update_weights_from_disk", json={"model_path": str(tmp_path / "none")})
+    assert r.status_code == 400
+    assert r.json()["success"] is False
+    assert r.json()["message"].startswith("Failed to get weights iterator")
+    ckpt = tmp_path / "weight_v000001"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    assert healthy.post("/pause_generation", json={}).status_code == 200
+    body = {"model_path": str(ckpt), "weight_version": "1"}
+    r = healthy.post("/update_weights_from_disk", json=body)  # paused: no writer lock to wait on
+    assert (r.status_code, r.json()) == (
+        200,
+        {
+            "success": True,
+            "message": "Succeeded to update model weights. Weight version updated to 1.",
+            "num_paused_requests": 0,
+        },
+    )
+    assert healthy.get("/get_weight_version").json()["weight_version"] == "1"
+    assert healthy.post("/continue_generation", json={}).status_code == 200
+
+
+_ABORT_UNTIL_IDLE = """
+import argparse, asyncio, sys
+from slime.backends.sglang_utils.server_control import abort_server_until_idle
+from slime.utils.http_utils import _client, init_http_client
+
+async def main():
+    init_http_client(argparse.Namespace(sglang_api_key=None))
+    await abort_server_until_idle(sys.argv[1], retry_interval=1)
+    await _client().close()
+
+asyncio.run(main())
+"""
+
+
+def test_server_control_aborts_a_busy_engine_until_idle(healthy: Standin) -> None:
+    """The demo job's slime/backends/sglang_utils/server_control.py (slime main's) against the
+    stand-in: `POST /abort_request {"abort_all": true}`, then `GET /v1/loads?include=core`, until
+    the engine holds no request; the requests in flight end (aborted)."""
+    boxes = [
+        background_post(
+            healthy, "/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 4000}}
+        )
+        for _ in range(3)
+    ]
+    assert wait_for(lambda: (_running(healthy) or 0) >= 1, timeout=10)
+    env = {**os.environ, "PYTHONPATH": f"{DEMO_JOB}{os.pathsep}{ROOT}"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _ABORT_UNTIL_IDLE, healthy.url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for box in boxes:
+        box["thread"].join(15)
+        assert box["response"].status_code == 200
+        assert box["response"].json()["meta_info"]["finish_reason"]["type"] == "abort"
+    logged = [(e["method"], e["path"], e["query"]) for e in healthy.logged()]
+    abort = logged.index(("POST", "/abort_request", ""))
+    assert ("GET", "/v1/loads", "include=core") in logged[abort:]
+    loads = healthy.get("/v1/loads?include=core").json()["loads"]
+    assert loads[0]["num_running_reqs"] == 0 and loads[0]["num_waiting_reqs"] == 0

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 
 import ray
+from slime.observability.logging_utils import configure_logger
 from slime.ray.placement_group import (
     create_placement_groups,
     create_rollout_manager,
     create_training_models,
 )
 from slime.utils.arguments import parse_args
-from slime.utils.logging_utils import configure_logger
 from slime.utils.misc import should_run_periodic_action
 
 

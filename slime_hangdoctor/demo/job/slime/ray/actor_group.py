@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import shutil
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -23,6 +25,8 @@ class RayTrainGroup:
         self._num_nodes = num_nodes
         self._num_gpus_per_node = num_gpus_per_node
         self.role = role
+        self._rollout_manager: Any = None
+        self._disk_weight_version = 0
         self._allocate_gpus_for_actor(pg, num_gpus_per_actor)
 
     def _allocate_gpus_for_actor(
@@ -63,8 +67,50 @@ class RayTrainGroup:
         return [actor.train.remote(rollout_id, rollout_data_ref) for actor in self._actor_handlers]
 
     def update_weights(self) -> list[Any]:
-        """Push the trained weights to the rollout engines (every rank takes part)."""
-        return list(ray.get([actor.update_weights.remote() for actor in self._actor_handlers]))
+        """Push the trained weights to the rollout engines (every rank takes part); with
+        `--update-weight-transport disk`, then have the engines reload the checkpoint the ranks
+        wrote (slime main 624b824, slime/ray/actor_group.py:162-173)."""
+        if not self._full_disk_weight_update_enabled():
+            return list(ray.get([actor.update_weights.remote() for actor in self._actor_handlers]))
+        weight_version = self._disk_weight_version + 1
+        disk_weight_dir = Path(self.args.update_weight_disk_dir) / f"weight_v{weight_version:06d}"
+        ret = list(ray.get([actor.update_weights.remote() for actor in self._actor_handlers]))
+        self._disk_weight_version = weight_version
+        self._reload_rollout_weights_from_disk(disk_weight_dir, str(weight_version))
+        return ret
+
+    def _full_disk_weight_update_enabled(self) -> bool:
+        return (
+            self.role == "actor"
+            and self.args.update_weight_mode == "full"
+            and self.args.update_weight_transport == "disk"
+        )
+
+    def _reload_rollout_weights_from_disk(self, disk_weight_dir: Path, weight_version: str) -> None:
+        """actor_group.py:227-269: pause every updatable engine, flush its cache, reload the
+        checkpoint (`/update_weights_from_disk`), continue; no timeout on any of them."""
+        assert self._rollout_manager is not None, "disk weight update requires a rollout manager."
+        if self.args.offload_rollout:
+            ray.get(self._rollout_manager.onload_weights.remote())
+        engines, *_ = ray.get(self._rollout_manager.get_updatable_engines_and_lock.remote())
+        if not engines:
+            if not self.args.update_weight_disk_keep_files:
+                shutil.rmtree(disk_weight_dir, ignore_errors=True)
+            return
+        model_path = str(disk_weight_dir)
+        ray.get([engine.pause_generation.remote() for engine in engines])
+        ray.get([engine.flush_cache.remote() for engine in engines])
+        ray.get(
+            [
+                engine.update_weights_from_disk.remote(
+                    model_path=model_path, weight_version=weight_version
+                )
+                for engine in engines
+            ]
+        )
+        if not self.args.update_weight_disk_keep_files:
+            shutil.rmtree(disk_weight_dir, ignore_errors=True)
+        ray.get([engine.continue_generation.remote() for engine in engines])
 
     def save_model(self, step_id: int) -> list[Any]:
         """Save the actor model (every rank takes part)."""
@@ -80,6 +126,7 @@ class RayTrainGroup:
         return list(ray.get([actor.clear_memory.remote() for actor in self._actor_handlers]))
 
     def set_rollout_manager(self, rollout_manager: Any) -> list[Any]:
+        self._rollout_manager = rollout_manager
         return list(
             ray.get(
                 [

@@ -9,9 +9,9 @@ from typing import Any
 import ray
 from ray.util.placement_group import placement_group
 
+from slime.observability.logging_utils import log_fault_armed
 from slime.ray.actor_group import RayTrainGroup
 from slime.ray.rollout import RolloutManager
-from slime.utils.logging_utils import log_fault_armed
 from slime.utils.misc import master_node_proxy_env, start_black_hole_proxy, start_reward_service
 
 logger = logging.getLogger(__name__)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import multiprocessing
 import random
@@ -13,13 +14,13 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from slime.backends.sglang_utils.sglang_engine import SGLangEngine, wait_until_server_fault_live
+from slime.observability.logging_utils import configure_logger, log_fault_armed
 from slime.ray.utils import Lock
 from slime.rollout.base_types import call_rollout_fn
 from slime.rollout.data_source import RolloutDataSourceWithBuffer
 from slime.rollout.sglang_rollout import generate_rollout
 from slime.utils.health_monitor import RolloutHealthMonitor
 from slime.utils.http_utils import init_http_client
-from slime.utils.logging_utils import configure_logger, log_fault_armed
 from slime.utils.misc import (
     Box,
     die_with_parent_after_fork,
@@ -37,45 +38,326 @@ GPU_MEMORY_TYPE_KV_CACHE = "kv_cache"
 GPU_MEMORY_TYPE_CUDA_GRAPH = "cuda_graph"
 
 
+@dataclasses.dataclass
+class ServerGroup:
+    """A group of homogeneous SGLang engines with the same configuration (slime main 624b824,
+    slime/ray/rollout.py:46-219). The demo has one group per model, worker_type "regular"."""
+
+    args: Any
+    pg: Any  # (placement_group, reordered_bundle_indices, reordered_gpu_ids)
+    all_engines: list[Any]
+    num_gpus_per_engine: int
+    num_new_engines: int
+    worker_type: str = "regular"
+    rank_offset: int = 0  # cumulative engine count before this group
+    gpu_offset: int = 0  # cumulative GPU count before this group
+    needs_offload: bool = False  # True when this group's GPUs overlap with megatron
+    model_path: str | None = None  # checkpoint path for update_weights_from_disk
+    router_ip: str | None = None
+    router_port: int | None = None
+
+    @property
+    def nodes_per_engine(self) -> int:
+        return max(1, self.num_gpus_per_engine // int(self.args.num_gpus_per_node))
+
+    @property
+    def engines(self) -> list[Any]:
+        """Node-0 engines only (for multi-node serving)."""
+        return self.all_engines[:: self.nodes_per_engine]
+
+    def parallel_config(self) -> dict[str, Any]:
+        return {"tp_size": self.num_gpus_per_engine, "pp_size": 1, "ep_size": 1, "moe_dp_size": 1}
+
+    def start_engines(
+        self, port_cursors: dict[int, int] | None = None
+    ) -> tuple[list[Any], dict[int, int]]:
+        """Create the Ray actors, allocate ports and fire `engine.init()` without waiting
+        (rollout.py:90-199): the caller `ray.get`s the handles."""
+        if port_cursors is None:
+            port_cursors = {}
+        args = self.args
+        num_gpus_per_engine_on_node = min(self.num_gpus_per_engine, args.num_gpus_per_node)
+        pg, reordered_bundle_indices, reordered_gpu_ids = self.pg
+        rollout_ray_actor: Any = ray.remote(SGLangEngine)
+        rollout_engines = []
+        for i in range(len(self.all_engines)):
+            if self.all_engines[i] is not None:
+                continue
+            global_rank = self.rank_offset + i
+            gpu_index = self.gpu_offset + i * num_gpus_per_engine_on_node
+            base_gpu_id = int(reordered_gpu_ids[gpu_index])
+            scheduling_strategy = PlacementGroupSchedulingStrategy(
+                placement_group=pg,
+                placement_group_capture_child_tasks=True,
+                placement_group_bundle_index=reordered_bundle_indices[gpu_index],
+            )
+            env_vars = {
+                "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false",
+                "SGLANG_MEMORY_SAVER_CUDA_GRAPH": "true",
+                "OMP_NUM_THREADS": "1",
+            }
+            if args.fault == "rollout_behind_proxy":
+                # Demo: the engines run where the master node's proxy is not set. Ray's child
+                # actors inherit the RolloutManager's runtime_env env_vars: clear the proxy ones
+                # here (an empty value means no proxy to requests and httpx).
+                env_vars.update(
+                    dict.fromkeys(("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY"), "")
+                )
+            # On the 2-core demo box a "GPU" is nothing: the engines ask for no resources.
+            rollout_engine = rollout_ray_actor.options(
+                num_cpus=0,
+                num_gpus=0,
+                scheduling_strategy=scheduling_strategy,
+                runtime_env={"env_vars": env_vars},
+            ).remote(args, rank=global_rank, worker_type=self.worker_type, base_gpu_id=base_gpu_id)
+            rollout_engines.append((global_rank, rollout_engine))
+            self.all_engines[i] = rollout_engine
+
+        self.num_new_engines = len(rollout_engines)
+        if self.num_new_engines == 0:
+            return [], port_cursors
+
+        base_port = max(port_cursors.values()) if port_cursors else args.sglang_base_port
+        addr_and_ports, port_cursors = _allocate_rollout_engine_addr_and_ports_normal(
+            args=args, rollout_engines=rollout_engines, base_port=base_port
+        )
+        init_handles = [
+            engine.init.remote(
+                **(addr_and_ports[rank]),
+                router_ip=self.router_ip,
+                router_port=self.router_port,
+            )
+            for rank, engine in rollout_engines
+        ]
+        return init_handles, port_cursors
+
+    def offload(self) -> list[Any]:
+        """Fire release_memory_occupation on all engines (non-blocking, rollout.py:201-209)."""
+        if not self.needs_offload:
+            return []
+        return [
+            engine.release_memory_occupation.remote()
+            for engine in self.engines
+            if engine is not None
+        ]
+
+    def onload(self, tags: list[str] | None = None) -> list[Any]:
+        """Fire resume_memory_occupation on all engines (non-blocking, rollout.py:211-219)."""
+        if not self.needs_offload:
+            return []
+        return [
+            engine.resume_memory_occupation.remote(tags=tags)
+            for engine in self.engines
+            if engine is not None
+        ]
+
+
+@dataclasses.dataclass
+class RolloutServer:
+    """A model served behind a shared router, with one or more server groups (slime main
+    624b824, slime/ray/rollout.py:222-363)."""
+
+    server_groups: list[ServerGroup]
+    router_ip: str | None = None
+    router_port: int | None = None
+    model_name: str = "default"
+    update_weights: bool = True
+
+    @property
+    def engines(self) -> list[Any]:
+        return [e for g in self.server_groups for e in g.engines]
+
+    @property
+    def all_engines(self) -> list[Any]:
+        return [e for g in self.server_groups for e in g.all_engines]
+
+    @property
+    def num_new_engines(self) -> int:
+        return sum(g.num_new_engines for g in self.server_groups)
+
+    @num_new_engines.setter
+    def num_new_engines(self, value: int) -> None:
+        for g in self.server_groups:
+            g.num_new_engines = value
+
+    @property
+    def engine_gpu_counts(self) -> list[int]:
+        return [g.num_gpus_per_engine for g in self.server_groups for _ in g.engines]
+
+    @property
+    def engine_gpu_offsets(self) -> list[int]:
+        return [
+            g.gpu_offset + j * g.num_gpus_per_engine
+            for g in self.server_groups
+            for j in range(len(g.engines))
+        ]
+
+    @property
+    def engine_parallel_configs(self) -> list[dict[str, Any]]:
+        return [g.parallel_config() for g in self.server_groups for _ in g.engines]
+
+    def recover(self) -> None:
+        """Recover dead engines across all groups (rollout.py:286-327): start the missing ones,
+        then release and resume their memory so that the weight update fills them."""
+        dead_per_group = [
+            [i for i, engine in enumerate(g.all_engines) if engine is None]
+            for g in self.server_groups
+        ]
+        all_handles: list[Any] = []
+        port_cursors: dict[int, int] = {}
+        for g in self.server_groups:
+            handles, port_cursors = g.start_engines(port_cursors)
+            all_handles.extend(handles)
+        if all_handles:
+            ray.get(all_handles)
+        release_handles: list[Any] = []
+        new_engines: list[Any] = []
+        for g, dead_indices in zip(self.server_groups, dead_per_group, strict=True):
+            logger.info(
+                f"Recovered {g.num_new_engines} dead rollout engines (worker_type={g.worker_type})"
+            )
+            assert g.num_new_engines == len(dead_indices), "num_new_engines != dead_indices"
+            if g.needs_offload and dead_indices:
+                engines = [g.all_engines[i] for i in dead_indices]
+                release_handles.extend(e.release_memory_occupation.remote() for e in engines)
+                new_engines.extend(engines)
+        if release_handles:
+            ray.get(release_handles)
+            ray.get(
+                [
+                    e.resume_memory_occupation.remote(tags=[GPU_MEMORY_TYPE_WEIGHTS])
+                    for e in new_engines
+                ]
+            )
+
+    def offload(self) -> list[Any]:
+        handles: list[Any] = []
+        for g in self.server_groups:
+            handles.extend(g.offload())
+        return list(ray.get(handles)) if handles else []
+
+    def onload(self, tags: list[str] | None = None) -> list[Any]:
+        handles: list[Any] = []
+        for g in self.server_groups:
+            handles.extend(g.onload(tags))
+        return list(ray.get(handles)) if handles else []
+
+    def onload_weights(self) -> list[Any]:
+        handles: list[Any] = []
+        for g in self.server_groups:
+            if g.needs_offload:
+                handles.extend(g.onload(tags=[GPU_MEMORY_TYPE_WEIGHTS]))
+        return list(ray.get(handles)) if handles else []
+
+    def onload_kv(self) -> list[Any]:
+        handles: list[Any] = []
+        for g in self.server_groups:
+            handles.extend(g.onload(tags=[GPU_MEMORY_TYPE_KV_CACHE, GPU_MEMORY_TYPE_CUDA_GRAPH]))
+        return list(ray.get(handles)) if handles else []
+
+
 @ray.remote
 class RolloutManager:
     """The class to run rollout and convert rollout data to training data."""
 
     def __init__(self, args: argparse.Namespace, pg: Any) -> None:
+        # slime main 624b824, slime/ray/rollout.py:370-417
         configure_logger()
-        self.args = args
         self.pg = pg
-        _start_router(args)
+        self.args = args
+        rollout_init_handles: list[Any] = []
         init_http_client(args)
+        self.servers: dict[str, RolloutServer]
+        self.servers, rollout_init_handles = start_rollout_servers(args, pg)
         self.data_source = RolloutDataSourceWithBuffer(args)
         self.generate_rollout = generate_rollout
         self.eval_generate_rollout = generate_rollout
         logger.info(
             "import slime.rollout.sglang_rollout.generate_rollout as generate_rollout function."
         )
-        self.all_rollout_engines: list[Any] = [None] * args.num_engines
-        self.num_new_engines = init_rollout_engines(args, pg, self.all_rollout_engines)
+        if rollout_init_handles:
+            ray.get(rollout_init_handles)
         lock_cls: Any = Lock
         self.rollout_engine_lock = lock_cls.options(num_cpus=0, num_gpus=0).remote()
         self.rollout_id = -1
         self.train_parallel_config: dict[str, Any] = {"dp_size": 1}
-        self._health_monitor: RolloutHealthMonitor | None = None
+        self._health_monitors: list[RolloutHealthMonitor] = []
         if args.use_fault_tolerance:
-            self._health_monitor = RolloutHealthMonitor(self, args)
-            self._health_monitor.start()
+            for srv in self.servers.values():
+                for group in srv.server_groups:
+                    monitor = RolloutHealthMonitor(group, args)
+                    monitor.start()
+                    self._health_monitors.append(monitor)
 
     def dispose(self) -> None:
+        for monitor in self._health_monitors:
+            monitor.stop()
         ray.get([engine.shutdown.remote() for engine in self.rollout_engines])
 
     @property
+    def server(self) -> RolloutServer | None:
+        """Default server (first model), as rollout.py:450-455."""
+        return next(iter(self.servers.values()), None)
+
+    def _get_updatable_server(self) -> RolloutServer | None:
+        for srv in self.servers.values():
+            if srv.update_weights:
+                return srv
+        return None
+
+    @property
     def rollout_engines(self) -> list[Any]:
-        return self.all_rollout_engines
+        """All node-0 engines across all servers / models (rollout.py:468-471)."""
+        return [e for srv in self.servers.values() for e in srv.engines]
 
-    def get_updatable_engines_and_lock(self) -> tuple[list[Any], Any, int]:
-        return self.rollout_engines, self.rollout_engine_lock, self.num_new_engines
+    def get_updatable_engines_and_lock(
+        self,
+    ) -> tuple[list[Any], Any, int, list[int], list[int], list[dict[str, Any]]]:
+        """rollout.py:473-486: the updatable server's engines, the lock, the number of new
+        engines, and per engine its GPU count, GPU offset and parallel config."""
+        srv = self._get_updatable_server()
+        engines = srv.engines if srv else []
+        gpu_counts = srv.engine_gpu_counts if srv else []
+        gpu_offsets = srv.engine_gpu_offsets if srv else []
+        parallel_configs = srv.engine_parallel_configs if srv else []
+        num_new = srv.num_new_engines if srv else 0
+        return engines, self.rollout_engine_lock, num_new, gpu_counts, gpu_offsets, parallel_configs
 
-    def clear_num_new_engines(self) -> None:
-        self.num_new_engines = 0
+    def recover_updatable_engines(self) -> None:
+        """rollout.py:553-564: pause the health monitors, then restart dead updatable engines
+        before the next weight update (train rank 0 calls it under --use-fault-tolerance)."""
+        if self.args.fault == "weight_sync_health_check_queued":
+            # demo fault plan: a fork whose recovery step does not pause the monitors (slime
+            # pauses them here and in offload), so a check runs into the weight update
+            # (open-instruct PR#1454's shape)
+            logger.info("demo fault plan: the health monitors are not paused for this update")
+        else:
+            self.health_monitoring_pause()
+        srv = self._get_updatable_server()
+        if self.rollout_id == -1 or srv is None:
+            return
+        srv.recover()
+
+    def clear_updatable_num_new_engines(self) -> None:
+        # when fault tolerance is not enabled, we need to manually clear num_new_engines after
+        # update_weights (rollout.py:566-570)
+        srv = self._get_updatable_server()
+        if srv:
+            srv.num_new_engines = 0
+
+    def health_monitoring_pause(self) -> None:
+        for monitor in self._health_monitors:
+            monitor.pause()
+
+    def health_monitoring_resume(self) -> None:
+        for monitor in self._health_monitors:
+            monitor.resume()
+
+    def save(self, rollout_id: int) -> None:
+        return None  # the demo's data source keeps no state
+
+    def load(self, rollout_id: int | None = None) -> None:
+        return None
 
     def get_num_rollout_per_epoch(self) -> int:
         return int(len(self.data_source.dataset) // self.args.rollout_batch_size)
@@ -86,8 +368,7 @@ class RolloutManager:
     def generate(self, rollout_id: int) -> list[Box]:
         start_time = time.time()
         self.rollout_id = rollout_id
-        if self._health_monitor is not None:
-            self._health_monitor.resume()
+        self.health_monitoring_resume()
         if fault_armed(self.args, "engine_server_killed", rollout_id):
             # demo fault plan: the engine's server dies at its first request of this rollout
             engine = self.rollout_engines[self.args.fault_engine]
@@ -112,6 +393,7 @@ class RolloutManager:
         return self._split_train_data_by_dp(train_data, self.train_parallel_config["dp_size"])
 
     def eval(self, rollout_id: int) -> None:
+        self.health_monitoring_resume()
         if fault_armed(self.args, "eval_hang", rollout_id):
             # demo fault plan: the engine's scheduler blocks at its next decode step, an eval one
             engine = self.rollout_engines[self.args.fault_engine]
@@ -126,32 +408,27 @@ class RolloutManager:
                 f"eval {rollout_id}: {{'eval/{name}': {sum(rewards) / max(len(rewards), 1):.3f}}}"
             )
 
-    def offload(self) -> list[Any]:
-        if self._health_monitor is not None:
-            self._health_monitor.pause()
+    def offload(self) -> None:
+        # rollout.py:536-539
+        self.health_monitoring_pause()
         if self.rollout_id >= 0 and fault_armed(self.args, "offload_hang", self.rollout_id):
             engine = self.rollout_engines[self.args.fault_engine]
             where = f"release_memory_occupation of engine {self.args.fault_engine}"
             wait_until_server_fault_live(self.args, engine, self.rollout_id, where)
-        return list(
-            ray.get([engine.release_memory_occupation.remote() for engine in self.rollout_engines])
-        )
+        for srv in self.servers.values():
+            srv.offload()
 
-    def onload(self, tags: list[str] | None = None) -> list[Any]:
-        return list(
-            ray.get(
-                [
-                    engine.resume_memory_occupation.remote(tags=tags)
-                    for engine in self.rollout_engines
-                ]
-            )
-        )
+    def onload(self, tags: list[str] | None = None) -> None:
+        for srv in self.servers.values():
+            srv.onload(tags)
 
     def onload_weights(self) -> None:
-        self.onload(tags=[GPU_MEMORY_TYPE_WEIGHTS])
+        for srv in self.servers.values():
+            srv.onload_weights()
 
     def onload_kv(self) -> None:
-        self.onload(tags=[GPU_MEMORY_TYPE_KV_CACHE, GPU_MEMORY_TYPE_CUDA_GRAPH])
+        for srv in self.servers.values():
+            srv.onload_kv()
 
     def _get_rollout_data(self, rollout_id: int) -> list[Sample]:
         output = call_rollout_fn(
@@ -217,15 +494,15 @@ class RolloutManager:
         return refs
 
 
-def _start_router(args: argparse.Namespace) -> None:
+def _start_router(args: argparse.Namespace) -> tuple[str, int]:
     """Start sgl-router as slime does: `_start_router` in slime/ray/rollout.py (January layout
     6485964, lines 634-675, called from RolloutManager.__init__ at line 51; slime main 624b824,
-    lines 916-968). A `multiprocessing.Process` with the default start method (fork on Linux), so
+    lines 916-968, called from start_rollout_servers at line 1019). A `multiprocessing.Process` with the default start method (fork on Linux), so
     the child keeps this constructor's frames below `run_router`, the title Ray gave this actor
     and the actor's environment. Health checks and the circuit breaker off, a Prometheus port, as
     slime main does (lines 941-954)."""
     if args.sglang_router_ip is not None:
-        return
+        return args.sglang_router_ip, args.sglang_router_port
 
     args.sglang_router_ip = get_current_node_ip()
     if args.sglang_router_port is None:
@@ -267,62 +544,52 @@ def _start_router(args: argparse.Namespace) -> None:
         f"Router launched at {args.sglang_router_ip}:{args.sglang_router_port}, "
         f"Prometheus port: {router_args.prometheus_port}"
     )
+    return args.sglang_router_ip, args.sglang_router_port
 
 
-def init_rollout_engines(args: argparse.Namespace, pg: Any, all_rollout_engines: list[Any]) -> int:
-    num_gpu_per_engine = min(args.rollout_num_gpus_per_engine, args.num_gpus_per_node)
-    num_engines = args.rollout_num_gpus // num_gpu_per_engine
-    assert len(all_rollout_engines) == num_engines
-    pg, reordered_bundle_indices, reordered_gpu_ids = pg
-    rollout_ray_actor: Any = ray.remote(SGLangEngine)
-    rollout_engines = []
-    for i in range(num_engines):
-        if all_rollout_engines[i] is not None:
-            continue
-        scheduling_strategy = PlacementGroupSchedulingStrategy(
-            placement_group=pg,
-            placement_group_capture_child_tasks=True,
-            placement_group_bundle_index=reordered_bundle_indices[i * num_gpu_per_engine],
-        )
-        env_vars = {
-            "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false",
-            "SGLANG_MEMORY_SAVER_CUDA_GRAPH": "true",
-            "OMP_NUM_THREADS": "1",
-        }
-        if args.fault == "rollout_behind_proxy":
-            # Demo: the engines run where the master node's proxy is not set. Ray's child actors
-            # inherit the RolloutManager's runtime_env env_vars: clear the proxy ones here (an
-            # empty value means no proxy to requests and httpx).
-            env_vars.update(dict.fromkeys(("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY"), ""))
-        engine = rollout_ray_actor.options(
-            num_cpus=0,
-            num_gpus=0,
-            scheduling_strategy=scheduling_strategy,
-            runtime_env={"env_vars": env_vars},
-        ).remote(args, rank=i, base_gpu_id=int(reordered_gpu_ids[i * num_gpu_per_engine]))
-        rollout_engines.append((i, engine))
-        all_rollout_engines[i] = engine
-    if not rollout_engines:
-        return 0
-    addr_and_ports = _allocate_rollout_engine_addr_and_ports_normal(
-        args=args, rollout_engines=rollout_engines
+def start_rollout_servers(
+    args: argparse.Namespace, pg: Any
+) -> tuple[dict[str, RolloutServer], list[Any]]:
+    """Start the rollout servers without waiting for the engines' init (slime main 624b824,
+    slime/ray/rollout.py:987-1126): one router per model (`_start_router`), its server groups'
+    engines started (`ServerGroup.start_engines`), the pending `engine.init` refs returned. The
+    demo serves one model, "default", in one "regular" group."""
+    servers: dict[str, RolloutServer] = {}
+    pending_init_handles: list[Any] = []
+    router_ip, router_port = _start_router(args)
+    num_gpus_per_engine = args.rollout_num_gpus_per_engine
+    num_engines = args.rollout_num_gpus // min(num_gpus_per_engine, args.num_gpus_per_node)
+    group = ServerGroup(
+        args=args,
+        pg=pg,
+        all_engines=[None] * num_engines,
+        num_gpus_per_engine=num_gpus_per_engine,
+        num_new_engines=0,
+        worker_type="regular",
+        needs_offload=bool(args.offload_rollout),  # colocated: every group overlaps megatron
+        model_path=args.hf_checkpoint,
+        router_ip=router_ip,
+        router_port=router_port,
     )
-    args.rollout_engine_urls = [
-        f"http://{addr_and_ports[rank]['host']}:{addr_and_ports[rank]['port']}"
-        for rank in range(num_engines)
-    ]
-    init_handles = [engine.init.remote(**addr_and_ports[rank]) for rank, engine in rollout_engines]
-    ray.get(init_handles)
-    return len(rollout_engines)
+    handles, _port_cursors = group.start_engines({})
+    pending_init_handles.extend(handles)
+    servers["default"] = RolloutServer(
+        server_groups=[group], router_ip=router_ip, router_port=router_port, model_name="default"
+    )
+    args.sglang_model_routers = {
+        name: (srv.router_ip, srv.router_port) for name, srv in servers.items()
+    }
+    return servers, pending_init_handles
 
 
 def _allocate_rollout_engine_addr_and_ports_normal(
-    *, args: argparse.Namespace, rollout_engines: list[tuple[int, Any]]
-) -> dict[int, dict[str, Any]]:
-    """Server port and NCCL port per engine, counted up from --sglang-base-port (15000)."""
+    *, args: argparse.Namespace, rollout_engines: list[tuple[int, Any]], base_port: int
+) -> tuple[dict[int, dict[str, Any]], dict[int, int]]:
+    """Server port and NCCL port per engine, counted up from `base_port` (--sglang-base-port,
+    15000); returns them and the next free port per node (rollout.py:827-913)."""
     taken: set[int] = set()
     addr_and_ports: dict[int, dict[str, Any]] = {}
-    next_port = args.sglang_base_port
+    next_port = base_port
     for rank, _engine in rollout_engines:
         port = get_free_port(start_port=next_port, taken=taken)
         taken.add(port)
@@ -338,4 +605,4 @@ def _allocate_rollout_engine_addr_and_ports_normal(
             "dist_init_addr": f"{args.sglang_host}:{dist_port}",
         }
         logger.info(f"Ports for engine {rank}: {addr_and_ports[rank]}")
-    return addr_and_ports
+    return addr_and_ports, {0: next_port}

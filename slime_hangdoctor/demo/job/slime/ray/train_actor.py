@@ -9,9 +9,9 @@ import random
 from datetime import timedelta
 from typing import Any
 
+from slime.observability.logging_utils import configure_logger
 from slime.ray.ray_actor import RayActor
 from slime.utils.distributed_utils import init_gloo_group
-from slime.utils.logging_utils import configure_logger
 
 logger = logging.getLogger(__name__)
 

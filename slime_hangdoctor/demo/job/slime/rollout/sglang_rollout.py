@@ -13,11 +13,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from slime.backends.sglang_utils.server_control import abort_servers_until_idle
+from slime.observability.logging_utils import log_fault_armed
 from slime.rollout.base_types import RolloutFnEvalOutput, RolloutFnTrainOutput
 from slime.rollout.rm_hub import async_rm
 from slime.utils.async_utils import run
 from slime.utils.http_utils import delete, get, post
-from slime.utils.logging_utils import log_fault_armed
 from slime.utils.misc import fault_armed
 from slime.utils.types import Sample
 
@@ -216,13 +217,13 @@ async def generate_and_rm_group(
 
 
 async def abort(args: argparse.Namespace, rollout_id: int) -> list[list[Sample]]:
-    """Abort what is still running on every engine and collect the unfinished groups."""
+    """Abort what is still running on every engine the router knows, until each is idle, and
+    collect the unfinished groups (slime main 624b824, slime/rollout/sglang_rollout.py:339-354)."""
     state = GenerateState(args)
     assert not state.aborted
     state.aborted = True
-    for url in await get_worker_urls(args):
-        logger.info(f"Abort request for {url}")
-        await post(f"{url}/abort_request", {"abort_all": True})
+    urls = await get_worker_urls(args)
+    await abort_servers_until_idle(urls)
     aborted: list[list[Sample]] = []
     while state.pendings:
         done, state.pendings = await asyncio.wait(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 
 _DEFAULTS: dict[str, object] = {
@@ -14,6 +15,7 @@ _DEFAULTS: dict[str, object] = {
     "vocab_size": 256,
     "rollout_health_check_interval": 30.0,
     "rollout_health_check_timeout": 30.0,
+    "update_weight_transport": "nccl",
 }
 # SGLang ServerArgs fields the stand-in engine takes, given to the job as --sglang-<field>
 SERVER_PASSTHROUGH = (
@@ -94,7 +96,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--use-fault-tolerance", action="store_true")
     p.add_argument("--rollout-health-check-interval", type=float, default=30.0)
     p.add_argument("--rollout-health-check-timeout", type=float, default=30.0)
+    p.add_argument("--rollout-health-check-first-wait", type=float, default=0)
     p.add_argument("--custom-convert-samples-to-train-data-path", default=None)
+    # weight sync, as slime main's (slime/utils/arguments.py:124-171 @624b824): "disk" writes an HF
+    # checkpoint per sync under --update-weight-disk-dir and the engines reload it
+    p.add_argument("--update-weight-transport", choices=("nccl", "disk"), default="nccl")
+    p.add_argument("--update-weight-disk-dir", default=None)
+    p.add_argument("--update-weight-disk-keep-files", action="store_true")
+    # the checkpoint the engines serve (the stand-in's --model-path)
+    p.add_argument("--hf-checkpoint", default="demo/model")
     # checkpointing, as slime's (Megatron's --save, slime's --save-interval)
     p.add_argument("--save", default=None)
     p.add_argument("--save-interval", type=int, default=None)
@@ -115,6 +125,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 # What each demo fault needs from the job's configuration (applied unless set explicitly).
 FAULT_SETTINGS: dict[str, dict[str, object]] = {
     "slow": {"sglang_step_s": 0.25, "rollout_max_response_len": 48},
+    "disk_weight_sync": {"update_weight_transport": "disk"},
     "offload_hang": {"colocate": True},
     "colocate_update_hang": {"colocate": True},
     "startup_engine_warmup_stuck_colocate": {"colocate": True},
@@ -162,6 +173,10 @@ def finalize_args(args: argparse.Namespace) -> None:
     for key, value in FAULT_SETTINGS.get(args.fault, {}).items():
         if key == "colocate" or getattr(args, key) in (None, False, _DEFAULTS.get(key)):
             setattr(args, key, value)
+    if args.update_weight_transport == "disk" and args.update_weight_disk_dir is None:
+        # under the driver's working directory: one node, or a filesystem every node shares
+        args.update_weight_disk_dir = os.path.abspath("weight_sync")
+    args.update_weight_mode = "full"
     args.offload_rollout = bool(args.colocate)
     args.offload_train = bool(args.colocate)
     args.world_size = args.actor_num_nodes * args.actor_num_gpus_per_node

@@ -7,7 +7,7 @@ import logging
 import time
 from typing import Any
 
-from slime.utils.logging_utils import log_fault_armed
+from slime.observability.logging_utils import log_fault_armed
 from slime.utils.misc import Box, fault_armed
 
 logger = logging.getLogger(__name__)

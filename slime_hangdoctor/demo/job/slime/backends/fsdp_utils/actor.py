@@ -12,9 +12,9 @@ from typing import Any
 from slime.backends.megatron_utils.actor import MegatronTrainRayActor
 from slime.backends.training_utils.data import get_rollout_data
 from slime.backends.training_utils.loss import loss_function
-from slime.utils.logging_utils import log_fault_armed
+from slime.observability.logging_utils import log_fault_armed
+from slime.observability.timer import Timer
 from slime.utils.misc import Box, fault_armed
-from slime.utils.timer import Timer
 
 logger = logging.getLogger(__name__)
 

@@ -7,12 +7,12 @@ import logging
 from typing import Any
 
 from slime.backends.megatron_utils.model import initialize_model_and_optimizer, save, train
+from slime.observability.logging_utils import log_fault_armed
+from slime.observability.timer import Timer, timer, with_defer
 from slime.ray.train_actor import TrainRayActor
 from slime.utils.data import process_rollout_data
 from slime.utils.distributed_utils import get_gloo_group
-from slime.utils.logging_utils import log_fault_armed
 from slime.utils.misc import Box, fault_armed
-from slime.utils.timer import Timer, timer, with_defer
 
 logger = logging.getLogger(__name__)
 
@@ -33,12 +33,19 @@ class MegatronTrainRayActor(TrainRayActor):
         self.model, self.optimizer = initialize_model_and_optimizer(args)
         self.rollout_manager: Any = None
         self.weights_version = 0
-        if args.colocate:
+        # the updater as slime main chooses it (actor.py:152-175): disk, tensor (colocated), NCCL
+        if args.update_weight_transport == "disk":
+            from slime.backends.megatron_utils.update_weight.update_weight_from_disk import (
+                UpdateWeightFromDisk,
+            )
+
+            update_weight_cls: Any = UpdateWeightFromDisk
+        elif args.colocate:
             from slime.backends.megatron_utils.update_weight.update_weight_from_tensor import (
                 UpdateWeightFromTensor,
             )
 
-            update_weight_cls: Any = UpdateWeightFromTensor
+            update_weight_cls = UpdateWeightFromTensor
         else:
             from slime.backends.megatron_utils.update_weight.update_weight_from_distributed import (
                 UpdateWeightFromDistributed,
@@ -147,17 +154,40 @@ class MegatronTrainRayActor(TrainRayActor):
 
     @timer
     def update_weights(self) -> None:
+        """slime main 624b824, slime/backends/megatron_utils/actor.py:595-640."""
         import ray
         import torch.distributed as dist
 
-        rollout_engines, rollout_engine_lock, num_new_engines = ray.get(
-            self.rollout_manager.get_updatable_engines_and_lock.remote()
-        )
+        if self.args.use_fault_tolerance:
+            if dist.get_rank() == 0:
+                ray.get(self.rollout_manager.recover_updatable_engines.remote())
+            dist.barrier(group=get_gloo_group())
+
+        (
+            rollout_engines,
+            rollout_engine_lock,
+            num_new_engines,
+            engine_gpu_counts,
+            engine_gpu_offsets,
+            engine_parallel_configs,
+        ) = ray.get(self.rollout_manager.get_updatable_engines_and_lock.remote())
+
+        if not rollout_engines:
+            if dist.get_rank() == 0:
+                logger.info("No updatable SGLang engines are running; skip weight update.")
+            return
+
         if num_new_engines > 0:
-            self.weight_updater.connect_rollout_engines(rollout_engines, rollout_engine_lock)
+            self.weight_updater.connect_rollout_engines(
+                rollout_engines,
+                rollout_engine_lock,
+                engine_gpu_counts=engine_gpu_counts,
+                engine_gpu_offsets=engine_gpu_offsets,
+                engine_parallel_configs=engine_parallel_configs,
+            )
             dist.barrier(group=get_gloo_group())
             if dist.get_rank() == 0:
-                ray.get(self.rollout_manager.clear_num_new_engines.remote())
+                ray.get(self.rollout_manager.clear_updatable_num_new_engines.remote())
         logger.info(f"[Rank {self.args.rank}] Memory-Usage before update_weights")
         self.weight_updater.update_weights()
         logger.info(f"[Rank {self.args.rank}] Memory-Usage after update_weights")

@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from slime.observability.logging_utils import configure_logger, log_fault_armed
 from slime.ray.ray_actor import RayActor
 from slime.utils.arguments import SERVER_PASSTHROUGH
-from slime.utils.logging_utils import configure_logger, log_fault_armed
 
 logger = logging.getLogger(__name__)
 
@@ -411,6 +411,22 @@ class SGLangEngine(RayActor):
         if weight_version is not None:
             payload["weight_version"] = weight_version
         return self._make_request("update_weights_from_tensor", payload)
+
+    def update_weights_from_disk(
+        self,
+        model_path: str,
+        load_format: str | None = None,
+        weight_version: str | None = None,
+    ) -> Any:
+        """Reload weights from the checkpoint at *model_path* without restarting the engine
+        (slime main 624b824, sglang_engine.py:358-370): POST /update_weights_from_disk, no
+        timeout."""
+        payload: dict[str, Any] = {"model_path": model_path}
+        if load_format is not None:
+            payload["load_format"] = load_format
+        if weight_version is not None:
+            payload["weight_version"] = weight_version
+        return self._make_request("update_weights_from_disk", payload)
 
     def pause_generation(self) -> Any:
         return self._make_request("pause_generation", {})

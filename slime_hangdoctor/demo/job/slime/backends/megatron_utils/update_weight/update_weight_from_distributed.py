@@ -32,7 +32,14 @@ class UpdateWeightFromDistributed:
         self._model_update_groups: Any = None
         self._is_pp_src_rank = False
 
-    def connect_rollout_engines(self, rollout_engines: list[Any], rollout_engine_lock: Any) -> None:
+    def connect_rollout_engines(
+        self,
+        rollout_engines: list[Any],
+        rollout_engine_lock: Any,
+        engine_gpu_counts: list[int] | None = None,
+        engine_gpu_offsets: list[int] | None = None,
+        engine_parallel_configs: list[dict[str, Any]] | None = None,
+    ) -> None:
         import torch.distributed as dist
 
         self.rollout_engines = rollout_engines
@@ -157,7 +164,7 @@ def connect_rollout_engines_pp_concurrently(
     import ray
     import torch.distributed as dist
 
-    from slime.utils.logging_utils import log_fault_armed
+    from slime.observability.logging_utils import log_fault_armed
 
     master_address = "127.0.0.1"
     master_port = get_free_port(start_port=random.randint(21000, 22000) + 100 * pp_rank)

@@ -9,8 +9,8 @@ import io
 import logging
 from typing import Any
 
+from slime.observability.logging_utils import log_fault_armed
 from slime.utils.distributed_utils import get_gloo_group
-from slime.utils.logging_utils import log_fault_armed
 from slime.utils.misc import fault_armed
 
 logger = logging.getLogger(__name__)
@@ -36,7 +36,14 @@ class UpdateWeightFromTensor:
                 self._ipc_gather_src = start_rank
                 self._ipc_gather_group = new_group
 
-    def connect_rollout_engines(self, rollout_engines: list[Any], rollout_engine_lock: Any) -> None:
+    def connect_rollout_engines(
+        self,
+        rollout_engines: list[Any],
+        rollout_engine_lock: Any,
+        engine_gpu_counts: list[int] | None = None,
+        engine_gpu_offsets: list[int] | None = None,
+        engine_parallel_configs: list[dict[str, Any]] | None = None,
+    ) -> None:
         import torch.distributed as dist
 
         self.rollout_engines = rollout_engines

@@ -1,0 +1,1 @@
+"""slime.observability (slime-hangdoctor demo stand-in)."""
