@@ -149,11 +149,13 @@ def capture_state(
     timeout: float | None = None,
 ) -> list[ProbeRecord]:
     """Store the dashboard's view of the cluster (STATE_ENDPOINTS), verbatim; never raises.
+    After the first sample, not what does not change (an endpoint's `once`: Ray's version).
 
     Every endpoint is asked at once, each GET under `timeout` (default: the client's), so a slow
     dashboard costs one timeout, not one per endpoint."""
     limit = max(0.05, client.timeout if timeout is None else timeout)
-    return _capture_all(writer, client, STATE_ENDPOINTS, sample, limit, "ray-state")
+    endpoints = [e for e in STATE_ENDPOINTS if not (sample and e.once)]
+    return _capture_all(writer, client, endpoints, sample, limit, "ray-state")
 
 
 def history_endpoint(job_id: str) -> Endpoint:

@@ -579,6 +579,7 @@ class StateEndpoint:
     path: str  # meta["endpoint"]
     params: tuple[tuple[str, str], ...] = ()  # the query the collector sends
     parse: Callable[[bytes], tuple[Any, ...]] | None = None  # None: kept verbatim, not analysed
+    once: bool = False  # asked at the first sample only (what does not change between samples)
 
 
 def _task_page(body: bytes) -> tuple[TaskPage]:
@@ -611,7 +612,7 @@ _TASK_ROWS_DETAILED = (("detail", "1"), ("limit", str(TASK_LIMIT)), ("timeout", 
 # at the second sample by `collect.dashboard.capture_task_history`.
 TASK_HISTORY = StateEndpoint("tasks_job_", "/api/v0/tasks", _TASK_ROWS_DETAILED, _task_page)
 STATE_ENDPOINTS: tuple[StateEndpoint, ...] = (
-    StateEndpoint("version", "/api/version"),
+    StateEndpoint("version", "/api/version", once=True),
     StateEndpoint("actors", "/api/v0/actors", _ALL_ROWS_DETAILED, parse_actors),
     StateEndpoint(
         "tasks_running",
@@ -641,7 +642,7 @@ STATE_ENDPOINTS: tuple[StateEndpoint, ...] = (
     StateEndpoint("jobs", "/api/jobs/", parse=parse_jobs),
     StateEndpoint("node_summary", "/nodes", (("view", "summary"),), _node_summary),
     StateEndpoint("cluster_status", "/api/cluster_status", parse=_cluster),
-    StateEndpoint("profiling_enabled", "/api/profiling_enabled"),
+    StateEndpoint("profiling_enabled", "/api/profiling_enabled", once=True),
 )
 
 

@@ -144,6 +144,10 @@ def test_capture_state_stores_bodies_verbatim(
     assert "limit=10000" in records["actors"].meta["query"]
     assert "filter_values=RUNNING" in records["tasks_running"].meta["query"]
     assert records["node_summary"].meta["endpoint"] == "/nodes"
+    # what does not change between samples is asked at the first only (issue 26)
+    assert not {"version", "profiling_enabled"} & set(records)
+    first = {r.target for r in capture_state(writer, DashboardClient(url), sample=0)}
+    assert {"version", "profiling_enabled"} <= first
 
 
 def test_capture_state_outcomes_for_errors(
