@@ -324,6 +324,9 @@ def _read_cluster(run: _Run, index: int) -> None:
     for probe in DASHBOARD_PROBES:
         probe(run.writer, client, sample=index, timeout=timeout)
 
+    if not run.opts.history:
+        return  # the task history is the one background probe
+
     def background() -> None:
         for probe in BACKGROUND_DASHBOARD_PROBES:
             probe(run.writer, client, sample=index, timeout=timeout)

@@ -217,7 +217,12 @@ def _look(address: str | None, opts: CollectOptions, previous: WatchState, now: 
         gate = attach(
             address,
             dataclasses.replace(
-                full, stacks=False, gpu_detail=False, logs=False, timeout_s=opts.timeout_s / 2
+                full,
+                stacks=False,
+                gpu_detail=False,
+                logs=False,
+                history=False,
+                timeout_s=opts.timeout_s / 2,
             ),
             command="check",
             judge_work_moved=work_moved,
