@@ -3,7 +3,7 @@
 `run.collect` takes two samples `window_s` apart. At each sample it runs, in order:
 the dashboard probes (`run.DASHBOARD_PROBES`: the Ray state capture), the node-local sample of
 every slime node (`node.sample_node`: the process scan, then every source's `NODE_PROBE`
-(`node.node_probes()`, from `sources.SPECS`): procfs, py-spy stacks, NCCL RAS, log heads, pressure;
+(`node.node_probes()`, from `sources.SPECS`): procfs, py-spy stacks, NCCL RAS, log heads and the rest;
 other nodes through a Ray task pinned to them, `remote.py`), then the engines and routers
 the scan found (`sglang.py`, from the endpoint table in `parsers/sglang.py`). NVML is sampled
 across the window (`nvml.py`); the flight recorder is asked last, and only when opted in.

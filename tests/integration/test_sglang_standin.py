@@ -69,7 +69,9 @@ def _running(s: Standin) -> int | None:
     return int(loads[0]["num_running_reqs"]) if loads else None
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """True as soon as `predicate` holds (a loaded 2-core CI box took over 10 s for a first batch
+    of a stand-in whose scheduler imports torch's gloo)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
