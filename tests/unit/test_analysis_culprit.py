@@ -6,8 +6,7 @@ Stacks are recorded (tests/unit/recorded_stacks.py: demo bundles and stage-shape
 `--native`). One part no CPU process can show: sglang#17870's odd scheduler is blocked in
 `cuStreamSynchronize` under `rebuild_cuda_tensor` (CUDA IPC); the recorded odd rank parks in a
 real wait at the same place of the update instead, so the CUDA frames themselves are untested here.
-The flight-recorder cascade's entries are built (three ranks in two process groups; the real FR
-capture has two ranks in one), each with the call stack a real FR dump recorded.
+The flight-recorder cascade is recorded from three real Gloo ranks in two process groups.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from slime_hangdoctor.analysis.progress import assess
 from slime_hangdoctor.analysis.suspects import engines, flight_recorder, ras, reads_of
 from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, STRONG, WEAK, Reads
 from slime_hangdoctor.analysis.world import World, build_world
-from slime_hangdoctor.facts import FrDump, FrEntry, Outcome, RasCommunicator, RasRank, RasReport
+from slime_hangdoctor.facts import Outcome, RasCommunicator, RasRank, RasReport
 from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
 from slime_hangdoctor.parsers.nccl_ras import parse_ras
 from slime_hangdoctor.source_spec import Observed
@@ -113,31 +112,21 @@ def test_ras_cascade_blames_the_rank_behind_everywhere() -> None:
     assert [s.pid for s in ras.suspects(_reads(world))] == [11]
 
 
-# The call stack torch's flight recorder recorded for rank 0's all_reduce in the train step of the
-# real H200 capture (run3_train_stuck, entry 1: `all_reduce <- wrapper <- train_one_step <- main`).
-_FR_STEP = next(
-    e.frames
-    for e in parse_flight_recorder(
-        (REAL / "run3_train_stuck.fr.fr_train_stuck_rank_0.pkl").read_bytes(), rank=0
-    ).entries
-    if e.state == "started"
-)
-
-
-def _entry(seq: int, state: str, pg: int = 0, op: str = "nccl:all_reduce") -> FrEntry:
-    return FrEntry(seq, pg, seq, op, state, _FR_STEP)
+FR_CASCADE = REAL.parent / "local-cpu-gloo-fr-cascade"
 
 
 def test_flight_recorder_cascade_blames_the_root() -> None:
-    """pg 0: rank 0 waits in #5 that rank 1 never entered. pg 1: rank 2 waits in #3 that rank 0
-    (stuck in pg 0) never entered. Rank 1 is the root; rank 0 is a victim twice over."""
-    dumps = (
-        FrDump(
-            0, "2.10", (_entry(4, "completed"), _entry(5, "started"), _entry(2, "completed", pg=1))
-        ),
-        FrDump(1, "2.10", (_entry(4, "completed"),)),
-        FrDump(2, "2.10", (_entry(2, "completed", pg=1), _entry(3, "started", pg=1))),
+    """Recorded (real/local-cpu-gloo-fr-cascade: torch 2.13's flight recorder of three real Gloo
+    ranks, groups A = {0, 1} and B = {0, 2}): rank 1 never enters A's #5, rank 0 waits in it; rank 2
+    waits in B's #3, which rank 0 (stuck in A) never entered. Rank 1 is the root; rank 0 is behind in
+    B but a victim. The dumps' pg_id is each process's own count (rank 2's B is pg 1, as rank 0's A),
+    so rank 2's cursor meets A's in pg 1 too; it is in flight, so it is a victim there as well."""
+    dumps = tuple(
+        parse_flight_recorder((FR_CASCADE / f"fr_cascade_rank_{r}.pkl").read_bytes(), rank=r)
+        for r in (0, 1, 2)
     )
+    assert {e.state for d in dumps for e in d.entries} == {"scheduled"}  # Gloo: pg_status only
+    assert [d.pg_status["1"]["last_enqueued_collective"] for d in dumps] == [5, 4, 3]
     snap = snapshot(
         samples=1,
         flight=tuple(Observed("flight_recorder", NODE, 0, d) for d in dumps),
@@ -146,7 +135,7 @@ def test_flight_recorder_cascade_blames_the_root() -> None:
     world = build_world(snap, topology())
     suspects = flight_recorder.suspects(_reads(world))
     assert [(s.rank, s.pid) for s in suspects] == [(1, 21)]
-    assert suspects[0].stage is Stage.TRAIN
+    assert suspects[0].stage is Stage.TRAIN  # all_reduce <- train_one_step, as recorded
     v = diagnose(snap, topology()).verdict
     assert v.stage is Stage.TRAIN
     assert [c.rank for c in v.culprits] == [1]
