@@ -21,7 +21,7 @@ from slime_hangdoctor.analysis.progress import assess
 from slime_hangdoctor.analysis.suspects import engines, flight_recorder, ras, reads_of
 from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, STRONG, WEAK, Reads
 from slime_hangdoctor.analysis.world import World, build_world
-from slime_hangdoctor.facts import Outcome, RasCommunicator, RasRank, RasReport
+from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
 from slime_hangdoctor.parsers.nccl_ras import parse_ras
 from slime_hangdoctor.source_spec import Observed
@@ -80,32 +80,19 @@ def test_real_ras_after_the_peer_was_killed_names_the_dead_rank() -> None:
     assert "missing" in v.culprits[0].why and "considered dead" in v.culprits[0].why
 
 
-def _rank(rank: int, pid: int, counts: dict[str, int]) -> RasRank:
-    return RasRank(
-        rank=rank, pid=pid, host=NODE, cuda_dev=0, nvml_dev=rank, collective_counts=counts
-    )
-
-
 def test_ras_cascade_blames_the_rank_behind_everywhere() -> None:
-    """C (pid 11) never enters TP op #5; V (pid 10) waits in it, so in the DP group V falls behind
-    its peer W (pid 12). V is behind in DP but it is a victim: it launched an op C has not."""
-    tp = RasCommunicator(
-        "0xtp",
-        2,
-        (_rank(0, 10, {"AllReduce": 5}), _rank(1, 11, {"AllReduce": 4})),
-        "RUNNING",
-        "MISMATCH",
-    )
-    dp = RasCommunicator(
-        "0xdp",
-        2,
-        (_rank(0, 10, {"AllGather": 2}), _rank(1, 12, {"AllGather": 3})),
-        "RUNNING",
-        "MISMATCH",
-    )
+    """C (pid 11) never enters TP's Broadcast; V (pid 10) waits in it, so in the DP group V falls
+    behind its peer W (pid 12). V is behind in DP but it is a victim: it launched an op C has not.
+    Each communicator is a real RAS reading (2x H200): TP is run3_hang's (rank 0, 571 -> V, launched
+    Broadcast 1; rank 1, 572 -> C, none), DP is run3_train_stuck's (rank 0, 708 -> W, AllReduce 2;
+    rank 1, 709 -> V, AllReduce 1), joined into one report by `transforms.ras_communicators_joined`."""
+    tp = parse_ras((REAL / "run3_hang.ras.json").read_text())
+    dp = parse_ras((REAL / "run3_train_stuck.ras.json").read_text())
+    report = tf.ras_communicators_joined((tp, dp), {571: 10, 572: 11, 708: 12, 709: 10}, NODE)
+    assert [c.errors for c in report.communicators] == ["MISMATCH", "MISMATCH"]
     snap = snapshot(
         samples=1,
-        ras=(Observed("nccl_ras", NODE, 0, RasReport((tp, dp))),),
+        ras=(Observed("nccl_ras", NODE, 0, report),),
         processes=_ranks(10, 11, 12)[:1],
     )
     world = build_world(snap, topology())
