@@ -11,6 +11,7 @@ The flight-recorder cascade is recorded from three real Gloo ranks in two proces
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
 from slime_hangdoctor.parsers.nccl_ras import parse_ras
+from slime_hangdoctor.parsers.processes import parse_processes
 from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.topology import Engine
 from slime_hangdoctor.verdict import Role, Stage, Status, Verdict
@@ -104,24 +106,28 @@ FR_CASCADE = REAL.parent / "local-cpu-gloo-fr-cascade"
 
 def test_flight_recorder_cascade_blames_the_root() -> None:
     """Recorded (real/local-cpu-gloo-fr-cascade: torch 2.13's flight recorder of three real Gloo
-    ranks, groups A = {0, 1} and B = {0, 2}): rank 1 never enters A's #5, rank 0 waits in it; rank 2
-    waits in B's #3, which rank 0 (stuck in A) never entered. Rank 1 is the root; rank 0 is behind in
-    B but a victim. The dumps' pg_id is each process's own count (rank 2's B is pg 1, as rank 0's A),
-    so rank 2's cursor meets A's in pg 1 too; it is in flight, so it is a victim there as well."""
+    ranks, groups A = {0, 1} and B = {0, 2}, and the real process scan of them): rank 1 never enters
+    A's #5, rank 0 waits in it; rank 2 waits in B's #3, which rank 0 (stuck in A) never entered.
+    Rank 1 is the root; rank 0 is behind in B but a victim. The dumps' pg_id is each process's own
+    count (rank 2's B is pg 1, as rank 0's A), so rank 2's cursor meets A's in pg 1 too; it is in
+    flight, so it is a victim there as well."""
+    pids = {int(r): pid for r, pid in json.loads((FR_CASCADE / "pids.json").read_text()).items()}
     dumps = tuple(
         parse_flight_recorder((FR_CASCADE / f"fr_cascade_rank_{r}.pkl").read_bytes(), rank=r)
         for r in (0, 1, 2)
     )
     assert {e.state for d in dumps for e in d.entries} == {"scheduled"}  # Gloo: pg_status only
     assert [d.pg_status["1"]["last_enqueued_collective"] for d in dumps] == [5, 4, 3]
+    rows = parse_processes((FR_CASCADE / "processes.json").read_text())
+    assert {p.pid: p.env["RANK"] for p in rows} == {pid: str(r) for r, pid in pids.items()}
     snap = snapshot(
         samples=1,
         flight=tuple(Observed("flight_recorder", NODE, 0, d) for d in dumps),
-        processes=_ranks(20, 21, 22)[:1],
+        processes=(procs_obs(0, *rows),),
     )
     world = build_world(snap, topology())
     suspects = flight_recorder.suspects(_reads(world))
-    assert [(s.rank, s.pid) for s in suspects] == [(1, 21)]
+    assert [(s.rank, s.pid) for s in suspects] == [(1, pids[1])]
     assert suspects[0].stage is Stage.TRAIN  # all_reduce <- train_one_step, as recorded
     v = diagnose(snap, topology()).verdict
     assert v.stage is Stage.TRAIN
