@@ -30,11 +30,11 @@ from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.topology import Engine
 from slime_hangdoctor.verdict import Role, Stage, Status, Verdict
 from tests.fixtures import transforms as tf
+from tests.unit import recorded_shapes as rs
 from tests.unit.analysis_builders import (
     NODE,
     http,
     member,
-    proc,
     procs_obs,
     running_job,
     snapshot,
@@ -60,13 +60,21 @@ def _reads(world: World) -> Reads:
     return reads_of(world, engine_reads, assess(world, engine_reads))
 
 
+FR_CASCADE = REAL.parent / "local-cpu-gloo-fr-cascade"
+
+
 def _ranks(*pids: int) -> tuple:  # type: ignore[type-arg]
-    return tuple(
-        procs_obs(
-            s, *(proc(pid, "python3 train.py", env={"RANK": str(i)}) for i, pid in enumerate(pids))
-        )
-        for s in (0, 1)
+    """Train ranks 0.. at `pids`, both samples: the recorded process rows of the FR cascade's Gloo
+    ranks (real/local-cpu-gloo-fr-cascade: `python3 fr_cascade.py R`, RANK=R in the environment),
+    moved to `pids` by `transforms.process_relabelled`."""
+    rows = sorted(
+        parse_processes((FR_CASCADE / "processes.json").read_text()), key=lambda p: p.env["RANK"]
     )
+    moved = [
+        tf.process_relabelled(row, pid=pid, ppid=1, node_ip=NODE)
+        for row, pid in zip(rows, pids, strict=False)
+    ]
+    return tuple(procs_obs(s, *moved) for s in (0, 1))
 
 
 def test_real_ras_after_the_peer_was_killed_names_the_dead_rank() -> None:
@@ -99,9 +107,6 @@ def test_ras_cascade_blames_the_rank_behind_everywhere() -> None:
     )
     world = build_world(snap, topology())
     assert [s.pid for s in ras.suspects(_reads(world))] == [11]
-
-
-FR_CASCADE = REAL.parent / "local-cpu-gloo-fr-cascade"
 
 
 def test_flight_recorder_cascade_blames_the_root() -> None:
@@ -213,17 +218,20 @@ def test_odd_scheduler_out_in_a_colocated_tensor_update(native: bool) -> None:
 
 
 def test_a_train_rank_that_died_during_the_window() -> None:
-    # the demo's train rank in its step's all_reduce (train_rank_stuck, pid 5981)
-    step = recorded_thread(demo("train_rank_stuck"), 5981)
+    # the demo's train ranks in their step (train_rank_stuck, pids 5981 and 6037): rank 0's thread
+    # in the step's all_reduce and both ranks' process rows, moved to pids 300 and 301; at the
+    # second sample the table is read as after 301 exited (`transforms.processes_without`)
+    stuck = demo("train_rank_stuck")
+    step = recorded_thread(stuck, 5981)
+    rows = {
+        pid: rs.process(stuck, rec, as_pid=pid, ppid=1) for pid, rec in ((300, 5981), (301, 6037))
+    }
+    assert {r.title for r in rows.values()} == {"ray::MegatronTrainRayActor.train"}
     snap = snapshot(
         stacks=(as_obs(300, 0, step), as_obs(300, 1, step)),
         processes=(
-            procs_obs(
-                0,
-                proc(300, "ray::MegatronTrainRayActor.train"),
-                proc(301, "ray::MegatronTrainRayActor.train"),
-            ),
-            procs_obs(1, proc(300, "ray::MegatronTrainRayActor.train")),
+            procs_obs(0, rows[300], rows[301]),
+            tf.processes_without(procs_obs(1, rows[300], rows[301]), frozenset({301})),
         ),
         jobs=(running_job(),),
     )
