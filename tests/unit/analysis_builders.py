@@ -1,8 +1,9 @@
-"""Constructed facts for the analysis tests: stacks, processes, HTTP answers, snapshots.
+"""Constructed facts around recorded stacks for the analysis tests: process rows, HTTP answers,
+topologies, snapshots.
 
-These build the contract dataclasses directly (facts.py / snapshot.py / topology.py), with frame
-names and files exactly as shared/reference/slime.md and sglang.md give them for each stage. They
-test pure logic; the real captures are used through the parsers in the other analysis tests.
+These build the contract dataclasses directly (facts.py / snapshot.py / topology.py). No stack is
+written here: `stack_obs` only places threads that a real process produced (tests/unit/
+recorded_stacks.py, recorded_shapes.py) at a test's pid, sample and node.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from typing import Any
 
 from slime_hangdoctor.bundle import Manifest
 from slime_hangdoctor.facts import (
-    Frame,
     HttpAnswer,
     Outcome,
     ProcessInfo,
@@ -27,79 +27,6 @@ from slime_hangdoctor.topology import Engine, Member, Topology
 from slime_hangdoctor.verdict import Role
 
 NODE = "10.0.0.1"
-_STDLIB = {
-    "threading.py",
-    "selectors.py",
-    "queue.py",
-    "socket.py",
-    "ssl.py",
-    "subprocess.py",
-    "contextlib.py",
-    "functools.py",
-}
-
-
-def F(name: str, file: str, line: int = 10) -> Frame:  # noqa: N802 - reads like a stack line
-    """One Python frame; `file` is the short path py-spy prints."""
-    if file.startswith("slime/") or file in ("train.py", "train_async.py"):
-        full = f"/root/slime/{file}"
-    elif file in _STDLIB or file.startswith(
-        ("asyncio/", "concurrent/", "http/", "multiprocessing/")
-    ):
-        full = f"/usr/lib/python3.12/{file}"
-    else:
-        full = f"/usr/local/lib/python3.12/dist-packages/{file}"
-    return Frame(name=name, filename=full, line=line, short_filename=file)
-
-
-def N(name: str, lib: str = "libc.so.6") -> Frame:  # noqa: N802
-    """One native frame (py-spy --native)."""
-    return Frame(name=name, filename=lib, native=True)
-
-
-RAY_ACTOR_TAIL = (
-    F(
-        "_inject_tracing_into_class.<locals>.span_wrapper.<locals>._resume_span",
-        "ray/util/tracing/tracing_helper.py",
-        487,
-    ),
-    F(
-        "FunctionActorManager._make_actor_method_executor.<locals>.actor_method_executor",
-        "ray/_private/function_manager.py",
-        740,
-    ),
-    F("Worker.main_loop", "ray/_private/worker.py", 1069),
-    F("<module>", "ray/_private/workers/default_worker.py", 323),
-)
-RAY_GET = (
-    F("Worker.get_objects", "ray/_private/worker.py", 1007),
-    F("get", "ray/_private/worker.py", 3009),
-    F(
-        "client_mode_hook.<locals>.decorator.<locals>.wrapper",
-        "ray/_private/client_mode_hook.py",
-        134,
-    ),
-)
-IDLE_ACTOR = (
-    F("Worker.main_loop", "ray/_private/worker.py", 1069),
-    F("<module>", "ray/_private/workers/default_worker.py", 323),
-)
-GC_THREAD = (
-    F("Condition.wait", "threading.py", 355),
-    F("Event.wait", "threading.py", 655),
-    F("PythonGCThread.run", "ray/_private/gc_collect_manager.py", 29),
-)
-
-
-def thread(
-    frames: Sequence[Frame], *, name: str = "MainThread", active: bool = False, tid: int = 1
-) -> ThreadStack:
-    return ThreadStack(tid, name, active, False, tuple(frames), tid)
-
-
-def actor_main(*frames: Frame, active: bool = False) -> ThreadStack:
-    """The main thread of a Ray actor running a method: the method frames, then Ray's."""
-    return thread((*frames, *RAY_ACTOR_TAIL), active=active)
 
 
 def stack_obs(pid: int, *threads: ThreadStack, sample: int = 0, node: str = NODE) -> StackObs:
@@ -206,23 +133,3 @@ def actor(actor_id: str, cls: str, pid: int, state: str = "ALIVE") -> RayActor:
 
 def topology(*members: Member, engines: Sequence[Engine] = ()) -> Topology:
     return Topology(tuple(members), tuple(engines), (), True)
-
-
-# RolloutManager main thread in `generate` (slime.md §3) and its asyncio loop thread, idle.
-RM_GENERATE_FRAMES = (
-    F("Condition.wait", "threading.py", 355),
-    F("Future.result", "concurrent/futures/_base.py", 451),
-    F("AsyncLoopThread.run", "slime/utils/async_utils.py", 23),
-    F("run", "slime/utils/async_utils.py", 36),
-    F("generate_rollout", "slime/rollout/sglang_rollout.py", 560),
-    F("call_rollout_fn", "slime/rollout/base_types.py", 20),
-    F("RolloutManager._get_rollout_data", "slime/ray/rollout.py", 220),
-    F("RolloutManager.generate", "slime/ray/rollout.py", 135),
-)
-LOOP_FRAMES = (
-    F("EpollSelector.select", "selectors.py", 468),
-    F("BaseEventLoop._run_once", "asyncio/base_events.py", 1898),
-    F("BaseEventLoop.run_forever", "asyncio/base_events.py", 608),
-    F("AsyncLoopThread._start_loop", "slime/utils/async_utils.py", 16),
-    F("Thread.run", "threading.py", 982),
-)

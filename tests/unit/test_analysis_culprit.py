@@ -6,12 +6,12 @@ Stacks are recorded (tests/unit/recorded_stacks.py: demo bundles and stage-shape
 `--native`). One part no CPU process can show: sglang#17870's odd scheduler is blocked in
 `cuStreamSynchronize` under `rebuild_cuda_tensor` (CUDA IPC); the recorded odd rank parks in a
 real wait at the same place of the update instead, so the CUDA frames themselves are untested here.
-The flight-recorder cascade's entries are built (three ranks in two process groups; the real FR
-capture has two ranks in one), each with the call stack a real FR dump recorded.
+The flight-recorder cascade is recorded from three real Gloo ranks in two process groups.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -22,18 +22,19 @@ from slime_hangdoctor.analysis.progress import assess
 from slime_hangdoctor.analysis.suspects import engines, flight_recorder, ras, reads_of
 from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, STRONG, WEAK, Reads
 from slime_hangdoctor.analysis.world import World, build_world
-from slime_hangdoctor.facts import FrDump, FrEntry, Outcome, RasCommunicator, RasRank, RasReport
+from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
 from slime_hangdoctor.parsers.nccl_ras import parse_ras
+from slime_hangdoctor.parsers.processes import parse_processes
 from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.topology import Engine
 from slime_hangdoctor.verdict import Role, Stage, Status, Verdict
 from tests.fixtures import transforms as tf
+from tests.unit import recorded_shapes as rs
 from tests.unit.analysis_builders import (
     NODE,
     http,
     member,
-    proc,
     procs_obs,
     running_job,
     snapshot,
@@ -59,13 +60,21 @@ def _reads(world: World) -> Reads:
     return reads_of(world, engine_reads, assess(world, engine_reads))
 
 
+FR_CASCADE = REAL.parent / "local-cpu-gloo-fr-cascade"
+
+
 def _ranks(*pids: int) -> tuple:  # type: ignore[type-arg]
-    return tuple(
-        procs_obs(
-            s, *(proc(pid, "python3 train.py", env={"RANK": str(i)}) for i, pid in enumerate(pids))
-        )
-        for s in (0, 1)
+    """Train ranks 0.. at `pids`, both samples: the recorded process rows of the FR cascade's Gloo
+    ranks (real/local-cpu-gloo-fr-cascade: `python3 fr_cascade.py R`, RANK=R in the environment),
+    moved to `pids` by `transforms.process_relabelled`."""
+    rows = sorted(
+        parse_processes((FR_CASCADE / "processes.json").read_text()), key=lambda p: p.env["RANK"]
     )
+    moved = [
+        tf.process_relabelled(row, pid=pid, ppid=1, node_ip=NODE)
+        for row, pid in zip(rows, pids, strict=False)
+    ]
+    return tuple(procs_obs(s, *moved) for s in (0, 1))
 
 
 def test_real_ras_after_the_peer_was_killed_names_the_dead_rank() -> None:
@@ -81,72 +90,50 @@ def test_real_ras_after_the_peer_was_killed_names_the_dead_rank() -> None:
     assert "missing" in v.culprits[0].why and "considered dead" in v.culprits[0].why
 
 
-def _rank(rank: int, pid: int, counts: dict[str, int]) -> RasRank:
-    return RasRank(
-        rank=rank, pid=pid, host=NODE, cuda_dev=0, nvml_dev=rank, collective_counts=counts
-    )
-
-
 def test_ras_cascade_blames_the_rank_behind_everywhere() -> None:
-    """C (pid 11) never enters TP op #5; V (pid 10) waits in it, so in the DP group V falls behind
-    its peer W (pid 12). V is behind in DP but it is a victim: it launched an op C has not."""
-    tp = RasCommunicator(
-        "0xtp",
-        2,
-        (_rank(0, 10, {"AllReduce": 5}), _rank(1, 11, {"AllReduce": 4})),
-        "RUNNING",
-        "MISMATCH",
-    )
-    dp = RasCommunicator(
-        "0xdp",
-        2,
-        (_rank(0, 10, {"AllGather": 2}), _rank(1, 12, {"AllGather": 3})),
-        "RUNNING",
-        "MISMATCH",
-    )
+    """C (pid 11) never enters TP's Broadcast; V (pid 10) waits in it, so in the DP group V falls
+    behind its peer W (pid 12). V is behind in DP but it is a victim: it launched an op C has not.
+    Each communicator is a real RAS reading (2x H200): TP is run3_hang's (rank 0, 571 -> V, launched
+    Broadcast 1; rank 1, 572 -> C, none), DP is run3_train_stuck's (rank 0, 708 -> W, AllReduce 2;
+    rank 1, 709 -> V, AllReduce 1), joined into one report by `transforms.ras_communicators_joined`."""
+    tp = parse_ras((REAL / "run3_hang.ras.json").read_text())
+    dp = parse_ras((REAL / "run3_train_stuck.ras.json").read_text())
+    report = tf.ras_communicators_joined((tp, dp), {571: 10, 572: 11, 708: 12, 709: 10}, NODE)
+    assert [c.errors for c in report.communicators] == ["MISMATCH", "MISMATCH"]
     snap = snapshot(
         samples=1,
-        ras=(Observed("nccl_ras", NODE, 0, RasReport((tp, dp))),),
+        ras=(Observed("nccl_ras", NODE, 0, report),),
         processes=_ranks(10, 11, 12)[:1],
     )
     world = build_world(snap, topology())
     assert [s.pid for s in ras.suspects(_reads(world))] == [11]
 
 
-# The call stack torch's flight recorder recorded for rank 0's all_reduce in the train step of the
-# real H200 capture (run3_train_stuck, entry 1: `all_reduce <- wrapper <- train_one_step <- main`).
-_FR_STEP = next(
-    e.frames
-    for e in parse_flight_recorder(
-        (REAL / "run3_train_stuck.fr.fr_train_stuck_rank_0.pkl").read_bytes(), rank=0
-    ).entries
-    if e.state == "started"
-)
-
-
-def _entry(seq: int, state: str, pg: int = 0, op: str = "nccl:all_reduce") -> FrEntry:
-    return FrEntry(seq, pg, seq, op, state, _FR_STEP)
-
-
 def test_flight_recorder_cascade_blames_the_root() -> None:
-    """pg 0: rank 0 waits in #5 that rank 1 never entered. pg 1: rank 2 waits in #3 that rank 0
-    (stuck in pg 0) never entered. Rank 1 is the root; rank 0 is a victim twice over."""
-    dumps = (
-        FrDump(
-            0, "2.10", (_entry(4, "completed"), _entry(5, "started"), _entry(2, "completed", pg=1))
-        ),
-        FrDump(1, "2.10", (_entry(4, "completed"),)),
-        FrDump(2, "2.10", (_entry(2, "completed", pg=1), _entry(3, "started", pg=1))),
+    """Recorded (real/local-cpu-gloo-fr-cascade: torch 2.13's flight recorder of three real Gloo
+    ranks, groups A = {0, 1} and B = {0, 2}, and the real process scan of them): rank 1 never enters
+    A's #5, rank 0 waits in it; rank 2 waits in B's #3, which rank 0 (stuck in A) never entered.
+    Rank 1 is the root; rank 0 is behind in B but a victim. The dumps' pg_id is each process's own
+    count (rank 2's B is pg 1, as rank 0's A), so rank 2's cursor meets A's in pg 1 too; it is in
+    flight, so it is a victim there as well."""
+    pids = {int(r): pid for r, pid in json.loads((FR_CASCADE / "pids.json").read_text()).items()}
+    dumps = tuple(
+        parse_flight_recorder((FR_CASCADE / f"fr_cascade_rank_{r}.pkl").read_bytes(), rank=r)
+        for r in (0, 1, 2)
     )
+    assert {e.state for d in dumps for e in d.entries} == {"scheduled"}  # Gloo: pg_status only
+    assert [d.pg_status["1"]["last_enqueued_collective"] for d in dumps] == [5, 4, 3]
+    rows = parse_processes((FR_CASCADE / "processes.json").read_text())
+    assert {p.pid: p.env["RANK"] for p in rows} == {pid: str(r) for r, pid in pids.items()}
     snap = snapshot(
         samples=1,
         flight=tuple(Observed("flight_recorder", NODE, 0, d) for d in dumps),
-        processes=_ranks(20, 21, 22)[:1],
+        processes=(procs_obs(0, *rows),),
     )
     world = build_world(snap, topology())
     suspects = flight_recorder.suspects(_reads(world))
-    assert [(s.rank, s.pid) for s in suspects] == [(1, 21)]
-    assert suspects[0].stage is Stage.TRAIN
+    assert [(s.rank, s.pid) for s in suspects] == [(1, pids[1])]
+    assert suspects[0].stage is Stage.TRAIN  # all_reduce <- train_one_step, as recorded
     v = diagnose(snap, topology()).verdict
     assert v.stage is Stage.TRAIN
     assert [c.rank for c in v.culprits] == [1]
@@ -231,17 +218,20 @@ def test_odd_scheduler_out_in_a_colocated_tensor_update(native: bool) -> None:
 
 
 def test_a_train_rank_that_died_during_the_window() -> None:
-    # the demo's train rank in its step's all_reduce (train_rank_stuck, pid 5981)
-    step = recorded_thread(demo("train_rank_stuck"), 5981)
+    # the demo's train ranks in their step (train_rank_stuck, pids 5981 and 6037): rank 0's thread
+    # in the step's all_reduce and both ranks' process rows, moved to pids 300 and 301; at the
+    # second sample the table is read as after 301 exited (`transforms.processes_without`)
+    stuck = demo("train_rank_stuck")
+    step = recorded_thread(stuck, 5981)
+    rows = {
+        pid: rs.process(stuck, rec, as_pid=pid, ppid=1) for pid, rec in ((300, 5981), (301, 6037))
+    }
+    assert {r.title for r in rows.values()} == {"ray::MegatronTrainRayActor.train"}
     snap = snapshot(
         stacks=(as_obs(300, 0, step), as_obs(300, 1, step)),
         processes=(
-            procs_obs(
-                0,
-                proc(300, "ray::MegatronTrainRayActor.train"),
-                proc(301, "ray::MegatronTrainRayActor.train"),
-            ),
-            procs_obs(1, proc(300, "ray::MegatronTrainRayActor.train")),
+            procs_obs(0, rows[300], rows[301]),
+            tf.processes_without(procs_obs(1, rows[300], rows[301]), frozenset({301})),
         ),
         jobs=(running_job(),),
     )

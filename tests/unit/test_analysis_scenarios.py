@@ -10,24 +10,26 @@ each test isolates the rule that reads the stacks.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.facts import EngineLoad, Outcome, ServerInfo, SglangMetrics
+from slime_hangdoctor.parsers.pyspy import parse_pyspy_json
 from slime_hangdoctor.topology import Engine, Topology
 from slime_hangdoctor.verdict import Diagnosis, Role, Stage, Status
 from tests.unit import recorded_shapes as rs
 from tests.unit.analysis_builders import (
     NODE,
-    F,
     actor,
     http,
     member,
     running_job,
     snapshot,
-    stack_obs,
-    thread,
     topology,
 )
+from tests.unit.recorded_stacks import as_obs
 
+DRIVER = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "driver-own-code"
 URL0 = f"http://{NODE}:15000"
 URL1 = f"http://{NODE}:15001"
 
@@ -304,13 +306,16 @@ def test_engine_never_healthy_at_startup() -> None:
 
 
 def test_driver_is_the_culprit_when_every_actor_is_idle() -> None:
-    """HAND-WRITTEN driver stack (no recording of a driver running code of its own yet): the
-    driver in `save` of its train loop; the actors' idle stacks are recorded (demo fault
+    """Recorded (real/driver-own-code): a real driver process (`python3 train.py`) in `save` of its
+    own train loop, two py-spy dumps 1 s apart; the actors' idle stacks are recorded too (demo fault
     reward_service_stuck's train ranks, waiting for a task in Ray's main loop)."""
     idle = rs.bundle("demo/reward_service_stuck")
     rank0, rank1 = 16590, 16650
-    driver = thread((F("save", "train.py", 52), F("train", "train.py", 70)))
-    stacks = [stack_obs(100, driver, sample=s) for s in (0, 1)]
+    stacks = [
+        as_obs(100, s, *parse_pyspy_json((DRIVER / f"driver.sample{s}.json").read_text()).threads)
+        for s in (0, 1)
+    ]
+    assert [f.name for f in stacks[0].stack.threads[0].frames] == ["save", "train", "<module>"]
     topo = topology(
         member(Role.DRIVER, 100, "driver"),
         member(Role.ROLLOUT_MANAGER, rank1, cls="RolloutManager"),

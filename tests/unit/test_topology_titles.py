@@ -5,21 +5,27 @@ detokenizer_manager.py:489, multi_tokenizer_mixin.py:577 and 601, data_parallel_
 Provenance: the title strings of the first three tests are SGLang's own format strings from those
 wheel lines, not recorded from a process: the demo's SGLang stand-in titles only
 `sglang::scheduler_TP0` and `sglang::detokenizer` (as every recorded demo bundle shows), and
-no GPU-less run produces the other variants. The process rows of the last test are recorded
-(tests/unit/recorded_shapes.py).
+no GPU-less run produces the other variants. The process rows of the last two tests are recorded:
+real processes titled as SGLang's entry points title themselves, read by the real process scan
+(tests/fixtures/real/sglang-titles), and a demo bundle (tests/unit/recorded_shapes.py).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 import pytest
 
+from slime_hangdoctor.parsers.processes import parse_processes
 from slime_hangdoctor.topology import build_topology, sglang_kind
 from slime_hangdoctor.verdict import Role
 from tests.unit import analysis_builders as ab
 from tests.unit import recorded_shapes as rs
-from tests.unit.analysis_builders import proc, procs_obs, snapshot
+from tests.unit.analysis_builders import procs_obs, snapshot
+
+TITLES = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "sglang-titles"
 
 # The suffix parts in SGLang's order; each present only when its dimension is in use
 # (DP when a dp rank is set, PP when pp>1, ATTN_CP when attn_cp>1, MOE_DP when moe_dp>1,
@@ -58,17 +64,18 @@ def test_other_sglang_titles(title: str, kind: str | None) -> None:
 
 
 def test_detokenizer_router_is_not_counted_as_the_detokenizer() -> None:
-    server = proc(500, "python3 -m sglang.launch_server", listen_ports=(15000,), ppid=1)
-    children = [
-        proc(501, "sglang::scheduler", ppid=500),
-        proc(502, "sglang::detokenizer_router", ppid=500),
-        proc(503, "sglang::tokenizer_worker:503", ppid=500),
-    ]
-    snap = snapshot(processes=(procs_obs(0, server, *children),))
+    """Recorded (real/sglang-titles): the real process scan of an engine's HTTP process and three
+    children that titled themselves as SGLang's entry points do (`sglang::scheduler`,
+    `sglang::detokenizer_router`, `sglang::tokenizer_worker:<own pid>`)."""
+    pids = json.loads((TITLES / "pids.json").read_text())
+    rows = parse_processes((TITLES / "processes.json").read_text())
+    worker = next(r for r in rows if r.pid == pids["tokenizer_worker"])
+    assert worker.cmdline[0] == f"sglang::tokenizer_worker:{worker.pid}"
+    snap = snapshot(processes=(procs_obs(0, *rows),))
     kinds = {m.pid: m.kind for m in build_topology(snap).members}
-    assert kinds[501] == "scheduler"
-    assert kinds[502] == "detokenizer_router"
-    assert kinds[503] == "tokenizer_worker"
+    assert kinds[pids["scheduler"]] == "scheduler"
+    assert kinds[pids["detokenizer_router"]] == "detokenizer_router"
+    assert kinds[pids["tokenizer_worker"]] == "tokenizer_worker"
 
 
 def test_a_child_of_a_train_rank_that_inherited_rank_is_not_another_rank() -> None:
