@@ -32,6 +32,11 @@ from multiprocessing.connection import Connection
 from slime_hangdoctor.demo.sglang.srt.managers.io_struct import Msg, recv_msg, send_msg
 
 
+def sock_recv(inbox: queue.Queue[Msg]) -> Msg:
+    """io_struct.py:2295 `sock_recv`: the loop's receive (here from the I/O thread's queue)."""
+    return inbox.get()
+
+
 class DetokenizerManager:
     def __init__(
         self, recv_from_scheduler: Connection, send_to_tokenizer: Connection, cfg: Msg
@@ -61,7 +66,7 @@ class DetokenizerManager:
     def event_loop(self) -> None:
         """detokenizer_manager.py:161-169: receive, dispatch, send on."""
         while True:
-            recv_obj = self.inbox.get()
+            recv_obj = sock_recv(self.inbox)
             output = self.handle_batch_token_id_out(recv_obj)
             if output is not None and not send_msg(self.send_to_tokenizer, self.send_lock, output):
                 os._exit(0)  # the HTTP process is gone
