@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from slime_hangdoctor.analysis.actor_queues import PausedEngine, build_view
-from slime_hangdoctor.analysis.signatures import Block
+from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import (
     EngineLoad,
@@ -148,6 +148,8 @@ class EngineRead:
     server_info_skipped: bool = False  # ... and in at least one sample it did not call it
     # every endpoint timed out while the HTTP process lives: its event loop is blocked
     http_blocked: bool = False
+    # its detokenizer is held inside one output batch (`stalled_detokenizer`)
+    detokenizer_stalled: bool = False
 
     @property
     def in_flight(self) -> float | None:
@@ -173,6 +175,10 @@ class EngineRead:
     @property
     def schedulers(self) -> tuple[Proc, ...]:
         return tuple(p for p in self.procs if p.kind == "scheduler")
+
+    @property
+    def detokenizer(self) -> Proc | None:
+        return next((p for p in self.procs if p.kind == "detokenizer"), None)
 
 
 def _describe(a: HttpAnswer) -> str:
@@ -385,6 +391,44 @@ def _schedulers_frozen(procs: tuple[Proc, ...]) -> list[str]:
     return out
 
 
+# The detokenizer's loop (0.5.15.post1 detokenizer_manager.py:161-169, multi-tokenizer mode's
+# `multi_http_worker_event_loop`) and its receive (`sock_recv`, io_struct.py:2295, over zmq's
+# `recv_pyobj` / `recv`): a loop thread anywhere else is handling a batch.
+_DETOKENIZER_LOOPS = frozenset({"event_loop", "multi_http_worker_event_loop"})
+_DETOKENIZER_RECV = frozenset({"sock_recv", "recv_pyobj", "recv"})
+
+
+def stalled_detokenizer(procs: tuple[Proc, ...]) -> tuple[Proc, str] | None:
+    """The engine's `sglang::detokenizer` held inside the handling of one batch, in the same
+    functions in both samples (not back at its receive): the outputs of the engine's finished
+    requests stop there, and so does the heartbeat `/health` waits for (tokenizer_manager.py
+    :1848-1860 stamps `last_receive_tstamp` on what the detokenizer sends; sglang#36333,
+    #40809). With its words: where it is."""
+    for p in procs:
+        first, last = p.first, p.latest
+        if p.kind != "detokenizer" or first is None or last is None or first.sample == last.sample:
+            continue
+        t = last.primary
+        if t.calls() != first.primary.calls():
+            continue
+        loop = next(
+            (
+                i
+                for i, f in enumerate(t.frames)
+                if split_name(f.name)[1] in _DETOKENIZER_LOOPS
+                and (f.short_filename or f.filename).endswith("detokenizer_manager.py")
+            ),
+            None,
+        )
+        if not loop:  # None, or the loop frame innermost: nothing inside it to tell
+            continue
+        inner = t.frames[loop - 1]
+        if split_name(inner.name)[1] in _DETOKENIZER_RECV:
+            continue
+        return p, f"{last.describe()} in both samples (its loop in {split_name(inner.name)[1]})"
+    return None
+
+
 # Where an engine URL was learned (topology.Engine.source), in words; a listening socket needs none.
 _URL_SOURCES: Mapping[str, str] = {
     "user-flag": "--sglang-url",
@@ -538,7 +582,12 @@ def read_engine(
     answers = [o.answer for o in latest]
     empty = [(a, i) for a, i in _server_infos(latest) if i.empty_internal_states]
 
-    def make(state: EngineState, frozen: bool = False, http_blocked: bool = False) -> EngineRead:
+    def make(
+        state: EngineState,
+        frozen: bool = False,
+        http_blocked: bool = False,
+        detokenizer_stalled: bool = False,
+    ) -> EngineRead:
         hung = state in (EngineState.STUCK, EngineState.UNRESPONSIVE)
         if empty and not hung and not any(_recovers(i) for _, i in empty):
             notes.append(poisoned_note(url, empty[0][1]))
@@ -559,6 +608,7 @@ def read_engine(
             server_info_calls(url, obs),
             any(o.answer.path == "/server_info" and not o.answer.sent for o in obs),
             http_blocked,
+            detokenizer_stalled,
         )
 
     def call_lines() -> list[str]:
@@ -593,6 +643,23 @@ def read_engine(
     in_flight = (running or 0.0) + (queued or 0.0)
     timed_out = _unresponsive(latest, empty_counts=False)
     frozen_scheds = _schedulers_frozen(procs)
+    detok = stalled_detokenizer(procs)
+    if detok is not None and pause.gated and not pause.explicit:
+        # Requests the scheduler no longer holds and the HTTP layer still waits for, and the
+        # detokenizer they pass through held in one batch: their outputs stop there.
+        proc, where = detok
+        evidence.append(
+            f"its {proc.label} (pid {proc.pid}) is held inside an output batch, not back at its "
+            f"receive: {where}; the outputs of finished requests stop there, nothing "
+            "reaches the HTTP process (SGLang's /health then answers 503: \"couldn't get a "
+            'response from detokenizer")'
+        )
+        evidence.append(
+            f"{pause.held:g} /generate requests in flight at the HTTP layer or the router that "
+            f"the scheduler no longer holds ({in_flight:g} in /v1/loads)"
+        )
+        evidence.extend(call_lines())
+        return make(EngineState.STUCK, frozen=compared, detokenizer_stalled=True)
     if pause.gated and not pause.explicit and frozen_scheds:
         # Requests held before the scheduler's last published load, no pause call, and the
         # scheduler blocked in one frame in both samples: not a pause gate but a scheduler stuck

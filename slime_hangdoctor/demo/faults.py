@@ -8,7 +8,8 @@ compare with e.g. `Stage(spec.expected.stage)`.
 the fault holds, innermost first, as a subsequence of one thread's stack (other frames may sit in
 between). Process labels: "driver", "rollout_manager", "train rank N", "engine N actor" (the
 SGLangEngine Ray actor), "engine N server" (its HTTP child), "engine N scheduler", "router" (the
-sgl-router process the RolloutManager forks in its constructor, as slime's `_start_router`).
+sgl-router process the RolloutManager forks in its constructor, as slime's `_start_router`),
+"engine N detokenizer" (its `sglang::detokenizer`).
 """
 
 from __future__ import annotations
@@ -600,6 +601,30 @@ FAULTS: dict[str, FaultSpec] = {
             frames=(
                 FrameSignature("driver", ("train",)),
                 FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+            ),
+        ),
+        FaultSpec(
+            name="engine_detokenizer_stalled",
+            description=(
+                "mid-rollout, engine 1's sglang::detokenizer stops in its decode of an output batch "
+                "and never reads again (sglang#36333, #40809: its heartbeat stops, /health turns "
+                "503): the process lives, its scheduler finishes the requests and goes idle, their "
+                "outputs never reach the HTTP process and the RolloutManager waits on them"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="rollout_dispatch",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="detokenizer_stalled",
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+                FrameSignature(
+                    "engine 1 detokenizer",
+                    ("_decode_batch_token_id_output", "handle_batch_token_id_out", "event_loop"),
+                ),
             ),
         ),
         FaultSpec(

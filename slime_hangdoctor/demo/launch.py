@@ -185,8 +185,8 @@ class DemoRun:
     def processes(self) -> dict[str, int]:
         """`roles()` plus each engine's server ("engine N server", the actor's spawn child) and
         its scheduler ("engine N scheduler", cmdline starting with `sglang::scheduler`; with
-        several TP ranks that is TP rank 0's, and rank r > 0 is "engine N scheduler TPr"), and the
-        router ("router", the RolloutManager's forked child, a live one)."""
+        several TP ranks that is TP rank 0's, and rank r > 0 is "engine N scheduler TPr"), its
+        detokenizer ("engine N detokenizer", `sglang::detokenizer`), and the router ("router", the RolloutManager's forked child, a live one)."""
         import psutil
 
         out = self.roles()
@@ -218,6 +218,8 @@ class DemoRun:
                     rank = cmd[0].rsplit("_TP", 1)[-1] if "_TP" in cmd[0] else "0"
                     suffix = "" if rank == "0" else f" TP{rank}"
                     out[f"{engine} scheduler{suffix}"] = child.pid
+                elif cmd and cmd[0] == "sglang::detokenizer":
+                    out[f"{engine} detokenizer"] = child.pid
                 elif any("spawn_main" in part for part in cmd):
                     out[f"{engine} server"] = child.pid
         return out

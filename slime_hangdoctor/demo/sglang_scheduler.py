@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="SGLang stand-in scheduler (internal)")
     parser.add_argument("--role", choices=("scheduler", "detokenizer"), default="scheduler")
     parser.add_argument("--fd", type=int, default=-1)
+    # the scheduler's end of its pair with the detokenizer (TP rank 0), the detokenizer's end of it
+    parser.add_argument("--detokenizer-fd", type=int, default=-1)
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--title", default="")
     args = parser.parse_args(argv)
@@ -51,10 +53,13 @@ def main(argv: list[str] | None = None) -> None:
     kill_itself_when_parent_died(args.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the HTTP process, not us
     if args.role == "detokenizer":
-        run_detokenizer_process(args.parent_pid)
+        run_detokenizer_process(
+            Connection(args.detokenizer_fd), Connection(args.fd), args.parent_pid
+        )
         return
     conn = Connection(args.fd)
-    run_scheduler_process(conn, args.parent_pid)
+    detok = Connection(args.detokenizer_fd) if args.detokenizer_fd >= 0 else None
+    run_scheduler_process(conn, args.parent_pid, detok)
 
 
 if __name__ == "__main__":

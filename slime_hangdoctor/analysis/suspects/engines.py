@@ -28,6 +28,8 @@ MESSAGES = {
 
 
 def _engine_proc(e: EngineRead) -> Proc | None:
+    if e.detokenizer_stalled and e.detokenizer is not None:
+        return e.detokenizer  # the process where the engine's outputs stop
     return e.server or (e.schedulers[0] if e.schedulers else None) or e.actor
 
 
@@ -51,6 +53,11 @@ def suspects(reads: Reads) -> list[Suspect]:
         stage = _engine_stage(e)
         inside = _with_trainers(world, e, engines)
         why = f"engine {e.url} {words[e.state]}"
+        if e.detokenizer_stalled:
+            why = (
+                f"engine {e.url} is stuck: its sglang::detokenizer is held inside one output batch, "
+                "so the outputs of its finished requests never reach its HTTP process"
+            )
         if e.http_blocked:
             why = (
                 f"engine {e.url} is unresponsive: the HTTP process itself is blocked (every "

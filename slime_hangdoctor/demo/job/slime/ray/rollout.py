@@ -374,8 +374,10 @@ class RolloutManager:
             engine = self.rollout_engines[self.args.fault_engine]
             where = f"the rollout's requests to engine {self.args.fault_engine}"
             wait_until_server_fault_live(self.args, engine, rollout_id, where)
-        if fault_armed(self.args, "rollout_engine_stuck", rollout_id) or fault_armed(
-            self.args, "rollout_tp_rank_prefetch_stuck", rollout_id
+        if (
+            fault_armed(self.args, "rollout_engine_stuck", rollout_id)
+            or fault_armed(self.args, "rollout_tp_rank_prefetch_stuck", rollout_id)
+            or fault_armed(self.args, "engine_detokenizer_stalled", rollout_id)
         ):
             # demo fault plan: the engine's scheduler blocks at its next decode step, which is
             # one of this rollout's requests that the router sends it

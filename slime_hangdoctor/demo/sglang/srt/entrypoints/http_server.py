@@ -52,13 +52,18 @@ Faults (armed `--fault-after-s` seconds after start):
   scheduler, this HTTP process SIGKILLs itself (as the kernel's OOM killer would): requests in
   flight are cut, new connections are refused, the scheduler and detokenizer die with it (their
   parent-death signal, as SGLang's). The SGLangEngine actor that spawned it stays alive.
+- `detokenizer_stalled` (sglang#36333, #40809): the next output batch stops the `sglang::detokenizer`
+  inside `_decode_batch_token_id_output`; it lives, but nothing more reaches this process:
+  `/generate` never returns, the scheduler goes idle, `/health` answers 503 after
+  SGLANG_HEALTH_CHECK_TIMEOUT with SGLang's "couldn't get a response from detokenizer" line (see
+  managers/detokenizer_manager.py for the real path and what is not modelled).
 `never_healthy` ignores `--fault-after-s`.
 
 Where it differs from a real engine: one DP rank and one TP rank; no streaming, no batch input on
 `/generate` (400); token ids and text are deterministic filler; a forward step is a sleep; weight
 groups use gloo whatever `backend` says; `flattened_bucket` broadcasts one flat tensor of the first
-dtype; `/update_weights_from_tensor` accepts any strings (no CUDA IPC); the `sglang::detokenizer`
-child is idle (outputs go scheduler -> HTTP directly); requests are served on threads that take
+dtype; `/update_weights_from_tensor` accepts any strings (no CUDA IPC); generation outputs go
+scheduler -> `sglang::detokenizer` -> HTTP as in SGLang, but the detokenizer decodes nothing; requests are served on threads that take
 turns on one lock where SGLang runs coroutines on one asyncio loop (the same stalls: a handler that
 blocks without awaiting stalls every endpoint; py-spy shows the blocked handler on its own thread,
 not on MainThread). Kept on purpose, as in SGLang: the LoadSnapshot published after a prefill batch,

@@ -25,6 +25,7 @@ FAULTS = (
     "killed_mid_generate",
     "blocked_http_loop",
     "prefetch_check_diverged",
+    "detokenizer_stalled",
 )
 
 

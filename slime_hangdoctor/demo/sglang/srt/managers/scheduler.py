@@ -64,9 +64,15 @@ def target_length(rid: str, max_new_tokens: int) -> int:
 
 
 class Scheduler(SchedulerWeightUpdaterMixin):
-    def __init__(self, conn: Connection, cfg: Msg) -> None:
+    def __init__(
+        self, conn: Connection, cfg: Msg, send_to_detokenizer: Connection | None = None
+    ) -> None:
         self.conn = conn
         self.send_lock = threading.Lock()
+        # generation outputs go through the detokenizer (0.5.15.post1 scheduler.py:4152,
+        # `send_to_detokenizer`), control replies straight to the tokenizer (`send_to_tokenizer`)
+        self.send_to_detokenizer = send_to_detokenizer
+        self.detok_lock = threading.Lock()
         self.cfg = cfg
         self.server_args: Msg = dict(cfg.get("server_args") or {})
         self.fault = str(cfg.get("fault") or "none")
@@ -158,6 +164,10 @@ class Scheduler(SchedulerWeightUpdaterMixin):
         if self.tp_rank != 0:
             # only TP rank 0 has the sockets to the tokenizer/detokenizer (0.5.15.post1
             # scheduler.py:615-637 `init_ipc_channels(is_rank_zero=...)`): the others send nothing
+            return
+        if msg.get("type") == "output" and self.send_to_detokenizer is not None:
+            if not send_msg(self.send_to_detokenizer, self.detok_lock, msg):
+                os._exit(0)  # the detokenizer is gone (it dies with the HTTP process)
             return
         if not send_msg(self.conn, self.send_lock, msg):
             os._exit(0)  # the HTTP process is gone
@@ -565,7 +575,9 @@ def log_startup(scheduler: Scheduler) -> None:
     )
 
 
-def run_scheduler_process(conn: Connection, parent_pid: int) -> None:
+def run_scheduler_process(
+    conn: Connection, parent_pid: int, send_to_detokenizer: Connection | None = None
+) -> None:
     """Read the config message, announce readiness, run the loop; crash like SGLang on exceptions."""
     try:
         cfg = recv_msg(conn)
@@ -574,7 +586,7 @@ def run_scheduler_process(conn: Connection, parent_pid: int) -> None:
     title = str(cfg.get("title") or "sglang::scheduler")
     setup_logging(log_prefix(title))
     try:
-        scheduler = Scheduler(conn, cfg)
+        scheduler = Scheduler(conn, cfg, send_to_detokenizer)
         log_startup(scheduler)
         scheduler.send(
             {

@@ -148,6 +148,7 @@ class TokenizerManager:
         self.child_names: list[str] = []
         self.tp_conns: list[Connection] = []
         self.conn: Connection | None = None
+        self.detok_conn: Connection | None = None  # the detokenizer's outputs
         self.signals_installed = False
         self.health_timeout = int(os.getenv("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
         self.server_info_timeout = float(os.getenv("SGLANG_SERVER_INFO_TIMEOUT", "2"))
@@ -209,12 +210,20 @@ class TokenizerManager:
         tp_size = max(int(self.ns.tp_size), 1)
         dist_init_method = f"tcp://127.0.0.1:{_free_port()}" if tp_size > 1 else None
         conns: list[Connection] = []
+        # scheduler (TP rank 0) -> detokenizer -> this process, as the real engine's ZMQ path
+        sched_detok, detok_sched = socket.socketpair()
+        detok_parent, detok_child = socket.socketpair()
         for tp_rank in range(tp_size):
             parent, child = socket.socketpair()
             fd = child.fileno()
+            extra: list[str] = []
+            fds = [fd]
+            if tp_rank == 0:
+                extra = ["--detokenizer-fd", str(sched_detok.fileno())]
+                fds.append(sched_detok.fileno())
             scheduler = subprocess.Popen(  # noqa: S603 - our own module, fixed argv
-                [*common, "--title", scheduler_title(self.ns, tp_rank), "--fd", str(fd)],
-                pass_fds=(fd,),
+                [*common, "--title", scheduler_title(self.ns, tp_rank), "--fd", str(fd), *extra],
+                pass_fds=tuple(fds),
                 env=env,
                 stdin=subprocess.DEVNULL,
             )
@@ -223,13 +232,28 @@ class TokenizerManager:
             self.child_names.append("scheduler" if tp_size == 1 else f"scheduler_TP{tp_rank}")
             conns.append(Connection(parent.detach()))
             if tp_rank == 0:
+                sched_detok.close()
                 detokenizer = subprocess.Popen(  # noqa: S603
-                    [*common, "--title", "sglang::detokenizer", "--role", "detokenizer"],
+                    [
+                        *common,
+                        "--title",
+                        "sglang::detokenizer",
+                        "--role",
+                        "detokenizer",
+                        "--fd",
+                        str(detok_child.fileno()),
+                        "--detokenizer-fd",
+                        str(detok_sched.fileno()),
+                    ],
+                    pass_fds=(detok_child.fileno(), detok_sched.fileno()),
                     env=env,
                     stdin=subprocess.DEVNULL,
                 )
+                detok_child.close()
+                detok_sched.close()
                 self.children.append(detokenizer)
                 self.child_names.append("detokenizer")
+        self.detok_conn = Connection(detok_parent.detach())
         self.conn = conns[0]
         self.tp_conns = conns  # ranks > 0 only read their config: kept open for their lives
         config = {
@@ -251,7 +275,14 @@ class TokenizerManager:
                 self._send_lock,
                 {**config, "tp_rank": tp_rank, "title": scheduler_title(self.ns, tp_rank)},
             )
+        send_msg(self.detok_conn, threading.Lock(), config)  # the detokenizer's fault settings
         threading.Thread(target=self._reader, name="tokenizer-handle-loop", daemon=True).start()
+        threading.Thread(
+            target=self._reader,
+            args=(self.detok_conn,),
+            name="tokenizer-handle-loop-detokenizer",
+            daemon=True,
+        ).start()
 
     def wait_ready(self) -> bool:
         """Block until the scheduler says it is ready (True) or a subprocess exits first (False).
@@ -277,11 +308,14 @@ class TokenizerManager:
         if self.conn is not None:
             send_msg(self.conn, self._send_lock, msg)
 
-    def _reader(self) -> None:
-        assert self.conn is not None
+    def _reader(self, conn: Connection | None = None) -> None:
+        """handle_loop (0.5.15.post1 tokenizer_manager.py:1848-1860) reads one PULL socket that the
+        scheduler's control replies and the detokenizer's outputs both reach: here, two pipes."""
+        conn = conn or self.conn
+        assert conn is not None
         while True:
             try:
-                msg = recv_msg(self.conn)
+                msg = recv_msg(conn)
             except (EOFError, OSError, ValueError):
                 return  # the subprocess watchdog reports the death
             if msg.get("type") == "snapshot":

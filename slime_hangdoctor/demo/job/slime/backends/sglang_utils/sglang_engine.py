@@ -37,6 +37,7 @@ SERVER_FAULTS: dict[str, str] = {
     "weight_sync_health_check_queued": "stuck_before_weight_broadcast",
     "engine_server_killed": "killed_mid_generate",
     "rollout_tp_rank_prefetch_stuck": "prefetch_check_diverged",
+    "engine_detokenizer_stalled": "detokenizer_stalled",
 }
 PLAN_MISSED_TEXT = "DEMO FAULT PLAN MISSED"
 TIMED_SERVER_FAULTS = frozenset(
@@ -48,6 +49,7 @@ TIMED_SERVER_FAULTS = frozenset(
         "stuck_before_weight_broadcast",
         "killed_mid_generate",
         "prefetch_check_diverged",
+        "detokenizer_stalled",
     }
 )
 # demo faults whose engine fault goes live right before a weight broadcast
