@@ -6,7 +6,6 @@ import dataclasses
 import inspect
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -590,22 +589,17 @@ def run_attach(
 ) -> Diagnosis:
     """collect + analyse; the bundle is kept only with --out."""
     from slime_hangdoctor.pipeline import attach as attach_it
+    from slime_hangdoctor.pipeline import preload
 
     with _progress(quiet) as say:
         return attach_it(
-            address, opts, out=out, progress=say, command=command, on_window=_preload_render
+            address,
+            opts,
+            out=out,
+            progress=say,
+            command=command,
+            on_window=lambda: preload("rich.console", "slime_hangdoctor.render"),
         ).diagnosis
-
-
-def _preload_render() -> None:
-    """Import the renderer (rich) in a thread while the window passes: it is needed only at the end."""
-
-    def load() -> None:
-        import rich.console  # noqa: F401
-
-        import slime_hangdoctor.render  # noqa: F401
-
-    threading.Thread(target=load, name="preload-render", daemon=True).start()
 
 
 DEMO_READY_TIMEOUT_S = 180.0  # a safety net for a busy machine, not the expected start-up time

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import tempfile
 import threading
 import time
@@ -58,7 +59,7 @@ def attach(
     started = time.monotonic()
 
     def window_begins() -> None:
-        _preload_analysis()
+        preload("slime_hangdoctor.analysis.diagnosis")
         if on_window is not None:
             on_window()
 
@@ -92,11 +93,13 @@ def attach(
     )
 
 
-def _preload_analysis() -> None:
-    """Import the analysis in a thread while the window passes (it is needed only after the second
-    sample; its import is ~0.1 s of a 2-core node's CPU that would otherwise come after it)."""
+def preload(*modules: str) -> None:
+    """Import `modules` in a thread: what a run needs only after its second sample (the analysis,
+    the renderer), loaded while the window passes rather than after it (~0.1 s of a 2-core node's
+    CPU each)."""
 
     def load() -> None:
-        import slime_hangdoctor.analysis.diagnosis  # noqa: F401
+        for module in modules:
+            importlib.import_module(module)
 
-    threading.Thread(target=load, name="preload-analysis", daemon=True).start()
+    threading.Thread(target=load, name="preload", daemon=True).start()

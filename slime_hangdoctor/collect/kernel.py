@@ -209,16 +209,4 @@ def _kmsg(path: str, deadline: float) -> dict[str, Any]:
 
 def NODE_PROBE(ctx: NodeContext) -> list[cf.Future[Any]]:  # noqa: N802 - the spec's entry point
     """Kernel-side state of this node's slime processes (parsers.kernel.SPEC)."""
-    pids = sorted({m.pid for m in ctx.members()})
-    if not pids:
-        return []
-    return [
-        ctx.pool.submit(
-            record_kernel,
-            ctx.writer,
-            pids,
-            node_ip=ctx.spec.node_ip,
-            sample=ctx.spec.sample,
-            timeout=ctx.timeout(),
-        )
-    ]
+    return ctx.submit_over_members(record_kernel)

@@ -57,6 +57,24 @@ class NodeContext:
         """The slime processes of this node."""
         return [m for m in self.topo.members if m.node_ip in (None, self.spec.node_ip)]
 
+    def submit_over_members(self, record: Callable[..., Any]) -> list[cf.Future[Any]]:
+        """`record(writer, pids, node_ip=, sample=, timeout=)` over this node's slime processes,
+        as one future; none where the node has none (a per-node read of the processes' procfs)."""
+        pids = sorted({m.pid for m in self.members()})
+        if not pids:
+            return []
+        spec = self.spec
+        return [
+            self.pool.submit(
+                record,
+                self.writer,
+                pids,
+                node_ip=spec.node_ip,
+                sample=spec.sample,
+                timeout=self.timeout(),
+            )
+        ]
+
     def timeout(self, extra_s: float = 0.0) -> float:
         """One probe's timeout, clamped to what is left of the run."""
         return self.deadline.clamp(self.opts.probe_timeout_s + extra_s)

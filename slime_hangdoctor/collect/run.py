@@ -74,7 +74,10 @@ class DashboardProbe(Protocol):
 # thread of their own beside the node probes (nothing in the sample reads their answers), and are
 # joined before the bundle is finished.
 DASHBOARD_PROBES: tuple[DashboardProbe, ...] = (capture_state,)
-BACKGROUND_DASHBOARD_PROBES: tuple[DashboardProbe, ...] = (capture_task_history,)
+# Each background probe with the CollectOptions flag that turns it off.
+BACKGROUND_DASHBOARD_PROBES: tuple[tuple[DashboardProbe, str], ...] = (
+    (capture_task_history, "history"),
+)
 
 
 @dataclass(frozen=True)
@@ -324,11 +327,12 @@ def _read_cluster(run: _Run, index: int) -> None:
     for probe in DASHBOARD_PROBES:
         probe(run.writer, client, sample=index, timeout=timeout)
 
-    if not run.opts.history:
-        return  # the task history is the one background probe
+    wanted = [probe for probe, switch in BACKGROUND_DASHBOARD_PROBES if getattr(run.opts, switch)]
+    if not wanted:
+        return
 
     def background() -> None:
-        for probe in BACKGROUND_DASHBOARD_PROBES:
+        for probe in wanted:
             probe(run.writer, client, sample=index, timeout=timeout)
 
     thread = threading.Thread(target=background, name=f"ray-state-bg{index}", daemon=True)

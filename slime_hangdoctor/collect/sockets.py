@@ -145,16 +145,4 @@ def _table(path: str, wanted: set[int]) -> tuple[str | None, str | None]:
 
 def NODE_PROBE(ctx: NodeContext) -> list[cf.Future[Any]]:  # noqa: N802 - the spec's entry point
     """The TCP connections of this node's slime processes (parsers.sockets.SPEC)."""
-    pids = sorted({m.pid for m in ctx.members()})
-    if not pids:
-        return []
-    return [
-        ctx.pool.submit(
-            record_sockets,
-            ctx.writer,
-            pids,
-            node_ip=ctx.spec.node_ip,
-            sample=ctx.spec.sample,
-            timeout=ctx.timeout(),
-        )
-    ]
+    return ctx.submit_over_members(record_sockets)

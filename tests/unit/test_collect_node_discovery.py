@@ -8,7 +8,6 @@ live BundleWriter); the processes are real ones titled like Ray workers.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,44 +22,17 @@ from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.topology import Topology, build_topology
 from tests.fixtures.transforms import truncate_bytes_at
-from tests.titled import titled_python
+from tests.unit.live_writer import parked_train_rank, writer_holding
 
 BUNDLES = sorted(
     p.parent
     for p in (Path(__file__).resolve().parents[1] / "fixtures" / "bundles").glob("*/manifest.json")
 )
-WORKER = (
-    "import sys\ndef train(s):\n    return s.read()\nprint('ready', flush=True)\ntrain(sys.stdin)\n"
-)
-
-
-def _rewrite(src: Path, dest: Path, corrupt_stacks: bool = False) -> BundleWriter:
-    """A live writer holding every record of the bundle at `src` (py-spy dumps cut, if asked)."""
-    with open_bundle(src) as bundle:
-        writer = BundleWriter(dest, command="test", target=bundle.manifest.target)
-        for rec in bundle.manifest.probes:
-            data = bundle.read(rec)
-            if corrupt_stacks and rec.source == b.PYSPY and data:
-                data = truncate_bytes_at(data, len(data) // 2)
-            suffix = Path(rec.artifact).suffix if rec.artifact else ".txt"
-            fresh = ProbeRecord(
-                rec.source,
-                rec.target,
-                rec.outcome,
-                rec.reason,
-                node_ip=rec.node_ip,
-                sample=rec.sample,
-                started_at=rec.started_at,
-                elapsed_s=rec.elapsed_s,
-                meta=rec.meta,
-            )
-            writer.add(fresh, data, suffix=suffix or ".txt")
-    return writer
 
 
 @pytest.mark.parametrize("src", BUNDLES, ids=[p.name for p in BUNDLES])
 def test_partial_snapshot_finds_the_same_topology(src: Path, tmp_path: Path) -> None:
-    writer = _rewrite(src, tmp_path / "b")
+    writer = writer_holding(src, tmp_path / "b")
     partial = partial_snapshot(writer)
     with open_bundle(src) as bundle:
         full = load_snapshot(bundle)
@@ -78,7 +50,7 @@ def test_partial_snapshot_finds_the_same_topology(src: Path, tmp_path: Path) -> 
 
 def test_partial_snapshot_leaves_stacks_to_the_analysis(tmp_path: Path) -> None:
     src = next(p for p in BUNDLES if any((p / "raw" / b.PYSPY).glob("**/*")))
-    writer = _rewrite(src, tmp_path / "b", corrupt_stacks=True)
+    writer = writer_holding(src, tmp_path / "b", _cut_stacks)
     partial = partial_snapshot(writer)
     assert not [s for s in partial.blind_spots if s.startswith(b.PYSPY)]
     writer.finish()
@@ -88,22 +60,17 @@ def test_partial_snapshot_leaves_stacks_to_the_analysis(tmp_path: Path) -> None:
     assert {r.source for r in writer.records} - DISCOVERY_SOURCES
 
 
+def _cut_stacks(rec: ProbeRecord, data: bytes | None) -> bytes | None:
+    """py-spy dumps cut in half (`transforms.truncate_bytes_at`), every other record as recorded."""
+    if rec.source == b.PYSPY and data:
+        return truncate_bytes_at(data, len(data) // 2)
+    return data
+
+
 @pytest.fixture
 def worker() -> Iterator[int]:
-    proc = subprocess.Popen(
-        titled_python("ray::MegatronTrainRayActor.train", WORKER),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert proc.stdout is not None
-        proc.stdout.readline()
-        yield proc.pid
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.kill()
-        proc.wait(timeout=10)
+    with parked_train_rank() as pid:
+        yield pid
 
 
 def test_on_scan_gets_the_topology_before_the_stacks(worker: int, tmp_path: Path) -> None:

@@ -8,44 +8,18 @@ real (`--local`) on a real process titled like a Ray worker.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from slime_hangdoctor import bundle as b
-from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, open_bundle
+from slime_hangdoctor.bundle import BundleWriter, open_bundle
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.collect.run import collect
 from slime_hangdoctor.watchdog.run import work_moved
-from tests.titled import titled_python
 from tests.unit.demo_bundles import unpacked
-
-WORKER = (
-    "import sys\ndef train(s):\n    return s.read()\nprint('ready', flush=True)\ntrain(sys.stdin)\n"
-)
-
-
-def _writer_holding(src: Path, dest: Path) -> BundleWriter:
-    """A live writer holding every record (and its bytes) of the bundle at `src`."""
-    with open_bundle(src) as bundle:
-        writer = BundleWriter(dest, command="test", target=bundle.manifest.target)
-        for rec in bundle.manifest.probes:
-            suffix = (Path(rec.artifact).suffix if rec.artifact else "") or ".txt"
-            fresh = ProbeRecord(
-                rec.source,
-                rec.target,
-                rec.outcome,
-                rec.reason,
-                node_ip=rec.node_ip,
-                sample=rec.sample,
-                started_at=rec.started_at,
-                elapsed_s=rec.elapsed_s,
-                meta=rec.meta,
-            )
-            writer.add(fresh, bundle.read(rec), suffix=suffix)
-    return writer
+from tests.unit.live_writer import parked_train_rank, writer_holding
 
 
 @pytest.mark.parametrize(
@@ -62,26 +36,14 @@ def _writer_holding(src: Path, dest: Path) -> BundleWriter:
 def test_the_judge_reads_the_window_of_a_recorded_job(
     fault: str, moved: bool, tmp_path: Path
 ) -> None:
-    writer = _writer_holding(unpacked(fault, tmp_path / "src"), tmp_path / "live")
+    writer = writer_holding(unpacked(fault, tmp_path / "src"), tmp_path / "live")
     assert work_moved(writer) is moved
 
 
 @pytest.fixture
 def worker() -> Iterator[int]:
-    proc = subprocess.Popen(
-        titled_python("ray::MegatronTrainRayActor.train", WORKER),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert proc.stdout is not None
-        proc.stdout.readline()
-        yield proc.pid
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.kill()
-        proc.wait(timeout=10)
+    with parked_train_rank() as pid:
+        yield pid
 
 
 def _stack_samples(out: Path, pid: int) -> list[int | None]:
