@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import random
 from datetime import timedelta
 from typing import Any
 
 from slime.observability.logging_utils import configure_logger
 from slime.ray.ray_actor import RayActor
 from slime.utils.distributed_utils import init_gloo_group
+from slime.utils.misc import get_current_node_ip
 
 logger = logging.getLogger(__name__)
 
@@ -23,12 +23,25 @@ class TrainRayActor(RayActor):
         configure_logger()
         self._world_size = world_size
         self._rank = rank
+        self._store: Any = None
         if master_addr and master_port:
             self.master_addr, self.master_port = master_addr, master_port
         else:
-            self.master_addr, self.master_port = self._get_current_node_ip_and_free_port(
-                start_port=random.randint(20000, 21000)
+            # slime probes a free port here (`get_free_port`, train_actor.py) and binds it only in
+            # init(), seconds later; on a shared CI box another process took it in between
+            # (EADDRINUSE). The demo binds rank 0's store now, on a port the kernel picks, and
+            # keeps it: same frames (init_process_group in init), no window for a race.
+            import torch.distributed as dist
+
+            self.master_addr = get_current_node_ip()
+            self._store = dist.TCPStore(
+                self.master_addr,
+                0,
+                is_master=True,
+                wait_for_workers=False,
+                timeout=timedelta(minutes=30),
             )
+            self.master_port = int(self._store.port)
         os.environ["MASTER_ADDR"] = self.master_addr
         os.environ["MASTER_PORT"] = str(self.master_port)
         os.environ["WORLD_SIZE"] = str(world_size)
@@ -44,12 +57,17 @@ class TrainRayActor(RayActor):
         self.args = args
         self.role = role
         self.with_ref = with_ref
+        timeout = timedelta(minutes=args.distributed_timeout_minutes)
+        store = self._store
+        if store is None:  # rank 0 listens since its constructor: this connects at once
+            store = dist.TCPStore(self.master_addr, self.master_port, timeout=timeout)
+        store.set_timeout(timeout)
         dist.init_process_group(
             backend="gloo",
-            init_method=f"tcp://{self.master_addr}:{self.master_port}",
+            store=store,
             world_size=self._world_size,
             rank=self._rank,
-            timeout=timedelta(minutes=args.distributed_timeout_minutes),
+            timeout=timeout,
         )
         init_gloo_group()
         args.rank = dist.get_rank()
