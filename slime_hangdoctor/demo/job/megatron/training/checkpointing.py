@@ -30,6 +30,11 @@ import threading
 import time
 from typing import Any
 
+# Megatron imports dist_checkpointing (and with it torch.distributed.checkpoint) when the training
+# module loads, at the rank's start-up (megatron/training/checkpointing.py: `from ..core import
+# dist_checkpointing`), not at the first save: a save's first moments read no module from disk.
+from megatron.core.dist_checkpointing import serialization
+from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
 from megatron.training.global_vars import get_args
 
 logger = logging.getLogger(__name__)
@@ -111,9 +116,6 @@ def _save_torch_dist(
     layout differs between ranks would: each rank then waits, as the coordinator, for the others'
     plans in the same `gather_object`, and no rank is anywhere else (THUDM/slime#1908's stack)."""
     from slime.utils.distributed_utils import get_gloo_group
-
-    from megatron.core.dist_checkpointing import serialization
-    from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
 
     if rank == 0:
         logger.info(f"saving checkpoint at iteration {iteration:7d} to {args.save} (async save)")

@@ -7,6 +7,8 @@ import logging
 import time
 from typing import Any
 
+from megatron.training.checkpointing import save_checkpoint
+
 logger = logging.getLogger(__name__)
 
 # name -> shape of the demo policy's parameters (HF names, as the weight sync sends them)
@@ -87,8 +89,6 @@ def train(
 
 def save(iteration: int, model: dict[str, Any], optimizer: Any, opt_param_scheduler: Any) -> None:
     """slime's `save`: Megatron's save_checkpoint of the (one-chunk) model."""
-    from megatron.training.checkpointing import save_checkpoint
-
     save_checkpoint(
         iteration, [model], optimizer, opt_param_scheduler, num_floating_point_operations_so_far=0
     )

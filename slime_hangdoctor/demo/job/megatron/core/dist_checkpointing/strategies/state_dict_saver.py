@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch.distributed.checkpoint.utils import _DistWrapper
+
 
 def save_state_dict_async_plan(
     state_dict: dict[str, Any],
@@ -16,8 +18,6 @@ def save_state_dict_async_plan(
     process_group: Any = None,
     coordinator_rank: int = 0,
 ) -> dict[int, list[str]]:
-    from torch.distributed.checkpoint.utils import _DistWrapper
-
     dist_wrapper = _DistWrapper(process_group, True, coordinator_rank)
     local_plan = (dist_wrapper.rank, sorted(state_dict))
     all_local_plans = dist_wrapper.gather_object(local_plan)
