@@ -1,8 +1,9 @@
-"""Constructed facts around recorded stacks for the analysis tests: process rows, HTTP answers,
-topologies, snapshots.
+"""Constructed facts around recorded stacks for the analysis tests: HTTP answers, topologies,
+snapshots, and the containers (`procs_obs`) that place recorded process rows at a sample.
 
 These build the contract dataclasses directly (facts.py / snapshot.py / topology.py). No stack is
-written here: `stack_obs` only places threads that a real process produced (tests/unit/
+written here, nor a process row or a kernel reading (recorded_shapes.py and the recordings under
+tests/fixtures give them): `stack_obs` only places threads that a real process produced (tests/unit/
 recorded_stacks.py, recorded_shapes.py) at a test's pid, sample and node.
 """
 
@@ -42,19 +43,6 @@ def stack_obs(pid: int, *threads: ThreadStack, sample: int = 0, node: str = NODE
         for t in threads
     )
     return StackObs(node, pid, sample, ProcessStack(pid, ts))
-
-
-def proc(pid: int, title: str, cpu: float | None = None, **kw: Any) -> ProcessInfo:
-    return ProcessInfo(
-        pid=pid,
-        ppid=kw.pop("ppid", None),
-        name=title.split(" ", maxsplit=1)[0][:15],
-        cmdline=tuple(title.split(" ")),
-        status=kw.pop("status", "sleeping"),
-        cpu_seconds=cpu,
-        node_ip=NODE,
-        **kw,
-    )
 
 
 def procs_obs(sample: int, *infos: ProcessInfo) -> Observed[tuple[ProcessInfo, ...]]:

@@ -1,15 +1,28 @@
 """The `checkpoint` stage: a hang in checkpoint save / load is named as such, and its finding tells
 storage (ranks writing, D state) from a collective mismatch (ranks in the save's collective).
 
-The ranks' and the driver's stacks are recorded (tests/unit/recorded_stacks.py); the process table,
-Ray job and kernel readings around them are built facts (analysis_builders), as before."""
+Everything the rules read is recorded (provenance: tests/fixtures/README.md): the ranks' and the
+driver's stacks (tests/unit/recorded_stacks.py); their process rows and the kernel source's readings
+(state, wchan, I/O counters) from the demo bundles `checkpoint_slow_storage` and
+`checkpoint_stuck_storage`, and the shapes those do not show (a rank in D state, a pipe write whose
+wchar moves, a writer read in py-spy's tracing stop) from tests/fixtures/real/checkpoint-readings,
+read by the product's own collectors from real processes. Each is moved to the pid of the test's
+topology by the named transformations of tests/fixtures/transforms.py; the snapshot around them is
+built with analysis_builders."""
 
 from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
 
 import pytest
 
 from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.facts import IoCounters, NodeKernel, ProcessKernelState, ThreadStack
+from slime_hangdoctor.analysis.kernel import IO_PROGRESS_BYTES
+from slime_hangdoctor.facts import NodeKernel, ProcessInfo, ProcessKernelState, ThreadStack
+from slime_hangdoctor.parsers.kernel import SPEC as KERNEL
+from slime_hangdoctor.parsers.kernel import parse_kernel
+from slime_hangdoctor.parsers.processes import parse_processes
 from slime_hangdoctor.render.labels import headline
 from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.topology import Topology
@@ -22,9 +35,11 @@ from slime_hangdoctor.verdict import (
     Verdict,
     verdict_from_json,
 )
+from tests.fixtures import transforms as tf
+from tests.unit import recorded_shapes as rs
 from tests.unit.analysis_builders import (
+    NODE,
     member,
-    proc,
     procs_obs,
     running_job,
     snapshot,
@@ -54,6 +69,19 @@ DRIVER_SAVE = DRIVER.frames
 STEP = recorded_thread(demo("train_rank_stuck"), 5981)
 
 
+# Process rows and kernel readings, recorded (tests/fixtures/README.md). The demo's rows of the two
+# save_model ranks and the driver (slow storage: 12361, 12417, 12192; stuck storage: 22909, 22966,
+# 22757), each moved to the test's pid: rank 0 -> 300, rank 1 -> 301, driver -> 100.
+SLOW = rs.bundle("demo/checkpoint_slow_storage")
+STUCK = rs.bundle("demo/checkpoint_stuck_storage")
+SLOW_ROWS = {100: 12192, 300: 12361, 301: 12417}
+STUCK_ROWS = {100: 22757, 300: 22909, 301: 22966}
+READINGS = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "checkpoint-readings"
+# psutil's row of a process whose main thread waits in D (posix_spawn's vfork wait): status
+# "disk-sleep".
+(D_ROW, _) = parse_processes((READINGS / "disk_sleep.processes.json").read_text())
+
+
 def _members() -> Topology:
     return topology(
         member(Role.DRIVER, 100, "driver"),
@@ -62,7 +90,14 @@ def _members() -> Topology:
     )
 
 
+def _rows(bundle: Path, pids: dict[int, int], sample: int) -> tuple[ProcessInfo, ...]:
+    """The recorded rows of `pids` (test pid -> recorded pid) at `sample`, at the test's pids."""
+    return tuple(rs.process(bundle, rec, sample, as_pid=pid) for pid, rec in pids.items())
+
+
 def _diag(rank_threads: dict[int, ThreadStack], d_state: frozenset[int] = frozenset()) -> Diagnosis:
+    """The ranks' threads with the slow-storage demo's rows; the ranks of `d_state` read in D
+    (`transforms.process_in_state_of` the recorded D-state row)."""
     stacks = []
     for s in (0, 1):
         stacks.append(as_obs(100, s, DRIVER))
@@ -70,15 +105,9 @@ def _diag(rank_threads: dict[int, ThreadStack], d_state: frozenset[int] = frozen
     infos = [
         procs_obs(
             s,
-            proc(100, "python3 train.py", 5.0),
             *(
-                proc(
-                    pid,
-                    "ray::MegatronTrainRayActor.save_model",
-                    20.0,
-                    status="disk-sleep" if pid in d_state else "sleeping",
-                )
-                for pid in rank_threads
+                tf.process_in_state_of(row, D_ROW) if row.pid in d_state else row
+                for row in _rows(SLOW, {p: SLOW_ROWS[p] for p in (100, *rank_threads)}, s)
             ),
         )
         for s in (0, 1)
@@ -137,51 +166,67 @@ def test_the_checkpoint_stage_is_part_of_the_verdict_contract() -> None:
     assert verdict_from_json(doc).stage is Stage.CHECKPOINT
 
 
-def _kernel(
-    pid_wchan: dict[int, str],
-    wchar: dict[int, tuple[int, int]],
-    traced_at_1: frozenset[int] = frozenset(),
-) -> tuple[Observed[NodeKernel], ...]:
-    """The kernel source's view of the ranks at both samples: each rank's wchan (the same at both,
-    or py-spy's tracing stop at sample 1 for `traced_at_1`) and its wchar at sample 0 and 1
-    (storage bytes flat: a pipe takes none)."""
-    return tuple(
-        Observed(
-            "kernel",
-            None,
-            s,
-            NodeKernel(
-                tuple(
-                    ProcessKernelState(
-                        pid,
-                        "t" if s == 1 and pid in traced_at_1 else "S",
-                        "ptrace_stop" if s == 1 and pid in traced_at_1 else wchan,
-                        IoCounters(0, wchar.get(pid, (0, 0))[s], 0, 4096),
-                    )
-                    for pid, wchan in pid_wchan.items()
-                )
-            ),
+# A rank's kernel readings at sample 0 and 1, as the kernel source recorded them.
+Pair = tuple[ProcessKernelState, ProcessKernelState]
+
+
+def _demo_state(bundle: Path, pid: int, sample: int) -> ProcessKernelState:
+    obs = next(o for o in rs.recorded(bundle).facts(KERNEL) if o.sample == sample)
+    return next(k for k in obs.fact.processes if k.pid == pid)
+
+
+def _captured(name: str) -> ProcessKernelState:
+    """The one process reading of checkpoint-readings/`name`.json (collect/kernel.py's artefact)."""
+    (state,) = parse_kernel((READINGS / f"{name}.json").read_text()).processes
+    return state
+
+
+# Rank 1 of the stuck-storage demo (22966) in save_checkpoint's barrier: futex_do_wait, flat.
+BARRIER: Pair = (_demo_state(STUCK, 22966, 0), _demo_state(STUCK, 22966, 1))
+# Rank 0 of the stuck-storage demo (22909) streaming to an uploader that stopped reading:
+# anon_pipe_write at both samples, storage bytes flat, wchar up by exactly 65536 once (sample 0's
+# py-spy attach interrupted the blocked write, which returned the 64 KiB it had copied).
+DEMO_PIPE: Pair = (_demo_state(STUCK, 22909, 0), _demo_state(STUCK, 22909, 1))
+# A writer asleep in a full pipe that nothing reads, read 1 s apart before any tracer: wchar 0.
+FULL_PIPE: Pair = (_captured("pipe_full.s0"), _captured("pipe_full.s1"))
+# A writer in a pipe whose reader drains it slowly: anon_pipe_write at both, wchar up by MiBs.
+DRAINING: Pair = (_captured("pipe_draining.s0"), _captured("pipe_draining.s1"))
+# The full-pipe writer, then read while py-spy's dump held it (state t, ptrace_stop).
+TRACED_AT_1: Pair = (FULL_PIPE[1], _captured("pipe_full_traced.s0"))
+TRACED_BOTH: Pair = (_captured("pipe_full_traced.s0"), _captured("pipe_full_traced.s1"))
+
+
+def _kernel(rank0: Pair, rank1: Pair = BARRIER) -> tuple[Observed[NodeKernel], ...]:
+    """The kernel source's view of the ranks at both samples: the stuck-storage demo's node
+    readings, listing the recorded readings of rank 0 and 1 at pids 300 and 301."""
+    out = []
+    for s in (0, 1):
+        obs = next(o for o in rs.recorded(STUCK).facts(KERNEL) if o.sample == s)
+        states = (
+            tf.kernel_state_relabelled(rank0[s], pid=300),
+            tf.kernel_state_relabelled(rank1[s], pid=301),
         )
-        for s in (0, 1)
-    )
+        node = tf.kernel_with_processes(obs.fact, states)
+        out.append(dataclasses.replace(obs, node_ip=NODE, fact=node))
+    return tuple(out)
 
 
 def _diag_kernel(kernel: tuple[Observed[NodeKernel], ...]) -> Verdict:
+    """Rank 0 streaming its shard (the stuck-storage demo's stack), rank 1 in the save's gather,
+    with the stuck-storage demo's process rows and `kernel`."""
     stacks = [as_obs(100, s, DRIVER) for s in (0, 1)]
     stacks += [
         as_obs(pid, s, t) for s in (0, 1) for pid, t in ((300, PIPE_WRITER), (301, SAVE_GATHER))
     ]
-    infos = tuple(
-        procs_obs(
-            s,
-            proc(100, "python3 train.py", 5.0),
-            proc(300, "ray::MegatronTrainRayActor.save_model", 20.0),
-            proc(301, "ray::MegatronTrainRayActor.save_model", 20.0),
-        )
-        for s in (0, 1)
-    )
+    infos = tuple(procs_obs(s, *_rows(STUCK, STUCK_ROWS, s)) for s in (0, 1))
     snap = snapshot(stacks=tuple(stacks), processes=infos, jobs=(running_job(),), kernel=kernel)
     return diagnose(snap, _members()).verdict
+
+
+def _wchar_delta(pair: Pair) -> int:
+    a, b = (k.io for k in pair)
+    assert a is not None and b is not None
+    return b.wchar - a.wchar
 
 
 def test_a_write_asleep_in_a_full_pipe_with_no_byte_moved_is_stuck_storage_not_a_mismatch() -> None:
@@ -190,7 +235,8 @@ def test_a_write_asleep_in_a_full_pipe_with_no_byte_moved_is_stuck_storage_not_a
     assert _finding(_diag({300: PIPE_WRITER, 301: SAVE_GATHER}).verdict).startswith(
         "Checkpoint collective mismatch"
     )
-    v = _diag_kernel(_kernel({300: "anon_pipe_write", 301: "futex_do_wait"}, {}))
+    assert _wchar_delta(FULL_PIPE) == 0
+    v = _diag_kernel(_kernel(FULL_PIPE))
     assert (v.status, v.stage) == (Status.HUNG, Stage.CHECKPOINT)
     msg = _finding(v)
     assert msg.startswith("Checkpoint save / load is stuck in storage, not in a collective")
@@ -201,24 +247,24 @@ def test_a_write_asleep_in_a_full_pipe_with_no_byte_moved_is_stuck_storage_not_a
 
 
 def test_a_pipe_write_that_moves_bytes_is_not_stuck() -> None:
-    v = _diag_kernel(
-        _kernel({300: "anon_pipe_write", 301: "futex_do_wait"}, {300: (1 << 20, 5 << 20)})
-    )
+    assert _wchar_delta(DRAINING) >= IO_PROGRESS_BYTES
+    v = _diag_kernel(_kernel(DRAINING))
     assert not any(f.rule == "stuck-writing" for f in v.findings)
     assert _finding(v).startswith("Checkpoint collective mismatch")
 
 
 def test_a_sample_taken_while_py_spy_held_the_writer_leaves_the_other_to_decide() -> None:
     # the kernel probe runs beside the py-spy dumps: one sample may catch rank 0 in tracing stop
-    traced = _kernel({300: "anon_pipe_write", 301: "futex_do_wait"}, {}, frozenset({300}))
-    msg = _finding(_diag_kernel(traced))
+    assert [k.state for k in TRACED_AT_1] == ["S", "t"]
+    msg = _finding(_diag_kernel(_kernel(TRACED_AT_1)))
     assert "stuck in storage" in msg and "in anon_pipe_write" in msg, msg
-    both = _kernel({300: "ptrace_stop", 301: "futex_do_wait"}, {}, frozenset({300}))
-    assert _finding(_diag_kernel(both)).startswith("Checkpoint collective mismatch")
+    assert [k.wchan for k in TRACED_BOTH] == ["ptrace_stop", "ptrace_stop"]
+    assert _finding(_diag_kernel(_kernel(TRACED_BOTH))).startswith("Checkpoint collective mismatch")
 
 
 def test_the_partial_return_py_spys_attach_causes_is_not_a_write_moving() -> None:
     # py-spy's attach interrupts the blocked pipe write, which returns the 64 KiB it had copied
-    # (wchar moves once by at most a pipe's capacity) and blocks again: still stuck
-    once = _kernel({300: "anon_pipe_write", 301: "futex_do_wait"}, {300: (298969, 364505)})
-    assert "stuck in storage" in _finding(_diag_kernel(once))
+    # (wchar moves once by at most a pipe's capacity) and blocks again: still stuck. The demo
+    # recorded it so, and the reproducer's writer the same way (pipe_full.s1 -> pipe_full_traced.s0).
+    assert _wchar_delta(DEMO_PIPE) == 65536 == _wchar_delta(TRACED_AT_1)
+    assert "stuck in storage" in _finding(_diag_kernel(_kernel(DEMO_PIPE)))

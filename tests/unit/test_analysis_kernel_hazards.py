@@ -1,18 +1,18 @@
 """Kernel-side state and environment hazards in the analysis: the real `kernel` artefact of
 tests/fixtures/real/procfs with recorded process rows and stacks of demo jobs (recorded_shapes.py;
 moved to a test's pid, or given a test's variables, by named transformations), in snapshots built
-with analysis_builders."""
+with analysis_builders. The kernel readings' variants (bytes written, a D-state thread returned, OOM
+lines aged, /dev/shm filled) are the named transformations `transforms.kernel_*`."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from slime_hangdoctor.analysis import hazards, kernel
 from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.analysis.suspects.suspect import Suspect
 from slime_hangdoctor.analysis.world import World, build_world
-from slime_hangdoctor.facts import NodeKernel, ShmSpace
+from slime_hangdoctor.facts import NodeKernel
 from slime_hangdoctor.parsers.kernel import parse_kernel
 from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.verdict import Role
@@ -66,13 +66,11 @@ def test_disk_sleep_at_both_samples_with_no_bytes_moved_is_stuck_in_the_kernel()
 
 
 def test_bytes_written_between_the_samples_are_progress_not_stuck() -> None:
-    io = BLOCKED.io
-    assert io is not None
-    wrote = dataclasses.replace(io, write_bytes=io.write_bytes + (64 << 20))
-    later = dataclasses.replace(
+    later = tf.kernel_with_processes(
         REAL,
-        processes=tuple(
-            dataclasses.replace(p, io=wrote) if p.pid == BLOCKED.pid else p for p in REAL.processes
+        tuple(
+            tf.kernel_state_wrote(p, 64 << 20) if p.pid == BLOCKED.pid else p
+            for p in REAL.processes
         ),
     )
     world = build_world(_rank_world(REAL, later), _topo())
@@ -86,13 +84,11 @@ def test_bytes_written_between_the_samples_are_progress_not_stuck() -> None:
 
 
 def test_small_log_writes_are_not_progress() -> None:
-    io = BLOCKED.io
-    assert io is not None
-    wrote = dataclasses.replace(io, write_bytes=io.write_bytes + 4096)
-    later = dataclasses.replace(
+    later = tf.kernel_with_processes(
         REAL,
-        processes=tuple(
-            dataclasses.replace(p, io=wrote, blocked_threads=()) for p in REAL.processes
+        tuple(
+            tf.kernel_state_unblocked(tf.kernel_state_wrote(p, 4096)) if p.pid == BLOCKED.pid else p
+            for p in REAL.processes
         ),
     )
     world = build_world(_rank_world(REAL, later), _topo())
@@ -100,25 +96,20 @@ def test_small_log_writes_are_not_progress() -> None:
 
 
 def test_old_oom_lines_are_left_out() -> None:
-    assert REAL.log is not None
-    old = dataclasses.replace(
-        REAL.log,
-        oom_lines=tuple(dataclasses.replace(x, age_s=3 * 86400.0) for x in REAL.log.oom_lines),
-    )
-    world = build_world(_rank_world(REAL, dataclasses.replace(REAL, log=old)), _topo())
+    assert REAL.log is not None and REAL.log.oom_lines
+    old = tf.kernel_log_aged(REAL, 3 * 86400.0)
+    world = build_world(_rank_world(REAL, old), _topo())
     assert kernel.oom_lines(world)  # sample 0 still has the recent ones
-    world = build_world(
-        _rank_world(dataclasses.replace(REAL, log=old), dataclasses.replace(REAL, log=old)),
-        _topo(),
-    )
+    world = build_world(_rank_world(old, old), _topo())
     assert kernel.oom_lines(world) == []
 
 
 def test_nearly_full_shm_is_a_hazard() -> None:
-    full = dataclasses.replace(REAL, shm=ShmSpace("/dev/shm", 64 << 30, 200 << 20))
+    assert REAL.shm is not None and REAL.shm.free_bytes > 1 << 30  # as recorded: nearly empty
+    full = tf.kernel_shm_filled(REAL, 200 << 20)
     world = build_world(_rank_world(REAL, full), _topo())
     (f,) = [f for f in hazards.hazard_findings(world, ()) if f.rule == "shm-nearly-full"]
-    assert "200 MiB free of 64.0 GiB" in f.evidence[0]
+    assert f"200 MiB free of {REAL.shm.total_bytes / 2**30:.1f} GiB" in f.evidence[0]
     assert not [
         f
         for f in hazards.hazard_findings(build_world(_rank_world(REAL, REAL), _topo()), ())
@@ -218,15 +209,11 @@ def _checkpoint_world(moved: int) -> ab.Snapshot:
         )
         for s in (0, 1)
     )
-    io = BLOCKED.io
-    assert io is not None
 
     def node(extra: int) -> NodeKernel:
-        wrote = dataclasses.replace(io, write_bytes=io.write_bytes + extra)
-        return NodeKernel(
-            tuple(dataclasses.replace(BLOCKED, pid=pid, io=wrote) for pid in (300, 301)),
-            REAL.shm,
-            log=REAL.log,
+        blocked = tf.kernel_state_wrote(BLOCKED, extra)
+        return tf.kernel_with_processes(  # type: ignore[no-any-return]
+            REAL, tuple(tf.kernel_state_relabelled(blocked, pid=pid) for pid in (300, 301))
         )
 
     return ab.snapshot(
