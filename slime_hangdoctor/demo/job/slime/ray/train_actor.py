@@ -34,7 +34,7 @@ class TrainRayActor(RayActor):
             import torch.distributed as dist
 
             self.master_addr = get_current_node_ip()
-            self._store = dist.TCPStore(
+            self._store = dist.TCPStore(  # type: ignore[attr-defined]
                 self.master_addr,
                 0,
                 is_master=True,
@@ -60,7 +60,7 @@ class TrainRayActor(RayActor):
         timeout = timedelta(minutes=args.distributed_timeout_minutes)
         store = self._store
         if store is None:  # rank 0 listens since its constructor: this connects at once
-            store = dist.TCPStore(self.master_addr, self.master_port, timeout=timeout)
+            store = dist.TCPStore(self.master_addr, self.master_port, timeout=timeout)  # type: ignore[attr-defined]
         store.set_timeout(timeout)
         dist.init_process_group(
             backend="gloo",
