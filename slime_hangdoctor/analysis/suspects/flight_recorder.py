@@ -49,7 +49,8 @@ class FrGroup:
 # created, so one group has different pg_ids on ranks that created different groups (Megatron's
 # non-members create none). PyTorch's own analyser matches entries by `process_group[0]`
 # (torch 2.13 torch/distributed/flight_recorder/components/builder.py:211-212, utils.py:110).
-# `pg_status` stays keyed by the dump's own str(pg_id) (FlightRecorderDetail.hpp:483), so each
+# `pg_status` stays keyed by the dump's own str(pg_id) (getPgStatus, torch 2.13
+# include/torch/csrc/distributed/c10d/FlightRecorderDetail.hpp:483), so each
 # rank's cursor is read at the pg_id its entries of that group carry.
 def _group_key(e: FrEntry) -> str | None:
     if e.pg_name is not None:
