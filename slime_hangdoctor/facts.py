@@ -187,6 +187,8 @@ class RasReport:
 @dataclass(frozen=True)
 class FrEntry:
     record_id: int
+    # The process's own count of the groups it created (ProcessGroupNCCL/Gloo uid): differs across
+    # ranks for one group as soon as they created different groups. `FrDump.pg_status` is keyed by it.
     pg_id: int | None
     collective_seq_id: int
     op: str  # profiling_name, e.g. "nccl:broadcast"
@@ -194,6 +196,11 @@ class FrEntry:
     frames: tuple[Frame, ...]
     is_p2p: bool = False
     input_sizes: tuple[tuple[int, ...], ...] = ()
+    # `process_group: (pg_name, desc)`: the group's name, the same on every rank of the group
+    # (new_group's counter, or a hash of its ranks), and the user's description ("default_pg",
+    # Megatron's "DATA_PARALLEL_GROUP"; "undefined" when none). None: a dump without the field.
+    pg_name: str | None = None
+    pg_desc: str | None = None
 
 
 @dataclass(frozen=True)
@@ -201,8 +208,8 @@ class FrDump:
     rank: int
     version: str
     entries: tuple[FrEntry, ...]
-    pg_status: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    pg_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    pg_status: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # by str(pg_id)
+    pg_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # by pg_name
     pid: int | None = None
 
 

@@ -1,8 +1,10 @@
 """PyTorch flight-recorder dumps (pickles) -> `FrDump` facts.
 
 A rank's watchdog writes a pickle of plain containers: `{"version", "pg_config", "pg_status",
-"comm_lib_version", "entries": [{"record_id", "pg_id", "collective_seq_id", "profiling_name",
-"state", "frames": [{"name", "filename", "line"}], "input_sizes", "is_p2p", ...}]}`.
+"comm_lib_version", "entries": [{"record_id", "pg_id", "process_group": (pg_name, desc),
+"collective_seq_id", "profiling_name", "state", "frames": [{"name", "filename", "line"}],
+"input_sizes", "is_p2p", ...}]}`. `pg_config` is keyed by pg_name, `pg_status` by str(pg_id)
+(torch 2.13 include/torch/csrc/distributed/c10d/FlightRecorderDetail.hpp:455 and :483).
 
 SECURITY: a pickle from a bundle is untrusted. Its opcodes are checked before it is loaded
 (`safe_pickle.check_plain_pickle`: plain data only, memo indexes in order, dict keys whose hashes
@@ -171,6 +173,7 @@ def _entry(raw: object, position: int) -> FrEntry:
     if not isinstance(frames, (list, tuple)):
         raise ParseError(f"flight recorder: entry {position} frames is not a list")
     is_p2p = raw.get("is_p2p", False)
+    pg_name, pg_desc = _process_group(raw.get("process_group"), position)
     return FrEntry(
         record_id=_int(raw.get("record_id"), "record_id", default=position) or 0,
         pg_id=_int(raw.get("pg_id"), "pg_id"),
@@ -180,7 +183,20 @@ def _entry(raw: object, position: int) -> FrEntry:
         frames=tuple(_frame(f) for f in frames),
         is_p2p=is_p2p if isinstance(is_p2p, bool) else False,
         input_sizes=_sizes(raw.get("input_sizes")),
+        pg_name=pg_name,
+        pg_desc=pg_desc,
     )
+
+
+def _process_group(value: object, position: int) -> tuple[str | None, str | None]:
+    """`process_group: (pg_name, desc)`; (None, None) when the dump has no such field."""
+    if value is None:
+        return None, None
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ParseError(
+            f"flight recorder: entry {position} process_group is not a (name, desc) pair"
+        )
+    return _str(value[0], "process_group name"), _str(value[1], "process_group desc")
 
 
 def _pg_status(value: object) -> dict[str, Mapping[str, int]]:

@@ -6,7 +6,8 @@ Stacks are recorded (tests/unit/recorded_stacks.py: demo bundles and stage-shape
 `--native`). One part no CPU process can show: sglang#17870's odd scheduler is blocked in
 `cuStreamSynchronize` under `rebuild_cuda_tensor` (CUDA IPC); the recorded odd rank parks in a
 real wait at the same place of the update instead, so the CUDA frames themselves are untested here.
-The flight-recorder cascade is recorded from three real Gloo ranks in two process groups.
+The flight-recorder cascade is recorded from three real Gloo ranks in two process groups, and so is
+a group whose pg_id differs across its ranks.
 """
 
 from __future__ import annotations
@@ -114,8 +115,7 @@ def test_flight_recorder_cascade_blames_the_root() -> None:
     ranks, groups A = {0, 1} and B = {0, 2}, and the real process scan of them): rank 1 never enters
     A's #5, rank 0 waits in it; rank 2 waits in B's #3, which rank 0 (stuck in A) never entered.
     Rank 1 is the root; rank 0 is behind in B but a victim. The dumps' pg_id is each process's own
-    count (rank 2's B is pg 1, as rank 0's A), so rank 2's cursor meets A's in pg 1 too; it is in
-    flight, so it is a victim there as well."""
+    count (rank 2's B is pg 1, as rank 0's A): the groups are matched by their names ('1', '2')."""
     pids = {int(r): pid for r, pid in json.loads((FR_CASCADE / "pids.json").read_text()).items()}
     dumps = tuple(
         parse_flight_recorder((FR_CASCADE / f"fr_cascade_rank_{r}.pkl").read_bytes(), rank=r)
@@ -131,12 +131,84 @@ def test_flight_recorder_cascade_blames_the_root() -> None:
         processes=(procs_obs(0, *rows),),
     )
     world = build_world(snap, topology())
+    assert [(g.pg, [c.rank for c in g.cursors]) for g in flight_recorder.fr_groups(world)] == [
+        ("1", [0, 1]),
+        ("2", [0, 2]),
+    ]
     suspects = flight_recorder.suspects(_reads(world))
     assert [(s.rank, s.pid) for s in suspects] == [(1, pids[1])]
     assert suspects[0].stage is Stage.TRAIN  # all_reduce <- train_one_step, as recorded
     v = diagnose(snap, topology()).verdict
     assert v.stage is Stage.TRAIN
     assert [c.rank for c in v.culprits] == [1]
+
+
+FR_GROUPS = REAL.parent / "local-cpu-gloo-fr-groups"
+
+
+def test_flight_recorder_matches_a_group_by_name_not_by_pg_id() -> None:
+    """Recorded (real/local-cpu-gloo-fr-groups: torch 2.13's flight recorder of three real Gloo
+    ranks, and the real process scan of them). As Megatron does, every rank called new_group for
+    EMBEDDING_GROUP = {0, 1} and DATA_PARALLEL_GROUP = {0, 1, 2}; rank 2, no member of the first,
+    created one group fewer, so DATA_PARALLEL_GROUP is pg_id 2 on ranks 0 and 1 and pg_id 1 on
+    rank 2 (where pg_id 1 is EMBEDDING_GROUP on the others). Rank 2 never enters its #4, ranks 0
+    and 1 wait in it. Matched by pg_id, rank 2's cursor met EMBEDDING_GROUP's and the group read
+    'every rank entered #4 and none completed it', with no culprit."""
+    pids = {int(r): pid for r, pid in json.loads((FR_GROUPS / "pids.json").read_text()).items()}
+    dumps = tuple(
+        parse_flight_recorder((FR_GROUPS / f"fr_groups_rank_{r}.pkl").read_bytes(), rank=r)
+        for r in (0, 1, 2)
+    )
+    assert [{(e.pg_id, e.pg_name, e.pg_desc) for e in d.entries} for d in dumps] == [
+        {(1, "1", "EMBEDDING_GROUP"), (2, "2", "DATA_PARALLEL_GROUP")},
+        {(1, "1", "EMBEDDING_GROUP"), (2, "2", "DATA_PARALLEL_GROUP")},
+        {(1, "2", "DATA_PARALLEL_GROUP")},
+    ]
+    rows = parse_processes((FR_GROUPS / "processes.json").read_text())
+    assert {p.pid: p.env["RANK"] for p in rows} == {pid: str(r) for r, pid in pids.items()}
+    snap = snapshot(
+        samples=1,
+        flight=tuple(Observed("flight_recorder", NODE, 0, d) for d in dumps),
+        processes=(procs_obs(0, *rows),),
+    )
+    world = build_world(snap, topology())
+    groups = {g.pg: g for g in flight_recorder.fr_groups(world)}
+    assert sorted(groups) == ["1", "2"]
+    dp = groups["2"]
+    assert (dp.desc, dp.label) == ("DATA_PARALLEL_GROUP", "2 (DATA_PARALLEL_GROUP)")
+    assert [(c.rank, c.enqueued, c.completed) for c in dp.cursors] == [
+        (0, 4, 3),
+        (1, 4, 3),
+        (2, 3, 3),
+    ]
+    assert [c.rank for c in dp.behind] == [2] and [c.rank for c in dp.waiting] == [0, 1]
+    assert dp.stuck is not None and dp.stuck.collective_seq_id == 4
+    assert [c.rank for c in groups["1"].cursors] == [0, 1] and not groups["1"].behind
+    reads = _reads(world)
+    suspects = flight_recorder.suspects(reads)
+    assert [(s.rank, s.pid) for s in suspects] == [(2, pids[2])]
+    assert "process group 2 (DATA_PARALLEL_GROUP)" in suspects[0].why
+    assert [e.rule for e in flight_recorder.evidence(reads, suspects)] == [
+        "fr-collective-not-joined"
+    ]
+    v = diagnose(snap, topology()).verdict
+    assert v.stage is Stage.TRAIN  # all_reduce <- train_one_step, as recorded
+    assert [(c.rank, c.pid) for c in v.culprits] == [(2, pids[2])]
+    # a dump of an older torch names no group: the groups are keyed by pg_id, as before
+    unnamed = tuple(
+        parse_flight_recorder(
+            tf.fr_drop_entry_field(
+                (FR_GROUPS / f"fr_groups_rank_{r}.pkl").read_bytes(), "process_group"
+            ),
+            rank=r,
+        )
+        for r in (0, 1, 2)
+    )
+    old = build_world(
+        snapshot(samples=1, flight=tuple(Observed("flight_recorder", NODE, 0, d) for d in unnamed)),
+        topology(),
+    )
+    assert [(g.pg, g.desc) for g in flight_recorder.fr_groups(old)] == [("1", None), ("2", None)]
 
 
 def test_router_that_refuses_connections_is_the_culprit() -> None:

@@ -48,6 +48,7 @@ def test_hang_rank0_last_entry_is_the_started_broadcast() -> None:
         }
     }
     assert dump.pg_config["0"] == {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}
+    assert (last.pg_name, last.pg_desc) == ("0", "default_pg")  # process_group: (name, desc)
 
 
 def test_hang_rank1_last_completed_is_seq_1() -> None:
@@ -99,6 +100,9 @@ def test_dropped_and_defaulted_fields() -> None:
     assert no_frames.entries[-1].frames == ()
     no_pg = parse_flight_recorder(tf.fr_drop_entry_field(data, "pg_id"), 0)
     assert no_pg.entries[-1].pg_id is None
+    no_group = parse_flight_recorder(tf.fr_drop_entry_field(data, "process_group"), 0)
+    assert (no_group.entries[-1].pg_name, no_group.entries[-1].pg_desc) == (None, None)
+    assert no_group.entries[-1].pg_id == 0  # older torch: the pg_id is all there is
 
 
 def test_round_trip_of_the_fixture_is_identical() -> None:
@@ -157,6 +161,8 @@ def test_any_global_is_refused(payload: bytes) -> None:
         (lambda d: tf.fr_set_entry_field(d, "frames", "x"), "frames is not a list"),
         (lambda d: tf.fr_set_entry_field(d, "frames", [1]), "a frame is int"),
         (lambda d: tf.fr_set_entry_field(d, "input_sizes", [["a"]]), "input size"),
+        (lambda d: tf.fr_set_entry_field(d, "process_group", "0"), "process_group is not"),
+        (lambda d: tf.fr_set_entry_field(d, "process_group", ("0", 5)), "process_group desc"),
         (lambda d: tf.fr_redump(d, lambda doc: doc.update(entries=5)), "'entries' is not a list"),
         (lambda d: tf.fr_redump(d, lambda doc: doc.update(pg_status=[1])), "pg_status"),
         (lambda d: tf.fr_redump(d, lambda doc: doc.update(version=2.1)), "version"),

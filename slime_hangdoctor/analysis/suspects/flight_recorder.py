@@ -32,18 +32,45 @@ class FrCursor:
 class FrGroup:
     """One process group across the ranks that dumped it."""
 
-    pg: str
+    pg: str  # the group's name (pg_name); the pg_id in a dump that names no group (older torch)
     cursors: tuple[FrCursor, ...]
     stuck: FrEntry | None = None  # the collective the waiting ranks are in
     behind: tuple[FrCursor, ...] = ()
     waiting: tuple[FrCursor, ...] = ()
+    # the group's description for the reader: "default_pg", Megatron's "DATA_PARALLEL_GROUP"
+    desc: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.pg} ({self.desc})" if self.desc else self.pg
+
+
+# A group is matched across ranks by its NAME, never by pg_id: pg_id counts the groups one process
+# created, so one group has different pg_ids on ranks that created different groups (Megatron's
+# non-members create none). PyTorch's own analyser matches entries by `process_group[0]`
+# (torch 2.13 torch/distributed/flight_recorder/components/builder.py:211-212, utils.py:110).
+# `pg_status` stays keyed by the dump's own str(pg_id) (getPgStatus, torch 2.13
+# include/torch/csrc/distributed/c10d/FlightRecorderDetail.hpp:483), so each
+# rank's cursor is read at the pg_id its entries of that group carry.
+def _group_key(e: FrEntry) -> str | None:
+    if e.pg_name is not None:
+        return e.pg_name
+    return str(e.pg_id) if e.pg_id is not None else None  # no process_group: the pg_id is all
+
+
+def _names_groups(dump: FrDump) -> bool:
+    return any(e.pg_name is not None for e in dump.entries)
 
 
 def _cursor(dump: FrDump, pg: str) -> FrCursor | None:
-    entries = [
-        e for e in dump.entries if str(e.pg_id) == pg and not e.is_p2p and e.collective_seq_id > 0
-    ]
-    status = dump.pg_status.get(pg, {})
+    mine = [e for e in dump.entries if _group_key(e) == pg]
+    entries = [e for e in mine if not e.is_p2p and e.collective_seq_id > 0]
+    pg_ids = {str(e.pg_id) for e in mine if e.pg_id is not None}
+    if not _names_groups(dump):
+        pg_ids = {pg}  # a dump that names no group: the key is the pg_id, as pg_status's
+    # in a dump that names its groups, a status whose group has no entry left in the ring buffer
+    # has no name: it cannot be matched across ranks, and is left out
+    status = next((dump.pg_status[i] for i in sorted(pg_ids) if i in dump.pg_status), {})
     enq = status.get("last_enqueued_collective")
     done = status.get("last_completed_collective")
     if enq is None:
@@ -62,17 +89,28 @@ def _cursor(dump: FrDump, pg: str) -> FrCursor | None:
     )
 
 
+def _desc(dumps: Sequence[FrDump], pg: str) -> str | None:
+    for d in dumps:
+        for e in d.entries:
+            if e.pg_name == pg and e.pg_desc and e.pg_desc != "undefined":
+                return e.pg_desc
+        if desc := d.pg_config.get(pg, {}).get("desc"):
+            return desc
+    return None
+
+
 def fr_groups(world: World) -> list[FrGroup]:
     dumps: dict[int, FrDump] = {f.fact.rank: f.fact for f in world.snapshot.facts(FLIGHT_RECORDER)}
     pgs = sorted(
-        {str(e.pg_id) for d in dumps.values() for e in d.entries if e.pg_id is not None}
-        | {pg for d in dumps.values() for pg in d.pg_status}
+        {k for d in dumps.values() for e in d.entries if (k := _group_key(e)) is not None}
+        | {pg for d in dumps.values() if not _names_groups(d) for pg in d.pg_status}
     )
     out: list[FrGroup] = []
     for pg in pgs:
         cursors = tuple(c for c in (_cursor(d, pg) for d in dumps.values()) if c is not None)
+        desc = _desc(tuple(dumps.values()), pg)
         if len(cursors) < 2:
-            out.append(FrGroup(pg, cursors))
+            out.append(FrGroup(pg, cursors, desc=desc))
             continue
         top = max(c.enqueued for c in cursors)
         waiting = tuple(c for c in cursors if c.enqueued > c.completed)
@@ -80,7 +118,7 @@ def fr_groups(world: World) -> list[FrGroup]:
         stuck = next(
             (c.pending for c in waiting if c.pending is not None and c.enqueued == top), None
         )
-        out.append(FrGroup(pg, cursors, stuck, behind if waiting else (), waiting))
+        out.append(FrGroup(pg, cursors, stuck, behind if waiting else (), waiting, desc))
     return out
 
 
@@ -119,7 +157,7 @@ def suspects(reads: Reads) -> list[Suspect]:
                 proc = world.train_rank(c.rank)
             why = (
                 f"flight recorder: rank {c.rank} never entered {_fr_entry_text(g.stuck)} on "
-                f"process group {g.pg}; its last collective is #{c.enqueued} while {peers} wait"
+                f"process group {g.label}; its last collective is #{c.enqueued} while {peers} wait"
             )
             out.append(
                 suspect(
@@ -150,7 +188,7 @@ def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
             continue
         if g.behind:
             text = (
-                f"flight recorder, group {g.pg}: ranks "
+                f"flight recorder, group {g.label}: ranks "
                 f"{', '.join(str(c.rank) for c in g.waiting)} wait in collective "
                 f"#{g.stuck.collective_seq_id} {g.stuck.op} that ranks "
                 f"{', '.join(str(c.rank) for c in g.behind)} never entered"
@@ -161,7 +199,7 @@ def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
                 Evidence(
                     "flight_recorder",
                     "fr-collective-not-completing",
-                    f"flight recorder, group {g.pg}: every rank entered collective "
+                    f"flight recorder, group {g.label}: every rank entered collective "
                     f"#{g.stuck.collective_seq_id} {g.stuck.op} and none completed it",
                     1,
                 )
