@@ -153,10 +153,22 @@ _QUERY_SECRETS = frozenset(
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
-@functools.lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
-    """Whether an option, variable, field or header called `name` holds a secret. (Remembered:
-    a body's names repeat, every metric's labels, every row's fields.)"""
+    """Whether an option, variable, field or header called `name` holds a secret. (Remembered for
+    names of up to REMEMBERED_NAME characters: a body's names repeat, every metric's labels, every
+    row's fields; a longer one, which only a crafted text has, is judged afresh, not kept.)"""
+    return _remembered(name) if len(name) <= REMEMBERED_NAME else _judge_name(name)
+
+
+REMEMBERED_NAME = 128
+
+
+@functools.lru_cache(maxsize=4096)
+def _remembered(name: str) -> bool:
+    return _judge_name(name)
+
+
+def _judge_name(name: str) -> bool:
     words = [w for w in re.split(r"[-_.\s]+", _CAMEL.sub("_", name.strip("-")).lower()) if w]
     if not words:
         return False
