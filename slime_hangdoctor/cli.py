@@ -646,11 +646,16 @@ def run_demo(
 
 
 def _emit(diagnosis: Diagnosis, output: ReportFormat, exit_code: int | None = None) -> None:
-    from rich.console import Console
+    if output == ReportFormat.JSON:  # plain ASCII text (json escapes the rest): no rich to load
+        from slime_hangdoctor.render import render_json
 
-    from slime_hangdoctor.render import render
+        typer.echo(render_json(diagnosis))
+    else:
+        from rich.console import Console
 
-    render(diagnosis, output, Console(soft_wrap=False))
+        from slime_hangdoctor.render import render
+
+        render(diagnosis, output, Console(soft_wrap=False))
     raise typer.Exit(int(diagnosis.verdict.exit_code) if exit_code is None else exit_code)
 
 

@@ -17,6 +17,7 @@ Bytes are redacted as bytes (`redact_bytes`): what is not UTF-8 comes back exact
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -153,7 +154,21 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
 def is_secret_name(name: str) -> bool:
-    """Whether an option, variable, field or header called `name` holds a secret."""
+    """Whether an option, variable, field or header called `name` holds a secret. (Remembered for
+    names of up to REMEMBERED_NAME characters: a body's names repeat, every metric's labels, every
+    row's fields; a longer one, which only a crafted text has, is judged afresh, not kept.)"""
+    return _remembered(name) if len(name) <= REMEMBERED_NAME else _judge_name(name)
+
+
+REMEMBERED_NAME = 128
+
+
+@functools.lru_cache(maxsize=4096)
+def _remembered(name: str) -> bool:
+    return _judge_name(name)
+
+
+def _judge_name(name: str) -> bool:
     words = [w for w in re.split(r"[-_.\s]+", _CAMEL.sub("_", name.strip("-")).lower()) if w]
     if not words:
         return False
@@ -260,15 +275,19 @@ Pass = Callable[[str], str]
 
 def _blank(
     pattern: re.Pattern[str],
-    secret: Callable[[re.Match[str]], bool],
+    secret: Callable[[str], bool] | None,
     text: str,
 ) -> str:
-    """Blank the value (group `v`) of every match that `secret` judges a secret; a value that
-    opens with a quote (group `q`) is blanked up to its closing quote on the same line."""
+    """Blank the value (group `v`) of every match whose name (group `n`) `secret` judges a secret
+    (None: of every match); a value that opens with a quote (group `q`) is blanked up to its closing
+    quote on the same line. (The name is judged first: most matches are not secrets.)"""
     out: list[str] = []
     pos = 0
     for m in pattern.finditer(text):
-        if m.start() < pos or not m.group("v") or m.group("v") == REDACTED or not secret(m):
+        if secret is not None and not secret(m["n"]):
+            continue
+        value = m["v"]
+        if m.start() < pos or not value or value == REDACTED:
             continue
         start, end = m.start("v"), m.end("v")
         quote = m.groupdict().get("q")
@@ -286,7 +305,7 @@ def _blank(
 
 def _named(pattern: re.Pattern[str], secret: Callable[[str], bool]) -> Pass:
     def run(text: str) -> str:
-        return _blank(pattern, lambda m: secret(m.group("n")), text)
+        return _blank(pattern, secret, text)
 
     return run
 
@@ -295,7 +314,7 @@ def _plain(pattern: re.Pattern[str], needs: tuple[str, ...] = ()) -> Pass:
     def run(text: str) -> str:
         if needs and not any(word in text for word in needs):
             return text  # a literal every match holds is absent (linear time, no regex)
-        return _blank(pattern, lambda m: True, text)
+        return _blank(pattern, None, text)
 
     return run
 
@@ -359,6 +378,47 @@ PASSES: tuple[Pass, ...] = (
     header_pass,
 )
 
+# Whether a pass can match `text` at all: a literal that every match of its pattern holds is
+# absent, so the pass would return the text unchanged (substring tests: linear time, no regex).
+# Each is judged on the text as the passes before it left it.
+MayMatch = Callable[[str], bool]
+
+
+def _holds_all(*literals: str) -> MayMatch:
+    return lambda text: all(word in text for word in literals)
+
+
+def _holds_any(*literals: str) -> MayMatch:
+    return lambda text: any(word in text for word in literals)
+
+
+def _bearer_may_match(text: str) -> bool:
+    """Case-insensitive; on a text that is not ASCII, Unicode folding (U+017F is an `s`) decides."""
+    if not text.isascii():
+        return True
+    lower = text.lower()
+    return "bearer" in lower or "basic" in lower
+
+
+def _always(_text: str) -> bool:
+    return True
+
+
+_MAY_MATCH: tuple[MayMatch, ...] = (
+    _holds_all("://", "@"),  # url_userinfo: scheme://userinfo followed by `@`
+    _holds_any("-u"),  # user_pw: -u, --user, --proxy-user
+    lambda text: "=" in text and ("?" in text or "&" in text or ";" in text),  # query
+    _holds_any('\\"'),  # json_escaped: a backslash-escaped quote
+    lambda text: ":" in text and ('"' in text or "'" in text),  # json_field
+    _holds_any("-"),  # flag
+    _holds_any("="),  # assign
+    _bearer_may_match,
+    _always,  # wandb_login and mysql_password test their literals themselves
+    _always,
+    _holds_any(":"),  # header
+)
+
+
 # A necessary condition of every pass: a secret word, a URL's `@`, a signed query's `sig`/`amz`/
 # `goog`/`code`, curl's `-u`/`--user`, or the literal a case-sensitive pass needs (`login` of
 # `wandb login`, a MySQL client's name). Most texts (/metrics pages, stacks) hold none and skip
@@ -385,7 +445,10 @@ def redact_text(text: str, known_secrets: tuple[str, ...] = ()) -> str:
     hint = _ASCII_HINT.search(text.lower()) if text.isascii() else _UNICODE_HINT.search(text)
     if hint is None and not any(word in text for word in _LITERAL_HINTS):
         return text  # no pass can match
-    return every_pass(text)
+    for run, may_match in zip(PASSES, _MAY_MATCH, strict=True):
+        if may_match(text):
+            text = run(text)
+    return text
 
 
 def redact_bytes(data: bytes, known_secrets: tuple[str, ...] = ()) -> bytes:

@@ -76,7 +76,9 @@ def sample_node(
     `on_scan` gets the topology found by the process scan before the stacks are dumped (the CLI
     starts its engine probes there, so that they run while the stacks are dumped)."""
     from slime_hangdoctor.collect.processes import local_uid_choice, record_processes
+    from slime_hangdoctor.collect.tcp_tables import TcpTables
 
+    tables = TcpTables()  # read once, by the scan, for the sockets probe too
     # found by titles: one user's processes only (a root doctor takes no one else's)
     uid, note = local_uid_choice(opts.uid) if spec.roots is None else (None, None)
     record_processes(
@@ -88,11 +90,12 @@ def sample_node(
         roots=spec.roots,
         uid=uid,
         note=note,
+        tables=tables,
     )
     topo = build_topology(partial_snapshot(writer))
     if on_scan is not None:
         on_scan(topo)
-    ctx = NodeContext(writer, topo, spec, opts, deadline, pool)
+    ctx = NodeContext(writer, topo, spec, opts, deadline, pool, tables)
     jobs: list[cf.Future[Any]] = []
     for source, probe in node_probes():
         if spec.wants(source):

@@ -10,6 +10,7 @@ from typing import Any
 
 from slime_hangdoctor.bundle import BundleWriter
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
+from slime_hangdoctor.collect.tcp_tables import TcpTables
 from slime_hangdoctor.topology import Member, Topology
 
 
@@ -52,6 +53,8 @@ class NodeContext:
     opts: CollectOptions
     deadline: Deadline
     pool: cf.ThreadPoolExecutor
+    # the sample's TCP tables, read by the process scan already (the sockets probe's)
+    tcp_tables: TcpTables | None = None
 
     def members(self) -> list[Member]:
         """The slime processes of this node."""

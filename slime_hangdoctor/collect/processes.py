@@ -36,6 +36,7 @@ from typing import Any
 
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
+from slime_hangdoctor.collect.tcp_tables import TcpTables
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import PROXY_ENV, Outcome
 from slime_hangdoctor.parsers.sockets import LISTEN, decode_address
@@ -97,6 +98,7 @@ def scan_processes(
     roots: AbstractSet[int] | None = None,
     uid: int | None = None,
     pending: AbstractSet[tuple[int, str]] = frozenset(),
+    tables: TcpTables | None = None,
 ) -> dict[str, Any]:
     """The JSON-able processes artefact of this node (see the module doc for who is in it).
 
@@ -105,6 +107,7 @@ def scan_processes(
     `uid`: with title discovery, only that user's processes (and their descendants of that user).
     `pending`: (pid, class) of actors Ray has not placed on a node yet (in their constructor): a
     root when that pid here carries the title `ray::<class>...` (another node's pid is not one).
+    `tables`: the sample's TCP tables, read once for this scan and the sockets probe.
     """
     import psutil
 
@@ -118,7 +121,7 @@ def scan_processes(
     roots |= {pid for pid, cls in pending if pid in table and _titled_as(psutil, pid, cls)}
     roots.discard(os.getpid())
     chosen = _with_descendants(roots, table)
-    listening = listening_sockets()
+    listening = listening_sockets(tables=tables)
     rows = [row for pid in sorted(chosen) if (row := _describe(psutil, pid, listening)) is not None]
     doc: dict[str, Any] = {"node_ip": node_ip, "time": time.time(), "processes": rows}
     if uid is not None:
@@ -136,6 +139,7 @@ def record_processes(
     uid: int | None = None,
     note: str | None = None,
     pending: AbstractSet[tuple[int, str]] = frozenset(),
+    tables: TcpTables | None = None,
 ) -> ProbeRecord:
     """Scan this node and store the artefact (source `processes`); never raises. `note`: what
     the scan left out and why (a partial blind spot)."""
@@ -143,7 +147,9 @@ def record_processes(
     record = clock.record
 
     try:
-        doc = scan_processes(node_ip, extra_pids=extra_pids, roots=roots, uid=uid, pending=pending)
+        doc = scan_processes(
+            node_ip, extra_pids=extra_pids, roots=roots, uid=uid, pending=pending, tables=tables
+        )
     except ImportError:
         return writer.add(
             record(Outcome.UNAVAILABLE, "psutil is not installed (pip install psutil)")
@@ -288,22 +294,25 @@ def _listening(psutil: Any, proc: Any) -> tuple[list[int], list[str]]:
     return sorted(ports), sorted(addrs)
 
 
-def listening_sockets(procfs: str = "/proc") -> dict[int, tuple[str, int]] | None:
+def listening_sockets(
+    procfs: str = "/proc", tables: TcpTables | None = None
+) -> dict[int, tuple[str, int]] | None:
     """Socket inode -> (ip, port) of every listening TCP socket, read once per scan from
-    ``/proc/net/tcp`` and ``tcp6``; None where there are no such tables (not Linux).
+    ``/proc/net/tcp`` and ``tcp6`` (`tables`: the sample's, shared with the sockets probe); None
+    where there are no such tables (not Linux).
 
     psutil's ``Process.net_connections`` re-reads and decodes both whole tables for every process
     it is asked about: on a node with many processes and sockets that was most of a scan's time.
     Each process's sockets are then matched by inode (`_listening_from`), as psutil does."""
+    tables = tables or TcpTables(procfs)
     found: dict[int, tuple[str, int]] = {}
-    tables = 0
+    read = 0
     for name, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
         try:
-            with open(f"{procfs}/net/{name}", "rb") as fh:
-                lines = fh.read().decode("ascii", "replace").splitlines()[1:]
+            lines = tables.read(name).decode("ascii", "replace").splitlines()[1:]
         except OSError:
             continue
-        tables += 1
+        read += 1
         for line in lines:
             fields = line.split()
             if len(fields) < 10 or fields[3] != LISTEN:
@@ -312,7 +321,7 @@ def listening_sockets(procfs: str = "/proc") -> dict[int, tuple[str, int]] | Non
                 found[int(fields[9])] = decode_address(fields[1], family, sys.byteorder)
             except (ValueError, ParseError):
                 continue
-    return found if tables else None
+    return found if read else None
 
 
 def _listening_from(

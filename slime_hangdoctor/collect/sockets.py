@@ -13,6 +13,7 @@ at most MAX_FDS fds per process, MAX_TABLE_BYTES per table, and a deadline check
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import os
 import sys
 import time
@@ -22,6 +23,7 @@ from typing import Any
 from slime_hangdoctor import bundle as b
 from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
 from slime_hangdoctor.collect.node_probe import NodeContext
+from slime_hangdoctor.collect.tcp_tables import TcpTables
 from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.parsers.sockets import LISTEN
 
@@ -30,9 +32,15 @@ MAX_TABLE_BYTES = 16 << 20  # per /proc/net/tcp* table (a node with ~100k socket
 
 
 def scan_sockets(
-    pids: Iterable[int], node_ip: str | None, deadline: float, procfs: str = "/proc"
+    pids: Iterable[int],
+    node_ip: str | None,
+    deadline: float,
+    procfs: str = "/proc",
+    tables: TcpTables | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """The artefact, and what could not be read (one line each)."""
+    """The artefact, and what could not be read (one line each). `tables`: the sample's TCP
+    tables (`tcp_tables`), which the process scan has read already."""
+    reads = tables or TcpTables(procfs)
     problems: list[str] = []
     fds: dict[str, dict[str, int]] = {}
     netns: dict[str, int] = {}  # network namespace -> one pid in it
@@ -50,19 +58,19 @@ def scan_sockets(
             except OSError:
                 netns.setdefault("?", pid)
     wanted = {inode for found in fds.values() for inode in found.values()}
-    tables: list[dict[str, str]] = []
+    kept: list[dict[str, str]] = []
     for pid in netns.values():
         for name in ("tcp", "tcp6"):
-            text, why = _table(f"{procfs}/{pid}/net/{name}", wanted)
+            text, why = _table(reads, name, pid, wanted)
             if why is not None:
                 problems.append(f"{name} of pid {pid}'s network namespace: {why}")
             if text is not None:
-                tables.append({"name": name, "text": text})
+                kept.append({"name": name, "text": text})
     doc = {
         "node_ip": node_ip,
         "time": time.time(),
         "byteorder": sys.byteorder,
-        "tables": tables,
+        "tables": kept,
         "fds": fds,
     }
     return doc, problems
@@ -75,13 +83,14 @@ def record_sockets(
     node_ip: str | None,
     sample: int | None,
     timeout: float,
+    tables: TcpTables | None = None,
 ) -> ProbeRecord:
     """Scan and store (source `sockets`); never raises. Unreadable processes are named in `reason`."""
     clock = ProbeClock(b.SOCKETS, "sockets", node_ip=node_ip, sample=sample)
     record = clock.record
 
     try:
-        doc, problems = scan_sockets(pids, node_ip, clock.t0 + timeout)
+        doc, problems = scan_sockets(pids, node_ip, clock.t0 + timeout, tables=tables)
     except Exception as exc:  # noqa: BLE001 - a collector never raises past itself
         return writer.add(record(Outcome.FAILED, f"socket scan failed: {exc!r}"[:300]))
     if not doc["tables"] and not doc["fds"] and problems:
@@ -114,11 +123,12 @@ def _socket_fds(pid: int, procfs: str) -> tuple[dict[str, int], str | None]:
     return out, why
 
 
-def _table(path: str, wanted: set[int]) -> tuple[str | None, str | None]:
+def _table(
+    tables: TcpTables, name: str, pid: int, wanted: set[int]
+) -> tuple[str | None, str | None]:
     """The header and the non-listening rows of `wanted` inodes of one table."""
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_TABLE_BYTES + 1)
+        raw = tables.read(name, pid)[: MAX_TABLE_BYTES + 1]
     except FileNotFoundError:
         return None, None  # no IPv6 on this node
     except OSError as exc:
@@ -145,4 +155,4 @@ def _table(path: str, wanted: set[int]) -> tuple[str | None, str | None]:
 
 def NODE_PROBE(ctx: NodeContext) -> list[cf.Future[Any]]:  # noqa: N802 - the spec's entry point
     """The TCP connections of this node's slime processes (parsers.sockets.SPEC)."""
-    return ctx.submit_over_members(record_sockets)
+    return ctx.submit_over_members(functools.partial(record_sockets, tables=ctx.tcp_tables))

@@ -477,8 +477,14 @@ _ROUTER_CONNECTIONS = "smg_http_connections_active"
 def parse_router_metrics(body: bytes | str) -> RouterMetrics:
     """The router's Prometheus page -> RouterMetrics (names as sgl-router 0.3.2 exports them,
     recorded in tests/fixtures/analysis/router). A page with neither series (an engine's, another
-    exporter's) raises: it is not the router's."""
+    exporter's) raises: it is not the router's. As `parse_metrics`, the last pages' results are
+    kept by content: the collector's check and the loader ask for the same page."""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    return _parse_router_text(text)
+
+
+@functools.lru_cache(maxsize=16)
+def _parse_router_text(text: str) -> RouterMetrics:
     active: dict[str, float] = {}
     connections: float | None = None
     seen = False

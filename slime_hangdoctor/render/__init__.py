@@ -2,18 +2,24 @@
 
 `render(diagnosis, fmt, console)` is what the CLI calls for `--format text|json|markdown`.
 JSON and markdown are written verbatim (no wrapping, no markup, no highlighting), so they can be
-piped into `jq` or pasted into an issue.
+piped into `jq` or pasted into an issue. rich is imported only by the terminal report
+(`render_terminal`, loaded when first asked for): a JSON report (`render_json`, what a cron
+`check --json` prints) costs no rich.
 """
 
 from __future__ import annotations
 
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from slime_hangdoctor.errors import UsageError
 from slime_hangdoctor.render.jsonout import render_json, report_json
 from slime_hangdoctor.render.markdown import render_markdown
-from slime_hangdoctor.render.terminal import render_terminal
 from slime_hangdoctor.verdict import Diagnosis, ReportFormat
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from slime_hangdoctor.render.terminal import render_terminal
 
 __all__ = [
     "FORMATS",
@@ -27,6 +33,15 @@ __all__ = [
 FORMATS = tuple(f.value for f in ReportFormat)
 
 
+def __getattr__(name: str) -> Any:
+    """`render_terminal`, imported (with rich) on first use."""
+    if name == "render_terminal":
+        from slime_hangdoctor.render.terminal import render_terminal
+
+        return render_terminal
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def render(diagnosis: Diagnosis, fmt: ReportFormat | str, console: Console) -> None:
     """Write `diagnosis` to `console` in `fmt` (a ReportFormat or its value).
 
@@ -34,6 +49,8 @@ def render(diagnosis: Diagnosis, fmt: ReportFormat | str, console: Console) -> N
         UsageError: `fmt` is not one of FORMATS.
     """
     if fmt == ReportFormat.TEXT:
+        from slime_hangdoctor.render.terminal import render_terminal
+
         render_terminal(diagnosis, console)
     elif fmt == ReportFormat.JSON:
         console.out(render_json(diagnosis), highlight=False)

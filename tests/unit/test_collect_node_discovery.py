@@ -111,3 +111,64 @@ def test_node_sample_reads_procfs_of_the_scanned_processes(worker: int, tmp_path
         kernel = recs[b.KERNEL]
         node = parse_kernel((writer.root / str(kernel.artifact)).read_bytes())
         assert worker in {p.pid for p in node.processes}
+
+
+CONNECTED = r"""
+import socket, sys
+server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen()
+client = socket.create_connection(server.getsockname()); peer, _ = server.accept()
+client.sendall(b"x" * 1000)  # unread: the connection's receive queue holds it
+print(server.getsockname()[1], client.getsockname()[1], flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_node_sample_reads_each_tcp_table_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process scan (listening ports) and the sockets probe (connections and their queues)
+    take their rows from one read of each of the kernel's TCP tables per sample: a read of
+    /proc/net/tcp walks the kernel's whole connection hash (~13 ms of CPU for tcp and tcp6 on a
+    2-core box with 2000 sockets, twice a sample before; issue 26). A real process titled as a
+    train rank, listening and holding a connection with unread bytes."""
+    import builtins
+    import json
+    import subprocess
+
+    from tests.titled import titled_python
+
+    proc = subprocess.Popen(
+        titled_python("ray::MegatronTrainRayActor.train", CONNECTED),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        listen_port, client_port = map(int, proc.stdout.readline().split())
+        reads: list[str] = []
+        real_open = builtins.open
+
+        def counting_open(file: object, *args: object, **kwargs: object) -> object:
+            if isinstance(file, str) and file.endswith(("/net/tcp", "/net/tcp6")):
+                reads.append(file)
+            return real_open(file, *args, **kwargs)  # type: ignore[call-overload]
+
+        monkeypatch.setattr(builtins, "open", counting_open)
+        writer = BundleWriter(tmp_path / "b", command="test")
+        spec = NodeSpec(None, 0, roots=frozenset({proc.pid}), off=frozenset({b.NCCL_RAS, b.PYSPY}))
+        with cf.ThreadPoolExecutor(max_workers=2) as pool:
+            sample_node(writer, spec, CollectOptions(), Deadline(30.0), pool)
+        monkeypatch.undo()
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.kill()
+        proc.wait(timeout=10)
+    assert sorted(p.rsplit("/", 1)[-1] for p in reads) == ["tcp", "tcp6"], reads
+    recs = {r.source: r for r in writer.records}
+    rows = json.loads((writer.root / str(recs[b.PROCESSES].artifact)).read_bytes())["processes"]
+    assert listen_port in next(r for r in rows if r["pid"] == proc.pid)["listen_ports"]
+    doc = json.loads((writer.root / str(recs[b.SOCKETS].artifact)).read_bytes())
+    tcp = next(t["text"] for t in doc["tables"] if t["name"] == "tcp")
+    local = {line.split()[1].rsplit(":", 1)[-1] for line in tcp.splitlines()[1:]}
+    assert f"{client_port:04X}" in local and f"{listen_port:04X}" in local

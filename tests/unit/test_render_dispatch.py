@@ -49,3 +49,43 @@ def test_unknown_format_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="choose one of: text, json, markdown"):
         _output("yaml", width=100)
     assert FORMATS == ("text", "json", "markdown")
+
+
+def test_a_json_report_loads_no_rich_and_is_what_rich_wrote() -> None:
+    """`--json` (what a cron `check --json` prints) is written without importing rich, ~45 ms of
+    CPU of every run (issue 26): in a fresh interpreter, `analyse BUNDLE --json` of a recorded
+    bundle leaves no rich module loaded, and prints exactly what rich's `Console.out` of the same
+    report prints."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from slime_hangdoctor.pipeline import analyse_bundle
+    from slime_hangdoctor.verdict import ReportFormat
+
+    bundle = Path(__file__).resolve().parents[1] / "fixtures/bundles/gpu-h200-broadcast-hang"
+    code = (
+        "import sys\n"
+        "from slime_hangdoctor.cli import main\n"
+        "rc = main(['analyse', sys.argv[1], '--json'])\n"
+        "loaded = sorted(m for m in sys.modules if m == 'rich' or m.startswith('rich.'))\n"
+        "print(rc, loaded, file=sys.stderr)\n"
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(bundle)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    diagnosis = analyse_bundle(bundle).diagnosis
+    rc = int(diagnosis.verdict.exit_code)
+    assert proc.stderr.strip().splitlines()[-1] == f"{rc} []", proc.stderr[-2000:]
+    console = Console(soft_wrap=False, file=io.StringIO(), width=40)
+    with console.capture() as capture:
+        render(diagnosis, ReportFormat.JSON, console)
+    assert proc.stdout == capture.get()
