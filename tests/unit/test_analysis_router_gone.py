@@ -83,7 +83,7 @@ def test_a_killed_router_is_the_culprit_with_its_zombies_pid(recorded) -> None: 
         NODE,
         ROUTER_URL,
     )
-    assert "zombie (state Z)" in top.why and f"rollout manager (pid {RM_PID})" in top.why
+    assert "is a zombie (state Z)" in top.why and f"rollout manager (pid {RM_PID})" in top.why
     gone = next(f for f in v.findings if f.rule == "router-gone")
     assert "Router launched at 127.0.0.1:3424" in gone.evidence[0]
     assert any(s.startswith("dmesg") and str(ZOMBIE_PID) in s for s in v.next_steps)

@@ -55,7 +55,7 @@ def suspects(reads: Reads) -> list[Suspect]:
             continue
         proc = next((p for p in world.by_role(Role.ROUTER) if p.engine_url == url), None)
         if refused and (gone := gone_router(world, url, answers, proc)) is not None:
-            out.append(_gone_suspect(world, gone))
+            out.append(_gone_suspect(gone))
             continue
         why = (
             f"router {url} does not answer ({answers[0].error or 'no answer'}): no request "
@@ -225,7 +225,7 @@ def _listened_by(world: World, url: str, node: str | None) -> Proc | None:
     return None
 
 
-def _gone_suspect(world: World, gone: GoneRouter) -> Suspect:
+def _gone_suspect(gone: GoneRouter) -> Suspect:
     owner = gone.owner
     proc = gone.proc
     if proc is not None:
@@ -235,8 +235,8 @@ def _gone_suspect(world: World, gone: GoneRouter) -> Suspect:
             if owner is not None and owner.pid == info.ppid:
                 parent = f"the {owner.label} (pid {owner.pid})"
             what = (
-                f"its process (pid {proc.pid}) was killed and is a zombie (state Z) that {parent} "
-                "has not reaped"
+                f"its process (pid {proc.pid}) has died (killed or crashed) and is a zombie "
+                f"(state Z) that {parent} has not reaped"
             )
         else:
             what = f"its process (pid {proc.pid}) seen earlier in this run has exited"
