@@ -126,3 +126,32 @@ def test_a_router_the_user_gives_is_read_from_slimes_flags() -> None:
         argv_router(("train.py", "--sglang-router-port", "99999", "--sglang-router-ip", "h"))
         is None
     )
+
+
+def test_two_zombie_children_for_one_router_are_not_guessed(recorded) -> None:  # type: ignore[no-untyped-def]
+    """The recorded zombie's row also read at another pid (`transforms.process_relabelled`, its
+    parent kept): the RolloutManager has two zombie children for the one router its log names.
+    Which one was the router cannot be told: none is taken for it, and the culprit names the
+    RolloutManager that launched it, saying why."""
+    import dataclasses
+
+    from slime_hangdoctor.analysis.diagnosis import diagnose
+    from slime_hangdoctor.topology import build_topology
+
+    other = ZOMBIE_PID + 1000
+
+    def with_second(obs):  # type: ignore[no-untyped-def]
+        if obs.source != PROCESSES.name:
+            return obs
+        zombie = next(p for p in obs.fact if p.pid == ZOMBIE_PID)
+        twin = tf.process_relabelled(zombie, pid=other, ppid=RM_PID, node_ip=zombie.node_ip)
+        return dataclasses.replace(obs, fact=(*obs.fact, twin))
+
+    snap = dataclasses.replace(
+        recorded.snapshot, observed=tuple(with_second(o) for o in recorded.snapshot.observed)
+    )
+    topo = build_topology(snap)
+    assert topo.by_role(Role.ROUTER) == () and topo.routers == (ROUTER_URL,)
+    top = diagnose(snap, topo).verdict.culprits[0]
+    assert (top.role, top.pid, top.engine_url) == (Role.ROUTER, RM_PID, ROUTER_URL)
+    assert f"2 zombie children ({ZOMBIE_PID}, {other})" in top.why

@@ -19,6 +19,7 @@ from slime_hangdoctor.analysis.suspects.suspect import (
 )
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import HttpAnswer, Outcome, RouterWorkers
+from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.topology import KnownRouter, given_routers, launched_routers
 from slime_hangdoctor.verdict import Role, Stage
 
@@ -55,7 +56,7 @@ def suspects(reads: Reads) -> list[Suspect]:
             continue
         proc = next((p for p in world.by_role(Role.ROUTER) if p.engine_url == url), None)
         if refused and (gone := gone_router(world, url, answers, proc)) is not None:
-            out.append(_gone_suspect(gone))
+            out.append(_gone_suspect(world, gone))
             continue
         why = (
             f"router {url} does not answer ({answers[0].error or 'no answer'}): no request "
@@ -225,7 +226,16 @@ def _listened_by(world: World, url: str, node: str | None) -> Proc | None:
     return None
 
 
-def _gone_suspect(gone: GoneRouter) -> Suspect:
+def _zombie_children(world: World, parent: Proc) -> list[int]:
+    """Pids of `parent`'s zombie children in the last process table of its node."""
+    tables = [o for o in world.snapshot.facts(PROCESSES) if o.node_ip == parent.node_ip]
+    if not tables:
+        return []
+    last = max(tables, key=lambda o: o.sample)
+    return sorted(p.pid for p in last.fact if p.ppid == parent.pid and p.status == "zombie")
+
+
+def _gone_suspect(world: World, gone: GoneRouter) -> Suspect:
     owner = gone.owner
     proc = gone.proc
     if proc is not None:
@@ -240,6 +250,12 @@ def _gone_suspect(gone: GoneRouter) -> Suspect:
             )
         else:
             what = f"its process (pid {proc.pid}) seen earlier in this run has exited"
+    elif owner is not None and (zombies := _zombie_children(world, owner)):
+        what = (
+            f"its process has died: the {owner.label} (pid {owner.pid}) that launched it has "
+            f"{len(zombies)} zombie children ({', '.join(map(str, zombies[:4]))}) and which one "
+            f"was the router cannot be told; pid {owner.pid} is that {owner.label}"
+        )
     elif owner is not None:
         what = (
             "its process has exited and been reaped (no process of the job is left of it); "
