@@ -728,7 +728,8 @@ class LoggedUrl:
 
 @dataclass(frozen=True)
 class ActorLogHead:
-    """What the first bytes of a slime actor's worker log say (engine URLs, for now)."""
+    """What the first bytes of a slime actor's worker log say: engine URLs, and the routers a
+    RolloutManager launched."""
 
     urls: tuple[LoggedUrl, ...] = ()
     lines: int = 0  # whole lines read
@@ -737,6 +738,9 @@ class ActorLogHead:
     class_name: str = ""
     stream: str = ""
     file: str | None = None
+    # slime's `Router launched at HOST:PORT` lines, oldest first (`served` is False: a launch, not
+    # a listening socket)
+    routers: tuple[LoggedUrl, ...] = ()
 
     @property
     def served_url(self) -> LoggedUrl | None:

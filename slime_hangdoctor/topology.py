@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from dataclasses import dataclass
 
 from slime_hangdoctor.facts import (
@@ -196,13 +197,19 @@ def build_topology(snapshot: Snapshot) -> Topology:
     logged = _logged_urls(snapshot)
     _add_logged_urls(members, logged)
     _add_routers(members, procs, _router_code_pids(snapshot))
+    launched = launched_routers(snapshot)
+    _add_killed_routers(members, procs, launched)
     _add_drivers(members, procs, snapshot)
     _add_distributed_ranks(members, procs)
     final = _assign_ranks(list(members.values()), procs)
     engines = _engines(final, snapshot, logged)
     final, engines = _pair_lost_servers(final, engines)
     routers = tuple(
-        dict.fromkeys(m.engine_url for m in final if m.role is Role.ROUTER and m.engine_url)
+        dict.fromkeys(
+            [m.engine_url for m in final if m.role is Role.ROUTER and m.engine_url]
+            + [r.url for found in launched.values() for r in found]
+            + [r.url for r in given_routers(final, procs, snapshot)]
+        )
     )
     doctor = snapshot.manifest.target.get("doctor_pid")
     jobs = [j for j in snapshot.jobs if j.driver_pid is None or j.driver_pid != doctor]
@@ -438,6 +445,141 @@ def _add_routers(
             parent_pid=p.ppid,
             source="proc-title",
         )
+
+
+@dataclass(frozen=True)
+class KnownRouter:
+    """A router URL the job itself names, and where that was read (in words)."""
+
+    url: str
+    origin: str
+    launched_by: int | None = None  # pid of the RolloutManager that logged its launch
+
+
+def launched_routers(snapshot: Snapshot) -> dict[tuple[str | None, int], list[KnownRouter]]:
+    """(node, pid) of a RolloutManager -> the routers it said it launched (slime's `Router launched
+    at HOST:PORT` in the head of its worker log), oldest first."""
+    out: dict[tuple[str | None, int], list[KnownRouter]] = {}
+    for obs in sorted(snapshot.facts(LOG_HEADS), key=lambda o: (o.sample, o.fact.stream != "err")):
+        head = obs.fact
+        if not head.routers:
+            continue
+        found = out.setdefault((obs.node_ip, head.pid), [])
+        where = f" on {obs.node_ip}" if obs.node_ip else ""
+        for logged in head.routers:
+            url = _on_node(logged.url, obs.node_ip)
+            if any(r.url == url for r in found):
+                continue
+            origin = (
+                f"the head of the {head.stream} log of {head.class_name or 'the actor'} pid "
+                f"{head.pid}{where} ({head.file or 'its Ray worker log'}): {logged.line!r}"
+            )
+            found.append(KnownRouter(url, origin, head.pid))
+    return out
+
+
+def _on_node(url: str, node_ip: str | None) -> str:
+    scheme, _, rest = url.partition("://")
+    host, _, port = rest.rpartition(":")
+    if host in _ANY_ADDRESS:
+        host = node_ip or "127.0.0.1"
+    return f"{scheme}://{host}:{port}"
+
+
+def _add_killed_routers(
+    members: dict[tuple[str | None, int], Member],
+    procs: dict[tuple[str | None, int], ProcessInfo],
+    launched: dict[tuple[str | None, int], list[KnownRouter]],
+) -> None:
+    """A router a RolloutManager launched (its log says so) that no live router serves any more,
+    paired with the RolloutManager's zombie children (a forked router that was SIGKILLed stays
+    its parent's zombie until multiprocessing reaps it): oldest zombie to the oldest such launch,
+    only when their numbers match (slime forks its routers first, in its constructor, one per
+    model). A zombie has no socket, title or stack left: only its parent says whose it was."""
+    served = {m.engine_url for m in members.values() if m.role is Role.ROUTER and m.engine_url}
+    for (node, pid), found in launched.items():
+        rm = members.get((node, pid))
+        if rm is None or rm.role is not Role.ROLLOUT_MANAGER:
+            continue
+        lost = [r for r in found if r.url not in served]
+        zombies = sorted(
+            (
+                p
+                for (n, _), p in procs.items()
+                if n == node
+                and p.ppid == pid
+                and p.status == "zombie"
+                and (n, p.pid) not in members
+            ),
+            key=lambda p: (p.create_time is None, p.create_time or 0.0, p.pid),
+        )
+        if not lost or len(zombies) != len(lost):
+            continue
+        for router, zombie in zip(lost, zombies, strict=True):
+            members[(node, zombie.pid)] = Member(
+                Role.ROUTER,
+                zombie.pid,
+                node,
+                "router",
+                zombie.title,
+                rm.actor_id,
+                engine_url=router.url,
+                parent_pid=pid,
+                source="actor-log",
+            )
+
+
+# slime's arguments that name a router the user runs (slime then starts none: `_start_router`)
+_ROUTER_IP_FLAG = "--sglang-router-ip"
+_ROUTER_PORT_FLAG = "--sglang-router-port"
+
+
+def argv_router(argv: tuple[str, ...]) -> str | None:
+    """`http://IP:PORT` of `--sglang-router-ip IP --sglang-router-port PORT` (or `--flag=value`)
+    in a command line; None without both."""
+    values: dict[str, str] = {}
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag not in (_ROUTER_IP_FLAG, _ROUTER_PORT_FLAG):
+            continue
+        if not eq:
+            if i + 1 >= len(argv):
+                continue
+            value = argv[i + 1]
+        values[flag] = value
+    ip, port = values.get(_ROUTER_IP_FLAG), values.get(_ROUTER_PORT_FLAG)
+    if not ip or not port or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    host = f"[{ip}]" if ":" in ip and not ip.startswith("[") else ip
+    return f"http://{host}:{int(port)}"
+
+
+def given_routers(
+    members: list[Member],
+    procs: dict[tuple[str | None, int], ProcessInfo],
+    snapshot: Snapshot,
+) -> list[KnownRouter]:
+    """Routers the user gave the job (`--sglang-router-ip/--sglang-router-port` on the driver's
+    command line or in a running job's entrypoint)."""
+    out: list[KnownRouter] = []
+    for m in members:
+        info = procs.get((m.node_ip, m.pid))
+        if m.role is not Role.DRIVER or info is None:
+            continue
+        url = argv_router(info.cmdline)
+        if url is not None:
+            out.append(KnownRouter(url, f"on the driver's command line (pid {m.pid})"))
+    for job in snapshot.jobs:
+        if job.status != JOB_RUNNING or not job.entrypoint:
+            continue
+        try:
+            argv = tuple(shlex.split(job.entrypoint))
+        except ValueError:
+            argv = tuple(job.entrypoint.split())
+        url = argv_router(argv)
+        if url is not None:
+            out.append(KnownRouter(url, f"in job {job.job_id or '?'}'s entrypoint"))
+    return out
 
 
 def _add_drivers(

@@ -16,6 +16,7 @@ from slime_hangdoctor.analysis.lost_requests import Holder, LostRequests, where_
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block, split_name
 from slime_hangdoctor.analysis.stacks import ThreadRead
 from slime_hangdoctor.analysis.suspects.merge import Merged
+from slime_hangdoctor.analysis.suspects.routers import gone_routers
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import JOB_RUNNING, Frame
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
@@ -318,6 +319,50 @@ def _router_503(ctx: Context) -> Cause | None:
     )
 
 
+def _router_gone(ctx: Context) -> Cause | None:
+    """The job's router is gone (`routers.gone_router`): what killed it, and that nothing
+    restarts it."""
+    gone = gone_routers(ctx.world)
+    if not gone:
+        return None
+    first = gone[0]
+    blamed = first.blamed
+    node = blamed.node_ip if blamed is not None else None
+    steps = [
+        f"dmesg -T | grep -iE 'killed process|out of memory'{f'  on {node}' if node else ''}  "
+        "(the OOM killer names the process it killed: "
+        + (f"pid {first.proc.pid}" if first.proc is not None else "the router's pid")
+        + ")",
+    ]
+    if first.owner is not None and first.owner.actor_id:
+        steps.append(
+            f"ray logs actor --id {first.owner.actor_id}  (slime forks its router from the "
+            "RolloutManager: the router's own output, a panic or its last lines, is in that "
+            "actor's log)"
+        )
+    steps.append(
+        "restart the job: slime starts its router only in the RolloutManager's constructor "
+        "(`_start_router`) and nothing starts it again; give the router more memory or run it "
+        "yourself (--sglang-router-ip/--sglang-router-port) if it was OOM-killed"
+    )
+    ev = [
+        f"{g.url}: named {g.known.origin}; "
+        + ", ".join(f"GET {a.path}: {a.error or 'no answer'}" for a in g.answers[:2])
+        for g in gone
+    ]
+    return _cause(
+        "router-gone",
+        Severity.WARNING,
+        "The job's router is gone: its port refuses connections and no process of the job "
+        "listens there, while the rollout sends its requests to it (slime retries "
+        "/generate on a refused connection; engines stay idle). sgl-router is a plain child "
+        "process of the RolloutManager: killed (the OOM killer, a signal) or crashed, it is "
+        "never restarted.",
+        ev,
+        steps,
+    )
+
+
 def _idle_rollout_held_by(
     ctx: Context, holder: Holder
 ) -> tuple[LostRequests, list[EngineRead]] | None:
@@ -500,6 +545,7 @@ KNOWN_CAUSES: tuple[Callable[[Context], Cause | None], ...] = (
     _triton_jit,
     _cp_allgather,
     _router_503,
+    _router_gone,
     _requests_at_proxy,
     _requests_at_external_service,
     _health_noise,
@@ -523,6 +569,7 @@ def _on(p: Proc | None, node: str | None = None) -> str:
 
 def culprit_steps(ctx: Context) -> list[str]:
     steps: list[str] = []
+    gone = {g.url for g in gone_routers(ctx.world)}
     for m in ctx.culprits:
         c = m.culprit()
         proc = ctx.world.find(c.pid, c.node_ip)
@@ -559,6 +606,8 @@ def culprit_steps(ctx: Context) -> list[str]:
             )
             if c.actor_id:
                 steps.append(f"ray logs actor --id {c.actor_id}")
+        elif c.role is Role.ROUTER and c.engine_url in gone:
+            continue  # nothing of it to dump: `router-gone` says where to look
         elif c.pid is not None:
             steps.append(f"py-spy dump --pid {c.pid}{_on(proc, c.node_ip)}")
             if c.actor_id:

@@ -1,6 +1,7 @@
 """The head of a slime actor's Ray worker log, read on its node (the `actor_log_head` artefact).
 
-Why the head: slime's SGLangEngine logs `Launch HttpServerEngineAdapter at: HOST:PORT` and SGLang's
+Why the head: slime's RolloutManager logs `Router launched at HOST:PORT` once, when it forked the
+router (a router that was killed listens nowhere either); slime's SGLangEngine logs `Launch HttpServerEngineAdapter at: HOST:PORT` and SGLang's
 uvicorn `Uvicorn running on http://HOST:PORT` once, at start-up, into the actor's worker log (the
 HTTP server is a multiprocessing child of the actor and inherits its stdout and stderr). An engine
 whose server is gone listens nowhere, so its URL is found by no socket; these lines still name it.
@@ -180,10 +181,31 @@ def unserved_engine_actors(ctx: NodeContext) -> list[tuple[int, str]]:
     ]
 
 
+def routerless_rollout_managers(ctx: NodeContext) -> list[tuple[int, str]]:
+    """RolloutManager actors of this node with no listening router below them (slime forks
+    sgl-router in the RolloutManager's constructor: a router that was killed listens nowhere, and
+    `Router launched at HOST:PORT` in the head of the RolloutManager's log still names it), and
+    whose log heads this run has not read yet."""
+    done = ctx.spec.done(b.ACTOR_LOG_HEAD)
+    members = ctx.members()
+    routers = [m for m in members if m.role is Role.ROUTER and m.engine_url]
+    return [
+        (m.pid, m.class_name or "RolloutManager")
+        for m in members
+        if m.role is Role.ROLLOUT_MANAGER
+        and m.kind == "actor"
+        and not any(
+            r.parent_pid == m.pid or (r.actor_id is not None and r.actor_id == m.actor_id)
+            for r in routers
+        )
+        and m.pid not in done
+    ]
+
+
 def NODE_PROBE(ctx: NodeContext) -> list[cf.Future[Any]]:  # noqa: N802 - the spec's entry point
-    """The heads of the worker logs of this node's engine actors with no serving child
-    (parsers.log_heads.SPEC): each read once a run."""
-    actors = unserved_engine_actors(ctx)
+    """The heads of the worker logs of this node's engine actors with no serving child and of its
+    RolloutManagers with no listening router (parsers.log_heads.SPEC): each read once a run."""
+    actors = unserved_engine_actors(ctx) + routerless_rollout_managers(ctx)
     if not actors:
         return []
     return [

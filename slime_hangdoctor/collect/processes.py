@@ -252,9 +252,38 @@ def _describe(
         row["listen_addrs"] = addrs
         row["env"] = _env(psutil, proc)
     except psutil.ZombieProcess:
-        return {"pid": pid, "ppid": None, "name": "", "cmdline": [], "status": "zombie"}
+        return _zombie(psutil, pid)
     except psutil.NoSuchProcess:
         return None
+    return row
+
+
+def _zombie(psutil: Any, pid: int) -> dict[str, Any] | None:
+    """A zombie (killed, not yet reaped by its parent) as far as the kernel still tells: its parent,
+    its `comm` name, its start time (all from /proc/<pid>/stat); no command line, environment or
+    socket is left. The parent is what says whose child died (slime's router, forked by the
+    RolloutManager, stays its zombie after a SIGKILL until multiprocessing reaps it). None when it
+    was reaped meanwhile."""
+    row: dict[str, Any] = {"pid": pid, "ppid": None, "name": "", "cmdline": [], "status": "zombie"}
+    try:
+        proc = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None
+    for key, getter in (
+        ("ppid", proc.ppid),
+        ("name", proc.name),
+        ("create_time", proc.create_time),
+    ):
+        try:
+            value = getter()
+        except psutil.ZombieProcess:
+            continue  # a field psutil will not read of a zombie
+        except psutil.NoSuchProcess:
+            return None
+        except psutil.Error:
+            continue
+        if value is not None:
+            row[key] = value
     return row
 
 

@@ -659,10 +659,6 @@ FAULTS: dict[str, FaultSpec] = {
                 FrameSignature("driver", ("train",)),
                 FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
             ),
-            known_gap=(
-                "hung in rollout_dispatch, culprit not identified: no rule blames a router that "
-                "is gone (its port refuses; the doctor finds no router process to probe)"
-            ),
         ),
         FaultSpec(
             name="rollout_tp_rank_prefetch_stuck",

@@ -1,4 +1,5 @@
-"""Parse the head of a slime actor's worker log (`actor_log_head`): the engine URLs it names.
+"""Parse the head of a slime actor's worker log (`actor_log_head`): the engine and router URLs it
+names.
 
 Line shapes, written once at an engine's start-up (shared/reference/slime.md §2, §7; sglang.md):
 - slime's SGLangEngine (`sglang_engine.py` `_init_normal`, `logging` to stderr):
@@ -6,6 +7,10 @@ Line shapes, written once at an engine's start-up (shared/reference/slime.md §2
   before the server starts; slime's clients call `http://HOST:PORT`.
 - uvicorn in SGLang's HTTP server (the actor's child: it inherits the actor's stderr):
   `INFO:     Uvicorn running on http://HOST:PORT (Press CTRL+C to quit)`, once it listens.
+- slime's RolloutManager, once it forked sgl-router (`_start_router`, slime/ray/rollout.py:967 at
+  624b824 and the January layout; miles `router_manager.py:76`):
+  `Router launched at HOST:PORT, Prometheus port: P` (miles: no Prometheus part). Not written when
+  the user gave `--sglang-router-ip`: slime starts no router then.
 Ray writes a worker's lines to its file without the `(Class pid=N)` prefix it adds in the driver's
 log; colour codes are dropped. tqdm redraws with carriage returns, so `\\r` ends a line too. A last
 line without its newline (a head cut at the byte cap, or a line being written) is not read. Pure:
@@ -30,6 +35,7 @@ _HOST = r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)"
 _PORT = r"(?P<port>\d{1,5})(?![\d])"
 _LAUNCH = re.compile(r"Launch HttpServerEngineAdapter at: " + _HOST + ":" + _PORT)
 _UVICORN = re.compile(r"Uvicorn running on (?P<scheme>https?)://" + _HOST + ":" + _PORT)
+_ROUTER = re.compile(r"Router launched at " + _HOST + ":" + _PORT)
 
 
 def parse_log_head(data: bytes) -> ActorLogHead:
@@ -40,12 +46,25 @@ def parse_log_head(data: bytes) -> ActorLogHead:
     lines = re.split(r"\r\n|\r|\n", text)
     whole = lines[:-1]  # the last element is what follows the last line end
     urls: list[LoggedUrl] = []
+    routers: list[LoggedUrl] = []
     for raw in whole:
         line = _ANSI.sub("", raw)
         found = _url(line)
         if found is not None and len(urls) < MAX_URLS:
             urls.append(found)
-    return ActorLogHead(tuple(urls), sum(1 for line in whole if line.strip()))
+        router = _router(line)
+        if router is not None and len(routers) < MAX_URLS:
+            routers.append(router)
+    return ActorLogHead(
+        tuple(urls), sum(1 for line in whole if line.strip()), routers=tuple(routers)
+    )
+
+
+def _router(line: str) -> LoggedUrl | None:
+    match = _ROUTER.search(line)
+    if match is None or not 0 < int(match["port"]) < 65536:
+        return None
+    return LoggedUrl(f"http://{match['host']}:{int(match['port'])}", line.strip()[:MAX_TEXT], False)
 
 
 def _url(line: str) -> LoggedUrl | None:

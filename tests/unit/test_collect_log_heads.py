@@ -253,3 +253,77 @@ def test_a_head_is_redacted_like_every_artefact(tmp_path: Path) -> None:
     data = (w.root / str(err[0].artifact)).read_bytes()
     assert secret.encode() not in data and b"api_key=" in data
     assert parse_log_head(data).served_url is not None
+
+
+# A real process titled as slime's RolloutManager whose stdout is a Ray-named worker log holding the
+# head the demo's RolloutManager wrote (recorded: analysis/demo/router_killed.tar.gz,
+# RolloutManager-24085-out.s0.log, written byte for byte), and whose forked router child was
+# SIGKILLed: its zombie.
+_ROLLOUT_MANAGER = """
+import multiprocessing, os, signal, sys, time
+folder, worker, head = sys.argv[1], sys.argv[2], sys.argv[3]
+f = os.open(f"{folder}/{worker}-{os.getpid()}.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+os.dup2(f, 1)
+with open(head, "rb") as src:
+    os.write(1, src.read())
+child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(120,), daemon=True)
+child.start()
+os.kill(child.pid, signal.SIGKILL)
+while open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+    time.sleep(0.02)
+sys.stderr.write(f"{child.pid}\\n")
+sys.stderr.flush()
+sys.stdin.read()
+"""
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "analysis" / "demo"
+
+
+def test_node_sample_ties_a_killed_router_to_its_rollout_manager(tmp_path: Path) -> None:
+    """The node task reads the log head of a RolloutManager with no listening router below it;
+    the topology it then builds has the router its log says it launched, at the pid of its zombie
+    child, for the router probes of the same sample."""
+    import concurrent.futures as cf
+    import tarfile
+
+    from slime_hangdoctor.collect.node import partial_snapshot, sample_node
+    from slime_hangdoctor.collect.node_probe import NodeSpec
+    from slime_hangdoctor.collect.options import CollectOptions, Deadline
+    from slime_hangdoctor.topology import build_topology
+    from slime_hangdoctor.verdict import Role
+    from tests.titled import titled_python
+
+    with tarfile.open(RECORDED / "router_killed.tar.gz") as tar:
+        recorded = tar.extractfile(
+            "bundle/raw/actor_log_head/192.0.2.2/RolloutManager-24085-out.s0.log"
+        )
+        assert recorded is not None
+        (tmp_path / "head.log").write_bytes(recorded.read())
+    argv = titled_python(
+        "ray::RolloutManager.generate",
+        _ROLLOUT_MANAGER,
+        str(tmp_path),
+        WORKER,
+        str(tmp_path / "head.log"),
+    )
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stderr is not None
+        zombie = int(proc.stderr.readline())
+        writer = _writer(tmp_path)
+        spec = NodeSpec(
+            "10.0.0.5",
+            0,
+            roots=frozenset({proc.pid}),
+            off=frozenset({b.NCCL_RAS, b.SOCKETS, b.KERNEL, b.PYSPY}),
+        )
+        with cf.ThreadPoolExecutor(max_workers=2) as pool:
+            sample_node(writer, spec, CollectOptions(), Deadline(30.0), pool)
+        heads = [r for r in writer.records if r.source == b.ACTOR_LOG_HEAD]
+        assert {(r.meta["stream"], r.outcome) for r in heads} >= {("out", Outcome.OK)}
+        topo = build_topology(partial_snapshot(writer))
+        (router,) = topo.by_role(Role.ROUTER)
+        assert (router.pid, router.parent_pid) == (zombie, proc.pid)
+        assert router.engine_url == "http://127.0.0.1:3424" and topo.routers == (router.engine_url,)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -168,3 +168,43 @@ def test_a_pending_actor_is_scanned_where_its_pid_carries_its_title() -> None:
     finally:
         os.killpg(ctor.pid, signal.SIGKILL)
         ctor.wait(timeout=10)
+
+
+# slime's RolloutManager forks sgl-router with multiprocessing (`_start_router`); a SIGKILLed router
+# stays its zombie until multiprocessing reaps it (issue 24 item 3, demo fault router_killed)
+FORKS_ROUTER = r"""
+import multiprocessing, sys, time
+def run_router():
+    time.sleep(120)
+child = multiprocessing.get_context("fork").Process(target=run_router, daemon=True)
+child.start()
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_killed_child_is_kept_as_a_zombie_of_its_parent() -> None:
+    import psutil
+
+    rm = subprocess.Popen(
+        titled_python("ray::RolloutManager.generate", FORKS_ROUTER),
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert rm.stdout is not None
+        router = int(rm.stdout.readline())
+        os.kill(router, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while psutil.Process(router).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "the child never became a zombie"
+            time.sleep(0.05)
+        procs = {p.pid: p for p in parse_processes(dumps_json(scan_processes("10.1.2.3")))}
+        zombie = procs[router]
+        assert zombie.status == "zombie" and zombie.ppid == rm.pid
+        # a fork keeps its parent's comm: the title's first 15 bytes (TASK_COMM_LEN)
+        assert zombie.name == "ray::RolloutManager.generate"[:15]
+        assert zombie.create_time is not None and zombie.cmdline == ()
+    finally:
+        os.killpg(rm.pid, signal.SIGKILL)
+        rm.wait(timeout=10)
