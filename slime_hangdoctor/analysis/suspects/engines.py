@@ -7,7 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slime_hangdoctor.analysis.engines import HUNG_ENGINE_STATES, EngineRead, EngineState
+from slime_hangdoctor.analysis.engines import (
+    HUNG_ENGINE_STATES,
+    EngineRead,
+    EngineState,
+    call_request,
+)
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.suspects.suspect import (
     MEDIUM,
@@ -104,7 +109,7 @@ def _held_calls(engines: tuple[EngineRead, ...]) -> list[Suspect]:
             suspect(
                 "sglang",
                 Role.SGLANG_ENGINE,
-                f"engine {e.url}: POST {e.calls_held[0]} has been in flight in every sample "
+                f"engine {e.url}: {call_request(e.calls_held[0])} has been in flight in every sample "
                 "(sglang:http_requests_active): the call has not returned",
                 proc,
                 engine_url=e.url,
