@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from slime_hangdoctor import bundle as b
+from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.node_probe import NodeContext
 from slime_hangdoctor.facts import Outcome
@@ -152,7 +152,7 @@ def record_log_heads(
                 meta["bytes"] = len(head.data)
                 meta["truncated"] = head.size is not None and head.size > len(head.data)
             record = ProbeRecord(
-                b.ACTOR_LOG_HEAD,
+                bundle_format.ACTOR_LOG_HEAD,
                 f"{class_name}-{pid}-{stream}",
                 head.outcome,
                 head.reason,
@@ -169,7 +169,7 @@ def record_log_heads(
 def unserved_engine_actors(ctx: NodeContext) -> list[tuple[int, str]]:
     """SGLangEngine actors of this node whose URL no listening child gives (a server that is gone,
     or not up yet), and whose log heads this run has not read yet."""
-    done = ctx.spec.done(b.ACTOR_LOG_HEAD)
+    done = ctx.spec.done(bundle_format.ACTOR_LOG_HEAD)
     return [
         (m.pid, m.class_name or "SGLangEngine")
         for m in ctx.members()

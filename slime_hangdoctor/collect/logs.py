@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slime_hangdoctor import bundle as b
+from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.dashboard import DashboardClient, HttpResult, classify
 from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, Outcome, RayActor, RayJob
@@ -124,7 +124,7 @@ def fetch_logs(
         records.append(
             writer.add(
                 ProbeRecord(
-                    b.RAY_LOGS,
+                    bundle_format.RAY_LOGS,
                     "actors-left-out",
                     Outcome.UNAVAILABLE,
                     f"{left_out} slime actor(s) beyond the first {max_actors} were not read "
@@ -152,7 +152,7 @@ def fetch_logs(
             records.append(
                 writer.add(
                     ProbeRecord(
-                        b.RAY_LOGS,
+                        bundle_format.RAY_LOGS,
                         t.target,
                         Outcome.TIMED_OUT if not fut.done() else Outcome.FAILED,
                         "no answer before the log fetch's deadline"
@@ -202,7 +202,7 @@ def _tail_one(
     if res.error:
         meta["error"] = res.error
     record = ProbeRecord(
-        b.RAY_LOGS,
+        bundle_format.RAY_LOGS,
         t.target,
         outcome,
         reason,

@@ -19,8 +19,8 @@ from slime_hangdoctor.analysis.suspects.suspect import (
     STRONG,
     WEAK,
     Evidence,
-    Reads,
     Suspect,
+    SuspectInputs,
     brief,
     suspect,
 )
@@ -38,7 +38,7 @@ def _engine_proc(e: EngineRead) -> Proc | None:
     return e.server or (e.schedulers[0] if e.schedulers else None) or e.actor
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     world, engines = reads.world, reads.engines
     out: list[Suspect] = []
     weights = {
@@ -302,7 +302,7 @@ def _broadcast_absentees(world: World, engines: tuple[EngineRead, ...]) -> list[
     return out
 
 
-def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
+def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence]:
     engines = reads.engines
     return [
         Evidence(

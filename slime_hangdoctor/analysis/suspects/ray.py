@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.suspects.suspect import STRONG, Reads, Suspect
+from slime_hangdoctor.analysis.suspects.suspect import STRONG, Suspect, SuspectInputs
 from slime_hangdoctor.analysis.world import World
 from slime_hangdoctor.facts import ACTOR_DEAD, JOB_RUNNING, RayActor
 from slime_hangdoctor.topology import CLASS_ROLES
@@ -13,7 +13,7 @@ def _running_job_ids(world: World) -> set[str]:
     return {j.job_id for j in world.snapshot.jobs if j.status == JOB_RUNNING and j.job_id}
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     world = reads.world
     jobs = _running_job_ids(world)
     out: list[Suspect] = []

@@ -8,15 +8,15 @@ from slime_hangdoctor.analysis.suspects.suspect import (
     MEDIUM,
     STRONG,
     WEAK,
-    Reads,
     Suspect,
+    SuspectInputs,
     suspect,
 )
 from slime_hangdoctor.facts import HttpAnswer, RouterWorkers
 from slime_hangdoctor.verdict import Role, Stage
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     world = reads.world
     by_url: dict[str, list[HttpAnswer]] = {}
     last = max((o.sample for o in world.snapshot.http if o.kind == "router"), default=0)
@@ -52,7 +52,7 @@ def suspects(reads: Reads) -> list[Suspect]:
     return out
 
 
-def _empty_with_requests(reads: Reads, url: str, sample: int) -> Suspect | None:
+def _empty_with_requests(reads: SuspectInputs, url: str, sample: int) -> Suspect | None:
     """The router's `/workers` lists no worker at the last sample while the job's engines are
     there and a RolloutManager holds connections to the router across both samples: every request
     it gets is answered 503 (`no_available_workers`, sgl-router 0.3.2) and retried, or waits; the
