@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from slime_hangdoctor import bundle as b
+from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import Bundle, ProbeRecord
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import (
@@ -270,14 +270,14 @@ def _file(acc: _Loading, spec: SourceSpec[Any], rec: ProbeRecord, data: bytes) -
 
 
 def _load_nvml(acc: _Loading, rec: ProbeRecord, data: bytes) -> None:
-    series = acc.parse(rec, b.NVML, lambda: nvml.parse_nvml_series(_text(data)))
+    series = acc.parse(rec, bundle_format.NVML, lambda: nvml.parse_nvml_series(_text(data)))
     acc.gpus.append(GpuObs(rec.node_ip, series))
 
 
 def _load_log(acc: _Loading, rec: ProbeRecord, data: bytes) -> None:
     meta = rec.meta
     offset = _int(meta.get("utc_offset_s")) or 0
-    tail = acc.parse(rec, b.RAY_LOGS, lambda: parse_log_tail(_text(data), offset))
+    tail = acc.parse(rec, bundle_format.RAY_LOGS, lambda: parse_log_tail(_text(data), offset))
     acc.logs.append(
         LogObs(
             kind=str(meta.get("kind") or "actor"),
@@ -382,7 +382,7 @@ DASHBOARD_LOADERS: dict[str, Callable[[_Loading, ProbeRecord, tuple[Any, ...]], 
 def _load_stack(acc: _Loading, rec: ProbeRecord, data: bytes) -> None:
     sample = rec.sample or 0
     pid = _int(rec.meta.get("pid"))
-    via = "dashboard" if rec.source == b.DASHBOARD_TRACEBACK else "pyspy"
+    via = "dashboard" if rec.source == bundle_format.DASHBOARD_TRACEBACK else "pyspy"
     if rec.meta.get("format", "json" if via == "pyspy" else "text") == "json":
         stack = acc.parse(rec, "pyspy-json", lambda: pyspy.parse_pyspy_json(_text(data), pid))
         acc.stacks.append(StackObs(rec.node_ip, stack.pid, sample, stack, via))
@@ -412,7 +412,11 @@ def _load_http(
         acc.blind.append(f"{rec.source} {answer.url}{path}: {rec.outcome.value}{reason}")
     if rec.outcome is Outcome.OK and rec.artifact and data is None and not body_refused:
         acc.blind.append(f"{rec.source} {rec.target}: artefact missing from the bundle")
-    table = sglang.ROUTER_PARSER_BY_PATH if rec.source == b.ROUTER else sglang.PARSER_BY_PATH
+    table = (
+        sglang.ROUTER_PARSER_BY_PATH
+        if rec.source == bundle_format.ROUTER
+        else sglang.PARSER_BY_PATH
+    )
     parser = table.get(path)
     if parser is not None and data is not None and answer.status == 200:
         try:
@@ -423,7 +427,7 @@ def _load_http(
             parse_error = f"{type(exc).__name__}: {exc}"[:300]
         if parse_error is not None:
             acc.blind.append(f"{rec.source} {answer.url}{path}: could not parse: {parse_error}")
-    kind = "router" if rec.source == b.ROUTER else "engine"
+    kind = "router" if rec.source == bundle_format.ROUTER else "engine"
     acc.http.append(HttpObs(kind, rec.sample or 0, answer, parsed, parse_error))
 
 
@@ -453,12 +457,12 @@ def _float(value: Any) -> float | None:
 # other source is filed by its spec (`_file`). tests/unit/test_source_tables.py checks that every
 # spec has one or the other.
 COMPOSITE_LOADERS: dict[str, Callable[[_Loading, ProbeRecord, bytes], None]] = {
-    b.RAY_DASHBOARD: _load_dashboard,
-    b.PYSPY: _load_stack,
-    b.DASHBOARD_TRACEBACK: _load_stack,
-    b.NVML: _load_nvml,
-    b.RAY_LOGS: _load_log,
+    bundle_format.RAY_DASHBOARD: _load_dashboard,
+    bundle_format.PYSPY: _load_stack,
+    bundle_format.DASHBOARD_TRACEBACK: _load_stack,
+    bundle_format.NVML: _load_nvml,
+    bundle_format.RAY_LOGS: _load_log,
 }
 # HTTP answers of engines and routers are read whatever their outcome (a refused connection, a
 # timeout and a 503 are evidence too).
-HTTP_SOURCES = frozenset({b.SGLANG, b.ROUTER})
+HTTP_SOURCES = frozenset({bundle_format.SGLANG, bundle_format.ROUTER})

@@ -80,12 +80,75 @@ class Topology:
 
 # --------------------------------------------------------------------------- building it
 
-TRAIN_CLASSES = ("MegatronTrainRayActor", "FSDPTrainRayActor", "TrainRayActor")
-CLASS_ROLES: dict[str, Role] = {
-    "RolloutManager": Role.ROLLOUT_MANAGER,
-    "SGLangEngine": Role.SGLANG_ENGINE,
-    **dict.fromkeys(TRAIN_CLASSES, Role.TRAIN_RANK),
-}
+
+@dataclass(frozen=True)
+class SlimeActor:
+    """One Ray actor class of slime, as the Ray state API names it (`class_name`, and the
+    `ray::Class` of its process title), the role its process plays, and where the class is
+    defined (a file of the tree read at `commit`; tests/unit/test_signature_layouts.py checks it
+    against the recorded lists of tests/fixtures/layouts). miles keeps the same class names under
+    `miles/`. `role` None: a slime actor that plays no role of its own (it is part of the job, but
+    not a member of the topology)."""
+
+    cls: str
+    role: Role | None
+    file: str
+    commit: str
+
+
+_MAIN = "624b824"  # THUDM/slime main, 2026-08-21 (tests/fixtures/layouts/README.md)
+_JAN = "9bfe152"  # THUDM/slime, 2026-01-20: the January 2026 layout
+
+# The one table of slime's actor classes; every other list of them is derived below.
+SLIME_ACTORS: tuple[SlimeActor, ...] = (
+    SlimeActor("RolloutManager", Role.ROLLOUT_MANAGER, "slime/ray/rollout.py", _MAIN),
+    # Teacher-server mode's stand-in for the RolloutManager: "Minimal rollout-manager surface
+    # plus request queue" (slime/backends/megatron_utils/server/megatron_server.py:83-84@624b824).
+    # `launch` hands it to `create_training_models` as the train ranks' `rollout_manager`
+    # (megatron_server.py:729-735@624b824, slime/ray/placement_group.py:186@624b824), and the
+    # ranks' data comes from its queue (`get_input_data`): it stands where the RolloutManager
+    # stands, so it takes that role. No new Role: one would need its own labels, rules and next
+    # steps with no recorded run of that mode to test them on.
+    SlimeActor(
+        "SampleManager",
+        Role.ROLLOUT_MANAGER,
+        "slime/backends/megatron_utils/server/megatron_server.py",
+        _MAIN,
+    ),
+    SlimeActor(
+        "SGLangEngine", Role.SGLANG_ENGINE, "slime/backends/sglang_utils/sglang_engine.py", _MAIN
+    ),
+    SlimeActor(
+        "MegatronTrainRayActor", Role.TRAIN_RANK, "slime/backends/megatron_utils/actor.py", _MAIN
+    ),
+    # Teacher-server mode's train ranks: a MegatronTrainRayActor subclass
+    # (slime/backends/megatron_utils/server/logprob_utils.py:454@624b824), one per GPU through
+    # `create_training_models(..., actor_cls=TeacherLogpRayActor)` (megatron_server.py:735@624b824).
+    SlimeActor(
+        "TeacherLogpRayActor",
+        Role.TRAIN_RANK,
+        "slime/backends/megatron_utils/server/logprob_utils.py",
+        _MAIN,
+    ),
+    # Gone from slime main; the January layout has it, and miles keeps it
+    # (miles/backends/fsdp_utils/actor.py:54@31f1ca961).
+    SlimeActor("FSDPTrainRayActor", Role.TRAIN_RANK, "slime/backends/fsdp_utils/actor.py", _JAN),
+    # The RolloutManager's weight-sync lock (slime/ray/utils.py:58@624b824, created at
+    # slime/ray/rollout.py:403@624b824): `acquire` is a test-and-set that returns at once, and the
+    # caller spins on it, so a held lock shows on the train rank's stack, not in this process.
+    SlimeActor("Lock", None, "slime/ray/utils.py", _MAIN),
+)
+# Not listed: InfoActor (slime/ray/placement_group.py:16@624b824), killed as soon as it has read
+# its bundle's IP and GPU id; TrainRayActor, the train ranks' base class, which Ray never names (it
+# wraps the subclass: slime/ray/actor_group.py:113@624b824); --use-distributed-post's HTTP posters
+# (slime/utils/http_utils.py:255-256@624b824), created `lifetime="detached"` (:279): they outlive
+# the job, so one alive says nothing of it. (Ray names a class defined in a function by its
+# qualified name, `_init_ray_distributed_post.<locals>._HttpPosterActor`.)
+
+# Every slime actor class (the job is still there while one is alive)
+SLIME_ACTOR_CLASSES = frozenset(a.cls for a in SLIME_ACTORS)
+# The role of the process of each slime actor class that plays one
+CLASS_ROLES: dict[str, Role] = {a.cls: a.role for a in SLIME_ACTORS if a.role is not None}
 DRIVER_SCRIPTS = ("train.py", "train_async.py")
 
 

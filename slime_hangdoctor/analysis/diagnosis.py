@@ -18,7 +18,6 @@ from slime_hangdoctor.analysis.engines import (
 )
 from slime_hangdoctor.analysis.progress import Progress, assess
 from slime_hangdoctor.analysis.signatures import (
-    SLIME_ACTOR_CLASSES,
     Block,
     layout_hint,
     method_stage,
@@ -45,7 +44,7 @@ from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.snapshot import Snapshot
-from slime_hangdoctor.topology import Topology
+from slime_hangdoctor.topology import SLIME_ACTOR_CLASSES, Topology
 from slime_hangdoctor.verdict import (
     Confidence,
     Diagnosis,

@@ -108,6 +108,19 @@ CALL_STAGES: Mapping[str, Stage] = {
     # update_weight_from_disk_delta.py:190, actor_group.py:269)
     _CONTINUE: Stage.WEIGHT_SYNC,
 }
+# The HTTP method slime sends each control call with: POST (`SGLangEngine._make_request`,
+# `pause_generation`, `continue_generation`: sglang_engine.py:215,426,433 in 624b824a8), except
+# /flush_cache, a GET (sglang_engine.py:277; also in the January layout 9bfe152, :282). SGLang
+# 0.5.15.post1 serves /flush_cache for GET and POST alike (http_server.py:862).
+_GET_CALLS = frozenset({"/flush_cache"})
+
+
+def call_request(path: str, url: str = "") -> str:
+    """A control call as slime sends it: `POST /update_weights_from_disk`, `GET /flush_cache`
+    (`url`: the engine's, before the path)."""
+    return f"{'GET' if path in _GET_CALLS else 'POST'} {url}{path}"
+
+
 # The last release whose `/server_info` `weight_version` follows weight updates (0.5.23's is the
 # startup value, http_server.py:863-873 there).
 LIVE_SERVER_INFO_VERSION = (0, 5, 15)
@@ -613,7 +626,7 @@ def read_engine(
 
     def call_lines() -> list[str]:
         return [
-            f"POST {url}{p} in flight (sglang:http_requests_active)"
+            f"{call_request(p, url)} in flight (sglang:http_requests_active)"
             + (" in every sample" if p in calls_held else "")
             for p in calls
         ]

@@ -732,18 +732,6 @@ LAYOUTS: dict[str, Layout] = {
     ),
 }
 
-# Ray classes that make up a slime job (class_name in the Ray state API).
-SLIME_ACTOR_CLASSES = frozenset(
-    {
-        "MegatronTrainRayActor",
-        "FSDPTrainRayActor",  # slime 9bfe152 backends/fsdp_utils/, miles fsdp_utils/actor.py:54
-        "RolloutManager",
-        "SGLangEngine",
-        "Lock",
-        "_HttpPosterActor",
-    }
-)
-
 
 def _all_frame_sigs() -> tuple[FrameSig, ...]:
     seen: dict[FrameSig, None] = {}

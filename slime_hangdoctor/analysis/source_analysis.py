@@ -23,7 +23,7 @@ from slime_hangdoctor.sources import SPECS
 from slime_hangdoctor.verdict import Finding, Stage, Status
 
 if TYPE_CHECKING:  # types only: the suspect finders' package runs the sources' finders below
-    from slime_hangdoctor.analysis.suspects.suspect import Evidence, Reads, Suspect
+    from slime_hangdoctor.analysis.suspects.suspect import Evidence, Suspect, SuspectInputs
 
 
 class Section(Enum):
@@ -55,9 +55,9 @@ class SourceAnalysis:
     stage: Callable[[World], Stage | None] | None = None
     # who the others wait for, by this source (run after the finders of suspects.SUSPECT_FINDERS,
     # which also read what no one source shows: chains of waits, the rollout's event loop)
-    suspects: Callable[[Reads], list[Suspect]] | None = None
+    suspects: Callable[[SuspectInputs], list[Suspect]] | None = None
     # reasons to believe the job hangs, by this source, and the headline of each finding id
-    evidence: Callable[[Reads, Sequence[Suspect]], list[Evidence]] | None = None
+    evidence: Callable[[SuspectInputs, Sequence[Suspect]], list[Evidence]] | None = None
     messages: Mapping[str, str] = field(default_factory=dict)
 
 

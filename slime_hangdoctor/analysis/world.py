@@ -21,18 +21,10 @@ from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.parsers.sockets import SPEC as SOCKETS
 from slime_hangdoctor.snapshot import Snapshot, StackObs
-from slime_hangdoctor.topology import Member, Topology, parse_ray_title
+from slime_hangdoctor.topology import CLASS_ROLES, Member, Topology, parse_ray_title
 from slime_hangdoctor.verdict import Role
 
 T = TypeVar("T")
-
-_ROLE_OF_CLASS = {
-    "RolloutManager": Role.ROLLOUT_MANAGER,
-    "SGLangEngine": Role.SGLANG_ENGINE,
-    "MegatronTrainRayActor": Role.TRAIN_RANK,
-    "FSDPTrainRayActor": Role.TRAIN_RANK,
-    "TrainRayActor": Role.TRAIN_RANK,
-}
 
 
 @dataclass(frozen=True)
@@ -257,7 +249,7 @@ def _job_process(
         return True
     title = info.title
     parsed = parse_ray_title(title)
-    if (parsed is not None and parsed[0] in _ROLE_OF_CLASS) or title.startswith("sglang::"):
+    if (parsed is not None and parsed[0] in CLASS_ROLES) or title.startswith("sglang::"):
         return True
     return not have_members and gpu_of_pid(gpus, key[1], key[0]) is not None
 
@@ -271,8 +263,8 @@ def _guess_role(
     info: ProcessInfo | None,
 ) -> Role | None:
     parsed = parse_ray_title(title)
-    if parsed is not None and parsed[0] in _ROLE_OF_CLASS:
-        return _ROLE_OF_CLASS[parsed[0]]
+    if parsed is not None and parsed[0] in CLASS_ROLES:
+        return CLASS_ROLES[parsed[0]]
     if title.startswith("sglang::"):
         return Role.SGLANG_ENGINE
     if pid in nccl_pids or (info is not None and "RANK" in info.env):

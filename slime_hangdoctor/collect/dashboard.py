@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from slime_hangdoctor import bundle as b
+from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.node import partial_snapshot
 from slime_hangdoctor.collect.options import resolve_token
@@ -216,7 +216,7 @@ def _capture_all(
             records.append(
                 writer.add(
                     ProbeRecord(
-                        b.RAY_DASHBOARD,
+                        bundle_format.RAY_DASHBOARD,
                         ep.target,
                         Outcome.FAILED,
                         _unfinished(fut),
@@ -245,7 +245,7 @@ def _capture_one(
     outcome, reason = classify(res)
     meta = _meta(res, endpoint=ep.path, query=urlencode(list(ep.params)))
     record = ProbeRecord(
-        b.RAY_DASHBOARD,
+        bundle_format.RAY_DASHBOARD,
         ep.target,
         outcome,
         reason,
@@ -393,7 +393,7 @@ def worker_traceback(
         outcome: Outcome, reason: str | None, data: bytes | None = None, elapsed: float = 0.0
     ) -> ProbeRecord:
         record = ProbeRecord(
-            b.DASHBOARD_TRACEBACK,
+            bundle_format.DASHBOARD_TRACEBACK,
             f"pid{pid}",
             outcome,
             reason,

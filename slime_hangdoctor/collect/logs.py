@@ -17,20 +17,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slime_hangdoctor import bundle as b
+from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.dashboard import DashboardClient, HttpResult, classify
 from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, Outcome, RayActor, RayJob
 from slime_hangdoctor.topology import CLASS_ROLES
+from slime_hangdoctor.verdict import Role
 
 LOG_ENDPOINT = "/api/v0/logs/file"
 BUDGET_BYTES = 4 * 1024 * 1024  # all tails of one run together
 MAX_FILE_BYTES = 256 * 1024  # one tail
 LINES = 400  # lines asked per tail
 MAX_ACTORS = 24  # actors whose logs are read (two files each); the rest is a named blind spot
-# Who is read first when the job has more actors than MAX_ACTORS: the one RolloutManager, then the
-# train ranks (global rank 0 alone prints slime's Timer lines), then the engines.
-_ORDER = {"RolloutManager": 0, "MegatronTrainRayActor": 1, "FSDPTrainRayActor": 1}
+# Who is read first when the job has more actors than MAX_ACTORS, by role: the one RolloutManager,
+# then the train ranks (global rank 0 alone prints slime's Timer lines), then the engines.
+_READ_ORDER = (Role.ROLLOUT_MANAGER, Role.TRAIN_RANK, Role.SGLANG_ENGINE)
+
+
+def _read_priority(class_name: str) -> int:
+    """Where a slime actor class comes in `_READ_ORDER` (lower is read first; a role not in it
+    last)."""
+    role = CLASS_ROLES.get(class_name)
+    return _READ_ORDER.index(role) if role in _READ_ORDER else len(_READ_ORDER)
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,7 @@ def log_targets(
         and a.state == ACTOR_ALIVE
         and (not job_ids or a.job_id in job_ids or a.job_id is None)
     ]
-    slime.sort(key=lambda a: (_ORDER.get(a.class_name, 2), a.class_name, a.pid or 0, a.actor_id))
+    slime.sort(key=lambda a: (_read_priority(a.class_name), a.class_name, a.pid or 0, a.actor_id))
     for a in slime[:max_actors]:
         for suffix in ("err", "out"):
             out.append(
@@ -116,7 +124,7 @@ def fetch_logs(
         records.append(
             writer.add(
                 ProbeRecord(
-                    b.RAY_LOGS,
+                    bundle_format.RAY_LOGS,
                     "actors-left-out",
                     Outcome.UNAVAILABLE,
                     f"{left_out} slime actor(s) beyond the first {max_actors} were not read "
@@ -144,7 +152,7 @@ def fetch_logs(
             records.append(
                 writer.add(
                     ProbeRecord(
-                        b.RAY_LOGS,
+                        bundle_format.RAY_LOGS,
                         t.target,
                         Outcome.TIMED_OUT if not fut.done() else Outcome.FAILED,
                         "no answer before the log fetch's deadline"
@@ -194,7 +202,7 @@ def _tail_one(
     if res.error:
         meta["error"] = res.error
     record = ProbeRecord(
-        b.RAY_LOGS,
+        bundle_format.RAY_LOGS,
         t.target,
         outcome,
         reason,

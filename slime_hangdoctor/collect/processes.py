@@ -34,7 +34,7 @@ from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
-from slime_hangdoctor import bundle as b
+from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
 from slime_hangdoctor.collect.tcp_tables import TcpTables
 from slime_hangdoctor.errors import ParseError
@@ -143,7 +143,7 @@ def record_processes(
 ) -> ProbeRecord:
     """Scan this node and store the artefact (source `processes`); never raises. `note`: what
     the scan left out and why (a partial blind spot)."""
-    clock = ProbeClock(b.PROCESSES, "processes", node_ip=node_ip, sample=sample)
+    clock = ProbeClock(bundle_format.PROCESSES, "processes", node_ip=node_ip, sample=sample)
     record = clock.record
 
     try:

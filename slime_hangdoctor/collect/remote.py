@@ -201,11 +201,11 @@ def gather_remote(
 
 
 def node_blind_spot(writer: BundleWriter, node: RemoteNode, sample: int | None, why: str) -> None:
-    from slime_hangdoctor import bundle as b
+    from slime_hangdoctor import bundle as bundle_format
 
     writer.add(
         ProbeRecord(
-            b.PROCESSES,
+            bundle_format.PROCESSES,
             f"node {node.node_ip}",
             Outcome.UNAVAILABLE,
             f"node {node.node_ip} ({node.node_id[:12]}) not inspected: {why}",

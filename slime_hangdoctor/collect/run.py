@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from slime_hangdoctor import bundle as b
+from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import Bundle, BundleWriter, Manifest, ProbeRecord
 from slime_hangdoctor.collect.dashboard import DashboardClient, capture_state, capture_task_history
 from slime_hangdoctor.collect.node import (
@@ -172,7 +172,7 @@ def collect(
                 ray_error = redact_text(str(exc), opts.secrets(address))
                 writer.add(
                     ProbeRecord(
-                        b.RAY_DASHBOARD,
+                        bundle_format.RAY_DASHBOARD,
                         address or "auto",
                         Outcome.UNAVAILABLE,
                         ray_error,
@@ -261,7 +261,7 @@ def _connect(
     if cluster.distrusted:  # a blind spot: the cluster those files name was not looked at
         writer.add(
             ProbeRecord(
-                b.RAY_DASHBOARD,
+                bundle_format.RAY_DASHBOARD,
                 "local cluster files",
                 Outcome.DENIED,
                 "; ".join(cluster.distrusted),
@@ -291,7 +291,7 @@ def _sample(run: _Run, index: int) -> Topology:
     started = _start_remote_samples(run, remote, index)
     local_spec = dataclasses.replace(
         _local_spec(run, state, index),
-        started=((b.PYSPY, frozenset(early)),) if early else (),
+        started=((bundle_format.PYSPY, frozenset(early)),) if early else (),
     )
     topo = _sample_here_and_probe_endpoints(run, local_spec, started, index)
     cf.wait(list(early.values()), timeout=run.deadline.clamp(run.opts.probe_timeout_s * 2 + 1.0))
@@ -305,7 +305,7 @@ def _early_stacks(run: _Run, index: int) -> dict[int, cf.Future[Any]]:
     """pid -> its dump, for this node's processes of the last sample's topology, started now
     (the second sample of a run that takes stacks at both)."""
     opts = run.opts
-    if index == 0 or run.topo is None or b.PYSPY in _local_spec_off(opts, index):
+    if index == 0 or run.topo is None or bundle_format.PYSPY in _local_spec_off(opts, index):
         return {}
     from slime_hangdoctor.collect.pyspy import NODE_PROBE
 
@@ -426,7 +426,7 @@ def sources_off(opts: CollectOptions, *, second_stacks: bool = True) -> frozense
     py-spy's also at the second sample of the watchdog's look (`second_stacks` False)."""
     off = {s.name for s in SPECS if s.switch is not None and not getattr(opts, s.switch)}
     if not second_stacks:
-        off.add(b.PYSPY)
+        off.add(bundle_format.PYSPY)
     return frozenset(off)
 
 
@@ -561,7 +561,11 @@ def _gcs_from_state(writer: BundleWriter) -> str | None:
 
     for rec in writer.records:
         endpoint = str(rec.meta.get("endpoint", ""))
-        if rec.source != b.RAY_DASHBOARD or not endpoint.startswith("/nodes") or not rec.artifact:
+        if (
+            rec.source != bundle_format.RAY_DASHBOARD
+            or not endpoint.startswith("/nodes")
+            or not rec.artifact
+        ):
             continue
         try:
             found = gcs_address_from_summary((writer.root / rec.artifact).read_bytes())
@@ -700,7 +704,7 @@ def _flight_recorder(run: _Run, topo: Topology) -> None:
     if not targets:
         writer.add(
             ProbeRecord(
-                b.FLIGHT_RECORDER,
+                bundle_format.FLIGHT_RECORDER,
                 "all",
                 Outcome.UNAVAILABLE,
                 "no process on this node has TORCH_NCCL_DEBUG_INFO_PIPE_FILE and TORCH_FR_DUMP_TEMP_FILE set",

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from slime_hangdoctor import bundle as b
+from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
 from slime_hangdoctor.collect.node_probe import NodeContext
 from slime_hangdoctor.collect.tcp_tables import TcpTables
@@ -86,7 +86,7 @@ def record_sockets(
     tables: TcpTables | None = None,
 ) -> ProbeRecord:
     """Scan and store (source `sockets`); never raises. Unreadable processes are named in `reason`."""
-    clock = ProbeClock(b.SOCKETS, "sockets", node_ip=node_ip, sample=sample)
+    clock = ProbeClock(bundle_format.SOCKETS, "sockets", node_ip=node_ip, sample=sample)
     record = clock.record
 
     try:

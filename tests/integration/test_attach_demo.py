@@ -23,7 +23,7 @@ import psutil
 import pytest
 import requests
 
-from slime_hangdoctor import bundle as b
+from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.demo.faults import FAULTS
 from slime_hangdoctor.demo.launch import ARMED_TEXT, DemoRun, start_demo
@@ -526,7 +526,10 @@ def test_attach_names_the_stage_and_the_culprit(live_pool: LivePool, fault: str)
     with open_bundle(result.workdir / "bundle") as bundle:
         ok = {r.source for r in bundle.manifest.probes if r.outcome.value == "ok"}
         http = load_snapshot(bundle).http
-    assert {b.SOCKETS, b.KERNEL} <= ok  # the node-local procfs sources read every demo job
+    assert {
+        bundle_format.SOCKETS,
+        bundle_format.KERNEL,
+    } <= ok  # the node-local procfs sources read every demo job
     if fault not in ROUTER_WITHOUT_EVERY_ENGINE:
         # the doctor found slime's router and read its /workers: the demo's engines
         routed = {

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor import bundle as b
+from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, dumps_json
 from slime_hangdoctor.collect.address import resolve_cluster
 from slime_hangdoctor.collect.dashboard import DashboardClient, capture_state, worker_traceback
@@ -203,7 +203,7 @@ def test_capture_state_bodies_parse(job: Job, writer: BundleWriter) -> None:
 
     def body(target: str) -> bytes:
         rec = records[target]
-        assert rec.artifact is not None and rec.source == b.RAY_DASHBOARD
+        assert rec.artifact is not None and rec.source == bundle_format.RAY_DASHBOARD
         return (writer.root / rec.artifact).read_bytes()
 
     actors = {a.class_name: a for a in parse_actors(body("actors"))}
@@ -256,7 +256,7 @@ def test_scan_finds_actors_driver_not_daemons(job: Job, writer: BundleWriter) ->
     assert all(p.cpu_seconds is not None for p in procs.values())
 
     rec = record_processes(writer, node_ip=job.node_ip, sample=1, extra_pids={job.driver_pid})
-    assert rec.outcome is Outcome.OK and rec.source == b.PROCESSES
+    assert rec.outcome is Outcome.OK and rec.source == bundle_format.PROCESSES
     assert rec.artifact is not None
     stored = parse_processes((writer.root / rec.artifact).read_text())
     assert {p.pid for p in stored} >= set(job.actor_pids.values())

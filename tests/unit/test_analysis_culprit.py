@@ -21,7 +21,7 @@ from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.analysis.engines import read_engines
 from slime_hangdoctor.analysis.progress import assess
 from slime_hangdoctor.analysis.suspects import engines, flight_recorder, ras, reads_of
-from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, STRONG, WEAK, Reads
+from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, STRONG, WEAK, SuspectInputs
 from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
@@ -55,7 +55,7 @@ REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "gpu-2xh200-n
 URL = f"http://{NODE}:15000"
 
 
-def _reads(world: World) -> Reads:
+def _reads(world: World) -> SuspectInputs:
     """What the suspect finders read, built as `diagnose` builds it."""
     engine_reads = read_engines(world)
     return reads_of(world, engine_reads, assess(world, engine_reads))

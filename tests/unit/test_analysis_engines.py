@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from slime_hangdoctor.analysis.engines import EngineRead, EngineState, read_engines
 from slime_hangdoctor.analysis.progress import assess
 from slime_hangdoctor.analysis.suspects import engines as engine_suspects
-from slime_hangdoctor.analysis.suspects.suspect import WEAK, Reads
+from slime_hangdoctor.analysis.suspects.suspect import WEAK, SuspectInputs
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.parsers import sglang
@@ -268,6 +269,19 @@ SLIME_MAIN_CALLS = (
 )
 
 
+def _active_method(page: str, path: str) -> str:
+    """The `method` label of `path`'s `sglang:http_requests_active` series in flight on `page`."""
+    (method,) = {
+        s.labels["method"]
+        for family in text_string_to_metric_families((SG / page).read_text())
+        for s in family.samples
+        if s.name == "sglang:http_requests_active"
+        and s.labels.get("endpoint") == path
+        and s.value > 0
+    }
+    return method
+
+
 @pytest.mark.parametrize(("path", "stage"), SLIME_MAIN_CALLS)
 def test_slime_main_call_in_flight_places_the_engine(path: str, stage: Stage) -> None:
     """Issue 24 item 4: each call in flight in both samples places the engine in its stage, and
@@ -278,9 +292,12 @@ def test_slime_main_call_in_flight_places_the_engine(path: str, stage: Stage) ->
     assert e.calls == e.calls_held == (path,)
     assert e.call_stage is stage
     world = build_world(snapshot(), topology(engines=[Engine(URL, NODE)]))
-    reads = Reads(world, (e,), assess(world, (e,)), frozenset())
+    reads = SuspectInputs(world, (e,), assess(world, (e,)), frozenset())
     (s,) = [s for s in engine_suspects.suspects(reads) if s.source == "sglang"]
     assert s.stage is stage and path in s.why
+    # the method the recorded page counts the call under (slime's own: GET for /flush_cache)
+    assert f"{_active_method(page, path)} {path}" in s.why
+    assert any(f"{_active_method(page, path)} {URL}{path} in flight" in x for x in e.evidence)
     # the next call's page: this one has returned (its series at 0), another is in flight
     later = SLIME_MAIN_CALLS[(SLIME_MAIN_CALLS.index((path, stage)) + 1) % len(SLIME_MAIN_CALLS)]
     nxt = f"metrics_http_call_{later[0].strip('/')}_0.5.15.post1.txt"
@@ -295,7 +312,7 @@ def test_held_call_is_a_weak_suspect_with_its_stage() -> None:
         _loads("v1_loads_idle.json"),
     )
     world = build_world(snapshot(), topology(engines=[Engine(URL, NODE)]))
-    reads = Reads(world, (e,), assess(world, (e,)), frozenset())
+    reads = SuspectInputs(world, (e,), assess(world, (e,)), frozenset())
     (s,) = [s for s in engine_suspects.suspects(reads) if s.source == "sglang"]
     assert s.stage is Stage.NCCL_BROADCAST and s.weight == WEAK
     assert "/update_weights_from_distributed" in s.why

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor import bundle as b
+from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.analysis.engines import EngineRead, read_engines
 from slime_hangdoctor.analysis.lost_requests import Holder, where_requests_are
 from slime_hangdoctor.analysis.network import (
@@ -125,17 +125,17 @@ def test_without_the_counts_and_the_stacks_the_held_connections_are_an_idle_pool
     `/metrics` too: the router and the RolloutManager hold the same connections, and nothing
     shows a request on them: no engine is blamed on connections alone."""
     root = _router_bundle("held_behind_router", tmp_path / "src")
-    gone = frozenset({b.ROUTER, b.PYSPY})
+    gone = frozenset({bundle_format.ROUTER, bundle_format.PYSPY})
     without = tf.bundle_without_sources(root, tmp_path / "without", gone)
     (h,), _ = _held(without)
     assert h.kinds == (InFlightKind.ENGINE_HTTP,)
     pages = tuple(
         r["target"]
         for r in json.loads((without / "manifest.json").read_text())["probes"]
-        if r["source"] == b.SGLANG and r["target"].endswith("_metrics")
+        if r["source"] == bundle_format.SGLANG and r["target"].endswith("_metrics")
     )
     assert len(pages) == 4  # two engines, two samples
-    metrics = tf.bundle_without_targets(without, tmp_path / "neither", b.SGLANG, pages)
+    metrics = tf.bundle_without_targets(without, tmp_path / "neither", bundle_format.SGLANG, pages)
     held, idle = _held(metrics)
     assert held == () and len(idle) == 2
     v = diagnosed(metrics).verdict
@@ -151,7 +151,9 @@ def test_the_paused_demo_engine_is_named_by_its_callers_wait(tmp_path: Path) -> 
     assert h.kinds == (InFlightKind.CALLER_AWAITS,)
     assert "rollout manager" in h.in_flight[0].text and "rollout_dispatch" in h.in_flight[0].text
     assert h.unread_bytes == 0  # the 119 bytes at sample 1 are a probe of the doctor's own
-    stackless = tf.bundle_without_sources(root, tmp_path / "stackless", frozenset({b.PYSPY}))
+    stackless = tf.bundle_without_sources(
+        root, tmp_path / "stackless", frozenset({bundle_format.PYSPY})
+    )
     world, engines = _engines(stackless)
     assert held_requests(world, engines) == ()
     (pool,) = idle_pools(world, engines)

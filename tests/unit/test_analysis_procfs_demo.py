@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slime_hangdoctor import bundle as b
+from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.analysis.engines import read_engines
 from slime_hangdoctor.analysis.network import held_requests
 from slime_hangdoctor.analysis.world import build_world
@@ -46,9 +46,11 @@ def test_without_the_sockets_source_the_verdict_blames_the_wrong_process(tmp_pat
     """The same bundle with the sockets records removed: nothing else says where the requests are,
     and the verdict names no culprit (before issue 16 class 4 it blamed the RolloutManager)."""
     root = unpacked("engine_paused_by_update", tmp_path / "src")
-    without = tf.bundle_without_sources(root, tmp_path / "without", frozenset({b.SOCKETS}))
+    without = tf.bundle_without_sources(
+        root, tmp_path / "without", frozenset({bundle_format.SOCKETS})
+    )
     v = diagnosed(without).verdict
     assert not any(f.rule == "requests-held-outside-scheduler" for f in v.findings)
     assert all(c.role is not Role.SGLANG_ENGINE for c in v.culprits), v.summary
-    kept = tf.bundle_without_sources(root, tmp_path / "kept", frozenset({b.KERNEL}))
+    kept = tf.bundle_without_sources(root, tmp_path / "kept", frozenset({bundle_format.KERNEL}))
     assert diagnosed(kept).verdict.culprits[0].role is Role.SGLANG_ENGINE  # not that source

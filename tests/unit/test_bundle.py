@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from slime_hangdoctor import bundle as b
+from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, archive, open_bundle
 from slime_hangdoctor.errors import BundleInvalid, BundleNotWritable
 from slime_hangdoctor.facts import Outcome
@@ -21,18 +21,24 @@ def _write(root: Path) -> BundleWriter:
     w.note_sample(0, 100.0)
     w.note_sample(1, 103.0)
     w.add(
-        ProbeRecord(b.PYSPY, "pid_1", Outcome.OK, node_ip="10.0.0.1", sample=0, meta={"pid": 1}),
+        ProbeRecord(
+            bundle_format.PYSPY, "pid_1", Outcome.OK, node_ip="10.0.0.1", sample=0, meta={"pid": 1}
+        ),
         b"[]",
         suffix=".json",
     )
     w.add(
-        ProbeRecord(b.SGLANG, "h_15000_/server_info", Outcome.OK, sample=1),
+        ProbeRecord(bundle_format.SGLANG, "h_15000_/server_info", Outcome.OK, sample=1),
         '{"api_key": "s3cr3t-key", "x": 1}',
         suffix=".json",
     )
-    w.add(ProbeRecord(b.NVML, "gpus", Outcome.UNAVAILABLE, "NVML Shared Library Not Found"))
     w.add(
-        ProbeRecord(b.FLIGHT_RECORDER, "rank0", Outcome.OK),
+        ProbeRecord(
+            bundle_format.NVML, "gpus", Outcome.UNAVAILABLE, "NVML Shared Library Not Found"
+        )
+    )
+    w.add(
+        ProbeRecord(bundle_format.FLIGHT_RECORDER, "rank0", Outcome.OK),
         b"\x80\x04binary s3cr3t-key",
         suffix=".pkl",
     )

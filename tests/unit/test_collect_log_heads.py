@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor import bundle as b
+from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter
 from slime_hangdoctor.collect import log_heads as lh
 from slime_hangdoctor.facts import Outcome
@@ -80,8 +80,8 @@ def test_heads_of_both_streams_are_read_and_name_the_url(
         w, [(child.pid, "SGLangEngine")], node_ip="10.0.0.9", sample=0, timeout=5.0
     )
     assert [(r.source, r.target, r.outcome) for r in recs] == [
-        (b.ACTOR_LOG_HEAD, f"SGLangEngine-{child.pid}-err", Outcome.OK),
-        (b.ACTOR_LOG_HEAD, f"SGLangEngine-{child.pid}-out", Outcome.OK),
+        (bundle_format.ACTOR_LOG_HEAD, f"SGLangEngine-{child.pid}-err", Outcome.OK),
+        (bundle_format.ACTOR_LOG_HEAD, f"SGLangEngine-{child.pid}-out", Outcome.OK),
     ]
     err, out = recs
     assert err.meta["file"] == f"{WORKER}-{child.pid}.err" and err.meta["truncated"] is False
@@ -212,12 +212,21 @@ def test_node_sample_learns_the_url_of_a_server_less_engine_actor(
         "10.0.0.5",
         0,
         roots=frozenset({engine_actor}),
-        off=frozenset({b.NCCL_RAS, b.SOCKETS, b.KERNEL, b.PYSPY}),
-        read_before=((b.ACTOR_LOG_HEAD, frozenset({engine_actor})),) if read_before else (),
+        off=frozenset(
+            {
+                bundle_format.NCCL_RAS,
+                bundle_format.SOCKETS,
+                bundle_format.KERNEL,
+                bundle_format.PYSPY,
+            }
+        ),
+        read_before=((bundle_format.ACTOR_LOG_HEAD, frozenset({engine_actor})),)
+        if read_before
+        else (),
     )
     with cf.ThreadPoolExecutor(max_workers=2) as pool:
         sample_node(writer, spec, CollectOptions(), Deadline(30.0), pool)
-    heads = [r for r in writer.records if r.source == b.ACTOR_LOG_HEAD]
+    heads = [r for r in writer.records if r.source == bundle_format.ACTOR_LOG_HEAD]
     engines = build_topology(partial_snapshot(writer)).engines
     if read_before:
         assert heads == [] and engines == ()
@@ -314,11 +323,18 @@ def test_node_sample_ties_a_killed_router_to_its_rollout_manager(tmp_path: Path)
             "10.0.0.5",
             0,
             roots=frozenset({proc.pid}),
-            off=frozenset({b.NCCL_RAS, b.SOCKETS, b.KERNEL, b.PYSPY}),
+            off=frozenset(
+                {
+                    bundle_format.NCCL_RAS,
+                    bundle_format.SOCKETS,
+                    bundle_format.KERNEL,
+                    bundle_format.PYSPY,
+                }
+            ),
         )
         with cf.ThreadPoolExecutor(max_workers=2) as pool:
             sample_node(writer, spec, CollectOptions(), Deadline(30.0), pool)
-        heads = [r for r in writer.records if r.source == b.ACTOR_LOG_HEAD]
+        heads = [r for r in writer.records if r.source == bundle_format.ACTOR_LOG_HEAD]
         assert {(r.meta["stream"], r.outcome) for r in heads} >= {("out", Outcome.OK)}
         topo = build_topology(partial_snapshot(writer))
         (router,) = topo.by_role(Role.ROUTER)

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slime_hangdoctor import bundle as b
+from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, archive
 from slime_hangdoctor.collect import log_heads as lh
 from slime_hangdoctor.collect.http import get
@@ -151,7 +151,9 @@ def test_a_secret_after_a_split_character_is_blanked(tmp_path: Path) -> None:
     with pytest.raises(UnicodeDecodeError):
         data.decode("utf-8")
     w = BundleWriter(tmp_path / "b", command="test", known_secrets=(API_KEY,))
-    rec = w.add(ProbeRecord(b.RAY_LOGS, "RolloutManager-err", Outcome.OK), data, suffix=".log")
+    rec = w.add(
+        ProbeRecord(bundle_format.RAY_LOGS, "RolloutManager-err", Outcome.OK), data, suffix=".log"
+    )
     w.finish()
     stored = (w.root / str(rec.artifact)).read_bytes()
     assert stored == tf.interleave_write(
@@ -167,7 +169,9 @@ def test_an_engine_body_with_invalid_utf8_keeps_the_api_key_out(tmp_path: Path) 
     body = tf.set_json_path(body, ("admin_api_key",), ADMIN_KEY)
     data = tf.insert_invalid_utf8(body.encode(), body.index('"model_path"'))
     w = BundleWriter(tmp_path / "b", command="test", known_secrets=(API_KEY,))
-    rec = w.add(ProbeRecord(b.SGLANG, "http://127.0.0.1:15003/server_info", Outcome.OK), data)
+    rec = w.add(
+        ProbeRecord(bundle_format.SGLANG, "http://127.0.0.1:15003/server_info", Outcome.OK), data
+    )
     w.finish()
     stored = (w.root / str(rec.artifact)).read_bytes()
     assert stored == data.replace(API_KEY.encode(), b"<redacted>").replace(

@@ -1,4 +1,5 @@
-"""Every row of the stage tables names something real (issue 24 item 1).
+"""Every row of the stage tables, and every class of the slime actor table, names something real
+(issue 24 item 1).
 
 tests/fixtures/layouts/*.json.gz are the (file, function) pairs of the real trees the tables point at
 (slime at the January 2026 and August 2026 commits, miles, Megatron-LM, the SGLang 0.5.15.post1 wheel,
@@ -25,6 +26,8 @@ from slime_hangdoctor.analysis.signatures import (
     split_name,
 )
 from slime_hangdoctor.facts import Frame
+from slime_hangdoctor.topology import CLASS_ROLES, SLIME_ACTOR_CLASSES, SLIME_ACTORS, SlimeActor
+from slime_hangdoctor.verdict import Role
 
 LAYOUT_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "layouts"
 
@@ -144,3 +147,44 @@ def test_every_layout_has_its_tree() -> None:
 def test_every_layout_row_names_a_function_of_its_own_tree(layout: str, sig: FrameSig) -> None:
     hits = real_matches(sig, only=OWN_TREE[layout])
     assert hits, f"{layout}: {sig} names no function of {OWN_TREE[layout]}"
+
+
+# --------------------------------------------------------------------------- the actor table
+
+
+@cache
+def tree_sources() -> dict[str, str]:
+    """tree -> the `owner/name @ commit` it was read from."""
+    return {
+        path.name.removesuffix(".json.gz"): json.loads(gzip.decompress(path.read_bytes()))["source"]
+        for path in sorted(LAYOUT_DIR.glob("*.json.gz"))
+    }
+
+
+def classes_defined(tree: str, path: str) -> set[str]:
+    """The classes (qualified, as Ray names an actor class) with a listed method in `path`."""
+    return {q.rsplit(".", 1)[0] for q in trees()[tree].get(path, []) if "." in q}
+
+
+@pytest.mark.parametrize("actor", SLIME_ACTORS, ids=lambda a: a.cls)
+def test_every_actor_class_is_a_real_class_of_its_file(actor: SlimeActor) -> None:
+    """A slime actor class of the table is defined in the file it names, in the tree read at the
+    commit it names: a misspelt class, a wrong file or a wrong commit fails."""
+    read_at = [
+        t for t, src in tree_sources().items() if src.split(" @ ")[-1].startswith(actor.commit)
+    ]
+    assert read_at, f"{actor}: no tree of tests/fixtures/layouts was read at {actor.commit}"
+    found = [t for t in read_at if actor.cls in classes_defined(t, actor.file)]
+    assert found, f"{actor.cls} is no class of {actor.file} in {read_at}"
+
+
+def test_the_actor_table_has_each_class_once_with_its_role() -> None:
+    names = [a.cls for a in SLIME_ACTORS]
+    assert len(names) == len(set(names))
+    assert set(SLIME_ACTOR_CLASSES) == set(names)
+    # the classes of slime main that issue 24 names, with the role each plays
+    assert {c: CLASS_ROLES.get(c) for c in ("SampleManager", "FSDPTrainRayActor", "Lock")} == {
+        "SampleManager": Role.ROLLOUT_MANAGER,
+        "FSDPTrainRayActor": Role.TRAIN_RANK,
+        "Lock": None,
+    }

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor import bundle as b
+from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, open_bundle
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.collect.run import collect
@@ -51,7 +51,7 @@ def _stack_samples(out: Path, pid: int) -> list[int | None]:
         return [
             r.sample
             for r in bundle.manifest.probes
-            if r.source == b.PYSPY and r.target == f"pid{pid}"
+            if r.source == bundle_format.PYSPY and r.target == f"pid{pid}"
         ]
 
 

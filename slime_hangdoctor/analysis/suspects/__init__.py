@@ -1,6 +1,6 @@
 """Who the others wait for: one suspect finder per evidence source, and the registries that run them.
 
-Each module here reads one source (through `Reads`, built once per diagnosis) and returns the
+Each module here reads one source (through `SuspectInputs`, built once per diagnosis) and returns the
 `Suspect`s it names, independently of the others; some also return `Evidence` that the job hangs at
 all. `merge.merge` joins suspects that name the same process, and the highest score wins.
 
@@ -39,7 +39,7 @@ from slime_hangdoctor.analysis.suspects import (
     sockets,
     stacks,
 )
-from slime_hangdoctor.analysis.suspects.suspect import Evidence, Reads, Suspect
+from slime_hangdoctor.analysis.suspects.suspect import Evidence, Suspect, SuspectInputs
 from slime_hangdoctor.analysis.world import World
 from slime_hangdoctor.verdict import Finding
 
@@ -47,14 +47,14 @@ from slime_hangdoctor.verdict import Finding
 @dataclass(frozen=True)
 class SuspectFinder:
     name: str
-    find: Callable[[Reads], list[Suspect]]
+    find: Callable[[SuspectInputs], list[Suspect]]
     fallback: bool = False  # runs only when no other finder named anyone
 
 
 @dataclass(frozen=True)
 class EvidenceFinder:
     name: str
-    find: Callable[[Reads, Sequence[Suspect]], list[Evidence]]
+    find: Callable[[SuspectInputs, Sequence[Suspect]], list[Evidence]]
     messages: Mapping[str, str] = field(default_factory=dict)  # finding id -> its headline
 
 
@@ -98,11 +98,11 @@ def evidence_messages() -> Mapping[str, str]:
     return found
 
 
-def reads_of(world: World, engines: tuple[EngineRead, ...], progress: Progress) -> Reads:
-    return Reads(world, engines, progress, frozenset(ras.moving_ras_comms(world)))
+def reads_of(world: World, engines: tuple[EngineRead, ...], progress: Progress) -> SuspectInputs:
+    return SuspectInputs(world, engines, progress, frozenset(ras.moving_ras_comms(world)))
 
 
-def find_suspects(reads: Reads) -> list[Suspect]:
+def find_suspects(reads: SuspectInputs) -> list[Suspect]:
     """Every finder's suspects, in registry order; the fallbacks only when nobody was named."""
     out: list[Suspect] = []
     for finder in SUSPECT_FINDERS:
@@ -118,7 +118,7 @@ def find_suspects(reads: Reads) -> list[Suspect]:
     return out
 
 
-def hang_evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
+def hang_evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence]:
     """Every reason to believe the job is hung, in registry order."""
     out: list[Evidence] = []
     for finder in EVIDENCE_FINDERS:

@@ -5,13 +5,13 @@ HTTP server, a sleep-poll, a child process) end the chain."""
 from __future__ import annotations
 
 from slime_hangdoctor.analysis.signatures import Block
-from slime_hangdoctor.analysis.suspects.suspect import WEAK, Reads, Suspect, suspect
+from slime_hangdoctor.analysis.suspects.suspect import WEAK, Suspect, SuspectInputs, suspect
 from slime_hangdoctor.verdict import Role
 
 _CHAIN_END = frozenset({Block.PARKED, Block.SLEEP, Block.HTTP, Block.SUBPROCESS})
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     """The actors where the chain of ray.get waits ends."""
     world = reads.world
     stacked = [(p, p.latest) for p in world.procs if p.role is not None and p.latest is not None]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from slime_hangdoctor.analysis.signatures import Block
-from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, WEAK, Reads, Suspect, suspect
+from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, WEAK, Suspect, SuspectInputs, suspect
 from slime_hangdoctor.analysis.world import Proc
 from slime_hangdoctor.verdict import Role
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     world = reads.world
     drivers = [p for p in world.by_role(Role.DRIVER) if p.latest is not None]
     actors = [

@@ -7,15 +7,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slime_hangdoctor.analysis.engines import HUNG_ENGINE_STATES, EngineRead, EngineState
+from slime_hangdoctor.analysis.engines import (
+    HUNG_ENGINE_STATES,
+    EngineRead,
+    EngineState,
+    call_request,
+)
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.suspects.suspect import (
     MEDIUM,
     STRONG,
     WEAK,
     Evidence,
-    Reads,
     Suspect,
+    SuspectInputs,
     brief,
     suspect,
 )
@@ -33,7 +38,7 @@ def _engine_proc(e: EngineRead) -> Proc | None:
     return e.server or (e.schedulers[0] if e.schedulers else None) or e.actor
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     world, engines = reads.world, reads.engines
     out: list[Suspect] = []
     weights = {
@@ -104,7 +109,7 @@ def _held_calls(engines: tuple[EngineRead, ...]) -> list[Suspect]:
             suspect(
                 "sglang",
                 Role.SGLANG_ENGINE,
-                f"engine {e.url}: POST {e.calls_held[0]} has been in flight in every sample "
+                f"engine {e.url}: {call_request(e.calls_held[0])} has been in flight in every sample "
                 "(sglang:http_requests_active): the call has not returned",
                 proc,
                 engine_url=e.url,
@@ -297,7 +302,7 @@ def _broadcast_absentees(world: World, engines: tuple[EngineRead, ...]) -> list[
     return out
 
 
-def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
+def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence]:
     engines = reads.engines
     return [
         Evidence(

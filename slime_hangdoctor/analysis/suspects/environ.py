@@ -4,11 +4,11 @@ to a proxy that no_proxy does not bypass, while no engine has work (analysis/haz
 from __future__ import annotations
 
 from slime_hangdoctor.analysis.hazards import proxy_hazards
-from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, Reads, Suspect
+from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, Suspect, SuspectInputs
 from slime_hangdoctor.verdict import Role, Stage
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     """A caller whose requests to the engines go to a proxy, while no engine has work: the rollout
     waits on the proxy (the engines never see the requests)."""
     world, engines = reads.world, reads.engines

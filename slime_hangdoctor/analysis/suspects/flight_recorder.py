@@ -7,7 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.stacks import find_stage
-from slime_hangdoctor.analysis.suspects.suspect import STRONG, Evidence, Reads, Suspect, suspect
+from slime_hangdoctor.analysis.suspects.suspect import (
+    STRONG,
+    Evidence,
+    Suspect,
+    SuspectInputs,
+    suspect,
+)
 from slime_hangdoctor.analysis.world import World
 from slime_hangdoctor.facts import FrDump, FrEntry
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
@@ -136,7 +142,7 @@ def _fr_entry_text(e: FrEntry) -> str:
     )
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     world = reads.world
     out: list[Suspect] = []
     groups = fr_groups(world)
@@ -180,7 +186,7 @@ def suspects(reads: Reads) -> list[Suspect]:
     return out
 
 
-def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
+def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence]:
     world = reads.world
     out: list[Evidence] = []
     for g in fr_groups(world):

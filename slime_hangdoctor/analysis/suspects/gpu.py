@@ -10,7 +10,13 @@ from slime_hangdoctor.analysis.gpu import GpuRead, GpuState
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block
 from slime_hangdoctor.analysis.stacks import ProcessRead
 from slime_hangdoctor.analysis.suspects.flight_recorder import fr_groups, fr_stage
-from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, Evidence, Reads, Suspect, suspect
+from slime_hangdoctor.analysis.suspects.suspect import (
+    MEDIUM,
+    Evidence,
+    Suspect,
+    SuspectInputs,
+    suspect,
+)
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.verdict import Role, Stage
 
@@ -27,7 +33,7 @@ def _waits_on_others(read: ProcessRead | None) -> bool:
     return read.block in COLLECTIVE_BLOCKS or read.block in (Block.RAY_GET, Block.HTTP)
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     return gpu_suspects(reads.world, _engine_stage(reads.world))
 
 
@@ -87,7 +93,7 @@ def gpu_suspects(world: World, engine_stage: bool) -> list[Suspect]:
     return out
 
 
-def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
+def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence]:
     world = reads.world
     spinning = {(k.gpu.node_ip, k.gpu.index) for k in cuda_spins(world)}
     return [

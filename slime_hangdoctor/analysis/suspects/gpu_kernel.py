@@ -4,11 +4,11 @@ a CUDA sync on it runs a kernel or stream that never finishes. Not a collective:
 from __future__ import annotations
 
 from slime_hangdoctor.analysis.cuda_spin import cuda_spins
-from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, Reads, Suspect, suspect
+from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, Suspect, SuspectInputs, suspect
 from slime_hangdoctor.verdict import Role
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     out: list[Suspect] = []
     for k in cuda_spins(reads.world):
         read = k.proc.latest

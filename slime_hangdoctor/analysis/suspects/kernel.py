@@ -5,10 +5,10 @@ reader stopped (nothing moving in between) (analysis/kernel.py)."""
 from __future__ import annotations
 
 from slime_hangdoctor.analysis.kernel import kernel_reads
-from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, Reads, Suspect
+from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, Suspect, SuspectInputs
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     """A slime process stuck in the kernel: D state at both samples and no storage byte moved, or
     a write to a pipe / socket asleep at both samples and nothing moving."""
     out: list[Suspect] = []

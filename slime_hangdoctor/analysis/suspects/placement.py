@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, STRONG, Reads, Suspect, suspect
+from slime_hangdoctor.analysis.suspects.suspect import (
+    MEDIUM,
+    STRONG,
+    Suspect,
+    SuspectInputs,
+    suspect,
+)
 from slime_hangdoctor.analysis.world import World
 from slime_hangdoctor.facts import (
     JOB_RUNNING,
@@ -80,7 +86,7 @@ def _placement_text(w: PlacementWait) -> str:
     return f"Ray placement groups: {name} is {w.group.state}, {why}: needs {need}{strategy}"
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     world = reads.world
     waits = placement_waits(world)
     if not waits:

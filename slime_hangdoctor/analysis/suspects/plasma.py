@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from slime_hangdoctor.analysis.signatures import method_stage
-from slime_hangdoctor.analysis.suspects.suspect import STRONG, Reads, Suspect, suspect
+from slime_hangdoctor.analysis.suspects.suspect import STRONG, Suspect, SuspectInputs, suspect
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import (
     JOB_RUNNING,
@@ -201,7 +201,7 @@ def wait_text(w: PlasmaWait) -> str:
     )
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     world = reads.world
     out: list[Suspect] = []
     for w in plasma_waits(world):

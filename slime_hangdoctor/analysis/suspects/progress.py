@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from slime_hangdoctor.analysis.source import Source
-from slime_hangdoctor.analysis.suspects.suspect import Evidence, Reads, Suspect
+from slime_hangdoctor.analysis.suspects.suspect import Evidence, Suspect, SuspectInputs
 
 MESSAGES = {
     "no-progress": "Nothing moved between the two samples",
 }
 
 
-def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
+def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence]:
     progress = reads.progress
     by_source: dict[Source, list[str]] = {}
     for s in progress.frozen:

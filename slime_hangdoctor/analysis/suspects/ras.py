@@ -9,8 +9,8 @@ from slime_hangdoctor.analysis.suspects.suspect import (
     STRONG,
     WEAK,
     Evidence,
-    Reads,
     Suspect,
+    SuspectInputs,
     suspect,
 )
 from slime_hangdoctor.analysis.world import World
@@ -45,7 +45,7 @@ def ras_behind(comm: RasCommunicator) -> tuple[list[RasRank], str]:
     return [], ""
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     world, moving_comms = reads.world, reads.moving_comms
     out: list[Suspect] = []
     seen: set[str] = set()
@@ -177,7 +177,7 @@ def moving_ras_comms(world: World) -> set[str]:
     return moving
 
 
-def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
+def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence]:
     world, moving = reads.world, reads.moving_comms
     out: list[Evidence] = []
     seen: set[str] = set()

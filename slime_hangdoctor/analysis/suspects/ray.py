@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.suspects.suspect import STRONG, Reads, Suspect
+from slime_hangdoctor.analysis.suspects.suspect import STRONG, Suspect, SuspectInputs
 from slime_hangdoctor.analysis.world import World
 from slime_hangdoctor.facts import ACTOR_DEAD, JOB_RUNNING, RayActor
-from slime_hangdoctor.verdict import Finding, Role, Severity
+from slime_hangdoctor.topology import CLASS_ROLES
+from slime_hangdoctor.verdict import Finding, Severity
 
 
 def _running_job_ids(world: World) -> set[str]:
     return {j.job_id for j in world.snapshot.jobs if j.status == JOB_RUNNING and j.job_id}
 
 
-_ACTOR_ROLES = {
-    "MegatronTrainRayActor": Role.TRAIN_RANK,
-    "RolloutManager": Role.ROLLOUT_MANAGER,
-    "SGLangEngine": Role.SGLANG_ENGINE,
-}
-
-
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     world = reads.world
     jobs = _running_job_ids(world)
     out: list[Suspect] = []
     for a in world.snapshot.actors:
-        role = _ACTOR_ROLES.get(a.class_name)
+        role = CLASS_ROLES.get(a.class_name)
         if role is None or a.state != ACTOR_DEAD or not jobs or a.job_id not in jobs:
             continue
         out.append(
@@ -54,7 +48,7 @@ def findings(world: World) -> list[Finding]:
     jobs = {j.job_id for j in world.snapshot.jobs if j.status == JOB_RUNNING and j.job_id}
     out: list[Finding] = []
     for a in world.snapshot.actors:
-        if a.state != ACTOR_DEAD or a.death is None or a.class_name not in _ACTOR_ROLES:
+        if a.state != ACTOR_DEAD or a.death is None or a.class_name not in CLASS_ROLES:
             continue
         if jobs and a.job_id not in jobs:
             continue

@@ -15,7 +15,14 @@ from slime_hangdoctor.analysis.actor_queues import (
 )
 from slime_hangdoctor.analysis.engines import EngineRead, EngineState
 from slime_hangdoctor.analysis.signatures import method_stage
-from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, STRONG, WEAK, Reads, Suspect, suspect
+from slime_hangdoctor.analysis.suspects.suspect import (
+    MEDIUM,
+    STRONG,
+    WEAK,
+    Suspect,
+    SuspectInputs,
+    suspect,
+)
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import RayActor, RayTask
 from slime_hangdoctor.topology import CLASS_ROLES
@@ -79,7 +86,7 @@ def _normal(p: PausedEngine, engines: tuple[EngineRead, ...]) -> bool:
 # --------------------------------------------------------------------------- actor queues
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     world = reads.world
     view = build_view(world.snapshot)
     if view is None:

@@ -18,8 +18,8 @@ from slime_hangdoctor.analysis.suspects.suspect import (
     MEDIUM,
     WEAK,
     Evidence,
-    Reads,
     Suspect,
+    SuspectInputs,
     suspect,
 )
 from slime_hangdoctor.analysis.world import Proc, World
@@ -30,7 +30,7 @@ MESSAGES = {
 }
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     world, engines = reads.world, reads.engines
     out: list[Suspect] = []
     for rm in world.by_role(Role.ROLLOUT_MANAGER):
@@ -154,7 +154,7 @@ def _requests_lost(
     ]
 
 
-def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
+def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence]:
     """The loop blocked (a MEDIUM rollout suspect) is itself a sign of a hang."""
     return [
         Evidence("rollout", "rollout-loop-blocked", s.why, 1)

@@ -13,8 +13,8 @@ from slime_hangdoctor.analysis.suspects.suspect import (
     MEDIUM,
     STRONG,
     WEAK,
-    Reads,
     Suspect,
+    SuspectInputs,
     suspect,
 )
 from slime_hangdoctor.analysis.world import Proc, World
@@ -44,7 +44,7 @@ def gone_routers(world: World) -> list[GoneRouter]:
     return out
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     world = reads.world
     last, by_url = _last_answers(world)
     out: list[Suspect] = []
@@ -79,7 +79,7 @@ def suspects(reads: Reads) -> list[Suspect]:
     return out
 
 
-def _empty_with_requests(reads: Reads, url: str, sample: int) -> Suspect | None:
+def _empty_with_requests(reads: SuspectInputs, url: str, sample: int) -> Suspect | None:
     """The router's `/workers` lists no worker at the last sample while the job's engines are
     there and a RolloutManager holds connections to the router across both samples: every request
     it gets is answered 503 (`no_available_workers`, sgl-router 0.3.2) and retried, or waits; the

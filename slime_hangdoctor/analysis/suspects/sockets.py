@@ -8,7 +8,7 @@ from collections import Counter
 
 from slime_hangdoctor.analysis.network import InFlightKind, held_lines, held_requests
 from slime_hangdoctor.analysis.signatures import Block
-from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, WEAK, Reads, Suspect
+from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, WEAK, Suspect, SuspectInputs
 from slime_hangdoctor.analysis.world import Proc
 from slime_hangdoctor.verdict import Role, Stage
 
@@ -25,7 +25,7 @@ def _caller_waits(p: Proc) -> bool:
     return not read.cpu_busy
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     out: list[Suspect] = []
     for h in held_requests(reads.world, reads.engines):
         # the engine, the router or the sockets show the requests themselves; the caller's own

@@ -12,8 +12,8 @@ from slime_hangdoctor.analysis.suspects.suspect import (
     MEDIUM,
     WEAK,
     Evidence,
-    Reads,
     Suspect,
+    SuspectInputs,
     brief,
     suspect,
 )
@@ -47,7 +47,7 @@ def peer_groups(world: World) -> list[list[Proc]]:
     return [g for g in groups if len(g) >= 2]
 
 
-def suspects(reads: Reads) -> list[Suspect]:
+def suspects(reads: SuspectInputs) -> list[Suspect]:
     world = reads.world
     out: list[Suspect] = []
     for group in peer_groups(world):
@@ -150,7 +150,7 @@ def _collective_minority(in_coll: list[Proc], role: Role) -> list[Suspect]:
     ]
 
 
-def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
+def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence]:
     world, progress = reads.world, reads.progress
     procs = [p for p in world.procs if p.role is not None and p.latest is not None]
     if len(procs) < 2 or progress.moving:

@@ -2,7 +2,7 @@
 
 A `Suspect` is one evidence source naming one process (engine, rank, GPU) as the one the others wait
 for, with a weight; `merge.merge` joins suspects that name the same process. An `Evidence` is one
-reason to believe the job is hung at all, whoever is to blame. `Reads` is the finders' whole input.
+reason to believe the job is hung at all, whoever is to blame. `SuspectInputs` is the finders' whole input.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ WEAK = 1
 
 
 @dataclass(frozen=True)
-class Reads:
+class SuspectInputs:
     """What every suspect and evidence finder reads (all pure, all built once per diagnosis)."""
 
     world: World
