@@ -48,6 +48,8 @@ from slime_hangdoctor.analysis.network import (
 from slime_hangdoctor.analysis.services import Service
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.topology import CLASS_ROLES
+from slime_hangdoctor.verdict import Role
 
 # EngineState values that mean the engine holds requests without serving them
 _HOLDING = frozenset({"dead", "paused", "held"})
@@ -96,7 +98,7 @@ def _overlong_of(world: World, rm: Proc) -> OverlongTask | None:
         (
             o
             for o in view.overlong
-            if o.actor.class_name == "RolloutManager"
+            if CLASS_ROLES.get(o.actor.class_name) is Role.ROLLOUT_MANAGER
             and (
                 o.actor.actor_id == rm.actor_id
                 or (o.actor.pid is not None and o.actor.pid == rm.pid)
