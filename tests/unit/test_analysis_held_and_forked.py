@@ -21,6 +21,8 @@ from slime_hangdoctor.analysis.engines import EngineState, read_engines
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.verdict import Role, Stage, Status
+from tests.fixtures import transforms as tf
+from tests.unit.demo_bundles import unpacked
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "analysis"
 HELD = FIXTURES / "demo2" / "engine_paused_by_update.tar.gz"
@@ -86,3 +88,20 @@ def test_a_stuck_child_makes_its_rank_the_culprit_and_is_named_where_it_waits() 
     assert labels["train rank 0"].culprit and not labels["train rank 1"].culprit
     stall = next(f for f in v.findings if f.rule == "checkpoint-stall")
     assert "while 1 rank(s) are elsewhere" in stall.message  # the child is not a rank
+
+
+def test_a_rank_that_ends_the_ray_get_chain_names_the_child_it_waits_for(tmp_path: Path) -> None:
+    """Without rank 1's stacks (py-spy missed it: `transforms.bundle_without_targets`) no peer is
+    seen in a collective, so the odd-one-out finder names no one and the ray.get chain's end
+    decides: rank 0, waiting for its forked writer. The child is named there too, where it waits
+    (a live run under load reached this path and said only "waiting for a child process")."""
+    src = unpacked("checkpoint_writer_deadlock", tmp_path / "src")
+    cut = tf.bundle_without_targets(src, tmp_path / "cut", "pyspy", ("pid28344",))
+    a = analyse_bundle(cut)
+    v = a.diagnosis.verdict
+    (child,) = [m for m in a.topology.members if m.kind == "child"]
+    (culprit,) = v.culprits
+    assert (culprit.role, culprit.rank, culprit.pid) == (Role.TRAIN_RANK, 0, child.parent_pid)
+    assert culprit.why.startswith("stacks: train rank 0 is where the chain of ray.get waits ends")
+    assert f"its child train rank 0 child (pid {child.pid}) is " in culprit.why
+    assert "_write_shard_locked" in culprit.why

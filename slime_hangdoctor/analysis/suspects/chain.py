@@ -5,6 +5,7 @@ HTTP server, a sleep-poll, a child process) end the chain."""
 from __future__ import annotations
 
 from slime_hangdoctor.analysis.signatures import Block
+from slime_hangdoctor.analysis.suspects.stacks import children_text
 from slime_hangdoctor.analysis.suspects.suspect import WEAK, Suspect, SuspectInputs, suspect
 from slime_hangdoctor.verdict import Role
 
@@ -33,8 +34,8 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
         suspect(
             "stacks",
             p.role or Role.TRAIN_RANK,
-            f"stacks: {p.label} is where the chain of ray.get waits ends: it is {r.describe()} "
-            f"(waiting on it: {', '.join(q.label for q in waiting[:4])})",
+            f"stacks: {p.label} is where the chain of ray.get waits ends: it is {r.describe()}"
+            f"{children_text(world, p) if r.block is Block.SUBPROCESS else ''} (waiting on it: {', '.join(q.label for q in waiting[:4])})",
             p,
             weight=WEAK,
             stage=r.stage,

@@ -60,7 +60,7 @@ def _children(world: World, p: Proc) -> list[Proc]:
     return [c for c in world.children_of(p) if c.latest is not None][:2]
 
 
-def _children_text(world: World, p: Proc) -> str:
+def children_text(world: World, p: Proc) -> str:
     """Where the processes `p` forked wait (a rank waiting for its checkpoint writer)."""
     return "".join(f"; its child {c.label} is {brief(c)}" for c in _children(world, p))
 
@@ -81,7 +81,7 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
                 "stacks",
                 role,
                 f"stacks: {p.label} is not in the collective its peers wait in; it is "
-                f"{p.latest.describe() if p.latest else '?'}{_children_text(world, p)} "
+                f"{p.latest.describe() if p.latest else '?'}{children_text(world, p)} "
                 f"(peers: {victims})",
                 p,
                 weight=weight,
