@@ -301,13 +301,15 @@ FAULTS: dict[str, FaultSpec] = {
             name="weight_sync_health_check_queued",
             description=(
                 "weight_sync_engine_wedged in a job run with --use-fault-tolerance whose "
-                "recovery step leaves the health monitors running (slime pauses them in "
-                "RolloutManager.recover_updatable_engines before every weight update; a fork "
-                "that does not): the RolloutManager's RolloutHealthMonitor thread, resumed by "
-                "generate, calls each engine actor's health_generate every second; each engine "
-                "actor runs update_weights_from_distributed, blocked in the weight broadcast, so "
-                "the health check queues behind it on the actor "
-                "(open-instruct PR#1454's shape)"
+                "weight updater resumes the health monitors as soon as it has posted the update "
+                "(slime pauses them in RolloutManager.recover_updatable_engines and resumes them "
+                "with the next generate; a fork that resumes them early): the RolloutManager's "
+                "RolloutHealthMonitor thread calls each engine actor's health_generate every "
+                "second; each engine actor runs update_weights_from_distributed, blocked in the "
+                "weight broadcast, so the health check queues behind it on the actor "
+                "(open-instruct PR#1454's shape). A fork that never pauses them lets a check "
+                "reach an engine between pause_generation and the update: SGLang fails it after "
+                "20 s and the monitor kills the engine (a CI run showed that race)"
             ),
             expected=Expected(
                 status="hung",

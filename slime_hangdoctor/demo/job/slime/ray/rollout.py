@@ -326,13 +326,10 @@ class RolloutManager:
     def recover_updatable_engines(self) -> None:
         """rollout.py:553-564: pause the health monitors, then restart dead updatable engines
         before the next weight update (train rank 0 calls it under --use-fault-tolerance)."""
-        if self.args.fault == "weight_sync_health_check_queued":
-            # demo fault plan: a fork whose recovery step does not pause the monitors (slime
-            # pauses them here and in offload), so a check runs into the weight update
-            # (open-instruct PR#1454's shape)
-            logger.info("demo fault plan: the health monitors are not paused for this update")
-        else:
-            self.health_monitoring_pause()
+        # demo fault weight_sync_health_check_queued: the fork's slip is in the weight updater,
+        # which resumes the monitors as soon as it has posted the update (see
+        # update_weight_from_distributed.py), not here
+        self.health_monitoring_pause()
         srv = self._get_updatable_server()
         if self.rollout_id == -1 or srv is None:
             return

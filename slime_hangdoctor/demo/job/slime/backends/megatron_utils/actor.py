@@ -73,6 +73,8 @@ class MegatronTrainRayActor(TrainRayActor):
         import torch.distributed as dist
 
         self.rollout_manager = rollout_manager
+        # demo: the weight updater's fault hook (weight_sync_health_check_queued) resumes its monitors
+        self.weight_updater.rollout_manager = rollout_manager
         if dist.get_rank() == 0:
             ray.get(
                 rollout_manager.set_train_parallel_config.remote({"dp_size": dist.get_world_size()})

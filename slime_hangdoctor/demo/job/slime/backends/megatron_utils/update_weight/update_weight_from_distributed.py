@@ -7,6 +7,7 @@ import argparse
 import logging
 import random
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -31,6 +32,7 @@ class UpdateWeightFromDistributed:
         self._group_name = "slime-pp_0"
         self._model_update_groups: Any = None
         self._is_pp_src_rank = False
+        self.rollout_manager: Any = None  # demo: set by the actor (a fault's hook)
 
     def connect_rollout_engines(
         self,
@@ -107,9 +109,31 @@ class UpdateWeightFromDistributed:
             self.weight_version,
             self.rollout_engines,
             converted_named_tensors,
+            on_posted=self._resume_health_checks_early if self._health_checks_slip() else None,
         )
         ray.get(refs)
         ray.get(self.rollout_engine_lock.release.remote())
+
+    def _health_checks_slip(self) -> bool:
+        """Demo fault `weight_sync_health_check_queued` (open-instruct PR#1454's shape): at the
+        armed sync, a fork that resumes the health monitors once the update is posted to the
+        engines, not after it (slime pauses them in recover_updatable_engines and resumes them with
+        the next generate). Each check then queues on an engine actor behind the update. Resumed
+        any earlier (between pause_generation and the update), a check would reach a paused
+        engine, whose /health_generate fails after SGLang's 20 s and gets the engine killed."""
+        step = self.weight_version - 2  # sync 1 is the initial one; sync k+2 follows step k
+        return (
+            self.args.fault == "weight_sync_health_check_queued"
+            and step >= 0
+            and fault_armed(self.args, self.args.fault, step)
+            and self.rollout_manager is not None
+        )
+
+    def _resume_health_checks_early(self) -> None:
+        import ray
+
+        logger.info("demo fault plan: the health monitors resume once the update is posted")
+        ray.get(self.rollout_manager.health_monitoring_resume.remote())
 
     def _wait_for_timed_engine_fault(self) -> None:
         """Demo fault plan (`WEIGHT_SYNC_FAULTS`, `engine_paused_by_update`): from the armed step
@@ -207,6 +231,7 @@ def update_weights_from_distributed(
     weight_version: int,
     rollout_engines: list[Any],
     converted_named_tensors: list[tuple[str, Any]],
+    on_posted: Callable[[], None] | None = None,  # demo only (a fault's hook), None in slime
 ) -> list[Any]:
     import torch.distributed as dist
 
@@ -222,6 +247,8 @@ def update_weights_from_distributed(
         )
         for engine in rollout_engines
     ]
+    if on_posted is not None:
+        on_posted()
     for _, param in converted_named_tensors:
         dist.broadcast(param.data, 0, group=group)
     return refs
