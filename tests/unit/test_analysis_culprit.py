@@ -13,6 +13,7 @@ a group whose pg_id differs across its ranks.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,11 @@ from slime_hangdoctor.analysis.progress import assess
 from slime_hangdoctor.analysis.suspects import engines, flight_recorder, ras, reads_of
 from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, STRONG, WEAK, SuspectInputs
 from slime_hangdoctor.analysis.world import World, build_world
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.facts import FrDump, Outcome, ProcessInfo
 from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
 from slime_hangdoctor.parsers.nccl_ras import parse_ras
 from slime_hangdoctor.parsers.processes import parse_processes
+from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.topology import Engine
 from slime_hangdoctor.verdict import Role, Stage, Status, Verdict
@@ -110,26 +112,43 @@ def test_ras_cascade_blames_the_rank_behind_everywhere() -> None:
     assert [s.pid for s in ras.suspects(_reads(world))] == [11]
 
 
+@dataclass(frozen=True)
+class RecordedFr:
+    """A recorded flight-recorder capture (dumps of ranks 0-2, the real process scan of them, the
+    ranks' pids) and the one-sample snapshot of both."""
+
+    pids: dict[int, int]
+    dumps: tuple[FrDump, ...]
+    rows: tuple[ProcessInfo, ...]
+    snap: Snapshot
+
+
+def _recorded_fr(folder: Path, prefix: str) -> RecordedFr:
+    pids = {int(r): pid for r, pid in json.loads((folder / "pids.json").read_text()).items()}
+    dumps = tuple(
+        parse_flight_recorder((folder / f"{prefix}_rank_{r}.pkl").read_bytes(), rank=r)
+        for r in (0, 1, 2)
+    )
+    rows = tuple(parse_processes((folder / "processes.json").read_text()))
+    snap = snapshot(
+        samples=1,
+        flight=tuple(Observed("flight_recorder", NODE, 0, d) for d in dumps),
+        processes=(procs_obs(0, *rows),),
+    )
+    return RecordedFr(pids, dumps, rows, snap)
+
+
 def test_flight_recorder_cascade_blames_the_root() -> None:
     """Recorded (real/local-cpu-gloo-fr-cascade: torch 2.13's flight recorder of three real Gloo
     ranks, groups A = {0, 1} and B = {0, 2}, and the real process scan of them): rank 1 never enters
     A's #5, rank 0 waits in it; rank 2 waits in B's #3, which rank 0 (stuck in A) never entered.
     Rank 1 is the root; rank 0 is behind in B but a victim. The dumps' pg_id is each process's own
     count (rank 2's B is pg 1, as rank 0's A): the groups are matched by their names ('1', '2')."""
-    pids = {int(r): pid for r, pid in json.loads((FR_CASCADE / "pids.json").read_text()).items()}
-    dumps = tuple(
-        parse_flight_recorder((FR_CASCADE / f"fr_cascade_rank_{r}.pkl").read_bytes(), rank=r)
-        for r in (0, 1, 2)
-    )
+    fr = _recorded_fr(FR_CASCADE, "fr_cascade")
+    pids, dumps, rows, snap = fr.pids, fr.dumps, fr.rows, fr.snap
     assert {e.state for d in dumps for e in d.entries} == {"scheduled"}  # Gloo: pg_status only
     assert [d.pg_status["1"]["last_enqueued_collective"] for d in dumps] == [5, 4, 3]
-    rows = parse_processes((FR_CASCADE / "processes.json").read_text())
     assert {p.pid: p.env["RANK"] for p in rows} == {pid: str(r) for r, pid in pids.items()}
-    snap = snapshot(
-        samples=1,
-        flight=tuple(Observed("flight_recorder", NODE, 0, d) for d in dumps),
-        processes=(procs_obs(0, *rows),),
-    )
     world = build_world(snap, topology())
     assert [(g.pg, [c.rank for c in g.cursors]) for g in flight_recorder.fr_groups(world)] == [
         ("1", [0, 1]),
@@ -154,23 +173,14 @@ def test_flight_recorder_matches_a_group_by_name_not_by_pg_id() -> None:
     rank 2 (where pg_id 1 is EMBEDDING_GROUP on the others). Rank 2 never enters its #4, ranks 0
     and 1 wait in it. Matched by pg_id, rank 2's cursor met EMBEDDING_GROUP's and the group read
     'every rank entered #4 and none completed it', with no culprit."""
-    pids = {int(r): pid for r, pid in json.loads((FR_GROUPS / "pids.json").read_text()).items()}
-    dumps = tuple(
-        parse_flight_recorder((FR_GROUPS / f"fr_groups_rank_{r}.pkl").read_bytes(), rank=r)
-        for r in (0, 1, 2)
-    )
+    fr = _recorded_fr(FR_GROUPS, "fr_groups")
+    pids, dumps, rows, snap = fr.pids, fr.dumps, fr.rows, fr.snap
     assert [{(e.pg_id, e.pg_name, e.pg_desc) for e in d.entries} for d in dumps] == [
         {(1, "1", "EMBEDDING_GROUP"), (2, "2", "DATA_PARALLEL_GROUP")},
         {(1, "1", "EMBEDDING_GROUP"), (2, "2", "DATA_PARALLEL_GROUP")},
         {(1, "2", "DATA_PARALLEL_GROUP")},
     ]
-    rows = parse_processes((FR_GROUPS / "processes.json").read_text())
     assert {p.pid: p.env["RANK"] for p in rows} == {pid: str(r) for r, pid in pids.items()}
-    snap = snapshot(
-        samples=1,
-        flight=tuple(Observed("flight_recorder", NODE, 0, d) for d in dumps),
-        processes=(procs_obs(0, *rows),),
-    )
     world = build_world(snap, topology())
     groups = {g.pg: g for g in flight_recorder.fr_groups(world)}
     assert sorted(groups) == ["1", "2"]

@@ -121,13 +121,22 @@ class UpdateWeightFromDistributed:
         the next generate). Each check then queues on an engine actor behind the update. Resumed
         any earlier (between pause_generation and the update), a check would reach a paused
         engine, whose /health_generate fails after SGLang's 20 s and gets the engine killed."""
-        step = self.weight_version - 2  # sync 1 is the initial one; sync k+2 follows step k
         return (
-            self.args.fault == "weight_sync_health_check_queued"
-            and step >= 0
-            and fault_armed(self.args, self.args.fault, step)
+            self._armed_step(("weight_sync_health_check_queued",)) is not None
             and self.rollout_manager is not None
         )
+
+    def _armed_step(self, faults: tuple[str, ...]) -> int | None:
+        """The train step this sync follows, when the job's fault is one of `faults` and armed
+        from that step on (sync 1 is the initial one; sync k+2 follows step k); else None."""
+        step = self.weight_version - 2
+        if (
+            step >= 0
+            and self.args.fault in faults
+            and fault_armed(self.args, self.args.fault, step)
+        ):
+            return step
+        return None
 
     def _resume_health_checks_early(self) -> None:
         import ray
@@ -139,9 +148,8 @@ class UpdateWeightFromDistributed:
         """Demo fault plan (`WEIGHT_SYNC_FAULTS`, `engine_paused_by_update`): from the armed step
         on, let that engine's timed server fault go live before this sync (the first one it misses;
         the one after which it stays paused)."""
-        step = self.weight_version - 2  # sync 1 is the initial one; sync k+2 follows step k
-        timed = (*WEIGHT_SYNC_FAULTS, "engine_paused_by_update")
-        if step >= 0 and self.args.fault in timed and fault_armed(self.args, self.args.fault, step):
+        step = self._armed_step((*WEIGHT_SYNC_FAULTS, "engine_paused_by_update"))
+        if step is not None:
             engine = self.rollout_engines[self.args.fault_engine]
             where = f"weight sync to engine {self.args.fault_engine}"
             wait_until_server_fault_live(self.args, engine, step, where)
