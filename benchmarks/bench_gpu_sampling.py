@@ -5,7 +5,7 @@ is not part of `python -m benchmarks.run`, which runs on machines without GPUs. 
 `collect.node.sample_gpus_over` in this process (time.process_time), REPS times each:
 
 - `attach`: window 3 s, a reading every 0.5 s, PCIe, per-process utilisation and GPM;
-- `watchdog full look`: window 2 s, a reading every `watchdog.run.NVML_INTERVAL_S`;
+- `watchdog full look`: window 2 s, a reading every `watchdog.look.NVML_INTERVAL_S`;
 - `watchdog stackless look`: the same without the detail (`CollectOptions.gpu_detail=False`).
 
 Run: ``python -m benchmarks.bench_gpu_sampling`` (prints JSON).
@@ -29,7 +29,7 @@ def measure(reps: int = REPS) -> dict[str, Any]:
     from slime_hangdoctor.bundle import BundleWriter
     from slime_hangdoctor.collect.node import sample_gpus_over
     from slime_hangdoctor.collect.options import CollectOptions, Deadline
-    from slime_hangdoctor.watchdog.run import NVML_INTERVAL_S
+    from slime_hangdoctor.watchdog.look import NVML_INTERVAL_S
 
     looks = {
         "attach": CollectOptions(window_s=3.0),

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from slime_hangdoctor.bundle import RAY_LOGS, BundleWriter, ProbeRecord
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 MIB = 2**20

@@ -413,6 +413,30 @@ def _watchdog(r: dict[str, Any]) -> str:
                 _met(wa["met"]),
             ],
         ]
+        rf, ph = w.get("check_refresh"), w.get("check_progressing_hour")
+        if rf and ph:
+            rows += [
+                [
+                    f"`check`, {label}, its analysed look every 10 min (the counters plan aged)",
+                    _s(rf["cpu_s"], "s", 3),
+                    _s(rf["wall_s"]),
+                    f"{100 * rf['share_of_one_core']:.2f} %",
+                    _met(rf["met"]),
+                ],
+                [
+                    f"`check`, an hour of {label}: {ph['counter_runs']} counters-only looks, "
+                    f"{ph['analysed_runs']} analysed",
+                    f"{ph['cpu_s_per_run']:.3f} s on average",
+                    "",
+                    f"{100 * ph['share_of_one_core']:.2f} %",
+                    _met(ph["met"])
+                    + (" (< 0.5 %: met)" if ph["met_issue_26"] else " (< 0.5 %: missed)"),
+                ],
+            ]
+            notes.append(
+                f"{label}: the counters-only look answered {w['check'].get('counters_only', 0)} of "
+                f"{len(w['check']['exit_codes'])} steady-state runs."
+            )
         aa, ls = w.get("check_after_alert"), w.get("check_long_stall")
         if aa:
             notes.append(

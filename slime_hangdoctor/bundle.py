@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from slime_hangdoctor import __version__
 from slime_hangdoctor.errors import BundleInvalid, BundleNotWritable
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.redact import redact_bytes, redact_text
 from slime_hangdoctor.safe_fs import (
     CLOEXEC,

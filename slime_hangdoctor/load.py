@@ -15,15 +15,15 @@ from slime_hangdoctor.bundle import Bundle, ProbeRecord
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import (
     ClusterResources,
-    HttpAnswer,
     ObjectStoreUsage,
-    Outcome,
     RayActor,
     RayJob,
     RayNode,
     RayPlacementGroup,
     RayTask,
 )
+from slime_hangdoctor.http_facts import HttpAnswer
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers import (
     nvml,
     pyspy,

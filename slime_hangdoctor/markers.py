@@ -8,14 +8,15 @@ Health-check and metrics polling move none of these.
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
-from slime_hangdoctor.facts import TASK_RUNNING
-from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
-from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
-from slime_hangdoctor.parsers.sglang import WORK_COUNTERS
-from slime_hangdoctor.snapshot import Snapshot
-from slime_hangdoctor.topology import Topology
+if TYPE_CHECKING:
+    from slime_hangdoctor.http_facts import SglangMetrics
+    from slime_hangdoctor.snapshot import Snapshot
+    from slime_hangdoctor.topology import Topology
 
+# The readers of a snapshot are imported where they are used: the watchdog's decision and its
+# counters-only look need the names and the comparisons below, not the snapshot's whole model.
 Markers = dict[str, str]
 
 
@@ -42,21 +43,32 @@ def work_markers(markers: Markers) -> Markers:
     return {k: v for k, v in markers.items() if not k.startswith("stack:")}
 
 
+def engine_markers(url: str, metrics: SglangMetrics) -> Markers:
+    """One engine's work counters as markers (`sglang:<url>:<counter>`)."""
+    from slime_hangdoctor.parsers.sglang import WORK_COUNTERS
+
+    out: Markers = {}
+    for name, _ in WORK_COUNTERS:
+        value = getattr(metrics, name)
+        if value is not None:
+            out[f"sglang:{url}:{name}"] = repr(float(value))
+    return out
+
+
 def _engine_counters(snapshot: Snapshot, out: Markers) -> None:
-    from slime_hangdoctor.facts import SglangMetrics
+    from slime_hangdoctor.http_facts import SglangMetrics
 
     latest: dict[str, SglangMetrics] = {}
     for obs in sorted(snapshot.http, key=lambda o: o.sample):
         if isinstance(obs.parsed, SglangMetrics):
             latest[obs.answer.url] = obs.parsed
     for url, m in latest.items():
-        for name, _ in WORK_COUNTERS:
-            value = getattr(m, name)
-            if value is not None:
-                out[f"sglang:{url}:{name}"] = repr(float(value))
+        out.update(engine_markers(url, m))
 
 
 def _ray_tasks(snapshot: Snapshot, topology: Topology, out: Markers) -> None:
+    from slime_hangdoctor.facts import TASK_RUNNING
+
     slime_actors = {m.actor_id for m in topology.members if m.actor_id}
     ids = sorted(
         t.task_id for t in snapshot.tasks if t.actor_id in slime_actors and t.state == TASK_RUNNING
@@ -66,6 +78,8 @@ def _ray_tasks(snapshot: Snapshot, topology: Topology, out: Markers) -> None:
 
 
 def _ras_counts(snapshot: Snapshot, out: Markers) -> None:
+    from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
+
     for obs in snapshot.facts(RAS):
         for comm in obs.fact.communicators:
             total = sum(sum(r.collective_counts.values()) for r in comm.ranks)
@@ -73,6 +87,8 @@ def _ras_counts(snapshot: Snapshot, out: Markers) -> None:
 
 
 def _flight_cursors(snapshot: Snapshot, out: Markers) -> None:
+    from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
+
     for obs in snapshot.facts(FLIGHT_RECORDER):
         for pg, status in obs.fact.pg_status.items():
             value = status.get("last_completed_collective")

@@ -29,6 +29,7 @@ class Analysed:
     manifest: Manifest | None = None
     bundle: Path | None = None  # kept bundle directory, when one was asked for
     work_moved: bool | None = None  # CollectResult.work_moved of a live run
+    node_ip: str | None = None  # CollectResult.node_ip of a live run: where its collector ran
 
 
 def analyse_bundle(path: Path, cache: ParseCache | None = None) -> Analysed:
@@ -90,6 +91,7 @@ def attach(
         diagnosis=dataclasses.replace(analysed.diagnosis, verdict=verdict),
         bundle=out,
         work_moved=result.work_moved,
+        node_ip=result.node_ip,
     )
 
 

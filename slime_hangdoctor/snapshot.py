@@ -11,11 +11,8 @@ from typing import Any, TypeVar
 from slime_hangdoctor.bundle import Manifest
 from slime_hangdoctor.facts import (
     ClusterResources,
-    EngineLoad,
     GpuSeries,
-    HttpAnswer,
     LogTail,
-    ModelInfo,
     ObjectStoreUsage,
     ProcessInfo,
     ProcessStack,
@@ -24,6 +21,11 @@ from slime_hangdoctor.facts import (
     RayNode,
     RayPlacementGroup,
     RayTask,
+)
+from slime_hangdoctor.http_facts import (
+    EngineLoad,
+    HttpAnswer,
+    ModelInfo,
     RouterMetrics,
     RouterWorkers,
     ServerInfo,

@@ -7,13 +7,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from slime_hangdoctor.facts import (
-    ACTOR_ALIVE,
-    JOB_RUNNING,
-    TASK_RUNNING,
-    ProcessInfo,
-    RouterWorkers,
-)
+from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, TASK_RUNNING, ProcessInfo
+from slime_hangdoctor.http_facts import RouterWorkers
 from slime_hangdoctor.parsers.log_heads import SPEC as LOG_HEADS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.snapshot import Snapshot

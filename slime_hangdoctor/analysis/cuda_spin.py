@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from slime_hangdoctor.analysis.gpu import GpuRead, GpuState
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import Frame, Outcome
+from slime_hangdoctor.facts import Frame
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.verdict import Role, Stage

@@ -52,20 +52,20 @@ from enum import Enum
 from slime_hangdoctor.analysis.actor_queues import PausedEngine, build_view
 from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import (
+from slime_hangdoctor.http_facts import (
     EngineLoad,
     HttpAnswer,
     ModelInfo,
-    Outcome,
     RouterWorker,
     RouterWorkers,
     ServerInfo,
     SglangMetrics,
 )
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.sglang import (
     RECOVERING_VERSION,
     STEP_COUNTERS,
-    WORK_COUNTERS,
+    counter_rises,
     version_tuple,
 )
 from slime_hangdoctor.snapshot import HttpObs
@@ -225,16 +225,11 @@ def _moving(metrics: dict[int, SglangMetrics]) -> tuple[tuple[str, ...], bool]:
     if len(metrics) < 2:
         return (), False
     first, last = metrics[min(metrics)], metrics[max(metrics)]
-    moving: list[str] = []
-    compared = False
-    for attr, label in WORK_COUNTERS:
-        a, b = getattr(first, attr), getattr(last, attr)
-        if a is None or b is None:
-            continue
-        compared = compared or attr in STEP_COUNTERS
-        if b > a:
-            moving.append(f"{label} +{b - a:g}")
-    return tuple(moving), compared
+    compared = any(
+        getattr(first, attr) is not None and getattr(last, attr) is not None
+        for attr in STEP_COUNTERS
+    )
+    return counter_rises(first, last), compared
 
 
 def _load(latest: list[HttpObs]) -> tuple[EngineLoad | None, list[str]]:

@@ -46,7 +46,8 @@ from slime_hangdoctor.analysis.services import Service, job_services
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source_analysis import Reading, SourceAnalysis
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import PROXY_ENV, RouterMetrics, SglangMetrics, TcpConnection
+from slime_hangdoctor.facts import PROXY_ENV, TcpConnection
+from slime_hangdoctor.http_facts import RouterMetrics, SglangMetrics
 from slime_hangdoctor.topology import ROUTER_TITLE, parse_ray_title
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage, Status
 

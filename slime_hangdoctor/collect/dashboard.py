@@ -20,7 +20,8 @@ from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.node import partial_snapshot
 from slime_hangdoctor.collect.options import resolve_token
-from slime_hangdoctor.facts import JOB_RUNNING, Outcome
+from slime_hangdoctor.facts import JOB_RUNNING
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers import ray_state
 
 MAX_BODY = 64 * 1024 * 1024

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from slime_hangdoctor.bundle import FLIGHT_RECORDER, BundleWriter, ProbeRecord
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 
 PIPE_ENV = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
 DUMP_ENVS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")  # new name first

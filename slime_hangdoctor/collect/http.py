@@ -1,16 +1,20 @@
 """One bounded HTTP GET, as every probe of a dashboard, an engine or a router makes it.
 
-urllib3 (the HTTP library under requests and Ray's own clients) directly: a connect timeout and a
-read timeout, a wall-clock deadline for the whole body, a size cap, no redirects, no retries, a
-fresh connection per request (a kept-alive connection the server dropped meanwhile would fail a
-probe for nothing), and no proxy: the doctor talks to cluster-internal addresses directly, whatever
-HTTP(S)_PROXY says (docs/probes.md). requests is not imported: it cost a cron `check` ~40 ms of
-start-up for the same three calls.
+The standard library's `http.client` (what urllib3 and requests wrap): a connect timeout and a read
+timeout, a wall-clock deadline for the whole body, a size cap, no redirects, no retries, a fresh
+connection per request (a kept-alive connection the server dropped meanwhile would fail a probe for
+nothing), and no proxy: the doctor talks to cluster-internal addresses directly, whatever
+HTTP(S)_PROXY says (docs/probes.md). An https URL is verified as urllib3 and requests verify it
+(`ssl.create_default_context`). A gzip or deflate body (`Content-Encoding`) is decoded, under the
+same cap. Neither requests nor urllib3 is imported: for the same few calls they cost a cron
+`check` ~40 ms and ~30 ms of start-up (docs/performance.md).
 """
 
 from __future__ import annotations
 
+import socket
 import time
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -19,9 +23,11 @@ from typing import TYPE_CHECKING
 from slime_hangdoctor.redact import utf8_prefix
 
 if TYPE_CHECKING:
-    from urllib3.response import BaseHTTPResponse
+    from http.client import HTTPResponse
 
 CHUNK = 64 * 1024
+# Content-Encoding -> zlib's window bits for it (16 + : a gzip header and trailer; plain: zlib).
+_DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,10 @@ class BodyDeadline(Exception):
         self.partial = partial
 
 
+class UnsupportedUrl(ValueError):
+    """Not an http:// or https:// URL with a host."""
+
+
 def get(
     url: str,
     headers: Mapping[str, str],
@@ -53,53 +63,66 @@ def get(
 ) -> Fetched:
     """GET `url`. `timeout` bounds connecting and each read; `deadline` (time.monotonic) the body.
 
-    Raises the transport's exceptions (urllib3's, OSError) and BodyDeadline; the callers classify
-    them into outcomes."""
-    import urllib3
+    Raises the transport's exceptions (OSError and its kinds, http.client's HTTPException),
+    UnsupportedUrl and BodyDeadline; the callers classify them into outcomes."""
+    import http.client
+    from urllib.parse import urlsplit
 
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UnsupportedUrl(f"not an http(s) URL: {url!r}")
     limit = max(0.05, timeout)
-    pool = urllib3.connection_from_url(
-        url,
-        maxsize=1,
-        block=False,
-        retries=False,
-        timeout=urllib3.Timeout(connect=limit, read=limit),
-    )
+    conn: http.client.HTTPConnection
+    if parts.scheme == "https":
+        conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=limit)
+    else:
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=limit)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
-        resp = pool.urlopen(
-            "GET",
-            urllib3.util.parse_url(url).request_uri,
-            headers=dict(headers),
-            redirect=False,
-            retries=False,
-            preload_content=False,
-            assert_same_host=False,
-        )
+        conn.request("GET", target, headers=dict(headers))
+        resp = conn.getresponse()
         try:
             body, truncated = _read(resp, deadline, max_body)
         finally:
             resp.close()
-        return Fetched(resp.status, body, resp.headers.get("Content-Type"), truncated)
+        return Fetched(resp.status, body, resp.getheader("Content-Type"), truncated)
     finally:
-        pool.close()
+        conn.close()
 
 
-def _read(resp: BaseHTTPResponse, deadline: float, max_body: int) -> tuple[bytes, bool]:
-    """(body, truncated) read under the cap and the deadline.
+def _read(resp: HTTPResponse, deadline: float, max_body: int) -> tuple[bytes, bool]:
+    """(body, truncated) read under the cap and the deadline, decoded where it is gzip or deflate
+    (the cap bounds the decoded bytes: a small bomb cannot fill memory).
 
-    `read1` returns as soon as any bytes are there (`stream`/`read(n)` wait for n bytes or the end:
-    a body that trickles in a byte at a time, never idle for a whole read timeout, would hold them
-    far past the deadline)."""
+    `read1` returns as soon as any bytes are there (`read(n)` waits for n bytes or the end: a
+    body that trickles in a byte at a time, never idle for a whole read timeout, would hold it far
+    past the deadline)."""
+    encoding = (resp.getheader("Content-Encoding") or "").strip().lower()
+    decoder = zlib.decompressobj(_DECODERS[encoding]) if encoding in _DECODERS else None
     buf = bytearray()
     while True:
-        chunk = resp.read1(CHUNK, decode_content=True)
-        if not chunk:
-            return bytes(buf), False
+        raw = resp.read1(CHUNK)
+        room = max_body + 1 - len(buf)
+        try:
+            if decoder is None:
+                chunk = raw
+            elif raw:
+                chunk = decoder.decompress(raw, room)
+            else:
+                chunk = decoder.flush(room)
+        except zlib.error as exc:
+            raise BadEncoding(f"a {encoding} body that does not decode ({exc})") from exc
         buf.extend(chunk)
         if len(buf) >= max_body:  # cut on a character boundary: redact_bytes sees whole text
             return utf8_prefix(bytes(buf), max_body), True
+        if not raw:
+            return bytes(buf), False
         if time.monotonic() > deadline:
             raise BodyDeadline(bytes(buf))
+
+
+class BadEncoding(Exception):
+    """A body whose Content-Encoding says gzip or deflate, and is not."""
 
 
 class Failure(str, Enum):
@@ -112,34 +135,27 @@ class Failure(str, Enum):
     OTHER = "failed"
 
 
-_TIMEOUT_NAMES = frozenset({"ConnectTimeoutError", "ReadTimeoutError", "TimeoutError"})
-
-
 def classify(exc: BaseException) -> tuple[Failure, str]:
     """(kind, a one-line description) of an exception raised by `get`."""
     causes = _causes(exc)
     if any(isinstance(c, ConnectionRefusedError) for c in causes):
         return Failure.REFUSED, "connection refused"
-    if any(isinstance(c, TimeoutError) or type(c).__name__ in _TIMEOUT_NAMES for c in causes):
+    if any(isinstance(c, TimeoutError) for c in causes):
         return Failure.TIMEOUT, "timed out"
+    if any(isinstance(c, socket.gaierror) for c in causes):
+        return Failure.UNKNOWN_HOST, "unknown host"
     if any(isinstance(c, OSError) and getattr(c, "errno", None) in (101, 113) for c in causes):
         return Failure.UNREACHABLE, f"unreachable: {_describe(causes[-1])}"
-    text = " ".join(_describe(c) for c in causes[:1])
-    if type(exc).__name__ == "NameResolutionError" or any(
-        m in str(exc) for m in ("Name or service not known", "nodename nor servname")
-    ):
-        return Failure.UNKNOWN_HOST, "unknown host"
-    return Failure.OTHER, text
+    return Failure.OTHER, " ".join(_describe(c) for c in causes[:1])
 
 
 def _describe(exc: BaseException) -> str:
-    # urllib3 names its connection object first ("<...HTTPConnection object at 0x...>: Failed to ...")
-    text = str(exc).strip().split(">: ", 1)[-1]
+    text = str(exc).strip()
     return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
 
 
 def _causes(exc: BaseException) -> list[BaseException]:
-    """The exception, its causes/contexts, and exceptions stored in args or .reason (urllib3)."""
+    """The exception, its causes/contexts, and exceptions stored in args or .reason."""
     seen: list[BaseException] = []
     todo: list[BaseException] = [exc]
     while todo and len(seen) < 20:

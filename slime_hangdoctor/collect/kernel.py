@@ -26,7 +26,7 @@ from typing import Any
 from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
 from slime_hangdoctor.collect.node_probe import NodeContext
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.redact import utf8_prefix
 
 MAX_THREADS = 4096

@@ -20,7 +20,8 @@ from typing import Any
 from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.dashboard import DashboardClient, HttpResult, classify
-from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, Outcome, RayActor, RayJob
+from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, RayActor, RayJob
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.topology import CLASS_ROLES
 from slime_hangdoctor.verdict import Role
 

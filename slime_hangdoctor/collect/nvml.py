@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from slime_hangdoctor.bundle import GPM, NVML, BundleWriter, ProbeRecord, dumps_json
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 
 TARGET = "gpus"
 _NVLINK_FIELDS = ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX")

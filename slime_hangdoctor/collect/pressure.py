@@ -11,7 +11,7 @@ from typing import Any
 
 from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
 from slime_hangdoctor.collect.node_probe import NodeContext
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.pressure import PRESSURE, RESOURCES
 
 PROC_PRESSURE = "/proc/pressure"

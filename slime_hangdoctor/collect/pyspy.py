@@ -22,7 +22,7 @@ from typing import Any
 from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.node_probe import NodeContext
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 
 PTRACE_HELP = (
     "py-spy may not ptrace this process: run the doctor as the job's user or as root with "

@@ -20,7 +20,7 @@ from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, safe_suffix
 from slime_hangdoctor.collect.node import run_detached_sample
 from slime_hangdoctor.collect.node_probe import NodeSpec
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 
 NAMESPACE = "slime-hangdoctor"
 

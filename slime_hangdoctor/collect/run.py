@@ -42,8 +42,9 @@ from slime_hangdoctor.collect.remote import (
     node_blind_spot,
 )
 from slime_hangdoctor.errors import RayUnreachable
-from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, NODE_ALIVE, Outcome
+from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, NODE_ALIVE
 from slime_hangdoctor.load import ParseCache, load_snapshot
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.redact import redact_text
 from slime_hangdoctor.snapshot import Snapshot
@@ -91,6 +92,9 @@ class CollectResult:
     work_moved: bool | None = None
     # the artefacts of this bundle already read and parsed (for the analysis of the same run)
     cache: ParseCache | None = None
+    # The Ray node this collector ran on (the node_ip of its own process scan); None where it
+    # knows none (--local, or a machine outside the cluster).
+    node_ip: str | None = None
 
 
 @dataclass
@@ -202,7 +206,13 @@ def collect(
                 run.tasks.close()
     manifest = writer.finish()
     return CollectResult(
-        writer.root, manifest, deadline.elapsed(), ray_error, run.work_moved, parse_cache(writer)
+        writer.root,
+        manifest,
+        deadline.elapsed(),
+        ray_error,
+        run.work_moved,
+        parse_cache(writer),
+        run.node_ip,
     )
 
 

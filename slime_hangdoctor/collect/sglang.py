@@ -45,7 +45,8 @@ from urllib.parse import urlsplit
 from slime_hangdoctor import bundle
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, safe_name
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import Outcome, SglangMetrics
+from slime_hangdoctor.http_facts import SglangMetrics
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers import sglang as parsers
 
 # An answer past this size is not an SGLang answer (a /metrics page is ~10-500 KB): it is not kept,

@@ -24,7 +24,7 @@ from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
 from slime_hangdoctor.collect.node_probe import NodeContext
 from slime_hangdoctor.collect.tcp_tables import TcpTables
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.sockets import LISTEN
 
 MAX_FDS = 20_000  # per process

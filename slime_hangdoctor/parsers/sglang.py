@@ -31,7 +31,7 @@ from typing import Any
 
 from slime_hangdoctor.bundle import ROUTER, SGLANG
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import (
+from slime_hangdoctor.http_facts import (
     EngineLoad,
     ModelInfo,
     RouterMetrics,
@@ -54,6 +54,7 @@ __all__ = [
     "STEP_COUNTERS",
     "WORK_COUNTERS",
     "HttpEndpoint",
+    "counter_rises",
     "parse_loads",
     "parse_metrics",
     "parse_metrics_page",
@@ -331,6 +332,18 @@ WORK_COUNTERS: tuple[tuple[str, str], ...] = (
 # step, metrics_reporter.py report_decode_stats): flat over a window means no step ran. The others
 # move only when a request finishes, so a flat one proves nothing.
 STEP_COUNTERS = frozenset({"decode_tokens_total", "prefill_tokens_total", "forward_seconds_total"})
+
+
+def counter_rises(first: SglangMetrics, last: SglangMetrics) -> tuple[str, ...]:
+    """The work counters that rose from `first` to `last`, in WORK_COUNTERS order, each as its label
+    and rise ("decode tokens +120"): the analysis's progress and the watchdog's counters-only look
+    say it in the same words."""
+    rises: list[str] = []
+    for attr, label in WORK_COUNTERS:
+        a, b = getattr(first, attr), getattr(last, attr)
+        if a is not None and b is not None and b > a:
+            rises.append(f"{label} +{b - a:g}")
+    return tuple(rises)
 
 
 def parse_metrics_page(body: bytes) -> SglangMetrics:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from slime_hangdoctor.markers import Markers, changed_markers, work_markers
 from slime_hangdoctor.verdict import ExitCode, Status, Verdict
-from slime_hangdoctor.watchdog.state import StallLook, WatchState
+from slime_hangdoctor.watchdog.state import CounterPlan, StallLook, WatchState
 
 
 @dataclass(frozen=True)
@@ -28,12 +28,14 @@ def decide_check(
     stall_after_s: float,
     window_moved: bool = False,
     stall_look: StallLook | None = None,
+    counter_plan: CounterPlan | None = None,
 ) -> CheckDecision:
     """Exit 0 on progress or idle, 1 while a stall is younger than `stall_after_s`, 2 past it, 3 unknown.
 
     `window_moved`: this run saw work markers move within its own window (remembered, so that the
     next run may first look without stacks). `stall_look`: the full look at a stall that a later
-    run may carry forward (kept only while the job stays hung)."""
+    run may carry forward (kept only while the job stays hung). `counter_plan`: what a later run's
+    counters-only look reads (kept only while the job progresses)."""
     runs = previous.runs + 1
     if verdict.status is Status.UNKNOWN:
         state = WatchState(
@@ -48,7 +50,8 @@ def decide_check(
             verdict.summary,
         )
     if verdict.status in (Status.PROGRESSING, Status.IDLE):
-        state = WatchState(now, now, markers, None, runs, window_moved)
+        plan = counter_plan if verdict.status is Status.PROGRESSING else None
+        state = WatchState(now, now, markers, None, runs, window_moved, counter_plan=plan)
         return CheckDecision(ExitCode.OK, 0.0, state, False, (), verdict.status.value)
     # Only markers that move with work restart the clock: a stack digest also changes while a CPU-hot
     # loop spins in place (a sympy reward that never ends).

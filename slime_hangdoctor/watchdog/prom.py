@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
-from slime_hangdoctor.bundle import Manifest
 from slime_hangdoctor.verdict import Status, Verdict
 from slime_hangdoctor.watchdog.decide import CheckDecision
 
@@ -14,11 +13,12 @@ def write_prom_file(
     path: Path,
     verdict: Verdict,
     decision: CheckDecision,
-    manifest: Manifest | None,
+    probe_outcomes: Mapping[tuple[str, str], int],
     *,
     now: float,
     duration_s: float,
 ) -> None:
+    """`probe_outcomes`: (source, outcome) -> how many of the run's probes ended so."""
     from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
     reg = CollectorRegistry()
@@ -62,11 +62,8 @@ def write_prom_file(
         ["source", "outcome"],
         registry=reg,
     )
-    if manifest is not None:
-        for (source, outcome), n in Counter(
-            (p.source, p.outcome.value) for p in manifest.probes
-        ).items():
-            outcomes.labels(source=source, outcome=outcome).set(n)
+    for (source, outcome), n in probe_outcomes.items():
+        outcomes.labels(source=source, outcome=outcome).set(n)
     Gauge(
         "slime_hangdoctor_last_run_timestamp_seconds", "When the last check ran.", registry=reg
     ).set(now)

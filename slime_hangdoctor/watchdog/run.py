@@ -13,17 +13,13 @@ import signal
 import stat
 import subprocess
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from slime_hangdoctor.bundle import Bundle, BundleWriter
-from slime_hangdoctor.collect.node import parse_cache
 from slime_hangdoctor.collect.options import CHECK_DEFAULTS, CollectOptions
 from slime_hangdoctor.errors import HangDoctorError
-from slime_hangdoctor.load import load_snapshot
-from slime_hangdoctor.markers import Markers, changed_markers, progress_markers, work_markers
-from slime_hangdoctor.pipeline import Analysed, attach
 from slime_hangdoctor.safe_fs import (
     CLOEXEC,
     NOFOLLOW,
@@ -32,37 +28,33 @@ from slime_hangdoctor.safe_fs import (
     open_dir,
     open_private_dir,
 )
-from slime_hangdoctor.topology import build_topology
 from slime_hangdoctor.verdict import (
     Diagnosis,
     ExitCode,
     Finding,
     Severity,
-    Status,
     unknown_verdict,
-    verdict_from_json,
 )
 from slime_hangdoctor.watchdog.decide import CheckDecision, decide_check
 from slime_hangdoctor.watchdog.private_files import private_dir
-from slime_hangdoctor.watchdog.prom import write_prom_file
 from slime_hangdoctor.watchdog.state import (
     DEFAULT_STATE_FILE,
+    CounterPlan,
     LockHeld,
-    StallLook,
     WatchState,
     load_state,
     run_lock,
     save_state,
 )
 
+if TYPE_CHECKING:
+    from slime_hangdoctor.watchdog.counter_verdict import CounterJudgement
+
+# What a run imports is what it needs: the counters-only look (watchdog/counter_look.py) answers
+# most runs of a progressing job, and neither the collector nor the analysis is imported for it
+# (watchdog/look.py, imported when that look does not answer).
+
 HOOK_TIMEOUT_S = 30.0
-# During a stall already alerted for, a run in which nothing moved carries the verdict of the
-# stall's last full look for this long after it; then it takes stacks again.
-CARRY_FOR_S = 600.0
-# The watchdog reads NVML at the window's start, middle and end (attach: every 0.5 s). One reading
-# costs ~2.5-5 ms of CPU per GPU on an H200 (docs/gpu.md): a cron run on an 8-GPU node pays it
-# every minute.
-NVML_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -129,19 +121,44 @@ def _check_locked(
     started = time.monotonic()
     now = time.time()
     loaded = load_state(check.state_file)
+    previous = loaded.state
     notes = [*early, *([loaded.problem] if loaded.problem else [])]
-    look = _look(address, opts, loaded.state, now)
-    analysed = look.analysed
-    diagnosis = analysed.diagnosis
-    decision = decide_check(
-        diagnosis.verdict,
-        look.markers,
-        loaded.state,
-        now=now,
-        stall_after_s=check.stall_after_s,
-        window_moved=analysed.work_moved is True,
-        stall_look=look.stall_look(now),
-    )
+    target = address or ""
+    counted = _counter_look(previous, target, opts, now)
+    outcomes: Counter[tuple[str, str]] = Counter()
+    if counted is not None and counted.verdict is not None:
+        diagnosis = Diagnosis(counted.verdict)
+        outcomes.update(counted.outcomes)
+        decision = decide_check(
+            counted.verdict,
+            {**previous.markers, **counted.markers},
+            previous,
+            now=now,
+            stall_after_s=check.stall_after_s,
+            window_moved=True,
+            counter_plan=previous.counter_plan,
+        )
+    else:
+        from slime_hangdoctor.watchdog.look import counter_plan, look
+
+        left = opts.timeout_s - (time.monotonic() - started)
+        seen = look(address, dataclasses.replace(opts, timeout_s=max(1.0, left)), previous, now)
+        analysed = seen.analysed
+        if analysed.manifest is not None:
+            outcomes.update((p.source, p.outcome.value) for p in analysed.manifest.probes)
+        diagnosis = analysed.diagnosis
+        if counted is not None:
+            diagnosis = _annotate_counter_look(diagnosis, counted)
+        decision = decide_check(
+            diagnosis.verdict,
+            seen.markers,
+            previous,
+            now=now,
+            stall_after_s=check.stall_after_s,
+            window_moved=analysed.work_moved is True,
+            stall_look=seen.stall_look(now),
+            counter_plan=counter_plan(analysed, target, now),
+        )
     diagnosis = _annotate(diagnosis, decision, notes)
     bundle: Path | None = None
     hook_rc: int | None = None
@@ -154,11 +171,13 @@ def _check_locked(
     save_state(check.state_file, decision.state)
     duration = time.monotonic() - started
     if check.prom_file is not None:
+        from slime_hangdoctor.watchdog.prom import write_prom_file
+
         write_prom_file(
             check.prom_file,
             diagnosis.verdict,
             decision,
-            analysed.manifest,
+            outcomes,
             now=now,
             duration_s=duration,
         )
@@ -172,158 +191,39 @@ def _check_locked(
     return CheckResult(diagnosis, decision.exit_code, decision, bundle, hook_rc, tuple(notes))
 
 
-@dataclass(frozen=True)
-class _Look:
-    analysed: Analysed
-    markers: Markers
-    full: bool  # stacks were taken (the verdict is judged on them)
-    carried: StallLook | None = None  # the stall look whose verdict this run carries forward
+def _counter_look(
+    previous: WatchState, target: str, opts: CollectOptions, now: float
+) -> CounterJudgement | None:
+    """The counters-only look, where the last analysed look left a plan that may be read now
+    (watchdog/counter_verdict.py says when); None where there is none to read."""
+    plan: CounterPlan | None = previous.counter_plan
+    if plan is None:
+        return None
+    from slime_hangdoctor.watchdog.counter_look import read_counters
+    from slime_hangdoctor.watchdog.counter_verdict import judge_counters, usable_plan
 
-    def stall_look(self, now: float) -> StallLook | None:
-        """What the next run may carry: this run's own full look at a stall, or the one it carried."""
-        if self.carried is not None:
-            return self.carried
-        verdict = self.analysed.diagnosis.verdict
-        if not self.full or verdict.status is not Status.HUNG:
-            return None
-        return StallLook(now, verdict.to_json(), _members(self.analysed))
-
-
-def _look(address: str | None, opts: CollectOptions, previous: WatchState, now: float) -> _Look:
-    """One look in the watchdog's mode, taking stacks only where they can matter.
-
-    Stacks tell parked from moving and name the culprit of a job that made no progress; a job
-    whose tokens, Ray tasks, collectives or NVLink counters move needs none, and neither does a stall
-    already judged on them in which nothing has moved since. So, first a look without any stacks:
-
-    - when the last run saw such work move within its window (a progressing job): if work moved
-      again and the analysis agrees the job progresses, that is the answer (most runs of a healthy
-      job: no py-spy at all);
-    - during a stall already alerted for (CRITICAL): if nothing moved in the window nor since the
-      last run, and the same slime processes are there, the verdict of the stall's last full look
-      stands, carried forward with its age, for up to CARRY_FOR_S after that look;
-
-    anything else (first run, a stall before its alert, a job between phases, something moved) gets
-    the full look: stacks at the first sample, and at the second only if nothing moved. A stall is
-    therefore always judged on two sets of stacks, as `attach` judges it."""
-    started = time.monotonic()
-    full = dataclasses.replace(
-        opts,
-        stacks_only_if_stalled=True,
-        nvml_interval_s=max(opts.nvml_interval_s, NVML_INTERVAL_S),
+    if usable_plan(plan, target, now) is not None:
+        return None
+    reading = read_counters(
+        plan,
+        api_key=opts.api_key,
+        window_s=opts.window_s,
+        timeout_s=min(opts.probe_timeout_s, opts.timeout_s / 4),
     )
-    carry = _carriable(previous, now)
-    if opts.stacks and (previous.window_moved or carry is not None):
-        gate = attach(
-            address,
-            dataclasses.replace(
-                full,
-                stacks=False,
-                gpu_detail=False,
-                logs=False,
-                history=False,
-                timeout_s=opts.timeout_s / 2,
-            ),
-            command="check",
-            judge_work_moved=work_moved,
-        )
-        markers = _markers(gate)
-        status = gate.diagnosis.verdict.status
-        if status is Status.UNKNOWN:
-            return _Look(gate, markers, full=False)
-        if gate.work_moved and status is Status.PROGRESSING:
-            return _Look(_note_stackless(gate), markers, full=False)
-        if (
-            carry is not None
-            and gate.work_moved is False
-            and status is Status.HUNG
-            and work_markers(markers) == work_markers(previous.markers)
-            and _members(gate) == carry.members
-        ):
-            carried = _carried(gate, carry, now)
-            if carried is not None:
-                return _Look(carried, markers, full=False, carried=carry)
-        full = dataclasses.replace(
-            full, timeout_s=max(1.0, opts.timeout_s - (time.monotonic() - started))
-        )
-    analysed = attach(address, full, command="check", judge_work_moved=work_moved)
-    return _Look(analysed, _markers(analysed), full=opts.stacks)
+    return judge_counters(plan, reading, now)
 
 
-def work_moved(writer: BundleWriter) -> bool:
-    """The look's judge (`collect`'s `judge_work_moved`): did anything that moves only with work
-    (tokens, Ray tasks, collectives, NVLink) change between sample 0 and sample 1 of what the
-    writer holds? The collector asks it after the second sample, before taking stacks again."""
-    manifest = writer.manifest()
-    seen = []
-    for sample in (0, 1):
-        probes = tuple(p for p in manifest.probes if p.sample in (sample, None))
-        with Bundle(writer.root, dataclasses.replace(manifest, probes=probes)) as view:
-            snap = load_snapshot(view, parse_cache(writer))
-        seen.append(work_markers(progress_markers(snap, build_topology(snap))))
-    return bool(changed_markers(seen[0], seen[1]))
+def _annotate_counter_look(diagnosis: Diagnosis, counted: CounterJudgement) -> Diagnosis:
+    from slime_hangdoctor.watchdog.counter_verdict import COUNTER_LOOK
 
-
-def _carriable(previous: WatchState, now: float) -> StallLook | None:
-    """The stall look a run may carry forward: one of the stall in progress, after its alert, and
-    younger than CARRY_FOR_S."""
-    look = previous.stall_look
-    if look is None or previous.alerted_stall_since is None:
-        return None
-    if previous.alerted_stall_since != previous.last_progress_at:
-        return None
-    if not 0.0 <= now - look.at < CARRY_FOR_S:
-        return None
-    return look
-
-
-def _carried(gate: Analysed, look: StallLook, now: float) -> Analysed | None:
-    """The stall look's verdict, said to be carried; None if it cannot be read back."""
-    try:
-        verdict = verdict_from_json(look.verdict)
-    except ValueError:
-        return None
-    age = now - look.at
     finding = Finding(
-        "watchdog.carried",
+        COUNTER_LOOK,
         Severity.INFO,
-        f"Carried from the full look {age:.0f} s ago: nothing has moved since (same work markers, "
-        "same slime processes; this run looked without stacks). Stacks are taken again "
-        f"{CARRY_FOR_S / 60:.0f} min after that look, or as soon as anything moves.",
+        f"Counters only, first: {counted.why}; so this run took the analysed look.",
     )
-    verdict = dataclasses.replace(
-        verdict,
-        findings=(*verdict.findings, finding),
-        window_s=gate.diagnosis.verdict.window_s,
-        elapsed_s=gate.diagnosis.verdict.elapsed_s,
-        extra={**verdict.extra, "carried_from": look.at},
-    )
-    return dataclasses.replace(gate, diagnosis=Diagnosis(verdict))
-
-
-def _markers(analysed: Analysed) -> Markers:
-    if analysed.snapshot is None or analysed.topology is None:
-        return {}
-    return progress_markers(analysed.snapshot, analysed.topology)
-
-
-def _members(analysed: Analysed) -> tuple[str, ...]:
-    if analysed.topology is None:
-        return ()
-    return tuple(sorted({f"{m.node_ip}:{m.pid}" for m in analysed.topology.members}))
-
-
-def _note_stackless(analysed: Analysed) -> Analysed:
-    verdict = analysed.diagnosis.verdict
-    finding = Finding(
-        "watchdog.stacks_skipped",
-        Severity.INFO,
-        "No stacks taken: work moved in this run's window as in the last one.",
-    )
+    verdict = diagnosis.verdict
     verdict = dataclasses.replace(verdict, findings=(*verdict.findings, finding))
-    return dataclasses.replace(
-        analysed, diagnosis=dataclasses.replace(analysed.diagnosis, verdict=verdict)
-    )
+    return dataclasses.replace(diagnosis, verdict=verdict)
 
 
 def _annotate(diagnosis: Diagnosis, decision: CheckDecision, notes: list[str]) -> Diagnosis:
@@ -369,6 +269,8 @@ def _keep_evidence(
         native=opts.native or check.on_stall_native,
         flight_recorder=opts.flight_recorder or check.on_stall_flight_recorder,
     )
+    from slime_hangdoctor.pipeline import attach
+
     try:
         # Ours and private (created 0700), reached through no directory another user steers.
         os.close(open_private_dir(check.bundle_dir))

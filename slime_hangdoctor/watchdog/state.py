@@ -6,6 +6,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -30,11 +31,27 @@ DEFAULT_STATE_FILE = Path("/var/tmp/slime-hangdoctor/state.json")
 @dataclass(frozen=True)
 class StallLook:
     """The last full look (stacks and all) at the stall in progress: what a later run may carry
-    forward while nothing moves (watchdog/run.py)."""
+    forward while nothing moves (watchdog/look.py)."""
 
     at: float  # epoch seconds of that run
     verdict: dict[str, Any]  # its Verdict.to_json()
     members: tuple[str, ...]  # its slime processes, "node_ip:pid", sorted
+
+
+@dataclass(frozen=True)
+class CounterPlan:
+    """What the next runs' counters-only look reads (watchdog/counter_look.py), from the last look
+    that ran the analysis and judged the job progressing on its engines' work counters."""
+
+    at: float  # epoch seconds of that look
+    target: str  # the address that run was given ("" for none): another job's state never applies
+    engines: tuple[str, ...]  # base URLs of the engines whose work counters rose in its window
+    processes: tuple[tuple[int, float], ...]  # (pid, start time) of this node's slime processes
+
+
+# Bounds on what a state file may name: it is read back by a root cron run.
+MAX_PLAN_ENGINES = 256
+MAX_PLAN_PROCESSES = 4096
 
 
 @dataclass(frozen=True)
@@ -50,6 +67,8 @@ class WatchState:
     # run first looks without stacks (most runs of a progressing job need none).
     window_moved: bool = False
     stall_look: StallLook | None = None
+    # Kept only while the job progresses on its engines' counters (watchdog/counter_look.py).
+    counter_plan: CounterPlan | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": STATE_SCHEMA, **asdict(self)}
@@ -92,6 +111,7 @@ def load_state(path: Path) -> LoadedState:
                 runs=int(data.get("runs") or 0),
                 window_moved=data.get("window_moved") is True,
                 stall_look=_stall_look(data.get("stall_look")),
+                counter_plan=_counter_plan(data.get("counter_plan")),
             )
         )
     except (TypeError, ValueError) as exc:
@@ -149,6 +169,39 @@ def _stall_look(v: Any) -> StallLook | None:
     ):
         return None
     return StallLook(float(at), verdict, tuple(members))
+
+
+def _counter_plan(v: Any) -> CounterPlan | None:
+    """A remembered counters-only plan, or None when absent or not well-formed (the next run then
+    takes the analysed look: the safe side, so not reported as a problem)."""
+    if not isinstance(v, dict):
+        return None
+    at, target, engines, processes = (
+        v.get("at"),
+        v.get("target"),
+        v.get("engines"),
+        v.get("processes"),
+    )
+    if not isinstance(at, (int, float)) or not _number(at) or not isinstance(target, str):
+        return None
+    if not isinstance(engines, list) or not 0 < len(engines) <= MAX_PLAN_ENGINES:
+        return None
+    if not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in engines):
+        return None
+    if not isinstance(processes, list) or len(processes) > MAX_PLAN_PROCESSES:
+        return None
+    pairs: list[tuple[int, float]] = []
+    for p in processes:
+        if not (isinstance(p, list) and len(p) == 2 and isinstance(p[0], int) and _number(p[1])):
+            return None
+        if isinstance(p[0], bool) or p[0] <= 0:
+            return None
+        pairs.append((p[0], float(p[1])))
+    return CounterPlan(float(at), target, tuple(engines), tuple(pairs))
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _opt_float(v: Any) -> float | None:

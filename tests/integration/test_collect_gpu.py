@@ -25,7 +25,7 @@ from slime_hangdoctor.collect.flight_recorder import (
 )
 from slime_hangdoctor.collect.nccl_ras import query_ras
 from slime_hangdoctor.collect.nvml import read_gpu, sample_gpm, sample_gpus
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 BCAST = REAL / "gpu-2xh200-nccl-broadcast-hang"

@@ -26,8 +26,9 @@ from slime_hangdoctor.demo.cluster import (
     submit_job,
     wait_for_job_status,
 )
-from slime_hangdoctor.facts import Outcome, RayActor, RayJob
+from slime_hangdoctor.facts import RayActor, RayJob
 from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.ray_state import parse_actors, parse_jobs
 from slime_hangdoctor.topology import build_topology
 from tests.fixtures.capture_ray_logs import LOG_JOB

@@ -17,7 +17,7 @@ import requests
 from slime_hangdoctor import bundle
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.sglang import BODY_CAP, probe_engine, probe_router
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.sglang import (
     parse_loads,
     parse_metrics,

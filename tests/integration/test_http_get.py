@@ -7,12 +7,20 @@ import gzip
 import socket
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from slime_hangdoctor.collect.http import BodyDeadline, Failure, Fetched, classify, get
+from slime_hangdoctor.collect.http import (
+    BodyDeadline,
+    Failure,
+    Fetched,
+    UnsupportedUrl,
+    classify,
+    get,
+)
 
 BIG = 64 * 1024
 
@@ -32,6 +40,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(302, b"", {"Location": "/ok?x=1"})
         elif self.path == "/gzip":
             self._send(200, gzip.compress(b"plain text"), {"Content-Encoding": "gzip"})
+        elif self.path == "/deflate":
+            self._send(200, zlib.compress(b"plain text"), {"Content-Encoding": "deflate"})
+        elif self.path == "/bomb":  # 64 MiB of zeros in ~64 KiB
+            self._send(200, gzip.compress(bytes(64 * 2**20)), {"Content-Encoding": "gzip"})
+        elif self.path == "/not-gzip":
+            self._send(200, b"plain text", {"Content-Encoding": "gzip"})
         elif self.path == "/drip":  # headers at once, then a byte every 0.2 s for 10 s
             self.send_response(200)
             self.send_header("Content-Length", "50")
@@ -113,6 +127,25 @@ def test_redirects_are_not_followed(server: str) -> None:
 
 def test_a_compressed_body_is_decoded(server: str) -> None:
     assert _get(server + "/gzip").body == b"plain text"
+    assert _get(server + "/deflate").body == b"plain text"
+
+
+def test_the_cap_bounds_the_decoded_body(server: str) -> None:
+    """A small gzip body that inflates to 64 MiB is cut at the cap, decoded bytes counted."""
+    got = _get(server + "/bomb", timeout=5.0, max_body=BIG)
+    assert got.truncated and len(got.body) == BIG and got.body == bytes(BIG)
+
+
+def test_a_body_that_is_not_what_its_encoding_says(server: str) -> None:
+    with pytest.raises(Exception) as caught:
+        _get(server + "/not-gzip")
+    assert classify(caught.value)[0] is Failure.OTHER
+
+
+def test_only_http_urls_are_fetched() -> None:
+    for url in ("file:///etc/passwd", "ftp://127.0.0.1/x", "http:///no-host"):
+        with pytest.raises(UnsupportedUrl):
+            _get(url)
 
 
 def test_a_dripping_body_stops_at_the_deadline(server: str) -> None:

@@ -37,7 +37,7 @@ from slime_hangdoctor.demo.cluster import (
     wait_for_job_status,
 )
 from slime_hangdoctor.errors import RayUnreachable
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import parse_processes
 from slime_hangdoctor.parsers.ray_state import (
     parse_actors,

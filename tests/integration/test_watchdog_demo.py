@@ -70,6 +70,11 @@ def stacks_skipped(verdict: dict[str, Any]) -> bool:
     return any(f["rule"] == "watchdog.stacks_skipped" for f in verdict["findings"])
 
 
+def counters_only(verdict: dict[str, Any]) -> bool:
+    """The run's counters-only look gave the verdict (watchdog/counter_verdict.py)."""
+    return "counter_look" in verdict.get("extra", {})
+
+
 def carried(verdict: dict[str, Any]) -> bool:
     return any(f["rule"] == "watchdog.carried" for f in verdict["findings"])
 
@@ -95,6 +100,11 @@ def test_a_healthy_job_stays_ok(live_pool: LivePool) -> None:
     skipped = [v for _t, _rc, v in seen[1:] if stacks_skipped(v)]
     assert skipped, [v["findings"] for _t, _rc, v in seen]
     assert all(v["status"] == "progressing" for v in skipped)
+    # Once a look has judged the job progressing on its engines' tokens, the next runs read only
+    # those counters (and this node's processes): no Ray state, no scan, no analysis.
+    counted = [v for _t, _rc, v in seen[1:] if counters_only(v)]
+    assert counted, [v["findings"] for _t, _rc, v in seen]
+    assert all(v["status"] == "progressing" and not v["processes"] for v in counted)
 
 
 @job_part(STALL_JOB, "watchdog", order=0)

@@ -35,7 +35,6 @@ from slime_hangdoctor.facts import (
     ClusterResources,
     GpuSeries,
     ObjectStoreUsage,
-    Outcome,
     ProcessInfo,
     RayActor,
     RayJob,
@@ -45,6 +44,7 @@ from slime_hangdoctor.facts import (
     TaskPage,
 )
 from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import parse_processes
 from slime_hangdoctor.parsers.ray_state import STATE_ENDPOINTS, TASK_HISTORY
 from slime_hangdoctor.pipeline import analyse_bundle

@@ -13,15 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from slime_hangdoctor.bundle import Manifest
-from slime_hangdoctor.facts import (
-    HttpAnswer,
-    Outcome,
-    ProcessInfo,
-    ProcessStack,
-    RayActor,
-    RayJob,
-    ThreadStack,
-)
+from slime_hangdoctor.facts import ProcessInfo, ProcessStack, RayActor, RayJob, ThreadStack
+from slime_hangdoctor.http_facts import HttpAnswer
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.snapshot import HttpObs, Parsed, Snapshot, StackObs
 from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.topology import Engine, Member, Topology

@@ -24,7 +24,8 @@ from slime_hangdoctor.analysis.progress import assess
 from slime_hangdoctor.analysis.suspects import engines, flight_recorder, ras, reads_of
 from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, STRONG, WEAK, SuspectInputs
 from slime_hangdoctor.analysis.world import World, build_world
-from slime_hangdoctor.facts import FrDump, Outcome, ProcessInfo
+from slime_hangdoctor.facts import FrDump, ProcessInfo
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
 from slime_hangdoctor.parsers.nccl_ras import parse_ras
 from slime_hangdoctor.parsers.processes import parse_processes

@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.facts import EngineLoad, Outcome, ServerInfo, SglangMetrics
+from slime_hangdoctor.http_facts import EngineLoad, ServerInfo, SglangMetrics
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.pyspy import parse_pyspy_json
 from slime_hangdoctor.topology import Engine, Topology
 from slime_hangdoctor.verdict import Diagnosis, Role, Stage, Status

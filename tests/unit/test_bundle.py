@@ -13,7 +13,7 @@ import pytest
 from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, archive, open_bundle
 from slime_hangdoctor.errors import BundleInvalid, BundleNotWritable
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 
 
 def _write(root: Path) -> BundleWriter:
@@ -162,7 +162,7 @@ def test_record_names_from_remote_tasks_never_leave_raw(tmp_path: Path) -> None:
     every part of its artefact's path is made safe (no `..`, no `/`), secrets in a target
     blanked."""
     from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
-    from slime_hangdoctor.facts import Outcome
+    from slime_hangdoctor.outcome import Outcome
 
     w = BundleWriter(tmp_path / "b", command="t", known_secrets=("hunter2pw",))
     for source, node, target in (
@@ -273,7 +273,7 @@ def test_bundle_read_is_capped(tmp_path: Path) -> None:
     """Point 12: `Bundle.read` of a 4 GiB artefact in a bundle directory read it whole
     (MemoryError); over the cap it is not read (the loader names it a blind spot)."""
     from slime_hangdoctor.bundle import Bundle, Manifest, ProbeRecord
-    from slime_hangdoctor.facts import Outcome
+    from slime_hangdoctor.outcome import Outcome
 
     (tmp_path / "raw").mkdir()
     with open(tmp_path / "raw" / "big", "wb") as fh:

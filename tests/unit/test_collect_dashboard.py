@@ -25,7 +25,7 @@ from slime_hangdoctor.collect.dashboard import (
 )
 from slime_hangdoctor.collect.options import resolve_token
 from slime_hangdoctor.errors import RayUnreachable
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.ray_state import parse_actors, parse_jobs
 
 RAY = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "gpu-2xh200-ray-nccl-hang"

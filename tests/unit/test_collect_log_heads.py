@@ -16,7 +16,7 @@ import pytest
 from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter
 from slime_hangdoctor.collect import log_heads as lh
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.log_heads import parse_log_head
 
 WORKER = "worker-64e4653db7a019b8d66de20d68702bdcd40d7d4c8fedf933a20988ac-01000000"

@@ -20,7 +20,7 @@ import pytest
 
 from slime_hangdoctor.bundle import BundleWriter, dumps_json
 from slime_hangdoctor.collect.processes import record_processes, scan_processes
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import parse_processes
 from slime_hangdoctor.redact import REDACTED
 from tests.titled import titled_python

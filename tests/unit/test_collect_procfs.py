@@ -15,7 +15,7 @@ from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter
 from slime_hangdoctor.collect import kernel as ck
 from slime_hangdoctor.collect import sockets as cs
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.kernel import SPEC as KERNEL
 from slime_hangdoctor.parsers.kernel import parse_kernel
 from slime_hangdoctor.parsers.sockets import parse_sockets

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from slime_hangdoctor.collect.sglang import ENGINE_ENDPOINTS, Answer, _Job, server_info_risk
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 from tests.fixtures import transforms as tf
 
 SG = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"

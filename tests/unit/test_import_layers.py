@@ -20,7 +20,10 @@ PACKAGE = ROOT / "slime_hangdoctor"
 PKG = "slime_hangdoctor"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
-_BASE = frozenset({"errors", "facts", "verdict", "redact", "safe_fs", "__init__"})
+_BASE = frozenset(
+    {"errors", "outcome", "facts", "http_facts", "verdict", "redact", "safe_fs", "__init__"}
+)
+_FACTS = frozenset({"outcome", "facts", "http_facts"})
 _BELOW_ANALYSIS = _BASE | {
     "bundle",
     "source_spec",
@@ -35,25 +38,29 @@ _BELOW_ANALYSIS = _BASE | {
 ALLOWED: dict[str, frozenset[str]] = {
     "__init__": frozenset(),
     "errors": frozenset(),
+    "outcome": frozenset(),
     "facts": frozenset(),
+    "http_facts": frozenset({"outcome"}),
     "verdict": frozenset(),
     "redact": frozenset(),
     "safe_fs": frozenset({"errors"}),
-    "bundle": frozenset({"__init__", "errors", "facts", "redact", "safe_fs"}),
+    "bundle": frozenset({"__init__", "errors", "redact", "safe_fs"}) | _FACTS,
     # a source's spec: the record it parses (a type only) and nothing else of ours
     "source_spec": frozenset({"bundle"}),
     # a parser module declares its source's SourceSpec (the bundle's name of the source)
-    "parsers": frozenset({"errors", "facts", "bundle", "source_spec"}),
+    "parsers": frozenset({"errors", "bundle", "source_spec"}) | _FACTS,
     "sources": frozenset({"parsers", "source_spec"}),  # the one list of the sources' specs
-    "snapshot": frozenset({"facts", "bundle", "parsers", "source_spec"}),
+    "snapshot": frozenset({"bundle", "parsers", "source_spec"}) | _FACTS,
     "load": frozenset(
-        {"__init__", "errors", "facts", "bundle", "source_spec", "parsers", "sources", "snapshot"}
-    ),
-    "topology": frozenset({"facts", "parsers", "snapshot", "verdict"}),
-    "markers": frozenset({"facts", "parsers", "snapshot", "topology"}),
+        {"__init__", "errors", "bundle", "source_spec", "parsers", "sources", "snapshot"}
+    )
+    | _FACTS,
+    "topology": frozenset({"parsers", "snapshot", "verdict"}) | _FACTS,
+    "markers": frozenset({"parsers", "snapshot", "topology"}) | _FACTS,
     "analysis": frozenset(
-        {"facts", "source_spec", "parsers", "sources", "snapshot", "topology", "verdict", "markers"}
-    ),
+        {"source_spec", "parsers", "sources", "snapshot", "topology", "verdict", "markers"}
+    )
+    | _FACTS,
     "render": frozenset({"__init__", "errors", "verdict"}),
     # not markers: what counts as work moving is the watchdog's policy (it judges for the collector)
     "collect": _BELOW_ANALYSIS - {"markers"},

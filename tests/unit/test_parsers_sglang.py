@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import EngineLoad, RouterWorker, RouterWorkers
+from slime_hangdoctor.http_facts import EngineLoad, RouterWorker, RouterWorkers
 from slime_hangdoctor.parsers.sglang import (
     parse_loads,
     parse_metrics,

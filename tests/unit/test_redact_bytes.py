@@ -27,7 +27,7 @@ from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, archive
 from slime_hangdoctor.collect import log_heads as lh
 from slime_hangdoctor.collect.http import get
-from slime_hangdoctor.facts import Outcome
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.redact import REDACTED, redact_bytes, utf8_prefix
 from tests.fixtures import transforms as tf
 from tests.reliability.harness import http_stub

@@ -17,8 +17,8 @@ from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.bundle import BundleWriter, open_bundle
 from slime_hangdoctor.collect.pressure import record_pressure
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import Outcome
 from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.pressure import SPEC, parse_pressure
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.topology import build_topology

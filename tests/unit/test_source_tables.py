@@ -83,7 +83,7 @@ def test_every_sglang_path_collected_is_parsed_by_the_loader() -> None:
 
 
 def test_one_list_of_sglang_counters_that_mean_work() -> None:
-    from slime_hangdoctor.facts import SglangMetrics
+    from slime_hangdoctor.http_facts import SglangMetrics
 
     fields = set(SglangMetrics.__dataclass_fields__)
     assert {name for name, _ in parse_sglang.WORK_COUNTERS} <= fields

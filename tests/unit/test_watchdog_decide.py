@@ -183,8 +183,8 @@ def test_a_stall_look_round_trips_and_a_malformed_one_is_dropped(tmp_path: Path)
 
 
 def test_only_an_alerted_stall_young_enough_is_carried() -> None:
-    """The carry rule of watchdog/run.py: the stall in progress, after its alert, for CARRY_FOR_S."""
-    from slime_hangdoctor.watchdog.run import CARRY_FOR_S, _carriable
+    """The carry rule of watchdog/look.py: the stall in progress, after its alert, for CARRY_FOR_S."""
+    from slime_hangdoctor.watchdog.look import CARRY_FOR_S, _carriable
 
     alerted = WatchState(
         last_progress_at=400.0,

@@ -17,7 +17,7 @@ from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, open_bundle
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.collect.run import collect
-from slime_hangdoctor.watchdog.run import work_moved
+from slime_hangdoctor.watchdog.look import work_moved
 from tests.unit.demo_bundles import unpacked
 from tests.unit.live_writer import parked_train_rank, writer_holding
 

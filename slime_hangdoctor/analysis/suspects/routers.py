@@ -18,7 +18,8 @@ from slime_hangdoctor.analysis.suspects.suspect import (
     suspect,
 )
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import HttpAnswer, Outcome, RouterWorkers
+from slime_hangdoctor.http_facts import HttpAnswer, RouterWorkers
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.topology import KnownRouter, given_routers, launched_routers
 from slime_hangdoctor.verdict import Role, Stage

@@ -1,0 +1,134 @@
+"""What a counters-only look may say, and when it must leave the answer to the analysed look. Pure.
+
+It answers only "progressing", and only when it saw what the analysed look's judgement rested on,
+again: every engine whose work counters rose in that look's window answered `/metrics` twice, and
+each one's counters rose again within this window; this node's slime processes of that look are all
+still there; and that look is younger than `REFRESH_S`. The analysis calls a job progressing as soon
+as one engine's work counters rise (analysis/diagnosis.py `_status`, progress.py `_engine_signals`),
+so where this look answers, the analysed look would have given the same status and exit code; what
+it does not give are the findings of the sources it did not read, for at most `REFRESH_S`.
+Anything else (a counter flat, an engine silent, a process gone, an old plan) is a reason, and the
+run takes the analysed look.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from slime_hangdoctor.bundle import SGLANG
+from slime_hangdoctor.markers import Markers, engine_markers
+from slime_hangdoctor.parsers.sglang import counter_rises
+from slime_hangdoctor.verdict import Finding, Severity, Stage, Status, Verdict
+from slime_hangdoctor.watchdog.counter_look import CounterReading
+from slime_hangdoctor.watchdog.state import CounterPlan
+
+# The analysed look returns this long after the last one, whatever the counters say: the sources
+# this look does not read (Ray, processes, GPUs, NCCL, logs) are looked at again.
+REFRESH_S = 600.0
+COUNTER_LOOK = "watchdog.counter_look"
+
+
+@dataclass(frozen=True)
+class CounterJudgement:
+    verdict: Verdict | None  # None: the analysed look decides
+    why: str  # what the look saw, in words (the reason when there is no verdict)
+    markers: Markers  # the engines' work counters at the window's end (what was read)
+    outcomes: tuple[tuple[str, str], ...] = ()  # ("sglang", outcome) of each read, for the textfile
+
+
+def usable_plan(plan: CounterPlan | None, target: str, now: float) -> str | None:
+    """Why a remembered plan may not be read now, or None when it may."""
+    if plan is None:
+        return "no plan"
+    if plan.target != target:
+        return "the plan is for another address"
+    age = now - plan.at
+    if not 0.0 <= age < REFRESH_S:
+        return f"the analysed look is {age:.0f} s old (it is taken again every {REFRESH_S:.0f} s)"
+    return None
+
+
+def judge_counters(plan: CounterPlan, reading: CounterReading, now: float) -> CounterJudgement:
+    judged = _judge(plan, reading, now)
+    outcomes = tuple(
+        (SGLANG, read.outcome.value) for e in reading.engines for read in (e.first, e.last)
+    )
+    return dataclasses.replace(judged, outcomes=outcomes)
+
+
+def _judge(plan: CounterPlan, reading: CounterReading, now: float) -> CounterJudgement:
+    markers: Markers = {}
+    rises: list[tuple[str, tuple[str, ...]]] = []
+    flat: list[str] = []
+    silent: list[str] = []
+    for e in reading.engines:
+        first, last = e.first.metrics, e.last.metrics
+        if last is not None:
+            markers.update(engine_markers(e.url, last))
+        if first is None or last is None:
+            silent.append(f"{e.url} ({e.first.problem or e.last.problem})")
+            continue
+        rose = counter_rises(first, last)
+        if rose:
+            rises.append((e.url, rose))
+        else:
+            flat.append(e.url)
+    window = f"{reading.window_s:.1f} s"
+    if silent:
+        return CounterJudgement(None, f"no counters from {'; '.join(silent)}", markers)
+    if flat:
+        return CounterJudgement(
+            None, f"work counters flat for {window} at {', '.join(flat)}", markers
+        )
+    if reading.gone:
+        pids = ", ".join(str(p) for p in reading.gone)
+        return CounterJudgement(None, f"slime process(es) {pids} gone from this node", markers)
+    if not rises:
+        return CounterJudgement(None, "no engine to read", markers)
+    why = (
+        f"the work counters of {len(rises)} engine(s) rose within {window}, as in the analysed "
+        f"look of {now - plan.at:.0f} s ago, and this node's {len(plan.processes)} slime "
+        "process(es) of that look are all there"
+    )
+    return CounterJudgement(_verdict(plan, reading, rises, why, now), why, markers)
+
+
+def _verdict(
+    plan: CounterPlan,
+    reading: CounterReading,
+    rises: list[tuple[str, tuple[str, ...]]],
+    why: str,
+    now: float,
+) -> Verdict:
+    texts = [f"engine {url}: {', '.join(rose[:3])}" for url, rose in rises]
+    refresh = plan.at + REFRESH_S - now
+    findings = (
+        Finding("progress", Severity.INFO, "Progress between the samples", tuple(texts[:8])),
+        Finding(
+            "watchdog.stacks_skipped",
+            Severity.INFO,
+            "No stacks taken: work moved in this run's window as in the last one.",
+        ),
+        Finding(
+            COUNTER_LOOK,
+            Severity.INFO,
+            f"Counters only: {why}. Nothing else was read in this run; the analysed look "
+            f"(Ray, processes, GPUs, NCCL, logs) is taken again in {max(0.0, refresh):.0f} s, or "
+            "as soon as a counter is flat, an engine silent or a process gone.",
+        ),
+    )
+    return Verdict(
+        status=Status.PROGRESSING,
+        stage=Stage.NONE,
+        summary="Progressing: " + "; ".join(texts[:2]),
+        findings=findings,
+        blind_spots=(
+            "counters-only look: Ray state, processes, sockets, GPUs, NCCL and logs were not read "
+            "in this run",
+        ),
+        window_s=reading.window_s,
+        elapsed_s=reading.elapsed_s,
+        confidence="medium",
+        extra={"counter_look": {"engines": list(plan.engines), "plan_at": plan.at}},
+    )
