@@ -63,7 +63,8 @@ def get(
 ) -> Fetched:
     """GET `url`. `timeout` bounds connecting and each read; `deadline` (time.monotonic) the body.
 
-    Raises the transport's exceptions (OSError and its kinds, http.client's HTTPException),
+    Raises the transport's exceptions (OSError and its kinds, http.client's HTTPException: an
+    answer shorter than its Content-Length is IncompleteRead, as urllib3 and requests say),
     UnsupportedUrl and BodyDeadline; the callers classify them into outcomes."""
     import http.client
     from urllib.parse import urlsplit
@@ -116,6 +117,10 @@ def _read(resp: HTTPResponse, deadline: float, max_body: int) -> tuple[bytes, bo
         if len(buf) >= max_body:  # cut on a character boundary: redact_bytes sees whole text
             return utf8_prefix(bytes(buf), max_body), True
         if not raw:
+            if resp.length:  # the server closed before the Content-Length it announced
+                import http.client
+
+                raise http.client.IncompleteRead(bytes(buf), resp.length)
             return bytes(buf), False
         if time.monotonic() > deadline:
             raise BodyDeadline(bytes(buf))

@@ -44,6 +44,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, zlib.compress(b"plain text"), {"Content-Encoding": "deflate"})
         elif self.path == "/bomb":  # 64 MiB of zeros in ~64 KiB
             self._send(200, gzip.compress(bytes(64 * 2**20)), {"Content-Encoding": "gzip"})
+        elif self.path == "/short":  # announces 50 bytes, sends 20, closes
+            self.send_response(200)
+            self.send_header("Content-Length", "50")
+            self.end_headers()
+            self.wfile.write(b"x" * 20)
+            self.wfile.flush()
+            self.close_connection = True
         elif self.path == "/not-gzip":
             self._send(200, b"plain text", {"Content-Encoding": "gzip"})
         elif self.path == "/drip":  # headers at once, then a byte every 0.2 s for 10 s
@@ -140,6 +147,14 @@ def test_a_body_that_is_not_what_its_encoding_says(server: str) -> None:
     with pytest.raises(Exception) as caught:
         _get(server + "/not-gzip")
     assert classify(caught.value)[0] is Failure.OTHER
+
+
+def test_an_answer_shorter_than_announced_is_a_failure(server: str) -> None:
+    """Closed after 20 of the 50 bytes its Content-Length announced: not a complete answer."""
+    with pytest.raises(Exception) as caught:
+        _get(server + "/short")
+    kind, text = classify(caught.value)
+    assert kind is Failure.OTHER and "IncompleteRead" in text, text
 
 
 def test_only_http_urls_are_fetched() -> None:

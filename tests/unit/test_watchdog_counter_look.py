@@ -226,48 +226,59 @@ def _pairs(analysed: Analysed) -> dict[str, tuple[SglangMetrics, SglangMetrics]]
     return {u: (s[min(s)], s[max(s)]) for u, s in by_url.items() if len(s) >= 2}
 
 
-@pytest.mark.parametrize("name", sorted(BUNDLES))
-def test_where_the_counters_say_progressing_so_does_the_analysis(name: str) -> None:
-    """On every recorded bundle: the counters-only judgement of the bundle's own two readings of
-    every engine (all of them in the plan) answers only where the analysis says progressing; and
-    the plan a progressing look leaves names exactly the engines whose counters rose."""
-    analysed = analyse_bundle(BUNDLES[name])
-    pairs = _pairs(analysed)
-    if not pairs:
-        pytest.skip("no engine read twice in this bundle")
+def test_where_the_counters_say_progressing_so_does_the_analysis() -> None:
+    """On every recorded bundle with an engine read twice: the counters-only judgement of the
+    bundle's own two readings (all its engines in the plan, and each one alone) answers only where
+    the analysis says progressing; and the plan a progressing look leaves names exactly the engines
+    whose counters rose, and processes of that look only."""
+    answered: list[str] = []
+    compared = 0
+    for name in sorted(BUNDLES):
+        looked = analyse_bundle(BUNDLES[name])
+        pairs = _pairs(looked)
+        if not pairs:
+            continue
+        compared += 1
+        if _agrees(name, looked, pairs):
+            answered.append(name)
+    # the recorded set holds progressing jobs and hung ones with engines: both sides are exercised
+    assert compared >= 20 and {"demo-none", "demo-slow"} <= set(answered), (compared, answered)
+
+
+def _agrees(
+    name: str, looked: Analysed, pairs: dict[str, tuple[SglangMetrics, SglangMetrics]]
+) -> bool:
+    """Checks one bundle; whether the counters judgement of all its engines answered."""
     plan = _plan(sorted(pairs), at=1000.0)
     reading = CounterReading(
         tuple(
             EngineCounters(u, CounterRead(a), CounterRead(b)) for u, (a, b) in sorted(pairs.items())
         ),
         gone=(),
-        window_s=analysed.diagnosis.verdict.window_s,
+        window_s=looked.diagnosis.verdict.window_s,
         elapsed_s=0.0,
     )
-    status = analysed.diagnosis.verdict.status
+    status = looked.diagnosis.verdict.status
     plans = [(plan, reading)] + [  # and each engine alone, as a plan of one engine
         (_plan([e.url], at=1000.0), dataclasses.replace(reading, engines=(e,)))
         for e in reading.engines
     ]
-    for one_plan, one_reading in plans:
-        judged = judge_counters(one_plan, one_reading, 1001.0)
-        if judged.verdict is not None:
-            assert status is Status.PROGRESSING, (name, judged.why)
+    verdicts = [judge_counters(p, r, 1001.0).verdict for p, r in plans]
+    for v in verdicts:
+        assert v is None or status is Status.PROGRESSING, name
     # the plan of a live look on this bundle (what the collector adds: work moved, its node)
-    live = dataclasses.replace(analysed, work_moved=True, node_ip=_scan_node(analysed))
+    live = dataclasses.replace(looked, work_moved=True, node_ip=_scan_node(looked))
     made = counter_plan(live, "t", 1000.0)
-    if status is not Status.PROGRESSING:
-        assert made is None
-        return
     rose = tuple(sorted(u for u, (a, b) in pairs.items() if counter_rises(a, b)))
-    if not rose:
-        assert made is None
-        return
-    assert made is not None and made.engines == rose
-    assert analysed.topology is not None and analysed.snapshot is not None
-    assert {pid for pid, _ in made.processes} <= {m.pid for m in analysed.topology.members}
-    markers = progress_markers(analysed.snapshot, analysed.topology)
-    assert all(f"sglang:{u}:decode_tokens_total" in markers for u in made.engines)
+    if status is not Status.PROGRESSING or not rose:
+        assert made is None, name
+        return verdicts[0] is not None
+    assert made is not None and made.engines == rose, name
+    assert looked.topology is not None and looked.snapshot is not None
+    assert {pid for pid, _ in made.processes} <= {m.pid for m in looked.topology.members}
+    markers = progress_markers(looked.snapshot, looked.topology)
+    assert all(f"sglang:{u}:decode_tokens_total" in markers for u in made.engines), name
+    return verdicts[0] is not None
 
 
 def _scan_node(analysed: Analysed) -> str | None:
