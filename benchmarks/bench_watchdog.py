@@ -42,6 +42,7 @@ CRON_INTERVAL_S = 60.0
 IDLE_INTERVAL_S = 60.0
 IDLE_S = 15.0
 TARGET_SHARE = 0.01
+HOUR_RUNS = 60  # cron `check` every minute for an hour
 CHECK_TARGET_SHARE = 0.005  # issue 26: `check` every 60 s under 0.5 % of a core
 
 
@@ -98,20 +99,24 @@ def _progressing_hour(counted: dict[str, Any], refresh: dict[str, Any]) -> dict[
     REFRESH_S (10 min), counters-only looks between."""
     from slime_hangdoctor.watchdog.counter_verdict import REFRESH_S
 
-    minutes = 60
-    analysed_runs = minutes // int(REFRESH_S / 60)
-    counter_runs = minutes - analysed_runs
-    cpu = (
-        analysed_runs * refresh["cpu_s"]["median"] + counter_runs * counted["cpu_s"]["median"]
-    ) / minutes
-    share = cpu / CRON_INTERVAL_S
+    analysed_runs = HOUR_RUNS // int(REFRESH_S / 60)
+    hour = _hour(analysed_runs, refresh, counted)
     return {
         "analysed_runs": analysed_runs,
-        "counter_runs": counter_runs,
+        "counter_runs": HOUR_RUNS - analysed_runs,
+        **hour,
+        "met_issue_26": hour["share_of_one_core"] < CHECK_TARGET_SHARE,
+    }
+
+
+def _hour(runs_a: int, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """An hour of cron runs, `runs_a` of them costing `a`'s median CPU and the rest `b`'s."""
+    cpu = (runs_a * a["cpu_s"]["median"] + (HOUR_RUNS - runs_a) * b["cpu_s"]["median"]) / HOUR_RUNS
+    share = cpu / CRON_INTERVAL_S
+    return {
         "cpu_s_per_run": round(cpu, 3),
         "share_of_one_core": round(share, 5),
         "met": share < TARGET_SHARE,
-        "met_issue_26": share < CHECK_TARGET_SHARE,
     }
 
 
@@ -273,19 +278,12 @@ def _long_stall(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
     until the alert, then one full look every CARRY_FOR_S (10 min) and carried runs between."""
     from slime_hangdoctor.watchdog.look import CARRY_FOR_S
 
-    minutes, alert_after = 60, 10
-    full_runs = alert_after + (minutes - alert_after) // int(CARRY_FOR_S / 60)
-    carried_runs = minutes - full_runs
-    cpu = (
-        full_runs * before["cpu_s"]["median"] + carried_runs * after["cpu_s"]["median"]
-    ) / minutes
-    share = cpu / CRON_INTERVAL_S
+    alert_after = 10
+    full_runs = alert_after + (HOUR_RUNS - alert_after) // int(CARRY_FOR_S / 60)
     return {
         "full_runs": full_runs,
-        "carried_runs": carried_runs,
-        "cpu_s_per_run": round(cpu, 3),
-        "share_of_one_core": round(share, 5),
-        "met": share < TARGET_SHARE,
+        "carried_runs": HOUR_RUNS - full_runs,
+        **_hour(full_runs, before, after),
     }
 
 

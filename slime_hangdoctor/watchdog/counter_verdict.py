@@ -27,6 +27,12 @@ from slime_hangdoctor.watchdog.state import CounterPlan
 # this look does not read (Ray, processes, GPUs, NCCL, logs) are looked at again.
 REFRESH_S = 600.0
 COUNTER_LOOK = "watchdog.counter_look"
+# Said by every run that took no stacks because work moved (this look, and look.py's stackless one).
+STACKS_SKIPPED = Finding(
+    "watchdog.stacks_skipped",
+    Severity.INFO,
+    "No stacks taken: work moved in this run's window as in the last one.",
+)
 
 
 @dataclass(frozen=True)
@@ -105,11 +111,7 @@ def _verdict(
     refresh = plan.at + REFRESH_S - now
     findings = (
         Finding("progress", Severity.INFO, "Progress between the samples", tuple(texts[:8])),
-        Finding(
-            "watchdog.stacks_skipped",
-            Severity.INFO,
-            "No stacks taken: work moved in this run's window as in the last one.",
-        ),
+        STACKS_SKIPPED,
         Finding(
             COUNTER_LOOK,
             Severity.INFO,

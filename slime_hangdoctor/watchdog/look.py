@@ -28,6 +28,7 @@ from slime_hangdoctor.verdict import (
     Status,
     verdict_from_json,
 )
+from slime_hangdoctor.watchdog.counter_verdict import STACKS_SKIPPED
 from slime_hangdoctor.watchdog.state import CounterPlan, StallLook, WatchState
 
 # During a stall already alerted for, a run in which nothing moved carries the verdict of the
@@ -182,12 +183,7 @@ def _members(analysed: Analysed) -> tuple[str, ...]:
 
 def _note_stackless(analysed: Analysed) -> Analysed:
     verdict = analysed.diagnosis.verdict
-    finding = Finding(
-        "watchdog.stacks_skipped",
-        Severity.INFO,
-        "No stacks taken: work moved in this run's window as in the last one.",
-    )
-    verdict = dataclasses.replace(verdict, findings=(*verdict.findings, finding))
+    verdict = dataclasses.replace(verdict, findings=(*verdict.findings, STACKS_SKIPPED))
     return dataclasses.replace(
         analysed, diagnosis=dataclasses.replace(analysed.diagnosis, verdict=verdict)
     )

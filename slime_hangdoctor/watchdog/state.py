@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from slime_hangdoctor.watchdog.private_files import (
     UnsafePath,
@@ -182,7 +182,7 @@ def _counter_plan(v: Any) -> CounterPlan | None:
         v.get("engines"),
         v.get("processes"),
     )
-    if not isinstance(at, (int, float)) or not _number(at) or not isinstance(target, str):
+    if not _number(at) or not isinstance(target, str):
         return None
     if not isinstance(engines, list) or not 0 < len(engines) <= MAX_PLAN_ENGINES:
         return None
@@ -200,7 +200,8 @@ def _counter_plan(v: Any) -> CounterPlan | None:
     return CounterPlan(float(at), target, tuple(engines), tuple(pairs))
 
 
-def _number(v: Any) -> bool:
+def _number(v: Any) -> TypeGuard[int | float]:
+    """A finite JSON number (not a bool)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
