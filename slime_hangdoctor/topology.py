@@ -7,7 +7,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, TASK_RUNNING, ProcessInfo
+from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, TASK_RUNNING, ProcessInfo, RayJob
 from slime_hangdoctor.http_facts import RouterWorkers
 from slime_hangdoctor.parsers.log_heads import SPEC as LOG_HEADS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
@@ -627,16 +627,24 @@ def given_routers(
         url = argv_router(info.cmdline)
         if url is not None:
             out.append(KnownRouter(url, f"on the driver's command line (pid {m.pid})"))
+    for job, argv in running_entrypoints(snapshot):
+        url = argv_router(argv)
+        if url is not None:
+            out.append(KnownRouter(url, f"in job {job.job_id or '?'}'s entrypoint"))
+    return out
+
+
+def running_entrypoints(snapshot: Snapshot) -> list[tuple[RayJob, tuple[str, ...]]]:
+    """Each running Ray job with its entrypoint split as a shell would (on whitespace where the
+    text is not valid shell)."""
+    out: list[tuple[RayJob, tuple[str, ...]]] = []
     for job in snapshot.jobs:
         if job.status != JOB_RUNNING or not job.entrypoint:
             continue
         try:
-            argv = tuple(shlex.split(job.entrypoint))
+            out.append((job, tuple(shlex.split(job.entrypoint))))
         except ValueError:
-            argv = tuple(job.entrypoint.split())
-        url = argv_router(argv)
-        if url is not None:
-            out.append(KnownRouter(url, f"in job {job.job_id or '?'}'s entrypoint"))
+            out.append((job, tuple(job.entrypoint.split())))
     return out
 
 

@@ -14,13 +14,12 @@ environment the doctor keeps. The flag's name says what the service is for (`rm`
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 from enum import Enum
 from urllib.parse import urlsplit
 
 from slime_hangdoctor.analysis.world import World
-from slime_hangdoctor.facts import JOB_RUNNING
+from slime_hangdoctor.topology import running_entrypoints
 from slime_hangdoctor.verdict import Stage
 
 
@@ -115,13 +114,7 @@ def job_services(world: World) -> tuple[Service, ...]:
                 )
                 if svc is not None:
                     found.setdefault((svc.host, svc.port), svc)
-    for job in world.snapshot.jobs:
-        if job.status != JOB_RUNNING or not job.entrypoint:
-            continue
-        try:
-            argv = tuple(shlex.split(job.entrypoint))
-        except ValueError:
-            argv = tuple(job.entrypoint.split())
+    for job, argv in running_entrypoints(world.snapshot):
         for s in _from_argv(argv, f"in job {job.job_id or '?'}'s entrypoint", job.driver_node_ip):
             found.setdefault((s.host, s.port), s)
     return tuple(found.values())
