@@ -407,7 +407,10 @@ def _load_http(
     )
     parsed: Parsed = None
     parse_error = None
-    if rec.outcome is not Outcome.OK and not meta.get("fallback"):
+    # an engine only a router lists (not the job's: topology.Engine.listed_only), probed without
+    # the API key: what it did not answer is no blind spot of the job (the verdict reports it)
+    listed = rec.source == bundle_format.SGLANG and meta.get("listed_by_router") is True
+    if rec.outcome is not Outcome.OK and not meta.get("fallback") and not listed:
         reason = f": {rec.reason}" if rec.reason else ""
         acc.blind.append(f"{rec.source} {answer.url}{path}: {rec.outcome.value}{reason}")
     if rec.outcome is Outcome.OK and rec.artifact and data is None and not body_refused:
@@ -425,9 +428,9 @@ def _load_http(
             parse_error = str(exc)
         except Exception as exc:  # noqa: BLE001 - untrusted bytes: a blind spot, never a crash
             parse_error = f"{type(exc).__name__}: {exc}"[:300]
-        if parse_error is not None:
+        if parse_error is not None and not listed:
             acc.blind.append(f"{rec.source} {answer.url}{path}: could not parse: {parse_error}")
-    kind = "router" if rec.source == bundle_format.ROUTER else "engine"
+    kind = "router" if rec.source == bundle_format.ROUTER else "listed" if listed else "engine"
     acc.http.append(HttpObs(kind, rec.sample or 0, answer, parsed, parse_error))
 
 

@@ -52,7 +52,7 @@ class StackObs:
 class HttpObs:
     """One HTTP answer of an engine or router, with its parsed body where it parsed."""
 
-    kind: str  # engine | router
+    kind: str  # engine | router | listed (an engine only a router lists: not the job's)
     sample: int
     answer: HttpAnswer
     parsed: Parsed = None

@@ -52,8 +52,17 @@ class Engine:
     node_ip: str | None = None
     actor_pid: int | None = None
     server_pid: int | None = None
-    source: str = "proc-listen"  # proc-listen | actor-log | user-flag | router | earlier-answer
+    # proc-listen | actor-log | user-flag | job-args | router | earlier-answer
+    source: str = "proc-listen"
     origin: str = ""  # where the URL was read, in words, where the source alone does not say
+
+    @property
+    def listed_only(self) -> bool:
+        """Only a router's worker list names it: no process of the job serves it (nor served it:
+        `_pair_lost_servers`), the job's own arguments do not name it, nor did the user. Anyone
+        who reaches the router's worker registration can put a URL there: such an engine is
+        probed without the API key and never weighs on the verdict (`Topology.listed`)."""
+        return self.source == "router" and self.actor_pid is None and self.server_pid is None
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,10 @@ class Topology:
     engines: tuple[Engine, ...] = ()
     routers: tuple[str, ...] = ()
     job_running: bool | None = None  # a Ray job (driver) is RUNNING
+    # URLs a router lists that are not the job's engines (`Engine.listed_only`): reported as
+    # listed by the router, probed without the API key, kept out of `engines` (status, progress,
+    # culprits, the watchdog's counter plan)
+    listed: tuple[Engine, ...] = ()
 
     def by_role(self, role: Role) -> tuple[Member, ...]:
         return tuple(m for m in self.members if m.role is role)
@@ -260,8 +273,10 @@ def build_topology(snapshot: Snapshot) -> Topology:
     _add_drivers(members, procs, snapshot)
     _add_distributed_ranks(members, procs)
     final = _assign_ranks(list(members.values()), procs)
-    engines = _engines(final, snapshot, logged)
+    engines = _engines(final, snapshot, logged, procs)
     final, engines = _pair_lost_servers(final, engines)
+    listed = tuple(e for e in engines if e.listed_only)
+    engines = tuple(e for e in engines if not e.listed_only)
     routers = tuple(
         dict.fromkeys(
             [m.engine_url for m in final if m.role is Role.ROUTER and m.engine_url]
@@ -272,7 +287,7 @@ def build_topology(snapshot: Snapshot) -> Topology:
     doctor = snapshot.manifest.target.get("doctor_pid")
     jobs = [j for j in snapshot.jobs if j.driver_pid is None or j.driver_pid != doctor]
     job_running = any(j.status == JOB_RUNNING for j in jobs) if jobs else None
-    return Topology(tuple(final), engines, routers, job_running)
+    return Topology(tuple(final), engines, routers, job_running, listed)
 
 
 def _descendants(
@@ -507,7 +522,8 @@ def _add_routers(
 
 @dataclass(frozen=True)
 class KnownRouter:
-    """A router URL the job itself names, and where that was read (in words)."""
+    """A URL the job itself names (a router's; an external engine's: `named_engines`), and where
+    that was read (in words)."""
 
     url: str
     origin: str
@@ -630,6 +646,54 @@ def given_routers(
     for job, argv in running_entrypoints(snapshot):
         url = argv_router(argv)
         if url is not None:
+            out.append(KnownRouter(url, f"in job {job.job_id or '?'}'s entrypoint"))
+    return out
+
+
+# slime's argument naming the engines a job runs against without starting them (external engines:
+# slime/utils/arguments.py `--rollout-external-engine-addrs HOST:PORT [HOST:PORT ...]`, nargs="+";
+# `_allocate_rollout_engine_addr_and_ports_external` in slime/ray/rollout.py splits each on ":")
+_EXTERNAL_ENGINES_FLAG = "--rollout-external-engine-addrs"
+
+
+def argv_external_engines(argv: tuple[str, ...]) -> list[str]:
+    """`http://HOST:PORT` of each address of `--rollout-external-engine-addrs A [B ...]` (or
+    `--flag=A`) in a command line."""
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag != _EXTERNAL_ENGINES_FLAG:
+            continue
+        values = [value] if eq else []
+        if not eq:
+            for following in argv[i + 1 :]:
+                if following.startswith("-"):
+                    break
+                values.append(following)
+        for address in values:
+            host, _, port = address.strip().removeprefix("http://").rstrip("/").rpartition(":")
+            if host and port.isdigit() and 0 < int(port) < 65536:
+                out.append(f"http://{host}:{int(port)}")
+    return out
+
+
+def named_engines(
+    members: list[Member],
+    procs: dict[tuple[str | None, int], ProcessInfo],
+    snapshot: Snapshot,
+) -> list[KnownRouter]:
+    """Engines the job's own arguments name (`--rollout-external-engine-addrs` on the driver's
+    command line or in a running job's entrypoint): the job's, though no process of it serves
+    them."""
+    out: list[KnownRouter] = []
+    for m in members:
+        info = procs.get((m.node_ip, m.pid))
+        if m.role is not Role.DRIVER or info is None:
+            continue
+        for url in argv_external_engines(info.cmdline):
+            out.append(KnownRouter(url, f"on the driver's command line (pid {m.pid})"))
+    for job, argv in running_entrypoints(snapshot):
+        for url in argv_external_engines(argv):
             out.append(KnownRouter(url, f"in job {job.job_id or '?'}'s entrypoint"))
     return out
 
@@ -835,6 +899,7 @@ def _engines(
     members: list[Member],
     snapshot: Snapshot,
     logged: dict[tuple[str | None, int], tuple[str, str]] | None = None,
+    procs: dict[tuple[str | None, int], ProcessInfo] | None = None,
 ) -> tuple[Engine, ...]:
     engines: dict[str, Engine] = {}
     for m in members:
@@ -859,6 +924,8 @@ def _engines(
     given = snapshot.manifest.target.get("sglang_urls")
     for url in given if isinstance(given, list) else ():
         engines.setdefault(str(url), Engine(str(url), None, None, None, "user-flag"))
+    for known in named_engines(members, procs or {}, snapshot):
+        engines.setdefault(known.url, Engine(known.url, None, None, None, "job-args", known.origin))
     for obs in snapshot.http:
         if isinstance(obs.parsed, RouterWorkers):
             for url in obs.parsed.urls:
