@@ -328,6 +328,8 @@ if __name__ == "__main__":
     ap.add_argument("--out", type=Path, default=None)
     ns = ap.parse_args()
     PHASE_S, WARMUP_S = ns.phase_s, ns.warmup_s
+    # SIGTERM (and SIGINT, which a background job ignores) end the soak through its cleanup
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     res = main(ns.duration_s, ns.out)
     print(json.dumps(res["summary"], indent=1))
     sys.exit(0)
