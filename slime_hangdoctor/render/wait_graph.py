@@ -168,7 +168,7 @@ def dot_source(graph: Graph) -> str:
                 'style="dashed"; color="#c2c9ce";'
             )
             for n in members:
-                label = f"{_dot_text(n.label, 36, 2)}\\n{_dot_text(n.detail, 36, 2)}"
+                label = f"{_dot_text(n.label, 40, 2)}\\n{_dot_text(n.detail, 40, 4)}"
                 extra = (
                     ', class="proc culprit", fillcolor="#ffd9d9", color="#c00000", penwidth=3'
                     if n.culprit
