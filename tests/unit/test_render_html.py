@@ -108,9 +108,7 @@ def _assert_inert(page: str, dom: Element) -> None:
 
 
 @pytest.mark.parametrize("layout", ["dot", "list"])
-def test_hostile_frame_names_are_shown_as_text_never_as_markup(
-    layout: str, tmp_path: Path
-) -> None:
+def test_hostile_frame_names_are_shown_as_text_never_as_markup(layout: str, tmp_path: Path) -> None:
     if layout == "dot":
         require_tool("dot", "graphviz")
     d = _hostile(tmp_path)
