@@ -132,3 +132,20 @@ def test_the_page_loads_nothing_and_says_so() -> None:
     assert policy.attrs["content"].startswith("default-src 'none'")
     assert "script-src 'none'" in policy.attrs["content"]
     assert not inert_problems(dom)
+
+
+def test_attach_writes_its_html_report_to_the_file_given(tmp_path: Path) -> None:
+    """`attach ADDRESS --format html -o FILE` (here a Ray that does not answer: the verdict is
+    UNKNOWN, exit 3): the page goes to FILE, nothing to standard output."""
+    from tests.integration.cli import run_cli
+
+    out = tmp_path / "report.html"
+    proc, _ = run_cli(
+        "attach", "http://127.0.0.1:9", "--window", "0", "--timeout", "1", "-q",
+        "--format", "html", "-o", str(out), timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 3 and proc.stdout == "", proc.stderr
+    dom = parse_dom(out.read_text())
+    verdict = dom.by_id("verdict")
+    assert verdict is not None and "UNKNOWN" in verdict.text and "status-unknown" in verdict.classes
+    assert not inert_problems(dom)
