@@ -12,7 +12,8 @@ evidence that showed each one (prefixed by its source, as a culprit's `why` is):
   request in flight on them (network.held_requests, issue 27's evidence), the router's chain to it,
   and an engine's own Ray actor blocked in an HTTP call to its own server.
 - Collectives (`stacks` and the culprit's sources): a process waiting in a collective that the
-  culprit, named by the suspect finders, is not in.
+  culprit, named by the suspect finders, is not in (a culprit that is a train rank or an engine:
+  the roles that take part in collectives).
 - Children (`stacks`): a slime process waiting for a child it forked that kept its title.
 
 This module only gathers: it blames no one and changes no verdict. Issue 34 extends it with waits
@@ -228,8 +229,17 @@ def _culprit_proc(world: World, m: Merged) -> Proc | None:
     return proc
 
 
+# the roles that take part in the job's collectives (train ranks; engines' schedulers in a weight
+# broadcast): a collective waits on a culprit of these roles only
+_IN_COLLECTIVES = frozenset({Role.TRAIN_RANK, Role.SGLANG_ENGINE})
+
+
 def _collective_waits(world: World, culprits: tuple[Merged, ...]) -> Iterable[Wait]:
-    targets = [(m, p) for m in culprits if (p := _culprit_proc(world, m)) is not None]
+    targets = [
+        (m, p)
+        for m in culprits
+        if m.role in _IN_COLLECTIVES and (p := _culprit_proc(world, m)) is not None
+    ]
     if not targets:
         return
     blamed = {p.pid for _, p in targets} | {
