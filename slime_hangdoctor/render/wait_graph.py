@@ -150,7 +150,7 @@ def dot_source(graph: Graph) -> str:
     """The graph in dot's language: a cluster per node IP, inside it one per engine or role."""
     out = [
         "digraph waits {",
-        '  graph [rankdir=LR, fontname="Helvetica", fontsize=11, nodesep=0.3, ranksep=0.9];',
+        '  graph [rankdir=TB, fontname="Helvetica", fontsize=11, nodesep=0.25, ranksep=0.7];',
         '  node [shape=box, style="rounded,filled", fillcolor="#f4f6f8", color="#5b6770", '
         'fontname="Helvetica", fontsize=10];',
         '  edge [fontname="Helvetica", fontsize=9];',
