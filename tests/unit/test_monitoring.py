@@ -271,6 +271,19 @@ def test_promtool_fires_each_alert_on_the_series_the_watchdog_wrote(tmp_path: Pa
                 _alert("SlimeJobStalled", 14),
             ],
         },
+        {  # no textfile at all (the watchdog never ran): absent after 15 minutes
+            "interval": "1m",
+            "input_series": [],
+            "alert_rule_test": [
+                _alert("SlimeHangdoctorAbsent", 14),
+                _firing(
+                    "SlimeHangdoctorAbsent",
+                    15,
+                    {"severity": "ticket"},
+                    "no slime-hangdoctor textfile is scraped",
+                ),
+            ],
+        },
         {  # probes of an engine that accepts and never answers: failing after 15 minutes
             "interval": "1m",
             "input_series": _series("probes_timing_out", hold=16),
