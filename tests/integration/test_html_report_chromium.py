@@ -24,11 +24,10 @@ from slime_hangdoctor.render.wait_graph import KIND_WORDS
 from slime_hangdoctor.verdict import WaitKind
 from tests.chromium import dump_dom, page_requests, screenshot
 from tests.debian_tools import require_tool
-from tests.fixtures.transforms import bundle_with_frame_names_suffixed
 from tests.html_dom import inert_problems, parse_dom
 from tests.integration.cli import run_cli
-from tests.unit.demo_bundles import DEMO, unpacked
-from tests.unit.test_render_html import HOSTILE, SECRET
+from tests.unit.demo_bundles import DEMO
+from tests.unit.test_render_html import SECRET, hostile_bundle
 
 pytestmark = [pytest.mark.slow]
 
@@ -97,11 +96,10 @@ def test_chromium_shows_the_graph_the_culprit_and_every_labelled_wait_offline(
 
 
 def test_chromium_shows_hostile_text_as_text(chromium: str, tmp_path: Path) -> None:
-    """Frame names carrying markup, dot escapes, bidi characters and a bearer token (derived from
-    the recorded stacks by a named transformation): the page Chromium builds runs nothing, loads
-    nothing, and shows the text as written, the secret blanked."""
-    src = unpacked(BUNDLE.name.removesuffix(".tar.gz"), tmp_path / "src")
-    bundle = bundle_with_frame_names_suffixed(src, tmp_path / "hostile", HOSTILE)
+    """Frame names and log lines carrying markup, dot escapes, bidi characters and a bearer token
+    (derived from the recorded stacks and log bodies by named transformations): the page Chromium
+    builds runs nothing, loads nothing, and shows the text as written, the secret blanked."""
+    bundle = hostile_bundle(tmp_path)
     page = tmp_path / "hostile.html"
     _report(bundle, page)
     dom_text, seen = dump_dom(chromium, page, tmp_path / "chromium")

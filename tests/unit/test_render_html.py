@@ -15,7 +15,10 @@ from slime_hangdoctor.render.html import render_html
 from slime_hangdoctor.render.wait_graph import KIND_WORDS, layout_svg
 from slime_hangdoctor.verdict import Diagnosis
 from tests.debian_tools import require_tool
-from tests.fixtures.transforms import bundle_with_frame_names_suffixed
+from tests.fixtures.transforms import (
+    bundle_with_frame_names_suffixed,
+    bundle_with_log_lines_suffixed,
+)
 from tests.html_dom import Element, inert_problems, parse_dom
 from tests.unit.demo_bundles import DEMO, diagnosed, unpacked
 
@@ -91,9 +94,16 @@ def test_without_dot_the_graph_is_a_nested_list_with_every_wait() -> None:
     assert all(line in tr.text for tr, w in zip(table, d.waits, strict=True) for line in w.evidence)
 
 
-def _hostile(tmp_path: Path) -> Diagnosis:
+def hostile_bundle(tmp_path: Path) -> Path:
+    """The recorded bundle with HOSTILE at the end of every frame name (stacks) and of every log
+    line (Ray's log API bodies)."""
     src = unpacked(BUNDLE.name.removesuffix(".tar.gz"), tmp_path / "src")
-    return diagnosed(bundle_with_frame_names_suffixed(src, tmp_path / "hostile", HOSTILE))
+    frames = bundle_with_frame_names_suffixed(src, tmp_path / "frames", HOSTILE)
+    return bundle_with_log_lines_suffixed(frames, tmp_path / "hostile", HOSTILE.replace("\n", ""))
+
+
+def _hostile(tmp_path: Path) -> Diagnosis:
+    return diagnosed(hostile_bundle(tmp_path))
 
 
 def _assert_inert(page: str, dom: Element) -> None:
@@ -112,7 +122,9 @@ def test_hostile_frame_names_are_shown_as_text_never_as_markup(layout: str, tmp_
     if layout == "dot":
         require_tool("dot", "graphviz")
     d = _hostile(tmp_path)
-    assert any(HOSTILE.strip()[:20] in r.state for r in d.rows)  # it reached the report
+    assert any(HOSTILE.strip()[:20] in r.state for r in d.rows)  # it reached the report: stacks
+    logged = [e for f in d.verdict.findings if f.rule.startswith("log-") for e in f.evidence]
+    assert any(HOSTILE[:20] in e for e in logged)  # ... and log bodies
     page = render_html(d, layout=layout_svg if layout == "dot" else _no_dot)
     dom = parse_dom(page)
     _assert_inert(page, dom)
