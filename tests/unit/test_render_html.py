@@ -1,8 +1,8 @@
 """The HTML report (render/html.py, render/wait_graph.py) on recorded demo bundles: the wait-for
 graph laid out by Graphviz's dot (installed by apt where the test can, else skipped with the
-reason), the nested list without dot, and hostile text (derived from the recorded stacks by
-`transforms.bundle_with_frame_names_suffixed`) shown literally, never as markup, with secrets
-blanked. What a browser makes of the page is tests/integration/test_html_report_chromium.py."""
+reason), the nested list without dot, and hostile text (put in the recorded stacks and log bodies
+by `transforms.bundle_with_frame_names_suffixed` and `bundle_with_log_lines_suffixed`) shown
+literally, never as markup, with secrets blanked. What a browser makes of the page is tests/integration/test_html_report_chromium.py."""
 
 from __future__ import annotations
 
