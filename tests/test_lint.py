@@ -33,7 +33,9 @@ def _mypy_demo_job() -> tuple[list[str], dict[str, str]]:
     cmd = [sys.executable, "-m", "mypy", "--strict", "--explicit-package-bases"]
     # a cache of its own: the two runs go at once, with other options
     cmd += ["--config-file", "/dev/null", "--cache-dir", ".mypy_cache/demo-job", *files]
-    return cmd, {**os.environ, "MYPYPATH": str(job)}
+    # the job imports the SGLang stand-in from the demo's package (demo/, where the job's
+    # PYTHONPATH finds it at run time)
+    return cmd, {**os.environ, "MYPYPATH": os.pathsep.join([str(job), str(job.parents[1])])}
 
 
 @pytest.fixture(scope="module")
