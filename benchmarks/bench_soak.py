@@ -6,23 +6,25 @@ warm-up, one alert per stall, and its `--keep` limit holding on disk.
     nice -n 10 python -m benchmarks.bench_soak [--duration-s 3900] [--out FILE]
 
 The job is the demo's `rollout_engine_stuck` (engine 1's scheduler blocks inside `forward_decode`
-while its fault is armed; the job arms it itself at its third rollout). The fault's arm file (the
-stand-in's `--fault-arm-file`) is then removed and created again in turns, `PHASE_S` each: removed,
-the scheduler's forward returns and the job trains again; created, the next decode blocks again
-(demo/sglang/srt/model_executor/model_runner.py `_block_forever`). Halfway, at the start of a
-cleared phase, the job and its Ray head are stopped and a new head is started on the same GCS and
-dashboard ports with a new job, which arms its fault again: `watch` keeps its one address all along.
+while its fault is armed; the job arms it itself, once, at its third rollout). The fault's arm
+file (the stand-in's `--fault-arm-file`, which the engine actor logs) is then removed and created
+again in turns, `PHASE_S` each: removed, the scheduler's forward returns and the job trains again;
+created, the next decode blocks again (demo/slime_hangdoctor_demo/sglang/srt/model_executor/
+model_runner.py `_block_forever`). Halfway, at the start of a cleared phase, the job and its Ray
+head are stopped and a new head is started on the same GCS and dashboard ports with a new job,
+which arms its fault again: `watch` keeps its one address all along.
 
 `watch` runs with `--stall-after STALL_AFTER_S --bundle-dir --keep KEEP --on-stall-exec` (one line
-per alert into a file) `--prom-file --log-file`. Every SAMPLE_S seconds psutil reads the watch
-process: RSS, open fds, threads, live child processes (py-spy runs, the on-stall hook), CPU; and
-the bundle directory (entries, bytes) and the load average. The result (JSON, also written to
-`--out`) has the series and a summary over the samples after WARMUP_S: each figure's min, max and
-the RSS slope (least squares, KiB per hour); alerts counted against the armed phases that outlasted
-`--stall-after`; the most stall bundles seen on disk against `--keep`.
+per alert into a file) `--prom-file --log-file`. Every SAMPLE_S seconds (a thread of its own)
+psutil reads the watch process: RSS, open fds, threads, live child processes (py-spy runs, the
+on-stall hook), CPU; and the bundle directory (entries, bytes) and the load average. The result
+(JSON, also written to `--out`) has the series and a summary over the samples after WARMUP_S: each
+figure's min, max and the RSS slope (least squares, KiB per hour); each armed phase with the
+alerts that came in it, and the alerts outside them; the most stall bundles seen on disk against
+`--keep`.
 
 A benchmark, not a test: it takes its duration and a demo job's CPU. Everything it starts (the
-demo's heads, jobs, the watch process) is stopped when it ends, also on failure.
+demo's heads, jobs, the watch process) is stopped when it ends, also on failure or SIGTERM.
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ _ARM_FILE_RE = re.compile(r"demo fault plan for engine \d+: server fault \w+ \(a
 def _arm_file_of(run: Any) -> Path:
     """The arm file of the job's faulty engine, as its SGLangEngine actor logs it (the job's log,
     through the Job API)."""
-    from slime_hangdoctor.demo import cluster
+    from slime_hangdoctor_demo import cluster
 
     found = _ARM_FILE_RE.search(cluster.job_logs(run.head, run.submission_id))
     if found is None:
@@ -94,8 +96,8 @@ def _arm_file_of(run: Any) -> Path:
 
 
 def _start_job(soak: Soak, same_address_as: Any = None) -> Any:
-    from slime_hangdoctor.demo import cluster
-    from slime_hangdoctor.demo.launch import start_demo
+    from slime_hangdoctor_demo import cluster
+    from slime_hangdoctor_demo.launch import start_demo
 
     workdir = soak.work / f"job{len(soak.runs)}"
     head = None
