@@ -13,6 +13,7 @@ same cap. Neither requests nor urllib3 is imported: for the same few calls they 
 
 from __future__ import annotations
 
+import functools
 import io
 import socket
 import threading
@@ -91,7 +92,7 @@ def get(
         conn.connect()
         assert conn.sock is not None
         conn.sock.settimeout(_budget(limit, deadline))
-        conn.response_class = _deadline_response(limit, deadline)
+        conn.response_class = _deadline_response(limit, deadline)  # type: ignore[assignment]
         conn.request("GET", target, headers=dict(headers))
         resp = conn.getresponse()
         try:
@@ -182,12 +183,16 @@ class _DeadlineReader(io.RawIOBase):
         self._raw = sock.makefile("rb", buffering=0)  # a SocketIO: keeps the socket open for us
         self._timeout = timeout
         self._deadline = deadline
+        self._set: float | None = None  # the socket timeout last set (a syscall or two to set)
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: memoryview) -> int | None:  # type: ignore[override]
-        self._sock.settimeout(_budget(self._timeout, self._deadline))
+        budget = _budget(self._timeout, self._deadline)
+        if budget != self._set:  # the whole `timeout` until the deadline is nearer than that
+            self._sock.settimeout(budget)
+            self._set = budget
         return self._raw.readinto(buffer)
 
     def close(self) -> None:
@@ -207,11 +212,20 @@ class _DeadlineSocket:
         return io.BufferedReader(_DeadlineReader(self._sock, self._timeout, self._deadline))
 
 
-def _deadline_response(timeout: float, deadline: float) -> type[HTTPResponse]:
+def _deadline_response(timeout: float, deadline: float) -> Callable[..., HTTPResponse]:
+    """What `HTTPConnection.getresponse` makes its response with: an HTTPResponse that reads the
+    socket through `_DeadlineReader`."""
+    return functools.partial(_response_class(), timeout=timeout, deadline=deadline)
+
+
+@functools.cache
+def _response_class() -> Callable[..., HTTPResponse]:
     import http.client
 
     class DeadlineResponse(http.client.HTTPResponse):
-        def __init__(self, sock: socket.socket, *args: object, **kwargs: object) -> None:
+        def __init__(
+            self, sock: socket.socket, *args: Any, timeout: float, deadline: float, **kwargs: Any
+        ) -> None:
             wrapped = _DeadlineSocket(sock, timeout, deadline)
             super().__init__(wrapped, *args, **kwargs)  # type: ignore[arg-type]
 
