@@ -332,7 +332,8 @@ _QUOTED_VALUE = re.compile(_OPEN_QUOTE + _VALUE)
 # skips to each `-`), the boundary is checked behind it.
 _FLAG_KEY = re.compile(
     r"-(?<![\w-](?<!\\[nrt])-)-?(?P<n>[A-Za-z][A-Za-z0-9_\-]*)"
-    r"""(?:=|(?:(?:[ \t]|\\t)+|\\{0,3}["'][ \t]*,[ \t]*(?=\\{0,3}["']))(?!\\{0,3}["']?-[A-Za-z\-]))"""
+    r"""(?:=|(?:[ \t]|\\t)+(?!-[A-Za-z\-])"""  # a quoted `'-x'` after a blank is a value
+    r"""|\\{0,3}["'][ \t]*,[ \t]*(?=\\{0,3}["'])(?!\\{0,3}["']-[A-Za-z\-]))"""
 )
 # HF_TOKEN=X  api_key='X'  authorization=Token X  api_key = 'X' (a config file's form; not `==`)
 _ASSIGN_KEYS = _hinted_keys(
