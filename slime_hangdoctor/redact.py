@@ -239,7 +239,8 @@ _BEFORE_FLAG = re.compile(r"[\w-]")
 
 def _fold(text: str) -> str:
     """`text` in lower case, each character where it was (str.lower, unless a character grew:
-    then only A-Z are lowered). Remembered for the text last folded: the passes share it."""
+    then only A-Z are lowered). Remembered for the text last folded, so that the passes of one
+    call share it (`redact_text` forgets it as it returns)."""
     last = _FOLDED[0]
     if last[0] is text:
         return last[1]
@@ -588,6 +589,7 @@ def every_pass(text: str) -> str:
     """Every pass, unconditionally (what `redact_text` equals, whatever its pre-check skips)."""
     for run in PASSES:
         text = run(text)
+    _FOLDED[0] = ("", "")  # the folded copy is not kept past the call
     return text
 
 
@@ -602,6 +604,7 @@ def redact_text(text: str, known_secrets: tuple[str, ...] = ()) -> str:
     for run, may_match in zip(PASSES, _MAY_MATCH, strict=True):
         if may_match(text):
             text = run(text)
+    _FOLDED[0] = ("", "")  # the folded copy is not kept past the call
     return text
 
 
