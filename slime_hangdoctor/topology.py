@@ -55,6 +55,9 @@ class Engine:
     # proc-listen | actor-log | user-flag | job-args | router | earlier-answer
     source: str = "proc-listen"
     origin: str = ""  # where the URL was read, in words, where the source alone does not say
+    # a server that is gone, on a node where as many of the job's engine actors or more have none
+    # (which of them was its actor, nothing says: `_pair_lost_servers`)
+    lost_server: bool = False
 
     @property
     def listed_only(self) -> bool:
@@ -62,7 +65,12 @@ class Engine:
         `_pair_lost_servers`), the job's own arguments do not name it, nor did the user. Anyone
         who reaches the router's worker registration can put a URL there: such an engine is
         probed without the API key and never weighs on the verdict (`Topology.listed`)."""
-        return self.source == "router" and self.actor_pid is None and self.server_pid is None
+        return (
+            self.source == "router"
+            and self.actor_pid is None
+            and self.server_pid is None
+            and not self.lost_server
+        )
 
 
 @dataclass(frozen=True)
@@ -951,7 +959,9 @@ def _pair_lost_servers(
 ) -> tuple[list[Member], tuple[Engine, ...]]:
     """An engine URL that no process serves (learned from the router, an earlier answer or the
     user) and an SGLangEngine actor with no server among its children, on the same node: that
-    actor's server is gone. Paired only when the node leaves no choice (one of each)."""
+    actor's server is gone. Paired only when the node leaves no choice (one of each); with several,
+    where the node has at least as many such actors as such URLs, each URL is marked
+    `lost_server` (one of those actors' servers, which one unknown)."""
     served = {m.engine_url for m in members if m.engine_url and m.kind == "http_server"}
     lost = [
         e for e in engines if e.server_pid is None and e.actor_pid is None and e.url not in served
@@ -962,18 +972,23 @@ def _pair_lost_servers(
         if m.role is Role.SGLANG_ENGINE and m.kind == "actor" and m.engine_url is None
     ]
     pairs: dict[str, Member] = {}
+    grouped: dict[str, str | None] = {}  # URL -> its node, where no one-to-one pairing is known
     for node in {m.node_ip for m in bare}:
         here = [m for m in bare if m.node_ip == node]
         urls = [e for e in lost if _host(e.url) == node or _host(e.url) in _ANY_HOST]
         if len(here) == 1 and len(urls) == 1 and urls[0].url not in pairs:
             pairs[urls[0].url] = here[0]
-    if not pairs:
+        elif urls and len(here) >= len(urls):
+            grouped.update((e.url, node) for e in urls if e.url not in pairs)
+    if not pairs and not grouped:
         return members, engines
     by_pid = {id(m): url for url, m in pairs.items()}
     out = [_replace(m, engine_url=by_pid[id(m)]) if id(m) in by_pid else m for m in members]
     paired = tuple(
         dataclasses.replace(e, node_ip=pairs[e.url].node_ip, actor_pid=pairs[e.url].pid)
         if e.url in pairs
+        else dataclasses.replace(e, node_ip=grouped[e.url], lost_server=True)
+        if e.url in grouped
         else e
         for e in engines
     )

@@ -13,6 +13,7 @@ from collections import Counter
 
 from slime_hangdoctor.analysis import rules
 from slime_hangdoctor.analysis.cuda_spin import cuda_spins
+from slime_hangdoctor.analysis.engine_findings import listed_findings
 from slime_hangdoctor.analysis.engines import (
     read_engines,
 )
@@ -96,10 +97,11 @@ def _no_job(world: World) -> bool:
         return False
     if any(p.role is not None and p.reads for p in world.procs):
         return False
+    strangers = {e.url.rstrip("/") for e in world.topology.listed}  # only a router lists them
     if (
         any(snap.facts(RAS))
         or any(snap.facts(FLIGHT_RECORDER))
-        or any(o.kind == "engine" for o in snap.http)
+        or any(o.kind == "engine" and o.answer.url.rstrip("/") not in strangers for o in snap.http)
     ):
         return False
     running = any(j.status == JOB_RUNNING for j in snap.jobs)
@@ -513,6 +515,7 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
                 status=Status.IDLE,
                 stage=Stage.NONE,
                 summary="No slime job: no RUNNING Ray job and no slime actor or process found.",
+                findings=tuple(listed_findings(world)),  # a router may still list servers
                 blind_spots=tuple(snapshot.blind_spots),
                 window_s=snapshot.window_s,
                 confidence="medium" if snapshot.ray_seen else "low",

@@ -20,6 +20,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import tarfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -206,3 +207,30 @@ def test_the_api_key_never_reaches_a_stranger_the_router_lists(
     assert mine and all(r["meta"].get("listed_by_router") is True for r in mine)
     rules = {f["rule"] for f in run.verdict()["findings"]}
     assert "router-lists-unknown-engine" in rules, run.describe()
+
+
+def test_servers_gone_beside_as_many_bare_engine_actors_stay_the_jobs(tmp_path: Path) -> None:
+    """The other side of the rule: engines whose servers are gone listen nowhere, so the router's
+    list is what names them. The recorded job behind the real router (`router/idle_behind_router`)
+    with both engines' servers and their children reaped (`transforms.bundle_with_processes_reaped`):
+    two engine actors without a server and two URLs only the router lists, on one node. No
+    one-to-one pairing is known, yet they are the job's (`Engine.lost_server`), not strangers."""
+    from tests.unit.test_golden_verdicts import recorded_bundles
+
+    recorded = recorded_bundles()["router-idle_behind_router"]
+    src = tmp_path / "src"
+    with tarfile.open(recorded) as tar:
+        tar.extractall(src, filter="data")
+    (root,) = [p.parent for p in src.rglob("manifest.json")]
+    before = analyse_bundle(root).topology
+    assert before is not None
+    urls = {e.url for e in before.engines}
+    servers = frozenset(
+        m.pid for m in before.members if m.kind in ("http_server", "scheduler", "detokenizer")
+    )
+    assert len(urls) == 2 and servers
+    reaped = tf.bundle_with_processes_reaped(root, tmp_path / "reaped", servers)
+    after = analyse_bundle(reaped).topology
+    assert after is not None
+    assert {e.url for e in after.engines} >= urls and not after.listed
+    assert all(e.lost_server for e in after.engines if e.url in urls)
