@@ -67,7 +67,7 @@ ALLOWED: dict[str, frozenset[str]] = {
         {"source_spec", "parsers", "sources", "snapshot", "topology", "verdict", "markers"}
     )
     | _FACTS,
-    "render": frozenset({"__init__", "errors", "verdict"}),
+    "render": frozenset({"__init__", "errors", "verdict", "redact"}),
     # not markers: what counts as work moving is the watchdog's policy (it judges for the collector)
     "collect": _BELOW_ANALYSIS - {"markers"},
     "pipeline": _BELOW_ANALYSIS | {"collect", "analysis"},
