@@ -12,6 +12,7 @@ import dataclasses
 from collections import Counter
 
 from slime_hangdoctor.analysis import rules
+from slime_hangdoctor.analysis.blame import Blame, assign
 from slime_hangdoctor.analysis.cuda_spin import cuda_spins
 from slime_hangdoctor.analysis.engines import (
     read_engines,
@@ -408,6 +409,33 @@ def _culprit_findings(culprits: tuple[Merged, ...]) -> list[Finding]:
     return out
 
 
+def _blame_findings(blame: Blame) -> list[Finding]:
+    """What blame moved: a wait passed along held Ray edges to where it ends; a party that has
+    returned left out of the blame."""
+    out: list[Finding] = []
+    if blame.passed:
+        out.append(
+            Finding(
+                "blame-passed",
+                Severity.INFO,
+                "The wait passes along Ray calls held over both samples: the blame goes to where "
+                "they end",
+                blame.passed[:6],
+            )
+        )
+    if blame.returned:
+        out.append(
+            Finding(
+                "blame-returned",
+                Severity.INFO,
+                "Not blamed: a process that has returned (its Ray task ended, its worker idle) "
+                "will never come; whoever waits on it is on a path it did not take",
+                blame.returned[:6],
+            )
+        )
+    return out
+
+
 def _evidence_findings(evidence: list[Evidence]) -> list[Finding]:
     by_rule: dict[str, list[Evidence]] = {}
     for e in evidence:
@@ -520,7 +548,8 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
         )
     reads = reads_of(world, engines, progress)
     suspects = find_suspects(reads)
-    merged = merge(suspects, world)
+    blame = assign(merge(suspects, world), world)
+    merged = list(blame.candidates)
     evidence = hang_evidence(reads, suspects)
     status = _status(world, progress, evidence, merged)
     live_stage = decide_stage(world, merged) if status is Status.HUNG else Stage.NONE
@@ -535,6 +564,7 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
     findings: list[Finding] = []
     if status is Status.HUNG:
         findings += _culprit_findings(culprits)
+        findings += _blame_findings(blame)
         findings += _evidence_findings(evidence)
     findings += [c.finding for c in causes]
     reading = Reading(world, engines, status, live_stage)

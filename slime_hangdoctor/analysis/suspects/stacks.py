@@ -73,6 +73,10 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
     outside = [p for p in ranks if p not in in_coll]
     if outside and all(p.latest is not None and p.latest.primary.in_intake for p in outside):
         return _awaited_by_intake(in_coll, outside, role)
+    returned = {p.pid: why for p in outside if (why := world.returned(p)) is not None}
+    if outside and len(returned) == len(outside):
+        return _on_a_path_the_others_left(in_coll, outside, returned, role)
+    outside = [p for p in outside if p.pid not in returned]
     if outside:
         victims = ", ".join(f"{p.label} ({brief(p)})" for p in in_coll[:4])
         weight = MEDIUM if len(outside) <= len(in_coll) else WEAK
@@ -100,6 +104,29 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
             for p in outside
         ]
     return _collective_minority(in_coll, role)
+
+
+def _on_a_path_the_others_left(
+    in_coll: list[Proc], gone: list[Proc], why: dict[int, str], role: Role
+) -> list[Suspect]:
+    """Every peer outside the collective has returned (its Ray task ended, its worker idle): it
+    will never enter it. The ranks that wait there are on a path their peers did not take (one
+    more step, a collective called by some ranks only): they are the ones to look at."""
+    left = "; ".join(why[p.pid] for p in gone[:4])
+    return [
+        suspect(
+            "stacks",
+            role,
+            f"stacks: {p.label} waits in {_op_of(p.latest) if p.latest else '?'} "
+            f"({p.latest.describe() if p.latest else '?'}), a collective its peers will never "
+            f"enter: {left}. It is on a path its peers did not take",
+            p,
+            weight=MEDIUM,
+            stage=p.latest.stage if p.latest else None,
+            evidence=tuple(f"{q.label}: {brief(q)}" for q in (*in_coll, *gone)[:8]),
+        )
+        for p in in_coll
+    ]
 
 
 def _awaited_by_intake(in_coll: list[Proc], intake: list[Proc], role: Role) -> list[Suspect]:
