@@ -182,9 +182,7 @@ def build_view(snapshot: Snapshot) -> TaskView | None:
     overlong = _overlong(actors, state, now_ms) if history and now_ms else ()
     calls = _calls(now_tasks, known)
     held = frozenset(persistent) if persistent is not None else None
-    return TaskView(
-        queues, edges, cycles, paused, overlong, bool(history), partial, calls, held
-    )
+    return TaskView(queues, edges, cycles, paused, overlong, bool(history), partial, calls, held)
 
 
 def _queues(actors: dict[str, RayActor], state: dict[str, RayTask]) -> tuple[ActorQueue, ...]:

@@ -155,15 +155,15 @@ def _waits(s: Suspect) -> Suspect:
     return dataclasses.replace(s, waits_elsewhere=True)
 
 
-def _end(
-    world: World, hops: dict[str, list[_Hop]], proc: Proc
-) -> tuple[Proc, list[str]] | None:
+def _end(world: World, hops: dict[str, list[_Hop]], proc: Proc) -> tuple[Proc, list[str]] | None:
     """The actor where the held Ray edges out of `proc` end, and the edges in words; None where
     `proc` does not wait on one, the edges loop, or they end at an actor that has returned."""
     read = proc.latest
     if proc.actor_id is None or read is None or not read.primary.waiting:
         return None
-    here, path, seen = proc.actor_id, [], {proc.actor_id}
+    here: str = proc.actor_id
+    path: list[str] = []
+    seen = {here}
     while here in hops and len(path) < _MAX_HOPS:
         hop = hops[here][0]
         if hop.holder in seen:

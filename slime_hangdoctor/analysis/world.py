@@ -173,7 +173,9 @@ class World:
         if any(r.block is not Block.IDLE_WORKER for r in p.reads):
             return None
         mine = self._tasks_of(p.actor_id)
-        if any(t.state in TASK_RUNNING_ANY for t in self.snapshot.tasks if t.actor_id == p.actor_id):
+        if any(
+            t.state in TASK_RUNNING_ANY for t in self.snapshot.tasks if t.actor_id == p.actor_id
+        ):
             return None
         ended = [t for t in mine if t.state in TASK_ENDED and t.task_type != "ACTOR_CREATION_TASK"]
         last = max(ended, key=lambda t: t.end_time_ms or 0, default=None)

@@ -3,9 +3,10 @@ schedulers) wait in, or the odd collective out; and "every slime process is wait
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 
+from slime_hangdoctor.analysis.gpu import GpuState
+from slime_hangdoctor.analysis.progress import Progress
 from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.stacks import ProcessRead
 from slime_hangdoctor.analysis.suspects.suspect import (
@@ -18,11 +19,26 @@ from slime_hangdoctor.analysis.suspects.suspect import (
     suspect,
 )
 from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.verdict import Role
 
 MESSAGES = {
     "all-waiting": "Every slime process is waiting; none is working",
+    "collective-mismatch": (
+        "Ranks wait in different collectives, and nothing says which rank took the wrong path "
+        "(weak: arm the flight recorder)"
+    ),
 }
+
+# What shows which rank is behind when the stacks cannot (ranks in different collectives, or
+# waiting at a later sync point than the collective): torch's flight recorder, armed in the job's
+# environment, and read with `attach --flight-recorder` (NCCL RAS counts too, on NCCL >= 2.24)
+ARM_FLIGHT_RECORDER = (
+    "arm the flight recorder in every rank's environment (TORCH_FR_BUFFER_SIZE=2000, "
+    "TORCH_FR_DUMP_TEMP_FILE=/tmp/fr_rank_, TORCH_NCCL_DEBUG_INFO_PIPE_FILE=/tmp/frpipe_; "
+    "TORCH_NCCL_ENABLE_TIMING=1 on NCCL) and run `slime-hangdoctor attach --flight-recorder`: its "
+    "per-group sequence numbers show which rank posted which collective"
+)
 
 
 def _op_of(read: ProcessRead) -> str:
@@ -65,8 +81,18 @@ def children_text(world: World, p: Proc) -> str:
     return "".join(f"; its child {c.label} is {brief(c)}" for c in _children(world, p))
 
 
+def _in_collective(p: Proc) -> bool:
+    """Its stack waits in a collective; or, whatever its Python frame, its GPU busy-waits in one
+    (NVML: util ~100 %, memory util ~0, no data moved): with NCCL a rank's CPU leaves the
+    collective's frame at once and waits at its next CUDA sync (`.item()`, `synchronize`), or runs
+    on, while the collective's kernel spins on its GPU."""
+    if p.latest is not None and p.latest.primary.in_collective:
+        return True
+    return p.gpu is not None and p.gpu.state is GpuState.STUCK
+
+
 def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
-    in_coll = [p for p in ranks if p.latest is not None and p.latest.primary.in_collective]
+    in_coll = [p for p in ranks if p.latest is not None and _in_collective(p)]
     if not in_coll:
         return []
     role = ranks[0].role or Role.TRAIN_RANK
@@ -81,6 +107,21 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
         victims = ", ".join(f"{p.label} ({brief(p)})" for p in in_coll[:4])
         weight = MEDIUM if len(outside) <= len(in_coll) else WEAK
         return [
+            suspect(
+                "stacks",
+                role,
+                f"stacks: {p.label} is not in a collective frame while its peers wait in one; it "
+                f"is {p.latest.describe() if p.latest else '?'}: a wait in native code that may "
+                "be a collective's own (an asynchronous collective's handle.wait(), the next "
+                f"CUDA sync on NCCL), weak (peers: {victims})",
+                p,
+                weight=WEAK,
+                stage=p.latest.stage if p.latest else None,
+                evidence=tuple(f"{q.label}: {brief(q)}" for q in ranks[:8]),
+            )
+            for p in outside
+            if _parked_in_native(p)
+        ] + [
             suspect(
                 "stacks",
                 role,
@@ -102,8 +143,21 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
                 ),
             )
             for p in outside
+            if not _parked_in_native(p)
         ]
     return _collective_minority(in_coll, role)
+
+
+def _parked_in_native(p: Proc) -> bool:
+    """Idle in the job's own code at every sample, in no wait primitive the signatures know: a
+    native call (with plain py-spy stacks) that may be an asynchronous collective's wait."""
+    return bool(p.reads) and all(
+        r.block is Block.PARKED and not r.native and not _has_children(p) for r in p.reads
+    )
+
+
+def _has_children(p: Proc) -> bool:
+    return p.member is not None and p.kind == "child"
 
 
 def _on_a_path_the_others_left(
@@ -151,34 +205,66 @@ def _awaited_by_intake(in_coll: list[Proc], intake: list[Proc], role: Role) -> l
 
 
 def _collective_minority(in_coll: list[Proc], role: Role) -> list[Suspect]:
-    """All ranks wait in collectives: the odd op out, when the ranks are in one stage."""
-    stages = {p.latest.stage for p in in_coll if p.latest}
-    if len(stages) != 1:
-        return []
-    groups = Counter(_op_of(p.latest) for p in in_coll if p.latest)
-    if len(groups) < 2:
-        return []
-    (top_op, top_n), *_ = groups.most_common()
-    minority = [p for p in in_coll if p.latest and _op_of(p.latest) != top_op]
-    if len(minority) >= top_n:
-        return []
-    return [
-        suspect(
-            "stacks",
-            role,
-            f"stacks: {p.label} waits in {_op_of(p.latest) if p.latest else '?'} while "
-            f"{top_n} peers wait in {top_op}: the peers issued different collectives",
-            p,
-            weight=WEAK,
-            stage=p.latest.stage if p.latest else None,
-            evidence=tuple(f"{q.label}: {brief(q)}" for q in in_coll[:8]),
+    """All ranks wait in collectives: no rank is named from the stacks. Ranks in different
+    collectives (slime PR#393's whitening all_reduce beside a PP stage's recv, PR#862's
+    mismatched broadcasts) show that some rank took a path the others did not, never which: the
+    minority is as likely to be right as the majority, and with NCCL the frames are the next CUDA
+    sync, not the collective. `mismatches` reports them (weak), the flight recorder's sequence
+    numbers and NCCL RAS's counts decide."""
+    return []
+
+
+def mismatches(world: World) -> list[str]:
+    """Each peer group whose ranks, all waiting in collectives, wait in different ones: the
+    ranks and their collective, in words."""
+    out: list[str] = []
+    for group in peer_groups(world):
+        if not all(_in_collective(p) for p in group):
+            continue
+        if len({p.latest.stage for p in group if p.latest is not None}) != 1:
+            continue  # a weight broadcast's source and the ranks waiting for it in a barrier
+        ops: dict[str, list[Proc]] = {}
+        for p in group:
+            if p.latest is not None:
+                ops.setdefault(_wait_of(p), []).append(p)
+        if len(ops) < 2:
+            continue
+        out.append(
+            "; ".join(
+                f"{', '.join(q.label for q in procs[:4])} in {op}" for op, procs in ops.items()
+            )
         )
-        for p in minority
-    ]
+    return out
+
+
+def _wait_of(p: Proc) -> str:
+    """Where a rank waits: its collective and the call it is in."""
+    read = p.latest
+    if read is None:
+        return "?"
+    if not read.primary.in_collective:
+        return f"a collective its GPU spins in ({read.describe()})"
+    frame = read.primary.stage_frame or read.primary.top
+    where = f" ({split_name(frame.name)[1]})" if frame is not None else ""
+    return f"{_op_of(read)}{where}"
 
 
 def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence]:
     world, progress = reads.world, reads.progress
+    out = [
+        Evidence(
+            "stacks",
+            "collective-mismatch",
+            f"stacks: {text}: the ranks are in different collectives; which rank took the wrong "
+            f"path is not in the stacks. To see it, {ARM_FLIGHT_RECORDER}",
+            1,
+        )
+        for text in (mismatches(world) if not world.snapshot.facts(FLIGHT_RECORDER) else [])
+    ]
+    return out + _all_waiting(world, progress)
+
+
+def _all_waiting(world: World, progress: Progress) -> list[Evidence]:
     procs = [p for p in world.procs if p.role is not None and p.latest is not None]
     if len(procs) < 2 or progress.moving:
         return []
