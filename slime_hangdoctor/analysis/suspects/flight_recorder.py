@@ -137,6 +137,16 @@ def fr_groups(world: World) -> list[FrGroup]:
     return out
 
 
+def _waits_in(groups: list[FrGroup], other: FrGroup, rank: int) -> FrGroup | None:
+    """Another group whose stuck collective `rank` waits in while some rank there is behind."""
+    for g in groups:
+        if g is other or g.stuck is None or not g.behind:
+            continue
+        if any(c.rank == rank for c in g.waiting) and all(c.rank != rank for c in g.behind):
+            return g
+    return None
+
+
 def _signature(e: FrEntry) -> str:
     """What must agree across the ranks for one collective of a group: its op (the recorder's
     profiling name, `nccl:broadcast`, `gloo:all_reduce`)."""
@@ -252,6 +262,16 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
                 f"flight recorder: rank {c.rank} never entered {_fr_entry_text(g.stuck)} on "
                 f"process group {g.label}; its last collective is #{c.enqueued} while {peers} wait"
             )
+            if not any_root and (own := _waits_in(groups, g, c.rank)) is not None:
+                # every rank behind somewhere waits itself in another group's collective that
+                # its peers there never entered: the ranks posted their collectives in different
+                # orders, each waits for the other (slime PR#862's broadcasts on slime's gloo
+                # group against the step's all_reduce on the default group)
+                why += (
+                    f"; and rank {c.rank} itself waits in {_fr_entry_text(own.stuck)} on process "
+                    f"group {own.label}, which its peers there never entered: the ranks posted "
+                    "their collectives in different orders and each waits for the other"
+                )
             out.append(
                 suspect(
                     "flight_recorder",

@@ -120,7 +120,7 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
                 evidence=tuple(f"{q.label}: {brief(q)}" for q in ranks[:8]),
             )
             for p in outside
-            if _parked_in_native(p)
+            if _parked_in_native(p) and not world.snapshot.facts(FLIGHT_RECORDER)
         ] + [
             suspect(
                 "stacks",
@@ -219,9 +219,11 @@ def mismatches(world: World) -> list[str]:
     ranks and their collective, in words."""
     out: list[str] = []
     for group in peer_groups(world):
-        if not all(_in_collective(p) for p in group):
+        if not all(_in_collective(p) or _parked_in_native(p) for p in group):
             continue
-        if len({p.latest.stage for p in group if p.latest is not None}) != 1:
+        if not any(_in_collective(p) for p in group):
+            continue
+        if len({p.latest.stage for p in group if p.latest and p.latest.stage}) > 1:
             continue  # a weight broadcast's source and the ranks waiting for it in a barrier
         ops: dict[str, list[Proc]] = {}
         for p in group:
@@ -242,6 +244,8 @@ def _wait_of(p: Proc) -> str:
     read = p.latest
     if read is None:
         return "?"
+    if _parked_in_native(p):
+        return f"native code ({read.describe()}: perhaps a collective's own wait)"
     if not read.primary.in_collective:
         return f"a collective its GPU spins in ({read.describe()})"
     frame = read.primary.stage_frame or read.primary.top
