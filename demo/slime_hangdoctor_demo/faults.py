@@ -274,7 +274,9 @@ FAULTS: dict[str, FaultSpec] = {
             entrypoint="train_async.py",
             frames=(
                 FrameSignature("driver", ("update_weights", "train")),
-                FrameSignature("rollout_manager", ("wait_for", "_wait_for_weight_version", "generate")),
+                FrameSignature(
+                    "rollout_manager", ("wait_for", "_wait_for_weight_version", "generate")
+                ),
                 FrameSignature("train rank 0", ("get", "update_weights")),
                 FrameSignature("train rank 1", ("barrier", "update_weights")),
             ),

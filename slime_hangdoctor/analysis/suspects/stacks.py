@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from slime_hangdoctor.analysis.gpu import GpuState
+from slime_hangdoctor.analysis.kernel import WRITE_WAITS
 from slime_hangdoctor.analysis.progress import Progress
 from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.stacks import ProcessRead
@@ -150,7 +151,11 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
 
 def _parked_in_native(p: Proc) -> bool:
     """Idle in the job's own code at every sample, in no wait primitive the signatures know: a
-    native call (with plain py-spy stacks) that may be an asynchronous collective's wait."""
+    native call (with plain py-spy stacks) that may be an asynchronous collective's wait; not
+    where the kernel shows the wait is I/O (disk sleep, a write into a pipe or socket nobody
+    reads: the kernel source's own finding explains it)."""
+    if p.kernel and any(k.in_disk_sleep or (k.wchan or "") in WRITE_WAITS for _, k in p.kernel):
+        return False
     return bool(p.reads) and all(
         r.block is Block.PARKED and not r.native and not _has_children(p) for r in p.reads
     )
