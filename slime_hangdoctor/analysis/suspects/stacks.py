@@ -10,6 +10,7 @@ from slime_hangdoctor.analysis.kernel import WRITE_WAITS
 from slime_hangdoctor.analysis.progress import Progress
 from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.stacks import ProcessRead
+from slime_hangdoctor.analysis.suspects.flight_recorder import fr_groups
 from slime_hangdoctor.analysis.suspects.suspect import (
     MEDIUM,
     WEAK,
@@ -121,7 +122,7 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
                 evidence=tuple(f"{q.label}: {brief(q)}" for q in ranks[:8]),
             )
             for p in outside
-            if _parked_in_native(p) and not world.snapshot.facts(FLIGHT_RECORDER)
+            if _parked_in_native(p) and not _fr_in_flight(world, p)
         ] + [
             suspect(
                 "stacks",
@@ -147,6 +148,15 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
             if not _parked_in_native(p)
         ]
     return _collective_minority(in_coll, role)
+
+
+def _fr_in_flight(world: World, p: Proc) -> bool:
+    """The flight recorder shows a collective of `p`'s rank in flight: it waits in one."""
+    return any(
+        c.pending is not None and (c.pid == p.pid or (c.pid is None and c.rank == p.rank))
+        for g in fr_groups(world)
+        for c in g.cursors
+    )
 
 
 def _parked_in_native(p: Proc) -> bool:
