@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.facts import (
     ACTOR_ALIVE,
     TASK_ENDED,
@@ -30,6 +31,10 @@ from slime_hangdoctor.facts import (
     RayTask,
 )
 from slime_hangdoctor.snapshot import Snapshot, TaskPageObs
+
+RAY_TASKS = Source(
+    "ray_tasks"
+)  # Ray's task list: actor queues, wait-for cycles, paused engines, overlong methods
 
 # a task that runs now or has ended: it reached a worker, it is not queued
 _STARTED = TASK_RUNNING_ANY | TASK_ENDED

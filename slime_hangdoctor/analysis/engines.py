@@ -51,6 +51,7 @@ from enum import Enum
 
 from slime_hangdoctor.analysis.actor_queues import PausedEngine, build_view
 from slime_hangdoctor.analysis.signatures import Block, split_name
+from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.http_facts import (
     EngineLoad,
@@ -70,6 +71,8 @@ from slime_hangdoctor.parsers.sglang import (
 )
 from slime_hangdoctor.snapshot import HttpObs
 from slime_hangdoctor.verdict import Role, Stage
+
+SGLANG = Source("sglang")  # the engines' and routers' HTTP answers
 
 _HEALTH = ("/health", "/health_generate")
 # Round trips to the scheduler: a timeout means the scheduler did not answer. Not `/get_load`, nor

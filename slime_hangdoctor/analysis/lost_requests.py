@@ -35,10 +35,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from slime_hangdoctor.analysis.actor_queues import OverlongTask, build_view
-from slime_hangdoctor.analysis.engines import EngineRead
-from slime_hangdoctor.analysis.hazards import proxy_hazards
+from slime_hangdoctor.analysis.actor_queues import RAY_TASKS, OverlongTask, build_view
+from slime_hangdoctor.analysis.engines import SGLANG, EngineRead
+from slime_hangdoctor.analysis.hazards import ENVIRON, proxy_hazards
 from slime_hangdoctor.analysis.network import (
+    SOCKETS,
     Endpoint,
     KeptConnections,
     engine_http_idle,
@@ -47,7 +48,7 @@ from slime_hangdoctor.analysis.network import (
 )
 from slime_hangdoctor.analysis.services import Service
 from slime_hangdoctor.analysis.source import Source
-from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.analysis.world import PROCESSES, Proc, World
 from slime_hangdoctor.topology import CLASS_ROLES
 from slime_hangdoctor.verdict import Role
 
@@ -150,7 +151,7 @@ def _in_rm(
             "[environ] no proxy variable sends its requests for the engines elsewhere",
             engines_line,
         ),
-        frozenset({"ray_tasks", "sockets", "environ", "sglang"}),
+        frozenset({RAY_TASKS, SOCKETS, ENVIRON, SGLANG}),
     )
 
 
@@ -162,18 +163,18 @@ def where_requests_are(world: World, engines: tuple[EngineRead, ...], rm: Proc) 
         return LostRequests(
             Holder.ENGINE,
             (f"[sglang] engine {e.url} is {e.state.value}: {'; '.join(e.evidence[:2])}",),
-            frozenset({"sglang"}),
+            frozenset({SGLANG}),
             url=e.url,
         )
     held = held_requests(world, engines)
     if held:
         h = held[0]
         return LostRequests(
-            Holder.ENGINE, (f"[sockets] {h.describe()}",), frozenset({"sockets"}), url=h.engine.url
+            Holder.ENGINE, (f"[sockets] {h.describe()}",), frozenset({SOCKETS}), url=h.engine.url
         )
     if (down := _router_down(world)) is not None:
         return LostRequests(
-            Holder.ROUTER, (f"[sglang] {down[1]}",), frozenset({"sglang"}), url=down[0]
+            Holder.ROUTER, (f"[sglang] {down[1]}",), frozenset({SGLANG}), url=down[0]
         )
     engine_urls = {f"engine {e.url}" for e in engines}
     proxy = next(
@@ -188,7 +189,7 @@ def where_requests_are(world: World, engines: tuple[EngineRead, ...], rm: Proc) 
         return LostRequests(
             Holder.PROXY,
             (f"[environ] {proxy.describe()}: its requests go to the proxy, not to the engines",),
-            frozenset({"environ"}),
+            frozenset({ENVIRON}),
             proxy=f"{proxy.variable}={proxy.proxy}",
         )
     kept = kept_connections(world, engines, rm)
@@ -199,7 +200,7 @@ def where_requests_are(world: World, engines: tuple[EngineRead, ...], rm: Proc) 
         return LostRequests(
             Holder.ENGINE if ep.kind == "engine" else Holder(ep.kind),
             (f"[sockets] {rm.label} holds {n} connection(s) to {ep.label} across both samples",),
-            frozenset({"sockets"}),
+            frozenset({SOCKETS}),
             url=ep.engine_url,
         )
     idle = [e for e in engines if e.in_flight is not None]
@@ -218,7 +219,7 @@ def where_requests_are(world: World, engines: tuple[EngineRead, ...], rm: Proc) 
                 f"{ep.service.kind.value} named by {ep.service.named_by}",
                 engines_line,
             ),
-            frozenset({"sockets", "processes", "sglang"}),
+            frozenset({SOCKETS, PROCESSES, SGLANG}),
             url=ep.service.url,
             service=ep.service,
         )

@@ -44,12 +44,14 @@ from urllib.parse import urlsplit
 from slime_hangdoctor.analysis.engines import EngineRead, router_entry
 from slime_hangdoctor.analysis.services import Service, job_services
 from slime_hangdoctor.analysis.signatures import Block
-from slime_hangdoctor.analysis.source_analysis import Reading, SourceAnalysis
+from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import PROXY_ENV, TcpConnection
 from slime_hangdoctor.http_facts import RouterMetrics, SglangMetrics
 from slime_hangdoctor.topology import ROUTER_TITLE, parse_ray_title
-from slime_hangdoctor.verdict import Finding, Role, Severity, Stage, Status
+from slime_hangdoctor.verdict import Role, Stage
+
+SOCKETS = Source("sockets")  # TCP connections of the slime processes (procfs)
 
 _WAITING = ("ESTABLISHED", "SYN_SENT")  # a request in flight, or a connect that never completes
 _LOOPBACK = ("127.", "::1", "0.0.0.0", "::")
@@ -562,40 +564,3 @@ def held_lines(h: HeldRequests) -> tuple[str, ...]:
     a request in flight on them, and where the chain through a router stops."""
     chain = tuple(f"chain: {c}: the requests stop at the engine" for c in h.chain)
     return (h.describe(), *(f.describe() for f in h.in_flight), *chain)
-
-
-def network_findings(world: World, engines: tuple[EngineRead, ...]) -> list[Finding]:
-    out: list[Finding] = []
-    held = held_requests(world, engines)
-    if held:
-        out.append(
-            Finding(
-                "requests-held-outside-scheduler",
-                Severity.CRITICAL if any(h.persistent for h in held) else Severity.WARNING,
-                "Callers hold requests in flight (procfs TCP sockets, with the evidence of each) "
-                "to engines whose scheduler has no work: the requests wait outside the scheduler",
-                tuple(line for h in held[:4] for line in held_lines(h))[:12],
-            )
-        )
-    lines = connection_lines(world, engines)
-    lines.extend(h.describe_idle() for h in idle_pools(world, engines)[:4])
-    if lines:
-        out.append(
-            Finding(
-                "connections",
-                Severity.INFO,
-                "Open TCP connections of the slime processes, by peer (procfs sockets)",
-                tuple(lines[:12]),
-            )
-        )
-    return out
-
-
-def _hung_findings(reading: Reading) -> list[Finding]:
-    """Who holds the requests: asked only of a hung job (a progressing one holds requests too)."""
-    if reading.status is not Status.HUNG:
-        return []
-    return network_findings(reading.world, reading.engines)
-
-
-ANALYSIS = SourceAnalysis(findings=_hung_findings)

@@ -308,4 +308,5 @@ SPEC = SourceSpec[FrDump](
         "TORCH_NCCL_DEBUG_INFO_PIPE_FILE, and hangdoctor --flight-recorder): per-rank "
         "collective cursors unknown"
     ),
+    analysis="slime_hangdoctor.analysis.parts.flight_recorder",
 )

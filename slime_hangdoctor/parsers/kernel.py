@@ -196,5 +196,5 @@ SPEC = SourceSpec[NodeKernel](
     partial=True,
     notes=_kernel_notes,
     node_probe="slime_hangdoctor.collect.kernel",
-    analysis="slime_hangdoctor.analysis.kernel",
+    analysis="slime_hangdoctor.analysis.parts.kernel",
 )

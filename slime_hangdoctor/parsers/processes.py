@@ -155,5 +155,5 @@ SPEC = SourceSpec[tuple[ProcessInfo, ...]](
     max_bytes=8 * 1024 * 1024,
     partial=True,
     discovery=True,
-    analysis="slime_hangdoctor.analysis.hazards",
+    analysis="slime_hangdoctor.analysis.parts.processes",
 )

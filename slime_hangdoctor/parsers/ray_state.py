@@ -662,5 +662,5 @@ SPEC = SourceSpec[object](
     parse=None,
     max_bytes=64 * 1024 * 1024,
     discovery=True,
-    analysis="slime_hangdoctor.analysis.ray_findings",
+    analysis="slime_hangdoctor.analysis.parts.ray",
 )

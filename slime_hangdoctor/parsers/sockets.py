@@ -168,5 +168,5 @@ SPEC = SourceSpec[tuple[TcpConnection, ...]](
     max_bytes=64 * 1024 * 1024,
     partial=True,
     node_probe="slime_hangdoctor.collect.sockets",
-    analysis="slime_hangdoctor.analysis.network",
+    analysis="slime_hangdoctor.analysis.parts.sockets",
 )

@@ -1,19 +1,19 @@
 """Ray placement (source ``ray_placement``): placement groups of the running job that wait for
 resources the cluster lacks (``/api/v0/placement_groups`` against ``/api/cluster_status``): the
 driver waiting in `create_placement_groups` is a start-up hang.
-
-Pure: `suspects(reads)` for the registry, `findings(world)` for the report.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slime_hangdoctor.analysis.suspects.suspect import (
+from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     STRONG,
+    Reads,
+    Source,
+    SourceAnalysis,
     Suspect,
-    SuspectInputs,
     suspect,
 )
 from slime_hangdoctor.analysis.world import World
@@ -24,6 +24,8 @@ from slime_hangdoctor.facts import (
     RayPlacementGroup,
 )
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
+
+RAY_PLACEMENT = Source("ray_placement")  # Ray's placement groups against the cluster's capacity
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def _placement_text(w: PlacementWait) -> str:
     return f"Ray placement groups: {name} is {w.group.state}, {why}: needs {need}{strategy}"
 
 
-def suspects(reads: SuspectInputs) -> list[Suspect]:
+def suspects(reads: Reads) -> list[Suspect]:
     world = reads.world
     waits = placement_waits(world)
     if not waits:
@@ -95,7 +97,7 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
     driver = drivers[0] if drivers else None
     return [
         suspect(
-            "ray_placement",
+            RAY_PLACEMENT,
             Role.DRIVER,
             _placement_text(w) + ": the job cannot leave start-up",
             driver,
@@ -121,3 +123,11 @@ def findings(world: World) -> list[Finding]:
             )
         )
     return out
+
+
+ANALYSIS = SourceAnalysis(
+    name="placement",
+    gives=(RAY_PLACEMENT,),
+    suspects=suspects,
+    findings=lambda r: findings(r.world),
+)

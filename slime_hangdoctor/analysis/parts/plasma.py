@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from slime_hangdoctor.analysis.signatures import method_stage
-from slime_hangdoctor.analysis.suspects.suspect import STRONG, Suspect, SuspectInputs, suspect
+from slime_hangdoctor.analysis.source_analysis import (
+    STRONG,
+    Reads,
+    Source,
+    SourceAnalysis,
+    Suspect,
+    suspect,
+)
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import (
     JOB_RUNNING,
@@ -34,6 +41,9 @@ from slime_hangdoctor.facts import (
 )
 from slime_hangdoctor.topology import CLASS_ROLES
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
+
+# a task whose arguments do not fit in the object store (the raylets' stores)
+RAY_PLASMA = Source("ray_plasma")
 
 # Ray 2.60's task states (common.proto TaskStatus) in which a task waits for its lease or for its
 # arguments to fit in the object store
@@ -201,7 +211,7 @@ def wait_text(w: PlasmaWait) -> str:
     )
 
 
-def suspects(reads: SuspectInputs) -> list[Suspect]:
+def suspects(reads: Reads) -> list[Suspect]:
     world = reads.world
     out: list[Suspect] = []
     for w in plasma_waits(world):
@@ -210,7 +220,7 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
         proc = _proc(world, w)
         out.append(
             suspect(
-                "ray_plasma",
+                RAY_PLASMA,
                 w.role,
                 wait_text(w),
                 proc,
@@ -238,3 +248,11 @@ def findings(world: World) -> list[Finding]:
         )
         for w in plasma_waits(world)
     ]
+
+
+ANALYSIS = SourceAnalysis(
+    name="plasma",
+    gives=(RAY_PLASMA,),
+    suspects=suspects,
+    findings=lambda r: findings(r.world),
+)
