@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.cuda_spin import CudaSpin, cuda_spins
 from slime_hangdoctor.analysis.engines import EngineRead
+from slime_hangdoctor.analysis.gpu import GpuState
 from slime_hangdoctor.analysis.merge import Merged
 from slime_hangdoctor.analysis.parts.gpu_kernel import GPU_KERNEL
 from slime_hangdoctor.analysis.parts.routers import gone_routers
@@ -19,7 +20,7 @@ from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import JOB_RUNNING
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
-from slime_hangdoctor.snapshot import Snapshot
+from slime_hangdoctor.snapshot import HttpPeer, Snapshot
 from slime_hangdoctor.sources import SPECS
 from slime_hangdoctor.verdict import Role, Stage, Status
 
@@ -120,7 +121,7 @@ def _collective_hang(ctx: Context) -> bool:
     if any(p.latest is not None and p.latest.primary.in_collective for p in w.procs):
         return True
     return bool(w.snapshot.facts(RAS) or w.snapshot.facts(FLIGHT_RECORDER)) or any(
-        g.state.value == "stuck_in_collective" for g in w.gpus
+        g.state is GpuState.STUCK for g in w.gpus
     )
 
 
@@ -205,7 +206,7 @@ def blind_spots(ctx: Context) -> list[str]:
     if not w.two_samples:
         out.append("one sample only: progress between two samples could not be measured")
     if (w.topology.engines or w.by_role(Role.SGLANG_ENGINE)) and not any(
-        o.kind == "engine" for o in snap.http
+        o.kind is HttpPeer.ENGINE for o in snap.http
     ):
         out.append("no SGLang HTTP answers: engine health and token counters unknown")
     return list(dict.fromkeys(out))

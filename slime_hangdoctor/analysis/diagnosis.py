@@ -45,8 +45,8 @@ from slime_hangdoctor.facts import ACTOR_ALIVE, ACTOR_BEING_CREATED, JOB_RUNNING
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.snapshot import Snapshot
-from slime_hangdoctor.topology import SLIME_ACTOR_CLASSES, Topology
+from slime_hangdoctor.snapshot import HttpPeer, Snapshot
+from slime_hangdoctor.topology import SLIME_ACTOR_CLASSES, MemberKind, Topology
 from slime_hangdoctor.verdict import (
     Confidence,
     Diagnosis,
@@ -100,7 +100,7 @@ def _no_job(world: World) -> bool:
     if (
         any(snap.facts(RAS))
         or any(snap.facts(FLIGHT_RECORDER))
-        or any(o.kind == "engine" for o in snap.http)
+        or any(o.kind is HttpPeer.ENGINE for o in snap.http)
     ):
         return False
     running = any(j.status == JOB_RUNNING for j in snap.jobs)
@@ -271,8 +271,9 @@ def build_rows(world: World, culprits: tuple[Merged, ...]) -> tuple[RoleRow, ...
                 culprit=p.pid in pids,
             )
         )
-    order = {"train_rank": 0, "sglang_engine": 1, "rollout_manager": 2, "router": 3, "driver": 4}
-    return tuple(sorted(rows, key=lambda r: (order.get(r.role.value, 9), r.label, r.pid or 0)))
+    order = (Role.TRAIN_RANK, Role.SGLANG_ENGINE, Role.ROLLOUT_MANAGER, Role.ROUTER, Role.DRIVER)
+    rank = {role: i for i, role in enumerate(order)}
+    return tuple(sorted(rows, key=lambda r: (rank.get(r.role, 9), r.label, r.pid or 0)))
 
 
 def build_excerpt(world: World, culprits: tuple[Merged, ...]) -> StackExcerpt | None:
@@ -300,7 +301,7 @@ def _most_telling(world: World, proc: Proc) -> Proc:
         return (
             int(read.primary.in_collective),
             int(read.stage is not None),
-            int(p.kind == "scheduler"),
+            int(p.kind is MemberKind.SCHEDULER),
             int(p is proc),
         )
 
@@ -364,7 +365,7 @@ def _summary(
         where = f"in {stage.value}" if stage is not Stage.UNKNOWN else "(stage unknown)"
         if culprits:
             c = culprits[0].culprit()
-            who = _label(c.role.value, c.rank, c.pid, c.gpu, c.engine_url)
+            who = _label(c.role, c.rank, c.pid, c.gpu, c.engine_url)
             first_why: str = c.why.split(" | ")[0]
             return f"Hung {where}: {who} - {first_why}"
         return f"Hung {where}: nothing advanced, culprit not identified"
@@ -373,11 +374,11 @@ def _summary(
     return str(status.value)
 
 
-def _label(role: str, rank: int | None, pid: int | None, gpu: int | None, url: str | None) -> str:
-    text = role.replace("_", " ")
+def _label(role: Role, rank: int | None, pid: int | None, gpu: int | None, url: str | None) -> str:
+    text = role.value.replace("_", " ")
     if rank is not None:
         text += f" {rank}"
-    if url and role == "sglang_engine":
+    if url and role is Role.SGLANG_ENGINE:
         text += f" {url}"
     extra = [f"pid {pid}"] if pid is not None else []
     if gpu is not None:
@@ -400,7 +401,7 @@ def _culprit_findings(culprits: tuple[Merged, ...]) -> list[Finding]:
             Finding(
                 "culprit",
                 Severity.CRITICAL,
-                f"{_label(c.role.value, c.rank, c.pid, c.gpu, c.engine_url)} is the one the "
+                f"{_label(c.role, c.rank, c.pid, c.gpu, c.engine_url)} is the one the "
                 f"others wait for (sources: {', '.join(sorted(m.sources))})",
                 tuple(dict.fromkeys(evidence))[:10],
             )

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from slime_hangdoctor.analysis.engines import EngineRead
-from slime_hangdoctor.analysis.network import peer_map
+from slime_hangdoctor.analysis.network import PeerKind, peer_map
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.facts import TCP_WAITING
+from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role
 
 ENVIRON = Source(
@@ -108,7 +110,7 @@ def proxy_hazards(world: World, engines: tuple[EngineRead, ...]) -> tuple[ProxyH
     peers = peer_map(world, engines) if any(p.conns for p in world.procs) else None
     out: list[ProxyHazard] = []
     for p in world.procs:
-        if p.role not in _HTTP_CALLERS or p.kind in ("scheduler", "detokenizer"):
+        if p.role not in _HTTP_CALLERS or p.kind in (MemberKind.SCHEDULER, MemberKind.DETOKENIZER):
             continue
         env = env_of(p)
         hits: list[str] = []
@@ -126,7 +128,7 @@ def proxy_hazards(world: World, engines: tuple[EngineRead, ...]) -> tuple[ProxyH
             connected = sum(
                 1
                 for c in p.conns[-1][1]
-                if c.socket.state in ("ESTABLISHED", "SYN_SENT") and peers.lookup(c).kind == "proxy"
+                if c.socket.state in TCP_WAITING and peers.lookup(c).kind is PeerKind.PROXY
             )
         out.append(ProxyHazard(p, chosen[0], chosen[1], tuple(hits), connected))
     return tuple(out)

@@ -36,12 +36,13 @@ from dataclasses import dataclass
 from enum import Enum
 
 from slime_hangdoctor.analysis.actor_queues import RAY_TASKS, OverlongTask, build_view
-from slime_hangdoctor.analysis.engines import SGLANG, EngineRead
+from slime_hangdoctor.analysis.engines import SGLANG, EngineRead, EngineState
 from slime_hangdoctor.analysis.hazards import ENVIRON, proxy_hazards
 from slime_hangdoctor.analysis.network import (
     SOCKETS,
     Endpoint,
     KeptConnections,
+    PeerKind,
     engine_http_idle,
     held_requests,
     kept_connections,
@@ -49,13 +50,14 @@ from slime_hangdoctor.analysis.network import (
 from slime_hangdoctor.analysis.services import Service
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import PROCESSES, Proc, World
+from slime_hangdoctor.snapshot import HttpPeer
 from slime_hangdoctor.topology import CLASS_ROLES
 from slime_hangdoctor.verdict import Role
 
 # EngineState values that mean the engine holds requests without serving them
-_HOLDING = frozenset({"dead", "paused", "held"})
+_HOLDING = frozenset({EngineState.DEAD, EngineState.PAUSED, EngineState.HELD})
 # peers that would hold the RolloutManager's requests outside it
-_CARRIERS = ("engine", "router", "proxy")
+_CARRIERS = (PeerKind.ENGINE, PeerKind.ROUTER, PeerKind.PROXY)
 
 
 class Holder(str, Enum):
@@ -65,6 +67,14 @@ class Holder(str, Enum):
     EXTERNAL = "external"  # a service outside the job (a remote reward model, a tool server)
     ROLLOUT_MANAGER = "rollout_manager"
     UNKNOWN = "unknown"  # no holder found, and not enough evidence to blame the RolloutManager
+
+
+# who holds the requests when the RolloutManager keeps connections to a carrier of them
+_HOLDERS = {
+    PeerKind.ENGINE: Holder.ENGINE,
+    PeerKind.ROUTER: Holder.ROUTER,
+    PeerKind.PROXY: Holder.PROXY,
+}
 
 
 @dataclass(frozen=True)
@@ -78,10 +88,10 @@ class LostRequests:
 
 
 def _router_down(world: World) -> tuple[str, str] | None:
-    last = max((o.sample for o in world.snapshot.http if o.kind == "router"), default=None)
+    last = max((o.sample for o in world.snapshot.http if o.kind is HttpPeer.ROUTER), default=None)
     by_url: dict[str, list[int | None]] = {}
     for o in world.snapshot.http:
-        if o.kind == "router" and o.sample == last:
+        if o.kind is HttpPeer.ROUTER and o.sample == last:
             by_url.setdefault(o.answer.url, []).append(o.answer.status)
     for url, statuses in by_url.items():
         if all(s is None for s in statuses):
@@ -157,7 +167,7 @@ def _in_rm(
 
 def where_requests_are(world: World, engines: tuple[EngineRead, ...], rm: Proc) -> LostRequests:
     """Who holds the rollout's requests (see the module docstring for the order)."""
-    holding = [e for e in engines if e.state.value in _HOLDING]
+    holding = [e for e in engines if e.state in _HOLDING]
     if holding:
         e = holding[0]
         return LostRequests(
@@ -198,7 +208,7 @@ def where_requests_are(world: World, engines: tuple[EngineRead, ...], rm: Proc) 
     if carriers:
         ep, n = carriers[0]
         return LostRequests(
-            Holder.ENGINE if ep.kind == "engine" else Holder(ep.kind),
+            _HOLDERS[ep.kind],
             (f"[sockets] {rm.label} holds {n} connection(s) to {ep.label} across both samples",),
             frozenset({SOCKETS}),
             url=ep.engine_url,
@@ -208,7 +218,7 @@ def where_requests_are(world: World, engines: tuple[EngineRead, ...], rm: Proc) 
         f"engine {e.url}: {e.running or 0:.0f} running, {e.queued or 0:.0f} queued"
         for e in idle[:4]
     )
-    if kept is not None and (outside := kept.to("external")):
+    if kept is not None and (outside := kept.to(PeerKind.EXTERNAL)):
         ep, n = outside[0]
         assert ep.service is not None
         return LostRequests(
@@ -236,11 +246,11 @@ def _pooled(
         return []
     pooled = [
         (ep, n)
-        for ep, n in kept.to("engine")
+        for ep, n in kept.to(PeerKind.ENGINE)
         if ep.engine_url is not None and engine_http_idle(world, ep.engine_url)
     ]
     if engines and all(engine_http_idle(world, e.url) for e in engines):
-        pooled += list(kept.to("router"))
+        pooled += list(kept.to(PeerKind.ROUTER))
     return pooled
 
 

@@ -22,7 +22,7 @@ from slime_hangdoctor.analysis.signatures import (
 )
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.facts import Frame, ProcessStack, ThreadStack
-from slime_hangdoctor.snapshot import StackObs
+from slime_hangdoctor.snapshot import StackObs, StackVia
 from slime_hangdoctor.verdict import Stage
 
 STACKS = Source("stacks")  # py-spy / Ray traceback stacks
@@ -250,7 +250,7 @@ class ProcessRead:
     pid: int
     node_ip: str | None
     sample: int
-    via: str
+    via: StackVia
     title: str | None
     primary: ThreadRead
     threads: tuple[ThreadRead, ...]

@@ -10,22 +10,26 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from slime_hangdoctor.analysis.gpu import GpuRead, gpu_of_pid, read_gpus
 from slime_hangdoctor.analysis.signatures import split_name
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.stacks import ProcessRead, ThreadRead, read_process
-from slime_hangdoctor.facts import Frame, ProcessInfo, TcpConnection
+from slime_hangdoctor.facts import STATUS_GONE, Frame, ProcessInfo, TcpConnection
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESS_TABLE
 from slime_hangdoctor.parsers.sockets import SPEC as SOCKETS
-from slime_hangdoctor.snapshot import Snapshot, StackObs
-from slime_hangdoctor.topology import CLASS_ROLES, Member, Topology, parse_ray_title
+from slime_hangdoctor.snapshot import Snapshot, StackObs, StackVia
+from slime_hangdoctor.topology import CLASS_ROLES, Member, MemberKind, Topology, parse_ray_title
 from slime_hangdoctor.verdict import Role
 
 T = TypeVar("T")
+
+# where a train rank's number was read: the topology, RANK in its environment, the flight
+# recorder's or NCCL RAS's pid, or guessed from the process order
+RankSource = Literal["topology", "env", "flight_recorder", "ras", "inferred"]
 
 PROCESSES = Source("processes")  # the process table (psutil / procfs)
 CPU = Source("cpu")  # CPU time of the slime processes between the samples
@@ -44,7 +48,7 @@ class Proc:
     reads: tuple[ProcessRead, ...]  # one per sample, oldest first
     infos: tuple[tuple[int, ProcessInfo], ...]  # (sample, info), oldest first
     gpu: GpuRead | None
-    rank_source: str | None = None  # topology | env | flight_recorder | ras | inferred
+    rank_source: RankSource | None = None
     gone: bool = False  # seen in an earlier /proc sample, missing from its node's last one
     # (sample, connections) where the node's sockets were read, oldest first
     conns: tuple[tuple[int, tuple[TcpConnection, ...]], ...] = ()
@@ -58,8 +62,8 @@ class Proc:
         return self.reads[0] if self.reads else None
 
     @property
-    def kind(self) -> str:
-        return self.member.kind if self.member else "process"
+    def kind(self) -> MemberKind:
+        return self.member.kind if self.member else MemberKind.PROCESS
 
     @property
     def engine_url(self) -> str | None:
@@ -72,7 +76,7 @@ class Proc:
     @property
     def is_child(self) -> bool:
         """A process forked by a slime process that kept its title (`Member.kind` "child")."""
-        return self.kind == "child"
+        return self.kind is MemberKind.CHILD
 
     @property
     def parent_pid(self) -> int | None:
@@ -101,7 +105,7 @@ class Proc:
     @property
     def dead(self) -> bool:
         """Gone from the last /proc sample of its node, or a zombie there."""
-        return self.gone or (bool(self.infos) and self.infos[-1][1].status in ("zombie", "dead"))
+        return self.gone or (bool(self.infos) and self.infos[-1][1].status in STATUS_GONE)
 
 
 @dataclass(frozen=True)
@@ -177,7 +181,7 @@ def _best_stacks(snapshot: Snapshot) -> dict[tuple[str | None, int], list[StackO
 
 def _stack_rank(obs: StackObs) -> tuple[int, int, int]:
     frames = sum(len(t.frames) for t in obs.stack.threads)
-    return (1 if obs.via == "pyspy" else 0, 1 if obs.stack.native else 0, frames)
+    return (1 if obs.via is StackVia.PYSPY else 0, 1 if obs.stack.native else 0, frames)
 
 
 def _infos(snapshot: Snapshot) -> dict[tuple[str | None, int], list[tuple[int, ProcessInfo]]]:
@@ -286,7 +290,7 @@ def _rank_of(
     pid: int,
     fr: dict[int, int],
     ras: dict[int, int],
-) -> tuple[int | None, str | None]:
+) -> tuple[int | None, RankSource | None]:
     if member is not None and member.rank is not None and not member.rank_inferred:
         return member.rank, "topology"
     env = info.env.get("RANK") if info is not None else None

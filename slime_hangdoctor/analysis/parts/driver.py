@@ -13,6 +13,7 @@ from slime_hangdoctor.analysis.source_analysis import (
     suspect,
 )
 from slime_hangdoctor.analysis.world import Proc
+from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role
 
 DRIVER = Source("driver")  # the job's driver (read from its stacks)
@@ -26,7 +27,7 @@ def suspects(reads: Reads) -> list[Suspect]:
         for p in world.procs
         if p.role in (Role.TRAIN_RANK, Role.ROLLOUT_MANAGER)
         and p.member is not None
-        and p.member.kind == "actor"
+        and p.member.kind is MemberKind.ACTOR
     ]
     if not drivers or not actors:
         return []

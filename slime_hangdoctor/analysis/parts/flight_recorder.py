@@ -17,7 +17,7 @@ from slime_hangdoctor.analysis.source_analysis import (
 )
 from slime_hangdoctor.analysis.stacks import find_stage
 from slime_hangdoctor.analysis.world import World
-from slime_hangdoctor.facts import FrDump, FrEntry
+from slime_hangdoctor.facts import FR_COMPLETED, FrDump, FrEntry
 from slime_hangdoctor.parsers.flight_recorder import SPEC
 from slime_hangdoctor.verdict import Role, Stage
 
@@ -86,10 +86,10 @@ def _cursor(dump: FrDump, pg: str) -> FrCursor | None:
     if enq is None:
         enq = max((e.collective_seq_id for e in entries), default=None)
     if done is None:
-        done = max((e.collective_seq_id for e in entries if e.state == "completed"), default=0)
+        done = max((e.collective_seq_id for e in entries if e.state == FR_COMPLETED), default=0)
     if enq is None:
         return None
-    pending = [e for e in entries if e.state != "completed" and e.collective_seq_id > done]
+    pending = [e for e in entries if e.state != FR_COMPLETED and e.collective_seq_id > done]
     return FrCursor(
         dump.rank,
         dump.pid,

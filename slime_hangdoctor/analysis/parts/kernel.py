@@ -31,7 +31,7 @@ from slime_hangdoctor.analysis.source_analysis import (
     cause,
 )
 from slime_hangdoctor.analysis.world import Proc, World, pid_entry, who
-from slime_hangdoctor.facts import ProcessKernelState
+from slime_hangdoctor.facts import STATUS_DISK_SLEEP, TRACED, ProcessKernelState
 from slime_hangdoctor.parsers.kernel import SPEC
 from slime_hangdoctor.verdict import Finding, Severity, Stage, Status
 
@@ -136,7 +136,7 @@ class KernelRead:
 def traced(k: ProcessKernelState) -> bool:
     """Read while a tracer held the process (py-spy dumps it during the same sample): its state
     and wchan then show the tracing stop, not what it waits for."""
-    return k.state == "t" or k.wchan == "ptrace_stop"
+    return k.state == TRACED or k.wchan == "ptrace_stop"
 
 
 def _mib(n: int) -> str:
@@ -338,7 +338,7 @@ def _disk_sleep(world: World, p: Proc) -> bool:
     states = kernel_states(world, p)
     if states and states[-1][1].in_disk_sleep:
         return True
-    return bool(p.infos) and p.infos[-1][1].status == "disk-sleep"
+    return bool(p.infos) and p.infos[-1][1].status == STATUS_DISK_SLEEP
 
 
 def _checkpoint(r: Reading) -> Cause | None:

@@ -10,6 +10,7 @@ from slime_hangdoctor.analysis.engines import EngineState
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block
 from slime_hangdoctor.analysis.source_analysis import Cause, Reading, SourceAnalysis, cause
 from slime_hangdoctor.analysis.world import threads_with
+from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role, Severity, Stage, Status
 
 
@@ -82,7 +83,7 @@ def _cuda_ipc_colocate(r: Reading) -> Cause | None:
         for p, t in threads_with(
             r.world.by_role(Role.SGLANG_ENGINE), {"update_weights_from_tensor"}
         )
-        if p.kind == "scheduler"
+        if p.kind is MemberKind.SCHEDULER
     ]
     if not hits or not (bad or scheds):
         return None

@@ -19,6 +19,7 @@ from slime_hangdoctor.analysis.source_analysis import (
 from slime_hangdoctor.analysis.world import World
 from slime_hangdoctor.facts import (
     JOB_RUNNING,
+    PG_INFEASIBLE,
     PLACEMENT_GROUP_WAITING,
     PlacementDemand,
     RayPlacementGroup,
@@ -69,7 +70,7 @@ def placement_waits(world: World) -> list[PlacementWait]:
                     cap = max((n.get(key, 0.0) for n in cluster.per_node_total), default=cap)
                 if need > cap + 1e-9:
                     short[key] = (need, cap)
-        infeasible = bool(short) or pg.scheduling_state == "INFEASIBLE"
+        infeasible = bool(short) or pg.scheduling_state == PG_INFEASIBLE
         out.append(PlacementWait(pg, demand, strategy, short, infeasible))
     return out
 

@@ -19,7 +19,13 @@ from slime_hangdoctor.analysis.source_analysis import (
     suspect,
 )
 from slime_hangdoctor.analysis.world import World
-from slime_hangdoctor.facts import RasCommunicator, RasRank, RasReport
+from slime_hangdoctor.facts import (
+    RAS_HEALTHY,
+    RAS_MISMATCH,
+    RasCommunicator,
+    RasRank,
+    RasReport,
+)
 from slime_hangdoctor.parsers.nccl_ras import SPEC
 from slime_hangdoctor.verdict import Role
 
@@ -41,7 +47,7 @@ def ras_behind(comm: RasCommunicator) -> tuple[list[RasRank], str]:
         top = max(values)
         return [r for r, c in counts if c is not None and c < top], f"{op} {top}"
     launched = [r.launched_up_to for r in comm.ranks if r.launched_up_to is not None]
-    if launched and comm.errors and "MISMATCH" in comm.errors.upper():
+    if launched and RAS_MISMATCH in comm.error_kinds:
         top = max(launched)
         behind = [
             r
@@ -117,11 +123,10 @@ def mismatch_weight(comm: RasCommunicator, frozen: bool) -> int:
     """How much a difference in launch counts means. NCCL's own verdict (text form: MISMATCH / OK)
     decides; without it (JSON only) one reading cannot tell a straggler from launch skew in a busy
     job (the busy capture reads 21984 vs 21985), unless the counts stayed frozen across samples."""
-    errors = (comm.errors or "").upper()
-    if "MISMATCH" in errors:
+    if RAS_MISMATCH in comm.error_kinds:
         return STRONG
-    if errors:
-        return 0
+    if comm.errors:
+        return 0  # NCCL's verdict is another one
     return STRONG if frozen else WEAK
 
 
@@ -200,10 +205,7 @@ def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
             if c.hash in seen or c.hash in moving:
                 continue
             seen.add(c.hash)
-            bad = (c.errors or "OK").upper() != "OK" or (c.status or "RUNNING").upper() not in (
-                "RUNNING",
-                "INIT",
-            )
+            bad = bool(c.error_kinds) or c.states not in RAS_HEALTHY
             behind, _ = ras_behind(c)
             if not bad and not c.errors and behind and c.hash in frozen:
                 bad = True  # JSON form only: counts that differ and stayed frozen

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from slime_hangdoctor.analysis.engines import SGLANG
-from slime_hangdoctor.analysis.network import SOCKETS, kept_connections
+from slime_hangdoctor.analysis.network import SOCKETS, PeerKind, kept_connections
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     STRONG,
@@ -24,9 +24,11 @@ from slime_hangdoctor.analysis.source_analysis import (
     suspect,
 )
 from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.facts import STATUS_ZOMBIE
 from slime_hangdoctor.http_facts import HttpAnswer, RouterWorkers
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
+from slime_hangdoctor.snapshot import HttpPeer
 from slime_hangdoctor.topology import KnownRouter, given_routers, launched_routers
 from slime_hangdoctor.verdict import Role, Severity, Stage
 
@@ -34,9 +36,9 @@ from slime_hangdoctor.verdict import Role, Severity, Stage
 def _last_answers(world: World) -> tuple[int, dict[str, list[HttpAnswer]]]:
     """The last sample that probed a router, and each router's answers there."""
     by_url: dict[str, list[HttpAnswer]] = {}
-    last = max((o.sample for o in world.snapshot.http if o.kind == "router"), default=0)
+    last = max((o.sample for o in world.snapshot.http if o.kind is HttpPeer.ROUTER), default=0)
     for o in world.snapshot.http:
-        if o.kind == "router" and o.sample == last:
+        if o.kind is HttpPeer.ROUTER and o.sample == last:
             by_url.setdefault(o.answer.url, []).append(o.answer)
     return last, by_url
 
@@ -95,7 +97,7 @@ def _empty_with_requests(reads: Reads, url: str, sample: int) -> Suspect | None:
     listed = [
         o.parsed
         for o in world.snapshot.http
-        if o.kind == "router" and o.sample == sample and o.answer.url == url
+        if o.kind is HttpPeer.ROUTER and o.sample == sample and o.answer.url == url
         if isinstance(o.parsed, RouterWorkers)
     ]
     if not listed or any(w.urls for w in listed) or not reads.engines:
@@ -103,7 +105,7 @@ def _empty_with_requests(reads: Reads, url: str, sample: int) -> Suspect | None:
     holders: list[str] = []
     for rm in world.by_role(Role.ROLLOUT_MANAGER):
         kept = kept_connections(world, reads.engines, rm)
-        held = sum(n for ep, n in kept.to("router")) if kept is not None else 0
+        held = sum(n for ep, n in kept.to(PeerKind.ROUTER)) if kept is not None else 0
         if held:
             holders.append(f"{rm.label} (pid {rm.pid}) holds {held} connection(s) to it")
     if not holders:
@@ -239,7 +241,7 @@ def _zombie_children(world: World, parent: Proc) -> list[int]:
     if not tables:
         return []
     last = max(tables, key=lambda o: o.sample)
-    return sorted(p.pid for p in last.fact if p.ppid == parent.pid and p.status == "zombie")
+    return sorted(p.pid for p in last.fact if p.ppid == parent.pid and p.status == STATUS_ZOMBIE)
 
 
 def _gone_suspect(world: World, gone: GoneRouter) -> Suspect:
@@ -247,7 +249,7 @@ def _gone_suspect(world: World, gone: GoneRouter) -> Suspect:
     proc = gone.proc
     if proc is not None:
         info = proc.infos[-1][1] if proc.infos else None
-        if info is not None and info.status == "zombie":
+        if info is not None and info.status == STATUS_ZOMBIE:
             parent = f"pid {info.ppid}" if info.ppid is not None else "its parent"
             if owner is not None and owner.pid == info.ppid:
                 parent = f"the {owner.label} (pid {owner.pid})"
@@ -304,7 +306,11 @@ def _gone_suspect(world: World, gone: GoneRouter) -> Suspect:
 
 
 def _router_503(r: Reading) -> Cause | None:
-    bad = [o.answer for o in r.world.snapshot.http if o.kind == "router" and o.answer.status == 503]
+    bad = [
+        o.answer
+        for o in r.world.snapshot.http
+        if o.kind is HttpPeer.ROUTER and o.answer.status == 503
+    ]
     if not bad:
         return None
     return cause(

@@ -20,6 +20,7 @@ from slime_hangdoctor.analysis.source_analysis import (
 )
 from slime_hangdoctor.analysis.stacks import STACKS, ProcessRead
 from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role
 
 
@@ -39,7 +40,7 @@ def peer_groups(world: World) -> list[list[Proc]]:
     groups = [[p for p in world.train_ranks() if p.latest is not None]]
     engines: dict[str, list[Proc]] = {}
     for p in world.by_role(Role.SGLANG_ENGINE):
-        if p.kind == "scheduler" and p.latest is not None and p.engine_url:
+        if p.kind is MemberKind.SCHEDULER and p.latest is not None and p.engine_url:
             engines.setdefault(p.engine_url, []).append(p)
     groups += list(engines.values())
     return [g for g in groups if len(g) >= 2]
