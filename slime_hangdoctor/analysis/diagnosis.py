@@ -40,6 +40,7 @@ from slime_hangdoctor.analysis.source_analysis import (
     stage_hint,
 )
 from slime_hangdoctor.analysis.stacks import STACKS, highlight
+from slime_hangdoctor.analysis.waits import find_waits
 from slime_hangdoctor.analysis.world import Proc, World, build_world
 from slime_hangdoctor.facts import ACTOR_ALIVE, ACTOR_BEING_CREATED, JOB_RUNNING, TASK_RUNNING
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
@@ -269,6 +270,7 @@ def build_rows(world: World, culprits: tuple[Merged, ...]) -> tuple[RoleRow, ...
                 stage=_row_stage(p),
                 state=_row_state(world, p),
                 culprit=p.pid in pids,
+                engine_url=p.engine_url,
             )
         )
     order = (Role.TRAIN_RANK, Role.SGLANG_ENGINE, Role.ROLLOUT_MANAGER, Role.ROUTER, Role.DRIVER)
@@ -607,7 +609,9 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
         suspected=_suspected(d.status, confidence, d.culprits, progress),
         extra=_extra(world, engines, current),
     )
-    return Diagnosis(verdict, build_rows(world, d.culprits), build_excerpt(world, d.culprits))
+    waits = find_waits(world, engines, d.culprits) if d.status is Status.HUNG else ()
+    rows = build_rows(world, d.culprits)
+    return Diagnosis(verdict, rows, build_excerpt(world, d.culprits), waits)
 
 
 def _confirmed(m: Merged, world: World) -> bool:
