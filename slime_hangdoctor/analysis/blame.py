@@ -23,11 +23,17 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from slime_hangdoctor.analysis.actor_queues import CallEdge, TaskView, WaitEdge, build_view
-from slime_hangdoctor.analysis.suspects.merge import Merged, merge
-from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, STRONG, Suspect, suspect
+from slime_hangdoctor.analysis.actor_queues import (
+    RAY_TASKS,
+    CallEdge,
+    TaskView,
+    WaitEdge,
+    build_view,
+)
+from slime_hangdoctor.analysis.merge import Merged, merge
+from slime_hangdoctor.analysis.source_analysis import MEDIUM, STRONG, Suspect, suspect
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.topology import CLASS_ROLES
+from slime_hangdoctor.topology import CLASS_ROLES, MemberKind
 
 _MAX_HOPS = 16
 
@@ -101,7 +107,7 @@ def _label(world: World, actor_id: str) -> str:
 
 def _actor_proc(world: World, actor_id: str) -> Proc | None:
     return next(
-        (p for p in world.procs if p.actor_id == actor_id and p.kind == "actor"),
+        (p for p in world.procs if p.actor_id == actor_id and p.kind is MemberKind.ACTOR),
         None,
     )
 
@@ -190,7 +196,7 @@ def _ended_at(world: World, end: Proc, text: str, m: Merged) -> Suspect:
         f"is {own}: its own call keeps the others waiting"
     )
     return suspect(
-        "ray_tasks",
+        RAY_TASKS,
         role,
         why,
         end,

@@ -20,9 +20,8 @@ from pathlib import Path
 import pytest
 
 from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.analysis.progress import Progress
-from slime_hangdoctor.analysis.suspects import ras
-from slime_hangdoctor.analysis.suspects.suspect import SuspectInputs
+from slime_hangdoctor.analysis.parts import ras
+from slime_hangdoctor.analysis.source_analysis import Reads, assess
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
 from slime_hangdoctor.parsers.nccl_ras import parse_ras
@@ -213,7 +212,7 @@ def test_ranks_behind_in_different_ops_are_a_mismatch_not_a_straggler() -> None:
             )
         )
         world = build_world(snap, topology())
-        reads = SuspectInputs(world, (), Progress((), (), (), ()), frozenset())
+        reads = Reads(world, (), assess(world, ()))
         assert [s.rank for s in ras.suspects(reads)] == behind
         mismatch = [e for e in ras.evidence(reads, []) if e.rule == "ras-collective-mismatch"]
         assert bool(mismatch) == (not behind)

@@ -1,31 +1,34 @@
 """Stacks: the process that is not in the collective its peers (train ranks, one engine's
-schedulers) wait in, or the odd collective out; and "every slime process is waiting"."""
+schedulers) wait in, or the odd collective out; and, between the samples, a process that moved to
+another stage (work) or sat in the same wait (frozen)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from slime_hangdoctor.analysis.engines import EngineRead
 from slime_hangdoctor.analysis.gpu import GpuState
-from slime_hangdoctor.analysis.kernel import WRITE_WAITS
-from slime_hangdoctor.analysis.progress import Progress
+from slime_hangdoctor.analysis.parts.flight_recorder import fr_groups
+from slime_hangdoctor.analysis.parts.kernel import WRITE_WAITS, kernel_states
+from slime_hangdoctor.analysis.progress import Moved, Proof, Signal
 from slime_hangdoctor.analysis.signatures import Block, split_name
-from slime_hangdoctor.analysis.stacks import ProcessRead
-from slime_hangdoctor.analysis.suspects.flight_recorder import fr_groups
-from slime_hangdoctor.analysis.suspects.suspect import (
+from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     WEAK,
     Evidence,
+    Reads,
+    SourceAnalysis,
     Suspect,
-    SuspectInputs,
     brief,
     suspect,
 )
+from slime_hangdoctor.analysis.stacks import STACKS, ProcessRead
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
+from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER_SPEC
+from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role
 
 MESSAGES = {
-    "all-waiting": "Every slime process is waiting; none is working",
     "collective-mismatch": (
         "Ranks wait in different collectives, and nothing says which rank took the wrong path "
         "(weak: arm the flight recorder)"
@@ -59,13 +62,13 @@ def peer_groups(world: World) -> list[list[Proc]]:
     groups = [[p for p in world.train_ranks() if p.latest is not None]]
     engines: dict[str, list[Proc]] = {}
     for p in world.by_role(Role.SGLANG_ENGINE):
-        if p.kind == "scheduler" and p.latest is not None and p.engine_url:
+        if p.kind is MemberKind.SCHEDULER and p.latest is not None and p.engine_url:
             engines.setdefault(p.engine_url, []).append(p)
     groups += list(engines.values())
     return [g for g in groups if len(g) >= 2]
 
 
-def suspects(reads: SuspectInputs) -> list[Suspect]:
+def suspects(reads: Reads) -> list[Suspect]:
     world = reads.world
     out: list[Suspect] = []
     for group in peer_groups(world):
@@ -110,7 +113,7 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
         weight = MEDIUM if len(outside) <= len(in_coll) else WEAK
         return [
             suspect(
-                "stacks",
+                STACKS,
                 role,
                 f"stacks: {p.label} is not in a collective frame while its peers wait in one; it "
                 f"is {p.latest.describe() if p.latest else '?'}: a wait in native code that may "
@@ -122,10 +125,10 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
                 evidence=tuple(f"{q.label}: {brief(q)}" for q in ranks[:8]),
             )
             for p in outside
-            if _parked_in_native(p) and not _fr_in_flight(world, p)
+            if _parked_in_native(world, p) and not _fr_in_flight(world, p)
         ] + [
             suspect(
-                "stacks",
+                STACKS,
                 role,
                 f"stacks: {p.label} is not in the collective its peers wait in; it is "
                 f"{p.latest.describe() if p.latest else '?'}{children_text(world, p)} "
@@ -145,7 +148,7 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
                 ),
             )
             for p in outside
-            if not _parked_in_native(p)
+            if not _parked_in_native(world, p)
         ]
     return _collective_minority(in_coll, role)
 
@@ -159,12 +162,13 @@ def _fr_in_flight(world: World, p: Proc) -> bool:
     )
 
 
-def _parked_in_native(p: Proc) -> bool:
+def _parked_in_native(world: World, p: Proc) -> bool:
     """Idle in the job's own code at every sample, in no wait primitive the signatures know: a
     native call (with plain py-spy stacks) that may be an asynchronous collective's wait; not
     where the kernel shows the wait is I/O (disk sleep, a write into a pipe or socket nobody
     reads: the kernel source's own finding explains it)."""
-    if p.kernel and any(k.in_disk_sleep or (k.wchan or "") in WRITE_WAITS for _, k in p.kernel):
+    kernel = kernel_states(world, p)
+    if any(k.in_disk_sleep or (k.wchan or "") in WRITE_WAITS for _, k in kernel):
         return False
     return bool(p.reads) and all(
         r.block is Block.PARKED and not r.native and not _has_children(p) for r in p.reads
@@ -172,7 +176,7 @@ def _parked_in_native(p: Proc) -> bool:
 
 
 def _has_children(p: Proc) -> bool:
-    return p.member is not None and p.kind == "child"
+    return p.member is not None and p.kind is MemberKind.CHILD
 
 
 def _on_a_path_the_others_left(
@@ -184,7 +188,7 @@ def _on_a_path_the_others_left(
     left = "; ".join(why[p.pid] for p in gone[:4])
     return [
         suspect(
-            "stacks",
+            STACKS,
             role,
             f"stacks: {p.label} waits in {_op_of(p.latest) if p.latest else '?'} "
             f"({p.latest.describe() if p.latest else '?'}), a collective its peers will never "
@@ -205,7 +209,7 @@ def _awaited_by_intake(in_coll: list[Proc], intake: list[Proc], role: Role) -> l
     waiting = ", ".join(f"{p.label} (pid {p.pid})" for p in intake[:4])
     return [
         suspect(
-            "stacks",
+            STACKS,
             role,
             f"stacks: {p.label} (pid {p.pid}) waits in {_op_of(p.latest) if p.latest else '?'}"
             f" ({p.latest.describe() if p.latest else '?'}), a collective its TP peers never "
@@ -234,7 +238,7 @@ def mismatches(world: World) -> list[str]:
     ranks and their collective, in words."""
     out: list[str] = []
     for group in peer_groups(world):
-        if not all(_in_collective(p) or _parked_in_native(p) for p in group):
+        if not all(_in_collective(p) or _parked_in_native(world, p) for p in group):
             continue
         if not any(_in_collective(p) for p in group):
             continue
@@ -243,7 +247,7 @@ def mismatches(world: World) -> list[str]:
         ops: dict[str, list[Proc]] = {}
         for p in group:
             if p.latest is not None:
-                ops.setdefault(_wait_of(p), []).append(p)
+                ops.setdefault(_wait_of(world, p), []).append(p)
         if len(ops) < 2:
             continue
         out.append(
@@ -254,12 +258,12 @@ def mismatches(world: World) -> list[str]:
     return out
 
 
-def _wait_of(p: Proc) -> str:
+def _wait_of(world: World, p: Proc) -> str:
     """Where a rank waits: its collective and the call it is in."""
     read = p.latest
     if read is None:
         return "?"
-    if _parked_in_native(p):
+    if _parked_in_native(world, p):
         return f"native code ({read.describe()}: perhaps a collective's own wait)"
     if not read.primary.in_collective:
         return f"a collective its GPU spins in ({read.describe()})"
@@ -268,37 +272,49 @@ def _wait_of(p: Proc) -> str:
     return f"{_op_of(read)}{where}"
 
 
-def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence]:
-    world, progress = reads.world, reads.progress
-    out = [
+def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
+    """Ranks in different collectives, where no flight recorder shows which took the wrong path."""
+    if reads.world.snapshot.facts(FLIGHT_RECORDER_SPEC):
+        return []
+    return [
         Evidence(
-            "stacks",
+            STACKS,
             "collective-mismatch",
             f"stacks: {text}: the ranks are in different collectives; which rank took the wrong "
             f"path is not in the stacks. To see it, {ARM_FLIGHT_RECORDER}",
             1,
         )
-        for text in (mismatches(world) if not world.snapshot.facts(FLIGHT_RECORDER) else [])
+        for text in mismatches(reads.world)
     ]
-    return out + _all_waiting(world, progress)
 
 
-def _all_waiting(world: World, progress: Progress) -> list[Evidence]:
-    procs = [p for p in world.procs if p.role is not None and p.latest is not None]
-    if len(procs) < 2 or progress.moving:
-        return []
-    for p in procs:
-        read = p.latest
-        if read is None or read.cpu_busy:
-            return []
-    return [
-        Evidence(
-            "stacks",
-            "all-waiting",
-            "every slime process is waiting: "
-            + "; ".join(
-                f"{p.label}: {p.latest.describe() if p.latest else '?'}" for p in procs[:6]
-            ),
-            1,
-        )
-    ]
+def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
+    """Each process stacked at both samples: moved to another stage (work), changed within the
+    same stage (activity), or the same stack in both (frozen, but for an idle worker)."""
+    moved: list[Signal] = []
+    activity: list[Signal] = []
+    frozen: list[Signal] = []
+    for p in world.procs:
+        first, last = p.first, p.latest
+        if first is None or last is None or first.sample == last.sample:
+            continue
+        if first.stage is not None and last.stage is not None and first.stage != last.stage:
+            moved.append(
+                Signal(STACKS, p.label, f"moved from {first.stage.value} to {last.stage.value}")
+            )
+        elif first.primary.key() != last.primary.key():
+            activity.append(Signal(STACKS, p.label, "stack changed within the same stage"))
+        elif last.block is not Block.IDLE_WORKER:
+            frozen.append(Signal(STACKS, p.label, "identical stack in both samples"))
+    compared = bool(moved or activity or frozen)
+    return Moved(Proof.STAGE, tuple(moved), tuple(activity), tuple(frozen), compared)
+
+
+ANALYSIS = SourceAnalysis(
+    name="stacks",
+    gives=(STACKS,),
+    progress=progress,
+    suspects=suspects,
+    evidence=evidence,
+    messages=MESSAGES,
+)
