@@ -23,6 +23,7 @@ from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.analysis.parts import ras
 from slime_hangdoctor.analysis.source_analysis import Reads, assess
 from slime_hangdoctor.analysis.world import build_world
+from slime_hangdoctor.facts import ThreadStack
 from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
 from slime_hangdoctor.parsers.nccl_ras import parse_ras
 from slime_hangdoctor.parsers.processes import parse_processes
@@ -242,3 +243,62 @@ def test_a_rank_whose_gpu_busy_waits_in_a_collective_is_in_it_whatever_its_frame
     assert v.culprits == ()
     finding = next(f for f in v.findings if f.rule == "collective-mismatch")
     assert "weak: arm the flight recorder" in finding.message
+
+
+# --------------------------------------------------------------------------- the newer cases
+
+SHAPES = FIXTURES / "real" / "blame-shapes"
+ENGINE_URL = "http://10.0.0.1:15000"
+
+
+def _shape(world: str, rank: int, native: bool = False) -> tuple[int, list[ThreadStack]]:
+    pids = json.loads((SHAPES / "pids.json").read_text())
+    suffix = ".native" if native else ""
+    stack = parse_pyspy_json((SHAPES / f"{world}_rank{rank}{suffix}.json").read_text())
+    return pids[f"{world} rank {rank}"], list(stack.threads)
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["plain", "native"])
+def test_every_rank_in_the_hf_conversion_gather_names_no_rank(native: bool) -> None:
+    """radixark/miles#574: every MegatronTrainRayActor rank the doctor sees waits in the same
+    `all_gather` of `gather_from_tp_ranks`, in the bridge's HF conversion inside update_weights
+    (two real Gloo ranks; the third never joins). No rank stands out: the weight sync hangs,
+    nobody is named."""
+    members, stacks = [], []
+    for r in (0, 1):
+        pid, threads = _shape("gather", r, native)
+        members.append(
+            member(
+                Role.TRAIN_RANK, pid, cls="MegatronTrainRayActor", method="update_weights", rank=r
+            )
+        )
+        stacks += [as_obs(pid, s, *threads) for s in (0, 1)]
+    v = diagnose(snapshot(stacks=tuple(stacks), jobs=(running_job(),)), topology(*members)).verdict
+    assert (v.status, v.stage) == (Status.HUNG, Stage.WEIGHT_SYNC), v.summary
+    assert v.culprits == ()
+    assert "collective-mismatch" not in {f.rule for f in v.findings}  # one collective, all ranks
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["plain", "native"])
+def test_a_later_pipeline_stage_in_its_intake_waits_for_the_first(native: bool) -> None:
+    """sgl-project/sglang#17941: one engine with `--pp-size 2` (two real Gloo processes): PP1 waits
+    in `_pull_raw_reqs` for PP0's next requests (its intake: a p2p recv under
+    `point_to_point_pyobj`), PP0 in `_pp_recv_dict_from_prev_stage` for the last stage's outputs.
+    PP1 is waiting for PP0, never the one to blame: the engine is named by PP0's scheduler."""
+    members, stacks = [], []
+    for r in (0, 1):
+        pid, threads = _shape("pp", r, native)
+        members.append(member(Role.SGLANG_ENGINE, pid, "scheduler", url=ENGINE_URL))
+        stacks += [as_obs(pid, s, *threads) for s in (0, 1)]
+    pp0, pp1 = (m.pid for m in members)
+    world = build_world(snapshot(stacks=tuple(stacks)), topology(*members))
+    intake = world.find(pp1)
+    assert intake is not None and intake.latest is not None
+    assert intake.latest.primary.in_intake
+    assert "previous pipeline stage's next requests" in intake.latest.describe()
+    v = diagnose(snapshot(stacks=tuple(stacks), jobs=(running_job(),)), topology(*members)).verdict
+    assert v.status is Status.HUNG, v.summary
+    (culprit,) = v.culprits
+    assert (culprit.role, culprit.pid, culprit.engine_url) == (Role.SGLANG_ENGINE, pp0, ENGINE_URL)
+    assert "a collective its pipeline peers never enter" in culprit.why
+    assert "they wait in _pull_raw_reqs for its next requests" in culprit.why

@@ -203,17 +203,24 @@ def _on_a_path_the_others_left(
 
 
 def _awaited_by_intake(in_coll: list[Proc], intake: list[Proc], role: Role) -> list[Suspect]:
-    """One engine's schedulers: the ranks outside the collective wait in `broadcast_pyobj` for the
-    next requests of the rank that is in it (sglang#30760: TP rank 0 in the prefetch check's
-    all_reduce, which the other ranks left for the next loop). They wait for it: it is the one."""
+    """One engine's schedulers: the ranks outside the collective wait in their request intake
+    (`broadcast_pyobj`; a later pipeline stage's `_pull_raw_reqs`) for the next requests of the
+    rank that is in it (sglang#30760: TP rank 0 in the prefetch check's all_reduce, which the other
+    ranks left for the next loop; sglang#17941: PP1 waits for PP0's). They wait for it: it is the
+    one."""
     waiting = ", ".join(f"{p.label} (pid {p.pid})" for p in intake[:4])
+    calls = sorted(
+        {split_name(f.name)[1] for q in intake if q.latest and (f := q.latest.primary.block_frame)}
+    )
+    peers = "pipeline peers" if calls == ["_pull_raw_reqs"] else "TP peers"
     return [
         suspect(
             STACKS,
             role,
             f"stacks: {p.label} (pid {p.pid}) waits in {_op_of(p.latest) if p.latest else '?'}"
-            f" ({p.latest.describe() if p.latest else '?'}), a collective its TP peers never "
-            f"enter: they wait in broadcast_pyobj for its next requests ({waiting})",
+            f" ({p.latest.describe() if p.latest else '?'}), a collective its {peers} never "
+            f"enter: they wait in {' / '.join(calls) or 'their intake'} for its next requests "
+            f"({waiting})",
             p,
             weight=MEDIUM,
             stage=p.latest.stage if p.latest else None,
