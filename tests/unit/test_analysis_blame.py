@@ -10,6 +10,10 @@
   collectives in different orders on two groups (broadcasts on slime's gloo group, the step's
   all_reduce on the default group), each waits for the other; rank 0 waits in a handle's native
   wait, with no collective frame.
+- demo `update_waits_behind_rollout_gate` (item 7): a mutual wait with no HTTP in it, read from
+  Ray's task list.
+- real/blame-shapes: miles#574 (every rank in the HF conversion's all_gather) and sglang#17941 (a
+  later pipeline stage in its request intake).
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ from pathlib import Path
 
 import pytest
 
+from slime_hangdoctor.analysis.blame import assign
 from slime_hangdoctor.analysis.diagnosis import diagnose
+from slime_hangdoctor.analysis.gpu import NVML
+from slime_hangdoctor.analysis.merge import merge
 from slime_hangdoctor.analysis.parts import ras
-from slime_hangdoctor.analysis.source_analysis import Reads, assess
+from slime_hangdoctor.analysis.source_analysis import MEDIUM, Reads, assess, suspect
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.facts import ThreadStack
 from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
@@ -302,3 +309,53 @@ def test_a_later_pipeline_stage_in_its_intake_waits_for_the_first(native: bool) 
     assert (culprit.role, culprit.pid, culprit.engine_url) == (Role.SGLANG_ENGINE, pp0, ENGINE_URL)
     assert "a collective its pipeline peers never enter" in culprit.why
     assert "they wait in _pull_raw_reqs for its next requests" in culprit.why
+
+
+def test_blame_leaves_out_a_candidate_that_has_returned_whoever_names_it() -> None:
+    """Whatever source names a returned rank (here a suspect as NVML's idle-GPU rule would make
+    it, on the recorded world of `train_rank_extra_step`), blame takes it out of the contention and
+    says why; the rank that still runs keeps its blame."""
+    bundle = DEMO / "train_rank_extra_step.tar.gz"
+    a = analyse_bundle(bundle)
+    pids = _rank_pids(bundle)
+    world = build_world(a.snapshot, a.topology)
+    rank0, rank1 = world.find(pids[0]), world.find(pids[1])
+    assert rank0 is not None and rank1 is not None
+    named = [
+        suspect(NVML, Role.TRAIN_RANK, "its GPU is idle", rank0, weight=MEDIUM),
+        suspect(NVML, Role.TRAIN_RANK, "its GPU busy-waits", rank1, weight=MEDIUM),
+    ]
+    blame = assign(merge(named, world), world)
+    assert [m.first("pid") for m in blame.candidates if m.score > 0] == [pids[1]]
+    assert blame.returned == (world.returned(rank0),)
+
+
+# --------------------------------------------------------------------------- item 7
+
+
+def test_a_mutual_wait_with_no_http_is_read_from_rays_task_list(tmp_path: Path) -> None:
+    """demo `update_waits_behind_rollout_gate` (NeMo-RL#2694's shape in slime's train_async.py):
+    rank 1 waits for rank 0 in the update's barrier, rank 0 in `ray.get` on its
+    `recover_updatable_engines`, queued on the RolloutManager behind `generate`, which waits on its
+    own gate. Ray's task list (held over both samples) passes the blame from rank 0 to the
+    RolloutManager; without the task queries the stacks alone name rank 0, as before issue 34."""
+    bundle = DEMO / "update_waits_behind_rollout_gate.tar.gz"
+    a = analyse_bundle(bundle)
+    v = a.diagnosis.verdict
+    rm = next(
+        m for m in a.topology.members if m.role is Role.ROLLOUT_MANAGER and m.actor_id is not None
+    )
+    assert (v.status, v.stage) == (Status.HUNG, Stage.WEIGHT_SYNC), v.summary
+    assert [(c.role, c.pid) for c in v.culprits] == [(Role.ROLLOUT_MANAGER, rm.pid)]
+    passed = next(f for f in v.findings if f.rule == "blame-passed")
+    assert passed.evidence == (
+        "train rank 0's update_weights waits for its call recover_updatable_engines, queued on "
+        "rollout manager behind the generate it runs",
+    )
+    assert "its own call keeps the others waiting" in v.culprits[0].why
+    kinds = {(w.kind.value, w.waiter.label, w.waited_for.label) for w in a.diagnosis.waits}
+    assert ("queue", "train rank 0", "rollout manager") in kinds
+    src = unpacked("update_waits_behind_rollout_gate", tmp_path / "src")
+    cut = tf.bundle_without_targets(src, tmp_path / "cut", "ray_dashboard", ("tasks_",))
+    v = analyse_bundle(cut).diagnosis.verdict
+    assert [(c.role, c.rank) for c in v.culprits] == [(Role.TRAIN_RANK, 0)]
