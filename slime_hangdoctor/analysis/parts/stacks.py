@@ -165,8 +165,10 @@ def _fr_in_flight(world: World, p: Proc) -> bool:
 def _parked_in_native(world: World, p: Proc) -> bool:
     """Idle in the job's own code at every sample, in no wait primitive the signatures know: a
     native call (with plain py-spy stacks) that may be an asynchronous collective's wait; not
-    where the kernel shows the wait is I/O (disk sleep, a write into a pipe or socket nobody
-    reads: the kernel source's own finding explains it)."""
+    where its GPU is idle (NVML), nor where the kernel shows the wait is I/O (disk sleep, a
+    write into a pipe or socket nobody reads: the kernel source's own finding explains it)."""
+    if p.gpu is not None and p.gpu.state is GpuState.IDLE:
+        return False  # no collective kernel on its GPU (NVML): whatever it waits in, not NCCL
     kernel = kernel_states(world, p)
     if any(k.in_disk_sleep or (k.wchan or "") in WRITE_WAITS for _, k in kernel):
         return False
