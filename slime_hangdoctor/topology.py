@@ -173,10 +173,14 @@ DRIVER_SCRIPTS = ("train.py", "train_async.py")
 
 
 def parse_ray_title(title: str) -> tuple[str, str | None] | None:
-    """`ray::Class.method ...` -> (Class, method); `ray::Class` -> (Class, None); else None."""
+    """`ray::Class.method ...` -> (Class, method); `ray::Class` -> (Class, None); else None.
+    While a named actor's constructor runs, Ray titles its process `ray::<name>:Class.__init__`
+    (recorded: slime's ServingCluster, named `slime_serving_cluster`, and the router it forked
+    then, tests/fixtures/analysis/demo/serving_cluster_engine_stuck.tar.gz): the name, which may
+    hold dots (SGLang names its scheduler actors after an IP), goes before the last colon."""
     if not title.startswith("ray::"):
         return None
-    head = title[5:].split(" ", 1)[0].strip()
+    head = title[5:].split(" ", 1)[0].strip().rsplit(":", 1)[-1]
     if not head:
         return None
     cls, _, method = head.partition(".")
