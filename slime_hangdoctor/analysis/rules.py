@@ -19,6 +19,7 @@ from slime_hangdoctor.analysis.suspects.merge import Merged
 from slime_hangdoctor.analysis.suspects.routers import gone_routers
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import JOB_RUNNING, Frame
+from slime_hangdoctor.http_facts import RouterWorkers
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.snapshot import Snapshot
@@ -302,20 +303,30 @@ def _health_noise(ctx: Context) -> Cause | None:
     )
 
 
-def _router_503(ctx: Context) -> Cause | None:
-    bad = [
-        o.answer for o in ctx.world.snapshot.http if o.kind == "router" and o.answer.status == 503
-    ]
-    if not bad:
+def _router_no_workers(ctx: Context) -> Cause | None:
+    """A router whose `/workers` lists no worker in every sample that read it: sgl-router 0.3.2
+    then answers every `/generate` 503 `no_available_workers` (and `/readiness` 503): recorded
+    from the real wheel with no worker, tests/fixtures/real/router-no-workers/answers.json. The
+    doctor never sends a `/generate` itself: the empty list is what it reads."""
+    lists: dict[str, list[tuple[int, RouterWorkers]]] = {}
+    for o in ctx.world.snapshot.http:
+        if o.kind == "router" and isinstance(o.parsed, RouterWorkers):
+            lists.setdefault(o.answer.url.rstrip("/"), []).append((o.sample, o.parsed))
+    empty = sorted(url for url, seen in lists.items() if seen and not any(w.urls for _, w in seen))
+    if not empty:
         return None
     return _cause(
         "router-no-workers",
         Severity.WARNING,
-        "The router answers 503 (no available workers): requests never reach an engine "
-        "(THUDM/slime#1026, #683, #1391: a dead or OOM engine, a proxy on the master, a wrong "
-        "host IP - set SLIME_HOST_IP).",
-        [f"GET {a.url}{a.path}: 503" for a in bad[:3]],
-        ["curl -s -m 5 http://<router>/workers  and check that every engine URL is reachable"],
+        "The router lists no worker: every /generate sent through it is answered 503 "
+        "no_available_workers and never reaches an engine (THUDM/slime#1026, #683, #1391: a dead "
+        "or OOM engine, a proxy on the master, a wrong host IP - set SLIME_HOST_IP; or engines "
+        "that never registered).",
+        [f"GET {url}/workers: 200, no worker, in every sample" for url in empty[:3]],
+        [
+            f"curl -s -m 5 {empty[0]}/workers  and check that every engine URL is reachable "
+            "from the router's node"
+        ],
     )
 
 
@@ -544,7 +555,7 @@ KNOWN_CAUSES: tuple[Callable[[Context], Cause | None], ...] = (
     _reload_timeout,
     _triton_jit,
     _cp_allgather,
-    _router_503,
+    _router_no_workers,
     _router_gone,
     _requests_at_proxy,
     _requests_at_external_service,
