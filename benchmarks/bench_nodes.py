@@ -32,8 +32,8 @@ from typing import Any
 from slime_hangdoctor.collect.node import NodeSpec, partial_snapshot, pids_by_node
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.collect.remote import RayTasks, RemoteNode, collect_remote, gather_remote
-from slime_hangdoctor.demo import cluster
-from slime_hangdoctor.demo.launch import start_demo
+from slime_hangdoctor_demo import cluster
+from slime_hangdoctor_demo.launch import start_demo
 
 ROUNDS = 5
 FANOUT = (1, 2, 4, 8, 16)

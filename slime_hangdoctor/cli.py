@@ -138,6 +138,18 @@ REPORT = (
         default=False,
     ),
 )
+REPORT_FILE = Shared(
+    "report_file",
+    Path | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="Write the report to this file instead of standard output (with --format html: "
+        "one self-contained page).",
+        show_default=False,
+    ),
+    default=None,
+)
 WINDOW = Shared(
     "window",
     float,
@@ -438,13 +450,18 @@ def takes(
 
 
 @app.command()
-@takes(ADDRESS, *LOOK, *TOUCH, OUT, QUIET, *REPORT)
+@takes(ADDRESS, *LOOK, *TOUCH, OUT, QUIET, *REPORT, REPORT_FILE)
 def attach(
-    address: str | None, opts: CollectOptions, out: Path | None, quiet: bool, output: ReportFormat
+    address: str | None,
+    opts: CollectOptions,
+    out: Path | None,
+    quiet: bool,
+    output: ReportFormat,
+    report_file: Path | None,
 ) -> None:
     """Diagnose a live slime job: discover, sample twice, analyse, report. Read-only by default."""
     diagnosis = run_attach(address, opts, out=out, quiet=quiet or output is not ReportFormat.TEXT)
-    _emit(diagnosis, output)
+    _emit(diagnosis, output, to=report_file)
 
 
 @app.command()
@@ -474,15 +491,16 @@ def collect(
 
 
 @app.command()
-@takes(*REPORT)
+@takes(*REPORT, REPORT_FILE)
 def analyse(
     bundle: Annotated[
         Path, typer.Argument(help="A bundle directory or .tar.gz written by collect/attach/check.")
     ],
     output: ReportFormat,
+    report_file: Path | None,
 ) -> None:
     """Analyse an evidence bundle offline (record once, report many)."""
-    _emit(analyse_bundle(bundle), output)
+    _emit(analyse_bundle(bundle), output, to=report_file)
 
 
 @app.command()
@@ -514,7 +532,8 @@ def demo(
     output: ReportFormat,
 ) -> None:
     """Start a local Ray cluster, run a small slime-shaped job with a fault, and diagnose it."""
-    from slime_hangdoctor.demo.faults import FAULTS
+    _need_demo()
+    from slime_hangdoctor_demo.faults import FAULTS
 
     if list_faults:
         for name, spec in FAULTS.items():
@@ -523,7 +542,7 @@ def demo(
         return
     if fault not in FAULTS:
         raise HangDoctorError(f"unknown fault {fault!r}; see --list-faults")
-    from slime_hangdoctor.demo.launch import DemoError, job_layout
+    from slime_hangdoctor_demo.launch import DemoError, job_layout
 
     try:
         job_layout(FAULTS[fault], layout)  # refused before anything starts
@@ -621,14 +640,34 @@ def run_attach(
 
 
 DEMO_READY_TIMEOUT_S = 180.0  # a safety net for a busy machine, not the expected start-up time
+# The demo is a distribution of its own (demo/ in the repository: slime-hangdoctor-demo, the package
+# slime_hangdoctor_demo), not in the doctor's wheel; this installs it, with the job's dependencies.
+DEMO_INSTALL = "python3 -m pip install -e ./demo"
+DEMO_PACKAGE = "slime_hangdoctor_demo"
+DEMO_MISSING_HELP = (
+    "The demo is a distribution of its own (slime-hangdoctor-demo, the demo/ folder of the "
+    f"repository). Install it into this Python, from a checkout of the repository: {DEMO_INSTALL}"
+)
 DEMO_HELP = (
     "The demo job itself failed on this machine (nothing was diagnosed). It runs with this "
-    "Python's packages; from the repository: python3 -m pip install -e '.[demo]'"
+    f"Python's packages; from the repository: {DEMO_INSTALL}"
 )
 DEMO_RAY_HELP = (
     "The demo's local Ray head did not start (nothing was diagnosed); its log is named above. "
     "On a busy machine, try again when it is quieter."
 )
+
+
+def _need_demo() -> None:
+    """The demo's distribution is importable here, or a message naming the command that installs it
+    (looked up, not imported: the package's import is the caller's)."""
+    from importlib.util import find_spec
+
+    if find_spec(DEMO_PACKAGE) is None:
+        raise HangDoctorError(
+            f"the demo is not installed in this Python ({sys.executable})",
+            help_text=DEMO_MISSING_HELP,
+        )
 
 
 def run_demo(
@@ -640,8 +679,8 @@ def run_demo(
     quiet: bool,
     layout: str | None = None,
 ) -> Diagnosis:
-    from slime_hangdoctor.demo.cluster import ClusterError
-    from slime_hangdoctor.demo.launch import DemoError, start_demo
+    from slime_hangdoctor_demo.cluster import ClusterError
+    from slime_hangdoctor_demo.launch import DemoError, start_demo
 
     base = workdir or Path(tempfile.mkdtemp(prefix="hd-demo-"))
     with _progress(quiet) as say:
@@ -669,8 +708,16 @@ def run_demo(
 # ------------------------------------------------------------------ output and errors
 
 
-def _emit(diagnosis: Diagnosis, output: ReportFormat, exit_code: int | None = None) -> None:
-    if output == ReportFormat.JSON:  # plain ASCII text (json escapes the rest): no rich to load
+def _emit(
+    diagnosis: Diagnosis,
+    output: ReportFormat,
+    exit_code: int | None = None,
+    to: Path | None = None,
+) -> None:
+    """Print the report (or write it to `to`), then exit with the verdict's code."""
+    if to is not None:
+        _write_report(diagnosis, output, to)
+    elif output == ReportFormat.JSON:  # plain ASCII text (json escapes the rest): no rich to load
         from slime_hangdoctor.render import render_json
 
         typer.echo(render_json(diagnosis))
@@ -681,6 +728,30 @@ def _emit(diagnosis: Diagnosis, output: ReportFormat, exit_code: int | None = No
 
         render(diagnosis, output, Console(soft_wrap=False))
     raise typer.Exit(int(diagnosis.verdict.exit_code) if exit_code is None else exit_code)
+
+
+def _write_report(diagnosis: Diagnosis, output: ReportFormat, to: Path) -> None:
+    if output == ReportFormat.TEXT:
+        from io import StringIO
+
+        from rich.console import Console
+
+        from slime_hangdoctor.render import render
+
+        buffer = StringIO()
+        render(diagnosis, output, Console(file=buffer, width=100, no_color=True, soft_wrap=False))
+        text = buffer.getvalue()
+    else:
+        from slime_hangdoctor.render import render_text
+
+        text = render_text(diagnosis, output)
+    try:
+        to.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise HangDoctorError(
+            f"could not write the report to {to}: {exc.strerror or exc}"
+        ) from None
+    typer.echo(f"report: {to}", err=True)
 
 
 class _Progress:

@@ -38,6 +38,7 @@ from slime_hangdoctor.analysis.suspects import (
 from slime_hangdoctor.analysis.suspects.flight_recorder import fr_groups, fr_stage
 from slime_hangdoctor.analysis.suspects.merge import Merged, merge
 from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, Evidence
+from slime_hangdoctor.analysis.waits import find_waits
 from slime_hangdoctor.analysis.world import Proc, World, build_world
 from slime_hangdoctor.facts import ACTOR_ALIVE, ACTOR_BEING_CREATED, JOB_RUNNING, TASK_RUNNING
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
@@ -267,6 +268,7 @@ def build_rows(world: World, culprits: tuple[Merged, ...]) -> tuple[RoleRow, ...
                 stage=_row_stage(p),
                 state=_row_state(world, p),
                 culprit=p.pid in pids,
+                engine_url=p.engine_url,
             )
         )
     order = {"train_rank": 0, "sglang_engine": 1, "rollout_manager": 2, "router": 3, "driver": 4}
@@ -578,7 +580,8 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
         suspected=_suspected(status, confidence, culprits, progress),
         extra=extra,
     )
-    return Diagnosis(verdict, build_rows(world, culprits), build_excerpt(world, culprits))
+    waits = find_waits(world, engines, culprits) if status is Status.HUNG else ()
+    return Diagnosis(verdict, build_rows(world, culprits), build_excerpt(world, culprits), waits)
 
 
 def _confirmed(m: Merged, world: World) -> bool:

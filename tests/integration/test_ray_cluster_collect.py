@@ -26,16 +26,6 @@ from slime_hangdoctor.collect.address import resolve_cluster
 from slime_hangdoctor.collect.dashboard import DashboardClient, capture_state, worker_traceback
 from slime_hangdoctor.collect.processes import record_processes, scan_processes
 from slime_hangdoctor.collect.pyspy import dump_stack, find_pyspy, process_state
-from slime_hangdoctor.demo.cluster import (
-    RayHead,
-    free_ports,
-    list_nodes,
-    start_head,
-    start_worker_node,
-    stop_job,
-    submit_job,
-    wait_for_job_status,
-)
 from slime_hangdoctor.errors import RayUnreachable
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import parse_processes
@@ -45,6 +35,16 @@ from slime_hangdoctor.parsers.ray_state import (
     parse_node_summary,
     parse_nodes,
     parse_tasks,
+)
+from slime_hangdoctor_demo.cluster import (
+    RayHead,
+    free_ports,
+    list_nodes,
+    start_head,
+    start_worker_node,
+    stop_job,
+    submit_job,
+    wait_for_job_status,
 )
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]

@@ -1,7 +1,7 @@
 """The stand-in serves SGLang 0.5.23's weight-update session (issue 35 items 2 and 6) as 0.5.23
 does (entrypoints/http_server.py:1458-1485, managers/tokenizer_control_mixin.py:471-500,
 managers/scheduler_components/weight_updater.py:309-335; file:line beside each behaviour in
-slime_hangdoctor/demo/sglang/srt/): one session at a time (400 with SGLang's message otherwise),
+demo/slime_hangdoctor_demo/sglang/srt/): one session at a time (400 with SGLang's message otherwise),
 the model-update writer lock taken unless the engine is paused (a `/generate` in flight holds the
 begin), no server-side timeout. An engine whose scheduler never returns from `begin_weight_update`
 holds the call in flight, and the doctor places that engine in `weight_sync`."""

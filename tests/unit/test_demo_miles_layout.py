@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.demo.faults import FAULTS
-from slime_hangdoctor.demo.launch import (
+from slime_hangdoctor_demo.faults import FAULTS
+from slime_hangdoctor_demo.launch import (
     JOB_DIR,
     JOB_LAYOUTS,
     MILES_LACKS,
