@@ -69,6 +69,11 @@ def test_the_tables_place_each_part_of_the_session_in_weight_sync(analysed) -> N
     sig = match_frame(frame)
     assert sig is not None and sig.stage is Stage.WEIGHT_SYNC and sig.file is not None
     assert sig.file.startswith("miles/")
+    sched = next(s for s in analysed.snapshot.stacks if s.pid == STUCK_SCHEDULER and s.sample == 1)
+    frames = [f for t in sched.stack.threads for f in t.frames if "begin_weight_update" in f.name]
+    assert frames and all(
+        (sig := match_frame(f)) is not None and sig.stage is Stage.WEIGHT_SYNC for f in frames
+    )
     ray_row = method_stage("SGLangEngine", "begin_weight_update")
     assert ray_row is not None and ray_row.stage is Stage.WEIGHT_SYNC
     assert CALL_STAGES["/begin_weight_update"] is Stage.WEIGHT_SYNC
