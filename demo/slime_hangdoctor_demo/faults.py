@@ -752,7 +752,18 @@ FAULTS: dict[str, FaultSpec] = {
                     ("run", "generate_rollout", "call_rollout_fn", "_get_rollout_data", "generate"),
                 ),
                 FrameSignature("engine 1 scheduler", ("forward_decode", "event_loop_normal")),
-                FrameSignature("router", ("launch_router", "run_router")),
+                # forked from the ServingCluster's constructor: its frames below the fork
+                FrameSignature(
+                    "router",
+                    (
+                        "start",
+                        "launch_router",
+                        "run_router",
+                        "_start_router",
+                        "start_rollout_servers",
+                        "__init__",
+                    ),
+                ),
             ),
         ),
     )
