@@ -148,9 +148,9 @@ SLIME_ACTORS: tuple[SlimeActor, ...] = (
     # detached owner for routers, engines and their GPU placements". Its constructor starts the
     # routers and engines (`start_rollout_servers`, slime/backends/sglang_utils/deployment.py:
     # 79-146@1e8bafac, which forks each router with `_start_router` :18-62, called at :101) and
-    # keeps the routers it forked (serving.py:37-43); it owns the health monitors and the weight-update lock. It
-    # plays no role of its own (the RolloutManager still runs the rollout), but its children are
-    # the job's routers.
+    # keeps the routers it forked (serving.py:37-43); it owns the health monitors and the
+    # weight-update lock. It plays no role of its own (the RolloutManager still runs the rollout),
+    # but its children are the job's routers.
     SlimeActor("ServingCluster", None, "slime/ray/serving.py", _SERVING, starts_router=True),
     # miles's multi-LoRA controller (miles/ray/multi_lora/controller.py:59-60@31f1ca961), a named
     # async actor the driver creates (train_multi_lora_async.py:46): part of the job, no role.
