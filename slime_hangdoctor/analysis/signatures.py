@@ -3,8 +3,9 @@
 One `Layout` per slime source layout (`2026-01` = commit 9bfe152, `2026-08` = commit 624b824, see
 docs slime.md; `miles-2026-08` = radixark/miles 31f1ca961; `slime-next` = the rows slime's open
 ServingCluster work adds, THUDM/slime 15b8e507). A new slime release is a new `Layout` entry (or a
-few rows in an existing one): no code change. Matching is order-independent: when several rows match one frame, the most specific row wins
-(exact function name beats a wildcard, a class qualifier and an exact file beat a folder).
+few rows in an existing one): no code change. Matching is order-independent: when several rows
+match one frame, the most specific row wins (exact function name beats a wildcard, a class
+qualifier and an exact file beat a folder).
 
 A row marked `generic` is shared by several stages (e.g. `generate_rollout` runs for rollout and for
 eval, megatron core runs in training and in weight export): it decides the stage only when no outer

@@ -15,6 +15,7 @@ from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.pipeline import analyse_bundle
+from slime_hangdoctor.snapshot import HttpPeer
 from slime_hangdoctor.topology import ROUTER_PARENTS, build_topology, parse_ray_title
 from slime_hangdoctor.verdict import Role, Stage, Status
 from tests.fixtures import transforms as tf
@@ -79,7 +80,7 @@ def test_the_verdict_names_the_stuck_engine_behind_the_serving_clusters_router(a
     routed = {
         url
         for o in analysed.snapshot.http
-        if o.kind == "router" and o.parsed is not None
+        if o.kind is HttpPeer.ROUTER and o.parsed is not None
         for url in getattr(o.parsed, "urls", ())
     }
     assert engine in routed and len(routed) == 2

@@ -15,7 +15,7 @@ import pytest
 
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.pipeline import analyse_bundle
-from slime_hangdoctor.topology import RAY_SCHEDULER_NAME, SGLANG_RAY_ACTORS
+from slime_hangdoctor.topology import RAY_SCHEDULER_NAME, SGLANG_RAY_ACTORS, MemberKind
 from slime_hangdoctor.verdict import Role
 
 BUNDLE = (
@@ -60,11 +60,11 @@ def test_each_engines_scheduler_actors_are_its_schedulers(analysed) -> None:  # 
     topo = analysed.topology
     actors = _scheduler_actors(analysed)
     drivers = {j.job_id: j.driver_pid for j in analysed.snapshot.jobs}
-    servers = {m.pid: m for m in topo.members if m.kind == "http_server"}
+    servers = {m.pid: m for m in topo.members if m.kind is MemberKind.HTTP_SERVER}
     assert len(topo.engines) == 2
     for a in actors:
         m = topo.member(a.pid)
-        assert m is not None and m.role is Role.SGLANG_ENGINE and m.kind == "scheduler", m
+        assert m is not None and m.role is Role.SGLANG_ENGINE and m.kind is MemberKind.SCHEDULER, m
         assert m.engine_url == servers[drivers[a.job_id]].engine_url  # type: ignore[index]
     by_url: dict[str | None, set[str]] = {}
     for a in actors:
@@ -83,7 +83,7 @@ def test_the_engines_server_stays_the_engine_not_a_driver(analysed) -> None:  # 
     topo = analysed.topology
     drivers = topo.by_role(Role.DRIVER)
     assert [d.title.rsplit(" ", 1)[-1] for d in drivers] == ["job.py"]
-    assert len([m for m in topo.members if m.kind == "http_server"]) == 2
+    assert len([m for m in topo.members if m.kind is MemberKind.HTTP_SERVER]) == 2
 
 
 def test_the_analysis_reads_each_engine_with_its_two_schedulers(analysed) -> None:  # type: ignore[no-untyped-def]

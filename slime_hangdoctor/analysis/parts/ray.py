@@ -1,19 +1,21 @@
-"""Ray state: slime actors of the running job that Ray reports DEAD."""
+"""Ray state: slime actors of the running job that Ray reports DEAD, and why each died."""
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.suspects.suspect import STRONG, Suspect, SuspectInputs
+from slime_hangdoctor.analysis.source_analysis import STRONG, Reads, Source, SourceAnalysis, Suspect
 from slime_hangdoctor.analysis.world import World
 from slime_hangdoctor.facts import ACTOR_DEAD, JOB_RUNNING, RayActor
 from slime_hangdoctor.topology import CLASS_ROLES
 from slime_hangdoctor.verdict import Finding, Severity
+
+RAY = Source("ray")  # Ray's state API (actors, jobs)
 
 
 def _running_job_ids(world: World) -> set[str]:
     return {j.job_id for j in world.snapshot.jobs if j.status == JOB_RUNNING and j.job_id}
 
 
-def suspects(reads: SuspectInputs) -> list[Suspect]:
+def suspects(reads: Reads) -> list[Suspect]:
     world = reads.world
     jobs = _running_job_ids(world)
     out: list[Suspect] = []
@@ -23,7 +25,7 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
             continue
         out.append(
             Suspect(
-                "ray",
+                RAY,
                 role,
                 f"Ray: {a.class_name} actor {a.actor_id[:12]} of the running job is DEAD"
                 + _death_cause(a),
@@ -73,3 +75,11 @@ def findings(world: World) -> list[Finding]:
             )
         )
     return out
+
+
+ANALYSIS = SourceAnalysis(
+    name="ray",
+    gives=(RAY,),
+    suspects=suspects,
+    findings=lambda r: findings(r.world),
+)

@@ -1,6 +1,9 @@
 """SGLang engines: dead, unresponsive or stuck with requests in flight (HTTP); an engine actor that
 waits on its own server; an engine's scheduler absent from the weight broadcast the trainers, or its
-peer engines' schedulers, wait in (engines compared with each other as train ranks are)."""
+peer engines' schedulers, wait in (engines compared with each other as train ranks are). Beside
+them: an engine's work counters between the samples, what its answers add to a verdict (hung while
+the job progresses elsewhere, paused, holding requests, a poisoned `/server_info`), and the known
+cause that /health and /metrics answers are no progress."""
 
 from __future__ import annotations
 
@@ -9,23 +12,30 @@ from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.engines import (
     HUNG_ENGINE_STATES,
+    SGLANG,
     EngineRead,
     EngineState,
     call_request,
 )
+from slime_hangdoctor.analysis.progress import Moved, Proof, Signal
 from slime_hangdoctor.analysis.signatures import Block
-from slime_hangdoctor.analysis.suspects.suspect import (
+from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     STRONG,
     WEAK,
+    Cause,
     Evidence,
+    Reading,
+    Reads,
+    SourceAnalysis,
     Suspect,
-    SuspectInputs,
     brief,
+    cause,
     suspect,
 )
+from slime_hangdoctor.analysis.stacks import STACKS
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.verdict import Role, Stage
+from slime_hangdoctor.verdict import Finding, Role, Severity, Stage, Status
 
 MESSAGES = {
     "engine-not-serving": "SGLang engines are dead, unresponsive or stuck",
@@ -38,7 +48,7 @@ def _engine_proc(e: EngineRead) -> Proc | None:
     return e.server or (e.schedulers[0] if e.schedulers else None) or e.actor
 
 
-def suspects(reads: SuspectInputs) -> list[Suspect]:
+def suspects(reads: Reads) -> list[Suspect]:
     world, engines = reads.world, reads.engines
     out: list[Suspect] = []
     weights = {
@@ -77,7 +87,7 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
             weight = WEAK
         out.append(
             suspect(
-                "sglang",
+                SGLANG,
                 Role.SGLANG_ENGINE,
                 why,
                 proc,
@@ -107,7 +117,7 @@ def _held_calls(engines: tuple[EngineRead, ...]) -> list[Suspect]:
         proc = _engine_proc(e)
         out.append(
             suspect(
-                "sglang",
+                SGLANG,
                 Role.SGLANG_ENGINE,
                 f"engine {e.url}: {call_request(e.calls_held[0])} has been in flight in every sample "
                 "(sglang:http_requests_active): the call has not returned",
@@ -190,7 +200,7 @@ def _odd_engines(engines: tuple[EngineRead, ...]) -> list[Suspect]:
     )
     return [
         suspect(
-            "stacks",
+            STACKS,
             Role.SGLANG_ENGINE,
             f"engine {e.url}: scheduler pid {s.pid} is not in the weight broadcast its peer "
             f"engines' schedulers wait in; it is {brief(s)} (peers: {peers})",
@@ -247,7 +257,7 @@ def _blocked_engine_actors(world: World, engines: tuple[EngineRead, ...]) -> lis
             continue
         out.append(
             suspect(
-                "stacks",
+                STACKS,
                 Role.SGLANG_ENGINE,
                 f"engine {e.url}: its SGLangEngine actor is {read.describe()}: the server never "
                 "answers that call (slime's engine requests carry no timeout)",
@@ -287,7 +297,7 @@ def _broadcast_absentees(world: World, engines: tuple[EngineRead, ...]) -> list[
         s = absent[0]
         out.append(
             suspect(
-                "stacks",
+                STACKS,
                 Role.SGLANG_ENGINE,
                 f"engine {e.url}: scheduler pid {s.pid} is not in the weight "
                 f"{'broadcast' if stage is Stage.NCCL_BROADCAST else 'group creation'} the "
@@ -302,11 +312,11 @@ def _broadcast_absentees(world: World, engines: tuple[EngineRead, ...]) -> list[
     return out
 
 
-def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence]:
+def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
     engines = reads.engines
     return [
         Evidence(
-            "sglang",
+            SGLANG,
             "engine-not-serving",
             f"engine {e.url} {e.state.value}: " + "; ".join(e.evidence[:2]),
             2,
@@ -314,3 +324,108 @@ def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence
         for e in engines
         if e.state in HUNG_ENGINE_STATES
     ]
+
+
+def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
+    """Each engine's work counters and weight version between the samples; counters that did not
+    move while requests are in flight are frozen."""
+    moved: list[Signal] = []
+    frozen: list[Signal] = []
+    compared = False
+    for e in engines:
+        subject = f"engine {e.url}"
+        if e.moving:
+            moved.append(Signal(SGLANG, subject, ", ".join(e.moving[:3])))
+            compared = True
+        if len(set(e.weight_versions)) > 1:
+            moved.append(
+                Signal(SGLANG, subject, "weight_version " + " -> ".join(e.weight_versions))
+            )
+        if e.frozen:
+            compared = True
+            if (e.in_flight or 0) > 0:
+                frozen.append(
+                    Signal(
+                        SGLANG, subject, f"{e.in_flight:g} requests in flight, counters unchanged"
+                    )
+                )
+    return Moved(Proof.WORK, tuple(moved), frozen=tuple(frozen), compared=compared)
+
+
+def engine_findings(engines: tuple[EngineRead, ...], status: Status) -> list[Finding]:
+    out: list[Finding] = []
+    if status is Status.PROGRESSING:
+        out.extend(
+            Finding(
+                "engine-" + e.state.value,
+                Severity.WARNING,
+                f"engine {e.url} is {e.state.value} while the job progresses elsewhere",
+                e.evidence[:4],
+            )
+            for e in engines
+            if e.state in HUNG_ENGINE_STATES
+        )
+    out.extend(
+        Finding(
+            "engine-paused",
+            Severity.INFO,
+            f"engine {e.url} is paused (generation held before its scheduler)",
+            e.evidence[:4],
+        )
+        for e in engines
+        if e.state is EngineState.PAUSED
+    )
+    out.extend(
+        Finding(
+            "engine-held",
+            Severity.INFO,
+            f"engine {e.url} holds requests between its HTTP layer and its scheduler (not "
+            "paused by the evidence)",
+            e.evidence[:4],
+        )
+        for e in engines
+        if e.state is EngineState.HELD
+    )
+    out.extend(
+        Finding("engine-server-info-poisoned", Severity.INFO, note, ())
+        for e in engines
+        for note in e.notes
+    )
+    out.extend(
+        Finding("engine-server-info-probe", Severity.INFO, e.server_info_calls, ())
+        for e in engines
+        if e.server_info_calls and e.server_info_skipped
+    )
+    return out
+
+
+def _health_noise(r: Reading) -> Cause | None:
+    if r.status is not Status.HUNG:
+        return None
+    ok = [
+        o.answer
+        for o in r.world.snapshot.http
+        if o.answer.path in ("/health", "/metrics") and o.answer.status == 200
+    ]
+    if not ok:
+        return None
+    return cause(
+        "health-is-not-progress",
+        Severity.INFO,
+        "Engines answer /health or /metrics with 200: those answers come from the HTTP process "
+        "and do not show progress (THUDM/slime#1058: endless 'GET /health 200' while hung).",
+        [f"GET {a.url}{a.path}: 200" for a in ok[:3]],
+        [],
+    )
+
+
+ANALYSIS = SourceAnalysis(
+    name="engines",
+    gives=(SGLANG, STACKS),
+    progress=progress,
+    suspects=suspects,
+    evidence=evidence,
+    messages=MESSAGES,
+    causes=(_health_noise,),
+    findings=lambda r: engine_findings(r.engines, r.status),
+)

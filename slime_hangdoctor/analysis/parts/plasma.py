@@ -18,22 +18,34 @@ Pure: `suspects(reads)` for the registry, `findings(world)` for the report.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from slime_hangdoctor.analysis.signatures import method_stage
-from slime_hangdoctor.analysis.suspects.suspect import STRONG, Suspect, SuspectInputs, suspect
+from slime_hangdoctor.analysis.source_analysis import (
+    STRONG,
+    Reads,
+    Source,
+    SourceAnalysis,
+    Suspect,
+    suspect,
+)
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import (
+    DRIVER_TASK,
     JOB_RUNNING,
     TASK_RUNNING,
     ClusterResources,
     ObjectStoreUsage,
     RayActor,
     RayTask,
+    RayTaskType,
     TaskState,
 )
+from slime_hangdoctor.parsers.ray_state import UNFINISHED_TASKS
 from slime_hangdoctor.topology import CLASS_ROLES
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
+
+# a task whose arguments do not fit in the object store (the raylets' stores)
+RAY_PLASMA = Source("ray_plasma")
 
 # Ray 2.60's task states (common.proto TaskStatus) in which a task waits for its lease or for its
 # arguments to fit in the object store
@@ -41,8 +53,7 @@ LEASE_WAIT_STATES: frozenset[TaskState] = frozenset(
     ("PENDING_NODE_ASSIGNMENT", "PENDING_OBJ_STORE_MEM_AVAIL", "PENDING_ARGS_FETCH")
 )
 # task types that ask the raylet for a lease (an actor's method runs in its leased worker)
-LeaseTaskType = Literal["NORMAL_TASK", "ACTOR_CREATION_TASK"]
-LEASE_TASK_TYPES: frozenset[LeaseTaskType] = frozenset(("NORMAL_TASK", "ACTOR_CREATION_TASK"))
+LEASE_TASK_TYPES: frozenset[RayTaskType] = frozenset(("NORMAL_TASK", "ACTOR_CREATION_TASK"))
 # Ray's `max_task_args_memory_fraction` (ray_config_def.h; RAY_max_task_args_memory_fraction)
 ARGS_MEMORY_FRACTION = 0.7
 
@@ -84,14 +95,14 @@ def store_text(s: ObjectStoreUsage) -> str:
 def _waiting_ids(world: World) -> set[str] | None:
     """Task ids in a lease-wait state in every answer of the unfinished-task query (None: the
     query was never answered)."""
-    pages = [p for p in world.snapshot.task_pages if p.target == "tasks_unfinished"]
+    pages = [p for p in world.snapshot.task_pages if p.target == UNFINISHED_TASKS]
     if not pages:
         return None
     sets = [
         {
             t.task_id
             for t in p.tasks
-            if t.state in LEASE_WAIT_STATES and (t.task_type or "") in LEASE_TASK_TYPES
+            if t.state in LEASE_WAIT_STATES and t.task_type in LEASE_TASK_TYPES
         }
         for p in pages
     ]
@@ -105,7 +116,7 @@ def _caller(
     cur = tasks.get(task.parent_task_id or "")
     while cur is not None and cur.task_id not in seen:
         seen.add(cur.task_id)
-        if cur.task_type == "DRIVER_TASK":
+        if cur.task_type == DRIVER_TASK:
             return cur, None, Role.DRIVER
         actor = actors.get(cur.actor_id or "")
         role = CLASS_ROLES.get(actor.class_name) if actor is not None else None
@@ -201,7 +212,7 @@ def wait_text(w: PlasmaWait) -> str:
     )
 
 
-def suspects(reads: SuspectInputs) -> list[Suspect]:
+def suspects(reads: Reads) -> list[Suspect]:
     world = reads.world
     out: list[Suspect] = []
     for w in plasma_waits(world):
@@ -210,7 +221,7 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
         proc = _proc(world, w)
         out.append(
             suspect(
-                "ray_plasma",
+                RAY_PLASMA,
                 w.role,
                 wait_text(w),
                 proc,
@@ -238,3 +249,11 @@ def findings(world: World) -> list[Finding]:
         )
         for w in plasma_waits(world)
     ]
+
+
+ANALYSIS = SourceAnalysis(
+    name="plasma",
+    gives=(RAY_PLASMA,),
+    suspects=suspects,
+    findings=lambda r: findings(r.world),
+)

@@ -1,22 +1,25 @@
 """NVML: the idle GPU among GPUs that busy-wait in a collective (util ~100 %, memory util ~0, no
-data moved) is the one whose process is not taking part."""
+data moved) is the one whose process is not taking part; a busy GPU of the job is work."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from slime_hangdoctor.analysis.cuda_spin import cuda_spins
-from slime_hangdoctor.analysis.gpu import GpuRead, GpuState
+from slime_hangdoctor.analysis.engines import EngineRead
+from slime_hangdoctor.analysis.gpu import NVML, GpuRead, GpuState
+from slime_hangdoctor.analysis.parts.flight_recorder import fr_groups, fr_stage
+from slime_hangdoctor.analysis.progress import Moved, Proof, Signal
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block
-from slime_hangdoctor.analysis.stacks import ProcessRead
-from slime_hangdoctor.analysis.suspects.flight_recorder import fr_groups, fr_stage
-from slime_hangdoctor.analysis.suspects.suspect import (
+from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     Evidence,
+    Reads,
+    SourceAnalysis,
     Suspect,
-    SuspectInputs,
     suspect,
 )
+from slime_hangdoctor.analysis.stacks import ProcessRead
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.verdict import Role, Stage
 
@@ -33,7 +36,7 @@ def _waits_on_others(read: ProcessRead | None) -> bool:
     return read.block in COLLECTIVE_BLOCKS or read.block in (Block.RAY_GET, Block.HTTP)
 
 
-def suspects(reads: SuspectInputs) -> list[Suspect]:
+def suspects(reads: Reads) -> list[Suspect]:
     return gpu_suspects(reads.world, _engine_stage(reads.world))
 
 
@@ -79,7 +82,7 @@ def gpu_suspects(world: World, engine_stage: bool) -> list[Suspect]:
         )
         out.append(
             suspect(
-                "nvml",
+                NVML,
                 role,
                 why,
                 proc,
@@ -93,12 +96,12 @@ def gpu_suspects(world: World, engine_stage: bool) -> list[Suspect]:
     return out
 
 
-def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence]:
+def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
     world = reads.world
     spinning = {(k.gpu.node_ip, k.gpu.index) for k in cuda_spins(world)}
     return [
         Evidence(
-            "nvml",
+            NVML,
             "gpu-kernel-spin" if (g.node_ip, g.index) in spinning else "gpu-stuck-in-collective",
             g.evidence(),
             2 if g.readings >= 2 else 1,
@@ -106,3 +109,22 @@ def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence
         for g in world.gpus
         if g.state is GpuState.STUCK
     ]
+
+
+def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
+    """Busy GPUs that run the job's processes (all busy GPUs when no pid maps to the job)."""
+    job = {p.pid for p in world.procs if p.role is not None}
+    mapped = [g for g in world.gpus if any(pid in job for pid, _ in g.pids)]
+    pool = mapped if mapped else [g for g in world.gpus if not job or not g.pids]
+    busy = tuple(Signal(NVML, g.label, g.brief()) for g in pool if g.state is GpuState.BUSY)
+    return Moved(Proof.DEVICE, busy, compared=any(g.readings >= 2 for g in world.gpus))
+
+
+ANALYSIS = SourceAnalysis(
+    name="gpu",
+    gives=(NVML,),
+    progress=progress,
+    suspects=suspects,
+    evidence=evidence,
+    messages=MESSAGES,
+)

@@ -1,36 +1,44 @@
 """SGLang routers: a router that is gone (the job launched it, its port refuses, no process listens
 there, its process is a zombie or was reaped), one that refuses connections or does not answer (no
 request reaches an engine), answers 503, or lists no worker while callers hold their requests at
-it."""
+it. The known causes beside them: the router that is gone (what killed it, and that nothing restarts
+it) and the router that answers 503."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from slime_hangdoctor.analysis.network import kept_connections
-from slime_hangdoctor.analysis.suspects.suspect import (
+from slime_hangdoctor.analysis.engines import SGLANG
+from slime_hangdoctor.analysis.network import SOCKETS, PeerKind, kept_connections
+from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     STRONG,
     WEAK,
+    Cause,
+    Reading,
+    Reads,
+    SourceAnalysis,
     Suspect,
-    SuspectInputs,
+    cause,
     suspect,
 )
 from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.facts import STATUS_ZOMBIE
 from slime_hangdoctor.http_facts import HttpAnswer, RouterWorkers
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
+from slime_hangdoctor.snapshot import HttpPeer
 from slime_hangdoctor.topology import KnownRouter, given_routers, launched_routers
-from slime_hangdoctor.verdict import Role, Stage
+from slime_hangdoctor.verdict import Role, Severity, Stage
 
 
 def _last_answers(world: World) -> tuple[int, dict[str, list[HttpAnswer]]]:
     """The last sample that probed a router, and each router's answers there."""
     by_url: dict[str, list[HttpAnswer]] = {}
-    last = max((o.sample for o in world.snapshot.http if o.kind == "router"), default=0)
+    last = max((o.sample for o in world.snapshot.http if o.kind is HttpPeer.ROUTER), default=0)
     for o in world.snapshot.http:
-        if o.kind == "router" and o.sample == last:
+        if o.kind is HttpPeer.ROUTER and o.sample == last:
             by_url.setdefault(o.answer.url, []).append(o.answer)
     return last, by_url
 
@@ -45,7 +53,7 @@ def gone_routers(world: World) -> list[GoneRouter]:
     return out
 
 
-def suspects(reads: SuspectInputs) -> list[Suspect]:
+def suspects(reads: Reads) -> list[Suspect]:
     world = reads.world
     last, by_url = _last_answers(world)
     out: list[Suspect] = []
@@ -67,7 +75,7 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
         )
         out.append(
             suspect(
-                "sglang",
+                SGLANG,
                 Role.ROUTER,
                 why,
                 proc,
@@ -80,7 +88,7 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
     return out
 
 
-def _empty_with_requests(reads: SuspectInputs, url: str, sample: int) -> Suspect | None:
+def _empty_with_requests(reads: Reads, url: str, sample: int) -> Suspect | None:
     """The router's `/workers` lists no worker at the last sample while the job's engines are
     there and a RolloutManager holds connections to the router across both samples: every request
     it gets is answered 503 (`no_available_workers`, sgl-router 0.3.2) and retried, or waits; the
@@ -89,7 +97,7 @@ def _empty_with_requests(reads: SuspectInputs, url: str, sample: int) -> Suspect
     listed = [
         o.parsed
         for o in world.snapshot.http
-        if o.kind == "router" and o.sample == sample and o.answer.url == url
+        if o.kind is HttpPeer.ROUTER and o.sample == sample and o.answer.url == url
         if isinstance(o.parsed, RouterWorkers)
     ]
     if not listed or any(w.urls for w in listed) or not reads.engines:
@@ -97,7 +105,7 @@ def _empty_with_requests(reads: SuspectInputs, url: str, sample: int) -> Suspect
     holders: list[str] = []
     for rm in world.by_role(Role.ROLLOUT_MANAGER):
         kept = kept_connections(world, reads.engines, rm)
-        held = sum(n for ep, n in kept.to("router")) if kept is not None else 0
+        held = sum(n for ep, n in kept.to(PeerKind.ROUTER)) if kept is not None else 0
         if held:
             holders.append(f"{rm.label} (pid {rm.pid}) holds {held} connection(s) to it")
     if not holders:
@@ -105,7 +113,7 @@ def _empty_with_requests(reads: SuspectInputs, url: str, sample: int) -> Suspect
     proc = next((p for p in world.by_role(Role.ROUTER) if p.engine_url == url), None)
     engines = ", ".join(e.url for e in reads.engines[:3])
     return suspect(
-        "sockets",
+        SOCKETS,
         Role.ROUTER,
         f"router {url} lists no worker (GET /workers) while the job's engines ({engines}) are up "
         f"and the rollout's requests are held at it: {'; '.join(holders)} across both samples. "
@@ -233,7 +241,7 @@ def _zombie_children(world: World, parent: Proc) -> list[int]:
     if not tables:
         return []
     last = max(tables, key=lambda o: o.sample)
-    return sorted(p.pid for p in last.fact if p.ppid == parent.pid and p.status == "zombie")
+    return sorted(p.pid for p in last.fact if p.ppid == parent.pid and p.status == STATUS_ZOMBIE)
 
 
 def _gone_suspect(world: World, gone: GoneRouter) -> Suspect:
@@ -241,7 +249,7 @@ def _gone_suspect(world: World, gone: GoneRouter) -> Suspect:
     proc = gone.proc
     if proc is not None:
         info = proc.infos[-1][1] if proc.infos else None
-        if info is not None and info.status == "zombie":
+        if info is not None and info.status == STATUS_ZOMBIE:
             parent = f"pid {info.ppid}" if info.ppid is not None else "its parent"
             if owner is not None and owner.pid == info.ppid:
                 parent = f"the {owner.label} (pid {owner.pid})"
@@ -284,7 +292,7 @@ def _gone_suspect(world: World, gone: GoneRouter) -> Suspect:
     )
     blamed = gone.blamed
     return suspect(
-        "sglang",
+        SGLANG,
         Role.ROUTER,
         why,
         blamed,
@@ -295,3 +303,82 @@ def _gone_suspect(world: World, gone: GoneRouter) -> Suspect:
         stage=Stage.ROLLOUT_DISPATCH,
         evidence=evidence,
     )
+
+
+def _router_no_workers(r: Reading) -> Cause | None:
+    """A router whose `/workers` lists no worker in every sample that read it: sgl-router 0.3.2
+    then answers every `/generate` 503 `no_available_workers` (and `/readiness` 503): recorded
+    from the real wheel with no worker, tests/fixtures/real/router-no-workers/answers.json. The
+    doctor never sends a `/generate` itself: the empty list is what it reads."""
+    lists: dict[str, list[RouterWorkers]] = {}
+    for o in r.world.snapshot.http:
+        if o.kind is HttpPeer.ROUTER and isinstance(o.parsed, RouterWorkers):
+            lists.setdefault(o.answer.url.rstrip("/"), []).append(o.parsed)
+    empty = sorted(url for url, seen in lists.items() if seen and not any(w.urls for w in seen))
+    if not empty:
+        return None
+    return cause(
+        "router-no-workers",
+        Severity.WARNING,
+        "The router lists no worker: every /generate sent through it is answered 503 "
+        "no_available_workers and never reaches an engine (THUDM/slime#1026, #683, #1391: a dead "
+        "or OOM engine, a proxy on the master, a wrong host IP - set SLIME_HOST_IP; or engines "
+        "that never registered).",
+        [f"GET {url}/workers: 200, no worker, in every sample" for url in empty[:3]],
+        [
+            f"curl -s -m 5 {empty[0]}/workers  and check that every engine URL is reachable "
+            "from the router's node"
+        ],
+    )
+
+
+def _router_gone(r: Reading) -> Cause | None:
+    """The job's router is gone (`routers.gone_router`): what killed it, and that nothing
+    restarts it."""
+    gone = gone_routers(r.world)
+    if not gone:
+        return None
+    first = gone[0]
+    blamed = first.blamed
+    node = blamed.node_ip if blamed is not None else None
+    steps = [
+        f"dmesg -T | grep -iE 'killed process|out of memory'{f'  on {node}' if node else ''}  "
+        "(the OOM killer names the process it killed: "
+        + (f"pid {first.proc.pid}" if first.proc is not None else "the router's pid")
+        + ")",
+    ]
+    if first.owner is not None and first.owner.actor_id:
+        steps.append(
+            f"ray logs actor --id {first.owner.actor_id}  (slime forks its router from the "
+            "RolloutManager: the router's own output, a panic or its last lines, is in that "
+            "actor's log)"
+        )
+    steps.append(
+        "restart the job: slime starts its router only in the RolloutManager's constructor "
+        "(`_start_router`) and nothing starts it again; give the router more memory or run it "
+        "yourself (--sglang-router-ip/--sglang-router-port) if it was OOM-killed"
+    )
+    ev = [
+        f"{g.url}: named {g.known.origin}; "
+        + ", ".join(f"GET {a.path}: {a.error or 'no answer'}" for a in g.answers[:2])
+        for g in gone
+    ]
+    return cause(
+        "router-gone",
+        Severity.WARNING,
+        "The job's router is gone: its port refuses connections and no process of the job "
+        "listens there, while the rollout sends its requests to it (slime retries "
+        "/generate on a refused connection; engines stay idle). sgl-router is a plain child "
+        "process of the RolloutManager: killed (the OOM killer, a signal) or crashed, it is "
+        "never restarted.",
+        ev,
+        steps,
+    )
+
+
+ANALYSIS = SourceAnalysis(
+    name="routers",
+    gives=(SGLANG, SOCKETS),
+    suspects=suspects,
+    causes=(_router_no_workers, _router_gone),
+)

@@ -179,7 +179,8 @@ def _at(when: float | None, now: float) -> str:
 
 
 ANALYSIS = SourceAnalysis(
-    findings=lambda r: log_findings(r.world.snapshot, r.status, r.stage),
+    name="logs",
+    findings=lambda r: log_findings(r.world.snapshot, r.status, r.live_stage),
     section=Section.LOGS,
     stage=lambda world: log_stage(world.snapshot),
 )

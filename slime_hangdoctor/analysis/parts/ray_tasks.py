@@ -1,12 +1,11 @@
 """Ray task queues (source ``ray_tasks``): actors in a wait-for cycle, engines left paused,
 methods running far longer than their earlier runs (see `analysis/actor_queues.py`).
-
-Pure: `suspects(reads)` for the registry, `findings(world)` for the report.
 """
 
 from __future__ import annotations
 
 from slime_hangdoctor.analysis.actor_queues import (
+    RAY_TASKS,
     OverlongTask,
     PausedEngine,
     TaskView,
@@ -15,12 +14,13 @@ from slime_hangdoctor.analysis.actor_queues import (
 )
 from slime_hangdoctor.analysis.engines import EngineRead, EngineState
 from slime_hangdoctor.analysis.signatures import method_stage
-from slime_hangdoctor.analysis.suspects.suspect import (
+from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     STRONG,
     WEAK,
+    Reads,
+    SourceAnalysis,
     Suspect,
-    SuspectInputs,
     suspect,
 )
 from slime_hangdoctor.analysis.world import Proc, World
@@ -86,7 +86,7 @@ def _normal(p: PausedEngine, engines: tuple[EngineRead, ...]) -> bool:
 # --------------------------------------------------------------------------- actor queues
 
 
-def suspects(reads: SuspectInputs) -> list[Suspect]:
+def suspects(reads: Reads) -> list[Suspect]:
     world = reads.world
     view = build_view(world.snapshot)
     if view is None:
@@ -102,7 +102,7 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
                 continue
             out.append(
                 suspect(
-                    "ray_tasks",
+                    RAY_TASKS,
                     role,
                     f"Ray task queues: wait-for cycle between actors ({len(cycle)} actors): {text}",
                     _proc_of(world, actor),
@@ -119,7 +119,7 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
             continue
         out.append(
             suspect(
-                "ray_tasks",
+                RAY_TASKS,
                 role,
                 _paused_text(world, p),
                 _proc_of(world, p.actor),
@@ -134,7 +134,7 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
             continue
         out.append(
             suspect(
-                "ray_tasks",
+                RAY_TASKS,
                 role,
                 _overlong_text(world, o),
                 _proc_of(world, o.actor),
@@ -242,3 +242,11 @@ def findings(
             )
         )
     return out
+
+
+ANALYSIS = SourceAnalysis(
+    name="ray_tasks",
+    gives=(RAY_TASKS,),
+    suspects=suspects,
+    findings=lambda r: findings(r.world, engines=r.engines),
+)

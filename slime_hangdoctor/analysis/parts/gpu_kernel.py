@@ -4,18 +4,27 @@ a CUDA sync on it runs a kernel or stream that never finishes. Not a collective:
 from __future__ import annotations
 
 from slime_hangdoctor.analysis.cuda_spin import cuda_spins
-from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, Suspect, SuspectInputs, suspect
+from slime_hangdoctor.analysis.source_analysis import (
+    MEDIUM,
+    Reads,
+    Source,
+    SourceAnalysis,
+    Suspect,
+    suspect,
+)
 from slime_hangdoctor.verdict import Role
 
+GPU_KERNEL = Source("gpu_kernel")  # a GPU spinning with no communicator anywhere (cuda_spin.py)
 
-def suspects(reads: SuspectInputs) -> list[Suspect]:
+
+def suspects(reads: Reads) -> list[Suspect]:
     out: list[Suspect] = []
     for k in cuda_spins(reads.world):
         read = k.proc.latest
         sync = k.sync_frame
         out.append(
             suspect(
-                "gpu_kernel",
+                GPU_KERNEL,
                 k.proc.role or Role.TRAIN_RANK,
                 f"{k.gpu.label} spins (util ~100%, memory util ~0, no data moved) while "
                 f"{k.proc.label} waits at a CUDA sync"
@@ -31,3 +40,6 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
             )
         )
     return out
+
+
+ANALYSIS = SourceAnalysis(name="gpu_kernel", gives=(GPU_KERNEL,), suspects=suspects)

@@ -1,28 +1,27 @@
 """Stacks: the process that is not in the collective its peers (train ranks, one engine's
-schedulers) wait in, or the odd collective out; and "every slime process is waiting"."""
+schedulers) wait in, or the odd collective out; and, between the samples, a process that moved to
+another stage (work) or sat in the same wait (frozen)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 
+from slime_hangdoctor.analysis.engines import EngineRead
+from slime_hangdoctor.analysis.progress import Moved, Proof, Signal
 from slime_hangdoctor.analysis.signatures import Block, split_name
-from slime_hangdoctor.analysis.stacks import ProcessRead
-from slime_hangdoctor.analysis.suspects.suspect import (
+from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     WEAK,
-    Evidence,
+    Reads,
+    SourceAnalysis,
     Suspect,
-    SuspectInputs,
     brief,
     suspect,
 )
+from slime_hangdoctor.analysis.stacks import STACKS, ProcessRead
 from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role
-
-MESSAGES = {
-    "all-waiting": "Every slime process is waiting; none is working",
-}
 
 
 def _op_of(read: ProcessRead) -> str:
@@ -41,13 +40,13 @@ def peer_groups(world: World) -> list[list[Proc]]:
     groups = [[p for p in world.train_ranks() if p.latest is not None]]
     engines: dict[str, list[Proc]] = {}
     for p in world.by_role(Role.SGLANG_ENGINE):
-        if p.kind == "scheduler" and p.latest is not None and p.engine_url:
+        if p.kind is MemberKind.SCHEDULER and p.latest is not None and p.engine_url:
             engines.setdefault(p.engine_url, []).append(p)
     groups += list(engines.values())
     return [g for g in groups if len(g) >= 2]
 
 
-def suspects(reads: SuspectInputs) -> list[Suspect]:
+def suspects(reads: Reads) -> list[Suspect]:
     world = reads.world
     out: list[Suspect] = []
     for group in peer_groups(world):
@@ -78,7 +77,7 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
         weight = MEDIUM if len(outside) <= len(in_coll) else WEAK
         return [
             suspect(
-                "stacks",
+                STACKS,
                 role,
                 f"stacks: {p.label} is not in the collective its peers wait in; it is "
                 f"{p.latest.describe() if p.latest else '?'}{children_text(world, p)} "
@@ -109,7 +108,7 @@ def _awaited_by_intake(in_coll: list[Proc], intake: list[Proc], role: Role) -> l
     waiting = ", ".join(f"{p.label} (pid {p.pid})" for p in intake[:4])
     return [
         suspect(
-            "stacks",
+            STACKS,
             role,
             f"stacks: {p.label} (pid {p.pid}) waits in {_op_of(p.latest) if p.latest else '?'}"
             f" ({p.latest.describe() if p.latest else '?'}), a collective its TP peers never "
@@ -137,7 +136,7 @@ def _collective_minority(in_coll: list[Proc], role: Role) -> list[Suspect]:
         return []
     return [
         suspect(
-            "stacks",
+            STACKS,
             role,
             f"stacks: {p.label} waits in {_op_of(p.latest) if p.latest else '?'} while "
             f"{top_n} peers wait in {top_op}: the peers issued different collectives",
@@ -150,23 +149,31 @@ def _collective_minority(in_coll: list[Proc], role: Role) -> list[Suspect]:
     ]
 
 
-def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence]:
-    world, progress = reads.world, reads.progress
-    procs = [p for p in world.procs if p.role is not None and p.latest is not None]
-    if len(procs) < 2 or progress.moving:
-        return []
-    for p in procs:
-        read = p.latest
-        if read is None or read.cpu_busy:
-            return []
-    return [
-        Evidence(
-            "stacks",
-            "all-waiting",
-            "every slime process is waiting: "
-            + "; ".join(
-                f"{p.label}: {p.latest.describe() if p.latest else '?'}" for p in procs[:6]
-            ),
-            1,
-        )
-    ]
+def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
+    """Each process stacked at both samples: moved to another stage (work), changed within the
+    same stage (activity), or the same stack in both (frozen, but for an idle worker)."""
+    moved: list[Signal] = []
+    activity: list[Signal] = []
+    frozen: list[Signal] = []
+    for p in world.procs:
+        first, last = p.first, p.latest
+        if first is None or last is None or first.sample == last.sample:
+            continue
+        if first.stage is not None and last.stage is not None and first.stage != last.stage:
+            moved.append(
+                Signal(STACKS, p.label, f"moved from {first.stage.value} to {last.stage.value}")
+            )
+        elif first.primary.key() != last.primary.key():
+            activity.append(Signal(STACKS, p.label, "stack changed within the same stage"))
+        elif last.block is not Block.IDLE_WORKER:
+            frozen.append(Signal(STACKS, p.label, "identical stack in both samples"))
+    compared = bool(moved or activity or frozen)
+    return Moved(Proof.STAGE, tuple(moved), tuple(activity), tuple(frozen), compared)
+
+
+ANALYSIS = SourceAnalysis(
+    name="stacks",
+    gives=(STACKS,),
+    progress=progress,
+    suspects=suspects,
+)

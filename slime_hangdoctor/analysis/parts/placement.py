@@ -1,29 +1,32 @@
 """Ray placement (source ``ray_placement``): placement groups of the running job that wait for
 resources the cluster lacks (``/api/v0/placement_groups`` against ``/api/cluster_status``): the
 driver waiting in `create_placement_groups` is a start-up hang.
-
-Pure: `suspects(reads)` for the registry, `findings(world)` for the report.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slime_hangdoctor.analysis.suspects.suspect import (
+from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     STRONG,
+    Reads,
+    Source,
+    SourceAnalysis,
     Suspect,
-    SuspectInputs,
     suspect,
 )
 from slime_hangdoctor.analysis.world import World
 from slime_hangdoctor.facts import (
     JOB_RUNNING,
+    PG_INFEASIBLE,
     PLACEMENT_GROUP_WAITING,
     PlacementDemand,
     RayPlacementGroup,
 )
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
+
+RAY_PLACEMENT = Source("ray_placement")  # Ray's placement groups against the cluster's capacity
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,7 @@ def placement_waits(world: World) -> list[PlacementWait]:
                     cap = max((n.get(key, 0.0) for n in cluster.per_node_total), default=cap)
                 if need > cap + 1e-9:
                     short[key] = (need, cap)
-        infeasible = bool(short) or pg.scheduling_state == "INFEASIBLE"
+        infeasible = bool(short) or pg.scheduling_state == PG_INFEASIBLE
         out.append(PlacementWait(pg, demand, strategy, short, infeasible))
     return out
 
@@ -86,7 +89,7 @@ def _placement_text(w: PlacementWait) -> str:
     return f"Ray placement groups: {name} is {w.group.state}, {why}: needs {need}{strategy}"
 
 
-def suspects(reads: SuspectInputs) -> list[Suspect]:
+def suspects(reads: Reads) -> list[Suspect]:
     world = reads.world
     waits = placement_waits(world)
     if not waits:
@@ -95,7 +98,7 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
     driver = drivers[0] if drivers else None
     return [
         suspect(
-            "ray_placement",
+            RAY_PLACEMENT,
             Role.DRIVER,
             _placement_text(w) + ": the job cannot leave start-up",
             driver,
@@ -121,3 +124,11 @@ def findings(world: World) -> list[Finding]:
             )
         )
     return out
+
+
+ANALYSIS = SourceAnalysis(
+    name="placement",
+    gives=(RAY_PLACEMENT,),
+    suspects=suspects,
+    findings=lambda r: findings(r.world),
+)

@@ -68,4 +68,4 @@ def pressure_findings(reading: Reading) -> list[Finding]:
     return out
 
 
-ANALYSIS = SourceAnalysis(findings=pressure_findings)
+ANALYSIS = SourceAnalysis(name="pressure", findings=pressure_findings)

@@ -6,18 +6,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slime_hangdoctor.analysis.stacks import find_stage
-from slime_hangdoctor.analysis.suspects.suspect import (
+from slime_hangdoctor.analysis.source_analysis import (
     STRONG,
     Evidence,
+    Reads,
+    Source,
+    SourceAnalysis,
     Suspect,
-    SuspectInputs,
     suspect,
 )
+from slime_hangdoctor.analysis.stacks import find_stage
 from slime_hangdoctor.analysis.world import World
-from slime_hangdoctor.facts import FrDump, FrEntry
-from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
+from slime_hangdoctor.facts import FR_COMPLETED, FrDump, FrEntry
+from slime_hangdoctor.parsers.flight_recorder import SPEC
 from slime_hangdoctor.verdict import Role, Stage
+
+FLIGHT_RECORDER = Source("flight_recorder")  # torch's NCCL flight recorder dumps
 
 MESSAGES = {
     "fr-collective-not-joined": "The flight recorder shows ranks waiting in a collective others never entered",
@@ -82,10 +86,10 @@ def _cursor(dump: FrDump, pg: str) -> FrCursor | None:
     if enq is None:
         enq = max((e.collective_seq_id for e in entries), default=None)
     if done is None:
-        done = max((e.collective_seq_id for e in entries if e.state == "completed"), default=0)
+        done = max((e.collective_seq_id for e in entries if e.state == FR_COMPLETED), default=0)
     if enq is None:
         return None
-    pending = [e for e in entries if e.state != "completed" and e.collective_seq_id > done]
+    pending = [e for e in entries if e.state != FR_COMPLETED and e.collective_seq_id > done]
     return FrCursor(
         dump.rank,
         dump.pid,
@@ -106,7 +110,7 @@ def _desc(dumps: Sequence[FrDump], pg: str) -> str | None:
 
 
 def fr_groups(world: World) -> list[FrGroup]:
-    dumps: dict[int, FrDump] = {f.fact.rank: f.fact for f in world.snapshot.facts(FLIGHT_RECORDER)}
+    dumps: dict[int, FrDump] = {f.fact.rank: f.fact for f in world.snapshot.facts(SPEC)}
     pgs = sorted(
         {k for d in dumps.values() for e in d.entries if (k := _group_key(e)) is not None}
         | {pg for d in dumps.values() if not _names_groups(d) for pg in d.pg_status}
@@ -142,7 +146,7 @@ def _fr_entry_text(e: FrEntry) -> str:
     )
 
 
-def suspects(reads: SuspectInputs) -> list[Suspect]:
+def suspects(reads: Reads) -> list[Suspect]:
     world = reads.world
     out: list[Suspect] = []
     groups = fr_groups(world)
@@ -167,7 +171,7 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
             )
             out.append(
                 suspect(
-                    "flight_recorder",
+                    FLIGHT_RECORDER,
                     proc.role if proc and proc.role else Role.TRAIN_RANK,
                     why,
                     proc,
@@ -186,7 +190,7 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
     return out
 
 
-def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence]:
+def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
     world = reads.world
     out: list[Evidence] = []
     for g in fr_groups(world):
@@ -199,11 +203,11 @@ def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence
                 f"#{g.stuck.collective_seq_id} {g.stuck.op} that ranks "
                 f"{', '.join(str(c.rank) for c in g.behind)} never entered"
             )
-            out.append(Evidence("flight_recorder", "fr-collective-not-joined", text, 2))
+            out.append(Evidence(FLIGHT_RECORDER, "fr-collective-not-joined", text, 2))
         else:
             out.append(
                 Evidence(
-                    "flight_recorder",
+                    FLIGHT_RECORDER,
                     "fr-collective-not-completing",
                     f"flight recorder, group {g.label}: every rank entered collective "
                     f"#{g.stuck.collective_seq_id} {g.stuck.op} and none completed it",
@@ -211,3 +215,12 @@ def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence
                 )
             )
     return out
+
+
+ANALYSIS = SourceAnalysis(
+    name="flight_recorder",
+    gives=(FLIGHT_RECORDER,),
+    suspects=suspects,
+    evidence=evidence,
+    messages=MESSAGES,
+)

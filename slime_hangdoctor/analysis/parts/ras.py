@@ -1,22 +1,35 @@
 """NCCL RAS: ranks missing from a communicator, and ranks behind their peers in a collective's
-launch count (the ones that never entered the collective the others wait in)."""
+launch count (the ones that never entered the collective the others wait in); collective counts
+that rose between the samples are work."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slime_hangdoctor.analysis.suspects.suspect import (
+from slime_hangdoctor.analysis.engines import EngineRead
+from slime_hangdoctor.analysis.progress import Moved, Proof, Signal
+from slime_hangdoctor.analysis.source_analysis import (
     STRONG,
     WEAK,
     Evidence,
+    Reads,
+    Source,
+    SourceAnalysis,
     Suspect,
-    SuspectInputs,
     suspect,
 )
 from slime_hangdoctor.analysis.world import World
-from slime_hangdoctor.facts import RasCommunicator, RasRank
-from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
+from slime_hangdoctor.facts import (
+    RAS_HEALTHY,
+    RAS_MISMATCH,
+    RasCommunicator,
+    RasRank,
+    RasReport,
+)
+from slime_hangdoctor.parsers.nccl_ras import SPEC
 from slime_hangdoctor.verdict import Role
+
+RAS = Source("ras")
 
 MESSAGES = {
     "ras-communicator-error": "NCCL RAS reports a communicator in error (counts differ or ranks missing)",
@@ -34,7 +47,7 @@ def ras_behind(comm: RasCommunicator) -> tuple[list[RasRank], str]:
         top = max(values)
         return [r for r, c in counts if c is not None and c < top], f"{op} {top}"
     launched = [r.launched_up_to for r in comm.ranks if r.launched_up_to is not None]
-    if launched and comm.errors and "MISMATCH" in comm.errors.upper():
+    if launched and RAS_MISMATCH in comm.error_kinds:
         top = max(launched)
         behind = [
             r
@@ -45,14 +58,15 @@ def ras_behind(comm: RasCommunicator) -> tuple[list[RasRank], str]:
     return [], ""
 
 
-def suspects(reads: SuspectInputs) -> list[Suspect]:
-    world, moving_comms = reads.world, reads.moving_comms
+def suspects(reads: Reads) -> list[Suspect]:
+    world = reads.world
+    moving_comms = moving_ras_comms(world)
     out: list[Suspect] = []
     seen: set[str] = set()
     latest: dict[str | None, int] = {}
-    for obs in world.snapshot.facts(RAS):
+    for obs in world.snapshot.facts(SPEC):
         latest[obs.node_ip] = max(latest.get(obs.node_ip, -1), obs.sample)
-    for obs in world.snapshot.facts(RAS):
+    for obs in world.snapshot.facts(SPEC):
         if obs.sample != latest[obs.node_ip]:
             continue
         frozen = frozen_ras_comms(world)
@@ -70,7 +84,7 @@ def _ras_waiters(world: World, moving_comms: frozenset[str]) -> set[int | None]:
     """Pids that launched a collective their peers have not (they wait in it somewhere): in a
     cascade they show up 'behind' in another communicator, but they are victims."""
     out: set[int | None] = set()
-    for obs in world.snapshot.facts(RAS):
+    for obs in world.snapshot.facts(SPEC):
         for comm in obs.fact.communicators:
             if comm.hash in moving_comms:
                 continue
@@ -92,7 +106,7 @@ def _ras_rank_suspect(
         *comm.messages[:6],
     )
     return suspect(
-        "ras",
+        RAS,
         role,
         why,
         proc,
@@ -109,11 +123,10 @@ def mismatch_weight(comm: RasCommunicator, frozen: bool) -> int:
     """How much a difference in launch counts means. NCCL's own verdict (text form: MISMATCH / OK)
     decides; without it (JSON only) one reading cannot tell a straggler from launch skew in a busy
     job (the busy capture reads 21984 vs 21985), unless the counts stayed frozen across samples."""
-    errors = (comm.errors or "").upper()
-    if "MISMATCH" in errors:
+    if RAS_MISMATCH in comm.error_kinds:
         return STRONG
-    if errors:
-        return 0
+    if comm.errors:
+        return 0  # NCCL's verdict is another one
     return STRONG if frozen else WEAK
 
 
@@ -157,18 +170,22 @@ def _ras_comm_suspects(world: World, comm: RasCommunicator, frozen: bool) -> lis
 def frozen_ras_comms(world: World) -> set[str]:
     """RAS communicators read in two samples whose collective counts did not change."""
     totals: dict[str, dict[int, int]] = {}
-    for obs in world.snapshot.facts(RAS):
+    for obs in world.snapshot.facts(SPEC):
         for c in obs.fact.communicators:
             total = sum(sum(r.collective_counts.values()) for r in c.ranks)
             totals.setdefault(c.hash, {})[obs.sample] = total
     return {h for h, by in totals.items() if len(by) >= 2 and len(set(by.values())) == 1}
 
 
-def moving_ras_comms(world: World) -> set[str]:
+def moving_ras_comms(world: World) -> frozenset[str]:
     """RAS communicators whose collective counts rose between samples (a mismatch there is noise)."""
+    return world.memo("ras.moving", lambda: frozenset(_moving(world)))
+
+
+def _moving(world: World) -> set[str]:
     first: dict[str, int] = {}
     moving: set[str] = set()
-    for obs in sorted(world.snapshot.facts(RAS), key=lambda o: o.sample):
+    for obs in sorted(world.snapshot.facts(SPEC), key=lambda o: o.sample):
         for c in obs.fact.communicators:
             total = sum(sum(r.collective_counts.values()) for r in c.ranks)
             if c.hash in first and total > first[c.hash]:
@@ -177,27 +194,25 @@ def moving_ras_comms(world: World) -> set[str]:
     return moving
 
 
-def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence]:
-    world, moving = reads.world, reads.moving_comms
+def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
+    world = reads.world
+    moving = moving_ras_comms(world)
     out: list[Evidence] = []
     seen: set[str] = set()
     frozen = frozen_ras_comms(world)
-    for obs in world.snapshot.facts(RAS):
+    for obs in world.snapshot.facts(SPEC):
         for c in obs.fact.communicators:
             if c.hash in seen or c.hash in moving:
                 continue
             seen.add(c.hash)
-            bad = (c.errors or "OK").upper() != "OK" or (c.status or "RUNNING").upper() not in (
-                "RUNNING",
-                "INIT",
-            )
+            bad = bool(c.error_kinds) or c.states not in RAS_HEALTHY
             behind, _ = ras_behind(c)
             if not bad and not c.errors and behind and c.hash in frozen:
                 bad = True  # JSON form only: counts that differ and stayed frozen
             if bad or any(r.missing for r in c.ranks):
                 out.append(
                     Evidence(
-                        "ras",
+                        RAS,
                         "ras-communicator-error",
                         f"NCCL RAS communicator {c.hash}: {c.status} {c.errors}"
                         + (f" - {c.messages[0]}" if c.messages else ""),
@@ -205,3 +220,43 @@ def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence
                     )
                 )
     return out
+
+
+def _totals(report: RasReport) -> dict[str, int]:
+    return {
+        c.hash: sum(sum(r.collective_counts.values()) for r in c.ranks)
+        for c in report.communicators
+    }
+
+
+def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
+    """Each communicator read at two samples: collectives launched between them, or none."""
+    moved: list[Signal] = []
+    frozen: list[Signal] = []
+    per_node: dict[str | None, list[tuple[int, RasReport]]] = {}
+    for obs in world.snapshot.facts(SPEC):
+        per_node.setdefault(obs.node_ip, []).append((obs.sample, obs.fact))
+    compared = False
+    for node, reports in per_node.items():
+        if len({s for s, _ in reports}) < 2:
+            continue
+        reports.sort(key=lambda sr: sr[0])
+        first, last = _totals(reports[0][1]), _totals(reports[-1][1])
+        for h in sorted(set(first) & set(last)):
+            compared = True
+            subject = f"NCCL communicator {h}" + (f" @{node}" if node else "")
+            if last[h] > first[h]:
+                moved.append(Signal(RAS, subject, f"collectives launched +{last[h] - first[h]}"))
+            else:
+                frozen.append(Signal(RAS, subject, "collective counts unchanged"))
+    return Moved(Proof.COLLECTIVES, tuple(moved), frozen=tuple(frozen), compared=compared)
+
+
+ANALYSIS = SourceAnalysis(
+    name="ras",
+    gives=(RAS,),
+    progress=progress,
+    suspects=suspects,
+    evidence=evidence,
+    messages=MESSAGES,
+)

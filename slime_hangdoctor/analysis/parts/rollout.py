@@ -1,5 +1,6 @@
 """The RolloutManager's event loop: reward or other synchronous code hogging it, or requests that
-never reach an engine (every engine idle while the rollout coroutines wait on I/O)."""
+never reach an engine (every engine idle while the rollout coroutines wait on I/O); the known causes
+of requests held outside the job's engines (a proxy, a service outside the job)."""
 
 from __future__ import annotations
 
@@ -8,29 +9,38 @@ from collections.abc import Sequence
 from slime_hangdoctor.analysis.engines import (
     HELD_CAUSES,
     HOLDING_STATES,
+    SGLANG,
     EngineRead,
     EngineState,
 )
-from slime_hangdoctor.analysis.lost_requests import Holder, where_requests_are
+from slime_hangdoctor.analysis.lost_requests import Holder, LostRequests, where_requests_are
+from slime_hangdoctor.analysis.network import SOCKETS
 from slime_hangdoctor.analysis.signatures import Block
-from slime_hangdoctor.analysis.stacks import ProcessRead
-from slime_hangdoctor.analysis.suspects.suspect import (
+from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     WEAK,
+    Cause,
     Evidence,
+    Reading,
+    Reads,
+    Source,
+    SourceAnalysis,
     Suspect,
-    SuspectInputs,
+    cause,
     suspect,
 )
+from slime_hangdoctor.analysis.stacks import ProcessRead
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.verdict import Role, Stage
+from slime_hangdoctor.verdict import Role, Severity, Stage, Status
+
+ROLLOUT = Source("rollout")  # the RolloutManager's event loop (read from its stacks)
 
 MESSAGES = {
     "rollout-loop-blocked": "The rollout event loop is blocked",
 }
 
 
-def suspects(reads: SuspectInputs) -> list[Suspect]:
+def suspects(reads: Reads) -> list[Suspect]:
     world, engines = reads.world, reads.engines
     out: list[Suspect] = []
     for rm in world.by_role(Role.ROLLOUT_MANAGER):
@@ -47,7 +57,7 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
             what = "the reward function" if stage is Stage.REWARD else "synchronous code"
             out.append(
                 suspect(
-                    "rollout",
+                    ROLLOUT,
                     Role.ROLLOUT_MANAGER,
                     f"the rollout event loop is CPU-bound in {what} ({loop.describe()}): while "
                     "it runs, no rollout coroutine can send or receive a request"
@@ -61,7 +71,7 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
         elif loop.block not in (Block.EVENT_LOOP, Block.UNKNOWN):
             out.append(
                 suspect(
-                    "rollout",
+                    ROLLOUT,
                     Role.ROLLOUT_MANAGER,
                     f"the rollout event loop is blocked in a synchronous call "
                     f"({loop.describe()}): every rollout coroutine waits behind it",
@@ -92,7 +102,7 @@ def _paused_engine(e: EngineRead, read: ProcessRead) -> Suspect:
             f"scheduler while the rollout waits on I/O: not paused by the evidence; {HELD_CAUSES}"
         )
     return suspect(
-        "sglang",
+        SGLANG,
         Role.SGLANG_ENGINE,
         why,
         proc,
@@ -122,7 +132,7 @@ def _requests_lost(
         svc = where.service
         return [
             suspect(
-                "sockets",
+                SOCKETS,
                 Role.ROLLOUT_MANAGER,
                 f"the rollout waits on the {svc.kind.value} {svc.url}, a service outside the job "
                 f"({svc.named_by}): the RolloutManager holds its connections to it across both "
@@ -138,7 +148,7 @@ def _requests_lost(
         return []
     return [
         suspect(
-            "rollout",
+            ROLLOUT,
             Role.ROLLOUT_MANAGER,
             "rollout coroutines wait on I/O (event loop idle in select), no engine has a request "
             "and none holds one, and the RolloutManager's own evidence points at it: its rollout "
@@ -154,10 +164,101 @@ def _requests_lost(
     ]
 
 
-def evidence(reads: SuspectInputs, suspects: Sequence[Suspect]) -> list[Evidence]:
+def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
     """The loop blocked (a MEDIUM rollout suspect) is itself a sign of a hang."""
     return [
-        Evidence("rollout", "rollout-loop-blocked", s.why, 1)
+        Evidence(ROLLOUT, "rollout-loop-blocked", s.why, 1)
         for s in suspects
-        if s.source == "rollout" and s.weight >= MEDIUM
+        if s.source == ROLLOUT and s.weight >= MEDIUM
     ]
+
+
+def _idle_rollout_held_by(
+    r: Reading, holder: Holder
+) -> tuple[LostRequests, list[EngineRead]] | None:
+    """The first RolloutManager whose rollout loop waits on I/O while every engine that reports
+    its load holds no request and does not move, when `holder` holds its requests
+    (`lost_requests.where_requests_are`), with those engines."""
+    for rm in r.world.by_role(Role.ROLLOUT_MANAGER):
+        read = rm.latest
+        if read is None or read.loop is None or read.loop.block is not Block.EVENT_LOOP:
+            continue
+        known = [e for e in r.engines if e.in_flight is not None]
+        if not known or any((e.in_flight or 0) > 0 or e.moving for e in known):
+            return None
+        where = where_requests_are(r.world, r.engines, rm)
+        if where.holder is holder:
+            return where, known
+    return None
+
+
+def _requests_at_proxy(r: Reading) -> Cause | None:
+    """The rollout waits on I/O, no engine has a request, and the RolloutManager's requests go to
+    an HTTP proxy (slime#1026 maintainer: "a proxy on the master node"): the proxy holds them.
+    Its own cause, beside the hazard: what to check and what to change."""
+    if r.status is not Status.HUNG or r.stage not in (Stage.ROLLOUT_DISPATCH, Stage.EVAL):
+        return None
+    found = _idle_rollout_held_by(r, Holder.PROXY)
+    if found is None:
+        return None
+    where, known = found
+    url = known[0].url
+    return cause(
+        "requests-at-proxy",
+        Severity.CRITICAL,
+        f"The rollout's requests go to an HTTP proxy ({where.proxy}), not to the engines: "
+        "every engine answers and holds no request while the RolloutManager waits on the "
+        "proxy (THUDM/slime#1026: a proxy on the master node)",
+        [
+            *where.why,
+            *(f"[sglang] engine {e.url}: 0 running, 0 queued" for e in known[:3]),
+        ],
+        [
+            f"On the RolloutManager's node: `curl -s -m 5 {url}/health` (through the proxy, "
+            f"as the rollout's client does) against `curl -s -m 5 --noproxy '*' {url}/health`"
+            " (direct): the first hangs or fails where the proxy cannot reach the engines",
+            "slime's httpx client (trust_env) and the router honour http_proxy/https_proxy/"
+            "all_proxy and no_proxy: no_proxy takes host names, exact IPs and .domain "
+            "suffixes, not CIDR ranges; list every engine and router host",
+        ],
+    )
+
+
+def _requests_at_external_service(r: Reading) -> Cause | None:
+    """The rollout waits on a service outside the job that the job's configuration names (a remote
+    reward model or judge, a tool server, an external engine): it holds the requests."""
+    if r.status is not Status.HUNG:
+        return None
+    found = _idle_rollout_held_by(r, Holder.EXTERNAL)
+    svc = found[0].service if found is not None else None
+    if found is None or svc is None:
+        return None
+    where = found[0]
+    return cause(
+        "requests-at-external-service",
+        Severity.CRITICAL,
+        f"The rollout waits on the {svc.kind.value} {svc.url}, a service outside the job "
+        f"({svc.named_by}): the RolloutManager holds its requests there while every engine "
+        "is idle",
+        list(where.why),
+        [
+            f"From the RolloutManager's node: `curl -s -m 10 -o /dev/null -w '%{{http_code}} "
+            f"%{{time_total}}s\\n' {svc.url}` (a hang or a 5xx is the service's own problem)",
+            f"Look at the {svc.kind.value}'s own logs, load and GPU: it accepted the "
+            "connections and has not answered",
+            "slime's remote_rm waits as long as its aiohttp session lets it (January 2026: "
+            "aiohttp's default 300 s per request; August 2026: 120 s, retried 10 times): "
+            "give a custom reward or tool client a timeout so that a wedged service fails a "
+            "step instead of stopping the job",
+        ],
+    )
+
+
+ANALYSIS = SourceAnalysis(
+    name="rollout",
+    gives=(ROLLOUT, SGLANG, SOCKETS),
+    suspects=suspects,
+    evidence=evidence,
+    messages=MESSAGES,
+    causes=(_requests_at_proxy, _requests_at_external_service),
+)

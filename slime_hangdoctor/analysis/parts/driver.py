@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from slime_hangdoctor.analysis.signatures import Block
-from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, WEAK, Suspect, SuspectInputs, suspect
+from slime_hangdoctor.analysis.source_analysis import (
+    MEDIUM,
+    WEAK,
+    Reads,
+    Source,
+    SourceAnalysis,
+    Suspect,
+    suspect,
+)
 from slime_hangdoctor.analysis.world import Proc
+from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role
 
+DRIVER = Source("driver")  # the job's driver (read from its stacks)
 
-def suspects(reads: SuspectInputs) -> list[Suspect]:
+
+def suspects(reads: Reads) -> list[Suspect]:
     world = reads.world
     drivers = [p for p in world.by_role(Role.DRIVER) if p.latest is not None]
     actors = [
@@ -16,7 +27,7 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
         for p in world.procs
         if p.role in (Role.TRAIN_RANK, Role.ROLLOUT_MANAGER)
         and p.member is not None
-        and p.member.kind == "actor"
+        and p.member.kind is MemberKind.ACTOR
     ]
     if not drivers or not actors:
         return []
@@ -36,10 +47,13 @@ def suspects(reads: SuspectInputs) -> list[Suspect]:
     else:
         why = f"every slime actor is idle and the driver is {read.describe()}"
         weight = MEDIUM
-    return [suspect("driver", Role.DRIVER, why, d, weight=weight, stage=read.stage)]
+    return [suspect(DRIVER, Role.DRIVER, why, d, weight=weight, stage=read.stage)]
 
 
 def _actor_idle(p: Proc) -> bool:
     if p.latest is not None:
         return p.latest.block is Block.IDLE_WORKER
     return p.member is not None and p.member.method is None
+
+
+ANALYSIS = SourceAnalysis(name="driver", gives=(DRIVER,), suspects=suspects)

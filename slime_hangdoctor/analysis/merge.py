@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from slime_hangdoctor.analysis.gpu import gpu_by_index
 from slime_hangdoctor.analysis.source import Source
-from slime_hangdoctor.analysis.suspects.suspect import Suspect
+from slime_hangdoctor.analysis.source_analysis import Suspect
 from slime_hangdoctor.analysis.world import World
 from slime_hangdoctor.verdict import Culprit, Role, Stage
 
@@ -31,15 +31,20 @@ class Merged:
             total -= 1
         return total
 
+    def ranked(self) -> list[Suspect]:
+        """Its suspects, the heaviest first; at equal weight one that names the process itself
+        before one whose pid stands for its engine (`Suspect.stands_in`), then in the parts' order."""
+        return sorted(self.suspects, key=lambda s: (-s.weight, s.stands_in))
+
     def first(self, attr: str) -> object:
-        for s in sorted(self.suspects, key=lambda x: -x.weight):
+        for s in self.ranked():
             v = getattr(s, attr)
             if v is not None:
                 return v
         return None
 
     def culprit(self) -> Culprit:
-        ordered = sorted(self.suspects, key=lambda s: -s.weight)
+        ordered = self.ranked()
         whys = list(dict.fromkeys(s.why for s in ordered))
         return Culprit(
             role=self.role,
@@ -54,7 +59,7 @@ class Merged:
 
     @property
     def stage(self) -> Stage | None:
-        for s in sorted(self.suspects, key=lambda x: -x.weight):
+        for s in self.ranked():
             if s.stage is not None:
                 return s.stage
         return None
