@@ -20,16 +20,24 @@ a call queued on an actor waits for the method it runs now. From that and the pa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
+from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.facts import (
     ACTOR_ALIVE,
+    ACTOR_CREATION_TASK,
     TASK_ENDED,
     TASK_FINISHED,
     TASK_RUNNING_ANY,
     RayActor,
     RayTask,
 )
+from slime_hangdoctor.parsers.ray_state import UNFINISHED_TASKS
 from slime_hangdoctor.snapshot import Snapshot, TaskPageObs
+
+RAY_TASKS = Source(
+    "ray_tasks"
+)  # Ray's task list: actor queues, wait-for cycles, paused engines, overlong methods
 
 # a task that runs now or has ended: it reached a worker, it is not queued
 _STARTED = TASK_RUNNING_ANY | TASK_ENDED
@@ -61,7 +69,20 @@ class WaitEdge:
     waiting: RayTask | None  # the waiter's running task that waits (None: an async caller)
     queued: RayTask
     holding: RayTask
-    kind: str  # child | sibling
+    # child: made by the waiting actor's running method; sibling: fanned out by the same caller
+    kind: Literal["child", "sibling"]
+
+
+@dataclass(frozen=True)
+class CallEdge:
+    """Actor `caller`'s running method `waiting` made the call `called`, which runs now on actor
+    `callee`: the caller waits on it while it blocks in `ray.get` / `ray.wait` on it (its stack
+    says whether it does; Ray 2.60's task list says RUNNING either way)."""
+
+    caller: str  # actor id
+    callee: str  # actor id
+    waiting: RayTask
+    called: RayTask
 
 
 @dataclass(frozen=True)
@@ -97,6 +118,18 @@ class TaskView:
     overlong: tuple[OverlongTask, ...]
     history_seen: bool  # a history page answered (needed for paused/overlong)
     history_partial: bool  # a page was truncated by Ray: absences are not evidence
+    calls: tuple[CallEdge, ...] = ()  # running calls between actors
+    persistent: frozenset[str] | None = None  # task ids unfinished in both samples (None: one)
+
+    def held(self, edge: WaitEdge | CallEdge) -> bool:
+        """Whether the edge's tasks were all unfinished in both samples."""
+        if self.persistent is None:
+            return False
+        if isinstance(edge, CallEdge):
+            tasks = [edge.waiting, edge.called]
+        else:
+            tasks = [edge.queued, edge.holding] + ([edge.waiting] if edge.waiting else [])
+        return all(t.task_id in self.persistent for t in tasks)
 
     def queue_of(self, actor_id: str) -> ActorQueue | None:
         return next((q for q in self.queues if q.actor.actor_id == actor_id), None)
@@ -113,7 +146,7 @@ def _merged(pages: tuple[TaskPageObs, ...]) -> dict[str, RayTask]:
 
 def _current(pages: tuple[TaskPageObs, ...]) -> TaskPageObs | None:
     """The newest page of the unfinished query (complete for queued and running tasks)."""
-    unfinished = [p for p in pages if p.target == "tasks_unfinished"]
+    unfinished = [p for p in pages if p.target == UNFINISHED_TASKS]
     return max(unfinished, key=lambda p: (p.sample, p.time)) if unfinished else None
 
 
@@ -151,18 +184,20 @@ def build_view(snapshot: Snapshot) -> TaskView | None:
     edges = _edges(now_tasks, known, set(actors))
     persistent = _persistent_ids(pages)
     cycles = tuple(c for c in _cycles(edges) if all(_held(e, persistent) for e in c))
-    history = [p for p in pages if p.target != "tasks_unfinished"]
+    history = [p for p in pages if p.target != UNFINISHED_TASKS]
     partial = any(p.truncated for p in pages)
     now_ms = current.time * 1000.0 if current else None
     paused = _paused(actors, state) if history and not partial else ()
     overlong = _overlong(actors, state, now_ms) if history and now_ms else ()
-    return TaskView(queues, edges, cycles, paused, overlong, bool(history), partial)
+    calls = _calls(now_tasks, known)
+    held = frozenset(persistent) if persistent is not None else None
+    return TaskView(queues, edges, cycles, paused, overlong, bool(history), partial, calls, held)
 
 
 def _queues(actors: dict[str, RayActor], state: dict[str, RayTask]) -> tuple[ActorQueue, ...]:
     by_actor: dict[str, list[RayTask]] = {}
     for t in state.values():
-        if t.actor_id and t.task_type != "ACTOR_CREATION_TASK":
+        if t.actor_id and t.task_type != ACTOR_CREATION_TASK:
             by_actor.setdefault(t.actor_id, []).append(t)
     out: list[ActorQueue] = []
     for actor_id, tasks in by_actor.items():
@@ -213,6 +248,20 @@ def _edges(
     return tuple(out.values())
 
 
+def _calls(now: dict[str, RayTask], known: dict[str, RayTask]) -> tuple[CallEdge, ...]:
+    """Calls that run on one actor, made by the running method of another."""
+    out: list[CallEdge] = []
+    for t in now.values():
+        if t.state not in TASK_RUNNING_ANY or not t.actor_id or not t.parent_task_id:
+            continue
+        parent = now.get(t.parent_task_id) or known.get(t.parent_task_id)
+        if parent is None or parent.state not in TASK_RUNNING_ANY or not parent.actor_id:
+            continue
+        if parent.actor_id != t.actor_id:
+            out.append(CallEdge(parent.actor_id, t.actor_id, parent, t))
+    return tuple(out)
+
+
 def _cycles(edges: tuple[WaitEdge, ...]) -> list[tuple[WaitEdge, ...]]:
     """Elementary cycles of the actor graph (small: one node per actor), each once."""
     adj: dict[str, list[WaitEdge]] = {}
@@ -240,7 +289,7 @@ def _persistent_ids(pages: tuple[TaskPageObs, ...]) -> set[str] | None:
     """Ids of tasks unfinished in both samples' unfinished pages (None: one sample only)."""
     by_sample: dict[int, set[str]] = {}
     for p in pages:
-        if p.target == "tasks_unfinished":
+        if p.target == UNFINISHED_TASKS:
             by_sample.setdefault(p.sample, set()).update(
                 t.task_id for t in p.tasks if t.state not in TASK_ENDED
             )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from slime_hangdoctor.http_facts import SglangMetrics
 from slime_hangdoctor.parsers.sglang import WORK_COUNTERS
-from slime_hangdoctor.snapshot import Snapshot
+from slime_hangdoctor.snapshot import HttpPeer, Snapshot
 from slime_hangdoctor.verdict import CounterMove, ProbeSpan, Timeline
 
 __all__ = ["timeline"]
@@ -46,7 +46,7 @@ def timeline(snapshot: Snapshot) -> Timeline:
 def _counters(snapshot: Snapshot) -> tuple[CounterMove, ...]:
     by_url: dict[str, dict[int, SglangMetrics]] = {}
     for obs in snapshot.http:
-        if obs.kind == "engine" and isinstance(obs.parsed, SglangMetrics):
+        if obs.kind is HttpPeer.ENGINE and isinstance(obs.parsed, SglangMetrics):
             by_url.setdefault(obs.answer.url, {})[obs.sample] = obs.parsed
     out: list[CounterMove] = []
     for url, samples in sorted(by_url.items()):

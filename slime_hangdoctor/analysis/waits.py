@@ -26,11 +26,12 @@ from collections.abc import Iterable
 
 from slime_hangdoctor.analysis.actor_queues import build_view
 from slime_hangdoctor.analysis.engines import EngineRead
+from slime_hangdoctor.analysis.merge import Merged
 from slime_hangdoctor.analysis.network import held_requests, is_router
 from slime_hangdoctor.analysis.signatures import Block
-from slime_hangdoctor.analysis.suspects.merge import Merged
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import TASK_RUNNING_ANY, RayTask
+from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role, Wait, WaitKind, WaitParty
 
 __all__ = ["find_waits", "party"]
@@ -83,7 +84,7 @@ def _actor_procs(world: World) -> dict[str, Proc]:
     return {
         p.actor_id: p
         for p in world.procs
-        if p.actor_id and p.member is not None and p.member.kind == "actor"
+        if p.actor_id and p.member is not None and p.member.kind is MemberKind.ACTOR
     }
 
 
@@ -198,7 +199,7 @@ def _http_waits(world: World, engines: tuple[EngineRead, ...]) -> Iterable[Wait]
         read = p.latest
         if (
             read is None
-            or p.kind != "actor"
+            or p.kind is not MemberKind.ACTOR
             or p.engine_url is None
             or read.block is not Block.HTTP
         ):
@@ -223,7 +224,9 @@ def _culprit_proc(world: World, m: Merged) -> Proc | None:
     proc = world.find(m.first("pid"), m.first("node_ip"))  # type: ignore[arg-type]
     url = m.first("engine_url")
     if url is not None:
-        schedulers = [p for p in world.procs if p.engine_url == url and p.kind == "scheduler"]
+        schedulers = [
+            p for p in world.procs if p.engine_url == url and p.kind is MemberKind.SCHEDULER
+        ]
         if schedulers:
             return schedulers[0]
     return proc
