@@ -200,10 +200,12 @@ class DemoRun:
                 children = []
             for child in children:
                 try:
-                    if child.status() != psutil.STATUS_ZOMBIE:
-                        out["router"] = child.pid
-                except psutil.Error:
+                    if child.status() == psutil.STATUS_ZOMBIE:
+                        continue
+                    session = child.cmdline()[:1] == ["miles-session-server"]
+                except (psutil.Error, IndexError):
                     continue
+                out["session server" if session else "router"] = child.pid
         for label, pid in list(out.items()):
             if not label.endswith(" actor"):
                 continue

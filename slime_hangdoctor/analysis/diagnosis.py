@@ -432,6 +432,16 @@ def _progress_findings(progress: Progress) -> list[Finding]:
                 tuple(s.text() for s in progress.progress[:8]),
             )
         )
+    if progress.not_counted:
+        out.append(
+            Finding(
+                "progress-not-counted",
+                Severity.WARNING,
+                "Work moved that is not the job's progress: the job's requests do not reach the "
+                "engines (an engine's tokens count only while they do)",
+                tuple(s.text() for s in progress.not_counted[:8]),
+            )
+        )
     if progress.activity:
         out.append(
             Finding(
@@ -486,7 +496,9 @@ def _suspected(
         return False
     if confidence == "low" or progress.moving:
         return True
-    return bool(culprits) and culprits[0].sources <= {"rollout"}
+    # a loop CPU-bound in one frame (the rollout's, a hop of its request path): slow and stuck
+    # look alike over one window
+    return bool(culprits) and culprits[0].sources <= {"rollout", "request_path"}
 
 
 def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:

@@ -1,10 +1,16 @@
-"""Did anything advance between the two samples? Per source, real progress vs mere activity.
+"""Did the job advance between the two samples? Every signal of work, and the one rule that says
+which of them are the job's progress (docs/verdict.md, "Progress is the job's").
 
-Real progress: token / request counters of an engine rose, a GPU did real work (memory traffic,
-NVLink bytes, tensor activity), NCCL RAS collective counts rose, a weight version moved, a process
-moved to another stage, or a process computed in changing code. Activity that is NOT progress: CPU
-burnt at a CUDA sync point (a stuck NCCL wait spins a core), health checks and metrics answers
-(#1058: endless `GET /health 200` while hung), a stack that changed line inside the same wait.
+Progress is the job's: a weight version moved, storage bytes moved by a process that waits on I/O
+(analysis/kernel.py: slow, not stuck), NCCL RAS collective counts rose, a GPU did real work, a
+process moved to another stage, a process computed in changing code (weak). An engine's token and
+request counters (and the GPU work of its processes) count only while the job's requests are
+answered: when a hop of the request path holds them (analysis/request_path.py: CPU-bound in the
+same frame at both samples while requests pile up at it), what the engines still decode is not the
+job's progress: those signals are kept as `not_counted`, with why, and the hop is the culprit.
+Activity that is NOT progress: CPU burnt at a CUDA sync point (a stuck NCCL wait spins a core),
+health checks and metrics answers (#1058: endless `GET /health 200` while hung), a stack that
+changed line inside the same wait.
 """
 
 from __future__ import annotations
@@ -13,12 +19,13 @@ from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.engines import EngineRead
 from slime_hangdoctor.analysis.gpu import GpuState
+from slime_hangdoctor.analysis.request_path import Hold, hold_text, holds
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import RasReport
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
-from slime_hangdoctor.verdict import Stage
+from slime_hangdoctor.verdict import Role, Stage
 
 CPU_BUSY_FRACTION = 0.3  # of one core over the window
 
@@ -39,6 +46,10 @@ class Progress:
     activity: tuple[Signal, ...]
     frozen: tuple[Signal, ...]  # compared across samples (or over the GPU series) and unchanged
     compared: tuple[str, ...]  # sources that had two samples to compare
+    # work that moved but is not the job's progress (an engine's tokens while a hop of the request
+    # path holds the job's requests), each with why; and those hops
+    not_counted: tuple[Signal, ...] = ()
+    held: tuple[Hold, ...] = ()
 
     @property
     def moving(self) -> bool:
@@ -53,14 +64,19 @@ def window_s(world: World) -> float:
     return w
 
 
-def _engine_signals(engines: tuple[EngineRead, ...]) -> tuple[list[Signal], list[Signal], bool]:
+def _engine_signals(
+    engines: tuple[EngineRead, ...],
+) -> tuple[list[Signal], list[Signal], list[Signal], bool]:
+    """(the engines' tokens: the job's progress only while its requests are answered, the weight
+    versions that moved: the job's own, frozen, compared)"""
+    tokens: list[Signal] = []
     progress: list[Signal] = []
     frozen: list[Signal] = []
     compared = False
     for e in engines:
         subject = f"engine {e.url}"
         if e.moving:
-            progress.append(Signal("sglang", subject, ", ".join(e.moving[:3])))
+            tokens.append(Signal("sglang", subject, ", ".join(e.moving[:3])))
             compared = True
         if len(set(e.weight_versions)) > 1:
             progress.append(
@@ -74,15 +90,22 @@ def _engine_signals(engines: tuple[EngineRead, ...]) -> tuple[list[Signal], list
                         "sglang", subject, f"{e.in_flight:g} requests in flight, counters unchanged"
                     )
                 )
-    return progress, frozen, compared
+    return tokens, progress, frozen, compared
 
 
-def _gpu_signals(world: World) -> list[Signal]:
-    """Busy GPUs that run the job's processes (all busy GPUs when no pid maps to the job)."""
+def _gpu_signals(world: World) -> tuple[list[Signal], list[Signal]]:
+    """Busy GPUs that run the job's processes (all busy GPUs when no pid maps to the job): (those
+    of the engines' processes: decoding, as their tokens; the others)."""
     job = {p.pid for p in world.procs if p.role is not None}
+    engine = {p.pid for p in world.procs if p.role is Role.SGLANG_ENGINE}
     mapped = [g for g in world.gpus if any(pid in job for pid, _ in g.pids)]
     pool = mapped if mapped else [g for g in world.gpus if not job or not g.pids]
-    return [Signal("nvml", g.label, g.brief()) for g in pool if g.state is GpuState.BUSY]
+    busy = [g for g in pool if g.state is GpuState.BUSY]
+    decoding = [g for g in busy if g.pids and all(pid in engine for pid, _ in g.pids)]
+    return (
+        [Signal("nvml", g.label, g.brief()) for g in decoding],
+        [Signal("nvml", g.label, g.brief()) for g in busy if g not in decoding],
+    )
 
 
 def _ras_totals(report: RasReport) -> dict[str, int]:
@@ -163,16 +186,29 @@ def _cpu_signals(procs: tuple[Proc, ...], window: float) -> tuple[list[Signal], 
 
 
 def assess(world: World, engines: tuple[EngineRead, ...]) -> Progress:
+    """Every signal of work, and the rule (module doc): what the engines decode counts only while
+    no hop of the request path holds the job's requests."""
     progress: list[Signal] = []
     activity: list[Signal] = []
     frozen: list[Signal] = []
     compared: list[str] = []
-    e_prog, e_frozen, e_cmp = _engine_signals(engines)
+    tokens, e_prog, e_frozen, e_cmp = _engine_signals(engines)
     progress += e_prog
     frozen += e_frozen
     if e_cmp:
         compared.append("sglang")
-    progress += _gpu_signals(world)
+    decoding, g_prog = _gpu_signals(world)
+    progress += g_prog
+    held = holds(world, window_s(world))
+    not_counted: list[Signal] = []
+    if held:
+        why = f"not the job's progress: {hold_text(held[0])}"
+        not_counted = [
+            Signal(s.source, s.subject, f"{s.message}; {why}") for s in tokens + decoding
+        ]
+    else:
+        progress[:0] = tokens
+        progress += decoding
     if any(g.readings >= 2 for g in world.gpus):
         compared.append("nvml")
     r_prog, r_frozen, r_cmp = _ras_signals(world)
@@ -191,4 +227,11 @@ def assess(world: World, engines: tuple[EngineRead, ...]) -> Progress:
     activity += c_act
     if any(p.cpu_delta is not None for p in world.procs):
         compared.append("cpu")
-    return Progress(tuple(progress), tuple(activity), tuple(frozen), tuple(compared))
+    return Progress(
+        tuple(progress),
+        tuple(activity),
+        tuple(frozen),
+        tuple(compared),
+        tuple(not_counted),
+        held,
+    )

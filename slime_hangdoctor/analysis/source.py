@@ -28,6 +28,7 @@ Source = Literal[
     "sockets",  # TCP connections of the slime processes (procfs, collect/sockets.py)
     "environ",  # allow-listed environment of the slime processes (proxies, socket interfaces)
     "kernel",  # the Linux kernel's side: D state, wchan, storage bytes, /dev/shm, OOM lines
+    "request_path",  # a hop between the RolloutManager and the engines that holds the requests
 ]
 
 
@@ -85,6 +86,8 @@ SOURCE_NAMES: tuple[SourceNames, ...] = (
     SourceNames("sockets", ("sockets",), ("sockets", "routers", "rollout")),
     SourceNames("environ", ("processes",), ("environ",)),  # the allow-listed environment
     SourceNames("kernel", ("kernel",), ("kernel",)),  # the Linux kernel's view of the processes
+    # the request path's hops (sockets) and the one holding the requests (stacks, CPU times)
+    SourceNames("request_path", ("sockets", "pyspy", "processes"), ("request_path",)),
 )
 # bundle sources no analysis source weighs: they explain (log findings, analysis/logs.py) or find
 # (engine URLs from the actor log heads, topology.py)

@@ -230,4 +230,14 @@ def counter_plan(analysed: Analysed, target: str, now: float) -> CounterPlan | N
             if m.node_ip == here and m.pid in started
         )
     )
-    return CounterPlan(now, target, engines, tuple(dict.fromkeys(processes)))
+    # the processes of the rollout's request path (analysis/request_path.py, by role): their CPU
+    # times are what the counters look reads of the rule that engines' tokens count only while the
+    # job's requests pass them
+    hops = tuple(
+        sorted(
+            (m.pid, started[m.pid])
+            for m in topology.members
+            if m.node_ip == here and m.pid in started and m.kind in ("router", "http_server")
+        )
+    )
+    return CounterPlan(now, target, engines, tuple(dict.fromkeys(processes)), hops)

@@ -34,6 +34,7 @@ from slime_hangdoctor.analysis.suspects import (
     ras,
     ray,
     ray_tasks,
+    request_path,
     rollout,
     routers,
     sockets,
@@ -76,6 +77,7 @@ SUSPECT_FINDERS: tuple[SuspectFinder, ...] = (
     SuspectFinder("sockets", sockets.suspects),
     SuspectFinder("environ", environ.suspects),
     SuspectFinder("kernel", kernel.suspects),
+    SuspectFinder("request_path", request_path.suspects),
     SuspectFinder("chain", chain.suspects, fallback=True),
 )
 
@@ -87,6 +89,7 @@ EVIDENCE_FINDERS: tuple[EvidenceFinder, ...] = (
     EvidenceFinder("rollout", rollout.evidence, rollout.MESSAGES),
     EvidenceFinder("stacks", stacks.evidence, stacks.MESSAGES),
     EvidenceFinder("progress", progress.evidence, progress.MESSAGES),
+    EvidenceFinder("request_path", request_path.evidence, request_path.MESSAGES),
 )
 
 

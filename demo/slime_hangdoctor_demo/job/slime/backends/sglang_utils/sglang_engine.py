@@ -38,6 +38,7 @@ SERVER_FAULTS: dict[str, str] = {
     "engine_server_killed": "killed_mid_generate",
     "rollout_tp_rank_prefetch_stuck": "prefetch_check_diverged",
     "engine_detokenizer_stalled": "detokenizer_stalled",
+    "weight_load_slow_storage": "slow_weight_storage",
 }
 PLAN_MISSED_TEXT = "DEMO FAULT PLAN MISSED"
 TIMED_SERVER_FAULTS = frozenset(
@@ -50,6 +51,7 @@ TIMED_SERVER_FAULTS = frozenset(
         "killed_mid_generate",
         "prefetch_check_diverged",
         "detokenizer_stalled",
+        "slow_weight_storage",
     }
 )
 # demo faults whose engine fault goes live right before a weight broadcast
