@@ -424,12 +424,20 @@ def _evidence_findings(evidence: list[Evidence]) -> list[Finding]:
 def _progress_findings(progress: Progress) -> list[Finding]:
     out: list[Finding] = []
     if progress.progress:
+        unchecked = (
+            (
+                "the engines' tokens counted without the request path seen (no sockets source): "
+                "a hop that holds the job's requests would not show here",
+            )
+            if progress.path_unchecked
+            else ()
+        )
         out.append(
             Finding(
                 "progress",
                 Severity.INFO,
                 "Progress between the samples",
-                tuple(s.text() for s in progress.progress[:8]),
+                tuple(s.text() for s in progress.progress[:8]) + unchecked,
             )
         )
     if progress.not_counted:

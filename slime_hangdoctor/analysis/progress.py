@@ -50,6 +50,9 @@ class Progress:
     # path holds the job's requests), each with why; and those hops
     not_counted: tuple[Signal, ...] = ()
     held: tuple[Hold, ...] = ()
+    # the engines' tokens counted without the request path seen from the sockets (a hop that holds
+    # the job's requests could not show): the progress finding says so
+    path_unchecked: bool = False
 
     @property
     def moving(self) -> bool:
@@ -200,6 +203,7 @@ def assess(world: World, engines: tuple[EngineRead, ...]) -> Progress:
     decoding, g_prog = _gpu_signals(world)
     progress += g_prog
     held = holds(world, window_s(world))
+    path_unchecked = bool(tokens) and not any(p.conns for p in world.procs)
     not_counted: list[Signal] = []
     if held:
         why = f"not the job's progress: {hold_text(held[0])}"
@@ -234,4 +238,5 @@ def assess(world: World, engines: tuple[EngineRead, ...]) -> Progress:
         tuple(compared),
         tuple(not_counted),
         held,
+        path_unchecked and not held,
     )

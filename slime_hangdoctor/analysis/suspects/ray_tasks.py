@@ -220,7 +220,9 @@ def findings(
         )
     for p in view.paused:
         normal = _normal(p, engines)
-        caller = () if p.update is None else (f"{p.update.name} {p.update.task_id[:12]} RUNNING",)
+        caller: tuple[str, ...] = (
+            () if p.update is None else (f"{p.update.name} {p.update.task_id[:12]} RUNNING",)
+        )
         caller += tuple(f"{t.name} {t.task_id[:12]} {t.state}" for t in p.in_flight[:3])
         out.append(
             Finding(

@@ -9,6 +9,7 @@ import argparse
 import copy
 import logging
 import multiprocessing
+import multiprocessing.process
 import random
 import time
 import urllib.request
@@ -19,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 
 def wait_for_server_ready(
-    ip: str, port: int, process: multiprocessing.Process, timeout: float
+    ip: str, port: int, process: multiprocessing.process.BaseProcess, timeout: float
 ) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -51,7 +52,8 @@ def start_session_server(args: argparse.Namespace) -> None:
     process.daemon = True
     process.start()
     args.session_server_ports = [port]
-    wait_for_server_ready(args.session_server_ip, port, process, timeout=30)
+    # miles waits 30 s; a loaded demo box imports slowly
+    wait_for_server_ready(args.session_server_ip, port, process, timeout=180)
     logger.info(
         f"Session servers launched at {args.session_server_ip}, ports {[port]} (1 instances)"
     )
