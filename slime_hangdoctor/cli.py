@@ -138,6 +138,18 @@ REPORT = (
         default=False,
     ),
 )
+REPORT_FILE = Shared(
+    "report_file",
+    Path | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="Write the report to this file instead of standard output (with --format html: "
+        "one self-contained page).",
+        show_default=False,
+    ),
+    default=None,
+)
 WINDOW = Shared(
     "window",
     float,
@@ -438,13 +450,18 @@ def takes(
 
 
 @app.command()
-@takes(ADDRESS, *LOOK, *TOUCH, OUT, QUIET, *REPORT)
+@takes(ADDRESS, *LOOK, *TOUCH, OUT, QUIET, *REPORT, REPORT_FILE)
 def attach(
-    address: str | None, opts: CollectOptions, out: Path | None, quiet: bool, output: ReportFormat
+    address: str | None,
+    opts: CollectOptions,
+    out: Path | None,
+    quiet: bool,
+    output: ReportFormat,
+    report_file: Path | None,
 ) -> None:
     """Diagnose a live slime job: discover, sample twice, analyse, report. Read-only by default."""
     diagnosis = run_attach(address, opts, out=out, quiet=quiet or output is not ReportFormat.TEXT)
-    _emit(diagnosis, output)
+    _emit(diagnosis, output, to=report_file)
 
 
 @app.command()
@@ -474,15 +491,16 @@ def collect(
 
 
 @app.command()
-@takes(*REPORT)
+@takes(*REPORT, REPORT_FILE)
 def analyse(
     bundle: Annotated[
         Path, typer.Argument(help="A bundle directory or .tar.gz written by collect/attach/check.")
     ],
     output: ReportFormat,
+    report_file: Path | None,
 ) -> None:
     """Analyse an evidence bundle offline (record once, report many)."""
-    _emit(analyse_bundle(bundle), output)
+    _emit(analyse_bundle(bundle), output, to=report_file)
 
 
 @app.command()
@@ -666,8 +684,16 @@ def run_demo(
 # ------------------------------------------------------------------ output and errors
 
 
-def _emit(diagnosis: Diagnosis, output: ReportFormat, exit_code: int | None = None) -> None:
-    if output == ReportFormat.JSON:  # plain ASCII text (json escapes the rest): no rich to load
+def _emit(
+    diagnosis: Diagnosis,
+    output: ReportFormat,
+    exit_code: int | None = None,
+    to: Path | None = None,
+) -> None:
+    """Print the report (or write it to `to`), then exit with the verdict's code."""
+    if to is not None:
+        _write_report(diagnosis, output, to)
+    elif output == ReportFormat.JSON:  # plain ASCII text (json escapes the rest): no rich to load
         from slime_hangdoctor.render import render_json
 
         typer.echo(render_json(diagnosis))
@@ -678,6 +704,30 @@ def _emit(diagnosis: Diagnosis, output: ReportFormat, exit_code: int | None = No
 
         render(diagnosis, output, Console(soft_wrap=False))
     raise typer.Exit(int(diagnosis.verdict.exit_code) if exit_code is None else exit_code)
+
+
+def _write_report(diagnosis: Diagnosis, output: ReportFormat, to: Path) -> None:
+    if output == ReportFormat.TEXT:
+        from io import StringIO
+
+        from rich.console import Console
+
+        from slime_hangdoctor.render import render
+
+        buffer = StringIO()
+        render(diagnosis, output, Console(file=buffer, width=100, no_color=True, soft_wrap=False))
+        text = buffer.getvalue()
+    else:
+        from slime_hangdoctor.render import render_text
+
+        text = render_text(diagnosis, output)
+    try:
+        to.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise HangDoctorError(
+            f"could not write the report to {to}: {exc.strerror or exc}"
+        ) from None
+    typer.echo(f"report: {to}", err=True)
 
 
 class _Progress:

@@ -6,13 +6,49 @@ import dataclasses
 import re
 import shlex
 from dataclasses import dataclass
+from enum import Enum
+from typing import Literal
 
-from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, TASK_RUNNING, ProcessInfo, RayJob
+from slime_hangdoctor.facts import (
+    ACTOR_ALIVE,
+    JOB_RUNNING,
+    STATUS_ZOMBIE,
+    TASK_RUNNING,
+    ProcessInfo,
+    RayJob,
+)
 from slime_hangdoctor.http_facts import RouterWorkers
 from slime_hangdoctor.parsers.log_heads import SPEC as LOG_HEADS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.snapshot import Snapshot
+from slime_hangdoctor.snapshot import HttpPeer, Snapshot
 from slime_hangdoctor.verdict import Role
+
+
+class MemberKind(str, Enum):
+    """What process of its role a member is."""
+
+    ACTOR = "actor"  # the Ray actor's own worker process
+    HTTP_SERVER = "http_server"  # an SGLang engine's HTTP server (tokenizer manager)
+    SCHEDULER = "scheduler"  # sglang::scheduler_* (one per TP/PP/DP rank)
+    DETOKENIZER = "detokenizer"  # sglang::detokenizer
+    DETOKENIZER_ROUTER = "detokenizer_router"  # multi-tokenizer mode's router of outputs
+    DATA_PARALLEL_CONTROLLER = "data_parallel_controller"  # dp_size > 1
+    TOKENIZER_WORKER = "tokenizer_worker"  # multi-tokenizer mode
+    SGLANG_HELPER = "sglang_helper"  # another sglang:: process
+    DRIVER = "driver"  # the job's driver (train.py)
+    ROUTER = "router"  # sgl-router
+    PROCESS = "process"  # a process of the role that is no actor (a bare torchrun rank)
+    CHILD = "child"  # forked by a slime process, kept its title (a checkpoint writer)
+
+
+# How a member was found: Ray's state API, its process title, the job API, the environment (RANK),
+# the head of an actor's log.
+MemberSource = Literal["ray-state", "proc-title", "job-api", "env", "actor-log"]
+# Where an engine's URL was learned: a listening server, an actor's log head, the user, a router's
+# worker list, an earlier answer of the run.
+EngineSource = Literal["proc-listen", "actor-log", "user-flag", "router", "earlier-answer"]
+# The members that run a role's own code: an actor, or a process that is none (a bare rank).
+_OWN_PROCESS = frozenset({MemberKind.ACTOR, MemberKind.PROCESS})
 
 
 @dataclass(frozen=True)
@@ -22,7 +58,7 @@ class Member:
     role: Role
     pid: int
     node_ip: str | None
-    kind: str  # actor | http_server | scheduler | detokenizer | driver | router | process | child
+    kind: MemberKind
     title: str = ""
     actor_id: str | None = None
     class_name: str | None = None
@@ -30,17 +66,17 @@ class Member:
     rank: int | None = None  # train rank
     engine_url: str | None = None  # for engine actors, their servers and schedulers
     parent_pid: int | None = None
-    source: str = "ray-state"  # ray-state | proc-title | job-api | user-flag
+    source: MemberSource = "ray-state"
     rank_inferred: bool = False  # rank guessed from process order, not read from RANK / RAS / FR
 
     @property
     def label(self) -> str:
         if self.role is Role.TRAIN_RANK and self.rank is not None:
             rank = f"train rank {self.rank}{'?' if self.rank_inferred else ''}"
-            return f"{rank} child (pid {self.pid})" if self.kind == "child" else rank
+            return f"{rank} child (pid {self.pid})" if self.kind is MemberKind.CHILD else rank
         if self.role is Role.SGLANG_ENGINE:
-            names = {"actor": "engine actor", "http_server": "engine server"}
-            return f"{names.get(self.kind, self.kind)} {self.engine_url or ''}".strip()
+            names = {MemberKind.ACTOR: "engine actor", MemberKind.HTTP_SERVER: "engine server"}
+            return f"{names.get(self.kind, self.kind.value)} {self.engine_url or ''}".strip()
         return str(self.role.value).replace("_", " ")
 
 
@@ -52,7 +88,7 @@ class Engine:
     node_ip: str | None = None
     actor_pid: int | None = None
     server_pid: int | None = None
-    source: str = "proc-listen"  # proc-listen | actor-log | user-flag | router | earlier-answer
+    source: EngineSource = "proc-listen"
     origin: str = ""  # where the URL was read, in words, where the source alone does not say
 
 
@@ -229,7 +265,15 @@ def build_topology(snapshot: Snapshot) -> Topology:
         parsed = parse_ray_title(title)
         method = running.get(a.actor_id, "").partition(".")[2] or (parsed[1] if parsed else None)
         members[(node, a.pid)] = Member(
-            role, a.pid, node, "actor", title, a.actor_id, a.class_name, method, source="ray-state"
+            role,
+            a.pid,
+            node,
+            MemberKind.ACTOR,
+            title,
+            a.actor_id,
+            a.class_name,
+            method,
+            source="ray-state",
         )
     for (node, pid), p in procs.items():
         parsed = parse_ray_title(p.title)
@@ -244,7 +288,7 @@ def build_topology(snapshot: Snapshot) -> Topology:
             CLASS_ROLES[parsed[0]],
             pid,
             node,
-            "actor",
+            MemberKind.ACTOR,
             p.title,
             None,
             parsed[0],
@@ -297,7 +341,9 @@ def _descendants(
 def _add_engine_processes(
     members: dict[tuple[str | None, int], Member], procs: dict[tuple[str | None, int], ProcessInfo]
 ) -> None:
-    actors = [m for m in members.values() if m.role is Role.SGLANG_ENGINE and m.kind == "actor"]
+    actors = [
+        m for m in members.values() if m.role is Role.SGLANG_ENGINE and m.kind is MemberKind.ACTOR
+    ]
     claimed: set[tuple[str | None, int]] = set()
     for actor in actors:
         desc = _descendants(actor.pid, actor.node_ip, procs)
@@ -310,7 +356,7 @@ def _add_engine_processes(
         url = _engine_url(server, actor.node_ip) if server else None
         members[(actor.node_ip, actor.pid)] = _replace(actor, engine_url=url)
         for p in desc:
-            kind = sglang_kind(p.title) or ("http_server" if p is server else None)
+            kind = sglang_kind(p.title) or (MemberKind.HTTP_SERVER if p is server else None)
             if kind is None or p.title.split(" ", 1)[0] == ROUTER_TITLE:
                 continue
             claimed.add((actor.node_ip, p.pid))
@@ -342,7 +388,7 @@ def _add_engine_processes(
                     Role.SGLANG_ENGINE,
                     parent.pid,
                     node,
-                    "http_server",
+                    MemberKind.HTTP_SERVER,
                     parent.title,
                     engine_url=url,
                     parent_pid=parent.ppid,
@@ -361,12 +407,12 @@ def _add_engine_processes(
 
 
 # SGLang's process titles (setproctitle), 0.5.15.post1 and 0.5.23 alike: exact titles -> kind.
-SGLANG_TITLES: dict[str, str] = {
-    "sglang::detokenizer": "detokenizer",  # detokenizer_manager.py:489
+SGLANG_TITLES: dict[str, MemberKind] = {
+    "sglang::detokenizer": MemberKind.DETOKENIZER,  # detokenizer_manager.py:489
     # multi-tokenizer mode's router of detokenizer outputs (multi_tokenizer_mixin.py:577): it
     # detokenizes nothing
-    "sglang::detokenizer_router": "detokenizer_router",
-    "sglang::data_parallel_controller": "data_parallel_controller",  # dp_size > 1
+    "sglang::detokenizer_router": MemberKind.DETOKENIZER_ROUTER,
+    "sglang::data_parallel_controller": MemberKind.DATA_PARALLEL_CONTROLLER,  # dp_size > 1
 }
 # scheduler.py:4247-4262: "sglang::scheduler" + one "_<NAME><rank>" per parallel dimension that is
 # in use, in this order (none at all when tp=1 without DP); "sglang::tokenizer_worker:<pid>" in
@@ -378,7 +424,7 @@ _SCHEDULER_TITLE = re.compile(
 _TOKENIZER_WORKER_TITLE = re.compile(r"sglang::tokenizer_worker:\d+")
 
 
-def sglang_kind(title: str) -> str | None:
+def sglang_kind(title: str) -> MemberKind | None:
     """The kind of SGLang process a title names; None for a title that is not SGLang's."""
     if not title.startswith("sglang::"):
         return None
@@ -386,12 +432,14 @@ def sglang_kind(title: str) -> str | None:
     if name in SGLANG_TITLES:
         return SGLANG_TITLES[name]
     if _SCHEDULER_TITLE.fullmatch(name):
-        return "scheduler"
+        return MemberKind.SCHEDULER
     if _TOKENIZER_WORKER_TITLE.fullmatch(name):
-        return "tokenizer_worker"
+        return MemberKind.TOKENIZER_WORKER
     if name.startswith("sglang::scheduler"):
-        return "scheduler"  # a suffix order of another version: SGLang's own test is the prefix
-    return "sglang_helper"
+        return (
+            MemberKind.SCHEDULER
+        )  # a suffix order of another version: SGLang's own test is the prefix
+    return MemberKind.SGLANG_HELPER
 
 
 def forked_from_actor(
@@ -470,7 +518,9 @@ def _add_routers(
 ) -> None:
     """slime's router: a child of the RolloutManager that listens or runs sgl-router's code; and a
     router run by hand (its command line), wherever it runs."""
-    for rm in [m for m in members.values() if m.role is Role.ROLLOUT_MANAGER and m.kind == "actor"]:
+    for rm in [
+        m for m in members.values() if m.role is Role.ROLLOUT_MANAGER and m.kind is MemberKind.ACTOR
+    ]:
         for p in _descendants(rm.pid, rm.node_ip, procs):
             key = (rm.node_ip, p.pid)
             if key in members:
@@ -483,7 +533,7 @@ def _add_routers(
                 Role.ROUTER,
                 p.pid,
                 rm.node_ip,
-                "router",
+                MemberKind.ROUTER,
                 p.title,
                 rm.actor_id,
                 engine_url=_router_url(own, rm.node_ip),
@@ -497,7 +547,7 @@ def _add_routers(
             Role.ROUTER,
             p.pid,
             key[0],
-            "router",
+            MemberKind.ROUTER,
             p.title,
             engine_url=_router_url(p, key[0]),
             parent_pid=p.ppid,
@@ -566,7 +616,7 @@ def _add_killed_routers(
                 for (n, _), p in procs.items()
                 if n == node
                 and p.ppid == pid
-                and p.status == "zombie"
+                and p.status == STATUS_ZOMBIE
                 and (n, p.pid) not in members
             ),
             key=lambda p: (p.create_time is None, p.create_time or 0.0, p.pid),
@@ -578,7 +628,7 @@ def _add_killed_routers(
                 Role.ROUTER,
                 zombie.pid,
                 node,
-                "router",
+                MemberKind.ROUTER,
                 zombie.title,
                 rm.actor_id,
                 engine_url=router.url,
@@ -667,7 +717,7 @@ def _add_drivers(
             Role.DRIVER,
             job.driver_pid,
             key[0],
-            "driver",
+            MemberKind.DRIVER,
             info.title if info else (job.entrypoint or ""),
             source="job-api",
         )
@@ -678,7 +728,7 @@ def _add_drivers(
             continue
         if any(arg.endswith(DRIVER_SCRIPTS) for arg in p.cmdline[1:3]):
             members[key] = Member(
-                Role.DRIVER, p.pid, key[0], "driver", p.title, source="proc-title"
+                Role.DRIVER, p.pid, key[0], MemberKind.DRIVER, p.title, source="proc-title"
             )
 
 
@@ -693,7 +743,9 @@ def _add_distributed_ranks(
             continue
         if _under_a_train_rank(key, members, procs):
             continue
-        members[key] = Member(Role.TRAIN_RANK, p.pid, key[0], "process", p.title, source="env")
+        members[key] = Member(
+            Role.TRAIN_RANK, p.pid, key[0], MemberKind.PROCESS, p.title, source="env"
+        )
 
 
 def _under_a_train_rank(
@@ -715,11 +767,7 @@ def _train_rank_above(
     ppid = info.ppid if info is not None else None
     while ppid is not None and ppid not in seen and len(seen) < 64:
         parent = members.get((node, ppid))
-        if (
-            parent is not None
-            and parent.role is Role.TRAIN_RANK
-            and parent.kind in ("actor", "process")
-        ):
+        if parent is not None and parent.role is Role.TRAIN_RANK and parent.kind in _OWN_PROCESS:
             return parent
         seen.add(ppid)
         info = procs.get((node, ppid))
@@ -739,14 +787,14 @@ def _assign_ranks(
         (m.node_ip, m.pid): above
         for m in members
         if m.role is Role.TRAIN_RANK
-        and m.kind in ("actor", "process")
+        and m.kind in _OWN_PROCESS
         and (above := _train_rank_above((m.node_ip, m.pid), by_key, procs)) is not None
     }
     ranks = [
         m
         for m in members
         if m.role is Role.TRAIN_RANK
-        and m.kind in ("actor", "process")
+        and m.kind in _OWN_PROCESS
         and (m.node_ip, m.pid) not in parent_of
     ]
     known: dict[int, int] = {}
@@ -782,7 +830,7 @@ def _assign_ranks(
         rank = assigned.get((above.node_ip, above.pid), above)
         out[i] = _replace(
             m,
-            kind="child",
+            kind=MemberKind.CHILD,
             rank=rank.rank,
             rank_inferred=rank.rank_inferred,
             parent_pid=rank.pid,
@@ -825,7 +873,7 @@ def _add_logged_urls(
         if (
             m is not None
             and m.role is Role.SGLANG_ENGINE
-            and m.kind == "actor"
+            and m.kind is MemberKind.ACTOR
             and not m.engine_url
         ):
             members[key] = _replace(m, engine_url=url)
@@ -838,12 +886,12 @@ def _engines(
 ) -> tuple[Engine, ...]:
     engines: dict[str, Engine] = {}
     for m in members:
-        if m.role is Role.SGLANG_ENGINE and m.kind == "http_server" and m.engine_url:
+        if m.role is Role.SGLANG_ENGINE and m.kind is MemberKind.HTTP_SERVER and m.engine_url:
             actor = next(
                 (
                     a
                     for a in members
-                    if a.kind == "actor" and a.actor_id and a.actor_id == m.actor_id
+                    if a.kind is MemberKind.ACTOR and a.actor_id and a.actor_id == m.actor_id
                 ),
                 None,
             )
@@ -851,10 +899,15 @@ def _engines(
                 m.engine_url,
                 Engine(m.engine_url, m.node_ip, actor.pid if actor else None, m.pid, "proc-listen"),
             )
-    served = {m.engine_url for m in members if m.kind == "http_server"}
+    served = {m.engine_url for m in members if m.kind is MemberKind.HTTP_SERVER}
     for m in members:  # an engine actor whose URL only its log names: its server is gone
         url, origin = (logged or {}).get((m.node_ip, m.pid), (None, ""))
-        if m.kind == "actor" and url is not None and m.engine_url == url and url not in served:
+        if (
+            m.kind is MemberKind.ACTOR
+            and url is not None
+            and m.engine_url == url
+            and url not in served
+        ):
             engines.setdefault(url, Engine(url, m.node_ip, m.pid, None, "actor-log", origin))
     given = snapshot.manifest.target.get("sglang_urls")
     for url in given if isinstance(given, list) else ():
@@ -866,7 +919,7 @@ def _engines(
                     url.rstrip("/"), Engine(url.rstrip("/"), None, None, None, "router")
                 )
     for obs in snapshot.http:  # an engine that answered earlier in this run is probed again
-        if obs.kind == "engine":
+        if obs.kind is HttpPeer.ENGINE:
             url = obs.answer.url.rstrip("/")
             engines.setdefault(url, Engine(url, None, None, None, "earlier-answer"))
     return tuple(engines.values())
@@ -885,14 +938,14 @@ def _pair_lost_servers(
     """An engine URL that no process serves (learned from the router, an earlier answer or the
     user) and an SGLangEngine actor with no server among its children, on the same node: that
     actor's server is gone. Paired only when the node leaves no choice (one of each)."""
-    served = {m.engine_url for m in members if m.engine_url and m.kind == "http_server"}
+    served = {m.engine_url for m in members if m.engine_url and m.kind is MemberKind.HTTP_SERVER}
     lost = [
         e for e in engines if e.server_pid is None and e.actor_pid is None and e.url not in served
     ]
     bare = [
         m
         for m in members
-        if m.role is Role.SGLANG_ENGINE and m.kind == "actor" and m.engine_url is None
+        if m.role is Role.SGLANG_ENGINE and m.kind is MemberKind.ACTOR and m.engine_url is None
     ]
     pairs: dict[str, Member] = {}
     for node in {m.node_ip for m in bare}:

@@ -10,8 +10,7 @@ HTTP processes).
 
 A hop **holds the job's requests** when, at both samples:
 - it is CPU-bound (markers.cpu_bound: 80 % of a core over the window, or runnable at every
-  sample: state R in the process table and the kernel's view, as on a node whose cores are all
-  taken) with its serving thread running Python code in the same frame of its own code (the innermost frame outside the Python
+  sample: state R in the process table, as on a node whose cores are all taken) with its serving thread running Python code in the same frame of its own code (the innermost frame outside the Python
   standard library, and the calls above it): a synchronous call on its only event loop (PR#1602:
   `json.dumps` of a GiB-scale session under `_render_json`), which serves nothing else meanwhile;
 - and requests pile up at it: connections its callers opened to its listening port that it has
@@ -31,14 +30,15 @@ from dataclasses import dataclass
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.stacks import ThreadRead
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import Frame, TcpConnection
+from slime_hangdoctor.facts import STATUS_RUNNING, TCP_ESTABLISHED, Frame, TcpConnection
 from slime_hangdoctor.markers import cpu_bound
+from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role
 
 _LOCAL = ("127.", "::1", "::ffff:127.", "0.0.0.0", "::")
 # Ray's own processes: a Ray actor (its listening port is its core worker's, for Ray's RPC) and the
 # driver are not hops of the HTTP request path
-_NOT_HOPS = frozenset({"actor", "driver"})
+_NOT_HOPS = frozenset({MemberKind.ACTOR, MemberKind.DRIVER})
 
 
 @dataclass(frozen=True)
@@ -102,15 +102,15 @@ def _established(p: Proc, sample: int | None = None) -> tuple[TcpConnection, ...
     if not p.conns:
         return ()
     if sample is None:
-        return tuple(c for c in p.conns[-1][1] if c.socket.state == "ESTABLISHED")
+        return tuple(c for c in p.conns[-1][1] if c.socket.state == TCP_ESTABLISHED)
     for s, conns in p.conns:
         if s == sample:
-            return tuple(c for c in conns if c.socket.state == "ESTABLISHED")
+            return tuple(c for c in conns if c.socket.state == TCP_ESTABLISHED)
     return ()
 
 
 def _is_engine_front(p: Proc) -> bool:
-    return p.role is Role.SGLANG_ENGINE and p.kind == "http_server"
+    return p.role is Role.SGLANG_ENGINE and p.kind is MemberKind.HTTP_SERVER
 
 
 def request_path(world: World) -> tuple[tuple[Proc, ...], bool]:
@@ -177,12 +177,11 @@ def _same_place(p: Proc) -> Frame | None:
 
 
 def _runnable(p: Proc) -> bool:
-    """In state R (running, or waiting only for a CPU) at every sample that read its state: the
-    process table's and the kernel's, two samples at least."""
-    states = [i.status == "running" for _s, i in p.infos]
-    states += [k.state == "R" for _s, k in p.kernel]
-    samples = {s for s, _ in p.infos} | {s for s, _ in p.kernel}
-    return len(samples) >= 2 and all(states)
+    """In state R (running, or waiting only for a CPU) at every sample of the process table, two
+    samples at least."""
+    return len({s for s, _ in p.infos}) >= 2 and all(
+        i.status == STATUS_RUNNING for _s, i in p.infos
+    )
 
 
 def _unaccepted(hop: Proc, callers: tuple[Proc, ...], sample: int) -> list[tuple[Proc, int]]:

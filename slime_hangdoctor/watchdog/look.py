@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from slime_hangdoctor.bundle import Bundle, BundleWriter
 from slime_hangdoctor.collect.node import parse_cache
 from slime_hangdoctor.collect.options import CollectOptions
+from slime_hangdoctor.facts import STATUS_ZOMBIE
 from slime_hangdoctor.http_facts import SglangMetrics
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.markers import Markers, changed_markers, progress_markers, work_markers
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.parsers.sglang import counter_rises
 from slime_hangdoctor.pipeline import Analysed, attach
-from slime_hangdoctor.topology import build_topology
+from slime_hangdoctor.topology import MemberKind, build_topology
 from slime_hangdoctor.verdict import (
     Diagnosis,
     Finding,
@@ -189,6 +190,11 @@ def _note_stackless(analysed: Analysed) -> Analysed:
     )
 
 
+# the processes of the rollout's request path a plan remembers: the router (or a listening child of
+# the RolloutManager, such as miles's session server), the engines' HTTP processes
+_HOP_KINDS = frozenset({MemberKind.ROUTER, MemberKind.HTTP_SERVER})
+
+
 def counter_plan(analysed: Analysed, target: str, now: float) -> CounterPlan | None:
     """What the next runs' counters-only look reads, from a look that judged the job progressing
     with work moving in its window: the engines whose work counters rose between its two samples,
@@ -221,7 +227,7 @@ def counter_plan(analysed: Analysed, target: str, now: float) -> CounterPlan | N
     for obs in snapshot.facts(PROCESSES):
         if obs.node_ip == here:
             for p in obs.fact:
-                if p.create_time is not None and p.status != "zombie":
+                if p.create_time is not None and p.status != STATUS_ZOMBIE:
                     started[p.pid] = p.create_time
     processes = tuple(
         sorted(
@@ -237,7 +243,7 @@ def counter_plan(analysed: Analysed, target: str, now: float) -> CounterPlan | N
         sorted(
             (m.pid, started[m.pid])
             for m in topology.members
-            if m.node_ip == here and m.pid in started and m.kind in ("router", "http_server")
+            if m.node_ip == here and m.pid in started and m.kind in _HOP_KINDS
         )
     )
     return CounterPlan(now, target, engines, tuple(dict.fromkeys(processes)), hops)

@@ -87,7 +87,9 @@ def test_engines_paused_by_a_disk_update_in_flight_are_not_left_paused(tmp_path:
             f.message
         ), f.message
         assert any("update_weights_from_disk" in e and "RUNNING" in e for e in f.evidence)
-    assert any("http://127.0.0.1:25411 is paused by a weight update" in f.message for f in in_update)
+    assert any(
+        "http://127.0.0.1:25411 is paused by a weight update" in f.message for f in in_update
+    )
 
 
 def test_without_the_running_reload_the_finished_engine_is_left_paused(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from slime_hangdoctor.markers import progress_markers
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.parsers.sglang import counter_rises, parse_metrics_page
 from slime_hangdoctor.pipeline import Analysed, analyse_bundle
+from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Status
 from slime_hangdoctor.watchdog.counter_look import (
     CounterRead,
@@ -318,7 +319,9 @@ def _hops(analysed: Analysed) -> tuple[tuple[int, float], ...]:
     """The request-path processes a live look's plan remembers (look.counter_plan's rule)."""
     assert analysed.topology is not None
     return tuple(
-        (m.pid, 0.0) for m in analysed.topology.members if m.kind in ("router", "http_server")
+        (m.pid, 0.0)
+        for m in analysed.topology.members
+        if m.kind in (MemberKind.ROUTER, MemberKind.HTTP_SERVER)
     )
 
 
