@@ -13,9 +13,11 @@ A hop **holds the job's requests** when, at both samples:
   sample: state R in the process table, as on a node whose cores are all taken) with its serving thread running Python code in the same frame of its own code (the innermost frame outside the Python
   standard library, and the calls above it): a synchronous call on its only event loop (PR#1602:
   `json.dumps` of a GiB-scale session under `_render_json`), which serves nothing else meanwhile;
-- and requests pile up at it: connections its callers opened to its listening port that it has
-  not accepted (the caller's row exists, the hop holds no socket for it), or bytes in the receive
-  queues of its own connections that it has not read.
+- and requests pile up at it: the same connections wait at both samples, not taken in between:
+  its callers' connections to its listening port that it has not accepted (the caller's row
+  exists, the hop holds no socket for it), or bytes in the receive queue of its own connections
+  that it has not read (no fewer at the second sample). A busy loop that still serves accepts and
+  reads them between the samples; one that holds its requests does neither.
 
 Then no new request reaches the engines through it, whatever they still decode: an engine's
 tokens are not the job's progress while the job's requests are held (progress.py), and the hop is
@@ -57,11 +59,14 @@ class Hold:
 
     def waiting(self) -> str:
         parts = [
-            f"{n} connection(s) from {p.label} (pid {p.pid}) not accepted"
+            f"{n} connection(s) from {p.label} (pid {p.pid}) not accepted at both samples"
             for p, n in self.unaccepted[:3]
         ]
         if self.unread:
-            parts.append(f"{self.unread} bytes unread on {self.unread_connections} connection(s)")
+            parts.append(
+                f"{self.unread} bytes unread on {self.unread_connections} connection(s) at both "
+                "samples"
+            )
         return "; ".join(parts)
 
     def describe(self) -> str:
@@ -184,27 +189,31 @@ def _runnable(p: Proc) -> bool:
     )
 
 
-def _unaccepted(hop: Proc, callers: tuple[Proc, ...], sample: int) -> list[tuple[Proc, int]]:
-    """Callers' connections to the hop's listening ports with no socket of the hop for them."""
+def _key(c: TcpConnection) -> tuple[int, str, int]:
+    return (c.socket.local_port, c.socket.remote_ip, c.socket.remote_port)
+
+
+def _unaccepted(hop: Proc, callers: tuple[Proc, ...], sample: int) -> dict[tuple[int, ...], Proc]:
+    """Callers' connections to the hop's listening ports with no socket of the hop for them, by
+    (caller pid, caller's port)."""
     ports = _listens(hop)
     accepted = {(c.socket.remote_port, c.socket.local_port) for c in _established(hop, sample)}
-    out: list[tuple[Proc, int]] = []
+    out: dict[tuple[int, ...], Proc] = {}
     for caller in callers:
-        n = sum(
-            1
-            for c in _established(caller, sample)
-            if c.socket.remote_port in ports
-            and _same_host(c.socket.remote_ip, caller)
-            and (c.socket.local_port, c.socket.remote_port) not in accepted
-        )
-        if n:
-            out.append((caller, n))
-    return sorted(out, key=lambda x: -x[1])
+        for c in _established(caller, sample):
+            s = c.socket
+            if (
+                s.remote_port in ports
+                and _same_host(s.remote_ip, caller)
+                and (s.local_port, s.remote_port) not in accepted
+            ):
+                out[(caller.pid, s.local_port)] = caller
+    return out
 
 
-def _unread(hop: Proc, sample: int) -> tuple[int, int]:
-    queued = [c.socket.rx_queue for c in _established(hop, sample) if c.socket.rx_queue > 0]
-    return sum(queued), len(queued)
+def _unread(hop: Proc, sample: int) -> dict[tuple[int, str, int], int]:
+    """Bytes in the receive queue of each of the hop's own connections that has some."""
+    return {_key(c): c.socket.rx_queue for c in _established(hop, sample) if c.socket.rx_queue > 0}
 
 
 def holds(world: World, window_s: float) -> tuple[Hold, ...]:
@@ -228,11 +237,21 @@ def holds(world: World, window_s: float) -> tuple[Hold, ...]:
             if p is not hop and any(c.socket.remote_port in _listens(hop) for c in _established(p))
         )
         first, last = samples[0], samples[-1]
-        waiting_first = _unaccepted(hop, callers, first) or _unread(hop, first)[0] > 0
-        unaccepted = _unaccepted(hop, callers, last)
-        unread, unread_conns = _unread(hop, last)
-        if not (waiting_first and (unaccepted or unread)):
+        # the same connections wait at both samples, not drained in between: a loop that serves,
+        # however busy, accepts and reads them; one that holds its requests does neither
+        waiting = _unaccepted(hop, callers, first)
+        left = {k: p for k, p in _unaccepted(hop, callers, last).items() if k in waiting}
+        queued = _unread(hop, first)
+        kept = {
+            k: n for k, n in _unread(hop, last).items() if queued.get(k, 0) > 0 and n >= queued[k]
+        }
+        if not (left or kept):
             continue
+        per_caller: dict[int, tuple[Proc, int]] = {}
+        for caller in left.values():
+            per_caller[caller.pid] = (caller, per_caller.get(caller.pid, (caller, 0))[1] + 1)
+        unaccepted = sorted(per_caller.values(), key=lambda x: -x[1])
+        unread, unread_conns = sum(kept.values()), len(kept)
         out.append(
             Hold(
                 hop,

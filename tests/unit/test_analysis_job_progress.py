@@ -123,7 +123,7 @@ def test_tokens_behind_a_held_request_path_are_not_the_jobs_progress(tmp_path: P
     assert "CPU-bound in _render_json (slime/rollout/session/core.py" in text, text
     # its loop accepted the RolloutManager's connections between two renders: their requests
     # wait unread in its receive queues
-    assert "bytes unread on 3 connection(s)" in text, text
+    assert "2909 bytes unread on 3 connection(s) at both samples" in text, text
     counted = _finding(v, "progress-not-counted")
     assert len(counted.evidence) == 2, counted.evidence
     assert all("decode tokens +" in e and "not the job's progress" in e for e in counted.evidence)
