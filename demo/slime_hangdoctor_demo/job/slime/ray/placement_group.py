@@ -109,7 +109,13 @@ def create_rollout_manager(args: argparse.Namespace, pg: PGTuple) -> tuple[Any, 
         # Demo fault: engine 1's host reads the disk sync's checkpoints from slow shared storage.
         start_slow_storage(args)
         logger.info("demo fault plan: engine 1's host mounts the weight sync dir on slow storage")
-    rollout_manager = manager_cls.options(**options).remote(args, pg)
+    deployment = None
+    if args.serving_cluster:
+        # slime's next layout: the routers and engines belong to a detached ServingCluster
+        from slime.ray.serving import start_serving_cluster
+
+        deployment = start_serving_cluster(args, pg)
+    rollout_manager = manager_cls.options(**options).remote(args, pg, deployment)
     # slime asks for the epoch size here; the call also waits for the engines to be up.
     num_rollout_per_epoch = ray.get(rollout_manager.get_num_rollout_per_epoch.remote())
     if args.offload_rollout:

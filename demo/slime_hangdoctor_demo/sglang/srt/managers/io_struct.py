@@ -27,6 +27,7 @@ FAULTS = (
     "prefetch_check_diverged",
     "detokenizer_stalled",
     "slow_weight_storage",
+    "stuck_begin_weight_update",
 )
 
 
