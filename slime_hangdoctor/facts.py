@@ -635,6 +635,14 @@ class ThreadKernelState:
 
 
 @dataclass(frozen=True)
+class SchedStat:
+    """/proc/<pid>/schedstat: the main thread's nanoseconds on a CPU and waiting on a run queue."""
+
+    run_ns: int
+    wait_ns: int
+
+
+@dataclass(frozen=True)
 class ProcessKernelState:
     """What the kernel says one process is doing: its state, where it sleeps, its I/O so far."""
 
@@ -643,6 +651,7 @@ class ProcessKernelState:
     wchan: str | None = None  # kernel function it sleeps in ("0" / empty: running or not shown)
     io: IoCounters | None = None  # None: not readable (another user's process without root)
     blocked_threads: tuple[ThreadKernelState, ...] = ()  # threads in D state (disk sleep)
+    sched: SchedStat | None = None  # None: not read (an older bundle, a kernel without it)
 
     @property
     def in_disk_sleep(self) -> bool:

@@ -24,11 +24,18 @@ Markers = dict[str, str]
 REQUEST_PATH_CPU_BOUND = 0.8
 
 
-def cpu_bound(cpu_s: float, window_s: float, runnable: bool) -> bool:
-    """CPU-bound over a window: it used REQUEST_PATH_CPU_BOUND of a core, or it was runnable
-    (state R: running, or waiting only for a CPU) at every look, as on a node whose cores are
-    all taken, where it gets less than a core."""
-    return runnable or (window_s > 0 and cpu_s >= REQUEST_PATH_CPU_BOUND * window_s)
+def cpu_bound(cpu_s: float, window_s: float, runnable: bool, wanted_s: float | None = None) -> bool:
+    """CPU-bound over a window: it used REQUEST_PATH_CPU_BOUND of a core; or its main thread was
+    on a CPU or waiting only for one that share of the window (`wanted_s`, /proc/<pid>/schedstat:
+    on a node whose cores are all taken it gets less than a core); or, where that was not read, it
+    was runnable (state R) at every look."""
+    if window_s <= 0:
+        return runnable
+    if cpu_s >= REQUEST_PATH_CPU_BOUND * window_s:
+        return True
+    if wanted_s is not None:
+        return wanted_s >= REQUEST_PATH_CPU_BOUND * window_s
+    return runnable
 
 
 def progress_markers(snapshot: Snapshot, topology: Topology) -> Markers:

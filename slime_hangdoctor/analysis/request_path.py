@@ -9,8 +9,9 @@ Without the sockets the path is the processes whose role puts them on it (the ro
 HTTP processes).
 
 A hop **holds the job's requests** when, at both samples:
-- it is CPU-bound (markers.cpu_bound: 80 % of a core over the window, or runnable at every
-  sample: state R in the process table, as on a node whose cores are all taken) with its serving thread running Python code in the same frame of its own code (the innermost frame outside the Python
+- it is CPU-bound (markers.cpu_bound: 80 % of a core over the window; or on a CPU or waiting only
+  for one 80 % of it, from the kernel source's /proc/<pid>/schedstat, as on a node whose cores are
+  all taken; or, where that was not read, runnable (state R) at every process sample) with its serving thread running Python code in the same frame of its own code (the innermost frame outside the Python
   standard library, and the calls above it): a synchronous call on its only event loop (PR#1602:
   `json.dumps` of a GiB-scale session under `_render_json`), which serves nothing else meanwhile;
 - and requests pile up at it: the same connections wait at both samples, not taken in between:
@@ -34,6 +35,7 @@ from slime_hangdoctor.analysis.stacks import ThreadRead
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import STATUS_RUNNING, TCP_ESTABLISHED, Frame, TcpConnection
 from slime_hangdoctor.markers import cpu_bound
+from slime_hangdoctor.parsers.kernel import SPEC as KERNEL
 from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role
 
@@ -181,6 +183,25 @@ def _same_place(p: Proc) -> Frame | None:
     return b[0]
 
 
+def _wanted(world: World, p: Proc, window_s: float) -> float | None:
+    """Seconds of the window its main thread was on a CPU or waiting for one (the kernel source's
+    /proc/<pid>/schedstat at the first and last sample, scaled to the window); None unread."""
+    seen: list[tuple[int, float, int]] = []
+    for obs in world.snapshot.facts(KERNEL):
+        if obs.node_ip != p.node_ip:
+            continue
+        for k in obs.fact.processes:
+            if k.pid == p.pid and k.sched is not None:
+                seen.append((obs.sample, obs.at, k.sched.run_ns + k.sched.wait_ns))
+    if len({s for s, _, _ in seen}) < 2:
+        return None
+    seen.sort()
+    (_, t0, a), (_, t1, b) = seen[0], seen[-1]
+    if t1 <= t0:
+        return None
+    return (b - a) / 1e9 / (t1 - t0) * window_s
+
+
 def _runnable(p: Proc) -> bool:
     """In state R (running, or waiting only for a CPU) at every sample of the process table, two
     samples at least."""
@@ -225,7 +246,9 @@ def holds(world: World, window_s: float) -> tuple[Hold, ...]:
     out: list[Hold] = []
     for hop in hops:
         cpu = hop.cpu_delta
-        if cpu is None or not cpu_bound(cpu, window_s, _runnable(hop)):
+        if cpu is None or not cpu_bound(
+            cpu, window_s, _runnable(hop), _wanted(world, hop, window_s)
+        ):
             continue
         frame = _same_place(hop)
         samples = [s for s, _ in hop.conns]

@@ -54,9 +54,10 @@ class CounterReading:
     gone: tuple[int, ...]  # pids of the plan's processes no longer there (or another process's)
     window_s: float  # from the start of the first reads to the start of the last
     elapsed_s: float
-    # (pid, CPU seconds over the window, runnable at both reads) of the plan's request-path
+    # (pid, CPU seconds over the window, runnable at both reads, seconds its main thread was on a
+    # CPU or waiting for one (None: /proc/<pid>/schedstat not read)) of the plan's request-path
     # processes that both reads saw
-    hop_cpu: tuple[tuple[int, float, bool], ...] = ()
+    hop_cpu: tuple[tuple[int, float, bool, float | None], ...] = ()
 
 
 def read_counters(
@@ -74,9 +75,7 @@ def read_counters(
     cpu_after = cpu_times(plan.hops)
     engines = tuple(EngineCounters(u, first[u], last[u]) for u in plan.engines)
     hop_cpu = tuple(
-        (pid, max(0.0, cpu_after[pid][0] - cpu), running and cpu_after[pid][1])
-        for pid, (cpu, running) in cpu_before.items()
-        if pid in cpu_after
+        _hop_reading(pid, cpu_before[pid], cpu_after[pid]) for pid in cpu_before if pid in cpu_after
     )
     return CounterReading(
         engines,
@@ -87,14 +86,17 @@ def read_counters(
     )
 
 
-def cpu_times(processes: tuple[tuple[int, float], ...]) -> dict[int, tuple[float, bool]]:
-    """User + system CPU seconds, and whether it is runnable (state R), of each process that is
-    still the plan's (its start time)."""
+def cpu_times(
+    processes: tuple[tuple[int, float], ...],
+) -> dict[int, tuple[float, bool, float | None]]:
+    """User + system CPU seconds, whether it is runnable (state R), and the seconds its main thread
+    has been on a CPU or waiting for one (/proc/<pid>/schedstat; None where unreadable), of each
+    process that is still the plan's (its start time)."""
     if not processes:
         return {}
     import psutil
 
-    out: dict[int, tuple[float, bool]] = {}
+    out: dict[int, tuple[float, bool, float | None]] = {}
     for pid, start in processes:
         try:
             proc = psutil.Process(pid)
@@ -104,8 +106,28 @@ def cpu_times(processes: tuple[tuple[int, float], ...]) -> dict[int, tuple[float
                 times, status = proc.cpu_times(), proc.status()
         except (psutil.Error, OSError, ValueError):
             continue
-        out[pid] = (times.user + times.system, status == psutil.STATUS_RUNNING)
+        out[pid] = (times.user + times.system, status == psutil.STATUS_RUNNING, _wanted_s(pid))
     return out
+
+
+def _hop_reading(
+    pid: int,
+    before: tuple[float, bool, float | None],
+    after: tuple[float, bool, float | None],
+) -> tuple[int, float, bool, float | None]:
+    wanted = None if before[2] is None or after[2] is None else max(0.0, after[2] - before[2])
+    return (pid, max(0.0, after[0] - before[0]), before[1] and after[1], wanted)
+
+
+def _wanted_s(pid: int) -> float | None:
+    from slime_hangdoctor.parsers.kernel import parse_schedstat
+
+    try:
+        with open(f"/proc/{pid}/schedstat") as fh:
+            sched = parse_schedstat(fh.read())
+    except (OSError, ParseError):
+        return None
+    return (sched.run_ns + sched.wait_ns) / 1e9
 
 
 def gone_processes(processes: tuple[tuple[int, float], ...]) -> tuple[int, ...]:

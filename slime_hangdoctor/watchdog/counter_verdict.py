@@ -96,8 +96,8 @@ def _judge(plan: CounterPlan, reading: CounterReading, now: float) -> CounterJud
         return CounterJudgement(None, f"slime process(es) {pids} gone from this node", markers)
     bound = [
         (pid, cpu)
-        for pid, cpu, runnable in reading.hop_cpu
-        if cpu_bound(cpu, reading.window_s, runnable)
+        for pid, cpu, runnable, wanted in reading.hop_cpu
+        if cpu_bound(cpu, reading.window_s, runnable, wanted)
     ]
     if bound:
         pid, cpu = bound[0]
