@@ -33,7 +33,7 @@ from slime_hangdoctor.collect.node import (
     submit_stacks,
 )
 from slime_hangdoctor.collect.node_probe import NodeContext, NodeSpec
-from slime_hangdoctor.collect.options import CollectOptions, Deadline
+from slime_hangdoctor.collect.options import CollectOptions, Deadline, resolve_token
 from slime_hangdoctor.collect.remote import (
     RayTasks,
     RemoteNode,
@@ -108,6 +108,8 @@ class _Run:
     say: ProgressFn
     client: Any = None
     gcs_address: str | None = None
+    # May the Ray token go to this dashboard and the GCS it names? (address.Cluster.token_ok)
+    token_ok: bool = True
     local_ips: frozenset[str] = frozenset()
     node_ip: str | None = None
     node_id: str | None = None
@@ -171,7 +173,9 @@ def collect(
         if not opts.local:
             say("finding the Ray cluster")
             try:
-                run.client, run.gcs_address = _connect(address, opts, deadline, writer)
+                run.client, run.gcs_address, run.token_ok = _connect(
+                    address, opts, deadline, writer
+                )
             except RayUnreachable as exc:
                 ray_error = redact_text(str(exc), opts.secrets(address))
                 writer.add(
@@ -255,7 +259,9 @@ def _options_record(opts: CollectOptions) -> dict[str, Any]:
 
 def _connect(
     address: str | None, opts: CollectOptions, deadline: Deadline, writer: BundleWriter
-) -> tuple[Any, str | None]:
+) -> tuple[Any, str | None, bool]:
+    """(the dashboard's client, the GCS address if known, whether the token may go to them).
+    A dashboard found at a guessed address is read without the token (address.py)."""
     from slime_hangdoctor.collect.address import resolve_cluster
     from slime_hangdoctor.collect.dashboard import DashboardClient
 
@@ -279,9 +285,11 @@ def _connect(
             )
         )
     client = DashboardClient(
-        cluster.dashboard_url, token=opts.ray_token, timeout=opts.probe_timeout_s
+        cluster.dashboard_url,
+        token=opts.ray_token if cluster.token_ok else "",
+        timeout=opts.probe_timeout_s,
     )
-    return client, cluster.gcs_address
+    return client, cluster.gcs_address, cluster.token_ok
 
 
 def _sample(run: _Run, index: int) -> Topology:
@@ -355,7 +363,8 @@ def _read_cluster(run: _Run, index: int) -> None:
 def _first_sample_setup(run: _Run, state: Snapshot) -> None:
     """Where we are, the GCS (for a dashboard-only address), and the GPU sampling over the window."""
     run.node_ip, run.node_id = _local_node(state, run.local_ips)
-    if run.gcs_address is None:
+    if run.gcs_address is None and (run.token_ok or not resolve_token(run.opts.ray_token)):
+        # (a GCS that a guessed dashboard names is never sent the token: Ray's driver would)
         run.gcs_address = _gcs_from_state(run.writer)
     run.threads = [*(run.threads or []), _start_gpu_sampling(run)]
 
