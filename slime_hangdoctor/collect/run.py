@@ -118,6 +118,9 @@ class _Run:
     remote_gpu: list[tuple[RemoteNode, Any]] | None = None
     remote_seen: list[RemoteNode] | None = None
     topo: Topology | None = None  # the last sample's
+    on_window: Callable[[], None] | None = None  # collect()'s, called by _window_begins
+    window_begun: bool = False
+    window_end: float | None = None  # epoch seconds: when the second sample is due
     work_moved: bool | None = None
     judge_work_moved: Callable[[BundleWriter], bool] | None = None
 
@@ -189,11 +192,10 @@ def collect(
                 )
         try:
             t0 = time.monotonic()
+            run.on_window = on_window
+            run.window_end = time.time() + opts.window_s
             topo = _sample(run, 0)
-            _start_logs(run)  # in the window's idle wait: not beside the second sample's dumps
-            _start_preparse(run)  # the first sample's artefacts, parsed while the window passes
-            if on_window is not None:
-                on_window()
+            _window_begins(run)  # (once: where this node's first sample ended, if not yet)
             _sleep_until(t0 + opts.window_s, deadline, say)
             topo = _sample(run, 1)
             if opts.flight_recorder:
@@ -218,6 +220,21 @@ def collect(
         parse_cache(writer),
         run.node_ip,
     )
+
+
+def _window_begins(run: _Run) -> None:
+    """What needs nothing of the second sample starts as soon as this node's first sample is
+    taken (other nodes' answers may still be on their way): the logs' tails (the dashboard and
+    Ray's agents are idle in the window, so they do not slow the second sample's dumps), the
+    parse of the first sample's artefacts, and the caller's `on_window` (the analysis's and the
+    renderer's imports). Once per run."""
+    if run.window_begun:
+        return
+    run.window_begun = True
+    _start_logs(run)
+    _start_preparse(run)
+    if run.on_window is not None:
+        run.on_window()
 
 
 def _start_preparse(run: _Run) -> None:
@@ -388,7 +405,9 @@ def _note_lost_nodes(run: _Run, remote: list[tuple[RemoteNode, set[int]]], index
 def _start_remote_samples(
     run: _Run, remote: list[tuple[RemoteNode, set[int]]], index: int
 ) -> list[tuple[RemoteNode, Any]]:
-    """Start the node-local sample of every other slime node (and, at sample 0, its GPU sampling)."""
+    """Ask every other slime node's probe for its sample (and, at sample 0, its GPU readings
+    until the window's end), without waiting: the calls go out as soon as the Ray driver is
+    connected (its connection starts here, at the first sample), while this node is sampled."""
     if not remote:
         return []
     opts, deadline = run.opts, run.deadline
@@ -408,17 +427,17 @@ def _start_remote_samples(
         )
         for node, pids in remote
     ]
-    started = collect_remote(run.tasks, run.writer, specs, opts, deadline)
+    started = collect_remote(run.tasks, specs, opts, deadline)
     if index == 0:
         gpu_specs = [(node, NodeSpec(node.node_ip, 0)) for node, _ in remote]
         run.remote_gpu = collect_remote(
             run.tasks,
-            run.writer,
             gpu_specs,
             opts,
             deadline,
             gpus=True,
             budget_s=deadline.clamp(opts.window_s + 3.0),
+            until=run.window_end,
         )
     return started
 
@@ -479,6 +498,8 @@ def _sample_here_and_probe_endpoints(
         endpoints.extend(_start_endpoints(run, found, index, probed))
 
     sample_node(writer, local_spec, opts, deadline, run.pool, on_scan=probe_found)
+    if index == 0:
+        _window_begins(run)  # the other nodes' first samples may still take a while
     if started and run.tasks is not None:
         failed = gather_remote(
             run.tasks, writer, started, index, deadline, opts.probe_timeout_s * 2 + 3.0
