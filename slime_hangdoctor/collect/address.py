@@ -92,7 +92,7 @@ class _Dashboard:
     url: str
     gcs: str | None  # the GCS of its cluster, when known
     trusted: bool  # may be sent the token (the user's address, a trusted file's, or its GCS's)
-    after_gcs: bool = False  # asked only once the GCS slot before it has failed
+    deferred: bool = False  # asked only once every slot before it has failed
 
 
 @dataclass(frozen=True)
@@ -101,9 +101,18 @@ class _Gcs:
 
     form: str
     gcs: str
+    deferred: bool = False
 
 
-_Slot = _Dashboard | _Gcs
+@dataclass(frozen=True)
+class _Local:
+    """A GCS on this machine: its dashboard process, if one of a trusted user runs here."""
+
+    form: str
+    gcs: str
+
+
+_Slot = _Dashboard | _Gcs | _Local
 
 
 @dataclass
@@ -141,6 +150,8 @@ class _Search:
     def key(self, slot: _Slot) -> tuple[str, ...]:
         if isinstance(slot, _Gcs):
             return ("gcs", slot.gcs)
+        if isinstance(slot, _Local):
+            return ("local", slot.gcs)
         return ("http", slot.url, "token" if self.sends_token(slot) else "")
 
     def sends_token(self, slot: _Dashboard) -> bool:
@@ -154,11 +165,12 @@ class _Search:
             if key in self.started:
                 return
             self.started.add(key)
-        work: Callable[[], _Outcome] = (
-            (lambda: _ask_gcs(slot, self))
-            if isinstance(slot, _Gcs)
-            else (lambda: _check_dashboard(slot, self))
-        )
+        if isinstance(slot, _Gcs):
+            work: Callable[[], _Outcome] = lambda: _ask_gcs(slot, self)  # noqa: E731
+        elif isinstance(slot, _Local):
+            work = lambda: _ask_local(slot, self)  # noqa: E731
+        else:
+            work = lambda: _check_dashboard(slot, self)  # noqa: E731
 
         def run() -> None:
             try:
@@ -198,7 +210,7 @@ def resolve_cluster(
     search = _Search(timeout, resolve_token(token), uid)
     search.slots = list(_candidates(address, search, ray_temp_dir))
     for slot in search.slots:
-        if not (isinstance(slot, _Dashboard) and slot.after_gcs):
+        if not (isinstance(slot, (_Dashboard, _Gcs)) and slot.deferred):
             search.start(slot)
     with search.cond:
         while True:
@@ -214,26 +226,16 @@ def resolve_cluster(
 def _first_answer(search: _Search) -> Cluster | bool | None:
     """Walk the slots in order (a GCS's dashboards in its place): the first that answered as a
     dashboard, once every one before it has failed; False when all have failed; None while one
-    before any answer still runs. Starts a deferred slot when its turn comes. Under search.cond."""
+    before any answer still runs. A deferred slot is started when its turn comes (every slot
+    before it has failed). Under search.cond."""
     tried: list[str] = []
-    previous_gcs_failed = True
     for slot in _walk(search):
-        if (
-            isinstance(slot, _Dashboard)
-            and slot.after_gcs
-            and search.key(slot) not in search.started
-        ):
-            if not previous_gcs_failed:
-                continue  # the GCS answered: its own port is not asked as HTTP
-            search.start(slot)
+        search.start(slot)  # (started already, but for a deferred one)
         tried.append(_tried_label(slot))
         got = search.outcome(slot)
         if got is None:
             return None
-        if isinstance(slot, _Gcs):
-            previous_gcs_failed = not got.expanded
-            continue
-        if got.cluster is not None:
+        if got.cluster is not None and isinstance(slot, _Dashboard):
             return Cluster(
                 dashboard_url=got.cluster.dashboard_url,
                 gcs_address=slot.gcs,
@@ -259,7 +261,7 @@ def _walk(search: _Search) -> Iterator[_Slot]:
 
 
 def _expansion(search: _Search, slot: _Slot) -> list[_Dashboard]:
-    if not isinstance(slot, _Gcs):
+    if isinstance(slot, _Dashboard):
         return []
     got = search.done.get(search.key(slot))
     return got.expanded if got is not None else []
@@ -268,6 +270,8 @@ def _expansion(search: _Search, slot: _Slot) -> list[_Dashboard]:
 def _tried_label(slot: _Slot) -> str:
     if isinstance(slot, _Gcs):
         return f"gcs {slot.gcs}"
+    if isinstance(slot, _Local):
+        return f"local dashboard process of gcs {slot.gcs}"
     return slot.form if slot.form.endswith(slot.url) else f"{slot.form} -> {slot.url}"
 
 
@@ -289,7 +293,7 @@ def _candidates(address: str | None, search: _Search, temp_dir: Path | None) -> 
             )
             search.fail(form, f"not tried: not trusted ({why})")
             continue
-        yield _Gcs(form, gcs)
+        yield from _gcs_slots(form, gcs)
     yield _Dashboard("default", f"http://127.0.0.1:{DEFAULT_DASHBOARD_PORT}", None, trusted=False)
 
 
@@ -316,10 +320,21 @@ def _explicit(form: str, address: str, search: _Search) -> Iterator[_Slot]:
         return
     host, port = _split_host_port(address)
     gcs = _netloc(host, DEFAULT_GCS_PORT if port is None else port)
-    yield _Gcs(form, gcs)
+    yield from _gcs_slots(form, gcs)
     if port is not None:  # a dashboard given without its scheme: asked once the GCS failed
-        yield _Dashboard(form, f"http://{_netloc(host, port)}", None, trusted=True, after_gcs=True)
+        yield _Dashboard(form, f"http://{_netloc(host, port)}", None, trusted=True, deferred=True)
     yield _Dashboard(form, f"http://{_netloc(host, DEFAULT_DASHBOARD_PORT)}", gcs, trusted=False)
+
+
+def _gcs_slots(form: str, gcs: str) -> Iterator[_Slot]:
+    """A GCS on this machine: its dashboard process first (a read of /proc, no gRPC), then its
+    KV if that found none that answers; a GCS elsewhere: its KV."""
+    host, port = _split_host_port(gcs)
+    if port is not None and (_is_loopback(host) or _is_local_address(host)):
+        yield _Local(form, gcs)
+        yield _Gcs(form, gcs, deferred=True)
+    else:
+        yield _Gcs(form, gcs)
 
 
 def _reachable_forms(stored: str, gcs_host: str) -> list[str]:
@@ -436,6 +451,65 @@ def _version_outcome(
     )
 
 
+def _ask_local(slot: _Local, search: _Search) -> _Outcome:
+    """The dashboards that a trusted user's Ray dashboard process on this machine serves for
+    this GCS: its command line names its GCS (`--gcs-address`), its bind address and port
+    (`--host`, `--port`). Each is a trusted candidate: the process is the one that stored its
+    address in the GCS's KV, and no other local user can run a process of a trusted user."""
+    host, port = _split_host_port(slot.gcs)
+    urls = [
+        url
+        for dash_host, dash_port in _dashboard_processes(port, search.owners)
+        for url in _reachable_forms(_netloc(dash_host, dash_port), host)
+    ]
+    if not urls:
+        return _Outcome(why="no dashboard process of a trusted user for it here")
+    form = f"{slot.form} (dashboard process of gcs {slot.gcs})"
+    return _Outcome(expanded=[_Dashboard(form, u, slot.gcs, trusted=True) for u in urls])
+
+
+DASHBOARD_SCRIPT = b"/ray/dashboard/dashboard.py"  # how Ray's node starts its dashboard
+
+
+def _dashboard_processes(gcs_port: int | None, owners: frozenset[int]) -> list[tuple[str, int]]:
+    """(host, port) of each Ray dashboard process on this machine, of a trusted owner, whose
+    GCS is on this machine at `gcs_port`. One small read of /proc per process (its command line,
+    at most 16 KiB): about a tenth of what a process table through psutil costs."""
+    if gcs_port is None:
+        return []
+    found: list[tuple[str, int]] = []
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                raw = f.read(16384)
+        except OSError:
+            continue
+        if DASHBOARD_SCRIPT not in raw:
+            continue
+        args = dict(
+            a.decode("utf-8", "replace")[2:].partition("=")[::2]
+            for a in raw.split(b"\0")
+            if a.startswith(b"--") and b"=" in a
+        )
+        gcs_host, gcs_at = _split_host_port(args.get("gcs-address", ""))
+        dash_port = args.get("port", "")
+        if gcs_at != gcs_port or not dash_port.isdigit() or int(dash_port) == 0:
+            continue
+        if not (_is_loopback(gcs_host) or _is_local_address(gcs_host)):
+            continue
+        try:
+            if os.stat(f"/proc/{pid}").st_uid not in owners:
+                continue
+        except OSError:
+            continue
+        found.append((args.get("host") or "127.0.0.1", int(dash_port)))
+    return found
+
+
 def _ask_gcs(slot: _Gcs, search: _Search) -> _Outcome:
     """The dashboards the GCS names (its KV's stored address), each a trusted candidate."""
     stored, why = _dashboard_from_gcs(slot.gcs, search)
@@ -496,11 +570,9 @@ def _unreachable(address: str | None, search: _Search) -> RayUnreachable:
     auth: list[tuple[_Dashboard, str]] = []
     with search.cond:
         for slot in _walk(search):
-            label = f"gcs {slot.gcs}" if isinstance(slot, _Gcs) else slot.url
+            label = slot.url if isinstance(slot, _Dashboard) else _tried_label(slot)
             got = search.outcome(slot)
             ran = search.key(slot) in search.started
-            if got is None and isinstance(slot, _Dashboard) and slot.after_gcs and not ran:
-                continue  # the GCS before it answered: its port was not asked as HTTP
             if got is None:
                 failures.append(
                     f"{label}: {'no answer in time' if ran else 'not tried: out of time'}"
@@ -508,8 +580,8 @@ def _unreachable(address: str | None, search: _Search) -> RayUnreachable:
                 continue
             if isinstance(slot, _Dashboard) and got.auth:
                 auth.append((slot, f"{slot.url} answered {got.why}"))
-            if got.why and not got.expanded:
-                failures.append(f"{label}: {got.why}")
+            if got.why and not got.expanded and not isinstance(slot, _Local):
+                failures.append(f"{label}: {got.why}")  # (finding no local process is no failure)
     lines = "; ".join(failures) or "nothing to try"
     if auth:
         guessed = all(not slot.trusted for slot, _ in auth) and bool(search.token)

@@ -23,6 +23,7 @@ import pytest
 
 from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, dumps_json
+from slime_hangdoctor.collect import address
 from slime_hangdoctor.collect.address import resolve_cluster
 from slime_hangdoctor.collect.dashboard import DashboardClient, capture_state, worker_traceback
 from slime_hangdoctor.collect.node_probe import NodeSpec
@@ -147,11 +148,23 @@ def test_resolve_dashboard_url(job: Job) -> None:
     assert cluster.ray_version == "2.60.0"
 
 
-def test_resolve_gcs_address_reads_dashboard_from_gcs(job: Job) -> None:
+@pytest.mark.parametrize("way", ["process", "kv"])
+def test_resolve_gcs_address_reads_dashboard_from_gcs(
+    job: Job, way: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GCS on this machine: its dashboard is the one its Ray dashboard process serves (read from
+    /proc, no gRPC); without such a process (`kv`: none is recognised), the one its KV names."""
+    if way == "kv":
+        monkeypatch.setattr(address, "DASHBOARD_SCRIPT", b"/no/such/dashboard.py")
     cluster = resolve_cluster(job.head.gcs_address, timeout=5, token=None)
     assert cluster.dashboard_url == job.head.dashboard_url
     assert cluster.gcs_address == job.head.gcs_address
-    assert any(t.startswith("gcs ") for t in cluster.tried)
+    said = " ".join(cluster.tried)
+    if way == "kv":
+        assert any(t.startswith("gcs ") for t in cluster.tried), cluster.tried
+    else:
+        assert "dashboard process" in said, cluster.tried
+        assert not any(t.startswith("gcs ") for t in cluster.tried), "the KV was asked too"
 
 
 def test_resolve_dashboard_without_scheme(job: Job) -> None:

@@ -5,11 +5,18 @@ dashboard any local user can listen there. A guessed address (that fallback, por
 host, the Ray Client's host) is asked without the token. Each test puts a real recording HTTP
 listener on the fallback port (8265 itself when free, else the same code path with the fallback
 port moved to a free one), answering as Ray 2.60's dashboard does (the recorded 2x H200 capture),
-and asserts that it never saw the token, and that the doctor still finds what it can."""
+and asserts that it never saw the token, and that the doctor still finds what it can.
+
+A GCS on this machine is first matched with its Ray dashboard process (its command line names its
+GCS and its port): only a process of a trusted user (root, the caller, `--uid`) counts, so another
+user's process that claims to be the dashboard is never sent the token."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +34,7 @@ from tests.reliability.harness import (
     http_stub,
     run_cli,
 )
+from tests.reliability.test_security_paths import NOBODY, fake_gcs
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -122,3 +130,65 @@ def test_attach_with_no_address_never_sends_the_token_to_the_fallback(tmp_path: 
         assert len(stub.seen) > 1 and not _saw_token(stub), run.describe()
     assert run.verdict()["status"], run.describe()
     assert TOKEN not in run.stdout + run.stderr
+
+
+@contextmanager
+def dashboard_process(port: int, gcs_port: int, *, uid: int | None) -> Iterator[int]:
+    """A process whose command line is a Ray dashboard's (ray/_private/services.py
+    start_api_server: `python .../ray/dashboard/dashboard.py --host=... --port=... --gcs-address=
+    ...`), run as `uid` (None: ours): what the resolver reads in /proc."""
+    argv = [  # (a shell that sleeps: any user may run it; its arguments stay in /proc)
+        "/bin/sh",
+        "-c",
+        "sleep 120; exit 0",  # (two commands: the shell stays, it does not exec sleep)
+        "/opt/site-packages/ray/dashboard/dashboard.py",
+        "--host=127.0.0.1",
+        f"--port={port}",
+        "--port-retries=0",
+        f"--gcs-address=127.0.0.1:{gcs_port}",
+    ]
+    proc = subprocess.Popen(argv, user=uid, cwd="/")
+    try:
+        deadline = time.monotonic() + 10
+        while b"--gcs-address" not in _cmdline(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+@pytest.mark.parametrize("owner", ["another-user", "ours"])
+def test_a_dashboard_process_counts_only_as_a_trusted_users(
+    owner: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`127.0.0.1:<gcs>` given with a token; a process on this machine claims to be that GCS's
+    dashboard at port A; the GCS's KV names port B. Another user's process is not trusted: A never
+    sees the token, and the KV's dashboard (B) is used. Our own user's process is (the control:
+    A is sent the token and answers first)."""
+    if owner == "another-user" and os.geteuid() != 0:
+        pytest.skip("needs root to run a process as another user")
+    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    routes = dashboard_routes()
+    with http_stub(routes) as claimed, http_stub(routes) as stored, fake_gcs("") as gcs:
+        gcs.dashboard = stored.url.removeprefix("http://")
+        port_a = claimed.server.server_address[1]
+        with dashboard_process(port_a, gcs.port, uid=NOBODY if owner != "ours" else None):
+            cluster = resolve_cluster(
+                f"127.0.0.1:{gcs.port}", timeout=6, token=TOKEN, ray_temp_dir=tmp_path
+            )
+        if owner == "ours":
+            assert cluster.dashboard_url == claimed.url and _saw_token(claimed)
+            assert "dashboard process" in " ".join(cluster.tried)
+        else:
+            assert not _saw_token(claimed), claimed.seen
+            assert cluster.dashboard_url == stored.url and _saw_token(stored)
