@@ -317,6 +317,7 @@ def _sample(run: _Run, index: int) -> Topology:
     then dumps only the processes new since)."""
     run.writer.note_sample(index, time.time())
     early = _early_stacks(run, index)
+    endpoints, probed = _early_endpoints(run, index)
     _read_cluster(run, index)
     state = partial_snapshot(run.writer)
     if index == 0:
@@ -328,7 +329,7 @@ def _sample(run: _Run, index: int) -> Topology:
         _local_spec(run, state, index),
         started=((bundle_format.PYSPY, frozenset(early)),) if early else (),
     )
-    topo = _sample_here_and_probe_endpoints(run, local_spec, started, index)
+    topo = _sample_here_and_probe_endpoints(run, local_spec, started, index, endpoints, probed)
     cf.wait(list(early.values()), timeout=run.deadline.clamp(run.opts.probe_timeout_s * 2 + 1.0))
     run.topo = topo
     if index == 1 and run.opts.stacks_only_if_stalled:
@@ -351,6 +352,28 @@ def _early_stacks(run: _Run, index: int) -> dict[int, cf.Future[Any]]:
     topo = dataclasses.replace(run.topo, members=alive)
     ctx = NodeContext(run.writer, topo, spec, opts, run.deadline, run.pool)
     return dict(zip([m.pid for m in alive], NODE_PROBE(ctx), strict=True))
+
+
+def _early_endpoints(run: _Run, index: int) -> tuple[list[cf.Future[Any]], set[tuple[str, str]]]:
+    """(the probes started, what they probe) of this node's engines that the last sample found
+    and whose server process is still there, started with the second sample (a busy engine
+    holds /server_info for seconds: the longest probe of a sample, it starts first). The other
+    engines and the routers are probed once the scan has found them, as at the first sample."""
+    probed: set[tuple[str, str]] = set()
+    if index == 0 or run.topo is None:
+        return [], probed
+    alive = tuple(
+        e
+        for e in run.topo.engines
+        if e.source == "proc-listen"
+        and e.node_ip in (None, run.node_ip)
+        and e.server_pid is not None
+        and os.path.exists(f"/proc/{e.server_pid}")
+    )
+    if not alive:
+        return [], probed
+    known = Topology(engines=alive)
+    return _start_endpoints(run, known, index, probed, user_urls=False), probed
 
 
 def _read_cluster(run: _Run, index: int) -> None:
@@ -482,17 +505,21 @@ def read_before(
 
 
 def _sample_here_and_probe_endpoints(
-    run: _Run, local_spec: NodeSpec, started: list[tuple[RemoteNode, Any]], index: int
+    run: _Run,
+    local_spec: NodeSpec,
+    started: list[tuple[RemoteNode, Any]],
+    index: int,
+    endpoints: list[cf.Future[Any]],
+    probed: set[tuple[str, str]],
 ) -> Topology:
     """This node's sample, the other nodes' results, and the engines and routers of all of them.
 
     Engines and routers are probed as soon as the process scan has found them, while the stacks
     are dumped (a stuck scheduler holds /server_info for 2 s: that wait overlaps the dumps); those
-    only known once the other nodes have answered are probed after that."""
+    only known once the other nodes have answered are probed after that. `endpoints` and
+    `probed`: the probes started already (`_early_endpoints`), which it adds to."""
     opts, deadline, writer = run.opts, run.deadline, run.writer
     run.say(f"sample {index + 1}/2: processes and stacks")
-    endpoints: list[cf.Future[Any]] = []
-    probed: set[tuple[str, str]] = set()
 
     def probe_found(found: Topology) -> None:
         endpoints.extend(_start_endpoints(run, found, index, probed))
@@ -532,10 +559,16 @@ def _stacks_if_stalled(run: _Run, topo: Topology, local_spec: NodeSpec) -> None:
 
 
 def _start_endpoints(
-    run: _Run, topo: Topology, index: int, probed: set[tuple[str, str]]
+    run: _Run,
+    topo: Topology,
+    index: int,
+    probed: set[tuple[str, str]],
+    *,
+    user_urls: bool = True,
 ) -> list[cf.Future[Any]]:
     """Submit the probes of the engines and routers of `topo` not in `probed` (which it updates),
-    and of each router's Prometheus page (`router_metrics_urls`)."""
+    and of each router's Prometheus page (`router_metrics_urls`); with `user_urls`, also the
+    engines and routers the user named (--sglang-url, --router-url)."""
     from slime_hangdoctor.collect.sglang import probe_engine, probe_router, probe_router_metrics
 
     opts, deadline = run.opts, run.deadline
@@ -552,8 +585,10 @@ def _start_endpoints(
             )
         )
 
-    routers = sorted(set(topo.routers) | set(opts.router_urls))
-    for url in sorted({e.url for e in topo.engines} | set(opts.sglang_urls)):
+    given_routers = set(opts.router_urls) if user_urls else set()
+    given_engines = set(opts.sglang_urls) if user_urls else set()
+    routers = sorted(set(topo.routers) | given_routers)
+    for url in sorted({e.url for e in topo.engines} | given_engines):
         once(
             "engine",
             url,

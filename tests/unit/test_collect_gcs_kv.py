@@ -68,12 +68,14 @@ class Gcs:
     port: int
     value: bytes
     calls: list[tuple[bytes, bytes, dict[str, str]]] = field(default_factory=list)
+    replied_at: list[float] = field(default_factory=list)
 
 
 @contextmanager
-def real_grpc_gcs(value: bytes, *, token: str | None = None) -> Iterator[Gcs]:
+def real_grpc_gcs(value: bytes, *, token: str | None = None, delay_s: float = 0.0) -> Iterator[Gcs]:
     """A gRPC server with Ray's generated (de)serialisers for InternalKVGet; with `token`, a call
-    without `authorization: Bearer <token>` ends UNAUTHENTICATED, as Ray's interceptor does."""
+    without `authorization: Bearer <token>` ends UNAUTHENTICATED, as Ray's interceptor does;
+    `delay_s`: it answers that late (a busy GCS). `replied_at`: when it answered."""
     gcs = Gcs(0, value)
 
     def kv_get_handler(request: Any, context: Any) -> Any:
@@ -81,6 +83,8 @@ def real_grpc_gcs(value: bytes, *, token: str | None = None) -> Iterator[Gcs]:
         gcs.calls.append((request.key, request.namespace, metadata))
         if token is not None and metadata.get("authorization") != f"Bearer {token}":
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "invalid token")
+        time.sleep(delay_s)
+        gcs.replied_at.append(time.monotonic())
         return pb2.InternalKVGetReply(value=gcs.value)
 
     handler = grpc.method_handlers_generic_handler(
@@ -208,3 +212,55 @@ def test_resolving_a_gcs_address_imports_no_ray() -> None:
         server.server_close()
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [f"http://{dash}", "False"], out.stdout
+
+
+class _Recording(BaseHTTPRequestHandler):
+    """A Ray dashboard's /api/version, recording when each request arrived."""
+
+    arrived: list[float] = []
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        type(self).arrived.append(time.monotonic())
+        body = b'{"ray_version": "2.60.0", "session_name": "session_x", "version": "4"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@contextmanager
+def recording_dashboard() -> Iterator[tuple[str, list[float]]]:
+    handler = type("Recording", (_Recording,), {"arrived": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}", handler.arrived
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_likely_dashboard_is_asked_while_the_gcs_answers_and_the_gcs_wins(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """`127.0.0.1:<gcs>`: port 8265 of that host (here moved to a free port) is asked at the same
+    time as the GCS, which answers late; the GCS's own dashboard is still the answer (it comes
+    first in order: port 8265 may be another cluster's), and the guess was asked before the GCS
+    replied (so a GCS that fails costs no second round trip)."""
+    from slime_hangdoctor.collect import address
+
+    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "none"))
+    with recording_dashboard() as (guess, guessed), recording_dashboard() as (own, owned):
+        monkeypatch.setattr(address, "DEFAULT_DASHBOARD_PORT", int(guess.rpartition(":")[2]))
+        with real_grpc_gcs(own.encode(), delay_s=0.6) as gcs:
+            cluster = address.resolve_cluster(f"127.0.0.1:{gcs.port}", timeout=8, token=None)
+    assert cluster.dashboard_url == f"http://{own}", cluster
+    assert gcs.replied_at and guessed and owned
+    assert guessed[0] < gcs.replied_at[0] < owned[0]
