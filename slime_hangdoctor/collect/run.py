@@ -59,6 +59,8 @@ from slime_hangdoctor.topology import (
 from slime_hangdoctor.verdict import Role
 
 ProgressFn = Callable[[str], None]
+# How long the second sample waits for the first sample's other nodes, at most, before its own
+FIRST_REST_WAIT_S = 0.5
 
 
 class DashboardProbe(Protocol):
@@ -121,6 +123,9 @@ class _Run:
     on_window: Callable[[], None] | None = None  # collect()'s, called by _window_begins
     window_begun: bool = False
     window_end: float | None = None  # epoch seconds: when the second sample is due
+    # the first sample's other nodes and their engines, gathered in the window (a thread)
+    first_rest: threading.Thread | None = None
+    first_topo: Topology | None = None  # the first sample's topology, every node's (that thread's)
     work_moved: bool | None = None
     judge_work_moved: Callable[[BundleWriter], bool] | None = None
 
@@ -322,6 +327,10 @@ def _sample(run: _Run, index: int) -> Topology:
     state = partial_snapshot(run.writer)
     if index == 0:
         _first_sample_setup(run, state)
+    if index == 1 and run.first_rest is not None:
+        # the first sample's other nodes, if they are still on their way (briefly: a node that
+        # outlasts the window is gathered beside this sample, not before it)
+        run.first_rest.join(timeout=run.deadline.clamp(FIRST_REST_WAIT_S))
     remote = _remote_nodes(state, run)
     _note_lost_nodes(run, remote, index)
     started = _start_remote_samples(run, remote, index)
@@ -355,20 +364,24 @@ def _early_stacks(run: _Run, index: int) -> dict[int, cf.Future[Any]]:
 
 
 def _early_endpoints(run: _Run, index: int) -> tuple[list[cf.Future[Any]], set[tuple[str, str]]]:
-    """(the probes started, what they probe) of this node's engines that the last sample found
-    and whose server process is still there, started with the second sample (a busy engine
-    holds /server_info for seconds: the longest probe of a sample, it starts first). The other
-    engines and the routers are probed once the scan has found them, as at the first sample."""
+    """(the probes started, what they probe) of the engines that the first sample found listening
+    (a server process of the job, on any node: on this one, only if it is still there), started
+    with the second sample (a busy engine holds /server_info for seconds: the longest probe of a
+    sample, it starts first). The other engines and the routers are probed once the scan has
+    found them, as at the first sample."""
     probed: set[tuple[str, str]] = set()
-    if index == 0 or run.topo is None:
+    last = run.first_topo or run.topo
+    if index == 0 or last is None:
         return [], probed
     alive = tuple(
         e
-        for e in run.topo.engines
+        for e in last.engines
         if e.source == "proc-listen"
-        and e.node_ip in (None, run.node_ip)
         and e.server_pid is not None
-        and os.path.exists(f"/proc/{e.server_pid}")
+        and (
+            e.node_ip not in (None, run.node_ip)  # another node's: its probe reads /proc there
+            or os.path.exists(f"/proc/{e.server_pid}")
+        )
     )
     if not alive:
         return [], probed
@@ -527,24 +540,41 @@ def _sample_here_and_probe_endpoints(
     sample_node(writer, local_spec, opts, deadline, run.pool, on_scan=probe_found)
     if index == 0:
         _window_begins(run)  # the other nodes' first samples may still take a while
-    if started and run.tasks is not None:
-        failed = gather_remote(
-            run.tasks, writer, started, index, deadline, opts.probe_timeout_s * 2 + 3.0
-        )
-        _traceback_fallback(run, failed, index)
-    topo = build_topology(partial_snapshot(writer))
-    probe_found(topo)
-    if endpoints:
-        run.say(f"sample {index + 1}/2: {len(endpoints)} engines and routers")
-        cf.wait(endpoints, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
-        # engines only the router's worker list names (a server that is gone listens nowhere)
-        first = len(endpoints)
+
+    def rest() -> Topology:
+        if started and run.tasks is not None:
+            failed = gather_remote(
+                run.tasks, writer, started, index, deadline, opts.probe_timeout_s * 2 + 3.0
+            )
+            _traceback_fallback(run, failed, index)
         topo = build_topology(partial_snapshot(writer))
         probe_found(topo)
-        if len(endpoints) > first:
-            run.say(f"sample {index + 1}/2: {len(endpoints) - first} engines the router lists")
-            cf.wait(endpoints[first:], timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
-    return topo
+        if endpoints:
+            run.say(f"sample {index + 1}/2: {len(endpoints)} engines and routers")
+            cf.wait(endpoints, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
+            # engines only the router's worker list names (a server that is gone listens nowhere)
+            first = len(endpoints)
+            topo = build_topology(partial_snapshot(writer))
+            probe_found(topo)
+            if len(endpoints) > first:
+                run.say(f"sample {index + 1}/2: {len(endpoints) - first} engines the router lists")
+                cf.wait(endpoints[first:], timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
+        return topo
+
+    if index == 0 and started:
+        # The other nodes' first samples (their probes start a worker: a second or two), and the
+        # engines only they know of, are gathered while the window passes: they end the first
+        # sample only where they outlast the window (the second sample waits for them briefly).
+        def rest_of_first() -> None:
+            run.first_topo = rest()
+
+        run.first_rest = threading.Thread(
+            target=rest_of_first, name="first-sample-rest", daemon=True
+        )
+        run.first_rest.start()
+        run.threads = [*(run.threads or []), run.first_rest]
+        return build_topology(partial_snapshot(writer))
+    return rest()
 
 
 def _stacks_if_stalled(run: _Run, topo: Topology, local_spec: NodeSpec) -> None:
