@@ -88,7 +88,7 @@ def phases(
     created = float(manifest["created_at"])
     finished = float(manifest["finished_at"])
     times = [float(t) for t in manifest.get("sample_times") or []]
-    probes = [p for p in manifest["probes"] if p.get("started_at") is not None]
+    probes = [p for p in manifest["probes"] if (p.get("started_at") or 0) > 0]
     s0 = [p for p in probes if p.get("sample") == 0]
     s1 = [p for p in probes if p.get("sample") == 1]
     first_stack = min(

@@ -54,10 +54,29 @@ class RemoteNode:
 
 class NodeProbe:
     """One node's probe, run there as a threaded Ray actor: its samples and its GPU readings, each
-    answered as plain bytes (`pack_answer`)."""
+    answered as plain bytes (`pack_answer`).
+
+    The samples are taken one after the other, in their order, whatever order the actor's threads
+    pick the calls up in (a probe that starts late is asked for both at once): two py-spy dumps of
+    one process at the same time fail (ptrace allows one tracer), and a second sample taken
+    before the first would turn the comparison around. `first_sample`: the sample the probe was
+    created for (a node first seen at the second sample waits for no first)."""
+
+    def __init__(self, first_sample: int = 0) -> None:
+        self._next = first_sample
+        self._turn = threading.Condition()
 
     def sample(self, spec: NodeSpec, opts: CollectOptions, budget_s: float) -> bytes:
-        return pack_answer(run_detached_sample(spec, opts, budget_s, gpus=False))
+        t0 = time.monotonic()
+        with self._turn:  # bounded: a sample before it that never ends does not stop this one
+            self._turn.wait_for(lambda: self._next >= spec.sample, timeout=budget_s / 2)
+        left = max(0.5, budget_s - (time.monotonic() - t0))
+        try:
+            return pack_answer(run_detached_sample(spec, opts, left, gpus=False))
+        finally:
+            with self._turn:
+                self._next = max(self._next, spec.sample + 1)
+                self._turn.notify_all()
 
     def gpus(self, spec: NodeSpec, opts: CollectOptions, budget_s: float, until: float) -> bytes:
         """NVML over the window: until `until` (epoch seconds: the doctor's second sample), so a
@@ -152,15 +171,17 @@ class RayTasks:
             return "connecting to Ray as a driver took too long"
         return self._error
 
-    def probe(self, node: RemoteNode) -> Any:
-        """The node's probe, created (pinned to it) on first use."""
+    def probe(self, node: RemoteNode, first_sample: int = 0) -> Any:
+        """The node's probe, created (pinned to it) on first use, for `first_sample`."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         with self._lock:
             handle = self._probes.get(node)
             if handle is None:
                 strategy = NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False)
-                handle = self._probe_class.options(scheduling_strategy=strategy).remote()
+                handle = self._probe_class.options(scheduling_strategy=strategy).remote(
+                    first_sample
+                )
                 self._probes[node] = handle
             return handle
 
@@ -175,7 +196,7 @@ class RayTasks:
     ) -> Any:
         """Ask the node's probe for a sample, or (`gpus`) for its GPU readings until `until`
         (epoch seconds; default: `budget_s` from now)."""
-        probe = self.probe(node)
+        probe = self.probe(node, spec.sample)
         if gpus:
             end = time.time() + budget_s if until is None else until
             return probe.gpus.remote(spec, node_options(opts), budget_s, end)
@@ -322,7 +343,8 @@ def collect_remote(
         return started
 
     def send() -> None:
-        problem = tasks.ready(deadline.clamp(opts.probe_timeout_s * 3))
+        # (nothing waits on this thread: the connection may take what the run's deadline allows)
+        problem = tasks.ready(deadline.clamp(opts.window_s + opts.probe_timeout_s * 3))
         budget = (
             budget_s if budget_s is not None else deadline.clamp(opts.probe_timeout_s * 2 + 2.0)
         )
@@ -386,6 +408,7 @@ def node_blind_spot(writer: BundleWriter, node: RemoteNode, sample: int | None, 
             f"node {node.node_ip} ({node.node_id[:12]}) not inspected: {why}",
             node_ip=node.node_ip,
             sample=sample,
+            started_at=time.time(),
             meta={"node_id": node.node_id},
         )
     )

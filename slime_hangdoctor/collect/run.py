@@ -543,9 +543,10 @@ def _sample_here_and_probe_endpoints(
 
     def rest() -> Topology:
         if started and run.tasks is not None:
-            failed = gather_remote(
-                run.tasks, writer, started, index, deadline, opts.probe_timeout_s * 2 + 3.0
-            )
+            # (the first sample's: in the window's wait, where a node's probe may take the time
+            # its worker needs to start, over a loaded raylet)
+            wait = opts.probe_timeout_s * 2 + 3.0 + (opts.window_s if index == 0 else 0.0)
+            failed = gather_remote(run.tasks, writer, started, index, deadline, wait)
             _traceback_fallback(run, failed, index)
         topo = build_topology(partial_snapshot(writer))
         probe_found(topo)
