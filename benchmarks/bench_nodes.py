@@ -39,8 +39,8 @@ from benchmarks.measure import run_measured
 from slime_hangdoctor.collect.node import NodeSpec, node_probes, partial_snapshot, pids_by_node
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.collect.remote import RayTasks, RemoteNode, collect_remote, gather_remote
-from slime_hangdoctor.demo import cluster
-from slime_hangdoctor.demo.launch import start_demo
+from slime_hangdoctor_demo import cluster
+from slime_hangdoctor_demo.launch import start_demo
 
 ROUNDS = 5
 FAN_ROUNDS = 3

@@ -1,4 +1,4 @@
-"""The demo cluster the benchmarks diagnose: `slime_hangdoctor.demo`'s slime-shaped job on a private
+"""The demo cluster the benchmarks diagnose: `slime_hangdoctor_demo`'s slime-shaped job on a private
 Ray head, started through the demo's own launcher and stopped (with every process it started) on
 exit.
 
@@ -51,7 +51,7 @@ def running_demo(
 
 
 def _attempts(fault: str, extra_args: tuple[str, ...], base: Path) -> Iterator[DemoJob]:
-    from slime_hangdoctor.demo.launch import start_demo
+    from slime_hangdoctor_demo.launch import start_demo
 
     last_error: Exception | None = None
     for attempt in range(ATTEMPTS):

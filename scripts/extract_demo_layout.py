@@ -2,7 +2,7 @@
 
     python scripts/extract_demo_layout.py OUT.json REPO_DIR@COMMIT DEMO_ROOT
 
-For every `.py` file under DEMO_ROOT (slime_hangdoctor/demo/job) that also exists at COMMIT of
+For every `.py` file under DEMO_ROOT (demo/slime_hangdoctor_demo/job) that also exists at COMMIT of
 the git repository REPO_DIR (a bare snapshot is fine), OUT.json holds the qualified names of all
 its functions there (`Class.method`, `outer.<locals>.inner`, as py-spy prints them), so that
 tests/unit/test_demo_layout.py can check the demo's frames against the real tree without it.

@@ -504,7 +504,8 @@ def demo(
     output: ReportFormat,
 ) -> None:
     """Start a local Ray cluster, run a small slime-shaped job with a fault, and diagnose it."""
-    from slime_hangdoctor.demo.faults import FAULTS
+    _need_demo()
+    from slime_hangdoctor_demo.faults import FAULTS
 
     if list_faults:
         for name, spec in FAULTS.items():
@@ -603,9 +604,17 @@ def run_attach(
 
 
 DEMO_READY_TIMEOUT_S = 180.0  # a safety net for a busy machine, not the expected start-up time
+# The demo is a distribution of its own (demo/ in the repository: slime-hangdoctor-demo, the package
+# slime_hangdoctor_demo), not in the doctor's wheel; this installs it, with the job's dependencies.
+DEMO_INSTALL = "python3 -m pip install -e ./demo"
+DEMO_PACKAGE = "slime_hangdoctor_demo"
+DEMO_MISSING_HELP = (
+    "The demo is a distribution of its own (slime-hangdoctor-demo, the demo/ folder of the "
+    f"repository). Install it into this Python, from a checkout of the repository: {DEMO_INSTALL}"
+)
 DEMO_HELP = (
     "The demo job itself failed on this machine (nothing was diagnosed). It runs with this "
-    "Python's packages; from the repository: python3 -m pip install -e '.[demo]'"
+    f"Python's packages; from the repository: {DEMO_INSTALL}"
 )
 DEMO_RAY_HELP = (
     "The demo's local Ray head did not start (nothing was diagnosed); its log is named above. "
@@ -613,11 +622,23 @@ DEMO_RAY_HELP = (
 )
 
 
+def _need_demo() -> None:
+    """The demo's distribution is importable here, or a message naming the command that installs it
+    (looked up, not imported: the package's import is the caller's)."""
+    from importlib.util import find_spec
+
+    if find_spec(DEMO_PACKAGE) is None:
+        raise HangDoctorError(
+            f"the demo is not installed in this Python ({sys.executable})",
+            help_text=DEMO_MISSING_HELP,
+        )
+
+
 def run_demo(
     fault: str, *, window: float, out: Path | None, workdir: Path | None, quiet: bool
 ) -> Diagnosis:
-    from slime_hangdoctor.demo.cluster import ClusterError
-    from slime_hangdoctor.demo.launch import DemoError, start_demo
+    from slime_hangdoctor_demo.cluster import ClusterError
+    from slime_hangdoctor_demo.launch import DemoError, start_demo
 
     base = workdir or Path(tempfile.mkdtemp(prefix="hd-demo-"))
     with _progress(quiet) as say:

@@ -9,10 +9,13 @@ userinfo of every URL (`https://oauth2:X@host` keeps the host). Names are judged
 readable while every secret-bearing option of slime, SGLang, Megatron and W&B is caught
 (`SECRET_OPTIONS`, read from their argument parsers, is checked in tests/unit/test_redact.py).
 
-A value may be quoted (`--wandb-key 'X'`, `\\"X\\"` inside a JSON string: blanked to its closing
-quote); shell text (an `sh -c` argument) is split into words with `shlex` and judged word by word
-like an argv; secrets no option names are the `wandb login KEY` word and a MySQL client's `-pX`.
-Bytes are redacted as bytes (`redact_bytes`): what is not UTF-8 comes back exactly, never unread.
+Every name is judged wherever it stands, never taken for the value of the name before it:
+`--colocate --wandb-key X`, `-v --hf-token=X`, `env=HF_TOKEN=X`, `ServerArgs(api_key='X')`, an argv
+as a JSON list (`"--wandb-key", "X"`), Megatron's argument table (`wandb_key ..... X`), a signed URL
+inside another URL's query. A value may be quoted (`--wandb-key 'X'`, `\\"X\\"` inside a JSON
+string: blanked to its closing quote); shell text (an `sh -c` argument) is split into words with
+`shlex` and judged word by word like an argv; secrets no option names are the `wandb login KEY`
+word and a MySQL client's `-pX`. Bytes are redacted as bytes (`redact_bytes`): what is not UTF-8 comes back exactly, never unread.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import functools
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -213,12 +216,99 @@ _USER_PW = re.compile(
     r"(?P<k>(?<![\w-])(?:-u(?:=|[ \t]+)?|(?:--user|--proxy-user)(?:=|[ \t]+))[^\s:\"']+:)"
     r"(?P<v>[^\s\"']+)"
 )
-# ?sig=X  &X-Amz-Signature=X  (only names that carry a secret)
-_QUERY = re.compile(r"(?P<k>[?&;](?P<n>[A-Za-z0-9_.\-]+)=)(?P<v>[^&\s\"'#<>;]+)")
+# Each pass that judges a name finds KEYS (a name and what separates it from its value, nothing
+# after it) and reads a value only at the key of a secret name. A key never swallows the text after
+# it, so every name is judged wherever it stands: after another option (`--colocate --wandb-key X`,
+# `-v --hf-token=X`), inside another's value (`env=HF_TOKEN=X`, `server_args=ServerArgs(api_key=
+# 'X')`, a URL in a query, a repr in a JSON string). Keys are found in linear time, and a value is
+# read only for a secret name outside the values blanked already (a crafted `a=a=a=...` costs one
+# scan, not one per key).
+#
+# Every secret name holds one of the HINT words (each word that makes `_judge_name` call a name a
+# secret holds one), so most keys are found from their hint: a case-sensitive search of the text
+# folded to lower case (an alternation of lower-case literals: ~10x faster than any pattern that
+# tries a name at every word), then the name's start found by walking back over its characters.
+_HINT_WORDS = ("key", "token", "secret", "passw", "passphrase", "pwd", "cred", "auth", "cookie")
+_HINT_ALT = "(?:" + "|".join(_HINT_WORDS) + ")"
+_ASCII_LOWER = str.maketrans(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz"
+)  # fmt: skip
+_BEFORE_NAME = re.compile(r"[\w.-]")  # a name cannot start right after one of these
+_BEFORE_FLAG = re.compile(r"[\w-]")
+
+
+def _fold(text: str) -> str:
+    """`text` in lower case, each character where it was (str.lower, unless a character grew:
+    then only A-Z are lowered). Remembered for the text last folded: the passes share it."""
+    last = _FOLDED[0]
+    if last[0] is text:
+        return last[1]
+    folded = text.lower()
+    if len(folded) != len(text):
+        folded = text.translate(_ASCII_LOWER)
+    _FOLDED[0] = (text, folded)
+    return folded
+
+
+_FOLDED: list[tuple[str, str]] = [("", "")]
+
+# (name, where its key starts, where its value may start)
+NameAt = tuple[str, int, int]
+Keys = Callable[[str], Iterator[NameAt]]
+
+
+def _starts_name(text: str, i: int, before: re.Pattern[str]) -> bool:
+    """Whether a name may start at `text[i]`: nothing of `before` ahead of it, unless that is a
+    JSON string's escape (`\n`, `\t`: a name on the next line of a JSON-escaped text)."""
+    if i == 0 or before.match(text, i - 1) is None:
+        return True
+    return text[i - 1] in "nrt" and i >= 2 and text[i - 2] == "\\"
+
+
+def _hinted_keys(tail: str, name_chars: str, first: str, before: re.Pattern[str]) -> Keys:
+    """Keys found from a hint word: `tail` (on the folded text) is the rest of the name after the
+    hint and the separator, its group `end` where the name ends; the name is made of `name_chars`
+    (folded), starts with one of `first` and after nothing of `before`."""
+    pattern = re.compile(_HINT_ALT + tail)
+    chars, firsts = frozenset(name_chars), frozenset(first)
+
+    def keys(text: str) -> Iterator[NameAt]:
+        folded = _fold(text)
+        for m in pattern.finditer(folded):
+            start = m.start()
+            while start and folded[start - 1] in chars:
+                start -= 1
+            if text[start] in firsts and _starts_name(text, start, before):
+                yield text[start : m.start("end")], start, m.end()
+
+    return keys
+
+
+def _regex_keys(pattern: re.Pattern[str]) -> Keys:
+    """Keys a pattern matches: group `n` the name; the match ends where the value may start."""
+
+    def keys(text: str) -> Iterator[NameAt]:
+        for m in pattern.finditer(text):
+            yield m["n"], m.start(), m.end()
+
+    return keys
+
+
+_LOWER_NAME = "abcdefghijklmnopqrstuvwxyz0123456789_"
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+# ?sig=X  &X-Amz-Signature=X  (only names that carry a secret; `sig` and `code` hold no hint word)
+_QUERY_KEY = re.compile(r"[?&;](?P<n>[A-Za-z0-9_.\-]+)=")
+_QUERY_VALUE = re.compile(r"(?P<v>[^&\s\"'#<>;]+)")
 # "api_key": "X"  'api_key': 'X'  "api_key": ["X", "Y"]  (JSON, Python reprs); a value may hold
-# escaped quotes
-_JSON_FIELD = re.compile(
-    r"""(?P<k>(?P<q>["'])(?P<n>[A-Za-z0-9_.\-]+)(?P=q)\s*:\s*)"""
+# escaped quotes. The name ends at a quote, and the same quote opens it.
+_JSON_KEYS = _hinted_keys(
+    r"""[a-z0-9_.\-]*(?P<end>)(?P<q>["'])\s*:\s*""",
+    _LOWER_NAME + ".-",
+    _LETTERS + "0123456789_.-",
+    re.compile(r"""[^"']"""),
+)
+_JSON_VALUE = re.compile(
     r"""(?:(?P<vq>["'])(?P<v>(?:\\.|[^\\\n]){0,8192}?)(?P=vq)|\[(?P<list>[^\[\]{}]{0,8192})\])"""
 )
 # \"api_key\": \"X\"  (a JSON document inside a JSON string, e.g. SGLang's *_extra_config)
@@ -232,17 +322,36 @@ _JSON_ESCAPED = re.compile(
 # optional authorization scheme (`authorization=Token X`: the scheme is kept, the token blanked).
 _OPEN_QUOTE = r"""(?P<q>\\{0,3}["'])?(?:(?i:token|bearer|basic|digest)[ \t]+)?"""
 _VALUE = r"""(?P<v>(?:[^\s"',&\\]|\\(?![\\"']))[^\s"',&\\]*(?:\\(?![\\"'])[^\s"',&\\]*)*)"""
-# --api-key X  --wandb-key=X  --hf-token "X"
-_FLAG = re.compile(
-    r"(?P<k>(?<![\w-])--?(?P<n>[A-Za-z][A-Za-z0-9_\-]*)(?:=|[ \t]+)" + _OPEN_QUOTE + ")" + _VALUE
+_QUOTED_VALUE = re.compile(_OPEN_QUOTE + _VALUE)
+# --api-key X  --wandb-key=X  --hf-token "X"  "--wandb-key", "X" (an argv as a JSON list or a
+# Python repr, as Ray's node summary lists its processes' command lines). In a JSON string a tab
+# or a line break is an escape (`\t`, `\n`): a name may follow one, and a tab separate it from
+# its value. After a blank or a list comma, a word that looks like an option is the next option,
+# not a value (argparse's rule: `--use-auth-token --hf-token X` gives `--use-auth-token` no
+# value); after `=` anything is. The pattern opens with its literal `-` (the regex engine then
+# skips to each `-`), the boundary is checked behind it.
+_FLAG_KEY = re.compile(
+    r"-(?<![\w-](?<!\\[nrt])-)-?(?P<n>[A-Za-z][A-Za-z0-9_\-]*)"
+    r"""(?:=|(?:(?:[ \t]|\\t)+|\\{0,3}["'][ \t]*,[ \t]*(?=\\{0,3}["']))(?!\\{0,3}["']?-[A-Za-z\-]))"""
 )
-# HF_TOKEN=X  api_key='X'  authorization=Token X
-_ASSIGN = re.compile(
-    r"(?P<k>(?<![\w.-])(?P<n>[A-Za-z_][A-Za-z0-9_]*)=" + _OPEN_QUOTE + ")" + _VALUE
+# HF_TOKEN=X  api_key='X'  authorization=Token X  api_key = 'X' (a config file's form; not `==`)
+_ASSIGN_KEYS = _hinted_keys(
+    r"[a-z0-9_]*(?P<end>)(?:=|[ \t]+=[ \t]*)(?!=)", _LOWER_NAME, _LETTERS + "_", _BEFORE_NAME
 )
-# X-Api-Key: X  password: X  (to the end of the line or the enclosing string)
-_HEADER = re.compile(
-    r"(?P<k>(?<![\w.-])(?P<n>[A-Za-z][A-Za-z0-9_\-]*):[ \t]*)(?P<v>[^\s\"',;][^\r\n\"',;]*)"
+# X-Api-Key: X  password: X  password: "X"  (to the end of the line or the enclosing string;
+# `Authorization: Bearer X` keeps its scheme)
+_HEADER_KEYS = _hinted_keys(
+    r"[a-z0-9_\-]*(?P<end>):[ \t]*", _LOWER_NAME + "-", _LETTERS, _BEFORE_NAME
+)
+_HEADER_VALUE = re.compile(
+    r"""(?P<q>\\{0,3}["'])?(?:(?i:token|bearer|basic|digest)[ \t]+)?"""
+    r"""(?P<v>(?:[^\s"',;\\]|\\(?![\\"']))(?:[^\r\n"',;\\]|\\(?![\\"']))*)"""
+)
+# `  wandb_key ........................ X`: the argument table Megatron-LM prints at start
+# (megatron/training/arguments.py `_print_args`: '  {} {} {}'.format(arg, '.' * (48 - len(arg)),
+# value)), which slime's driver log holds; many trainers copy it.
+_ARG_TABLE_KEYS = _hinted_keys(
+    r"[a-z0-9_]*(?P<end>)[ \t]+\.+[ \t]+", _LOWER_NAME, _LETTERS + "_", _BEFORE_NAME
 )
 _BEARER = re.compile(r"(?P<k>\b(?:Bearer|Basic)\s+)(?P<v>[A-Za-z0-9._~+/=\-]{6,})", re.IGNORECASE)
 
@@ -273,28 +382,16 @@ _MYSQL_PW = re.compile(
 Pass = Callable[[str], str]
 
 
-def _blank(
-    pattern: re.Pattern[str],
-    secret: Callable[[str], bool] | None,
-    text: str,
-) -> str:
-    """Blank the value (group `v`) of every match whose name (group `n`) `secret` judges a secret
-    (None: of every match); a value that opens with a quote (group `q`) is blanked up to its closing
-    quote on the same line. (The name is judged first: most matches are not secrets.)"""
+def _blank(pattern: re.Pattern[str], text: str) -> str:
+    """Blank the value (group `v`) of every match; a value that opens with a quote (group `q`) is
+    blanked up to its closing quote on the same line."""
     out: list[str] = []
     pos = 0
     for m in pattern.finditer(text):
-        if secret is not None and not secret(m["n"]):
-            continue
         value = m["v"]
         if m.start() < pos or not value or value == REDACTED:
             continue
-        start, end = m.start("v"), m.end("v")
-        quote = m.groupdict().get("q")
-        if quote:
-            close = text.find(quote, start, start + 8192)
-            if close != -1 and "\n" not in text[start:close]:
-                end = max(end, close)
+        start, end = _quoted_span(text, m)
         out += (text[pos:start], REDACTED)
         pos = end
     if not out:
@@ -303,36 +400,89 @@ def _blank(
     return "".join(out)
 
 
-def _named(pattern: re.Pattern[str], secret: Callable[[str], bool]) -> Pass:
-    def run(text: str) -> str:
-        return _blank(pattern, secret, text)
+def _quoted_span(text: str, m: re.Match[str]) -> tuple[int, int]:
+    """The span of a match's value (group `v`), to its closing quote on the same line where it
+    opens with one (group `q`)."""
+    start, end = m.span("v")
+    quote = m.groupdict().get("q")
+    if quote:
+        close = text.find(quote, start, start + 8192)
+        if close != -1 and "\n" not in text[start:close]:
+            end = max(end, close)
+    return start, end
 
-    return run
+
+# Where a secret name's value is, and what it becomes: (start, end, replacement), or None.
+Blank = Callable[[str, int], "tuple[int, int, str] | None"]
+
+
+@dataclass(frozen=True)
+class _Named:
+    """A pass that judges names: `keys` finds them, and `blank(text, key_end)` says where a
+    secret name's value is and what it becomes."""
+
+    keys: Keys
+    secret: Callable[[str], bool]
+    blank: Blank
+
+    def __call__(self, text: str) -> str:
+        out: list[str] = []
+        pos = 0
+        for name, start, key_end in self.keys(text):
+            if start < pos or not self.secret(name):
+                continue  # a name inside a value blanked already, or no secret (the most)
+            found = self.blank(text, key_end)
+            if found is None:
+                continue
+            value_start, value_end, replacement = found
+            out += (text[pos:value_start], replacement)
+            pos = value_end
+        if not out:
+            return text
+        out.append(text[pos:])
+        return "".join(out)
+
+
+def _value_after(value: re.Pattern[str]) -> Blank:
+    """The value `value` matches at the key's end (groups `v`, and `q` for an opening quote)."""
+
+    def blank(text: str, at: int) -> tuple[int, int, str] | None:
+        m = value.match(text, at)
+        if m is None or not m["v"] or m["v"] == REDACTED:
+            return None
+        start, end = _quoted_span(text, m)
+        return start, end, REDACTED
+
+    return blank
+
+
+def _json_value(text: str, at: int) -> tuple[int, int, str] | None:
+    """A JSON or repr field's value: a string blanked inside its quotes, a list of secrets made
+    one blank (`["<redacted>"]`: the JSON stays valid); null and empty lists kept."""
+    m = _JSON_VALUE.match(text, at)
+    if m is None:
+        return None
+    listed = m["list"]
+    if listed is not None:
+        if listed.strip() in ("", "null", "None"):
+            return None
+        k = at
+        while k and text[k - 1] in " \t\r\n:":
+            k -= 1
+        quote = text[k - 1]  # the name's closing quote
+        return m.start(), m.end(), f"[{quote}{REDACTED}{quote}]"
+    if not m["v"] or m["v"] == REDACTED:
+        return None
+    return m.start("v"), m.end("v"), REDACTED
 
 
 def _plain(pattern: re.Pattern[str], needs: tuple[str, ...] = ()) -> Pass:
     def run(text: str) -> str:
         if needs and not any(word in text for word in needs):
             return text  # a literal every match holds is absent (linear time, no regex)
-        return _blank(pattern, None, text)
+        return _blank(pattern, text)
 
     return run
-
-
-def _json_field(text: str) -> str:
-    def sub(m: re.Match[str]) -> str:
-        if not is_secret_name(m.group("n")):
-            return m.group(0)
-        listed = m.group("list")
-        if listed is not None:  # a list of secrets: one blank in its place
-            if listed.strip() in ("", "null", "None"):
-                return m.group(0)
-            return f"{m.group('k')}[{m.group('q')}{REDACTED}{m.group('q')}]"
-        if not m.group("v"):
-            return m.group(0)
-        return f"{m.group('k')}{m.group('vq')}{REDACTED}{m.group('vq')}"
-
-    return _JSON_FIELD.sub(sub, text)
 
 
 def _json_escaped(text: str) -> str:
@@ -350,12 +500,13 @@ def _query_secret(name: str) -> bool:
 
 url_userinfo_pass = _plain(_URL_USERINFO)
 user_pw_pass = _plain(_USER_PW)
-query_pass = _named(_QUERY, _query_secret)
-json_field_pass = _json_field
+query_pass = _Named(_regex_keys(_QUERY_KEY), _query_secret, _value_after(_QUERY_VALUE))
+json_field_pass = _Named(_JSON_KEYS, is_secret_name, _json_value)
 json_escaped_pass = _json_escaped
-flag_pass = _named(_FLAG, is_secret_name)
-assign_pass = _named(_ASSIGN, is_secret_name)
-header_pass = _named(_HEADER, is_secret_name)
+flag_pass = _Named(_regex_keys(_FLAG_KEY), is_secret_name, _value_after(_QUOTED_VALUE))
+assign_pass = _Named(_ASSIGN_KEYS, is_secret_name, _value_after(_QUOTED_VALUE))
+header_pass = _Named(_HEADER_KEYS, is_secret_name, _value_after(_HEADER_VALUE))
+arg_table_pass = _Named(_ARG_TABLE_KEYS, is_secret_name, _value_after(_QUOTED_VALUE))
 bearer_pass = _plain(_BEARER)
 # The literals that every match of a pass holds, as written (both passes are case-sensitive).
 _WANDB_LOGIN_NEEDS = ("login",)
@@ -376,6 +527,7 @@ PASSES: tuple[Pass, ...] = (
     wandb_login_pass,
     mysql_password_pass,
     header_pass,
+    arg_table_pass,
 )
 
 # Whether a pass can match `text` at all: a literal that every match of its pattern holds is
@@ -416,6 +568,7 @@ _MAY_MATCH: tuple[MayMatch, ...] = (
     _always,  # wandb_login and mysql_password test their literals themselves
     _always,
     _holds_any(":"),  # header
+    _holds_any(" .", "\t."),  # arg_table: a name, a blank, then the dots
 )
 
 

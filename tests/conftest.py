@@ -10,15 +10,19 @@ import pytest
 
 from tests.live_pool import LIVE_MARK, RESULT_TIMEOUT_S, LivePool, live_names
 
-PACKAGE = Path(__file__).resolve().parents[1] / "slime_hangdoctor"
+ROOT = Path(__file__).resolve().parents[1]
+# the doctor's package and the demo's (its own distribution, demo/): both are imported by the
+# processes the suite starts
+PACKAGES = (ROOT / "slime_hangdoctor", ROOT / "demo" / "slime_hangdoctor_demo")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Byte-compile the package once, as `pip install` does for an installed one: the suite
+    """Byte-compile the packages once, as `pip install` does for installed ones: the suite
     starts hundreds of Python processes that import it (the CLI, the demo's engines), and on a
     machine with PYTHONDONTWRITEBYTECODE=1 each would compile it from source again (~0.3 s of CPU
     per CLI run). compileall writes the caches whatever that variable says; Python reads them."""
-    compileall.compile_dir(PACKAGE, quiet=1, workers=0)
+    for package in PACKAGES:
+        compileall.compile_dir(package, quiet=1, workers=0)
 
 
 @pytest.hookimpl(trylast=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slime_hangdoctor.demo.launch import DemoRun, start_demo
+from slime_hangdoctor_demo.launch import DemoRun, start_demo
 from tests.live_pool import Slot, shared_job
 
 NONE_JOB = "none-job"

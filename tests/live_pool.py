@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from slime_hangdoctor.demo import cluster
+from slime_hangdoctor_demo import cluster
 
 LIVE_SLOTS = 2  # two demo jobs at once keep a 2-core box busy without starving either
 LIVE_MARK = "live"

@@ -153,7 +153,7 @@ class RayTasks:
                     logging_level=logging.ERROR,
                     log_to_driver=False,
                     configure_logging=False,
-                    runtime_env={"py_modules": [pkg], "excludes": ["__pycache__", "demo/"]},
+                    runtime_env={"py_modules": [pkg], "excludes": ["__pycache__"]},
                 )
             # an actor class (the stubs of ray.remote type the function form only)
             actor: Any = ray.remote

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from slime_hangdoctor.demo import cluster  # noqa: E402
+from slime_hangdoctor_demo import cluster  # noqa: E402
 
 JOB = Path(__file__).resolve().with_name("gpu_job.py")
 PROGRAMS = ("broadcast-hang", "train-stuck", "rank-killed", "allreduce-busy", "matmul-healthy")

@@ -1,5 +1,5 @@
 """Helpers for the demo-job tests: py-spy stacks of the job's processes, matched against the
-frame signatures of slime_hangdoctor/demo/faults.py."""
+frame signatures of demo/slime_hangdoctor_demo/faults.py."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import subprocess
 import time
 from typing import Any
 
-from slime_hangdoctor.demo.faults import FaultSpec, FrameSignature
-from slime_hangdoctor.demo.launch import DemoRun, marked_pids
+from slime_hangdoctor_demo.faults import FaultSpec, FrameSignature
+from slime_hangdoctor_demo.launch import DemoRun, marked_pids
 
 PYSPY_TIMEOUT_S = 20.0
 SETTLE_PATIENCE_S = 20.0

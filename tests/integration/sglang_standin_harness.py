@@ -1,4 +1,4 @@
-"""Start and stop the SGLang stand-in (slime_hangdoctor.demo.sglang_server) for integration tests."""
+"""Start and stop the SGLang stand-in (slime_hangdoctor_demo.sglang_server) for integration tests."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def start_standin(
         cmd = [
             sys.executable,
             "-m",
-            "slime_hangdoctor.demo.sglang_server",
+            "slime_hangdoctor_demo.sglang_server",
             "--host",
             "127.0.0.1",
             "--port",

@@ -25,10 +25,10 @@ import requests
 
 from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import open_bundle
-from slime_hangdoctor.demo.faults import FAULTS
-from slime_hangdoctor.demo.launch import ARMED_TEXT, DemoRun, start_demo
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.parsers.sglang import RouterWorkers
+from slime_hangdoctor_demo.faults import FAULTS
+from slime_hangdoctor_demo.launch import ARMED_TEXT, DemoRun, start_demo
 from tests.integration.cli import run_cli
 from tests.integration.demo_job_harness import (
     check_all_signatures,

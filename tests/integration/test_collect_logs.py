@@ -18,7 +18,12 @@ from slime_hangdoctor.collect.dashboard import DashboardClient
 from slime_hangdoctor.collect.logs import fetch_logs
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.collect.run import collect
-from slime_hangdoctor.demo.cluster import (
+from slime_hangdoctor.facts import RayActor, RayJob
+from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.ray_state import parse_actors, parse_jobs
+from slime_hangdoctor.topology import build_topology
+from slime_hangdoctor_demo.cluster import (
     RayHead,
     free_ports,
     start_head,
@@ -26,11 +31,6 @@ from slime_hangdoctor.demo.cluster import (
     submit_job,
     wait_for_job_status,
 )
-from slime_hangdoctor.facts import RayActor, RayJob
-from slime_hangdoctor.load import load_snapshot
-from slime_hangdoctor.outcome import Outcome
-from slime_hangdoctor.parsers.ray_state import parse_actors, parse_jobs
-from slime_hangdoctor.topology import build_topology
 from tests.fixtures.capture_ray_logs import LOG_JOB
 
 

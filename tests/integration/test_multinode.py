@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from slime_hangdoctor.bundle import open_bundle
-from slime_hangdoctor.demo import cluster
-from slime_hangdoctor.demo.faults import FAULTS
-from slime_hangdoctor.demo.launch import DemoRun, start_demo
+from slime_hangdoctor_demo import cluster
+from slime_hangdoctor_demo.faults import FAULTS
+from slime_hangdoctor_demo.launch import DemoRun, start_demo
 from tests.integration.cli import CLI, run_cli
 from tests.live_pool import LivePool, Slot, scenario
 

@@ -20,8 +20,8 @@ from typing import Any
 import psutil
 import pytest
 
-from slime_hangdoctor.demo.launch import DemoRun
 from slime_hangdoctor.parsers.sglang import parse_server_info
+from slime_hangdoctor_demo.launch import DemoRun
 from tests.integration.cli import run_cli
 from tests.live_jobs import NONE_JOB
 from tests.live_pool import LivePool, Slot, job_part

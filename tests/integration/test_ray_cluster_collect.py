@@ -31,16 +31,6 @@ from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.collect.processes import record_processes, scan_processes
 from slime_hangdoctor.collect.pyspy import dump_stack, find_pyspy, process_state
 from slime_hangdoctor.collect.remote import RayTasks, RemoteNode, collect_remote, gather_remote
-from slime_hangdoctor.demo.cluster import (
-    RayHead,
-    free_ports,
-    list_nodes,
-    start_head,
-    start_worker_node,
-    stop_job,
-    submit_job,
-    wait_for_job_status,
-)
 from slime_hangdoctor.errors import RayUnreachable
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import parse_processes
@@ -50,6 +40,16 @@ from slime_hangdoctor.parsers.ray_state import (
     parse_node_summary,
     parse_nodes,
     parse_tasks,
+)
+from slime_hangdoctor_demo.cluster import (
+    RayHead,
+    free_ports,
+    list_nodes,
+    start_head,
+    start_worker_node,
+    stop_job,
+    submit_job,
+    wait_for_job_status,
 )
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]

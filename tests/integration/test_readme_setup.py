@@ -1,7 +1,8 @@
 """The README's first command, as a newcomer runs it: a fresh virtualenv (its own site-packages,
-not this interpreter's), then `python3 -m pip install -e '.[demo]' torch==2.13.0 &&
+not this interpreter's), then `python3 -m pip install -e . -e ./demo torch==2.13.0 &&
 slime-hangdoctor demo` exactly as the README shows it (tests/readme_commands.py), run by bash in
-the repository with that virtualenv first on PATH. The demo's verdict must come out.
+the repository with that virtualenv first on PATH: the doctor and the demo's own distribution
+(demo/) both come from this checkout. The demo's verdict must come out.
 
 pip installs from this machine's package sources (torch from local disk); nothing of the running
 interpreter's environment is reused. Costs one install (about 1-2 min idle on a 2-core machine)
@@ -70,6 +71,7 @@ class ReadmeRun:
     proc: subprocess.CompletedProcess[str]
     bindir: Path
     sees: str  # the venv python's sys.path and where it imports slime_hangdoctor from
+    demo_from: str  # where the venv python imports the demo's package from
     mine: str | None  # this interpreter's venv bin/, if it runs in one
 
 
@@ -116,7 +118,14 @@ def _readme_demo(slot: Slot) -> ReadmeRun:
         text=True,
         check=True,
     ).stdout
-    return ReadmeRun(proc, bindir, sees, mine)
+    demo_from = subprocess.run(
+        [str(bindir / "python"), "-c", "import slime_hangdoctor_demo as d; print(d.__file__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return ReadmeRun(proc, bindir, sees, demo_from, mine)
 
 
 @pytest.mark.live("readme-demo")
@@ -129,6 +138,9 @@ def test_readme_demo_command_in_a_fresh_venv(live_pool: LivePool) -> None:
     if run.mine is not None:
         assert str(Path(sys.executable).parent.parent) not in run.sees, run.sees
     assert "internal error" not in err, tail
+    # the demo ran from this checkout's demo/ distribution (installed by the command, editable)
+    demo_init = ROOT / "demo" / "slime_hangdoctor_demo" / "__init__.py"
+    assert run.demo_from and Path(run.demo_from).resolve() == demo_init, run.demo_from
     # the demo's verdict (fault weight_sync_engine_missing): hung in the weight broadcast, the
     # engine that left it is the culprit, and its scheduler was found by its `sglang::` title
     assert run.proc.returncode == 2, tail

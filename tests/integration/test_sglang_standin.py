@@ -19,8 +19,8 @@ import psutil
 import pytest
 import requests
 
-from slime_hangdoctor.demo.sglang_server import launch_server
 from slime_hangdoctor.parsers.sglang import parse_metrics, parse_server_info
+from slime_hangdoctor_demo.sglang_server import launch_server
 from tests.integration.sglang_standin_harness import Standin, free_port, start_standin
 
 Start = Callable[..., Standin]
@@ -217,7 +217,7 @@ def test_exit_with_parent_leaves_nothing_behind(tmp_path: Path) -> None:
     """A shell that starts the stand-in and is then killed: the orphan exits with its scheduler."""
     port = free_port()
     cmd = (
-        f"{sys.executable} -m slime_hangdoctor.demo.sglang_server --port {port} "
+        f"{sys.executable} -m slime_hangdoctor_demo.sglang_server --port {port} "
         f"--exit-with-parent > {tmp_path / 'out.log'} 2>&1 & wait"
     )
     shell = subprocess.Popen(["bash", "-c", cmd], start_new_session=True)
@@ -421,7 +421,7 @@ def test_real_weight_sync_over_gloo(healthy: Standin) -> None:
     import torch
     import torch.distributed as dist
 
-    from slime_hangdoctor.demo.sglang_scheduler import init_custom_process_group
+    from slime_hangdoctor_demo.sglang_scheduler import init_custom_process_group
 
     port = free_port()
     init = background_post(
@@ -570,9 +570,9 @@ def test_loads_empty_until_the_first_snapshot(tmp_path: Path) -> None:
     """Item 5: `{"loads": []}` while no LoadSnapshot was published (load_snapshot.py:571-573)."""
     import json
 
-    from slime_hangdoctor.demo.sglang.srt.entrypoints.http_server import ep_get_load, ep_v1_loads
-    from slime_hangdoctor.demo.sglang.srt.managers.tokenizer_manager import TokenizerManager
-    from slime_hangdoctor.demo.sglang.srt.server_args import parse_args
+    from slime_hangdoctor_demo.sglang.srt.entrypoints.http_server import ep_get_load, ep_v1_loads
+    from slime_hangdoctor_demo.sglang.srt.managers.tokenizer_manager import TokenizerManager
+    from slime_hangdoctor_demo.sglang.srt.server_args import parse_args
 
     tm = TokenizerManager(parse_args(["--port", str(free_port())]))
     status, _, body = ep_v1_loads(tm, "GET", "", b"")
@@ -585,7 +585,7 @@ def test_loads_empty_until_the_first_snapshot(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- slime main's calls
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO_JOB = ROOT / "slime_hangdoctor" / "demo" / "job"
+DEMO_JOB = ROOT / "demo" / "slime_hangdoctor_demo" / "job"
 
 
 def test_update_weights_from_disk_answers_like_0515(healthy: Standin, tmp_path: Path) -> None:

@@ -91,7 +91,7 @@ def test_tp2_every_rank_joins_the_weight_update_group(start: Start) -> None:
     import torch
     import torch.distributed as dist
 
-    from slime_hangdoctor.demo.sglang_scheduler import init_custom_process_group
+    from slime_hangdoctor_demo.sglang_scheduler import init_custom_process_group
 
     s = start("--tp-size", "2")
     port = free_port()

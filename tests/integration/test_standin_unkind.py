@@ -2,7 +2,7 @@
 
 Each test puts the stand-in in a state the real engine shows less of than the old stand-in did, runs
 the doctor (`attach --local --sglang-url`) and checks the engine's state and why. The wheel's
-file:line for each behaviour is beside it in slime_hangdoctor/demo/sglang/srt/."""
+file:line for each behaviour is beside it in demo/slime_hangdoctor_demo/sglang/srt/."""
 
 from __future__ import annotations
 

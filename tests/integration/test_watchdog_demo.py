@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from slime_hangdoctor.demo.launch import DemoRun
+from slime_hangdoctor_demo.launch import DemoRun
 from tests.integration.cli import CLI, run_cli
 from tests.live_jobs import NONE_JOB, STALL_JOB
 from tests.live_pool import LivePool, Slot, job_part, scenario

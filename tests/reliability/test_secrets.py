@@ -69,11 +69,20 @@ ENTRYPOINT_SECRETS = {
     "mysql": "MYSQLPW-6d4b2f0e8a",  # no secret word: only the mysql rule can catch it
     "quoted": "SECRET-quotedkey-8e6c4a2b0d",
     "dquoted": "SECRET-hftoken-1c3e5a7b9d",
+    # issue 32 point 1: a secret option right after an ordinary one, as slime's command lines
+    # give them (`--colocate --wandb-key X`), and inside another assignment's value
+    "after_flag": "SECRET-afterflag-2d4f6b8a0c",
+    "after_bool": "SECRET-afterbool-7a5c3e1b9d",
+    "after_short": "SECRET-aftershort-4b6d8f0a2c",
+    "env_value": "SECRET-envvalue-9c7e5a3b1d",
 }
 ENTRYPOINT = (
     f"cd /job && wandb login --relogin {ENTRYPOINT_SECRETS['login']} && "
     f"mysql -h db -p{ENTRYPOINT_SECRETS['mysql']} -e 'select 1' && python3 driver.py hang "
-    f"--wandb-key '{ENTRYPOINT_SECRETS['quoted']}' --hf-token \"{ENTRYPOINT_SECRETS['dquoted']}\""
+    f"--wandb-key '{ENTRYPOINT_SECRETS['quoted']}' --hf-token \"{ENTRYPOINT_SECRETS['dquoted']}\" "
+    f"--colocate --wandb-key {ENTRYPOINT_SECRETS['after_flag']} "
+    f"--use-wandb --sglang-api-key {ENTRYPOINT_SECRETS['after_bool']} "
+    f"-v --hf-token={ENTRYPOINT_SECRETS['after_short']} env=HF_TOKEN={ENTRYPOINT_SECRETS['env_value']}"
 )
 SECRETS = (
     *URL_PASSWORDS.values(),
@@ -217,6 +226,8 @@ def test_the_search_covers_what_holds_the_secrets(evidence: Evidence) -> None:
     # issue 22: the entrypoint's secrets, blanked in place; the engine body's stray byte kept
     assert b"wandb login --relogin <redacted> && mysql -h db -p<redacted> -e" in blob
     assert b"--wandb-key '<redacted>' --hf-token \\\"<redacted>\\\"" in blob
+    assert b"--colocate --wandb-key <redacted> --use-wandb --sglang-api-key <redacted>" in blob
+    assert b"-v --hf-token=<redacted> env=HF_TOKEN=<redacted>" in blob
     assert b'\xff\xfe\x80"api_key": "<redacted>"' in blob
     assert any("markdown" in " ".join(r.argv) for r in evidence.runs)
 

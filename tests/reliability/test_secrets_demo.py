@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.demo.launch import DemoRun
+from slime_hangdoctor_demo.launch import DemoRun
 from tests.live_jobs import SECRET_JOB
 from tests.live_pool import LivePool, Slot, job_part
 from tests.reliability.harness import CliRun, assert_clean, run_cli

@@ -10,10 +10,10 @@ import pytest
 
 from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.bundle import open_bundle
-from slime_hangdoctor.demo.faults import FAULTS
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.topology import build_topology
 from slime_hangdoctor.verdict import Role, Stage, Status, Verdict
+from slime_hangdoctor_demo.faults import FAULTS
 
 DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "analysis" / "demo"
 CAPTURED = sorted(p.name.removesuffix(".tar.gz") for p in DEMO.glob("*.tar.gz"))

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.demo.faults import FAULTS
 from slime_hangdoctor.verdict import Verdict
+from slime_hangdoctor_demo.faults import FAULTS
 from tests.fixtures import transforms as tf
 from tests.unit.demo_bundles import DEMO, diagnosed, unpacked
 

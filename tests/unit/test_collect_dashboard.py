@@ -164,7 +164,7 @@ def test_capture_state_outcomes_for_errors(
 
 
 def test_capture_state_with_nobody_listening(writer: BundleWriter) -> None:
-    from slime_hangdoctor.demo.cluster import free_ports
+    from slime_hangdoctor_demo.cluster import free_ports
 
     (port,) = free_ports(1)
     records = capture_state(writer, DashboardClient(f"http://127.0.0.1:{port}", token=""), sample=0)

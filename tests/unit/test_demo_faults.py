@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.demo.faults import FAULTS, get_fault, server_fault_supported
-from slime_hangdoctor.demo.launch import JOB_DIR, job_entrypoint
 from slime_hangdoctor.verdict import Role, Stage, Status
+from slime_hangdoctor_demo.faults import FAULTS, get_fault, server_fault_supported
+from slime_hangdoctor_demo.launch import JOB_DIR, job_entrypoint
 
 REQUIRED = {
     "none",
@@ -130,7 +130,7 @@ def test_the_job_starts_its_own_router_with_slimes_defaults(job_view: dict[str, 
 
 
 def test_server_fault_support_matches_the_standin() -> None:
-    from slime_hangdoctor.demo.sglang_server import FAULTS as SERVER_FAULTS
+    from slime_hangdoctor_demo.sglang_server import FAULTS as SERVER_FAULTS
 
     for spec in FAULTS.values():
         assert server_fault_supported(spec) is (

@@ -1,6 +1,8 @@
 """What the demo tells a newcomer while its job starts and when the job fails: the start-up stage
 read from the job's own log, the first error lines of that log in plain words (exit 3, never
-"internal error ... a bug"), and a missing job dependency named before any Ray process starts.
+"internal error ... a bug"), a missing job dependency named before any Ray process starts, and a
+demo that is not installed at all (its own distribution, demo/) named with the command that
+installs it.
 
 The logs are real: tests/fixtures/demo_logs/ (provenance in tests/fixtures/README.md); earlier
 moments of a run are the log cut at a line (`transforms.lines_until`).
@@ -8,15 +10,17 @@ moments of a run are the log cut at a line (`transforms.lines_until`).
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from slime_hangdoctor import cli
-from slime_hangdoctor.demo import launch
-from slime_hangdoctor.demo.cluster import RayHead
-from slime_hangdoctor.demo.faults import get_fault
-from slime_hangdoctor.demo.launch import DemoRun, error_lines
+from slime_hangdoctor_demo import launch
+from slime_hangdoctor_demo.cluster import RayHead
+from slime_hangdoctor_demo.faults import get_fault
+from slime_hangdoctor_demo.launch import DemoRun, error_lines
 from tests.fixtures.transforms import lines_until
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "demo_logs"
@@ -111,13 +115,41 @@ def test_demo_names_a_missing_job_dependency_before_starting_ray(
     assert rc == 3
     assert "needs slime_hangdoctor_no_such_module in this Python environment" in err
     assert "internal error" not in err and "bug" not in err
-    assert "pip install -e '.[demo]'" in err
+    assert "python3 -m pip install -e ./demo" in err
     assert started == []
+
+
+# The demo's package made unimportable as Python itself does it (a None in sys.modules: `import`
+# raises ModuleNotFoundError and importlib.util.find_spec answers None), then the real CLI.
+_WITHOUT_DEMO = (
+    "import sys; sys.modules['slime_hangdoctor_demo'] = None; "
+    "from slime_hangdoctor.cli import main; raise SystemExit(main(sys.argv[1:]))"
+)
+
+
+@pytest.mark.parametrize("args", [["demo"], ["demo", "--list-faults"], ["demo", "-q", "--json"]])
+def test_demo_not_installed_names_the_command_that_installs_it(args: list[str]) -> None:
+    """The doctor alone (its wheel holds no demo): `slime-hangdoctor demo` says the demo is not
+    installed and the one command that installs it; exit 3 as for any other unusable input, no
+    traceback, no "internal error"."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_DEMO, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    err = " ".join(proc.stderr.split())
+    assert proc.returncode == 3, proc.stderr
+    assert f"the demo is not installed in this Python ({sys.executable})" in err, err
+    assert "python3 -m pip install -e ./demo" in err, err
+    assert "Traceback" not in proc.stderr and "internal error" not in err, proc.stderr
+    assert proc.stdout == ""
 
 
 def test_a_failed_ray_start_is_told_by_its_last_message(tmp_path: Path) -> None:
     """`ray start` ends a failed start with a traceback: the message keeps its last line."""
-    from slime_hangdoctor.demo.cluster import _last_message, _tail
+    from slime_hangdoctor_demo.cluster import _last_message, _tail
 
     tail = _tail(LOGS / "ray_head.start_timed_out.log", 40)
     assert _last_message(tail).startswith("Exception: The current node timed out during startup.")

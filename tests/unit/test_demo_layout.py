@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO_JOB = ROOT / "slime_hangdoctor" / "demo" / "job"
+DEMO_JOB = ROOT / "demo" / "slime_hangdoctor_demo" / "job"
 FIXTURES = ROOT / "tests" / "fixtures" / "demo_layout"
 
 sys.path.insert(0, str(ROOT / "scripts"))

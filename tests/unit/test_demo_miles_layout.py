@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.demo.launch import (
+from slime_hangdoctor_demo.launch import (
     JOB_DIR,
     MILES_LACKS,
     MILES_MOVES,

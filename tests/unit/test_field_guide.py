@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.demo.faults import FAULTS
+from slime_hangdoctor_demo.faults import FAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "field-guide.md"

@@ -6,7 +6,11 @@ table fails the test, so a new module must be placed in a layer (and in the docs
 
 The layers say nothing of the modules inside one part: `cycles` walks the graph of module imports
 of the whole package (the same imports, lazy and TYPE_CHECKING ones included, `from x import y`
-counted as an import of module `x.y` when there is one) and names every cycle in it."""
+counted as an import of module `x.y` when there is one) and names every cycle in it.
+
+The demo is a distribution of its own (demo/slime_hangdoctor_demo): it imports nothing of the
+doctor, it has no import cycle either, and the doctor reaches it from one place only, the `demo`
+command of cli.py, inside a function (the doctor runs without it installed)."""
 
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "slime_hangdoctor"
 PKG = "slime_hangdoctor"
+DEMO_PACKAGE = ROOT / "demo" / "slime_hangdoctor_demo"
+DEMO_PKG = DEMO_PACKAGE.name
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 _BASE = frozenset(
@@ -66,8 +72,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "collect": _BELOW_ANALYSIS - {"markers"},
     "pipeline": _BELOW_ANALYSIS | {"collect", "analysis"},
     "watchdog": _BELOW_ANALYSIS | {"collect", "analysis", "render", "pipeline"},
-    "demo": frozenset(),  # standalone: submitted to Ray with its own folder as working dir
-    "cli": _BELOW_ANALYSIS | {"collect", "analysis", "render", "pipeline", "watchdog", "demo"},
+    "cli": _BELOW_ANALYSIS | {"collect", "analysis", "render", "pipeline", "watchdog"},
     "__main__": frozenset({"cli"}),
 }
 
@@ -88,11 +93,12 @@ def module_name(path: Path, package: Path) -> str:
 def own_imports(
     source: str, module: str, package: Path, *, is_package: bool
 ) -> list[tuple[int, str]]:
-    """(line, imported module) for every import of our package in `source`."""
+    """(line, imported module) for every import of the package `package` (its folder) in `source`."""
+    pkg = package.name
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == PKG]
+            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == pkg]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -100,7 +106,7 @@ def own_imports(
                 anchor = anchor if is_package else anchor[:-1]
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, *([base] if base else [])])
-            if base.split(".")[0] != PKG:
+            if base.split(".")[0] != pkg:
                 continue
             for alias in node.names:
                 sub = f"{base}.{alias.name}"
@@ -228,6 +234,62 @@ def _package_files() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
 
 
+def _demo_files() -> list[Path]:
+    """The demo's package, its job tree (job/: the slime-shaped tree Ray runs) included."""
+    return sorted(DEMO_PACKAGE.rglob("*.py"))
+
+
+def absolute_imports(source: str, top: str) -> list[tuple[int, str, bool]]:
+    """(line, module, whether at module level) for every absolute import of the package `top`."""
+    tree = ast.parse(source)
+    in_functions = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        for inner in ast.walk(node)
+    }
+    found: list[tuple[int, str, bool]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        else:
+            continue
+        found += [
+            (node.lineno, name, id(node) not in in_functions)
+            for name in names
+            if name.split(".")[0] == top
+        ]
+    return found
+
+
+def demo_violations(
+    demo_files: list[Path],
+    doctor_files: list[Path],
+    demo: Path = DEMO_PACKAGE,
+    package: Path = PACKAGE,
+) -> list[str]:
+    """The demo imports nothing of the doctor; the doctor imports the demo in cli.py only, inside
+    a function (relative imports stay inside their own package: only absolute ones can cross)."""
+    bad: list[str] = []
+    for path in demo_files:
+        where = path.relative_to(demo.parent)
+        for line, target, _ in absolute_imports(path.read_text(), package.name):
+            bad.append(f"{where}:{line}: the demo may not import the doctor ({target})")
+    for path in doctor_files:
+        where = path.relative_to(package.parent)
+        for line, target, module_level in absolute_imports(path.read_text(), demo.name):
+            if path != package / "cli.py":
+                bad.append(f"{where}:{line}: only cli.py may import the demo ({target})")
+            elif module_level:
+                bad.append(
+                    f"{where}:{line}: the demo imported at module level ({target}): "
+                    "the doctor must run without the demo installed"
+                )
+    return bad
+
+
 def test_every_import_follows_the_layers() -> None:
     assert violations(_package_files()) == []
 
@@ -236,6 +298,62 @@ def test_no_module_imports_itself_back() -> None:
     """No import cycle anywhere, inside a part too: a lazy import inside a function counts (it only
     hides the cycle from the interpreter until that function runs)."""
     assert cycles(import_graph(_package_files())) == []
+
+
+def test_the_demo_and_the_doctor_import_one_way() -> None:
+    """The demo's distribution stands alone (Ray runs its job tree with its own folder as working
+    dir); the doctor's `demo` command is its one door, opened only when that command runs."""
+    assert _demo_files(), DEMO_PACKAGE
+    assert demo_violations(_demo_files(), _package_files()) == []
+
+
+def test_no_demo_module_imports_itself_back() -> None:
+    assert cycles(import_graph(_demo_files(), DEMO_PACKAGE)) == []
+
+
+@pytest.mark.parametrize(
+    ("where", "source", "expected"),
+    [
+        (
+            "demo:launch.py",
+            "from slime_hangdoctor.verdict import Status\n",
+            "slime_hangdoctor_demo/launch.py:1: the demo may not import the doctor",
+        ),
+        (  # the job tree too, also lazily
+            "demo:job/slime/ray/rollout.py",
+            "def f():\n    import slime_hangdoctor.cli\n",
+            "the demo may not import the doctor (slime_hangdoctor.cli)",
+        ),
+        (
+            "doctor:collect/x.py",
+            "def f():\n    from slime_hangdoctor_demo import launch\n",
+            "slime_hangdoctor/collect/x.py:2: only cli.py may import the demo",
+        ),
+        (
+            "doctor:cli.py",
+            "from slime_hangdoctor_demo.faults import FAULTS\n",
+            "the demo imported at module level (slime_hangdoctor_demo.faults)",
+        ),
+        ("doctor:cli.py", "def f():\n    from slime_hangdoctor_demo.faults import FAULTS\n", None),
+        ("demo:faults.py", "from slime_hangdoctor_demo.sglang_server import X\n", None),
+    ],
+)
+def test_the_demo_check_catches_a_wrong_import(
+    tmp_path: Path, where: str, source: str, expected: str | None
+) -> None:
+    """The demo check itself can fail: a crossing import planted in a copy of either package is
+    named, and the allowed ones pass."""
+    demo, package = tmp_path / DEMO_PKG, tmp_path / PKG
+    side, rel = where.split(":")
+    target = (demo if side == "demo" else package) / rel
+    target.parent.mkdir(parents=True)
+    target.write_text(source)
+    demo_files, doctor_files = ([target], []) if side == "demo" else ([], [target])
+    found = demo_violations(demo_files, doctor_files, demo, package)
+    if expected is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and expected in found[0], found
 
 
 def test_every_layer_is_in_the_architecture_doc() -> None:
@@ -261,11 +379,6 @@ def test_every_layer_is_in_the_architecture_doc() -> None:
             "analysis may not import load",
         ),
         ("facts.py", "import slime_hangdoctor.verdict\n", "facts may not import verdict"),
-        (
-            "demo/x.py",
-            "from slime_hangdoctor.verdict import Status\n",
-            "demo may not import verdict",
-        ),
         ("render/x.py", "from ..analysis import rules\n", "render may not import analysis"),
     ],
 )
@@ -274,7 +387,7 @@ def test_the_check_catches_a_wrong_import(
 ) -> None:
     """The check itself can fail: a forbidden import, in a file placed in a copy of the layout, is found."""
     package = tmp_path / PKG
-    for sub in ("collect", "analysis", "parsers", "render", "demo"):
+    for sub in ("collect", "analysis", "parsers", "render"):
         (package / sub).mkdir(parents=True)
         (package / sub / "__init__.py").write_text("")
     for mod in ("__init__", "load", "verdict", "facts"):

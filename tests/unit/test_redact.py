@@ -330,6 +330,17 @@ ENTRYPOINTS = (
         ("mysql -h db -u svc -p", "python train.py"),
     ),
     (f"curl -ualice:{SECRET} -o d.bin https://h/d && python train.py", ("-ualice:", "d.bin")),
+    # issue 32 point 1: a secret option right after an ordinary one (slime's own command lines)
+    (
+        f"python train.py --colocate --wandb-key {SECRET} --port 1",
+        ("python train.py --colocate --wandb-key", "--port 1"),
+    ),
+    (
+        f"python train.py --use-wandb --sglang-api-key {SECRET} --port 1",
+        ("--use-wandb --sglang-api-key", "--port 1"),
+    ),
+    (f"python train.py -v --hf-token={SECRET} --port 1", ("-v --hf-token=", "--port 1")),
+    (f"HF_HOME=/c env=HF_TOKEN={SECRET} python train.py", ("env=HF_TOKEN=", "python train.py")),
 )
 
 
@@ -441,3 +452,109 @@ def test_shell_text_keeps_its_form_and_every_pattern() -> None:
     assert redact_cmdline(["sh", "-c", f"wandb login a\\ {SECRET} && python x.py"])[2] == (
         f"wandb login {REDACTED} && python x.py"
     )
+
+
+# ---------------------------------------------------------------- issue 32 point 1: a secret name
+# anywhere in free text, also right after another option or inside another's value
+
+# (text, what must stay of it): the forms the review found leaking, and the other shapes a real
+# command line, repr, config or log gives a secret.
+AFTER_ANOTHER = (
+    # the review's six, as written
+    (f"--colocate --wandb-key {SECRET}", "--colocate --wandb-key "),
+    (f"--use-wandb --sglang-api-key {SECRET}", "--use-wandb --sglang-api-key "),
+    (f"-v --hf-token={SECRET}", "-v --hf-token="),
+    (f"server_args=ServerArgs(api_key='{SECRET}')", "server_args=ServerArgs(api_key='"),
+    (f"kwargs=dict(api_key='{SECRET}')", "kwargs=dict(api_key='"),
+    (f"env=HF_TOKEN={SECRET}", "env=HF_TOKEN="),
+    # the same, quoted, tabbed, or after a flag whose own name has a secret word and no value
+    (f"--colocate --wandb-key '{SECRET}' --port 1", "--colocate --wandb-key '"),
+    (f"--colocate\t--wandb-key\t{SECRET}", "--colocate\t--wandb-key\t"),
+    (f"--use-auth-token --hf-token {SECRET}", "--use-auth-token --hf-token "),
+    (f"--a=--api-key={SECRET}", "--a=--api-key="),
+    (f"docker run -e HF_TOKEN={SECRET} img", "docker run -e HF_TOKEN="),
+    # an argv as a Python list or a JSON list (Ray's node summary lists command lines so)
+    (f"['train.py', '--colocate', '--wandb-key', '{SECRET}']", "'--wandb-key', '"),
+    (f'["train.py", "--colocate", "--wandb-key", "{SECRET}"]', '"--wandb-key", "'),
+    # a repr or config: spaces around `=`, a quoted YAML value, a repr inside a JSON string
+    (f"Namespace(colocate=True, wandb_key='{SECRET}', port=1)", ", port=1)"),
+    (f"api_key = '{SECRET}'", "api_key = '"),
+    (f'password: "{SECRET}"', 'password: "'),
+    (f"Note: X-Api-Key: {SECRET}", "Note: X-Api-Key: "),
+    (f"{{\"cfg\": \"{{'api_key': '{SECRET}'}}\"}}", "{\"cfg\": \"{'api_key': '"),
+    (f'{{"msg": "password: \\"{SECRET}\\""}}', '{"msg": "password: \\"'),
+    # a signed URL inside another URL's query
+    (
+        f"https://h/cb?redirect=https://x/p?sig={SECRET}&a=1",
+        "https://h/cb?redirect=https://x/p?sig=",
+    ),
+)
+
+
+@pytest.mark.parametrize(("text", "kept"), AFTER_ANOTHER)
+def test_a_secret_name_after_another_option_or_inside_a_value(text: str, kept: str) -> None:
+    """Issue 32 point 1: every name is judged wherever it stands (the value of `--colocate` is not
+    `--wandb-key`; `env=`'s value holds `HF_TOKEN=X`): blanked, the rest of the text kept; and
+    inside the recorded /api/jobs/ answer's entrypoint (free text in JSON, what every bundle
+    stores), as the bundle writer redacts it."""
+    out = redact_text(f"run: {text}")
+    assert SECRET not in out, out
+    assert out.startswith(f"run: {kept}") or kept in out, out
+    assert REDACTED in out
+    body = tf.set_json_path(_JOBS.read_text(encoding="utf-8"), (0, "entrypoint"), text)
+    out_body = redact_text(body)
+    assert SECRET not in out_body, out_body
+    assert json.loads(out_body)[0]["submission_id"] == "slime-hang-1"
+
+
+def test_an_argv_listed_by_ray_as_a_json_list_keeps_no_secret() -> None:
+    """Ray's node summary (`/nodes?view=summary`, stored in every bundle) lists each process's
+    argv as a JSON list: `"--wandb-key", "X"` are two strings, neither `--x X` nor `--x=X`."""
+    node_summary = _FIXTURES / (
+        "bundles/gpu-h200-train-stuck-fr/raw/ray_dashboard/local/node_summary.s0.json"
+    )
+    argv = ["python", "train.py", "--colocate", "--wandb-key", SECRET, "--port", "1"]
+    body = tf.node_summary_argv(node_summary.read_text(encoding="utf-8"), argv)
+    assert SECRET in body
+    out = redact_text(body)
+    assert SECRET not in out
+    assert '"--colocate", "--wandb-key", "<redacted>", "--port", "1"' in out
+    json.loads(out)
+
+
+def test_megatrons_argument_table_keeps_no_secret() -> None:
+    """The table Megatron-LM prints at start (slime's driver log holds it): `  wandb_key ....
+    X`, also as Ray forwards it with `(Class pid=N)` ahead."""
+    table = tf.megatron_arg_table(
+        {"colocate": True, "wandb_key": SECRET, "sglang_api_key": SECRET, "input_key": "prompt"}
+    )
+    for text in (table, tf.forwarded_by_ray(table, "MegatronTrainRayActor", 4242)):
+        out = redact_text(text)
+        assert SECRET not in out, out
+        assert f"  input_key {'.' * 39} prompt" in out and f"  colocate {'.' * 40} True" in out
+
+
+def test_no_name_hides_behind_a_value_yet_nothing_else_is_blanked() -> None:
+    """No over-redaction from judging every name: comparisons, empty assignments, flags
+    without values and a secret-named flag followed by an option keep their text."""
+    for text in (
+        "if token == expected: pass",
+        "HF_TOKEN= python train.py --port 1",
+        "python train.py --use-auth-token --port 1",
+        "python train.py --colocate --port 1 --input-key prompt",
+        "Thread 7 (idle): MainThread",
+        "mkdir -p /tmp/x && ssh -p 2222 host",
+    ):
+        assert redact_text(text) == text, text
+
+
+@pytest.mark.timeout(60)
+def test_a_crafted_chain_of_names_ends() -> None:
+    """A 1 MiB text of `api_key=` or `-a=` repeated (the job controls its logs): each name is
+    judged once and a value read only outside what is blanked already, so it stays linear (the old
+    patterns swallowed the chain whole; judging every name, a value scan per name would take hours
+    here). The timeout is a hang guard, not a speed claim (benchmarks/bench_redact_add.py)."""
+    for unit in ("api_key=", "-a=", "x=", "--api-key ", "token: ", "'api_key': ", "key ... "):
+        text = unit * (2**20 // len(unit))
+        out = redact_text(text)
+        assert len(out) < 3 * len(text), unit

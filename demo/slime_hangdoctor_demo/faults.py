@@ -1,0 +1,723 @@
+"""The demo job's injectable faults: what each one does and the verdict it should earn.
+
+The expected verdict uses the string values of `slime_hangdoctor.verdict` (`Status`, `Stage`,
+`Role`) so that this module stays standalone (demo/ imports nothing of ours outside demo/); tests
+compare with e.g. `Stage(spec.expected.stage)`.
+
+`frames` lists, per key process, function names that a `py-spy dump` of that process shows while
+the fault holds, innermost first, as a subsequence of one thread's stack (other frames may sit in
+between). Process labels: "driver", "rollout_manager", "train rank N", "engine N actor" (the
+SGLangEngine Ray actor), "engine N server" (its HTTP child), "engine N scheduler", "router" (the
+sgl-router process the RolloutManager forks in its constructor, as slime's `_start_router`),
+"engine N detokenizer" (its `sglang::detokenizer`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Expected:
+    status: str  # verdict.Status value: "hung" | "progressing"
+    stage: str  # verdict.Stage value
+    culprit_role: str | None = None  # verdict.Role value
+    culprit_rank: int | None = None  # train rank, for culprit_role "train_rank"
+    culprit_engine: int | None = None  # engine index (0-based), for culprit_role "sglang_engine"
+    # engines blamed together (a wait-for cycle has no single culprit): every one of them, no other
+    culprit_engines: tuple[int, ...] = ()
+    # a hang where no process stands out (every rank waits alike): the verdict names no culprit
+    no_culprit: bool = False
+
+
+@dataclass(frozen=True)
+class FrameSignature:
+    process: str  # a process label, see the module docstring
+    frames: tuple[str, ...]  # innermost first; a subsequence of one thread's frames
+    thread: str | None = None  # thread name, when not the main thread
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    name: str
+    description: str
+    expected: Expected
+    colocate: bool = False
+    uses_fault_after_steps: bool = True  # False: the fault is there from the start
+    server_fault: str | None = None  # the SGLang stand-in fault it uses, if any
+    # the job's rewards come from a remote reward model outside the job (`--rm-type remote_rm
+    # --rm-url`, a free port the launcher picks)
+    remote_reward: bool = False
+    # the head's object store (`ray start --object-store-memory`, MiB) that the fault needs; None:
+    # Ray's default. A head shared with other faults has the default: such a fault gets its own.
+    object_store_mib: int | None = None
+    frames: tuple[FrameSignature, ...] = field(default_factory=tuple)
+    # TP ranks per engine (slime's --rollout-num-gpus-per-engine): each engine then runs that many
+    # `sglang::scheduler_TP<r>` processes ("engine N scheduler" is rank 0's, "engine N scheduler
+    # TPr" rank r's)
+    tp_size: int = 1
+    # where the doctor does not reach `expected` yet: what it says instead (tests mark it xfail)
+    known_gap: str | None = None
+
+
+FAULT_ENGINE = 1  # engine index a server fault targets
+FAULT_RANK = 1  # train rank a train fault targets
+
+_WARMUP_STUCK_FRAMES = (
+    FrameSignature("driver", ("create_rollout_manager", "train")),
+    FrameSignature("rollout_manager", ("get", "__init__")),
+    FrameSignature(
+        "engine 1 actor", ("_wait_server_healthy", "launch_server_process", "_init_normal", "init")
+    ),
+    FrameSignature("engine 1 scheduler", ("forward_extend", "event_loop_normal")),
+)
+
+FAULTS: dict[str, FaultSpec] = {
+    spec.name: spec
+    for spec in (
+        FaultSpec(
+            name="none",
+            description="healthy: steps keep advancing (~1-3 s each)",
+            expected=Expected(status="progressing", stage="none"),
+            uses_fault_after_steps=False,
+        ),
+        FaultSpec(
+            name="slow",
+            description="healthy but slow: long generations (~15 s per rollout), tokens keep flowing",
+            expected=Expected(status="progressing", stage="none"),
+            uses_fault_after_steps=False,
+        ),
+        FaultSpec(
+            name="disk_weight_sync",
+            description=(
+                "healthy, with slime main's disk weight sync (--update-weight-transport disk): "
+                "each update writes an HF checkpoint (save_hf_model_to_path) and the engines "
+                "reload it (/update_weights_from_disk); steps keep advancing"
+            ),
+            expected=Expected(status="progressing", stage="none"),
+            uses_fault_after_steps=False,
+        ),
+        FaultSpec(
+            name="startup_engine_never_healthy",
+            description="engine 1's server never turns healthy (503): the job never leaves start-up",
+            expected=Expected(
+                status="hung",
+                stage="startup",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            uses_fault_after_steps=False,
+            server_fault="never_healthy",
+            frames=(
+                FrameSignature("driver", ("create_rollout_manager", "train")),
+                FrameSignature("rollout_manager", ("get", "__init__")),
+                FrameSignature(
+                    "engine 1 actor",
+                    ("_wait_server_healthy", "launch_server_process", "_init_normal", "init"),
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="startup_engine_warmup_stuck",
+            description=(
+                "engine 1's server is up but its first forward (the /health_generate warm-up) "
+                "never returns: its actor waits in _wait_server_healthy, the RolloutManager is "
+                "still being constructed"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="startup",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            uses_fault_after_steps=False,
+            server_fault="stuck_prefill",
+            frames=_WARMUP_STUCK_FRAMES,
+        ),
+        FaultSpec(
+            name="startup_engine_warmup_stuck_colocate",
+            description="colocate: as startup_engine_warmup_stuck",
+            expected=Expected(
+                status="hung",
+                stage="startup",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            colocate=True,
+            uses_fault_after_steps=False,
+            server_fault="stuck_prefill",
+            frames=_WARMUP_STUCK_FRAMES,
+        ),
+        FaultSpec(
+            name="rollout_engine_stuck",
+            description="engine 1's scheduler gets stuck in a decode step during the rollout",
+            expected=Expected(
+                status="hung",
+                stage="rollout_dispatch",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="stuck_scheduler",
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature(
+                    "rollout_manager",
+                    ("run", "generate_rollout", "call_rollout_fn", "_get_rollout_data", "generate"),
+                ),
+                FrameSignature("engine 1 scheduler", ("forward_decode", "event_loop_normal")),
+                FrameSignature("engine 1 server", ("generate_request", "ep_generate")),
+            ),
+        ),
+        FaultSpec(
+            name="reward_hang",
+            description="the math reward (sympy) spins forever on the rollout's event-loop thread",
+            expected=Expected(status="hung", stage="reward", culprit_role="rollout_manager"),
+            frames=(
+                FrameSignature(
+                    "rollout_manager",
+                    ("are_equal_under_sympy", "grade_answer_verl", "async_rm", "generate_and_rm"),
+                    thread="_start_loop",
+                ),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+            ),
+        ),
+        FaultSpec(
+            name="offload_hang",
+            description="colocate: engine 1's release_memory_occupation never returns",
+            expected=Expected(
+                status="hung",
+                stage="offload_onload",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            colocate=True,
+            server_fault="hang_release_memory_occupation",
+            frames=(
+                FrameSignature("rollout_manager", ("offload",)),
+                FrameSignature("engine 1 actor", ("_make_request", "release_memory_occupation")),
+            ),
+        ),
+        FaultSpec(
+            name="train_rank_stuck",
+            description="train rank 1 spins in process_rollout_data; rank 0 waits in all_reduce",
+            expected=Expected(
+                status="hung", stage="train", culprit_role="train_rank", culprit_rank=FAULT_RANK
+            ),
+            frames=(
+                FrameSignature(
+                    "train rank 1",
+                    ("_repack_partition", "process_rollout_data", "_get_rollout_data", "train"),
+                ),
+                FrameSignature(
+                    "train rank 0",
+                    ("all_reduce", "train_one_step", "train", "train_actor", "train"),
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="colocate_update_hang",
+            description="colocate: engine 1's update_weights_from_tensor never returns",
+            expected=Expected(
+                status="hung",
+                stage="weight_sync",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            colocate=True,
+            server_fault="hang_update_weights_from_tensor",
+            frames=(
+                FrameSignature("driver", ("update_weights", "train")),
+                FrameSignature("train rank 1", ("get", "update_weights", "update_weights")),
+                FrameSignature("train rank 0", ("barrier", "update_weights", "update_weights")),
+                FrameSignature("engine 1 actor", ("_make_request", "update_weights_from_tensor")),
+                FrameSignature(
+                    "engine 1 scheduler", ("_barrier_tp_cpu_group", "update_weights_from_tensor")
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="weight_sync_engine_missing",
+            description=(
+                "non-colocate: engine 1 never enters the weight broadcast; train rank 0 waits in "
+                "dist.broadcast"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="nccl_broadcast",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="skip_weight_sync",
+            frames=(
+                FrameSignature("driver", ("update_weights", "train")),
+                FrameSignature(
+                    "train rank 0",
+                    (
+                        "broadcast",
+                        "update_weights_from_distributed",
+                        "_update_bucket_weights_from_distributed",
+                        "update_weights",
+                    ),
+                ),
+                FrameSignature("train rank 1", ("barrier", "update_weights")),
+                FrameSignature(
+                    "engine 1 actor", ("_make_request", "update_weights_from_distributed")
+                ),
+                FrameSignature(
+                    "engine 1 scheduler", ("_wait_for_weights", "update_weights_from_distributed")
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="weight_sync_engine_wedged",
+            description=(
+                "non-colocate: engine 1's scheduler wedges after the weight update reached it, "
+                "before the first broadcast; train rank 0 waits in the broadcast of the bucket's "
+                "first tensor (32 MiB, more than a socket holds, so its gloo send to engine 1 never "
+                "completes) and engine 0's scheduler, which got it, waits on the next tensor's "
+                "handle (`handle.wait()` in update_weights_from_distributed, no broadcast frame), "
+                "as on NCCL"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="nccl_broadcast",
+                culprit_role="sglang_engine",
+                culprit_engines=(FAULT_ENGINE,),  # alone: the engine in the broadcast is none
+            ),
+            server_fault="stuck_before_weight_broadcast",
+            frames=(
+                FrameSignature("driver", ("update_weights", "train")),
+                FrameSignature("train rank 0", ("broadcast", "update_weights_from_distributed")),
+                FrameSignature(
+                    "engine 1 scheduler", ("_synchronize", "update_weights_from_distributed")
+                ),
+                FrameSignature(
+                    "engine 0 scheduler",
+                    ("update_weights_from_distributed", "update_weights_from_distributed"),
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="weight_sync_health_check_queued",
+            description=(
+                "weight_sync_engine_wedged in a job run with --use-fault-tolerance whose "
+                "weight updater resumes the health monitors as soon as it has posted the update "
+                "(slime pauses them in RolloutManager.recover_updatable_engines and resumes them "
+                "with the next generate; a fork that resumes them early): the RolloutManager's "
+                "RolloutHealthMonitor thread calls each engine actor's health_generate every "
+                "second; each engine actor runs update_weights_from_distributed, blocked in the "
+                "weight broadcast, so the health check queues behind it on the actor "
+                "(open-instruct PR#1454's shape). A fork that never pauses them lets a check "
+                "reach an engine between pause_generation and the update: SGLang fails it after "
+                "20 s and the monitor kills the engine (a CI run showed that race)"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="nccl_broadcast",
+                culprit_role="sglang_engine",
+                culprit_engines=(FAULT_ENGINE,),
+            ),
+            server_fault="stuck_before_weight_broadcast",
+            frames=(
+                FrameSignature("driver", ("update_weights", "train")),
+                FrameSignature("train rank 0", ("broadcast", "update_weights_from_distributed")),
+                FrameSignature(
+                    "rollout_manager",
+                    ("get", "_check_engine_health", "_run_health_checks"),
+                    thread="RolloutHealthMonitor",
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="eval_hang",
+            description="engine 1's scheduler gets stuck in a decode step during eval",
+            expected=Expected(
+                status="hung",
+                stage="eval",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="stuck_scheduler",
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature(
+                    "rollout_manager", ("run", "generate_rollout", "call_rollout_fn", "eval")
+                ),
+                FrameSignature("engine 1 scheduler", ("forward_decode", "event_loop_normal")),
+            ),
+        ),
+        FaultSpec(
+            name="actor_queue_cycle",
+            description=(
+                "non-colocate, PP>1 (slime PR#2331): two PP sources create their slime-pp groups "
+                "at once; each engine actor joins one group with a blocking call and the other "
+                "group's call waits in its method queue"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="weight_sync",
+                culprit_role="sglang_engine",
+                culprit_engines=(0, 1),
+            ),
+            uses_fault_after_steps=False,
+            frames=(
+                FrameSignature("driver", ("update_weights", "train")),
+                FrameSignature(
+                    "train rank 0",
+                    ("connect_rollout_engines_pp_concurrently", "connect_rollout_engines"),
+                ),
+                FrameSignature("engine 0 actor", ("_make_request", "init_weights_update_group")),
+                FrameSignature("engine 1 actor", ("_make_request", "init_weights_update_group")),
+            ),
+        ),
+        FaultSpec(
+            name="placement_infeasible",
+            description=(
+                "start-up on a too small cluster (OpenRLHF#865): the job's PACK placement group "
+                "asks for one GPU per bundle and the cluster has fewer; pg.ready() never returns"
+            ),
+            expected=Expected(status="hung", stage="startup", culprit_role="driver"),
+            uses_fault_after_steps=False,
+            frames=(
+                FrameSignature(
+                    "driver", ("_create_placement_group", "create_placement_groups", "train")
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="rollout_data_plasma_full",
+            description=(
+                "ray-project/ray#62093: a user's --custom-convert-samples-to-train-data-path packs "
+                "the rollout batch in a Ray task that waits on one Ray task per DP shard; the "
+                "batch it pins as a granted lease's argument leaves no room under Ray's "
+                "task-argument limit (70 % of a small object store): the shard's task never "
+                "starts and RolloutManager.generate waits"
+            ),
+            expected=Expected(
+                status="hung", stage="rollout_dispatch", culprit_role="rollout_manager"
+            ),
+            uses_fault_after_steps=False,
+            object_store_mib=128,
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature(
+                    "rollout_manager",
+                    ("convert_samples_to_train_data", "_convert_samples_to_train_data", "generate"),
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="engine_paused_by_update",
+            description=(
+                "engine 1 pauses generation again right after a weight update and nothing "
+                "continues it (AReaL#1160): the next rollout's requests wait at its pause gate, "
+                "outside its scheduler"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="rollout_dispatch",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="stay_paused_after_update",
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+                FrameSignature("engine 1 server", ("_pass_pause_gate", "generate_request")),
+            ),
+        ),
+        FaultSpec(
+            name="rollout_behind_proxy",
+            description=(
+                "the RolloutManager runs with the master node's http_proxy (slime#1026), a proxy "
+                "that accepts and never answers, and a no_proxy that names localhost but not the "
+                "engines' address: the first rollout's requests wait at the proxy, every engine "
+                "is idle"
+            ),
+            expected=Expected(
+                status="hung", stage="rollout_dispatch", culprit_role="rollout_manager"
+            ),
+            uses_fault_after_steps=False,
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+            ),
+        ),
+        FaultSpec(
+            name="reward_service_stuck",
+            description=(
+                "the rewards come from a remote reward model outside the job (`--rm-type "
+                "remote_rm --rm-url`, as slime's remote_rm posts each sample); after the healthy "
+                "rollouts the service accepts and reads every request and never answers: the "
+                "engines have finished their share, every stack is idle, only the "
+                "RolloutManager's connections to the service show where the rollout waits"
+            ),
+            expected=Expected(status="hung", stage="reward", culprit_role="rollout_manager"),
+            remote_reward=True,
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+            ),
+        ),
+        FaultSpec(
+            name="rollout_slots_leaked",
+            description=(
+                "the rollout's concurrency slots leak (a custom rollout's abort path takes them "
+                "from GenerateState's semaphore and never gives them back): after three healthy "
+                "rollouts every generate_and_rm waits for a slot forever, no request reaches an "
+                "engine, and no connection is open to any"
+            ),
+            expected=Expected(
+                status="hung", stage="rollout_dispatch", culprit_role="rollout_manager"
+            ),
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+            ),
+        ),
+        FaultSpec(
+            name="checkpoint_slow_storage",
+            description=(
+                "slime's save_model after a train step writes the checkpoint to slow storage "
+                "(verl#2238: 22-36 min per save): train rank 0 writes the whole torch_dist "
+                "checkpoint in small fsync'd blocks, each acknowledged after a pause, while rank "
+                "1 waits in save_checkpoint's barrier. Both stack samples look the same; only "
+                "the kernel source's /proc/<pid>/io write bytes show the save moving"
+            ),
+            expected=Expected(status="progressing", stage="none"),
+            frames=(
+                FrameSignature("driver", ("save_model", "train")),
+                FrameSignature(
+                    "train rank 0",
+                    ("_write_block", "_write_shard_to_slow_storage", "save_checkpoint", "save"),
+                ),
+                FrameSignature("train rank 1", ("barrier", "save_checkpoint", "save")),
+            ),
+        ),
+        FaultSpec(
+            name="checkpoint_stuck_storage",
+            description=(
+                "slime's save_model after a train step streams rank 0's checkpoint to an uploader "
+                "(as into `aws s3 cp - URL`) that stopped reading: the write sleeps in the kernel "
+                "(pipe_write) with no byte moving, while rank 1 waits in save_checkpoint's "
+                "barrier. The stacks alone read as a collective mismatch of the save (slime#1908, "
+                "verl#2238); the kernel source's wchan and flat /proc/<pid>/io say stuck storage"
+            ),
+            expected=Expected(
+                status="hung", stage="checkpoint", culprit_role="train_rank", culprit_rank=0
+            ),
+            frames=(
+                FrameSignature("driver", ("save_model", "train")),
+                FrameSignature(
+                    "train rank 0", ("_stream_shard_to_uploader", "save_checkpoint", "save")
+                ),
+                FrameSignature("train rank 1", ("barrier", "save_checkpoint", "save")),
+            ),
+        ),
+        FaultSpec(
+            name="checkpoint_writer_deadlock",
+            description=(
+                "slime's save_model after a train step hands rank 0's checkpoint to an "
+                "asynchronous writer process forked from the rank (multiprocessing, fork) while "
+                "another thread of the rank holds the writer's lock: the child inherits the lock "
+                "held and waits on it forever, rank 0 waits for its writer in join, rank 1 in "
+                "save_checkpoint's barrier. The child keeps the rank's Ray process title "
+                "(ray::MegatronTrainRayActor.save_model) and environment: it is rank 0's child, "
+                "not a third rank"
+            ),
+            expected=Expected(
+                status="hung", stage="checkpoint", culprit_role="train_rank", culprit_rank=0
+            ),
+            frames=(
+                FrameSignature("driver", ("save_model", "train")),
+                FrameSignature(
+                    "train rank 0", ("join", "_save_shard_in_forked_writer", "save_checkpoint")
+                ),
+                FrameSignature("train rank 1", ("barrier", "save_checkpoint", "save")),
+            ),
+        ),
+        FaultSpec(
+            name="checkpoint_plan_gather_stuck",
+            description=(
+                "slime's save_model after a train step with --async-save: Megatron's "
+                "save_state_dict_async_plan gathers every rank's local save plan on a coordinator "
+                "(torch DCP's _DistWrapper.gather_object). Each rank is given its own coordinator "
+                "(as a save group whose layout differs between ranks would), so every rank waits "
+                "for the others' plans in the same gather_object and no rank is anywhere else: "
+                "THUDM/slime#1908's stack (its root cause is open). No rank stands out"
+            ),
+            expected=Expected(status="hung", stage="checkpoint", no_culprit=True),
+            frames=(
+                FrameSignature("driver", ("save_model", "train")),
+                *(
+                    FrameSignature(
+                        f"train rank {r}",
+                        (
+                            "gather",
+                            "gather_object",
+                            "gather_object",
+                            "save_state_dict_async_plan",
+                            "async_save",
+                            "save_checkpoint",
+                        ),
+                    )
+                    for r in (0, 1)
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="train_custom_loss_stuck",
+            description=(
+                "slime's FSDP backend (--train-backend fsdp) with a user's loss plugged in by "
+                "--custom-loss-function-path: on train rank 1 the loss loops forever on a "
+                "micro-batch without response tokens, and rank 0 waits in the step's all_reduce. "
+                "No frame or Ray method of the FSDP backend is in the stage tables: only rank 0's "
+                "`Timer actor_train start` in the log names the stage (slime#1487)"
+            ),
+            expected=Expected(
+                status="hung", stage="train", culprit_role="train_rank", culprit_rank=FAULT_RANK
+            ),
+            frames=(
+                FrameSignature(
+                    "train rank 1",
+                    ("token_mean_loss", "loss_function", "_train_step", "_train_core", "train"),
+                ),
+                FrameSignature("train rank 0", ("all_reduce", "_train_step", "_train_core")),
+            ),
+        ),
+        FaultSpec(
+            name="engine_server_killed",
+            description=(
+                "mid-rollout, engine 1's HTTP server process is SIGKILLed (as by the OOM killer; "
+                "its schedulers die with it, its SGLangEngine actor lives on): its port refuses "
+                "connections and the RolloutManager retries its requests (slime gives up after "
+                "60 s; the demo keeps retrying)"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="rollout_dispatch",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="killed_mid_generate",
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+            ),
+        ),
+        FaultSpec(
+            name="engine_detokenizer_stalled",
+            description=(
+                "mid-rollout, engine 1's sglang::detokenizer stops in its decode of an output batch "
+                "and never reads again (sglang#36333, #40809: its heartbeat stops, /health turns "
+                "503): the process lives, its scheduler finishes the requests and goes idle, their "
+                "outputs never reach the HTTP process and the RolloutManager waits on them"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="rollout_dispatch",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="detokenizer_stalled",
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+                FrameSignature(
+                    "engine 1 detokenizer",
+                    ("_decode_batch_token_id_output", "handle_batch_token_id_out", "event_loop"),
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="router_worker_removed",
+            description=(
+                "mid-rollout, every engine's worker is removed from the router (DELETE "
+                "/workers/{id}, as slime's SGLangEngine.shutdown does) while the rollout's "
+                "requests are in flight: those finish (sgl-router 0.3.2 keeps their connections), "
+                "every later /generate gets 503 no_available_workers from the router, and the "
+                "RolloutManager retries it; the engines are healthy and idle"
+            ),
+            expected=Expected(status="hung", stage="rollout_dispatch", culprit_role="router"),
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+                # fork keeps the constructor's frames below the router's own
+                FrameSignature(
+                    "router", ("start", "launch_router", "run_router", "_start_router", "__init__")
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="router_killed",
+            description=(
+                "mid-rollout, the router process (the RolloutManager's forked child) is "
+                "SIGKILLed, as by the OOM killer: its port refuses connections and the "
+                "RolloutManager retries its requests (slime gives up after 60 s; the demo keeps "
+                "retrying); the engines are healthy and idle"
+            ),
+            expected=Expected(status="hung", stage="rollout_dispatch", culprit_role="router"),
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+            ),
+        ),
+        FaultSpec(
+            name="rollout_tp_rank_prefetch_stuck",
+            description=(
+                "engines with 2 TP ranks and HiCache storage (sglang#30760): at the armed rollout, engine "
+                "1's TP rank 0 enters the prefetch check's all_reduce for a request its TP rank 1 "
+                "never reaches (rank 1's batch is full first: its own free slots), and rank 1 "
+                "moves on to wait in broadcast_pyobj for rank 0's next requests, for ever"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="rollout_dispatch",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="prefetch_check_diverged",
+            tp_size=2,
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+                FrameSignature(
+                    "engine 1 scheduler",
+                    (
+                        "all_reduce",
+                        "_all_reduce_attn_groups",
+                        "can_terminate_prefetch",
+                        "check_prefetch_progress",
+                        "_get_new_batch_prefill_raw",
+                        "event_loop_normal",
+                    ),
+                ),
+                FrameSignature(
+                    "engine 1 scheduler TP1",
+                    ("broadcast", "broadcast_pyobj", "recv_requests", "event_loop_normal"),
+                ),
+            ),
+        ),
+    )
+}
+
+
+def get_fault(name: str) -> FaultSpec:
+    """The spec of `name`; ValueError listing the known names otherwise."""
+    try:
+        return FAULTS[name]
+    except KeyError:
+        raise ValueError(f"unknown demo fault {name!r}; known: {', '.join(FAULTS)}") from None
+
+
+def fault_names() -> tuple[str, ...]:
+    return tuple(FAULTS)
+
+
+def server_fault_supported(spec: FaultSpec) -> bool:
+    """Whether the SGLang stand-in offers the server fault `spec` relies on."""
+    if spec.server_fault is None:
+        return True
+    from slime_hangdoctor_demo.sglang_server import FAULTS as SERVER_FAULTS
+
+    return spec.server_fault in SERVER_FAULTS
