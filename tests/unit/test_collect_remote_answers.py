@@ -70,3 +70,36 @@ def test_a_node_is_sent_no_secret() -> None:
         "extra",
     }
     assert all(getattr(sent, name) == getattr(opts, name) for name in kept)
+
+
+def test_a_probe_takes_its_samples_in_order_whatever_order_they_come_in() -> None:
+    """A probe that started late is asked for both samples at once, and its threads may pick up
+    the second first: it takes the first sample first, and the second only after it (two py-spy
+    dumps of one process at once fail). Each answer is a real process scan of this machine."""
+    import threading
+    import time
+
+    from slime_hangdoctor.collect.node import node_probes
+    from slime_hangdoctor.collect.node_probe import NodeSpec
+    from slime_hangdoctor.collect.remote import NodeProbe
+
+    probe = NodeProbe(first_sample=0)
+    off = frozenset(name for name, _ in node_probes())  # the scan alone
+    answers: dict[int, bytes] = {}
+
+    def ask(sample: int) -> None:
+        spec = NodeSpec("10.0.0.2", sample, frozenset(), off=off)
+        answers[sample] = probe.sample(spec, CollectOptions(), 30.0)
+
+    second = threading.Thread(target=ask, args=(1,))
+    second.start()
+    time.sleep(0.3)  # (the second is asked first: it must wait, whatever this pause is)
+    ask(0)
+    second.join(timeout=60)
+    starts = {}
+    for sample, data in answers.items():
+        records = unpack_answer(data)
+        assert records, sample
+        (scan,) = [rec for rec, _, _ in records if rec["source"] == "processes"]
+        starts[sample] = scan["started_at"] + scan["elapsed_s"], scan["started_at"]
+    assert starts[0][0] <= starts[1][1], starts  # the first ended before the second began
