@@ -84,9 +84,12 @@ def _run(
         env={**cli_env(), **env, "PYTHONPATH": str(tree)},
         cwd=str(tree),
     )
-    if run.rc not in (0, 1, 2):
-        raise SystemExit(f"{tree} {form}: exit {run.rc}\n{run.stderr[-2000:]}")
-    verdict = json.loads(run.stdout) if fmt == "json" else {}
+    if run.rc not in (0, 1, 2):  # no verdict (3: Ray unreachable in time): counted, shown
+        print(f"    {tree.name} {form}: exit {run.rc}: {run.stderr.strip()[-300:]}", flush=True)
+    try:
+        verdict = json.loads(run.stdout) if fmt == "json" else {}
+    except ValueError:
+        verdict = {}
     return run, verdict
 
 
@@ -101,6 +104,7 @@ def measure_fault(
     """Every tree and form against one live job: walls (alternating) then phases (--out)."""
     walls: dict[tuple[str, str], list[float]] = {(f, t): [] for f in forms for t in trees}
     cpus: dict[tuple[str, str], list[float]] = {(f, t): [] for f in forms for t in trees}
+    exits: dict[tuple[str, str], list[int]] = {(f, t): [] for f in forms for t in trees}
     for round_ in range(runs + 1):  # the first round warms each tree's caches
         for form in forms:
             for name, tree in trees.items():
@@ -108,6 +112,7 @@ def measure_fault(
                 if round_:
                     walls[form, name].append(run.wall_s)
                     cpus[form, name].append(run.cpu_s)
+                    exits[form, name].append(run.rc)
     timelines: dict[tuple[str, str], list[dict[str, float]]] = {k: [] for k in walls}
     with tempfile.TemporaryDirectory(prefix="hd-ab-") as tmp:
         for i in range(phase_runs):
@@ -115,6 +120,8 @@ def measure_fault(
                 for name, tree in trees.items():
                     out = Path(tmp) / f"{form}-{name}-{i}"
                     run, verdict = _run(tree, job, form, ["--out", str(out)], "json")
+                    if not (out / "manifest.json").is_file():
+                        continue
                     timelines[form, name].append(
                         phases(
                             load_manifest(out),
@@ -132,6 +139,7 @@ def measure_fault(
                 "over_window_median_s": round(statistics.median(over), 3),
                 "over_window_worst_s": round(max(over), 3),
                 "over_window_runs_s": [round(o, 3) for o in over],
+                "exit_codes": exits[form, name],
                 "cpu_median_s": round(statistics.median(cpus[form, name]), 3),
                 "phases_median_s": {
                     k: round(statistics.median(t[k] for t in timelines[form, name]), 3)
@@ -157,18 +165,21 @@ def print_fault(fault: str, result: dict[str, Any]) -> None:
     print(f"{fault}: {result['load']}")
     for form, by_tree in result["forms"].items():
         for name, r in by_tree.items():
-            ph = r["phases_median_s"]
+            ph = r["phases_median_s"] or {}
             shown = " ".join(f"{k}={ph[k]:.2f}" for k in PHASES_SHOWN if k in ph)
+            failed = sum(1 for rc in r["exit_codes"] if rc not in (0, 1, 2))
             print(
                 f"  {form:5s} {name}: window + {r['over_window_median_s']:.2f} s median, "
-                f"+ {r['over_window_worst_s']:.2f} s worst (n={len(r['over_window_runs_s'])}), "
+                f"+ {r['over_window_worst_s']:.2f} s worst (n={len(r['over_window_runs_s'])}"
+                f"{f', {failed} without a verdict' if failed else ''}), "
                 f"CPU {r['cpu_median_s']:.2f} s; phases (median of "
                 f"{len(r['phases_runs'])}): {shown}",
                 flush=True,
             )
             for i, run in enumerate(r["phases_runs"]):
                 print(
-                    f"      run {i + 1}: " + " ".join(f"{k}={run[k]:.2f}" for k in PHASES_SHOWN),
+                    f"      run {i + 1}: "
+                    + " ".join(f"{k}={run.get(k, float('nan')):.2f}" for k in PHASES_SHOWN),
                     flush=True,
                 )
 

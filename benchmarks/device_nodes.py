@@ -36,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 WINDOW_S = 3.0
+# Eight raylets and their agents start at once (each agent imports Ray): more patience than
+# Ray's 15 s for an agent to register.
+SLOW_START = {"RAY_agent_register_timeout_ms": "120000", "RAY_raylet_start_wait_time_s": "180"}
 
 JOB = r"""
 import subprocess, sys, threading, time
@@ -115,7 +118,7 @@ class Cluster:
     def start(self) -> None:
         from slime_hangdoctor_demo import cluster
 
-        self.head = cluster.start_head(self.work / "head", num_cpus=4, timeout=240)
+        self.head = cluster.start_head(self.work / "head", num_cpus=4, timeout=240, env=SLOW_START)
         self.gcs, self.dashboard = self.head.gcs_address, self.head.dashboard_url
         for i in range(1, self.nodes + 1):
             log = open(self.work / f"node{i}.log", "wb")  # noqa: SIM115 - kept while it runs
@@ -141,6 +144,7 @@ class Cluster:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    env={**os.environ, **SLOW_START},
                 )
             )
         deadline = time.monotonic() + 240
