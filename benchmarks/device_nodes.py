@@ -9,13 +9,16 @@ children titled as SGLang titles its scheduler and detokenizer), every one block
 
 1. `attach` with the GCS address and with the dashboard URL, alternately, ROUNDS runs each after
    one warm-up: wall time minus the window (median, worst), and how many nodes' processes the
-   bundle holds (every node inspected, none a blind spot).
+   bundle holds (every node inspected, none a blind spot). With `--trees NAME=PATH,...`, the CLI
+   of each tree in turn (an A/B on a quiet many-core machine).
 2. The fan-out over real nodes: the doctor's probes on the first N worker nodes (N = 1, 2, 4,
    ..., NODES), per round as `attach` does: connect, create the N probes and take the first
    sample, then the second sample from the same probes.
-3. The same job with every actor on the head (one node), `attach` as in 1.
+3. The same job with every actor on the head (one node), `attach` as in 1, also with no address
+   (the local cluster, through `RAY_TMPDIR`).
 
-    python -m benchmarks.device_nodes [--nodes 8] [--rounds 5] [--out DIR]   # JSON to DIR
+    python -m benchmarks.device_nodes [--nodes 8] [--rounds 5] [--trees new=.,base=/tmp/base]
+        [--out DIR]   # JSON to DIR/device_nodes.json, written after each part
 
 Needs root (namespaces) and Ray, py-spy, psutil and setproctitle in this Python.
 """
@@ -36,9 +39,6 @@ from pathlib import Path
 from typing import Any
 
 WINDOW_S = 3.0
-# Eight raylets and their agents start at once (each agent imports Ray): more patience than
-# Ray's 15 s for an agent to register.
-SLOW_START = {"RAY_agent_register_timeout_ms": "120000", "RAY_raylet_start_wait_time_s": "180"}
 
 JOB = r"""
 import subprocess, sys, threading, time
@@ -81,7 +81,7 @@ engines = [
 ]
 rm = RolloutManager.options(resources=HEAD).remote()
 ranks = [MegatronTrainRayActor.options(resources=HEAD).remote(r) for r in range(2)]
-print("JOB READY", flush=True)
+open(sys.argv[3], "w").write(ray.get_runtime_context().get_job_id())
 ray.get([rm.generate.remote(0), *[r.train.remote(0) for r in ranks], *[e.generate.remote() for e in engines]])
 """
 
@@ -114,12 +114,14 @@ class Cluster:
         self.gcs = ""
         self.dashboard = ""
         self.workers: list[subprocess.Popen[bytes]] = []
+        self.tmpdir = work
 
     def start(self) -> None:
         from slime_hangdoctor_demo import cluster
 
-        self.head = cluster.start_head(self.work / "head", num_cpus=4, timeout=240, env=SLOW_START)
+        self.head = cluster.start_head(self.work / "head", num_cpus=4, timeout=240)
         self.gcs, self.dashboard = self.head.gcs_address, self.head.dashboard_url
+        self.tmpdir = self.head.owner_dir  # RAY_TMPDIR that finds it (its temp dir is <it>/ray)
         for i in range(1, self.nodes + 1):
             log = open(self.work / f"node{i}.log", "wb")  # noqa: SIM115 - kept while it runs
             self.workers.append(
@@ -144,7 +146,6 @@ class Cluster:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    env={**os.environ, **SLOW_START},
                 )
             )
         deadline = time.monotonic() + 240
@@ -173,8 +174,9 @@ class Cluster:
 def _job(cluster: Cluster, spread: bool, work: Path) -> subprocess.Popen[bytes]:
     script = work / "job.py"
     script.write_text(JOB)
+    id_file = work / f"job-{int(spread)}.id"
     proc = subprocess.Popen(
-        [sys.executable, str(script), "1" if spread else "0", str(cluster.nodes)],
+        [sys.executable, str(script), "1" if spread else "0", str(cluster.nodes), str(id_file)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env={**os.environ, "RAY_ADDRESS": cluster.gcs},
@@ -183,7 +185,8 @@ def _job(cluster: Cluster, spread: bool, work: Path) -> subprocess.Popen[bytes]:
     deadline = time.monotonic() + 180
     want = 3 + cluster.nodes
     while True:
-        running = _running_methods(cluster)
+        job_id = id_file.read_text().strip() if id_file.exists() else ""
+        running = _running_methods(cluster, job_id) if job_id else 0
         if running >= want:
             return proc
         if time.monotonic() > deadline or proc.poll() is not None:
@@ -192,11 +195,13 @@ def _job(cluster: Cluster, spread: bool, work: Path) -> subprocess.Popen[bytes]:
         time.sleep(1)
 
 
-def _running_methods(cluster: Cluster) -> int:
+def _running_methods(cluster: Cluster, job_id: str) -> int:
+    """The job's actor methods RUNNING now (the job is ready when all of them are)."""
     try:
         doc = _get(
             f"{cluster.dashboard}/api/v0/tasks?limit=1000&filter_keys=state"
-            "&filter_predicates=%3D&filter_values=RUNNING"
+            "&filter_predicates=%3D&filter_values=RUNNING&filter_keys=job_id"
+            f"&filter_predicates=%3D&filter_values={job_id}"
         )
     except OSError:
         return 0
@@ -204,18 +209,28 @@ def _running_methods(cluster: Cluster) -> int:
     return sum(1 for n in names if n.endswith((".generate", ".train")))
 
 
-def _attach(address: str, out: Path) -> dict[str, Any]:
+def _attach(tree: Path, address: str | None, out: Path, tmpdir: Path) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ["PYTHONPATH"]])}
+    env.pop("RAY_ADDRESS", None)
+    if address is None:
+        env["RAY_TMPDIR"] = str(tmpdir)
     t0 = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "slime_hangdoctor", "attach", address, "--json", "--out", str(out)],
+        [sys.executable, "-m", "slime_hangdoctor", "attach", *([address] if address else [])]
+        + ["--json", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        env=env,
+        cwd=str(tree),
     )
     wall = time.monotonic() - t0
     verdict = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
-    manifest = json.loads((out / "manifest.json").read_text())
+    try:
+        manifest = json.loads((out / "manifest.json").read_text())
+    except OSError:
+        manifest = {"probes": []}
     nodes = {
         p["node_ip"]
         for p in manifest["probes"]
@@ -232,24 +247,33 @@ def _attach(address: str, out: Path) -> dict[str, Any]:
     }
 
 
-def _attaches(cluster: Cluster, rounds: int, work: Path, label: str) -> dict[str, Any]:
-    forms = {"gcs": cluster.gcs, "url": cluster.dashboard}
-    runs: dict[str, list[dict[str, Any]]] = {f: [] for f in forms}
-    for i in range(rounds + 1):
-        for form, address in forms.items():
-            got = _attach(address, work / f"{label}-{form}-{i}")
-            print(f"{label} {form} run {i}: {got}", flush=True)
-            if i:
-                runs[form].append(got)
-    return {
-        form: {
+def _attaches(
+    cluster: Cluster,
+    rounds: int,
+    work: Path,
+    label: str,
+    trees: dict[str, Path],
+    forms: tuple[str, ...],
+) -> dict[str, Any]:
+    addresses = {"gcs": cluster.gcs, "url": cluster.dashboard, "local": None}
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {(f, t): [] for f in forms for t in trees}
+    for i in range(rounds + 1):  # the first round warms the caches
+        for form in forms:
+            for name, tree in trees.items():
+                out = work / f"{label}-{form}-{name}-{i}"
+                got = _attach(tree, addresses[form], out, cluster.tmpdir)
+                print(f"{label} {form} {name} run {i}: {got}", flush=True)
+                if i:
+                    runs[form, name].append(got)
+    result: dict[str, Any] = {}
+    for (form, name), rs in runs.items():
+        result.setdefault(form, {})[name] = {
             "over_window_median_s": round(statistics.median(r["over_s"] for r in rs), 3),
             "over_window_worst_s": round(max(r["over_s"] for r in rs), 3),
             "nodes_inspected": [r["nodes_inspected"] for r in rs],
             "runs": rs,
         }
-        for form, rs in runs.items()
-    }
+    return result
 
 
 def _fanout(cluster: Cluster, rounds: int) -> dict[str, Any]:
@@ -312,10 +336,22 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--fan-rounds", type=int, default=3)
+    parser.add_argument("--trees", default="new=.", help="NAME=PATH,... of the CLIs to time")
     parser.add_argument("--out", default=".")
     args = parser.parse_args()
+    trees = {
+        name: Path(path).resolve()
+        for name, _, path in (t.partition("=") for t in args.trees.split(",") if t)
+    }
     work = Path(tempfile.mkdtemp(prefix="hd-dev-"))
-    result: dict[str, Any] = {"nodes": args.nodes, "cpus": os.cpu_count()}
+    result: dict[str, Any] = {"nodes": args.nodes, "cpus": os.cpu_count(), "trees": list(trees)}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:
+        result["load"] = os.getloadavg()
+        (out / "device_nodes.json").write_text(json.dumps(result, indent=1))
+
     cluster = Cluster(args.nodes, work)
     try:
         t0 = time.monotonic()
@@ -323,22 +359,26 @@ def main() -> None:
         result["cluster_start_s"] = round(time.monotonic() - t0, 1)
         job = _job(cluster, True, work)
         try:
-            result["spread"] = _attaches(cluster, args.rounds, work, "spread")
+            result["spread"] = _attaches(
+                cluster, args.rounds, work, "spread", trees, ("gcs", "url")
+            )
+            save()
             result["fanout"] = _fanout(cluster, args.fan_rounds)
+            save()
         finally:
             os.killpg(job.pid, signal.SIGKILL)
         time.sleep(3)
         job = _job(cluster, False, work)
         try:
-            result["one_node"] = _attaches(cluster, args.rounds, work, "one_node")
+            forms = ("gcs", "url", "local")
+            result["one_node"] = _attaches(cluster, args.rounds, work, "one_node", trees, forms)
+            save()
         finally:
             os.killpg(job.pid, signal.SIGKILL)
-        result["load"] = os.getloadavg()
     finally:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "device_nodes.json").write_text(json.dumps(result, indent=1))
+        save()
         cluster.stop()
-    print(json.dumps(result, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k != "spread"}, indent=1)[:4000])
 
 
 if __name__ == "__main__":

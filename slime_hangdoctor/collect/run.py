@@ -321,8 +321,8 @@ def _sample(run: _Run, index: int) -> Topology:
     dumped from its start, while Ray's state is read and the processes scanned again (the scan
     then dumps only the processes new since)."""
     run.writer.note_sample(index, time.time())
+    endpoints, probed = _early_endpoints(run, index)  # first: the longest probes of a sample
     early = _early_stacks(run, index)
-    endpoints, probed = _early_endpoints(run, index)
     _read_cluster(run, index)
     state = partial_snapshot(run.writer)
     if index == 0:
