@@ -5,6 +5,12 @@ in docs/reports.md and the goldens the tests compare against always show the sam
 
     python scripts/make_screenshots.py          # rewrite everything, list what changed
     python scripts/make_screenshots.py --check  # write nothing; exit 1 if anything is out of date
+    python scripts/make_screenshots.py --html   # the HTML report and its screenshot (docs/img/)
+
+`--html` writes the HTML report of a recorded demo bundle (docs/img/report-demo-health-check.html)
+and a PNG of it as headless Chromium shows it (docs/img/report-html.png): it needs Graphviz's dot
+and Chromium (Debian: `apt-get install graphviz chromium`). A PNG is not byte-for-byte
+reproducible (fonts, Chromium's version), so `--check` leaves both out.
 
 Review the diff of tests/fixtures/golden/ after a rewrite: it is the change in what users see.
 """
@@ -82,10 +88,43 @@ def wanted() -> dict[Path, str]:
     return files
 
 
+HTML_BUNDLE = ROOT / "tests/fixtures/analysis/demo/weight_sync_health_check_queued.tar.gz"
+HTML_PAGE = IMG / "report-demo-health-check.html"
+HTML_PNG = IMG / "report-html.png"
+
+
+def html_screenshot() -> int:
+    """The HTML report of HTML_BUNDLE (elapsed set to 0, as the terminal screenshots), and its PNG."""
+    import dataclasses
+    import shutil
+    import tempfile
+
+    from slime_hangdoctor.pipeline import analyse_bundle
+    from slime_hangdoctor.render.html import render_html
+    from tests.chromium import screenshot as take
+
+    chromium = shutil.which("chromium")
+    if chromium is None or shutil.which("dot") is None:
+        print("--html needs chromium and dot (Debian: apt-get install graphviz chromium)")
+        return 1
+    diagnosis = analyse_bundle(HTML_BUNDLE).diagnosis
+    diagnosis = dataclasses.replace(
+        diagnosis, verdict=dataclasses.replace(diagnosis.verdict, elapsed_s=0.0)
+    )
+    HTML_PAGE.write_text(render_html(diagnosis), encoding="utf-8")
+    with tempfile.TemporaryDirectory() as work:
+        take(chromium, HTML_PAGE, HTML_PNG, Path(work), size="1280,1400")
+    print(f"wrote: {HTML_PAGE.relative_to(ROOT)}, {HTML_PNG.relative_to(ROOT)}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report out-of-date files")
+    parser.add_argument("--html", action="store_true", help="the HTML report and its PNG only")
     args = parser.parse_args()
+    if args.html:
+        return html_screenshot()
     files = wanted()
     stale = [path for path, text in files.items() if _read(path) != text]
     for path in stale:

@@ -138,6 +138,18 @@ REPORT = (
         default=False,
     ),
 )
+REPORT_FILE = Shared(
+    "report_file",
+    Path | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="Write the report to this file instead of standard output (with --format html: "
+        "one self-contained page).",
+        show_default=False,
+    ),
+    default=None,
+)
 WINDOW = Shared(
     "window",
     float,
@@ -438,13 +450,18 @@ def takes(
 
 
 @app.command()
-@takes(ADDRESS, *LOOK, *TOUCH, OUT, QUIET, *REPORT)
+@takes(ADDRESS, *LOOK, *TOUCH, OUT, QUIET, *REPORT, REPORT_FILE)
 def attach(
-    address: str | None, opts: CollectOptions, out: Path | None, quiet: bool, output: ReportFormat
+    address: str | None,
+    opts: CollectOptions,
+    out: Path | None,
+    quiet: bool,
+    output: ReportFormat,
+    report_file: Path | None,
 ) -> None:
     """Diagnose a live slime job: discover, sample twice, analyse, report. Read-only by default."""
     diagnosis = run_attach(address, opts, out=out, quiet=quiet or output is not ReportFormat.TEXT)
-    _emit(diagnosis, output)
+    _emit(diagnosis, output, to=report_file)
 
 
 @app.command()
@@ -474,15 +491,16 @@ def collect(
 
 
 @app.command()
-@takes(*REPORT)
+@takes(*REPORT, REPORT_FILE)
 def analyse(
     bundle: Annotated[
         Path, typer.Argument(help="A bundle directory or .tar.gz written by collect/attach/check.")
     ],
     output: ReportFormat,
+    report_file: Path | None,
 ) -> None:
     """Analyse an evidence bundle offline (record once, report many)."""
-    _emit(analyse_bundle(bundle), output)
+    _emit(analyse_bundle(bundle), output, to=report_file)
 
 
 @app.command()
@@ -500,6 +518,16 @@ def demo(
     workdir: Annotated[
         Path | None, typer.Option("--workdir", help="Where the demo's Ray cluster keeps its files.")
     ] = None,
+    layout: Annotated[
+        str | None,
+        typer.Option(
+            "--layout",
+            help="The demo job's source layout: slime (slime main), miles (radixark/miles main: "
+            "its files, its weight-update sessions) or slime-next (slime's open work: a "
+            "ServingCluster actor starts the router and engines). Default: the fault's own, "
+            "else slime.",
+        ),
+    ] = None,
     quiet: bool,
     output: ReportFormat,
 ) -> None:
@@ -509,16 +537,24 @@ def demo(
 
     if list_faults:
         for name, spec in FAULTS.items():
-            typer.echo(f"{name:32} {spec.description}")
+            where = f" [--layout {spec.layout}]" if spec.layout else ""
+            typer.echo(f"{name:32} {spec.description}{where}")
         return
     if fault not in FAULTS:
         raise HangDoctorError(f"unknown fault {fault!r}; see --list-faults")
+    from slime_hangdoctor_demo.launch import DemoError, job_layout
+
+    try:
+        job_layout(FAULTS[fault], layout)  # refused before anything starts
+    except DemoError as exc:
+        raise HangDoctorError(str(exc)) from None
     diagnosis = run_demo(
         fault,
         window=opts.window_s,
         out=out,
         workdir=workdir,
         quiet=quiet or output is not ReportFormat.TEXT,
+        layout=layout,
     )
     _emit(diagnosis, output)
 
@@ -635,7 +671,13 @@ def _need_demo() -> None:
 
 
 def run_demo(
-    fault: str, *, window: float, out: Path | None, workdir: Path | None, quiet: bool
+    fault: str,
+    *,
+    window: float,
+    out: Path | None,
+    workdir: Path | None,
+    quiet: bool,
+    layout: str | None = None,
 ) -> Diagnosis:
     from slime_hangdoctor_demo.cluster import ClusterError
     from slime_hangdoctor_demo.launch import DemoError, start_demo
@@ -644,7 +686,7 @@ def run_demo(
     with _progress(quiet) as say:
         say(f"starting a local Ray head for the demo job (fault: {fault})")
         try:
-            run = start_demo(fault, workdir=base)
+            run = start_demo(fault, workdir=base, layout=layout)
             try:
                 run.wait_until_ready(timeout=DEMO_READY_TIMEOUT_S, progress=say)
             except BaseException:
@@ -666,8 +708,16 @@ def run_demo(
 # ------------------------------------------------------------------ output and errors
 
 
-def _emit(diagnosis: Diagnosis, output: ReportFormat, exit_code: int | None = None) -> None:
-    if output == ReportFormat.JSON:  # plain ASCII text (json escapes the rest): no rich to load
+def _emit(
+    diagnosis: Diagnosis,
+    output: ReportFormat,
+    exit_code: int | None = None,
+    to: Path | None = None,
+) -> None:
+    """Print the report (or write it to `to`), then exit with the verdict's code."""
+    if to is not None:
+        _write_report(diagnosis, output, to)
+    elif output == ReportFormat.JSON:  # plain ASCII text (json escapes the rest): no rich to load
         from slime_hangdoctor.render import render_json
 
         typer.echo(render_json(diagnosis))
@@ -678,6 +728,30 @@ def _emit(diagnosis: Diagnosis, output: ReportFormat, exit_code: int | None = No
 
         render(diagnosis, output, Console(soft_wrap=False))
     raise typer.Exit(int(diagnosis.verdict.exit_code) if exit_code is None else exit_code)
+
+
+def _write_report(diagnosis: Diagnosis, output: ReportFormat, to: Path) -> None:
+    if output == ReportFormat.TEXT:
+        from io import StringIO
+
+        from rich.console import Console
+
+        from slime_hangdoctor.render import render
+
+        buffer = StringIO()
+        render(diagnosis, output, Console(file=buffer, width=100, no_color=True, soft_wrap=False))
+        text = buffer.getvalue()
+    else:
+        from slime_hangdoctor.render import render_text
+
+        text = render_text(diagnosis, output)
+    try:
+        to.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise HangDoctorError(
+            f"could not write the report to {to}: {exc.strerror or exc}"
+        ) from None
+    typer.echo(f"report: {to}", err=True)
 
 
 class _Progress:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Final, Literal
+from typing import Any, Final, Literal, get_args
 
 # --------------------------------------------------------------------------- stacks (py-spy)
 
@@ -59,6 +59,32 @@ class ProcessStack:
 PROXY_ENV: frozenset[str] = frozenset({"http_proxy", "https_proxy", "all_proxy", "no_proxy"})
 
 
+# psutil's process statuses (psutil.STATUS_*), and "unknown" for one a newer psutil adds
+ProcessStatus = Literal[
+    "running",
+    "sleeping",
+    "disk-sleep",
+    "stopped",
+    "tracing-stop",
+    "zombie",
+    "dead",
+    "wake-kill",
+    "waking",
+    "idle",
+    "locked",
+    "waiting",
+    "suspended",
+    "parked",
+    "unknown",
+]
+PROCESS_STATUSES: Final[frozenset[str]] = frozenset(get_args(ProcessStatus))
+STATUS_ZOMBIE: Final[ProcessStatus] = "zombie"
+STATUS_DISK_SLEEP: Final[ProcessStatus] = "disk-sleep"
+STATUS_UNKNOWN: Final[ProcessStatus] = "unknown"
+# gone from the process table's point of view: a zombie waiting to be reaped, or dead
+STATUS_GONE: Final[frozenset[ProcessStatus]] = frozenset({"zombie", "dead"})
+
+
 @dataclass(frozen=True)
 class ProcessInfo:
     """One process as psutil / procfs saw it at one sample."""
@@ -67,7 +93,7 @@ class ProcessInfo:
     ppid: int | None
     name: str
     cmdline: tuple[str, ...]  # already redacted
-    status: str  # psutil status: running, sleeping, disk-sleep, stopped, zombie, ...
+    status: ProcessStatus
     cpu_seconds: float | None  # user + system, cumulative
     create_time: float | None = None
     num_threads: int | None = None
@@ -155,9 +181,37 @@ class RasCommunicator:
     hash: str
     size: int | None
     ranks: tuple[RasRank, ...]
-    status: str | None = None  # RUNNING / INCOMPLETE / DEAD ... (text form)
-    errors: str | None = None  # OK / MISMATCH ...
+    status: str | None = None  # as RAS printed it: RUNNING, INIT, ABORT ... (text form)
+    errors: str | None = None  # as RAS printed it: OK, MISMATCH, INCOMPLETE, ERROR ...
     messages: tuple[str, ...] = ()  # the warning lines RAS printed for this communicator
+
+    @property
+    def states(self) -> frozenset[RasState]:
+        """The states RAS printed, typed (a word it prints that NCCL 2.28 does not is UNKNOWN);
+        none printed: RUNNING."""
+        return _ras_words(self.status, RAS_STATES) or frozenset({RAS_RUNNING})
+
+    @property
+    def error_kinds(self) -> frozenset[RasError]:
+        """The errors RAS printed, typed (OK: none; an unknown word is UNKNOWN)."""
+        return _ras_words(self.errors, RAS_ERRORS) - {"OK"}
+
+
+# NCCL RAS's words for a communicator (NCCL 2.28 src/ras/client_support.cc: rasACStatus,
+# rasACError), as its text form prints them, comma-separated where several hold
+RasState = Literal["NOCOMM", "INIT", "RUNNING", "FINALIZE", "ABORT", "UNKNOWN"]
+RasError = Literal["OK", "MISMATCH", "ERROR", "INCOMPLETE", "UNKNOWN"]
+RAS_STATES: Final[frozenset[str]] = frozenset(get_args(RasState))
+RAS_ERRORS: Final[frozenset[str]] = frozenset(get_args(RasError))
+RAS_RUNNING: Final[RasState] = "RUNNING"
+RAS_MISMATCH: Final[RasError] = "MISMATCH"
+# states of a communicator that works or is being set up
+RAS_HEALTHY: Final[tuple[frozenset[RasState], ...]] = (frozenset({"RUNNING"}), frozenset({"INIT"}))
+
+
+def _ras_words(text: str | None, known: frozenset[str]) -> frozenset[Any]:
+    words = {w.strip().upper() for w in (text or "").replace(" ", ",").split(",") if w.strip()}
+    return frozenset(w if w in known else "UNKNOWN" for w in words)
 
 
 @dataclass(frozen=True)
@@ -171,6 +225,13 @@ class RasReport:
 # --------------------------------------------------------------------------- PyTorch flight recorder
 
 
+# a flight-recorder entry's state (torch/csrc/distributed/c10d/FlightRecorder: scheduled, started,
+# completed)
+FrState = Literal["scheduled", "started", "completed", "unknown"]
+FR_STATES: Final[frozenset[str]] = frozenset(get_args(FrState))
+FR_COMPLETED: Final[FrState] = "completed"
+
+
 @dataclass(frozen=True)
 class FrEntry:
     record_id: int
@@ -179,7 +240,7 @@ class FrEntry:
     pg_id: int | None
     collective_seq_id: int
     op: str  # profiling_name, e.g. "nccl:broadcast"
-    state: str  # scheduled | started | completed
+    state: FrState
     frames: tuple[Frame, ...]
     is_p2p: bool = False
     input_sizes: tuple[tuple[int, ...], ...] = ()
@@ -256,6 +317,16 @@ PLACEMENT_GROUP_WAITING: Final[frozenset[PlacementGroupState]] = frozenset(
     {"PENDING", "RESCHEDULING"}
 )
 JOB_RUNNING: Final[JobStatus] = "RUNNING"
+# Ray 2.60's placement-group scheduling states (gcs.proto SchedulingState), UNKNOWN for a newer one
+PlacementSchedulingState = Literal[
+    "QUEUED", "REMOVED", "SCHEDULING_STARTED", "NO_RESOURCES", "INFEASIBLE", "FINISHED", "UNKNOWN"
+]
+PG_SCHEDULING_STATES: Final[frozenset[str]] = frozenset(get_args(PlacementSchedulingState))
+PG_INFEASIBLE: Final[PlacementSchedulingState] = "INFEASIBLE"
+# Ray 2.60's task types (common.proto TaskType), UNKNOWN for a newer one
+RayTaskType = Literal["NORMAL_TASK", "ACTOR_CREATION_TASK", "ACTOR_TASK", "DRIVER_TASK", "UNKNOWN"]
+DRIVER_TASK: Final[RayTaskType] = "DRIVER_TASK"
+ACTOR_CREATION_TASK: Final[RayTaskType] = "ACTOR_CREATION_TASK"
 
 
 @dataclass(frozen=True)
@@ -286,7 +357,7 @@ class RayTask:
     job_id: str | None = None
     start_time_ms: int | None = None
     # History and wait-for fields (``/api/v0/tasks?detail=1``; None where Ray did not say).
-    task_type: str | None = None  # ACTOR_TASK | ACTOR_CREATION_TASK | NORMAL_TASK | DRIVER_TASK
+    task_type: RayTaskType | None = None
     parent_task_id: str | None = None
     end_time_ms: int | None = None
     creation_time_ms: int | None = None
@@ -344,7 +415,7 @@ class RayPlacementGroup:
     name: str | None = None
     creator_job_id: str | None = None
     bundles: tuple[PlacementBundle, ...] = ()
-    scheduling_state: str | None = None  # stats.scheduling_state, e.g. INFEASIBLE, QUEUED
+    scheduling_state: PlacementSchedulingState | None = None  # stats.scheduling_state
     scheduling_attempt: int | None = None
     created_ns: int | None = None  # stats.creation_request_received_ns
     raw_state: str | None = None  # what Ray sent where `state` is UNKNOWN (a newer Ray's state)
@@ -481,6 +552,27 @@ class LogTail:
 # --------------------------------------------------------------------------- TCP connections (procfs)
 
 
+# the kernel's TCP state names (include/net/tcp_states.h), UNKNOWN for a number it adds
+TcpState = Literal[
+    "ESTABLISHED",
+    "SYN_SENT",
+    "SYN_RECV",
+    "FIN_WAIT1",
+    "FIN_WAIT2",
+    "TIME_WAIT",
+    "CLOSE",
+    "CLOSE_WAIT",
+    "LAST_ACK",
+    "LISTEN",
+    "CLOSING",
+    "NEW_SYN_RECV",
+    "UNKNOWN",
+]
+TCP_LISTEN: Final[TcpState] = "LISTEN"
+# a request in flight, or a connect that never completes
+TCP_WAITING: Final[frozenset[TcpState]] = frozenset({"ESTABLISHED", "SYN_SENT"})
+
+
 @dataclass(frozen=True)
 class TcpSocket:
     """One row of the kernel's /proc/net/tcp or tcp6 table."""
@@ -489,7 +581,7 @@ class TcpSocket:
     local_port: int
     remote_ip: str
     remote_port: int
-    state: str  # ESTABLISHED, SYN_SENT, CLOSE_WAIT, ... (the kernel's TCP state names)
+    state: TcpState
     tx_queue: int  # bytes sent and not yet acknowledged by the peer
     rx_queue: int  # bytes received and not yet read by the process
     inode: int
@@ -525,11 +617,18 @@ class IoCounters:
     write_bytes: int
 
 
+# the state letter of /proc/<pid>/stat (fs/proc/array.c task_state_array; "?" for one it adds)
+TaskLetter = Literal["R", "S", "D", "T", "t", "X", "x", "Z", "P", "I", "K", "W", "?"]
+TASK_LETTERS: Final[frozenset[str]] = frozenset(get_args(TaskLetter))
+DISK_SLEEP: Final[TaskLetter] = "D"  # uninterruptible sleep
+TRACED: Final[TaskLetter] = "t"  # tracing stop (py-spy holds it)
+
+
 @dataclass(frozen=True)
 class ThreadKernelState:
     tid: int
     name: str
-    state: str  # one letter of /proc/<pid>/task/<tid>/stat: R S D Z T t ...
+    state: TaskLetter  # of /proc/<pid>/task/<tid>/stat
     wchan: str | None = None
 
 
@@ -538,14 +637,14 @@ class ProcessKernelState:
     """What the kernel says one process is doing: its state, where it sleeps, its I/O so far."""
 
     pid: int
-    state: str  # one letter of /proc/<pid>/stat
+    state: TaskLetter  # of /proc/<pid>/stat
     wchan: str | None = None  # kernel function it sleeps in ("0" / empty: running or not shown)
     io: IoCounters | None = None  # None: not readable (another user's process without root)
     blocked_threads: tuple[ThreadKernelState, ...] = ()  # threads in D state (disk sleep)
 
     @property
     def in_disk_sleep(self) -> bool:
-        return self.state == "D" or bool(self.blocked_threads)
+        return self.state == DISK_SLEEP or bool(self.blocked_threads)
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,15 @@ from slime_hangdoctor.parsers import (
 from slime_hangdoctor.parsers.logs import parse_log_tail
 from slime_hangdoctor.snapshot import (
     GpuObs,
+    GpuVia,
     HttpObs,
+    HttpPeer,
     LogObs,
+    LogOwner,
     Parsed,
     Snapshot,
     StackObs,
+    StackVia,
     TaskPageObs,
 )
 from slime_hangdoctor.source_spec import Observed, SourceSpec
@@ -280,7 +284,7 @@ def _load_log(acc: _Loading, rec: ProbeRecord, data: bytes) -> None:
     tail = acc.parse(rec, bundle_format.RAY_LOGS, lambda: parse_log_tail(_text(data), offset))
     acc.logs.append(
         LogObs(
-            kind=str(meta.get("kind") or "actor"),
+            kind=LogOwner.DRIVER if meta.get("kind") == LogOwner.DRIVER.value else LogOwner.ACTOR,
             tail=tail,
             node_ip=rec.node_ip,
             actor_id=_str(meta.get("actor_id")),
@@ -333,7 +337,7 @@ def _add_node_summary(acc: _Loading, rec: ProbeRecord, parsed: tuple[Any, ...]) 
         if isinstance(item, ObjectStoreUsage):
             stores.append(item)
         else:
-            acc.summary_gpus.append(GpuObs(item.node_ip, item, "ray_summary"))
+            acc.summary_gpus.append(GpuObs(item.node_ip, item, GpuVia.RAY_SUMMARY))
     acc.object_stores[(rec.sample or 0, rec.started_at)] = tuple(stores)
 
 
@@ -372,7 +376,7 @@ DASHBOARD_LOADERS: dict[str, Callable[[_Loading, ProbeRecord, tuple[Any, ...]], 
     "nodes": _add_nodes,
     "node_summary": _add_node_summary,
     "jobs": _add_jobs,
-    "tasks_unfinished": _add_task_page,
+    ray_state.UNFINISHED_TASKS: _add_task_page,
     ray_state.TASK_HISTORY.target: _add_task_page,
     "placement_groups": _add_placement_groups,
     "cluster_status": _add_cluster,
@@ -382,8 +386,9 @@ DASHBOARD_LOADERS: dict[str, Callable[[_Loading, ProbeRecord, tuple[Any, ...]], 
 def _load_stack(acc: _Loading, rec: ProbeRecord, data: bytes) -> None:
     sample = rec.sample or 0
     pid = _int(rec.meta.get("pid"))
-    via = "dashboard" if rec.source == bundle_format.DASHBOARD_TRACEBACK else "pyspy"
-    if rec.meta.get("format", "json" if via == "pyspy" else "text") == "json":
+    traceback = rec.source == bundle_format.DASHBOARD_TRACEBACK
+    via = StackVia.DASHBOARD if traceback else StackVia.PYSPY
+    if rec.meta.get("format", "text" if traceback else "json") == "json":
         stack = acc.parse(rec, "pyspy-json", lambda: pyspy.parse_pyspy_json(_text(data), pid))
         acc.stacks.append(StackObs(rec.node_ip, stack.pid, sample, stack, via))
         return
@@ -427,7 +432,7 @@ def _load_http(
             parse_error = f"{type(exc).__name__}: {exc}"[:300]
         if parse_error is not None:
             acc.blind.append(f"{rec.source} {answer.url}{path}: could not parse: {parse_error}")
-    kind = "router" if rec.source == bundle_format.ROUTER else "engine"
+    kind = HttpPeer.ROUTER if rec.source == bundle_format.ROUTER else HttpPeer.ENGINE
     acc.http.append(HttpObs(kind, rec.sample or 0, answer, parsed, parse_error))
 
 

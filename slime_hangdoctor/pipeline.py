@@ -36,12 +36,14 @@ def analyse_bundle(path: Path, cache: ParseCache | None = None) -> Analysed:
     """Offline: open a bundle, parse it, diagnose it. `cache`: what the run that wrote this bundle
     already parsed of it (never for a bundle given to `analyse`: that one is untrusted)."""
     from slime_hangdoctor.analysis.diagnosis import diagnose
+    from slime_hangdoctor.analysis.timeline import timeline
 
     with open_bundle(path) as opened:
         snapshot = load_snapshot(opened, cache)
         manifest = opened.manifest
     topology = build_topology(snapshot)
-    return Analysed(diagnose(snapshot, topology), snapshot, topology, manifest)
+    diagnosis = dataclasses.replace(diagnose(snapshot, topology), timeline=timeline(snapshot))
+    return Analysed(diagnosis, snapshot, topology, manifest)
 
 
 def attach(

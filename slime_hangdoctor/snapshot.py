@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, TypeVar
 
 from slime_hangdoctor.bundle import Manifest
@@ -39,20 +40,48 @@ F = TypeVar("F")
 Parsed = ServerInfo | ModelInfo | EngineLoad | SglangMetrics | RouterWorkers | RouterMetrics | None
 
 
+class StackVia(str, Enum):
+    """Who read a stack: py-spy, or Ray's dashboard (/worker/traceback)."""
+
+    PYSPY = "pyspy"
+    DASHBOARD = "dashboard"
+
+
+class HttpPeer(str, Enum):
+    """Whose HTTP answer: an SGLang engine's or a router's."""
+
+    ENGINE = "engine"
+    ROUTER = "router"
+
+
+class GpuVia(str, Enum):
+    """Who read a GPU series: the local NVML sampler, or Ray's node summary (util and power only)."""
+
+    NVML = "nvml"
+    RAY_SUMMARY = "ray_summary"
+
+
+class LogOwner(str, Enum):
+    """Whose log a tail is: the job's driver's, or one slime actor's stream."""
+
+    DRIVER = "driver"
+    ACTOR = "actor"
+
+
 @dataclass(frozen=True)
 class StackObs:
     node_ip: str | None
     pid: int
     sample: int
     stack: ProcessStack
-    via: str = "pyspy"  # pyspy | dashboard
+    via: StackVia = StackVia.PYSPY
 
 
 @dataclass(frozen=True)
 class HttpObs:
     """One HTTP answer of an engine or router, with its parsed body where it parsed."""
 
-    kind: str  # engine | router
+    kind: HttpPeer
     sample: int
     answer: HttpAnswer
     parsed: Parsed = None
@@ -63,15 +92,14 @@ class HttpObs:
 class GpuObs:
     node_ip: str | None
     series: GpuSeries
-    # nvml (the local sampler) | ray_summary (dashboard /nodes?view=summary: util and power only)
-    via: str = "nvml"
+    via: GpuVia = GpuVia.NVML
 
 
 @dataclass(frozen=True)
 class LogObs:
     """The tail of one log: a job's driver log or one stream (err / out) of an actor."""
 
-    kind: str  # driver | actor
+    kind: LogOwner
     tail: LogTail
     node_ip: str | None = None
     actor_id: str | None = None
@@ -84,7 +112,7 @@ class LogObs:
 
     @property
     def label(self) -> str:
-        if self.kind == "driver":
+        if self.kind is LogOwner.DRIVER:
             return f"driver log ({self.submission_id})"
         return f"{self.class_name} log (pid {self.pid}, {self.suffix})"
 

@@ -60,6 +60,9 @@ class SourceSpec(Generic[F]):
     notes: Callable[[F, str], tuple[str, ...]] | None = None
     missing: str = ""  # the blind spot of a run that holds no fact of it ("" = none worth saying)
     node_probe: str | None = None  # module of collect/ with NODE_PROBE, run on every slime node
+    # its node probe attaches to the processes it reads (py-spy stops each one while it reads it):
+    # it runs after every other node probe, so that their reads see the processes undisturbed
+    attaches: bool = False
     analysis: str | None = None  # module of analysis/ with ANALYSIS
     # the CollectOptions field that turns it off (a bool), None = always on
     switch: str | None = None

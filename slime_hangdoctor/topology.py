@@ -6,13 +6,49 @@ import dataclasses
 import re
 import shlex
 from dataclasses import dataclass
+from enum import Enum
+from typing import Literal
 
-from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, TASK_RUNNING, ProcessInfo, RayJob
+from slime_hangdoctor.facts import (
+    ACTOR_ALIVE,
+    JOB_RUNNING,
+    STATUS_ZOMBIE,
+    TASK_RUNNING,
+    ProcessInfo,
+    RayJob,
+)
 from slime_hangdoctor.http_facts import RouterWorkers
 from slime_hangdoctor.parsers.log_heads import SPEC as LOG_HEADS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.snapshot import Snapshot
+from slime_hangdoctor.snapshot import HttpPeer, Snapshot
 from slime_hangdoctor.verdict import Role
+
+
+class MemberKind(str, Enum):
+    """What process of its role a member is."""
+
+    ACTOR = "actor"  # the Ray actor's own worker process
+    HTTP_SERVER = "http_server"  # an SGLang engine's HTTP server (tokenizer manager)
+    SCHEDULER = "scheduler"  # sglang::scheduler_* (one per TP/PP/DP rank)
+    DETOKENIZER = "detokenizer"  # sglang::detokenizer
+    DETOKENIZER_ROUTER = "detokenizer_router"  # multi-tokenizer mode's router of outputs
+    DATA_PARALLEL_CONTROLLER = "data_parallel_controller"  # dp_size > 1
+    TOKENIZER_WORKER = "tokenizer_worker"  # multi-tokenizer mode
+    SGLANG_HELPER = "sglang_helper"  # another sglang:: process
+    DRIVER = "driver"  # the job's driver (train.py)
+    ROUTER = "router"  # sgl-router
+    PROCESS = "process"  # a process of the role that is no actor (a bare torchrun rank)
+    CHILD = "child"  # forked by a slime process, kept its title (a checkpoint writer)
+
+
+# How a member was found: Ray's state API, its process title, the job API, the environment (RANK),
+# the head of an actor's log.
+MemberSource = Literal["ray-state", "proc-title", "job-api", "env", "actor-log"]
+# Where an engine's URL was learned: a listening server, an actor's log head, the user, a router's
+# worker list, an earlier answer of the run.
+EngineSource = Literal["proc-listen", "actor-log", "user-flag", "router", "earlier-answer"]
+# The members that run a role's own code: an actor, or a process that is none (a bare rank).
+_OWN_PROCESS = frozenset({MemberKind.ACTOR, MemberKind.PROCESS})
 
 
 @dataclass(frozen=True)
@@ -22,7 +58,7 @@ class Member:
     role: Role
     pid: int
     node_ip: str | None
-    kind: str  # actor | http_server | scheduler | detokenizer | driver | router | process | child
+    kind: MemberKind
     title: str = ""
     actor_id: str | None = None
     class_name: str | None = None
@@ -30,17 +66,17 @@ class Member:
     rank: int | None = None  # train rank
     engine_url: str | None = None  # for engine actors, their servers and schedulers
     parent_pid: int | None = None
-    source: str = "ray-state"  # ray-state | proc-title | job-api | user-flag
+    source: MemberSource = "ray-state"
     rank_inferred: bool = False  # rank guessed from process order, not read from RANK / RAS / FR
 
     @property
     def label(self) -> str:
         if self.role is Role.TRAIN_RANK and self.rank is not None:
             rank = f"train rank {self.rank}{'?' if self.rank_inferred else ''}"
-            return f"{rank} child (pid {self.pid})" if self.kind == "child" else rank
+            return f"{rank} child (pid {self.pid})" if self.kind is MemberKind.CHILD else rank
         if self.role is Role.SGLANG_ENGINE:
-            names = {"actor": "engine actor", "http_server": "engine server"}
-            return f"{names.get(self.kind, self.kind)} {self.engine_url or ''}".strip()
+            names = {MemberKind.ACTOR: "engine actor", MemberKind.HTTP_SERVER: "engine server"}
+            return f"{names.get(self.kind, self.kind.value)} {self.engine_url or ''}".strip()
         return str(self.role.value).replace("_", " ")
 
 
@@ -52,7 +88,7 @@ class Engine:
     node_ip: str | None = None
     actor_pid: int | None = None
     server_pid: int | None = None
-    source: str = "proc-listen"  # proc-listen | actor-log | user-flag | router | earlier-answer
+    source: EngineSource = "proc-listen"
     origin: str = ""  # where the URL was read, in words, where the source alone does not say
 
 
@@ -83,20 +119,32 @@ class SlimeActor:
     defined (a file of the tree read at `commit`; tests/unit/test_signature_layouts.py checks it
     against the recorded lists of tests/fixtures/layouts). miles keeps the same class names under
     `miles/`. `role` None: a slime actor that plays no role of its own (it is part of the job, but
-    not a member of the topology)."""
+    not a member of the topology). `starts_router`: the class's process starts slime's router as
+    its child (a fork or spawn in its constructor): a child of it that listens on ports of its own
+    is the router."""
 
     cls: str
     role: Role | None
     file: str
     commit: str
+    starts_router: bool = False
 
 
 _MAIN = "624b824"  # THUDM/slime main, 2026-08-21 (tests/fixtures/layouts/README.md)
 _JAN = "9bfe152"  # THUDM/slime, 2026-01-20: the January 2026 layout
+_MILES = "31f1ca961"  # radixark/miles main, 2026-08-21
+# THUDM/slime's open ServingCluster work, the stored version of slime/ray/serving.py
+# (tests/fixtures/layouts/README.md says how it was read)
+_SERVING = "15b8e507"
 
 # The one table of slime's actor classes; every other list of them is derived below.
 SLIME_ACTORS: tuple[SlimeActor, ...] = (
-    SlimeActor("RolloutManager", Role.ROLLOUT_MANAGER, "slime/ray/rollout.py", _MAIN),
+    # starts the router: `_start_router` (slime/ray/rollout.py:916-968@624b824, from
+    # start_rollout_servers :1019, in __init__ :370-417; :634-675@9bfe152 from __init__ :51);
+    # miles's `start_router` (miles/ray/rollout/router_manager.py:18-78@31f1ca961, a spawn child)
+    SlimeActor(
+        "RolloutManager", Role.ROLLOUT_MANAGER, "slime/ray/rollout.py", _MAIN, starts_router=True
+    ),
     # Teacher-server mode's stand-in for the RolloutManager: "Minimal rollout-manager surface
     # plus request queue" (slime/backends/megatron_utils/server/megatron_server.py:83-84@624b824).
     # `launch` hands it to `create_training_models` as the train ranks' `rollout_manager`
@@ -132,6 +180,17 @@ SLIME_ACTORS: tuple[SlimeActor, ...] = (
     # slime/ray/rollout.py:403@624b824): `acquire` is a test-and-set that returns at once, and the
     # caller spins on it, so a held lock shows on the train rank's stack, not in this process.
     SlimeActor("Lock", None, "slime/ray/utils.py", _MAIN),
+    # slime's next layout (open work, THUDM/slime@15b8e507 slime/ray/serving.py:23-51): "A named,
+    # detached owner for routers, engines and their GPU placements". Its constructor starts the
+    # routers and engines (`start_rollout_servers`, slime/backends/sglang_utils/deployment.py:
+    # 79-146@1e8bafac, which forks each router with `_start_router` :18-62, called at :101) and
+    # keeps the routers it forked (serving.py:37-43); it owns the health monitors and the
+    # weight-update lock. It plays no role of its own (the RolloutManager still runs the rollout),
+    # but its children are the job's routers.
+    SlimeActor("ServingCluster", None, "slime/ray/serving.py", _SERVING, starts_router=True),
+    # miles's multi-LoRA controller (miles/ray/multi_lora/controller.py:59-60@31f1ca961), a named
+    # async actor the driver creates (train_multi_lora_async.py:46): part of the job, no role.
+    SlimeActor("MultiLoRAController", None, "miles/ray/multi_lora/controller.py", _MILES),
 )
 # Not listed: InfoActor (slime/ray/placement_group.py:16@624b824), killed as soon as it has read
 # its bundle's IP and GPU id; TrainRayActor, the train ranks' base class, which Ray never names (it
@@ -144,14 +203,20 @@ SLIME_ACTORS: tuple[SlimeActor, ...] = (
 SLIME_ACTOR_CLASSES = frozenset(a.cls for a in SLIME_ACTORS)
 # The role of the process of each slime actor class that plays one
 CLASS_ROLES: dict[str, Role] = {a.cls: a.role for a in SLIME_ACTORS if a.role is not None}
+# The slime actor classes whose process starts the router as its child
+ROUTER_PARENTS = frozenset(a.cls for a in SLIME_ACTORS if a.starts_router)
 DRIVER_SCRIPTS = ("train.py", "train_async.py")
 
 
 def parse_ray_title(title: str) -> tuple[str, str | None] | None:
-    """`ray::Class.method ...` -> (Class, method); `ray::Class` -> (Class, None); else None."""
+    """`ray::Class.method ...` -> (Class, method); `ray::Class` -> (Class, None); else None.
+    While a named actor's constructor runs, Ray titles its process `ray::<name>:Class.__init__`
+    (recorded: slime's ServingCluster, named `slime_serving_cluster`, and the router it forked
+    then, tests/fixtures/analysis/demo/serving_cluster_engine_stuck.tar.gz): the name, which may
+    hold dots (SGLang names its scheduler actors after an IP), goes before the last colon."""
     if not title.startswith("ray::"):
         return None
-    head = title[5:].split(" ", 1)[0].strip()
+    head = title[5:].split(" ", 1)[0].strip().rsplit(":", 1)[-1]
     if not head:
         return None
     cls, _, method = head.partition(".")
@@ -229,7 +294,15 @@ def build_topology(snapshot: Snapshot) -> Topology:
         parsed = parse_ray_title(title)
         method = running.get(a.actor_id, "").partition(".")[2] or (parsed[1] if parsed else None)
         members[(node, a.pid)] = Member(
-            role, a.pid, node, "actor", title, a.actor_id, a.class_name, method, source="ray-state"
+            role,
+            a.pid,
+            node,
+            MemberKind.ACTOR,
+            title,
+            a.actor_id,
+            a.class_name,
+            method,
+            source="ray-state",
         )
     for (node, pid), p in procs.items():
         parsed = parse_ray_title(p.title)
@@ -244,7 +317,7 @@ def build_topology(snapshot: Snapshot) -> Topology:
             CLASS_ROLES[parsed[0]],
             pid,
             node,
-            "actor",
+            MemberKind.ACTOR,
             p.title,
             None,
             parsed[0],
@@ -252,9 +325,12 @@ def build_topology(snapshot: Snapshot) -> Topology:
             source="proc-title",
         )
     _add_engine_processes(members, procs)
+    _add_ray_mode_schedulers(members, procs, snapshot, node_ip_of)
     logged = _logged_urls(snapshot)
     _add_logged_urls(members, logged)
-    _add_routers(members, procs, _router_code_pids(snapshot))
+    _add_routers(
+        members, procs, _router_code_pids(snapshot), _router_owners(snapshot, procs, node_ip_of)
+    )
     launched = launched_routers(snapshot)
     _add_killed_routers(members, procs, launched)
     _add_drivers(members, procs, snapshot)
@@ -297,7 +373,9 @@ def _descendants(
 def _add_engine_processes(
     members: dict[tuple[str | None, int], Member], procs: dict[tuple[str | None, int], ProcessInfo]
 ) -> None:
-    actors = [m for m in members.values() if m.role is Role.SGLANG_ENGINE and m.kind == "actor"]
+    actors = [
+        m for m in members.values() if m.role is Role.SGLANG_ENGINE and m.kind is MemberKind.ACTOR
+    ]
     claimed: set[tuple[str | None, int]] = set()
     for actor in actors:
         desc = _descendants(actor.pid, actor.node_ip, procs)
@@ -310,7 +388,7 @@ def _add_engine_processes(
         url = _engine_url(server, actor.node_ip) if server else None
         members[(actor.node_ip, actor.pid)] = _replace(actor, engine_url=url)
         for p in desc:
-            kind = sglang_kind(p.title) or ("http_server" if p is server else None)
+            kind = sglang_kind(p.title) or (MemberKind.HTTP_SERVER if p is server else None)
             if kind is None or p.title.split(" ", 1)[0] == ROUTER_TITLE:
                 continue
             claimed.add((actor.node_ip, p.pid))
@@ -342,7 +420,7 @@ def _add_engine_processes(
                     Role.SGLANG_ENGINE,
                     parent.pid,
                     node,
-                    "http_server",
+                    MemberKind.HTTP_SERVER,
                     parent.title,
                     engine_url=url,
                     parent_pid=parent.ppid,
@@ -361,12 +439,12 @@ def _add_engine_processes(
 
 
 # SGLang's process titles (setproctitle), 0.5.15.post1 and 0.5.23 alike: exact titles -> kind.
-SGLANG_TITLES: dict[str, str] = {
-    "sglang::detokenizer": "detokenizer",  # detokenizer_manager.py:489
+SGLANG_TITLES: dict[str, MemberKind] = {
+    "sglang::detokenizer": MemberKind.DETOKENIZER,  # detokenizer_manager.py:489
     # multi-tokenizer mode's router of detokenizer outputs (multi_tokenizer_mixin.py:577): it
     # detokenizes nothing
-    "sglang::detokenizer_router": "detokenizer_router",
-    "sglang::data_parallel_controller": "data_parallel_controller",  # dp_size > 1
+    "sglang::detokenizer_router": MemberKind.DETOKENIZER_ROUTER,
+    "sglang::data_parallel_controller": MemberKind.DATA_PARALLEL_CONTROLLER,  # dp_size > 1
 }
 # scheduler.py:4247-4262: "sglang::scheduler" + one "_<NAME><rank>" per parallel dimension that is
 # in use, in this order (none at all when tp=1 without DP); "sglang::tokenizer_worker:<pid>" in
@@ -378,7 +456,7 @@ _SCHEDULER_TITLE = re.compile(
 _TOKENIZER_WORKER_TITLE = re.compile(r"sglang::tokenizer_worker:\d+")
 
 
-def sglang_kind(title: str) -> str | None:
+def sglang_kind(title: str) -> MemberKind | None:
     """The kind of SGLang process a title names; None for a title that is not SGLang's."""
     if not title.startswith("sglang::"):
         return None
@@ -386,12 +464,82 @@ def sglang_kind(title: str) -> str | None:
     if name in SGLANG_TITLES:
         return SGLANG_TITLES[name]
     if _SCHEDULER_TITLE.fullmatch(name):
-        return "scheduler"
+        return MemberKind.SCHEDULER
     if _TOKENIZER_WORKER_TITLE.fullmatch(name):
-        return "tokenizer_worker"
+        return MemberKind.TOKENIZER_WORKER
     if name.startswith("sglang::scheduler"):
-        return "scheduler"  # a suffix order of another version: SGLang's own test is the prefix
-    return "sglang_helper"
+        # a suffix order of another version: SGLang's own test is the prefix
+        return MemberKind.SCHEDULER
+    return MemberKind.SGLANG_HELPER
+
+
+# SGLang's Ray mode (`--use-ray`: 0.5.23 launch_server.py:52-61 -> srt/ray/http_server.py:27-70,
+# which runs RayEngine in the engine's HTTP process): the schedulers are Ray actors
+# (srt/ray/scheduler_actor.py:30-31 `@ray.remote class SchedulerActor`), created by that process
+# (srt/ray/engine.py:339-355, :367-381), placed by Ray (children of a raylet, not of the HTTP
+# process), each on one GPU of the engine's placement group (`num_cpus=0, num_gpus=1`,
+# engine.py:206-218), and titled by Ray after the method they run
+# (`ray::SchedulerActor.run_event_loop`: the `sglang::scheduler_TP<r>` title their constructor
+# sets, scheduler.py:6294, is Ray's again once a method runs). Their class -> the kind of SGLang
+# process each one is.
+SGLANG_RAY_ACTORS: dict[str, MemberKind] = {"SchedulerActor": MemberKind.SCHEDULER}
+# The name SGLang gives each (srt/ray/engine.py:209-213): the rank-0 scheduler's node, the DP, PP
+# and TP ranks, the first 8 hex digits of the placement group id and the bundle index.
+RAY_SCHEDULER_NAME = re.compile(
+    r"sglang_scheduler_node(?P<node>.+)_dp(?P<dp>\d+)_pp(?P<pp>\d+)_tp(?P<tp>\d+)"
+    r"_pg(?P<pg>[0-9a-f]+)_bundle(?P<bundle>\d+)"
+)
+
+
+def _add_ray_mode_schedulers(
+    members: dict[tuple[str | None, int], Member],
+    procs: dict[tuple[str | None, int], ProcessInfo],
+    snapshot: Snapshot,
+    node_of: dict[str, str],
+) -> None:
+    """SGLang's Ray-mode schedulers, each tied to its engine by the process that created it. Ray
+    names no actor's owner, but it names its job: the job of the process that created it. Where
+    the engine's HTTP process is a Ray driver of its own (SGLang started outside a Ray worker and
+    connected to the cluster: `sglang serve --use-ray`, or slime's `launch_server_process` spawn
+    child of its SGLangEngine actor), that job's driver is the engine's HTTP process, and every
+    scheduler of the job is that engine's. A scheduler whose job's driver is no engine (SGLang run
+    inside a Ray worker of slime's own job) keeps no URL: nothing Ray says ties it to one engine."""
+    drivers = {
+        j.job_id: (j.driver_node_ip, j.driver_pid)
+        for j in snapshot.jobs
+        if j.job_id and j.driver_pid is not None
+    }
+    for a in snapshot.actors:
+        kind = SGLANG_RAY_ACTORS.get(a.class_name)
+        if kind is None or a.pid is None or a.state != ACTOR_ALIVE:
+            continue
+        node = a.node_ip or node_of.get(a.node_id or "")
+        if (node, a.pid) not in procs:
+            hits = [n for (n, p) in procs if p == a.pid]
+            node = hits[0] if len(hits) == 1 else node
+        info = procs.get((node, a.pid))
+        title = info.title if info else ""
+        parsed = parse_ray_title(title)
+        engine: Member | None = None
+        driver = drivers.get(a.job_id or "")
+        if driver is not None:
+            engine = members.get(driver) or next(
+                (m for k, m in members.items() if k[1] == driver[1] and driver[0] is None), None
+            )
+        if engine is not None and engine.role is not Role.SGLANG_ENGINE:
+            engine = None
+        members[(node, a.pid)] = Member(
+            Role.SGLANG_ENGINE,
+            a.pid,
+            node,
+            kind,
+            title,
+            a.actor_id,
+            a.class_name,
+            parsed[1] if parsed else None,
+            engine_url=engine.engine_url if engine else None,
+            source="ray-state",
+        )
 
 
 def forked_from_actor(
@@ -408,7 +556,7 @@ def forked_from_actor(
         if parent is None:
             return False
         parsed = parse_ray_title(parent.title)
-        if parsed is not None and parsed[0] in CLASS_ROLES:
+        if parsed is not None and parsed[0] in SLIME_ACTOR_CLASSES:
             return True
         seen.add(ppid)
         ppid = parent.ppid
@@ -418,6 +566,12 @@ def forked_from_actor(
 # sgl-router's Python entry points (sglang_router/launch_router.py, router.py; the `sglang-router`
 # console script and `python -m sglang_router.launch_router`)
 _ROUTER_MODULE = "sglang_router"
+# The folders of the routers' own Python code: sgl-router's, miles's own router
+# (`--use-miles-router`: miles/router/router.py:18 `run_router`, started by multiprocessing spawn
+# from miles/ray/rollout/router_manager.py:66-70@31f1ca961) and slime's January one
+# (`--use-slime-router`: slime/router/router.py:17 `run_router`, forked at
+# slime/ray/rollout.py:663@9bfe152)
+ROUTER_CODE = (f"{_ROUTER_MODULE}/", "miles/router/", "slime/router/")
 
 
 def _router_code_pids(snapshot: Snapshot) -> set[tuple[str | None, int]]:
@@ -427,9 +581,10 @@ def _router_code_pids(snapshot: Snapshot) -> set[tuple[str | None, int]]:
     for obs in snapshot.stacks:
         for thread in obs.stack.threads:
             if any(
-                f"{_ROUTER_MODULE}/" in (f.short_filename or f.filename).replace("\\", "/")
+                code in (f.short_filename or f.filename).replace("\\", "/")
                 for f in thread.frames
                 if not f.native
+                for code in ROUTER_CODE
             ):
                 out.add((obs.node_ip, obs.pid))
                 break
@@ -440,12 +595,15 @@ def _router_code_pids(snapshot: Snapshot) -> set[tuple[str | None, int]]:
 # does not take (Ray's own title setting moved argv: slime's router keeps `ray::RolloutManager...`,
 # recorded in tests/fixtures/real/router-fork/); a router started outside Ray has it.
 ROUTER_TITLE = "sglang::router"
+# Every title a router gives itself: sgl-router's, and miles's own router's (miles/router/router.py:
+# 25@31f1ca961 `setproctitle("miles-router")`; a spawn child is a fresh interpreter: it takes)
+ROUTER_TITLES = (ROUTER_TITLE, "miles-router")
 
 
 def _runs_router_command(p: ProcessInfo) -> bool:
     """A router the user runs: `python -m sglang_router.launch_router ...`, `sglang-router ...`,
-    or any process with the router's own title."""
-    if p.title.split(" ", 1)[0] == ROUTER_TITLE:
+    or any process with a router's own title."""
+    if p.title.split(" ", 1)[0] in ROUTER_TITLES:
         return True
     head = p.cmdline[:3]
     return any(
@@ -463,14 +621,51 @@ def own_listen(p: ProcessInfo, parent: ProcessInfo | None) -> ProcessInfo:
     return dataclasses.replace(p, listen_addrs=addrs, listen_ports=ports)
 
 
+@dataclass(frozen=True)
+class _Owner:
+    """The process of a slime actor that starts the router (`ROUTER_PARENTS`)."""
+
+    node_ip: str | None
+    pid: int
+    actor_id: str | None
+    source: MemberSource
+
+
+def _router_owners(
+    snapshot: Snapshot,
+    procs: dict[tuple[str | None, int], ProcessInfo],
+    node_of: dict[str, str],
+) -> list[_Owner]:
+    """The processes of the live slime actors that start routers, wherever slime places them (the
+    RolloutManager, slime's next ServingCluster): from Ray state, else from their titles."""
+    out: dict[tuple[str | None, int], _Owner] = {}
+    for a in snapshot.actors:
+        if a.class_name not in ROUTER_PARENTS or a.pid is None or a.state != ACTOR_ALIVE:
+            continue
+        node = a.node_ip or node_of.get(a.node_id or "")
+        if (node, a.pid) not in procs:
+            hits = [n for (n, p) in procs if p == a.pid]
+            node = hits[0] if len(hits) == 1 else node
+        out.setdefault((node, a.pid), _Owner(node, a.pid, a.actor_id, "ray-state"))
+    for key, p in procs.items():
+        parsed = parse_ray_title(p.title)
+        if key in out or parsed is None or parsed[0] not in ROUTER_PARENTS:
+            continue
+        if not forked_from_actor(key, procs):
+            out[key] = _Owner(key[0], key[1], None, "proc-title")
+    return list(out.values())
+
+
 def _add_routers(
     members: dict[tuple[str | None, int], Member],
     procs: dict[tuple[str | None, int], ProcessInfo],
     router_code: set[tuple[str | None, int]],
+    owners: list[_Owner],
 ) -> None:
-    """slime's router: a child of the RolloutManager that listens or runs sgl-router's code; and a
-    router run by hand (its command line), wherever it runs."""
-    for rm in [m for m in members.values() if m.role is Role.ROLLOUT_MANAGER and m.kind == "actor"]:
+    """slime's router: a child of a slime actor that starts routers (`ROUTER_PARENTS`: the
+    RolloutManager, the ServingCluster) that listens on ports of its own or runs router code; and
+    a router run by hand (its command line or title) or running router code, wherever it runs."""
+    for rm in owners:
         for p in _descendants(rm.pid, rm.node_ip, procs):
             key = (rm.node_ip, p.pid)
             if key in members:
@@ -483,7 +678,7 @@ def _add_routers(
                 Role.ROUTER,
                 p.pid,
                 rm.node_ip,
-                "router",
+                MemberKind.ROUTER,
                 p.title,
                 rm.actor_id,
                 engine_url=_router_url(own, rm.node_ip),
@@ -497,7 +692,7 @@ def _add_routers(
             Role.ROUTER,
             p.pid,
             key[0],
-            "router",
+            MemberKind.ROUTER,
             p.title,
             engine_url=_router_url(p, key[0]),
             parent_pid=p.ppid,
@@ -566,7 +761,7 @@ def _add_killed_routers(
                 for (n, _), p in procs.items()
                 if n == node
                 and p.ppid == pid
-                and p.status == "zombie"
+                and p.status == STATUS_ZOMBIE
                 and (n, p.pid) not in members
             ),
             key=lambda p: (p.create_time is None, p.create_time or 0.0, p.pid),
@@ -578,7 +773,7 @@ def _add_killed_routers(
                 Role.ROUTER,
                 zombie.pid,
                 node,
-                "router",
+                MemberKind.ROUTER,
                 zombie.title,
                 rm.actor_id,
                 engine_url=router.url,
@@ -663,11 +858,15 @@ def _add_drivers(
             hits = [k for k in procs if k[1] == job.driver_pid]
             key = hits[0] if len(hits) == 1 else key
         info = procs.get(key)
+        if key in members and members[key].role is Role.SGLANG_ENGINE:
+            # SGLang's Ray mode: the engine's HTTP process calls Ray itself (its own job's driver,
+            # see _add_ray_mode_schedulers): it stays the engine's server
+            continue
         members[key] = Member(
             Role.DRIVER,
             job.driver_pid,
             key[0],
-            "driver",
+            MemberKind.DRIVER,
             info.title if info else (job.entrypoint or ""),
             source="job-api",
         )
@@ -678,7 +877,7 @@ def _add_drivers(
             continue
         if any(arg.endswith(DRIVER_SCRIPTS) for arg in p.cmdline[1:3]):
             members[key] = Member(
-                Role.DRIVER, p.pid, key[0], "driver", p.title, source="proc-title"
+                Role.DRIVER, p.pid, key[0], MemberKind.DRIVER, p.title, source="proc-title"
             )
 
 
@@ -693,7 +892,9 @@ def _add_distributed_ranks(
             continue
         if _under_a_train_rank(key, members, procs):
             continue
-        members[key] = Member(Role.TRAIN_RANK, p.pid, key[0], "process", p.title, source="env")
+        members[key] = Member(
+            Role.TRAIN_RANK, p.pid, key[0], MemberKind.PROCESS, p.title, source="env"
+        )
 
 
 def _under_a_train_rank(
@@ -715,11 +916,7 @@ def _train_rank_above(
     ppid = info.ppid if info is not None else None
     while ppid is not None and ppid not in seen and len(seen) < 64:
         parent = members.get((node, ppid))
-        if (
-            parent is not None
-            and parent.role is Role.TRAIN_RANK
-            and parent.kind in ("actor", "process")
-        ):
+        if parent is not None and parent.role is Role.TRAIN_RANK and parent.kind in _OWN_PROCESS:
             return parent
         seen.add(ppid)
         info = procs.get((node, ppid))
@@ -739,14 +936,14 @@ def _assign_ranks(
         (m.node_ip, m.pid): above
         for m in members
         if m.role is Role.TRAIN_RANK
-        and m.kind in ("actor", "process")
+        and m.kind in _OWN_PROCESS
         and (above := _train_rank_above((m.node_ip, m.pid), by_key, procs)) is not None
     }
     ranks = [
         m
         for m in members
         if m.role is Role.TRAIN_RANK
-        and m.kind in ("actor", "process")
+        and m.kind in _OWN_PROCESS
         and (m.node_ip, m.pid) not in parent_of
     ]
     known: dict[int, int] = {}
@@ -782,7 +979,7 @@ def _assign_ranks(
         rank = assigned.get((above.node_ip, above.pid), above)
         out[i] = _replace(
             m,
-            kind="child",
+            kind=MemberKind.CHILD,
             rank=rank.rank,
             rank_inferred=rank.rank_inferred,
             parent_pid=rank.pid,
@@ -825,7 +1022,7 @@ def _add_logged_urls(
         if (
             m is not None
             and m.role is Role.SGLANG_ENGINE
-            and m.kind == "actor"
+            and m.kind is MemberKind.ACTOR
             and not m.engine_url
         ):
             members[key] = _replace(m, engine_url=url)
@@ -838,12 +1035,12 @@ def _engines(
 ) -> tuple[Engine, ...]:
     engines: dict[str, Engine] = {}
     for m in members:
-        if m.role is Role.SGLANG_ENGINE and m.kind == "http_server" and m.engine_url:
+        if m.role is Role.SGLANG_ENGINE and m.kind is MemberKind.HTTP_SERVER and m.engine_url:
             actor = next(
                 (
                     a
                     for a in members
-                    if a.kind == "actor" and a.actor_id and a.actor_id == m.actor_id
+                    if a.kind is MemberKind.ACTOR and a.actor_id and a.actor_id == m.actor_id
                 ),
                 None,
             )
@@ -851,10 +1048,15 @@ def _engines(
                 m.engine_url,
                 Engine(m.engine_url, m.node_ip, actor.pid if actor else None, m.pid, "proc-listen"),
             )
-    served = {m.engine_url for m in members if m.kind == "http_server"}
+    served = {m.engine_url for m in members if m.kind is MemberKind.HTTP_SERVER}
     for m in members:  # an engine actor whose URL only its log names: its server is gone
         url, origin = (logged or {}).get((m.node_ip, m.pid), (None, ""))
-        if m.kind == "actor" and url is not None and m.engine_url == url and url not in served:
+        if (
+            m.kind is MemberKind.ACTOR
+            and url is not None
+            and m.engine_url == url
+            and url not in served
+        ):
             engines.setdefault(url, Engine(url, m.node_ip, m.pid, None, "actor-log", origin))
     given = snapshot.manifest.target.get("sglang_urls")
     for url in given if isinstance(given, list) else ():
@@ -866,7 +1068,7 @@ def _engines(
                     url.rstrip("/"), Engine(url.rstrip("/"), None, None, None, "router")
                 )
     for obs in snapshot.http:  # an engine that answered earlier in this run is probed again
-        if obs.kind == "engine":
+        if obs.kind is HttpPeer.ENGINE:
             url = obs.answer.url.rstrip("/")
             engines.setdefault(url, Engine(url, None, None, None, "earlier-answer"))
     return tuple(engines.values())
@@ -885,14 +1087,14 @@ def _pair_lost_servers(
     """An engine URL that no process serves (learned from the router, an earlier answer or the
     user) and an SGLangEngine actor with no server among its children, on the same node: that
     actor's server is gone. Paired only when the node leaves no choice (one of each)."""
-    served = {m.engine_url for m in members if m.engine_url and m.kind == "http_server"}
+    served = {m.engine_url for m in members if m.engine_url and m.kind is MemberKind.HTTP_SERVER}
     lost = [
         e for e in engines if e.server_pid is None and e.actor_pid is None and e.url not in served
     ]
     bare = [
         m
         for m in members
-        if m.role is Role.SGLANG_ENGINE and m.kind == "actor" and m.engine_url is None
+        if m.role is Role.SGLANG_ENGINE and m.kind is MemberKind.ACTOR and m.engine_url is None
     ]
     pairs: dict[str, Member] = {}
     for node in {m.node_ip for m in bare}:

@@ -234,6 +234,7 @@ class ReportFormat(str, Enum):
     TEXT = "text"
     JSON = "json"
     MARKDOWN = "markdown"
+    HTML = "html"
 
 
 @dataclass(frozen=True)
@@ -247,6 +248,7 @@ class RoleRow:
     stage: Stage
     state: str  # "blocked in dist.broadcast", "idle", "spinning at a CUDA sync", "dead", ...
     culprit: bool = False
+    engine_url: str | None = None  # the engine a process is part of (actor, server, schedulers)
 
 
 @dataclass(frozen=True)
@@ -258,10 +260,77 @@ class StackExcerpt:
     highlight: tuple[int, ...] = ()  # indexes into frames
 
 
+class WaitKind(str, Enum):
+    """What one wait of the wait-for graph is."""
+
+    RAY_CALL = "ray_call"  # a Ray actor method waits on the call it made to another actor
+    QUEUE = "queue"  # a Ray call waits in an actor's queue behind the method it runs now
+    HTTP_REQUEST = "http_request"  # an HTTP request held by the server it was sent to
+    COLLECTIVE = "collective"  # a rank waits in a collective for a peer that never joins it
+    CHILD = "child"  # a process waits for a child it forked (joined, or its pipe)
+
+
+@dataclass(frozen=True)
+class WaitParty:
+    """One end of a wait: a process of the job where one is known (`pid`), else a server (`url`)."""
+
+    label: str  # "train rank 0", "engine server http://10.0.0.1:15000", "router http://..."
+    role: Role | None = None
+    node_ip: str | None = None
+    pid: int | None = None
+    url: str | None = None  # the engine (or other server) it is part of, where known
+    actor_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Wait:
+    """`waiter` cannot go on until `waited_for` does something; `evidence` says what showed it,
+    each line prefixed with its source (`[ray_tasks] ...`, `[stacks] ...`)."""
+
+    waiter: WaitParty
+    waited_for: WaitParty
+    kind: WaitKind
+    evidence: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProbeSpan:
+    """The probes of one source at one sample: when they ran (seconds after the run began) and
+    how they ended."""
+
+    source: str
+    sample: int | None  # 0 / 1, None for one-off probes
+    start_s: float
+    end_s: float
+    outcomes: tuple[tuple[str, int], ...]  # (outcome, how many probes ended so)
+
+
+@dataclass(frozen=True)
+class CounterMove:
+    """One work counter read at the first and the last sample."""
+
+    name: str  # "engine http://10.0.0.1:15000 decode tokens"
+    before: float
+    after: float
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The run's two samples for the report: when each sample began, what each source's probes
+    did, and which work counters moved."""
+
+    sample_times: tuple[float, ...]  # seconds after the run began
+    spans: tuple[ProbeSpan, ...] = ()
+    counters: tuple[CounterMove, ...] = ()
+
+
 @dataclass(frozen=True)
 class Diagnosis:
-    """What renderers get: the verdict plus the per-process table and a stack excerpt."""
+    """What renderers get: the verdict plus the per-process table, a stack excerpt and the waits
+    the analysis found (the wait-for graph's edges)."""
 
     verdict: Verdict
     rows: tuple[RoleRow, ...] = ()
     excerpt: StackExcerpt | None = None
+    waits: tuple[Wait, ...] = ()
+    timeline: Timeline | None = None

@@ -1,21 +1,25 @@
 """Pure analysis: Snapshot + Topology -> Diagnosis. No I/O, no clocks; it reads the Snapshot only.
 
-`diagnosis.diagnose` is the entry point. Its passes, in order:
+`diagnosis.diagnose` is the entry point. Inside, four layers, each importing only those below it
+(tests/unit/test_import_layers.py):
 
-1. `world.build_world`: one `Proc` per slime process, with its stack reads (`stacks.py`, whose
-   frames `signatures.py` maps to a block and a stage) and its GPU (`gpu.py`).
-2. `engines.read_engines`: each SGLang engine's state from its HTTP answers and processes.
-3. `progress.assess`: what moved between the two samples (progress) and what did not (frozen),
-   with each source's own progress signals (`SourceAnalysis.progress`).
-4. `suspects.find_suspects`: every suspect finder of `suspects.SUSPECT_FINDERS`, then each source's
-   (`SourceAnalysis.suspects`), names who the others wait for; `suspects.merge.merge` joins
-   suspects by identity.
-5. `suspects.hang_evidence`: every finder of `suspects.EVIDENCE_FINDERS`, then each source's, says
-   whether the job hangs.
-6. In `diagnosis`: the status, then (when hung) the stage and the culprits; `rules.known_causes`
-   (the KNOWN_CAUSES table) links known slime/SGLang causes; then confidence, the findings (each
-   source's, `source_analysis.Section`), next steps (`rules.py` and each source's) and blind spots;
-   the per-process rows and the deciding stack excerpt.
+1. The readers: `world.build_world` (one `Proc` per slime process, with its stack reads from
+   `stacks.py`, whose frames `signatures.py` maps to a block and a stage, and its GPU from
+   `gpu.py`), `engines.read_engines` (each SGLang engine's state), `progress` (the kinds of proof
+   of work and how the parts' readings combine), and the shared views (`network`, `actor_queues`,
+   `lost_requests`, `services`, `hazards`, `cuda_spin`).
+2. The contract of a part (`source_analysis.SourceAnalysis`: suspects, evidence, progress, stage,
+   known causes, findings, next steps) and `merge` (suspects joined by identity).
+3. The parts (`parts/`): one module per typed source and per rule that reads several sources,
+   reached through one list, `sources.ENTRIES`, in its order.
+4. What composes them: `diagnosis` (status, stage, culprits, confidence, findings, rows) and
+   `advice` (the culprits' and the general next steps, the blind spots).
+
+`diagnose` runs, in order: the readers; every part's `progress` (what moved between the samples);
+`suspects` (merged by identity) and `evidence`; the status, then (when hung) the stage and the
+culprits; every part's known `causes`; the confidence, the findings (culprits, evidence, causes,
+the parts' state, progress, the logs), the next steps and blind spots; the per-process rows and
+the deciding stack excerpt.
 """
 
 from __future__ import annotations

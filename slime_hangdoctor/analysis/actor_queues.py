@@ -20,16 +20,24 @@ a call queued on an actor waits for the method it runs now. From that and the pa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
+from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.facts import (
     ACTOR_ALIVE,
+    ACTOR_CREATION_TASK,
     TASK_ENDED,
     TASK_FINISHED,
     TASK_RUNNING_ANY,
     RayActor,
     RayTask,
 )
+from slime_hangdoctor.parsers.ray_state import UNFINISHED_TASKS
 from slime_hangdoctor.snapshot import Snapshot, TaskPageObs
+
+RAY_TASKS = Source(
+    "ray_tasks"
+)  # Ray's task list: actor queues, wait-for cycles, paused engines, overlong methods
 
 # a task that runs now or has ended: it reached a worker, it is not queued
 _STARTED = TASK_RUNNING_ANY | TASK_ENDED
@@ -61,7 +69,8 @@ class WaitEdge:
     waiting: RayTask | None  # the waiter's running task that waits (None: an async caller)
     queued: RayTask
     holding: RayTask
-    kind: str  # child | sibling
+    # child: made by the waiting actor's running method; sibling: fanned out by the same caller
+    kind: Literal["child", "sibling"]
 
 
 @dataclass(frozen=True)
@@ -113,7 +122,7 @@ def _merged(pages: tuple[TaskPageObs, ...]) -> dict[str, RayTask]:
 
 def _current(pages: tuple[TaskPageObs, ...]) -> TaskPageObs | None:
     """The newest page of the unfinished query (complete for queued and running tasks)."""
-    unfinished = [p for p in pages if p.target == "tasks_unfinished"]
+    unfinished = [p for p in pages if p.target == UNFINISHED_TASKS]
     return max(unfinished, key=lambda p: (p.sample, p.time)) if unfinished else None
 
 
@@ -151,7 +160,7 @@ def build_view(snapshot: Snapshot) -> TaskView | None:
     edges = _edges(now_tasks, known, set(actors))
     persistent = _persistent_ids(pages)
     cycles = tuple(c for c in _cycles(edges) if all(_held(e, persistent) for e in c))
-    history = [p for p in pages if p.target != "tasks_unfinished"]
+    history = [p for p in pages if p.target != UNFINISHED_TASKS]
     partial = any(p.truncated for p in pages)
     now_ms = current.time * 1000.0 if current else None
     paused = _paused(actors, state) if history and not partial else ()
@@ -162,7 +171,7 @@ def build_view(snapshot: Snapshot) -> TaskView | None:
 def _queues(actors: dict[str, RayActor], state: dict[str, RayTask]) -> tuple[ActorQueue, ...]:
     by_actor: dict[str, list[RayTask]] = {}
     for t in state.values():
-        if t.actor_id and t.task_type != "ACTOR_CREATION_TASK":
+        if t.actor_id and t.task_type != ACTOR_CREATION_TASK:
             by_actor.setdefault(t.actor_id, []).append(t)
     out: list[ActorQueue] = []
     for actor_id, tasks in by_actor.items():
@@ -240,7 +249,7 @@ def _persistent_ids(pages: tuple[TaskPageObs, ...]) -> set[str] | None:
     """Ids of tasks unfinished in both samples' unfinished pages (None: one sample only)."""
     by_sample: dict[int, set[str]] = {}
     for p in pages:
-        if p.target == "tasks_unfinished":
+        if p.target == UNFINISHED_TASKS:
             by_sample.setdefault(p.sample, set()).update(
                 t.task_id for t in p.tasks if t.state not in TASK_ENDED
             )

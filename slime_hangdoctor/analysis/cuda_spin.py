@@ -92,7 +92,7 @@ def _ras_closed(world: World, node_ip: str | None) -> str | None:
     on_node = [
         r
         for r in world.snapshot.manifest.probes
-        if r.source == "nccl_ras" and (node_ip is None or r.node_ip in (None, node_ip))
+        if r.source == RAS.name and (node_ip is None or r.node_ip in (None, node_ip))
     ]
     if not on_node:
         return None

@@ -8,43 +8,46 @@ culprit's own stack, the majority of stacks, then the running Ray methods.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
+from dataclasses import dataclass
 
-from slime_hangdoctor.analysis import rules
+from slime_hangdoctor.analysis import advice
 from slime_hangdoctor.analysis.cuda_spin import cuda_spins
-from slime_hangdoctor.analysis.engines import (
-    read_engines,
-)
-from slime_hangdoctor.analysis.progress import Progress, assess
+from slime_hangdoctor.analysis.engines import EngineRead, read_engines
+from slime_hangdoctor.analysis.merge import Merged, merge
+from slime_hangdoctor.analysis.parts.flight_recorder import fr_groups, fr_stage
+from slime_hangdoctor.analysis.parts.rollout import ROLLOUT
+from slime_hangdoctor.analysis.progress import Progress
 from slime_hangdoctor.analysis.signatures import (
     Block,
     layout_hint,
     method_stage,
 )
 from slime_hangdoctor.analysis.source_analysis import (
+    MEDIUM,
+    Cause,
+    Evidence,
     Reading,
+    Reads,
     Section,
-    SourceAnalysis,
-    source_analyses,
-)
-from slime_hangdoctor.analysis.stacks import highlight
-from slime_hangdoctor.analysis.suspects import (
+    assess,
     evidence_messages,
     find_suspects,
     hang_evidence,
-    reads_of,
+    known_causes,
+    part_steps,
+    section_findings,
+    stage_hint,
 )
-from slime_hangdoctor.analysis.suspects.flight_recorder import fr_groups, fr_stage
-from slime_hangdoctor.analysis.suspects.merge import Merged, merge
-from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, Evidence
+from slime_hangdoctor.analysis.stacks import STACKS, highlight
+from slime_hangdoctor.analysis.waits import find_waits
 from slime_hangdoctor.analysis.world import Proc, World, build_world
 from slime_hangdoctor.facts import ACTOR_ALIVE, ACTOR_BEING_CREATED, JOB_RUNNING, TASK_RUNNING
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.snapshot import Snapshot
-from slime_hangdoctor.topology import SLIME_ACTOR_CLASSES, Topology
+from slime_hangdoctor.snapshot import HttpPeer, Snapshot
+from slime_hangdoctor.topology import SLIME_ACTOR_CLASSES, MemberKind, Topology
 from slime_hangdoctor.verdict import (
     Confidence,
     Diagnosis,
@@ -98,7 +101,7 @@ def _no_job(world: World) -> bool:
     if (
         any(snap.facts(RAS))
         or any(snap.facts(FLIGHT_RECORDER))
-        or any(o.kind == "engine" for o in snap.http)
+        or any(o.kind is HttpPeer.ENGINE for o in snap.http)
     ):
         return False
     running = any(j.status == JOB_RUNNING for j in snap.jobs)
@@ -237,7 +240,7 @@ def _row_state(world: World, p: Proc) -> str:
     if p.dead:
         return "dead (gone from the process table)"
     parts: list[str] = []
-    missing = "stack not taken" if rules.stacks_not_asked(world.snapshot) else "no stack"
+    missing = "stack not taken" if advice.stacks_not_asked(world.snapshot) else "no stack"
     if p.latest is not None:
         parts.append(p.latest.describe())
     elif p.member is not None and p.member.method:
@@ -267,10 +270,12 @@ def build_rows(world: World, culprits: tuple[Merged, ...]) -> tuple[RoleRow, ...
                 stage=_row_stage(p),
                 state=_row_state(world, p),
                 culprit=p.pid in pids,
+                engine_url=p.engine_url,
             )
         )
-    order = {"train_rank": 0, "sglang_engine": 1, "rollout_manager": 2, "router": 3, "driver": 4}
-    return tuple(sorted(rows, key=lambda r: (order.get(r.role.value, 9), r.label, r.pid or 0)))
+    order = (Role.TRAIN_RANK, Role.SGLANG_ENGINE, Role.ROLLOUT_MANAGER, Role.ROUTER, Role.DRIVER)
+    rank = {role: i for i, role in enumerate(order)}
+    return tuple(sorted(rows, key=lambda r: (rank.get(r.role, 9), r.label, r.pid or 0)))
 
 
 def build_excerpt(world: World, culprits: tuple[Merged, ...]) -> StackExcerpt | None:
@@ -298,7 +303,7 @@ def _most_telling(world: World, proc: Proc) -> Proc:
         return (
             int(read.primary.in_collective),
             int(read.stage is not None),
-            int(p.kind == "scheduler"),
+            int(p.kind is MemberKind.SCHEDULER),
             int(p is proc),
         )
 
@@ -362,7 +367,7 @@ def _summary(
         where = f"in {stage.value}" if stage is not Stage.UNKNOWN else "(stage unknown)"
         if culprits:
             c = culprits[0].culprit()
-            who = _label(c.role.value, c.rank, c.pid, c.gpu, c.engine_url)
+            who = _label(c.role, c.rank, c.pid, c.gpu, c.engine_url)
             first_why: str = c.why.split(" | ")[0]
             return f"Hung {where}: {who} - {first_why}"
         return f"Hung {where}: nothing advanced, culprit not identified"
@@ -371,11 +376,11 @@ def _summary(
     return str(status.value)
 
 
-def _label(role: str, rank: int | None, pid: int | None, gpu: int | None, url: str | None) -> str:
-    text = role.replace("_", " ")
+def _label(role: Role, rank: int | None, pid: int | None, gpu: int | None, url: str | None) -> str:
+    text = role.value.replace("_", " ")
     if rank is not None:
         text += f" {rank}"
-    if url and role == "sglang_engine":
+    if url and role is Role.SGLANG_ENGINE:
         text += f" {url}"
     extra = [f"pid {pid}"] if pid is not None else []
     if gpu is not None:
@@ -391,14 +396,14 @@ def _culprit_findings(culprits: tuple[Merged, ...]) -> list[Finding]:
     for m in culprits:
         c = m.culprit()
         evidence: list[str] = []
-        for s in sorted(m.suspects, key=lambda x: -x.weight):
+        for s in m.ranked():
             evidence.append(f"[{s.source}] {s.why}")
             evidence.extend(s.evidence[:3])
         out.append(
             Finding(
                 "culprit",
                 Severity.CRITICAL,
-                f"{_label(c.role.value, c.rank, c.pid, c.gpu, c.engine_url)} is the one the "
+                f"{_label(c.role, c.rank, c.pid, c.gpu, c.engine_url)} is the one the "
                 f"others wait for (sources: {', '.join(sorted(m.sources))})",
                 tuple(dict.fromkeys(evidence))[:10],
             )
@@ -447,17 +452,6 @@ def _progress_findings(progress: Progress) -> list[Finding]:
 # --------------------------------------------------------------------------- main
 
 
-def _source_findings(
-    analyses: tuple[SourceAnalysis, ...], reading: Reading, section: Section
-) -> list[Finding]:
-    return [
-        f
-        for a in analyses
-        if a.findings is not None and a.section is section
-        for f in a.findings(reading)
-    ]
-
-
 def _select_culprits(merged: list[Merged]) -> tuple[Merged, ...]:
     if not merged:
         return ()
@@ -486,64 +480,83 @@ def _suspected(
         return False
     if confidence == "low" or progress.moving:
         return True
-    return bool(culprits) and culprits[0].sources <= {"rollout"}
+    return bool(culprits) and culprits[0].sources <= {ROLLOUT}
 
 
-def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
-    """The whole analysis. Pure: reads `snapshot` and `topology` only."""
-    if not _usable(snapshot):
-        return Diagnosis(
-            unknown_verdict(
-                "Nothing usable was collected: no stacks, processes, GPU readings, HTTP answers "
-                "or Ray state.",
-                blind_spots=snapshot.blind_spots,
-            )
+def _unusable(snapshot: Snapshot) -> Diagnosis:
+    return Diagnosis(
+        unknown_verdict(
+            "Nothing usable was collected: no stacks, processes, GPU readings, HTTP answers "
+            "or Ray state.",
+            blind_spots=snapshot.blind_spots,
         )
-    world = build_world(snapshot, topology)
-    engines = read_engines(world)
-    progress = assess(world, engines)
-    analyses = source_analyses()
-    if io := [s for a in analyses if a.progress is not None for s in a.progress(world)]:
-        progress = dataclasses.replace(progress, progress=progress.progress + tuple(io))
-    if _no_job(world):
-        return Diagnosis(
-            Verdict(
-                status=Status.IDLE,
-                stage=Stage.NONE,
-                summary="No slime job: no RUNNING Ray job and no slime actor or process found.",
-                blind_spots=tuple(snapshot.blind_spots),
-                window_s=snapshot.window_s,
-                confidence="medium" if snapshot.ray_seen else "low",
-            )
+    )
+
+
+def _idle(snapshot: Snapshot) -> Diagnosis:
+    return Diagnosis(
+        Verdict(
+            status=Status.IDLE,
+            stage=Stage.NONE,
+            summary="No slime job: no RUNNING Ray job and no slime actor or process found.",
+            blind_spots=tuple(snapshot.blind_spots),
+            window_s=snapshot.window_s,
+            confidence="medium" if snapshot.ray_seen else "low",
         )
-    reads = reads_of(world, engines, progress)
+    )
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """The live verdict: who is blamed, whether the job hangs, where."""
+
+    merged: list[Merged]
+    evidence: list[Evidence]
+    status: Status
+    live_stage: Stage
+    stage: Stage
+    culprits: tuple[Merged, ...]
+
+
+def _decide(world: World, reads: Reads) -> _Decided:
     suspects = find_suspects(reads)
     merged = merge(suspects, world)
     evidence = hang_evidence(reads, suspects)
-    status = _status(world, progress, evidence, merged)
+    status = _status(world, reads.progress, evidence, merged)
     live_stage = decide_stage(world, merged) if status is Status.HUNG else Stage.NONE
     stage = live_stage
     if status is Status.HUNG and stage is Stage.UNKNOWN:
         # a second stage signal (the logs' open Timer): only where the live evidence found none
-        stage = next((h for a in analyses if a.stage and (h := a.stage(world))), stage)
+        stage = stage_hint(world) or stage
     culprits = _select_culprits(merged) if status is Status.HUNG else ()
-    ctx = rules.Context(world, engines, status, stage, culprits)
-    causes = rules.known_causes(ctx)
-    confidence = _confidence(status, evidence, culprits, progress, world)
+    return _Decided(merged, evidence, status, live_stage, stage, culprits)
+
+
+def _findings(d: _Decided, reading: Reading, causes: list[Cause]) -> list[Finding]:
+    """Culprits, hang evidence, known causes, the parts' state, progress, then the logs."""
     findings: list[Finding] = []
-    if status is Status.HUNG:
-        findings += _culprit_findings(culprits)
-        findings += _evidence_findings(evidence)
+    if d.status is Status.HUNG:
+        findings += _culprit_findings(d.culprits)
+        findings += _evidence_findings(d.evidence)
     findings += [c.finding for c in causes]
-    reading = Reading(world, engines, status, live_stage)
-    findings += _source_findings(analyses, reading, Section.STATE)
-    findings += _progress_findings(progress)
-    findings += _source_findings(analyses, reading, Section.LOGS)
-    steps = rules.culprit_steps(ctx) if status is Status.HUNG else []
+    findings += section_findings(reading, Section.STATE)
+    findings += _progress_findings(reading.progress)
+    findings += section_findings(reading, Section.LOGS)
+    return findings
+
+
+def _steps(ctx: advice.Context, reading: Reading, causes: list[Cause]) -> tuple[str, ...]:
+    steps = advice.culprit_steps(ctx) if ctx.status is Status.HUNG else []
     steps += [s for c in causes for s in c.steps]
-    steps += [s for a in analyses if a.next_steps is not None for s in a.next_steps(reading)]
-    steps += rules.general_steps(ctx)
-    current = current_stage(world)
+    steps += part_steps(reading)
+    steps += advice.general_steps(ctx)
+    return tuple(dict.fromkeys(steps))
+
+
+def _extra(
+    world: World, engines: tuple[EngineRead, ...], current: Stage | None
+) -> dict[str, object]:
+    """What the verdict adds for machines: the layout, the stage now, each GPU's and engine's state."""
     extra: dict[str, object] = {}
     if (layout := _layout(world)) is not None:
         extra["slime_layout"] = layout
@@ -565,26 +578,46 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
             | ({"server_info_calls": e.server_info_calls} if e.server_info_calls else {})
             for e in engines
         ]
+    return extra
+
+
+def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
+    """The whole analysis. Pure: reads `snapshot` and `topology` only."""
+    if not _usable(snapshot):
+        return _unusable(snapshot)
+    world = build_world(snapshot, topology)
+    engines = read_engines(world)
+    progress = assess(world, engines)
+    if _no_job(world):
+        return _idle(snapshot)
+    d = _decide(world, Reads(world, engines, progress))
+    reading = Reading(world, engines, progress, d.status, d.stage, d.live_stage)
+    causes = known_causes(reading)
+    ctx = advice.Context(world, engines, d.status, d.stage, d.culprits)
+    confidence = _confidence(d.status, d.evidence, d.culprits, progress, world)
+    current = current_stage(world)
     verdict = Verdict(
-        status=status,
-        stage=stage,
-        summary=_summary(status, stage, culprits, progress, current),
-        culprits=tuple(m.culprit() for m in culprits),
-        findings=tuple(findings),
-        next_steps=tuple(dict.fromkeys(steps)),
-        blind_spots=tuple(rules.blind_spots(ctx)),
+        status=d.status,
+        stage=d.stage,
+        summary=_summary(d.status, d.stage, d.culprits, progress, current),
+        culprits=tuple(m.culprit() for m in d.culprits),
+        findings=tuple(_findings(d, reading, causes)),
+        next_steps=_steps(ctx, reading, causes),
+        blind_spots=tuple(advice.blind_spots(ctx)),
         window_s=snapshot.window_s,
         confidence=confidence,
-        suspected=_suspected(status, confidence, culprits, progress),
-        extra=extra,
+        suspected=_suspected(d.status, confidence, d.culprits, progress),
+        extra=_extra(world, engines, current),
     )
-    return Diagnosis(verdict, build_rows(world, culprits), build_excerpt(world, culprits))
+    waits = find_waits(world, engines, d.culprits) if d.status is Status.HUNG else ()
+    rows = build_rows(world, d.culprits)
+    return Diagnosis(verdict, rows, build_excerpt(world, d.culprits), waits)
 
 
 def _confirmed(m: Merged, world: World) -> bool:
     """A blame that may call the job hung by itself: one from a source other than a single stack
     read, or stacks whose collective waiters did not move over both samples."""
-    if m.sources - {"stacks"}:
+    if m.sources - {STACKS}:
         return True
     return any(
         p.first is not None
@@ -599,14 +632,17 @@ def _confirmed(m: Merged, world: World) -> bool:
 def _status(
     world: World, progress: Progress, evidence: list[Evidence], merged: list[Merged]
 ) -> Status:
-    if any(s.source != "cpu" for s in progress.progress):
+    """The one place the parts are weighed against each other: work of a decisive kind makes the
+    job progressing; CPU work alone does only where no confirmed blame or strong evidence says it
+    hangs; a blame or evidence makes it hung, and so does a comparison where nothing moved."""
+    if progress.decisive:
         return Status.PROGRESSING
     blamed = any(m.score >= MEDIUM and _confirmed(m, world) for m in merged)
     if progress.moving and not blamed and not any(e.strength >= 2 for e in evidence):
         return Status.PROGRESSING  # CPU work in moving code, and nothing else says hung
     if evidence or blamed:
         return Status.HUNG
-    if set(progress.compared) - {"cpu"}:
+    if any(p.decisive for p in progress.compared):
         return Status.HUNG  # a source that shows progress was compared, and nothing moved
     if any(p.latest is not None and p.latest.cpu_busy for p in world.procs):
         return Status.PROGRESSING

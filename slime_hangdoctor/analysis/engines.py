@@ -51,6 +51,7 @@ from enum import Enum
 
 from slime_hangdoctor.analysis.actor_queues import PausedEngine, build_view
 from slime_hangdoctor.analysis.signatures import Block, split_name
+from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.http_facts import (
     EngineLoad,
@@ -68,8 +69,11 @@ from slime_hangdoctor.parsers.sglang import (
     counter_rises,
     version_tuple,
 )
-from slime_hangdoctor.snapshot import HttpObs
+from slime_hangdoctor.snapshot import HttpObs, HttpPeer
+from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role, Stage
+
+SGLANG = Source("sglang")  # the engines' and routers' HTTP answers
 
 _HEALTH = ("/health", "/health_generate")
 # Round trips to the scheduler: a timeout means the scheduler did not answer. Not `/get_load`, nor
@@ -107,6 +111,26 @@ CALL_STAGES: Mapping[str, Stage] = {
     # (update_weight_from_distributed.py:134, update_weight_from_tensor.py:331,
     # update_weight_from_disk_delta.py:190, actor_group.py:269)
     _CONTINUE: Stage.WEIGHT_SYNC,
+    # SGLang 0.5.23's weight-update session (entrypoints/http_server.py:1458, :1473): both take
+    # the model-update writer lock unless the engine is paused (managers/tokenizer_control_mixin.py:
+    # 471-482), then the scheduler's begin / end, each ending in a TP-group barrier
+    # (managers/scheduler_components/weight_updater.py:309-335). miles main (radixark/miles
+    # 31f1ca961) opens and closes one around every weight update (sglang_engine.py:636-642, called
+    # from update_weight/common.py:411,427 and the FSDP path's update_weight_utils.py:77,107).
+    "/begin_weight_update": Stage.WEIGHT_SYNC,
+    "/end_weight_update": Stage.WEIGHT_SYNC,
+    # 0.5.23 http_server.py:1527; miles sets it before closing the session (sglang_engine.py:644,
+    # update_weight_from_distributed/mixin.py:326)
+    "/update_weight_version": Stage.WEIGHT_SYNC,
+    # LoRA adapters pushed in miles's weight update: 0.5.23 http_server.py:1663, :1676 (miles
+    # sglang_engine.py:408, :512, called from update_weight_from_tensor.py:510,524 and
+    # update_weight_from_distributed/mixin.py:263)
+    "/load_lora_adapter_from_tensors": Stage.WEIGHT_SYNC,
+    "/unload_lora_adapter": Stage.WEIGHT_SYNC,
+    # not a stock 0.5.23 endpoint: miles's SGLang branch (`sglang-miles`, docker/Dockerfile:19)
+    # serves it; the engine receives the adapter's broadcast while it is in flight (miles
+    # sglang_engine.py:440, update_weight_from_distributed/broadcast.py:143-161)
+    "/load_lora_adapter_from_distributed": Stage.NCCL_BROADCAST,
 }
 # The HTTP method slime sends each control call with: POST (`SGLangEngine._make_request`,
 # `pause_generation`, `continue_generation`: sglang_engine.py:215,426,433 in 624b824a8), except
@@ -179,19 +203,19 @@ class EngineRead:
 
     @property
     def server(self) -> Proc | None:
-        return next((p for p in self.procs if p.kind == "http_server"), None)
+        return next((p for p in self.procs if p.kind is MemberKind.HTTP_SERVER), None)
 
     @property
     def actor(self) -> Proc | None:
-        return next((p for p in self.procs if p.kind == "actor"), None)
+        return next((p for p in self.procs if p.kind is MemberKind.ACTOR), None)
 
     @property
     def schedulers(self) -> tuple[Proc, ...]:
-        return tuple(p for p in self.procs if p.kind == "scheduler")
+        return tuple(p for p in self.procs if p.kind is MemberKind.SCHEDULER)
 
     @property
     def detokenizer(self) -> Proc | None:
-        return next((p for p in self.procs if p.kind == "detokenizer"), None)
+        return next((p for p in self.procs if p.kind is MemberKind.DETOKENIZER), None)
 
 
 def _describe(a: HttpAnswer) -> str:
@@ -392,7 +416,12 @@ def _schedulers_frozen(procs: tuple[Proc, ...]) -> list[str]:
     out: list[str] = []
     for p in procs:
         first, last = p.first, p.latest
-        if p.kind != "scheduler" or first is None or last is None or first.sample == last.sample:
+        if (
+            p.kind is not MemberKind.SCHEDULER
+            or first is None
+            or last is None
+            or first.sample == last.sample
+        ):
             continue
         if last.block in _BLOCKED and first.primary.key() == last.primary.key():
             out.append(f"{p.label} (pid {p.pid}) {last.describe()} in both samples")
@@ -414,7 +443,12 @@ def stalled_detokenizer(procs: tuple[Proc, ...]) -> tuple[Proc, str] | None:
     #40809). With its words: where it is."""
     for p in procs:
         first, last = p.first, p.latest
-        if p.kind != "detokenizer" or first is None or last is None or first.sample == last.sample:
+        if (
+            p.kind is not MemberKind.DETOKENIZER
+            or first is None
+            or last is None
+            or first.sample == last.sample
+        ):
             continue
         t = last.primary
         if t.calls() != first.primary.calls():
@@ -460,7 +494,7 @@ def _status_of(latest: list[HttpObs], path: str) -> int | None:
 
 def router_entry(world: World, url: str) -> RouterWorker | None:
     """This engine's entry in the router's latest `/workers` answer."""
-    routers = [o for o in world.snapshot.http if o.kind == "router"]
+    routers = [o for o in world.snapshot.http if o.kind is HttpPeer.ROUTER]
     last = max((o.sample for o in routers), default=0)
     for o in routers:
         if o.sample == last and isinstance(o.parsed, RouterWorkers):
@@ -586,7 +620,9 @@ def read_engine(
     router = router_entry(world, url)
     evidence: list[str] = []
     notes: list[str] = []
-    dead_procs = [p for p in procs if p.kind in ("http_server", "scheduler") and p.dead]
+    dead_procs = [
+        p for p in procs if p.kind in (MemberKind.HTTP_SERVER, MemberKind.SCHEDULER) and p.dead
+    ]
     answers = [o.answer for o in latest]
     empty = [(a, i) for a, i in _server_infos(latest) if i.empty_internal_states]
 
@@ -729,7 +765,7 @@ def read_engine(
         evidence.extend(call_lines())
         return make(EngineState.HELD, frozen=compared)
     if answers and all(a.status is None for a in answers):
-        server = next((p for p in procs if p.kind == "http_server" and not p.dead), None)
+        server = next((p for p in procs if p.kind is MemberKind.HTTP_SERVER and not p.dead), None)
         blocked = server is not None and all(_timed_out(a) for a in answers)
         if server is not None and blocked:
             evidence.append(
@@ -763,7 +799,7 @@ def read_engines(world: World) -> tuple[EngineRead, ...]:
     """One EngineRead per engine URL the topology or the HTTP probes know."""
     by_url: dict[str, list[HttpObs]] = {}
     for o in world.snapshot.http:
-        if o.kind == "engine":
+        if o.kind is HttpPeer.ENGINE:
             by_url.setdefault(o.answer.url.rstrip("/"), []).append(o)
     nodes: dict[str, str | None] = {}
     for e in world.topology.engines:

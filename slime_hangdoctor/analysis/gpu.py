@@ -12,9 +12,12 @@ from dataclasses import dataclass
 from enum import Enum
 from statistics import median
 
+from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.facts import GpmReading, GpuReading
 from slime_hangdoctor.parsers.nvml import GPM_SPEC as GPM
 from slime_hangdoctor.snapshot import Snapshot
+
+NVML = Source("nvml")  # GPU readings (NVML, or Ray's node summary)
 
 STUCK_MIN_UTIL = 90  # util.gpu in every reading
 STUCK_MAX_MEM = 1  # util.memory in every reading

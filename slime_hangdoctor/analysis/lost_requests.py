@@ -11,8 +11,8 @@ it is not a culprit by itself. In order, the holder is:
    in flight on them (the engine's HTTP layer, the router, the socket queues, the caller's own
    wait: `network.held_requests`) while its scheduler has no work: that engine, named by the
    sockets finder (an idle keep-alive pool is not one);
-3. a router that does not answer (or answers 503, no worker): its own finding (routers finder,
-   `rules._router_503`);
+3. a router that does not answer, or lists no worker: its own finding (routers finder,
+   `parts/routers._router_no_workers`);
 4. an HTTP proxy: the RolloutManager's environment sends its requests for the engines to a proxy
    that `no_proxy` does not exempt them from (`hazards.proxy_for_url`, Python's own rule): the
    environ finder and the `requests-at-proxy` cause;
@@ -35,26 +35,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from slime_hangdoctor.analysis.actor_queues import OverlongTask, build_view
-from slime_hangdoctor.analysis.engines import EngineRead
-from slime_hangdoctor.analysis.hazards import proxy_hazards
+from slime_hangdoctor.analysis.actor_queues import RAY_TASKS, OverlongTask, build_view
+from slime_hangdoctor.analysis.engines import SGLANG, EngineRead, EngineState
+from slime_hangdoctor.analysis.hazards import ENVIRON, proxy_hazards
 from slime_hangdoctor.analysis.network import (
+    SOCKETS,
     Endpoint,
     KeptConnections,
+    PeerKind,
     engine_http_idle,
     held_requests,
     kept_connections,
 )
 from slime_hangdoctor.analysis.services import Service
 from slime_hangdoctor.analysis.source import Source
-from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.analysis.world import PROCESSES, Proc, World
+from slime_hangdoctor.snapshot import HttpPeer
 from slime_hangdoctor.topology import CLASS_ROLES
 from slime_hangdoctor.verdict import Role
 
 # EngineState values that mean the engine holds requests without serving them
-_HOLDING = frozenset({"dead", "paused", "held"})
+_HOLDING = frozenset({EngineState.DEAD, EngineState.PAUSED, EngineState.HELD})
 # peers that would hold the RolloutManager's requests outside it
-_CARRIERS = ("engine", "router", "proxy")
+_CARRIERS = (PeerKind.ENGINE, PeerKind.ROUTER, PeerKind.PROXY)
 
 
 class Holder(str, Enum):
@@ -64,6 +67,14 @@ class Holder(str, Enum):
     EXTERNAL = "external"  # a service outside the job (a remote reward model, a tool server)
     ROLLOUT_MANAGER = "rollout_manager"
     UNKNOWN = "unknown"  # no holder found, and not enough evidence to blame the RolloutManager
+
+
+# who holds the requests when the RolloutManager keeps connections to a carrier of them
+_HOLDERS = {
+    PeerKind.ENGINE: Holder.ENGINE,
+    PeerKind.ROUTER: Holder.ROUTER,
+    PeerKind.PROXY: Holder.PROXY,
+}
 
 
 @dataclass(frozen=True)
@@ -77,10 +88,10 @@ class LostRequests:
 
 
 def _router_down(world: World) -> tuple[str, str] | None:
-    last = max((o.sample for o in world.snapshot.http if o.kind == "router"), default=None)
+    last = max((o.sample for o in world.snapshot.http if o.kind is HttpPeer.ROUTER), default=None)
     by_url: dict[str, list[int | None]] = {}
     for o in world.snapshot.http:
-        if o.kind == "router" and o.sample == last:
+        if o.kind is HttpPeer.ROUTER and o.sample == last:
             by_url.setdefault(o.answer.url, []).append(o.answer.status)
     for url, statuses in by_url.items():
         if all(s is None for s in statuses):
@@ -150,30 +161,30 @@ def _in_rm(
             "[environ] no proxy variable sends its requests for the engines elsewhere",
             engines_line,
         ),
-        frozenset({"ray_tasks", "sockets", "environ", "sglang"}),
+        frozenset({RAY_TASKS, SOCKETS, ENVIRON, SGLANG}),
     )
 
 
 def where_requests_are(world: World, engines: tuple[EngineRead, ...], rm: Proc) -> LostRequests:
     """Who holds the rollout's requests (see the module docstring for the order)."""
-    holding = [e for e in engines if e.state.value in _HOLDING]
+    holding = [e for e in engines if e.state in _HOLDING]
     if holding:
         e = holding[0]
         return LostRequests(
             Holder.ENGINE,
             (f"[sglang] engine {e.url} is {e.state.value}: {'; '.join(e.evidence[:2])}",),
-            frozenset({"sglang"}),
+            frozenset({SGLANG}),
             url=e.url,
         )
     held = held_requests(world, engines)
     if held:
         h = held[0]
         return LostRequests(
-            Holder.ENGINE, (f"[sockets] {h.describe()}",), frozenset({"sockets"}), url=h.engine.url
+            Holder.ENGINE, (f"[sockets] {h.describe()}",), frozenset({SOCKETS}), url=h.engine.url
         )
     if (down := _router_down(world)) is not None:
         return LostRequests(
-            Holder.ROUTER, (f"[sglang] {down[1]}",), frozenset({"sglang"}), url=down[0]
+            Holder.ROUTER, (f"[sglang] {down[1]}",), frozenset({SGLANG}), url=down[0]
         )
     engine_urls = {f"engine {e.url}" for e in engines}
     proxy = next(
@@ -188,7 +199,7 @@ def where_requests_are(world: World, engines: tuple[EngineRead, ...], rm: Proc) 
         return LostRequests(
             Holder.PROXY,
             (f"[environ] {proxy.describe()}: its requests go to the proxy, not to the engines",),
-            frozenset({"environ"}),
+            frozenset({ENVIRON}),
             proxy=f"{proxy.variable}={proxy.proxy}",
         )
     kept = kept_connections(world, engines, rm)
@@ -197,9 +208,9 @@ def where_requests_are(world: World, engines: tuple[EngineRead, ...], rm: Proc) 
     if carriers:
         ep, n = carriers[0]
         return LostRequests(
-            Holder.ENGINE if ep.kind == "engine" else Holder(ep.kind),
+            _HOLDERS[ep.kind],
             (f"[sockets] {rm.label} holds {n} connection(s) to {ep.label} across both samples",),
-            frozenset({"sockets"}),
+            frozenset({SOCKETS}),
             url=ep.engine_url,
         )
     idle = [e for e in engines if e.in_flight is not None]
@@ -207,7 +218,7 @@ def where_requests_are(world: World, engines: tuple[EngineRead, ...], rm: Proc) 
         f"engine {e.url}: {e.running or 0:.0f} running, {e.queued or 0:.0f} queued"
         for e in idle[:4]
     )
-    if kept is not None and (outside := kept.to("external")):
+    if kept is not None and (outside := kept.to(PeerKind.EXTERNAL)):
         ep, n = outside[0]
         assert ep.service is not None
         return LostRequests(
@@ -218,7 +229,7 @@ def where_requests_are(world: World, engines: tuple[EngineRead, ...], rm: Proc) 
                 f"{ep.service.kind.value} named by {ep.service.named_by}",
                 engines_line,
             ),
-            frozenset({"sockets", "processes", "sglang"}),
+            frozenset({SOCKETS, PROCESSES, SGLANG}),
             url=ep.service.url,
             service=ep.service,
         )
@@ -235,11 +246,11 @@ def _pooled(
         return []
     pooled = [
         (ep, n)
-        for ep, n in kept.to("engine")
+        for ep, n in kept.to(PeerKind.ENGINE)
         if ep.engine_url is not None and engine_http_idle(world, ep.engine_url)
     ]
     if engines and all(engine_http_idle(world, e.url) for e in engines):
-        pooled += list(kept.to("router"))
+        pooled += list(kept.to(PeerKind.ROUTER))
     return pooled
 
 

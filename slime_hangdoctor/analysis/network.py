@@ -44,14 +44,16 @@ from urllib.parse import urlsplit
 from slime_hangdoctor.analysis.engines import EngineRead, router_entry
 from slime_hangdoctor.analysis.services import Service, job_services
 from slime_hangdoctor.analysis.signatures import Block
-from slime_hangdoctor.analysis.source_analysis import Reading, SourceAnalysis
+from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import PROXY_ENV, TcpConnection
+from slime_hangdoctor.facts import PROXY_ENV, TCP_WAITING, TcpConnection
 from slime_hangdoctor.http_facts import RouterMetrics, SglangMetrics
+from slime_hangdoctor.snapshot import HttpPeer
 from slime_hangdoctor.topology import ROUTER_TITLE, parse_ray_title
-from slime_hangdoctor.verdict import Finding, Role, Severity, Stage, Status
+from slime_hangdoctor.verdict import Role, Stage
 
-_WAITING = ("ESTABLISHED", "SYN_SENT")  # a request in flight, or a connect that never completes
+SOCKETS = Source("sockets")  # TCP connections of the slime processes (procfs)
+
 _LOOPBACK = ("127.", "::1", "0.0.0.0", "::")
 # The routes a rollout's requests take (SGLang's native one and the OpenAI-compatible ones): their
 # `sglang:http_requests_active` counts requests whose response is not made yet. The doctor's own
@@ -80,9 +82,23 @@ class InFlight:
         return f"[{self.kind.value}] {self.text}"
 
 
+class PeerKind(str, Enum):
+    """What the peer of a connection is."""
+
+    ENGINE = "engine"  # an SGLang engine of the job
+    ROUTER = "router"  # the job's router
+    DASHBOARD = "dashboard"  # Ray's dashboard
+    GCS = "gcs"  # Ray's GCS
+    STORE = "store"  # a process group's TCP store
+    PROXY = "proxy"  # an HTTP proxy a slime process's environment names
+    SLIME = "slime"  # another slime process
+    EXTERNAL = "external"  # a service outside the job that its configuration names
+    UNKNOWN = "unknown"
+
+
 @dataclass(frozen=True)
 class Endpoint:
-    kind: str  # engine | router | dashboard | gcs | store | proxy | slime | external | unknown
+    kind: PeerKind
     label: str
     engine_url: str | None = None
     service: Service | None = None  # what the job's configuration says an external peer is
@@ -177,7 +193,7 @@ class PeerMap:
         by_port = self.ports.get(key[1], set())
         if len(by_port) == 1:
             return next(iter(by_port))
-        return Endpoint("unknown", conn.remote)
+        return Endpoint(PeerKind.UNKNOWN, conn.remote)
 
 
 def peer_map(world: World, engines: tuple[EngineRead, ...]) -> PeerMap:
@@ -185,24 +201,26 @@ def peer_map(world: World, engines: tuple[EngineRead, ...]) -> PeerMap:
     for e in engines:
         node = e.node_ip or (e.server.node_ip if e.server else None)
         peers.add(
-            _url_key(e.url, node), Endpoint("engine", f"engine {e.url}", e.url), override=True
+            _url_key(e.url, node),
+            Endpoint(PeerKind.ENGINE, f"engine {e.url}", e.url),
+            override=True,
         )
     router_nodes = {m.engine_url: m.node_ip for m in world.topology.by_role(Role.ROUTER)}
     for url in world.topology.routers:
         at = _url_key(str(url), router_nodes.get(url))
-        peers.add(at, Endpoint("router", f"router {url}"), override=True)
+        peers.add(at, Endpoint(PeerKind.ROUTER, f"router {url}"), override=True)
     target = world.snapshot.manifest.target
-    for key, kind in (("dashboard_url", "dashboard"), ("gcs_address", "gcs")):
+    for key, kind in (("dashboard_url", PeerKind.DASHBOARD), ("gcs_address", PeerKind.GCS)):
         value = target.get(key)
         if isinstance(value, str) and value:
-            peers.add(_url_key(value, None), Endpoint(kind, f"Ray {kind} {value}"))
+            peers.add(_url_key(value, None), Endpoint(kind, f"Ray {kind.value} {value}"))
     # Proxies before listeners: a proxy that a slime process itself listens for (a local relay,
     # the demo's black hole) is named by what the callers' environment makes of it.
     for p in world.procs:
         info = p.infos[-1][1] if p.infos else None
         for name, value in info.env.items() if info is not None else ():
             if name.lower() in PROXY_ENV and name.lower() != "no_proxy" and value:
-                peers.add(_url_key(value, p.node_ip), Endpoint("proxy", f"proxy {value}"))
+                peers.add(_url_key(value, p.node_ip), Endpoint(PeerKind.PROXY, f"proxy {value}"))
     for p in world.procs:
         info = p.infos[-1][1] if p.infos else None
         if info is None:
@@ -213,18 +231,18 @@ def peer_map(world: World, engines: tuple[EngineRead, ...]) -> PeerMap:
             if at is None:
                 continue
             if store is not None and store.isdigit() and at[1] == int(store):
-                peers.add(at, Endpoint("store", f"process-group store of {p.label}"))
+                peers.add(at, Endpoint(PeerKind.STORE, f"process-group store of {p.label}"))
             elif p.engine_url is not None:  # not its HTTP port: that one is known by its URL
-                peers.add(at, Endpoint("slime", f"{p.label} port {at[1]}"))
+                peers.add(at, Endpoint(PeerKind.SLIME, f"{p.label} port {at[1]}"))
             elif p.role is Role.ROUTER:
-                peers.add(at, Endpoint("router", p.label))
+                peers.add(at, Endpoint(PeerKind.ROUTER, p.label))
             else:
-                peers.add(at, Endpoint("slime", p.label))
+                peers.add(at, Endpoint(PeerKind.SLIME, p.label))
     # Last: a URL of the job's configuration that no process of the job serves is outside it.
     for svc in job_services(world):
         peers.add(
             (_host_key(svc.host, svc.node_ip), svc.port),
-            Endpoint("external", svc.label, service=svc),
+            Endpoint(PeerKind.EXTERNAL, svc.label, service=svc),
         )
     return peers
 
@@ -236,7 +254,7 @@ class KeptConnections:
     proc: Proc
     peers: tuple[tuple[Endpoint, int], ...]  # (peer, connections), most first
 
-    def to(self, *kinds: str) -> tuple[tuple[Endpoint, int], ...]:
+    def to(self, *kinds: PeerKind) -> tuple[tuple[Endpoint, int], ...]:
         return tuple((ep, n) for ep, n in self.peers if ep.kind in kinds)
 
     def describe(self) -> str:
@@ -269,7 +287,7 @@ def _latest(p: Proc) -> tuple[int, tuple[TcpConnection, ...]] | None:
 
 
 def _waiting(conns: tuple[TcpConnection, ...]) -> list[TcpConnection]:
-    return [c for c in conns if c.socket.state in _WAITING]
+    return [c for c in conns if c.socket.state in TCP_WAITING]
 
 
 def held_requests(world: World, engines: tuple[EngineRead, ...]) -> tuple[HeldRequests, ...]:
@@ -415,7 +433,7 @@ def _http_active(world: World, url: str) -> list[float]:
     by_sample: dict[int, SglangMetrics] = {}
     for o in world.snapshot.http:
         m = o.parsed
-        if o.kind != "engine" or o.answer.url.rstrip("/") != url:
+        if o.kind is not HttpPeer.ENGINE or o.answer.url.rstrip("/") != url:
             continue
         if isinstance(m, SglangMetrics) and (m.http_requests or m.http_active):
             by_sample[o.sample] = m
@@ -432,7 +450,7 @@ def router_active(world: World, url: str) -> list[float]:
     does, round_robin does not): a page without it says nothing."""
     by_sample: dict[int, float] = {}
     for o in world.snapshot.http:
-        if o.kind == "router" and isinstance(o.parsed, RouterMetrics):
+        if o.kind is HttpPeer.ROUTER and isinstance(o.parsed, RouterMetrics):
             n = o.parsed.requests_active.get(url.rstrip("/"))
             if n is not None:
                 by_sample[o.sample] = by_sample.get(o.sample, 0.0) + n
@@ -516,7 +534,7 @@ def _chains(
             for p in world.procs
             if p.role is Role.ROLLOUT_MANAGER
             and (kept := kept_connections(world, engines, p)) is not None
-            and any(ep.kind == "router" or ep.label in listen for ep, _ in kept.peers)
+            and any(ep.kind is PeerKind.ROUTER or ep.label in listen for ep, _ in kept.peers)
         ]
         hops = [f"{p.label} (pid {p.pid})" for p in upstream[:1]]
         out.append(" -> ".join([*hops, f"router (pid {router.pid})", f"engine {e.url}"]))
@@ -547,7 +565,7 @@ def connection_lines(world: World, engines: tuple[EngineRead, ...]) -> list[str]
         queued = 0
         for c in _waiting(last[1]):
             ep = peers.lookup(c)
-            counts[ep.label if ep.kind != "unknown" else "unknown peers"] += 1
+            counts[ep.label if ep.kind is not PeerKind.UNKNOWN else "unknown peers"] += 1
             queued += c.socket.tx_queue
         if not counts:
             continue
@@ -562,40 +580,3 @@ def held_lines(h: HeldRequests) -> tuple[str, ...]:
     a request in flight on them, and where the chain through a router stops."""
     chain = tuple(f"chain: {c}: the requests stop at the engine" for c in h.chain)
     return (h.describe(), *(f.describe() for f in h.in_flight), *chain)
-
-
-def network_findings(world: World, engines: tuple[EngineRead, ...]) -> list[Finding]:
-    out: list[Finding] = []
-    held = held_requests(world, engines)
-    if held:
-        out.append(
-            Finding(
-                "requests-held-outside-scheduler",
-                Severity.CRITICAL if any(h.persistent for h in held) else Severity.WARNING,
-                "Callers hold requests in flight (procfs TCP sockets, with the evidence of each) "
-                "to engines whose scheduler has no work: the requests wait outside the scheduler",
-                tuple(line for h in held[:4] for line in held_lines(h))[:12],
-            )
-        )
-    lines = connection_lines(world, engines)
-    lines.extend(h.describe_idle() for h in idle_pools(world, engines)[:4])
-    if lines:
-        out.append(
-            Finding(
-                "connections",
-                Severity.INFO,
-                "Open TCP connections of the slime processes, by peer (procfs sockets)",
-                tuple(lines[:12]),
-            )
-        )
-    return out
-
-
-def _hung_findings(reading: Reading) -> list[Finding]:
-    """Who holds the requests: asked only of a hung job (a progressing one holds requests too)."""
-    if reading.status is not Status.HUNG:
-        return []
-    return network_findings(reading.world, reading.engines)
-
-
-ANALYSIS = SourceAnalysis(findings=_hung_findings)

@@ -9,23 +9,36 @@ burnt at a CUDA sync point (a stuck NCCL wait spins a core), health checks and m
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import IntEnum
 
-from slime_hangdoctor.analysis.engines import EngineRead
-from slime_hangdoctor.analysis.gpu import GpuState
-from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source import Source
-from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import RasReport
-from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
-from slime_hangdoctor.verdict import Stage
+from slime_hangdoctor.analysis.world import World
 
 CPU_BUSY_FRACTION = 0.3  # of one core over the window
 
 
+class Proof(IntEnum):
+    """What a signal of work is: the kinds, strongest first (the order the signals are reported
+    in). Each part's `progress` says which kind it reads."""
+
+    WORK = 1  # an engine's work counters or weight version rose
+    DEVICE = 2  # a GPU did real work (memory traffic, NVLink bytes, tensor activity)
+    COLLECTIVES = 3  # NCCL collectives were launched
+    STAGE = 4  # a process moved to another stage
+    CPU = 5  # a process computed in changing code: alone, never proof against a blame
+    STORAGE = 6  # bytes went to or from storage
+
+    @property
+    def decisive(self) -> bool:
+        """Work of this kind makes a job progressing whatever else says it hangs."""
+        return self is not Proof.CPU
+
+
 @dataclass(frozen=True)
 class Signal:
-    source: Source  # sglang | nvml | gpm | ras | stacks | cpu
+    source: Source
     subject: str
     message: str
 
@@ -34,15 +47,44 @@ class Signal:
 
 
 @dataclass(frozen=True)
+class Moved:
+    """What one part saw between the two samples."""
+
+    proof: Proof
+    progress: tuple[Signal, ...] = ()
+    activity: tuple[Signal, ...] = ()
+    frozen: tuple[Signal, ...] = ()  # compared across samples (or over the GPU series), unchanged
+    compared: bool = False  # it had two samples (or a series) to compare
+
+
+@dataclass(frozen=True)
 class Progress:
     progress: tuple[Signal, ...]
     activity: tuple[Signal, ...]
-    frozen: tuple[Signal, ...]  # compared across samples (or over the GPU series) and unchanged
-    compared: tuple[str, ...]  # sources that had two samples to compare
+    frozen: tuple[Signal, ...]
+    compared: tuple[Proof, ...]  # the kinds of work that had two samples to compare
+    proven: tuple[Proof, ...] = ()  # the kind of each signal of `progress`, in its order
 
     @property
     def moving(self) -> bool:
         return bool(self.progress)
+
+    @property
+    def decisive(self) -> bool:
+        """Some work moved that makes the job progressing whatever else says it hangs."""
+        return any(p.decisive for p in self.proven)
+
+
+def combine(parts: Iterable[Moved]) -> Progress:
+    """The parts' readings, strongest kind of proof first (Proof; ties in the parts' order)."""
+    ordered = sorted(parts, key=lambda m: m.proof)
+    return Progress(
+        progress=tuple(s for m in ordered for s in m.progress),
+        activity=tuple(s for m in ordered for s in m.activity),
+        frozen=tuple(s for m in ordered for s in m.frozen),
+        compared=tuple(dict.fromkeys(m.proof for m in ordered if m.compared)),
+        proven=tuple(m.proof for m in ordered for _ in m.progress),
+    )
 
 
 def window_s(world: World) -> float:
@@ -51,144 +93,3 @@ def window_s(world: World) -> float:
     if w <= 0 and len(times) >= 2:
         w = max(times) - min(times)
     return w
-
-
-def _engine_signals(engines: tuple[EngineRead, ...]) -> tuple[list[Signal], list[Signal], bool]:
-    progress: list[Signal] = []
-    frozen: list[Signal] = []
-    compared = False
-    for e in engines:
-        subject = f"engine {e.url}"
-        if e.moving:
-            progress.append(Signal("sglang", subject, ", ".join(e.moving[:3])))
-            compared = True
-        if len(set(e.weight_versions)) > 1:
-            progress.append(
-                Signal("sglang", subject, "weight_version " + " -> ".join(e.weight_versions))
-            )
-        if e.frozen:
-            compared = True
-            if (e.in_flight or 0) > 0:
-                frozen.append(
-                    Signal(
-                        "sglang", subject, f"{e.in_flight:g} requests in flight, counters unchanged"
-                    )
-                )
-    return progress, frozen, compared
-
-
-def _gpu_signals(world: World) -> list[Signal]:
-    """Busy GPUs that run the job's processes (all busy GPUs when no pid maps to the job)."""
-    job = {p.pid for p in world.procs if p.role is not None}
-    mapped = [g for g in world.gpus if any(pid in job for pid, _ in g.pids)]
-    pool = mapped if mapped else [g for g in world.gpus if not job or not g.pids]
-    return [Signal("nvml", g.label, g.brief()) for g in pool if g.state is GpuState.BUSY]
-
-
-def _ras_totals(report: RasReport) -> dict[str, int]:
-    return {
-        c.hash: sum(sum(r.collective_counts.values()) for r in c.ranks)
-        for c in report.communicators
-    }
-
-
-def _ras_signals(world: World) -> tuple[list[Signal], list[Signal], bool]:
-    progress: list[Signal] = []
-    frozen: list[Signal] = []
-    per_node: dict[str | None, list[tuple[int, RasReport]]] = {}
-    for obs in world.snapshot.facts(RAS):
-        per_node.setdefault(obs.node_ip, []).append((obs.sample, obs.fact))
-    compared = False
-    for node, reports in per_node.items():
-        if len({s for s, _ in reports}) < 2:
-            continue
-        reports.sort(key=lambda sr: sr[0])
-        first, last = _ras_totals(reports[0][1]), _ras_totals(reports[-1][1])
-        for h in sorted(set(first) & set(last)):
-            compared = True
-            subject = f"NCCL communicator {h}" + (f" @{node}" if node else "")
-            if last[h] > first[h]:
-                progress.append(
-                    Signal("ras", subject, f"collectives launched +{last[h] - first[h]}")
-                )
-            else:
-                frozen.append(Signal("ras", subject, "collective counts unchanged"))
-    return progress, frozen, compared
-
-
-def _stack_signals(procs: tuple[Proc, ...]) -> tuple[list[Signal], list[Signal], list[Signal]]:
-    progress: list[Signal] = []
-    activity: list[Signal] = []
-    frozen: list[Signal] = []
-    for p in procs:
-        first, last = p.first, p.latest
-        if first is None or last is None or first.sample == last.sample:
-            continue
-        if first.stage is not None and last.stage is not None and first.stage != last.stage:
-            progress.append(
-                Signal("stacks", p.label, f"moved from {first.stage.value} to {last.stage.value}")
-            )
-        elif first.primary.key() != last.primary.key():
-            activity.append(Signal("stacks", p.label, "stack changed within the same stage"))
-        elif last.block is not Block.IDLE_WORKER:
-            frozen.append(Signal("stacks", p.label, "identical stack in both samples"))
-    return progress, activity, frozen
-
-
-def _cpu_signals(procs: tuple[Proc, ...], window: float) -> tuple[list[Signal], list[Signal]]:
-    progress: list[Signal] = []
-    activity: list[Signal] = []
-    for p in procs:
-        delta = p.cpu_delta
-        if delta is None or window <= 0 or delta < CPU_BUSY_FRACTION * window:
-            continue
-        msg = f"{delta:.1f} CPU-seconds in {window:.0f} s"
-        first, last = p.first, p.latest
-        computing = (
-            last is not None
-            and last.primary.block is Block.CPU
-            and last.stage is not Stage.REWARD
-            and first is not None
-            and first.sample != last.sample
-            and first.primary.calls() != last.primary.calls()
-        )
-        if computing and last is not None:
-            progress.append(Signal("cpu", p.label, f"computing ({msg}), call chain moving"))
-        else:
-            spin = last is not None and last.primary.block is Block.CUDA_SYNC
-            activity.append(
-                Signal("cpu", p.label, msg + (" spinning at a CUDA sync" if spin else ""))
-            )
-    return progress, activity
-
-
-def assess(world: World, engines: tuple[EngineRead, ...]) -> Progress:
-    progress: list[Signal] = []
-    activity: list[Signal] = []
-    frozen: list[Signal] = []
-    compared: list[str] = []
-    e_prog, e_frozen, e_cmp = _engine_signals(engines)
-    progress += e_prog
-    frozen += e_frozen
-    if e_cmp:
-        compared.append("sglang")
-    progress += _gpu_signals(world)
-    if any(g.readings >= 2 for g in world.gpus):
-        compared.append("nvml")
-    r_prog, r_frozen, r_cmp = _ras_signals(world)
-    progress += r_prog
-    frozen += r_frozen
-    if r_cmp:
-        compared.append("ras")
-    s_prog, s_act, s_frozen = _stack_signals(world.procs)
-    progress += s_prog
-    activity += s_act
-    frozen += s_frozen
-    if s_prog or s_act or s_frozen:
-        compared.append("stacks")
-    c_prog, c_act = _cpu_signals(world.procs, window_s(world))
-    progress += c_prog
-    activity += c_act
-    if any(p.cpu_delta is not None for p in world.procs):
-        compared.append("cpu")
-    return Progress(tuple(progress), tuple(activity), tuple(frozen), tuple(compared))

@@ -1,10 +1,26 @@
-"""What a source adds to a diagnosis beside its suspects: `SourceAnalysis`, one per source, as
-`ANALYSIS` in the module its `SourceSpec.analysis` names. `diagnose()` runs them in the sources'
-order (sources.SPECS).
+"""A part of the diagnosis, and the one way the diagnosis reaches every part.
 
-A verdict's findings read: the culprits, the hang evidence, the known causes, then each source's
-findings about the job's live state (`Section.STATE`), what moved between the samples (the
-progress findings), and last what the logs say (`Section.LOGS`: logs explain, live data decides).
+A part is one `SourceAnalysis`, as `ANALYSIS` in its own module under `analysis/parts/`: what one
+typed source adds to a verdict (the NCCL RAS counts, the engines' answers, the kernel's view of the
+processes, ...), or one rule that reads several sources at once (the end of a ray.get chain, the
+rollout's event loop, the known bugs matched by their frames). It holds all of it, every hook
+optional: the signals of work between the samples (`progress`), who the others wait for
+(`suspects`, or `fallback` when nobody else named anyone), the reasons to believe the job hangs
+(`evidence` with the headline of each finding id in `messages`), a second stage signal (`stage`),
+the known causes whose evidence it holds (`causes`), its findings (`findings`, in `section`) and its
+next steps (`next_steps`).
+
+One list, one order: `sources.ENTRIES`. A source's spec names the part about that source
+(`SourceSpec.analysis`), which runs at the spec's place; a part that reads several sources is an
+entry of its own there. `source_analyses()` resolves the list; `diagnose()` runs every hook of every
+part in that order (the order breaks ties between suspects and orders each section of the findings).
+Adding a rule is its own module and one line in sources.ENTRIES, or a new hook in the module of the
+part whose evidence it needs (no line elsewhere).
+
+A part's typed name (`Source`) is made once, in the part that owns it (`KERNEL = Source("kernel")`
+in parts/kernel.py), and imported by any other part that blames in its name: a bare string is not a
+`Source`, so mypy rejects a misspelt one. `gives` declares the names a part's suspects, evidence and
+signals carry (tests/unit/test_source_names.py holds every part to it on the recorded bundles).
 """
 
 from __future__ import annotations
@@ -14,16 +30,94 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
 
 from slime_hangdoctor.analysis.engines import EngineRead
-from slime_hangdoctor.analysis.progress import Signal
-from slime_hangdoctor.analysis.world import World
-from slime_hangdoctor.sources import SPECS
-from slime_hangdoctor.verdict import Finding, Stage, Status
+from slime_hangdoctor.analysis.progress import Moved, Progress, combine
+from slime_hangdoctor.analysis.source import Source
+from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.sources import ENTRIES, PARSERS, PARTS, SPECS
+from slime_hangdoctor.verdict import Finding, Role, Severity, Stage, Status
 
-if TYPE_CHECKING:  # types only: the suspect finders' package runs the sources' finders below
-    from slime_hangdoctor.analysis.suspects.suspect import Evidence, Suspect, SuspectInputs
+__all__ = ["Source"]  # the typed name, for the parts (analysis/source.py)
+
+STRONG = 3  # the source names this process as the one missing (RAS, FR, dead engine)
+MEDIUM = 2
+WEAK = 1
+
+
+# --------------------------------------------------------------------------- what a part reads
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What every part's suspects and evidence read (all pure, all built once per diagnosis)."""
+
+    world: World
+    engines: tuple[EngineRead, ...]
+    progress: Progress
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a part's known causes, findings and next steps read: the reads and the verdict decided
+    so far."""
+
+    world: World
+    engines: tuple[EngineRead, ...]
+    progress: Progress
+    status: Status
+    stage: (
+        Stage  # the verdict's stage (NONE unless hung; a part's stage signal where live found none)
+    )
+    live_stage: Stage  # the stage the live evidence found (NONE unless hung, UNKNOWN when none did)
+
+
+# --------------------------------------------------------------------------- what a part gives
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """One source naming one process (engine, rank, GPU) as the one the others wait for, with a
+    weight; `merge.merge` joins suspects that name the same process."""
+
+    source: Source
+    role: Role
+    why: str
+    evidence: tuple[str, ...] = ()
+    weight: int = WEAK
+    pid: int | None = None
+    node_ip: str | None = None
+    rank: int | None = None
+    engine_url: str | None = None
+    actor_id: str | None = None
+    gpu: int | None = None
+    stage: Stage | None = None  # the stage this evidence points at (e.g. the stuck collective's)
+    waits_elsewhere: bool = False  # the suspect itself waits on something else (chain continues)
+    # its pid stands for its engine (the front process), not for a process it saw wait: within a
+    # candidate, at equal weight, a suspect that names the process itself speaks first
+    stands_in: bool = False
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One reason to believe the job is hung, whoever is to blame."""
+
+    source: Source
+    rule: str  # the finding id it is reported under (the headline is in its part's `messages`)
+    text: str
+    strength: int  # 1 weak, 2 strong
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A known cause the evidence matches: its finding and what to do about it."""
+
+    finding: Finding
+    steps: tuple[str, ...] = ()
+
+
+def cause(rule: str, sev: Severity, msg: str, ev: Sequence[str], steps: Sequence[str]) -> Cause:
+    return Cause(Finding(rule, sev, msg, tuple(ev[:6])), tuple(steps))
 
 
 class Section(Enum):
@@ -31,46 +125,138 @@ class Section(Enum):
     LOGS = "logs"  # what the logs say (after the progress findings)
 
 
-@dataclass(frozen=True)
-class Reading:
-    """What a source's findings and next steps may read: the world, the engines, and the verdict
-    decided from the live evidence."""
+def from_proc(proc: Proc | None, **kw: object) -> dict[str, object]:
+    """Identity fields of a suspect, filled from what the world knows about the process. A process
+    that a slime process forked (`Proc.is_child`: an async checkpoint writer, a DataLoader worker)
+    is not a culprit of its own: the suspect names its parent (for a train rank, the rank), and the
+    part's `why` names the child as where it waits."""
+    out: dict[str, object] = dict(kw)
+    if proc is None:
+        return out
+    known: dict[str, object] = {
+        "pid": proc.parent_pid if proc.is_child and proc.parent_pid else proc.pid,
+        "node_ip": proc.node_ip,
+        "rank": proc.rank,
+        "engine_url": proc.engine_url,
+        "actor_id": proc.actor_id,
+        "gpu": proc.gpu.index if proc.gpu is not None else None,
+    }
+    for key, value in known.items():
+        if out.get(key) is None and value is not None:
+            out[key] = value
+    return out
 
-    world: World
-    engines: tuple[EngineRead, ...]
-    status: Status
-    stage: Stage  # the stage live evidence found (NONE unless hung, UNKNOWN when none did)
+
+def suspect(source: Source, role: Role, why: str, proc: Proc | None, **kw: object) -> Suspect:
+    fields = from_proc(proc, **kw)
+    return Suspect(source=source, role=role, why=why, **fields)  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True)
+def brief(p: Proc) -> str:
+    return p.latest.describe() if p.latest else "no stack"
+
+
+# --------------------------------------------------------------------------- the part
+
+
+@dataclass(frozen=True, eq=False)
 class SourceAnalysis:
-    """A source's part of the diagnosis; every hook is optional."""
+    """A part of the diagnosis; every hook is optional."""
 
-    # facts that show work between the samples (they make a job progressing)
-    progress: Callable[[World], list[Signal]] | None = None
+    name: str  # the part's own name (its module's), for the tests and the docs
+    gives: tuple[Source, ...] = ()  # the names its suspects, evidence and signals carry
+    # what moved between the samples by this source (work, activity, frozen work)
+    progress: Callable[[World, tuple[EngineRead, ...]], Moved] | None = None
+    # who the others wait for, by this part; a fallback runs only when no part named anyone
+    suspects: Callable[[Reads], list[Suspect]] | None = None
+    fallback: bool = False
+    # reasons to believe the job hangs, by this part, and the headline of each finding id
+    evidence: Callable[[Reads, Sequence[Suspect]], list[Evidence]] | None = None
+    messages: Mapping[str, str] = field(default_factory=dict)
+    # a second stage signal, used only where the live evidence named no stage
+    stage: Callable[[World], Stage | None] | None = None
+    # the known causes this part holds the evidence of, in the order they are reported
+    causes: tuple[Callable[[Reading], Cause | None], ...] = ()
     findings: Callable[[Reading], list[Finding]] | None = None
     section: Section = Section.STATE
     next_steps: Callable[[Reading], list[str]] | None = None
-    # a second stage signal, used only where the live evidence named no stage
-    stage: Callable[[World], Stage | None] | None = None
-    # who the others wait for, by this source (run after the finders of suspects.SUSPECT_FINDERS,
-    # which also read what no one source shows: chains of waits, the rollout's event loop)
-    suspects: Callable[[SuspectInputs], list[Suspect]] | None = None
-    # reasons to believe the job hangs, by this source, and the headline of each finding id
-    evidence: Callable[[SuspectInputs, Sequence[Suspect]], list[Evidence]] | None = None
-    messages: Mapping[str, str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"SourceAnalysis({self.name!r})"
+
+
+def _load(module: str, where: str) -> SourceAnalysis:
+    if not module.startswith(PARTS):
+        raise ValueError(f"{where}: a part of the diagnosis is a module of analysis/parts/")
+    analysis = importlib.import_module(module).ANALYSIS
+    if not isinstance(analysis, SourceAnalysis):
+        raise TypeError(f"{module}.ANALYSIS is not a SourceAnalysis")
+    return analysis
 
 
 @functools.cache
 def source_analyses() -> tuple[SourceAnalysis, ...]:
-    """The ANALYSIS of every source whose spec names one, in the sources' order (sources.SPECS)."""
+    """Every part, in the order of sources.ENTRIES: a spec's part (`SourceSpec.analysis`) at the
+    spec's place, a part of its own where the list names it."""
+    specs = iter(SPECS)
     found: list[SourceAnalysis] = []
-    for spec in SPECS:
-        if spec.analysis is not None:
-            if not spec.analysis.startswith("slime_hangdoctor.analysis."):
-                raise ValueError(f"{spec.name}: its analysis must be a module of analysis/")
-            analysis = importlib.import_module(spec.analysis).ANALYSIS
-            if not isinstance(analysis, SourceAnalysis):
-                raise TypeError(f"{spec.analysis}.ANALYSIS is not a SourceAnalysis")
-            found.append(analysis)
+    for entry in ENTRIES:
+        if entry.startswith(PARSERS):
+            spec = next(specs)
+            if spec.analysis is not None:
+                found.append(_load(spec.analysis, spec.name))
+        else:
+            found.append(_load(entry, entry))
     return tuple(found)
+
+
+# --------------------------------------------------------------------------- running the parts
+
+
+def assess(world: World, engines: tuple[EngineRead, ...]) -> Progress:
+    """What moved between the samples, by every part (progress.combine orders it by kind of proof)."""
+    return combine([a.progress(world, engines) for a in source_analyses() if a.progress])
+
+
+def find_suspects(reads: Reads) -> list[Suspect]:
+    """Every part's suspects, in the parts' order; the fallbacks only when nobody was named."""
+    parts = source_analyses()
+    out = [s for a in parts if a.suspects and not a.fallback for s in a.suspects(reads)]
+    if not out:
+        out = [s for a in parts if a.suspects and a.fallback for s in a.suspects(reads)]
+    return out
+
+
+def hang_evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
+    """Every part's reasons to believe the job is hung, in the parts' order."""
+    return [e for a in source_analyses() if a.evidence for e in a.evidence(reads, suspects)]
+
+
+@functools.cache
+def evidence_messages() -> Mapping[str, str]:
+    """Finding id -> headline, of every part's evidence."""
+    return {rule: text for a in source_analyses() for rule, text in a.messages.items()}
+
+
+def known_causes(reading: Reading) -> list[Cause]:
+    """Every part's known causes that the evidence matches, in the parts' order."""
+    return [c for a in source_analyses() for rule in a.causes if (c := rule(reading)) is not None]
+
+
+def section_findings(reading: Reading, section: Section) -> list[Finding]:
+    return [
+        f
+        for a in source_analyses()
+        if a.findings is not None and a.section is section
+        for f in a.findings(reading)
+    ]
+
+
+def part_steps(reading: Reading) -> list[str]:
+    return [s for a in source_analyses() if a.next_steps is not None for s in a.next_steps(reading)]
+
+
+def stage_hint(world: World) -> Stage | None:
+    """The first part's second stage signal (the logs' open Timer), for a hang live evidence
+    could not place."""
+    return next((h for a in source_analyses() if a.stage and (h := a.stage(world))), None)

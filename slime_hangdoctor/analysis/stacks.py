@@ -20,9 +20,12 @@ from slime_hangdoctor.analysis.signatures import (
     split_name,
     wait_of,
 )
+from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.facts import Frame, ProcessStack, ThreadStack
-from slime_hangdoctor.snapshot import StackObs
+from slime_hangdoctor.snapshot import StackObs, StackVia
 from slime_hangdoctor.verdict import Stage
+
+STACKS = Source("stacks")  # py-spy / Ray traceback stacks
 
 _LIBRARY_MARKS = ("site-packages/", "dist-packages/", "/lib/python3")
 _SCAN_LIMIT = 12  # python frames to look through for a wait primitive under library code
@@ -247,7 +250,7 @@ class ProcessRead:
     pid: int
     node_ip: str | None
     sample: int
-    via: str
+    via: StackVia
     title: str | None
     primary: ThreadRead
     threads: tuple[ThreadRead, ...]

@@ -8,23 +8,31 @@ processes without Ray: a process that holds a GPU and speaks NCCL is taken for a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from slime_hangdoctor.analysis.gpu import GpuRead, gpu_of_pid, read_gpus
-from slime_hangdoctor.analysis.stacks import ProcessRead, read_process
-from slime_hangdoctor.facts import ProcessInfo, ProcessKernelState, TcpConnection
+from slime_hangdoctor.analysis.signatures import split_name
+from slime_hangdoctor.analysis.source import Source
+from slime_hangdoctor.analysis.stacks import ProcessRead, ThreadRead, read_process
+from slime_hangdoctor.facts import STATUS_GONE, Frame, ProcessInfo, TcpConnection
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
-from slime_hangdoctor.parsers.kernel import SPEC as KERNEL
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
-from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
+from slime_hangdoctor.parsers.processes import SPEC as PROCESS_TABLE
 from slime_hangdoctor.parsers.sockets import SPEC as SOCKETS
-from slime_hangdoctor.snapshot import Snapshot, StackObs
-from slime_hangdoctor.topology import CLASS_ROLES, Member, Topology, parse_ray_title
+from slime_hangdoctor.snapshot import Snapshot, StackObs, StackVia
+from slime_hangdoctor.topology import CLASS_ROLES, Member, MemberKind, Topology, parse_ray_title
 from slime_hangdoctor.verdict import Role
 
 T = TypeVar("T")
+
+# where a train rank's number was read: the topology, RANK in its environment, the flight
+# recorder's or NCCL RAS's pid, or guessed from the process order
+RankSource = Literal["topology", "env", "flight_recorder", "ras", "inferred"]
+
+PROCESSES = Source("processes")  # the process table (psutil / procfs)
+CPU = Source("cpu")  # CPU time of the slime processes between the samples
 
 
 @dataclass(frozen=True)
@@ -40,11 +48,10 @@ class Proc:
     reads: tuple[ProcessRead, ...]  # one per sample, oldest first
     infos: tuple[tuple[int, ProcessInfo], ...]  # (sample, info), oldest first
     gpu: GpuRead | None
-    rank_source: str | None = None  # topology | env | flight_recorder | ras | inferred
+    rank_source: RankSource | None = None
     gone: bool = False  # seen in an earlier /proc sample, missing from its node's last one
     # (sample, connections) where the node's sockets were read, oldest first
     conns: tuple[tuple[int, tuple[TcpConnection, ...]], ...] = ()
-    kernel: tuple[tuple[int, ProcessKernelState], ...] = ()  # (sample, state), oldest first
 
     @property
     def latest(self) -> ProcessRead | None:
@@ -55,8 +62,8 @@ class Proc:
         return self.reads[0] if self.reads else None
 
     @property
-    def kind(self) -> str:
-        return self.member.kind if self.member else "process"
+    def kind(self) -> MemberKind:
+        return self.member.kind if self.member else MemberKind.PROCESS
 
     @property
     def engine_url(self) -> str | None:
@@ -69,7 +76,7 @@ class Proc:
     @property
     def is_child(self) -> bool:
         """A process forked by a slime process that kept its title (`Member.kind` "child")."""
-        return self.kind == "child"
+        return self.kind is MemberKind.CHILD
 
     @property
     def parent_pid(self) -> int | None:
@@ -98,7 +105,7 @@ class Proc:
     @property
     def dead(self) -> bool:
         """Gone from the last /proc sample of its node, or a zombie there."""
-        return self.gone or (bool(self.infos) and self.infos[-1][1].status in ("zombie", "dead"))
+        return self.gone or (bool(self.infos) and self.infos[-1][1].status in STATUS_GONE)
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,13 @@ class World:
             hits = [p for p in hits if p.node_ip in (None, node_ip)] or hits
         return hits[0] if hits else None
 
+    def memo(self, key: str, compute: Callable[[], T]) -> T:
+        """`compute()`, once per world: a derived view that several hooks of a part read."""
+        cache: dict[str, object] = self.__dict__.setdefault("_memo", {})
+        if key not in cache:
+            cache[key] = compute()
+        return cache[key]  # type: ignore[return-value]
+
     def train_rank(self, rank: int) -> Proc | None:
         for p in self.train_ranks():
             if p.rank == rank:
@@ -167,12 +181,12 @@ def _best_stacks(snapshot: Snapshot) -> dict[tuple[str | None, int], list[StackO
 
 def _stack_rank(obs: StackObs) -> tuple[int, int, int]:
     frames = sum(len(t.frames) for t in obs.stack.threads)
-    return (1 if obs.via == "pyspy" else 0, 1 if obs.stack.native else 0, frames)
+    return (1 if obs.via is StackVia.PYSPY else 0, 1 if obs.stack.native else 0, frames)
 
 
 def _infos(snapshot: Snapshot) -> dict[tuple[str | None, int], list[tuple[int, ProcessInfo]]]:
     out: dict[tuple[str | None, int], list[tuple[int, ProcessInfo]]] = {}
-    for obs in sorted(snapshot.facts(PROCESSES), key=lambda o: o.sample):
+    for obs in sorted(snapshot.facts(PROCESS_TABLE), key=lambda o: o.sample):
         for p in obs.fact:
             out.setdefault((obs.node_ip, p.pid), []).append((obs.sample, p))
     return out
@@ -184,7 +198,7 @@ def _conns(
     """Per process, its TCP connections at each sample where its node's sockets were read (an
     empty tuple: read, and it held none)."""
     seen: dict[tuple[str | None, int], set[int]] = {}
-    for pobs in snapshot.facts(PROCESSES):
+    for pobs in snapshot.facts(PROCESS_TABLE):
         for p in pobs.fact:
             seen.setdefault((pobs.node_ip, pobs.sample), set()).add(p.pid)
     out: dict[tuple[str | None, int], list[tuple[int, tuple[TcpConnection, ...]]]] = {}
@@ -194,16 +208,6 @@ def _conns(
             by_pid.setdefault(c.pid, []).append(c)
         for pid in seen.get((obs.node_ip, obs.sample), set()) | set(by_pid):
             out.setdefault((obs.node_ip, pid), []).append((obs.sample, tuple(by_pid.get(pid, ()))))
-    return out
-
-
-def _kernel(
-    snapshot: Snapshot,
-) -> dict[tuple[str | None, int], list[tuple[int, ProcessKernelState]]]:
-    out: dict[tuple[str | None, int], list[tuple[int, ProcessKernelState]]] = {}
-    for obs in sorted(snapshot.facts(KERNEL), key=lambda o: o.sample):
-        for k in obs.fact.processes:
-            out.setdefault((obs.node_ip, k.pid), []).append((obs.sample, k))
     return out
 
 
@@ -286,7 +290,7 @@ def _rank_of(
     pid: int,
     fr: dict[int, int],
     ras: dict[int, int],
-) -> tuple[int | None, str | None]:
+) -> tuple[int | None, RankSource | None]:
     if member is not None and member.rank is not None and not member.rank_inferred:
         return member.rank, "topology"
     env = info.env.get("RANK") if info is not None else None
@@ -306,7 +310,6 @@ def build_world(snapshot: Snapshot, topology: Topology) -> World:
     stacks = _best_stacks(snapshot)
     infos = _infos(snapshot)
     conns = _conns(snapshot)
-    kernel = _kernel(snapshot)
     fr = _fr_ranks(snapshot)
     ras = _ras_ranks(snapshot)
     nccl_pids = _ras_pids(snapshot) | set(fr)
@@ -323,15 +326,15 @@ def build_world(snapshot: Snapshot, topology: Topology) -> World:
         ):
             keys.setdefault(key, None)
     last_sample: dict[str | None, int] = {}
-    for pobs in snapshot.facts(PROCESSES):
+    for pobs in snapshot.facts(PROCESS_TABLE):
         last_sample[pobs.node_ip] = max(last_sample.get(pobs.node_ip, -1), pobs.sample)
     procs: list[Proc] = []
     for node, pid in keys:
         member = topology.member(pid, node)
         node_ip = node or (member.node_ip if member else None)
-        obs = stacks.get((node_ip, pid)) or _by_pid(stacks, pid)
+        obs = stacks.get((node_ip, pid)) or pid_entry(stacks, pid)
         reads = [r for r in (read_process(o) for o in obs) if r is not None]
-        info_list = infos.get((node_ip, pid)) or _by_pid(infos, pid)
+        info_list = infos.get((node_ip, pid)) or pid_entry(infos, pid)
         gone = bool(info_list) and info_list[-1][0] < last_sample.get(node_ip, -1)
         last_info = info_list[-1][1] if info_list else None
         title = (
@@ -358,14 +361,13 @@ def build_world(snapshot: Snapshot, topology: Topology) -> World:
                 gpu=gpu,
                 rank_source=rank_source,
                 gone=gone,
-                conns=tuple(conns.get((node_ip, pid)) or _by_pid(conns, pid)),
-                kernel=tuple(kernel.get((node_ip, pid)) or _by_pid(kernel, pid)),
+                conns=tuple(conns.get((node_ip, pid)) or pid_entry(conns, pid)),
             )
         )
     procs = _children_ranked(procs)
     samples = sorted(
         {s.sample for s in snapshot.stacks}
-        | {p.sample for p in snapshot.facts(PROCESSES)}
+        | {p.sample for p in snapshot.facts(PROCESS_TABLE)}
         | {h.sample for h in snapshot.http}
         | {r.sample for r in snapshot.facts(RAS)}
     )
@@ -385,7 +387,45 @@ def _children_ranked(procs: list[Proc]) -> list[Proc]:
     return out
 
 
-def _by_pid(table: Mapping[tuple[str | None, int], list[T]], pid: int) -> list[T]:
+def pid_entry(table: Mapping[tuple[str | None, int], list[T]], pid: int) -> list[T]:
     """A pid's entry when the node is unknown on one side (only if the pid is unambiguous)."""
     hits = [v for (_, p), v in table.items() if p == pid]
     return hits[0] if len(hits) == 1 else []
+
+
+# --------------------------------------------------------------------------- threads by frame
+
+
+def _threads(procs: tuple[Proc, ...]) -> Iterator[tuple[Proc, ThreadRead]]:
+    for p in procs:
+        if p.latest is not None:
+            for t in p.latest.threads:
+                yield p, t
+
+
+def _funcs(t: ThreadRead) -> set[str]:
+    return {split_name(f.name)[1] for f in t.own}
+
+
+def _in_file(frame: Frame, part: str) -> bool:
+    return part in frame.filename.replace("\\", "/") or part in (frame.short_filename or "")
+
+
+def threads_with(
+    procs: tuple[Proc, ...], funcs: set[str] | None = None, file_part: str | None = None
+) -> list[tuple[Proc, ThreadRead]]:
+    """The threads of the processes' last stacks with one of `funcs` among their own frames (and a
+    frame in a file whose path holds `file_part`): what a known cause matches on."""
+    out: list[tuple[Proc, ThreadRead]] = []
+    for p, t in _threads(procs):
+        if funcs is not None and not (funcs & _funcs(t)):
+            continue
+        if file_part is not None and not any(_in_file(f, file_part) for f in t.own):
+            continue
+        out.append((p, t))
+    return out
+
+
+def who(hits: list[tuple[Proc, ThreadRead]]) -> str:
+    """The processes of `hits`, named once each (at most four)."""
+    return ", ".join(dict.fromkeys(f"{p.label} (pid {p.pid})" for p, _ in hits[:4]))

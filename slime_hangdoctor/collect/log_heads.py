@@ -40,6 +40,7 @@ from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.node_probe import NodeContext
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.redact import utf8_prefix
+from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role
 
 MAX_HEAD_BYTES = 64 * 1024  # per stream
@@ -175,7 +176,7 @@ def unserved_engine_actors(ctx: NodeContext) -> list[tuple[int, str]]:
         (m.pid, m.class_name or "SGLangEngine")
         for m in ctx.members()
         if m.role is Role.SGLANG_ENGINE
-        and m.kind == "actor"
+        and m.kind is MemberKind.ACTOR
         and m.engine_url is None
         and m.pid not in done
     ]
@@ -193,7 +194,7 @@ def routerless_rollout_managers(ctx: NodeContext) -> list[tuple[int, str]]:
         (m.pid, m.class_name or "RolloutManager")
         for m in members
         if m.role is Role.ROLLOUT_MANAGER
-        and m.kind == "actor"
+        and m.kind is MemberKind.ACTOR
         and not any(
             r.parent_pid == m.pid or (r.actor_id is not None and r.actor_id == m.actor_id)
             for r in routers

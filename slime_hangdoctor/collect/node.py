@@ -107,13 +107,12 @@ def sample_node(
 @functools.cache
 def node_probes() -> tuple[tuple[str, NodeProbe], ...]:
     """(source, NODE_PROBE) of every source whose spec names a node probe, in the sources' order
-    (sources.SPECS: the procfs reads first, so that a process's state and wchan are read before
-    py-spy attaches to it). Each is run after the process scan of each sample on every slime node
-    (this one in-process, the others in a Ray task pinned to the node)."""
+    (sources.SPECS), the ones that attach to the processes (py-spy) last: a process's state and
+    wchan are read before py-spy stops it. Each is run after the process scan of each sample on
+    every slime node (this one in-process, the others in a Ray task pinned to the node)."""
+    probing = sorted((s for s in SPECS if s.node_probe is not None), key=lambda s: s.attaches)
     return tuple(
-        (spec.name, importlib.import_module(spec.node_probe).NODE_PROBE)
-        for spec in SPECS
-        if spec.node_probe is not None
+        (spec.name, importlib.import_module(str(spec.node_probe)).NODE_PROBE) for spec in probing
     )
 
 

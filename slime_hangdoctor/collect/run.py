@@ -51,6 +51,7 @@ from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.sources import SPECS
 from slime_hangdoctor.topology import (
     CLASS_ROLES,
+    MemberKind,
     Topology,
     build_topology,
     listen_urls,
@@ -803,7 +804,7 @@ def _flight_recorder(run: _Run, topo: Topology) -> None:
     for m in topo.members:
         if m.node_ip not in (None, run.node_ip):
             continue
-        if m.role is Role.TRAIN_RANK or m.kind == "scheduler":
+        if m.role is Role.TRAIN_RANK or m.kind is MemberKind.SCHEDULER:
             target = find_fr_targets(envs.get(m.pid, {}), m.pid)
             if target is not None:
                 targets.append(target)

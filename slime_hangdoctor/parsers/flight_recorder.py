@@ -27,11 +27,11 @@ import io
 import pickle
 import re
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import Any, NoReturn, get_args
 
 from slime_hangdoctor.bundle import FLIGHT_RECORDER, ProbeRecord
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import Frame, FrDump, FrEntry
+from slime_hangdoctor.facts import Frame, FrDump, FrEntry, FrState
 from slime_hangdoctor.parsers.safe_pickle import check_plain_pickle
 from slime_hangdoctor.source_spec import SourceSpec
 
@@ -48,6 +48,10 @@ class _NoGlobalsUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> NoReturn:
         raise pickle.UnpicklingError(f"refused global {module}.{name}")
+
+
+# the entry states torch records, as typed; one a newer torch adds is "unknown"
+_FR_STATES: Mapping[str, FrState] = {s: s for s in get_args(FrState)}
 
 
 def _unpickle(data: bytes) -> object:
@@ -179,7 +183,7 @@ def _entry(raw: object, position: int) -> FrEntry:
         pg_id=_int(raw.get("pg_id"), "pg_id"),
         collective_seq_id=_required_int(raw.get("collective_seq_id"), "collective_seq_id"),
         op=_str(raw.get("profiling_name"), "profiling_name"),
-        state=_str(raw.get("state"), "state"),
+        state=_FR_STATES.get(_str(raw.get("state"), "state"), "unknown"),
         frames=tuple(_frame(f) for f in frames),
         is_p2p=is_p2p if isinstance(is_p2p, bool) else False,
         input_sizes=_sizes(raw.get("input_sizes")),
@@ -308,4 +312,5 @@ SPEC = SourceSpec[FrDump](
         "TORCH_NCCL_DEBUG_INFO_PIPE_FILE, and hangdoctor --flight-recorder): per-rank "
         "collective cursors unknown"
     ),
+    analysis="slime_hangdoctor.analysis.parts.flight_recorder",
 )

@@ -13,17 +13,19 @@ Artefact format::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, get_args
 
 from slime_hangdoctor.bundle import KERNEL
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import (
+    DISK_SLEEP,
     IoCounters,
     KernelLog,
     KernelLogLine,
     NodeKernel,
     ProcessKernelState,
     ShmSpace,
+    TaskLetter,
     ThreadKernelState,
 )
 from slime_hangdoctor.parsers.json_text import load_json_object
@@ -32,7 +34,7 @@ from slime_hangdoctor.source_spec import SourceSpec
 _IO_KEYS = ("rchar", "wchar", "read_bytes", "write_bytes")
 
 
-def parse_stat(text: str) -> tuple[int, str, str]:
+def parse_stat(text: str) -> tuple[int, str, TaskLetter]:
     """``/proc/<pid>/stat`` -> (pid, command name, state letter). The name may hold spaces and
     parentheses: it runs from the first ``(`` to the last ``)``."""
     head, sep, rest = text.rpartition(")")
@@ -47,7 +49,11 @@ def parse_stat(text: str) -> tuple[int, str, str]:
     state = fields[0]
     if len(state) != 1 or not state.isalpha():
         raise ParseError(f"stat: bad state {state[:10]!r}")
-    return pid, name, state
+    return pid, name, _LETTERS.get(state, "?")
+
+
+# the kernel's state letters as typed; one a newer kernel adds is "?"
+_LETTERS: Mapping[str, TaskLetter] = {s: s for s in get_args(TaskLetter)}
 
 
 def parse_io(text: str) -> IoCounters:
@@ -126,7 +132,7 @@ def _process(row: Mapping[str, Any]) -> ProcessKernelState:
         if not isinstance(t, Mapping) or not isinstance(t.get("stat"), str):
             raise ParseError("a thread has no stat")
         tid, name, tstate = parse_stat(t["stat"])
-        if tstate == "D":
+        if tstate == DISK_SLEEP:
             blocked.append(ThreadKernelState(tid, name, tstate, parse_wchan(_opt_str(t, "wchan"))))
     return ProcessKernelState(
         pid=pid,
@@ -196,5 +202,5 @@ SPEC = SourceSpec[NodeKernel](
     partial=True,
     notes=_kernel_notes,
     node_probe="slime_hangdoctor.collect.kernel",
-    analysis="slime_hangdoctor.analysis.kernel",
+    analysis="slime_hangdoctor.analysis.parts.kernel",
 )

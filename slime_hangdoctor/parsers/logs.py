@@ -178,5 +178,5 @@ SPEC = SourceSpec[LogTail](
     name=RAY_LOGS,
     parse=None,
     max_bytes=4 * 1024 * 1024,
-    analysis="slime_hangdoctor.analysis.logs",
+    analysis="slime_hangdoctor.analysis.parts.logs",
 )

@@ -480,4 +480,5 @@ SPEC = SourceSpec[RasReport](
         "probed): collective counts per rank unknown"
     ),
     node_probe="slime_hangdoctor.collect.nccl_ras",
+    analysis="slime_hangdoctor.analysis.parts.ras",
 )

@@ -268,6 +268,7 @@ SPEC = SourceSpec[GpuSeries](
     parse=None,
     max_bytes=16 * 1024 * 1024,
     partial=True,
+    analysis="slime_hangdoctor.analysis.parts.gpu",
 )
 
 # GPM readings of one node (collect/nvml.py, after the series).

@@ -97,5 +97,5 @@ SPEC = SourceSpec[NodePressure](
     max_bytes=64 * 1024,  # three files of two lines
     notes=_notes,
     node_probe="slime_hangdoctor.collect.pressure",
-    analysis="slime_hangdoctor.analysis.pressure",
+    analysis="slime_hangdoctor.analysis.parts.pressure",
 )

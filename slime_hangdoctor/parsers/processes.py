@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, get_args
 
 from slime_hangdoctor.bundle import PROCESSES
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import ProcessInfo
+from slime_hangdoctor.facts import STATUS_UNKNOWN, ProcessInfo, ProcessStatus
 from slime_hangdoctor.parsers.json_text import load_json
 from slime_hangdoctor.source_spec import SourceSpec
 
@@ -74,7 +74,7 @@ def _process(row: Mapping[str, Any], node_ip: str | None) -> ProcessInfo:
         ppid=_int(row.get("ppid"), "ppid"),
         name=_str(row.get("name"), "name") or "",
         cmdline=_str_list(row.get("cmdline"), "cmdline"),
-        status=_str(row.get("status"), "status") or "unknown",
+        status=_STATUSES.get(_str(row.get("status"), "status") or "", STATUS_UNKNOWN),
         cpu_seconds=_float(row.get("cpu_seconds"), "cpu_seconds"),
         create_time=_float(row.get("create_time"), "create_time"),
         num_threads=_int(row.get("num_threads"), "num_threads"),
@@ -83,6 +83,10 @@ def _process(row: Mapping[str, Any], node_ip: str | None) -> ProcessInfo:
         env=_env(row.get("env")),
         node_ip=node_ip,
     )
+
+
+# psutil's statuses as typed; one a newer psutil adds is "unknown"
+_STATUSES: Mapping[str, ProcessStatus] = {s: s for s in get_args(ProcessStatus)}
 
 
 def _list(value: Any, key: str) -> list[Any]:
@@ -155,5 +159,5 @@ SPEC = SourceSpec[tuple[ProcessInfo, ...]](
     max_bytes=8 * 1024 * 1024,
     partial=True,
     discovery=True,
-    analysis="slime_hangdoctor.analysis.hazards",
+    analysis="slime_hangdoctor.analysis.parts.processes",
 )

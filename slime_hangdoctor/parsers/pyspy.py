@@ -317,7 +317,9 @@ SPEC = SourceSpec[ProcessStack](
     parse=None,
     max_bytes=16 * 1024 * 1024,
     node_probe="slime_hangdoctor.collect.pyspy",
+    attaches=True,
     switch="stacks",
+    analysis="slime_hangdoctor.analysis.parts.stacks",
 )
 
 # Ray's /worker/traceback of one process (collect/dashboard.py), where py-spy could not read it.

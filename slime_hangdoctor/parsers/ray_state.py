@@ -39,11 +39,13 @@ from slime_hangdoctor.facts import (
     PlacementBundle,
     PlacementDemand,
     PlacementGroupState,
+    PlacementSchedulingState,
     RayActor,
     RayJob,
     RayNode,
     RayPlacementGroup,
     RayTask,
+    RayTaskType,
     TaskPage,
     TaskState,
     UnknownState,
@@ -247,6 +249,26 @@ _PLACEMENT_GROUP_STATES: Final[Mapping[str, PlacementGroupState]] = {
 _JOB_STATUSES: Final[Mapping[str, JobStatus]] = {s: s for s in get_args(JobStatus)}
 
 
+def _task_type(value: Any) -> RayTaskType | None:
+    """A task's type; one a newer Ray adds is UNKNOWN."""
+    text = _opt_str(value)
+    return None if text is None else _TASK_TYPES.get(text, UNKNOWN_STATE)
+
+
+_TASK_TYPES: Mapping[str, RayTaskType] = {s: s for s in get_args(RayTaskType)}
+
+
+def _scheduling_state(value: Any) -> PlacementSchedulingState | None:
+    """A placement group's scheduling state; one a newer Ray adds is UNKNOWN."""
+    text = _opt_str(value)
+    return None if text is None else _SCHEDULING_STATES.get(text, UNKNOWN_STATE)
+
+
+_SCHEDULING_STATES: Mapping[str, PlacementSchedulingState] = {
+    s: s for s in get_args(PlacementSchedulingState)
+}
+
+
 def _state(value: Any, known: Mapping[str, StateT]) -> tuple[StateT | UnknownState, str | None]:
     """(state, raw text): a state Ray sent that `known` lacks (a newer Ray's) is UNKNOWN with its
     text kept, cut to 80 characters; no state at all is UNKNOWN without text."""
@@ -332,7 +354,7 @@ def _task(row: Mapping[str, Any]) -> RayTask:
         node_id=_opt_str(row.get("node_id")),
         job_id=_opt_str(row.get("job_id")),
         start_time_ms=_opt_int(row.get("start_time_ms"), "start_time_ms"),
-        task_type=_opt_str(row.get("type")),
+        task_type=_task_type(row.get("type")),
         parent_task_id=_opt_str(row.get("parent_task_id")),
         end_time_ms=_opt_int(row.get("end_time_ms"), "end_time_ms"),
         creation_time_ms=_opt_int(row.get("creation_time_ms"), "creation_time_ms"),
@@ -355,7 +377,7 @@ def _placement_group(row: Mapping[str, Any]) -> RayPlacementGroup:
         name=_opt_str(row.get("name")),
         creator_job_id=_opt_str(row.get("creator_job_id")),
         bundles=tuple(_bundle(b, i) for i, b in enumerate(bundles)),
-        scheduling_state=_opt_str(stats.get("scheduling_state")),
+        scheduling_state=_scheduling_state(stats.get("scheduling_state")),
         scheduling_attempt=_opt_int(stats.get("scheduling_attempt"), "scheduling_attempt"),
         created_ns=_opt_int(
             stats.get("creation_request_received_ns"), "creation_request_received_ns"
@@ -602,6 +624,9 @@ def filters(*triples: tuple[str, str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+# the answer that lists every task still queued or running (actor queues, the wait-for graph)
+UNFINISHED_TASKS = "tasks_unfinished"
+
 _ALL_ROWS_DETAILED = (("detail", "1"), ("limit", "10000"))
 # Task queries are bounded on Ray's side too: the GCS filters (state, job_id) cut what the
 # dashboard reads, `limit` what it sends (Ray sorts by task id before it truncates: a truncated
@@ -627,7 +652,7 @@ STATE_ENDPOINTS: tuple[StateEndpoint, ...] = (
     ),
     # every task still queued or running, in the whole cluster (actor queues, wait-for graph)
     StateEndpoint(
-        "tasks_unfinished",
+        UNFINISHED_TASKS,
         "/api/v0/tasks",
         (
             *_TASK_ROWS_DETAILED,
@@ -662,5 +687,5 @@ SPEC = SourceSpec[object](
     parse=None,
     max_bytes=64 * 1024 * 1024,
     discovery=True,
-    analysis="slime_hangdoctor.analysis.ray_findings",
+    analysis="slime_hangdoctor.analysis.parts.ray",
 )

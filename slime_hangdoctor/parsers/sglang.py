@@ -569,6 +569,12 @@ ENGINE_SPEC = SourceSpec[object](
     name=SGLANG,
     parse=None,
     max_bytes=8 * 1024 * 1024,
-    analysis="slime_hangdoctor.analysis.engine_findings",
+    analysis="slime_hangdoctor.analysis.parts.engines",
 )
-ROUTER_SPEC = SourceSpec[object](name=ROUTER, parse=None, max_bytes=8 * 1024 * 1024, discovery=True)
+ROUTER_SPEC = SourceSpec[object](
+    name=ROUTER,
+    parse=None,
+    max_bytes=8 * 1024 * 1024,
+    discovery=True,
+    analysis="slime_hangdoctor.analysis.parts.routers",
+)

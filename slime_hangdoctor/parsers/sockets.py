@@ -19,12 +19,12 @@ from typing import Any
 
 from slime_hangdoctor.bundle import SOCKETS
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import TcpConnection, TcpSocket
+from slime_hangdoctor.facts import TCP_LISTEN, TcpConnection, TcpSocket, TcpState
 from slime_hangdoctor.parsers.json_text import load_json_object
 from slime_hangdoctor.source_spec import SourceSpec
 
 # The kernel's TCP states (include/net/tcp_states.h), as /proc/net/tcp writes them (hex).
-TCP_STATES: Mapping[str, str] = {
+TCP_STATES: Mapping[str, TcpState] = {
     "01": "ESTABLISHED",
     "02": "SYN_SENT",
     "03": "SYN_RECV",
@@ -97,7 +97,7 @@ def parse_tcp_table(
                 local_port=local_port,
                 remote_ip=_unmapped(remote_ip),
                 remote_port=remote_port,
-                state=TCP_STATES.get(state, f"state {state}"),
+                state=TCP_STATES.get(state, "UNKNOWN"),
                 tx_queue=tx,
                 rx_queue=rx,
                 inode=inode,
@@ -128,7 +128,7 @@ def parse_sockets(data: str | bytes) -> tuple[TcpConnection, ...]:
         if not isinstance(table, Mapping) or not isinstance(table.get("text"), str):
             raise ParseError(f"sockets: table {i} has no text")
         for s in parse_tcp_table(table["text"], str(table.get("name")), byteorder):
-            if s.state != "LISTEN" and s.inode:
+            if s.state != TCP_LISTEN and s.inode:
                 by_inode[s.inode] = s
     out: list[TcpConnection] = []
     for pid, fd, inode in _fds(doc.get("fds")):
@@ -168,5 +168,5 @@ SPEC = SourceSpec[tuple[TcpConnection, ...]](
     max_bytes=64 * 1024 * 1024,
     partial=True,
     node_probe="slime_hangdoctor.collect.sockets",
-    analysis="slime_hangdoctor.analysis.network",
+    analysis="slime_hangdoctor.analysis.parts.sockets",
 )

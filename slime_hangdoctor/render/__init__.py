@@ -1,6 +1,7 @@
-"""Renderers: a `Diagnosis` as a terminal report (rich), markdown for an issue, or JSON.
+"""Renderers: a `Diagnosis` as a terminal report (rich), markdown for an issue, JSON, or one
+self-contained HTML page (render/html.py, with the wait-for graph).
 
-`render(diagnosis, fmt, console)` is what the CLI calls for `--format text|json|markdown`.
+`render(diagnosis, fmt, console)` is what the CLI calls for `--format text|json|markdown|html`.
 JSON and markdown are written verbatim (no wrapping, no markup, no highlighting), so they can be
 piped into `jq` or pasted into an issue. rich is imported only by the terminal report
 (`render_terminal`, loaded when first asked for): a JSON report (`render_json`, what a cron
@@ -27,6 +28,7 @@ __all__ = [
     "render_json",
     "render_markdown",
     "render_terminal",
+    "render_text",
     "report_json",
 ]
 
@@ -40,6 +42,23 @@ def __getattr__(name: str) -> Any:
 
         return render_terminal
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def render_text(diagnosis: Diagnosis, fmt: ReportFormat | str) -> str:
+    """The report in a format written verbatim (json, markdown, html), as one text.
+
+    Raises:
+        UsageError: `fmt` is text (rich lays it out for a console) or not one of FORMATS.
+    """
+    if fmt == ReportFormat.JSON:
+        return render_json(diagnosis) + "\n"
+    if fmt == ReportFormat.MARKDOWN:
+        return render_markdown(diagnosis)
+    if fmt == ReportFormat.HTML:
+        from slime_hangdoctor.render.html import render_html
+
+        return render_html(diagnosis)
+    raise UsageError(f"format {fmt!r} is not written as a file; choose json, markdown or html")
 
 
 def render(diagnosis: Diagnosis, fmt: ReportFormat | str, console: Console) -> None:
@@ -56,5 +75,7 @@ def render(diagnosis: Diagnosis, fmt: ReportFormat | str, console: Console) -> N
         console.out(render_json(diagnosis), highlight=False)
     elif fmt == ReportFormat.MARKDOWN:
         console.out(render_markdown(diagnosis), highlight=False, end="")
+    elif fmt == ReportFormat.HTML:
+        console.out(render_text(diagnosis, fmt), highlight=False, end="")
     else:
         raise UsageError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")

@@ -13,6 +13,8 @@ Zp, and Zs but the space) except newline and tab is shown as a visible `\\xNN` /
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from enum import Enum
 from typing import Any
 
 from slime_hangdoctor.verdict import Diagnosis
@@ -45,21 +47,30 @@ def _escape(c: str) -> str:
 def printable_diagnosis(diagnosis: Diagnosis) -> Diagnosis:
     """The diagnosis with every string in it made printable (before any layout: an escape is
     wider than the character it shows)."""
-    cleaned = _clean(diagnosis)
+    return map_strings(diagnosis, printable)
+
+
+def map_strings(diagnosis: Diagnosis, change: Callable[[str], str]) -> Diagnosis:
+    """The diagnosis with `change` applied to every string in it (keys of `extra` too)."""
+    cleaned = _clean(diagnosis, change)
     assert isinstance(cleaned, Diagnosis)
     return cleaned
 
 
-def _clean(obj: Any) -> Any:
+def _clean(obj: Any, change: Callable[[str], str]) -> Any:
+    if isinstance(obj, Enum):  # (a str Enum is a value of the contract, never text to change)
+        return obj
     if isinstance(obj, str):
-        return printable(obj)
+        return change(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        changes = {f.name: _clean(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+        changes = {
+            f.name: _clean(getattr(obj, f.name), change) for f in dataclasses.fields(obj) if f.init
+        }
         return dataclasses.replace(obj, **changes)
     if isinstance(obj, tuple):
-        return tuple(_clean(item) for item in obj)
+        return tuple(_clean(item, change) for item in obj)
     if isinstance(obj, list):
-        return [_clean(item) for item in obj]
+        return [_clean(item, change) for item in obj]
     if isinstance(obj, dict):
-        return {_clean(k): _clean(v) for k, v in obj.items()}
+        return {_clean(k, change): _clean(v, change) for k, v in obj.items()}
     return obj

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from slime_hangdoctor.bundle import Bundle, BundleWriter
 from slime_hangdoctor.collect.node import parse_cache
 from slime_hangdoctor.collect.options import CollectOptions
+from slime_hangdoctor.facts import STATUS_ZOMBIE
 from slime_hangdoctor.http_facts import SglangMetrics
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.markers import Markers, changed_markers, progress_markers, work_markers
@@ -221,7 +222,7 @@ def counter_plan(analysed: Analysed, target: str, now: float) -> CounterPlan | N
     for obs in snapshot.facts(PROCESSES):
         if obs.node_ip == here:
             for p in obs.fact:
-                if p.create_time is not None and p.status != "zombie":
+                if p.create_time is not None and p.status != STATUS_ZOMBIE:
                     started[p.pid] = p.create_time
     processes = tuple(
         sorted(

@@ -148,6 +148,12 @@ def test_a_stall_turns_warning_then_critical_with_evidence(live_pool: LivePool) 
         if s.labels.get("stage") == "rollout_dispatch"
     ]
     assert stalled and stalled[0].value == 1.0
+    # the Grafana dashboard and the alert rules (slime_hangdoctor/monitoring/) query only metrics
+    # this real run of the watchdog wrote, on a hung job with its culprit
+    from tests.unit.test_monitoring import queried_metrics
+
+    written = {s.name for f in families.values() for s in f.samples}
+    assert queried_metrics() <= written, queried_metrics() - written
     assert families["slime_hangdoctor_seconds_since_progress"].samples[0].value >= STALL_AFTER_S
     lines = [json.loads(line) for line in (work / "runs.jsonl").read_text().splitlines()]
     assert [line["exit_code"] for line in lines] == codes

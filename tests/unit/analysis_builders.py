@@ -16,9 +16,9 @@ from slime_hangdoctor.bundle import Manifest
 from slime_hangdoctor.facts import ProcessInfo, ProcessStack, RayActor, RayJob, ThreadStack
 from slime_hangdoctor.http_facts import HttpAnswer
 from slime_hangdoctor.outcome import Outcome
-from slime_hangdoctor.snapshot import HttpObs, Parsed, Snapshot, StackObs
+from slime_hangdoctor.snapshot import HttpObs, HttpPeer, Parsed, Snapshot, StackObs
 from slime_hangdoctor.source_spec import Observed
-from slime_hangdoctor.topology import Engine, Member, Topology
+from slime_hangdoctor.topology import Engine, Member, MemberKind, Topology
 from slime_hangdoctor.verdict import Role
 
 NODE = "10.0.0.1"
@@ -59,7 +59,8 @@ def http(
     if outcome is None:
         assert status is not None, "an answer without a status needs its outcome"
         outcome = Outcome.OK if 200 <= status < 300 else Outcome.FAILED
-    return HttpObs(kind, sample, HttpAnswer(url, path, status, 0.05, outcome, error), parsed)
+    answer = HttpAnswer(url, path, status, 0.05, outcome, error)
+    return HttpObs(HttpPeer(kind), sample, answer, parsed)
 
 
 def member(
@@ -75,7 +76,7 @@ def member(
 ) -> Member:
     title = f"ray::{cls}.{method}" if cls and method else (f"ray::{cls}" if cls else "")
     return Member(
-        role, pid, NODE, kind, title, actor_id, cls, method, rank, url, source="ray-state"
+        role, pid, NODE, MemberKind(kind), title, actor_id, cls, method, rank, url, source="ray-state"
     )
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from slime_hangdoctor.analysis.actor_queues import build_view
 from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.analysis.suspects.placement import findings as placement_findings
-from slime_hangdoctor.analysis.suspects.placement import placement_waits
+from slime_hangdoctor.analysis.parts.placement import findings as placement_findings
+from slime_hangdoctor.analysis.parts.placement import placement_waits
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.facts import RayJob, RayTask
 from slime_hangdoctor.parsers import ray_state

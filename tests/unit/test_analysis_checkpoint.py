@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.analysis.kernel import IO_PROGRESS_BYTES
+from slime_hangdoctor.analysis.parts.kernel import IO_PROGRESS_BYTES
 from slime_hangdoctor.facts import NodeKernel, ProcessInfo, ProcessKernelState, ThreadStack
 from slime_hangdoctor.parsers.kernel import SPEC as KERNEL
 from slime_hangdoctor.parsers.kernel import parse_kernel

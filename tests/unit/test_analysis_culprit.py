@@ -20,9 +20,8 @@ import pytest
 
 from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.analysis.engines import read_engines
-from slime_hangdoctor.analysis.progress import assess
-from slime_hangdoctor.analysis.suspects import engines, flight_recorder, ras, reads_of
-from slime_hangdoctor.analysis.suspects.suspect import MEDIUM, STRONG, WEAK, SuspectInputs
+from slime_hangdoctor.analysis.parts import engines, flight_recorder, ras
+from slime_hangdoctor.analysis.source_analysis import MEDIUM, STRONG, WEAK, Reads, assess
 from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.facts import FrDump, ProcessInfo
 from slime_hangdoctor.outcome import Outcome
@@ -58,10 +57,10 @@ REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "gpu-2xh200-n
 URL = f"http://{NODE}:15000"
 
 
-def _reads(world: World) -> SuspectInputs:
+def _reads(world: World) -> Reads:
     """What the suspect finders read, built as `diagnose` builds it."""
     engine_reads = read_engines(world)
-    return reads_of(world, engine_reads, assess(world, engine_reads))
+    return Reads(world, engine_reads, assess(world, engine_reads))
 
 
 FR_CASCADE = REAL.parent / "local-cpu-gloo-fr-cascade"

@@ -9,9 +9,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from slime_hangdoctor.analysis.engines import EngineRead, EngineState, read_engines
-from slime_hangdoctor.analysis.progress import assess
-from slime_hangdoctor.analysis.suspects import engines as engine_suspects
-from slime_hangdoctor.analysis.suspects.suspect import WEAK, SuspectInputs
+from slime_hangdoctor.analysis.parts import engines as engine_suspects
+from slime_hangdoctor.analysis.source_analysis import WEAK, Reads, assess
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers import sglang
@@ -292,7 +291,7 @@ def test_slime_main_call_in_flight_places_the_engine(path: str, stage: Stage) ->
     assert e.calls == e.calls_held == (path,)
     assert e.call_stage is stage
     world = build_world(snapshot(), topology(engines=[Engine(URL, NODE)]))
-    reads = SuspectInputs(world, (e,), assess(world, (e,)), frozenset())
+    reads = Reads(world, (e,), assess(world, (e,)))
     (s,) = [s for s in engine_suspects.suspects(reads) if s.source == "sglang"]
     assert s.stage is stage and path in s.why
     # the method the recorded page counts the call under (slime's own: GET for /flush_cache)
@@ -312,7 +311,7 @@ def test_held_call_is_a_weak_suspect_with_its_stage() -> None:
         _loads("v1_loads_idle.json"),
     )
     world = build_world(snapshot(), topology(engines=[Engine(URL, NODE)]))
-    reads = SuspectInputs(world, (e,), assess(world, (e,)), frozenset())
+    reads = Reads(world, (e,), assess(world, (e,)))
     (s,) = [s for s in engine_suspects.suspects(reads) if s.source == "sglang"]
     assert s.stage is Stage.NCCL_BROADCAST and s.weight == WEAK
     assert "/update_weights_from_distributed" in s.why

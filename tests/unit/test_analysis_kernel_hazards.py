@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slime_hangdoctor.analysis import hazards, kernel
+from slime_hangdoctor.analysis import hazards
 from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.analysis.suspects.suspect import Suspect
+from slime_hangdoctor.analysis.parts import environ, kernel
+from slime_hangdoctor.analysis.source_analysis import Suspect
 from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.facts import NodeKernel
 from slime_hangdoctor.parsers.kernel import parse_kernel
@@ -23,12 +24,11 @@ from tests.unit import recorded_shapes as rs
 
 def kernel_suspects(world: World) -> list[Suspect]:
     from slime_hangdoctor.analysis.engines import read_engines
-    from slime_hangdoctor.analysis.progress import assess
-    from slime_hangdoctor.analysis.suspects import kernel as kernel_finder
-    from slime_hangdoctor.analysis.suspects import reads_of
+    from slime_hangdoctor.analysis.parts import kernel as kernel_finder
+    from slime_hangdoctor.analysis.source_analysis import Reads, assess
 
     engines = read_engines(world)
-    return kernel_finder.suspects(reads_of(world, engines, assess(world, engines)))
+    return kernel_finder.suspects(Reads(world, engines, assess(world, engines)))
 
 
 PROCFS = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "procfs"
@@ -77,7 +77,7 @@ def test_bytes_written_between_the_samples_are_progress_not_stuck() -> None:
     (read,) = [k for k in kernel.kernel_reads(world) if k.proc.pid == BLOCKED.pid]
     assert not read.stuck_in_kernel and read.written == 64 << 20
     assert kernel_suspects(world) == []
-    (signal,) = kernel.io_signals(world)
+    (signal,) = kernel.progress(world, ()).progress
     assert "64.0 MiB" in signal.message
     verdict = diagnose(_rank_world(REAL, later), _topo()).verdict
     assert verdict.status.value == "progressing", verdict.summary
@@ -92,7 +92,7 @@ def test_small_log_writes_are_not_progress() -> None:
         ),
     )
     world = build_world(_rank_world(REAL, later), _topo())
-    assert kernel.io_signals(world) == []
+    assert kernel.progress(world, ()).progress == ()
 
 
 def test_old_oom_lines_are_left_out() -> None:
@@ -108,11 +108,11 @@ def test_nearly_full_shm_is_a_hazard() -> None:
     assert REAL.shm is not None and REAL.shm.free_bytes > 1 << 30  # as recorded: nearly empty
     full = tf.kernel_shm_filled(REAL, 200 << 20)
     world = build_world(_rank_world(REAL, full), _topo())
-    (f,) = [f for f in hazards.hazard_findings(world, ()) if f.rule == "shm-nearly-full"]
+    (f,) = [f for f in kernel.kernel_findings(world) if f.rule == "shm-nearly-full"]
     assert f"200 MiB free of {REAL.shm.total_bytes / 2**30:.1f} GiB" in f.evidence[0]
     assert not [
         f
-        for f in hazards.hazard_findings(build_world(_rank_world(REAL, REAL), _topo()), ())
+        for f in kernel.kernel_findings(build_world(_rank_world(REAL, REAL), _topo()))
         if f.rule == "shm-nearly-full"
     ]
 
@@ -138,7 +138,7 @@ def test_socket_interfaces_that_differ_across_ranks() -> None:
     )
     (f,) = [
         f
-        for f in hazards.hazard_findings(build_world(snap, topo), ())
+        for f in environ.environ_findings(build_world(snap, topo), ())
         if f.rule == "socket-ifname-differs"
     ]
     assert "NCCL_SOCKET_IFNAME differs" in f.evidence[0] and "(unset)" in f.evidence[0]

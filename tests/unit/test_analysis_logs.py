@@ -7,7 +7,7 @@ from __future__ import annotations
 from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.facts import LogKind, LogLine, LogTail, LogTimer
 from slime_hangdoctor.http_facts import SglangMetrics
-from slime_hangdoctor.snapshot import LogObs, Snapshot
+from slime_hangdoctor.snapshot import LogObs, LogOwner, Snapshot
 from slime_hangdoctor.topology import Topology
 from slime_hangdoctor.verdict import Role, Severity, Stage, Status, Verdict
 from tests.unit import recorded_shapes as rs
@@ -58,7 +58,7 @@ ENGINE_TAIL = LogTail(
 
 
 def _log(tail: LogTail, cls: str, pid: int) -> LogObs:
-    return LogObs("actor", tail, actor_id=f"a{pid}", class_name=cls, pid=pid, suffix="err")
+    return LogObs(LogOwner.ACTOR, tail, actor_id=f"a{pid}", class_name=cls, pid=pid, suffix="err")
 
 
 def _frozen_engine_job(logs: tuple[LogObs, ...] = (), stacks: tuple = ()) -> Snapshot:  # type: ignore[type-arg]

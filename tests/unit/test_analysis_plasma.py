@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.analysis.suspects.plasma import ARGS_MEMORY_FRACTION, LEASE_WAIT_STATES
+from slime_hangdoctor.analysis.parts.plasma import ARGS_MEMORY_FRACTION, LEASE_WAIT_STATES
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.verdict import Role, Stage

@@ -67,7 +67,7 @@ ALLOWED: dict[str, frozenset[str]] = {
         {"source_spec", "parsers", "sources", "snapshot", "topology", "verdict", "markers"}
     )
     | _FACTS,
-    "render": frozenset({"__init__", "errors", "verdict"}),
+    "render": frozenset({"__init__", "errors", "verdict", "redact"}),
     # not markers: what counts as work moving is the watchdog's policy (it judges for the collector)
     "collect": _BELOW_ANALYSIS - {"markers"},
     "pipeline": _BELOW_ANALYSIS | {"collect", "analysis"},
@@ -298,6 +298,60 @@ def test_no_module_imports_itself_back() -> None:
     """No import cycle anywhere, inside a part too: a lazy import inside a function counts (it only
     hides the cycle from the interpreter until that function runs)."""
     assert cycles(import_graph(_package_files())) == []
+
+
+# Inside analysis/: the readers (world, stacks, engines, progress, network, ...) below the contract of
+# a part (source_analysis, merge), below the parts (analysis/parts/), below what composes them
+# (advice, waits, diagnosis, the package). A module imports only its own layer or those below.
+def analysis_layer(module: str) -> int | None:
+    prefix = f"{PKG}.analysis"
+    if module != prefix and not module.startswith(prefix + "."):
+        return None
+    rest = module[len(prefix) :].lstrip(".")
+    if rest == "parts" or rest.startswith("parts."):
+        return 2
+    if rest in ("source_analysis", "merge"):
+        return 1
+    if rest in ("advice", "waits", "diagnosis", ""):
+        return 3
+    return 0
+
+
+def climbing(graph: dict[str, dict[str, str]]) -> list[str]:
+    """Every import inside analysis/ of a module of a higher inner layer."""
+    out = []
+    for module, edges in sorted(graph.items()):
+        here = analysis_layer(module)
+        if here is None:
+            continue
+        for target, where in edges.items():
+            there = analysis_layer(target)
+            if there is not None and there > here:
+                out.append(f"{where}: {module} imports {target}, above it")
+    return out
+
+
+def test_nothing_in_analysis_climbs_back_up() -> None:
+    """Type-only imports count too: the contract of a part imports no part."""
+    assert climbing(import_graph(_package_files())) == []
+
+
+def test_the_climb_check_can_fail(tmp_path: Path) -> None:
+    package, files = _fake_package(
+        tmp_path,
+        {
+            "analysis/__init__.py": "",
+            "analysis/world.py": "",
+            "analysis/parts/__init__.py": "",
+            "analysis/parts/x.py": "from slime_hangdoctor.analysis import world\n",
+            "analysis/source_analysis.py": "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from slime_hangdoctor.analysis.parts import x\n",
+        },
+    )
+    found = climbing(import_graph(files, package))
+    assert (
+        len(found) == 1 and "source_analysis imports slime_hangdoctor.analysis.parts.x" in found[0]
+    )
 
 
 def test_the_demo_and_the_doctor_import_one_way() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.analysis.logs import TIMER_STAGES
+from slime_hangdoctor.analysis.parts.logs import TIMER_STAGES
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import LogKind
 from slime_hangdoctor.parsers.logs import parse_log_tail

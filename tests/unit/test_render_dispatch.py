@@ -46,9 +46,9 @@ def test_text_is_the_terminal_report() -> None:
 
 def test_unknown_format_is_a_usage_error() -> None:
     """A typo in --format becomes a clear message and exit 3, not a traceback."""
-    with pytest.raises(UsageError, match="choose one of: text, json, markdown"):
+    with pytest.raises(UsageError, match="choose one of: text, json, markdown, html"):
         _output("yaml", width=100)
-    assert FORMATS == ("text", "json", "markdown")
+    assert FORMATS == ("text", "json", "markdown", "html")
 
 
 def test_a_json_report_loads_no_rich_and_is_what_rich_wrote() -> None:

@@ -35,7 +35,7 @@ def test_contract_keys_and_values_are_unchanged(name: str) -> None:
     contract = diagnosis.verdict.to_json()
     assert contract.keys() >= CONTRACT_KEYS
     assert {key: report[key] for key in contract} == contract
-    assert set(report) - set(contract) == {"processes", "stack_excerpt"}
+    assert set(report) - set(contract) == {"processes", "stack_excerpt", "waits"}
 
 
 def test_hung_report_values() -> None:

@@ -4,6 +4,7 @@ derived from it, so nothing collected can go unparsed (issue 13, item 1)."""
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
 from slime_hangdoctor import load
 from slime_hangdoctor.analysis.source_analysis import source_analyses
@@ -13,7 +14,7 @@ from slime_hangdoctor.collect.node import node_probes
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.parsers import ray_state
 from slime_hangdoctor.parsers import sglang as parse_sglang
-from slime_hangdoctor.sources import SPECS
+from slime_hangdoctor.sources import ENTRIES, PARTS, SPECS
 
 
 def test_every_source_is_loaded_by_its_spec_or_by_one_composite_loader() -> None:
@@ -27,8 +28,8 @@ def test_every_source_is_loaded_by_its_spec_or_by_one_composite_loader() -> None
 
 
 def test_each_layer_finds_the_part_of_a_spec_it_runs() -> None:
-    """A spec names its node probe and its analysis by module; each resolves, in its own layer,
-    to the entry point that layer calls, and a switch is a CollectOptions flag."""
+    """A spec names its node probe and its part of the diagnosis by module; each resolves, in its
+    own layer, to the entry point that layer calls, and a switch is a CollectOptions flag."""
     probes = dict(node_probes())
     analyses = source_analyses()
     for spec in SPECS:
@@ -36,12 +37,42 @@ def test_each_layer_finds_the_part_of_a_spec_it_runs() -> None:
             assert spec.node_probe.startswith("slime_hangdoctor.collect."), spec
             assert probes[spec.name] is importlib.import_module(spec.node_probe).NODE_PROBE
         if spec.analysis is not None:
-            assert spec.analysis.startswith("slime_hangdoctor.analysis."), spec
+            assert spec.analysis.startswith(PARTS), spec
             assert importlib.import_module(spec.analysis).ANALYSIS in analyses
         if spec.switch is not None:
             assert isinstance(getattr(CollectOptions(), spec.switch), bool), spec
-    assert len(analyses) == sum(spec.analysis is not None for spec in SPECS)
-    assert [name for name, _ in node_probes()] == [s.name for s in SPECS if s.node_probe]
+
+
+def test_one_list_reaches_every_part_once_in_its_order() -> None:
+    """sources.ENTRIES is the one way in: every module of analysis/parts/ is a part, reached once,
+    at its entry's place (a spec's part at the spec's), and named as its module is."""
+    from slime_hangdoctor.analysis import parts as pkg
+
+    modules = {m.name for m in pkgutil.iter_modules(pkg.__path__)}
+    expected = []
+    for entry in ENTRIES:
+        if entry.startswith(PARTS):
+            expected.append(entry)
+        else:
+            module, _, attribute = entry.partition(":")
+            spec = getattr(importlib.import_module(module), attribute)
+            if spec.analysis is not None:
+                expected.append(spec.analysis)
+    assert [PARTS + a.name for a in source_analyses()] == expected
+    assert (
+        len(expected) == len(set(expected)) and {m.rsplit(".", 1)[1] for m in expected} == modules
+    )
+    assert sum(a.fallback for a in source_analyses()) >= 1
+
+
+def test_node_probes_read_the_processes_before_py_spy_stops_them() -> None:
+    """The node probes run in the sources' order, the one that attaches to the processes (py-spy)
+    after the procfs reads (sockets, kernel: a process's state and wchan, not its tracing stop)."""
+    names = [name for name, _ in node_probes()]
+    assert names == [s.name for s in SPECS if s.node_probe and not s.attaches] + [
+        s.name for s in SPECS if s.node_probe and s.attaches
+    ]
+    assert names[-1] == "pyspy" and {"sockets", "kernel"} <= set(names[:-1])
 
 
 def test_every_parsed_dashboard_answer_has_a_loader() -> None:
@@ -87,27 +118,3 @@ def test_one_list_of_sglang_counters_that_mean_work() -> None:
 
     fields = set(SglangMetrics.__dataclass_fields__)
     assert {name for name, _ in parse_sglang.WORK_COUNTERS} <= fields
-
-
-def test_every_suspect_finder_module_is_registered() -> None:
-    """A module in analysis/suspects/ is one source's finder: its `suspects` is in SUSPECT_FINDERS
-    and its `evidence` (where it has one) in EVIDENCE_FINDERS, with the headlines of its findings."""
-    import importlib
-    import pkgutil
-
-    from slime_hangdoctor.analysis import suspects as pkg
-
-    finders = {f.find for f in pkg.SUSPECT_FINDERS}
-    evidence = {f.find: f.messages for f in pkg.EVIDENCE_FINDERS}
-    names = [m.name for m in pkgutil.iter_modules(pkg.__path__)]
-    assert {"suspect", "merge"} <= set(names)
-    for name in sorted(set(names) - {"suspect", "merge"}):
-        module = importlib.import_module(f"{pkg.__name__}.{name}")
-        assert hasattr(module, "suspects") or hasattr(module, "evidence"), name
-        if hasattr(module, "suspects"):
-            assert module.suspects in finders, f"{name}.suspects is not in SUSPECT_FINDERS"
-        if hasattr(module, "evidence"):
-            assert module.evidence in evidence, f"{name}.evidence is not in EVIDENCE_FINDERS"
-            assert evidence[module.evidence] == module.MESSAGES
-    assert len({f.name for f in pkg.SUSPECT_FINDERS}) == len(pkg.SUSPECT_FINDERS)
-    assert [f.fallback for f in pkg.SUSPECT_FINDERS].count(True) >= 1

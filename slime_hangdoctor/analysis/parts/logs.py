@@ -1,0 +1,186 @@
+"""What the log tails add to a verdict: they support and explain it, never overrule live evidence.
+
+- slime's `Timer <name> start` with no end (slime#1487: "Timer actor_train start", then silence) is a
+  second stage signal: it names the stage only when stacks, Ray methods and the other sources left it
+  unknown, and otherwise says whether it agrees.
+- The last Traceback / error / OOM / timeout lines of each log, SGLang's "Cache not flushed because
+  there are pending requests" (miles#1585: a request never reaped blocks flush and offload), slime's
+  HTTP retries, and the time of each log's last line.
+Pure: reads the Snapshot only.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from slime_hangdoctor.analysis.source_analysis import Section, SourceAnalysis
+from slime_hangdoctor.facts import LogKind, LogTimer
+from slime_hangdoctor.snapshot import LogObs, Snapshot
+from slime_hangdoctor.verdict import Finding, Severity, Stage, Status
+
+# slime's Timer names (slime.md §7) -> the stage a still-open timer of that name means. `train_wait`
+# means the trainers wait for rollout: it names no stage of theirs.
+TIMER_STAGES: dict[str, Stage] = {
+    "wake_up": Stage.TRAIN,
+    "data_preprocess": Stage.TRAIN,
+    "train": Stage.TRAIN,
+    "ref_log_probs": Stage.TRAIN,
+    "log_probs": Stage.TRAIN,
+    "actor_train": Stage.TRAIN,
+    "critic_train": Stage.TRAIN,
+    "ref_model_update": Stage.TRAIN,
+    "sleep": Stage.TRAIN,
+    "save_model": Stage.CHECKPOINT,
+    "update_weights": Stage.WEIGHT_SYNC,
+}
+_PROBLEM_KINDS = (LogKind.TRACEBACK, LogKind.OOM, LogKind.TIMEOUT, LogKind.ERROR)
+MAX_LOGS_NAMED = 4
+
+
+@dataclass(frozen=True)
+class OpenTimer:
+    log: LogObs
+    timer: LogTimer
+
+    @property
+    def stage(self) -> Stage | None:
+        return TIMER_STAGES.get(self.timer.name)
+
+
+def open_timer(snapshot: Snapshot) -> OpenTimer | None:
+    """The innermost (latest started) open slime Timer that names a stage, over every log."""
+    found = [
+        OpenTimer(log, t)
+        for log in snapshot.logs
+        for t in log.tail.open_timers
+        if t.name in TIMER_STAGES
+    ]
+    best: OpenTimer | None = None
+    for o in found:  # a tie (one-second log times) goes to the later line: the inner timer
+        if best is None or (o.timer.started or 0.0) >= (best.timer.started or 0.0):
+            best = o
+    return best
+
+
+def log_stage(snapshot: Snapshot) -> Stage | None:
+    """The stage the logs name (an open Timer), for a verdict whose stage is otherwise unknown."""
+    found = open_timer(snapshot)
+    return found.stage if found is not None else None
+
+
+def log_findings(snapshot: Snapshot, status: Status, stage: Stage) -> list[Finding]:
+    """Findings from the log tails; severity never above warning (logs explain, live data decides).
+    `stage`: the stage live evidence found (unknown when none did)."""
+    if not snapshot.logs:
+        return []
+    now = snapshot.manifest.created_at
+    hung = status is Status.HUNG
+    out: list[Finding] = []
+    found = open_timer(snapshot)
+    if found is not None and found.stage is not None:
+        if not hung or stage is Stage.NONE:
+            agree = f"names the stage `{found.stage.value}`"
+        elif stage is Stage.UNKNOWN:
+            agree = f"names the stage `{found.stage.value}` (used: no live source named one)"
+        elif found.stage is stage:
+            agree = "agrees with the stage found live"
+        else:
+            agree = (
+                f"names `{found.stage.value}` while live evidence says `{stage.value}` "
+                "(live evidence decides)"
+            )
+        last = found.log.tail.last_time
+        out.append(
+            Finding(
+                "log-open-timer",
+                Severity.WARNING if hung else Severity.INFO,
+                f"{found.log.label}: `Timer {found.timer.name} start`"
+                + _at(found.timer.started, now)
+                + " has no end"
+                + (f"; the log's last line is{_at(last, now)}" if last is not None else "")
+                + f" - it {agree}.",
+                (found.timer.text,),
+            )
+        )
+    problems = [
+        (log, [n for n in log.tail.notable if n.kind in _PROBLEM_KINDS]) for log in snapshot.logs
+    ]
+    problems = [(log, lines) for log, lines in problems if lines]
+    problems.sort(key=lambda p: max(n.time or 0.0 for n in p[1]), reverse=True)
+    for log, lines in problems[:MAX_LOGS_NAMED]:
+        newest = lines[-1]
+        kinds = ", ".join(dict.fromkeys(n.kind.value for n in lines))
+        out.append(
+            Finding(
+                "log-errors",
+                Severity.WARNING,
+                f"{log.label}: {kinds} lines; the last{_at(newest.time, now)}: {newest.text}",
+                tuple(n.text for n in lines[-3:]),
+            )
+        )
+    for log in snapshot.logs:
+        flush = [n for n in log.tail.notable if n.kind is LogKind.CACHE_NOT_FLUSHED]
+        if not flush:
+            continue
+        counts = log.tail.pending_flush
+        held = f" (#queue-req {counts[0]}, #running-req {counts[1]})" if counts else ""
+        out.append(
+            Finding(
+                "log-cache-not-flushed",
+                Severity.WARNING,
+                f"{log.label}: SGLang refused to flush its cache because requests are pending"
+                f"{held}, last{_at(flush[-1].time, now)}: a request that never finishes blocks "
+                "flush_cache and so release_memory_occupation / the weight update (miles#1585).",
+                tuple(n.text for n in flush[-2:]),
+            )
+        )
+    for log in snapshot.logs:
+        retries = [n for n in log.tail.notable if n.kind is LogKind.RETRY]
+        if retries:
+            out.append(
+                Finding(
+                    "log-http-retries",
+                    Severity.WARNING if hung else Severity.INFO,
+                    f"{log.label}: slime's HTTP client is retrying, last{_at(retries[-1].time, now)}"
+                    f": {retries[-1].text}",
+                    tuple(n.text for n in retries[-2:]),
+                )
+            )
+    if hung:
+        timed = [log for log in snapshot.logs if log.tail.last_time is not None]
+        timed.sort(key=lambda log: log.tail.last_time or 0.0)
+        if timed:
+            out.append(
+                Finding(
+                    "log-last-lines",
+                    Severity.INFO,
+                    "Last log lines: "
+                    + "; ".join(f"{log.label}{_at(log.tail.last_time, now)}" for log in timed[:6]),
+                    tuple(f"{log.label}: {log.tail.last_line}" for log in timed[:6]),
+                )
+            )
+    return out
+
+
+def _at(when: float | None, now: float) -> str:
+    """` at 10:01:02 UTC (25 min before the look)`; empty when the line carried no time."""
+    if when is None:
+        return ""
+    text = " at " + time.strftime("%H:%M:%S UTC", time.gmtime(when))
+    if now > 0 and now >= when:
+        age = now - when
+        text += (
+            f" ({age / 60:.0f} min before the look)"
+            if age >= 120
+            else f" ({age:.0f} s before the look)"
+        )
+    return text
+
+
+ANALYSIS = SourceAnalysis(
+    name="logs",
+    findings=lambda r: log_findings(r.world.snapshot, r.status, r.live_stage),
+    section=Section.LOGS,
+    stage=lambda world: log_stage(world.snapshot),
+)

@@ -1,0 +1,264 @@
+"""The RolloutManager's event loop: reward or other synchronous code hogging it, or requests that
+never reach an engine (every engine idle while the rollout coroutines wait on I/O); the known causes
+of requests held outside the job's engines (a proxy, a service outside the job)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from slime_hangdoctor.analysis.engines import (
+    HELD_CAUSES,
+    HOLDING_STATES,
+    SGLANG,
+    EngineRead,
+    EngineState,
+)
+from slime_hangdoctor.analysis.lost_requests import Holder, LostRequests, where_requests_are
+from slime_hangdoctor.analysis.network import SOCKETS
+from slime_hangdoctor.analysis.signatures import Block
+from slime_hangdoctor.analysis.source_analysis import (
+    MEDIUM,
+    WEAK,
+    Cause,
+    Evidence,
+    Reading,
+    Reads,
+    Source,
+    SourceAnalysis,
+    Suspect,
+    cause,
+    suspect,
+)
+from slime_hangdoctor.analysis.stacks import ProcessRead
+from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.verdict import Role, Severity, Stage, Status
+
+ROLLOUT = Source("rollout")  # the RolloutManager's event loop (read from its stacks)
+
+MESSAGES = {
+    "rollout-loop-blocked": "The rollout event loop is blocked",
+}
+
+
+def suspects(reads: Reads) -> list[Suspect]:
+    world, engines = reads.world, reads.engines
+    out: list[Suspect] = []
+    for rm in world.by_role(Role.ROLLOUT_MANAGER):
+        read = rm.latest
+        loop = read.loop if read else None
+        if read is None or loop is None:
+            continue
+        if loop.block is Block.CPU:
+            both = all(
+                r.loop is not None and r.loop.block is Block.CPU and r.loop.stage is loop.stage
+                for r in rm.reads
+            )
+            stage = loop.stage if loop.stage is Stage.REWARD else Stage.ROLLOUT_DISPATCH
+            what = "the reward function" if stage is Stage.REWARD else "synchronous code"
+            out.append(
+                suspect(
+                    ROLLOUT,
+                    Role.ROLLOUT_MANAGER,
+                    f"the rollout event loop is CPU-bound in {what} ({loop.describe()}): while "
+                    "it runs, no rollout coroutine can send or receive a request"
+                    + (" (in every sample)" if both and len(rm.reads) > 1 else ""),
+                    rm,
+                    stage=stage,
+                    weight=MEDIUM if both else WEAK,
+                    evidence=tuple(f.where for f in loop.frames[:8]),
+                )
+            )
+        elif loop.block not in (Block.EVENT_LOOP, Block.UNKNOWN):
+            out.append(
+                suspect(
+                    ROLLOUT,
+                    Role.ROLLOUT_MANAGER,
+                    f"the rollout event loop is blocked in a synchronous call "
+                    f"({loop.describe()}): every rollout coroutine waits behind it",
+                    rm,
+                    stage=loop.stage or read.stage or Stage.ROLLOUT_DISPATCH,
+                    weight=MEDIUM,
+                    evidence=tuple(f.where for f in loop.frames[:8]),
+                )
+            )
+        elif read.stage in (Stage.ROLLOUT_DISPATCH, Stage.EVAL):
+            out.extend(_requests_lost(world, rm, read, engines))
+    return out
+
+
+def _paused_engine(e: EngineRead, read: ProcessRead) -> Suspect:
+    """An engine that holds the requests before its scheduler while the rollout waits on I/O:
+    paused (a /pause_generation without its /continue_generation, field-hangs.md #7) where the
+    pause evidence shows it, else held for a reason the evidence does not name."""
+    proc = e.server or e.actor or (e.schedulers[0] if e.schedulers else None)
+    if e.state is EngineState.PAUSED:
+        why = (
+            f"engine {e.url} is paused while the rollout waits on I/O: it holds the requests (a "
+            "pause_generation that no continue_generation followed)"
+        )
+    else:
+        why = (
+            f"engine {e.url} holds the rollout's requests between its HTTP layer and its "
+            f"scheduler while the rollout waits on I/O: not paused by the evidence; {HELD_CAUSES}"
+        )
+    return suspect(
+        SGLANG,
+        Role.SGLANG_ENGINE,
+        why,
+        proc,
+        engine_url=e.url,
+        node_ip=e.node_ip or (proc.node_ip if proc else None),
+        weight=MEDIUM,
+        stage=read.stage,
+        evidence=e.evidence,
+    )
+
+
+def _requests_lost(
+    world: World, rm: Proc, read: ProcessRead, engines: tuple[EngineRead, ...]
+) -> list[Suspect]:
+    """The loop waits on I/O and no engine shows a request. That alone blames nobody: the
+    RolloutManager is named only when its task history and its connections point at it
+    (lost_requests.py); a paused or dead engine, an engine its callers hold connections to, a
+    router or a proxy that holds the requests is named by its own finder and finding."""
+    paused = [e for e in engines if e.state in HOLDING_STATES]
+    if paused:  # paused in place it may still show requests: it holds them either way
+        return [_paused_engine(e, read) for e in paused]
+    known = [e for e in engines if e.in_flight is not None]
+    if not known or any((e.in_flight or 0) > 0 or e.moving for e in known):
+        return []
+    where = where_requests_are(world, engines, rm)
+    if where.holder is Holder.EXTERNAL and where.service is not None:
+        svc = where.service
+        return [
+            suspect(
+                SOCKETS,
+                Role.ROLLOUT_MANAGER,
+                f"the rollout waits on the {svc.kind.value} {svc.url}, a service outside the job "
+                f"({svc.named_by}): the RolloutManager holds its connections to it across both "
+                "samples while every engine is idle, so the requests are there "
+                f"[evidence: {', '.join(sorted(where.sources))}]",
+                rm,
+                stage=svc.stage,
+                weight=MEDIUM,
+                evidence=where.why,
+            )
+        ]
+    if where.holder is not Holder.ROLLOUT_MANAGER:
+        return []
+    return [
+        suspect(
+            ROLLOUT,
+            Role.ROLLOUT_MANAGER,
+            "rollout coroutines wait on I/O (event loop idle in select), no engine has a request "
+            "and none holds one, and the RolloutManager's own evidence points at it: its rollout "
+            "method has run far longer than before while it holds no connection to any engine, "
+            "router or proxy, so the requests never left it (a coroutine awaiting something "
+            "nobody completes: a leaked concurrency slot, a future nobody sets, a remote service) "
+            f"[evidence: {', '.join(sorted(where.sources))}]",
+            rm,
+            stage=read.stage,
+            weight=WEAK,
+            evidence=where.why,
+        )
+    ]
+
+
+def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
+    """The loop blocked (a MEDIUM rollout suspect) is itself a sign of a hang."""
+    return [
+        Evidence(ROLLOUT, "rollout-loop-blocked", s.why, 1)
+        for s in suspects
+        if s.source == ROLLOUT and s.weight >= MEDIUM
+    ]
+
+
+def _idle_rollout_held_by(
+    r: Reading, holder: Holder
+) -> tuple[LostRequests, list[EngineRead]] | None:
+    """The first RolloutManager whose rollout loop waits on I/O while every engine that reports
+    its load holds no request and does not move, when `holder` holds its requests
+    (`lost_requests.where_requests_are`), with those engines."""
+    for rm in r.world.by_role(Role.ROLLOUT_MANAGER):
+        read = rm.latest
+        if read is None or read.loop is None or read.loop.block is not Block.EVENT_LOOP:
+            continue
+        known = [e for e in r.engines if e.in_flight is not None]
+        if not known or any((e.in_flight or 0) > 0 or e.moving for e in known):
+            return None
+        where = where_requests_are(r.world, r.engines, rm)
+        if where.holder is holder:
+            return where, known
+    return None
+
+
+def _requests_at_proxy(r: Reading) -> Cause | None:
+    """The rollout waits on I/O, no engine has a request, and the RolloutManager's requests go to
+    an HTTP proxy (slime#1026 maintainer: "a proxy on the master node"): the proxy holds them.
+    Its own cause, beside the hazard: what to check and what to change."""
+    if r.status is not Status.HUNG or r.stage not in (Stage.ROLLOUT_DISPATCH, Stage.EVAL):
+        return None
+    found = _idle_rollout_held_by(r, Holder.PROXY)
+    if found is None:
+        return None
+    where, known = found
+    url = known[0].url
+    return cause(
+        "requests-at-proxy",
+        Severity.CRITICAL,
+        f"The rollout's requests go to an HTTP proxy ({where.proxy}), not to the engines: "
+        "every engine answers and holds no request while the RolloutManager waits on the "
+        "proxy (THUDM/slime#1026: a proxy on the master node)",
+        [
+            *where.why,
+            *(f"[sglang] engine {e.url}: 0 running, 0 queued" for e in known[:3]),
+        ],
+        [
+            f"On the RolloutManager's node: `curl -s -m 5 {url}/health` (through the proxy, "
+            f"as the rollout's client does) against `curl -s -m 5 --noproxy '*' {url}/health`"
+            " (direct): the first hangs or fails where the proxy cannot reach the engines",
+            "slime's httpx client (trust_env) and the router honour http_proxy/https_proxy/"
+            "all_proxy and no_proxy: no_proxy takes host names, exact IPs and .domain "
+            "suffixes, not CIDR ranges; list every engine and router host",
+        ],
+    )
+
+
+def _requests_at_external_service(r: Reading) -> Cause | None:
+    """The rollout waits on a service outside the job that the job's configuration names (a remote
+    reward model or judge, a tool server, an external engine): it holds the requests."""
+    if r.status is not Status.HUNG:
+        return None
+    found = _idle_rollout_held_by(r, Holder.EXTERNAL)
+    svc = found[0].service if found is not None else None
+    if found is None or svc is None:
+        return None
+    where = found[0]
+    return cause(
+        "requests-at-external-service",
+        Severity.CRITICAL,
+        f"The rollout waits on the {svc.kind.value} {svc.url}, a service outside the job "
+        f"({svc.named_by}): the RolloutManager holds its requests there while every engine "
+        "is idle",
+        list(where.why),
+        [
+            f"From the RolloutManager's node: `curl -s -m 10 -o /dev/null -w '%{{http_code}} "
+            f"%{{time_total}}s\\n' {svc.url}` (a hang or a 5xx is the service's own problem)",
+            f"Look at the {svc.kind.value}'s own logs, load and GPU: it accepted the "
+            "connections and has not answered",
+            "slime's remote_rm waits as long as its aiohttp session lets it (January 2026: "
+            "aiohttp's default 300 s per request; August 2026: 120 s, retried 10 times): "
+            "give a custom reward or tool client a timeout so that a wedged service fails a "
+            "step instead of stopping the job",
+        ],
+    )
+
+
+ANALYSIS = SourceAnalysis(
+    name="rollout",
+    gives=(ROLLOUT, SGLANG, SOCKETS),
+    suspects=suspects,
+    evidence=evidence,
+    messages=MESSAGES,
+    causes=(_requests_at_proxy, _requests_at_external_service),
+)

@@ -1,0 +1,384 @@
+"""SGLang routers: a router that is gone (the job launched it, its port refuses, no process listens
+there, its process is a zombie or was reaped), one that refuses connections or does not answer (no
+request reaches an engine), answers 503, or lists no worker while callers hold their requests at
+it. The known causes beside them: the router that is gone (what killed it, and that nothing restarts
+it) and the router that answers 503."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from slime_hangdoctor.analysis.engines import SGLANG
+from slime_hangdoctor.analysis.network import SOCKETS, PeerKind, kept_connections
+from slime_hangdoctor.analysis.source_analysis import (
+    MEDIUM,
+    STRONG,
+    WEAK,
+    Cause,
+    Reading,
+    Reads,
+    SourceAnalysis,
+    Suspect,
+    cause,
+    suspect,
+)
+from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.facts import STATUS_ZOMBIE
+from slime_hangdoctor.http_facts import HttpAnswer, RouterWorkers
+from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
+from slime_hangdoctor.snapshot import HttpPeer
+from slime_hangdoctor.topology import KnownRouter, given_routers, launched_routers
+from slime_hangdoctor.verdict import Role, Severity, Stage
+
+
+def _last_answers(world: World) -> tuple[int, dict[str, list[HttpAnswer]]]:
+    """The last sample that probed a router, and each router's answers there."""
+    by_url: dict[str, list[HttpAnswer]] = {}
+    last = max((o.sample for o in world.snapshot.http if o.kind is HttpPeer.ROUTER), default=0)
+    for o in world.snapshot.http:
+        if o.kind is HttpPeer.ROUTER and o.sample == last:
+            by_url.setdefault(o.answer.url, []).append(o.answer)
+    return last, by_url
+
+
+def gone_routers(world: World) -> list[GoneRouter]:
+    """Every router of the job that is gone (`gone_router`)."""
+    out: list[GoneRouter] = []
+    for url, answers in _last_answers(world)[1].items():
+        proc = next((p for p in world.by_role(Role.ROUTER) if p.engine_url == url), None)
+        if (gone := gone_router(world, url, answers, proc)) is not None:
+            out.append(gone)
+    return out
+
+
+def suspects(reads: Reads) -> list[Suspect]:
+    world = reads.world
+    last, by_url = _last_answers(world)
+    out: list[Suspect] = []
+    for url, answers in by_url.items():
+        refused = all(a.status is None for a in answers)
+        if not refused and not any(a.status == 503 for a in answers):
+            if (empty := _empty_with_requests(reads, url, last)) is not None:
+                out.append(empty)
+            continue
+        proc = next((p for p in world.by_role(Role.ROUTER) if p.engine_url == url), None)
+        if refused and (gone := gone_router(world, url, answers, proc)) is not None:
+            out.append(_gone_suspect(world, gone))
+            continue
+        why = (
+            f"router {url} does not answer ({answers[0].error or 'no answer'}): no request "
+            "reaches an engine"
+            if refused
+            else f"router {url} answers 503 (no available workers)"
+        )
+        out.append(
+            suspect(
+                SGLANG,
+                Role.ROUTER,
+                why,
+                proc,
+                engine_url=url,
+                weight=STRONG if refused else WEAK,
+                stage=Stage.ROLLOUT_DISPATCH,
+                evidence=tuple(f"GET {a.url}{a.path}: {a.status or a.error}" for a in answers[:3]),
+            )
+        )
+    return out
+
+
+def _empty_with_requests(reads: Reads, url: str, sample: int) -> Suspect | None:
+    """The router's `/workers` lists no worker at the last sample while the job's engines are
+    there and a RolloutManager holds connections to the router across both samples: every request
+    it gets is answered 503 (`no_available_workers`, sgl-router 0.3.2) and retried, or waits; the
+    router holds the rollout (a worker removed, or never registered)."""
+    world = reads.world
+    listed = [
+        o.parsed
+        for o in world.snapshot.http
+        if o.kind is HttpPeer.ROUTER and o.sample == sample and o.answer.url == url
+        if isinstance(o.parsed, RouterWorkers)
+    ]
+    if not listed or any(w.urls for w in listed) or not reads.engines:
+        return None
+    holders: list[str] = []
+    for rm in world.by_role(Role.ROLLOUT_MANAGER):
+        kept = kept_connections(world, reads.engines, rm)
+        held = sum(n for ep, n in kept.to(PeerKind.ROUTER)) if kept is not None else 0
+        if held:
+            holders.append(f"{rm.label} (pid {rm.pid}) holds {held} connection(s) to it")
+    if not holders:
+        return None
+    proc = next((p for p in world.by_role(Role.ROUTER) if p.engine_url == url), None)
+    engines = ", ".join(e.url for e in reads.engines[:3])
+    return suspect(
+        SOCKETS,
+        Role.ROUTER,
+        f"router {url} lists no worker (GET /workers) while the job's engines ({engines}) are up "
+        f"and the rollout's requests are held at it: {'; '.join(holders)} across both samples. "
+        "Every request it gets is answered 503 (no available workers) and retried",
+        proc,
+        engine_url=url,
+        weight=MEDIUM,
+        stage=Stage.ROLLOUT_DISPATCH,
+        evidence=(
+            f"[sglang] GET {url}/workers: 200, no worker",
+            *(f"[sockets] {h}" for h in holders),
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class GoneRouter:
+    """A router the job launched or was given that is not there any more."""
+
+    url: str
+    known: KnownRouter  # where the job names it
+    answers: tuple[HttpAnswer, ...]  # the doctor's refused probes of it (last sample)
+    proc: Proc | None  # its process: a zombie, or one seen earlier in this run and gone since
+    owner: Proc | None  # the RolloutManager that launched it (slime's `_start_router`)
+    waiting: tuple[Proc, ...]  # RolloutManagers with a rollout method running
+
+    @property
+    def blamed(self) -> Proc | None:
+        """The process the culprit names: the router's own while the kernel still lists it (a
+        zombie keeps its pid until its parent reaps it), else the RolloutManager that launched
+        and owned it (its child is reaped; restarting it means restarting that actor's job)."""
+        return self.proc if self.proc is not None else self.owner
+
+
+def gone_router(
+    world: World, url: str, answers: list[HttpAnswer], proc: Proc | None
+) -> GoneRouter | None:
+    """The router at `url` is gone: the job names it (slime's `Router launched at` line in the
+    RolloutManager's log, the user's `--sglang-router-ip/port`, or its process seen in this run),
+    every probe of it was refused (no answer, the collector's `unavailable`: nothing listens
+    there, not a timeout), no process of the job listens on its port any more, its process (if
+    known) is a zombie or gone, and a RolloutManager is running a rollout method. A router that
+    is alive but slow times out instead, and keeps the rules below."""
+    if not answers or any(
+        a.status is not None or a.outcome is not Outcome.UNAVAILABLE for a in answers
+    ):
+        return None
+    if proc is not None and not proc.dead:
+        return None
+    known = _known(world, url, proc)
+    if known is None:
+        return None
+    owner = next(
+        (
+            p
+            for p in world.by_role(Role.ROLLOUT_MANAGER)
+            if known.launched_by is not None
+            and p.pid == known.launched_by
+            and (proc is None or p.node_ip == proc.node_ip)
+        ),
+        None,
+    )
+    where = proc if proc is not None else owner
+    node = where.node_ip if where is not None else None
+    if _listened_by(world, url, node) is not None:
+        return None
+    waiting = tuple(
+        p
+        for p in world.by_role(Role.ROLLOUT_MANAGER)
+        if p.member is not None and p.member.method is not None and not p.dead
+    )
+    if not waiting:
+        return None
+    return GoneRouter(url, known, tuple(answers), proc, owner, waiting)
+
+
+def _known(world: World, url: str, proc: Proc | None) -> KnownRouter | None:
+    for (_node, _pid), found in launched_routers(world.snapshot).items():
+        for r in found:
+            if r.url == url:
+                return r
+    procs = {(i.node_ip, i.pid): i for p in world.procs for _, i in p.infos[-1:]}
+    for r in given_routers(list(world.topology.members), procs, world.snapshot):
+        if r.url == url:
+            return r
+    if proc is not None:
+        return KnownRouter(url, f"its process pid {proc.pid} seen in this run", proc.parent_pid)
+    return None
+
+
+def _port(url: str) -> int | None:
+    try:
+        return urlsplit(url).port
+    except ValueError:
+        return None
+
+
+_LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::"})
+
+
+def _listened_by(world: World, url: str, node: str | None) -> Proc | None:
+    """A live process of the job on `url`'s host (`node` for a loopback URL, where known) that
+    listens on its port (at its last /proc sample)."""
+    port = _port(url)
+    if port is None:
+        return None
+    host = urlsplit(url).hostname or ""
+    for p in world.procs:
+        if p.dead or not p.infos:
+            continue
+        here = node if host in _LOCAL_HOSTS else host
+        if here is not None and p.node_ip is not None and p.node_ip != here:
+            continue
+        info = p.infos[-1][1]
+        if port in info.listen_ports or any(
+            a.rpartition(":")[2] == str(port) for a in info.listen_addrs
+        ):
+            return p
+    return None
+
+
+def _zombie_children(world: World, parent: Proc) -> list[int]:
+    """Pids of `parent`'s zombie children in the last process table of its node."""
+    tables = [o for o in world.snapshot.facts(PROCESSES) if o.node_ip == parent.node_ip]
+    if not tables:
+        return []
+    last = max(tables, key=lambda o: o.sample)
+    return sorted(p.pid for p in last.fact if p.ppid == parent.pid and p.status == STATUS_ZOMBIE)
+
+
+def _gone_suspect(world: World, gone: GoneRouter) -> Suspect:
+    owner = gone.owner
+    proc = gone.proc
+    if proc is not None:
+        info = proc.infos[-1][1] if proc.infos else None
+        if info is not None and info.status == STATUS_ZOMBIE:
+            parent = f"pid {info.ppid}" if info.ppid is not None else "its parent"
+            if owner is not None and owner.pid == info.ppid:
+                parent = f"the {owner.label} (pid {owner.pid})"
+            what = (
+                f"its process (pid {proc.pid}) has died (killed or crashed) and is a zombie "
+                f"(state Z) that {parent} has not reaped"
+            )
+        else:
+            what = f"its process (pid {proc.pid}) seen earlier in this run has exited"
+    elif owner is not None and (zombies := _zombie_children(world, owner)):
+        what = (
+            f"its process has died: the {owner.label} (pid {owner.pid}) that launched it has "
+            f"{len(zombies)} zombie children ({', '.join(map(str, zombies[:4]))}) and which one "
+            f"was the router cannot be told; pid {owner.pid} is that {owner.label}"
+        )
+    elif owner is not None:
+        what = (
+            "its process has exited and been reaped (no process of the job is left of it); "
+            f"pid {owner.pid} is the {owner.label} that launched it (its parent, which owned it)"
+        )
+    else:
+        what = "no process of the job is left of it"
+    port = _port(gone.url)
+    waiting = ", ".join(f"{p.label} (pid {p.pid})" for p in gone.waiting[:2])
+    why = (
+        f"router {gone.url} is gone: {what}. Its port refuses connections and no process of the "
+        f"job listens on {port}, while {waiting} runs the rollout: no request reaches an engine"
+    )
+    evidence = (
+        f"[sglang] {gone.url} named {gone.known.origin}"[:400],
+        *(f"[sglang] GET {a.url}{a.path}: {a.error or 'no answer'}" for a in gone.answers[:2]),
+        *(
+            (
+                f"[processes] pid {proc.pid}: {proc.infos[-1][1].status}, ppid {proc.infos[-1][1].ppid}",
+            )
+            if proc is not None and proc.infos
+            else ()
+        ),
+        f"[processes] no live process of the job listens on port {port}",
+    )
+    blamed = gone.blamed
+    return suspect(
+        SGLANG,
+        Role.ROUTER,
+        why,
+        blamed,
+        engine_url=gone.url,
+        node_ip=(blamed.node_ip if blamed is not None else None),
+        rank=None,
+        weight=STRONG,
+        stage=Stage.ROLLOUT_DISPATCH,
+        evidence=evidence,
+    )
+
+
+def _router_no_workers(r: Reading) -> Cause | None:
+    """A router whose `/workers` lists no worker in every sample that read it: sgl-router 0.3.2
+    then answers every `/generate` 503 `no_available_workers` (and `/readiness` 503): recorded
+    from the real wheel with no worker, tests/fixtures/real/router-no-workers/answers.json. The
+    doctor never sends a `/generate` itself: the empty list is what it reads."""
+    lists: dict[str, list[RouterWorkers]] = {}
+    for o in r.world.snapshot.http:
+        if o.kind is HttpPeer.ROUTER and isinstance(o.parsed, RouterWorkers):
+            lists.setdefault(o.answer.url.rstrip("/"), []).append(o.parsed)
+    empty = sorted(url for url, seen in lists.items() if seen and not any(w.urls for w in seen))
+    if not empty:
+        return None
+    return cause(
+        "router-no-workers",
+        Severity.WARNING,
+        "The router lists no worker: every /generate sent through it is answered 503 "
+        "no_available_workers and never reaches an engine (THUDM/slime#1026, #683, #1391: a dead "
+        "or OOM engine, a proxy on the master, a wrong host IP - set SLIME_HOST_IP; or engines "
+        "that never registered).",
+        [f"GET {url}/workers: 200, no worker, in every sample" for url in empty[:3]],
+        [
+            f"curl -s -m 5 {empty[0]}/workers  and check that every engine URL is reachable "
+            "from the router's node"
+        ],
+    )
+
+
+def _router_gone(r: Reading) -> Cause | None:
+    """The job's router is gone (`routers.gone_router`): what killed it, and that nothing
+    restarts it."""
+    gone = gone_routers(r.world)
+    if not gone:
+        return None
+    first = gone[0]
+    blamed = first.blamed
+    node = blamed.node_ip if blamed is not None else None
+    steps = [
+        f"dmesg -T | grep -iE 'killed process|out of memory'{f'  on {node}' if node else ''}  "
+        "(the OOM killer names the process it killed: "
+        + (f"pid {first.proc.pid}" if first.proc is not None else "the router's pid")
+        + ")",
+    ]
+    if first.owner is not None and first.owner.actor_id:
+        steps.append(
+            f"ray logs actor --id {first.owner.actor_id}  (slime forks its router from the "
+            "RolloutManager: the router's own output, a panic or its last lines, is in that "
+            "actor's log)"
+        )
+    steps.append(
+        "restart the job: slime starts its router only in the RolloutManager's constructor "
+        "(`_start_router`) and nothing starts it again; give the router more memory or run it "
+        "yourself (--sglang-router-ip/--sglang-router-port) if it was OOM-killed"
+    )
+    ev = [
+        f"{g.url}: named {g.known.origin}; "
+        + ", ".join(f"GET {a.path}: {a.error or 'no answer'}" for a in g.answers[:2])
+        for g in gone
+    ]
+    return cause(
+        "router-gone",
+        Severity.WARNING,
+        "The job's router is gone: its port refuses connections and no process of the job "
+        "listens there, while the rollout sends its requests to it (slime retries "
+        "/generate on a refused connection; engines stay idle). sgl-router is a plain child "
+        "process of the RolloutManager: killed (the OOM killer, a signal) or crashed, it is "
+        "never restarted.",
+        ev,
+        steps,
+    )
+
+
+ANALYSIS = SourceAnalysis(
+    name="routers",
+    gives=(SGLANG, SOCKETS),
+    suspects=suspects,
+    causes=(_router_no_workers, _router_gone),
+)
