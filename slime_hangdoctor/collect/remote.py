@@ -139,6 +139,7 @@ class RayTasks:
 
     def _connect(self, timeout_s: float) -> None:
         try:
+            _wait_closed()  # a run before this one in this process (`watch`) may still disconnect
             if not self.gcs_address:
                 raise RuntimeError("the GCS address of the cluster is unknown (give host:6379)")
             import ray
@@ -213,6 +214,17 @@ class RayTasks:
             return None, "the node's answer is not a list of records: not read"
         return exported, None
 
+    def close_soon(self) -> None:
+        """`close` in a thread of its own, once nothing more is asked of the nodes: the run's
+        analysis goes on meanwhile (killing the probes and disconnecting take a few tenths of a
+        second); the interpreter waits for it before it exits (not a daemon), and the next
+        connection in this process waits for it first."""
+        global _CLOSING
+        thread = threading.Thread(target=self.close, name="ray-close", daemon=False)
+        with _CLOSING_LOCK:
+            _CLOSING = thread
+        thread.start()
+
     def close(self) -> None:
         self._thread.join(timeout=0.1)
         if self._probe_class is None:
@@ -228,6 +240,17 @@ class RayTasks:
             ray.shutdown()
         except Exception:  # noqa: BLE001
             pass
+
+
+_CLOSING: threading.Thread | None = None  # the last RayTasks.close_soon's
+_CLOSING_LOCK = threading.Lock()
+
+
+def _wait_closed(timeout: float = 10.0) -> None:
+    with _CLOSING_LOCK:
+        thread = _CLOSING
+    if thread is not None:
+        thread.join(timeout=timeout)
 
 
 def _raw_answer(ref: Any, timeout: float) -> tuple[bytes | None, str | None]:

@@ -214,8 +214,8 @@ def collect(
                     run.tasks, writer, run.remote_gpu, None, deadline, opts.probe_timeout_s + 2.0
                 )
         finally:
-            if run.tasks is not None:
-                run.tasks.close()
+            if run.tasks is not None:  # nothing more is asked of the other nodes
+                run.tasks.close_soon()
     manifest = writer.finish()
     return CollectResult(
         writer.root,
