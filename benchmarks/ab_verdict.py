@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -78,11 +79,11 @@ def _run(
     address, env = form_argv(job, form)
     argv = [sys.executable, "-m", "slime_hangdoctor", "attach", *address]
     argv += ["--json"] if fmt == "json" else ["--quiet"]
+    # the tree first, before what the environment already puts on the path (where the doctor's
+    # dependencies were installed with --target, as on a lent machine)
+    path = os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)
     run = run_measured(
-        [*argv, *extra],
-        timeout=120,
-        env={**cli_env(), **env, "PYTHONPATH": str(tree)},
-        cwd=str(tree),
+        [*argv, *extra], timeout=120, env={**cli_env(), **env, "PYTHONPATH": path}, cwd=str(tree)
     )
     if run.rc not in (0, 1, 2):  # no verdict (3: Ray unreachable in time): counted, shown
         print(f"    {tree.name} {form}: exit {run.rc}: {run.stderr.strip()[-300:]}", flush=True)
