@@ -338,7 +338,9 @@ def main() -> None:
     parser.add_argument("--fan-rounds", type=int, default=3)
     parser.add_argument("--trees", default="new=.", help="NAME=PATH,... of the CLIs to time")
     parser.add_argument("--out", default=".")
+    parser.add_argument("--parts", default="spread,fanout,one_node")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     trees = {
         name: Path(path).resolve()
         for name, _, path in (t.partition("=") for t in args.trees.split(",") if t)
@@ -359,22 +361,24 @@ def main() -> None:
         result["cluster_start_s"] = round(time.monotonic() - t0, 1)
         job = _job(cluster, True, work)
         try:
-            result["spread"] = _attaches(
-                cluster, args.rounds, work, "spread", trees, ("gcs", "url")
-            )
-            save()
-            result["fanout"] = _fanout(cluster, args.fan_rounds)
-            save()
+            if "spread" in parts:
+                two = ("gcs", "url")
+                result["spread"] = _attaches(cluster, args.rounds, work, "spread", trees, two)
+                save()
+            if "fanout" in parts:
+                result["fanout"] = _fanout(cluster, args.fan_rounds)
+                save()
         finally:
             os.killpg(job.pid, signal.SIGKILL)
-        time.sleep(3)
-        job = _job(cluster, False, work)
-        try:
-            forms = ("gcs", "url", "local")
-            result["one_node"] = _attaches(cluster, args.rounds, work, "one_node", trees, forms)
-            save()
-        finally:
-            os.killpg(job.pid, signal.SIGKILL)
+        if "one_node" in parts:
+            time.sleep(3)
+            job = _job(cluster, False, work)
+            try:
+                forms = ("gcs", "url", "local")
+                result["one_node"] = _attaches(cluster, args.rounds, work, "one_node", trees, forms)
+                save()
+            finally:
+                os.killpg(job.pid, signal.SIGKILL)
     finally:
         save()
         cluster.stop()
