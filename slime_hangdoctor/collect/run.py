@@ -784,9 +784,11 @@ def _start_logs(run: _Run) -> None:
 
 
 def _start_gpu_sampling(run: _Run) -> threading.Thread:
+    """This node's GPUs, read until the second sample is due (not a window after this start)."""
+    left = (run.window_end - time.time()) if run.window_end is not None else run.opts.window_s
     thread = threading.Thread(
         target=sample_gpus_over,
-        args=(run.writer, run.node_ip, run.opts, run.deadline),
+        args=(run.writer, run.node_ip, run.opts, run.deadline, time.monotonic() + left),
         name="nvml-sampler",
         daemon=True,
     )
