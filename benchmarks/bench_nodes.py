@@ -20,7 +20,8 @@ fan-out of node samples against node count.
      parallel;
    - `overhead`: each probe only scans processes: the cost of fanning out and gathering itself.
 
-    python -m benchmarks.bench_nodes [two_nodes] [fanout]   # JSON; benchmarks/results/nodes.json
+    python -m benchmarks.bench_nodes [two_nodes] [fanout] [rounds=5] [fan_rounds=3]
+    # JSON; benchmarks/results/nodes.json
 """
 
 from __future__ import annotations
@@ -207,8 +208,15 @@ def main() -> dict[str, Any]:
         node = cluster.start_worker_node(
             head, work, resources={"rollout_node": 4}, num_cpus=16, node_ip_address=NODE2_IP
         )
-        only = sys.argv[1:]
-        result: dict[str, Any] = {"load_at_start": load_snapshot()}
+        global ROUNDS, FAN_ROUNDS
+        only = [a for a in sys.argv[1:] if "=" not in a]
+        for arg in sys.argv[1:]:  # rounds=N, fan_rounds=N
+            key, _, value = arg.partition("=")
+            if key == "rounds":
+                ROUNDS = int(value)
+            elif key == "fan_rounds":
+                FAN_ROUNDS = int(value)
+        result: dict[str, Any] = {"load_at_start": load_snapshot(), "rounds": ROUNDS}
         if not only or "two_nodes" in only:
             result["two_nodes"] = _two_nodes(head, work)
         if not only or "fanout" in only:
