@@ -21,7 +21,8 @@ fan-out of node samples against node count.
    - `overhead`: each probe only scans processes: the cost of fanning out and gathering itself.
 
     python -m benchmarks.bench_nodes [two_nodes] [fanout] [rounds=5] [fan_rounds=3]
-    # JSON; benchmarks/results/nodes.json
+        [layouts=one_node,engines_on_node2,ranks_on_node2] [series=full,waiting,overhead]
+    # JSON; benchmarks/results/nodes.json (written after each part)
 """
 
 from __future__ import annotations
@@ -82,9 +83,10 @@ def _attach(address: str, out: Path) -> tuple[float, dict[str, Any], int]:
     return run.wall_s - WINDOW_S, verdict, remote
 
 
-def _two_nodes(head: cluster.RayHead, work: Path) -> dict[str, Any]:
+def _two_nodes(head: cluster.RayHead, work: Path, layouts: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for layout, extra in LAYOUTS.items():
+    for layout in layouts:
+        extra = LAYOUTS[layout]
         run = start_demo("rollout_engine_stuck", workdir=work / layout, head=head, extra_args=extra)
         try:
             run.wait_until_ready(timeout=180)
@@ -110,10 +112,11 @@ def _two_nodes(head: cluster.RayHead, work: Path) -> dict[str, Any]:
             for form, v in over.items()
         }
         out[layout]["load"] = load_snapshot()
+        print(layout, json.dumps(out[layout]), file=sys.stderr, flush=True)
     return out
 
 
-def _fanout(head: cluster.RayHead, work: Path) -> dict[str, Any]:
+def _fanout(head: cluster.RayHead, work: Path, only: list[str]) -> dict[str, Any]:
     from slime_hangdoctor.bundle import BundleWriter
     from slime_hangdoctor.collect.dashboard import DashboardClient, capture_state
 
@@ -142,7 +145,12 @@ def _fanout(head: cluster.RayHead, work: Path) -> dict[str, Any]:
         }
         try:
             for name, (opts, off) in series.items():
-                curve[name] = {str(n): _fan(head, node.node_id, pids, opts, off, n) for n in FANOUT}
+                if name not in only:
+                    continue
+                curve[name] = {}
+                for n in FANOUT:
+                    curve[name][str(n)] = _fan(head, node.node_id, pids, opts, off, n)
+                    print("fanout", name, n, curve[name][str(n)], file=sys.stderr, flush=True)
         finally:
             silent.close()
     finally:
@@ -210,22 +218,28 @@ def main() -> dict[str, Any]:
         )
         global ROUNDS, FAN_ROUNDS
         only = [a for a in sys.argv[1:] if "=" not in a]
-        for arg in sys.argv[1:]:  # rounds=N, fan_rounds=N
+        layouts, series = list(LAYOUTS), ["full", "waiting", "overhead"]
+        for arg in sys.argv[1:]:  # rounds=N, fan_rounds=N, layouts=a,b, series=a,b
             key, _, value = arg.partition("=")
             if key == "rounds":
                 ROUNDS = int(value)
             elif key == "fan_rounds":
                 FAN_ROUNDS = int(value)
+            elif key == "layouts":
+                layouts = value.split(",")
+            elif key == "series":
+                series = value.split(",")
         result: dict[str, Any] = {"load_at_start": load_snapshot(), "rounds": ROUNDS}
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
         if not only or "two_nodes" in only:
-            result["two_nodes"] = _two_nodes(head, work)
+            result["two_nodes"] = _two_nodes(head, work, layouts)
+            RESULTS.write_text(json.dumps(result, indent=1))  # a part's figures survive a kill
         if not only or "fanout" in only:
-            result["fanout"] = _fanout(head, work)
+            result["fanout"] = _fanout(head, work, series)
     finally:
         if node is not None:
             node.stop()
         head.stop()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=1))
     return result
 
