@@ -412,7 +412,10 @@ def _load_http(
     )
     parsed: Parsed = None
     parse_error = None
-    if rec.outcome is not Outcome.OK and not meta.get("fallback"):
+    # an engine only a router lists (not the job's: topology.Engine.listed_only), probed without
+    # the API key: what it did not answer is no blind spot of the job (the verdict reports it)
+    listed = rec.source == bundle_format.SGLANG and meta.get("listed_by_router") is True
+    if rec.outcome is not Outcome.OK and not meta.get("fallback") and not listed:
         reason = f": {rec.reason}" if rec.reason else ""
         acc.blind.append(f"{rec.source} {answer.url}{path}: {rec.outcome.value}{reason}")
     if rec.outcome is Outcome.OK and rec.artifact and data is None and not body_refused:
@@ -430,9 +433,15 @@ def _load_http(
             parse_error = str(exc)
         except Exception as exc:  # noqa: BLE001 - untrusted bytes: a blind spot, never a crash
             parse_error = f"{type(exc).__name__}: {exc}"[:300]
-        if parse_error is not None:
+        if parse_error is not None and not listed:
             acc.blind.append(f"{rec.source} {answer.url}{path}: could not parse: {parse_error}")
-    kind = HttpPeer.ROUTER if rec.source == bundle_format.ROUTER else HttpPeer.ENGINE
+    kind = (
+        HttpPeer.ROUTER
+        if rec.source == bundle_format.ROUTER
+        else HttpPeer.LISTED
+        if listed
+        else HttpPeer.ENGINE
+    )
     acc.http.append(HttpObs(kind, rec.sample or 0, answer, parsed, parse_error))
 
 

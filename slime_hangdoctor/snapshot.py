@@ -48,10 +48,12 @@ class StackVia(str, Enum):
 
 
 class HttpPeer(str, Enum):
-    """Whose HTTP answer: an SGLang engine's or a router's."""
+    """Whose HTTP answer: an SGLang engine's, a router's, or a server only a router lists (not
+    one of the job's engines: topology.Engine.listed_only, probed without the API key)."""
 
     ENGINE = "engine"
     ROUTER = "router"
+    LISTED = "listed"
 
 
 class GpuVia(str, Enum):

@@ -20,7 +20,7 @@ the slowest of the chain, not the sum. A candidate that a GCS names starts as so
 answers; the dashboard given as ``host:port`` is asked only once the GCS there has failed (a GCS
 port is not sent an HTTP request when it answers as a GCS).
 
-**Where the Ray token goes** (docs/reliability.md, TM3 and TM14). The token is sent only to an
+**Where the Ray token goes** (docs/reliability.md, TM3 and TM16). The token is sent only to an
 address the user gave (the argument, ``RAY_ADDRESS``, ``RAY_API_SERVER_ADDRESS``), to one read from
 a trusted local file, and to the dashboard that such a GCS names. A *guessed* address (port 8265 of
 the host given, the Ray Client's host, ``http://127.0.0.1:8265`` with no address at all) is asked

@@ -9,7 +9,7 @@ the driver is connected. The probes die with the driver (none is detached): noth
 behind. Our own package travels as a `py_modules` runtime env, so the node runs the same code as
 the CLI, and its options travel without a secret (`node_options`).
 
-**A node's answer is data, never code** (docs/reliability.md, TM15). A probe answers plain bytes
+**A node's answer is data, never code** (docs/reliability.md, TM17). A probe answers plain bytes
 (msgpack: records, artefacts, suffixes), which Ray stores as a raw object; the doctor reads the
 raw object's bytes (`_raw_answer`) and never `ray.get`s it: Ray would unpickle whatever a
 compromised node put there. An answer that is anything but raw bytes (a pickled object, an error

@@ -620,7 +620,8 @@ def _start_endpoints(
     given_routers = set(opts.router_urls) if user_urls else set()
     given_engines = set(opts.sglang_urls) if user_urls else set()
     routers = sorted(set(topo.routers) | given_routers)
-    for url in sorted({e.url for e in topo.engines} | given_engines):
+    engines = {e.url for e in topo.engines} | given_engines
+    for url in sorted(engines):
         once(
             "engine",
             url,
@@ -629,6 +630,11 @@ def _start_endpoints(
             health_generate=opts.health_generate,
             health=opts.health,
         )
+    # what only a router lists is not the job's (topology.Engine.listed_only): read as any
+    # stranger's server is, never sent the API key nor the opt-in calls that touch an engine
+    # (a URL the user named is theirs even in the early probes that leave it for later)
+    for url in sorted({e.url for e in topo.listed} - engines - set(opts.sglang_urls)):
+        once("engine", url, probe_engine, api_key=None, listed_by_router=True)
     for url in routers:
         once("router", url, probe_router, api_key=opts.api_key)
     if any(m.role is Role.ROUTER for m in topo.members):  # the state is read only where one is
