@@ -558,7 +558,7 @@ def _socket_error(exc: OSError) -> str:
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
     if isinstance(exc, TimeoutError):
-        return "no answer in time"
+        return "timed out: no answer in time"
     if isinstance(exc, socket.gaierror):
         return "unknown host"
     return f"cannot connect: {exc.strerror or exc}"
@@ -575,7 +575,7 @@ def _unreachable(address: str | None, search: _Search) -> RayUnreachable:
             ran = search.key(slot) in search.started
             if got is None:
                 failures.append(
-                    f"{label}: {'no answer in time' if ran else 'not tried: out of time'}"
+                    f"{label}: {'timed out: no answer in time' if ran else 'not tried: out of time'}"
                 )
                 continue
             if isinstance(slot, _Dashboard) and got.auth:
