@@ -20,7 +20,10 @@ from slime_hangdoctor.facts import (
 from slime_hangdoctor.http_facts import RouterWorkers
 from slime_hangdoctor.parsers.log_heads import SPEC as LOG_HEADS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.snapshot import HttpPeer, Snapshot
+from slime_hangdoctor.parsers.pyspy import ALL_STACKS
+from slime_hangdoctor.parsers.ray_state import RAY_STATE
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer
+from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.verdict import Role
 
 
@@ -245,8 +248,12 @@ def _router_url(proc: ProcessInfo, node_ip: str | None) -> str | None:
 def build_topology(snapshot: Snapshot) -> Topology:
     """Roles of the slime processes seen in `snapshot` (Ray state first, process titles second)."""
     procs = _latest_processes(snapshot)
-    node_ip_of = {n.node_id: n.node_ip for n in snapshot.nodes}
-    running = {t.actor_id: t.name for t in snapshot.tasks if t.actor_id and t.state == TASK_RUNNING}
+    node_ip_of = {n.node_id: n.node_ip for n in snapshot.joined(RAY_STATE).nodes}
+    running = {
+        t.actor_id: t.name
+        for t in snapshot.joined(RAY_STATE).tasks
+        if t.actor_id and t.state == TASK_RUNNING
+    }
     members: dict[tuple[str | None, int], Member] = {}
 
     def proc_node(pid: int, hint: str | None) -> str | None:
@@ -255,7 +262,7 @@ def build_topology(snapshot: Snapshot) -> Topology:
         nodes = [n for (n, p) in procs if p == pid]
         return nodes[0] if len(nodes) == 1 else hint
 
-    for a in snapshot.actors:
+    for a in snapshot.joined(RAY_STATE).actors:
         role = CLASS_ROLES.get(a.class_name)
         if role is None or a.pid is None or a.state != ACTOR_ALIVE:
             continue
@@ -314,7 +321,9 @@ def build_topology(snapshot: Snapshot) -> Topology:
         )
     )
     doctor = snapshot.manifest.target.get("doctor_pid")
-    jobs = [j for j in snapshot.jobs if j.driver_pid is None or j.driver_pid != doctor]
+    jobs = [
+        j for j in snapshot.joined(RAY_STATE).jobs if j.driver_pid is None or j.driver_pid != doctor
+    ]
     job_running = any(j.status == JOB_RUNNING for j in jobs) if jobs else None
     return Topology(tuple(final), engines, routers, job_running)
 
@@ -472,7 +481,7 @@ def _router_code_pids(snapshot: Snapshot) -> set[tuple[str | None, int]]:
     """Processes whose stacks run sgl-router's Python code (slime's `run_router` -> `launch_router`
     child of the RolloutManager, blocked in the router's native server)."""
     out: set[tuple[str | None, int]] = set()
-    for obs in snapshot.stacks:
+    for obs in snapshot.joined(ALL_STACKS):
         for thread in obs.stack.threads:
             if any(
                 f"{_ROUTER_MODULE}/" in (f.short_filename or f.filename).replace("\\", "/")
@@ -688,7 +697,7 @@ def running_entrypoints(snapshot: Snapshot) -> list[tuple[RayJob, tuple[str, ...
     """Each running Ray job with its entrypoint split as a shell would (on whitespace where the
     text is not valid shell)."""
     out: list[tuple[RayJob, tuple[str, ...]]] = []
-    for job in snapshot.jobs:
+    for job in snapshot.joined(RAY_STATE).jobs:
         if job.status != JOB_RUNNING or not job.entrypoint:
             continue
         try:
@@ -704,7 +713,7 @@ def _add_drivers(
     snapshot: Snapshot,
 ) -> None:
     doctor = snapshot.manifest.target.get("doctor_pid")
-    for job in snapshot.jobs:
+    for job in snapshot.joined(RAY_STATE).jobs:
         if job.status != JOB_RUNNING or job.driver_pid is None or job.driver_pid == doctor:
             continue
         node = job.driver_node_ip
@@ -912,13 +921,15 @@ def _engines(
     given = snapshot.manifest.target.get("sglang_urls")
     for url in given if isinstance(given, list) else ():
         engines.setdefault(str(url), Engine(str(url), None, None, None, "user-flag"))
-    for obs in snapshot.http:
+    for obs in snapshot.joined(HTTP_ANSWERS):
         if isinstance(obs.parsed, RouterWorkers):
             for url in obs.parsed.urls:
                 engines.setdefault(
                     url.rstrip("/"), Engine(url.rstrip("/"), None, None, None, "router")
                 )
-    for obs in snapshot.http:  # an engine that answered earlier in this run is probed again
+    for obs in snapshot.joined(
+        HTTP_ANSWERS
+    ):  # an engine that answered earlier in this run is probed again
         if obs.kind is HttpPeer.ENGINE:
             url = obs.answer.url.rstrip("/")
             engines.setdefault(url, Engine(url, None, None, None, "earlier-answer"))

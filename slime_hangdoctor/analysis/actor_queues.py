@@ -32,8 +32,8 @@ from slime_hangdoctor.facts import (
     RayActor,
     RayTask,
 )
-from slime_hangdoctor.parsers.ray_state import UNFINISHED_TASKS
-from slime_hangdoctor.snapshot import Snapshot, TaskPageObs
+from slime_hangdoctor.parsers.ray_state import RAY_STATE, UNFINISHED_TASKS, TaskPageObs
+from slime_hangdoctor.snapshot import Snapshot
 
 RAY_TASKS = Source(
     "ray_tasks"
@@ -143,10 +143,10 @@ def _actor_of(task_id: str | None, tasks: dict[str, RayTask], actors: set[str]) 
 
 def build_view(snapshot: Snapshot) -> TaskView | None:
     """The actors' queues and what follows from them; None when no task page answered."""
-    pages = snapshot.task_pages
+    pages = snapshot.joined(RAY_STATE).task_pages
     if not pages:
         return None
-    actors = {a.actor_id: a for a in snapshot.actors}
+    actors = {a.actor_id: a for a in snapshot.joined(RAY_STATE).actors}
     known = _merged(pages)
     current = _current(pages)
     now_tasks = {t.task_id: t for t in current.tasks} if current else {}

@@ -64,12 +64,14 @@ from slime_hangdoctor.http_facts import (
 )
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.sglang import (
+    HTTP_ANSWERS,
     RECOVERING_VERSION,
     STEP_COUNTERS,
+    HttpObs,
+    HttpPeer,
     counter_rises,
     version_tuple,
 )
-from slime_hangdoctor.snapshot import HttpObs, HttpPeer
 from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role, Stage
 
@@ -474,7 +476,7 @@ def _status_of(latest: list[HttpObs], path: str) -> int | None:
 
 def router_entry(world: World, url: str) -> RouterWorker | None:
     """This engine's entry in the router's latest `/workers` answer."""
-    routers = [o for o in world.snapshot.http if o.kind is HttpPeer.ROUTER]
+    routers = [o for o in world.snapshot.joined(HTTP_ANSWERS) if o.kind is HttpPeer.ROUTER]
     last = max((o.sample for o in routers), default=0)
     for o in routers:
         if o.sample == last and isinstance(o.parsed, RouterWorkers):
@@ -778,7 +780,7 @@ def read_engine(
 def read_engines(world: World) -> tuple[EngineRead, ...]:
     """One EngineRead per engine URL the topology or the HTTP probes know."""
     by_url: dict[str, list[HttpObs]] = {}
-    for o in world.snapshot.http:
+    for o in world.snapshot.joined(HTTP_ANSWERS):
         if o.kind is HttpPeer.ENGINE:
             by_url.setdefault(o.answer.url.rstrip("/"), []).append(o)
     nodes: dict[str, str | None] = {}

@@ -22,7 +22,7 @@ from slime_hangdoctor.analysis.signatures import (
 )
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.facts import Frame, ProcessStack, ThreadStack
-from slime_hangdoctor.snapshot import StackObs, StackVia
+from slime_hangdoctor.parsers.pyspy import StackObs, StackVia
 from slime_hangdoctor.verdict import Stage
 
 STACKS = Source("stacks")  # py-spy / Ray traceback stacks

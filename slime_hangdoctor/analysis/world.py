@@ -20,8 +20,10 @@ from slime_hangdoctor.facts import STATUS_GONE, Frame, ProcessInfo, TcpConnectio
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESS_TABLE
+from slime_hangdoctor.parsers.pyspy import ALL_STACKS, StackObs, StackVia
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS
 from slime_hangdoctor.parsers.sockets import SPEC as SOCKETS
-from slime_hangdoctor.snapshot import Snapshot, StackObs, StackVia
+from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.topology import CLASS_ROLES, Member, MemberKind, Topology, parse_ray_title
 from slime_hangdoctor.verdict import Role
 
@@ -168,7 +170,7 @@ class World:
 def _best_stacks(snapshot: Snapshot) -> dict[tuple[str | None, int], list[StackObs]]:
     """Per process, one stack per sample: py-spy over the dashboard traceback, native over plain."""
     chosen: dict[tuple[str | None, int, int], StackObs] = {}
-    for obs in snapshot.stacks:
+    for obs in snapshot.joined(ALL_STACKS):
         key = (obs.node_ip, obs.pid, obs.sample)
         prev = chosen.get(key)
         if prev is None or _stack_rank(obs) > _stack_rank(prev):
@@ -366,9 +368,9 @@ def build_world(snapshot: Snapshot, topology: Topology) -> World:
         )
     procs = _children_ranked(procs)
     samples = sorted(
-        {s.sample for s in snapshot.stacks}
+        {s.sample for s in snapshot.joined(ALL_STACKS)}
         | {p.sample for p in snapshot.facts(PROCESS_TABLE)}
-        | {h.sample for h in snapshot.http}
+        | {h.sample for h in snapshot.joined(HTTP_ANSWERS)}
         | {r.sample for r in snapshot.facts(RAS)}
     )
     return World(snapshot, topology, tuple(procs), gpus, tuple(samples))

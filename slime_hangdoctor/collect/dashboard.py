@@ -23,6 +23,7 @@ from slime_hangdoctor.collect.options import resolve_token
 from slime_hangdoctor.facts import JOB_RUNNING
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers import ray_state
+from slime_hangdoctor.parsers.ray_state import RAY_STATE
 
 MAX_BODY = 64 * 1024 * 1024
 PROFILING_HELP = "profiling disabled on this cluster (RAY_DASHBOARD_ENABLE_PROFILING=1)"
@@ -182,7 +183,7 @@ def capture_task_history(
     if not sample:
         return []
     try:
-        jobs = partial_snapshot(writer).jobs
+        jobs = partial_snapshot(writer).joined(RAY_STATE).jobs
     except Exception:  # noqa: BLE001 - a collector never raises past itself
         return []
     job_ids = sorted({j.job_id for j in jobs if j.status == JOB_RUNNING and j.job_id})

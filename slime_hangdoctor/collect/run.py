@@ -46,6 +46,7 @@ from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, NODE_ALIVE
 from slime_hangdoctor.load import ParseCache, load_snapshot
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
+from slime_hangdoctor.parsers.ray_state import RAY_STATE
 from slime_hangdoctor.redact import redact_text
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.sources import SPECS
@@ -590,7 +591,9 @@ def _gcs_from_state(writer: BundleWriter) -> str | None:
 
 def _local_node(state: Snapshot, local_ips: frozenset[str]) -> tuple[str | None, str | None]:
     """This machine's Ray node: the head if it runs here, else the first alive node with a local IP."""
-    here = [n for n in state.nodes if n.node_ip in local_ips and n.state == NODE_ALIVE]
+    here = [
+        n for n in state.joined(RAY_STATE).nodes if n.node_ip in local_ips and n.state == NODE_ALIVE
+    ]
     here.sort(key=lambda n: (not n.is_head, n.node_ip))
     if here:
         return here[0].node_ip, here[0].node_id
@@ -602,7 +605,7 @@ def _slime_nodes(state: Snapshot) -> dict[str, set[int]]:
     by_node = pids_by_node(state)
     slime = {
         a.node_id
-        for a in state.actors
+        for a in state.joined(RAY_STATE).actors
         if a.class_name in CLASS_ROLES and a.state == ACTOR_ALIVE and a.node_id
     }
     return {n: pids for n, pids in by_node.items() if n in slime}
@@ -611,7 +614,7 @@ def _slime_nodes(state: Snapshot) -> dict[str, set[int]]:
 def _remote_nodes(state: Snapshot, run: _Run) -> list[tuple[RemoteNode, set[int]]]:
     if run.client is None:
         return []
-    ips = {n.node_id: n.node_ip for n in state.nodes if n.state == NODE_ALIVE}
+    ips = {n.node_id: n.node_ip for n in state.joined(RAY_STATE).nodes if n.state == NODE_ALIVE}
     return [
         (RemoteNode(node_id, ips[node_id]), pids)
         for node_id, pids in sorted(_slime_nodes(state).items())
@@ -621,7 +624,7 @@ def _remote_nodes(state: Snapshot, run: _Run) -> list[tuple[RemoteNode, set[int]
 
 def _local_roots(state: Snapshot, run: _Run) -> frozenset[int] | None:
     """With Ray state: the worker pids Ray places on this node; without it: None (find by titles)."""
-    if run.client is None or not state.ray_seen or run.node_id is None:
+    if run.client is None or not state.joined(RAY_STATE).seen or run.node_id is None:
         return None
     return frozenset(pids_by_node(state).get(run.node_id, set()))
 
@@ -629,7 +632,7 @@ def _local_roots(state: Snapshot, run: _Run) -> frozenset[int] | None:
 def _local_drivers(state: Snapshot, run: _Run) -> set[int]:
     return {
         j.driver_pid
-        for j in state.jobs
+        for j in state.joined(RAY_STATE).jobs
         if j.status == JOB_RUNNING
         and j.driver_pid
         and (j.driver_node_ip in (None, run.node_ip) or j.driver_node_ip in run.local_ips)
@@ -644,7 +647,7 @@ def _traceback_fallback(run: _Run, failed: list[RemoteNode], index: int) -> None
 
     state = partial_snapshot(run.writer)
     for node in failed:
-        for a in state.actors:
+        for a in state.joined(RAY_STATE).actors:
             if (
                 a.node_id == node.node_id
                 and a.class_name in CLASS_ROLES
@@ -671,12 +674,12 @@ def _start_logs(run: _Run) -> None:
     from slime_hangdoctor.collect.logs import fetch_logs
 
     state = partial_snapshot(run.writer)
-    if not state.jobs and not state.actors:
+    if not state.joined(RAY_STATE).jobs and not state.joined(RAY_STATE).actors:
         return
     run.say("reading the job's logs")
     thread = threading.Thread(
         target=fetch_logs,
-        args=(run.writer, run.client, state.jobs, state.actors),
+        args=(run.writer, run.client, state.joined(RAY_STATE).jobs, state.joined(RAY_STATE).actors),
         kwargs={"timeout": run.deadline.clamp(run.opts.probe_timeout_s)},
         name="ray-logs",
         daemon=True,

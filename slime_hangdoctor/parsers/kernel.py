@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, get_args
 
-from slime_hangdoctor.bundle import KERNEL
+from slime_hangdoctor.bundle import KERNEL, ProbeRecord
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import (
     DISK_SLEEP,
@@ -181,7 +181,8 @@ def _load(data: str | bytes) -> Mapping[str, Any]:
     return load_json_object(data, "kernel", unit="artefact")
 
 
-def _kernel_notes(node: NodeKernel, where: str) -> tuple[str, ...]:
+def _kernel_notes(node: NodeKernel, rec: ProbeRecord) -> tuple[str, ...]:
+    where = rec.node_ip or "this node"
     out: list[str] = []
     if node.log is not None and not node.log.readable:
         out.append(

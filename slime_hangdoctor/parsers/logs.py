@@ -21,8 +21,11 @@ from __future__ import annotations
 import calendar
 import re
 import time
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
 
-from slime_hangdoctor.bundle import RAY_LOGS
+from slime_hangdoctor.bundle import RAY_LOGS, ProbeRecord
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import LogKind, LogLine, LogTail, LogTimer
 from slime_hangdoctor.source_spec import SourceSpec
@@ -172,11 +175,68 @@ def _cut(text: str) -> str:
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 3] + "..."
 
 
-# The tail of one log through Ray's log API (collect/logs.py: 256 KiB a tail). Composite: the
-# loader keeps the record's meta with it (load.py).
-SPEC = SourceSpec[LogTail](
+class LogOwner(str, Enum):
+    """Whose log a tail is: the job's driver's, or one slime actor's stream."""
+
+    DRIVER = "driver"
+    ACTOR = "actor"
+
+
+@dataclass(frozen=True)
+class LogObs:
+    """The tail of one log: a job's driver log or one stream (err / out) of an actor."""
+
+    kind: LogOwner
+    tail: LogTail
+    node_ip: str | None = None
+    actor_id: str | None = None
+    class_name: str | None = None
+    pid: int | None = None
+    submission_id: str | None = None
+    suffix: str | None = None  # err | out (actors)
+    fetched_at: float = 0.0
+    truncated: bool = False
+
+    @property
+    def label(self) -> str:
+        if self.kind is LogOwner.DRIVER:
+            return f"driver log ({self.submission_id})"
+        return f"{self.class_name} log (pid {self.pid}, {self.suffix})"
+
+
+def parse_record(data: bytes, rec: ProbeRecord) -> LogObs:
+    """One tail, with what the record's meta says of it (whose log, which stream, whether cut)."""
+    meta = rec.meta
+    offset = _meta_int(meta.get("utc_offset_s")) or 0
+    return LogObs(
+        kind=LogOwner.DRIVER if meta.get("kind") == LogOwner.DRIVER.value else LogOwner.ACTOR,
+        tail=parse_log_tail(data.decode("utf-8", "replace"), offset),
+        node_ip=rec.node_ip,
+        actor_id=_meta_str(meta.get("actor_id")),
+        class_name=_meta_str(meta.get("class_name")),
+        pid=_meta_int(meta.get("pid")),
+        submission_id=_meta_str(meta.get("submission_id")),
+        suffix=_meta_str(meta.get("suffix")),
+        fetched_at=rec.started_at,
+        truncated=bool(meta.get("truncated")),
+    )
+
+
+def _meta_str(value: Any) -> str | None:
+    return str(value) if value is not None else None
+
+
+def _meta_int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+# The tail of one log through Ray's log API (collect/logs.py: 256 KiB a tail).
+SPEC = SourceSpec[LogObs](
     name=RAY_LOGS,
-    parse=None,
+    parse=parse_record,
     max_bytes=4 * 1024 * 1024,
     analysis="slime_hangdoctor.analysis.parts.logs",
 )

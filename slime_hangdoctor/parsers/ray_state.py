@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, get_args
 
-from slime_hangdoctor.bundle import RAY_DASHBOARD
+from slime_hangdoctor.bundle import RAY_DASHBOARD, ProbeRecord
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import (
     TASK_FAILED,
@@ -51,7 +51,7 @@ from slime_hangdoctor.facts import (
     UnknownState,
 )
 from slime_hangdoctor.parsers.json_text import load_json
-from slime_hangdoctor.source_spec import SourceSpec
+from slime_hangdoctor.source_spec import Facts, Join, Observed, SourceSpec
 
 T = TypeVar("T")
 StateT = TypeVar("StateT", bound=str)
@@ -680,12 +680,173 @@ def endpoint_of(path: str, target: str) -> StateEndpoint | None:
     return next((e for e in matches if e.target == target), matches[0] if matches else None)
 
 
-# One Ray dashboard answer (collect/dashboard.py MAX_BODY). Composite: each endpoint's parse and
-# filing are load.DASHBOARD_LOADERS'.
-SPEC = SourceSpec[object](
+@dataclass(frozen=True)
+class StateAnswer:
+    """One dashboard answer, read by its endpoint's parser; `rows` is empty for an answer kept for
+    the reader only (the version, whether profiling is on) or one no entry of the table names."""
+
+    target: str  # the record's target (a task history's names its job: tasks_job_<id>)
+    endpoint: StateEndpoint | None
+    rows: tuple[Any, ...] = ()
+
+
+def parse_record(data: bytes, rec: ProbeRecord) -> StateAnswer:
+    endpoint = endpoint_of(str(rec.meta.get("endpoint") or rec.target), rec.target)
+    if endpoint is None or endpoint.parse is None:
+        return StateAnswer(rec.target, endpoint)
+    return StateAnswer(rec.target, endpoint, endpoint.parse(data))
+
+
+def _notes(answer: StateAnswer, rec: ProbeRecord) -> tuple[str, ...]:
+    """A task list Ray truncated is partly seen: it cuts by task id, so the rows are an arbitrary
+    subset."""
+    return tuple(
+        f"{rec.source} {rec.target}: partly seen: Ray returned {len(page.tasks)} of "
+        f"{page.num_filtered} tasks (an arbitrary subset: it truncates by task id)"
+        for page in answer.rows
+        if isinstance(page, TaskPage) and page.truncated
+    )
+
+
+# --------------------------------------------------------------------------- the joined state
+
+
+@dataclass(frozen=True)
+class TaskPageObs:
+    """One answer of the task history / queue queries (every state, parent ids, times)."""
+
+    target: str  # tasks_unfinished | tasks_job_<id>
+    sample: int
+    time: float  # when it was asked (epoch seconds)
+    tasks: tuple[RayTask, ...]
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class RayState:
+    """What the Ray state answers of one bundle say, joined: the newest answer where a later one
+    replaces an earlier (the running tasks, the cluster status, the object stores), every answer's
+    rows where they add up (actors and nodes by id, jobs, task pages, placement groups)."""
+
+    actors: tuple[RayActor, ...] = ()
+    tasks: tuple[RayTask, ...] = ()  # running, by the newest running-task answer
+    nodes: tuple[RayNode, ...] = ()
+    jobs: tuple[RayJob, ...] = ()
+    task_pages: tuple[TaskPageObs, ...] = ()  # by sample and time
+    placement_groups: tuple[RayPlacementGroup, ...] = ()
+    cluster: ClusterResources | None = None  # the newest /api/cluster_status answer
+    object_stores: tuple[ObjectStoreUsage, ...] = ()  # each node's, from the newest node summary
+    summary_gpus: tuple[GpuSeries, ...] = ()  # the node summaries' GPU readings (util and power)
+    seen: bool = False  # the actors answer came: the Ray state API answered
+
+
+class _Joining:
+    """The join's running state (mutable, used only while building one RayState)."""
+
+    def __init__(self) -> None:
+        self.actors: dict[str, RayActor] = {}
+        self.tasks: dict[str, RayTask] = {}
+        # task ids of each running-tasks answer, by (sample, time): the newest says what runs
+        self.running: dict[tuple[int, float], set[str]] = {}
+        self.nodes: dict[str, RayNode] = {}
+        self.jobs: list[RayJob] = []
+        self.pages: list[TaskPageObs] = []
+        self.pgs: dict[str, RayPlacementGroup] = {}
+        self.cluster: dict[tuple[int, float], ClusterResources] = {}
+        self.stores: dict[tuple[int, float], tuple[ObjectStoreUsage, ...]] = {}
+        self.gpus: list[GpuSeries] = []
+        self.seen = False
+
+
+def _actors(j: _Joining, obs: Observed[StateAnswer]) -> None:
+    for a in obs.fact.rows:
+        j.actors[a.actor_id] = a
+    j.seen = True
+
+
+def _running(j: _Joining, obs: Observed[StateAnswer]) -> None:
+    for t in obs.fact.rows:
+        j.tasks[t.task_id] = t
+    j.running[(obs.sample, obs.at)] = {t.task_id for t in obs.fact.rows}
+
+
+def _nodes(j: _Joining, obs: Observed[StateAnswer]) -> None:
+    for n in obs.fact.rows:
+        j.nodes[n.node_id] = n
+
+
+def _summary(j: _Joining, obs: Observed[StateAnswer]) -> None:
+    j.gpus.extend(i for i in obs.fact.rows if isinstance(i, GpuSeries))
+    j.stores[(obs.sample, obs.at)] = tuple(
+        i for i in obs.fact.rows if isinstance(i, ObjectStoreUsage)
+    )
+
+
+def _jobs(j: _Joining, obs: Observed[StateAnswer]) -> None:
+    known = {(job.job_id, job.submission_id) for job in j.jobs}
+    j.jobs.extend(job for job in obs.fact.rows if (job.job_id, job.submission_id) not in known)
+
+
+def _pages(j: _Joining, obs: Observed[StateAnswer]) -> None:
+    for page in obs.fact.rows:
+        j.pages.append(TaskPageObs(obs.fact.target, obs.sample, obs.at, page.tasks, page.truncated))
+
+
+def _placement_groups(j: _Joining, obs: Observed[StateAnswer]) -> None:
+    for pg in obs.fact.rows:
+        j.pgs[pg.placement_group_id] = pg
+
+
+def _cluster_status(j: _Joining, obs: Observed[StateAnswer]) -> None:
+    for cluster in obs.fact.rows:
+        j.cluster[(obs.sample, obs.at)] = cluster
+
+
+# How the join takes each parsed answer, by STATE_ENDPOINTS target (tests/unit/test_source_tables.py:
+# every endpoint with a parser has one).
+JOINED_BY: dict[str, Callable[[_Joining, Observed[StateAnswer]], None]] = {
+    "actors": _actors,
+    "tasks_running": _running,
+    "nodes": _nodes,
+    "node_summary": _summary,
+    "jobs": _jobs,
+    UNFINISHED_TASKS: _pages,
+    TASK_HISTORY.target: _pages,
+    "placement_groups": _placement_groups,
+    "cluster_status": _cluster_status,
+}
+
+
+def _ray_state(facts: Facts) -> RayState:
+    j = _Joining()
+    for obs in facts.facts(SPEC):
+        endpoint = obs.fact.endpoint
+        if endpoint is not None and endpoint.parse is not None:
+            JOINED_BY[endpoint.target](j, obs)
+    latest = j.running[max(j.running)] if j.running else None
+    return RayState(
+        actors=tuple(j.actors.values()),
+        tasks=tuple(t for t in j.tasks.values() if latest is None or t.task_id in latest),
+        nodes=tuple(j.nodes.values()),
+        jobs=tuple(j.jobs),
+        task_pages=tuple(sorted(j.pages, key=lambda p: (p.sample, p.time))),
+        placement_groups=tuple(j.pgs.values()),
+        cluster=j.cluster[max(j.cluster)] if j.cluster else None,
+        object_stores=j.stores[max(j.stores)] if j.stores else (),
+        summary_gpus=tuple(j.gpus),
+        seen=j.seen,
+    )
+
+
+# One Ray dashboard answer (collect/dashboard.py MAX_BODY), each read by its endpoint's parser.
+SPEC = SourceSpec[StateAnswer](
     name=RAY_DASHBOARD,
-    parse=None,
+    parse=parse_record,
     max_bytes=64 * 1024 * 1024,
+    notes=_notes,
     discovery=True,
     analysis="slime_hangdoctor.analysis.parts.ray",
 )
+
+# The Ray state of the bundle, its answers joined.
+RAY_STATE = Join("ray_state", _ray_state)

@@ -27,12 +27,14 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
-from slime_hangdoctor.bundle import ROUTER, SGLANG
+from slime_hangdoctor.bundle import ROUTER, SGLANG, ProbeRecord
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.http_facts import (
     EngineLoad,
+    HttpAnswer,
     ModelInfo,
     RouterMetrics,
     RouterWorker,
@@ -40,8 +42,9 @@ from slime_hangdoctor.http_facts import (
     ServerInfo,
     SglangMetrics,
 )
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.json_text import load_json
-from slime_hangdoctor.source_spec import SourceSpec
+from slime_hangdoctor.source_spec import Facts, Join, SourceSpec
 
 __all__ = [
     "ENGINE_ENDPOINTS",
@@ -563,18 +566,111 @@ ROUTER_PARSER_BY_PATH: Mapping[str, Callable[[bytes], HttpParsed]] = {
     for path in e.paths
 }
 
-# One HTTP answer of an engine / of a router (collect/sglang.py: 4 MiB a body). Composite: read
-# whatever its outcome (a refused connection, a timeout and a 503 are evidence too; load.py).
-ENGINE_SPEC = SourceSpec[object](
+
+class HttpPeer(str, Enum):
+    """Whose HTTP answer: an SGLang engine's or a router's."""
+
+    ENGINE = "engine"
+    ROUTER = "router"
+
+
+Parsed = HttpParsed | None
+
+
+@dataclass(frozen=True)
+class HttpObs:
+    """One HTTP answer of an engine or router, with its parsed body where it parsed."""
+
+    kind: HttpPeer
+    sample: int
+    answer: HttpAnswer
+    parsed: Parsed = None
+    parse_error: str | None = None
+
+
+def parse_answer(data: bytes | None, rec: ProbeRecord) -> HttpObs:
+    """One answer, whatever its outcome (a refused connection, a timeout and a 503 are evidence
+    too): what the record's meta says of it, and its body parsed by its path's parser where the
+    answer was a 200 (a body that does not parse is kept as `parse_error`, never raised)."""
+    meta = rec.meta
+    path = str(meta.get("path") or "")
+    answer = HttpAnswer(
+        url=str(meta.get("url") or rec.target),
+        path=path,
+        status=_meta_int(meta.get("status")),
+        elapsed_s=_meta_float(meta.get("elapsed_s")) or rec.elapsed_s or 0.0,
+        outcome=rec.outcome,
+        error=meta.get("error") or (rec.reason if rec.outcome is not Outcome.OK else None),
+        sent=meta.get("not_sent") is not True,
+    )
+    router = rec.source == ROUTER
+    parser = (ROUTER_PARSER_BY_PATH if router else PARSER_BY_PATH).get(path)
+    parsed: Parsed = None
+    parse_error = None
+    if parser is not None and data is not None and answer.status == 200:
+        try:
+            parsed = parser(data)
+        except ParseError as exc:
+            parse_error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - untrusted bytes: a blind spot, never a crash
+            parse_error = f"{type(exc).__name__}: {exc}"[:300]
+    kind = HttpPeer.ROUTER if router else HttpPeer.ENGINE
+    return HttpObs(kind, rec.sample or 0, answer, parsed, parse_error)
+
+
+def _notes(obs: HttpObs, rec: ProbeRecord) -> tuple[str, ...]:
+    """An answer that did not end ok (but a fallback path's), and a body that did not parse."""
+    a = obs.answer
+    out: list[str] = []
+    if rec.outcome is not Outcome.OK and not rec.meta.get("fallback"):
+        reason = f": {rec.reason}" if rec.reason else ""
+        out.append(f"{rec.source} {a.url}{a.path}: {rec.outcome.value}{reason}")
+    if obs.parse_error is not None:
+        out.append(f"{rec.source} {a.url}{a.path}: could not parse: {obs.parse_error}")
+    return tuple(out)
+
+
+def _meta_int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _meta_float(value: Any) -> float | None:
+    """A number of a record's meta, None where a damaged bundle holds anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _answers(facts: Facts) -> tuple[HttpObs, ...]:
+    return tuple(obs.fact for obs in facts.facts_of(ENGINE_SPEC, ROUTER_SPEC))
+
+
+# One HTTP answer of an engine / of a router (collect/sglang.py: 4 MiB a body), read whatever its
+# outcome.
+ENGINE_SPEC = SourceSpec[HttpObs](
     name=SGLANG,
     parse=None,
+    parse_any=parse_answer,
     max_bytes=8 * 1024 * 1024,
+    notes=_notes,
     analysis="slime_hangdoctor.analysis.parts.engines",
 )
-ROUTER_SPEC = SourceSpec[object](
+ROUTER_SPEC = SourceSpec[HttpObs](
     name=ROUTER,
     parse=None,
+    parse_any=parse_answer,
     max_bytes=8 * 1024 * 1024,
+    notes=_notes,
     discovery=True,
     analysis="slime_hangdoctor.analysis.parts.routers",
 )
+
+# Every HTTP answer of the engines and the routers, in the bundle's order.
+HTTP_ANSWERS = Join("http", _answers)

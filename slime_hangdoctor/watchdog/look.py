@@ -19,7 +19,7 @@ from slime_hangdoctor.http_facts import SglangMetrics
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.markers import Markers, changed_markers, progress_markers, work_markers
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.parsers.sglang import counter_rises
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, counter_rises
 from slime_hangdoctor.pipeline import Analysed, attach
 from slime_hangdoctor.topology import build_topology
 from slime_hangdoctor.verdict import (
@@ -204,7 +204,7 @@ def counter_plan(analysed: Analysed, target: str, now: float) -> CounterPlan | N
     ):
         return None
     metrics: dict[str, dict[int, SglangMetrics]] = {}
-    for answer in snapshot.http:
+    for answer in snapshot.joined(HTTP_ANSWERS):
         if isinstance(answer.parsed, SglangMetrics):
             metrics.setdefault(answer.answer.url, {})[answer.sample] = answer.parsed
     engines = tuple(

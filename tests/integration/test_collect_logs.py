@@ -21,6 +21,7 @@ from slime_hangdoctor.collect.run import collect
 from slime_hangdoctor.facts import RayActor, RayJob
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.logs import SPEC as LOGS
 from slime_hangdoctor.parsers.ray_state import parse_actors, parse_jobs
 from slime_hangdoctor.topology import build_topology
 from slime_hangdoctor_demo.cluster import (
@@ -131,7 +132,7 @@ def test_collect_fetches_logs_between_the_samples_and_the_verdict_cites_them(
     first_sample, second_sample = result.manifest.sample_times[:2]
     assert first_sample <= min(r.started_at for r in logs) < second_sample
     snap = load_snapshot(open_bundle(result.root))
-    assert len(snap.logs) == len(logs)
+    assert len(snap.facts(LOGS)) == len(logs)
     verdict = diagnose(snap, build_topology(snap)).verdict
     rules = {f.rule for f in verdict.findings}
     assert "log-cache-not-flushed" in rules

@@ -461,7 +461,7 @@ def test_manifest_field_of_the_wrong_type(tmp_path: Path, field: str, value: Any
 
 
 # a record's meta (each source's own fields); the first is the fuzzer's find on a demo bundle: an
-# SGLang answer whose meta.elapsed_s is a list (load._load_http called float() on it)
+# SGLang answer whose meta.elapsed_s is a list (the loader called float() on it)
 META_FIELDS = [
     ("elapsed_s", [None]),
     ("elapsed_s", "fast"),

@@ -15,7 +15,9 @@ from slime_hangdoctor.analysis.parts.placement import placement_waits
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.facts import RayJob, RayTask
 from slime_hangdoctor.parsers import ray_state
-from slime_hangdoctor.snapshot import Snapshot, TaskPageObs
+from slime_hangdoctor.parsers.ray_state import RAY_STATE, TaskPageObs
+from slime_hangdoctor.snapshot import Snapshot
+from tests.fixtures import transforms as tf
 from tests.unit.analysis_builders import snapshot, topology
 
 REAL = Path(__file__).parent.parent / "fixtures" / "real" / "local-cpu-ray-2.60-actor-queues"
@@ -66,19 +68,19 @@ def test_cycle_needs_both_samples() -> None:
 
 def test_cycle_gone_when_a_holder_finished_between_samples() -> None:
     snap = _snap()
-    first, *rest = snap.task_pages
+    first, *rest = snap.joined(RAY_STATE).task_pages
     running = next(t for t in first.tasks if t.state == "RUNNING")
     moved = dataclasses.replace(first, tasks=tuple(t for t in first.tasks if t is not running))
-    view = build_view(dataclasses.replace(snap, task_pages=(moved, *rest)))
+    view = build_view(tf.task_pages_replaced(snap, (moved, *rest)))
     assert view is not None and not view.cycles
 
 
 def _without(snap: Snapshot, method: str) -> Snapshot:
     pages = tuple(
         dataclasses.replace(p, tasks=tuple(t for t in p.tasks if t.method != method))
-        for p in snap.task_pages
+        for p in snap.joined(RAY_STATE).task_pages
     )
-    return dataclasses.replace(snap, task_pages=pages)
+    return tf.task_pages_replaced(snap, pages)
 
 
 def test_engine_left_paused_only_without_a_later_continue() -> None:
@@ -96,9 +98,10 @@ def test_engine_left_paused_only_without_a_later_continue() -> None:
 def test_paused_check_skipped_on_a_truncated_history() -> None:
     snap = _snap()
     pages = tuple(
-        dataclasses.replace(p, truncated=p.target != "tasks_unfinished") for p in snap.task_pages
+        dataclasses.replace(p, truncated=p.target != "tasks_unfinished")
+        for p in snap.joined(RAY_STATE).task_pages
     )
-    view = build_view(_without(dataclasses.replace(snap, task_pages=pages), "continue_generation"))
+    view = build_view(_without(tf.task_pages_replaced(snap, pages), "continue_generation"))
     assert view is not None and view.paused == () and view.history_partial
 
 
@@ -112,9 +115,9 @@ def test_overlong_method_against_its_earlier_runs() -> None:
         dataclasses.replace(
             p, tasks=tuple(slow if t.task_id == running.task_id else t for t in p.tasks)
         )
-        for p in snap.task_pages
+        for p in snap.joined(RAY_STATE).task_pages
     )
-    view = build_view(dataclasses.replace(snap, task_pages=pages))
+    view = build_view(tf.task_pages_replaced(snap, pages))
     assert view is not None
     (o,) = view.overlong
     assert o.task.method == "set_peer" and o.earlier_runs == 2 and o.elapsed_s > 5.0
@@ -131,7 +134,7 @@ def test_diagnosis_names_the_cycle_and_the_engines() -> None:
 
 
 def test_without_task_pages_no_cycle_is_named() -> None:
-    snap = dataclasses.replace(_snap(), task_pages=())
+    snap = tf.task_pages_replaced(_snap(), ())
     d = diagnose(snap, topology()).verdict
     assert "ray_tasks.wait_cycle" not in {f.rule for f in d.findings}
     assert not any("cycle" in c.why for c in d.culprits)

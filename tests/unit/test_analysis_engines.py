@@ -14,7 +14,7 @@ from slime_hangdoctor.analysis.source_analysis import WEAK, Reads, assess
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers import sglang
-from slime_hangdoctor.snapshot import HttpObs
+from slime_hangdoctor.parsers.sglang import HttpObs
 from slime_hangdoctor.topology import Engine
 from slime_hangdoctor.verdict import Role, Stage
 from tests.fixtures import transforms as tf

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from slime_hangdoctor.analysis.gpu import GpuState, gpu_of_pid, read_gpus
-from slime_hangdoctor.parsers.nvml import parse_gpm, parse_nvml_series
-from slime_hangdoctor.snapshot import GpuObs
+from slime_hangdoctor.parsers.nvml import GpuObs, parse_gpm, parse_nvml_series
 from slime_hangdoctor.source_spec import Observed
 from tests.unit.analysis_builders import snapshot
 

@@ -28,7 +28,7 @@ from slime_hangdoctor.collect.run import router_metrics_urls
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.http_facts import RouterMetrics, RouterWorkers
 from slime_hangdoctor.load import load_snapshot
-from slime_hangdoctor.parsers.sglang import parse_router_metrics
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, parse_router_metrics
 from slime_hangdoctor.topology import build_topology
 from slime_hangdoctor.verdict import Role, Stage, Status
 from tests.fixtures import transforms as tf
@@ -174,11 +174,11 @@ def test_the_routers_prometheus_page_is_found_among_its_ports_and_read(tmp_path:
     with open_bundle(root) as bundle:
         snapshot = load_snapshot(bundle)
     topology = build_topology(snapshot)
-    routers = [o.answer.url for o in snapshot.http if isinstance(o.parsed, RouterWorkers)]
+    routers = [o.answer.url for o in snapshot.joined(HTTP_ANSWERS) if isinstance(o.parsed, RouterWorkers)]
     (url,) = router_metrics_urls(snapshot, topology, sorted(set(routers)))
     # a --router-url with a bad port leaves the rest as it is (it fails on its own probe)
     assert router_metrics_urls(snapshot, topology, [*routers, "http://h:99999"]) == [url]
-    pages = [o for o in snapshot.http if isinstance(o.parsed, RouterMetrics)]
+    pages = [o for o in snapshot.joined(HTTP_ANSWERS) if isinstance(o.parsed, RouterMetrics)]
     assert len(pages) == 2 and {o.answer.url for o in pages} == {url}
     (held,) = held_requests(*_engines(root))
     assert [p.parsed.requests_active for p in pages if isinstance(p.parsed, RouterMetrics)] == [

@@ -25,10 +25,12 @@ from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.facts import RayTask, TcpConnection, TcpSocket, ThreadStack
 from slime_hangdoctor.http_facts import EngineLoad, ServerInfo
 from slime_hangdoctor.outcome import Outcome
-from slime_hangdoctor.snapshot import StackObs, TaskPageObs
+from slime_hangdoctor.parsers.pyspy import StackObs
+from slime_hangdoctor.parsers.ray_state import TaskPageObs
 from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.topology import Engine, Topology
 from slime_hangdoctor.verdict import Diagnosis, Role, Stage, Status
+from tests.fixtures import transforms as tf
 from tests.unit import recorded_shapes as rs
 from tests.unit.analysis_builders import (
     NODE,
@@ -144,8 +146,7 @@ def test_without_any_startup_frame_the_engine_stage_stands() -> None:
     """Control: the same stuck engine after start-up (driver in the train loop, RM created) is
     a rollout hang: the start-up rule needs a constructor / init / PENDING_CREATION to fire."""
     snap, topo = _startup_snapshot(False, "ALIVE", DRIVER_IN_TRAIN_LOOP)
-    stacks = tuple(s for s in snap.stacks if s.pid != 401)  # type: ignore[attr-defined]
-    snap = snap.__class__(**{**snap.__dict__, "stacks": stacks})  # type: ignore[attr-defined]
+    snap = tf.stacks_without(snap, frozenset({401}))
     v = _diag(snap, topo).verdict
     assert v.stage is Stage.ROLLOUT_DISPATCH, v.summary
 

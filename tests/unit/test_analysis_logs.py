@@ -7,7 +7,8 @@ from __future__ import annotations
 from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.facts import LogKind, LogLine, LogTail, LogTimer
 from slime_hangdoctor.http_facts import SglangMetrics
-from slime_hangdoctor.snapshot import LogObs, LogOwner, Snapshot
+from slime_hangdoctor.parsers.logs import LogObs, LogOwner
+from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.topology import Topology
 from slime_hangdoctor.verdict import Role, Severity, Stage, Status, Verdict
 from tests.unit import recorded_shapes as rs

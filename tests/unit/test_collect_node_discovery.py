@@ -19,7 +19,10 @@ from slime_hangdoctor.collect.node import DISCOVERY_SOURCES, partial_snapshot, s
 from slime_hangdoctor.collect.node_probe import NodeSpec
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.parsers.nvml import GPU_SERIES, GpuVia
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
+from slime_hangdoctor.parsers.pyspy import ALL_STACKS
+from slime_hangdoctor.parsers.ray_state import RAY_STATE
 from slime_hangdoctor.topology import Topology, build_topology
 from tests.fixtures.transforms import truncate_bytes_at
 from tests.unit.live_writer import parked_train_rank, writer_holding
@@ -37,15 +40,17 @@ def test_partial_snapshot_finds_the_same_topology(src: Path, tmp_path: Path) -> 
     with open_bundle(src) as bundle:
         full = load_snapshot(bundle)
     assert build_topology(partial) == build_topology(full)
-    assert (partial.nodes, partial.actors, partial.jobs, partial.tasks) == (
-        full.nodes,
-        full.actors,
-        full.jobs,
-        full.tasks,
+    ray, full_ray = partial.joined(RAY_STATE), full.joined(RAY_STATE)
+    assert (ray.nodes, ray.actors, ray.jobs, ray.tasks) == (
+        full_ray.nodes,
+        full_ray.actors,
+        full_ray.jobs,
+        full_ray.tasks,
     )
     assert partial.facts(PROCESSES) == full.facts(PROCESSES)
-    assert partial.stacks == ()
-    assert all(g.via == "ray_summary" for g in partial.gpus)  # no NVML series parsed
+    assert partial.joined(ALL_STACKS) == ()
+    # no NVML series parsed
+    assert all(g.via is GpuVia.RAY_SUMMARY for g in partial.joined(GPU_SERIES))
 
 
 def test_partial_snapshot_leaves_stacks_to_the_analysis(tmp_path: Path) -> None:

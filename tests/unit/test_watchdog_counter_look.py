@@ -25,7 +25,7 @@ import pytest
 from slime_hangdoctor.http_facts import SglangMetrics
 from slime_hangdoctor.markers import progress_markers
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.parsers.sglang import counter_rises, parse_metrics_page
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, counter_rises, parse_metrics_page
 from slime_hangdoctor.pipeline import Analysed, analyse_bundle
 from slime_hangdoctor.verdict import Status
 from slime_hangdoctor.watchdog.counter_look import (
@@ -220,7 +220,7 @@ def _pairs(analysed: Analysed) -> dict[str, tuple[SglangMetrics, SglangMetrics]]
     """Each engine's `/metrics` at the bundle's first and last sample."""
     assert analysed.snapshot is not None
     by_url: dict[str, dict[int, SglangMetrics]] = {}
-    for obs in analysed.snapshot.http:
+    for obs in analysed.snapshot.joined(HTTP_ANSWERS):
         if isinstance(obs.parsed, SglangMetrics):
             by_url.setdefault(obs.answer.url, {})[obs.sample] = obs.parsed
     return {u: (s[min(s)], s[max(s)]) for u, s in by_url.items() if len(s) >= 2}

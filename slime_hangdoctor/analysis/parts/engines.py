@@ -35,6 +35,7 @@ from slime_hangdoctor.analysis.source_analysis import (
 )
 from slime_hangdoctor.analysis.stacks import STACKS
 from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage, Status
 
 MESSAGES = {
@@ -404,7 +405,7 @@ def _health_noise(r: Reading) -> Cause | None:
         return None
     ok = [
         o.answer
-        for o in r.world.snapshot.http
+        for o in r.world.snapshot.joined(HTTP_ANSWERS)
         if o.answer.path in ("/health", "/metrics") and o.answer.status == 200
     ]
     if not ok:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.source_analysis import Section, SourceAnalysis
 from slime_hangdoctor.facts import LogKind, LogTimer
-from slime_hangdoctor.snapshot import LogObs, Snapshot
+from slime_hangdoctor.parsers.logs import SPEC, LogObs
+from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.verdict import Finding, Severity, Stage, Status
 
 # slime's Timer names (slime.md §7) -> the stage a still-open timer of that name means. `train_wait`
@@ -48,11 +49,15 @@ class OpenTimer:
         return TIMER_STAGES.get(self.timer.name)
 
 
+def _logs(snapshot: Snapshot) -> tuple[LogObs, ...]:
+    return tuple(obs.fact for obs in snapshot.facts(SPEC))
+
+
 def open_timer(snapshot: Snapshot) -> OpenTimer | None:
     """The innermost (latest started) open slime Timer that names a stage, over every log."""
     found = [
         OpenTimer(log, t)
-        for log in snapshot.logs
+        for log in _logs(snapshot)
         for t in log.tail.open_timers
         if t.name in TIMER_STAGES
     ]
@@ -72,7 +77,7 @@ def log_stage(snapshot: Snapshot) -> Stage | None:
 def log_findings(snapshot: Snapshot, status: Status, stage: Stage) -> list[Finding]:
     """Findings from the log tails; severity never above warning (logs explain, live data decides).
     `stage`: the stage live evidence found (unknown when none did)."""
-    if not snapshot.logs:
+    if not _logs(snapshot):
         return []
     now = snapshot.manifest.created_at
     hung = status is Status.HUNG
@@ -104,7 +109,7 @@ def log_findings(snapshot: Snapshot, status: Status, stage: Stage) -> list[Findi
             )
         )
     problems = [
-        (log, [n for n in log.tail.notable if n.kind in _PROBLEM_KINDS]) for log in snapshot.logs
+        (log, [n for n in log.tail.notable if n.kind in _PROBLEM_KINDS]) for log in _logs(snapshot)
     ]
     problems = [(log, lines) for log, lines in problems if lines]
     problems.sort(key=lambda p: max(n.time or 0.0 for n in p[1]), reverse=True)
@@ -119,7 +124,7 @@ def log_findings(snapshot: Snapshot, status: Status, stage: Stage) -> list[Findi
                 tuple(n.text for n in lines[-3:]),
             )
         )
-    for log in snapshot.logs:
+    for log in _logs(snapshot):
         flush = [n for n in log.tail.notable if n.kind is LogKind.CACHE_NOT_FLUSHED]
         if not flush:
             continue
@@ -135,7 +140,7 @@ def log_findings(snapshot: Snapshot, status: Status, stage: Stage) -> list[Findi
                 tuple(n.text for n in flush[-2:]),
             )
         )
-    for log in snapshot.logs:
+    for log in _logs(snapshot):
         retries = [n for n in log.tail.notable if n.kind is LogKind.RETRY]
         if retries:
             out.append(
@@ -148,7 +153,7 @@ def log_findings(snapshot: Snapshot, status: Status, stage: Stage) -> list[Findi
                 )
             )
     if hung:
-        timed = [log for log in snapshot.logs if log.tail.last_time is not None]
+        timed = [log for log in _logs(snapshot) if log.tail.last_time is not None]
         timed.sort(key=lambda log: log.tail.last_time or 0.0)
         if timed:
             out.append(

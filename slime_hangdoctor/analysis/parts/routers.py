@@ -28,7 +28,7 @@ from slime_hangdoctor.facts import STATUS_ZOMBIE
 from slime_hangdoctor.http_facts import HttpAnswer, RouterWorkers
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.snapshot import HttpPeer
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer
 from slime_hangdoctor.topology import KnownRouter, given_routers, launched_routers
 from slime_hangdoctor.verdict import Role, Severity, Stage
 
@@ -36,8 +36,11 @@ from slime_hangdoctor.verdict import Role, Severity, Stage
 def _last_answers(world: World) -> tuple[int, dict[str, list[HttpAnswer]]]:
     """The last sample that probed a router, and each router's answers there."""
     by_url: dict[str, list[HttpAnswer]] = {}
-    last = max((o.sample for o in world.snapshot.http if o.kind is HttpPeer.ROUTER), default=0)
-    for o in world.snapshot.http:
+    last = max(
+        (o.sample for o in world.snapshot.joined(HTTP_ANSWERS) if o.kind is HttpPeer.ROUTER),
+        default=0,
+    )
+    for o in world.snapshot.joined(HTTP_ANSWERS):
         if o.kind is HttpPeer.ROUTER and o.sample == last:
             by_url.setdefault(o.answer.url, []).append(o.answer)
     return last, by_url
@@ -96,7 +99,7 @@ def _empty_with_requests(reads: Reads, url: str, sample: int) -> Suspect | None:
     world = reads.world
     listed = [
         o.parsed
-        for o in world.snapshot.http
+        for o in world.snapshot.joined(HTTP_ANSWERS)
         if o.kind is HttpPeer.ROUTER and o.sample == sample and o.answer.url == url
         if isinstance(o.parsed, RouterWorkers)
     ]
@@ -308,7 +311,7 @@ def _gone_suspect(world: World, gone: GoneRouter) -> Suspect:
 def _router_503(r: Reading) -> Cause | None:
     bad = [
         o.answer
-        for o in r.world.snapshot.http
+        for o in r.world.snapshot.joined(HTTP_ANSWERS)
         if o.kind is HttpPeer.ROUTER and o.answer.status == 503
     ]
     if not bad:
