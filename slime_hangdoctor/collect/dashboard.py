@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.node import partial_snapshot
 from slime_hangdoctor.collect.options import resolve_token
 from slime_hangdoctor.facts import JOB_RUNNING
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers import ray_state
-from slime_hangdoctor.parsers.ray_state import RAY_STATE
+from slime_hangdoctor.parsers.pyspy import DASHBOARD_TRACEBACK
+from slime_hangdoctor.parsers.ray_state import RAY_DASHBOARD, RAY_STATE
 
 MAX_BODY = 64 * 1024 * 1024
 PROFILING_HELP = "profiling disabled on this cluster (RAY_DASHBOARD_ENABLE_PROFILING=1)"
@@ -218,7 +218,7 @@ def _capture_all(
             records.append(
                 writer.add(
                     ProbeRecord(
-                        bundle_format.RAY_DASHBOARD,
+                        RAY_DASHBOARD,
                         ep.target,
                         Outcome.FAILED,
                         _unfinished(fut),
@@ -247,7 +247,7 @@ def _capture_one(
     outcome, reason = classify(res)
     meta = _meta(res, endpoint=ep.path, query=urlencode(list(ep.params)))
     record = ProbeRecord(
-        bundle_format.RAY_DASHBOARD,
+        RAY_DASHBOARD,
         ep.target,
         outcome,
         reason,
@@ -395,7 +395,7 @@ def worker_traceback(
         outcome: Outcome, reason: str | None, data: bytes | None = None, elapsed: float = 0.0
     ) -> ProbeRecord:
         record = ProbeRecord(
-            bundle_format.DASHBOARD_TRACEBACK,
+            DASHBOARD_TRACEBACK,
             f"pid{pid}",
             outcome,
             reason,

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.dashboard import DashboardClient, HttpResult, classify
 from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, RayActor, RayJob
 from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.logs import RAY_LOGS
 from slime_hangdoctor.topology import CLASS_ROLES
 from slime_hangdoctor.verdict import Role
 
@@ -125,7 +125,7 @@ def fetch_logs(
         records.append(
             writer.add(
                 ProbeRecord(
-                    bundle_format.RAY_LOGS,
+                    RAY_LOGS,
                     "actors-left-out",
                     Outcome.UNAVAILABLE,
                     f"{left_out} slime actor(s) beyond the first {max_actors} were not read "
@@ -153,7 +153,7 @@ def fetch_logs(
             records.append(
                 writer.add(
                     ProbeRecord(
-                        bundle_format.RAY_LOGS,
+                        RAY_LOGS,
                         t.target,
                         Outcome.TIMED_OUT if not fut.done() else Outcome.FAILED,
                         "no answer before the log fetch's deadline"
@@ -203,7 +203,7 @@ def _tail_one(
     if res.error:
         meta["error"] = res.error
     record = ProbeRecord(
-        bundle_format.RAY_LOGS,
+        RAY_LOGS,
         t.target,
         outcome,
         reason,

@@ -46,7 +46,8 @@ from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, NODE_ALIVE
 from slime_hangdoctor.load import ParseCache, load_snapshot
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.parsers.ray_state import RAY_STATE
+from slime_hangdoctor.parsers.pyspy import PYSPY
+from slime_hangdoctor.parsers.ray_state import RAY_DASHBOARD, RAY_STATE
 from slime_hangdoctor.redact import redact_text
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.sources import SPECS
@@ -178,7 +179,7 @@ def collect(
                 ray_error = redact_text(str(exc), opts.secrets(address))
                 writer.add(
                     ProbeRecord(
-                        bundle_format.RAY_DASHBOARD,
+                        RAY_DASHBOARD,
                         address or "auto",
                         Outcome.UNAVAILABLE,
                         ray_error,
@@ -273,7 +274,7 @@ def _connect(
     if cluster.distrusted:  # a blind spot: the cluster those files name was not looked at
         writer.add(
             ProbeRecord(
-                bundle_format.RAY_DASHBOARD,
+                RAY_DASHBOARD,
                 "local cluster files",
                 Outcome.DENIED,
                 "; ".join(cluster.distrusted),
@@ -303,7 +304,7 @@ def _sample(run: _Run, index: int) -> Topology:
     started = _start_remote_samples(run, remote, index)
     local_spec = dataclasses.replace(
         _local_spec(run, state, index),
-        started=((bundle_format.PYSPY, frozenset(early)),) if early else (),
+        started=((PYSPY, frozenset(early)),) if early else (),
     )
     topo = _sample_here_and_probe_endpoints(run, local_spec, started, index)
     cf.wait(list(early.values()), timeout=run.deadline.clamp(run.opts.probe_timeout_s * 2 + 1.0))
@@ -317,7 +318,7 @@ def _early_stacks(run: _Run, index: int) -> dict[int, cf.Future[Any]]:
     """pid -> its dump, for this node's processes of the last sample's topology, started now
     (the second sample of a run that takes stacks at both)."""
     opts = run.opts
-    if index == 0 or run.topo is None or bundle_format.PYSPY in _local_spec_off(opts, index):
+    if index == 0 or run.topo is None or PYSPY in _local_spec_off(opts, index):
         return {}
     from slime_hangdoctor.collect.pyspy import NODE_PROBE
 
@@ -438,7 +439,7 @@ def sources_off(opts: CollectOptions, *, second_stacks: bool = True) -> frozense
     py-spy's also at the second sample of the watchdog's look (`second_stacks` False)."""
     off = {s.name for s in SPECS if s.switch is not None and not getattr(opts, s.switch)}
     if not second_stacks:
-        off.add(bundle_format.PYSPY)
+        off.add(PYSPY)
     return frozenset(off)
 
 
@@ -573,11 +574,7 @@ def _gcs_from_state(writer: BundleWriter) -> str | None:
 
     for rec in writer.records:
         endpoint = str(rec.meta.get("endpoint", ""))
-        if (
-            rec.source != bundle_format.RAY_DASHBOARD
-            or not endpoint.startswith("/nodes")
-            or not rec.artifact
-        ):
+        if rec.source != RAY_DASHBOARD or not endpoint.startswith("/nodes") or not rec.artifact:
             continue
         try:
             found = gcs_address_from_summary((writer.root / rec.artifact).read_bytes())

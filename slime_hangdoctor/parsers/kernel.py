@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, get_args
 
-from slime_hangdoctor.bundle import KERNEL, ProbeRecord
+from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import (
     DISK_SLEEP,
@@ -30,6 +30,9 @@ from slime_hangdoctor.facts import (
 )
 from slime_hangdoctor.parsers.json_text import load_json_object
 from slime_hangdoctor.source_spec import SourceSpec
+
+# the source's name (the `source` of its probe records, the folder under raw/): JSON: kernel-side state of one node's slime processes, /dev/shm, OOM-killer lines
+KERNEL = "kernel"
 
 _IO_KEYS = ("rchar", "wchar", "read_bytes", "write_bytes")
 

@@ -22,10 +22,14 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from slime_hangdoctor.bundle import ACTOR_LOG_HEAD, ProbeRecord
+from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import ActorLogHead, LoggedUrl
 from slime_hangdoctor.source_spec import SourceSpec
+
+# The first bytes of one stream (err / out) of a slime actor's Ray worker log, read on its node;
+# meta: pid, class_name, stream, file, bytes, max_bytes, truncated
+ACTOR_LOG_HEAD = "actor_log_head"
 
 MAX_TEXT = 300  # characters kept of one line
 MAX_URLS = 16  # URLs kept (a head names one engine's URL twice)

@@ -25,10 +25,13 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from slime_hangdoctor.bundle import RAY_LOGS, ProbeRecord
+from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import LogKind, LogLine, LogTail, LogTimer
 from slime_hangdoctor.source_spec import SourceSpec
+
+# the source's name (the `source` of its probe records, the folder under raw/): the tail of one log (Ray log API); meta: kind, actor_id / submission_id, suffix
+RAY_LOGS = "ray_logs"
 
 MAX_TEXT = 300  # characters kept of one notable line
 KEEP_PER_KIND = 4  # newest notable lines kept per kind

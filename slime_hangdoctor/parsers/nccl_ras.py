@@ -27,10 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from slime_hangdoctor.bundle import NCCL_RAS
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import RasCommunicator, RasRank, RasReport
 from slime_hangdoctor.source_spec import SourceSpec
+
+# the source's name: the `source` of its probe records, the folder of its artefacts under raw/
+NCCL_RAS = "nccl_ras"  # JSON {"text": {...,"body"}, "json": {...,"body"}} of one node
 
 __all__ = ["parse_ras", "parse_ras_json_body", "parse_ras_text_body"]
 

@@ -21,12 +21,15 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from slime_hangdoctor.bundle import GPM, NVML
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import GpmReading, GpuProcessUtil, GpuReading, GpuSample, GpuSeries
 from slime_hangdoctor.parsers.json_text import load_json
 from slime_hangdoctor.parsers.ray_state import RAY_STATE
 from slime_hangdoctor.source_spec import Facts, Join, SourceSpec
+
+# the sources' names: the `source` of their probe records, the folders of their artefacts under raw/
+NVML = "nvml"  # JSON series of GPU samples of one node
+GPM = "gpm"  # JSON list of GPM readings of one node
 
 __all__ = ["parse_gpm", "parse_nvml_series"]
 
@@ -304,6 +307,7 @@ GPM_SPEC = SourceSpec[tuple[GpmReading, ...]](
     max_bytes=16 * 1024 * 1024,
     partial=True,
 )
+
 
 # Every GPU series of the bundle: NVML's, and Ray's node summary's where NVML gave none.
 GPU_SERIES = Join("gpus", _series_of)

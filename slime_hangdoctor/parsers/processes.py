@@ -17,11 +17,13 @@ import math
 from collections.abc import Mapping
 from typing import Any, get_args
 
-from slime_hangdoctor.bundle import PROCESSES
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import STATUS_UNKNOWN, ProcessInfo, ProcessStatus
 from slime_hangdoctor.parsers.json_text import load_json
 from slime_hangdoctor.source_spec import SourceSpec
+
+# the source's name: the `source` of its probe records, the folder of its artefacts under raw/
+PROCESSES = "processes"  # JSON list of process dicts (psutil), one artefact per node and sample
 
 # Processes of one artefact (one node, one sample). A node of a slime job runs tens to hundreds;
 # each costs about 20 us and 1 KB to parse and analyse (16 MiB of small rows took 22 s).

@@ -25,10 +25,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from slime_hangdoctor.bundle import DASHBOARD_TRACEBACK, PYSPY, ProbeRecord
+from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import Frame, ProcessStack, ThreadStack
 from slime_hangdoctor.source_spec import Facts, Join, SourceSpec
+
+# the sources' names: the `source` of their probe records, the folders of their artefacts under raw/
+PYSPY = "pyspy"  # py-spy dump stdout; meta: pid, format (json|text), native
+DASHBOARD_TRACEBACK = "dashboard_traceback"  # Ray /worker/traceback text; meta: pid
 
 __all__ = ["MAX_NAME_CHARS", "parse_pyspy_json", "parse_pyspy_text"]
 
@@ -371,6 +375,7 @@ TRACEBACK_SPEC = SourceSpec[tuple[ProcessStack, ...]](
     parse=parse_record,
     max_bytes=16 * 1024 * 1024,
 )
+
 
 # Every stack of the bundle, py-spy's and the dashboard's, in the bundle's order.
 ALL_STACKS = Join("stacks", _stacks)

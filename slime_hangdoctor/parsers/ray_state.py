@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, get_args
 
-from slime_hangdoctor.bundle import RAY_DASHBOARD, ProbeRecord
+from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import (
     TASK_FAILED,
@@ -52,6 +52,9 @@ from slime_hangdoctor.facts import (
 )
 from slime_hangdoctor.parsers.json_text import load_json
 from slime_hangdoctor.source_spec import Facts, Join, Observed, SourceSpec
+
+# the source's name: the `source` of its probe records, the folder of its artefacts under raw/
+RAY_DASHBOARD = "ray_dashboard"  # one dashboard answer; meta: endpoint, status
 
 T = TypeVar("T")
 StateT = TypeVar("StateT", bound=str)
@@ -847,6 +850,7 @@ SPEC = SourceSpec[StateAnswer](
     discovery=True,
     analysis="slime_hangdoctor.analysis.parts.ray",
 )
+
 
 # The Ray state of the bundle, its answers joined.
 RAY_STATE = Join("ray_state", _ray_state)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from slime_hangdoctor.bundle import ROUTER, SGLANG, ProbeRecord
+from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.http_facts import (
     EngineLoad,
@@ -45,6 +45,10 @@ from slime_hangdoctor.http_facts import (
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.json_text import load_json
 from slime_hangdoctor.source_spec import Facts, Join, SourceSpec
+
+# the sources' names: the `source` of their probe records, the folders of their artefacts under raw/
+SGLANG = "sglang"  # one HTTP answer of an engine; meta: url, path, status, elapsed_s, error
+ROUTER = "router"  # one HTTP answer of a router; meta as SGLANG
 
 __all__ = [
     "ENGINE_ENDPOINTS",
@@ -671,6 +675,7 @@ ROUTER_SPEC = SourceSpec[HttpObs](
     discovery=True,
     analysis="slime_hangdoctor.analysis.parts.routers",
 )
+
 
 # Every HTTP answer of the engines and the routers, in the bundle's order.
 HTTP_ANSWERS = Join("http", _answers)

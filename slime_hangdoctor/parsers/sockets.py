@@ -17,11 +17,13 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-from slime_hangdoctor.bundle import SOCKETS
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import TCP_LISTEN, TcpConnection, TcpSocket, TcpState
 from slime_hangdoctor.parsers.json_text import load_json_object
 from slime_hangdoctor.source_spec import SourceSpec
+
+# the source's name (the `source` of its probe records, the folder under raw/): JSON: the TCP tables' rows of one node's slime processes, and their socket fds
+SOCKETS = "sockets"
 
 # The kernel's TCP states (include/net/tcp_states.h), as /proc/net/tcp writes them (hex).
 TCP_STATES: Mapping[str, TcpState] = {

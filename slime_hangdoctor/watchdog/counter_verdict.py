@@ -16,9 +16,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from slime_hangdoctor.bundle import SGLANG
 from slime_hangdoctor.markers import Markers, engine_markers
-from slime_hangdoctor.parsers.sglang import counter_rises
+from slime_hangdoctor.parsers.sglang import SGLANG, counter_rises
 from slime_hangdoctor.verdict import Finding, Severity, Stage, Status, Verdict
 from slime_hangdoctor.watchdog.counter_look import CounterReading
 from slime_hangdoctor.watchdog.state import CounterPlan
