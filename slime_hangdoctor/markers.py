@@ -16,7 +16,7 @@ from slime_hangdoctor.parsers.ray_state import RAY_STATE
 from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS
 
 if TYPE_CHECKING:
-    from slime_hangdoctor.http_facts import SglangMetrics
+    from slime_hangdoctor.parsers.sglang import SglangMetrics
     from slime_hangdoctor.snapshot import Snapshot
     from slime_hangdoctor.topology import Topology
 
@@ -61,7 +61,7 @@ def engine_markers(url: str, metrics: SglangMetrics) -> Markers:
 
 
 def _engine_counters(snapshot: Snapshot, out: Markers) -> None:
-    from slime_hangdoctor.http_facts import SglangMetrics
+    from slime_hangdoctor.parsers.sglang import SglangMetrics
 
     latest: dict[str, SglangMetrics] = {}
     for obs in sorted(snapshot.joined(HTTP_ANSWERS), key=lambda o: o.sample):
@@ -72,7 +72,7 @@ def _engine_counters(snapshot: Snapshot, out: Markers) -> None:
 
 
 def _ray_tasks(snapshot: Snapshot, topology: Topology, out: Markers) -> None:
-    from slime_hangdoctor.facts import TASK_RUNNING
+    from slime_hangdoctor.parsers.ray_state import TASK_RUNNING
 
     slime_actors = {m.actor_id for m in topology.members if m.actor_id}
     ids = sorted(

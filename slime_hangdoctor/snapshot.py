@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from slime_hangdoctor.bundle import Manifest
-from slime_hangdoctor.facts import ProcessInfo
 from slime_hangdoctor.parsers import processes
+from slime_hangdoctor.parsers.processes import ProcessInfo
 from slime_hangdoctor.source_spec import Join, Observed, SourceSpec
 
 F = TypeVar("F")

@@ -70,6 +70,9 @@ class SourceSpec(Generic[F]):
     notes: Callable[[F, ProbeRecord], tuple[str, ...]] | None = None
     missing: str = ""  # the blind spot of a run that holds no fact of it ("" = none worth saying)
     node_probe: str | None = None  # module of collect/ with NODE_PROBE, run on every slime node
+    # module of collect/ with WINDOW_PROBE: started once, in the window's idle wait (the first
+    # sample is in), a reading of the cluster that needs no node (the job's logs, Ray's log API)
+    window_probe: str | None = None
     # its node probe attaches to the processes it reads (py-spy stops each one while it reads it):
     # it runs after every other node probe, so that their reads see the processes undisturbed
     attaches: bool = False

@@ -9,20 +9,18 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
 
-from slime_hangdoctor.facts import (
-    ACTOR_ALIVE,
-    JOB_RUNNING,
-    STATUS_ZOMBIE,
-    TASK_RUNNING,
-    ProcessInfo,
-    RayJob,
-)
-from slime_hangdoctor.http_facts import RouterWorkers
 from slime_hangdoctor.parsers.log_heads import SPEC as LOG_HEADS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
+from slime_hangdoctor.parsers.processes import STATUS_ZOMBIE, ProcessInfo
 from slime_hangdoctor.parsers.pyspy import ALL_STACKS
-from slime_hangdoctor.parsers.ray_state import RAY_STATE
-from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer
+from slime_hangdoctor.parsers.ray_state import (
+    ACTOR_ALIVE,
+    JOB_RUNNING,
+    RAY_STATE,
+    TASK_RUNNING,
+    RayJob,
+)
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer, RouterWorkers
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.verdict import Role
 

@@ -23,16 +23,18 @@ from dataclasses import dataclass
 from typing import Literal
 
 from slime_hangdoctor.analysis.source import Source
-from slime_hangdoctor.facts import (
+from slime_hangdoctor.parsers.ray_state import (
     ACTOR_ALIVE,
     ACTOR_CREATION_TASK,
+    RAY_STATE,
     TASK_ENDED,
     TASK_FINISHED,
     TASK_RUNNING_ANY,
+    UNFINISHED_TASKS,
     RayActor,
     RayTask,
+    TaskPageObs,
 )
-from slime_hangdoctor.parsers.ray_state import RAY_STATE, UNFINISHED_TASKS, TaskPageObs
 from slime_hangdoctor.snapshot import Snapshot
 
 RAY_TASKS = Source(

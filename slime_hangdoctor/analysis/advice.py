@@ -17,12 +17,11 @@ from slime_hangdoctor.analysis.parts.gpu_kernel import GPU_KERNEL
 from slime_hangdoctor.analysis.parts.routers import gone_routers
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import JOB_RUNNING
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.parsers.nvml import GPU_SERIES
 from slime_hangdoctor.parsers.pyspy import ALL_STACKS
-from slime_hangdoctor.parsers.ray_state import RAY_STATE
+from slime_hangdoctor.parsers.ray_state import JOB_RUNNING, RAY_STATE
 from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.sources import SPECS

@@ -42,13 +42,18 @@ from slime_hangdoctor.analysis.source_analysis import (
 from slime_hangdoctor.analysis.stacks import STACKS, highlight
 from slime_hangdoctor.analysis.waits import find_waits
 from slime_hangdoctor.analysis.world import Proc, World, build_world
-from slime_hangdoctor.facts import ACTOR_ALIVE, ACTOR_BEING_CREATED, JOB_RUNNING, TASK_RUNNING
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.parsers.nvml import GPU_SERIES
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.parsers.pyspy import ALL_STACKS
-from slime_hangdoctor.parsers.ray_state import RAY_STATE
+from slime_hangdoctor.parsers.ray_state import (
+    ACTOR_ALIVE,
+    ACTOR_BEING_CREATED,
+    JOB_RUNNING,
+    RAY_STATE,
+    TASK_RUNNING,
+)
 from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.topology import SLIME_ACTOR_CLASSES, MemberKind, Topology

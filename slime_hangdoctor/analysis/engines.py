@@ -53,22 +53,20 @@ from slime_hangdoctor.analysis.actor_queues import PausedEngine, build_view
 from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.http_facts import (
-    EngineLoad,
-    HttpAnswer,
-    ModelInfo,
-    RouterWorker,
-    RouterWorkers,
-    ServerInfo,
-    SglangMetrics,
-)
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.sglang import (
     HTTP_ANSWERS,
     RECOVERING_VERSION,
     STEP_COUNTERS,
+    EngineLoad,
+    HttpAnswer,
     HttpObs,
     HttpPeer,
+    ModelInfo,
+    RouterWorker,
+    RouterWorkers,
+    ServerInfo,
+    SglangMetrics,
     counter_rises,
     version_tuple,
 )

@@ -13,9 +13,9 @@ from enum import Enum
 from statistics import median
 
 from slime_hangdoctor.analysis.source import Source
-from slime_hangdoctor.facts import GpmReading, GpuReading
+from slime_hangdoctor.facts import GpuReading
 from slime_hangdoctor.parsers.nvml import GPM_SPEC as GPM
-from slime_hangdoctor.parsers.nvml import GPU_SERIES
+from slime_hangdoctor.parsers.nvml import GPU_SERIES, GpmReading
 from slime_hangdoctor.snapshot import Snapshot
 
 NVML = Source("nvml")  # GPU readings (NVML, or Ray's node summary)

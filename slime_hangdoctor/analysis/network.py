@@ -46,9 +46,9 @@ from slime_hangdoctor.analysis.services import Service, job_services
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import PROXY_ENV, TCP_WAITING, TcpConnection
-from slime_hangdoctor.http_facts import RouterMetrics, SglangMetrics
-from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer
+from slime_hangdoctor.parsers.processes import PROXY_ENV
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer, RouterMetrics, SglangMetrics
+from slime_hangdoctor.parsers.sockets import TCP_WAITING, TcpConnection
 from slime_hangdoctor.topology import ROUTER_TITLE, parse_ray_title
 from slime_hangdoctor.verdict import Role, Stage
 

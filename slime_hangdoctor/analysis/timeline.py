@@ -5,8 +5,7 @@ answers. It decides nothing: the verdict's progress findings say what the counte
 
 from __future__ import annotations
 
-from slime_hangdoctor.http_facts import SglangMetrics
-from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, WORK_COUNTERS, HttpPeer
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, WORK_COUNTERS, HttpPeer, SglangMetrics
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.verdict import CounterMove, ProbeSpan, Timeline
 

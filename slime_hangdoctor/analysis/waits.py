@@ -30,8 +30,7 @@ from slime_hangdoctor.analysis.merge import Merged
 from slime_hangdoctor.analysis.network import held_requests, is_router
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import TASK_RUNNING_ANY, RayTask
-from slime_hangdoctor.parsers.ray_state import RAY_STATE
+from slime_hangdoctor.parsers.ray_state import RAY_STATE, TASK_RUNNING_ANY, RayTask
 from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role, Wait, WaitKind, WaitParty
 

@@ -16,13 +16,15 @@ from slime_hangdoctor.analysis.gpu import GpuRead, gpu_of_pid, read_gpus
 from slime_hangdoctor.analysis.signatures import split_name
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.stacks import ProcessRead, ThreadRead, read_process
-from slime_hangdoctor.facts import STATUS_GONE, Frame, ProcessInfo, TcpConnection
+from slime_hangdoctor.facts import Frame
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESS_TABLE
+from slime_hangdoctor.parsers.processes import STATUS_GONE, ProcessInfo
 from slime_hangdoctor.parsers.pyspy import ALL_STACKS, StackObs, StackVia
 from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS
 from slime_hangdoctor.parsers.sockets import SPEC as SOCKETS
+from slime_hangdoctor.parsers.sockets import TcpConnection
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.topology import CLASS_ROLES, Member, MemberKind, Topology, parse_ray_title
 from slime_hangdoctor.verdict import Role

@@ -19,11 +19,10 @@ from urllib.parse import urlencode
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.node import partial_snapshot
 from slime_hangdoctor.collect.options import resolve_token
-from slime_hangdoctor.facts import JOB_RUNNING
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers import ray_state
 from slime_hangdoctor.parsers.pyspy import DASHBOARD_TRACEBACK
-from slime_hangdoctor.parsers.ray_state import RAY_DASHBOARD, RAY_STATE
+from slime_hangdoctor.parsers.ray_state import JOB_RUNNING, RAY_DASHBOARD, RAY_STATE
 
 MAX_BODY = 64 * 1024 * 1024
 PROFILING_HELP = "profiling disabled on this cluster (RAY_DASHBOARD_ENABLE_PROFILING=1)"

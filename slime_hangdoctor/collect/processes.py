@@ -37,9 +37,8 @@ from typing import Any
 from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
 from slime_hangdoctor.collect.tcp_tables import TcpTables
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import PROXY_ENV
 from slime_hangdoctor.outcome import Outcome
-from slime_hangdoctor.parsers.processes import PROCESSES
+from slime_hangdoctor.parsers.processes import PROCESSES, PROXY_ENV
 from slime_hangdoctor.parsers.sockets import LISTEN, decode_address
 from slime_hangdoctor.redact import filter_env, redact_cmdline
 from slime_hangdoctor.safe_fs import dir_problem, trusted_owners

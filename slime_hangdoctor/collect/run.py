@@ -31,8 +31,9 @@ from slime_hangdoctor.collect.node import (
     sample_gpus_over,
     sample_node,
     submit_stacks,
+    window_probes,
 )
-from slime_hangdoctor.collect.node_probe import NodeContext, NodeSpec
+from slime_hangdoctor.collect.node_probe import NodeContext, NodeSpec, WindowContext
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.collect.remote import (
     RayTasks,
@@ -42,12 +43,17 @@ from slime_hangdoctor.collect.remote import (
     node_blind_spot,
 )
 from slime_hangdoctor.errors import RayUnreachable
-from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, NODE_ALIVE
 from slime_hangdoctor.load import ParseCache, load_snapshot
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.parsers.pyspy import PYSPY
-from slime_hangdoctor.parsers.ray_state import RAY_DASHBOARD, RAY_STATE
+from slime_hangdoctor.parsers.ray_state import (
+    ACTOR_ALIVE,
+    JOB_RUNNING,
+    NODE_ALIVE,
+    RAY_DASHBOARD,
+    RAY_STATE,
+)
 from slime_hangdoctor.redact import redact_text
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.sources import SPECS
@@ -189,7 +195,7 @@ def collect(
         try:
             t0 = time.monotonic()
             topo = _sample(run, 0)
-            _start_logs(run)  # in the window's idle wait: not beside the second sample's dumps
+            _start_window_probes(run)  # in the window's idle wait, not beside the next dumps
             _start_preparse(run)  # the first sample's artefacts, parsed while the window passes
             if on_window is not None:
                 on_window()
@@ -661,30 +667,17 @@ def _traceback_fallback(run: _Run, failed: list[RemoteNode], index: int) -> None
                 )
 
 
-def _start_logs(run: _Run) -> None:
-    """Tail the driver's and the slime actors' logs (Ray log API) from the end of the first sample,
-    while the window passes (the dashboard and Ray's agents are then idle, so the tails do not slow
-    the second sample's dumps and probes); the thread is joined with the others before the bundle
-    is finished."""
-    if run.client is None or not run.opts.logs or run.deadline.expired:
+def _start_window_probes(run: _Run) -> None:
+    """Start every source's window probe (collect.node.window_probes: the job's logs), from the
+    end of the first sample, while the window passes; their threads are joined with the others
+    before the bundle is finished."""
+    if run.client is None or run.deadline.expired:
         return
-    from slime_hangdoctor.collect.logs import fetch_logs
-
-    state = partial_snapshot(run.writer)
-    if not state.joined(RAY_STATE).jobs and not state.joined(RAY_STATE).actors:
-        return
-    run.say("reading the job's logs")
-    thread = threading.Thread(
-        target=fetch_logs,
-        args=(run.writer, run.client, state.joined(RAY_STATE).jobs, state.joined(RAY_STATE).actors),
-        kwargs={"timeout": run.deadline.clamp(run.opts.probe_timeout_s)},
-        name="ray-logs",
-        daemon=True,
-    )
-    thread.start()
-    if run.threads is None:
-        run.threads = []
-    run.threads.append(thread)
+    ctx = WindowContext(run.writer, run.client, run.opts, run.deadline, run.say)
+    for _, probe in window_probes():
+        thread = probe(ctx)
+        if thread is not None:
+            run.threads = [*(run.threads or []), thread]
 
 
 def _start_gpu_sampling(run: _Run) -> threading.Thread:

@@ -44,10 +44,9 @@ from urllib.parse import urlsplit
 
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, safe_name
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.http_facts import SglangMetrics
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers import sglang as parsers
-from slime_hangdoctor.parsers.sglang import ROUTER, SGLANG
+from slime_hangdoctor.parsers.sglang import ROUTER, SGLANG, SglangMetrics
 
 # An answer past this size is not an SGLang answer (a /metrics page is ~10-500 KB): it is not kept,
 # so a huge or endless body costs neither memory nor redaction and parse time (the run's bound).

@@ -27,11 +27,56 @@ from typing import Any
 
 from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import LogKind, LogLine, LogTail, LogTimer
 from slime_hangdoctor.source_spec import SourceSpec
 
 # the source's name (the `source` of its probe records, the folder under raw/): the tail of one log (Ray log API); meta: kind, actor_id / submission_id, suffix
 RAY_LOGS = "ray_logs"
+
+
+# --------------------------------------------------------------------------- facts
+
+
+class LogKind(str, Enum):
+    """What a notable log line says."""
+
+    TRACEBACK = "traceback"  # "Traceback (most recent call last):" with its exception line
+    ERROR = "error"  # an ERROR / Exception / FATAL line
+    OOM = "oom"  # CUDA or host out of memory, OOM killer
+    TIMEOUT = "timeout"  # TimeoutError, "timed out", NCCL watchdog timeouts
+    RETRY = "retry"  # slime's HTTP retry lines ("retrying... (attempt k/60, url=...)")
+    CACHE_NOT_FLUSHED = "cache_not_flushed"  # SGLang: flush refused while requests are pending
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One notable line of a log tail (text cut to a few hundred characters)."""
+
+    kind: LogKind
+    text: str
+    time: float | None = None  # epoch seconds, when the line carries a time
+
+
+@dataclass(frozen=True)
+class LogTimer:
+    """A slime `Timer <name> start` line with no matching `end` after it in the tail."""
+
+    name: str
+    started: float | None
+    text: str
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """What one log tail shows."""
+
+    lines: int  # non-empty lines read
+    last_time: float | None  # time of the newest line that carries one
+    last_line: str  # the newest non-empty line (cut)
+    notable: tuple[LogLine, ...] = ()  # oldest first, the last few of each kind
+    open_timers: tuple[LogTimer, ...] = ()  # oldest first
+    # SGLang's last "Cache not flushed ... #queue-req: N, #running-req: M": (N, M)
+    pending_flush: tuple[int, int] | None = None
+
 
 MAX_TEXT = 300  # characters kept of one notable line
 KEEP_PER_KIND = 4  # newest notable lines kept per kind
@@ -241,5 +286,7 @@ SPEC = SourceSpec[LogObs](
     name=RAY_LOGS,
     parse=parse_record,
     max_bytes=4 * 1024 * 1024,
+    window_probe="slime_hangdoctor.collect.logs",
+    switch="logs",
     analysis="slime_hangdoctor.analysis.parts.logs",
 )

@@ -17,12 +17,13 @@ Pure: no I/O. Bad input raises `ParseError` and nothing else.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import GpmReading, GpuProcessUtil, GpuReading, GpuSample, GpuSeries
+from slime_hangdoctor.facts import GpuProcessUtil, GpuReading, GpuSample, GpuSeries
 from slime_hangdoctor.parsers.json_text import load_json
 from slime_hangdoctor.parsers.ray_state import RAY_STATE
 from slime_hangdoctor.source_spec import Facts, Join, SourceSpec
@@ -35,6 +36,18 @@ __all__ = ["parse_gpm", "parse_nvml_series"]
 
 
 # --------------------------------------------------------------------------- field readers
+
+
+# --------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class GpmReading:
+    """Hopper+ GPM metrics of one GPU over a short interval (percent, or bytes/s for NVLINK)."""
+
+    index: int
+    supported: bool
+    metrics: Mapping[str, float] = field(default_factory=dict)
 
 
 def _load(text: str, what: str) -> Any:

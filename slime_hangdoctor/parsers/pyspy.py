@@ -27,7 +27,7 @@ from typing import Any
 
 from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import Frame, ProcessStack, ThreadStack
+from slime_hangdoctor.facts import Frame
 from slime_hangdoctor.source_spec import Facts, Join, SourceSpec
 
 # the sources' names: the `source` of their probe records, the folders of their artefacts under raw/
@@ -50,6 +50,28 @@ _PY_SUFFIXES = (".py", ".pyw")
 
 
 # --------------------------------------------------------------------------- shared helpers
+
+
+# --------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    thread_id: int
+    name: str | None
+    active: bool
+    owns_gil: bool
+    frames: tuple[Frame, ...]
+    os_thread_id: int | None = None
+
+
+@dataclass(frozen=True)
+class ProcessStack:
+    pid: int
+    threads: tuple[ThreadStack, ...]
+    title: str | None = None  # "Process N: <title>" line of the text form
+    python_version: str | None = None
+    native: bool = False
 
 
 def _clip_name(name: str) -> str:

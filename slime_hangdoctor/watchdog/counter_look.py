@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.http_facts import SglangMetrics
 from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.sglang import SglangMetrics
 from slime_hangdoctor.watchdog.state import CounterPlan
 
 # A process's start time as psutil reads it twice (boot time + jiffies): equal to well under this.

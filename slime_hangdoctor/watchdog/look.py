@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from slime_hangdoctor.bundle import Bundle, BundleWriter
 from slime_hangdoctor.collect.node import parse_cache
 from slime_hangdoctor.collect.options import CollectOptions
-from slime_hangdoctor.facts import STATUS_ZOMBIE
-from slime_hangdoctor.http_facts import SglangMetrics
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.markers import Markers, changed_markers, progress_markers, work_markers
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, counter_rises
+from slime_hangdoctor.parsers.processes import STATUS_ZOMBIE
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, SglangMetrics, counter_rises
 from slime_hangdoctor.pipeline import Analysed, attach
 from slime_hangdoctor.topology import build_topology
 from slime_hangdoctor.verdict import (

@@ -17,12 +17,11 @@ from slime_hangdoctor.collect.dashboard import DashboardClient
 from slime_hangdoctor.collect.logs import fetch_logs
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.collect.run import collect
-from slime_hangdoctor.facts import RayActor, RayJob
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.logs import RAY_LOGS
 from slime_hangdoctor.parsers.logs import SPEC as LOGS
-from slime_hangdoctor.parsers.ray_state import parse_actors, parse_jobs
+from slime_hangdoctor.parsers.ray_state import RayActor, RayJob, parse_actors, parse_jobs
 from slime_hangdoctor.topology import build_topology
 from slime_hangdoctor_demo.cluster import (
     RayHead,

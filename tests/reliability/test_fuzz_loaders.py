@@ -31,11 +31,15 @@ from rich.console import Console
 
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.errors import BundleInvalid, ParseError
-from slime_hangdoctor.facts import (
+from slime_hangdoctor.facts import GpuSeries
+from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.processes import ProcessInfo, parse_processes
+from slime_hangdoctor.parsers.ray_state import (
+    STATE_ENDPOINTS,
+    TASK_HISTORY,
     ClusterResources,
-    GpuSeries,
     ObjectStoreUsage,
-    ProcessInfo,
     RayActor,
     RayJob,
     RayNode,
@@ -43,10 +47,6 @@ from slime_hangdoctor.facts import (
     RayTask,
     TaskPage,
 )
-from slime_hangdoctor.load import load_snapshot
-from slime_hangdoctor.outcome import Outcome
-from slime_hangdoctor.parsers.processes import parse_processes
-from slime_hangdoctor.parsers.ray_state import STATE_ENDPOINTS, TASK_HISTORY
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.render import render
 from tests.fixtures import transforms as tf

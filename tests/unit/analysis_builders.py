@@ -13,19 +13,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from slime_hangdoctor.bundle import Manifest
-from slime_hangdoctor.facts import (
-    ProcessInfo,
-    ProcessStack,
-    RayActor,
-    RayJob,
-    TaskPage,
-    ThreadStack,
-)
-from slime_hangdoctor.http_facts import HttpAnswer
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers import logs, nvml, pyspy, ray_state, sglang
-from slime_hangdoctor.parsers.pyspy import StackObs
-from slime_hangdoctor.parsers.sglang import HttpObs, HttpPeer, Parsed
+from slime_hangdoctor.parsers.processes import ProcessInfo
+from slime_hangdoctor.parsers.pyspy import ProcessStack, StackObs, ThreadStack
+from slime_hangdoctor.parsers.ray_state import RayActor, RayJob, TaskPage
+from slime_hangdoctor.parsers.sglang import HttpAnswer, HttpObs, HttpPeer, Parsed
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.topology import Engine, Member, MemberKind, Topology

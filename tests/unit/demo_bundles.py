@@ -10,9 +10,8 @@ from pathlib import Path
 
 from slime_hangdoctor.analysis.diagnosis import Diagnosis
 from slime_hangdoctor.bundle import open_bundle
-from slime_hangdoctor.facts import ThreadStack
 from slime_hangdoctor.load import load_snapshot
-from slime_hangdoctor.parsers.pyspy import ALL_STACKS
+from slime_hangdoctor.parsers.pyspy import ALL_STACKS, ThreadStack
 from slime_hangdoctor.pipeline import analyse_bundle
 
 DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "analysis" / "demo"

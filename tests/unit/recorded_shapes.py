@@ -15,11 +15,12 @@ import functools
 from pathlib import Path
 
 from slime_hangdoctor.bundle import open_bundle
-from slime_hangdoctor.facts import ActorLogHead, ProcessInfo, ThreadStack
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.parsers.log_heads import SPEC as LOG_HEADS
+from slime_hangdoctor.parsers.log_heads import ActorLogHead
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.parsers.pyspy import ALL_STACKS, StackObs
+from slime_hangdoctor.parsers.processes import ProcessInfo
+from slime_hangdoctor.parsers.pyspy import ALL_STACKS, StackObs, ThreadStack
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.source_spec import Observed
 from tests.fixtures import transforms as tf

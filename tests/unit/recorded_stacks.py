@@ -10,9 +10,15 @@ import functools
 from pathlib import Path
 
 from slime_hangdoctor.bundle import open_bundle
-from slime_hangdoctor.facts import ProcessStack, ThreadStack
 from slime_hangdoctor.load import load_snapshot
-from slime_hangdoctor.parsers.pyspy import ALL_STACKS, StackObs, parse_pyspy_json, parse_pyspy_text
+from slime_hangdoctor.parsers.pyspy import (
+    ALL_STACKS,
+    ProcessStack,
+    StackObs,
+    ThreadStack,
+    parse_pyspy_json,
+    parse_pyspy_text,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 DEMO = FIXTURES / "analysis" / "demo"

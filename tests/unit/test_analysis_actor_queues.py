@@ -13,9 +13,8 @@ from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.analysis.parts.placement import findings as placement_findings
 from slime_hangdoctor.analysis.parts.placement import placement_waits
 from slime_hangdoctor.analysis.world import build_world
-from slime_hangdoctor.facts import RayJob, RayTask
 from slime_hangdoctor.parsers import ray_state
-from slime_hangdoctor.parsers.ray_state import RAY_STATE, TaskPageObs
+from slime_hangdoctor.parsers.ray_state import RAY_STATE, RayJob, RayTask, TaskPageObs
 from slime_hangdoctor.snapshot import Snapshot
 from tests.fixtures import transforms as tf
 from tests.unit.analysis_builders import snapshot, topology

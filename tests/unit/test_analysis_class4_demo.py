@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slime_hangdoctor.facts import PROXY_ENV
 from slime_hangdoctor.parsers.kernel import KERNEL
+from slime_hangdoctor.parsers.processes import PROXY_ENV
 from slime_hangdoctor.parsers.ray_state import RAY_DASHBOARD
 from slime_hangdoctor.parsers.sockets import SOCKETS
 from slime_hangdoctor.verdict import Finding, Role, Stage, Status, Verdict

@@ -23,11 +23,10 @@ from slime_hangdoctor.analysis.engines import read_engines
 from slime_hangdoctor.analysis.parts import engines, flight_recorder, ras
 from slime_hangdoctor.analysis.source_analysis import MEDIUM, STRONG, WEAK, Reads, assess
 from slime_hangdoctor.analysis.world import World, build_world
-from slime_hangdoctor.facts import FrDump, ProcessInfo
 from slime_hangdoctor.outcome import Outcome
-from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
+from slime_hangdoctor.parsers.flight_recorder import FrDump, parse_flight_recorder
 from slime_hangdoctor.parsers.nccl_ras import parse_ras
-from slime_hangdoctor.parsers.processes import parse_processes
+from slime_hangdoctor.parsers.processes import ProcessInfo, parse_processes
 from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.source_spec import Observed

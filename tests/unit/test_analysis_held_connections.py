@@ -25,10 +25,15 @@ from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.collect.run import router_metrics_urls
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.http_facts import RouterMetrics, RouterWorkers
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.parsers.pyspy import PYSPY
-from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, SGLANG, parse_router_metrics
+from slime_hangdoctor.parsers.sglang import (
+    HTTP_ANSWERS,
+    SGLANG,
+    RouterMetrics,
+    RouterWorkers,
+    parse_router_metrics,
+)
 from slime_hangdoctor.parsers.sglang import ROUTER as ROUTER_SOURCE
 from slime_hangdoctor.topology import build_topology
 from slime_hangdoctor.verdict import Role, Stage, Status

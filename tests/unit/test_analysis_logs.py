@@ -5,9 +5,8 @@ refused flush (miles#1585) and retries become findings of at most warning."""
 from __future__ import annotations
 
 from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.facts import LogKind, LogLine, LogTail, LogTimer
-from slime_hangdoctor.http_facts import SglangMetrics
-from slime_hangdoctor.parsers.logs import LogObs, LogOwner
+from slime_hangdoctor.parsers.logs import LogKind, LogLine, LogObs, LogOwner, LogTail, LogTimer
+from slime_hangdoctor.parsers.sglang import SglangMetrics
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.topology import Topology
 from slime_hangdoctor.verdict import Role, Severity, Stage, Status, Verdict

@@ -10,7 +10,7 @@ from slime_hangdoctor import load
 from slime_hangdoctor.analysis.source_analysis import source_analyses
 from slime_hangdoctor.collect import dashboard
 from slime_hangdoctor.collect import sglang as collect_sglang
-from slime_hangdoctor.collect.node import node_probes
+from slime_hangdoctor.collect.node import node_probes, window_probes
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.parsers import ray_state
 from slime_hangdoctor.parsers import sglang as parse_sglang
@@ -40,6 +40,10 @@ def test_each_layer_finds_the_part_of_a_spec_it_runs() -> None:
         if spec.analysis is not None:
             assert spec.analysis.startswith(PARTS), spec
             assert importlib.import_module(spec.analysis).ANALYSIS in analyses
+        if spec.window_probe is not None:
+            assert spec.window_probe.startswith("slime_hangdoctor.collect."), spec
+            module = importlib.import_module(spec.window_probe)
+            assert dict(window_probes())[spec.name] is module.WINDOW_PROBE
         if spec.switch is not None:
             assert isinstance(getattr(CollectOptions(), spec.switch), bool), spec
 
@@ -115,7 +119,7 @@ def test_every_sglang_path_collected_is_parsed_by_the_loader() -> None:
 
 
 def test_one_list_of_sglang_counters_that_mean_work() -> None:
-    from slime_hangdoctor.http_facts import SglangMetrics
+    from slime_hangdoctor.parsers.sglang import SglangMetrics
 
     fields = set(SglangMetrics.__dataclass_fields__)
     assert {name for name, _ in parse_sglang.WORK_COUNTERS} <= fields

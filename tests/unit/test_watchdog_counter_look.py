@@ -22,10 +22,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from slime_hangdoctor.http_facts import SglangMetrics
 from slime_hangdoctor.markers import progress_markers
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, counter_rises, parse_metrics_page
+from slime_hangdoctor.parsers.sglang import (
+    HTTP_ANSWERS,
+    SglangMetrics,
+    counter_rises,
+    parse_metrics_page,
+)
 from slime_hangdoctor.pipeline import Analysed, analyse_bundle
 from slime_hangdoctor.verdict import Status
 from slime_hangdoctor.watchdog.counter_look import (

@@ -31,8 +31,8 @@ from slime_hangdoctor.analysis.source_analysis import (
     cause,
 )
 from slime_hangdoctor.analysis.world import Proc, World, pid_entry, who
-from slime_hangdoctor.facts import STATUS_DISK_SLEEP, TRACED, ProcessKernelState
-from slime_hangdoctor.parsers.kernel import SPEC
+from slime_hangdoctor.parsers.kernel import SPEC, TRACED, ProcessKernelState
+from slime_hangdoctor.parsers.processes import STATUS_DISK_SLEEP
 from slime_hangdoctor.verdict import Finding, Severity, Stage, Status
 
 KERNEL = Source("kernel")  # the Linux kernel's side: D state, wchan, storage bytes, /dev/shm, OOM

@@ -15,8 +15,7 @@ import time
 from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.source_analysis import Section, SourceAnalysis
-from slime_hangdoctor.facts import LogKind, LogTimer
-from slime_hangdoctor.parsers.logs import SPEC, LogObs
+from slime_hangdoctor.parsers.logs import SPEC, LogKind, LogObs, LogTimer
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.verdict import Finding, Severity, Stage, Status
 

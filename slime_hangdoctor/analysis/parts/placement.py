@@ -17,14 +17,14 @@ from slime_hangdoctor.analysis.source_analysis import (
     suspect,
 )
 from slime_hangdoctor.analysis.world import World
-from slime_hangdoctor.facts import (
+from slime_hangdoctor.parsers.ray_state import (
     JOB_RUNNING,
     PG_INFEASIBLE,
     PLACEMENT_GROUP_WAITING,
+    RAY_STATE,
     PlacementDemand,
     RayPlacementGroup,
 )
-from slime_hangdoctor.parsers.ray_state import RAY_STATE
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
 
 RAY_PLACEMENT = Source("ray_placement")  # Ray's placement groups against the cluster's capacity

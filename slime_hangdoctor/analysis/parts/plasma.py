@@ -29,10 +29,12 @@ from slime_hangdoctor.analysis.source_analysis import (
     suspect,
 )
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import (
+from slime_hangdoctor.parsers.ray_state import (
     DRIVER_TASK,
     JOB_RUNNING,
+    RAY_STATE,
     TASK_RUNNING,
+    UNFINISHED_TASKS,
     ClusterResources,
     ObjectStoreUsage,
     RayActor,
@@ -40,7 +42,6 @@ from slime_hangdoctor.facts import (
     RayTaskType,
     TaskState,
 )
-from slime_hangdoctor.parsers.ray_state import RAY_STATE, UNFINISHED_TASKS
 from slime_hangdoctor.topology import CLASS_ROLES
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from slime_hangdoctor.analysis.source_analysis import STRONG, Reads, Source, SourceAnalysis, Suspect
 from slime_hangdoctor.analysis.world import World
-from slime_hangdoctor.facts import ACTOR_DEAD, JOB_RUNNING, RayActor
-from slime_hangdoctor.parsers.ray_state import RAY_STATE
+from slime_hangdoctor.parsers.ray_state import ACTOR_DEAD, JOB_RUNNING, RAY_STATE, RayActor
 from slime_hangdoctor.topology import CLASS_ROLES
 from slime_hangdoctor.verdict import Finding, Severity
 

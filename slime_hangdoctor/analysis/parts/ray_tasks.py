@@ -24,8 +24,7 @@ from slime_hangdoctor.analysis.source_analysis import (
     suspect,
 )
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import RayActor, RayTask
-from slime_hangdoctor.parsers.ray_state import RAY_STATE
+from slime_hangdoctor.parsers.ray_state import RAY_STATE, RayActor, RayTask
 from slime_hangdoctor.topology import CLASS_ROLES
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
 

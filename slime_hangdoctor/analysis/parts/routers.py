@@ -24,11 +24,10 @@ from slime_hangdoctor.analysis.source_analysis import (
     suspect,
 )
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import STATUS_ZOMBIE
-from slime_hangdoctor.http_facts import HttpAnswer, RouterWorkers
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer
+from slime_hangdoctor.parsers.processes import STATUS_ZOMBIE
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpAnswer, HttpPeer, RouterWorkers
 from slime_hangdoctor.topology import KnownRouter, given_routers, launched_routers
 from slime_hangdoctor.verdict import Role, Severity, Stage
 
