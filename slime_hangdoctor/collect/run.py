@@ -95,7 +95,9 @@ class CollectResult:
     root: Path
     manifest: Manifest
     elapsed_s: float
-    ray_error: str | None = None  # why the Ray cluster could not be read (None when it was)
+    # why the Ray cluster could not be read (None when it was): the error, its message redacted and
+    # its help (how to give the address) kept for the user
+    ray_error: RayUnreachable | None = None
     # With `stacks_only_if_stalled`: did anything that moves only with work move between the two
     # samples (None: not asked, or no second sample).
     work_moved: bool | None = None
@@ -163,7 +165,7 @@ def collect(
         options=_options_record(opts),
         known_secrets=opts.secrets(address),
     )
-    ray_error: str | None = None
+    ray_error: RayUnreachable | None = None
     with cf.ThreadPoolExecutor(
         max_workers=max(2, opts.concurrency), thread_name_prefix="probe"
     ) as pool:
@@ -182,13 +184,14 @@ def collect(
             try:
                 run.client, run.gcs_address = _connect(address, opts, deadline, writer)
             except RayUnreachable as exc:
-                ray_error = redact_text(str(exc), opts.secrets(address))
+                reason = redact_text(str(exc), opts.secrets(address))
+                ray_error = RayUnreachable(reason, help_text=exc.help_text)
                 writer.add(
                     ProbeRecord(
                         RAY_DASHBOARD,
                         address or "auto",
                         Outcome.UNAVAILABLE,
-                        ray_error,
+                        reason,
                         started_at=time.time(),
                     )
                 )
