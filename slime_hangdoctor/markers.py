@@ -10,11 +10,6 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
-from slime_hangdoctor.parsers.nvml import GPU_SERIES
-from slime_hangdoctor.parsers.pyspy import ALL_STACKS
-from slime_hangdoctor.parsers.ray_state import RAY_STATE
-from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS
-
 if TYPE_CHECKING:
     from slime_hangdoctor.parsers.sglang import SglangMetrics
     from slime_hangdoctor.snapshot import Snapshot
@@ -61,7 +56,7 @@ def engine_markers(url: str, metrics: SglangMetrics) -> Markers:
 
 
 def _engine_counters(snapshot: Snapshot, out: Markers) -> None:
-    from slime_hangdoctor.parsers.sglang import SglangMetrics
+    from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, SglangMetrics
 
     latest: dict[str, SglangMetrics] = {}
     for obs in sorted(snapshot.joined(HTTP_ANSWERS), key=lambda o: o.sample):
@@ -72,7 +67,7 @@ def _engine_counters(snapshot: Snapshot, out: Markers) -> None:
 
 
 def _ray_tasks(snapshot: Snapshot, topology: Topology, out: Markers) -> None:
-    from slime_hangdoctor.parsers.ray_state import TASK_RUNNING
+    from slime_hangdoctor.parsers.ray_state import RAY_STATE, TASK_RUNNING
 
     slime_actors = {m.actor_id for m in topology.members if m.actor_id}
     ids = sorted(
@@ -104,6 +99,8 @@ def _flight_cursors(snapshot: Snapshot, out: Markers) -> None:
 
 
 def _gpu_counters(snapshot: Snapshot, out: Markers) -> None:
+    from slime_hangdoctor.parsers.nvml import GPU_SERIES
+
     for obs in snapshot.joined(GPU_SERIES):
         if not obs.series.samples:
             continue
@@ -113,6 +110,8 @@ def _gpu_counters(snapshot: Snapshot, out: Markers) -> None:
 
 
 def _stacks(snapshot: Snapshot, topology: Topology, out: Markers) -> None:
+    from slime_hangdoctor.parsers.pyspy import ALL_STACKS
+
     slime_pids = {(m.node_ip, m.pid) for m in topology.members}
     latest: dict[tuple[str | None, int], str] = {}
     for obs in sorted(snapshot.joined(ALL_STACKS), key=lambda s: s.sample):

@@ -11,6 +11,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
+from slime_hangdoctor.analysis.counters import STACKS_SKIPPED
 from slime_hangdoctor.bundle import Bundle, BundleWriter
 from slime_hangdoctor.collect.node import parse_cache
 from slime_hangdoctor.collect.options import CollectOptions
@@ -28,7 +29,6 @@ from slime_hangdoctor.verdict import (
     Status,
     verdict_from_json,
 )
-from slime_hangdoctor.watchdog.counter_verdict import STACKS_SKIPPED
 from slime_hangdoctor.watchdog.state import CounterPlan, StallLook, WatchState
 
 # During a stall already alerted for, a run in which nothing moved carries the verdict of the
