@@ -318,12 +318,16 @@ def build_topology(snapshot: Snapshot) -> Topology:
             + [r.url for r in given_routers(final, procs, snapshot)]
         )
     )
+    return Topology(tuple(final), engines, routers, _job_running(snapshot))
+
+
+def _job_running(snapshot: Snapshot) -> bool | None:
+    """A Ray job (driver) is RUNNING; None where Ray lists no job (the doctor's own left out)."""
     doctor = snapshot.manifest.target.get("doctor_pid")
     jobs = [
         j for j in snapshot.joined(RAY_STATE).jobs if j.driver_pid is None or j.driver_pid != doctor
     ]
-    job_running = any(j.status == JOB_RUNNING for j in jobs) if jobs else None
-    return Topology(tuple(final), engines, routers, job_running)
+    return any(j.status == JOB_RUNNING for j in jobs) if jobs else None
 
 
 def _descendants(

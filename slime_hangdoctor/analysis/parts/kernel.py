@@ -362,6 +362,21 @@ def _checkpoint(r: Reading) -> Cause | None:
         if _disk_sleep(r.world, p) and p.pid not in reads
     ]
     ev += [k.describe() for k in reads.values() if k.last.in_disk_sleep or k.io_delta]
+    msg, steps = _checkpoint_case(r, ranks, saving, in_coll, elsewhere, storage, reads)
+    return cause("checkpoint-stall", Severity.WARNING, msg, ev, steps)
+
+
+def _checkpoint_case(
+    r: Reading,
+    ranks: list[Proc],
+    saving: list[Proc],
+    in_coll: list[Proc],
+    elsewhere: list[Proc],
+    storage: list[Proc],
+    reads: dict[int, KernelRead],
+) -> tuple[str, list[str]]:
+    """The checkpoint hang's case (stuck storage, a collective mismatch, every rank in the save's
+    collective, or file I/O), its message and its next steps."""
     pids = " ".join(str(p.pid) for p in (storage or saving or ranks)[:4])
     storage_steps = [
         f"for p in {pids or 'PID'}; do cat /proc/$p/wchan; echo; grep State /proc/$p/status; "
@@ -427,7 +442,7 @@ def _checkpoint(r: Reading) -> Cause | None:
         if any(k.io_delta for k in reads.values()):
             msg += " Storage bytes moved between the samples: slow storage, not stuck."
         steps = storage_steps
-    return cause("checkpoint-stall", Severity.WARNING, msg, ev, steps)
+    return msg, steps
 
 
 ANALYSIS = SourceAnalysis(
