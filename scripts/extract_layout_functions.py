@@ -9,6 +9,10 @@ Each SOURCE is `NAME=KIND:LOCATION`:
 - `wheel:PATH.whl` a wheel (read as a zip),
 - `dir:PATH#PREFIX` an installed package's parent folder (site-packages): the files under it
   whose path starts with PREFIX (`torch/distributed/`).
+- `stored:PATH@OWNER/NAME@COMMIT` the files under PATH, written out unchanged from the stored
+  versions of that repository at that commit that the search tool's `read_file` gives (a commit
+  that no `fetch` snapshot holds, e.g. slime's open work): the tree names them by repository and
+  commit.
 `PREFIXES` (below) limits a source to the folders the tables can point at.
 
 For each source, OUT_DIR/NAME.json.gz holds `{"source": ..., "files": {path: [qualname, ...]},
@@ -33,6 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from slime_hangdoctor.analysis.signatures import ANY, LAYOUTS, split_name
+from slime_hangdoctor.topology import SLIME_ACTORS
 
 # The folders of each tree the tables can point at (a path is kept when it starts with one).
 PREFIXES = (
@@ -59,8 +64,8 @@ def table_functions() -> frozenset[str]:
 
 
 def table_classes() -> frozenset[str]:
-    """Every class that a frame or method row of any layout names."""
-    names: set[str] = set()
+    """Every class that a frame or method row of any layout, or the slime actor table, names."""
+    names: set[str] = {a.cls for a in SLIME_ACTORS}
     for layout in LAYOUTS.values():
         names.update(s.cls for s in layout.frames if s.cls is not None)
         names.update(m.cls for m in layout.methods)
@@ -162,6 +167,15 @@ def extract(spec: str, wanted: frozenset[str]) -> tuple[str, dict[str, object]]:
     elif kind == "dir":
         root, _, prefix = where.partition("#")
         files, origin = _dir_files(root, prefix), f"{prefix} of an installed {root}"
+    elif kind == "stored":
+        root, _, repo_commit = where.partition("@")
+        repo, _, commit = repo_commit.partition("@")
+        files = (
+            (f.relative_to(root).as_posix(), f.read_text("utf-8", "replace"))
+            for f in sorted(Path(root).rglob("*.py"))
+            if _kept(f.relative_to(root).as_posix())
+        )
+        origin = f"{repo} (the search tool's stored version, read_file) @ {commit}"
     else:
         raise SystemExit(f"unknown source kind {kind!r} in {spec!r}")
     out: dict[str, list[str]] = {}

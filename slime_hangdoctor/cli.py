@@ -518,6 +518,16 @@ def demo(
     workdir: Annotated[
         Path | None, typer.Option("--workdir", help="Where the demo's Ray cluster keeps its files.")
     ] = None,
+    layout: Annotated[
+        str | None,
+        typer.Option(
+            "--layout",
+            help="The demo job's source layout: slime (slime main), miles (radixark/miles main: "
+            "its files, its weight-update sessions) or slime-next (slime's open work: a "
+            "ServingCluster actor starts the router and engines). Default: the fault's own, "
+            "else slime.",
+        ),
+    ] = None,
     quiet: bool,
     output: ReportFormat,
 ) -> None:
@@ -527,16 +537,24 @@ def demo(
 
     if list_faults:
         for name, spec in FAULTS.items():
-            typer.echo(f"{name:32} {spec.description}")
+            where = f" [--layout {spec.layout}]" if spec.layout else ""
+            typer.echo(f"{name:32} {spec.description}{where}")
         return
     if fault not in FAULTS:
         raise HangDoctorError(f"unknown fault {fault!r}; see --list-faults")
+    from slime_hangdoctor_demo.launch import DemoError, job_layout
+
+    try:
+        job_layout(FAULTS[fault], layout)  # refused before anything starts
+    except DemoError as exc:
+        raise HangDoctorError(str(exc)) from None
     diagnosis = run_demo(
         fault,
         window=opts.window_s,
         out=out,
         workdir=workdir,
         quiet=quiet or output is not ReportFormat.TEXT,
+        layout=layout,
     )
     _emit(diagnosis, output)
 
@@ -653,7 +671,13 @@ def _need_demo() -> None:
 
 
 def run_demo(
-    fault: str, *, window: float, out: Path | None, workdir: Path | None, quiet: bool
+    fault: str,
+    *,
+    window: float,
+    out: Path | None,
+    workdir: Path | None,
+    quiet: bool,
+    layout: str | None = None,
 ) -> Diagnosis:
     from slime_hangdoctor_demo.cluster import ClusterError
     from slime_hangdoctor_demo.launch import DemoError, start_demo
@@ -662,7 +686,7 @@ def run_demo(
     with _progress(quiet) as say:
         say(f"starting a local Ray head for the demo job (fault: {fault})")
         try:
-            run = start_demo(fault, workdir=base)
+            run = start_demo(fault, workdir=base, layout=layout)
             try:
                 run.wait_until_ready(timeout=DEMO_READY_TIMEOUT_S, progress=say)
             except BaseException:

@@ -120,20 +120,32 @@ class SlimeActor:
     defined (a file of the tree read at `commit`; tests/unit/test_signature_layouts.py checks it
     against the recorded lists of tests/fixtures/layouts). miles keeps the same class names under
     `miles/`. `role` None: a slime actor that plays no role of its own (it is part of the job, but
-    not a member of the topology)."""
+    not a member of the topology). `starts_router`: the class's process starts slime's router as
+    its child (a fork or spawn in its constructor): a child of it that listens on ports of its own
+    is the router."""
 
     cls: str
     role: Role | None
     file: str
     commit: str
+    starts_router: bool = False
 
 
 _MAIN = "624b824"  # THUDM/slime main, 2026-08-21 (tests/fixtures/layouts/README.md)
 _JAN = "9bfe152"  # THUDM/slime, 2026-01-20: the January 2026 layout
+_MILES = "31f1ca961"  # radixark/miles main, 2026-08-21
+# THUDM/slime's open ServingCluster work, the stored version of slime/ray/serving.py
+# (tests/fixtures/layouts/README.md says how it was read)
+_SERVING = "15b8e507"
 
 # The one table of slime's actor classes; every other list of them is derived below.
 SLIME_ACTORS: tuple[SlimeActor, ...] = (
-    SlimeActor("RolloutManager", Role.ROLLOUT_MANAGER, "slime/ray/rollout.py", _MAIN),
+    # starts the router: `_start_router` (slime/ray/rollout.py:916-968@624b824, from
+    # start_rollout_servers :1019, in __init__ :370-417; :634-675@9bfe152 from __init__ :51);
+    # miles's `start_router` (miles/ray/rollout/router_manager.py:18-78@31f1ca961, a spawn child)
+    SlimeActor(
+        "RolloutManager", Role.ROLLOUT_MANAGER, "slime/ray/rollout.py", _MAIN, starts_router=True
+    ),
     # Teacher-server mode's stand-in for the RolloutManager: "Minimal rollout-manager surface
     # plus request queue" (slime/backends/megatron_utils/server/megatron_server.py:83-84@624b824).
     # `launch` hands it to `create_training_models` as the train ranks' `rollout_manager`
@@ -169,6 +181,17 @@ SLIME_ACTORS: tuple[SlimeActor, ...] = (
     # slime/ray/rollout.py:403@624b824): `acquire` is a test-and-set that returns at once, and the
     # caller spins on it, so a held lock shows on the train rank's stack, not in this process.
     SlimeActor("Lock", None, "slime/ray/utils.py", _MAIN),
+    # slime's next layout (open work, THUDM/slime@15b8e507 slime/ray/serving.py:23-51): "A named,
+    # detached owner for routers, engines and their GPU placements". Its constructor starts the
+    # routers and engines (`start_rollout_servers`, slime/backends/sglang_utils/deployment.py:
+    # 79-146@1e8bafac, which forks each router with `_start_router` :18-62, called at :101) and
+    # keeps the routers it forked (serving.py:37-43); it owns the health monitors and the
+    # weight-update lock. It plays no role of its own (the RolloutManager still runs the rollout),
+    # but its children are the job's routers.
+    SlimeActor("ServingCluster", None, "slime/ray/serving.py", _SERVING, starts_router=True),
+    # miles's multi-LoRA controller (miles/ray/multi_lora/controller.py:59-60@31f1ca961), a named
+    # async actor the driver creates (train_multi_lora_async.py:46): part of the job, no role.
+    SlimeActor("MultiLoRAController", None, "miles/ray/multi_lora/controller.py", _MILES),
 )
 # Not listed: InfoActor (slime/ray/placement_group.py:16@624b824), killed as soon as it has read
 # its bundle's IP and GPU id; TrainRayActor, the train ranks' base class, which Ray never names (it
@@ -181,14 +204,20 @@ SLIME_ACTORS: tuple[SlimeActor, ...] = (
 SLIME_ACTOR_CLASSES = frozenset(a.cls for a in SLIME_ACTORS)
 # The role of the process of each slime actor class that plays one
 CLASS_ROLES: dict[str, Role] = {a.cls: a.role for a in SLIME_ACTORS if a.role is not None}
+# The slime actor classes whose process starts the router as its child
+ROUTER_PARENTS = frozenset(a.cls for a in SLIME_ACTORS if a.starts_router)
 DRIVER_SCRIPTS = ("train.py", "train_async.py")
 
 
 def parse_ray_title(title: str) -> tuple[str, str | None] | None:
-    """`ray::Class.method ...` -> (Class, method); `ray::Class` -> (Class, None); else None."""
+    """`ray::Class.method ...` -> (Class, method); `ray::Class` -> (Class, None); else None.
+    While a named actor's constructor runs, Ray titles its process `ray::<name>:Class.__init__`
+    (recorded: slime's ServingCluster, named `slime_serving_cluster`, and the router it forked
+    then, tests/fixtures/analysis/demo/serving_cluster_engine_stuck.tar.gz): the name, which may
+    hold dots (SGLang names its scheduler actors after an IP), goes before the last colon."""
     if not title.startswith("ray::"):
         return None
-    head = title[5:].split(" ", 1)[0].strip()
+    head = title[5:].split(" ", 1)[0].strip().rsplit(":", 1)[-1]
     if not head:
         return None
     cls, _, method = head.partition(".")
@@ -301,9 +330,12 @@ def build_topology(snapshot: Snapshot) -> Topology:
             source="proc-title",
         )
     _add_engine_processes(members, procs)
+    _add_ray_mode_schedulers(members, procs, snapshot, node_ip_of)
     logged = _logged_urls(snapshot)
     _add_logged_urls(members, logged)
-    _add_routers(members, procs, _router_code_pids(snapshot))
+    _add_routers(
+        members, procs, _router_code_pids(snapshot), _router_owners(snapshot, procs, node_ip_of)
+    )
     launched = launched_routers(snapshot)
     _add_killed_routers(members, procs, launched)
     _add_drivers(members, procs, snapshot)
@@ -447,10 +479,78 @@ def sglang_kind(title: str) -> MemberKind | None:
     if _TOKENIZER_WORKER_TITLE.fullmatch(name):
         return MemberKind.TOKENIZER_WORKER
     if name.startswith("sglang::scheduler"):
-        return (
-            MemberKind.SCHEDULER
-        )  # a suffix order of another version: SGLang's own test is the prefix
+        # a suffix order of another version: SGLang's own test is the prefix
+        return MemberKind.SCHEDULER
     return MemberKind.SGLANG_HELPER
+
+
+# SGLang's Ray mode (`--use-ray`: 0.5.23 launch_server.py:52-61 -> srt/ray/http_server.py:27-70,
+# which runs RayEngine in the engine's HTTP process): the schedulers are Ray actors
+# (srt/ray/scheduler_actor.py:30-31 `@ray.remote class SchedulerActor`), created by that process
+# (srt/ray/engine.py:339-355, :367-381), placed by Ray (children of a raylet, not of the HTTP
+# process), each on one GPU of the engine's placement group (`num_cpus=0, num_gpus=1`,
+# engine.py:206-218), and titled by Ray after the method they run
+# (`ray::SchedulerActor.run_event_loop`: the `sglang::scheduler_TP<r>` title their constructor
+# sets, scheduler.py:6294, is Ray's again once a method runs). Their class -> the kind of SGLang
+# process each one is.
+SGLANG_RAY_ACTORS: dict[str, MemberKind] = {"SchedulerActor": MemberKind.SCHEDULER}
+# The name SGLang gives each (srt/ray/engine.py:209-213): the rank-0 scheduler's node, the DP, PP
+# and TP ranks, the first 8 hex digits of the placement group id and the bundle index.
+RAY_SCHEDULER_NAME = re.compile(
+    r"sglang_scheduler_node(?P<node>.+)_dp(?P<dp>\d+)_pp(?P<pp>\d+)_tp(?P<tp>\d+)"
+    r"_pg(?P<pg>[0-9a-f]+)_bundle(?P<bundle>\d+)"
+)
+
+
+def _add_ray_mode_schedulers(
+    members: dict[tuple[str | None, int], Member],
+    procs: dict[tuple[str | None, int], ProcessInfo],
+    snapshot: Snapshot,
+    node_of: dict[str, str],
+) -> None:
+    """SGLang's Ray-mode schedulers, each tied to its engine by the process that created it. Ray
+    names no actor's owner, but it names its job: the job of the process that created it. Where
+    the engine's HTTP process is a Ray driver of its own (SGLang started outside a Ray worker and
+    connected to the cluster: `sglang serve --use-ray`, or slime's `launch_server_process` spawn
+    child of its SGLangEngine actor), that job's driver is the engine's HTTP process, and every
+    scheduler of the job is that engine's. A scheduler whose job's driver is no engine (SGLang run
+    inside a Ray worker of slime's own job) keeps no URL: nothing Ray says ties it to one engine."""
+    drivers = {
+        j.job_id: (j.driver_node_ip, j.driver_pid)
+        for j in snapshot.joined(RAY_STATE).jobs
+        if j.job_id and j.driver_pid is not None
+    }
+    for a in snapshot.joined(RAY_STATE).actors:
+        kind = SGLANG_RAY_ACTORS.get(a.class_name)
+        if kind is None or a.pid is None or a.state != ACTOR_ALIVE:
+            continue
+        node = a.node_ip or node_of.get(a.node_id or "")
+        if (node, a.pid) not in procs:
+            hits = [n for (n, p) in procs if p == a.pid]
+            node = hits[0] if len(hits) == 1 else node
+        info = procs.get((node, a.pid))
+        title = info.title if info else ""
+        parsed = parse_ray_title(title)
+        engine: Member | None = None
+        driver = drivers.get(a.job_id or "")
+        if driver is not None:
+            engine = members.get(driver) or next(
+                (m for k, m in members.items() if k[1] == driver[1] and driver[0] is None), None
+            )
+        if engine is not None and engine.role is not Role.SGLANG_ENGINE:
+            engine = None
+        members[(node, a.pid)] = Member(
+            Role.SGLANG_ENGINE,
+            a.pid,
+            node,
+            kind,
+            title,
+            a.actor_id,
+            a.class_name,
+            parsed[1] if parsed else None,
+            engine_url=engine.engine_url if engine else None,
+            source="ray-state",
+        )
 
 
 def forked_from_actor(
@@ -467,7 +567,7 @@ def forked_from_actor(
         if parent is None:
             return False
         parsed = parse_ray_title(parent.title)
-        if parsed is not None and parsed[0] in CLASS_ROLES:
+        if parsed is not None and parsed[0] in SLIME_ACTOR_CLASSES:
             return True
         seen.add(ppid)
         ppid = parent.ppid
@@ -477,6 +577,12 @@ def forked_from_actor(
 # sgl-router's Python entry points (sglang_router/launch_router.py, router.py; the `sglang-router`
 # console script and `python -m sglang_router.launch_router`)
 _ROUTER_MODULE = "sglang_router"
+# The folders of the routers' own Python code: sgl-router's, miles's own router
+# (`--use-miles-router`: miles/router/router.py:18 `run_router`, started by multiprocessing spawn
+# from miles/ray/rollout/router_manager.py:66-70@31f1ca961) and slime's January one
+# (`--use-slime-router`: slime/router/router.py:17 `run_router`, forked at
+# slime/ray/rollout.py:663@9bfe152)
+ROUTER_CODE = (f"{_ROUTER_MODULE}/", "miles/router/", "slime/router/")
 
 
 def _router_code_pids(snapshot: Snapshot) -> set[tuple[str | None, int]]:
@@ -486,9 +592,10 @@ def _router_code_pids(snapshot: Snapshot) -> set[tuple[str | None, int]]:
     for obs in snapshot.joined(ALL_STACKS):
         for thread in obs.stack.threads:
             if any(
-                f"{_ROUTER_MODULE}/" in (f.short_filename or f.filename).replace("\\", "/")
+                code in (f.short_filename or f.filename).replace("\\", "/")
                 for f in thread.frames
                 if not f.native
+                for code in ROUTER_CODE
             ):
                 out.add((obs.node_ip, obs.pid))
                 break
@@ -499,12 +606,15 @@ def _router_code_pids(snapshot: Snapshot) -> set[tuple[str | None, int]]:
 # does not take (Ray's own title setting moved argv: slime's router keeps `ray::RolloutManager...`,
 # recorded in tests/fixtures/real/router-fork/); a router started outside Ray has it.
 ROUTER_TITLE = "sglang::router"
+# Every title a router gives itself: sgl-router's, and miles's own router's (miles/router/router.py:
+# 25@31f1ca961 `setproctitle("miles-router")`; a spawn child is a fresh interpreter: it takes)
+ROUTER_TITLES = (ROUTER_TITLE, "miles-router")
 
 
 def _runs_router_command(p: ProcessInfo) -> bool:
     """A router the user runs: `python -m sglang_router.launch_router ...`, `sglang-router ...`,
-    or any process with the router's own title."""
-    if p.title.split(" ", 1)[0] == ROUTER_TITLE:
+    or any process with a router's own title."""
+    if p.title.split(" ", 1)[0] in ROUTER_TITLES:
         return True
     head = p.cmdline[:3]
     return any(
@@ -522,16 +632,51 @@ def own_listen(p: ProcessInfo, parent: ProcessInfo | None) -> ProcessInfo:
     return dataclasses.replace(p, listen_addrs=addrs, listen_ports=ports)
 
 
+@dataclass(frozen=True)
+class _Owner:
+    """The process of a slime actor that starts the router (`ROUTER_PARENTS`)."""
+
+    node_ip: str | None
+    pid: int
+    actor_id: str | None
+    source: MemberSource
+
+
+def _router_owners(
+    snapshot: Snapshot,
+    procs: dict[tuple[str | None, int], ProcessInfo],
+    node_of: dict[str, str],
+) -> list[_Owner]:
+    """The processes of the live slime actors that start routers, wherever slime places them (the
+    RolloutManager, slime's next ServingCluster): from Ray state, else from their titles."""
+    out: dict[tuple[str | None, int], _Owner] = {}
+    for a in snapshot.joined(RAY_STATE).actors:
+        if a.class_name not in ROUTER_PARENTS or a.pid is None or a.state != ACTOR_ALIVE:
+            continue
+        node = a.node_ip or node_of.get(a.node_id or "")
+        if (node, a.pid) not in procs:
+            hits = [n for (n, p) in procs if p == a.pid]
+            node = hits[0] if len(hits) == 1 else node
+        out.setdefault((node, a.pid), _Owner(node, a.pid, a.actor_id, "ray-state"))
+    for key, p in procs.items():
+        parsed = parse_ray_title(p.title)
+        if key in out or parsed is None or parsed[0] not in ROUTER_PARENTS:
+            continue
+        if not forked_from_actor(key, procs):
+            out[key] = _Owner(key[0], key[1], None, "proc-title")
+    return list(out.values())
+
+
 def _add_routers(
     members: dict[tuple[str | None, int], Member],
     procs: dict[tuple[str | None, int], ProcessInfo],
     router_code: set[tuple[str | None, int]],
+    owners: list[_Owner],
 ) -> None:
-    """slime's router: a child of the RolloutManager that listens or runs sgl-router's code; and a
-    router run by hand (its command line), wherever it runs."""
-    for rm in [
-        m for m in members.values() if m.role is Role.ROLLOUT_MANAGER and m.kind is MemberKind.ACTOR
-    ]:
+    """slime's router: a child of a slime actor that starts routers (`ROUTER_PARENTS`: the
+    RolloutManager, the ServingCluster) that listens on ports of its own or runs router code; and
+    a router run by hand (its command line or title) or running router code, wherever it runs."""
+    for rm in owners:
         for p in _descendants(rm.pid, rm.node_ip, procs):
             key = (rm.node_ip, p.pid)
             if key in members:
@@ -724,6 +869,10 @@ def _add_drivers(
             hits = [k for k in procs if k[1] == job.driver_pid]
             key = hits[0] if len(hits) == 1 else key
         info = procs.get(key)
+        if key in members and members[key].role is Role.SGLANG_ENGINE:
+            # SGLang's Ray mode: the engine's HTTP process calls Ray itself (its own job's driver,
+            # see _add_ray_mode_schedulers): it stays the engine's server
+            continue
         members[key] = Member(
             Role.DRIVER,
             job.driver_pid,

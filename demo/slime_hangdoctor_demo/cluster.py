@@ -99,8 +99,11 @@ def start_head(
     env: Mapping[str, str] | None = None,
     timeout: float = START_TIMEOUT_S,
     object_store_mib: int | None = None,
+    num_gpus: int = 0,
 ) -> RayHead:
     """Start a head with its dashboard on 127.0.0.1 and wait until ``/api/version`` answers.
+    `num_gpus`: the GPUs the head declares (Ray trusts the number: a recording of code that asks
+    for GPUs, such as SGLang's Ray-mode scheduler actors, runs on a machine without any).
 
     `workdir` receives the `ray start` log; the Ray temp dir is a short dir under /tmp (AF_UNIX
     socket paths must stay under ~107 bytes), named ``<tmp>/ray`` so that ``RAY_TMPDIR=<tmp>``
@@ -130,7 +133,7 @@ def start_head(
         f"--ray-client-server-port={client_port}",
         f"--dashboard-agent-listen-port={agent_port}",
         f"--num-cpus={num_cpus}",
-        "--num-gpus=0",
+        f"--num-gpus={num_gpus}",
         f"--temp-dir={temp_dir}",
         "--disable-usage-stats",
     ]

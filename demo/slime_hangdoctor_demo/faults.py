@@ -58,6 +58,9 @@ class FaultSpec:
     tp_size: int = 1
     # where the doctor does not reach `expected` yet: what it says instead (tests mark it xfail)
     known_gap: str | None = None
+    # the job layout the fault needs (demo/launch.py JOB_LAYOUTS): None runs on any. "miles":
+    # miles main's weight-update session; "slime-next": slime's ServingCluster actor
+    layout: str | None = None
 
 
 FAULT_ENGINE = 1  # engine index a server fault targets
@@ -695,6 +698,71 @@ FAULTS: dict[str, FaultSpec] = {
                 FrameSignature(
                     "engine 1 scheduler TP1",
                     ("broadcast", "broadcast_pyobj", "recv_requests", "event_loop_normal"),
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="weight_update_session_stuck",
+            description=(
+                "the job laid out as miles main, which opens a weight-update session on every "
+                "engine around each weight update (SGLang 0.5.23's /begin_weight_update, "
+                "/end_weight_update): engine 1's scheduler never returns from its "
+                "begin_weight_update, and the trainer waits for the session to open"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="weight_sync",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="stuck_begin_weight_update",
+            layout="miles",
+            frames=(
+                FrameSignature("driver", ("update_weights", "train")),
+                FrameSignature(
+                    "train rank 0",
+                    ("get", "begin_weight_update", "update_weights", "update_weights"),
+                ),
+                FrameSignature("engine 1 actor", ("_make_request", "begin_weight_update")),
+                FrameSignature(
+                    "engine 1 scheduler",
+                    ("_block_forever", "begin_weight_update", "begin_weight_update"),
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="serving_cluster_engine_stuck",
+            description=(
+                "slime's next layout: a detached ServingCluster actor starts the router and the "
+                "engines (not the RolloutManager); engine 1's scheduler gets stuck in a decode "
+                "step during the rollout"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="rollout_dispatch",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="stuck_scheduler",
+            layout="slime-next",
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature(
+                    "rollout_manager",
+                    ("run", "generate_rollout", "call_rollout_fn", "_get_rollout_data", "generate"),
+                ),
+                FrameSignature("engine 1 scheduler", ("forward_decode", "event_loop_normal")),
+                # forked from the ServingCluster's constructor: its frames below the fork
+                FrameSignature(
+                    "router",
+                    (
+                        "start",
+                        "launch_router",
+                        "run_router",
+                        "_start_router",
+                        "start_rollout_servers",
+                        "__init__",
+                    ),
                 ),
             ),
         ),

@@ -27,10 +27,14 @@ from slime_hangdoctor_demo import cluster
 from slime_hangdoctor_demo.faults import FaultSpec, get_fault, server_fault_supported
 
 JOB_DIR = Path(__file__).resolve().parent / "job"
-# The source layouts the demo job can run as: slime's own, or miles's (radixark/miles @ 31f1ca961),
+# The source layouts the demo job can run as: slime's own, miles's (radixark/miles @ 31f1ca961),
 # derived from it at launch by `miles_job` (slime's package renamed `miles/`, RolloutManager's
-# module where miles keeps it).
-JOB_LAYOUTS = ("slime", "miles")
+# module where miles keeps it; its weight updates open miles main's weight-update session), and
+# slime's next layout (slime's open work, THUDM/slime@15b8e507: a detached ServingCluster actor
+# starts the routers and the engines; the job's `--serving-cluster`).
+JOB_LAYOUTS = ("slime", "miles", "slime-next")
+# extra arguments of the job for a layout
+LAYOUT_ARGS: dict[str, tuple[str, ...]] = {"slime-next": ("--serving-cluster",)}
 # slime file -> where miles has it (at 31f1ca961: miles/ray/rollout/rollout_manager.py:54
 # `class RolloutManager`; update_weight_from_distributed/broadcast.py:21 `class
 # UpdateWeightFromDistributed`); every other file of the job is where miles has it already.
@@ -47,6 +51,7 @@ MILES_MOVES = {
 # job carries them so that it imports, but no recorded miles run goes through them (disk weight
 # sync, server_control's abort tail).
 MILES_LACKS = (
+    "miles/ray/serving.py",  # slime's next layout's ServingCluster (run with --serving-cluster)
     "miles/backends/megatron_utils/hf_checkpoint_saver.py",
     "miles/backends/megatron_utils/update_weight/update_weight_from_disk.py",
     "miles/backends/sglang_utils/server_control.py",
@@ -177,6 +182,8 @@ class DemoRun:
         for cls, pid in _ACTOR_PID_RE.findall(logs):
             if cls == "RolloutManager":
                 out["rollout_manager"] = int(pid)
+            elif cls == "ServingCluster":  # slime's next layout: it starts router and engines
+                out["serving_cluster"] = int(pid)
         for pid, rank in _RANK_RE.findall(logs):
             out[f"train rank {rank}"] = int(pid)
         port_to_engine = {int(port): int(i) for i, _host, port in _ENGINE_PORT_RE.findall(logs)}
@@ -189,13 +196,16 @@ class DemoRun:
         """`roles()` plus each engine's server ("engine N server", the actor's spawn child) and
         its scheduler ("engine N scheduler", cmdline starting with `sglang::scheduler`; with
         several TP ranks that is TP rank 0's, and rank r > 0 is "engine N scheduler TPr"), its
-        detokenizer ("engine N detokenizer", `sglang::detokenizer`), and the router ("router", the RolloutManager's forked child, a live one)."""
+        detokenizer ("engine N detokenizer", `sglang::detokenizer`), and the router ("router", the
+        forked child, a live one, of the actor that starts it: the RolloutManager, or the
+        ServingCluster in slime's next layout)."""
         import psutil
 
         out = self.roles()
-        if "rollout_manager" in out:
+        owner = out.get("serving_cluster") or out.get("rollout_manager")
+        if owner is not None:
             try:
-                children = psutil.Process(out["rollout_manager"]).children()
+                children = psutil.Process(owner).children()
             except psutil.Error:
                 children = []
             for child in children:
@@ -421,6 +431,21 @@ def missing_modules() -> list[str]:
     return [name for name in JOB_MODULES if importlib.util.find_spec(name) is None]
 
 
+def job_layout(spec: FaultSpec, layout: str | None) -> str:
+    """The layout the demo job of `spec` runs as: `layout` (one of JOB_LAYOUTS), or the fault's
+    own, else slime. DemoError for a layout that is unknown or that the fault cannot run on."""
+    if layout is not None and layout not in JOB_LAYOUTS:
+        raise DemoError(f"unknown demo job layout {layout!r} (known: {', '.join(JOB_LAYOUTS)})")
+    if layout is None:
+        return spec.layout or "slime"
+    if spec.layout is not None and layout != spec.layout:
+        raise DemoError(
+            f"demo fault {spec.name!r} runs on the {spec.layout} layout only "
+            f"(--layout {spec.layout}), not on {layout}"
+        )
+    return layout
+
+
 def job_entrypoint(fault: str, fault_after_steps: int, extra_args: list[str] | None = None) -> str:
     argv = [
         sys.executable,
@@ -472,17 +497,17 @@ def start_demo(
     extra_env: dict[str, str] | None = None,
     num_cpus: int = 2,
     head: cluster.RayHead | None = None,
-    layout: str = "slime",
+    layout: str | None = None,
     tp_size: int | None = None,
 ) -> DemoRun:
     """Start a Ray head (or use `head`, which then outlives the run) and submit the demo job with
     `fault`; returns at once (see `DemoRun.wait_until_ready`). On any failure everything started
     so far is stopped. `layout`: one of JOB_LAYOUTS (`miles`: the job as `miles_job` lays it out,
-    under `workdir`). `tp_size`: TP ranks per engine (None: the fault's own, 1 for most), as
-    slime's `--rollout-num-gpus-per-engine`, with as many engines as at one rank each."""
-    if layout not in JOB_LAYOUTS:
-        raise DemoError(f"unknown demo job layout {layout!r} (known: {', '.join(JOB_LAYOUTS)})")
+    under `workdir`; None: the fault's own, else `slime`). `tp_size`: TP ranks per engine (None:
+    the fault's own, 1 for most), as slime's `--rollout-num-gpus-per-engine`, with as many engines
+    as at one rank each."""
     spec = get_fault(fault)
+    layout = job_layout(spec, layout)
     tp = spec.tp_size if tp_size is None else tp_size
     if tp < 1:
         raise DemoError(f"tp size must be at least 1, not {tp}")
@@ -502,7 +527,7 @@ def start_demo(
     request_logs = workdir / "sglang"
     request_logs.mkdir(exist_ok=True)
     submission_id = f"slime-demo-{fault.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
-    job_dir = JOB_DIR if layout == "slime" else miles_job(workdir / f"job-{submission_id}")
+    job_dir = JOB_DIR if layout != "miles" else miles_job(workdir / f"job-{submission_id}")
     env = {
         MARKER_ENV: submission_id,
         "PYTHONPATH": str(IMPORT_ROOT),
@@ -526,7 +551,8 @@ def start_demo(
         fault_after_steps=fault_after_steps,
     )
     try:
-        args = ["--sglang-request-log-dir", str(request_logs), *(extra_args or [])]
+        args = ["--sglang-request-log-dir", str(request_logs), *LAYOUT_ARGS.get(layout, ())]
+        args += extra_args or []
         if spec.remote_reward:
             (rm_port,) = cluster.free_ports(1)
             args += ["--rm-type", "remote_rm", "--rm-url", f"http://127.0.0.1:{rm_port}/score"]

@@ -111,6 +111,26 @@ CALL_STAGES: Mapping[str, Stage] = {
     # (update_weight_from_distributed.py:134, update_weight_from_tensor.py:331,
     # update_weight_from_disk_delta.py:190, actor_group.py:269)
     _CONTINUE: Stage.WEIGHT_SYNC,
+    # SGLang 0.5.23's weight-update session (entrypoints/http_server.py:1458, :1473): both take
+    # the model-update writer lock unless the engine is paused (managers/tokenizer_control_mixin.py:
+    # 471-482), then the scheduler's begin / end, each ending in a TP-group barrier
+    # (managers/scheduler_components/weight_updater.py:309-335). miles main (radixark/miles
+    # 31f1ca961) opens and closes one around every weight update (sglang_engine.py:636-642, called
+    # from update_weight/common.py:411,427 and the FSDP path's update_weight_utils.py:77,107).
+    "/begin_weight_update": Stage.WEIGHT_SYNC,
+    "/end_weight_update": Stage.WEIGHT_SYNC,
+    # 0.5.23 http_server.py:1527; miles sets it before closing the session (sglang_engine.py:644,
+    # update_weight_from_distributed/mixin.py:326)
+    "/update_weight_version": Stage.WEIGHT_SYNC,
+    # LoRA adapters pushed in miles's weight update: 0.5.23 http_server.py:1663, :1676 (miles
+    # sglang_engine.py:408, :512, called from update_weight_from_tensor.py:510,524 and
+    # update_weight_from_distributed/mixin.py:263)
+    "/load_lora_adapter_from_tensors": Stage.WEIGHT_SYNC,
+    "/unload_lora_adapter": Stage.WEIGHT_SYNC,
+    # not a stock 0.5.23 endpoint: miles's SGLang branch (`sglang-miles`, docker/Dockerfile:19)
+    # serves it; the engine receives the adapter's broadcast while it is in flight (miles
+    # sglang_engine.py:440, update_weight_from_distributed/broadcast.py:143-161)
+    "/load_lora_adapter_from_distributed": Stage.NCCL_BROADCAST,
 }
 # The HTTP method slime sends each control call with: POST (`SGLangEngine._make_request`,
 # `pause_generation`, `continue_generation`: sglang_engine.py:215,426,433 in 624b824a8), except

@@ -11,8 +11,8 @@ it is not a culprit by itself. In order, the holder is:
    in flight on them (the engine's HTTP layer, the router, the socket queues, the caller's own
    wait: `network.held_requests`) while its scheduler has no work: that engine, named by the
    sockets finder (an idle keep-alive pool is not one);
-3. a router that does not answer (or answers 503, no worker): its own finding (routers finder,
-   `rules._router_503`);
+3. a router that does not answer, or lists no worker: its own finding (routers finder,
+   `parts/routers._router_no_workers`);
 4. an HTTP proxy: the RolloutManager's environment sends its requests for the engines to a proxy
    that `no_proxy` does not exempt them from (`hazards.proxy_for_url`, Python's own rule): the
    environ finder and the `requests-at-proxy` cause;

@@ -1,9 +1,11 @@
 """Stage and wait signatures: DATA tables that map stack frames and Ray methods onto a stage.
 
 One `Layout` per slime source layout (`2026-01` = commit 9bfe152, `2026-08` = commit 624b824, see
-docs slime.md). A new slime release is a new `Layout` entry (or a few rows in an existing one): no code
-change. Matching is order-independent: when several rows match one frame, the most specific row wins
-(exact function name beats a wildcard, a class qualifier and an exact file beat a folder).
+docs slime.md; `miles-2026-08` = radixark/miles 31f1ca961; `slime-next` = the rows slime's open
+ServingCluster work adds, THUDM/slime 15b8e507). A new slime release is a new `Layout` entry (or a
+few rows in an existing one): no code change. Matching is order-independent: when several rows
+match one frame, the most specific row wins (exact function name beats a wildcard, a class
+qualifier and an exact file beat a folder).
 
 A row marked `generic` is shared by several stages (e.g. `generate_rollout` runs for rollout and for
 eval, megatron core runs in training and in weight export): it decides the stage only when no outer
@@ -348,6 +350,17 @@ _COMMON_FRAMES: tuple[FrameSig, ...] = (
         "update_weights_from_tensor update_weights_from_disk update_weights_from_ipc",
         what="scheduler weight update",
     ),
+    # SGLang 0.5.23's weight-update session (`/begin_weight_update`, `/end_weight_update`,
+    # entrypoints/http_server.py:1458,1473): the scheduler's WeightUpdater.begin_weight_update /
+    # end_weight_update (managers/scheduler_components/weight_updater.py:309,323; each ends in a
+    # barrier on the TP CPU group) and the model runner's (model_executor/model_runner_components/
+    # weight_updater.py:312,317: restore / post-process the packed weights)
+    *_rows(
+        Stage.WEIGHT_SYNC,
+        _SGLANG,
+        "begin_weight_update end_weight_update",
+        what="scheduler weight-update session",
+    ),
     *_rows(
         Stage.OFFLOAD_ONLOAD,
         _SGLANG,
@@ -537,6 +550,7 @@ def _in_miles(rows: tuple[FrameSig, ...]) -> tuple[FrameSig, ...]:
 
 _MR = "miles/ray/rollout/"
 _M_RM = _MR + "rollout_manager.py"
+_M_ENGINE = "miles/backends/sglang_utils/sglang_engine.py"
 _M_GROUP = "miles/ray/train/group.py"
 _M_FSDP = "miles/backends/fsdp_utils/actor.py"
 
@@ -635,12 +649,70 @@ _MILES_FRAMES: tuple[FrameSig, ...] = (
     FrameSig(
         ANY, Stage.CHECKPOINT, "miles/backends/fsdp_utils/checkpoint.py", what="FSDP checkpoint"
     ),
+    # SGLangEngine's weight-update session and LoRA calls (sglang_engine.py:636 begin_weight_update,
+    # :640 end_weight_update, :644 update_weight_version, :370 load_lora_adapter_from_tensors, :510
+    # unload_lora_adapter, :413 load_lora_adapter_from_distributed; each a `_make_request` POST with
+    # no timeout, :271-292). Every weight-update path opens and closes the session:
+    # update_weight/common.py:411,427 (from update_weight_from_tensor.py:260,319 and
+    # update_weight_from_distributed/mixin.py:318,330), the FSDP path's update_weight_utils.py:77,
+    # 107; mixin.py:326 sets the version before the close; the adapters load in the update
+    # (update_weight_from_tensor.py:510,524, mixin.py:263) and the distributed one receives the
+    # adapter's broadcast (update_weight_from_distributed/broadcast.py:143,178).
+    *_rows(
+        Stage.WEIGHT_SYNC,
+        _M_ENGINE,
+        "begin_weight_update end_weight_update update_weight_version "
+        "load_lora_adapter_from_tensors unload_lora_adapter",
+        cls="SGLangEngine",
+        what="engine weight update",
+    ),
+    FrameSig(
+        "load_lora_adapter_from_distributed",
+        Stage.NCCL_BROADCAST,
+        _M_ENGINE,
+        "SGLangEngine",
+        "engine receiving the adapter broadcast",
+    ),
     # miles/backends/megatron_utils/update_weight/update_weight_from_distributed/ (a package)
     FrameSig(
         ANY,
         Stage.WEIGHT_SYNC,
         "miles/backends/megatron_utils/update_weight/update_weight_from_distributed/",
         what="distributed weight sync",
+    ),
+)
+
+# --------------------------------------------------------------------------- slime's next layout
+
+# slime's open work (THUDM/slime@15b8e507, not in main): a named, detached ServingCluster actor
+# owns the routers, engines, health monitors and the weight-update lock (slime/ray/serving.py);
+# every other file is main's (the 2026-08 rows). Each row: file:line of serving.py at 15b8e507.
+_SERVING_PY = "slime/ray/serving.py"
+_NEXT_FRAMES: tuple[FrameSig, ...] = (
+    # :27-51 the constructor: placement groups, `start_rollout_servers` (routers and engines),
+    # waiting for the engines' init; :81 attach_training (a trainer takes the serving session),
+    # :185 recover_updatable_engines (FT recovery)
+    *_rows(
+        Stage.STARTUP,
+        _SERVING_PY,
+        "__init__ attach_training recover_updatable_engines",
+        cls="ServingCluster",
+        what="serving cluster start-up",
+    ),
+    # :157 get_updatable_engines_and_lock, :192 clear_updatable_num_new_engines, :227 check_weights
+    *_rows(
+        Stage.WEIGHT_SYNC,
+        _SERVING_PY,
+        "get_updatable_engines_and_lock clear_updatable_num_new_engines check_weights",
+        cls="ServingCluster",
+    ),
+    # :210 offload, :215 onload, :219 onload_weights, :223 onload_kv
+    *_rows(
+        Stage.OFFLOAD_ONLOAD,
+        _SERVING_PY,
+        "offload onload onload_weights onload_kv",
+        cls="ServingCluster",
+        what="engine offload/onload",
     ),
 )
 
@@ -705,6 +777,34 @@ _MILES_METHODS: tuple[MethodSig, ...] = (
         "get_updatable_engines_and_lock clear_updatable_has_new_engines",
     ),
     *_methods("RolloutManager", Stage.STARTUP, "recover_updatable_engines"),
+    # SGLangEngine (sglang_engine.py:636, :640, :644, :370, :510, :413 at 31f1ca961; the callers
+    # are in the frame rows above)
+    *_methods(
+        "SGLangEngine",
+        Stage.WEIGHT_SYNC,
+        "begin_weight_update end_weight_update update_weight_version "
+        "load_lora_adapter_from_tensors unload_lora_adapter",
+    ),
+    *_methods("SGLangEngine", Stage.NCCL_BROADCAST, "load_lora_adapter_from_distributed"),
+    # MultiLoRAController (miles/ray/multi_lora/controller.py:60): created and started by the
+    # driver (train_multi_lora_async.py:46-47; start :67); record_weight_update (:88) is called
+    # once a weight push landed (multi_lora_utils.py:489, commit_weight_push). Its other methods
+    # are registry reads and writes of an async actor, answered at once: no stage of their own.
+    *_methods("MultiLoRAController", Stage.STARTUP, "__init__ start"),
+    *_methods("MultiLoRAController", Stage.WEIGHT_SYNC, "record_weight_update"),
+)
+
+# ServingCluster's methods, as the frame rows above (serving.py at 15b8e507)
+_NEXT_METHODS: tuple[MethodSig, ...] = (
+    *_methods(
+        "ServingCluster", Stage.STARTUP, "__init__ attach_training recover_updatable_engines"
+    ),
+    *_methods(
+        "ServingCluster",
+        Stage.WEIGHT_SYNC,
+        "get_updatable_engines_and_lock clear_updatable_num_new_engines check_weights",
+    ),
+    *_methods("ServingCluster", Stage.OFFLOAD_ONLOAD, "offload onload onload_weights onload_kv"),
 )
 
 # Every row names a real function of a real tree: tests/unit/test_signature_layouts.py checks each
@@ -729,6 +829,13 @@ LAYOUTS: dict[str, Layout] = {
         _in_miles(_COMMON_FRAMES + _HEAD_FRAMES) + _MILES_FRAMES,
         _COMMON_METHODS + _MILES_METHODS,
         "radixark/miles@31f1ca961a94cb860cec3b2dea34ec332bfa8f76",
+    ),
+    # only the rows slime's next layout adds: its other files are main's (2026-08)
+    "slime-next": Layout(
+        "slime-next",
+        _NEXT_FRAMES,
+        _NEXT_METHODS,
+        "THUDM/slime@15b8e507118c1f53a7e56966ecc86202bca4a284",
     ),
 }
 

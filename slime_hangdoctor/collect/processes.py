@@ -203,13 +203,16 @@ def _process_table(
 
 
 def _titled_as(psutil: Any, pid: int, class_name: str) -> bool:
-    """Whether process `pid` carries the `ray::` title of actor class `class_name`."""
+    """Whether process `pid` carries the `ray::` title of actor class `class_name` (a named actor's
+    constructor included: `ray::<name>:Class.__init__`, topology.parse_ray_title)."""
+    from slime_hangdoctor.topology import parse_ray_title
+
     try:
         argv = psutil.Process(pid).cmdline()
     except (psutil.Error, OSError):
         return False
-    title = argv[0] if argv else ""
-    return title == f"ray::{class_name}" or title.startswith(f"ray::{class_name}.")
+    parsed = parse_ray_title(argv[0] if argv else "")
+    return parsed is not None and parsed[0] == class_name
 
 
 def _with_descendants(roots: set[int], table: dict[int, tuple[int | None, str]]) -> set[int]:

@@ -12,11 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from slime_hangdoctor_demo.faults import FAULTS
 from slime_hangdoctor_demo.launch import (
     JOB_DIR,
+    JOB_LAYOUTS,
     MILES_LACKS,
     MILES_MOVES,
     DemoError,
+    job_layout,
     miles_job,
     start_demo,
 )
@@ -69,3 +72,45 @@ def test_the_miles_job_imports_only_itself(tmp_path: Path) -> None:
 def test_an_unknown_layout_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DemoError, match="unknown demo job layout"):
         start_demo("none", workdir=tmp_path, layout="verl")
+
+
+def test_a_fault_runs_on_its_own_layout_and_refuses_another() -> None:
+    """`slime-hangdoctor demo --layout L` (issue 35 item 6): a fault that needs a layout runs on it
+    by default and on no other; the others run on any, slime's by default."""
+    assert {spec.layout for spec in FAULTS.values()} - {None} <= set(JOB_LAYOUTS)
+    session = FAULTS["weight_update_session_stuck"]
+    assert job_layout(session, None) == "miles" == job_layout(session, "miles")
+    with pytest.raises(DemoError, match="miles layout only"):
+        job_layout(session, "slime")
+    assert job_layout(FAULTS["reward_hang"], None) == "slime"
+    assert job_layout(FAULTS["reward_hang"], "miles") == "miles"
+
+
+def test_the_miles_job_opens_miles_mains_weight_update_session(tmp_path: Path) -> None:
+    """The miles job's weight update calls the session functions where miles has them
+    (update_weight/common.py, SGLangEngine's methods in sglang_utils/sglang_engine.py), which the
+    recorded miles tree lists there; slime's own job never calls them."""
+    job = miles_job(tmp_path / "job")
+    tree = json.loads(gzip.decompress(MILES_TREE.read_bytes()))["files"]
+    common = "miles/backends/megatron_utils/update_weight/common.py"
+    engine = "miles/backends/sglang_utils/sglang_engine.py"
+    for rel, names in (
+        (common, ("begin_weight_update", "end_weight_update")),
+        (engine, ("SGLangEngine.begin_weight_update", "SGLangEngine.end_weight_update")),
+    ):
+        defined = {
+            n.name if rel == common else f"SGLangEngine.{n.name}"
+            for n in ast.walk(ast.parse((job / rel).read_text()))
+            if isinstance(n, ast.FunctionDef)
+        }
+        for name in names:
+            assert name in tree[rel] and name in defined, (rel, name)
+    moved = (
+        job
+        / MILES_MOVES[
+            "slime/backends/megatron_utils/update_weight/update_weight_from_distributed.py"
+        ]
+    )
+    text = moved.read_text()
+    assert "begin_weight_update(" in text and "end_weight_update(" in text
+    assert 'WEIGHT_UPDATE_SESSION = __name__.split(".", 1)[0] == "miles"' in text

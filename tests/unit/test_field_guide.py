@@ -1,12 +1,17 @@
-"""docs/field-guide.md claims only what its tests show (issue 21 item 6).
+"""docs/field-guide.md claims only what its tests show (issue 21 item 6, issue 35 item 5).
 
 For each row of the guide's table (and the "Also reported" paragraph): every test the row cites
-exists (demo faults, recorded bundles' goldens, test files and test functions), and every finding
+exists (demo faults, recorded bundles' goldens, test files and test functions); every finding
 rule id the row claims, before its "**Not shown by a test**" part, is shown by what the row cites:
-the golden verdict of a cited recorded bundle lists it, or a cited test file asserts it."""
+the golden verdict of a cited recorded bundle lists it, or a cited test file asserts it; and the
+verdict of every cited recorded bundle (its golden) and of every cited demo fault (its expected
+verdict, which the live suite checks) is claimed by the row: its status (`HUNG` and the stage as
+`stage`, or `PROGRESSING`) and its culprit (the first culprit's role named after "culprit", or
+"no culprit")."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,3 +116,76 @@ def test_every_claimed_rule_is_shown_by_what_the_row_cites(row: Row) -> None:
     tests = " ".join(p.read_text() for p in _test_files(row.cited))
     unshown = sorted(r for r in claimed if f'"{r}"' not in goldens and f'"{r}"' not in tests)
     assert not unshown, f"{row.name}: claimed, but no cited golden or test shows {unshown}"
+
+
+# --------------------------------------------------------------------------- the claimed verdicts
+
+# How a row names the first culprit's role (verdict.Role values)
+ROLE_WORDS = {
+    "sglang_engine": "engine",
+    "train_rank": "rank",
+    "rollout_manager": "RolloutManager",
+    "driver": "driver",
+    "router": "router",
+}
+
+
+@dataclass(frozen=True)
+class Shown:
+    """The verdict one cited test shows: a recorded bundle's golden or a demo fault's expected."""
+
+    where: str
+    status: str
+    stage: str
+    culprit: str | None  # the first culprit's role
+
+
+def _cited_faults(cited: str) -> list[str]:
+    return [
+        name
+        for group in re.findall(r"demo ((?:`\w+`(?:, )?)+)", cited)
+        for name in _TICKED.findall(group)
+    ]
+
+
+def _shown(row: Row) -> list[Shown]:
+    out = []
+    for path in dict.fromkeys(_goldens(row.cited)):
+        g = json.loads(path.read_text())
+        culprit = g["culprits"][0]["role"] if g["culprits"] else None
+        out.append(Shown(path.stem, g["status"], g["stage"], culprit))
+    for name in dict.fromkeys(_cited_faults(row.cited)):
+        e = FAULTS[name].expected
+        out.append(Shown(f"demo {name}", e.status, e.stage, e.culprit_role))
+    return out
+
+
+def _unclaimed(claims: str, shown: Shown) -> str | None:
+    """Why the row's claims do not state `shown`'s verdict, or None when they do."""
+    if shown.status == "progressing":
+        return None if "PROGRESSING" in claims else "PROGRESSING is not claimed"
+    if "HUNG" not in claims or f"`{shown.stage}`" not in claims:
+        return f"HUNG in `{shown.stage}` is not claimed"
+    if shown.culprit is None:
+        return None if "no culprit" in claims else "no culprit is not claimed"
+    word = ROLE_WORDS[shown.culprit]
+    if re.search(rf"culprits?\b[^.;]*?\b{word}", claims):
+        return None
+    return f"the culprit {word} is not claimed"
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
+def test_every_cited_verdict_is_claimed_by_the_row(row: Row) -> None:
+    wrong = [f"{s.where}: {why}" for s in _shown(row) if (why := _unclaimed(row.claims, s))]
+    assert not wrong, f"{row.name}: {wrong}"
+
+
+def test_the_verdict_check_reads_the_verdicts() -> None:
+    """Guard on the check itself: the rows cite verdicts of every kind, and a claim that names
+    another stage or culprit than a cited bundle shows fails."""
+    shown = [s for r in ROWS for s in _shown(r)]
+    assert {s.status for s in shown} == {"hung", "progressing"} and len(shown) >= 40
+    hung = next(s for s in shown if s.status == "hung" and s.culprit == "sglang_engine")
+    assert _unclaimed(f"HUNG in `{hung.stage}`, culprit the engine", hung) is None
+    assert _unclaimed("HUNG in `reward`, culprit the engine", hung) is not None
+    assert _unclaimed(f"HUNG in `{hung.stage}`, culprit the RolloutManager", hung) is not None

@@ -121,6 +121,7 @@ OWN_TREE = {
     "2026-01": "slime-2026-01",
     "2026-08": "slime-2026-08",
     "miles-2026-08": "miles-2026-08",
+    "slime-next": "slime-next",
 }
 
 

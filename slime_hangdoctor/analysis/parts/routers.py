@@ -307,22 +307,30 @@ def _gone_suspect(world: World, gone: GoneRouter) -> Suspect:
     )
 
 
-def _router_503(r: Reading) -> Cause | None:
-    bad = [
-        o.answer
-        for o in r.world.snapshot.joined(HTTP_ANSWERS)
-        if o.kind is HttpPeer.ROUTER and o.answer.status == 503
-    ]
-    if not bad:
+def _router_no_workers(r: Reading) -> Cause | None:
+    """A router whose `/workers` lists no worker in every sample that read it: sgl-router 0.3.2
+    then answers every `/generate` 503 `no_available_workers` (and `/readiness` 503): recorded
+    from the real wheel with no worker, tests/fixtures/real/router-no-workers/answers.json. The
+    doctor never sends a `/generate` itself: the empty list is what it reads."""
+    lists: dict[str, list[RouterWorkers]] = {}
+    for o in r.world.snapshot.joined(HTTP_ANSWERS):
+        if o.kind is HttpPeer.ROUTER and isinstance(o.parsed, RouterWorkers):
+            lists.setdefault(o.answer.url.rstrip("/"), []).append(o.parsed)
+    empty = sorted(url for url, seen in lists.items() if seen and not any(w.urls for w in seen))
+    if not empty:
         return None
     return cause(
         "router-no-workers",
         Severity.WARNING,
-        "The router answers 503 (no available workers): requests never reach an engine "
-        "(THUDM/slime#1026, #683, #1391: a dead or OOM engine, a proxy on the master, a wrong "
-        "host IP - set SLIME_HOST_IP).",
-        [f"GET {a.url}{a.path}: 503" for a in bad[:3]],
-        ["curl -s -m 5 http://<router>/workers  and check that every engine URL is reachable"],
+        "The router lists no worker: every /generate sent through it is answered 503 "
+        "no_available_workers and never reaches an engine (THUDM/slime#1026, #683, #1391: a dead "
+        "or OOM engine, a proxy on the master, a wrong host IP - set SLIME_HOST_IP; or engines "
+        "that never registered).",
+        [f"GET {url}/workers: 200, no worker, in every sample" for url in empty[:3]],
+        [
+            f"curl -s -m 5 {empty[0]}/workers  and check that every engine URL is reachable "
+            "from the router's node"
+        ],
     )
 
 
@@ -374,5 +382,5 @@ ANALYSIS = SourceAnalysis(
     name="routers",
     gives=(SGLANG, SOCKETS),
     suspects=suspects,
-    causes=(_router_503, _router_gone),
+    causes=(_router_no_workers, _router_gone),
 )

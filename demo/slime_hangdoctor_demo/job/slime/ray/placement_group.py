@@ -100,7 +100,13 @@ def create_rollout_manager(args: argparse.Namespace, pg: PGTuple) -> tuple[Any, 
         # Demo fault: the remote reward model (`--rm-url`) runs outside the job.
         start_reward_service(args)
         logger.info(f"demo fault plan: the rollout's rewards come from {args.rm_url}")
-    rollout_manager = manager_cls.options(**options).remote(args, pg)
+    deployment = None
+    if args.serving_cluster:
+        # slime's next layout: the routers and engines belong to a detached ServingCluster
+        from slime.ray.serving import start_serving_cluster
+
+        deployment = start_serving_cluster(args, pg)
+    rollout_manager = manager_cls.options(**options).remote(args, pg, deployment)
     # slime asks for the epoch size here; the call also waits for the engines to be up.
     num_rollout_per_epoch = ray.get(rollout_manager.get_num_rollout_per_epoch.remote())
     if args.offload_rollout:

@@ -260,7 +260,7 @@ class RolloutServer:
 class RolloutManager:
     """The class to run rollout and convert rollout data to training data."""
 
-    def __init__(self, args: argparse.Namespace, pg: Any) -> None:
+    def __init__(self, args: argparse.Namespace, pg: Any, deployment: Any = None) -> None:
         # slime main 624b824, slime/ray/rollout.py:370-417
         configure_logger()
         self.pg = pg
@@ -268,7 +268,14 @@ class RolloutManager:
         rollout_init_handles: list[Any] = []
         init_http_client(args)
         self.servers: dict[str, RolloutServer]
-        self.servers, rollout_init_handles = start_rollout_servers(args, pg)
+        if deployment is not None:
+            # slime's next layout (slime/ray/serving.py): the ServingCluster started the routers
+            # and the engines; this manager takes its servers and its routers' addresses
+            self.servers = deployment.servers
+            for name, value in deployment.routers.items():
+                setattr(args, name, value)
+        else:
+            self.servers, rollout_init_handles = start_rollout_servers(args, pg)
         self.data_source = RolloutDataSourceWithBuffer(args)
         self.generate_rollout = generate_rollout
         self.eval_generate_rollout = generate_rollout
@@ -373,6 +380,7 @@ class RolloutManager:
             wait_until_server_fault_live(self.args, engine, rollout_id, where)
         if (
             fault_armed(self.args, "rollout_engine_stuck", rollout_id)
+            or fault_armed(self.args, "serving_cluster_engine_stuck", rollout_id)
             or fault_armed(self.args, "rollout_tp_rank_prefetch_stuck", rollout_id)
             or fault_armed(self.args, "engine_detokenizer_stalled", rollout_id)
         ):

@@ -109,6 +109,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--save", default=None)
     p.add_argument("--save-interval", type=int, default=None)
     # demo faults
+    # demo: slime's next layout, a detached ServingCluster actor starts the routers and engines
+    # (slime/ray/serving.py; demo/launch.py's layout `slime-next` gives it)
+    p.add_argument("--serving-cluster", action="store_true")
     p.add_argument("--fault", default="none")
     p.add_argument("--fault-after-steps", type=int, default=0)
     p.add_argument(

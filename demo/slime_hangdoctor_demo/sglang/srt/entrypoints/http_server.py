@@ -57,7 +57,15 @@ Faults (armed `--fault-after-s` seconds after start):
   `/generate` never returns, the scheduler goes idle, `/health` answers 503 after
   SGLANG_HEALTH_CHECK_TIMEOUT with SGLang's "couldn't get a response from detokenizer" line (see
   managers/detokenizer_manager.py for the real path and what is not modelled).
+- `stuck_begin_weight_update`: the scheduler's `begin_weight_update` never returns (its restore of
+  the packed weights, 0.5.23 model_runner_components/weight_updater.py:312-315, never ends):
+  `/begin_weight_update` hangs in the HTTP process, the caller (miles's SGLangEngine actor, whose
+  requests carry no timeout) waits on it.
 `never_healthy` ignores `--fault-after-s`.
+
+SGLang 0.5.23's weight-update session (`/begin_weight_update`, `/end_weight_update`) is served as
+0.5.23 serves it (miles main calls it around every weight update); every other endpoint follows
+0.5.15.post1 (`/update_weight_version` is the same in both).
 
 Where it differs from a real engine: one DP rank and one TP rank; no streaming, no batch input on
 `/generate` (400); token ids and text are deterministic filler; a forward step is a sleep; weight
@@ -487,6 +495,50 @@ def ep_update_tensor(tm: TokenizerManager, method: str, query: str, raw: bytes) 
     return _success_reply(tm.weight_update({**obj, "type": "update_weights_from_tensor"}))
 
 
+def ep_weight_update_session(kind: str) -> Handler:
+    """`/begin_weight_update`, `/end_weight_update` as SGLang 0.5.23 answers them (entrypoints/
+    http_server.py:1458-1485; 0.5.15.post1 has neither: 404): the model-update writer lock unless
+    the engine is paused, then the scheduler's begin / end (tokenizer_control_mixin.py:471-500,
+    `tm.weight_update`); 200 `{"success": true, "message": "Success"}`, 400 with the same body when
+    the scheduler refuses (a session already open, or none to end). No server-side timeout: a
+    scheduler that never answers holds the request."""
+
+    def handler(tm: TokenizerManager, method: str, query: str, raw: bytes) -> Reply:
+        obj = json_body(raw, required=True)
+        msg: Msg = {"type": kind}
+        if kind == "begin_weight_update":
+            selector = obj.get("selector", "all")
+            if selector not in ("target", "draft", "all"):  # io_struct.py:2197-2200, a Literal
+                return _json_reply(422, {"detail": f"selector: unexpected value {selector!r}"})
+            msg["selector"] = selector
+        return _success_reply(tm.weight_update(msg))
+
+    return handler
+
+
+def ep_update_weight_version(tm: TokenizerManager, method: str, query: str, raw: bytes) -> Reply:
+    """`/update_weight_version` (0.5.23 http_server.py:1527-1556; 0.5.15.post1 :1325): abort every
+    request first when asked, then a scheduler round trip (tokenizer_control_mixin.py:1065-1070),
+    the version recorded; 200 `{"success", "message", "new_version"}`."""
+    obj = json_body(raw, required=True)
+    version = obj.get("new_version")
+    if not isinstance(version, str):
+        return _json_reply(422, {"detail": "new_version: a string is required"})
+    if obj.get("abort_all_requests", True):
+        tm.send({"type": "abort", "abort_all": True})
+    tm.roundtrip({"type": "update_weight_version", "new_version": version})
+    tm.weight_version = version
+    tm.server_args["weight_version"] = version
+    return _json_reply(
+        200,
+        {
+            "success": True,
+            "message": f"Weight version updated to {version}",
+            "new_version": version,
+        },
+    )
+
+
 def ep_update_disk(tm: TokenizerManager, method: str, query: str, raw: bytes) -> Reply:
     """`/update_weights_from_disk` as 0.5.15.post1 answers it (entrypoints/http_server.py:1128-1154,
     tokenizer_manager.py:1717-1748): the writer side of `model_update_lock` unless paused, then
@@ -581,6 +633,13 @@ ROUTES: dict[str, Route] = {
     "/update_weights_from_distributed": Route(_POST, ep_update_distributed, ADMIN_OPTIONAL),
     "/update_weights_from_tensor": Route(_POST, ep_update_tensor, ADMIN_OPTIONAL),
     "/update_weights_from_disk": Route(_POST, ep_update_disk, ADMIN_OPTIONAL),
+    "/begin_weight_update": Route(
+        _POST, ep_weight_update_session("begin_weight_update"), ADMIN_OPTIONAL
+    ),
+    "/end_weight_update": Route(
+        _POST, ep_weight_update_session("end_weight_update"), ADMIN_OPTIONAL
+    ),
+    "/update_weight_version": Route(_POST, ep_update_weight_version, ADMIN_OPTIONAL),
     "/release_memory_occupation": Route(_BOTH, ep_release, ADMIN_OPTIONAL),
     "/resume_memory_occupation": Route(_BOTH, ep_resume, ADMIN_OPTIONAL),
 }

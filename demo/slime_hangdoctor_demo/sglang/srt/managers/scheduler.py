@@ -124,6 +124,9 @@ class Scheduler(SchedulerWeightUpdaterMixin):
                 ("destroy_weights_update_group", self.destroy_weights_update_group),
                 ("update_weights_from_distributed", self.update_weights_from_distributed),
                 ("update_weights_from_tensor", self.update_weights_from_tensor),
+                ("begin_weight_update", self.begin_weight_update),
+                ("end_weight_update", self.end_weight_update),
+                ("update_weight_version", self.handle_update_weight_version),
                 ("release_memory_occupation", self.release_memory_occupation),
                 ("resume_memory_occupation", self.resume_memory_occupation),
             ]
@@ -152,6 +155,19 @@ class Scheduler(SchedulerWeightUpdaterMixin):
             )
 
     # ---- helpers
+    def barrier_tp_cpu_group(self) -> None:
+        """`torch.distributed.barrier(group=self.tp_cpu_group)` (0.5.23 weight_updater.py:321,335):
+        every TP rank of the engine; nothing to wait for with one rank."""
+        if self.tp_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier(group=parallel_state.get_tp_group().cpu_group)
+
+    def handle_update_weight_version(self, req: Msg) -> Msg | None:
+        """0.5.23 scheduler.py:5630-5634: the scheduler records the new version; the HTTP process
+        answers from its own state."""
+        return {"success": True}
+
     def is_busy(self) -> bool:
         return bool(self.running_batch or self.waiting_queue) and not self.engine_paused
 

@@ -228,6 +228,21 @@ class ModelRunner:
             self.weights[f"tensor_bucket_{i}"] = ([len(str(item))], 0.0)
         return True, "Succeeded to update model weights."
 
+    def begin_weight_update(self) -> None:
+        """0.5.23's runner side of `/begin_weight_update` (model_executor/model_runner_components/
+        weight_updater.py:312-315, `DefaultModelLoader.restore_weights_before_loading` on the
+        model's device): the packed weights restored so that new ones can load. Fault
+        `stuck_begin_weight_update`: the restore never returns (a device copy or sync that never
+        ends), so the scheduler never reaches its TP barrier nor answers."""
+        if self.fault_active("stuck_begin_weight_update"):
+            _block_forever("restore_weights_before_loading that never returns")
+        time.sleep(self.step_s)
+
+    def end_weight_update(self, *, run_post_load: bool) -> None:
+        """0.5.23's runner side of `/end_weight_update` (weight_updater.py:317-323):
+        `post_load_weights` when no load ran in the session, then the packed weights' post-process."""
+        time.sleep(self.step_s)
+
     def _barrier_tp_cpu_group(self) -> None:
         _block_forever("torch.distributed.barrier(tp_cpu_group) that a peer never reaches")
 

@@ -38,6 +38,8 @@ SERVER_FAULTS: dict[str, str] = {
     "engine_server_killed": "killed_mid_generate",
     "rollout_tp_rank_prefetch_stuck": "prefetch_check_diverged",
     "engine_detokenizer_stalled": "detokenizer_stalled",
+    "weight_update_session_stuck": "stuck_begin_weight_update",
+    "serving_cluster_engine_stuck": "stuck_scheduler",
 }
 PLAN_MISSED_TEXT = "DEMO FAULT PLAN MISSED"
 TIMED_SERVER_FAULTS = frozenset(
@@ -50,6 +52,7 @@ TIMED_SERVER_FAULTS = frozenset(
         "killed_mid_generate",
         "prefetch_check_diverged",
         "detokenizer_stalled",
+        "stuck_begin_weight_update",
     }
 )
 # demo faults whose engine fault goes live right before a weight broadcast
@@ -58,6 +61,8 @@ WEIGHT_SYNC_FAULTS = (
     "weight_sync_engine_wedged",
     "weight_sync_health_check_queued",
 )
+# demo faults whose engine fault goes live right before miles's weight-update session opens
+WEIGHT_SESSION_FAULTS = ("weight_update_session_stuck",)
 
 
 def server_fault_delay_s(args: argparse.Namespace) -> float:
@@ -300,6 +305,23 @@ class SGLangEngine(RayActor):
         except requests.exceptions.HTTPError as e:
             raise requests.exceptions.HTTPError(f"{e} ({response.text=})", response=response) from e
         return response.json()
+
+    # miles main's weight-update session and version (radixark/miles 31f1ca961
+    # miles/backends/sglang_utils/sglang_engine.py:636-648): each a `_make_request` POST with no
+    # timeout. slime's own job never calls them; the job laid out as miles does, around every
+    # weight update (update_weight/common.py, update_weight_from_distributed.py).
+    def begin_weight_update(self, selector: str = "all") -> Any:
+        """POST /begin_weight_update: the engine readies its weights to be replaced."""
+        return self._make_request("begin_weight_update", {"selector": selector})
+
+    def end_weight_update(self) -> Any:
+        """POST /end_weight_update: the engine finishes the weights it was sent."""
+        return self._make_request("end_weight_update", {})
+
+    def update_weight_version(self, weight_version: str) -> Any:
+        return self._make_request(
+            "update_weight_version", {"new_version": weight_version, "abort_all_requests": False}
+        )
 
     def health_generate(self, timeout: float = 5.0) -> bool:
         import requests

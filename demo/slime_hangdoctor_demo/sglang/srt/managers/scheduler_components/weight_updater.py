@@ -43,6 +43,8 @@ class SchedulerWeightUpdaterMixin:
     def update_weights_from_distributed(self, req: Msg) -> Msg | None:
         tic = time.perf_counter()
         success, message = self.tp_worker.update_weights_from_distributed(req)
+        if success and self._session is not None:
+            self._session["loaded_weights"] = True
         return self._after_weight_update(req, success, message, "distributed", tic)
 
     def update_weights_from_tensor(self, req: Msg) -> Msg | None:
@@ -60,6 +62,41 @@ class SchedulerWeightUpdaterMixin:
         self.refresh_gauges()
         self.publish_snapshot()
         return {"success": success, "message": message}
+
+    # SGLang 0.5.23's weight-update session (managers/scheduler_components/weight_updater.py:
+    # 309-335): `begin_weight_update` refuses a second session ("a weight-update session is already
+    # open"), restores the packed weights on the selected runners, then waits for the other TP
+    # ranks on the TP CPU group; `end_weight_update` refuses without a session, post-processes the
+    # weights, and waits on the same barrier. The stand-in has one runner per scheduler (no draft)
+    # and a TP group only with tp_size > 1.
+    _session: Msg | None = None
+
+    def begin_weight_update(self, req: Msg) -> Msg | None:
+        if self._session is not None:
+            return {
+                "success": False,
+                "message": "a weight-update session is already open; "
+                "call end_weight_update() first",
+            }
+        self.tp_worker.model_runner.begin_weight_update()
+        self._session = {"selector": req.get("selector", "all"), "loaded_weights": False}
+        self.barrier_tp_cpu_group()
+        return {"success": True, "message": "Success"}
+
+    def end_weight_update(self, req: Msg) -> Msg | None:
+        if self._session is None:
+            return {
+                "success": False,
+                "message": "no weight-update session is open; call begin_weight_update() first",
+            }
+        run_post_load = not self._session["loaded_weights"]
+        self.tp_worker.model_runner.end_weight_update(run_post_load=run_post_load)
+        self._session = None
+        self.barrier_tp_cpu_group()
+        return {"success": True, "message": "Success"}
+
+    def barrier_tp_cpu_group(self) -> None:
+        raise NotImplementedError
 
     def release_memory_occupation(self, req: Msg) -> Msg | None:
         assert self.is_fully_idle(), (

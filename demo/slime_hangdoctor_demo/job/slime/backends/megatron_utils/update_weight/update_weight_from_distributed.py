@@ -11,7 +11,13 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from slime.backends.megatron_utils.update_weight.common import (
+    begin_weight_update,
+    end_weight_update,
+    weight_update_selector,
+)
 from slime.backends.sglang_utils.sglang_engine import (
+    WEIGHT_SESSION_FAULTS,
     WEIGHT_SYNC_FAULTS,
     check_server_fault_not_live,
     wait_until_server_fault_live,
@@ -20,6 +26,14 @@ from slime.utils.distributed_utils import get_gloo_group, init_process_group
 from slime.utils.misc import fault_armed, get_free_port
 
 logger = logging.getLogger(__name__)
+
+# The job laid out as miles (demo/launch.py `miles_job` renames the package `miles`, this file
+# update_weight_from_distributed/broadcast.py) runs miles main's weight-update session around the
+# broadcast, as miles's DistBucketedWeightUpdateMixin.update_weights does
+# (update_weight_from_distributed/mixin.py:309-331, :340-392 @31f1ca961): after the pause and the
+# flush, `begin_weight_update` on every engine; after the broadcast, `update_weight_version`,
+# `end_weight_update`, then the continue. slime's own job has no session.
+WEIGHT_UPDATE_SESSION = __name__.split(".", 1)[0] == "miles"
 
 
 class UpdateWeightFromDistributed:
@@ -58,7 +72,7 @@ class UpdateWeightFromDistributed:
             )
             return
         if self._is_pp_src_rank:
-            if self.args.fault in WEIGHT_SYNC_FAULTS:
+            if self.args.fault in (*WEIGHT_SYNC_FAULTS, *WEIGHT_SESSION_FAULTS):
                 check_server_fault_not_live(self.args, rollout_engines[self.args.fault_engine])
             self._model_update_groups = connect_rollout_engines_from_distributed(
                 self.args, self._group_name, rollout_engines
@@ -72,6 +86,9 @@ class UpdateWeightFromDistributed:
         if dist.get_rank() == 0:
             ray.get([engine.pause_generation.remote() for engine in self.rollout_engines])
             ray.get([engine.flush_cache.remote() for engine in self.rollout_engines])
+            if WEIGHT_UPDATE_SESSION:
+                self._wait_for_timed_engine_fault(WEIGHT_SESSION_FAULTS, "session")
+                begin_weight_update(self.rollout_engines, weight_update_selector(self.args))
         dist.barrier(group=get_gloo_group())
         if self._is_pp_src_rank:
             self._wait_for_timed_engine_fault()
@@ -79,6 +96,10 @@ class UpdateWeightFromDistributed:
                 self._update_bucket_weights_from_distributed(bucket)
         dist.barrier(group=get_gloo_group())
         if dist.get_rank() == 0:
+            if WEIGHT_UPDATE_SESSION:
+                version = str(self.weight_version)
+                ray.get([e.update_weight_version.remote(version) for e in self.rollout_engines])
+                end_weight_update(self.rollout_engines)
             ray.get([engine.continue_generation.remote() for engine in self.rollout_engines])
         dist.barrier(group=get_gloo_group())
 
@@ -144,14 +165,18 @@ class UpdateWeightFromDistributed:
         logger.info("demo fault plan: the health monitors resume once the update is posted")
         ray.get(self.rollout_manager.health_monitoring_resume.remote())
 
-    def _wait_for_timed_engine_fault(self) -> None:
-        """Demo fault plan (`WEIGHT_SYNC_FAULTS`, `engine_paused_by_update`): from the armed step
-        on, let that engine's timed server fault go live before this sync (the first one it misses;
-        the one after which it stays paused)."""
-        step = self._armed_step((*WEIGHT_SYNC_FAULTS, "engine_paused_by_update"))
+    def _wait_for_timed_engine_fault(
+        self,
+        faults: tuple[str, ...] = (*WEIGHT_SYNC_FAULTS, "engine_paused_by_update"),
+        what: str = "sync",
+    ) -> None:
+        """Demo fault plan (`WEIGHT_SYNC_FAULTS`, `engine_paused_by_update`; before a miles session,
+        `WEIGHT_SESSION_FAULTS`): from the armed step on, let that engine's timed server fault go
+        live before this sync (the first one it misses; the one after which it stays paused)."""
+        step = self._armed_step(faults)
         if step is not None:
             engine = self.rollout_engines[self.args.fault_engine]
-            where = f"weight sync to engine {self.args.fault_engine}"
+            where = f"weight {what} to engine {self.args.fault_engine}"
             wait_until_server_fault_live(self.args, engine, step, where)
 
 
