@@ -75,6 +75,8 @@ class Member:
         if self.role is Role.TRAIN_RANK and self.rank is not None:
             rank = f"train rank {self.rank}{'?' if self.rank_inferred else ''}"
             return f"{rank} child (pid {self.pid})" if self.kind is MemberKind.CHILD else rank
+        if self.kind is MemberKind.CHILD:  # a process forked by a slime actor, as its child
+            return f"{str(self.role.value).replace('_', ' ')} child (pid {self.pid})"
         if self.role is Role.SGLANG_ENGINE:
             names = {MemberKind.ACTOR: "engine actor", MemberKind.HTTP_SERVER: "engine server"}
             return f"{names.get(self.kind, self.kind.value)} {self.engine_url or ''}".strip()
@@ -338,6 +340,7 @@ def build_topology(snapshot: Snapshot) -> Topology:
     )
     launched = launched_routers(snapshot)
     _add_killed_routers(members, procs, launched)
+    _add_rollout_children(members, procs)
     _add_drivers(members, procs, snapshot)
     _add_distributed_ranks(members, procs)
     final = _assign_ranks(list(members.values()), procs)
@@ -790,6 +793,31 @@ def _add_killed_routers(
                 engine_url=router.url,
                 parent_pid=pid,
                 source="actor-log",
+            )
+
+
+def _add_rollout_children(
+    members: dict[tuple[str | None, int], Member], procs: dict[tuple[str | None, int], ProcessInfo]
+) -> None:
+    """The other processes a RolloutManager forked (a process pool's workers grading rewards, as
+    AReaL's reward wrapper runs them): each keeps the RolloutManager's Ray title and environment
+    across the fork, and is its `child` (read with py-spy, labelled as its child), never a second
+    RolloutManager. Its router (listening, or running sgl-router's code) and the zombies paired
+    with a lost router are members already; a zombie has nothing left to read."""
+    rms = [m for m in members.values() if m.role is Role.ROLLOUT_MANAGER]
+    for rm in [m for m in rms if m.kind is MemberKind.ACTOR]:
+        for p in _descendants(rm.pid, rm.node_ip, procs):
+            key = (rm.node_ip, p.pid)
+            if key in members or p.status == STATUS_ZOMBIE:
+                continue
+            members[key] = Member(
+                Role.ROLLOUT_MANAGER,
+                p.pid,
+                rm.node_ip,
+                MemberKind.CHILD,
+                p.title,
+                parent_pid=p.ppid,
+                source=rm.source,
             )
 
 

@@ -9,6 +9,7 @@ the fault holds, innermost first, as a subsequence of one thread's stack (other 
 between). Process labels: "driver", "rollout_manager", "train rank N", "engine N actor" (the
 SGLangEngine Ray actor), "engine N server" (its HTTP child), "engine N scheduler", "router" (the
 sgl-router process the RolloutManager forks in its constructor, as slime's `_start_router`),
+"rollout_manager child N" (a later child of the RolloutManager, e.g. a process pool's worker),
 "engine N detokenizer" (its `sglang::detokenizer`).
 """
 
@@ -58,6 +59,8 @@ class FaultSpec:
     tp_size: int = 1
     # where the doctor does not reach `expected` yet: what it says instead (tests mark it xfail)
     known_gap: str | None = None
+    # the driver script the job runs (slime's train.py, or its asynchronous train_async.py)
+    entrypoint: str = "train.py"
     # the job layout the fault needs (demo/launch.py JOB_LAYOUTS): None runs on any. "miles":
     # miles main's weight-update session; "slime-next": slime's ServingCluster actor
     layout: str | None = None
@@ -215,6 +218,70 @@ FAULTS: dict[str, FaultSpec] = {
                     "train rank 0",
                     ("all_reduce", "train_one_step", "train", "train_actor", "train"),
                 ),
+            ),
+        ),
+        FaultSpec(
+            name="train_rank_extra_step",
+            description=(
+                "the rollout's DP schedule gives train rank 1 one more training step than its "
+                "peer (slime's schedule keeps every DP rank at the same number of steps and "
+                "micro-batches, utils/dp_schedule.py; a split that packs each rank's samples on "
+                "its own breaks that): rank 0 finishes train and its Ray worker sits idle, rank 1 "
+                "waits in the extra step's all_reduce, which rank 0 will never enter"
+            ),
+            expected=Expected(
+                status="hung", stage="train", culprit_role="train_rank", culprit_rank=FAULT_RANK
+            ),
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature(
+                    "train rank 1",
+                    ("all_reduce", "train_one_step", "train", "train_actor", "train"),
+                ),
+                FrameSignature("train rank 0", ("main_loop",)),
+            ),
+        ),
+        FaultSpec(
+            name="reward_verifier_pool_stuck",
+            description=(
+                "a user's reward (--custom-rm-path) grades each answer with slime's math grader in "
+                "a ProcessPoolExecutor off the rollout's event loop, with no timeout (AReaL#1426, "
+                "verl#5839; verl PR#5635 turned math_verify's timeouts off off the main thread): "
+                "one pathological answer keeps its pool worker, a forked child of the "
+                "RolloutManager, in sympy for ever; the rollout awaits its reward, every engine "
+                "is idle (`--reward-pool thread`: the same in a ThreadPoolExecutor)"
+            ),
+            expected=Expected(status="hung", stage="reward", culprit_role="rollout_manager"),
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+                FrameSignature(
+                    "rollout_manager child 1",
+                    ("are_equal_under_sympy", "grade_answer_verl", "verify", "_process_worker"),
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="update_waits_behind_rollout_gate",
+            description=(
+                "slime's train_async.py in a fork that leaves out the sync of the pending generate "
+                "before each weight update, with a rollout gate that wants the newest weights "
+                "(--max-weight-staleness 0; NeMo-RL#2694's trainer and collector): generate(1) "
+                "waits for weight version 2 in the RolloutManager, which only the next update "
+                "brings; that update's rank 0 waits for its recover_updatable_engines, queued on "
+                "the RolloutManager behind generate (--use-fault-tolerance, slime main's path), "
+                "rank 1 for rank 0 in the update's gloo barrier: a mutual wait with no HTTP in "
+                "it, every actor alive, every engine idle"
+            ),
+            expected=Expected(status="hung", stage="weight_sync", culprit_role="rollout_manager"),
+            entrypoint="train_async.py",
+            frames=(
+                FrameSignature("driver", ("update_weights", "train")),
+                FrameSignature(
+                    "rollout_manager", ("wait_for", "_wait_for_weight_version", "generate")
+                ),
+                FrameSignature("train rank 0", ("get", "update_weights")),
+                FrameSignature("train rank 1", ("barrier", "update_weights")),
             ),
         ),
         FaultSpec(

@@ -73,6 +73,9 @@ SETTLE_S_BY_FAULT = {
     "engine_paused_by_update": 9.0,
     "rollout_slots_leaked": 20.0,
     "rollout_data_plasma_full": 16.0,
+    # update_waits_behind_rollout_gate: the gate closes while rollout 0 still trains; the update's
+    # calls reach the RolloutManager's queue after the step and the first sync's barrier
+    "update_waits_behind_rollout_gate": 6.0,
 }
 STARTUP_SETTLE_S = 5.0  # start-up faults: a few /health_generate polls
 HEALTHY_STEPS = {
@@ -206,14 +209,18 @@ class DemoRun:
         if owner is not None:
             try:
                 children = psutil.Process(owner).children()
+                children.sort(key=lambda c: c.create_time())
             except psutil.Error:
                 children = []
-            for child in children:
+            # the router is the first child (forked in the constructor); later ones are the
+            # processes of a pool of the RolloutManager's ("rollout_manager child N")
+            for i, child in enumerate(children):
                 try:
-                    if child.status() != psutil.STATUS_ZOMBIE:
-                        out["router"] = child.pid
+                    if child.status() == psutil.STATUS_ZOMBIE:
+                        continue
                 except psutil.Error:
                     continue
+                out["router" if i == 0 else f"rollout_manager child {i}"] = child.pid
         for label, pid in list(out.items()):
             if not label.endswith(" actor"):
                 continue
@@ -449,7 +456,7 @@ def job_layout(spec: FaultSpec, layout: str | None) -> str:
 def job_entrypoint(fault: str, fault_after_steps: int, extra_args: list[str] | None = None) -> str:
     argv = [
         sys.executable,
-        "train.py",
+        get_fault(fault).entrypoint,
         "--fault",
         fault,
         "--fault-after-steps",

@@ -76,6 +76,18 @@ class WaitEdge:
 
 
 @dataclass(frozen=True)
+class CallEdge:
+    """Actor `caller`'s running method `waiting` made the call `called`, which runs now on actor
+    `callee`: the caller waits on it while it blocks in `ray.get` / `ray.wait` on it (its stack
+    says whether it does; Ray 2.60's task list says RUNNING either way)."""
+
+    caller: str  # actor id
+    callee: str  # actor id
+    waiting: RayTask
+    called: RayTask
+
+
+@dataclass(frozen=True)
 class PausedEngine:
     actor: RayActor
     pause: RayTask
@@ -108,6 +120,18 @@ class TaskView:
     overlong: tuple[OverlongTask, ...]
     history_seen: bool  # a history page answered (needed for paused/overlong)
     history_partial: bool  # a page was truncated by Ray: absences are not evidence
+    calls: tuple[CallEdge, ...] = ()  # running calls between actors
+    persistent: frozenset[str] | None = None  # task ids unfinished in both samples (None: one)
+
+    def held(self, edge: WaitEdge | CallEdge) -> bool:
+        """Whether the edge's tasks were all unfinished in both samples."""
+        if self.persistent is None:
+            return False
+        if isinstance(edge, CallEdge):
+            tasks = [edge.waiting, edge.called]
+        else:
+            tasks = [edge.queued, edge.holding] + ([edge.waiting] if edge.waiting else [])
+        return all(t.task_id in self.persistent for t in tasks)
 
     def queue_of(self, actor_id: str) -> ActorQueue | None:
         return next((q for q in self.queues if q.actor.actor_id == actor_id), None)
@@ -167,7 +191,9 @@ def build_view(snapshot: Snapshot) -> TaskView | None:
     now_ms = current.time * 1000.0 if current else None
     paused = _paused(actors, state) if history and not partial else ()
     overlong = _overlong(actors, state, now_ms) if history and now_ms else ()
-    return TaskView(queues, edges, cycles, paused, overlong, bool(history), partial)
+    calls = _calls(now_tasks, known)
+    held = frozenset(persistent) if persistent is not None else None
+    return TaskView(queues, edges, cycles, paused, overlong, bool(history), partial, calls, held)
 
 
 def _queues(actors: dict[str, RayActor], state: dict[str, RayTask]) -> tuple[ActorQueue, ...]:
@@ -222,6 +248,20 @@ def _edges(
                     WaitEdge(s.actor_id, q.actor_id, s, q, holding, "sibling"),
                 )
     return tuple(out.values())
+
+
+def _calls(now: dict[str, RayTask], known: dict[str, RayTask]) -> tuple[CallEdge, ...]:
+    """Calls that run on one actor, made by the running method of another."""
+    out: list[CallEdge] = []
+    for t in now.values():
+        if t.state not in TASK_RUNNING_ANY or not t.actor_id or not t.parent_task_id:
+            continue
+        parent = now.get(t.parent_task_id) or known.get(t.parent_task_id)
+        if parent is None or parent.state not in TASK_RUNNING_ANY or not parent.actor_id:
+            continue
+        if parent.actor_id != t.actor_id:
+            out.append(CallEdge(parent.actor_id, t.actor_id, parent, t))
+    return tuple(out)
 
 
 def _cycles(edges: tuple[WaitEdge, ...]) -> list[tuple[WaitEdge, ...]]:

@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from slime_hangdoctor.analysis import advice
+from slime_hangdoctor.analysis.blame import Blame, assign
 from slime_hangdoctor.analysis.cuda_spin import cuda_spins
 from slime_hangdoctor.analysis.engines import EngineRead, read_engines
 from slime_hangdoctor.analysis.merge import Merged, merge
@@ -430,6 +431,33 @@ def _culprit_findings(culprits: tuple[Merged, ...]) -> list[Finding]:
     return out
 
 
+def _blame_findings(blame: Blame) -> list[Finding]:
+    """What blame moved: a wait passed along held Ray edges to where it ends; a party that has
+    returned left out of the blame."""
+    out: list[Finding] = []
+    if blame.passed:
+        out.append(
+            Finding(
+                "blame-passed",
+                Severity.INFO,
+                "The wait passes along Ray calls held over both samples: the blame goes to where "
+                "they end",
+                blame.passed[:6],
+            )
+        )
+    if blame.returned:
+        out.append(
+            Finding(
+                "blame-returned",
+                Severity.INFO,
+                "Not blamed: a process that has returned (its Ray task ended, its worker idle) "
+                "will never come; whoever waits on it is on a path it did not take",
+                blame.returned[:6],
+            )
+        )
+    return out
+
+
 def _evidence_findings(evidence: list[Evidence]) -> list[Finding]:
     by_rule: dict[str, list[Evidence]] = {}
     for e in evidence:
@@ -530,6 +558,7 @@ class _Decided:
     """The live verdict: who is blamed, whether the job hangs, where."""
 
     merged: list[Merged]
+    blame: Blame
     evidence: list[Evidence]
     status: Status
     live_stage: Stage
@@ -539,7 +568,8 @@ class _Decided:
 
 def _decide(world: World, reads: Reads) -> _Decided:
     suspects = find_suspects(reads)
-    merged = merge(suspects, world)
+    blame = assign(merge(suspects, world), world)
+    merged = list(blame.candidates)
     evidence = hang_evidence(reads, suspects)
     status = _status(world, reads.progress, evidence, merged)
     live_stage = decide_stage(world, merged) if status is Status.HUNG else Stage.NONE
@@ -548,7 +578,7 @@ def _decide(world: World, reads: Reads) -> _Decided:
         # a second stage signal (the logs' open Timer): only where the live evidence found none
         stage = stage_hint(world) or stage
     culprits = _select_culprits(merged) if status is Status.HUNG else ()
-    return _Decided(merged, evidence, status, live_stage, stage, culprits)
+    return _Decided(merged, blame, evidence, status, live_stage, stage, culprits)
 
 
 def _findings(d: _Decided, reading: Reading, causes: list[Cause]) -> list[Finding]:
@@ -556,6 +586,7 @@ def _findings(d: _Decided, reading: Reading, causes: list[Cause]) -> list[Findin
     findings: list[Finding] = []
     if d.status is Status.HUNG:
         findings += _culprit_findings(d.culprits)
+        findings += _blame_findings(d.blame)
         findings += _evidence_findings(d.evidence)
     findings += [c.finding for c in causes]
     findings += section_findings(reading, Section.STATE)

@@ -1100,7 +1100,16 @@ TRANSPARENT_FILES = (
 # scheduler_components/request_receiver.py:141-201) until rank 0 comes back for its next requests.
 # py-spy shows torch's `broadcast` innermost (and gloo/NCCL native frames under --native): the
 # caller decides. Such a rank waits for its rank 0: idle when rank 0 is, never the one to blame.
-INTAKE_CALLERS: tuple[tuple[str, str], ...] = (("broadcast_pyobj", "sglang/srt/"),)
+# A pipeline stage after the first (pp_rank > 0) takes its requests from the previous stage:
+# `SchedulerRequestReceiver._pull_raw_reqs` -> `point_to_point_pyobj` (utils/common.py), a blocking
+# p2p `recv` from the previous stage (request_receiver.py:101-139, SGLang 0.5.8 and later): such a
+# stage waits for its predecessor's next requests (sglang#17941: PP1 in `_pull_raw_reqs` is intake,
+# not the culprit). `INTAKE_VIA` are the helpers between the collective and the intake caller.
+INTAKE_CALLERS: tuple[tuple[str, str], ...] = (
+    ("broadcast_pyobj", "sglang/srt/"),
+    ("_pull_raw_reqs", "sglang/srt/"),
+)
+INTAKE_VIA: tuple[tuple[str, str], ...] = (("point_to_point_pyobj", "sglang/srt/"),)
 
 
 def is_intake_caller(frame: Frame) -> bool:
@@ -1109,6 +1118,14 @@ def is_intake_caller(frame: Frame) -> bool:
         return False
     func = split_name(frame.name)[1]
     return any(func == f and _file_matches(path, frame) for f, path in INTAKE_CALLERS)
+
+
+def is_intake_via(frame: Frame) -> bool:
+    """Whether the frame is a helper between an intake collective and its caller (INTAKE_VIA)."""
+    if frame.native:
+        return False
+    func = split_name(frame.name)[1]
+    return any(func == f and _file_matches(path, frame) for f, path in INTAKE_VIA)
 
 
 def wait_of(frame: Frame) -> WaitSig | None:

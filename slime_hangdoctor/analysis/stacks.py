@@ -15,6 +15,7 @@ from slime_hangdoctor.analysis.signatures import (
     Block,
     FrameSig,
     is_intake_caller,
+    is_intake_via,
     is_transparent,
     match_frame,
     split_name,
@@ -106,6 +107,9 @@ class ThreadRead:
             stage_part = f" in {split_name(sf.name)[1]}"
         text = _BLOCK_TEXT.get(self.block, "at")
         if self.in_intake:
+            frame = self.block_frame
+            if frame is not None and split_name(frame.name)[1] == "_pull_raw_reqs":
+                return f"waiting for the previous pipeline stage's next requests in {where}"
             return f"waiting for its TP rank 0's next requests in {where}"
         if self.block is Block.CPU:
             return f"running on CPU: {where}"
@@ -182,14 +186,15 @@ def find_block(frames: tuple[Frame, ...], active: bool) -> tuple[Block, int | No
 
 
 def _intake_caller(frames: tuple[Frame, ...], start: int) -> int | None:
-    """The index of a scheduler's request-intake broadcast (`broadcast_pyobj`) that called the
-    collective at `start`, looking outward through the collective's own frames (torch's c10d,
-    transparent wrappers, native frames); None when the first other frame is anything else."""
+    """The index of a scheduler's request intake (`broadcast_pyobj`, a later PP stage's
+    `_pull_raw_reqs`) that called the collective at `start`, looking outward through the
+    collective's own frames (torch's c10d, transparent wrappers, native frames, `INTAKE_VIA`);
+    None when the first other frame is anything else."""
     for j in range(start, len(frames)):
         frame = frames[j]
         if is_intake_caller(frame):
             return j
-        if frame.native or is_transparent(frame):
+        if frame.native or is_transparent(frame) or is_intake_via(frame):
             continue
         sig = wait_of(frame)
         if sig is None or sig.block is not Block.COLLECTIVE:

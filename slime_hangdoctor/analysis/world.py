@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from slime_hangdoctor.analysis.gpu import GpuRead, gpu_of_pid, read_gpus
-from slime_hangdoctor.analysis.signatures import split_name
+from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.stacks import ProcessRead, ThreadRead, read_process
 from slime_hangdoctor.facts import Frame
@@ -22,6 +22,13 @@ from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESS_TABLE
 from slime_hangdoctor.parsers.processes import STATUS_GONE, ProcessInfo
 from slime_hangdoctor.parsers.pyspy import ALL_STACKS, StackObs, StackVia
+from slime_hangdoctor.parsers.ray_state import (
+    ACTOR_CREATION_TASK,
+    RAY_STATE,
+    TASK_ENDED,
+    TASK_RUNNING_ANY,
+    RayTask,
+)
 from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS
 from slime_hangdoctor.parsers.sockets import SPEC as SOCKETS
 from slime_hangdoctor.parsers.sockets import TcpConnection
@@ -167,6 +174,48 @@ class World:
             if p.rank == rank:
                 return p
         return None
+
+    def returned(self, p: Proc) -> str | None:
+        """Why `p` has returned and will never come, or None: a slime Ray actor that runs no
+        method (no task of it running in Ray's task list, nor in its process title) and whose
+        main thread is an idle Ray worker in every stack read of it (py-spy: `main_loop`,
+        ray/_private/worker.py). A peer that returned is not "elsewhere": whoever waits on it
+        waits on a path it did not take. Without a stack of it, nothing says so. Only a train
+        rank or a rollout manager does the job's work in its own methods: an engine's actor
+        idles while its server and schedulers serve (or hold) the requests."""
+        if p.role not in (Role.TRAIN_RANK, Role.ROLLOUT_MANAGER) or p.kind is not MemberKind.ACTOR:
+            return None
+        if not p.reads or (p.member is not None and p.member.method):
+            return None
+        if any(r.block is not Block.IDLE_WORKER for r in p.reads):
+            return None
+        mine = self._tasks_of(p.actor_id)
+        if any(
+            t.state in TASK_RUNNING_ANY
+            for t in self.snapshot.joined(RAY_STATE).tasks
+            if t.actor_id == p.actor_id
+        ):
+            return None
+        ended = [t for t in mine if t.state in TASK_ENDED and t.task_type != ACTOR_CREATION_TASK]
+        last = max(ended, key=lambda t: t.end_time_ms or 0, default=None)
+        if last is None:
+            return f"{p.label} runs no Ray method: its worker is idle (no method running)"
+        return (
+            f"{p.label} returned: its Ray task {last.method} {last.state} and its worker is idle "
+            "(no method running)"
+        )
+
+    def _tasks_of(self, actor_id: str | None) -> list[RayTask]:
+        if actor_id is None:
+            return []
+        seen: dict[str, RayTask] = {}
+        for page in sorted(
+            self.snapshot.joined(RAY_STATE).task_pages, key=lambda q: (q.sample, q.time)
+        ):
+            for t in page.tasks:
+                if t.actor_id == actor_id:
+                    seen[t.task_id] = t
+        return list(seen.values())
 
 
 def _best_stacks(snapshot: Snapshot) -> dict[tuple[str | None, int], list[StackObs]]:

@@ -382,8 +382,44 @@ def _reward_service_stuck(verdict: dict[str, Any], run: DemoRun) -> None:
     assert not any(f["rule"] == "requests-held-outside-scheduler" for f in verdict["findings"])
 
 
+def _train_rank_extra_step(verdict: dict[str, Any], run: DemoRun) -> None:
+    """Issue 34 item 4: rank 0 finished train and idles; rank 1 waits in the extra step's
+    all_reduce. Rank 1 is named for the path its returned peer did not take; rank 0 never."""
+    (culprit,) = verdict["culprits"]
+    assert culprit["pid"] == run.roles()["train rank 1"], culprit
+    assert "its peers will never enter" in culprit["why"], culprit["why"]
+    assert "train rank 0 returned: its Ray task train" in culprit["why"], culprit["why"]
+
+
+def _reward_verifier_pool_stuck(verdict: dict[str, Any], run: DemoRun) -> None:
+    """Issue 34 item 6: the RolloutManager awaits a grade its process pool's worker (a child it
+    forked, with its Ray title) never returns; the verdict names both."""
+    (culprit,) = verdict["culprits"]
+    assert culprit["pid"] == run.roles()["rollout_manager"], culprit
+    # the job is stopped by now: the worker's pid is the one the frame check saw live
+    worker = re.search(r"rollout manager child \(pid (\d+)\), a process it forked", culprit["why"])
+    assert worker is not None and int(worker.group(1)) != culprit["pid"], culprit["why"]
+    assert "runs the reward function" in culprit["why"], culprit["why"]
+
+
+def _update_waits_behind_rollout_gate(verdict: dict[str, Any], run: DemoRun) -> None:
+    """Issue 34 item 7 (NeMo-RL#2694's mutual wait, no HTTP in it): rank 0's call waits in the
+    RolloutManager's queue behind generate, which waits on its own gate; Ray's task list, held over
+    both samples, passes the blame from rank 0 to the RolloutManager."""
+    (culprit,) = verdict["culprits"]
+    assert culprit["pid"] == run.roles()["rollout_manager"], culprit
+    passed = _finding(verdict, "blame-passed")
+    assert any(
+        "recover_updatable_engines, queued on rollout manager behind the generate" in e
+        for e in passed["evidence"]
+    ), passed
+
+
 # A fault's checks of the verdict beyond status, stage and culprit: the finding naming its source.
 VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
+    "train_rank_extra_step": _train_rank_extra_step,
+    "reward_verifier_pool_stuck": _reward_verifier_pool_stuck,
+    "update_waits_behind_rollout_gate": _update_waits_behind_rollout_gate,
     "rollout_behind_proxy": _rollout_behind_proxy,
     "engine_paused_by_update": _engine_paused_by_update,
     "rollout_slots_leaked": _rollout_slots_leaked,

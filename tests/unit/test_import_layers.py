@@ -299,7 +299,7 @@ def test_no_module_imports_itself_back() -> None:
 
 # Inside analysis/: the readers (world, stacks, engines, progress, network, ...) below the contract of
 # a part (source_analysis, merge), below the parts (analysis/parts/), below what composes them
-# (advice, waits, diagnosis, the package). A module imports only its own layer or those below.
+# (advice, blame, waits, diagnosis, the package). A module imports only its own layer or those below.
 def analysis_layer(module: str) -> int | None:
     prefix = f"{PKG}.analysis"
     if module != prefix and not module.startswith(prefix + "."):
@@ -309,7 +309,7 @@ def analysis_layer(module: str) -> int | None:
         return 2
     if rest in ("source_analysis", "merge"):
         return 1
-    if rest in ("advice", "waits", "diagnosis", ""):
+    if rest in ("advice", "blame", "waits", "diagnosis", ""):
         return 3
     return 0
 

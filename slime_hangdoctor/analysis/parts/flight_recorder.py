@@ -25,6 +25,7 @@ FLIGHT_RECORDER = Source("flight_recorder")  # torch's NCCL flight recorder dump
 MESSAGES = {
     "fr-collective-not-joined": "The flight recorder shows ranks waiting in a collective others never entered",
     "fr-collective-not-completing": "The flight recorder shows a collective every rank entered and none completed",
+    "fr-collective-mismatch": "The flight recorder shows the ranks posted different collectives at the same sequence number",
 }
 
 
@@ -48,6 +49,9 @@ class FrGroup:
     waiting: tuple[FrCursor, ...] = ()
     # the group's description for the reader: "default_pg", Megatron's "DATA_PARALLEL_GROUP"
     desc: str | None = None
+    # ranks that all entered the group's newest collective, each a different one (broadcast
+    # against all_reduce, slime PR#862): a mismatch, nobody behind
+    mismatched: tuple[FrCursor, ...] = ()
 
     @property
     def label(self) -> str:
@@ -127,8 +131,29 @@ def fr_groups(world: World) -> list[FrGroup]:
         stuck = next(
             (c.pending for c in waiting if c.pending is not None and c.enqueued == top), None
         )
-        out.append(FrGroup(pg, cursors, stuck, behind if waiting else (), waiting, desc))
+        at_top = [c for c in waiting if c.pending is not None and c.enqueued == top]
+        ops = {_signature(c.pending) for c in at_top if c.pending is not None}
+        mismatched = tuple(at_top) if not behind and len(ops) > 1 else ()
+        out.append(
+            FrGroup(pg, cursors, stuck, behind if waiting else (), waiting, desc, mismatched)
+        )
     return out
+
+
+def _waits_in(groups: list[FrGroup], other: FrGroup, rank: int) -> FrGroup | None:
+    """Another group whose stuck collective `rank` waits in while some rank there is behind."""
+    for g in groups:
+        if g is other or g.stuck is None or not g.behind:
+            continue
+        if any(c.rank == rank for c in g.waiting) and all(c.rank != rank for c in g.behind):
+            return g
+    return None
+
+
+def _signature(e: FrEntry) -> str:
+    """What must agree across the ranks for one collective of a group: its op (the recorder's
+    profiling name, `nccl:broadcast`, `gloo:all_reduce`)."""
+    return e.op
 
 
 def fr_stage(entry: FrEntry | None) -> Stage | None:
@@ -145,15 +170,87 @@ def _fr_entry_text(e: FrEntry) -> str:
     )
 
 
+def _mismatch_suspects(world: World, g: FrGroup) -> list[Suspect]:
+    """Every rank of a mismatched collective: no rank is behind, each posted another one."""
+    posted = "; ".join(
+        f"rank {c.rank} posted {_fr_entry_text(c.pending)}" for c in g.mismatched if c.pending
+    )
+    out: list[Suspect] = []
+    for c in g.mismatched:
+        proc = world.find(c.pid) if c.pid is not None else world.train_rank(c.rank)
+        out.append(
+            suspect(
+                FLIGHT_RECORDER,
+                proc.role if proc and proc.role else Role.TRAIN_RANK,
+                f"flight recorder: on process group {g.label} the ranks' collective "
+                f"#{c.enqueued} do not match ({posted}): every rank entered it and each waits "
+                "for the others' one",
+                proc,
+                pid=c.pid,
+                rank=c.rank,
+                stage=fr_stage(c.pending),
+                weight=STRONG,
+                evidence=tuple(
+                    f"rank {x.rank}: last enqueued #{x.enqueued}, last completed #{x.completed}"
+                    + (f", in flight: {_fr_entry_text(x.pending)}" if x.pending else "")
+                    for x in g.cursors
+                ),
+            )
+        )
+    return out
+
+
+def _returned_behind(world: World, g: FrGroup) -> list[str]:
+    """Why each rank behind in `g` has returned, where every one of them has (else [])."""
+    out: list[str] = []
+    for c in g.behind:
+        proc = world.find(c.pid) if c.pid is not None else world.train_rank(c.rank)
+        why = world.returned(proc) if proc is not None else None
+        if why is None:
+            return []
+        out.append(why)
+    return out
+
+
+def _ahead_suspects(world: World, g: FrGroup, gone: list[str]) -> list[Suspect]:
+    """The ranks that wait in a collective their returned peers never enter: on a path they
+    did not take."""
+    assert g.stuck is not None
+    out: list[Suspect] = []
+    for c in g.waiting:
+        proc = world.find(c.pid) if c.pid is not None else world.train_rank(c.rank)
+        out.append(
+            suspect(
+                FLIGHT_RECORDER,
+                proc.role if proc and proc.role else Role.TRAIN_RANK,
+                f"flight recorder: rank {c.rank} waits in {_fr_entry_text(g.stuck)} on process "
+                f"group {g.label}, which its peers never will: {'; '.join(gone)}. It is on a "
+                "path its peers did not take",
+                proc,
+                pid=c.pid,
+                rank=c.rank,
+                stage=fr_stage(g.stuck),
+                weight=STRONG,
+            )
+        )
+    return out
+
+
 def suspects(reads: Reads) -> list[Suspect]:
     world = reads.world
     out: list[Suspect] = []
     groups = fr_groups(world)
+    for g in groups:
+        if g.mismatched:
+            out += _mismatch_suspects(world, g)
     # a rank with a collective in flight in some group waits there: behind elsewhere is a cascade
     in_flight = {c.rank for g in groups for c in g.cursors if c.pending is not None}
     any_root = any(c.rank not in in_flight for g in groups if g.stuck is not None for c in g.behind)
     for g in groups:
         if not g.behind or g.stuck is None:
+            continue
+        if gone := _returned_behind(world, g):
+            out += _ahead_suspects(world, g, gone)
             continue
         roots = [c for c in g.behind if c.rank not in in_flight or not any_root]
         stage = fr_stage(g.stuck)
@@ -168,6 +265,17 @@ def suspects(reads: Reads) -> list[Suspect]:
                 f"flight recorder: rank {c.rank} never entered {_fr_entry_text(g.stuck)} on "
                 f"process group {g.label}; its last collective is #{c.enqueued} while {peers} wait"
             )
+            own = _waits_in(groups, g, c.rank) if not any_root else None
+            if own is not None and own.stuck is not None:
+                # every rank behind somewhere waits itself in another group's collective that
+                # its peers there never entered: the ranks posted their collectives in different
+                # orders, each waits for the other (slime PR#862's broadcasts on slime's gloo
+                # group against the step's all_reduce on the default group)
+                why += (
+                    f"; and rank {c.rank} itself waits in {_fr_entry_text(own.stuck)} on process "
+                    f"group {own.label}, which its peers there never entered: the ranks posted "
+                    "their collectives in different orders and each waits for the other"
+                )
             out.append(
                 suspect(
                     FLIGHT_RECORDER,
@@ -194,6 +302,16 @@ def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
     out: list[Evidence] = []
     for g in fr_groups(world):
         if g.stuck is None or not g.waiting:
+            continue
+        if g.mismatched:
+            posted = "; ".join(
+                f"rank {c.rank}: {_fr_entry_text(c.pending)}" for c in g.mismatched if c.pending
+            )
+            text = (
+                f"flight recorder, group {g.label}: the ranks posted different collectives as "
+                f"#{g.mismatched[0].enqueued} ({posted})"
+            )
+            out.append(Evidence(FLIGHT_RECORDER, "fr-collective-mismatch", text, 2))
             continue
         if g.behind:
             text = (

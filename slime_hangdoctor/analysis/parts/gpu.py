@@ -68,6 +68,8 @@ def gpu_suspects(world: World, engine_stage: bool) -> list[Suspect]:
         proc = allowed[0] if allowed else None
         if _waits_on_others(proc.latest if proc else None):
             continue
+        if proc is not None and world.returned(proc) is not None:
+            continue  # it has returned: not "not taking part", it will never come
         idle.append((g, proc))
     if not idle or len(idle) > max(1, len(stuck)):
         return []

@@ -33,19 +33,47 @@ RAS = Source("ras")
 
 MESSAGES = {
     "ras-communicator-error": "NCCL RAS reports a communicator in error (counts differ or ranks missing)",
+    "ras-collective-mismatch": "NCCL RAS: the ranks launched different collectives (a mismatch, not a straggler)",
 }
 
 
-def ras_behind(comm: RasCommunicator) -> tuple[list[RasRank], str]:
-    """Ranks behind their peers in some collective's launch count, and which op shows it."""
-    ops = sorted({op for r in comm.ranks for op in r.collective_counts})
-    for op in ops:
+def _behind_by_op(comm: RasCommunicator) -> dict[str, tuple[list[RasRank], int]]:
+    """Per collective whose launch counts differ: the ranks behind, and the top count."""
+    out: dict[str, tuple[list[RasRank], int]] = {}
+    for op in sorted({op for r in comm.ranks for op in r.collective_counts}):
         counts = [(r, r.collective_counts.get(op)) for r in comm.ranks if not r.missing]
         values = [c for _, c in counts if c is not None]
         if len(values) < 2 or min(values) == max(values):
             continue
         top = max(values)
-        return [r for r, c in counts if c is not None and c < top], f"{op} {top}"
+        out[op] = ([r for r, c in counts if c is not None and c < top], top)
+    return out
+
+
+def ras_mismatch(comm: RasCommunicator) -> str | None:
+    """Ranks behind in different collectives: each launched some op its peers did not (slime
+    PR#862's broadcasts against an all_reduce, slime#674's broadcasts from different roots): not a
+    straggler, a mismatch. The counts per op, in words; None when one set of ranks is behind in
+    every op that differs (a straggler)."""
+    by_op = _behind_by_op(comm)
+    behind = {frozenset(id(r) for r in ranks) for ranks, _ in by_op.values()}
+    if len(behind) < 2:
+        return None
+    return "; ".join(
+        f"{op}: rank(s) {', '.join(str(r.rank) for r in ranks)} behind ({top} launched by "
+        "their peers)"
+        for op, (ranks, top) in by_op.items()
+    )
+
+
+def ras_behind(comm: RasCommunicator) -> tuple[list[RasRank], str]:
+    """Ranks behind their peers in some collective's launch count, and which op shows it; none
+    where different ranks are behind in different ops (`ras_mismatch`)."""
+    by_op = _behind_by_op(comm)
+    if ras_mismatch(comm) is not None:
+        return [], ""
+    for op, (ranks, top) in by_op.items():
+        return ranks, f"{op} {top}"
     launched = [r.launched_up_to for r in comm.ranks if r.launched_up_to is not None]
     if launched and RAS_MISMATCH in comm.error_kinds:
         top = max(launched)
@@ -146,7 +174,25 @@ def _ras_comm_suspects(world: World, comm: RasCommunicator, frozen: bool) -> lis
             )
     behind, op = ras_behind(comm)
     weight = mismatch_weight(comm, frozen)
-    if weight and behind and len(behind) < len([r for r in comm.ranks if not r.missing]):
+    present = [r for r in comm.ranks if not r.missing]
+    if weight and behind and len(behind) < len(present):
+        gone = _returned(world, behind)
+        if len(gone) == len(behind):
+            # every rank behind has returned (its task ended, its worker idle): it will never
+            # launch the collective; the ranks that launched it are on a path it did not take
+            ahead = [r for r in present if all(r is not b for b in behind)]
+            return out + [
+                _ras_rank_suspect(
+                    world,
+                    comm,
+                    r,
+                    f"NCCL RAS: rank {r.rank} launched {op.split()[0]} up to {op.split()[-1]}, "
+                    f"which its peers never will: {'; '.join(gone)}. It is on a path its "
+                    "peers did not take",
+                    weight,
+                )
+                for r in ahead
+            ]
         for r in behind:
             launched = r.launched_up_to
             detail = (
@@ -164,6 +210,17 @@ def _ras_comm_suspects(world: World, comm: RasCommunicator, frozen: bool) -> lis
                     weight,
                 )
             )
+    return out
+
+
+def _returned(world: World, ranks: list[RasRank]) -> list[str]:
+    """Why each of `ranks` (RAS ranks) has returned, for those whose process has."""
+    out: list[str] = []
+    for r in ranks:
+        proc = world.find(r.pid, r.host)
+        why = world.returned(proc) if proc is not None else None
+        if why is not None:
+            out.append(why)
     return out
 
 
@@ -209,6 +266,17 @@ def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
             behind, _ = ras_behind(c)
             if not bad and not c.errors and behind and c.hash in frozen:
                 bad = True  # JSON form only: counts that differ and stayed frozen
+            mismatch = ras_mismatch(c)
+            if mismatch is not None and c.hash not in moving:
+                out.append(
+                    Evidence(
+                        RAS,
+                        "ras-collective-mismatch",
+                        f"NCCL RAS communicator {c.hash}: the ranks launched different "
+                        f"collectives ({mismatch}): no rank is simply behind",
+                        2,
+                    )
+                )
             if bad or any(r.missing for r in c.ranks):
                 out.append(
                     Evidence(

@@ -5,6 +5,7 @@ of requests held outside the job's engines (a proxy, a service outside the job).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.engines import (
     HELD_CAUSES,
@@ -29,7 +30,7 @@ from slime_hangdoctor.analysis.source_analysis import (
     cause,
     suspect,
 )
-from slime_hangdoctor.analysis.stacks import ProcessRead
+from slime_hangdoctor.analysis.stacks import ProcessRead, ThreadRead
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.verdict import Role, Severity, Stage, Status
 
@@ -46,7 +47,10 @@ def suspects(reads: Reads) -> list[Suspect]:
     for rm in world.by_role(Role.ROLLOUT_MANAGER):
         read = rm.latest
         loop = read.loop if read else None
-        if read is None or loop is None:
+        if read is None or loop is None or rm.is_child:
+            continue
+        if loop.block is not Block.CPU and (pool := _reward_pool(world, rm)):
+            out.append(_awaits_its_pool(rm, pool))
             continue
         if loop.block is Block.CPU:
             both = all(
@@ -84,6 +88,61 @@ def suspects(reads: Reads) -> list[Suspect]:
         elif read.stage in (Stage.ROLLOUT_DISPATCH, Stage.EVAL):
             out.extend(_requests_lost(world, rm, read, engines))
     return out
+
+
+@dataclass(frozen=True)
+class _PoolWorker:
+    """A worker of a pool the RolloutManager grades rewards in: a thread of its own process, or a
+    process it forked; `thread` is the thread that runs the reward code at the last sample."""
+
+    label: str  # "thread 'reward-verifier_0'" or "rollout manager child (pid 812)"
+    thread: ThreadRead
+
+
+def _reward_pool(world: World, rm: Proc) -> list[_PoolWorker]:
+    """The RolloutManager's pool workers that run reward code at every sample read (a grade that
+    never returns: verl#5839, AReaL#1426): a thread of it other than its event loop, or a child
+    process it forked (a process pool's worker keeps its title: topology's `child` members)."""
+    out: list[_PoolWorker] = []
+    for t in _in_reward_every_sample(rm.reads, own_loop=True):
+        out.append(_PoolWorker(f"thread {t.name or t.thread_id!r} of {rm.label}", t))
+    for child in world.children_of(rm):
+        for t in _in_reward_every_sample(child.reads, own_loop=False):
+            out.append(_PoolWorker(f"{child.label}, a process it forked", t))
+    return out
+
+
+def _in_reward_every_sample(reads: tuple[ProcessRead, ...], own_loop: bool) -> list[ThreadRead]:
+    """Threads (by id) that run reward code in every read; the event loop's own thread is left to
+    the loop rules above."""
+    if not reads:
+        return []
+    found: list[ThreadRead] = []
+    for t in reads[-1].threads:
+        if own_loop and (t.is_loop_thread or t.main):
+            continue
+        same = [x for r in reads for x in r.threads if x.thread_id == t.thread_id]
+        if len(same) == len(reads) and all(x.stage is Stage.REWARD for x in same):
+            found.append(t)
+    return found
+
+
+def _awaits_its_pool(rm: Proc, pool: list[_PoolWorker]) -> Suspect:
+    first = pool[0]
+    where = first.thread.describe()
+    return suspect(
+        ROLLOUT,
+        Role.ROLLOUT_MANAGER,
+        f"the rollout awaits its rewards from a pool: {first.label} runs the reward function "
+        f"({where}) in every sample and never returns its grade (a verifier with no timeout); "
+        "the rollout event loop waits on it"
+        + (f" ({len(pool)} pool workers in reward code)" if len(pool) > 1 else ""),
+        rm,
+        stage=Stage.REWARD,
+        weight=MEDIUM if len(rm.reads) > 1 else WEAK,
+        evidence=tuple(f"{w.label}: {w.thread.describe()}" for w in pool[:4])
+        + tuple(f.where for f in first.thread.frames[:6]),
+    )
 
 
 def _paused_engine(e: EngineRead, read: ProcessRead) -> Suspect:

@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import multiprocessing
 import random
+import threading
 import time
 from typing import Any
 
@@ -288,6 +289,11 @@ class RolloutManager:
         self.rollout_engine_lock = lock_cls.options(num_cpus=0, num_gpus=0).remote()
         self.rollout_id = -1
         self.train_parallel_config: dict[str, Any] = {"dp_size": 1}
+        # the version of the weights the engines serve, set by train rank 0 after each weight
+        # update (miles 31f1ca961, rollout_manager.py:386 `set_weight_version`, called from
+        # megatron_utils/actor.py:781)
+        self.weight_version = 0
+        self._weight_version_changed = threading.Condition()
         self._health_monitors: list[RolloutHealthMonitor] = []
         if args.use_fault_tolerance:
             for srv in self.servers.values():
@@ -369,8 +375,35 @@ class RolloutManager:
     def set_train_parallel_config(self, config: dict[str, Any]) -> None:
         self.train_parallel_config = config
 
+    def set_weight_version(self, weight_version: int) -> None:
+        with self._weight_version_changed:
+            self.weight_version = weight_version
+            self._weight_version_changed.notify_all()
+
+    def _wait_for_weight_version(self, rollout_id: int) -> None:
+        """A fork's rollout gate (--max-weight-staleness; NeMo-RL's collector waits the same way
+        for the trainer's set_weight_version, async_utils/trajectory_collector.py
+        `_generation_limit_cleared.wait()`): rollout `rollout_id` starts only once the engines
+        serve the weights trained on rollout `rollout_id - 1 - staleness` (version 1 is the first
+        update, before any training)."""
+        needed = rollout_id + 1 - self.args.max_weight_staleness
+        with self._weight_version_changed:
+            if self.weight_version < needed and fault_armed(
+                self.args, "update_waits_behind_rollout_gate", rollout_id - 1
+            ):
+                log_fault_armed(
+                    logger,
+                    self.args.fault,
+                    f"generate({rollout_id}) waiting for weight version {needed} (engines serve "
+                    f"{self.weight_version})",
+                    rollout_id - 1,
+                )
+            self._weight_version_changed.wait_for(lambda: self.weight_version >= needed)
+
     def generate(self, rollout_id: int) -> list[Box]:
         start_time = time.time()
+        if self.args.max_weight_staleness is not None:
+            self._wait_for_weight_version(rollout_id)
         self.rollout_id = rollout_id
         self.health_monitoring_resume()
         if fault_armed(self.args, "engine_server_killed", rollout_id):
@@ -480,12 +513,31 @@ class RolloutManager:
         }
 
     def _split_train_data_by_dp(self, data: dict[str, Any], dp_size: int) -> list[Box]:
+        """Each DP rank's share and its micro-batch schedule: `num_microbatches` holds one entry
+        per training step (slime main 624b824, rollout.py:757-800 and utils/dp_schedule.py:82,
+        whose invariant is that every DP rank runs the same number of steps and micro-batches;
+        the demo's batch is one step of one micro-batch per rank)."""
         total_lengths = [len(t) for t in data["tokens"]]
         data["total_lengths"] = total_lengths
+        num_microbatches = [1]
         refs: list[Box] = []
         for i in range(dp_size):
             partition = list(range(i, len(total_lengths), dp_size))
             part: dict[str, Any] = {"partition": partition, "rollout_id": data["rollout_id"]}
+            part["num_microbatches"] = list(num_microbatches)
+            if i == self.args.fault_rank and fault_armed(
+                self.args, "train_rank_extra_step", data["rollout_id"]
+            ):
+                # demo fault: a schedule that breaks the invariant (as a custom split that packs
+                # each rank's samples on its own would): this rank gets one more training step
+                part["num_microbatches"].append(1)
+                log_fault_armed(
+                    logger,
+                    self.args.fault,
+                    f"the DP schedule (train rank {i} gets {len(part['num_microbatches'])} "
+                    f"steps, its peers {len(num_microbatches)})",
+                    data["rollout_id"],
+                )
             for key in (
                 "tokens",
                 "response_lengths",

@@ -164,7 +164,9 @@ async def generate(
         "length": Sample.Status.TRUNCATED,
         "abort": Sample.Status.ABORTED,
     }.get(finish, Sample.Status.COMPLETED)
-    armed = fault_armed(args, "reward_hang", state.rollout_id)
+    armed = fault_armed(args, "reward_hang", state.rollout_id) or fault_armed(
+        args, "reward_verifier_pool_stuck", state.rollout_id
+    )
     if armed and not evaluation and not state.bad_answer_sent:
         state.bad_answer_sent = True
         sample.response = PATHOLOGICAL_ANSWER
@@ -187,9 +189,10 @@ async def generate_and_rm(
         return sample
     if sample.reward is None:
         if sample.response == PATHOLOGICAL_ANSWER:
-            log_fault_armed(
-                logger, args.fault, "async_rm on the rollout loop thread", state.rollout_id
-            )
+            where = "async_rm on the rollout loop thread"
+            if args.custom_rm_path is not None:
+                where = f"the custom reward's {args.reward_pool} pool ({args.custom_rm_path})"
+            log_fault_armed(logger, args.fault, where, state.rollout_id)
         if fault_armed(args, "reward_service_stuck", state.rollout_id) and not state.rm_announced:
             state.rm_announced = True
             where = f"remote_rm awaiting the reward service at {args.rm_url}"

@@ -98,6 +98,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rollout-health-check-timeout", type=float, default=30.0)
     p.add_argument("--rollout-health-check-first-wait", type=float, default=0)
     p.add_argument("--custom-convert-samples-to-train-data-path", default=None)
+    # slime's hook for a reward function of the user's (`await rm_function(args, sample)`)
+    p.add_argument("--custom-rm-path", default=None)
+    # the demo reward plugin's pool (user_plugins/math_verify_pool.py): process or thread
+    p.add_argument("--reward-pool", choices=("process", "thread"), default="process")
+    # train_async.py: weight updates every N rollouts (slime's --update-weights-interval)
+    p.add_argument("--update-weights-interval", type=int, default=1)
+    # a rollout gate of a fork (as NeMo-RL's max_trajectory_age_steps or miles's
+    # --max-weight-staleness): generate(r) waits until the engines serve weights at most this many
+    # versions older than rollout r's; None: no gate (slime)
+    p.add_argument("--max-weight-staleness", type=int, default=None)
     # weight sync, as slime main's (slime/utils/arguments.py:124-171 @624b824): "disk" writes an HF
     # checkpoint per sync under --update-weight-disk-dir and the engines reload it
     p.add_argument("--update-weight-transport", choices=("nccl", "disk"), default="nccl")
@@ -168,6 +178,13 @@ FAULT_SETTINGS: dict[str, dict[str, object]] = {
     "checkpoint_stuck_storage": {"save": "checkpoints", "save_interval": 1},
     "checkpoint_writer_deadlock": {"save": "checkpoints", "save_interval": 1},
     "checkpoint_plan_gather_stuck": {"save": "checkpoints", "save_interval": 1},
+    # a user's reward that grades in a pool of workers off the rollout's event loop
+    "reward_verifier_pool_stuck": {
+        "custom_rm_path": "user_plugins.math_verify_pool.math_verify_reward",
+    },
+    # train_async.py with slime main's fault tolerance (rank 0 recovers the engines first) and a
+    # fork's rollout gate that wants the newest weights
+    "update_waits_behind_rollout_gate": {"use_fault_tolerance": True, "max_weight_staleness": 0},
 }
 
 

@@ -107,7 +107,8 @@ class MegatronTrainRayActor(TrainRayActor):
             logger.info(
                 f"rollout {rollout_id}: {{'rollout/rewards': {sum(rewards) / max(len(rewards), 1):.4f}}}"
             )
-        train(rollout_id, self.model, self.optimizer, data_iterator, 1, self.args)
+        num_microbatches = rollout_data.get("num_microbatches", [1])
+        train(rollout_id, self.model, self.optimizer, data_iterator, num_microbatches, self.args)
         Timer().end("train")
         if self.args.rank == 0:
             logger.info(f"perf {rollout_id}: {{'perf/step': {rollout_id}}}")
@@ -193,3 +194,8 @@ class MegatronTrainRayActor(TrainRayActor):
         logger.info(f"[Rank {self.args.rank}] Memory-Usage before update_weights")
         self.weight_updater.update_weights()
         logger.info(f"[Rank {self.args.rank}] Memory-Usage after update_weights")
+        self.weights_version += 1
+        if dist.get_rank() == 0 and self.args.max_weight_staleness is not None:
+            # the engines now serve this version (miles 31f1ca961, megatron_utils/actor.py:781;
+            # the demo tells the RolloutManager only where its rollout gate reads it)
+            ray.get(self.rollout_manager.set_weight_version.remote(self.weights_version))

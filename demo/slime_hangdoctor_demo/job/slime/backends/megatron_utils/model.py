@@ -76,10 +76,12 @@ def train(
     model: dict[str, Any],
     optimizer: dict[str, Any],
     data_iterator: list[dict[str, Any]],
-    num_microbatches: int,
+    num_microbatches: list[int],
     args: argparse.Namespace,
 ) -> None:
-    for step_id in range(1 if num_microbatches else 0):
+    """One `train_one_step` per entry of `num_microbatches` (slime main 624b824,
+    megatron_utils/model.py:816-840: `num_steps_per_rollout = len(num_microbatches)`)."""
+    for step_id in range(len(num_microbatches)):
         metrics = train_one_step(args, rollout_id, step_id, data_iterator, model, optimizer)
         if args.rank == 0:
             logger.info(

@@ -8,6 +8,7 @@ import argparse
 import random
 
 from slime.rollout.rm_hub.math_utils import extract_boxed_answer, grade_answer_verl
+from slime.utils.misc import load_function
 from slime.utils.types import Sample
 
 
@@ -22,6 +23,10 @@ async def remote_rm(args: argparse.Namespace, sample: Sample) -> float:
 
 
 async def async_rm(args: argparse.Namespace, sample: Sample) -> float:
+    if args.custom_rm_path is not None:
+        # slime's hook for the user's reward (rm_hub/__init__.py:45-47 at 9bfe152)
+        rm_function = load_function(args.custom_rm_path)
+        return float(await rm_function(args, sample))
     rm_type = (sample.metadata.get("rm_type") or args.rm_type or "").strip()
     response = sample.response
     label = sample.label or ""
