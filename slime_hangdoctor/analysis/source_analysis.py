@@ -180,6 +180,9 @@ class SourceAnalysis:
     findings: Callable[[Reading], list[Finding]] | None = None
     section: Section = Section.STATE
     next_steps: Callable[[Reading], list[str]] | None = None
+    # this source shows the process waits on local I/O (asleep on a disk, writing into a pipe or
+    # socket nobody reads), not on a peer: another part asks it through `waits_on_io`
+    io_wait: Callable[[World, Proc], bool] | None = None
 
     def __repr__(self) -> str:
         return f"SourceAnalysis({self.name!r})"
@@ -254,6 +257,12 @@ def section_findings(reading: Reading, section: Section) -> list[Finding]:
 
 def part_steps(reading: Reading) -> list[str]:
     return [s for a in source_analyses() if a.next_steps is not None for s in a.next_steps(reading)]
+
+
+def waits_on_io(world: World, p: Proc) -> bool:
+    """Some part's source shows `p` waits on local I/O, not on a peer (the kernel's wait
+    channel): a part that reads a wait in `p`'s stack asks this, not the other source's module."""
+    return any(a.io_wait(world, p) for a in source_analyses() if a.io_wait is not None)
 
 
 def stage_hint(world: World) -> Stage | None:

@@ -453,4 +453,7 @@ ANALYSIS = SourceAnalysis(
     causes=(_checkpoint,),
     findings=lambda r: kernel_findings(r.world),
     next_steps=next_steps,
+    io_wait=lambda world, p: any(
+        k.in_disk_sleep or (k.wchan or "") in WRITE_WAITS for _, k in kernel_states(world, p)
+    ),
 )
