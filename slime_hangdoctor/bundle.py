@@ -506,9 +506,17 @@ def open_bundle(path: Path) -> Bundle:
         root = found[0].parent
     manifest_path = root / MANIFEST
     try:
-        data = read_regular(manifest_path, MAX_ARTEFACT_BYTES)
-        if data is None:
-            raise OSError(errno.EINVAL, "not a regular file of a readable size")
+        data = read_regular(manifest_path, MAX_MANIFEST_BYTES)
+        if data is None or len(data) > MAX_MANIFEST_BYTES:
+            raise OSError(
+                errno.EINVAL, f"not a regular file of at most {MAX_MANIFEST_BYTES // 2**20} MiB"
+            )
+        containers = data.count(b"{") + data.count(b"[")
+        if containers > MAX_MANIFEST_CONTAINERS:
+            raise BundleInvalid(
+                f"{manifest_path} is not read: it holds {containers} JSON objects and lists "
+                f"(at most {MAX_MANIFEST_CONTAINERS}: a manifest of ours holds about 5 a probe)"
+            )
         raw = data.decode("utf-8")
         manifest = Manifest.from_json(json.loads(raw))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -521,6 +529,14 @@ def open_bundle(path: Path) -> Bundle:
         raise
     return Bundle(root, manifest, tmp)
 
+
+# The manifest is decoded whole, before any other cap applies: bounded by its size and by the JSON
+# objects and lists it may make (each costs ~60 bytes or more once built: a 40 MiB manifest of
+# tiny lists took about 1 GB). A manifest of ours costs ~470 bytes and 2-5 containers a probe
+# (the recorded demo bundles: 100 probes, 46 KB): the caps hold ~70,000 probes, beyond any real
+# cluster's run.
+MAX_MANIFEST_BYTES = 32 * 1024 * 1024
+MAX_MANIFEST_CONTAINERS = 500_000
 
 # An archive from a bug report is untrusted: what it may unpack to is capped before anything is
 # written. No probe writes more than MAX_ARTEFACT_BYTES (a flight-recorder dump: 256 MiB).

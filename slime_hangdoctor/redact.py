@@ -239,7 +239,8 @@ _BEFORE_FLAG = re.compile(r"[\w-]")
 
 def _fold(text: str) -> str:
     """`text` in lower case, each character where it was (str.lower, unless a character grew:
-    then only A-Z are lowered). Remembered for the text last folded: the passes share it."""
+    then only A-Z are lowered). Remembered for the text last folded, so that the passes of one
+    call share it (`redact_text` forgets it as it returns)."""
     last = _FOLDED[0]
     if last[0] is text:
         return last[1]
@@ -332,7 +333,8 @@ _QUOTED_VALUE = re.compile(_OPEN_QUOTE + _VALUE)
 # skips to each `-`), the boundary is checked behind it.
 _FLAG_KEY = re.compile(
     r"-(?<![\w-](?<!\\[nrt])-)-?(?P<n>[A-Za-z][A-Za-z0-9_\-]*)"
-    r"""(?:=|(?:(?:[ \t]|\\t)+|\\{0,3}["'][ \t]*,[ \t]*(?=\\{0,3}["']))(?!\\{0,3}["']?-[A-Za-z\-]))"""
+    r"""(?:=|(?:[ \t]|\\t)+(?!-[A-Za-z\-])"""  # a quoted `'-x'` after a blank is a value
+    r"""|\\{0,3}["'][ \t]*,[ \t]*(?=\\{0,3}["'])(?!\\{0,3}["']-[A-Za-z\-]))"""
 )
 # HF_TOKEN=X  api_key='X'  authorization=Token X  api_key = 'X' (a config file's form; not `==`)
 _ASSIGN_KEYS = _hinted_keys(
@@ -587,6 +589,7 @@ def every_pass(text: str) -> str:
     """Every pass, unconditionally (what `redact_text` equals, whatever its pre-check skips)."""
     for run in PASSES:
         text = run(text)
+    _FOLDED[0] = ("", "")  # the folded copy is not kept past the call
     return text
 
 
@@ -601,6 +604,7 @@ def redact_text(text: str, known_secrets: tuple[str, ...] = ()) -> str:
     for run, may_match in zip(PASSES, _MAY_MATCH, strict=True):
         if may_match(text):
             text = run(text)
+    _FOLDED[0] = ("", "")  # the folded copy is not kept past the call
     return text
 
 

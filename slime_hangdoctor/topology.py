@@ -45,9 +45,12 @@ class MemberKind(str, Enum):
 # How a member was found: Ray's state API, its process title, the job API, the environment (RANK),
 # the head of an actor's log.
 MemberSource = Literal["ray-state", "proc-title", "job-api", "env", "actor-log"]
-# Where an engine's URL was learned: a listening server, an actor's log head, the user, a router's
-# worker list, an earlier answer of the run.
-EngineSource = Literal["proc-listen", "actor-log", "user-flag", "router", "earlier-answer"]
+# Where an engine's URL was learned: a listening server, an actor's log head, the user, the job's
+# arguments (`--rollout-external-engine-addrs`), a router's worker list, an earlier answer of the
+# run.
+EngineSource = Literal[
+    "proc-listen", "actor-log", "user-flag", "job-args", "router", "earlier-answer"
+]
 # The members that run a role's own code: an actor, or a process that is none (a bare rank).
 _OWN_PROCESS = frozenset({MemberKind.ACTOR, MemberKind.PROCESS})
 
@@ -93,6 +96,22 @@ class Engine:
     server_pid: int | None = None
     source: EngineSource = "proc-listen"
     origin: str = ""  # where the URL was read, in words, where the source alone does not say
+    # a server that is gone, on a node where as many of the job's engine actors or more have none
+    # (which of them was its actor, nothing says: `_pair_lost_servers`)
+    lost_server: bool = False
+
+    @property
+    def listed_only(self) -> bool:
+        """Only a router's worker list names it: no process of the job serves it (nor served it:
+        `_pair_lost_servers`), the job's own arguments do not name it, nor did the user. Anyone
+        who reaches the router's worker registration can put a URL there: such an engine is
+        probed without the API key and never weighs on the verdict (`Topology.listed`)."""
+        return (
+            self.source == "router"
+            and self.actor_pid is None
+            and self.server_pid is None
+            and not self.lost_server
+        )
 
 
 @dataclass(frozen=True)
@@ -101,6 +120,10 @@ class Topology:
     engines: tuple[Engine, ...] = ()
     routers: tuple[str, ...] = ()
     job_running: bool | None = None  # a Ray job (driver) is RUNNING
+    # URLs a router lists that are not the job's engines (`Engine.listed_only`): reported as
+    # listed by the router, probed without the API key, kept out of `engines` (status, progress,
+    # culprits, the watchdog's counter plan)
+    listed: tuple[Engine, ...] = ()
 
     def by_role(self, role: Role) -> tuple[Member, ...]:
         return tuple(m for m in self.members if m.role is role)
@@ -344,20 +367,33 @@ def build_topology(snapshot: Snapshot) -> Topology:
     _add_drivers(members, procs, snapshot)
     _add_distributed_ranks(members, procs)
     final = _assign_ranks(list(members.values()), procs)
-    engines = _engines(final, snapshot, logged)
+    engines = _engines(final, snapshot, logged, procs)
     final, engines = _pair_lost_servers(final, engines)
-    routers = tuple(
+    listed = tuple(e for e in engines if e.listed_only)
+    engines = tuple(e for e in engines if not e.listed_only)
+    routers = _router_urls(final, launched, procs, snapshot)
+    return Topology(tuple(final), engines, routers, _job_running(snapshot), listed)
+
+
+def _router_urls(
+    final: list[Member],
+    launched: dict[tuple[str | None, int], list[KnownRouter]],
+    procs: dict[tuple[str | None, int], ProcessInfo],
+    snapshot: Snapshot,
+) -> tuple[str, ...]:
+    """Every router's URL, once, in order: those a router process serves, those the job
+    launched (gone or not), those the job's arguments or the user give."""
+    return tuple(
         dict.fromkeys(
             [m.engine_url for m in final if m.role is Role.ROUTER and m.engine_url]
             + [r.url for found in launched.values() for r in found]
             + [r.url for r in given_routers(final, procs, snapshot)]
         )
     )
-    return Topology(tuple(final), engines, routers, _job_running(snapshot))
 
 
 def _job_running(snapshot: Snapshot) -> bool | None:
-    """A Ray job (driver) is RUNNING; None where Ray lists no job (the doctor's own left out)."""
+    """Whether a Ray job (a driver other than the doctor's own) is RUNNING; None without jobs."""
     doctor = snapshot.manifest.target.get("doctor_pid")
     jobs = [
         j for j in snapshot.joined(RAY_STATE).jobs if j.driver_pid is None or j.driver_pid != doctor
@@ -716,7 +752,8 @@ def _add_routers(
 
 @dataclass(frozen=True)
 class KnownRouter:
-    """A router URL the job itself names, and where that was read (in words)."""
+    """A URL the job itself names (a router's; an external engine's: `named_engines`), and where
+    that was read (in words)."""
 
     url: str
     origin: str
@@ -864,6 +901,54 @@ def given_routers(
     for job, argv in running_entrypoints(snapshot):
         url = argv_router(argv)
         if url is not None:
+            out.append(KnownRouter(url, f"in job {job.job_id or '?'}'s entrypoint"))
+    return out
+
+
+# slime's argument naming the engines a job runs against without starting them (external engines:
+# slime/utils/arguments.py `--rollout-external-engine-addrs HOST:PORT [HOST:PORT ...]`, nargs="+";
+# `_allocate_rollout_engine_addr_and_ports_external` in slime/ray/rollout.py splits each on ":")
+_EXTERNAL_ENGINES_FLAG = "--rollout-external-engine-addrs"
+
+
+def argv_external_engines(argv: tuple[str, ...]) -> list[str]:
+    """`http://HOST:PORT` of each address of `--rollout-external-engine-addrs A [B ...]` (or
+    `--flag=A`) in a command line."""
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag != _EXTERNAL_ENGINES_FLAG:
+            continue
+        values = [value] if eq else []
+        if not eq:
+            for following in argv[i + 1 :]:
+                if following.startswith("-"):
+                    break
+                values.append(following)
+        for address in values:
+            host, _, port = address.strip().removeprefix("http://").rstrip("/").rpartition(":")
+            if host and port.isdigit() and 0 < int(port) < 65536:
+                out.append(f"http://{host}:{int(port)}")
+    return out
+
+
+def named_engines(
+    members: list[Member],
+    procs: dict[tuple[str | None, int], ProcessInfo],
+    snapshot: Snapshot,
+) -> list[KnownRouter]:
+    """Engines the job's own arguments name (`--rollout-external-engine-addrs` on the driver's
+    command line or in a running job's entrypoint): the job's, though no process of it serves
+    them."""
+    out: list[KnownRouter] = []
+    for m in members:
+        info = procs.get((m.node_ip, m.pid))
+        if m.role is not Role.DRIVER or info is None:
+            continue
+        for url in argv_external_engines(info.cmdline):
+            out.append(KnownRouter(url, f"on the driver's command line (pid {m.pid})"))
+    for job, argv in running_entrypoints(snapshot):
+        for url in argv_external_engines(argv):
             out.append(KnownRouter(url, f"in job {job.job_id or '?'}'s entrypoint"))
     return out
 
@@ -1071,6 +1156,7 @@ def _engines(
     members: list[Member],
     snapshot: Snapshot,
     logged: dict[tuple[str | None, int], tuple[str, str]] | None = None,
+    procs: dict[tuple[str | None, int], ProcessInfo] | None = None,
 ) -> tuple[Engine, ...]:
     engines: dict[str, Engine] = {}
     for m in members:
@@ -1100,6 +1186,8 @@ def _engines(
     given = snapshot.manifest.target.get("sglang_urls")
     for url in given if isinstance(given, list) else ():
         engines.setdefault(str(url), Engine(str(url), None, None, None, "user-flag"))
+    for known in named_engines(members, procs or {}, snapshot):
+        engines.setdefault(known.url, Engine(known.url, None, None, None, "job-args", known.origin))
     for obs in snapshot.joined(HTTP_ANSWERS):
         if isinstance(obs.parsed, RouterWorkers):
             for url in obs.parsed.urls:
@@ -1127,7 +1215,9 @@ def _pair_lost_servers(
 ) -> tuple[list[Member], tuple[Engine, ...]]:
     """An engine URL that no process serves (learned from the router, an earlier answer or the
     user) and an SGLangEngine actor with no server among its children, on the same node: that
-    actor's server is gone. Paired only when the node leaves no choice (one of each)."""
+    actor's server is gone. Paired only when the node leaves no choice (one of each); with several,
+    where the node has at least as many such actors as such URLs, each URL is marked
+    `lost_server` (one of those actors' servers, which one unknown)."""
     served = {m.engine_url for m in members if m.engine_url and m.kind is MemberKind.HTTP_SERVER}
     lost = [
         e for e in engines if e.server_pid is None and e.actor_pid is None and e.url not in served
@@ -1138,18 +1228,23 @@ def _pair_lost_servers(
         if m.role is Role.SGLANG_ENGINE and m.kind is MemberKind.ACTOR and m.engine_url is None
     ]
     pairs: dict[str, Member] = {}
+    grouped: dict[str, str | None] = {}  # URL -> its node, where no one-to-one pairing is known
     for node in {m.node_ip for m in bare}:
         here = [m for m in bare if m.node_ip == node]
         urls = [e for e in lost if _host(e.url) == node or _host(e.url) in _ANY_HOST]
         if len(here) == 1 and len(urls) == 1 and urls[0].url not in pairs:
             pairs[urls[0].url] = here[0]
-    if not pairs:
+        elif urls and len(here) >= len(urls):
+            grouped.update((e.url, node) for e in urls if e.url not in pairs)
+    if not pairs and not grouped:
         return members, engines
     by_pid = {id(m): url for url, m in pairs.items()}
     out = [_replace(m, engine_url=by_pid[id(m)]) if id(m) in by_pid else m for m in members]
     paired = tuple(
         dataclasses.replace(e, node_ip=pairs[e.url].node_ip, actor_pid=pairs[e.url].pid)
         if e.url in pairs
+        else dataclasses.replace(e, node_ip=grouped[e.url], lost_server=True)
+        if e.url in grouped
         else e
         for e in engines
     )

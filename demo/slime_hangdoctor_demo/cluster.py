@@ -100,6 +100,7 @@ def start_head(
     timeout: float = START_TIMEOUT_S,
     object_store_mib: int | None = None,
     num_gpus: int = 0,
+    same_address_as: RayHead | None = None,
 ) -> RayHead:
     """Start a head with its dashboard on 127.0.0.1 and wait until ``/api/version`` answers.
     `num_gpus`: the GPUs the head declares (Ray trusts the number: a recording of code that asks
@@ -107,12 +108,16 @@ def start_head(
 
     `workdir` receives the `ray start` log; the Ray temp dir is a short dir under /tmp (AF_UNIX
     socket paths must stay under ~107 bytes), named ``<tmp>/ray`` so that ``RAY_TMPDIR=<tmp>``
-    makes Ray's own "auto" discovery find this head.
+    makes Ray's own "auto" discovery find this head. `same_address_as`: a stopped head whose GCS
+    and dashboard ports this one takes (a head restarted under a watchdog that keeps its address).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     owner = Path(tempfile.mkdtemp(prefix="hd-", dir="/tmp"))
     temp_dir = owner / "ray"
     gcs_port, dash_port, client_port, agent_port, monitor_port, metric_port = free_ports(6)
+    if same_address_as is not None:
+        gcs_port = int(same_address_as.gcs_address.rsplit(":", 1)[1])
+        dash_port = int(same_address_as.dashboard_url.rsplit(":", 1)[1])
     gcs = f"{NODE_IP}:{gcs_port}"
     head = RayHead(
         temp_dir=temp_dir,

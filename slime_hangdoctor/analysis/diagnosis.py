@@ -18,6 +18,7 @@ from slime_hangdoctor.analysis.engines import EngineRead, read_engines
 from slime_hangdoctor.analysis.merge import Merged, merge
 from slime_hangdoctor.analysis.parts.flight_recorder import fr_groups, fr_stage
 from slime_hangdoctor.analysis.parts.rollout import ROLLOUT
+from slime_hangdoctor.analysis.parts.routers import listed_findings
 from slime_hangdoctor.analysis.progress import Progress
 from slime_hangdoctor.analysis.signatures import (
     Block,
@@ -109,10 +110,14 @@ def _no_job(world: World) -> bool:
         return False
     if any(p.role is not None and p.reads for p in world.procs):
         return False
+    strangers = {e.url.rstrip("/") for e in world.topology.listed}  # only a router lists them
     if (
         any(snap.facts(RAS))
         or any(snap.facts(FLIGHT_RECORDER))
-        or any(o.kind is HttpPeer.ENGINE for o in snap.joined(HTTP_ANSWERS))
+        or any(
+            o.kind is HttpPeer.ENGINE and o.answer.url.rstrip("/") not in strangers
+            for o in snap.joined(HTTP_ANSWERS)
+        )
     ):
         return False
     running = any(j.status == JOB_RUNNING for j in snap.joined(RAY_STATE).jobs)
@@ -540,12 +545,13 @@ def _unusable(snapshot: Snapshot) -> Diagnosis:
     )
 
 
-def _idle(snapshot: Snapshot) -> Diagnosis:
+def _idle(snapshot: Snapshot, world: World) -> Diagnosis:
     return Diagnosis(
         Verdict(
             status=Status.IDLE,
             stage=Stage.NONE,
             summary="No slime job: no RUNNING Ray job and no slime actor or process found.",
+            findings=tuple(listed_findings(world)),  # a router may still list servers
             blind_spots=tuple(snapshot.blind_spots),
             window_s=snapshot.window_s,
             confidence="medium" if snapshot.joined(RAY_STATE).seen else "low",
@@ -639,7 +645,7 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
     engines = read_engines(world)
     progress = assess(world, engines)
     if _no_job(world):
-        return _idle(snapshot)
+        return _idle(snapshot, world)
     d = _decide(world, Reads(world, engines, progress))
     reading = Reading(world, engines, progress, d.status, d.stage, d.live_stage)
     causes = known_causes(reading)

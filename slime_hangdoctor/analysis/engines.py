@@ -874,10 +874,12 @@ def _rest(r: _Reads) -> _State:
 
 
 def read_engines(world: World) -> tuple[EngineRead, ...]:
-    """One EngineRead per engine URL the topology or the HTTP probes know."""
+    """One EngineRead per engine of the job the topology or the HTTP probes know (not those only
+    a router lists: `Topology.listed`, whatever their answers say)."""
+    strangers = {e.url.rstrip("/") for e in world.topology.listed}
     by_url: dict[str, list[HttpObs]] = {}
     for o in world.snapshot.joined(HTTP_ANSWERS):
-        if o.kind is HttpPeer.ENGINE:
+        if o.kind is HttpPeer.ENGINE and o.answer.url.rstrip("/") not in strangers:
             by_url.setdefault(o.answer.url.rstrip("/"), []).append(o)
     nodes: dict[str, str | None] = {}
     for e in world.topology.engines:

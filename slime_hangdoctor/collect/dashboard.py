@@ -203,12 +203,14 @@ def _capture_all(
 ) -> list[ProbeRecord]:
     """GET every endpoint at once, each under `limit`; an endpoint with no answer by then is a
     FAILED record saying why. One record per endpoint, in their order."""
-    pool = cf.ThreadPoolExecutor(max_workers=len(endpoints), thread_name_prefix=thread_prefix)
+    from slime_hangdoctor.collect.daemon_calls import DaemonPool
+
+    pool = DaemonPool(len(endpoints), thread_prefix)  # never holds the process at exit
     try:
         futures = [pool.submit(_capture_one, writer, client, ep, sample, limit) for ep in endpoints]
         cf.wait(futures, timeout=limit + 1.0)
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        pool.shutdown()
     records: list[ProbeRecord] = []
     for ep, fut in zip(endpoints, futures, strict=True):
         if fut.done() and not fut.cancelled() and fut.exception() is None:

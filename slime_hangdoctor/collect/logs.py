@@ -140,14 +140,16 @@ def fetch_logs(
         return records
     per_file = max(4096, min(MAX_FILE_BYTES, budget_bytes // len(targets)))
     limit = max(0.05, timeout)
-    pool = cf.ThreadPoolExecutor(max_workers=min(8, len(targets)), thread_name_prefix="ray-logs")
+    from slime_hangdoctor.collect.daemon_calls import DaemonPool
+
+    pool = DaemonPool(min(8, len(targets)), "ray-logs")  # never holds the process at exit
     try:
         futures = [
             pool.submit(_tail_one, writer, client, t, limit, per_file, lines) for t in targets
         ]
         cf.wait(futures, timeout=2 * limit + 1.0)
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        pool.shutdown()
     for t, fut in zip(targets, futures, strict=True):
         if fut.done() and not fut.cancelled() and fut.exception() is None:
             records.append(fut.result())

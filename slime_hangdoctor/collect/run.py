@@ -535,7 +535,8 @@ def _start_endpoints(
         )
 
     routers = sorted(set(topo.routers) | set(opts.router_urls))
-    for url in sorted({e.url for e in topo.engines} | set(opts.sglang_urls)):
+    engines = {e.url for e in topo.engines} | set(opts.sglang_urls)
+    for url in sorted(engines):
         once(
             "engine",
             url,
@@ -544,6 +545,10 @@ def _start_endpoints(
             health_generate=opts.health_generate,
             health=opts.health,
         )
+    # what only a router lists is not the job's (topology.Engine.listed_only): read as any
+    # stranger's server is, never sent the API key nor the opt-in calls that touch an engine
+    for url in sorted({e.url for e in topo.listed} - engines):
+        once("engine", url, probe_engine, api_key=None, listed_by_router=True)
     for url in routers:
         once("router", url, probe_router, api_key=opts.api_key)
     if any(m.role is Role.ROUTER for m in topo.members):  # the state is read only where one is

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -291,7 +291,13 @@ def base_url(url: str) -> str:
 
 
 def _record(
-    answer: Answer, *, source: str, url: str, node_ip: str | None, sample: int
+    answer: Answer,
+    *,
+    source: str,
+    url: str,
+    node_ip: str | None,
+    sample: int,
+    extra: Mapping[str, Any] | None = None,
 ) -> ProbeRecord:
     parts = urlsplit(url)
     netloc = parts.netloc.rpartition("@")[2]  # never user:password@ in a name or the manifest
@@ -309,6 +315,7 @@ def _record(
     if answer.not_sent:
         meta["not_sent"] = True
         meta["error"] = answer.reason
+    meta.update(extra or {})
     return ProbeRecord(
         source=source,
         target=safe_name(f"{netloc}{answer.path}"),
@@ -351,12 +358,15 @@ def _records(
     url: str,
     node_ip: str | None,
     sample: int,
+    meta: Mapping[str, Any] | None = None,
 ) -> list[ProbeRecord]:
     base = url
     records: list[ProbeRecord] = []
     for job in jobs:
         for answer in job.answers:
-            rec = _record(answer, source=source, url=base, node_ip=node_ip, sample=sample)
+            rec = _record(
+                answer, source=source, url=base, node_ip=node_ip, sample=sample, extra=meta
+            )
             try:
                 records.append(writer.add(rec, answer.body, suffix=job.endpoint.suffix))
             except Exception:  # the writer handles OSError itself; never raise anyway
@@ -374,8 +384,11 @@ def probe_engine(
     api_key: str | None = None,
     health_generate: bool = False,
     health: bool = False,
+    listed_by_router: bool = False,
 ) -> list[ProbeRecord]:
     """Probe one SGLang engine read-only; one record per HTTP request, in endpoint order.
+    `listed_by_router`: an engine only a router lists, not the job's (its records say so: the
+    analysis keeps it out of the verdict).
 
     The whole probe takes at most `timeout` (+ a fraction of a second): all endpoints run
     concurrently and each request gets what is left of the budget. See the module docstring for why
@@ -416,7 +429,10 @@ def probe_engine(
         jobs = [_Job(first[0], answers=[answer])]
     order = {e.paths[0]: i for i, e in enumerate((HEALTH, *ENGINE_ENDPOINTS, HEALTH_GENERATE))}
     jobs.sort(key=lambda j: order.get(j.endpoint.paths[0], len(order)))
-    return _records(writer, jobs, source=SGLANG, url=base, node_ip=node_ip, sample=sample)
+    extra = {"listed_by_router": True} if listed_by_router else {}
+    return _records(
+        writer, jobs, source=SGLANG, url=base, node_ip=node_ip, sample=sample, meta=extra
+    )
 
 
 def _not_sent(path: str, why: str) -> Answer:

@@ -685,10 +685,12 @@ ROUTER_PARSER_BY_PATH: Mapping[str, Callable[[bytes], HttpParsed]] = {
 
 
 class HttpPeer(str, Enum):
-    """Whose HTTP answer: an SGLang engine's or a router's."""
+    """Whose HTTP answer: an SGLang engine's, a router's, or a server only a router lists (not
+    one of the job's engines: topology.Engine.listed_only, probed without the API key)."""
 
     ENGINE = "engine"
     ROUTER = "router"
+    LISTED = "listed"
 
 
 Parsed = HttpParsed | None
@@ -731,12 +733,22 @@ def parse_answer(data: bytes | None, rec: ProbeRecord) -> HttpObs:
             parse_error = str(exc)
         except Exception as exc:  # noqa: BLE001 - untrusted bytes: a blind spot, never a crash
             parse_error = f"{type(exc).__name__}: {exc}"[:300]
-    kind = HttpPeer.ROUTER if router else HttpPeer.ENGINE
+    kind = HttpPeer.ROUTER if router else HttpPeer.LISTED if _listed(rec) else HttpPeer.ENGINE
     return HttpObs(kind, rec.sample or 0, answer, parsed, parse_error)
 
 
+def _listed(rec: ProbeRecord) -> bool:
+    """An engine only a router lists (not the job's: topology.Engine.listed_only), probed
+    without the API key (collect/sglang.py marks its records `listed_by_router`)."""
+    return rec.source == SGLANG and rec.meta.get("listed_by_router") is True
+
+
 def _notes(obs: HttpObs, rec: ProbeRecord) -> tuple[str, ...]:
-    """An answer that did not end ok (but a fallback path's), and a body that did not parse."""
+    """An answer that did not end ok (but a fallback path's), and a body that did not parse.
+    None for a server only a router lists: what it did not answer is no blind spot of the job
+    (the verdict reports it: analysis/parts/routers.listed_findings)."""
+    if obs.kind is HttpPeer.LISTED:
+        return ()
     a = obs.answer
     out: list[str] = []
     if rec.outcome is not Outcome.OK and not rec.meta.get("fallback"):

@@ -1,7 +1,13 @@
 """The markdown report: paste it into a GitHub issue as it is.
 
 All text that comes from the job (summaries, frames, log lines) is escaped or fenced, so `<module>`,
-`[rank1]`, `*args` and `|` show literally instead of turning into HTML, links or table cells.
+`[rank1]`, `*args` and `|` show literally instead of turning into HTML, links or table cells. What
+GitHub would turn into something else in prose is put in a code span, where it stays text: a
+character reference (`&#x202E;`, `&rlm;`: GitHub decodes them, a bidi override then reverses what
+follows; `&` is escaped everywhere else), a mention (`@user`, `@org/team`: it pings them), an issue
+reference (`#12`, `org/repo#12`: it links and notifies), a bare URL, `www.` address or e-mail
+address (made links). Characters that are not printable, bidi and zero-width ones included, are
+escaped before any of this (render/printable.py).
 """
 
 from __future__ import annotations
@@ -30,9 +36,20 @@ from slime_hangdoctor.verdict import (
 __all__ = ["render_markdown"]
 
 MARKER = "▶"
-_SPECIAL = re.compile(r"([\\`*_\[\]<>|~])")
+_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&])")
 _BACKTICKS = re.compile(r"`+")
 _CODE_SPAN = re.compile(r"(`[^`]+`)")
+# What GitHub turns into a link, a mention or a character in prose (GFM autolinks; @-mentions and
+# issue references; character references): shown in a code span instead.
+_LIVE = re.compile(
+    r"&#?[A-Za-z0-9]+;"  # a character reference (decoded: `&#x202E;` is a bidi override)
+    r"|\b[A-Za-z][A-Za-z0-9+.\-]*://\S+"  # a URL
+    r"|\bwww\.\S+"  # GFM's www. autolink
+    r"|[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+"  # an e-mail address (autolinked)
+    r"|(?<![\w`])@[A-Za-z0-9][A-Za-z0-9\-]*(?:/[A-Za-z0-9_.\-]+)?"  # @user, @org/team
+    r"|\b[\w.\-]+/[\w.\-]+#\d+\b|(?<![\w&])#\d+\b"  # org/repo#12, #12
+    r"|\bGH-\d+\b"
+)
 
 
 def render_markdown(diagnosis: Diagnosis) -> str:
@@ -66,9 +83,21 @@ def _text(value: str) -> str:
     """
     pieces = _CODE_SPAN.split(" ".join(value.split()))
     return "".join(
-        piece.replace("|", "\\|") if index % 2 else _SPECIAL.sub(r"\\\1", piece)
+        piece.replace("|", "\\|") if index % 2 else _prose(piece)
         for index, piece in enumerate(pieces)
     )
+
+
+def _prose(value: str) -> str:
+    """Text outside code spans: markdown syntax escaped, what GitHub would make live in a code
+    span (`_LIVE`)."""
+    out: list[str] = []
+    pos = 0
+    for m in _LIVE.finditer(value):
+        out += (_SPECIAL.sub(r"\\\1", value[pos : m.start()]), _code(m.group()))
+        pos = m.end()
+    out.append(_SPECIAL.sub(r"\\\1", value[pos:]))
+    return "".join(out)
 
 
 def _code(value: str) -> str:

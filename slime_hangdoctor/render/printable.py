@@ -7,29 +7,44 @@ separator (U+2028, U+2029) breaks a one-line status where a terminal or log view
 format character (zero-width U+200B, the Arabic letter mark U+061C, bidi marks) hides or reorders
 text. Every character that `str.isprintable` refuses (Unicode categories Cc, Cf, Cs, Co, Cn, Zl,
 Zp, and Zs but the space) except newline and tab is shown as a visible `\\xNN` / `\\uNNNN` /
-`\\UNNNNNNNN` escape instead; `one_line` escapes newline and tab too.
+`\\UNNNNNNNN` escape instead; `one_line` escapes newline and tab too. So are the few characters
+Python calls printable that show nothing (`INVISIBLE`: Hangul fillers, the blank Braille pattern,
+the combining grapheme joiner, variation selectors), with which a text can hide or smuggle words.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
 from slime_hangdoctor.verdict import Diagnosis
 
+# Printable to Python (letters, symbols, combining marks), yet nothing is drawn for them.
+INVISIBLE = re.compile(
+    "[\u115f\u1160\u3164\uffa0"  # Hangul fillers (choseong, jungseong, compatibility, halfwidth)
+    "\u2800"  # Braille pattern blank
+    "\u034f"  # combining grapheme joiner
+    "\u17b4\u17b5"  # Khmer inherent vowels
+    "\u180b-\u180d\u180f"  # Mongolian free variation selectors
+    "\ufe00-\ufe0f\U000e0100-\U000e01ef]"  # variation selectors (a byte each, if smuggled)
+)
+
 
 def printable(text: str, keep: str = "\n\t") -> str:
-    """`text` with every non-printable character but those in `keep` escaped."""
-    if text.isprintable():
+    """`text` with every non-printable or invisible character but those in `keep` escaped."""
+    if text.isprintable() and not INVISIBLE.search(text):
         return text
     plain = text
     for c in keep:
         plain = plain.replace(c, "")
-    if plain.isprintable():
+    if plain.isprintable() and not INVISIBLE.search(plain):
         return text
-    return "".join(c if c.isprintable() or c in keep else _escape(c) for c in text)
+    return "".join(
+        c if (c.isprintable() and not INVISIBLE.match(c)) or c in keep else _escape(c) for c in text
+    )
 
 
 def one_line(text: str) -> str:

@@ -19,7 +19,7 @@ from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.markers import Markers, changed_markers, progress_markers, work_markers
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.parsers.processes import STATUS_ZOMBIE
-from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, SglangMetrics, counter_rises
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer, SglangMetrics, counter_rises
 from slime_hangdoctor.pipeline import Analysed, attach
 from slime_hangdoctor.topology import build_topology
 from slime_hangdoctor.verdict import (
@@ -191,9 +191,10 @@ def _note_stackless(analysed: Analysed) -> Analysed:
 
 def counter_plan(analysed: Analysed, target: str, now: float) -> CounterPlan | None:
     """What the next runs' counters-only look reads, from a look that judged the job progressing
-    with work moving in its window: the engines whose work counters rose between its two samples,
-    and the slime processes of this node (the node its collector ran on) with their start times.
-    None when no engine's counters rose (the job moved elsewhere: Ray tasks, NCCL, NVLink)."""
+    with work moving in its window: the job's engines whose work counters rose between its two
+    samples (never one only a router lists: `Topology.listed`), and the slime processes of this
+    node (the node its collector ran on) with their start times. None when no engine's counters
+    rose (the job moved elsewhere: Ray tasks, NCCL, NVLink)."""
     snapshot, topology = analysed.snapshot, analysed.topology
     if (
         snapshot is None
@@ -202,9 +203,15 @@ def counter_plan(analysed: Analysed, target: str, now: float) -> CounterPlan | N
         or analysed.diagnosis.verdict.status is not Status.PROGRESSING
     ):
         return None
+    job_engines = {e.url.rstrip("/") for e in topology.engines}
     metrics: dict[str, dict[int, SglangMetrics]] = {}
     for answer in snapshot.joined(HTTP_ANSWERS):
-        if isinstance(answer.parsed, SglangMetrics):
+        url = answer.answer.url.rstrip("/")
+        if (
+            answer.kind is HttpPeer.ENGINE
+            and url in job_engines
+            and isinstance(answer.parsed, SglangMetrics)
+        ):
             metrics.setdefault(answer.answer.url, {})[answer.sample] = answer.parsed
     engines = tuple(
         sorted(

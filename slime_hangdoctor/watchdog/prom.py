@@ -1,10 +1,24 @@
-"""Prometheus textfile for node-exporter's textfile collector (written atomically)."""
+"""Prometheus textfile for node-exporter's textfile collector (written atomically, safely).
+
+The file goes where the user says (`--prom-file`), typically node-exporter's textfile directory,
+and a root `check` writes it: so it is written as the watchdog's other outputs are
+(safe_fs.open_dir: every directory above it reliable, a symbolic link followed only if root or
+the caller owns it, missing directories made with an exact mode whatever the umask), into a new
+file of a random name (O_CREAT | O_EXCL | O_NOFOLLOW, under the directory's descriptor) renamed
+over the old one. prometheus_client's `write_to_textfile` opened `<path>.<pid>.<thread id>` with
+a plain `open(..., "wb")`, which follows a symbolic link another user plants there, and made
+missing directories with the umask (0777 under umask 0).
+"""
 
 from __future__ import annotations
 
+import os
+import secrets
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from slime_hangdoctor.safe_fs import CLOEXEC, NOFOLLOW, UnsafePath, open_dir
 from slime_hangdoctor.verdict import Status, Verdict
 from slime_hangdoctor.watchdog.decide import CheckDecision
 
@@ -17,9 +31,10 @@ def write_prom_file(
     *,
     now: float,
     duration_s: float,
-) -> None:
-    """`probe_outcomes`: (source, outcome) -> how many of the run's probes ended so."""
-    from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+) -> str | None:
+    """`probe_outcomes`: (source, outcome) -> how many of the run's probes ended so. Returns why
+    the file was not written, or None (the run goes on either way)."""
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
     reg = CollectorRegistry()
     Gauge(
@@ -70,5 +85,49 @@ def write_prom_file(
     Gauge(
         "slime_hangdoctor_run_duration_seconds", "How long the last check took.", registry=reg
     ).set(duration_s)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_to_textfile(str(path), reg)
+    return write_textfile(path, generate_latest(reg))
+
+
+# node-exporter runs as a user of its own: the file and the directories the doctor makes for it
+# are readable by all, writable by the doctor's user only
+FILE_MODE = 0o644
+DIR_MODE = 0o755
+
+
+def write_textfile(path: Path, data: bytes) -> str | None:
+    """Replace `path` with `data`; returns why not, or None. Its directory is reached as in
+    safe_fs.open_dir (made DIR_MODE with its missing parents if missing); refused when others
+    may write to it without a sticky bit (they could replace the metrics); the data goes into a
+    new file of a random name there, FILE_MODE, renamed over `path` (a rename never follows a
+    symbolic link at `path`)."""
+    path = Path(os.path.abspath(path))
+    shown = f"--prom-file {path} not written"
+    try:
+        parent, _ = open_dir(path.parent, create=True, leaf_mode=DIR_MODE, parents_mode=DIR_MODE)
+    except UnsafePath as exc:
+        return f"{shown}: {exc}"
+    except OSError as exc:
+        return f"{shown}: {exc.strerror or exc}"
+    tmp = f".{path.name}.{secrets.token_hex(8)}.tmp"
+    try:
+        mode = os.fstat(parent).st_mode
+        if mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX:
+            return f"{shown}: others may write to {path.parent} (mode {stat.S_IMODE(mode):04o})"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC
+        fd = os.open(tmp, flags, 0o600, dir_fd=parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                os.fchmod(fh.fileno(), FILE_MODE)
+            os.replace(tmp, path.name, src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=parent)
+            except OSError:
+                pass
+            raise
+    except OSError as exc:
+        return f"{shown}: {exc.strerror or exc}"
+    finally:
+        os.close(parent)
+    return None

@@ -173,7 +173,7 @@ def _check_locked(
     if check.prom_file is not None:
         from slime_hangdoctor.watchdog.prom import write_prom_file
 
-        write_prom_file(
+        problem = write_prom_file(
             check.prom_file,
             diagnosis.verdict,
             decision,
@@ -181,6 +181,9 @@ def _check_locked(
             now=now,
             duration_s=duration,
         )
+        if problem is not None:
+            notes.append(problem)
+            diagnosis = with_problem(diagnosis, problem, "watchdog.prom_file")
     if check.log_file is not None:
         problem = _log_run(
             check.log_file, diagnosis, decision, bundle, hook_rc, now, duration, notes

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,3 +148,20 @@ def start_standin(
         last = standin.output()
         standin.stop()
     raise AssertionError(f"the stand-in did not start:\n{last[-2000:]}")
+
+
+def running_requests(s: Standin) -> int | None:
+    """`num_running_reqs` of /v1/loads; None while it answers `{"loads": []}` (no snapshot yet)."""
+    loads = s.get("/v1/loads").json()["loads"]
+    return int(loads[0]["num_running_reqs"]) if loads else None
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """True as soon as `predicate` holds (a loaded 2-core CI box took over 10 s for a first batch
+    of a stand-in whose scheduler imports torch's gloo)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()

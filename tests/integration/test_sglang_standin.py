@@ -21,7 +21,13 @@ import requests
 
 from slime_hangdoctor.parsers.sglang import parse_metrics, parse_server_info
 from slime_hangdoctor_demo.sglang_server import launch_server
-from tests.integration.sglang_standin_harness import Standin, free_port, start_standin
+from tests.integration.sglang_standin_harness import (
+    Standin,
+    free_port,
+    running_requests,
+    start_standin,
+    wait_for,
+)
 
 Start = Callable[..., Standin]
 
@@ -61,23 +67,6 @@ def background_post(
     thread.start()
     box["thread"] = thread
     return box
-
-
-def _running(s: Standin) -> int | None:
-    """`num_running_reqs` of /v1/loads; None while it answers `{"loads": []}` (no snapshot yet)."""
-    loads = s.get("/v1/loads").json()["loads"]
-    return int(loads[0]["num_running_reqs"]) if loads else None
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
-    """True as soon as `predicate` holds (a loaded 2-core CI box took over 10 s for a first batch
-    of a stand-in whose scheduler imports torch's gloo)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def counters(s: Standin) -> tuple[float | None, ...]:
@@ -312,7 +301,7 @@ def test_release_while_busy_crashes_the_engine_like_sglang(healthy: Standin) -> 
     box = background_post(
         healthy, "/generate", {"input_ids": [1], "sampling_params": {"max_new_tokens": 4000}}
     )
-    assert wait_for(lambda: _running(healthy) == 1)
+    assert wait_for(lambda: running_requests(healthy) == 1)
     with pytest.raises(requests.ConnectionError):
         healthy.post("/release_memory_occupation", json={})
     assert healthy.proc.wait(timeout=15) != 0
@@ -364,7 +353,7 @@ def test_stuck_scheduler(start: Start) -> None:
     box = background_post(
         s, "/generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 50}}
     )
-    assert wait_for(lambda: _running(s) == 1)
+    assert wait_for(lambda: running_requests(s) == 1)
     frozen = counters(s)
     info = s.get("/server_info", timeout=10)  # slime patch: [] after SGLANG_SERVER_INFO_TIMEOUT
     assert info.status_code == 200 and parse_server_info(info.content).empty_internal_states
@@ -549,7 +538,7 @@ def test_in_place_pause_freezes_the_published_load(healthy: Standin) -> None:
     box = background_post(
         healthy, "/generate", {"input_ids": [1], "sampling_params": {"max_new_tokens": 4000}}
     )
-    assert wait_for(lambda: _running(healthy) == 1)
+    assert wait_for(lambda: running_requests(healthy) == 1)
     assert healthy.post("/pause_generation", json={"mode": "in_place"}).status_code == 200
     time.sleep(0.3)
     first = parse_metrics(healthy.get("/metrics").text).decode_tokens_total
@@ -640,7 +629,7 @@ def test_server_control_aborts_a_busy_engine_until_idle(healthy: Standin) -> Non
         )
         for _ in range(3)
     ]
-    assert wait_for(lambda: (_running(healthy) or 0) >= 1, timeout=10)
+    assert wait_for(lambda: (running_requests(healthy) or 0) >= 1, timeout=10)
     env = {**os.environ, "PYTHONPATH": f"{DEMO_JOB}{os.pathsep}{ROOT}"}
     proc = subprocess.run(
         [sys.executable, "-c", _ABORT_UNTIL_IDLE, healthy.url],

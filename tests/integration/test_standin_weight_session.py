@@ -19,7 +19,12 @@ import pytest
 import requests
 
 from tests.integration.cli import run_cli
-from tests.integration.sglang_standin_harness import Standin, start_standin
+from tests.integration.sglang_standin_harness import (
+    Standin,
+    running_requests,
+    start_standin,
+    wait_for,
+)
 
 Start = Callable[..., Standin]
 
@@ -71,11 +76,14 @@ def test_the_begin_waits_for_a_generate_in_flight_unless_paused(start: Start) ->
     reader side (tokenizer_control_mixin.py:480-481)."""
     s = start("--step-s", "0.05")
     gen = _post_in_background(
-        s, "/generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 40}}
+        s, "/generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 200}}
     )
-    time.sleep(0.5)
+    # the generate holds the reader side from the tokenizer on; once the scheduler runs it, it is
+    # surely in flight (a loaded 2-core CI box took over 10 s for a stand-in's first batch)
+    assert wait_for(lambda: running_requests(s) == 1), "the generate never reached the scheduler"
     begin = _post_in_background(s, "/begin_weight_update", {"selector": "all"})
     time.sleep(0.5)
+    assert "response" not in gen, "the generate ended before the check: inconclusive"
     assert "response" not in begin, "the begin did not wait for the generate in flight"
     gen["thread"].join(30)
     begin["thread"].join(30)

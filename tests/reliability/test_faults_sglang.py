@@ -230,10 +230,13 @@ def test_api_key_given_is_accepted(tmp_path: Path, keyed: Standin) -> None:
 
 
 def test_router_listing_dead_workers(tmp_path: Path) -> None:
-    """SG11: slime's router lists two engines nobody serves any more: both are probed, in the
-    sample whose router answer named them (issue 16: a server that is gone listens nowhere, so the
-    router's list is the only place that names it) and in the next, and the verdict calls them
-    dead, with the refused connection as evidence."""
+    """SG11: a router lists two engines nobody serves, and no process of a job is there: both are
+    probed, in the sample whose router answer named them and in the next (a server that is gone
+    listens nowhere: issue 16), without the API key; nothing says they are the job's (issue 32: a
+    router's list alone does not), so the verdict names them as listed by the router, with the
+    refused connection, and weighs neither. (With the job's engine actors beside them on their
+    node they are the job's dead engines: tests/integration/test_router_stranger.py,
+    tests/unit/test_analysis_dead_engine_demo.py.)"""
     dead = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
     body = json.dumps(
         {
@@ -247,12 +250,16 @@ def test_router_listing_dead_workers(tmp_path: Path) -> None:
             "attach", "--local", "--router-url", router.url, "--out", str(tmp_path / "b"), *COMMON
         )
     assert_clean(run)
-    states = engine_states(run)
-    assert all(states.get(url) == "dead" for url in dead), states
+    assert not any(url in engine_states(run) for url in dead), engine_states(run)
+    listed = [f for f in run.verdict()["findings"] if f["rule"] == "router-lists-unknown-engine"]
+    for url in dead:
+        (said,) = [f for f in listed if url in f["message"]]
+        assert any("connection refused" in e for e in said["evidence"]), said
     assert {r["outcome"] for r in probes(tmp_path / "b", "router")} == {"ok"}
     for url in dead:
-        samples = {r["sample"] for r in probes(tmp_path / "b", "sglang") if r["meta"]["url"] == url}
-        assert samples == {0, 1}, (url, samples)
+        recs = [r for r in probes(tmp_path / "b", "sglang") if r["meta"]["url"] == url]
+        assert {r["sample"] for r in recs} == {0, 1}, (url, recs)
+        assert all(r["meta"].get("listed_by_router") is True for r in recs)
     assert_other_evidence(tmp_path / "b")
 
 

@@ -204,3 +204,53 @@ def test_the_parse_budget_of_a_bundle_is_a_blind_spot_not_an_error(tmp_path: Pat
     assert any("parse budget exhausted" in b for b in verdict["blind_spots"]), verdict[
         "blind_spots"
     ]
+
+
+# --------------------------------------------------------------------------- issue 32, point 5
+
+
+def _manifest_of_tiny_lists(root: Path, size: int, digits: bool) -> None:
+    """The bundle's own manifest, with `size` bytes of tiny JSON lists under one of its options
+    (the manifest was decoded whole, with no cap but the 300 MiB artefact one): `[]` repeated, or
+    `[d,[d]]` of random digits (they do not pack: a .tar.gz of it stays under the ratio cap)."""
+    import random
+
+    rng = random.Random(32)
+    manifest_path = root / "manifest.json"
+    text = json.dumps({**json.loads(manifest_path.read_text()), "options": {"x": []}})
+    if digits:
+        count = size // len("[0,[0]],") + 1
+        items = ",".join(f"[{rng.randrange(10)},[{rng.randrange(10)}]]" for _ in range(count))
+    else:
+        items = ",".join(["[]"] * (size // len("[],") + 1))
+    manifest_path.write_text(text.replace('"x": []', '"x": [' + items + "]"))
+
+
+@pytest.mark.parametrize(
+    ("size", "digits", "said"),
+    [
+        (40 * MiB, True, "not a regular file of at most 32 MiB"),  # the review's 40 MiB
+        (24 * MiB, False, "JSON objects and lists"),  # under the byte cap: the count stops it
+    ],
+    ids=["40-MiB", "24-MiB-of-empty-lists"],
+)
+def test_a_manifest_of_tiny_lists_is_refused_before_it_is_decoded(
+    tmp_path: Path, size: int, digits: bool, said: str
+) -> None:
+    """Point 5: a 40 MiB manifest of tiny lists made `analyse` take about 1 GB (json.loads built
+    every list). The manifest is read under a byte cap and its containers counted before it is
+    decoded: exit 3 with the reason, memory at the baseline; as a directory and as a .tar.gz."""
+    root = _demo_dir(tmp_path)
+    _manifest_of_tiny_lists(root, size, digits)
+    assert (root / "manifest.json").stat().st_size >= size
+    archive = tmp_path / "crafted.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(root, arcname=root.name)
+    for target in (root, archive):
+        proc, wall, peak = run_cli_measured("analyse", str(target), timeout=120)
+        out = " ".join((proc.stdout + proc.stderr).split())
+        assert proc.returncode == 3, out[-2000:]
+        assert said in out, out[-2000:]
+        assert "Traceback" not in proc.stderr
+        assert peak - _baseline_rss() < GROWTH_LIMIT, (target, peak)
+        assert wall < 60, wall

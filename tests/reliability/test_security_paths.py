@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import stat
+import subprocess
 import tarfile
 import threading
 import time
@@ -548,3 +549,145 @@ def test_log_file_is_private_and_a_fifo_never_blocks(tmp_path: Path) -> None:
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # let the reader end
     reader.join(timeout=5)
     assert got == [b""], got
+
+
+# ---------------------------------------------------------------- SP17-SP19 --prom-file (issue 32)
+
+
+@contextmanager
+def _sticky_shared_dir() -> Iterator[Path]:
+    """A directory like /tmp (mode 1777) that uid 65534 can reach: under /tmp itself (pytest's
+    own temp dirs are 0700, closed to other users)."""
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="hd-shared-", dir="/tmp"))
+    d.chmod(0o1777)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _as_nobody(script: str, *args: str) -> subprocess.Popen[str]:
+    """Start `/bin/sh -c script` as uid/gid 65534: what another local user does, for real."""
+    return subprocess.Popen(
+        ["/bin/sh", "-c", script, "sh", *args], stdout=subprocess.PIPE, text=True, cwd="/",
+        user=NOBODY, group=NOBODY, extra_groups=[],
+    )  # fmt: skip
+
+
+def test_prom_file_through_a_symlink_another_user_planted_is_refused(tmp_path: Path) -> None:
+    """SP17: `--prom-file /shared/metrics/hd.prom` where `metrics` is a symlink a uid-65534
+    process planted in a 1777 directory, aimed at a root directory holding a file of that name:
+    the link is not followed (prometheus_client wrote through it and renamed over the victim),
+    the victim is untouched, the run still gives its verdict and says why the file was not
+    written."""
+    _root_only()
+    aimed = tmp_path / "root-dir"
+    aimed.mkdir(mode=0o755)
+    victim = aimed / "hd.prom"
+    victim.write_bytes(VICTIM_TEXT)
+    with _sticky_shared_dir() as shared:
+        assert _as_nobody('ln -s "$1" "$2"', str(aimed), str(shared / "metrics")).wait(30) == 0
+        assert (shared / "metrics").lstat().st_uid == NOBODY
+        state = tmp_path / "hd" / "state.json"
+        run = run_cli(
+            *CHECK, "--state-file", str(state), "--prom-file", str(shared / "metrics" / "hd.prom")
+        )
+    assert_clean(run, bound_s=30.0)
+    assert victim.read_bytes() == VICTIM_TEXT
+    assert sorted(p.name for p in aimed.iterdir()) == ["hd.prom"]
+    doc = json.loads(run.stdout)
+    assert doc["status"], run.describe()
+    said = [f["message"] for f in doc["findings"] if f["rule"] == "watchdog.prom_file"]
+    assert said and f"symbolic link of uid {NOBODY}" in said[0], run.describe()
+
+
+def test_prom_file_temp_names_seen_once_cannot_be_planted(tmp_path: Path) -> None:
+    """SP18: `watch --prom-file /shared/hd.prom` in a 1777 directory, and a uid-65534 process
+    that lists the directory, learns the name of the temp file a run writes the metrics to
+    (prometheus_client's `<path>.<pid>.<thread id>`: the same pid and thread on every run of one
+    `watch`), and plants a symlink to a victim under that name once it is gone. The next runs
+    wrote through it (the victim truncated); now every run's temp file has a new random name,
+    created O_EXCL | O_NOFOLLOW: the planted link is never opened."""
+    _root_only()
+    victim = tmp_path / "victim"
+    victim.write_bytes(VICTIM_TEXT)
+    # list the directory in a loop; a temp file seen there is replaced, once gone, by a link
+    # (in Python where a system one runs for any user: a shell loop is too slow to see it)
+    spy = (
+        'd=$1; victim=$2; seen="|"; n=0; i=0\n'
+        "while [ $i -lt 3000000 ] && [ $n -lt 8 ]; do\n"
+        "  i=$((i + 1))\n"
+        '  for f in "$d"/hd.prom.* "$d"/.hd.prom.*; do\n'
+        '    [ -e "$f" ] || continue\n'
+        '    case "$seen" in *"|$f|"*) continue;; esac\n'
+        '    while [ -e "$f" ] || [ -L "$f" ]; do :; done\n'
+        '    ln -s "$victim" "$f" && seen="$seen$f|" && n=$((n + 1)) && echo "$f" >> "$d"/spy.log\n'
+        "  done\n"
+        "done\n"
+    )
+    fast = (
+        "import os, sys, time\n"
+        "d, victim = sys.argv[1], sys.argv[2]\n"
+        "seen = set()\n"
+        "end = time.monotonic() + 90\n"
+        "while time.monotonic() < end and len(seen) < 8:\n"
+        "    for e in os.scandir(d):\n"
+        "        if 'hd.prom.' in e.name and e.name not in seen:\n"
+        "            seen.add(e.name)\n"
+        "            while os.path.lexists(e.path):\n"
+        "                pass\n"
+        "            os.symlink(victim, e.path)\n"
+        "            with open(os.path.join(d, 'spy.log'), 'a') as log:\n"
+        "                log.write(e.name + chr(10))\n"
+    )
+    with _sticky_shared_dir() as shared:
+        prom = shared / "hd.prom"
+        if os.access("/usr/bin/python3", os.X_OK):
+            (shared / "spy.py").write_text(fast)
+            (shared / "spy.py").chmod(0o644)
+            spy = 'exec /usr/bin/python3 "$1"/spy.py "$@"'
+        attacker = _as_nobody(spy, str(shared), str(victim))
+        try:
+            run = run_cli(
+                "watch", "--local", "--window", "0.2", "--timeout", "8", "--interval", "1",
+                "--max-runs", "6", "--state-file", str(tmp_path / "hd" / "s.json"),
+                "--prom-file", str(prom), hard_limit_s=120,
+            )  # fmt: skip
+        finally:
+            attacker.terminate()
+            attacker.communicate(timeout=10)
+        log = shared / "spy.log"
+        planted = log.read_text().split() if log.exists() else []
+        assert_clean(run, bound_s=120.0)
+        # (the spy sees the old writer's temp file: it lived while the page was generated; the
+        # new one lives ~0.1 ms, and whatever it is called, it is never a name seen before)
+        assert victim.read_bytes() == VICTIM_TEXT, f"written through a planted link: {planted}"
+        assert prom.is_file() and not prom.is_symlink()
+        assert b"slime_hangdoctor_stalled" in prom.read_bytes()
+        assert stat.S_IMODE(prom.stat().st_mode) == 0o644
+
+
+def test_prom_file_directories_are_not_made_world_writable_under_umask_0(tmp_path: Path) -> None:
+    """SP19: missing directories above `--prom-file` are made 0755 (readable by node-exporter,
+    writable by the doctor's user only: they were 0777 under umask 0), the file 0644; a
+    directory others may write to without a sticky bit is refused (anyone could replace the
+    metrics there)."""
+    prom = tmp_path / "textfile" / "collector" / "hd.prom"
+    run = run_cli(
+        *CHECK, "--state-file", str(tmp_path / "hd" / "s.json"), "--prom-file", str(prom), umask=0
+    )
+    assert_clean(run, bound_s=30.0)
+    for d in (tmp_path / "textfile", prom.parent):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o755, (d, oct(d.stat().st_mode))
+    assert stat.S_IMODE(prom.stat().st_mode) == 0o644
+    assert b"slime_hangdoctor_exit_code" in prom.read_bytes()
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    run = run_cli(*CHECK, "--state-file", str(tmp_path / "hd" / "s.json"), "--prom-file",
+                  str(open_dir / "hd.prom"))  # fmt: skip
+    assert_clean(run, bound_s=30.0)
+    assert not (open_dir / "hd.prom").exists()
+    assert "others may write to" in run.stdout, run.describe()

@@ -471,6 +471,7 @@ AFTER_ANOTHER = (
     (f"--colocate --wandb-key '{SECRET}' --port 1", "--colocate --wandb-key '"),
     (f"--colocate\t--wandb-key\t{SECRET}", "--colocate\t--wandb-key\t"),
     (f"--use-auth-token --hf-token {SECRET}", "--use-auth-token --hf-token "),
+    (f"--api-key '-{SECRET}' --port 1", "--api-key '"),  # quoted: a value, whatever it opens with
     (f"--a=--api-key={SECRET}", "--a=--api-key="),
     (f"docker run -e HF_TOKEN={SECRET} img", "docker run -e HF_TOKEN="),
     # an argv as a Python list or a JSON list (Ray's node summary lists command lines so)

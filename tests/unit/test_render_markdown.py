@@ -16,12 +16,13 @@ EXAMPLES = all_diagnoses()
 
 
 def _unescaped(markdown: str) -> str:
-    """The text a reader sees: backslash escapes undone, whitespace folded."""
-    return " ".join(re.sub(r"\\(.)", r"\1", markdown).split())
+    """The text a reader sees: backslash escapes undone, code spans shown as their text (a URL,
+    `#1`, `@team` are put in one so that GitHub leaves them text), whitespace folded."""
+    return " ".join(re.sub(r"\\(.)", r"\1", markdown).replace("`", "").split())
 
 
 def _words(value: str) -> str:
-    return " ".join(value.split())
+    return " ".join(value.replace("`", "").split())
 
 
 def _fenced_blocks(markdown: str) -> list[list[str]]:
@@ -160,3 +161,56 @@ def test_matches_golden() -> None:
     assert render_markdown(EXAMPLES["hung"]) == expected, (
         "markdown report changed: run `python scripts/make_screenshots.py` and review the diff"
     )
+
+
+# ---------------------------------------------------------------- issue 32, point 6
+
+# Text a job (or a bundle's author) controls, as a markdown reader on GitHub would act on it: a
+# bidi override in each encoding GitHub decodes (character references, named and numeric), the
+# invisible characters Python calls printable, a team mention, a user mention, issue references,
+# bare links.
+HOSTILE = (
+    "engine &#x202E;kcatta&#x202C; &#8238;x &rlm;y &ZeroWidthSpace;z "
+    "hangul\u3164filler braille\u2800blank vs\ufe0fsel "
+    "cc @org/team and @someone, see org/repo#12 and #34, "
+    "http://evil.example/x www.evil.example mail me@evil.example"
+)
+
+
+def _rendered_outside_code(markdown: str) -> str:
+    """The HTML a CommonMark renderer (markdown-it, as rich's) makes of `markdown`, with every
+    <code> element removed: the text GitHub would decode, autolink or mention-link."""
+    from markdown_it import MarkdownIt
+
+    html = MarkdownIt("commonmark").enable("table").render(markdown)
+    return re.sub(r"<code[^>]*>.*?</code>", "", html, flags=re.DOTALL)
+
+
+def test_what_github_would_decode_link_or_ping_stays_text() -> None:
+    """Point 6: character references (`&#x202E;`, `&#8238;`, `&rlm;`) reached the issue and
+    GitHub decoded them (a bidi override reverses what follows), `@org/team` pinged the team and
+    bare URLs became links. Now `&` is escaped in prose, mentions, issue references and links sit
+    in code spans, invisible characters are escaped: in the summary, a culprit's why, a finding,
+    a blind spot and a table cell alike."""
+    hung = EXAMPLES["hung"]
+    culprit = replace(hung.verdict.culprits[0], why=HOSTILE)
+    verdict = replace(
+        hung.verdict,
+        summary=HOSTILE,
+        culprits=(culprit,),
+        findings=(Finding("x", Severity.WARNING, HOSTILE, (HOSTILE,)),),
+        blind_spots=(HOSTILE,),
+    )
+    markdown = render_markdown(replace(hung, verdict=verdict))
+    outside = _rendered_outside_code(markdown)
+    for decoded in ("\u202e", "\u202c", "\u200f", "\u200b", "\u3164", "\u2800", "\ufe0f"):
+        assert decoded not in outside and decoded not in markdown, repr(decoded)
+    for live in ("@org/team", "@someone", "org/repo#12", "#34", "http://evil", "www.evil",
+                 "me@evil"):  # fmt: skip
+        assert live not in outside, (live, outside)
+    assert "`@org/team`" in markdown and "`http://evil.example/x`" in markdown
+    assert "\\&#x202E;" in markdown or "`&#x202E;`" in markdown
+    assert "\\u3164" in markdown  # shown, not hidden
+    # nothing is dropped: the reader still sees every word
+    seen = " ".join(re.sub(r"\\(.)", r"\1", markdown).replace("`", "").split())
+    assert "kcatta" in seen and "org/repo#12" in seen and "me@evil.example" in seen

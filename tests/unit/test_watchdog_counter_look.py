@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -360,6 +361,10 @@ def test_a_flat_counter_sends_the_run_to_the_analysed_look(
     verdict = ran["verdict"]
     assert isinstance(verdict, dict) and "counter_look" not in verdict.get("extra", {})
     said = [f["message"] for f in verdict["findings"] if f["rule"] == "watchdog.counter_look"]
-    assert said and f"flat for 0.3 s at {a.url}" in said[0] and "took the analysed look" in said[0]
+    assert said and "took the analysed look" in said[0], said
+    # the window said is the one read (start of the first reads to start of the last): at least
+    # the 0.3 s asked, more when a loaded machine is slow to make the first reads
+    flat = re.search(rf"flat for (\d+\.\d+) s at {re.escape(a.url)}", said[0])
+    assert flat is not None and float(flat.group(1)) >= 0.3, said[0]
     modules = ran["modules"]
     assert isinstance(modules, list) and "slime_hangdoctor.analysis.diagnosis" in modules

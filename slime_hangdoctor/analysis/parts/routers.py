@@ -2,14 +2,15 @@
 there, its process is a zombie or was reaped), one that refuses connections or does not answer (no
 request reaches an engine), answers 503, or lists no worker while callers hold their requests at
 it. The known causes beside them: the router that is gone (what killed it, and that nothing restarts
-it) and the router that answers 503."""
+it) and the router that answers 503. And each URL a router lists that is not one of the job's
+engines (`Topology.listed`: anyone who reaches its worker registration may add one), named apart."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from slime_hangdoctor.analysis.engines import SGLANG
+from slime_hangdoctor.analysis.engines import SGLANG, router_entry
 from slime_hangdoctor.analysis.network import SOCKETS, PeerKind, kept_connections
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
@@ -27,9 +28,16 @@ from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.parsers.processes import STATUS_ZOMBIE
-from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpAnswer, HttpPeer, RouterWorkers
+from slime_hangdoctor.parsers.sglang import (
+    HTTP_ANSWERS,
+    HttpAnswer,
+    HttpPeer,
+    RouterWorkers,
+    SglangMetrics,
+    counter_rises,
+)
 from slime_hangdoctor.topology import KnownRouter, given_routers, launched_routers
-from slime_hangdoctor.verdict import Role, Severity, Stage
+from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
 
 
 def _last_answers(world: World) -> tuple[int, dict[str, list[HttpAnswer]]]:
@@ -378,9 +386,55 @@ def _router_gone(r: Reading) -> Cause | None:
     )
 
 
+def listed_findings(world: World) -> list[Finding]:
+    """Each URL a router lists that is not one of the job's engines (`Topology.listed`: no process
+    of the job serves it, the job's arguments and the user do not name it). Anyone who reaches
+    the router's worker registration can add one: it was probed without the API key, and nothing
+    it answers weighs on the verdict; what it answered is told, and the router's own count of
+    requests in flight to it (the job's requests sent there are lost to the job)."""
+    out: list[Finding] = []
+    for engine in world.topology.listed:
+        url = engine.url.rstrip("/")
+        answers = [  # ENGINE: a bundle written before the collector marked them
+            o
+            for o in world.snapshot.joined(HTTP_ANSWERS)
+            if o.kind in (HttpPeer.LISTED, HttpPeer.ENGINE) and o.answer.url.rstrip("/") == url
+        ]
+        evidence: list[str] = []
+        ok = sorted({o.answer.path for o in answers if o.answer.status == 200})
+        if ok:
+            evidence.append(f"it answered {', '.join(ok)}")
+        not_ok = {
+            f"GET {o.answer.path}: {o.answer.error or f'HTTP {o.answer.status}'}"
+            for o in answers
+            if o.answer.status != 200 and o.answer.path not in ok
+        }
+        evidence.extend(sorted(not_ok)[:3])
+        metrics = {o.sample: o.parsed for o in answers if isinstance(o.parsed, SglangMetrics)}
+        if len(metrics) >= 2:
+            rises = counter_rises(metrics[min(metrics)], metrics[max(metrics)])
+            if rises:
+                evidence.append(f"its counters rose ({', '.join(rises)}): not the job's progress")
+        entry = router_entry(world, url)
+        if entry is not None and entry.load:
+            evidence.append(f"the router counts {entry.load} requests in flight to it")
+        out.append(
+            Finding(
+                "router-lists-unknown-engine",
+                Severity.WARNING,
+                f"the router lists {url}, which is not one of the job's engines (no process of "
+                "the job serves it, and neither the job's arguments nor --sglang-url name it): "
+                "probed without the API key, left out of the verdict",
+                tuple(evidence[:5]),
+            )
+        )
+    return out
+
+
 ANALYSIS = SourceAnalysis(
     name="routers",
     gives=(SGLANG, SOCKETS),
     suspects=suspects,
     causes=(_router_no_workers, _router_gone),
+    findings=lambda r: listed_findings(r.world),
 )

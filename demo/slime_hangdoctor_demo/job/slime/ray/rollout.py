@@ -26,6 +26,7 @@ from slime.utils.misc import (
     Box,
     die_with_parent_after_fork,
     fault_armed,
+    fault_arms_at,
     get_current_node_ip,
     get_free_port,
     load_function,
@@ -412,7 +413,7 @@ class RolloutManager:
             where = f"the rollout's requests to engine {self.args.fault_engine}"
             wait_until_server_fault_live(self.args, engine, rollout_id, where)
         if (
-            fault_armed(self.args, "rollout_engine_stuck", rollout_id)
+            fault_arms_at(self.args, "rollout_engine_stuck", rollout_id)
             or fault_armed(self.args, "serving_cluster_engine_stuck", rollout_id)
             or fault_armed(self.args, "rollout_tp_rank_prefetch_stuck", rollout_id)
             or fault_armed(self.args, "engine_detokenizer_stalled", rollout_id)

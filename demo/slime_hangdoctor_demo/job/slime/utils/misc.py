@@ -78,6 +78,13 @@ def fault_armed(args: argparse.Namespace, name: str, rollout_id: int) -> bool:
     return bool(args.fault == name and rollout_id >= args.fault_after_steps)
 
 
+def fault_arms_at(args: argparse.Namespace, name: str, rollout_id: int) -> bool:
+    """Whether the demo fault `name` is selected and this is the rollout that arms it (once: a
+    fault its arm file holds, cleared by removing the file, is not armed again by the next
+    rollout; benchmarks/bench_soak.py arms and clears it in turns)."""
+    return bool(args.fault == name and rollout_id == args.fault_after_steps)
+
+
 def start_black_hole_proxy() -> str:
     """Demo fault `rollout_behind_proxy` (slime#1026: "a proxy setting on the master node"): an
     HTTP proxy on this node that accepts every connection and never answers (a proxy that cannot

@@ -37,10 +37,13 @@ def torch_dtype(name: str) -> Any:
     return dtype
 
 
-def _block_forever(reason: str) -> None:
-    """Sleep forever in small steps (a stand-in for a CUDA sync or collective that never ends)."""
+def _block_forever(reason: str, armed: Callable[[], bool] | None = None) -> None:
+    """Sleep forever in small steps (a stand-in for a CUDA sync or collective that never ends).
+    Demo only: with `armed`, the wait ends once it says the fault is no longer armed (an arm file
+    removed: benchmarks/bench_soak.py arms and clears a fault in turns on a running job); a run
+    that never removes the file never sees it end, as a real stuck sync."""
     logger.debug("blocking forever: %s", reason)
-    while True:
+    while armed is None or armed():
         time.sleep(1.0)
 
 
@@ -75,7 +78,7 @@ class ModelRunner:
     def forward_decode(self, batch: ScheduleBatch) -> list[tuple[int, float]]:
         if self.fault_active("stuck_scheduler"):
             logger.debug("fault stuck_scheduler: forward never returns")
-            self._synchronize()
+            self._synchronize(armed=lambda: self.fault_active("stuck_scheduler"))
         time.sleep(self.step_s)
         self._all_reduce_hidden_states(len(batch.reqs))
         return [next_token(r.rid, len(r.output_ids)) for r in batch.reqs]
@@ -93,8 +96,8 @@ class ModelRunner:
 
         self.copy_done = tensor_model_parallel_all_reduce(torch.ones(max(num_tokens, 1)))
 
-    def _synchronize(self) -> None:
-        _block_forever("copy_done.synchronize() of a batch that never finishes")
+    def _synchronize(self, armed: Callable[[], bool] | None = None) -> None:
+        _block_forever("copy_done.synchronize() of a batch that never finishes", armed)
 
     # ---- weight-update group
     def init_weights_update_group(self, req: Msg) -> tuple[bool, str]:

@@ -223,7 +223,8 @@ class SGLangEngine(RayActor):
                     tempfile.mkdtemp(prefix="demo-fault-"), f"engine{self.rank}.arm"
                 )
                 argv += ["--fault-arm-file", self.fault_arm_file]
-            logger.info(f"demo fault plan for engine {self.rank}: server fault {fault}")
+            armed_by = f" (arm file {self.fault_arm_file})" if self.fault_arm_file else ""
+            logger.info(f"demo fault plan for engine {self.rank}: server fault {fault}{armed_by}")
         return argv
 
     def _init_normal(self, server_args: list[str]) -> None:
