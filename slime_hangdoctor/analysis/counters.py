@@ -5,10 +5,14 @@ table; this module judges what it read, and the watchdog only composes the two.
 It answers only "progressing", and only when it saw what the analysed look's judgement rested on,
 again: every engine whose work counters rose in that look's window answered `/metrics` twice, and
 each one's counters rose again within this window; this node's slime processes of that look are all
-still there; and that look is younger than `REFRESH_S`. The analysis calls a job progressing as soon
-as one engine's work counters rise (analysis/diagnosis.py `_status`, the engines part's progress),
-so where this look answers, the analysed look would have given the same status and exit code; what
-it does not give are the findings of the sources it did not read, for at most `REFRESH_S`.
+still there; no process of the request path it remembers (the router, the engines' HTTP processes)
+was CPU-bound over this window; and that look is younger than `REFRESH_S`. The analysis calls a job
+progressing on an engine's rising work counters only while the job's requests pass their path
+(analysis/progress.py; a hop that holds them is CPU-bound in one frame while requests pile up at it,
+analysis/request_path.py): the CPU time is the part of that rule this look can read, so a CPU-bound
+hop sends the run to the analysed look, which decides. Where this look answers, the analysed look
+would have given the same status and exit code; what it does not give are the findings of the
+sources it did not read, for at most `REFRESH_S`.
 Anything else (a counter flat, an engine silent, a process gone, an old plan) is a reason, and the
 run takes the analysed look.
 """
@@ -19,7 +23,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Protocol
 
-from slime_hangdoctor.markers import Markers, engine_markers
+from slime_hangdoctor.markers import Markers, cpu_bound, engine_markers
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.sglang import SGLANG, SglangMetrics, counter_rises
 from slime_hangdoctor.verdict import Diagnosis, Finding, Severity, Stage, Status, Verdict
@@ -76,6 +80,10 @@ class CounterReading:
     gone: tuple[int, ...]  # pids of the plan's processes no longer there (or another process's)
     window_s: float  # from the start of the first reads to the start of the last
     elapsed_s: float
+    # (pid, CPU seconds over the window, runnable at both reads, seconds its main thread was on a
+    # CPU or waiting for one (None: /proc/<pid>/schedstat not read)) of the plan's request-path
+    # processes that both reads saw
+    hop_cpu: tuple[tuple[int, float, bool, float | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,20 @@ def _judge(plan: CounterPlan, reading: CounterReading, now: float) -> CounterJud
     if reading.gone:
         pids = ", ".join(str(p) for p in reading.gone)
         return CounterJudgement(None, f"slime process(es) {pids} gone from this node", markers)
+    bound = [
+        (pid, cpu)
+        for pid, cpu, runnable, wanted in reading.hop_cpu
+        if cpu_bound(cpu, reading.window_s, runnable, wanted)
+    ]
+    if bound:
+        pid, cpu = bound[0]
+        return CounterJudgement(
+            None,
+            f"process {pid} on the rollout's request path was CPU-bound over the window "
+            f"({cpu:.1f} CPU-s in {window}): the engines' tokens count only while the job's "
+            "requests pass it",
+            markers,
+        )
     if not rises:
         return CounterJudgement(None, "no engine to read", markers)
     why = (

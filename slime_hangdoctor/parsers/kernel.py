@@ -5,6 +5,7 @@ Artefact format::
     {"node_ip": .., "time": .., "uptime_s": <float | null>,
      "processes": {"<pid>": {"stat": "<raw /proc/pid/stat>", "wchan": "<raw>" | null,
                              "io": "<raw /proc/pid/io>" | null,
+                             "schedstat": "<raw /proc/pid/schedstat>" | null (absent before),
                              "threads": [{"tid": n, "stat": "<raw>", "wchan": "<raw>" | null}]}},
      "shm": {"path", "total", "free"} | {"path", "error"},
      "kmsg": {"readable": true, "lines": ["<raw /dev/kmsg record>", ..]} | {"readable": false, "error"}}
@@ -19,6 +20,7 @@ from typing import Any, Final, Literal, get_args
 from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.parsers.json_text import load_json_object
+from slime_hangdoctor.parsers.processes import SchedStat, parse_schedstat
 from slime_hangdoctor.source_spec import SourceSpec
 
 # the source's name (the `source` of its probe records, the folder under raw/): JSON: kernel-side state of one node's slime processes, /dev/shm, OOM-killer lines
@@ -70,6 +72,7 @@ class ProcessKernelState:
     wchan: str | None = None  # kernel function it sleeps in ("0" / empty: running or not shown)
     io: IoCounters | None = None  # None: not readable (another user's process without root)
     blocked_threads: tuple[ThreadKernelState, ...] = ()  # threads in D state (disk sleep)
+    sched: SchedStat | None = None  # None: not read (an older bundle, a kernel without it)
 
     @property
     def in_disk_sleep(self) -> bool:
@@ -214,6 +217,7 @@ def _process(row: Mapping[str, Any]) -> ProcessKernelState:
         wchan=parse_wchan(_opt_str(row, "wchan")),
         io=parse_io(io_text) if isinstance(io_text, str) else None,
         blocked_threads=tuple(blocked),
+        sched=parse_schedstat(sched) if (sched := _opt_str(row, "schedstat")) else None,
     )
 
 

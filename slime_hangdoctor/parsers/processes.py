@@ -64,6 +64,9 @@ PROCESS_STATUSES: Final[frozenset[str]] = frozenset(get_args(ProcessStatus))
 STATUS_ZOMBIE: Final[ProcessStatus] = "zombie"
 
 
+STATUS_RUNNING: Final[ProcessStatus] = "running"  # state R: running, or waiting only for a CPU
+
+
 STATUS_DISK_SLEEP: Final[ProcessStatus] = "disk-sleep"
 
 
@@ -95,6 +98,24 @@ class ProcessInfo:
     def title(self) -> str:
         """The process title (Ray and SGLang put their role in argv[0])."""
         return " ".join(a for a in self.cmdline if a).strip() or self.name
+
+
+# The CPU a process wanted, beside the CPU it got (`cpu_seconds`): read by the kernel probe
+# (collect/kernel.py, per sample) and by the watchdog's counters-only look (watchdog/counter_look.py)
+@dataclass(frozen=True)
+class SchedStat:
+    """/proc/<pid>/schedstat: the main thread's nanoseconds on a CPU and waiting on a run queue."""
+
+    run_ns: int
+    wait_ns: int
+
+
+def parse_schedstat(text: str) -> SchedStat:
+    """``/proc/<pid>/schedstat``: ``run_ns wait_ns timeslices`` (Documentation/scheduler/sched-stats)."""
+    fields = text.split()
+    if len(fields) < 2 or not all(f.isdigit() for f in fields[:2]):
+        raise ParseError(f"schedstat: not 'run wait slices': {text[:60]!r}")
+    return SchedStat(int(fields[0]), int(fields[1]))
 
 
 def parse_processes(text: str | bytes) -> tuple[ProcessInfo, ...]:

@@ -68,6 +68,9 @@ TcpState = Literal[
 TCP_LISTEN: Final[TcpState] = "LISTEN"
 
 
+TCP_ESTABLISHED: Final[TcpState] = "ESTABLISHED"
+
+
 # a request in flight, or a connect that never completes
 TCP_WAITING: Final[frozenset[TcpState]] = frozenset({"ESTABLISHED", "SYN_SENT"})
 

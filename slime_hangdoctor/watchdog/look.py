@@ -21,7 +21,7 @@ from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.parsers.processes import STATUS_ZOMBIE
 from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer, SglangMetrics, counter_rises
 from slime_hangdoctor.pipeline import Analysed, attach
-from slime_hangdoctor.topology import build_topology
+from slime_hangdoctor.topology import MemberKind, build_topology
 from slime_hangdoctor.verdict import (
     Diagnosis,
     Finding,
@@ -189,6 +189,11 @@ def _note_stackless(analysed: Analysed) -> Analysed:
     )
 
 
+# the processes of the rollout's request path a plan remembers: the router (or a listening child of
+# the RolloutManager, such as miles's session server), the engines' HTTP processes
+_HOP_KINDS = frozenset({MemberKind.ROUTER, MemberKind.HTTP_SERVER})
+
+
 def counter_plan(analysed: Analysed, target: str, now: float) -> CounterPlan | None:
     """What the next runs' counters-only look reads, from a look that judged the job progressing
     with work moving in its window: the job's engines whose work counters rose between its two
@@ -237,4 +242,14 @@ def counter_plan(analysed: Analysed, target: str, now: float) -> CounterPlan | N
             if m.node_ip == here and m.pid in started
         )
     )
-    return CounterPlan(now, target, engines, tuple(dict.fromkeys(processes)))
+    # the processes of the rollout's request path (analysis/request_path.py, by role): their CPU
+    # times are what the counters look reads of the rule that engines' tokens count only while the
+    # job's requests pass them
+    hops = tuple(
+        sorted(
+            (m.pid, started[m.pid])
+            for m in topology.members
+            if m.node_ip == here and m.pid in started and m.kind in _HOP_KINDS
+        )
+    )
+    return CounterPlan(now, target, engines, tuple(dict.fromkeys(processes)), hops)
