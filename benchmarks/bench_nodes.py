@@ -41,6 +41,7 @@ from benchmarks.measure import run_measured
 from slime_hangdoctor.collect.node import NodeSpec, node_probes, partial_snapshot, pids_by_node
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.collect.remote import RayTasks, RemoteNode, collect_remote, gather_remote
+from slime_hangdoctor.parsers.ray_state import RAY_STATE
 from slime_hangdoctor_demo import cluster
 from slime_hangdoctor_demo.launch import start_demo
 
@@ -129,7 +130,7 @@ def _fanout(head: cluster.RayHead, work: Path, only: list[str]) -> dict[str, Any
             probe = BundleWriter(Path(tmp) / "state", command="bench")
             capture_state(probe, DashboardClient(head.dashboard_url, timeout=5.0), sample=0)
             state = partial_snapshot(probe)
-        node = next(n for n in state.nodes if n.node_ip == NODE2_IP)
+        node = next(n for n in state.joined(RAY_STATE).nodes if n.node_ip == NODE2_IP)
         pids = frozenset(pids_by_node(state)[node.node_id])
         silent = socket.socket()
         silent.bind(("127.0.0.1", 0))

@@ -21,8 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from slime_hangdoctor.bundle import RAY_LOGS, BundleWriter, ProbeRecord
+from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.logs import RAY_LOGS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 MIB = 2**20

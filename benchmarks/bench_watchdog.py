@@ -74,7 +74,7 @@ def _has_finding(m: Measured, rule: str) -> bool:
 
 
 def _counters_only(m: Measured) -> bool:
-    """The run's counters-only look gave its verdict (watchdog/counter_verdict.py)."""
+    """The run's counters-only look gave its verdict (analysis/counters.py)."""
     try:
         return "counter_look" in json.loads(m.stdout).get("extra", {})
     except (ValueError, AttributeError):
@@ -85,7 +85,7 @@ def _refresh_check(job: DemoJob, state: Path) -> Measured:
     """The run that takes the analysed look again because the counters plan is REFRESH_S old:
     the plan's time is moved back by REFRESH_S in the state file (nothing else changes), then a
     plain `check`."""
-    from slime_hangdoctor.watchdog.counter_verdict import REFRESH_S
+    from slime_hangdoctor.analysis.counters import REFRESH_S
 
     data = json.loads(state.read_text())
     if isinstance(data.get("counter_plan"), dict):
@@ -97,7 +97,7 @@ def _refresh_check(job: DemoJob, state: Path) -> Measured:
 def _progressing_hour(counted: dict[str, Any], refresh: dict[str, Any]) -> dict[str, Any]:
     """`check` every minute for an hour of a job that keeps generating: one analysed look every
     REFRESH_S (10 min), counters-only looks between."""
-    from slime_hangdoctor.watchdog.counter_verdict import REFRESH_S
+    from slime_hangdoctor.analysis.counters import REFRESH_S
 
     analysed_runs = HOUR_RUNS // int(REFRESH_S / 60)
     hour = _hour(analysed_runs, refresh, counted)

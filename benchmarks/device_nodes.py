@@ -282,6 +282,7 @@ def _fanout(cluster: Cluster, rounds: int) -> dict[str, Any]:
     from slime_hangdoctor.collect.node import NodeSpec, partial_snapshot, pids_by_node
     from slime_hangdoctor.collect.options import CollectOptions, Deadline
     from slime_hangdoctor.collect.remote import RayTasks, RemoteNode, collect_remote, gather_remote
+    from slime_hangdoctor.parsers.ray_state import RAY_STATE
 
     with tempfile.TemporaryDirectory() as tmp:
         probe = BundleWriter(Path(tmp) / "state", command="bench")
@@ -289,7 +290,11 @@ def _fanout(cluster: Cluster, rounds: int) -> dict[str, Any]:
         state = partial_snapshot(probe)
     by_node = pids_by_node(state)
     workers = sorted(
-        (n for n in state.nodes if n.node_ip != "127.0.0.1" and n.node_id in by_node),
+        (
+            n
+            for n in state.joined(RAY_STATE).nodes
+            if n.node_ip != "127.0.0.1" and n.node_id in by_node
+        ),
         key=lambda n: n.node_ip,
     )
     out: dict[str, Any] = {}

@@ -52,31 +52,11 @@ _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | NOFOLLOW | CLOEXEC
 BUNDLE_SCHEMA = "slime-hangdoctor.bundle/1"
 MANIFEST = "manifest.json"
 
-# Sources (the `source` of a probe record, also the folder under raw/).
-RAY_DASHBOARD = "ray_dashboard"  # one dashboard answer; meta: endpoint, status
-PROCESSES = "processes"  # JSON list of process dicts (psutil), one artefact per node and sample
-PYSPY = "pyspy"  # py-spy dump stdout; meta: pid, format (json|text), native
-DASHBOARD_TRACEBACK = "dashboard_traceback"  # Ray /worker/traceback text; meta: pid
-SGLANG = "sglang"  # one HTTP answer of an engine; meta: url, path, status, elapsed_s, error
-ROUTER = "router"  # one HTTP answer of a router; meta as SGLANG
-NVML = "nvml"  # JSON series of GPU samples of one node
-GPM = "gpm"  # JSON list of GPM readings of one node
-NCCL_RAS = "nccl_ras"  # JSON {"text": {...,"body"}, "json": {...,"body"}} of one node
+# The one source the writer itself names: a flight-recorder pickle is stored byte for byte (add()).
+# Every other source's name lives beside its parser (parsers/<source>.py), and sources.SPECS lists
+# them all.
 FLIGHT_RECORDER = "flight_recorder"  # the pickle a rank dumped; meta: rank, pid
-RAY_LOGS = (
-    "ray_logs"  # the tail of one log (Ray log API); meta: kind, actor_id / submission_id, suffix
-)
-SOCKETS = (
-    "sockets"  # JSON: the TCP tables' rows of one node's slime processes, and their socket fds
-)
-KERNEL = (
-    "kernel"  # JSON: kernel-side state of one node's slime processes, /dev/shm, OOM-killer lines
-)
-# The first bytes of one stream (err / out) of a slime actor's Ray worker log, read on its node;
-# meta: pid, class_name, stream, file, bytes, max_bytes, truncated
-ACTOR_LOG_HEAD = "actor_log_head"
 
-# The list of the sources, with what each one needs, is sources.SPECS.
 
 _SAFE = re.compile(r"[^A-Za-z0-9._\-]+")
 

@@ -487,8 +487,8 @@ def collect(
 
     with _progress(quiet) as say:
         result = do_collect(address, from_process_start(opts), out, command="collect", progress=say)
-    if result.ray_error and not opts.local:
-        _err(f"could not read the Ray cluster: {result.ray_error}")
+    if result.ray_error is not None and not opts.local:
+        _err(f"could not read the Ray cluster: {result.ray_error}", result.ray_error.help_text)
     tarball = archive(result.root)
     failed = sum(1 for p in result.manifest.probes if p.outcome.value != "ok")
     typer.echo(

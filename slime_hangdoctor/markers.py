@@ -11,7 +11,7 @@ import hashlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from slime_hangdoctor.http_facts import SglangMetrics
+    from slime_hangdoctor.parsers.sglang import SglangMetrics
     from slime_hangdoctor.snapshot import Snapshot
     from slime_hangdoctor.topology import Topology
 
@@ -74,10 +74,10 @@ def engine_markers(url: str, metrics: SglangMetrics) -> Markers:
 
 
 def _engine_counters(snapshot: Snapshot, out: Markers) -> None:
-    from slime_hangdoctor.http_facts import SglangMetrics
+    from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, SglangMetrics
 
     latest: dict[str, SglangMetrics] = {}
-    for obs in sorted(snapshot.http, key=lambda o: o.sample):
+    for obs in sorted(snapshot.joined(HTTP_ANSWERS), key=lambda o: o.sample):
         if isinstance(obs.parsed, SglangMetrics):
             latest[obs.answer.url] = obs.parsed
     for url, m in latest.items():
@@ -85,13 +85,15 @@ def _engine_counters(snapshot: Snapshot, out: Markers) -> None:
 
 
 def _ray_tasks(snapshot: Snapshot, topology: Topology, out: Markers) -> None:
-    from slime_hangdoctor.facts import TASK_RUNNING
+    from slime_hangdoctor.parsers.ray_state import RAY_STATE, TASK_RUNNING
 
     slime_actors = {m.actor_id for m in topology.members if m.actor_id}
     ids = sorted(
-        t.task_id for t in snapshot.tasks if t.actor_id in slime_actors and t.state == TASK_RUNNING
+        t.task_id
+        for t in snapshot.joined(RAY_STATE).tasks
+        if t.actor_id in slime_actors and t.state == TASK_RUNNING
     )
-    if snapshot.ray_seen:
+    if snapshot.joined(RAY_STATE).seen:
         out["ray:running_slime_tasks"] = _digest(ids)
 
 
@@ -115,7 +117,9 @@ def _flight_cursors(snapshot: Snapshot, out: Markers) -> None:
 
 
 def _gpu_counters(snapshot: Snapshot, out: Markers) -> None:
-    for obs in snapshot.gpus:
+    from slime_hangdoctor.parsers.nvml import GPU_SERIES
+
+    for obs in snapshot.joined(GPU_SERIES):
         if not obs.series.samples:
             continue
         for g in obs.series.samples[-1].gpus:
@@ -124,9 +128,11 @@ def _gpu_counters(snapshot: Snapshot, out: Markers) -> None:
 
 
 def _stacks(snapshot: Snapshot, topology: Topology, out: Markers) -> None:
+    from slime_hangdoctor.parsers.pyspy import ALL_STACKS
+
     slime_pids = {(m.node_ip, m.pid) for m in topology.members}
     latest: dict[tuple[str | None, int], str] = {}
-    for obs in sorted(snapshot.stacks, key=lambda s: s.sample):
+    for obs in sorted(snapshot.joined(ALL_STACKS), key=lambda s: s.sample):
         if (obs.node_ip, obs.pid) not in slime_pids and not any(
             p == obs.pid for _, p in slime_pids
         ):

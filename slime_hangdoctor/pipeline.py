@@ -77,10 +77,11 @@ def attach(
             judge_work_moved=judge_work_moved,
             on_window=window_begins,
         )
-        if result.ray_error and not opts.local:
+        if result.ray_error is not None and not opts.local:
             verdict = unknown_verdict(
                 f"Could not read the Ray cluster: {result.ray_error}",
-                blind_spots=(result.ray_error,),
+                blind_spots=(str(result.ray_error),),
+                next_steps=(result.ray_error.help_text,) if result.ray_error.help_text else (),
                 elapsed_s=time.monotonic() - started,
             )
             return Analysed(Diagnosis(verdict), manifest=result.manifest)

@@ -9,18 +9,19 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
 
-from slime_hangdoctor.facts import (
-    ACTOR_ALIVE,
-    JOB_RUNNING,
-    STATUS_ZOMBIE,
-    TASK_RUNNING,
-    ProcessInfo,
-    RayJob,
-)
-from slime_hangdoctor.http_facts import RouterWorkers
 from slime_hangdoctor.parsers.log_heads import SPEC as LOG_HEADS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.snapshot import HttpPeer, Snapshot
+from slime_hangdoctor.parsers.processes import STATUS_ZOMBIE, ProcessInfo
+from slime_hangdoctor.parsers.pyspy import ALL_STACKS
+from slime_hangdoctor.parsers.ray_state import (
+    ACTOR_ALIVE,
+    JOB_RUNNING,
+    RAY_STATE,
+    TASK_RUNNING,
+    RayJob,
+)
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer, RouterWorkers
+from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.verdict import Role
 
 
@@ -299,8 +300,12 @@ def _router_url(proc: ProcessInfo, node_ip: str | None) -> str | None:
 def build_topology(snapshot: Snapshot) -> Topology:
     """Roles of the slime processes seen in `snapshot` (Ray state first, process titles second)."""
     procs = _latest_processes(snapshot)
-    node_ip_of = {n.node_id: n.node_ip for n in snapshot.nodes}
-    running = {t.actor_id: t.name for t in snapshot.tasks if t.actor_id and t.state == TASK_RUNNING}
+    node_ip_of = {n.node_id: n.node_ip for n in snapshot.joined(RAY_STATE).nodes}
+    running = {
+        t.actor_id: t.name
+        for t in snapshot.joined(RAY_STATE).tasks
+        if t.actor_id and t.state == TASK_RUNNING
+    }
     members: dict[tuple[str | None, int], Member] = {}
 
     def proc_node(pid: int, hint: str | None) -> str | None:
@@ -309,7 +314,7 @@ def build_topology(snapshot: Snapshot) -> Topology:
         nodes = [n for (n, p) in procs if p == pid]
         return nodes[0] if len(nodes) == 1 else hint
 
-    for a in snapshot.actors:
+    for a in snapshot.joined(RAY_STATE).actors:
         role = CLASS_ROLES.get(a.class_name)
         if role is None or a.pid is None or a.state != ACTOR_ALIVE:
             continue
@@ -366,20 +371,33 @@ def build_topology(snapshot: Snapshot) -> Topology:
     final, engines = _pair_lost_servers(final, engines)
     listed = tuple(e for e in engines if e.listed_only)
     engines = tuple(e for e in engines if not e.listed_only)
-    routers = tuple(
+    routers = _router_urls(final, launched, procs, snapshot)
+    return Topology(tuple(final), engines, routers, _job_running(snapshot), listed)
+
+
+def _router_urls(
+    final: list[Member],
+    launched: dict[tuple[str | None, int], list[KnownRouter]],
+    procs: dict[tuple[str | None, int], ProcessInfo],
+    snapshot: Snapshot,
+) -> tuple[str, ...]:
+    """Every router's URL, once, in order: those a router process serves, those the job
+    launched (gone or not), those the job's arguments or the user give."""
+    return tuple(
         dict.fromkeys(
             [m.engine_url for m in final if m.role is Role.ROUTER and m.engine_url]
             + [r.url for found in launched.values() for r in found]
             + [r.url for r in given_routers(final, procs, snapshot)]
         )
     )
-    return Topology(tuple(final), engines, routers, _job_running(snapshot), listed)
 
 
 def _job_running(snapshot: Snapshot) -> bool | None:
     """Whether a Ray job (a driver other than the doctor's own) is RUNNING; None without jobs."""
     doctor = snapshot.manifest.target.get("doctor_pid")
-    jobs = [j for j in snapshot.jobs if j.driver_pid is None or j.driver_pid != doctor]
+    jobs = [
+        j for j in snapshot.joined(RAY_STATE).jobs if j.driver_pid is None or j.driver_pid != doctor
+    ]
     return any(j.status == JOB_RUNNING for j in jobs) if jobs else None
 
 
@@ -538,10 +556,10 @@ def _add_ray_mode_schedulers(
     inside a Ray worker of slime's own job) keeps no URL: nothing Ray says ties it to one engine."""
     drivers = {
         j.job_id: (j.driver_node_ip, j.driver_pid)
-        for j in snapshot.jobs
+        for j in snapshot.joined(RAY_STATE).jobs
         if j.job_id and j.driver_pid is not None
     }
-    for a in snapshot.actors:
+    for a in snapshot.joined(RAY_STATE).actors:
         kind = SGLANG_RAY_ACTORS.get(a.class_name)
         if kind is None or a.pid is None or a.state != ACTOR_ALIVE:
             continue
@@ -610,7 +628,7 @@ def _router_code_pids(snapshot: Snapshot) -> set[tuple[str | None, int]]:
     """Processes whose stacks run sgl-router's Python code (slime's `run_router` -> `launch_router`
     child of the RolloutManager, blocked in the router's native server)."""
     out: set[tuple[str | None, int]] = set()
-    for obs in snapshot.stacks:
+    for obs in snapshot.joined(ALL_STACKS):
         for thread in obs.stack.threads:
             if any(
                 code in (f.short_filename or f.filename).replace("\\", "/")
@@ -671,7 +689,7 @@ def _router_owners(
     """The processes of the live slime actors that start routers, wherever slime places them (the
     RolloutManager, slime's next ServingCluster): from Ray state, else from their titles."""
     out: dict[tuple[str | None, int], _Owner] = {}
-    for a in snapshot.actors:
+    for a in snapshot.joined(RAY_STATE).actors:
         if a.class_name not in ROUTER_PARENTS or a.pid is None or a.state != ACTOR_ALIVE:
             continue
         node = a.node_ip or node_of.get(a.node_id or "")
@@ -939,7 +957,7 @@ def running_entrypoints(snapshot: Snapshot) -> list[tuple[RayJob, tuple[str, ...
     """Each running Ray job with its entrypoint split as a shell would (on whitespace where the
     text is not valid shell)."""
     out: list[tuple[RayJob, tuple[str, ...]]] = []
-    for job in snapshot.jobs:
+    for job in snapshot.joined(RAY_STATE).jobs:
         if job.status != JOB_RUNNING or not job.entrypoint:
             continue
         try:
@@ -955,7 +973,7 @@ def _add_drivers(
     snapshot: Snapshot,
 ) -> None:
     doctor = snapshot.manifest.target.get("doctor_pid")
-    for job in snapshot.jobs:
+    for job in snapshot.joined(RAY_STATE).jobs:
         if job.status != JOB_RUNNING or job.driver_pid is None or job.driver_pid == doctor:
             continue
         node = job.driver_node_ip
@@ -1170,13 +1188,15 @@ def _engines(
         engines.setdefault(str(url), Engine(str(url), None, None, None, "user-flag"))
     for known in named_engines(members, procs or {}, snapshot):
         engines.setdefault(known.url, Engine(known.url, None, None, None, "job-args", known.origin))
-    for obs in snapshot.http:
+    for obs in snapshot.joined(HTTP_ANSWERS):
         if isinstance(obs.parsed, RouterWorkers):
             for url in obs.parsed.urls:
                 engines.setdefault(
                     url.rstrip("/"), Engine(url.rstrip("/"), None, None, None, "router")
                 )
-    for obs in snapshot.http:  # an engine that answered earlier in this run is probed again
+    for obs in snapshot.joined(
+        HTTP_ANSWERS
+    ):  # an engine that answered earlier in this run is probed again
         if obs.kind is HttpPeer.ENGINE:
             url = obs.answer.url.rstrip("/")
             engines.setdefault(url, Engine(url, None, None, None, "earlier-answer"))

@@ -216,13 +216,19 @@ def _culprit_json(c: Culprit) -> dict[str, Any]:
 
 
 def unknown_verdict(
-    summary: str, *, blind_spots: tuple[str, ...] = (), elapsed_s: float = 0.0
+    summary: str,
+    *,
+    blind_spots: tuple[str, ...] = (),
+    next_steps: tuple[str, ...] = (),
+    elapsed_s: float = 0.0,
 ) -> Verdict:
-    """The verdict for "could not diagnose" (exit 3)."""
+    """The verdict for "could not diagnose" (exit 3); `next_steps`: what the user can do about it
+    (an unreachable Ray: how to give the address)."""
     return Verdict(
         status=Status.UNKNOWN,
         stage=Stage.UNKNOWN,
         summary=summary,
+        next_steps=next_steps,
         blind_spots=blind_spots,
         elapsed_s=elapsed_s,
     )

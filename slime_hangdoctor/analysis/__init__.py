@@ -20,10 +20,26 @@
 culprits; every part's known `causes`; the confidence, the findings (culprits, evidence, causes,
 the parts' state, progress, the logs), the next steps and blind spots; the per-process rows and
 the deciding stack excerpt.
+
+A fifth module stands apart: `counters` (the verdict of the watchdog's counters-only look), which
+the package imports nothing else for: the watchdog loads it alone, without the analysis.
 """
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.diagnosis import diagnose
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from slime_hangdoctor.analysis.diagnosis import diagnose
 
 __all__ = ["diagnose"]
+
+
+def __getattr__(name: str) -> Any:
+    """`diagnose`, imported when first asked for: importing the package (for `counters`) loads
+    nothing of the analysis."""
+    if name == "diagnose":
+        from slime_hangdoctor.analysis.diagnosis import diagnose
+
+        return diagnose
+    raise AttributeError(name)

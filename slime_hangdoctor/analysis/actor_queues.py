@@ -26,17 +26,19 @@ from typing import Literal
 
 from slime_hangdoctor.analysis.signatures import method_stage
 from slime_hangdoctor.analysis.source import Source
-from slime_hangdoctor.facts import (
+from slime_hangdoctor.parsers.ray_state import (
     ACTOR_ALIVE,
     ACTOR_CREATION_TASK,
+    RAY_STATE,
     TASK_ENDED,
     TASK_FINISHED,
     TASK_RUNNING_ANY,
+    UNFINISHED_TASKS,
     RayActor,
     RayTask,
+    TaskPageObs,
 )
-from slime_hangdoctor.parsers.ray_state import UNFINISHED_TASKS
-from slime_hangdoctor.snapshot import Snapshot, TaskPageObs
+from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.verdict import Stage
 
 RAY_TASKS = Source(
@@ -176,10 +178,10 @@ def _actor_of(task_id: str | None, tasks: dict[str, RayTask], actors: set[str]) 
 
 def build_view(snapshot: Snapshot) -> TaskView | None:
     """The actors' queues and what follows from them; None when no task page answered."""
-    pages = snapshot.task_pages
+    pages = snapshot.joined(RAY_STATE).task_pages
     if not pages:
         return None
-    actors = {a.actor_id: a for a in snapshot.actors}
+    actors = {a.actor_id: a for a in snapshot.joined(RAY_STATE).actors}
     known = _merged(pages)
     current = _current(pages)
     now_tasks = {t.task_id: t for t in current.tasks} if current else {}

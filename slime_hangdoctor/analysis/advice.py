@@ -17,10 +17,13 @@ from slime_hangdoctor.analysis.parts.gpu_kernel import GPU_KERNEL
 from slime_hangdoctor.analysis.parts.routers import gone_routers
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import JOB_RUNNING
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
-from slime_hangdoctor.snapshot import HttpPeer, Snapshot
+from slime_hangdoctor.parsers.nvml import GPU_SERIES
+from slime_hangdoctor.parsers.pyspy import ALL_STACKS
+from slime_hangdoctor.parsers.ray_state import JOB_RUNNING, RAY_STATE
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer
+from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.sources import SPECS
 from slime_hangdoctor.verdict import Role, Stage, Status
 
@@ -151,12 +154,12 @@ def general_steps(ctx: Context) -> list[str]:
             "TORCH_NCCL_ENABLE_TIMING=1; the NCCL watchdog aborts after "
             "--distributed-timeout-minutes (default 10)"
         )
-    if not w.snapshot.stacks and w.procs and not stacks_not_asked(w.snapshot):
+    if not w.snapshot.joined(ALL_STACKS) and w.procs and not stacks_not_asked(w.snapshot):
         steps.append(
             "Get Python stacks: run hangdoctor as root (py-spy needs ptrace) or start Ray with "
             "RAY_DASHBOARD_ENABLE_PROFILING=1 so the dashboard serves /worker/traceback"
         )
-    jobs = [j for j in w.snapshot.jobs if j.status == JOB_RUNNING]
+    jobs = [j for j in w.snapshot.joined(RAY_STATE).jobs if j.status == JOB_RUNNING]
     if jobs and ctx.status is Status.HUNG:
         j = jobs[0]
         steps.append(f"ray job logs {j.submission_id or j.job_id}  (the driver's last lines)")
@@ -172,12 +175,12 @@ def blind_spots(ctx: Context) -> list[str]:
     w = ctx.world
     snap = w.snapshot
     out = list(snap.blind_spots)
-    if not snap.stacks and stacks_not_asked(snap):
+    if not snap.joined(ALL_STACKS) and stacks_not_asked(snap):
         out.append(
             "no Python stacks: not taken in this run (the watchdog takes none while work moves): "
             "stages come from Ray method names and process titles only"
         )
-    elif not snap.stacks:
+    elif not snap.joined(ALL_STACKS):
         out.append(
             "no Python stacks (py-spy / dashboard traceback): stages come from Ray method names "
             "and process titles only"
@@ -197,16 +200,16 @@ def blind_spots(ctx: Context) -> list[str]:
                 "stacks are Python-only: the NCCL / CUDA call under a sync point is not visible "
                 "(py-spy --native shows it)"
             )
-    if not snap.gpus:
+    if not snap.joined(GPU_SERIES):
         out.append("no NVML readings: GPU states (stuck in a collective / idle / busy) unknown")
     # a source the run holds no fact of, that says what is missing then (SourceSpec.missing)
     out.extend(spec.missing for spec in SPECS if spec.missing and not snap.facts(spec))
-    if not snap.ray_seen:
+    if not snap.joined(RAY_STATE).seen:
         out.append("no Ray state API answer: roles come from process titles and environment only")
     if not w.two_samples:
         out.append("one sample only: progress between two samples could not be measured")
     if (w.topology.engines or w.by_role(Role.SGLANG_ENGINE)) and not any(
-        o.kind is HttpPeer.ENGINE for o in snap.http
+        o.kind is HttpPeer.ENGINE for o in snap.joined(HTTP_ANSWERS)
     ):
         out.append("no SGLang HTTP answers: engine health and token counters unknown")
     return list(dict.fromkeys(out))

@@ -33,6 +33,7 @@ from slime_hangdoctor.analysis.actor_queues import (
 from slime_hangdoctor.analysis.merge import Merged, merge
 from slime_hangdoctor.analysis.source_analysis import MEDIUM, STRONG, Suspect, suspect
 from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.parsers.ray_state import RAY_STATE
 from slime_hangdoctor.topology import CLASS_ROLES, MemberKind
 
 _MAX_HOPS = 16
@@ -101,7 +102,7 @@ def _label(world: World, actor_id: str) -> str:
     p = _actor_proc(world, actor_id)
     if p is not None:
         return p.label
-    a = next((a for a in world.snapshot.actors if a.actor_id == actor_id), None)
+    a = next((a for a in world.snapshot.joined(RAY_STATE).actors if a.actor_id == actor_id), None)
     return f"{a.class_name} {actor_id[:8]}" if a is not None else f"actor {actor_id[:8]}"
 
 

@@ -45,11 +45,20 @@ from slime_hangdoctor.analysis.source_analysis import (
 from slime_hangdoctor.analysis.stacks import STACKS, highlight
 from slime_hangdoctor.analysis.waits import find_waits
 from slime_hangdoctor.analysis.world import Proc, World, build_world
-from slime_hangdoctor.facts import ACTOR_ALIVE, ACTOR_BEING_CREATED, JOB_RUNNING, TASK_RUNNING
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
+from slime_hangdoctor.parsers.nvml import GPU_SERIES
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.snapshot import HttpPeer, Snapshot
+from slime_hangdoctor.parsers.pyspy import ALL_STACKS
+from slime_hangdoctor.parsers.ray_state import (
+    ACTOR_ALIVE,
+    ACTOR_BEING_CREATED,
+    JOB_RUNNING,
+    RAY_STATE,
+    TASK_RUNNING,
+)
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer
+from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.topology import SLIME_ACTOR_CLASSES, MemberKind, Topology
 from slime_hangdoctor.verdict import (
     Confidence,
@@ -83,15 +92,16 @@ _STAGE_ORDER = (
 
 
 def _usable(s: Snapshot) -> bool:
+    ray = s.joined(RAY_STATE)
     return bool(
-        s.stacks
+        s.joined(ALL_STACKS)
         or s.facts(PROCESSES)
-        or s.gpus
-        or s.http
+        or s.joined(GPU_SERIES)
+        or s.joined(HTTP_ANSWERS)
         or s.facts(RAS)
         or s.facts(FLIGHT_RECORDER)
-        or s.actors
-        or s.jobs
+        or ray.actors
+        or ray.jobs
     )
 
 
@@ -107,13 +117,18 @@ def _no_job(world: World) -> bool:
         or any(snap.facts(FLIGHT_RECORDER))
         or any(
             o.kind is HttpPeer.ENGINE and o.answer.url.rstrip("/") not in strangers
-            for o in snap.http
+            for o in snap.joined(HTTP_ANSWERS)
         )
     ):
         return False
-    running = any(j.status == JOB_RUNNING for j in snap.jobs)
-    alive = any(a.class_name in SLIME_ACTOR_CLASSES and a.state == ACTOR_ALIVE for a in snap.actors)
-    return not running and not alive and (snap.ray_seen or bool(snap.facts(PROCESSES)))
+    running = any(j.status == JOB_RUNNING for j in snap.joined(RAY_STATE).jobs)
+    alive = any(
+        a.class_name in SLIME_ACTOR_CLASSES and a.state == ACTOR_ALIVE
+        for a in snap.joined(RAY_STATE).actors
+    )
+    return (
+        not running and not alive and (snap.joined(RAY_STATE).seen or bool(snap.facts(PROCESSES)))
+    )
 
 
 # --------------------------------------------------------------------------- stage
@@ -146,10 +161,14 @@ def startup_chain(world: World) -> tuple[str, ...]:
     """Why the job is still starting: a slime actor of the running job not yet created (its
     constructor runs), or a slime process that waits inside a constructor / `init` / engine
     launch. Nothing has been dispatched then, whatever stage an engine's own loop shows."""
-    jobs = {j.job_id for j in world.snapshot.jobs if j.status == JOB_RUNNING and j.job_id}
+    jobs = {
+        j.job_id
+        for j in world.snapshot.joined(RAY_STATE).jobs
+        if j.status == JOB_RUNNING and j.job_id
+    }
     out = [
         f"Ray: {a.class_name} actor {a.actor_id[:12]} is {a.state}"
-        for a in world.snapshot.actors
+        for a in world.snapshot.joined(RAY_STATE).actors
         if a.class_name in SLIME_ACTOR_CLASSES
         and a.state in ACTOR_BEING_CREATED
         and (not jobs or a.job_id in jobs)
@@ -234,7 +253,7 @@ def _row_stage(p: Proc) -> Stage:
 def _task_age(world: World, p: Proc) -> str | None:
     """`update_weights running for 25 min` from the Ray task the process runs, where known."""
     now = world.snapshot.manifest.created_at
-    for t in world.snapshot.tasks:
+    for t in world.snapshot.joined(RAY_STATE).tasks:
         if t.worker_pid == p.pid and t.state == TASK_RUNNING and t.start_time_ms and now > 0:
             age = now - t.start_time_ms / 1000.0
             if age >= 0:
@@ -556,7 +575,7 @@ def _idle(snapshot: Snapshot, world: World) -> Diagnosis:
             findings=tuple(listed_findings(world)),  # a router may still list servers
             blind_spots=tuple(snapshot.blind_spots),
             window_s=snapshot.window_s,
-            confidence="medium" if snapshot.ray_seen else "low",
+            confidence="medium" if snapshot.joined(RAY_STATE).seen else "low",
         )
     )
 

@@ -53,23 +53,23 @@ from slime_hangdoctor.analysis.actor_queues import PausedEngine, build_view
 from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.http_facts import (
+from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.sglang import (
+    HTTP_ANSWERS,
+    RECOVERING_VERSION,
+    STEP_COUNTERS,
     EngineLoad,
     HttpAnswer,
+    HttpObs,
+    HttpPeer,
     ModelInfo,
     RouterWorker,
     RouterWorkers,
     ServerInfo,
     SglangMetrics,
-)
-from slime_hangdoctor.outcome import Outcome
-from slime_hangdoctor.parsers.sglang import (
-    RECOVERING_VERSION,
-    STEP_COUNTERS,
     counter_rises,
     version_tuple,
 )
-from slime_hangdoctor.snapshot import HttpObs, HttpPeer
 from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role, Stage
 
@@ -494,7 +494,7 @@ def _status_of(latest: list[HttpObs], path: str) -> int | None:
 
 def router_entry(world: World, url: str) -> RouterWorker | None:
     """This engine's entry in the router's latest `/workers` answer."""
-    routers = [o for o in world.snapshot.http if o.kind is HttpPeer.ROUTER]
+    routers = [o for o in world.snapshot.joined(HTTP_ANSWERS) if o.kind is HttpPeer.ROUTER]
     last = max((o.sample for o in routers), default=0)
     for o in routers:
         if o.sample == last and isinstance(o.parsed, RouterWorkers):
@@ -593,14 +593,56 @@ def _calls(metrics: dict[int, SglangMetrics]) -> tuple[tuple[str, ...], tuple[st
     return latest, tuple(p for p in latest if p in held)
 
 
-def read_engine(
-    url: str,
-    obs: list[HttpObs],
-    world: World,
-    node_ip: str | None,
-    history: tuple[PausedEngine, ...] = (),
-) -> EngineRead:
-    """`history`: the engines Ray's task history shows paused (`actor_queues.TaskView.paused`)."""
+@dataclass(frozen=True)
+class _Reads:
+    """What one engine's answers and processes show, read once for the state rules below."""
+
+    url: str
+    node_ip: str | None
+    obs: list[HttpObs]
+    procs: tuple[Proc, ...]
+    latest: list[HttpObs]  # the answers of the latest sample that were sent
+    last_metrics: SglangMetrics | None
+    moving: tuple[str, ...]
+    compared: bool
+    load: EngineLoad | None
+    load_notes: list[str]
+    running: float | None
+    queued: float | None
+    versions: tuple[str, ...]
+    calls: tuple[str, ...]
+    calls_held: tuple[str, ...]
+    router: RouterWorker | None
+    empty: list[tuple[HttpAnswer, ServerInfo]]  # `/server_info` answers with internal_states []
+
+    @property
+    def answers(self) -> list[HttpAnswer]:
+        return [o.answer for o in self.latest]
+
+    @property
+    def in_flight(self) -> float:
+        return (self.running or 0.0) + (self.queued or 0.0)
+
+    def call_lines(self) -> list[str]:
+        return [
+            f"{call_request(p, self.url)} in flight (sglang:http_requests_active)"
+            + (" in every sample" if p in self.calls_held else "")
+            for p in self.calls
+        ]
+
+
+@dataclass(frozen=True)
+class _State:
+    """An engine's state and what shows it."""
+
+    state: EngineState
+    evidence: list[str]
+    frozen: bool = False
+    http_blocked: bool = False
+    detokenizer_stalled: bool = False
+
+
+def _gather(url: str, obs: list[HttpObs], world: World, node_ip: str | None) -> _Reads:
     procs = tuple(
         p
         for p in world.procs
@@ -615,184 +657,220 @@ def read_engine(
     running, queued = _in_flight(load)
     if load is None:
         load_notes = load_notes + _gauge_line(last_metrics)
-    versions = _weight_versions(obs)
     calls, calls_held = _calls(metrics)
-    router = router_entry(world, url)
-    evidence: list[str] = []
+    return _Reads(
+        url=url,
+        node_ip=node_ip,
+        obs=obs,
+        procs=procs,
+        latest=latest,
+        last_metrics=last_metrics,
+        moving=moving,
+        compared=compared,
+        load=load,
+        load_notes=load_notes,
+        running=running,
+        queued=queued,
+        versions=_weight_versions(obs),
+        calls=calls,
+        calls_held=calls_held,
+        router=router_entry(world, url),
+        empty=[(a, i) for a, i in _server_infos(latest) if i.empty_internal_states],
+    )
+
+
+def read_engine(
+    url: str,
+    obs: list[HttpObs],
+    world: World,
+    node_ip: str | None,
+    history: tuple[PausedEngine, ...] = (),
+) -> EngineRead:
+    """One engine's state from its answers and processes, by the first rule that holds: gone,
+    working, stuck or held at its HTTP layer, silent, else idle or unknown. `history`: the engines
+    Ray's task history shows paused (`actor_queues.TaskView.paused`)."""
+    r = _gather(url, obs, world, node_ip)
+    found = _gone(r, world) or _working(r) or _held_or_stuck(r, history) or _silent(r)
+    return _made(r, found or _rest(r))
+
+
+def _made(r: _Reads, found: _State) -> EngineRead:
     notes: list[str] = []
-    dead_procs = [
-        p for p in procs if p.kind in (MemberKind.HTTP_SERVER, MemberKind.SCHEDULER) and p.dead
-    ]
-    answers = [o.answer for o in latest]
-    empty = [(a, i) for a, i in _server_infos(latest) if i.empty_internal_states]
+    hung = found.state in (EngineState.STUCK, EngineState.UNRESPONSIVE)
+    if r.empty and not hung and not any(_recovers(i) for _, i in r.empty):
+        notes.append(poisoned_note(r.url, r.empty[0][1]))
+    return EngineRead(
+        r.url,
+        found.state,
+        tuple(found.evidence),
+        r.node_ip,
+        r.running,
+        r.queued,
+        r.moving,
+        found.frozen,
+        r.versions,
+        r.procs,
+        r.calls,
+        r.calls_held,
+        tuple(notes),
+        server_info_calls(r.url, r.obs),
+        any(o.answer.path == "/server_info" and not o.answer.sent for o in r.obs),
+        found.http_blocked,
+        found.detokenizer_stalled,
+    )
 
-    def make(
-        state: EngineState,
-        frozen: bool = False,
-        http_blocked: bool = False,
-        detokenizer_stalled: bool = False,
-    ) -> EngineRead:
-        hung = state in (EngineState.STUCK, EngineState.UNRESPONSIVE)
-        if empty and not hung and not any(_recovers(i) for _, i in empty):
-            notes.append(poisoned_note(url, empty[0][1]))
-        return EngineRead(
-            url,
-            state,
-            tuple(evidence),
-            node_ip,
-            running,
-            queued,
-            moving,
-            frozen,
-            versions,
-            procs,
-            calls,
-            calls_held,
-            tuple(notes),
-            server_info_calls(url, obs),
-            any(o.answer.path == "/server_info" and not o.answer.sent for o in obs),
-            http_blocked,
-            detokenizer_stalled,
-        )
 
-    def call_lines() -> list[str]:
-        return [
-            f"{call_request(p, url)} in flight (sglang:http_requests_active)"
-            + (" in every sample" if p in calls_held else "")
-            for p in calls
-        ]
-
-    router_down = router is not None and router.is_healthy is False
+def _gone(r: _Reads, world: World) -> _State | None:
+    """Every answer refused, or its server or a scheduler gone: dead."""
+    answers = r.answers
     if answers and all(_refused(a) for a in answers):
-        origin = url_origin(world, url)
+        evidence: list[str] = []
+        origin = url_origin(world, r.url)
         if origin is not None:  # first: why a URL that nothing serves is an engine at all
-            evidence.append(f"{url} is known from {origin}")
+            evidence.append(f"{r.url} is known from {origin}")
         evidence.extend(_describe(a) for a in answers[:3])
-        if router_down:
-            evidence.append(f"the router marks {url} unhealthy")
-        return make(EngineState.DEAD)
-    if dead_procs:
-        evidence.extend(f"{p.label} (pid {p.pid}) is gone" for p in dead_procs)
-        return make(EngineState.DEAD)
-    if moving:
-        evidence.append("counters moving: " + ", ".join(moving))
-        return make(EngineState.BUSY)
-    if len(set(versions)) > 1:
-        evidence.append("weight_version moved: " + " -> ".join(versions))
-        return make(EngineState.BUSY)
-    actor_ids = {p.actor_id for p in procs if p.actor_id}
+        if r.router is not None and r.router.is_healthy is False:
+            evidence.append(f"the router marks {r.url} unhealthy")
+        return _State(EngineState.DEAD, evidence)
+    kinds = (MemberKind.HTTP_SERVER, MemberKind.SCHEDULER)
+    dead = [p for p in r.procs if p.kind in kinds and p.dead]
+    if dead:
+        return _State(EngineState.DEAD, [f"{p.label} (pid {p.pid}) is gone" for p in dead])
+    return None
+
+
+def _working(r: _Reads) -> _State | None:
+    if r.moving:
+        return _State(EngineState.BUSY, ["counters moving: " + ", ".join(r.moving)])
+    if len(set(r.versions)) > 1:
+        return _State(EngineState.BUSY, ["weight_version moved: " + " -> ".join(r.versions)])
+    return None
+
+
+def _held_or_stuck(r: _Reads, history: tuple[PausedEngine, ...]) -> _State | None:
+    """Requests in flight that do not move: stuck (a detokenizer held in one batch, a scheduler
+    in its first batch after idle, a pause that cannot drain, a scheduler that makes no step),
+    unresponsive, paused, or held at its HTTP layer."""
+    actor_ids = {p.actor_id for p in r.procs if p.actor_id}
     paused_in_history = next((h for h in history if h.actor.actor_id in actor_ids), None)
-    pause = _pause(latest, last_metrics, load, router, paused_in_history)
-    http_generate = last_metrics.http_active.get(_GENERATE) if last_metrics is not None else None
-    in_flight = (running or 0.0) + (queued or 0.0)
-    timed_out = _unresponsive(latest, empty_counts=False)
-    frozen_scheds = _schedulers_frozen(procs)
-    detok = stalled_detokenizer(procs)
+    pause = _pause(r.latest, r.last_metrics, r.load, r.router, paused_in_history)
+    frozen_scheds = _schedulers_frozen(r.procs)
+    found = _stuck(r, pause, frozen_scheds)
+    if found is not None:
+        return found
+    timed_out = _unresponsive(r.latest, empty_counts=False)
+    if r.empty and not timed_out and (r.calls_held or frozen_scheds):
+        # `[]` with the scheduler's own frozen progress: a control call held in flight, or a
+        # scheduler blocked at the same frame in both samples.
+        timed_out = [_empty_states_line(a, i) for a, i in r.empty] + frozen_scheds
+    if timed_out:
+        evidence = [*timed_out, *pause.explicit, *pause.gated, *r.call_lines()]
+        return _State(EngineState.UNRESPONSIVE, evidence, frozen=r.compared)
+    if pause.explicit:
+        evidence = [*pause.explicit, *pause.gated, *r.call_lines()]
+        return _State(EngineState.PAUSED, evidence, frozen=r.compared)
+    if pause.gated:
+        evidence = [_held_line(pause, r.last_metrics), *pause.gated, *r.call_lines()]
+        return _State(EngineState.HELD, evidence, frozen=r.compared)
+    return None
+
+
+def _stuck(r: _Reads, pause: _Pause, frozen_scheds: list[str]) -> _State | None:
+    last = r.last_metrics
+    http_generate = last.http_active.get(_GENERATE) if last is not None else None
+    detok = stalled_detokenizer(r.procs)
     if detok is not None and pause.gated and not pause.explicit:
         # Requests the scheduler no longer holds and the HTTP layer still waits for, and the
         # detokenizer they pass through held in one batch: their outputs stop there.
         proc, where = detok
-        evidence.append(
+        evidence = [
             f"its {proc.label} (pid {proc.pid}) is held inside an output batch, not back at its "
             f"receive: {where}; the outputs of finished requests stop there, nothing "
             "reaches the HTTP process (SGLang's /health then answers 503: \"couldn't get a "
-            'response from detokenizer")'
-        )
-        evidence.append(
+            'response from detokenizer")',
             f"{pause.held:g} /generate requests in flight at the HTTP layer or the router that "
-            f"the scheduler no longer holds ({in_flight:g} in /v1/loads)"
-        )
-        evidence.extend(call_lines())
-        return make(EngineState.STUCK, frozen=compared, detokenizer_stalled=True)
+            f"the scheduler no longer holds ({r.in_flight:g} in /v1/loads)",
+            *r.call_lines(),
+        ]
+        return _State(EngineState.STUCK, evidence, r.compared, detokenizer_stalled=True)
     if pause.gated and not pause.explicit and frozen_scheds:
         # Requests held before the scheduler's last published load, no pause call, and the
         # scheduler blocked in one frame in both samples: not a pause gate but a scheduler stuck
         # in its first batch after idle, whose LoadSnapshot still says idle (it is published after
         # a prefill batch, every 15 decode batches and when idle: scheduler.py:3466, :3580).
-        evidence.append(
+        first = (
             f"{http_generate or 0:g} /generate requests in flight at the HTTP layer "
-            f"(sglang:http_requests_active), {in_flight:g} in the scheduler's published load "
+            f"(sglang:http_requests_active), {r.in_flight:g} in the scheduler's published load "
             "(/v1/loads): its snapshot from before this batch (published only after a prefill "
             "batch, every 15 decode batches and when idle), and the batch never ended:"
         )
-        evidence.extend(frozen_scheds)
-        evidence.extend(call_lines())
-        return make(EngineState.STUCK, frozen=True)
-    if compared and in_flight > 0 and _PAUSE in calls_held:
+        return _State(EngineState.STUCK, [first, *frozen_scheds, *r.call_lines()], True)
+    if r.compared and r.in_flight > 0 and _PAUSE in r.calls_held:
         # An abort-mode pause drains while holding is_pause_cond (tokenizer_manager.py:1697-1709):
         # held in flight in every sample, with requests in the scheduler and no step between the
         # samples, it waits for a scheduler that does not run them to an end.
-        evidence.append(
-            f"{in_flight:g} requests in flight (running {running or 0:g}, queued {queued or 0:g}, "
-            "/v1/loads) and no scheduler step between the samples (sglang:realtime_tokens_total "
-            "flat), while /pause_generation waits in every sample for them to drain: the pause "
-            "cannot finish (it holds is_pause_cond, so /continue_generation waits too)"
+        first = (
+            f"{r.in_flight:g} requests in flight (running {r.running or 0:g}, queued "
+            f"{r.queued or 0:g}, /v1/loads) and no scheduler step between the samples "
+            "(sglang:realtime_tokens_total flat), while /pause_generation waits in every sample "
+            "for them to drain: the pause cannot finish (it holds is_pause_cond, so "
+            "/continue_generation waits too)"
         )
-        evidence.extend(call_lines())
-        return make(EngineState.STUCK, frozen=True)
-    if compared and not pause.any and (in_flight > 0 or (http_generate or 0) > 0):
-        if in_flight > 0:
-            evidence.append(
-                f"{in_flight:g} requests in flight (running {running or 0:g}, queued "
-                f"{queued or 0:g}"
-                + ", /v1/loads"
-                + ") and no scheduler step between the samples (sglang:realtime_tokens_total flat)"
+        return _State(EngineState.STUCK, [first, *r.call_lines()], True)
+    if r.compared and not pause.any and (r.in_flight > 0 or (http_generate or 0) > 0):
+        if r.in_flight > 0:
+            first = (
+                f"{r.in_flight:g} requests in flight (running {r.running or 0:g}, queued "
+                f"{r.queued or 0:g}, /v1/loads) and no scheduler step between the samples "
+                "(sglang:realtime_tokens_total flat)"
             )
         else:
-            evidence.append(
+            first = (
                 f"{http_generate:g} /generate requests in flight at the HTTP layer and no "
                 "scheduler step between the samples (sglang:realtime_tokens_total flat)"
             )
-        evidence.extend(_unresponsive(latest, empty_counts=True))
-        evidence.extend(call_lines())
-        return make(EngineState.STUCK, frozen=True)
-    if empty and not timed_out and (calls_held or frozen_scheds):
-        # `[]` with the scheduler's own frozen progress: a control call held in flight, or a
-        # scheduler blocked at the same frame in both samples.
-        timed_out = [_empty_states_line(a, i) for a, i in empty] + frozen_scheds
-    if timed_out:
-        evidence.extend(timed_out)
-        evidence.extend(pause.explicit + pause.gated)
-        evidence.extend(call_lines())
-        return make(EngineState.UNRESPONSIVE, frozen=compared)
-    if pause.explicit:
-        evidence.extend(pause.explicit + pause.gated)
-        evidence.extend(call_lines())
-        return make(EngineState.PAUSED, frozen=compared)
-    if pause.gated:
-        evidence.append(_held_line(pause, last_metrics))
-        evidence.extend(pause.gated)
-        evidence.extend(call_lines())
-        return make(EngineState.HELD, frozen=compared)
-    if answers and all(a.status is None for a in answers):
-        server = next((p for p in procs if p.kind is MemberKind.HTTP_SERVER and not p.dead), None)
-        blocked = server is not None and all(_timed_out(a) for a in answers)
-        if server is not None and blocked:
-            evidence.append(
-                f"every endpoint of {url} timed out while its HTTP process {server.label} (pid "
-                f"{server.pid}) lives: the HTTP process itself is blocked (one asyncio event loop "
-                "serves /metrics, /model_info and /health too), not a dead engine"
-            )
-            if server.latest is not None:
-                evidence.append(f"{server.label} (pid {server.pid}) {server.latest.describe()}")
-        evidence.extend(_describe(a) for a in answers[:3])
-        return make(EngineState.UNRESPONSIVE, http_blocked=blocked)
-    evidence.extend(call_lines())
-    if empty:
-        a, info = empty[0]
+        evidence = [first, *_unresponsive(r.latest, empty_counts=True), *r.call_lines()]
+        return _State(EngineState.STUCK, evidence, True)
+    return None
+
+
+def _silent(r: _Reads) -> _State | None:
+    """No answer at all: the HTTP process blocked where it lives, else unresponsive."""
+    answers = r.answers
+    if not answers or not all(a.status is None for a in answers):
+        return None
+    evidence: list[str] = []
+    server = next((p for p in r.procs if p.kind is MemberKind.HTTP_SERVER and not p.dead), None)
+    blocked = server is not None and all(_timed_out(a) for a in answers)
+    if server is not None and blocked:
+        evidence.append(
+            f"every endpoint of {r.url} timed out while its HTTP process {server.label} (pid "
+            f"{server.pid}) lives: the HTTP process itself is blocked (one asyncio event loop "
+            "serves /metrics, /model_info and /health too), not a dead engine"
+        )
+        if server.latest is not None:
+            evidence.append(f"{server.label} (pid {server.pid}) {server.latest.describe()}")
+    evidence.extend(_describe(a) for a in answers[:3])
+    return _State(EngineState.UNRESPONSIVE, evidence, http_blocked=blocked)
+
+
+def _rest(r: _Reads) -> _State:
+    """Idle where it says it has no request; unknown otherwise."""
+    evidence = r.call_lines()
+    if r.empty:
+        a, info = r.empty[0]
         evidence.append(
             _empty_states_line(a, info) + ": alone this does not show a stuck scheduler (the "
             "endpoint may be poisoned by an earlier timed-out call)"
         )
-        evidence.extend(load_notes)
-        return make(EngineState.UNKNOWN, frozen=compared)
-    evidence.extend(load_notes)
-    if running is not None or queued is not None:
-        if in_flight == 0 and not calls:
+        return _State(EngineState.UNKNOWN, [*evidence, *r.load_notes], r.compared)
+    evidence.extend(r.load_notes)
+    if r.running is not None or r.queued is not None:
+        if r.in_flight == 0 and not r.calls:
             evidence.append("no request running or queued")
-            return make(EngineState.IDLE, frozen=compared)
-        evidence.append(f"running {running or 0:g}, queued {queued or 0:g}")
-    return make(EngineState.UNKNOWN, frozen=compared)
+            return _State(EngineState.IDLE, evidence, r.compared)
+        evidence.append(f"running {r.running or 0:g}, queued {r.queued or 0:g}")
+    return _State(EngineState.UNKNOWN, evidence, r.compared)
 
 
 def read_engines(world: World) -> tuple[EngineRead, ...]:
@@ -800,7 +878,7 @@ def read_engines(world: World) -> tuple[EngineRead, ...]:
     a router lists: `Topology.listed`, whatever their answers say)."""
     strangers = {e.url.rstrip("/") for e in world.topology.listed}
     by_url: dict[str, list[HttpObs]] = {}
-    for o in world.snapshot.http:
+    for o in world.snapshot.joined(HTTP_ANSWERS):
         if o.kind is HttpPeer.ENGINE and o.answer.url.rstrip("/") not in strangers:
             by_url.setdefault(o.answer.url.rstrip("/"), []).append(o)
     nodes: dict[str, str | None] = {}

@@ -13,8 +13,9 @@ from enum import Enum
 from statistics import median
 
 from slime_hangdoctor.analysis.source import Source
-from slime_hangdoctor.facts import GpmReading, GpuReading
+from slime_hangdoctor.facts import GpuReading
 from slime_hangdoctor.parsers.nvml import GPM_SPEC as GPM
+from slime_hangdoctor.parsers.nvml import GPU_SERIES, GpmReading
 from slime_hangdoctor.snapshot import Snapshot
 
 NVML = Source("nvml")  # GPU readings (NVML, or Ray's node summary)
@@ -174,7 +175,7 @@ def read_gpus(snapshot: Snapshot) -> tuple[GpuRead, ...]:
     """One GpuRead per (node, GPU index), over every NVML series of that node."""
     per: dict[tuple[str | None, int], list[GpuReading]] = {}
     spans: dict[tuple[str | None, int], list[float]] = {}
-    for obs in snapshot.gpus:
+    for obs in snapshot.joined(GPU_SERIES):
         for sample in obs.series.samples:
             for r in sample.gpus:
                 key = (obs.node_ip, r.index)

@@ -20,7 +20,7 @@ from slime_hangdoctor.analysis.engines import EngineRead
 from slime_hangdoctor.analysis.network import PeerKind, peer_map
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import TCP_WAITING
+from slime_hangdoctor.parsers.sockets import TCP_WAITING
 from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role
 

@@ -50,7 +50,7 @@ from slime_hangdoctor.analysis.network import (
 from slime_hangdoctor.analysis.services import Service
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import PROCESSES, Proc, World
-from slime_hangdoctor.snapshot import HttpPeer
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer
 from slime_hangdoctor.topology import CLASS_ROLES
 from slime_hangdoctor.verdict import Role
 
@@ -88,9 +88,12 @@ class LostRequests:
 
 
 def _router_down(world: World) -> tuple[str, str] | None:
-    last = max((o.sample for o in world.snapshot.http if o.kind is HttpPeer.ROUTER), default=None)
+    last = max(
+        (o.sample for o in world.snapshot.joined(HTTP_ANSWERS) if o.kind is HttpPeer.ROUTER),
+        default=None,
+    )
     by_url: dict[str, list[int | None]] = {}
-    for o in world.snapshot.http:
+    for o in world.snapshot.joined(HTTP_ANSWERS):
         if o.kind is HttpPeer.ROUTER and o.sample == last:
             by_url.setdefault(o.answer.url, []).append(o.answer.status)
     for url, statuses in by_url.items():

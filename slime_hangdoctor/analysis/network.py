@@ -46,9 +46,9 @@ from slime_hangdoctor.analysis.services import Service, job_services
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import PROXY_ENV, TCP_WAITING, TcpConnection
-from slime_hangdoctor.http_facts import RouterMetrics, SglangMetrics
-from slime_hangdoctor.snapshot import HttpPeer
+from slime_hangdoctor.parsers.processes import PROXY_ENV
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer, RouterMetrics, SglangMetrics
+from slime_hangdoctor.parsers.sockets import TCP_WAITING, TcpConnection
 from slime_hangdoctor.topology import ROUTER_TITLE, parse_ray_title
 from slime_hangdoctor.verdict import Role, Stage
 
@@ -431,7 +431,7 @@ def _http_active(world: World, url: str) -> list[float]:
     """Requests in flight at the engine's HTTP layer (REQUEST_PATHS), per sample whose `/metrics`
     has the HTTP middleware's series (SGLang >= 0.5.9), oldest first."""
     by_sample: dict[int, SglangMetrics] = {}
-    for o in world.snapshot.http:
+    for o in world.snapshot.joined(HTTP_ANSWERS):
         m = o.parsed
         if o.kind is not HttpPeer.ENGINE or o.answer.url.rstrip("/") != url:
             continue
@@ -449,7 +449,7 @@ def router_active(world: World, url: str) -> list[float]:
     worker once it has sent it a request, and only under a policy that counts load (cache_aware
     does, round_robin does not): a page without it says nothing."""
     by_sample: dict[int, float] = {}
-    for o in world.snapshot.http:
+    for o in world.snapshot.joined(HTTP_ANSWERS):
         if o.kind is HttpPeer.ROUTER and isinstance(o.parsed, RouterMetrics):
             n = o.parsed.requests_active.get(url.rstrip("/"))
             if n is not None:

@@ -28,14 +28,16 @@ the culprit (a suspected hang: a CPU-bound frame can also be a slow one).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.stacks import ThreadRead
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import STATUS_RUNNING, TCP_ESTABLISHED, Frame, TcpConnection
+from slime_hangdoctor.facts import Frame
 from slime_hangdoctor.markers import cpu_bound
-from slime_hangdoctor.parsers.kernel import SPEC as KERNEL
+from slime_hangdoctor.parsers.processes import STATUS_RUNNING
+from slime_hangdoctor.parsers.sockets import TCP_ESTABLISHED, TcpConnection
 from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role
 
@@ -183,25 +185,6 @@ def _same_place(p: Proc) -> Frame | None:
     return b[0]
 
 
-def _wanted(world: World, p: Proc, window_s: float) -> float | None:
-    """Seconds of the window its main thread was on a CPU or waiting for one (the kernel source's
-    /proc/<pid>/schedstat at the first and last sample, scaled to the window); None unread."""
-    seen: list[tuple[int, float, int]] = []
-    for obs in world.snapshot.facts(KERNEL):
-        if obs.node_ip != p.node_ip:
-            continue
-        for k in obs.fact.processes:
-            if k.pid == p.pid and k.sched is not None:
-                seen.append((obs.sample, obs.at, k.sched.run_ns + k.sched.wait_ns))
-    if len({s for s, _, _ in seen}) < 2:
-        return None
-    seen.sort()
-    (_, t0, a), (_, t1, b) = seen[0], seen[-1]
-    if t1 <= t0:
-        return None
-    return (b - a) / 1e9 / (t1 - t0) * window_s
-
-
 def _runnable(p: Proc) -> bool:
     """In state R (running, or waiting only for a CPU) at every sample of the process table, two
     samples at least."""
@@ -237,7 +220,12 @@ def _unread(hop: Proc, sample: int) -> dict[tuple[int, str, int], int]:
     return {_key(c): c.socket.rx_queue for c in _established(hop, sample) if c.socket.rx_queue > 0}
 
 
-def holds(world: World, window_s: float) -> tuple[Hold, ...]:
+# Seconds of the window a process's main thread was on a CPU or waiting for one, where a source read
+# it (None: not read): the caller asks the parts (source_analysis.cpu_wanted_s, the kernel's)
+WantedFn = Callable[[World, Proc, float], float | None]
+
+
+def holds(world: World, window_s: float, wanted: WantedFn | None = None) -> tuple[Hold, ...]:
     """The hops that hold the job's requests (module doc); none without stacks, processes' CPU
     times or sockets at two samples (what they need is then not seen, not ruled out)."""
     hops, from_sockets = request_path(world)
@@ -247,7 +235,7 @@ def holds(world: World, window_s: float) -> tuple[Hold, ...]:
     for hop in hops:
         cpu = hop.cpu_delta
         if cpu is None or not cpu_bound(
-            cpu, window_s, _runnable(hop), _wanted(world, hop, window_s)
+            cpu, window_s, _runnable(hop), wanted(world, hop, window_s) if wanted else None
         ):
             continue
         frame = _same_place(hop)

@@ -180,6 +180,12 @@ class SourceAnalysis:
     findings: Callable[[Reading], list[Finding]] | None = None
     section: Section = Section.STATE
     next_steps: Callable[[Reading], list[str]] | None = None
+    # this source shows the process waits on local I/O (asleep on a disk, writing into a pipe or
+    # socket nobody reads), not on a peer: another part asks it through `waits_on_io`
+    io_wait: Callable[[World, Proc], bool] | None = None
+    # this source shows the seconds of a window (the float) that a process's main thread was on a
+    # CPU or waiting for one (None: not read): another part asks it through `cpu_wanted_s`
+    cpu_wanted: Callable[[World, Proc, float], float | None] | None = None
 
     def __repr__(self) -> str:
         return f"SourceAnalysis({self.name!r})"
@@ -254,6 +260,21 @@ def section_findings(reading: Reading, section: Section) -> list[Finding]:
 
 def part_steps(reading: Reading) -> list[str]:
     return [s for a in source_analyses() if a.next_steps is not None for s in a.next_steps(reading)]
+
+
+def waits_on_io(world: World, p: Proc) -> bool:
+    """Some part's source shows `p` waits on local I/O, not on a peer (the kernel's wait
+    channel): a part that reads a wait in `p`'s stack asks this, not the other source's module."""
+    return any(a.io_wait(world, p) for a in source_analyses() if a.io_wait is not None)
+
+
+def cpu_wanted_s(world: World, p: Proc, window_s: float) -> float | None:
+    """Seconds of a window of `window_s` that `p`'s main thread was on a CPU or waiting for one,
+    by the first part whose source read it (the kernel's /proc/<pid>/schedstat); None: unread."""
+    for a in source_analyses():
+        if a.cpu_wanted is not None and (s := a.cpu_wanted(world, p, window_s)) is not None:
+            return s
+    return None
 
 
 def stage_hint(world: World) -> Stage | None:

@@ -22,8 +22,8 @@ from slime_hangdoctor.analysis.signatures import (
     wait_of,
 )
 from slime_hangdoctor.analysis.source import Source
-from slime_hangdoctor.facts import Frame, ProcessStack, ThreadStack
-from slime_hangdoctor.snapshot import StackObs, StackVia
+from slime_hangdoctor.facts import Frame
+from slime_hangdoctor.parsers.pyspy import ProcessStack, StackObs, StackVia, ThreadStack
 from slime_hangdoctor.verdict import Stage
 
 STACKS = Source("stacks")  # py-spy / Ray traceback stacks

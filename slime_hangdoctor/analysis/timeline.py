@@ -5,9 +5,8 @@ answers. It decides nothing: the verdict's progress findings say what the counte
 
 from __future__ import annotations
 
-from slime_hangdoctor.http_facts import SglangMetrics
-from slime_hangdoctor.parsers.sglang import WORK_COUNTERS
-from slime_hangdoctor.snapshot import HttpPeer, Snapshot
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, WORK_COUNTERS, HttpPeer, SglangMetrics
+from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.verdict import CounterMove, ProbeSpan, Timeline
 
 __all__ = ["timeline"]
@@ -45,7 +44,7 @@ def timeline(snapshot: Snapshot) -> Timeline:
 
 def _counters(snapshot: Snapshot) -> tuple[CounterMove, ...]:
     by_url: dict[str, dict[int, SglangMetrics]] = {}
-    for obs in snapshot.http:
+    for obs in snapshot.joined(HTTP_ANSWERS):
         if obs.kind is HttpPeer.ENGINE and isinstance(obs.parsed, SglangMetrics):
             by_url.setdefault(obs.answer.url, {})[obs.sample] = obs.parsed
     out: list[CounterMove] = []

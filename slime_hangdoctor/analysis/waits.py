@@ -30,7 +30,7 @@ from slime_hangdoctor.analysis.merge import Merged
 from slime_hangdoctor.analysis.network import held_requests, is_router
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import TASK_RUNNING_ANY, RayTask
+from slime_hangdoctor.parsers.ray_state import RAY_STATE, TASK_RUNNING_ANY, RayTask
 from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role, Wait, WaitKind, WaitParty
 
@@ -97,10 +97,10 @@ def _is_driver_task(task_id: str, job_id: str | None) -> bool:
 
 def _ray_waits(world: World) -> Iterable[Wait]:
     snapshot = world.snapshot
-    if not snapshot.task_pages:
+    if not snapshot.joined(RAY_STATE).task_pages:
         return
     known: dict[str, RayTask] = {}
-    for page in sorted(snapshot.task_pages, key=lambda p: (p.sample, p.time)):
+    for page in sorted(snapshot.joined(RAY_STATE).task_pages, key=lambda p: (p.sample, p.time)):
         for t in page.tasks:
             known[t.task_id] = t
     actors = _actor_procs(world)

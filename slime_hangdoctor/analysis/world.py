@@ -16,20 +16,23 @@ from slime_hangdoctor.analysis.gpu import GpuRead, gpu_of_pid, read_gpus
 from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.stacks import ProcessRead, ThreadRead, read_process
-from slime_hangdoctor.facts import (
-    STATUS_GONE,
-    TASK_ENDED,
-    TASK_RUNNING_ANY,
-    Frame,
-    ProcessInfo,
-    RayTask,
-    TcpConnection,
-)
+from slime_hangdoctor.facts import Frame
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.parsers.processes import SPEC as PROCESS_TABLE
+from slime_hangdoctor.parsers.processes import STATUS_GONE, ProcessInfo
+from slime_hangdoctor.parsers.pyspy import ALL_STACKS, StackObs, StackVia
+from slime_hangdoctor.parsers.ray_state import (
+    ACTOR_CREATION_TASK,
+    RAY_STATE,
+    TASK_ENDED,
+    TASK_RUNNING_ANY,
+    RayTask,
+)
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS
 from slime_hangdoctor.parsers.sockets import SPEC as SOCKETS
-from slime_hangdoctor.snapshot import Snapshot, StackObs, StackVia
+from slime_hangdoctor.parsers.sockets import TcpConnection
+from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.topology import CLASS_ROLES, Member, MemberKind, Topology, parse_ray_title
 from slime_hangdoctor.verdict import Role
 
@@ -188,10 +191,12 @@ class World:
             return None
         mine = self._tasks_of(p.actor_id)
         if any(
-            t.state in TASK_RUNNING_ANY for t in self.snapshot.tasks if t.actor_id == p.actor_id
+            t.state in TASK_RUNNING_ANY
+            for t in self.snapshot.joined(RAY_STATE).tasks
+            if t.actor_id == p.actor_id
         ):
             return None
-        ended = [t for t in mine if t.state in TASK_ENDED and t.task_type != "ACTOR_CREATION_TASK"]
+        ended = [t for t in mine if t.state in TASK_ENDED and t.task_type != ACTOR_CREATION_TASK]
         last = max(ended, key=lambda t: t.end_time_ms or 0, default=None)
         if last is None:
             return f"{p.label} runs no Ray method: its worker is idle (no method running)"
@@ -204,7 +209,9 @@ class World:
         if actor_id is None:
             return []
         seen: dict[str, RayTask] = {}
-        for page in sorted(self.snapshot.task_pages, key=lambda q: (q.sample, q.time)):
+        for page in sorted(
+            self.snapshot.joined(RAY_STATE).task_pages, key=lambda q: (q.sample, q.time)
+        ):
             for t in page.tasks:
                 if t.actor_id == actor_id:
                     seen[t.task_id] = t
@@ -214,7 +221,7 @@ class World:
 def _best_stacks(snapshot: Snapshot) -> dict[tuple[str | None, int], list[StackObs]]:
     """Per process, one stack per sample: py-spy over the dashboard traceback, native over plain."""
     chosen: dict[tuple[str | None, int, int], StackObs] = {}
-    for obs in snapshot.stacks:
+    for obs in snapshot.joined(ALL_STACKS):
         key = (obs.node_ip, obs.pid, obs.sample)
         prev = chosen.get(key)
         if prev is None or _stack_rank(obs) > _stack_rank(prev):
@@ -412,9 +419,9 @@ def build_world(snapshot: Snapshot, topology: Topology) -> World:
         )
     procs = _children_ranked(procs)
     samples = sorted(
-        {s.sample for s in snapshot.stacks}
+        {s.sample for s in snapshot.joined(ALL_STACKS)}
         | {p.sample for p in snapshot.facts(PROCESS_TABLE)}
-        | {h.sample for h in snapshot.http}
+        | {h.sample for h in snapshot.joined(HTTP_ANSWERS)}
         | {r.sample for r in snapshot.facts(RAS)}
     )
     return World(snapshot, topology, tuple(procs), gpus, tuple(samples))

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.node import partial_snapshot
 from slime_hangdoctor.collect.options import resolve_token
-from slime_hangdoctor.facts import JOB_RUNNING
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers import ray_state
+from slime_hangdoctor.parsers.pyspy import DASHBOARD_TRACEBACK
+from slime_hangdoctor.parsers.ray_state import JOB_RUNNING, RAY_DASHBOARD, RAY_STATE
 
 MAX_BODY = 64 * 1024 * 1024
 PROFILING_HELP = "profiling disabled on this cluster (RAY_DASHBOARD_ENABLE_PROFILING=1)"
@@ -182,7 +182,7 @@ def capture_task_history(
     if not sample:
         return []
     try:
-        jobs = partial_snapshot(writer).jobs
+        jobs = partial_snapshot(writer).joined(RAY_STATE).jobs
     except Exception:  # noqa: BLE001 - a collector never raises past itself
         return []
     job_ids = sorted({j.job_id for j in jobs if j.status == JOB_RUNNING and j.job_id})
@@ -219,7 +219,7 @@ def _capture_all(
             records.append(
                 writer.add(
                     ProbeRecord(
-                        bundle_format.RAY_DASHBOARD,
+                        RAY_DASHBOARD,
                         ep.target,
                         Outcome.FAILED,
                         _unfinished(fut),
@@ -248,7 +248,7 @@ def _capture_one(
     outcome, reason = classify(res)
     meta = _meta(res, endpoint=ep.path, query=urlencode(list(ep.params)))
     record = ProbeRecord(
-        bundle_format.RAY_DASHBOARD,
+        RAY_DASHBOARD,
         ep.target,
         outcome,
         reason,
@@ -396,7 +396,7 @@ def worker_traceback(
         outcome: Outcome, reason: str | None, data: bytes | None = None, elapsed: float = 0.0
     ) -> ProbeRecord:
         record = ProbeRecord(
-            bundle_format.DASHBOARD_TRACEBACK,
+            DASHBOARD_TRACEBACK,
             f"pid{pid}",
             outcome,
             reason,

@@ -23,10 +23,10 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
 from slime_hangdoctor.collect.node_probe import NodeContext
 from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.kernel import KERNEL
 from slime_hangdoctor.redact import utf8_prefix
 
 MAX_THREADS = 4096
@@ -82,7 +82,7 @@ def record_kernel(
     timeout: float,
 ) -> ProbeRecord:
     """Scan and store (source `kernel`); never raises."""
-    clock = ProbeClock(bundle_format.KERNEL, "kernel", node_ip=node_ip, sample=sample)
+    clock = ProbeClock(KERNEL, "kernel", node_ip=node_ip, sample=sample)
     record = clock.record
 
     try:

@@ -35,10 +35,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.node_probe import NodeContext
 from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.log_heads import ACTOR_LOG_HEAD
 from slime_hangdoctor.redact import utf8_prefix
 from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role
@@ -154,7 +154,7 @@ def record_log_heads(
                 meta["bytes"] = len(head.data)
                 meta["truncated"] = head.size is not None and head.size > len(head.data)
             record = ProbeRecord(
-                bundle_format.ACTOR_LOG_HEAD,
+                ACTOR_LOG_HEAD,
                 f"{class_name}-{pid}-{stream}",
                 head.outcome,
                 head.reason,
@@ -171,7 +171,7 @@ def record_log_heads(
 def unserved_engine_actors(ctx: NodeContext) -> list[tuple[int, str]]:
     """SGLangEngine actors of this node whose URL no listening child gives (a server that is gone,
     or not up yet), and whose log heads this run has not read yet."""
-    done = ctx.spec.done(bundle_format.ACTOR_LOG_HEAD)
+    done = ctx.spec.done(ACTOR_LOG_HEAD)
     return [
         (m.pid, m.class_name or "SGLangEngine")
         for m in ctx.members()
@@ -187,7 +187,7 @@ def routerless_rollout_managers(ctx: NodeContext) -> list[tuple[int, str]]:
     sgl-router in the RolloutManager's constructor: a router that was killed listens nowhere, and
     `Router launched at HOST:PORT` in the head of the RolloutManager's log still names it), and
     whose log heads this run has not read yet."""
-    done = ctx.spec.done(bundle_format.ACTOR_LOG_HEAD)
+    done = ctx.spec.done(ACTOR_LOG_HEAD)
     members = ctx.members()
     routers = [m for m in members if m.role is Role.ROUTER and m.engine_url]
     return [

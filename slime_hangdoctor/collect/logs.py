@@ -12,16 +12,18 @@ Read-only: the log API only reads files under the nodes' Ray log folders. Never 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.dashboard import DashboardClient, HttpResult, classify
-from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, RayActor, RayJob
+from slime_hangdoctor.collect.node_probe import WindowContext
 from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.logs import RAY_LOGS
+from slime_hangdoctor.parsers.ray_state import ACTOR_ALIVE, JOB_RUNNING, RAY_STATE, RayActor, RayJob
 from slime_hangdoctor.topology import CLASS_ROLES
 from slime_hangdoctor.verdict import Role
 
@@ -125,7 +127,7 @@ def fetch_logs(
         records.append(
             writer.add(
                 ProbeRecord(
-                    bundle_format.RAY_LOGS,
+                    RAY_LOGS,
                     "actors-left-out",
                     Outcome.UNAVAILABLE,
                     f"{left_out} slime actor(s) beyond the first {max_actors} were not read "
@@ -155,7 +157,7 @@ def fetch_logs(
             records.append(
                 writer.add(
                     ProbeRecord(
-                        bundle_format.RAY_LOGS,
+                        RAY_LOGS,
                         t.target,
                         Outcome.TIMED_OUT if not fut.done() else Outcome.FAILED,
                         "no answer before the log fetch's deadline"
@@ -205,7 +207,7 @@ def _tail_one(
     if res.error:
         meta["error"] = res.error
     record = ProbeRecord(
-        bundle_format.RAY_LOGS,
+        RAY_LOGS,
         t.target,
         outcome,
         reason,
@@ -223,3 +225,26 @@ def _get(
 ) -> HttpResult:
     params = (*t.params, ("lines", str(lines)), ("timeout", str(max(1, int(timeout)))))
     return client.get(LOG_ENDPOINT, params, timeout=timeout, max_body=max_bytes)
+
+
+def WINDOW_PROBE(ctx: WindowContext) -> threading.Thread | None:  # noqa: N802 - the spec's entry point
+    """Tail the driver's and the slime actors' logs (Ray log API) while the window passes (the
+    dashboard and Ray's agents are then idle, so the tails do not slow the second sample's dumps
+    and probes); returns the thread, which the run joins before the bundle is finished."""
+    if not ctx.opts.logs or ctx.deadline.expired:
+        return None
+    from slime_hangdoctor.collect.node import partial_snapshot
+
+    state = partial_snapshot(ctx.writer).joined(RAY_STATE)
+    if not state.jobs and not state.actors:
+        return None
+    ctx.say("reading the job's logs")
+    thread = threading.Thread(
+        target=fetch_logs,
+        args=(ctx.writer, ctx.client, state.jobs, state.actors),
+        kwargs={"timeout": ctx.deadline.clamp(ctx.opts.probe_timeout_s)},
+        name="ray-logs",
+        daemon=True,
+    )
+    thread.start()
+    return thread

@@ -23,10 +23,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from slime_hangdoctor.bundle import NCCL_RAS, BundleWriter, ProbeRecord
+from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.node_probe import NodeContext
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.nccl_ras import NCCL_RAS
 
 DEFAULT_PORT = CollectOptions.ras_port  # one default for the probe, the options and the CLI
 _MAX_LINE = 64 * 1024

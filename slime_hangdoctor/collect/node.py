@@ -20,11 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from slime_hangdoctor.bundle import Bundle, BundleWriter
-from slime_hangdoctor.collect.node_probe import NodeContext, NodeProbe, NodeSpec
+from slime_hangdoctor.collect.node_probe import (
+    NodeContext,
+    NodeProbe,
+    NodeSpec,
+    WindowProbe,
+)
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
-from slime_hangdoctor.facts import ACTOR_ALIVE, ACTOR_DEAD
 from slime_hangdoctor.load import ParseCache, load_snapshot
-from slime_hangdoctor.parsers.ray_state import TASK_HISTORY
+from slime_hangdoctor.parsers.ray_state import ACTOR_ALIVE, ACTOR_DEAD, RAY_STATE, TASK_HISTORY
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.sources import SPECS
 from slime_hangdoctor.topology import Topology, build_topology
@@ -113,6 +117,17 @@ def node_probes() -> tuple[tuple[str, NodeProbe], ...]:
     probing = sorted((s for s in SPECS if s.node_probe is not None), key=lambda s: s.attaches)
     return tuple(
         (spec.name, importlib.import_module(str(spec.node_probe)).NODE_PROBE) for spec in probing
+    )
+
+
+@functools.cache
+def window_probes() -> tuple[tuple[str, WindowProbe], ...]:
+    """(source, WINDOW_PROBE) of every source whose spec names a window probe, in the sources'
+    order: each starts once per run, while the window between the two samples passes."""
+    return tuple(
+        (spec.name, importlib.import_module(str(spec.window_probe)).WINDOW_PROBE)
+        for spec in SPECS
+        if spec.window_probe is not None
     )
 
 
@@ -212,7 +227,7 @@ def pending_actors(snapshot: Snapshot) -> frozenset[tuple[int, str]]:
     worker running `__init__`). `pids_by_node` cannot place them; each node's scan looks for them."""
     return frozenset(
         (a.pid, a.class_name)
-        for a in snapshot.actors
+        for a in snapshot.joined(RAY_STATE).actors
         if a.pid and not a.node_id and a.state not in (ACTOR_ALIVE, ACTOR_DEAD) and a.class_name
     )
 
@@ -220,7 +235,7 @@ def pending_actors(snapshot: Snapshot) -> frozenset[tuple[int, str]]:
 def pids_by_node(snapshot: Snapshot) -> dict[str, set[int]]:
     """Ray worker pids of the job's live actors, by node id (JobSupervisor too: the driver is its child)."""
     out: dict[str, set[int]] = {}
-    for a in snapshot.actors:
+    for a in snapshot.joined(RAY_STATE).actors:
         if a.state == ACTOR_ALIVE and a.pid and a.node_id:
             out.setdefault(a.node_id, set()).add(a.pid)
     return out

@@ -4,6 +4,7 @@ and each source's collector module (its `NODE_PROBE`, named by the source's `Sou
 from __future__ import annotations
 
 import concurrent.futures as cf
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,22 @@ class NodeSpec:
 
     def started_for(self, source: str) -> frozenset[int]:
         return next((pids for name, pids in self.started if name == source), frozenset())
+
+
+@dataclass(frozen=True)
+class WindowContext:
+    """What a window probe may use: it starts once, while the window between the two samples
+    passes (the dashboard and Ray's agents are idle then), and returns the thread it started
+    (joined with the run's others before the bundle is finished), or None."""
+
+    writer: BundleWriter
+    client: Any  # collect.dashboard.DashboardClient
+    opts: CollectOptions
+    deadline: Deadline
+    say: Callable[[str], None]
+
+
+WindowProbe = Callable[[WindowContext], "threading.Thread | None"]
 
 
 @dataclass(frozen=True)

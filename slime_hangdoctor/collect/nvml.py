@@ -19,8 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from slime_hangdoctor.bundle import GPM, NVML, BundleWriter, ProbeRecord, dumps_json
+from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, dumps_json
 from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.nvml import GPM, NVML
 
 TARGET = "gpus"
 _NVLINK_FIELDS = ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX")

@@ -34,12 +34,11 @@ from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
 from slime_hangdoctor.collect.tcp_tables import TcpTables
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import PROXY_ENV
 from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.processes import PROCESSES, PROXY_ENV
 from slime_hangdoctor.parsers.sockets import LISTEN, decode_address
 from slime_hangdoctor.redact import filter_env, redact_cmdline
 from slime_hangdoctor.safe_fs import dir_problem, trusted_owners
@@ -144,7 +143,7 @@ def record_processes(
 ) -> ProbeRecord:
     """Scan this node and store the artefact (source `processes`); never raises. `note`: what
     the scan left out and why (a partial blind spot)."""
-    clock = ProbeClock(bundle_format.PROCESSES, "processes", node_ip=node_ip, sample=sample)
+    clock = ProbeClock(PROCESSES, "processes", node_ip=node_ip, sample=sample)
     record = clock.record
 
     try:

@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.node_probe import NodeContext
 from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.pyspy import PYSPY
 
 PTRACE_HELP = (
     "py-spy may not ptrace this process: run the doctor as the job's user or as root with "
@@ -86,7 +86,7 @@ def dump_stack(
 
     def done(outcome: Outcome, reason: str | None = None, data: bytes | None = None) -> ProbeRecord:
         record = ProbeRecord(
-            bundle_format.PYSPY,
+            PYSPY,
             f"pid{pid}",
             outcome,
             reason,
@@ -278,7 +278,7 @@ def _resume_if_stopped(pid: int, before: str, meta: dict[str, Any]) -> None:
 def NODE_PROBE(ctx: NodeContext) -> list[cf.Future[Any]]:  # noqa: N802 - the spec's entry point
     """A py-spy dump of every slime process of this node (parsers.pyspy.SPEC)."""
     timeout = ctx.timeout(3.0 if ctx.opts.native else 0.0)
-    started = ctx.spec.started_for(bundle_format.PYSPY)
+    started = ctx.spec.started_for(PYSPY)
     return [
         ctx.pool.submit(
             dump_stack,

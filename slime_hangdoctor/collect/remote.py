@@ -35,6 +35,7 @@ from slime_hangdoctor.collect.node import run_detached_sample
 from slime_hangdoctor.collect.node_probe import NodeSpec
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.processes import PROCESSES
 
 NAMESPACE = "slime-hangdoctor"
 # One node's answer, at most: a sample's stacks, process table
@@ -421,11 +422,10 @@ def gather_remote(
 
 
 def node_blind_spot(writer: BundleWriter, node: RemoteNode, sample: int | None, why: str) -> None:
-    from slime_hangdoctor import bundle as bundle_format
 
     writer.add(
         ProbeRecord(
-            bundle_format.PROCESSES,
+            PROCESSES,
             f"node {node.node_ip}",
             Outcome.UNAVAILABLE,
             f"node {node.node_ip} ({node.node_id[:12]}) not inspected: {why}",

@@ -31,8 +31,9 @@ from slime_hangdoctor.collect.node import (
     sample_gpus_over,
     sample_node,
     submit_stacks,
+    window_probes,
 )
-from slime_hangdoctor.collect.node_probe import NodeContext, NodeSpec
+from slime_hangdoctor.collect.node_probe import NodeContext, NodeSpec, WindowContext
 from slime_hangdoctor.collect.options import CollectOptions, Deadline, resolve_token
 from slime_hangdoctor.collect.remote import (
     RayTasks,
@@ -42,10 +43,17 @@ from slime_hangdoctor.collect.remote import (
     node_blind_spot,
 )
 from slime_hangdoctor.errors import RayUnreachable
-from slime_hangdoctor.facts import ACTOR_ALIVE, JOB_RUNNING, NODE_ALIVE
 from slime_hangdoctor.load import ParseCache, load_snapshot
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
+from slime_hangdoctor.parsers.pyspy import PYSPY
+from slime_hangdoctor.parsers.ray_state import (
+    ACTOR_ALIVE,
+    JOB_RUNNING,
+    NODE_ALIVE,
+    RAY_DASHBOARD,
+    RAY_STATE,
+)
 from slime_hangdoctor.redact import redact_text
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.sources import SPECS
@@ -89,7 +97,9 @@ class CollectResult:
     root: Path
     manifest: Manifest
     elapsed_s: float
-    ray_error: str | None = None  # why the Ray cluster could not be read (None when it was)
+    # why the Ray cluster could not be read (None when it was): the error, its message redacted and
+    # its help (how to give the address) kept for the user
+    ray_error: RayUnreachable | None = None
     # With `stacks_only_if_stalled`: did anything that moves only with work move between the two
     # samples (None: not asked, or no second sample).
     work_moved: bool | None = None
@@ -165,7 +175,7 @@ def collect(
         options=_options_record(opts),
         known_secrets=opts.secrets(address),
     )
-    ray_error: str | None = None
+    ray_error: RayUnreachable | None = None
     with cf.ThreadPoolExecutor(
         max_workers=max(2, opts.concurrency), thread_name_prefix="probe"
     ) as pool:
@@ -186,13 +196,14 @@ def collect(
                     address, opts, deadline, writer
                 )
             except RayUnreachable as exc:
-                ray_error = redact_text(str(exc), opts.secrets(address))
+                reason = redact_text(str(exc), opts.secrets(address))
+                ray_error = RayUnreachable(reason, help_text=exc.help_text)
                 writer.add(
                     ProbeRecord(
-                        bundle_format.RAY_DASHBOARD,
+                        RAY_DASHBOARD,
                         address or "auto",
                         Outcome.UNAVAILABLE,
-                        ray_error,
+                        reason,
                         started_at=time.time(),
                     )
                 )
@@ -237,7 +248,7 @@ def _window_begins(run: _Run) -> None:
     if run.window_begun:
         return
     run.window_begun = True
-    _start_logs(run)
+    _start_window_probes(run)
     _start_preparse(run)
     if run.on_window is not None:
         run.on_window()
@@ -300,7 +311,7 @@ def _connect(
     if cluster.distrusted:  # a blind spot: the cluster those files name was not looked at
         writer.add(
             ProbeRecord(
-                bundle_format.RAY_DASHBOARD,
+                RAY_DASHBOARD,
                 "local cluster files",
                 Outcome.DENIED,
                 "; ".join(cluster.distrusted),
@@ -337,7 +348,7 @@ def _sample(run: _Run, index: int) -> Topology:
     started = _start_remote_samples(run, remote, index)
     local_spec = dataclasses.replace(
         _local_spec(run, state, index),
-        started=((bundle_format.PYSPY, frozenset(early)),) if early else (),
+        started=((PYSPY, frozenset(early)),) if early else (),
     )
     topo = _sample_here_and_probe_endpoints(run, local_spec, started, index, endpoints, probed)
     cf.wait(list(early.values()), timeout=run.deadline.clamp(run.opts.probe_timeout_s * 2 + 1.0))
@@ -351,7 +362,7 @@ def _early_stacks(run: _Run, index: int) -> dict[int, cf.Future[Any]]:
     """pid -> its dump, for this node's processes of the last sample's topology, started now
     (the second sample of a run that takes stacks at both)."""
     opts = run.opts
-    if index == 0 or run.topo is None or bundle_format.PYSPY in _local_spec_off(opts, index):
+    if index == 0 or run.topo is None or PYSPY in _local_spec_off(opts, index):
         return {}
     from slime_hangdoctor.collect.pyspy import NODE_PROBE
 
@@ -501,7 +512,7 @@ def sources_off(opts: CollectOptions, *, second_stacks: bool = True) -> frozense
     py-spy's also at the second sample of the watchdog's look (`second_stacks` False)."""
     off = {s.name for s in SPECS if s.switch is not None and not getattr(opts, s.switch)}
     if not second_stacks:
-        off.add(bundle_format.PYSPY)
+        off.add(PYSPY)
     return frozenset(off)
 
 
@@ -674,11 +685,7 @@ def _gcs_from_state(writer: BundleWriter) -> str | None:
 
     for rec in writer.records:
         endpoint = str(rec.meta.get("endpoint", ""))
-        if (
-            rec.source != bundle_format.RAY_DASHBOARD
-            or not endpoint.startswith("/nodes")
-            or not rec.artifact
-        ):
+        if rec.source != RAY_DASHBOARD or not endpoint.startswith("/nodes") or not rec.artifact:
             continue
         try:
             found = gcs_address_from_summary((writer.root / rec.artifact).read_bytes())
@@ -692,7 +699,9 @@ def _gcs_from_state(writer: BundleWriter) -> str | None:
 
 def _local_node(state: Snapshot, local_ips: frozenset[str]) -> tuple[str | None, str | None]:
     """This machine's Ray node: the head if it runs here, else the first alive node with a local IP."""
-    here = [n for n in state.nodes if n.node_ip in local_ips and n.state == NODE_ALIVE]
+    here = [
+        n for n in state.joined(RAY_STATE).nodes if n.node_ip in local_ips and n.state == NODE_ALIVE
+    ]
     here.sort(key=lambda n: (not n.is_head, n.node_ip))
     if here:
         return here[0].node_ip, here[0].node_id
@@ -704,7 +713,7 @@ def _slime_nodes(state: Snapshot) -> dict[str, set[int]]:
     by_node = pids_by_node(state)
     slime = {
         a.node_id
-        for a in state.actors
+        for a in state.joined(RAY_STATE).actors
         if a.class_name in CLASS_ROLES and a.state == ACTOR_ALIVE and a.node_id
     }
     return {n: pids for n, pids in by_node.items() if n in slime}
@@ -713,7 +722,7 @@ def _slime_nodes(state: Snapshot) -> dict[str, set[int]]:
 def _remote_nodes(state: Snapshot, run: _Run) -> list[tuple[RemoteNode, set[int]]]:
     if run.client is None:
         return []
-    ips = {n.node_id: n.node_ip for n in state.nodes if n.state == NODE_ALIVE}
+    ips = {n.node_id: n.node_ip for n in state.joined(RAY_STATE).nodes if n.state == NODE_ALIVE}
     return [
         (RemoteNode(node_id, ips[node_id]), pids)
         for node_id, pids in sorted(_slime_nodes(state).items())
@@ -723,7 +732,7 @@ def _remote_nodes(state: Snapshot, run: _Run) -> list[tuple[RemoteNode, set[int]
 
 def _local_roots(state: Snapshot, run: _Run) -> frozenset[int] | None:
     """With Ray state: the worker pids Ray places on this node; without it: None (find by titles)."""
-    if run.client is None or not state.ray_seen or run.node_id is None:
+    if run.client is None or not state.joined(RAY_STATE).seen or run.node_id is None:
         return None
     return frozenset(pids_by_node(state).get(run.node_id, set()))
 
@@ -731,7 +740,7 @@ def _local_roots(state: Snapshot, run: _Run) -> frozenset[int] | None:
 def _local_drivers(state: Snapshot, run: _Run) -> set[int]:
     return {
         j.driver_pid
-        for j in state.jobs
+        for j in state.joined(RAY_STATE).jobs
         if j.status == JOB_RUNNING
         and j.driver_pid
         and (j.driver_node_ip in (None, run.node_ip) or j.driver_node_ip in run.local_ips)
@@ -746,7 +755,7 @@ def _traceback_fallback(run: _Run, failed: list[RemoteNode], index: int) -> None
 
     state = partial_snapshot(run.writer)
     for node in failed:
-        for a in state.actors:
+        for a in state.joined(RAY_STATE).actors:
             if (
                 a.node_id == node.node_id
                 and a.class_name in CLASS_ROLES
@@ -763,30 +772,17 @@ def _traceback_fallback(run: _Run, failed: list[RemoteNode], index: int) -> None
                 )
 
 
-def _start_logs(run: _Run) -> None:
-    """Tail the driver's and the slime actors' logs (Ray log API) from the end of the first sample,
-    while the window passes (the dashboard and Ray's agents are then idle, so the tails do not slow
-    the second sample's dumps and probes); the thread is joined with the others before the bundle
-    is finished."""
-    if run.client is None or not run.opts.logs or run.deadline.expired:
+def _start_window_probes(run: _Run) -> None:
+    """Start every source's window probe (collect.node.window_probes: the job's logs), from the
+    end of the first sample, while the window passes; their threads are joined with the others
+    before the bundle is finished."""
+    if run.client is None or run.deadline.expired:
         return
-    from slime_hangdoctor.collect.logs import fetch_logs
-
-    state = partial_snapshot(run.writer)
-    if not state.jobs and not state.actors:
-        return
-    run.say("reading the job's logs")
-    thread = threading.Thread(
-        target=fetch_logs,
-        args=(run.writer, run.client, state.jobs, state.actors),
-        kwargs={"timeout": run.deadline.clamp(run.opts.probe_timeout_s)},
-        name="ray-logs",
-        daemon=True,
-    )
-    thread.start()
-    if run.threads is None:
-        run.threads = []
-    run.threads.append(thread)
+    ctx = WindowContext(run.writer, run.client, run.opts, run.deadline, run.say)
+    for _, probe in window_probes():
+        thread = probe(ctx)
+        if thread is not None:
+            run.threads = [*(run.threads or []), thread]
 
 
 def _start_gpu_sampling(run: _Run) -> threading.Thread:

@@ -42,12 +42,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from slime_hangdoctor import bundle
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, safe_name
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.http_facts import SglangMetrics
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers import sglang as parsers
+from slime_hangdoctor.parsers.sglang import ROUTER, SGLANG, SglangMetrics
 
 # An answer past this size is not an SGLang answer (a /metrics page is ~10-500 KB): it is not kept,
 # so a huge or endless body costs neither memory nor redaction and parse time (the run's bound).
@@ -432,7 +431,7 @@ def probe_engine(
     jobs.sort(key=lambda j: order.get(j.endpoint.paths[0], len(order)))
     extra = {"listed_by_router": True} if listed_by_router else {}
     return _records(
-        writer, jobs, source=bundle.SGLANG, url=base, node_ip=node_ip, sample=sample, meta=extra
+        writer, jobs, source=SGLANG, url=base, node_ip=node_ip, sample=sample, meta=extra
     )
 
 
@@ -512,7 +511,7 @@ def probe_router(
         writer,
         ROUTER_ENDPOINTS,
         url,
-        source=bundle.ROUTER,
+        source=ROUTER,
         node_ip=node_ip,
         sample=sample,
         timeout=timeout,
@@ -534,7 +533,7 @@ def probe_router_metrics(
         writer,
         ROUTER_METRICS_ENDPOINTS,
         url,
-        source=bundle.ROUTER,
+        source=ROUTER,
         node_ip=node_ip,
         sample=sample,
         timeout=timeout,

@@ -20,12 +20,11 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
 from slime_hangdoctor.collect.node_probe import NodeContext
 from slime_hangdoctor.collect.tcp_tables import TcpTables
 from slime_hangdoctor.outcome import Outcome
-from slime_hangdoctor.parsers.sockets import LISTEN
+from slime_hangdoctor.parsers.sockets import LISTEN, SOCKETS
 
 MAX_FDS = 20_000  # per process
 MAX_TABLE_BYTES = 16 << 20  # per /proc/net/tcp* table (a node with ~100k sockets)
@@ -86,7 +85,7 @@ def record_sockets(
     tables: TcpTables | None = None,
 ) -> ProbeRecord:
     """Scan and store (source `sockets`); never raises. Unreadable processes are named in `reason`."""
-    clock = ProbeClock(bundle_format.SOCKETS, "sockets", node_ip=node_ip, sample=sample)
+    clock = ProbeClock(SOCKETS, "sockets", node_ip=node_ip, sample=sample)
     record = clock.record
 
     try:

@@ -27,11 +27,12 @@ import io
 import pickle
 import re
 from collections.abc import Mapping
-from typing import Any, NoReturn, get_args
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, NoReturn, get_args
 
 from slime_hangdoctor.bundle import FLIGHT_RECORDER, ProbeRecord
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import Frame, FrDump, FrEntry, FrState
+from slime_hangdoctor.facts import Frame
 from slime_hangdoctor.parsers.safe_pickle import check_plain_pickle
 from slime_hangdoctor.source_spec import SourceSpec
 
@@ -41,6 +42,49 @@ _RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.IGNORECASE)
 _TRAILING_NUMBER = re.compile(r"(\d+)$")
 _DUMP_SUFFIXES = (".pkl", ".pickle", ".bin", ".json")
 _PACKAGE_DIRS = ("site-packages/", "dist-packages/")
+
+
+# --------------------------------------------------------------------------- facts
+
+
+# a flight-recorder entry's state (torch/csrc/distributed/c10d/FlightRecorder: scheduled, started,
+# completed)
+FrState = Literal["scheduled", "started", "completed", "unknown"]
+
+
+FR_STATES: Final[frozenset[str]] = frozenset(get_args(FrState))
+
+
+FR_COMPLETED: Final[FrState] = "completed"
+
+
+@dataclass(frozen=True)
+class FrEntry:
+    record_id: int
+    # The process's own count of the groups it created (ProcessGroupNCCL/Gloo uid): differs across
+    # ranks for one group as soon as they created different groups. `FrDump.pg_status` is keyed by it.
+    pg_id: int | None
+    collective_seq_id: int
+    op: str  # profiling_name, e.g. "nccl:broadcast"
+    state: FrState
+    frames: tuple[Frame, ...]
+    is_p2p: bool = False
+    input_sizes: tuple[tuple[int, ...], ...] = ()
+    # `process_group: (pg_name, desc)`: the group's name, the same on every rank of the group
+    # (new_group's counter, or a hash of its ranks), and the user's description ("default_pg",
+    # Megatron's "DATA_PARALLEL_GROUP"; "undefined" when none). None: a dump without the field.
+    pg_name: str | None = None
+    pg_desc: str | None = None
+
+
+@dataclass(frozen=True)
+class FrDump:
+    rank: int
+    version: str
+    entries: tuple[FrEntry, ...]
+    pg_status: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # by str(pg_id)
+    pg_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # by pg_name
+    pid: int | None = None
 
 
 class _NoGlobalsUnpickler(pickle.Unpickler):

@@ -14,26 +14,101 @@ Artefact format::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, get_args
+from dataclasses import dataclass
+from typing import Any, Final, Literal, get_args
 
-from slime_hangdoctor.bundle import KERNEL
+from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import (
-    DISK_SLEEP,
-    IoCounters,
-    KernelLog,
-    KernelLogLine,
-    NodeKernel,
-    ProcessKernelState,
-    SchedStat,
-    ShmSpace,
-    TaskLetter,
-    ThreadKernelState,
-)
 from slime_hangdoctor.parsers.json_text import load_json_object
+from slime_hangdoctor.parsers.processes import SchedStat, parse_schedstat
 from slime_hangdoctor.source_spec import SourceSpec
 
+# the source's name (the `source` of its probe records, the folder under raw/): JSON: kernel-side state of one node's slime processes, /dev/shm, OOM-killer lines
+KERNEL = "kernel"
+
 _IO_KEYS = ("rchar", "wchar", "read_bytes", "write_bytes")
+
+
+# --------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class IoCounters:
+    """/proc/<pid>/io: cumulative bytes (read_bytes/write_bytes reach the storage layer)."""
+
+    rchar: int
+    wchar: int
+    read_bytes: int
+    write_bytes: int
+
+
+# the state letter of /proc/<pid>/stat (fs/proc/array.c task_state_array; "?" for one it adds)
+TaskLetter = Literal["R", "S", "D", "T", "t", "X", "x", "Z", "P", "I", "K", "W", "?"]
+
+
+TASK_LETTERS: Final[frozenset[str]] = frozenset(get_args(TaskLetter))
+
+
+DISK_SLEEP: Final[TaskLetter] = "D"  # uninterruptible sleep
+
+
+TRACED: Final[TaskLetter] = "t"  # tracing stop (py-spy holds it)
+
+
+@dataclass(frozen=True)
+class ThreadKernelState:
+    tid: int
+    name: str
+    state: TaskLetter  # of /proc/<pid>/task/<tid>/stat
+    wchan: str | None = None
+
+
+@dataclass(frozen=True)
+class ProcessKernelState:
+    """What the kernel says one process is doing: its state, where it sleeps, its I/O so far."""
+
+    pid: int
+    state: TaskLetter  # of /proc/<pid>/stat
+    wchan: str | None = None  # kernel function it sleeps in ("0" / empty: running or not shown)
+    io: IoCounters | None = None  # None: not readable (another user's process without root)
+    blocked_threads: tuple[ThreadKernelState, ...] = ()  # threads in D state (disk sleep)
+    sched: SchedStat | None = None  # None: not read (an older bundle, a kernel without it)
+
+    @property
+    def in_disk_sleep(self) -> bool:
+        return self.state == DISK_SLEEP or bool(self.blocked_threads)
+
+
+@dataclass(frozen=True)
+class ShmSpace:
+    path: str
+    total_bytes: int
+    free_bytes: int
+
+
+@dataclass(frozen=True)
+class KernelLogLine:
+    text: str
+    age_s: float | None = None  # seconds before the sample, from the record's timestamp
+
+
+@dataclass(frozen=True)
+class KernelLog:
+    """OOM-killer lines of the kernel log, where it could be read."""
+
+    readable: bool
+    why_not: str | None = None
+    oom_lines: tuple[KernelLogLine, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeKernel:
+    """One node's kernel-side view at one sample."""
+
+    processes: tuple[ProcessKernelState, ...]
+    shm: ShmSpace | None = None
+    shm_error: str | None = None
+    log: KernelLog | None = None
 
 
 def parse_stat(text: str) -> tuple[int, str, TaskLetter]:
@@ -146,14 +221,6 @@ def _process(row: Mapping[str, Any]) -> ProcessKernelState:
     )
 
 
-def parse_schedstat(text: str) -> SchedStat:
-    """``/proc/<pid>/schedstat``: ``run_ns wait_ns timeslices`` (Documentation/scheduler/sched-stats)."""
-    fields = text.split()
-    if len(fields) < 2 or not all(f.isdigit() for f in fields[:2]):
-        raise ParseError(f"schedstat: not 'run wait slices': {text[:60]!r}")
-    return SchedStat(int(fields[0]), int(fields[1]))
-
-
 def _opt_str(row: Mapping[str, Any], key: str) -> str | None:
     value = row.get(key)
     if value is not None and not isinstance(value, str):
@@ -192,7 +259,8 @@ def _load(data: str | bytes) -> Mapping[str, Any]:
     return load_json_object(data, "kernel", unit="artefact")
 
 
-def _kernel_notes(node: NodeKernel, where: str) -> tuple[str, ...]:
+def _kernel_notes(node: NodeKernel, rec: ProbeRecord) -> tuple[str, ...]:
+    where = rec.node_ip or "this node"
     out: list[str] = []
     if node.log is not None and not node.log.readable:
         out.append(

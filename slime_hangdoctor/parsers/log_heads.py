@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from dataclasses import dataclass
 
-from slime_hangdoctor.bundle import ACTOR_LOG_HEAD, ProbeRecord
+from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import ActorLogHead, LoggedUrl
 from slime_hangdoctor.source_spec import SourceSpec
+
+# The first bytes of one stream (err / out) of a slime actor's Ray worker log, read on its node;
+# meta: pid, class_name, stream, file, bytes, max_bytes, truncated
+ACTOR_LOG_HEAD = "actor_log_head"
 
 MAX_TEXT = 300  # characters kept of one line
 MAX_URLS = 16  # URLs kept (a head names one engine's URL twice)
@@ -36,6 +40,41 @@ _PORT = r"(?P<port>\d{1,5})(?![\d])"
 _LAUNCH = re.compile(r"Launch HttpServerEngineAdapter at: " + _HOST + ":" + _PORT)
 _UVICORN = re.compile(r"Uvicorn running on (?P<scheme>https?)://" + _HOST + ":" + _PORT)
 _ROUTER = re.compile(r"Router launched at " + _HOST + ":" + _PORT)
+
+
+# --------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class LoggedUrl:
+    """An engine URL one of its start-up lines names."""
+
+    url: str  # scheme://host:port, as logged (the host is not resolved)
+    line: str  # the line (cut)
+    served: bool  # SGLang's uvicorn line (the server listened there); False: slime's launch line
+
+
+@dataclass(frozen=True)
+class ActorLogHead:
+    """What the first bytes of a slime actor's worker log say: engine URLs, and the routers a
+    RolloutManager launched."""
+
+    urls: tuple[LoggedUrl, ...] = ()
+    lines: int = 0  # whole lines read
+    # which log: the actor's pid and class, the stream (err / out) and the log's file name
+    pid: int = 0
+    class_name: str = ""
+    stream: str = ""
+    file: str | None = None
+    # slime's `Router launched at HOST:PORT` lines, oldest first (`served` is False: a launch, not
+    # a listening socket)
+    routers: tuple[LoggedUrl, ...] = ()
+
+    @property
+    def served_url(self) -> LoggedUrl | None:
+        """The URL the server last said it listens on (None: no uvicorn line in the head)."""
+        served = [u for u in self.urls if u.served]
+        return served[-1] if served else None
 
 
 def parse_log_head(data: bytes) -> ActorLogHead:

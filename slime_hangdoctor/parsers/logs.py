@@ -21,11 +21,62 @@ from __future__ import annotations
 import calendar
 import re
 import time
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
 
-from slime_hangdoctor.bundle import RAY_LOGS
+from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import LogKind, LogLine, LogTail, LogTimer
 from slime_hangdoctor.source_spec import SourceSpec
+
+# the source's name (the `source` of its probe records, the folder under raw/): the tail of one log (Ray log API); meta: kind, actor_id / submission_id, suffix
+RAY_LOGS = "ray_logs"
+
+
+# --------------------------------------------------------------------------- facts
+
+
+class LogKind(str, Enum):
+    """What a notable log line says."""
+
+    TRACEBACK = "traceback"  # "Traceback (most recent call last):" with its exception line
+    ERROR = "error"  # an ERROR / Exception / FATAL line
+    OOM = "oom"  # CUDA or host out of memory, OOM killer
+    TIMEOUT = "timeout"  # TimeoutError, "timed out", NCCL watchdog timeouts
+    RETRY = "retry"  # slime's HTTP retry lines ("retrying... (attempt k/60, url=...)")
+    CACHE_NOT_FLUSHED = "cache_not_flushed"  # SGLang: flush refused while requests are pending
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One notable line of a log tail (text cut to a few hundred characters)."""
+
+    kind: LogKind
+    text: str
+    time: float | None = None  # epoch seconds, when the line carries a time
+
+
+@dataclass(frozen=True)
+class LogTimer:
+    """A slime `Timer <name> start` line with no matching `end` after it in the tail."""
+
+    name: str
+    started: float | None
+    text: str
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """What one log tail shows."""
+
+    lines: int  # non-empty lines read
+    last_time: float | None  # time of the newest line that carries one
+    last_line: str  # the newest non-empty line (cut)
+    notable: tuple[LogLine, ...] = ()  # oldest first, the last few of each kind
+    open_timers: tuple[LogTimer, ...] = ()  # oldest first
+    # SGLang's last "Cache not flushed ... #queue-req: N, #running-req: M": (N, M)
+    pending_flush: tuple[int, int] | None = None
+
 
 MAX_TEXT = 300  # characters kept of one notable line
 KEEP_PER_KIND = 4  # newest notable lines kept per kind
@@ -172,11 +223,70 @@ def _cut(text: str) -> str:
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 3] + "..."
 
 
-# The tail of one log through Ray's log API (collect/logs.py: 256 KiB a tail). Composite: the
-# loader keeps the record's meta with it (load.py).
-SPEC = SourceSpec[LogTail](
+class LogOwner(str, Enum):
+    """Whose log a tail is: the job's driver's, or one slime actor's stream."""
+
+    DRIVER = "driver"
+    ACTOR = "actor"
+
+
+@dataclass(frozen=True)
+class LogObs:
+    """The tail of one log: a job's driver log or one stream (err / out) of an actor."""
+
+    kind: LogOwner
+    tail: LogTail
+    node_ip: str | None = None
+    actor_id: str | None = None
+    class_name: str | None = None
+    pid: int | None = None
+    submission_id: str | None = None
+    suffix: str | None = None  # err | out (actors)
+    fetched_at: float = 0.0
+    truncated: bool = False
+
+    @property
+    def label(self) -> str:
+        if self.kind is LogOwner.DRIVER:
+            return f"driver log ({self.submission_id})"
+        return f"{self.class_name} log (pid {self.pid}, {self.suffix})"
+
+
+def parse_record(data: bytes, rec: ProbeRecord) -> LogObs:
+    """One tail, with what the record's meta says of it (whose log, which stream, whether cut)."""
+    meta = rec.meta
+    offset = _meta_int(meta.get("utc_offset_s")) or 0
+    return LogObs(
+        kind=LogOwner.DRIVER if meta.get("kind") == LogOwner.DRIVER.value else LogOwner.ACTOR,
+        tail=parse_log_tail(data.decode("utf-8", "replace"), offset),
+        node_ip=rec.node_ip,
+        actor_id=_meta_str(meta.get("actor_id")),
+        class_name=_meta_str(meta.get("class_name")),
+        pid=_meta_int(meta.get("pid")),
+        submission_id=_meta_str(meta.get("submission_id")),
+        suffix=_meta_str(meta.get("suffix")),
+        fetched_at=rec.started_at,
+        truncated=bool(meta.get("truncated")),
+    )
+
+
+def _meta_str(value: Any) -> str | None:
+    return str(value) if value is not None else None
+
+
+def _meta_int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+# The tail of one log through Ray's log API (collect/logs.py: 256 KiB a tail).
+SPEC = SourceSpec[LogObs](
     name=RAY_LOGS,
-    parse=None,
+    parse=parse_record,
     max_bytes=4 * 1024 * 1024,
+    window_probe="slime_hangdoctor.collect.logs",
+    switch="logs",
     analysis="slime_hangdoctor.analysis.parts.logs",
 )

@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Final, Literal, get_args
 
-from slime_hangdoctor.bundle import NCCL_RAS
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import RasCommunicator, RasRank, RasReport
 from slime_hangdoctor.source_spec import SourceSpec
+
+# the source's name: the `source` of its probe records, the folder of its artefacts under raw/
+NCCL_RAS = "nccl_ras"  # JSON {"text": {...,"body"}, "json": {...,"body"}} of one node
 
 __all__ = ["parse_ras", "parse_ras_json_body", "parse_ras_text_body"]
 
@@ -41,6 +42,80 @@ _MISSING_COMMA = re.compile(r'([0-9"}\]]|true|false|null)([ \t]*\r?\n[ \t\r\n]*)
 
 
 # --------------------------------------------------------------------------- envelope
+
+
+# --------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class RasRank:
+    rank: int
+    pid: int | None = None
+    host: str | None = None
+    cuda_dev: int | None = None
+    nvml_dev: int | None = None
+    collective_counts: Mapping[str, int] = field(default_factory=dict)
+    missing: bool = False  # listed under missing_ranks
+    considered_dead: bool | None = None
+    launched_up_to: int | None = None  # text form: "has launched up to operation N"
+
+
+@dataclass(frozen=True)
+class RasCommunicator:
+    hash: str
+    size: int | None
+    ranks: tuple[RasRank, ...]
+    status: str | None = None  # as RAS printed it: RUNNING, INIT, ABORT ... (text form)
+    errors: str | None = None  # as RAS printed it: OK, MISMATCH, INCOMPLETE, ERROR ...
+    messages: tuple[str, ...] = ()  # the warning lines RAS printed for this communicator
+
+    @property
+    def states(self) -> frozenset[RasState]:
+        """The states RAS printed, typed (a word it prints that NCCL 2.28 does not is UNKNOWN);
+        none printed: RUNNING."""
+        return _ras_words(self.status, RAS_STATES) or frozenset({RAS_RUNNING})
+
+    @property
+    def error_kinds(self) -> frozenset[RasError]:
+        """The errors RAS printed, typed (OK: none; an unknown word is UNKNOWN)."""
+        return _ras_words(self.errors, RAS_ERRORS) - {"OK"}
+
+
+# NCCL RAS's words for a communicator (NCCL 2.28 src/ras/client_support.cc: rasACStatus,
+# rasACError), as its text form prints them, comma-separated where several hold
+RasState = Literal["NOCOMM", "INIT", "RUNNING", "FINALIZE", "ABORT", "UNKNOWN"]
+
+
+RasError = Literal["OK", "MISMATCH", "ERROR", "INCOMPLETE", "UNKNOWN"]
+
+
+RAS_STATES: Final[frozenset[str]] = frozenset(get_args(RasState))
+
+
+RAS_ERRORS: Final[frozenset[str]] = frozenset(get_args(RasError))
+
+
+RAS_RUNNING: Final[RasState] = "RUNNING"
+
+
+RAS_MISMATCH: Final[RasError] = "MISMATCH"
+
+
+# states of a communicator that works or is being set up
+RAS_HEALTHY: Final[tuple[frozenset[RasState], ...]] = (frozenset({"RUNNING"}), frozenset({"INIT"}))
+
+
+def _ras_words(text: str | None, known: frozenset[str]) -> frozenset[Any]:
+    words = {w.strip().upper() for w in (text or "").replace(" ", ",").split(",") if w.strip()}
+    return frozenset(w if w in known else "UNKNOWN" for w in words)
+
+
+@dataclass(frozen=True)
+class RasReport:
+    communicators: tuple[RasCommunicator, ...]
+    nccl_version: str | None = None
+    source_format: str = "json"  # json | text
+    repaired: bool = False  # NCCL 2.28.9's malformed JSON was repaired
 
 
 def _loads_first(text: str, what: str) -> Any:

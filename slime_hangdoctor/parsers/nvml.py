@@ -17,18 +17,37 @@ Pure: no I/O. Bad input raises `ParseError` and nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
-from slime_hangdoctor.bundle import GPM, NVML
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import GpmReading, GpuProcessUtil, GpuReading, GpuSample, GpuSeries
+from slime_hangdoctor.facts import GpuProcessUtil, GpuReading, GpuSample, GpuSeries
 from slime_hangdoctor.parsers.json_text import load_json
-from slime_hangdoctor.source_spec import SourceSpec
+from slime_hangdoctor.parsers.ray_state import RAY_STATE
+from slime_hangdoctor.source_spec import Facts, Join, SourceSpec
+
+# the sources' names: the `source` of their probe records, the folders of their artefacts under raw/
+NVML = "nvml"  # JSON series of GPU samples of one node
+GPM = "gpm"  # JSON list of GPM readings of one node
 
 __all__ = ["parse_gpm", "parse_nvml_series"]
 
 
 # --------------------------------------------------------------------------- field readers
+
+
+# --------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class GpmReading:
+    """Hopper+ GPM metrics of one GPU over a short interval (percent, or bytes/s for NVLINK)."""
+
+    index: int
+    supported: bool
+    metrics: Mapping[str, float] = field(default_factory=dict)
 
 
 def _load(text: str, what: str) -> Any:
@@ -261,11 +280,34 @@ def parse_gpm(text: str) -> tuple[GpmReading, ...]:
     return tuple(_gpm_reading(g, pos) for pos, g in enumerate(data))
 
 
-# The GPU series of one node, sampled across the window (collect/nvml.py). Composite: the loader
-# merges it with the GPU readings of Ray's node summary (load.py).
+class GpuVia(str, Enum):
+    """Who read a GPU series: the local NVML sampler, or Ray's node summary (util and power only)."""
+
+    NVML = "nvml"
+    RAY_SUMMARY = "ray_summary"
+
+
+@dataclass(frozen=True)
+class GpuObs:
+    node_ip: str | None
+    series: GpuSeries
+    via: GpuVia = GpuVia.NVML
+
+
+def _series_of(facts: Facts) -> tuple[GpuObs, ...]:
+    """NVML's series of each node; Ray's node summary for a node NVML was not read on."""
+    nvml = tuple(GpuObs(obs.node_ip, obs.fact) for obs in facts.facts(SPEC))
+    nodes = {g.node_ip for g in nvml}
+    summary = facts.joined(RAY_STATE).summary_gpus
+    return nvml + tuple(
+        GpuObs(g.node_ip, g, GpuVia.RAY_SUMMARY) for g in summary if g.node_ip not in nodes
+    )
+
+
+# The GPU series of one node, sampled across the window (collect/nvml.py).
 SPEC = SourceSpec[GpuSeries](
     name=NVML,
-    parse=None,
+    parse=lambda data, rec: parse_nvml_series(data.decode("utf-8", "replace")),
     max_bytes=16 * 1024 * 1024,
     partial=True,
     analysis="slime_hangdoctor.analysis.parts.gpu",
@@ -278,3 +320,7 @@ GPM_SPEC = SourceSpec[tuple[GpmReading, ...]](
     max_bytes=16 * 1024 * 1024,
     partial=True,
 )
+
+
+# Every GPU series of the bundle: NVML's, and Ray's node summary's where NVML gave none.
+GPU_SERIES = Join("gpus", _series_of)

@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.parsers.json_text import load_json_object
 from slime_hangdoctor.source_spec import SourceSpec
@@ -85,7 +86,8 @@ def parse_pressure(data: bytes) -> NodePressure:
     return NodePressure(tuple(found), errors)
 
 
-def _notes(node: NodePressure, where: str) -> tuple[str, ...]:
+def _notes(node: NodePressure, rec: ProbeRecord) -> tuple[str, ...]:
+    where = rec.node_ip or "this node"
     return tuple(
         f"pressure of {where}: {resource} not read ({why})" for resource, why in node.errors
     )

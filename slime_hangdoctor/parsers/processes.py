@@ -15,17 +15,107 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, get_args
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, get_args
 
-from slime_hangdoctor.bundle import PROCESSES
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import STATUS_UNKNOWN, ProcessInfo, ProcessStatus
 from slime_hangdoctor.parsers.json_text import load_json
 from slime_hangdoctor.source_spec import SourceSpec
+
+# the source's name: the `source` of its probe records, the folder of its artefacts under raw/
+PROCESSES = "processes"  # JSON list of process dicts (psutil), one artefact per node and sample
 
 # Processes of one artefact (one node, one sample). A node of a slime job runs tens to hundreds;
 # each costs about 20 us and 1 KB to parse and analyse (16 MiB of small rows took 22 s).
 MAX_PROCESSES = 10_000
+
+
+# --------------------------------------------------------------------------- facts
+
+
+# Proxy variables: `ProcessInfo.env` keeps them in any letter case (Python's urllib, httpx, requests
+# and reqwest read http_proxy and HTTP_PROXY alike), their URLs without user or password.
+PROXY_ENV: frozenset[str] = frozenset({"http_proxy", "https_proxy", "all_proxy", "no_proxy"})
+
+
+# psutil's process statuses (psutil.STATUS_*), and "unknown" for one a newer psutil adds
+ProcessStatus = Literal[
+    "running",
+    "sleeping",
+    "disk-sleep",
+    "stopped",
+    "tracing-stop",
+    "zombie",
+    "dead",
+    "wake-kill",
+    "waking",
+    "idle",
+    "locked",
+    "waiting",
+    "suspended",
+    "parked",
+    "unknown",
+]
+
+
+PROCESS_STATUSES: Final[frozenset[str]] = frozenset(get_args(ProcessStatus))
+
+
+STATUS_ZOMBIE: Final[ProcessStatus] = "zombie"
+
+
+STATUS_RUNNING: Final[ProcessStatus] = "running"  # state R: running, or waiting only for a CPU
+
+
+STATUS_DISK_SLEEP: Final[ProcessStatus] = "disk-sleep"
+
+
+STATUS_UNKNOWN: Final[ProcessStatus] = "unknown"
+
+
+# gone from the process table's point of view: a zombie waiting to be reaped, or dead
+STATUS_GONE: Final[frozenset[ProcessStatus]] = frozenset({"zombie", "dead"})
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """One process as psutil / procfs saw it at one sample."""
+
+    pid: int
+    ppid: int | None
+    name: str
+    cmdline: tuple[str, ...]  # already redacted
+    status: ProcessStatus
+    cpu_seconds: float | None  # user + system, cumulative
+    create_time: float | None = None
+    num_threads: int | None = None
+    listen_ports: tuple[int, ...] = ()
+    listen_addrs: tuple[str, ...] = ()  # "ip:port" of TCP listening sockets
+    env: Mapping[str, str] = field(default_factory=dict)  # allow-listed, non-secret keys only
+    node_ip: str | None = None
+
+    @property
+    def title(self) -> str:
+        """The process title (Ray and SGLang put their role in argv[0])."""
+        return " ".join(a for a in self.cmdline if a).strip() or self.name
+
+
+# The CPU a process wanted, beside the CPU it got (`cpu_seconds`): read by the kernel probe
+# (collect/kernel.py, per sample) and by the watchdog's counters-only look (watchdog/counter_look.py)
+@dataclass(frozen=True)
+class SchedStat:
+    """/proc/<pid>/schedstat: the main thread's nanoseconds on a CPU and waiting on a run queue."""
+
+    run_ns: int
+    wait_ns: int
+
+
+def parse_schedstat(text: str) -> SchedStat:
+    """``/proc/<pid>/schedstat``: ``run_ns wait_ns timeslices`` (Documentation/scheduler/sched-stats)."""
+    fields = text.split()
+    if len(fields) < 2 or not all(f.isdigit() for f in fields[:2]):
+        raise ParseError(f"schedstat: not 'run wait slices': {text[:60]!r}")
+    return SchedStat(int(fields[0]), int(fields[1]))
 
 
 def parse_processes(text: str | bytes) -> tuple[ProcessInfo, ...]:

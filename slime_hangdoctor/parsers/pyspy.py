@@ -22,12 +22,17 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
-from slime_hangdoctor.bundle import DASHBOARD_TRACEBACK, PYSPY
+from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import Frame, ProcessStack, ThreadStack
-from slime_hangdoctor.source_spec import SourceSpec
+from slime_hangdoctor.facts import Frame
+from slime_hangdoctor.source_spec import Facts, Join, SourceSpec
+
+# the sources' names: the `source` of their probe records, the folders of their artefacts under raw/
+PYSPY = "pyspy"  # py-spy dump stdout; meta: pid, format (json|text), native
+DASHBOARD_TRACEBACK = "dashboard_traceback"  # Ray /worker/traceback text; meta: pid
 
 __all__ = ["MAX_NAME_CHARS", "parse_pyspy_json", "parse_pyspy_text"]
 
@@ -45,6 +50,28 @@ _PY_SUFFIXES = (".py", ".pyw")
 
 
 # --------------------------------------------------------------------------- shared helpers
+
+
+# --------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    thread_id: int
+    name: str | None
+    active: bool
+    owns_gil: bool
+    frames: tuple[Frame, ...]
+    os_thread_id: int | None = None
+
+
+@dataclass(frozen=True)
+class ProcessStack:
+    pid: int
+    threads: tuple[ThreadStack, ...]
+    title: str | None = None  # "Process N: <title>" line of the text form
+    python_version: str | None = None
+    native: bool = False
 
 
 def _clip_name(name: str) -> str:
@@ -310,11 +337,53 @@ def parse_pyspy_text(text: str) -> tuple[ProcessStack, ...]:
     return tuple(p.build() for p in reader.done)
 
 
-# py-spy's dump of one process (collect/pyspy.py). Composite: one text dump may hold several
-# processes; the loader files each stack (load.py).
-SPEC = SourceSpec[ProcessStack](
+class StackVia(str, Enum):
+    """Who read a stack: py-spy, or Ray's dashboard (/worker/traceback)."""
+
+    PYSPY = "pyspy"
+    DASHBOARD = "dashboard"
+
+
+@dataclass(frozen=True)
+class StackObs:
+    """One process's stack at one sample, and who read it."""
+
+    node_ip: str | None
+    pid: int
+    sample: int
+    stack: ProcessStack
+    via: StackVia = StackVia.PYSPY
+
+
+def parse_record(data: bytes, rec: ProbeRecord) -> tuple[ProcessStack, ...]:
+    """One dump: py-spy's JSON of one process (its pid from the record), or the text form (py-spy
+    --native, Ray's /worker/traceback), which may hold several processes."""
+    text = data.decode("utf-8", "replace")
+    default = "text" if rec.source == DASHBOARD_TRACEBACK else "json"
+    if rec.meta.get("format", default) == "json":
+        return (parse_pyspy_json(text, _meta_int(rec.meta.get("pid"))),)
+    return parse_pyspy_text(text)
+
+
+def _meta_int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _stacks(facts: Facts) -> tuple[StackObs, ...]:
+    out: list[StackObs] = []
+    for obs in facts.facts_of(SPEC, TRACEBACK_SPEC):
+        via = StackVia.DASHBOARD if obs.source == DASHBOARD_TRACEBACK else StackVia.PYSPY
+        out.extend(StackObs(obs.node_ip, stack.pid, obs.sample, stack, via) for stack in obs.fact)
+    return tuple(out)
+
+
+# py-spy's dump of one process (collect/pyspy.py); one text dump may hold several processes.
+SPEC = SourceSpec[tuple[ProcessStack, ...]](
     name=PYSPY,
-    parse=None,
+    parse=parse_record,
     max_bytes=16 * 1024 * 1024,
     node_probe="slime_hangdoctor.collect.pyspy",
     attaches=True,
@@ -323,8 +392,12 @@ SPEC = SourceSpec[ProcessStack](
 )
 
 # Ray's /worker/traceback of one process (collect/dashboard.py), where py-spy could not read it.
-TRACEBACK_SPEC = SourceSpec[ProcessStack](
+TRACEBACK_SPEC = SourceSpec[tuple[ProcessStack, ...]](
     name=DASHBOARD_TRACEBACK,
-    parse=None,
+    parse=parse_record,
     max_bytes=16 * 1024 * 1024,
 )
+
+
+# Every stack of the bundle, py-spy's and the dashboard's, in the bundle's order.
+ALL_STACKS = Join("stacks", _stacks)

@@ -18,40 +18,16 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar, get_args
+from typing import Any, Final, Literal, TypeVar, get_args
 
-from slime_hangdoctor.bundle import RAY_DASHBOARD
+from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import (
-    TASK_FAILED,
-    TASK_FINISHED,
-    TASK_RUNNING,
-    UNKNOWN_STATE,
-    ActorDeath,
-    ActorState,
-    ClusterResources,
-    GpuReading,
-    GpuSample,
-    GpuSeries,
-    JobStatus,
-    NodeState,
-    ObjectStoreUsage,
-    PlacementBundle,
-    PlacementDemand,
-    PlacementGroupState,
-    PlacementSchedulingState,
-    RayActor,
-    RayJob,
-    RayNode,
-    RayPlacementGroup,
-    RayTask,
-    RayTaskType,
-    TaskPage,
-    TaskState,
-    UnknownState,
-)
+from slime_hangdoctor.facts import GpuReading, GpuSample, GpuSeries
 from slime_hangdoctor.parsers.json_text import load_json
-from slime_hangdoctor.source_spec import SourceSpec
+from slime_hangdoctor.source_spec import Facts, Join, Observed, SourceSpec
+
+# the source's name: the `source` of its probe records, the folder of its artefacts under raw/
+RAY_DASHBOARD = "ray_dashboard"  # one dashboard answer; meta: endpoint, status
 
 T = TypeVar("T")
 StateT = TypeVar("StateT", bound=str)
@@ -60,6 +36,295 @@ _MIB = 1024 * 1024
 
 
 # --------------------------------------------------------------------------- public parsers
+
+
+# --------------------------------------------------------------------------- facts
+
+
+# Ray's states as Ray itself types them: copied from Ray 2.60's
+# ray/_private/custom_types.py (TypeActorStatus, TypeTaskStatus, TypeNodeStatus,
+# TypePlacementGroupStatus; ray/util/state/common.py types its state rows with them, and the
+# deprecated ray/experimental/state/custom_types.py re-exports them), and from the values of
+# ray.job_submission.JobStatus (ray/dashboard/modules/job/common.py) for jobs.
+# tests/unit/test_ray_states.py compares each with the installed Ray's, so an upgrade that adds a
+# state fails there first. A state a newer Ray sends that is not here is read as UNKNOWN, and its
+# text kept in the fact's `raw_state` / `raw_status` (never a crash, never a guess).
+ActorState = Literal["DEPENDENCIES_UNREADY", "PENDING_CREATION", "ALIVE", "RESTARTING", "DEAD"]
+
+
+TaskState = Literal[
+    "NIL",
+    "PENDING_ARGS_AVAIL",
+    "PENDING_NODE_ASSIGNMENT",
+    "PENDING_OBJ_STORE_MEM_AVAIL",
+    "PENDING_ARGS_FETCH",
+    "SUBMITTED_TO_WORKER",
+    "PENDING_ACTOR_TASK_ARGS_FETCH",
+    "PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY",
+    "RUNNING",
+    "RUNNING_IN_RAY_GET",
+    "RUNNING_IN_RAY_WAIT",
+    "FINISHED",
+    "FAILED",
+    "GETTING_AND_PINNING_ARGS",
+]
+
+
+NodeState = Literal["ALIVE", "DEAD"]
+
+
+PlacementGroupState = Literal["PENDING", "PREPARED", "CREATED", "REMOVED", "RESCHEDULING"]
+
+
+JobStatus = Literal["PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"]
+
+
+# Ray sent no state, or one not above (a newer Ray's): none of Ray's literals has this value.
+UnknownState = Literal["UNKNOWN"]
+
+
+UNKNOWN_STATE: Final[UnknownState] = "UNKNOWN"
+
+
+# The states the analysis and the collector decide on. Compare with these, never with bare text:
+# mypy rejects a constant or a set member that is not one of Ray's states.
+ACTOR_ALIVE: Final[ActorState] = "ALIVE"
+
+
+ACTOR_DEAD: Final[ActorState] = "DEAD"
+
+
+# an actor Ray is still creating (its constructor runs or waits for its arguments)
+ACTOR_BEING_CREATED: Final[frozenset[ActorState]] = frozenset(
+    {"PENDING_CREATION", "DEPENDENCIES_UNREADY"}
+)
+
+
+NODE_ALIVE: Final[NodeState] = "ALIVE"
+
+
+TASK_RUNNING: Final[TaskState] = "RUNNING"
+
+
+TASK_FINISHED: Final[TaskState] = "FINISHED"
+
+
+TASK_FAILED: Final[TaskState] = "FAILED"
+
+
+# a task that runs, also while it blocks in ray.get / ray.wait
+TASK_RUNNING_ANY: Final[frozenset[TaskState]] = frozenset(
+    {"RUNNING", "RUNNING_IN_RAY_GET", "RUNNING_IN_RAY_WAIT"}
+)
+
+
+TASK_ENDED: Final[frozenset[TaskState]] = frozenset({TASK_FINISHED, TASK_FAILED})
+
+
+# a placement group that waits for its resources (not placed yet, or re-placed after a node died)
+PLACEMENT_GROUP_WAITING: Final[frozenset[PlacementGroupState]] = frozenset(
+    {"PENDING", "RESCHEDULING"}
+)
+
+
+JOB_RUNNING: Final[JobStatus] = "RUNNING"
+
+
+# Ray 2.60's placement-group scheduling states (gcs.proto SchedulingState), UNKNOWN for a newer one
+PlacementSchedulingState = Literal[
+    "QUEUED", "REMOVED", "SCHEDULING_STARTED", "NO_RESOURCES", "INFEASIBLE", "FINISHED", "UNKNOWN"
+]
+
+
+PG_SCHEDULING_STATES: Final[frozenset[str]] = frozenset(get_args(PlacementSchedulingState))
+
+
+PG_INFEASIBLE: Final[PlacementSchedulingState] = "INFEASIBLE"
+
+
+# Ray 2.60's task types (common.proto TaskType), UNKNOWN for a newer one
+RayTaskType = Literal["NORMAL_TASK", "ACTOR_CREATION_TASK", "ACTOR_TASK", "DRIVER_TASK", "UNKNOWN"]
+
+
+DRIVER_TASK: Final[RayTaskType] = "DRIVER_TASK"
+
+
+ACTOR_CREATION_TASK: Final[RayTaskType] = "ACTOR_CREATION_TASK"
+
+
+@dataclass(frozen=True)
+class RayActor:
+    actor_id: str
+    class_name: str
+    state: ActorState | UnknownState
+    pid: int | None
+    node_id: str | None
+    name: str | None = None
+    job_id: str | None = None
+    ray_namespace: str | None = None
+    node_ip: str | None = None
+    repr_name: str | None = None
+    death: ActorDeath | None = None  # detail=1 only
+    placement_group_id: str | None = None
+    raw_state: str | None = None  # what Ray sent where `state` is UNKNOWN (a newer Ray's state)
+
+
+@dataclass(frozen=True)
+class RayTask:
+    task_id: str
+    name: str  # e.g. "MegatronTrainRayActor.update_weights"
+    state: TaskState | UnknownState
+    actor_id: str | None = None
+    worker_pid: int | None = None
+    node_id: str | None = None
+    job_id: str | None = None
+    start_time_ms: int | None = None
+    # History and wait-for fields (``/api/v0/tasks?detail=1``; None where Ray did not say).
+    task_type: RayTaskType | None = None
+    parent_task_id: str | None = None
+    end_time_ms: int | None = None
+    creation_time_ms: int | None = None
+    error_type: str | None = None  # e.g. ACTOR_DIED, TASK_EXECUTION_EXCEPTION
+    raw_state: str | None = None  # what Ray sent where `state` is UNKNOWN (a newer Ray's state)
+
+    @property
+    def method(self) -> str:
+        """The method name: ``SGLangEngine.pause_generation`` -> ``pause_generation``; an actor
+        creation task ``e0:SGLangEngine.__init__`` -> ``__init__``."""
+        return self.name.rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    """One ``/api/v0/tasks`` answer: its rows and how many Ray had before it truncated them.
+
+    Ray sorts the rows by task id before it applies ``limit``, so a truncated page is an arbitrary
+    subset, not the newest tasks: `truncated` tells the analysis not to trust its absences."""
+
+    tasks: tuple[RayTask, ...]
+    total: int | None = None  # tasks the GCS knew (incl. events it dropped)
+    num_filtered: int | None = None  # tasks that matched the filters, before `limit`
+
+    @property
+    def truncated(self) -> bool:
+        return self.num_filtered is not None and self.num_filtered > len(self.tasks)
+
+
+@dataclass(frozen=True)
+class ActorDeath:
+    """Why Ray says an actor died (``death_cause`` of ``/api/v0/actors?detail=1``)."""
+
+    reason: str | None  # e.g. WORKER_DIED, OUT_OF_MEMORY, RAY_KILL, NODE_DIED, USER_EXIT ...
+    message: str | None  # Ray's error message (cut to a few hundred characters)
+    exit_type: str | None = None  # "Worker exit type: SYSTEM_ERROR" -> SYSTEM_ERROR
+    exit_detail: str | None = None  # "Worker exit detail: ..." up to the first sentence end
+    never_started: bool | None = None
+    kind: str = "actor_died_error_context"  # the death_cause key Ray used
+
+
+@dataclass(frozen=True)
+class PlacementBundle:
+    index: int
+    resources: Mapping[str, float]
+    node_id: str | None = None  # None: not placed yet
+
+
+@dataclass(frozen=True)
+class RayPlacementGroup:
+    """One row of ``/api/v0/placement_groups?detail=1``."""
+
+    placement_group_id: str
+    state: PlacementGroupState | UnknownState
+    name: str | None = None
+    creator_job_id: str | None = None
+    bundles: tuple[PlacementBundle, ...] = ()
+    scheduling_state: PlacementSchedulingState | None = None  # stats.scheduling_state
+    scheduling_attempt: int | None = None
+    created_ns: int | None = None  # stats.creation_request_received_ns
+    raw_state: str | None = None  # what Ray sent where `state` is UNKNOWN (a newer Ray's state)
+
+    def demand(self) -> dict[str, float]:
+        """Resources of all bundles together."""
+        out: dict[str, float] = {}
+        for b in self.bundles:
+            for key, amount in b.resources.items():
+                out[key] = out.get(key, 0.0) + amount
+        return out
+
+
+@dataclass(frozen=True)
+class PlacementDemand:
+    """One pending placement-group demand of ``/api/cluster_status`` (``pgDemand``)."""
+
+    bundles: tuple[tuple[Mapping[str, float], int], ...]  # (bundle resources, how many of them)
+    strategy: str | None  # PACK | SPREAD | STRICT_PACK | STRICT_SPREAD
+    count: int = 1  # identical groups waiting
+
+    def total(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for resources, n in self.bundles:
+            for key, amount in resources.items():
+                out[key] = out.get(key, 0.0) + amount * n
+        return out
+
+
+@dataclass(frozen=True)
+class ClusterResources:
+    """The autoscaler's view (``/api/cluster_status``): capacity, use and what waits for it."""
+
+    total: Mapping[str, float]  # resource -> amount in the whole cluster
+    used: Mapping[str, float]
+    per_node_total: tuple[Mapping[str, float], ...] = ()  # one mapping per node
+    pg_demands: tuple[PlacementDemand, ...] = ()
+    # resourceDemand: tasks and actors waiting for resources: (resources, how many)
+    task_demands: tuple[tuple[Mapping[str, float], int], ...] = ()
+    time: float | None = None
+
+
+@dataclass(frozen=True)
+class ObjectStoreUsage:
+    """One node's plasma object store as its raylet reports it (``/nodes?view=summary``:
+    ``raylet.objectStoreUsedMemory``, ``raylet.objectStoreAvailableMemory`` and the
+    ``raylet.storeStats`` counters, which Ray leaves out where they are zero)."""
+
+    node_id: str | None
+    node_ip: str | None
+    used_bytes: int
+    available_bytes: int
+    primary_copy_bytes: int = 0  # objects this node created (spillable); the rest are copies
+    spilled_bytes: int = 0  # spilled to external storage since the node started
+    local_objects: int = 0
+    pulls_queued: bool = False  # the raylet's PullManager holds pulls it has no room for
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.used_bytes + self.available_bytes
+
+    @property
+    def used_fraction(self) -> float:
+        cap = self.capacity_bytes
+        return self.used_bytes / cap if cap > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class RayNode:
+    node_id: str
+    node_ip: str
+    state: NodeState | UnknownState
+    is_head: bool = False
+    hostname: str | None = None
+    raw_state: str | None = None  # what Ray sent where `state` is UNKNOWN (a newer Ray's state)
+
+
+@dataclass(frozen=True)
+class RayJob:
+    job_id: str | None
+    submission_id: str | None
+    status: JobStatus | UnknownState
+    entrypoint: str | None = None
+    driver_pid: int | None = None
+    driver_node_ip: str | None = None
+    raw_status: str | None = None  # what Ray sent where `status` is UNKNOWN (a newer Ray's status)
 
 
 def parse_actors(body: bytes | str) -> tuple[RayActor, ...]:
@@ -680,12 +945,174 @@ def endpoint_of(path: str, target: str) -> StateEndpoint | None:
     return next((e for e in matches if e.target == target), matches[0] if matches else None)
 
 
-# One Ray dashboard answer (collect/dashboard.py MAX_BODY). Composite: each endpoint's parse and
-# filing are load.DASHBOARD_LOADERS'.
-SPEC = SourceSpec[object](
+@dataclass(frozen=True)
+class StateAnswer:
+    """One dashboard answer, read by its endpoint's parser; `rows` is empty for an answer kept for
+    the reader only (the version, whether profiling is on) or one no entry of the table names."""
+
+    target: str  # the record's target (a task history's names its job: tasks_job_<id>)
+    endpoint: StateEndpoint | None
+    rows: tuple[Any, ...] = ()
+
+
+def parse_record(data: bytes, rec: ProbeRecord) -> StateAnswer:
+    endpoint = endpoint_of(str(rec.meta.get("endpoint") or rec.target), rec.target)
+    if endpoint is None or endpoint.parse is None:
+        return StateAnswer(rec.target, endpoint)
+    return StateAnswer(rec.target, endpoint, endpoint.parse(data))
+
+
+def _notes(answer: StateAnswer, rec: ProbeRecord) -> tuple[str, ...]:
+    """A task list Ray truncated is partly seen: it cuts by task id, so the rows are an arbitrary
+    subset."""
+    return tuple(
+        f"{rec.source} {rec.target}: partly seen: Ray returned {len(page.tasks)} of "
+        f"{page.num_filtered} tasks (an arbitrary subset: it truncates by task id)"
+        for page in answer.rows
+        if isinstance(page, TaskPage) and page.truncated
+    )
+
+
+# --------------------------------------------------------------------------- the joined state
+
+
+@dataclass(frozen=True)
+class TaskPageObs:
+    """One answer of the task history / queue queries (every state, parent ids, times)."""
+
+    target: str  # tasks_unfinished | tasks_job_<id>
+    sample: int
+    time: float  # when it was asked (epoch seconds)
+    tasks: tuple[RayTask, ...]
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class RayState:
+    """What the Ray state answers of one bundle say, joined: the newest answer where a later one
+    replaces an earlier (the running tasks, the cluster status, the object stores), every answer's
+    rows where they add up (actors and nodes by id, jobs, task pages, placement groups)."""
+
+    actors: tuple[RayActor, ...] = ()
+    tasks: tuple[RayTask, ...] = ()  # running, by the newest running-task answer
+    nodes: tuple[RayNode, ...] = ()
+    jobs: tuple[RayJob, ...] = ()
+    task_pages: tuple[TaskPageObs, ...] = ()  # by sample and time
+    placement_groups: tuple[RayPlacementGroup, ...] = ()
+    cluster: ClusterResources | None = None  # the newest /api/cluster_status answer
+    object_stores: tuple[ObjectStoreUsage, ...] = ()  # each node's, from the newest node summary
+    summary_gpus: tuple[GpuSeries, ...] = ()  # the node summaries' GPU readings (util and power)
+    seen: bool = False  # the actors answer came: the Ray state API answered
+
+
+class _Joining:
+    """The join's running state (mutable, used only while building one RayState)."""
+
+    def __init__(self) -> None:
+        self.actors: dict[str, RayActor] = {}
+        self.tasks: dict[str, RayTask] = {}
+        # task ids of each running-tasks answer, by (sample, time): the newest says what runs
+        self.running: dict[tuple[int, float], set[str]] = {}
+        self.nodes: dict[str, RayNode] = {}
+        self.jobs: list[RayJob] = []
+        self.pages: list[TaskPageObs] = []
+        self.pgs: dict[str, RayPlacementGroup] = {}
+        self.cluster: dict[tuple[int, float], ClusterResources] = {}
+        self.stores: dict[tuple[int, float], tuple[ObjectStoreUsage, ...]] = {}
+        self.gpus: list[GpuSeries] = []
+        self.seen = False
+
+
+def _actors(j: _Joining, obs: Observed[StateAnswer]) -> None:
+    for a in obs.fact.rows:
+        j.actors[a.actor_id] = a
+    j.seen = True
+
+
+def _running(j: _Joining, obs: Observed[StateAnswer]) -> None:
+    for t in obs.fact.rows:
+        j.tasks[t.task_id] = t
+    j.running[(obs.sample, obs.at)] = {t.task_id for t in obs.fact.rows}
+
+
+def _nodes(j: _Joining, obs: Observed[StateAnswer]) -> None:
+    for n in obs.fact.rows:
+        j.nodes[n.node_id] = n
+
+
+def _summary(j: _Joining, obs: Observed[StateAnswer]) -> None:
+    j.gpus.extend(i for i in obs.fact.rows if isinstance(i, GpuSeries))
+    j.stores[(obs.sample, obs.at)] = tuple(
+        i for i in obs.fact.rows if isinstance(i, ObjectStoreUsage)
+    )
+
+
+def _jobs(j: _Joining, obs: Observed[StateAnswer]) -> None:
+    known = {(job.job_id, job.submission_id) for job in j.jobs}
+    j.jobs.extend(job for job in obs.fact.rows if (job.job_id, job.submission_id) not in known)
+
+
+def _pages(j: _Joining, obs: Observed[StateAnswer]) -> None:
+    for page in obs.fact.rows:
+        j.pages.append(TaskPageObs(obs.fact.target, obs.sample, obs.at, page.tasks, page.truncated))
+
+
+def _placement_groups(j: _Joining, obs: Observed[StateAnswer]) -> None:
+    for pg in obs.fact.rows:
+        j.pgs[pg.placement_group_id] = pg
+
+
+def _cluster_status(j: _Joining, obs: Observed[StateAnswer]) -> None:
+    for cluster in obs.fact.rows:
+        j.cluster[(obs.sample, obs.at)] = cluster
+
+
+# How the join takes each parsed answer, by STATE_ENDPOINTS target (tests/unit/test_source_tables.py:
+# every endpoint with a parser has one).
+JOINED_BY: dict[str, Callable[[_Joining, Observed[StateAnswer]], None]] = {
+    "actors": _actors,
+    "tasks_running": _running,
+    "nodes": _nodes,
+    "node_summary": _summary,
+    "jobs": _jobs,
+    UNFINISHED_TASKS: _pages,
+    TASK_HISTORY.target: _pages,
+    "placement_groups": _placement_groups,
+    "cluster_status": _cluster_status,
+}
+
+
+def _ray_state(facts: Facts) -> RayState:
+    j = _Joining()
+    for obs in facts.facts(SPEC):
+        endpoint = obs.fact.endpoint
+        if endpoint is not None and endpoint.parse is not None:
+            JOINED_BY[endpoint.target](j, obs)
+    latest = j.running[max(j.running)] if j.running else None
+    return RayState(
+        actors=tuple(j.actors.values()),
+        tasks=tuple(t for t in j.tasks.values() if latest is None or t.task_id in latest),
+        nodes=tuple(j.nodes.values()),
+        jobs=tuple(j.jobs),
+        task_pages=tuple(sorted(j.pages, key=lambda p: (p.sample, p.time))),
+        placement_groups=tuple(j.pgs.values()),
+        cluster=j.cluster[max(j.cluster)] if j.cluster else None,
+        object_stores=j.stores[max(j.stores)] if j.stores else (),
+        summary_gpus=tuple(j.gpus),
+        seen=j.seen,
+    )
+
+
+# One Ray dashboard answer (collect/dashboard.py MAX_BODY), each read by its endpoint's parser.
+SPEC = SourceSpec[StateAnswer](
     name=RAY_DASHBOARD,
-    parse=None,
+    parse=parse_record,
     max_bytes=64 * 1024 * 1024,
+    notes=_notes,
     discovery=True,
     analysis="slime_hangdoctor.analysis.parts.ray",
 )
+
+
+# The Ray state of the bundle, its answers joined.
+RAY_STATE = Join("ray_state", _ray_state)

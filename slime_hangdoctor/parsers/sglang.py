@@ -26,22 +26,19 @@ import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
-from slime_hangdoctor.bundle import ROUTER, SGLANG
+from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.http_facts import (
-    EngineLoad,
-    ModelInfo,
-    RouterMetrics,
-    RouterWorker,
-    RouterWorkers,
-    ServerInfo,
-    SglangMetrics,
-)
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.json_text import load_json
-from slime_hangdoctor.source_spec import SourceSpec
+from slime_hangdoctor.source_spec import Facts, Join, SourceSpec
+
+# the sources' names: the `source` of their probe records, the folders of their artefacts under raw/
+SGLANG = "sglang"  # one HTTP answer of an engine; meta: url, path, status, elapsed_s, error
+ROUTER = "router"  # one HTTP answer of a router; meta as SGLANG
 
 __all__ = [
     "ENGINE_ENDPOINTS",
@@ -89,6 +86,129 @@ HTTP_ONLY_PATHS = frozenset(
         "/weight_version",
     }
 )
+
+
+# --------------------------------------------------------------------------- facts
+# Observed facts of HTTP answers: SGLang engines' and the sgl-router's (shapes in
+# reference/sglang.md §2, §6). Frozen, I/O-free, no verdicts.
+
+
+@dataclass(frozen=True)
+class HttpAnswer:
+    """One HTTP request a probe made. The body itself stays in the bundle's raw artefact."""
+
+    url: str  # base URL of the server, e.g. http://10.0.0.1:15000
+    path: str  # e.g. /server_info
+    status: int | None  # None: no HTTP answer (refused, timeout, reset)
+    elapsed_s: float
+    # How the probe ended, as the collector typed it (the bundle's ProbeRecord.outcome): the analysis
+    # decides "timed out" / "refused" on this, never on the error text. A body that stalled after
+    # its headers is TIMED_OUT with a status.
+    outcome: Outcome
+    error: str | None = None  # for the reader: "connection refused", "timed out after 2.0s", ...
+    # False: the collector chose not to send it (`/server_info` on an engine whose version lets a
+    # timed-out call poison it, while another read showed its scheduler busy or silent)
+    sent: bool = True
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """`/server_info` or `/get_server_info`."""
+
+    # 0: slime's patch answered `internal_states: []` (no scheduler reply within 2 s, or an earlier
+    # timed-out call poisoned the endpoint on 0.5.15: see analysis/engines.py); None: key absent
+    internal_states_count: int | None
+    version: str | None = None
+    port: int | None = None
+    tp_size: int | None = None
+    dp_size: int | None = None
+    model_path: str | None = None
+    last_gen_throughput: float | None = None
+    weight_version: str | None = None
+
+    @property
+    def empty_internal_states(self) -> bool:
+        """slime's patch answered `internal_states: []`: alone this proves nothing (see engines)."""
+        return self.internal_states_count == 0
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    model_path: str | None
+    weight_version: str | None = None
+    is_generation: bool | None = None
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """`/v1/loads` summed over DP ranks (or the older `/get_load`).
+
+    `running`/`waiting` are None when no DP rank reported: 0.5.15 answers `{"loads": []}` while the
+    tokenizer has not attached the scheduler's shared-memory snapshot (load_snapshot.py:571-573), or
+    no rank has published yet. That is unknown, never idle."""
+
+    running: int | None
+    waiting: int | None
+    gen_throughput: float | None = None
+    tokens: int | None = None  # <=0.5.2 `/get_load` reports only a token count
+    ranks: int | None = None  # DP-rank entries in the answer; None for the `{"load": N}` form
+    version: str | None = None  # the engine's SGLang version (`/v1/loads` carries it, >=0.5.9)
+
+    @property
+    def known(self) -> bool:
+        return self.running is not None and self.waiting is not None
+
+
+@dataclass(frozen=True)
+class SglangMetrics:
+    """The progress-relevant series of one `/metrics` answer (sums over label sets)."""
+
+    decode_tokens_total: float | None = None  # sglang:realtime_tokens_total{mode="decode"}
+    prefill_tokens_total: float | None = (
+        None  # realtime_tokens_total prefill_compute + prefill_cache
+    )
+    generation_tokens_total: float | None = None
+    prompt_tokens_total: float | None = None
+    forward_seconds_total: float | None = None
+    requests_total: float | None = None
+    running_reqs: float | None = None
+    queue_reqs: float | None = None
+    paused_reqs: float | None = None
+    gen_throughput: float | None = None
+    weight_load_seconds: Mapping[str, float] = field(default_factory=dict)
+    # The HTTP middleware's series (utils/common.py:2316-2328 in 0.5.15, observability/
+    # http_request_metrics.py in 0.5.23), keyed by the `endpoint` label (the route path), summed
+    # over `method` (and `status_code`). Empty when the page has none of them (SGLang < 0.5.9).
+    http_active: Mapping[str, float] = field(default_factory=dict)  # http_requests_active
+    http_requests: Mapping[str, float] = field(default_factory=dict)  # http_requests_total
+    http_responses_ok: Mapping[str, float] = field(default_factory=dict)  # 2xx responses_total
+
+
+@dataclass(frozen=True)
+class RouterWorker:
+    """One entry of the router's `GET /workers`."""
+
+    url: str
+    is_healthy: bool | None = None  # the router's own health view (stale when its checks are off)
+    load: int | None = None  # the router's in-flight request count for this worker
+
+
+@dataclass(frozen=True)
+class RouterWorkers:
+    urls: tuple[str, ...]
+    api: str = "workers"  # workers | list_workers
+    workers: tuple[RouterWorker, ...] = ()  # `/workers` entries; empty for `/list_workers`
+
+
+@dataclass(frozen=True)
+class RouterMetrics:
+    """The sgl-router's Prometheus page (its `--prometheus-port`, not its HTTP port; the `smg_*`
+    families of sgl-router 0.3), the series that say where requests are."""
+
+    # smg_worker_requests_active{worker=URL}: requests the router has sent to that worker and not
+    # had answered
+    requests_active: Mapping[str, float] = field(default_factory=dict)
+    connections_active: float | None = None  # smg_http_connections_active: clients' connections
 
 
 def version_tuple(text: str | None) -> tuple[int, ...] | None:
@@ -563,18 +683,124 @@ ROUTER_PARSER_BY_PATH: Mapping[str, Callable[[bytes], HttpParsed]] = {
     for path in e.paths
 }
 
-# One HTTP answer of an engine / of a router (collect/sglang.py: 4 MiB a body). Composite: read
-# whatever its outcome (a refused connection, a timeout and a 503 are evidence too; load.py).
-ENGINE_SPEC = SourceSpec[object](
+
+class HttpPeer(str, Enum):
+    """Whose HTTP answer: an SGLang engine's, a router's, or a server only a router lists (not
+    one of the job's engines: topology.Engine.listed_only, probed without the API key)."""
+
+    ENGINE = "engine"
+    ROUTER = "router"
+    LISTED = "listed"
+
+
+Parsed = HttpParsed | None
+
+
+@dataclass(frozen=True)
+class HttpObs:
+    """One HTTP answer of an engine or router, with its parsed body where it parsed."""
+
+    kind: HttpPeer
+    sample: int
+    answer: HttpAnswer
+    parsed: Parsed = None
+    parse_error: str | None = None
+
+
+def parse_answer(data: bytes | None, rec: ProbeRecord) -> HttpObs:
+    """One answer, whatever its outcome (a refused connection, a timeout and a 503 are evidence
+    too): what the record's meta says of it, and its body parsed by its path's parser where the
+    answer was a 200 (a body that does not parse is kept as `parse_error`, never raised)."""
+    meta = rec.meta
+    path = str(meta.get("path") or "")
+    answer = HttpAnswer(
+        url=str(meta.get("url") or rec.target),
+        path=path,
+        status=_meta_int(meta.get("status")),
+        elapsed_s=_meta_float(meta.get("elapsed_s")) or rec.elapsed_s or 0.0,
+        outcome=rec.outcome,
+        error=meta.get("error") or (rec.reason if rec.outcome is not Outcome.OK else None),
+        sent=meta.get("not_sent") is not True,
+    )
+    router = rec.source == ROUTER
+    parser = (ROUTER_PARSER_BY_PATH if router else PARSER_BY_PATH).get(path)
+    parsed: Parsed = None
+    parse_error = None
+    if parser is not None and data is not None and answer.status == 200:
+        try:
+            parsed = parser(data)
+        except ParseError as exc:
+            parse_error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - untrusted bytes: a blind spot, never a crash
+            parse_error = f"{type(exc).__name__}: {exc}"[:300]
+    kind = HttpPeer.ROUTER if router else HttpPeer.LISTED if _listed(rec) else HttpPeer.ENGINE
+    return HttpObs(kind, rec.sample or 0, answer, parsed, parse_error)
+
+
+def _listed(rec: ProbeRecord) -> bool:
+    """An engine only a router lists (not the job's: topology.Engine.listed_only), probed
+    without the API key (collect/sglang.py marks its records `listed_by_router`)."""
+    return rec.source == SGLANG and rec.meta.get("listed_by_router") is True
+
+
+def _notes(obs: HttpObs, rec: ProbeRecord) -> tuple[str, ...]:
+    """An answer that did not end ok (but a fallback path's), and a body that did not parse.
+    None for a server only a router lists: what it did not answer is no blind spot of the job
+    (the verdict reports it: analysis/parts/routers.listed_findings)."""
+    if obs.kind is HttpPeer.LISTED:
+        return ()
+    a = obs.answer
+    out: list[str] = []
+    if rec.outcome is not Outcome.OK and not rec.meta.get("fallback"):
+        reason = f": {rec.reason}" if rec.reason else ""
+        out.append(f"{rec.source} {a.url}{a.path}: {rec.outcome.value}{reason}")
+    if obs.parse_error is not None:
+        out.append(f"{rec.source} {a.url}{a.path}: could not parse: {obs.parse_error}")
+    return tuple(out)
+
+
+def _meta_int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _meta_float(value: Any) -> float | None:
+    """A number of a record's meta, None where a damaged bundle holds anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _answers(facts: Facts) -> tuple[HttpObs, ...]:
+    return tuple(obs.fact for obs in facts.facts_of(ENGINE_SPEC, ROUTER_SPEC))
+
+
+# One HTTP answer of an engine / of a router (collect/sglang.py: 4 MiB a body), read whatever its
+# outcome.
+ENGINE_SPEC = SourceSpec[HttpObs](
     name=SGLANG,
     parse=None,
+    parse_any=parse_answer,
     max_bytes=8 * 1024 * 1024,
+    notes=_notes,
     analysis="slime_hangdoctor.analysis.parts.engines",
 )
-ROUTER_SPEC = SourceSpec[object](
+ROUTER_SPEC = SourceSpec[HttpObs](
     name=ROUTER,
     parse=None,
+    parse_any=parse_answer,
     max_bytes=8 * 1024 * 1024,
+    notes=_notes,
     discovery=True,
     analysis="slime_hangdoctor.analysis.parts.routers",
 )
+
+
+# Every HTTP answer of the engines and the routers, in the bundle's order.
+HTTP_ANSWERS = Join("http", _answers)

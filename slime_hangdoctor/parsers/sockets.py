@@ -15,13 +15,15 @@ from __future__ import annotations
 import socket
 import struct
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final, Literal
 
-from slime_hangdoctor.bundle import SOCKETS
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import TCP_LISTEN, TcpConnection, TcpSocket, TcpState
 from slime_hangdoctor.parsers.json_text import load_json_object
 from slime_hangdoctor.source_spec import SourceSpec
+
+# the source's name (the `source` of its probe records, the folder under raw/): JSON: the TCP tables' rows of one node's slime processes, and their socket fds
+SOCKETS = "sockets"
 
 # The kernel's TCP states (include/net/tcp_states.h), as /proc/net/tcp writes them (hex).
 TCP_STATES: Mapping[str, TcpState] = {
@@ -40,6 +42,68 @@ TCP_STATES: Mapping[str, TcpState] = {
 }
 LISTEN = "0A"
 _FAMILIES = {"tcp": socket.AF_INET, "tcp6": socket.AF_INET6}
+
+
+# --------------------------------------------------------------------------- facts
+
+
+# the kernel's TCP state names (include/net/tcp_states.h), UNKNOWN for a number it adds
+TcpState = Literal[
+    "ESTABLISHED",
+    "SYN_SENT",
+    "SYN_RECV",
+    "FIN_WAIT1",
+    "FIN_WAIT2",
+    "TIME_WAIT",
+    "CLOSE",
+    "CLOSE_WAIT",
+    "LAST_ACK",
+    "LISTEN",
+    "CLOSING",
+    "NEW_SYN_RECV",
+    "UNKNOWN",
+]
+
+
+TCP_LISTEN: Final[TcpState] = "LISTEN"
+
+
+TCP_ESTABLISHED: Final[TcpState] = "ESTABLISHED"
+
+
+# a request in flight, or a connect that never completes
+TCP_WAITING: Final[frozenset[TcpState]] = frozenset({"ESTABLISHED", "SYN_SENT"})
+
+
+@dataclass(frozen=True)
+class TcpSocket:
+    """One row of the kernel's /proc/net/tcp or tcp6 table."""
+
+    local_ip: str
+    local_port: int
+    remote_ip: str
+    remote_port: int
+    state: TcpState
+    tx_queue: int  # bytes sent and not yet acknowledged by the peer
+    rx_queue: int  # bytes received and not yet read by the process
+    inode: int
+
+
+@dataclass(frozen=True)
+class TcpConnection:
+    """A TCP socket held by one process (socket inode matched to one of its fds)."""
+
+    pid: int
+    fd: int
+    socket: TcpSocket
+    node_ip: str | None = None
+
+    @property
+    def remote(self) -> str:
+        ip = self.socket.remote_ip
+        return (
+            f"[{ip}]:{self.socket.remote_port}" if ":" in ip else f"{ip}:{self.socket.remote_port}"
+        )
 
 
 def decode_address(text: str, family: int, byteorder: str = "little") -> tuple[str, int]:

@@ -8,8 +8,8 @@ processes of that look are still there (pid and start time, psutil). Nothing els
 nothing else is imported: no Ray client, no process or socket scan, no bundle, no analysis. It
 also reads the CPU times of the plan's request-path processes (the router, the engines' HTTP
 processes) at both ends of the window: a hop CPU-bound over it may hold the job's requests, which
-the counters alone cannot tell. The
-judgement of what was read is pure and lives in `watchdog/counter_verdict.py`.
+the counters alone cannot tell. The judgement of what was read is pure and lives in
+`analysis/counters.py`.
 
 `/metrics` is answered by the engine's HTTP process from the Prometheus registry the scheduler
 writes to (no scheduler round trip, no side effect), as the analysed look reads it every run.
@@ -19,45 +19,14 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 
+from slime_hangdoctor.analysis.counters import CounterRead, CounterReading, EngineCounters
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.http_facts import SglangMetrics
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.watchdog.state import CounterPlan
 
 # A process's start time as psutil reads it twice (boot time + jiffies): equal to well under this.
 START_TIME_SLACK_S = 0.05
-
-
-@dataclass(frozen=True)
-class CounterRead:
-    """One engine's `/metrics` at one moment: its counters, or why there are none."""
-
-    metrics: SglangMetrics | None
-    outcome: Outcome = Outcome.OK  # as the engine probe's record would say
-    problem: str | None = None  # "timed out after 1.0s", "HTTP 503", "not Prometheus text: ..."
-
-
-@dataclass(frozen=True)
-class EngineCounters:
-    url: str
-    first: CounterRead
-    last: CounterRead
-
-
-@dataclass(frozen=True)
-class CounterReading:
-    """What one counters-only look read."""
-
-    engines: tuple[EngineCounters, ...]
-    gone: tuple[int, ...]  # pids of the plan's processes no longer there (or another process's)
-    window_s: float  # from the start of the first reads to the start of the last
-    elapsed_s: float
-    # (pid, CPU seconds over the window, runnable at both reads, seconds its main thread was on a
-    # CPU or waiting for one (None: /proc/<pid>/schedstat not read)) of the plan's request-path
-    # processes that both reads saw
-    hop_cpu: tuple[tuple[int, float, bool, float | None], ...] = ()
 
 
 def read_counters(
@@ -120,7 +89,7 @@ def _hop_reading(
 
 
 def _wanted_s(pid: int) -> float | None:
-    from slime_hangdoctor.parsers.kernel import parse_schedstat
+    from slime_hangdoctor.parsers.processes import parse_schedstat
 
     try:
         with open(f"/proc/{pid}/schedstat") as fh:

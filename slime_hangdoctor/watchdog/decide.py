@@ -1,11 +1,13 @@
-"""How one watchdog run turns a verdict plus the remembered markers into an exit code. Pure."""
+"""How one watchdog run turns a verdict plus the remembered markers into an exit code, and the
+verdict into the one it reports (its stall clock, its own problems). Pure."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from slime_hangdoctor.markers import Markers, changed_markers, work_markers
-from slime_hangdoctor.verdict import ExitCode, Status, Verdict
+from slime_hangdoctor.verdict import Diagnosis, ExitCode, Finding, Severity, Status, Verdict
 from slime_hangdoctor.watchdog.state import CounterPlan, StallLook, WatchState
 
 
@@ -89,3 +91,33 @@ def parse_duration(text: str) -> float:
         raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 15m, 2h)")
     scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     return sum(float(n) * scale[u] for n, u in parts)
+
+
+def annotated(diagnosis: Diagnosis, decision: CheckDecision, notes: list[str]) -> Diagnosis:
+    """The verdict as the watchdog reports it: its stall clock, the state file's notes, suspected
+    where the decision warns, and how long the job has stalled."""
+    findings = list(diagnosis.verdict.findings)
+    findings.append(Finding("watchdog.stall_clock", Severity.INFO, decision.reason or "no stall"))
+    for note in notes:
+        findings.append(Finding("watchdog.state_file", Severity.WARNING, note))
+    verdict = dataclasses.replace(
+        diagnosis.verdict,
+        findings=tuple(findings),
+        suspected=decision.exit_code == ExitCode.WARNING,
+        extra={**diagnosis.verdict.extra, "stalled_for_s": round(decision.stalled_for_s, 1)},
+    )
+    return dataclasses.replace(diagnosis, verdict=verdict)
+
+
+def with_problem(
+    diagnosis: Diagnosis, problem: str, code: str = "watchdog.stall_bundle"
+) -> Diagnosis:
+    """The verdict with a problem of the run itself (a stall bundle or a log file not written)."""
+    verdict = diagnosis.verdict
+    finding = Finding(code, Severity.WARNING, problem)
+    verdict = dataclasses.replace(
+        verdict,
+        findings=(*verdict.findings, finding),
+        blind_spots=(*verdict.blind_spots, problem),
+    )
+    return dataclasses.replace(diagnosis, verdict=verdict)

@@ -11,17 +11,16 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
+from slime_hangdoctor.analysis.counters import STACKS_SKIPPED
 from slime_hangdoctor.bundle import Bundle, BundleWriter
 from slime_hangdoctor.collect.node import parse_cache
 from slime_hangdoctor.collect.options import CollectOptions
-from slime_hangdoctor.facts import STATUS_ZOMBIE
-from slime_hangdoctor.http_facts import SglangMetrics
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.markers import Markers, changed_markers, progress_markers, work_markers
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.parsers.sglang import counter_rises
+from slime_hangdoctor.parsers.processes import STATUS_ZOMBIE
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer, SglangMetrics, counter_rises
 from slime_hangdoctor.pipeline import Analysed, attach
-from slime_hangdoctor.snapshot import HttpPeer
 from slime_hangdoctor.topology import MemberKind, build_topology
 from slime_hangdoctor.verdict import (
     Diagnosis,
@@ -30,7 +29,6 @@ from slime_hangdoctor.verdict import (
     Status,
     verdict_from_json,
 )
-from slime_hangdoctor.watchdog.counter_verdict import STACKS_SKIPPED
 from slime_hangdoctor.watchdog.state import CounterPlan, StallLook, WatchState
 
 # During a stall already alerted for, a run in which nothing moved carries the verdict of the
@@ -212,7 +210,7 @@ def counter_plan(analysed: Analysed, target: str, now: float) -> CounterPlan | N
         return None
     job_engines = {e.url.rstrip("/") for e in topology.engines}
     metrics: dict[str, dict[int, SglangMetrics]] = {}
-    for answer in snapshot.http:
+    for answer in snapshot.joined(HTTP_ANSWERS):
         url = answer.answer.url.rstrip("/")
         if (
             answer.kind is HttpPeer.ENGINE

@@ -31,11 +31,9 @@ from slime_hangdoctor.safe_fs import (
 from slime_hangdoctor.verdict import (
     Diagnosis,
     ExitCode,
-    Finding,
-    Severity,
     unknown_verdict,
 )
-from slime_hangdoctor.watchdog.decide import CheckDecision, decide_check
+from slime_hangdoctor.watchdog.decide import CheckDecision, annotated, decide_check, with_problem
 from slime_hangdoctor.watchdog.private_files import private_dir
 from slime_hangdoctor.watchdog.state import (
     DEFAULT_STATE_FILE,
@@ -48,7 +46,7 @@ from slime_hangdoctor.watchdog.state import (
 )
 
 if TYPE_CHECKING:
-    from slime_hangdoctor.watchdog.counter_verdict import CounterJudgement
+    from slime_hangdoctor.analysis.counters import CounterJudgement
 
 # What a run imports is what it needs: the counters-only look (watchdog/counter_look.py) answers
 # most runs of a progressing job, and neither the collector nor the analysis is imported for it
@@ -148,7 +146,9 @@ def _check_locked(
             outcomes.update((p.source, p.outcome.value) for p in analysed.manifest.probes)
         diagnosis = analysed.diagnosis
         if counted is not None:
-            diagnosis = _annotate_counter_look(diagnosis, counted)
+            from slime_hangdoctor.analysis.counters import counters_first
+
+            diagnosis = counters_first(diagnosis, counted.why)
         decision = decide_check(
             diagnosis.verdict,
             seen.markers,
@@ -159,14 +159,14 @@ def _check_locked(
             stall_look=seen.stall_look(now),
             counter_plan=counter_plan(analysed, target, now),
         )
-    diagnosis = _annotate(diagnosis, decision, notes)
+    diagnosis = annotated(diagnosis, decision, notes)
     bundle: Path | None = None
     hook_rc: int | None = None
     if decision.new_stall:
         bundle, problem = _keep_evidence(address, opts, check, now)
         if problem is not None:
             notes.append(problem)
-            diagnosis = _annotate_problem(diagnosis, problem)
+            diagnosis = with_problem(diagnosis, problem)
         hook_rc = _run_hook(check.on_stall_exec, diagnosis, decision, bundle)
     save_state(check.state_file, decision.state)
     duration = time.monotonic() - started
@@ -183,14 +183,14 @@ def _check_locked(
         )
         if problem is not None:
             notes.append(problem)
-            diagnosis = _annotate_problem(diagnosis, problem, "watchdog.prom_file")
+            diagnosis = with_problem(diagnosis, problem, "watchdog.prom_file")
     if check.log_file is not None:
         problem = _log_run(
             check.log_file, diagnosis, decision, bundle, hook_rc, now, duration, notes
         )
         if problem is not None:
             notes.append(problem)
-            diagnosis = _annotate_problem(diagnosis, problem, "watchdog.log_file")
+            diagnosis = with_problem(diagnosis, problem, "watchdog.log_file")
     return CheckResult(diagnosis, decision.exit_code, decision, bundle, hook_rc, tuple(notes))
 
 
@@ -198,12 +198,12 @@ def _counter_look(
     previous: WatchState, target: str, opts: CollectOptions, now: float
 ) -> CounterJudgement | None:
     """The counters-only look, where the last analysed look left a plan that may be read now
-    (watchdog/counter_verdict.py says when); None where there is none to read."""
+    (analysis/counters.py says when); None where there is none to read."""
     plan: CounterPlan | None = previous.counter_plan
     if plan is None:
         return None
+    from slime_hangdoctor.analysis.counters import judge_counters, usable_plan
     from slime_hangdoctor.watchdog.counter_look import read_counters
-    from slime_hangdoctor.watchdog.counter_verdict import judge_counters, usable_plan
 
     if usable_plan(plan, target, now) is not None:
         return None
@@ -214,46 +214,6 @@ def _counter_look(
         timeout_s=min(opts.probe_timeout_s, opts.timeout_s / 4),
     )
     return judge_counters(plan, reading, now)
-
-
-def _annotate_counter_look(diagnosis: Diagnosis, counted: CounterJudgement) -> Diagnosis:
-    from slime_hangdoctor.watchdog.counter_verdict import COUNTER_LOOK
-
-    finding = Finding(
-        COUNTER_LOOK,
-        Severity.INFO,
-        f"Counters only, first: {counted.why}; so this run took the analysed look.",
-    )
-    verdict = diagnosis.verdict
-    verdict = dataclasses.replace(verdict, findings=(*verdict.findings, finding))
-    return dataclasses.replace(diagnosis, verdict=verdict)
-
-
-def _annotate(diagnosis: Diagnosis, decision: CheckDecision, notes: list[str]) -> Diagnosis:
-    findings = list(diagnosis.verdict.findings)
-    findings.append(Finding("watchdog.stall_clock", Severity.INFO, decision.reason or "no stall"))
-    for note in notes:
-        findings.append(Finding("watchdog.state_file", Severity.WARNING, note))
-    verdict = dataclasses.replace(
-        diagnosis.verdict,
-        findings=tuple(findings),
-        suspected=decision.exit_code == ExitCode.WARNING,
-        extra={**diagnosis.verdict.extra, "stalled_for_s": round(decision.stalled_for_s, 1)},
-    )
-    return dataclasses.replace(diagnosis, verdict=verdict)
-
-
-def _annotate_problem(
-    diagnosis: Diagnosis, problem: str, code: str = "watchdog.stall_bundle"
-) -> Diagnosis:
-    verdict = diagnosis.verdict
-    finding = Finding(code, Severity.WARNING, problem)
-    verdict = dataclasses.replace(
-        verdict,
-        findings=(*verdict.findings, finding),
-        blind_spots=(*verdict.blind_spots, problem),
-    )
-    return dataclasses.replace(diagnosis, verdict=verdict)
 
 
 def _keep_evidence(

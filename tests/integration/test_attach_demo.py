@@ -23,10 +23,11 @@ import psutil
 import pytest
 import requests
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.load import load_snapshot
-from slime_hangdoctor.parsers.sglang import RouterWorkers
+from slime_hangdoctor.parsers.kernel import KERNEL
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, RouterWorkers
+from slime_hangdoctor.parsers.sockets import SOCKETS
 from slime_hangdoctor_demo.faults import FAULTS
 from slime_hangdoctor_demo.launch import ARMED_TEXT, DemoRun, start_demo
 from tests.integration.cli import run_cli
@@ -628,10 +629,10 @@ def test_attach_names_the_stage_and_the_culprit(live_pool: LivePool, fault: str)
     assert (result.workdir / "bundle.tar.gz").is_file()
     with open_bundle(result.workdir / "bundle") as bundle:
         ok = {r.source for r in bundle.manifest.probes if r.outcome.value == "ok"}
-        http = load_snapshot(bundle).http
+        http = load_snapshot(bundle).joined(HTTP_ANSWERS)
     assert {
-        bundle_format.SOCKETS,
-        bundle_format.KERNEL,
+        SOCKETS,
+        KERNEL,
     } <= ok  # the node-local procfs sources read every demo job
     if fault not in ROUTER_WITHOUT_EVERY_ENGINE:
         # the doctor found slime's router and read its /workers: the demo's engines

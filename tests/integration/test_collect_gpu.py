@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from slime_hangdoctor.bundle import FLIGHT_RECORDER, GPM, NCCL_RAS, NVML, BundleWriter
+from slime_hangdoctor.bundle import FLIGHT_RECORDER, BundleWriter
 from slime_hangdoctor.collect.flight_recorder import (
     FrTarget,
     dump_flight_recorder,
@@ -26,6 +26,8 @@ from slime_hangdoctor.collect.flight_recorder import (
 from slime_hangdoctor.collect.nccl_ras import query_ras
 from slime_hangdoctor.collect.nvml import read_gpu, sample_gpm, sample_gpus
 from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.nccl_ras import NCCL_RAS
+from slime_hangdoctor.parsers.nvml import GPM, NVML
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 BCAST = REAL / "gpu-2xh200-nccl-broadcast-hang"

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.bundle import BundleWriter, open_bundle
 from slime_hangdoctor.collect.dashboard import DashboardClient
 from slime_hangdoctor.collect.logs import fetch_logs
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.collect.run import collect
-from slime_hangdoctor.facts import RayActor, RayJob
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.outcome import Outcome
-from slime_hangdoctor.parsers.ray_state import parse_actors, parse_jobs
+from slime_hangdoctor.parsers.logs import RAY_LOGS
+from slime_hangdoctor.parsers.logs import SPEC as LOGS
+from slime_hangdoctor.parsers.ray_state import RayActor, RayJob, parse_actors, parse_jobs
 from slime_hangdoctor.topology import build_topology
 from slime_hangdoctor_demo.cluster import (
     RayHead,
@@ -83,7 +83,7 @@ def test_every_slime_actor_and_the_driver_get_a_bounded_tail(
     classes = {r.meta.get("class_name") for r in records if r.meta.get("kind") == "actor"}
     assert classes == {"MegatronTrainRayActor", "SGLangEngine", "RolloutManager"}
     assert len(records) == 1 + 3 * 2
-    assert all(r.outcome is Outcome.OK and r.source == bundle_format.RAY_LOGS for r in records), (
+    assert all(r.outcome is Outcome.OK and r.source == RAY_LOGS for r in records), (
         records
     )
     assert all(r.meta["lines"] == 400 for r in records)
@@ -125,13 +125,13 @@ def test_collect_fetches_logs_between_the_samples_and_the_verdict_cites_them(
 ) -> None:
     opts = CollectOptions(window_s=1.0, timeout_s=40.0, probe_timeout_s=5.0)
     result = collect(log_job.head.dashboard_url, opts, tmp_path / "bundle", command="test")
-    logs = [r for r in result.manifest.probes if r.source == bundle_format.RAY_LOGS]
+    logs = [r for r in result.manifest.probes if r.source == RAY_LOGS]
     assert logs and all(r.outcome is Outcome.OK for r in logs)
     # started once the first sample is in, before the second one (the window's idle wait)
     first_sample, second_sample = result.manifest.sample_times[:2]
     assert first_sample <= min(r.started_at for r in logs) < second_sample
     snap = load_snapshot(open_bundle(result.root))
-    assert len(snap.logs) == len(logs)
+    assert len(snap.facts(LOGS)) == len(logs)
     verdict = diagnose(snap, build_topology(snap)).verdict
     rules = {f.rule for f in verdict.findings}
     assert "log-cache-not-flushed" in rules

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, dumps_json
 from slime_hangdoctor.collect import address
 from slime_hangdoctor.collect.address import resolve_cluster
@@ -33,8 +32,9 @@ from slime_hangdoctor.collect.pyspy import dump_stack, find_pyspy, process_state
 from slime_hangdoctor.collect.remote import RayTasks, RemoteNode, collect_remote, gather_remote
 from slime_hangdoctor.errors import RayUnreachable
 from slime_hangdoctor.outcome import Outcome
-from slime_hangdoctor.parsers.processes import parse_processes
+from slime_hangdoctor.parsers.processes import PROCESSES, parse_processes
 from slime_hangdoctor.parsers.ray_state import (
+    RAY_DASHBOARD,
     parse_actors,
     parse_jobs,
     parse_node_summary,
@@ -220,7 +220,7 @@ def test_capture_state_bodies_parse(job: Job, writer: BundleWriter) -> None:
 
     def body(target: str) -> bytes:
         rec = records[target]
-        assert rec.artifact is not None and rec.source == bundle_format.RAY_DASHBOARD
+        assert rec.artifact is not None and rec.source == RAY_DASHBOARD
         return (writer.root / rec.artifact).read_bytes()
 
     actors = {a.class_name: a for a in parse_actors(body("actors"))}
@@ -273,7 +273,7 @@ def test_scan_finds_actors_driver_not_daemons(job: Job, writer: BundleWriter) ->
     assert all(p.cpu_seconds is not None for p in procs.values())
 
     rec = record_processes(writer, node_ip=job.node_ip, sample=1, extra_pids={job.driver_pid})
-    assert rec.outcome is Outcome.OK and rec.source == bundle_format.PROCESSES
+    assert rec.outcome is Outcome.OK and rec.source == PROCESSES
     assert rec.artifact is not None
     stored = parse_processes((writer.root / rec.artifact).read_text())
     assert {p.pid for p in stored} >= set(job.actor_pids.values())

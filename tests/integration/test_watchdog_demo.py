@@ -71,7 +71,7 @@ def stacks_skipped(verdict: dict[str, Any]) -> bool:
 
 
 def counters_only(verdict: dict[str, Any]) -> bool:
-    """The run's counters-only look gave the verdict (watchdog/counter_verdict.py)."""
+    """The run's counters-only look gave the verdict (analysis/counters.py)."""
     return "counter_look" in verdict.get("extra", {})
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from slime_hangdoctor.errors import RayUnreachable
 from tests.reliability.harness import (
     COMMON,
     assert_clean,
@@ -35,6 +36,8 @@ def test_dashboard_down_attach() -> None:
     assert_clean(run, rcs=(3,))
     spot = find_blind(run, f"no Ray dashboard answered for address '{url}'")
     assert f"{url}: connection refused" in spot
+    # how to give the address reaches the user: the unknown verdict's next step
+    assert RayUnreachable.help_text in run.verdict()["next_steps"]
 
 
 def test_dashboard_down_collect_keeps_the_rest(tmp_path: Path) -> None:
@@ -45,6 +48,7 @@ def test_dashboard_down_collect_keeps_the_rest(tmp_path: Path) -> None:
     assert_clean(run, rcs=(0,))
     assert "could not read the Ray cluster" in run.err
     assert "connection refused" in run.err
+    assert RayUnreachable.help_text.split(": ", 1)[0] in " ".join(run.err.split())
     rec = probes(tmp_path / "b", "ray_dashboard")[0]
     assert rec["outcome"] == "unavailable" and "connection refused" in rec["reason"]
     assert_other_evidence(tmp_path / "b")

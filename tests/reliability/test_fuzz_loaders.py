@@ -31,11 +31,15 @@ from rich.console import Console
 
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.errors import BundleInvalid, ParseError
-from slime_hangdoctor.facts import (
+from slime_hangdoctor.facts import GpuSeries
+from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.processes import ProcessInfo, parse_processes
+from slime_hangdoctor.parsers.ray_state import (
+    STATE_ENDPOINTS,
+    TASK_HISTORY,
     ClusterResources,
-    GpuSeries,
     ObjectStoreUsage,
-    ProcessInfo,
     RayActor,
     RayJob,
     RayNode,
@@ -43,10 +47,6 @@ from slime_hangdoctor.facts import (
     RayTask,
     TaskPage,
 )
-from slime_hangdoctor.load import load_snapshot
-from slime_hangdoctor.outcome import Outcome
-from slime_hangdoctor.parsers.processes import parse_processes
-from slime_hangdoctor.parsers.ray_state import STATE_ENDPOINTS, TASK_HISTORY
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.render import render
 from tests.fixtures import transforms as tf
@@ -461,7 +461,7 @@ def test_manifest_field_of_the_wrong_type(tmp_path: Path, field: str, value: Any
 
 
 # a record's meta (each source's own fields); the first is the fuzzer's find on a demo bundle: an
-# SGLang answer whose meta.elapsed_s is a list (load._load_http called float() on it)
+# SGLang answer whose meta.elapsed_s is a list (the loader called float() on it)
 META_FIELDS = [
     ("elapsed_s", [None]),
     ("elapsed_s", "fast"),

@@ -255,7 +255,7 @@ def test_manifest_records_that_keys_were_given_not_their_values(evidence: Eviden
 def test_environment_keeps_only_the_allow_list(evidence: Evidence) -> None:
     """SE5: processes artefacts keep allow-listed variables only (names and values), and the proxy
     variables (`facts.PROXY_ENV`, any letter case) as URLs without user or password."""
-    from slime_hangdoctor.facts import PROXY_ENV
+    from slime_hangdoctor.parsers.processes import PROXY_ENV
     from slime_hangdoctor.redact import ENV_ALLOWLIST
 
     seen = 0

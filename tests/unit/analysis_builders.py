@@ -13,10 +13,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from slime_hangdoctor.bundle import Manifest
-from slime_hangdoctor.facts import ProcessInfo, ProcessStack, RayActor, RayJob, ThreadStack
-from slime_hangdoctor.http_facts import HttpAnswer
 from slime_hangdoctor.outcome import Outcome
-from slime_hangdoctor.snapshot import HttpObs, HttpPeer, Parsed, Snapshot, StackObs
+from slime_hangdoctor.parsers import logs, nvml, pyspy, ray_state, sglang
+from slime_hangdoctor.parsers.processes import ProcessInfo
+from slime_hangdoctor.parsers.pyspy import ProcessStack, StackObs, ThreadStack
+from slime_hangdoctor.parsers.ray_state import RayActor, RayJob, TaskPage
+from slime_hangdoctor.parsers.sglang import HttpAnswer, HttpObs, HttpPeer, Parsed
+from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.topology import Engine, Member, MemberKind, Topology
 from slime_hangdoctor.verdict import Role
@@ -76,7 +79,17 @@ def member(
 ) -> Member:
     title = f"ray::{cls}.{method}" if cls and method else (f"ray::{cls}" if cls else "")
     return Member(
-        role, pid, NODE, MemberKind(kind), title, actor_id, cls, method, rank, url, source="ray-state"
+        role,
+        pid,
+        NODE,
+        MemberKind(kind),
+        title,
+        actor_id,
+        cls,
+        method,
+        rank,
+        url,
+        source="ray-state",
     )
 
 
@@ -99,11 +112,57 @@ _OBSERVED_KEYS = ("processes", "ras", "flight", "kernel", "sockets", "gpm", "log
 
 
 def snapshot(samples: int = 2, **kw: Any) -> Snapshot:
-    kw.setdefault("ray_seen", True)
+    """A Snapshot of the facts a test gives, filed as the loader files them: each source's facts
+    as `Observed` of its spec (the Ray state as its answers, the stacks as their dumps)."""
+    ray_seen = kw.pop("ray_seen", True)
     observed = list(kw.pop("observed", ()))
     for key in _OBSERVED_KEYS:
         observed.extend(kw.pop(key, ()))
-    return Snapshot(manifest=manifest(samples=samples), observed=tuple(observed), **kw)
+    observed += _ray_answers(kw, ray_seen)
+    for s in kw.pop("stacks", ()):
+        spec = pyspy.TRACEBACK_SPEC if s.via is pyspy.StackVia.DASHBOARD else pyspy.SPEC
+        observed.append(Observed(spec.name, s.node_ip, s.sample, (s.stack,)))
+    for h in kw.pop("http", ()):
+        spec = sglang.ROUTER_SPEC if h.kind is sglang.HttpPeer.ROUTER else sglang.ENGINE_SPEC
+        observed.append(Observed(spec.name, None, h.sample, h))
+    for g in kw.pop("gpus", ()):
+        observed.append(Observed(nvml.SPEC.name, g.node_ip, 0, g.series))
+    observed += [Observed(logs.SPEC.name, log.node_ip, 0, log) for log in kw.pop("logs", ())]
+    assert not kw, f"unknown sources: {sorted(kw)}"
+    return Snapshot(manifest=manifest(samples=samples), observed=tuple(observed))
+
+
+_ENDPOINTS = {e.target: e for e in (*ray_state.STATE_ENDPOINTS, ray_state.TASK_HISTORY)}
+
+
+def _answer(target: str, rows: Sequence[Any], sample: int = 0, at: float = 0.0) -> Observed[Any]:
+    endpoint = _ENDPOINTS[target if target in _ENDPOINTS else ray_state.TASK_HISTORY.target]
+    answer = ray_state.StateAnswer(target, endpoint, tuple(rows))
+    return Observed(ray_state.SPEC.name, None, sample, answer, at)
+
+
+def _ray_answers(kw: dict[str, Any], seen: bool) -> list[Observed[Any]]:
+    """The Ray state a test gives, as the dashboard answers the loader would have filed."""
+    out: list[Observed[Any]] = []
+    actors = kw.pop("actors", ())
+    if actors or seen:
+        out.append(_answer("actors", actors))
+    for target, key in (
+        ("tasks_running", "tasks"),
+        ("nodes", "nodes"),
+        ("jobs", "jobs"),
+        ("placement_groups", "placement_groups"),
+    ):
+        if key in kw:
+            out.append(_answer(target, kw.pop(key)))
+    if (cluster := kw.pop("cluster", None)) is not None:
+        out.append(_answer("cluster_status", (cluster,)))
+    if "object_stores" in kw:
+        out.append(_answer("node_summary", kw.pop("object_stores")))
+    for page in kw.pop("task_pages", ()):
+        rows = (TaskPage(page.tasks, num_filtered=len(page.tasks) + int(page.truncated)),)
+        out.append(_answer(page.target, rows, page.sample, page.time))
+    return out
 
 
 def running_job(driver_pid: int = 100) -> RayJob:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from slime_hangdoctor.analysis.diagnosis import Diagnosis
 from slime_hangdoctor.bundle import open_bundle
-from slime_hangdoctor.facts import ThreadStack
 from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.parsers.pyspy import ALL_STACKS, ThreadStack
 from slime_hangdoctor.pipeline import analyse_bundle
 
 DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "analysis" / "demo"
@@ -53,5 +53,5 @@ def recorded_main_thread(bundle: Path, pid: int, sample: int = 0) -> ThreadStack
     """The main thread of `pid` at `sample`, as the product's loader reads it from `bundle`."""
     with open_bundle(bundle) as opened:
         snapshot = load_snapshot(opened)
-    obs = next(s for s in snapshot.stacks if s.pid == pid and s.sample == sample)
+    obs = next(s for s in snapshot.joined(ALL_STACKS) if s.pid == pid and s.sample == sample)
     return next(t for t in obs.stack.threads if t.name == "MainThread")

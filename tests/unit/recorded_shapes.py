@@ -15,11 +15,13 @@ import functools
 from pathlib import Path
 
 from slime_hangdoctor.bundle import open_bundle
-from slime_hangdoctor.facts import ActorLogHead, ProcessInfo, ThreadStack
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.parsers.log_heads import SPEC as LOG_HEADS
+from slime_hangdoctor.parsers.log_heads import ActorLogHead
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.snapshot import Snapshot, StackObs
+from slime_hangdoctor.parsers.processes import ProcessInfo
+from slime_hangdoctor.parsers.pyspy import ALL_STACKS, StackObs, ThreadStack
+from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.source_spec import Observed
 from tests.fixtures import transforms as tf
 from tests.unit.analysis_builders import NODE
@@ -42,7 +44,7 @@ def recorded(path: Path) -> Snapshot:
 def recorded_stack(path: Path, pid: int, sample: int = 0) -> StackObs:
     """The py-spy observation of `pid` at `sample`, as recorded."""
     snap = recorded(path)
-    return next(s for s in snap.stacks if s.pid == pid and s.sample == sample)
+    return next(s for s in snap.joined(ALL_STACKS) if s.pid == pid and s.sample == sample)
 
 
 def stack(

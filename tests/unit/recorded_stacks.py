@@ -10,10 +10,15 @@ import functools
 from pathlib import Path
 
 from slime_hangdoctor.bundle import open_bundle
-from slime_hangdoctor.facts import ProcessStack, ThreadStack
 from slime_hangdoctor.load import load_snapshot
-from slime_hangdoctor.parsers.pyspy import parse_pyspy_json, parse_pyspy_text
-from slime_hangdoctor.snapshot import StackObs
+from slime_hangdoctor.parsers.pyspy import (
+    ALL_STACKS,
+    ProcessStack,
+    StackObs,
+    ThreadStack,
+    parse_pyspy_json,
+    parse_pyspy_text,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 DEMO = FIXTURES / "analysis" / "demo"
@@ -34,7 +39,7 @@ def demo(name: str) -> Path:
 def _stacks(bundle: Path) -> dict[tuple[int, int], ProcessStack]:
     with open_bundle(bundle) as opened:
         snapshot = load_snapshot(opened)
-    return {(s.pid, s.sample): s.stack for s in snapshot.stacks}
+    return {(s.pid, s.sample): s.stack for s in snapshot.joined(ALL_STACKS)}
 
 
 def recorded_process(bundle: Path, pid: int, sample: int = 0) -> ProcessStack:

@@ -30,11 +30,10 @@ from slime_hangdoctor.analysis.merge import merge
 from slime_hangdoctor.analysis.parts import ras
 from slime_hangdoctor.analysis.source_analysis import MEDIUM, Reads, assess, suspect
 from slime_hangdoctor.analysis.world import build_world
-from slime_hangdoctor.facts import ThreadStack
 from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
 from slime_hangdoctor.parsers.nccl_ras import parse_ras
 from slime_hangdoctor.parsers.processes import parse_processes
-from slime_hangdoctor.parsers.pyspy import parse_pyspy_json
+from slime_hangdoctor.parsers.pyspy import ThreadStack, parse_pyspy_json
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.verdict import Role, Stage, Status, Verdict

@@ -19,10 +19,10 @@ import pytest
 
 from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.analysis.parts.kernel import IO_PROGRESS_BYTES
-from slime_hangdoctor.facts import NodeKernel, ProcessInfo, ProcessKernelState, ThreadStack
 from slime_hangdoctor.parsers.kernel import SPEC as KERNEL
-from slime_hangdoctor.parsers.kernel import parse_kernel
-from slime_hangdoctor.parsers.processes import parse_processes
+from slime_hangdoctor.parsers.kernel import NodeKernel, ProcessKernelState, parse_kernel
+from slime_hangdoctor.parsers.processes import ProcessInfo, parse_processes
+from slime_hangdoctor.parsers.pyspy import ThreadStack
 from slime_hangdoctor.render.labels import headline
 from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.topology import Topology

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slime_hangdoctor import bundle as bundle_format
-from slime_hangdoctor.facts import PROXY_ENV
+from slime_hangdoctor.parsers.kernel import KERNEL
+from slime_hangdoctor.parsers.processes import PROXY_ENV
+from slime_hangdoctor.parsers.ray_state import RAY_DASHBOARD
+from slime_hangdoctor.parsers.sockets import SOCKETS
 from slime_hangdoctor.verdict import Finding, Role, Stage, Status, Verdict
 from tests.fixtures import transforms as tf
 from tests.unit.demo_bundles import diagnosed, unpacked
@@ -58,7 +60,7 @@ def test_without_the_environment_the_proxy_case_blames_nobody(tmp_path: Path) ->
     assert v.status is Status.HUNG, v.summary
     assert v.culprits == (), v.summary
     assert _finding(v, "requests-at-proxy") is None
-    kept = tf.bundle_without_sources(root, tmp_path / "kept", frozenset({bundle_format.KERNEL}))
+    kept = tf.bundle_without_sources(root, tmp_path / "kept", frozenset({KERNEL}))
     assert [c.role for c in _verdict(kept).culprits] == [Role.ROLLOUT_MANAGER]  # not that source
 
 
@@ -82,7 +84,7 @@ def test_a_rollout_manager_whose_requests_never_left_it_is_blamed_on_its_evidenc
 def test_without_the_task_history_the_rollout_manager_is_not_blamed(tmp_path: Path) -> None:
     root = unpacked("rollout_slots_leaked", tmp_path / "src")
     without = tf.bundle_without_targets(
-        root, tmp_path / "without", bundle_format.RAY_DASHBOARD, ("tasks_",)
+        root, tmp_path / "without", RAY_DASHBOARD, ("tasks_",)
     )
     v = _verdict(without)
     assert v.status is Status.HUNG, v.summary
@@ -94,7 +96,7 @@ def test_without_the_sockets_the_rollout_finder_stays_silent(tmp_path: Path) -> 
     suspect remains, and the culprit finding no longer cites the rollout finder."""
     root = unpacked("rollout_slots_leaked", tmp_path / "src")
     v = _verdict(
-        tf.bundle_without_sources(root, tmp_path / "without", frozenset({bundle_format.SOCKETS}))
+        tf.bundle_without_sources(root, tmp_path / "without", frozenset({SOCKETS}))
     )
     culprit = _finding(v, "culprit")
     assert culprit is None or not any(e.startswith("[rollout]") for e in culprit.evidence)

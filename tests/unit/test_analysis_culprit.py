@@ -23,11 +23,11 @@ from slime_hangdoctor.analysis.engines import read_engines
 from slime_hangdoctor.analysis.parts import engines, flight_recorder, ras
 from slime_hangdoctor.analysis.source_analysis import MEDIUM, STRONG, WEAK, Reads, assess
 from slime_hangdoctor.analysis.world import World, build_world
-from slime_hangdoctor.facts import FrDump, ProcessInfo
 from slime_hangdoctor.outcome import Outcome
-from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
+from slime_hangdoctor.parsers.flight_recorder import FrDump, parse_flight_recorder
 from slime_hangdoctor.parsers.nccl_ras import parse_ras
-from slime_hangdoctor.parsers.processes import parse_processes
+from slime_hangdoctor.parsers.processes import ProcessInfo, parse_processes
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.topology import Engine
@@ -273,7 +273,7 @@ def test_unresponsive_engine_whose_scheduler_waits_in_the_broadcast_is_only_weak
     (s,) = engines.suspects(_reads(world))
     assert s.weight == WEAK and s.waits_elsewhere
     assert "same collective as the trainers" in s.why
-    alone = build_world(snapshot(samples=1, stacks=(as_obs(411, 0, sched),), http=snap.http), topo)
+    alone = build_world(snapshot(samples=1, stacks=(as_obs(411, 0, sched),), http=snap.joined(HTTP_ANSWERS)), topo)
     (s,) = engines.suspects(_reads(alone))
     assert s.weight == MEDIUM  # no trainer waits with it: the engine itself is stuck
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import open_bundle
+from slime_hangdoctor.parsers.log_heads import ACTOR_LOG_HEAD
+from slime_hangdoctor.parsers.sglang import SGLANG
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.topology import Topology
 from slime_hangdoctor.verdict import Diagnosis, Role, Stage, Status
@@ -54,9 +55,9 @@ def test_the_killed_server_is_found_through_its_actors_log_and_blamed(tmp_path: 
     assert any("Uvicorn running on" in e for e in evidence)
     # probed in the very sample whose node task read the head (the first), and again in the second
     with open_bundle(root) as bundle:
-        heads = list(bundle.records(bundle_format.ACTOR_LOG_HEAD))
+        heads = list(bundle.records(ACTOR_LOG_HEAD))
         probed = {
-            r.sample for r in bundle.records(bundle_format.SGLANG) if r.meta.get("url") == url
+            r.sample for r in bundle.records(SGLANG) if r.meta.get("url") == url
         }
     assert {r.sample for r in heads} == {0} and probed == {0, 1}
 
@@ -68,13 +69,13 @@ def test_without_the_log_head_the_verdict_blames_another_process(tmp_path: Path)
     url = _logged(_read(src)[1])
     with open_bundle(src) as bundle:
         targets = tuple(
-            r.target for r in bundle.records(bundle_format.SGLANG) if r.meta.get("url") == url
+            r.target for r in bundle.records(SGLANG) if r.meta.get("url") == url
         )
     assert targets
     blind = tf.bundle_without_sources(
-        src, tmp_path / "no-heads", frozenset({bundle_format.ACTOR_LOG_HEAD})
+        src, tmp_path / "no-heads", frozenset({ACTOR_LOG_HEAD})
     )
-    blind = tf.bundle_without_targets(blind, tmp_path / "no-probes", bundle_format.SGLANG, targets)
+    blind = tf.bundle_without_targets(blind, tmp_path / "no-probes", SGLANG, targets)
     d, topo = _read(blind)
     assert url not in {e.url for e in topo.engines}
     v = d.verdict

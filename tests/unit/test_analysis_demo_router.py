@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.parsers.sglang import RouterWorkers
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, RouterWorkers
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.verdict import Role
 
@@ -51,7 +51,7 @@ def test_the_router_url_is_its_http_port_not_its_prometheus_port(analysed) -> No
 
 def test_the_doctor_read_the_routers_workers(analysed) -> None:  # type: ignore[no-untyped-def]
     """What `attach` asked the router (GET /workers, both samples): every worker removed."""
-    answers = [o for o in analysed.snapshot.http if o.kind == "router"]
+    answers = [o for o in analysed.snapshot.joined(HTTP_ANSWERS) if o.kind == "router"]
     assert [o.sample for o in answers] == [0, 1]
     for obs in answers:
         assert obs.answer.url == ROUTER_URL

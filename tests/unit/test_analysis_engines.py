@@ -14,7 +14,7 @@ from slime_hangdoctor.analysis.source_analysis import WEAK, Reads, assess
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers import sglang
-from slime_hangdoctor.snapshot import HttpObs
+from slime_hangdoctor.parsers.sglang import HttpObs
 from slime_hangdoctor.topology import Engine
 from slime_hangdoctor.verdict import Role, Stage
 from tests.fixtures import transforms as tf
@@ -104,7 +104,7 @@ def test_refused_everywhere_or_server_gone_is_dead() -> None:
 
 
 def test_weight_version_moving_is_busy() -> None:
-    from slime_hangdoctor.http_facts import ModelInfo
+    from slime_hangdoctor.parsers.sglang import ModelInfo
 
     assert (
         _state(
@@ -361,7 +361,7 @@ def test_get_load_timeout_is_not_a_scheduler_round_trip() -> None:
 
 def test_server_info_weight_version_never_overrides_model_info() -> None:
     """Item 7: 0.5.23's /server_info carries the startup weight_version (http_server.py:863-873)."""
-    from slime_hangdoctor.http_facts import ModelInfo
+    from slime_hangdoctor.parsers.sglang import ModelInfo
 
     def info(version: str, weight: str, sample: int) -> HttpObs:
         body = tf.set_json_path((SG / "server_info.json").read_text(), ("version",), version)
@@ -408,7 +408,7 @@ def test_router_marks_dead_and_counts_requests_held_before_the_scheduler() -> No
     """Item 10: /workers entries carry is_healthy and load (the router's in-flight count). Requests
     the router counts and the scheduler does not hold, with no pause evidence, are held, not
     paused (issue 21 item 5)."""
-    from slime_hangdoctor.http_facts import RouterWorker, RouterWorkers
+    from slime_hangdoctor.parsers.sglang import RouterWorker, RouterWorkers
 
     def router(healthy: bool, load: int) -> HttpObs:
         workers = RouterWorkers((URL,), "workers", (RouterWorker(URL, healthy, load),))

@@ -1,4 +1,6 @@
-"""GPU states from real NVML series and GPM readings of 2x H200 (parsed by the real parsers)."""
+"""GPU states from the recorded 2x H200 bundles (tests/fixtures/bundles/, real NVML series and GPM
+readings), read as the product loads them (`load_snapshot`). A variant is a named transformation
+of a bundle (tests/fixtures/transforms.py): without its GPM probe, or with another real GPM reading."""
 
 from __future__ import annotations
 
@@ -6,66 +8,74 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.analysis.gpu import GpuState, gpu_of_pid, read_gpus
-from slime_hangdoctor.parsers.nvml import parse_gpm, parse_nvml_series
-from slime_hangdoctor.snapshot import GpuObs
-from slime_hangdoctor.source_spec import Observed
-from tests.unit.analysis_builders import snapshot
+from slime_hangdoctor.analysis.gpu import GpuRead, GpuState, gpu_of_pid, read_gpus
+from slime_hangdoctor.bundle import open_bundle
+from slime_hangdoctor.load import load_snapshot
+from tests.fixtures import transforms as tf
 
-REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
-BCAST = REAL / "gpu-2xh200-nccl-broadcast-hang"
-NODE = "192.0.2.2"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+BUNDLES = FIXTURES / "bundles"
+BCAST = BUNDLES / "gpu-2xh200-nccl-broadcast-hang"  # run3 `hang`: rank 0 (pid 571) in the broadcast
+REAL = FIXTURES / "real" / "gpu-2xh200-nccl-broadcast-hang"  # the reproducer's raw readings
+STUCK, IDLE, BUSY = GpuState.STUCK, GpuState.IDLE, GpuState.BUSY
 
 
-def _states(nvml: str, gpm: str | None = None) -> dict[int, GpuState]:
-    series = parse_nvml_series((BCAST / nvml).read_text())
-    gpms = (Observed("gpm", NODE, 0, parse_gpm((BCAST / gpm).read_text())),) if gpm else ()
-    reads = read_gpus(snapshot(gpus=(GpuObs(NODE, series),), gpm=gpms))
-    return {g.index: g.state for g in reads}
+def _reads(bundle: Path) -> list[GpuRead]:
+    with open_bundle(bundle) as opened:
+        return read_gpus(load_snapshot(opened))
+
+
+def _states(bundle: Path) -> dict[int, GpuState]:
+    return {g.index: g.state for g in _reads(bundle)}
 
 
 @pytest.mark.parametrize(
-    ("nvml", "gpm", "expected"),
+    ("name", "expected"),
     [
-        ("run1_idle.json", None, {0: GpuState.IDLE, 1: GpuState.IDLE}),
-        ("run1_hang.json", None, {0: GpuState.STUCK, 1: GpuState.IDLE}),
-        ("run1_busy.json", None, {0: GpuState.BUSY, 1: GpuState.BUSY}),
-        ("run3_hang.nvml.json", "run3_hang.gpm.json", {0: GpuState.STUCK, 1: GpuState.IDLE}),
-        (
-            "run3_train_stuck.nvml.json",
-            "run3_train_stuck.gpm.json",
-            {0: GpuState.STUCK, 1: GpuState.IDLE},
-        ),
-        ("run3_matmul.nvml.json", "run3_matmul.gpm.json", {0: GpuState.BUSY, 1: GpuState.IDLE}),
+        # recorded live by `attach` (bundles/README.md, "gpu-h200-*"): run 1's 64 MiB broadcast,
+        # finished by the time of the reading; run 3's broadcast hang (rank 1's GPU spins); a busy
+        # all_reduce loop on both GPUs
+        ("gpu-h200-broadcast-64mib", {0: IDLE, 1: IDLE}),
+        ("gpu-h200-broadcast-hang", {0: IDLE, 1: STUCK}),
+        ("gpu-h200-allreduce-busy", {0: BUSY, 1: BUSY}),
+        # the reproducer's run 3 (NVML series and GPM): rank 1 never joined
+        ("gpu-2xh200-nccl-broadcast-hang", {0: STUCK, 1: IDLE}),
+        ("gpu-2xh200-nccl-train-stuck", {0: STUCK, 1: IDLE}),
+        ("gpu-2xh200-matmul-healthy", {0: BUSY, 1: IDLE}),
     ],
 )
-def test_states_of_real_series(nvml: str, gpm: str | None, expected: dict[int, GpuState]) -> None:
-    assert _states(nvml, gpm) == expected
+def test_states_of_recorded_bundles(name: str, expected: dict[int, GpuState]) -> None:
+    assert _states(BUNDLES / name) == expected
 
 
-def test_gpm_busy_overrides_a_stuck_looking_nvml_reading() -> None:
+def test_without_gpm_the_nvml_series_alone_reads_the_same_states(tmp_path: Path) -> None:
+    """The coarse instrument alone: util 100 % / memory util 0 % with flat NVLink is stuck."""
+    without = tf.bundle_without_sources(BCAST, tmp_path / "b", frozenset({"gpm"}))
+    assert _states(without) == {0: STUCK, 1: IDLE}
+
+
+def test_gpm_busy_overrides_a_stuck_looking_nvml_reading(tmp_path: Path) -> None:
     """A stuck-looking util pair (100 / 0) with GPM showing DRAM traffic is busy (GPM is the finer
-    instrument): the hang series combined with the busy all_reduce GPM reading."""
-    assert _states("run3_hang.nvml.json", "run2_gpm_busy.json")[0] is GpuState.BUSY
+    instrument): the hang's NVML series beside run 2's GPM reading of a busy all_reduce."""
+    busy_gpm = (REAL / "run2_gpm_busy.json").read_text()
+    mixed = tf.bundle_with_artefact(BCAST, tmp_path / "b", "gpm", busy_gpm)
+    assert _states(mixed)[0] is BUSY
 
 
-def test_evidence_and_pid_map() -> None:
-    series = parse_nvml_series((BCAST / "run3_hang.nvml.json").read_text())
-    reads = read_gpus(snapshot(gpus=(GpuObs(NODE, series),)))
-    g0 = gpu_of_pid(reads, 571, NODE)
+def test_evidence_and_pid_map(tmp_path: Path) -> None:
+    reads = _reads(tf.bundle_without_sources(BCAST, tmp_path / "b", frozenset({"gpm"})))
+    node = reads[0].node_ip
+    g0 = gpu_of_pid(reads, 571, node)
     assert g0 is not None and g0.index == 0
     text = g0.evidence()
     assert "util 100% / memory util 0%" in text and "NVLink counters flat" in text
     assert gpu_of_pid(reads, 572, None) is not None
-    assert gpu_of_pid(reads, 999, NODE) is None
+    assert gpu_of_pid(reads, 999, node) is None
 
 
 def test_one_shot_reading_of_the_ray_capture() -> None:
-    series = parse_nvml_series(
-        (REAL / "gpu-2xh200-ray-nccl-hang" / "hang" / "nvml.json").read_text()
-    )
-    reads = read_gpus(snapshot(gpus=(GpuObs(NODE, series),)))
+    reads = _reads(BUNDLES / "gpu-2xh200-ray-nccl-hang")
     assert [(g.index, g.state, g.readings) for g in reads] == [
-        (0, GpuState.STUCK, 1),
-        (1, GpuState.IDLE, 1),
+        (0, STUCK, 1),
+        (1, IDLE, 1),
     ]

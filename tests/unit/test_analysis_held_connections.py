@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.analysis.engines import EngineRead, read_engines
 from slime_hangdoctor.analysis.lost_requests import Holder, where_requests_are
 from slime_hangdoctor.analysis.network import (
@@ -26,9 +25,16 @@ from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.collect.run import router_metrics_urls
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.http_facts import RouterMetrics, RouterWorkers
 from slime_hangdoctor.load import load_snapshot
-from slime_hangdoctor.parsers.sglang import parse_router_metrics
+from slime_hangdoctor.parsers.pyspy import PYSPY
+from slime_hangdoctor.parsers.sglang import (
+    HTTP_ANSWERS,
+    SGLANG,
+    RouterMetrics,
+    RouterWorkers,
+    parse_router_metrics,
+)
+from slime_hangdoctor.parsers.sglang import ROUTER as ROUTER_SOURCE
 from slime_hangdoctor.topology import build_topology
 from slime_hangdoctor.verdict import Role, Stage, Status
 from tests.fixtures import transforms as tf
@@ -125,17 +131,17 @@ def test_without_the_counts_and_the_stacks_the_held_connections_are_an_idle_pool
     `/metrics` too: the router and the RolloutManager hold the same connections, and nothing
     shows a request on them: no engine is blamed on connections alone."""
     root = _router_bundle("held_behind_router", tmp_path / "src")
-    gone = frozenset({bundle_format.ROUTER, bundle_format.PYSPY})
+    gone = frozenset({ROUTER_SOURCE, PYSPY})
     without = tf.bundle_without_sources(root, tmp_path / "without", gone)
     (h,), _ = _held(without)
     assert h.kinds == (InFlightKind.ENGINE_HTTP,)
     pages = tuple(
         r["target"]
         for r in json.loads((without / "manifest.json").read_text())["probes"]
-        if r["source"] == bundle_format.SGLANG and r["target"].endswith("_metrics")
+        if r["source"] == SGLANG and r["target"].endswith("_metrics")
     )
     assert len(pages) == 4  # two engines, two samples
-    metrics = tf.bundle_without_targets(without, tmp_path / "neither", bundle_format.SGLANG, pages)
+    metrics = tf.bundle_without_targets(without, tmp_path / "neither", SGLANG, pages)
     held, idle = _held(metrics)
     assert held == () and len(idle) == 2
     v = diagnosed(metrics).verdict
@@ -152,7 +158,7 @@ def test_the_paused_demo_engine_is_named_by_its_callers_wait(tmp_path: Path) -> 
     assert "rollout manager" in h.in_flight[0].text and "rollout_dispatch" in h.in_flight[0].text
     assert h.unread_bytes == 0  # the 119 bytes at sample 1 are a probe of the doctor's own
     stackless = tf.bundle_without_sources(
-        root, tmp_path / "stackless", frozenset({bundle_format.PYSPY})
+        root, tmp_path / "stackless", frozenset({PYSPY})
     )
     world, engines = _engines(stackless)
     assert held_requests(world, engines) == ()
@@ -174,11 +180,11 @@ def test_the_routers_prometheus_page_is_found_among_its_ports_and_read(tmp_path:
     with open_bundle(root) as bundle:
         snapshot = load_snapshot(bundle)
     topology = build_topology(snapshot)
-    routers = [o.answer.url for o in snapshot.http if isinstance(o.parsed, RouterWorkers)]
+    routers = [o.answer.url for o in snapshot.joined(HTTP_ANSWERS) if isinstance(o.parsed, RouterWorkers)]
     (url,) = router_metrics_urls(snapshot, topology, sorted(set(routers)))
     # a --router-url with a bad port leaves the rest as it is (it fails on its own probe)
     assert router_metrics_urls(snapshot, topology, [*routers, "http://h:99999"]) == [url]
-    pages = [o for o in snapshot.http if isinstance(o.parsed, RouterMetrics)]
+    pages = [o for o in snapshot.joined(HTTP_ANSWERS) if isinstance(o.parsed, RouterMetrics)]
     assert len(pages) == 2 and {o.answer.url for o in pages} == {url}
     (held,) = held_requests(*_engines(root))
     assert [p.parsed.requests_active for p in pages if isinstance(p.parsed, RouterMetrics)] == [

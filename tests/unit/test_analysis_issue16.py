@@ -22,13 +22,15 @@ from pathlib import Path
 import pytest
 
 from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.facts import RayTask, TcpConnection, TcpSocket, ThreadStack
-from slime_hangdoctor.http_facts import EngineLoad, ServerInfo
 from slime_hangdoctor.outcome import Outcome
-from slime_hangdoctor.snapshot import StackObs, TaskPageObs
+from slime_hangdoctor.parsers.pyspy import StackObs, ThreadStack
+from slime_hangdoctor.parsers.ray_state import RayTask, TaskPageObs
+from slime_hangdoctor.parsers.sglang import EngineLoad, ServerInfo
+from slime_hangdoctor.parsers.sockets import TcpConnection, TcpSocket
 from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.topology import Engine, Topology
 from slime_hangdoctor.verdict import Diagnosis, Role, Stage, Status
+from tests.fixtures import transforms as tf
 from tests.unit import recorded_shapes as rs
 from tests.unit.analysis_builders import (
     NODE,
@@ -144,8 +146,7 @@ def test_without_any_startup_frame_the_engine_stage_stands() -> None:
     """Control: the same stuck engine after start-up (driver in the train loop, RM created) is
     a rollout hang: the start-up rule needs a constructor / init / PENDING_CREATION to fire."""
     snap, topo = _startup_snapshot(False, "ALIVE", DRIVER_IN_TRAIN_LOOP)
-    stacks = tuple(s for s in snap.stacks if s.pid != 401)  # type: ignore[attr-defined]
-    snap = snap.__class__(**{**snap.__dict__, "stacks": stacks})  # type: ignore[attr-defined]
+    snap = tf.stacks_without(snap, frozenset({401}))
     v = _diag(snap, topo).verdict
     assert v.stage is Stage.ROLLOUT_DISPATCH, v.summary
 
@@ -267,7 +268,7 @@ def _dead_server_world(
     worker log (the node-local `actor_log_head` source) names the URL its server listened on.
     `second_bare`: another engine actor of the node has no server child either.
     `probed=False`: nothing told the doctor engine 1's URL, so it never asked it."""
-    from slime_hangdoctor.http_facts import RouterWorkers
+    from slime_hangdoctor.parsers.sglang import RouterWorkers
     from slime_hangdoctor.topology import build_topology
 
     url0, url1 = KILLED_URL0, KILLED_URL1
@@ -395,7 +396,7 @@ def _idle_loop_world(
     task history, where the RolloutManager's `generate` has run 60 s after two earlier runs of
     2 s. `rm_conns`: the sockets source read at both samples, with the RolloutManager holding these
     (ip, port) peers open at both."""
-    from slime_hangdoctor.http_facts import RouterWorkers
+    from slime_hangdoctor.parsers.sglang import RouterWorkers
     from slime_hangdoctor.topology import build_topology
     from tests.fixtures import transforms as tf
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.analysis.request_path import request_path
 from slime_hangdoctor.analysis.world import build_world
+from slime_hangdoctor.parsers.kernel import KERNEL
+from slime_hangdoctor.parsers.ray_state import RAY_STATE
+from slime_hangdoctor.parsers.sockets import SOCKETS
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.verdict import Finding, Role, Stage, Status, Verdict
 from tests.fixtures import transforms as tf
@@ -63,9 +65,7 @@ def test_a_weight_load_from_slow_storage_is_progress_by_the_bytes_its_reads_retu
 
 def test_without_the_kernel_source_the_slow_load_is_called_a_hang(tmp_path: Path) -> None:
     root = unpacked(SLOW_LOAD, tmp_path / "src")
-    without = tf.bundle_without_sources(
-        root, tmp_path / "without", frozenset({bundle_format.KERNEL})
-    )
+    without = tf.bundle_without_sources(root, tmp_path / "without", frozenset({KERNEL}))
     v = diagnosed(without).verdict
     assert (v.status, v.stage) == (Status.HUNG, Stage.WEIGHT_SYNC), v.summary
     assert [c.pid for c in v.culprits] == [ENGINE_1_ACTOR]
@@ -97,9 +97,10 @@ def test_without_the_running_reload_the_finished_engine_is_left_paused(tmp_path:
     reload has returned and the continue never came): engine 0 is left paused again."""
     root = unpacked(SLOW_LOAD, tmp_path / "src")
     snapshot = analyse_bundle(root).snapshot
+    assert snapshot is not None
     running = [
         t.task_id
-        for page in snapshot.task_pages
+        for page in snapshot.joined(RAY_STATE).task_pages
         for t in page.tasks
         if t.method == "update_weights_from_disk" and t.state == "RUNNING"
     ]
@@ -132,6 +133,7 @@ def test_tokens_behind_a_held_request_path_are_not_the_jobs_progress(tmp_path: P
 
 def test_the_request_path_runs_from_the_rollout_manager_to_the_engines(tmp_path: Path) -> None:
     a = analyse_bundle(unpacked(SESSION, tmp_path))
+    assert a.snapshot is not None and a.topology is not None
     hops, from_sockets = request_path(build_world(a.snapshot, a.topology))
     assert from_sockets
     labels = {p.pid: p.title.split(" ", 1)[0] for p in hops}
@@ -145,9 +147,7 @@ def test_without_the_sockets_the_tokens_count_and_the_report_says_what_was_not_s
     tmp_path: Path,
 ) -> None:
     root = unpacked(SESSION, tmp_path / "src")
-    without = tf.bundle_without_sources(
-        root, tmp_path / "without", frozenset({bundle_format.SOCKETS})
-    )
+    without = tf.bundle_without_sources(root, tmp_path / "without", frozenset({SOCKETS}))
     v = diagnosed(without).verdict
     assert v.status is Status.PROGRESSING, v.summary
     progress = _finding(v, "progress")

@@ -13,8 +13,7 @@ from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.analysis.parts import environ, kernel
 from slime_hangdoctor.analysis.source_analysis import Suspect
 from slime_hangdoctor.analysis.world import World, build_world
-from slime_hangdoctor.facts import NodeKernel
-from slime_hangdoctor.parsers.kernel import parse_kernel
+from slime_hangdoctor.parsers.kernel import NodeKernel, parse_kernel
 from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.verdict import Role
 from tests.fixtures import transforms as tf

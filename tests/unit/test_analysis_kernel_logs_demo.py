@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slime_hangdoctor import bundle as bundle_format
+from slime_hangdoctor.parsers.kernel import KERNEL
+from slime_hangdoctor.parsers.logs import RAY_LOGS
+from slime_hangdoctor.parsers.sockets import SOCKETS
 from slime_hangdoctor.verdict import Finding, Role, Stage, Status, Verdict
 from tests.fixtures import transforms as tf
 from tests.unit.demo_bundles import diagnosed, unpacked
@@ -57,7 +59,7 @@ def test_slow_checkpoint_storage_is_progress_by_the_bytes_it_writes(tmp_path: Pa
 def test_without_the_kernel_source_the_slow_save_is_called_a_hang(tmp_path: Path) -> None:
     root = unpacked("checkpoint_slow_storage", tmp_path / "src")
     without = tf.bundle_without_sources(
-        root, tmp_path / "without", frozenset({bundle_format.KERNEL})
+        root, tmp_path / "without", frozenset({KERNEL})
     )
     v = diagnosed(without).verdict
     assert (v.status, v.stage) == (Status.HUNG, Stage.CHECKPOINT), v.summary
@@ -65,7 +67,7 @@ def test_without_the_kernel_source_the_slow_save_is_called_a_hang(tmp_path: Path
     assert "collective mismatch" in _finding(v, "checkpoint-stall").message
     assert not any(f.rule == "storage-io" for f in v.findings)
     kept = tf.bundle_without_sources(
-        root, tmp_path / "kept", frozenset({bundle_format.SOCKETS, bundle_format.RAY_LOGS})
+        root, tmp_path / "kept", frozenset({SOCKETS, RAY_LOGS})
     )
     assert diagnosed(kept).verdict.status is Status.PROGRESSING  # not those sources
 
@@ -87,7 +89,7 @@ def test_without_the_kernel_source_the_stuck_write_reads_as_a_collective_mismatc
 ) -> None:
     root = unpacked("checkpoint_stuck_storage", tmp_path / "src")
     without = tf.bundle_without_sources(
-        root, tmp_path / "without", frozenset({bundle_format.KERNEL})
+        root, tmp_path / "without", frozenset({KERNEL})
     )
     v = diagnosed(without).verdict
     assert (v.status, v.stage) == (Status.HUNG, Stage.CHECKPOINT), v.summary
@@ -115,13 +117,13 @@ def test_without_the_logs_source_the_stage_is_unknown_and_the_culprit_the_same(
 ) -> None:
     root = unpacked("train_custom_loss_stuck", tmp_path / "src")
     without = tf.bundle_without_sources(
-        root, tmp_path / "without", frozenset({bundle_format.RAY_LOGS})
+        root, tmp_path / "without", frozenset({RAY_LOGS})
     )
     v = diagnosed(without).verdict
     assert (v.status, v.stage) == (Status.HUNG, Stage.UNKNOWN), v.summary
     assert (v.culprits[0].role, v.culprits[0].rank) == (Role.TRAIN_RANK, FAULT_RANK)
     assert not any(f.rule.startswith("log-") for f in v.findings)
     kept = tf.bundle_without_sources(
-        root, tmp_path / "kept", frozenset({bundle_format.KERNEL, bundle_format.SOCKETS})
+        root, tmp_path / "kept", frozenset({KERNEL, SOCKETS})
     )
     assert diagnosed(kept).verdict.stage is Stage.TRAIN  # not those sources

@@ -1,105 +1,30 @@
 """Logs support and explain a verdict, never overrule live evidence: an open slime Timer names the
 stage only when no live source did (slime#1487), and disagrees politely otherwise; errors, SGLang's
-refused flush (miles#1585) and retries become findings of at most warning."""
+refused flush (miles#1585) and retries become findings of at most warning.
+
+On recorded demo bundles (tests/fixtures/analysis/demo, provenance in tests/fixtures/README.md):
+`train_custom_loss_stuck` (slime#1487's shape: rank 0's log ends at `Timer actor_train start`, the
+FSDP frames name no stage) and `weight_sync_engine_wedged` (the stacks name `nccl_broadcast`, rank
+0's log has `Timer update_weights` open). Variants by named transformations: without the `ray_logs`
+source (`transforms.bundle_without_sources`), and with an actor's log body replaced by the real
+Ray log of an actor of the same class (`transforms.bundle_with_artefact`; the real logs of
+tests/fixtures/real/local-cpu-ray-2.60-logs: SGLang's refused flush, slime's HTTP retries and a
+traceback)."""
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.facts import LogKind, LogLine, LogTail, LogTimer
-from slime_hangdoctor.http_facts import SglangMetrics
-from slime_hangdoctor.snapshot import LogObs, LogOwner, Snapshot
-from slime_hangdoctor.topology import Topology
-from slime_hangdoctor.verdict import Role, Severity, Stage, Status, Verdict
-from tests.unit import recorded_shapes as rs
-from tests.unit.analysis_builders import (
-    http,
-    member,
-    procs_obs,
-    running_job,
-    snapshot,
-    topology,
-)
+from pathlib import Path
 
-URL0 = "http://10.0.0.1:15000"
-# The process rows of demo fault reward_service_stuck (every actor between tasks, titles without a
-# method): driver 16270, train rank 16590, engine actor 16414; moved to pids 100, 300 and 400.
-IDLE_JOB = rs.bundle("demo/reward_service_stuck")
-IDLE_JOB_PIDS = {16270: 100, 16590: 300, 16414: 400}
-NOW = 2000.0  # the manifest's created_at in analysis_builders
+from slime_hangdoctor.verdict import Severity, Stage, Status, Verdict
+from tests.fixtures import transforms as tf
+from tests.unit.demo_bundles import diagnosed, unpacked
 
-# slime#1487: rank 0's log ends at "Timer actor_train start".
-TRAINER_TAIL = LogTail(
-    lines=40,
-    last_time=NOW - 1500,
-    last_line="[2026-01-25 10:01:05] timer.py:24 - Timer actor_train start",
-    open_timers=(
-        LogTimer("train", NOW - 1510, "[2026-01-25 10:00:55] timer.py:24 - Timer train start"),
-        LogTimer(
-            "actor_train", NOW - 1500, "[2026-01-25 10:01:05] timer.py:24 - Timer actor_train start"
-        ),
-    ),
-)
-ENGINE_TAIL = LogTail(
-    lines=12,
-    last_time=NOW - 30,
-    last_line="[2026-01-25 10:25:50 TP0] Cache not flushed because there are pending requests. "
-    "#queue-req: 0, #running-req: 1",
-    notable=(
-        LogLine(
-            LogKind.CACHE_NOT_FLUSHED,
-            "[2026-01-25 10:25:50 TP0] Cache not flushed because there are pending requests. "
-            "#queue-req: 0, #running-req: 1",
-            NOW - 30,
-        ),
-        LogLine(LogKind.TRACEBACK, "TimeoutError: Timeout while flushing cache.", NOW - 20),
-    ),
-    pending_flush=(0, 1),
-)
-
-
-def _log(tail: LogTail, cls: str, pid: int) -> LogObs:
-    return LogObs(LogOwner.ACTOR, tail, actor_id=f"a{pid}", class_name=cls, pid=pid, suffix="err")
-
-
-def _frozen_engine_job(logs: tuple[LogObs, ...] = (), stacks: tuple = ()) -> Snapshot:  # type: ignore[type-arg]
-    """Ray state, processes and an engine whose token counters stay frozen; no py-spy (denied)."""
-    return snapshot(
-        http=tuple(
-            http(
-                URL0,
-                "/metrics",
-                200,
-                SglangMetrics(decode_tokens_total=5000, running_reqs=0, queue_reqs=0),
-                sample=s,
-            )
-            for s in (0, 1)
-        ),
-        processes=tuple(
-            procs_obs(
-                s,
-                *(
-                    rs.process(IDLE_JOB, pid, s, as_pid=as_pid, ppid=1)
-                    for pid, as_pid in IDLE_JOB_PIDS.items()
-                ),
-            )
-            for s in (0, 1)
-        ),
-        stacks=stacks,
-        jobs=(running_job(),),
-        logs=logs,
-    )
-
-
-def _topo() -> Topology:
-    return topology(
-        member(Role.DRIVER, 100, "driver"),
-        member(Role.TRAIN_RANK, 300, cls="MegatronTrainRayActor", rank=0, actor_id="a300"),
-        member(Role.SGLANG_ENGINE, 400, cls="SGLangEngine", url=URL0, actor_id="a400"),
-    )
-
-
-def _v(snap: Snapshot) -> Verdict:
-    return diagnose(snap, _topo()).verdict
+REAL_LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "local-cpu-ray-2.60-logs"
+STUCK = "train_custom_loss_stuck"
+# its log records: rank 0 (pid 12912), the RolloutManager (12794), engine 0's actor (12823)
+RANK0_OUT = "FSDPTrainRayActor-cbef6be62300-out"
+ROLLOUT_ERR = "RolloutManager-d987d8356dcc-err"
+ENGINE_ERR = "SGLangEngine-dfa0479d7eec-err"
 
 
 def _finding(v: Verdict, rule: str) -> str:
@@ -108,81 +33,85 @@ def _finding(v: Verdict, rule: str) -> str:
     return found[0].message
 
 
-def test_an_open_timer_names_the_stage_only_when_no_live_source_did() -> None:
-    without = _v(_frozen_engine_job())
-    assert (without.status, without.stage) == (Status.HUNG, Stage.UNKNOWN)
-    v = _v(_frozen_engine_job((_log(TRAINER_TAIL, "MegatronTrainRayActor", 300),)))
+def _with_real_logs(tmp_path: Path) -> Path:
+    """The stuck job, its RolloutManager's and engine 0's err logs replaced by the real ones."""
+    base = unpacked(STUCK, tmp_path / "base")
+    rollout = (REAL_LOGS / "RolloutManager-9ef86fe911f5-err.log").read_text()
+    engine = (REAL_LOGS / "SGLangEngine-d56cdd5e663b-err.log").read_text()
+    step = tf.bundle_with_artefact(base, tmp_path / "rm", "ray_logs", rollout, ROLLOUT_ERR)
+    return tf.bundle_with_artefact(step, tmp_path / "both", "ray_logs", engine, ENGINE_ERR)
+
+
+def test_an_open_timer_names_the_stage_only_when_no_live_source_did(tmp_path: Path) -> None:
+    base = unpacked(STUCK, tmp_path / "base")
+    without = diagnosed(tf.bundle_without_sources(base, tmp_path / "nl", frozenset({"ray_logs"})))
+    assert (without.verdict.status, without.verdict.stage) == (Status.HUNG, Stage.UNKNOWN)
+    v = diagnosed(base).verdict
     assert (v.status, v.stage) == (Status.HUNG, Stage.TRAIN)
     msg = _finding(v, "log-open-timer")
-    assert "`Timer actor_train start`" in msg and "(25 min before the look)" in msg
-    assert "used: no live source named one" in msg
+    assert msg.startswith("FSDPTrainRayActor log (pid 12912, out): `Timer actor_train start`")
+    assert "(4 s before the look)" in msg and "used: no live source named one" in msg
 
 
-def test_an_open_timer_never_overrules_the_stage_the_stacks_show() -> None:
-    """The stacks of demo fault weight_sync_engine_missing: the driver (pid 30064) in `ray.get` of
-    the weight update, train rank 0 (pid 30272) in `dist.broadcast` of it; moved to 100 and 300."""
-    sync = rs.bundle("demo/weight_sync_engine_missing")
-    stacks = tuple(
-        rs.stack(sync, pid, sample, as_pid=as_pid)
-        for sample in (0, 1)
-        for pid, as_pid in ((30064, 100), (30272, 300))
-    )
-    v = _v(_frozen_engine_job((_log(TRAINER_TAIL, "MegatronTrainRayActor", 300),), stacks))
+def test_without_any_stack_the_open_timer_still_names_the_stage(tmp_path: Path) -> None:
+    """py-spy denied (no `pyspy`, no dashboard traceback): nothing live names a stage or a rank;
+    rank 0's open Timer still names `train`."""
+    base = unpacked(STUCK, tmp_path / "base")
+    stackless = frozenset({"pyspy", "dashboard_traceback"})
+    v = diagnosed(tf.bundle_without_sources(base, tmp_path / "ns", stackless)).verdict
+    assert (v.status, v.stage, v.culprits) == (Status.HUNG, Stage.TRAIN, ())
+    assert "used: no live source named one" in _finding(v, "log-open-timer")
+
+
+def test_an_open_timer_never_overrules_the_stage_the_stacks_show(tmp_path: Path) -> None:
+    v = diagnosed(unpacked("weight_sync_engine_wedged", tmp_path)).verdict
     assert v.stage is Stage.NCCL_BROADCAST
-    assert "(live evidence decides)" in _finding(v, "log-open-timer")
+    msg = _finding(v, "log-open-timer")
+    assert "`Timer update_weights start`" in msg
+    assert "it names `weight_sync` while live evidence says `nccl_broadcast`" in msg
+    assert "(live evidence decides)" in msg
 
 
-def test_errors_and_a_refused_flush_are_warnings_that_explain() -> None:
-    v = _v(_frozen_engine_job((_log(ENGINE_TAIL, "SGLangEngine", 400),)))
+def test_errors_and_a_refused_flush_are_warnings_that_explain(tmp_path: Path) -> None:
+    before = diagnosed(unpacked(STUCK, tmp_path / "before")).verdict
+    v = diagnosed(_with_real_logs(tmp_path)).verdict
     flush = _finding(v, "log-cache-not-flushed")
+    assert flush.startswith("SGLangEngine log (pid 12823, err)")
     assert "(#queue-req 0, #running-req 1)" in flush and "miles#1585" in flush
     errors = _finding(v, "log-errors")
-    assert errors.startswith("SGLangEngine log (pid 400, err): traceback lines")
+    assert errors.startswith("RolloutManager log (pid 12794, err): traceback lines")
     assert "TimeoutError: Timeout while flushing cache." in errors
     assert {f.severity for f in v.findings if f.rule.startswith("log-")} <= {
         Severity.WARNING,
         Severity.INFO,
     }
     assert "Last log lines" in _finding(v, "log-last-lines")
+    # they explain; they decide nothing
+    assert (v.status, v.stage, v.culprits) == (before.status, before.stage, before.culprits)
 
 
-def test_no_logs_no_log_findings_and_the_verdict_is_unchanged() -> None:
-    v = _v(_frozen_engine_job())
+def test_no_logs_no_log_findings_and_the_culprit_is_unchanged(tmp_path: Path) -> None:
+    base = unpacked(STUCK, tmp_path / "base")
+    with_logs = diagnosed(base).verdict
+    assert [f for f in with_logs.findings if f.rule.startswith("log-")]
+    v = diagnosed(tf.bundle_without_sources(base, tmp_path / "nl", frozenset({"ray_logs"}))).verdict
     assert not [f for f in v.findings if f.rule.startswith("log-")]
+    assert v.culprits == with_logs.culprits
 
 
-def test_http_retries_of_the_rollout_manager_are_named_with_their_url() -> None:
+def test_http_retries_of_the_rollout_manager_are_named_with_their_url(tmp_path: Path) -> None:
     # slime.md §7: `_post` logs `Error: ..., retrying... (attempt k/60, url=...)` before it retries.
-    line = (
-        "[2026-01-25 10:25:50] http_utils.py:118 - Error: Server disconnected, retrying... "
-        "(attempt 7/60, url=http://10.0.0.2:3333/generate)"
-    )
-    tail = LogTail(
-        lines=20,
-        last_time=NOW - 10,
-        last_line=line,
-        notable=(LogLine(LogKind.RETRY, line, NOW - 10),),
-    )
-    v = _v(_frozen_engine_job((_log(tail, "RolloutManager", 200),)))
-    msg = _finding(v, "log-http-retries")
-    assert "attempt 7/60, url=http://10.0.0.2:3333/generate" in msg
+    msg = _finding(diagnosed(_with_real_logs(tmp_path)).verdict, "log-http-retries")
+    assert msg.startswith("RolloutManager log (pid 12794, err)")
+    assert "attempt 3/60, url=http://10.0.0.2:3333/generate" in msg
 
 
-def test_timers_started_in_the_same_second_name_the_inner_one() -> None:
+def test_timers_started_in_the_same_second_name_the_inner_one(tmp_path: Path) -> None:
     # slime logs `Timer train start` and `Timer actor_train start` within one second: log times
     # have one-second resolution, so the later line (the inner timer) is the one quoted.
-    same = LogTail(
-        lines=2,
-        last_time=NOW - 60,
-        last_line="[2026-01-25 10:24:00] timer.py:24 - Timer actor_train start",
-        open_timers=(
-            LogTimer("train", NOW - 60, "[2026-01-25 10:24:00] timer.py:24 - Timer train start"),
-            LogTimer(
-                "actor_train",
-                NOW - 60,
-                "[2026-01-25 10:24:00] timer.py:24 - Timer actor_train start",
-            ),
-        ),
-    )
-    v = _v(_frozen_engine_job((_log(same, "MegatronTrainRayActor", 300),)))
-    assert "`Timer actor_train start`" in _finding(v, "log-open-timer")
+    base = unpacked(STUCK, tmp_path / "base")
+    (log,) = base.rglob(f"{RANK0_OUT}.log")
+    starts = [line[:21] for line in log.read_text().splitlines()[-2:]]
+    assert log.read_text().splitlines()[-2].endswith("Timer train start")
+    assert starts[0] == starts[1]  # the same second, as recorded
+    assert "`Timer actor_train start`" in _finding(diagnosed(base).verdict, "log-open-timer")

@@ -15,6 +15,7 @@ import pytest
 
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.parsers.pyspy import ALL_STACKS
 from slime_hangdoctor.pipeline import analyse_bundle
 
 PAIRS = Path(__file__).resolve().parents[1] / "fixtures" / "analysis" / "demo_layouts"
@@ -50,7 +51,7 @@ def test_the_miles_recording_runs_miles_files(fault: str) -> None:
         snapshot = load_snapshot(opened)
     files = {
         (f.short_filename or f.filename).replace("\\", "/")
-        for s in snapshot.stacks
+        for s in snapshot.joined(ALL_STACKS)
         for t in s.stack.threads
         for f in t.frames
     }

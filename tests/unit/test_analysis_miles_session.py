@@ -17,6 +17,7 @@ from slime_hangdoctor.analysis.engines import CALL_STAGES, read_engines
 from slime_hangdoctor.analysis.signatures import match_frame, method_stage
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
+from slime_hangdoctor.parsers.pyspy import ALL_STACKS
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.verdict import Role, Stage, Status
 
@@ -37,7 +38,7 @@ def analysed():  # type: ignore[no-untyped-def]
 
 
 def _stack(analysed, pid: int, sample: int = 1) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
-    obs = next(s for s in analysed.snapshot.stacks if s.pid == pid and s.sample == sample)
+    obs = next(s for s in analysed.snapshot.joined(ALL_STACKS) if s.pid == pid and s.sample == sample)
     return [(f.name, f.short_filename or f.filename) for t in obs.stack.threads for f in t.frames]
 
 
@@ -48,7 +49,7 @@ def test_the_recording_has_the_shape_miles_runs(analysed) -> None:  # type: igno
     assert procs[STUCK_ACTOR].title == "ray::SGLangEngine.begin_weight_update"
     titles = [p.title for p in procs.values() if p.title.startswith("ray::SGLangEngine")]
     assert sorted(titles) == ["ray::SGLangEngine", "ray::SGLangEngine.begin_weight_update"]
-    obs = next(s for s in analysed.snapshot.stacks if s.pid == STUCK_SCHEDULER and s.sample == 1)
+    obs = next(s for s in analysed.snapshot.joined(ALL_STACKS) if s.pid == STUCK_SCHEDULER and s.sample == 1)
     (names,) = [
         [f.name for f in t.frames]
         for t in obs.stack.threads
@@ -64,12 +65,12 @@ def test_the_recording_has_the_shape_miles_runs(analysed) -> None:  # type: igno
 
 
 def test_the_tables_place_each_part_of_the_session_in_weight_sync(analysed) -> None:  # type: ignore[no-untyped-def]
-    obs = next(s for s in analysed.snapshot.stacks if s.pid == STUCK_ACTOR and s.sample == 1)
+    obs = next(s for s in analysed.snapshot.joined(ALL_STACKS) if s.pid == STUCK_ACTOR and s.sample == 1)
     frame = next(f for t in obs.stack.threads for f in t.frames if "begin_weight_update" in f.name)
     sig = match_frame(frame)
     assert sig is not None and sig.stage is Stage.WEIGHT_SYNC and sig.file is not None
     assert sig.file.startswith("miles/")
-    sched = next(s for s in analysed.snapshot.stacks if s.pid == STUCK_SCHEDULER and s.sample == 1)
+    sched = next(s for s in analysed.snapshot.joined(ALL_STACKS) if s.pid == STUCK_SCHEDULER and s.sample == 1)
     frames = [f for t in sched.stack.threads for f in t.frames if "begin_weight_update" in f.name]
     assert frames and all(
         (sig := match_frame(f)) is not None and sig.stage is Stage.WEIGHT_SYNC for f in frames

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.analysis.actor_queues import build_view
+from slime_hangdoctor.parsers.sglang import SGLANG
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.verdict import Finding, Severity, Status, Verdict
 from tests.fixtures import transforms as tf
@@ -74,7 +74,7 @@ def test_an_engine_that_served_is_not_left_paused_once_the_update_ended(tmp_path
         "served between the samples (weight_version moved: 3 -> 4)" in f.message for f in found
     )
     # without the engines' own answers nothing clears the pause: the rule still warns
-    blind = tf.bundle_without_sources(ended, tmp_path / "blind", frozenset({bundle_format.SGLANG}))
+    blind = tf.bundle_without_sources(ended, tmp_path / "blind", frozenset({SGLANG}))
     warned = _paused_findings(analyse_bundle(blind).diagnosis.verdict)
     assert [(f.rule, f.severity) for f in warned] == [
         ("ray_tasks.engine_paused", Severity.WARNING)

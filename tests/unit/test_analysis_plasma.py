@@ -13,6 +13,7 @@ import pytest
 from slime_hangdoctor.analysis.parts.plasma import ARGS_MEMORY_FRACTION, LEASE_WAIT_STATES
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.parsers.ray_state import RAY_STATE
 from slime_hangdoctor.verdict import Role, Stage
 from tests.fixtures import transforms as tf
 from tests.unit.demo_bundles import DEMO, diagnosed, unpacked
@@ -26,11 +27,16 @@ def test_the_raylet_reports_the_store_the_head_was_given(tmp_path: Path) -> None
     with open_bundle(unpacked(NAME, tmp_path)) as bundle:
         snap = load_snapshot(bundle)
     # THEN the parsed store is that one, used past Ray's share for the arguments of running tasks
-    (store,) = snap.object_stores
+    (store,) = snap.joined(RAY_STATE).object_stores
     assert store.capacity_bytes == 128 * MIB
     assert store.used_fraction >= ARGS_MEMORY_FRACTION
     assert store.node_ip == "192.0.2.2"
-    waiting = {t.name for p in snap.task_pages for t in p.tasks if t.state in LEASE_WAIT_STATES}
+    waiting = {
+        t.name
+        for p in snap.joined(RAY_STATE).task_pages
+        for t in p.tasks
+        if t.state in LEASE_WAIT_STATES
+    }
     assert waiting == {"pack_shard"}
 
 
@@ -74,10 +80,15 @@ def test_a_store_the_dashboard_has_not_read_is_no_reading(tmp_path: Path) -> Non
     with open_bundle(path) as bundle:
         snap = load_snapshot(bundle)
     # GIVEN the task waiting in both samples, and a node summary without store readings
-    waiting = {t.name for p in snap.task_pages for t in p.tasks if t.state in LEASE_WAIT_STATES}
+    waiting = {
+        t.name
+        for p in snap.joined(RAY_STATE).task_pages
+        for t in p.tasks
+        if t.state in LEASE_WAIT_STATES
+    }
     assert waiting == {"pack_shard"}
     # THEN no store is parsed (not an empty one), and nothing claims the object store
-    assert snap.object_stores == ()
+    assert snap.joined(RAY_STATE).object_stores == ()
     v = diagnosed(path).verdict
     assert "ray_plasma.args_wait" not in {f.rule for f in v.findings}
 
@@ -95,8 +106,13 @@ def test_a_demand_that_the_free_resources_cover_is_no_resource_wait(tmp_path: Pa
     with open_bundle(path) as bundle:
         snap = load_snapshot(bundle)
     # GIVEN the waiting task's own demand in the cluster status, and CPUs free for it
-    assert snap.cluster is not None and snap.cluster.task_demands == (({"CPU": 0.01}, 1),)
-    assert snap.cluster.total["CPU"] - snap.cluster.used["CPU"] >= 0.01
+    assert snap.joined(RAY_STATE).cluster is not None and snap.joined(
+        RAY_STATE
+    ).cluster.task_demands == (({"CPU": 0.01}, 1),)
+    assert (
+        snap.joined(RAY_STATE).cluster.total["CPU"] - snap.joined(RAY_STATE).cluster.used["CPU"]
+        >= 0.01
+    )
     # THEN the object store is still named as the cause, with the RolloutManager as culprit
     v = diagnosed(path).verdict
     assert (v.status.value, v.stage) == ("hung", Stage.ROLLOUT_DISPATCH)

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.analysis.engines import read_engines
 from slime_hangdoctor.analysis.network import held_requests
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.parsers.kernel import KERNEL
+from slime_hangdoctor.parsers.sockets import SOCKETS
 from slime_hangdoctor.topology import build_topology
 from slime_hangdoctor.verdict import Role, Stage, Status
 from tests.fixtures import transforms as tf
@@ -47,10 +48,10 @@ def test_without_the_sockets_source_the_verdict_blames_the_wrong_process(tmp_pat
     and the verdict names no culprit (before issue 16 class 4 it blamed the RolloutManager)."""
     root = unpacked("engine_paused_by_update", tmp_path / "src")
     without = tf.bundle_without_sources(
-        root, tmp_path / "without", frozenset({bundle_format.SOCKETS})
+        root, tmp_path / "without", frozenset({SOCKETS})
     )
     v = diagnosed(without).verdict
     assert not any(f.rule == "requests-held-outside-scheduler" for f in v.findings)
     assert all(c.role is not Role.SGLANG_ENGINE for c in v.culprits), v.summary
-    kept = tf.bundle_without_sources(root, tmp_path / "kept", frozenset({bundle_format.KERNEL}))
+    kept = tf.bundle_without_sources(root, tmp_path / "kept", frozenset({KERNEL}))
     assert diagnosed(kept).verdict.culprits[0].role is Role.SGLANG_ENGINE  # not that source

@@ -14,6 +14,7 @@ from slime_hangdoctor.analysis.diagnosis import startup_chain
 from slime_hangdoctor.analysis.stacks import own_frames, read_process
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
+from slime_hangdoctor.parsers.pyspy import ALL_STACKS
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.verdict import Role, Stage, Status
 
@@ -34,7 +35,7 @@ def test_the_recording_has_the_shape_slime_runs(analysed) -> None:  # type: igno
     procs = {p.pid: p for o in analysed.snapshot.facts(PROCESSES) for p in o.fact}
     assert procs[ROUTER_PID].title == "ray::RolloutManager.__init__"
     assert procs[ROUTER_PID].ppid == RM_PID
-    stack = next(s for s in analysed.snapshot.stacks if s.pid == ROUTER_PID)
+    stack = next(s for s in analysed.snapshot.joined(ALL_STACKS) if s.pid == ROUTER_PID)
     names = [f.name for f in stack.stack.threads[0].frames]
     assert "RolloutManager.__init__" in names and "launch_router" in names
 
@@ -50,7 +51,7 @@ def test_the_router_child_is_the_router_not_a_second_rollout_manager(analysed) -
 
 
 def test_inherited_constructor_frames_tell_no_stage(analysed) -> None:  # type: ignore[no-untyped-def]
-    stack = next(s for s in analysed.snapshot.stacks if s.pid == ROUTER_PID)
+    stack = next(s for s in analysed.snapshot.joined(ALL_STACKS) if s.pid == ROUTER_PID)
     frames = stack.stack.threads[0].frames
     own = own_frames(frames)
     assert own[-1].name == "BaseProcess._bootstrap"

@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.http_facts import EngineLoad, ServerInfo, SglangMetrics
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.pyspy import parse_pyspy_json
+from slime_hangdoctor.parsers.sglang import EngineLoad, ServerInfo, SglangMetrics
 from slime_hangdoctor.topology import Engine, Topology
 from slime_hangdoctor.verdict import Diagnosis, Role, Stage, Status
 from tests.unit import recorded_shapes as rs

@@ -14,8 +14,10 @@ import pytest
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
+from slime_hangdoctor.parsers.pyspy import ALL_STACKS
+from slime_hangdoctor.parsers.ray_state import RAY_STATE
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer
 from slime_hangdoctor.pipeline import analyse_bundle
-from slime_hangdoctor.snapshot import HttpPeer
 from slime_hangdoctor.topology import ROUTER_PARENTS, build_topology, parse_ray_title
 from slime_hangdoctor.verdict import Role, Stage, Status
 from tests.fixtures import transforms as tf
@@ -45,7 +47,7 @@ def test_the_recording_has_the_shape_of_slimes_next_layout(analysed) -> None:  #
     assert procs[ROUTER_PID].ppid == SERVING_PID
     assert procs[ROUTER_PID].title == "ray::slime_serving_cluster:ServingCluster.__init__"
     assert parse_ray_title(procs[ROUTER_PID].title) == ("ServingCluster", "__init__")
-    actors = {a.class_name: a for a in analysed.snapshot.actors}
+    actors = {a.class_name: a for a in analysed.snapshot.joined(RAY_STATE).actors}
     assert actors["ServingCluster"].pid == SERVING_PID and "ServingCluster" in ROUTER_PARENTS
     rm = actors["RolloutManager"].pid
     assert not [p for p in procs.values() if p.ppid == rm]
@@ -68,7 +70,7 @@ def test_without_any_stack_the_router_is_found_by_its_owner(tmp_path: Path) -> N
     stackless = tf.bundle_without_sources(src, tmp_path / "stackless", frozenset({"pyspy"}))
     with open_bundle(stackless) as bundle:
         snapshot = load_snapshot(bundle)
-    assert not snapshot.stacks
+    assert not snapshot.joined(ALL_STACKS)
     topo = build_topology(snapshot)
     assert [(m.pid, m.engine_url) for m in topo.by_role(Role.ROUTER)] == [(ROUTER_PID, ROUTER_URL)]
 
@@ -79,7 +81,7 @@ def test_the_verdict_names_the_stuck_engine_behind_the_serving_clusters_router(a
     (engine,) = {c.engine_url for c in v.culprits}
     routed = {
         url
-        for o in analysed.snapshot.http
+        for o in analysed.snapshot.joined(HTTP_ANSWERS)
         if o.kind is HttpPeer.ROUTER and o.parsed is not None
         for url in getattr(o.parsed, "urls", ())
     }

@@ -15,7 +15,8 @@ import pytest
 
 from slime_hangdoctor.analysis import signatures as sg
 from slime_hangdoctor.analysis.stacks import find_block, find_stage
-from slime_hangdoctor.facts import Frame, ThreadStack
+from slime_hangdoctor.facts import Frame
+from slime_hangdoctor.parsers.pyspy import ThreadStack
 from slime_hangdoctor.verdict import Stage
 from tests.fixtures import transforms as tf
 from tests.unit.recorded_stacks import (

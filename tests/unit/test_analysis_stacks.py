@@ -7,9 +7,12 @@ from pathlib import Path
 
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.stacks import ProcessRead, highlight, read_process
-from slime_hangdoctor.facts import ProcessStack
-from slime_hangdoctor.parsers.pyspy import parse_pyspy_json, parse_pyspy_text
-from slime_hangdoctor.snapshot import StackObs
+from slime_hangdoctor.parsers.pyspy import (
+    ProcessStack,
+    StackObs,
+    parse_pyspy_json,
+    parse_pyspy_text,
+)
 from slime_hangdoctor.verdict import Stage
 from tests.fixtures import transforms as tf
 from tests.unit.recorded_stacks import as_obs, demo, recorded_process

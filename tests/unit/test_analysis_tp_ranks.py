@@ -15,7 +15,7 @@ import pytest
 
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.stacks import read_thread
-from slime_hangdoctor.facts import ThreadStack
+from slime_hangdoctor.parsers.pyspy import ThreadStack
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.verdict import Role, Stage, Status
 from tests.fixtures import transforms as tf

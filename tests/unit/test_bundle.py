@@ -14,6 +14,9 @@ from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, archive, open_bundle
 from slime_hangdoctor.errors import BundleInvalid, BundleNotWritable
 from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.nvml import NVML
+from slime_hangdoctor.parsers.pyspy import PYSPY
+from slime_hangdoctor.parsers.sglang import SGLANG
 
 
 def _write(root: Path) -> BundleWriter:
@@ -22,19 +25,19 @@ def _write(root: Path) -> BundleWriter:
     w.note_sample(1, 103.0)
     w.add(
         ProbeRecord(
-            bundle_format.PYSPY, "pid_1", Outcome.OK, node_ip="10.0.0.1", sample=0, meta={"pid": 1}
+            PYSPY, "pid_1", Outcome.OK, node_ip="10.0.0.1", sample=0, meta={"pid": 1}
         ),
         b"[]",
         suffix=".json",
     )
     w.add(
-        ProbeRecord(bundle_format.SGLANG, "h_15000_/server_info", Outcome.OK, sample=1),
+        ProbeRecord(SGLANG, "h_15000_/server_info", Outcome.OK, sample=1),
         '{"api_key": "s3cr3t-key", "x": 1}',
         suffix=".json",
     )
     w.add(
         ProbeRecord(
-            bundle_format.NVML, "gpus", Outcome.UNAVAILABLE, "NVML Shared Library Not Found"
+            NVML, "gpus", Outcome.UNAVAILABLE, "NVML Shared Library Not Found"
         )
     )
     w.add(

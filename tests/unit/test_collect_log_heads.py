@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter
 from slime_hangdoctor.collect import log_heads as lh
 from slime_hangdoctor.outcome import Outcome
-from slime_hangdoctor.parsers.log_heads import parse_log_head
+from slime_hangdoctor.parsers.kernel import KERNEL
+from slime_hangdoctor.parsers.log_heads import ACTOR_LOG_HEAD, parse_log_head
+from slime_hangdoctor.parsers.nccl_ras import NCCL_RAS
+from slime_hangdoctor.parsers.pyspy import PYSPY
+from slime_hangdoctor.parsers.sockets import SOCKETS
 
 WORKER = "worker-64e4653db7a019b8d66de20d68702bdcd40d7d4c8fedf933a20988ac-01000000"
 LAUNCH = "[2026-12-01 09:00:00] sglang_engine.py:180 - Launch HttpServerEngineAdapter at: 127.0.0.1:15003"
@@ -80,8 +83,8 @@ def test_heads_of_both_streams_are_read_and_name_the_url(
         w, [(child.pid, "SGLangEngine")], node_ip="10.0.0.9", sample=0, timeout=5.0
     )
     assert [(r.source, r.target, r.outcome) for r in recs] == [
-        (bundle_format.ACTOR_LOG_HEAD, f"SGLangEngine-{child.pid}-err", Outcome.OK),
-        (bundle_format.ACTOR_LOG_HEAD, f"SGLangEngine-{child.pid}-out", Outcome.OK),
+        (ACTOR_LOG_HEAD, f"SGLangEngine-{child.pid}-err", Outcome.OK),
+        (ACTOR_LOG_HEAD, f"SGLangEngine-{child.pid}-out", Outcome.OK),
     ]
     err, out = recs
     assert err.meta["file"] == f"{WORKER}-{child.pid}.err" and err.meta["truncated"] is False
@@ -214,19 +217,19 @@ def test_node_sample_learns_the_url_of_a_server_less_engine_actor(
         roots=frozenset({engine_actor}),
         off=frozenset(
             {
-                bundle_format.NCCL_RAS,
-                bundle_format.SOCKETS,
-                bundle_format.KERNEL,
-                bundle_format.PYSPY,
+                NCCL_RAS,
+                SOCKETS,
+                KERNEL,
+                PYSPY,
             }
         ),
-        read_before=((bundle_format.ACTOR_LOG_HEAD, frozenset({engine_actor})),)
+        read_before=((ACTOR_LOG_HEAD, frozenset({engine_actor})),)
         if read_before
         else (),
     )
     with cf.ThreadPoolExecutor(max_workers=2) as pool:
         sample_node(writer, spec, CollectOptions(), Deadline(30.0), pool)
-    heads = [r for r in writer.records if r.source == bundle_format.ACTOR_LOG_HEAD]
+    heads = [r for r in writer.records if r.source == ACTOR_LOG_HEAD]
     engines = build_topology(partial_snapshot(writer)).engines
     if read_before:
         assert heads == [] and engines == ()
@@ -325,16 +328,16 @@ def test_node_sample_ties_a_killed_router_to_its_rollout_manager(tmp_path: Path)
             roots=frozenset({proc.pid}),
             off=frozenset(
                 {
-                    bundle_format.NCCL_RAS,
-                    bundle_format.SOCKETS,
-                    bundle_format.KERNEL,
-                    bundle_format.PYSPY,
+                    NCCL_RAS,
+                    SOCKETS,
+                    KERNEL,
+                    PYSPY,
                 }
             ),
         )
         with cf.ThreadPoolExecutor(max_workers=2) as pool:
             sample_node(writer, spec, CollectOptions(), Deadline(30.0), pool)
-        heads = [r for r in writer.records if r.source == bundle_format.ACTOR_LOG_HEAD]
+        heads = [r for r in writer.records if r.source == ACTOR_LOG_HEAD]
         assert {(r.meta["stream"], r.outcome) for r in heads} >= {("out", Outcome.OK)}
         topo = build_topology(partial_snapshot(writer))
         (router,) = topo.by_role(Role.ROUTER)

@@ -13,13 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, open_bundle
 from slime_hangdoctor.collect.node import DISCOVERY_SOURCES, partial_snapshot, sample_node
 from slime_hangdoctor.collect.node_probe import NodeSpec
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.load import load_snapshot
+from slime_hangdoctor.parsers.kernel import KERNEL
+from slime_hangdoctor.parsers.nccl_ras import NCCL_RAS
+from slime_hangdoctor.parsers.nvml import GPU_SERIES, GpuVia
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
+from slime_hangdoctor.parsers.pyspy import ALL_STACKS, PYSPY
+from slime_hangdoctor.parsers.ray_state import RAY_STATE
+from slime_hangdoctor.parsers.sockets import SOCKETS
 from slime_hangdoctor.topology import Topology, build_topology
 from tests.fixtures.transforms import truncate_bytes_at
 from tests.unit.live_writer import parked_train_rank, writer_holding
@@ -37,34 +42,36 @@ def test_partial_snapshot_finds_the_same_topology(src: Path, tmp_path: Path) -> 
     with open_bundle(src) as bundle:
         full = load_snapshot(bundle)
     assert build_topology(partial) == build_topology(full)
-    assert (partial.nodes, partial.actors, partial.jobs, partial.tasks) == (
-        full.nodes,
-        full.actors,
-        full.jobs,
-        full.tasks,
+    ray, full_ray = partial.joined(RAY_STATE), full.joined(RAY_STATE)
+    assert (ray.nodes, ray.actors, ray.jobs, ray.tasks) == (
+        full_ray.nodes,
+        full_ray.actors,
+        full_ray.jobs,
+        full_ray.tasks,
     )
     assert partial.facts(PROCESSES) == full.facts(PROCESSES)
-    assert partial.stacks == ()
-    assert all(g.via == "ray_summary" for g in partial.gpus)  # no NVML series parsed
+    assert partial.joined(ALL_STACKS) == ()
+    # no NVML series parsed
+    assert all(g.via is GpuVia.RAY_SUMMARY for g in partial.joined(GPU_SERIES))
 
 
 def test_partial_snapshot_leaves_stacks_to_the_analysis(tmp_path: Path) -> None:
-    src = next(p for p in BUNDLES if any((p / "raw" / bundle_format.PYSPY).glob("**/*")))
+    src = next(p for p in BUNDLES if any((p / "raw" / PYSPY).glob("**/*")))
     writer = writer_holding(src, tmp_path / "b", _cut_stacks)
     partial = partial_snapshot(writer)
-    assert not [s for s in partial.blind_spots if s.startswith(bundle_format.PYSPY)]
+    assert not [s for s in partial.blind_spots if s.startswith(PYSPY)]
     writer.finish()
     with open_bundle(writer.root) as bundle:
         full = load_snapshot(bundle)
     assert [
-        s for s in full.blind_spots if s.startswith(bundle_format.PYSPY) and "could not parse" in s
+        s for s in full.blind_spots if s.startswith(PYSPY) and "could not parse" in s
     ]
     assert {r.source for r in writer.records} - DISCOVERY_SOURCES
 
 
 def _cut_stacks(rec: ProbeRecord, data: bytes | None) -> bytes | None:
     """py-spy dumps cut in half (`transforms.truncate_bytes_at`), every other record as recorded."""
-    if rec.source == bundle_format.PYSPY and data:
+    if rec.source == PYSPY and data:
         return truncate_bytes_at(data, len(data) // 2)
     return data
 
@@ -80,10 +87,10 @@ def test_on_scan_gets_the_topology_before_the_stacks(worker: int, tmp_path: Path
     seen: list[tuple[Topology, int]] = []
 
     def on_scan(topo: Topology) -> None:
-        stacks_so_far = sum(1 for r in writer.records if r.source == bundle_format.PYSPY)
+        stacks_so_far = sum(1 for r in writer.records if r.source == PYSPY)
         seen.append((topo, stacks_so_far))
 
-    spec = NodeSpec(None, 0, roots=frozenset({worker}), off=frozenset({bundle_format.NCCL_RAS}))
+    spec = NodeSpec(None, 0, roots=frozenset({worker}), off=frozenset({NCCL_RAS}))
     with cf.ThreadPoolExecutor(max_workers=2) as pool:
         topo = sample_node(writer, spec, CollectOptions(), Deadline(30.0), pool, on_scan=on_scan)
     assert len(seen) == 1
@@ -91,7 +98,7 @@ def test_on_scan_gets_the_topology_before_the_stacks(worker: int, tmp_path: Path
     assert stacks_then == 0
     assert worker in {m.pid for m in scanned.members}
     assert scanned == topo
-    assert [r.target for r in writer.records if r.source == bundle_format.PYSPY] == [f"pid{worker}"]
+    assert [r.target for r in writer.records if r.source == PYSPY] == [f"pid{worker}"]
 
 
 def test_node_sample_reads_procfs_of_the_scanned_processes(worker: int, tmp_path: Path) -> None:
@@ -101,21 +108,21 @@ def test_node_sample_reads_procfs_of_the_scanned_processes(worker: int, tmp_path
 
     for procfs in (True, False):
         writer = BundleWriter(tmp_path / f"b{procfs}", command="test")
-        off = {bundle_format.NCCL_RAS} | (
-            set() if procfs else {bundle_format.SOCKETS, bundle_format.KERNEL}
+        off = {NCCL_RAS} | (
+            set() if procfs else {SOCKETS, KERNEL}
         )
         spec = NodeSpec("10.0.0.5", 1, roots=frozenset({worker}), off=frozenset(off))
         with cf.ThreadPoolExecutor(max_workers=2) as pool:
             sample_node(writer, spec, CollectOptions(), Deadline(30.0), pool)
         recs = {r.source: r for r in writer.records}
         if not procfs:
-            assert bundle_format.SOCKETS not in recs and bundle_format.KERNEL not in recs
+            assert SOCKETS not in recs and KERNEL not in recs
             continue
         assert (
-            recs[bundle_format.SOCKETS].sample == 1
-            and recs[bundle_format.SOCKETS].node_ip == "10.0.0.5"
+            recs[SOCKETS].sample == 1
+            and recs[SOCKETS].node_ip == "10.0.0.5"
         )
-        kernel = recs[bundle_format.KERNEL]
+        kernel = recs[KERNEL]
         node = parse_kernel((writer.root / str(kernel.artifact)).read_bytes())
         assert worker in {p.pid for p in node.processes}
 
@@ -166,7 +173,7 @@ def test_a_node_sample_reads_each_tcp_table_once(
             None,
             0,
             roots=frozenset({proc.pid}),
-            off=frozenset({bundle_format.NCCL_RAS, bundle_format.PYSPY}),
+            off=frozenset({NCCL_RAS, PYSPY}),
         )
         with cf.ThreadPoolExecutor(max_workers=2) as pool:
             sample_node(writer, spec, CollectOptions(), Deadline(30.0), pool)
@@ -178,11 +185,11 @@ def test_a_node_sample_reads_each_tcp_table_once(
         proc.wait(timeout=10)
     assert sorted(p.rsplit("/", 1)[-1] for p in reads) == ["tcp", "tcp6"], reads
     recs = {r.source: r for r in writer.records}
-    rows = json.loads((writer.root / str(recs[bundle_format.PROCESSES].artifact)).read_bytes())[
+    rows = json.loads((writer.root / str(recs[PROCESSES.name].artifact)).read_bytes())[
         "processes"
     ]
     assert listen_port in next(r for r in rows if r["pid"] == proc.pid)["listen_ports"]
-    doc = json.loads((writer.root / str(recs[bundle_format.SOCKETS].artifact)).read_bytes())
+    doc = json.loads((writer.root / str(recs[SOCKETS].artifact)).read_bytes())
     tcp = next(t["text"] for t in doc["tables"] if t["name"] == "tcp")
     local = {line.split()[1].rsplit(":", 1)[-1] for line in tcp.splitlines()[1:]}
     assert f"{client_port:04X}" in local and f"{listen_port:04X}" in local

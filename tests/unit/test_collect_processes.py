@@ -22,6 +22,7 @@ from slime_hangdoctor.bundle import BundleWriter, dumps_json
 from slime_hangdoctor.collect.processes import record_processes, scan_processes
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import parse_processes
+from slime_hangdoctor.parsers.ray_state import RAY_STATE
 from slime_hangdoctor.redact import REDACTED
 from tests.titled import titled_python
 
@@ -140,7 +141,7 @@ def test_an_actor_ray_has_not_placed_is_pending_with_its_pid() -> None:
     from tests.unit.recorded_shapes import recorded
 
     snap = recorded(STARTUP / "startup_engine_never_healthy.tar.gz")
-    rm = next(a for a in snap.actors if a.class_name == "RolloutManager")
+    rm = next(a for a in snap.joined(RAY_STATE).actors if a.class_name == "RolloutManager")
     assert (rm.state, rm.node_id) == ("PENDING_CREATION", None)
     assert rm.pid not in {pid for pids in pids_by_node(snap).values() for pid in pids}
     assert pending_actors(snap) == {(rm.pid, "RolloutManager")}

@@ -13,14 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter
 from slime_hangdoctor.collect import kernel as ck
 from slime_hangdoctor.collect import sockets as cs
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.kernel import SPEC as KERNEL
 from slime_hangdoctor.parsers.kernel import parse_kernel
-from slime_hangdoctor.parsers.sockets import parse_sockets
+from slime_hangdoctor.parsers.sockets import SOCKETS, parse_sockets
 
 
 @pytest.fixture
@@ -45,7 +44,7 @@ def test_sockets_artefact_holds_this_process_connections(
     cli, acc = pair
     w = _writer(tmp_path)
     rec = cs.record_sockets(w, [os.getpid()], node_ip="10.0.0.9", sample=0, timeout=5.0)
-    assert rec.outcome is Outcome.OK and rec.source == bundle_format.SOCKETS
+    assert rec.outcome is Outcome.OK and rec.source == SOCKETS
     conns = parse_sockets((w.root / str(rec.artifact)).read_bytes())
     mine = {c.fd: c for c in conns if c.pid == os.getpid()}
     assert mine[acc.fileno()].socket.rx_queue == 1234
@@ -87,7 +86,7 @@ def test_kernel_artefact_of_this_process(tmp_path: Path) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     rec = ck.record_kernel(w, [os.getpid()], node_ip=None, sample=1, timeout=5.0)
-    assert rec.outcome is Outcome.OK and rec.source == bundle_format.KERNEL
+    assert rec.outcome is Outcome.OK and rec.source == KERNEL.name
     node = parse_kernel((w.root / str(rec.artifact)).read_bytes())
     (me,) = node.processes
     assert me.pid == os.getpid() and me.state in "RS"

@@ -26,10 +26,8 @@ DEMO_PACKAGE = ROOT / "demo" / "slime_hangdoctor_demo"
 DEMO_PKG = DEMO_PACKAGE.name
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
-_BASE = frozenset(
-    {"errors", "outcome", "facts", "http_facts", "verdict", "redact", "safe_fs", "__init__"}
-)
-_FACTS = frozenset({"outcome", "facts", "http_facts"})
+_BASE = frozenset({"errors", "outcome", "facts", "verdict", "redact", "safe_fs", "__init__"})
+_FACTS = frozenset({"outcome", "facts"})
 _BELOW_ANALYSIS = _BASE | {
     "bundle",
     "source_spec",
@@ -46,7 +44,6 @@ ALLOWED: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "outcome": frozenset(),
     "facts": frozenset(),
-    "http_facts": frozenset({"outcome"}),
     "verdict": frozenset(),
     "redact": frozenset(),
     "safe_fs": frozenset({"errors"}),

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import FrDump
-from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder, rank_from_dump_name
+from slime_hangdoctor.parsers.flight_recorder import (
+    FrDump,
+    parse_flight_recorder,
+    rank_from_dump_name,
+)
 from tests.fixtures import transforms as tf
 
 NCCL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "gpu-2xh200-nccl-broadcast-hang"

@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import FrDump, GpmReading, GpuSeries, ProcessStack, RasReport
-from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
-from slime_hangdoctor.parsers.nccl_ras import parse_ras
-from slime_hangdoctor.parsers.nvml import parse_gpm, parse_nvml_series
-from slime_hangdoctor.parsers.pyspy import parse_pyspy_json, parse_pyspy_text
+from slime_hangdoctor.facts import GpuSeries
+from slime_hangdoctor.parsers.flight_recorder import FrDump, parse_flight_recorder
+from slime_hangdoctor.parsers.nccl_ras import RasReport, parse_ras
+from slime_hangdoctor.parsers.nvml import GpmReading, parse_gpm, parse_nvml_series
+from slime_hangdoctor.parsers.pyspy import ProcessStack, parse_pyspy_json, parse_pyspy_text
 from tests.fixtures import transforms as tf
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"

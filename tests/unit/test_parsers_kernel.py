@@ -13,10 +13,10 @@ from slime_hangdoctor.parsers.kernel import (
     parse_io,
     parse_kernel,
     parse_kmsg_record,
-    parse_schedstat,
     parse_stat,
     parse_wchan,
 )
+from slime_hangdoctor.parsers.processes import parse_schedstat
 from tests.fixtures import transforms as tf
 
 PROCFS = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "procfs"

@@ -13,8 +13,7 @@ import pytest
 
 from slime_hangdoctor.analysis.parts.logs import TIMER_STAGES
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import LogKind
-from slime_hangdoctor.parsers.logs import parse_log_tail
+from slime_hangdoctor.parsers.logs import LogKind, parse_log_tail
 from slime_hangdoctor.verdict import Stage
 from tests.fixtures.transforms import forwarded_by_ray, ray_job_logs_cli_to_body, truncate_at
 

@@ -8,8 +8,14 @@ from pathlib import Path
 import pytest
 
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import RasCommunicator, RasRank, RasReport
-from slime_hangdoctor.parsers.nccl_ras import parse_ras, parse_ras_json_body, parse_ras_text_body
+from slime_hangdoctor.parsers.nccl_ras import (
+    RasCommunicator,
+    RasRank,
+    RasReport,
+    parse_ras,
+    parse_ras_json_body,
+    parse_ras_text_body,
+)
 from tests.fixtures import transforms as tf
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"

@@ -7,8 +7,12 @@ from pathlib import Path
 import pytest
 
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.facts import ProcessStack
-from slime_hangdoctor.parsers.pyspy import MAX_NAME_CHARS, parse_pyspy_json, parse_pyspy_text
+from slime_hangdoctor.parsers.pyspy import (
+    MAX_NAME_CHARS,
+    ProcessStack,
+    parse_pyspy_json,
+    parse_pyspy_text,
+)
 from tests.fixtures import transforms as tf
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"

@@ -10,8 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slime_hangdoctor.errors import ParseError
-from slime_hangdoctor.http_facts import EngineLoad, RouterWorker, RouterWorkers
 from slime_hangdoctor.parsers.sglang import (
+    EngineLoad,
+    RouterWorker,
+    RouterWorkers,
     parse_loads,
     parse_metrics,
     parse_model_info,

@@ -1,4 +1,4 @@
-"""Ray's states as typed literals (facts.py): the same values as the installed Ray's own, every one
+"""Ray's states as typed literals (parsers/ray_state.py): the same values as the installed Ray's own, every one
 read through from a real answer, a state a newer Ray adds read as UNKNOWN with its text, and a
 misspelt state refused by mypy."""
 
@@ -14,8 +14,8 @@ import pytest
 from ray._private import custom_types as ray_types  # where Ray 2.60 defines its state literals
 from ray.job_submission import JobStatus as RayJobStatus
 
-from slime_hangdoctor import facts
 from slime_hangdoctor.parsers import ray_state
+from slime_hangdoctor.parsers import ray_state as facts
 from tests.fixtures import transforms as tf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,7 +105,7 @@ def test_mypy_refuses_a_misspelt_state(tmp_path: Path) -> None:
     """What the literals are for: a comparison with a state Ray has not, or a set of states with a
     misspelt member, is a type error (mypy --strict has strict equality)."""
     code = (
-        "from slime_hangdoctor.facts import ActorState, RayActor, RayJob\n"
+        "from slime_hangdoctor.parsers.ray_state import ActorState, RayActor, RayJob\n"
         "def alive(a: RayActor) -> bool:\n"
         '    return a.state == "ALIVEE"\n'
         "def running(j: RayJob) -> bool:\n"

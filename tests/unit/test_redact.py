@@ -60,7 +60,7 @@ def test_environment_keeps_only_the_allow_list() -> None:
 
 
 def test_proxy_variables_in_any_case_keep_host_and_port_only() -> None:
-    from slime_hangdoctor.facts import PROXY_ENV
+    from slime_hangdoctor.parsers.processes import PROXY_ENV
 
     env = {
         "HTTP_PROXY": "http://bob:s3cret@proxy.corp:3128",

@@ -23,11 +23,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, archive
 from slime_hangdoctor.collect import log_heads as lh
 from slime_hangdoctor.collect.http import get
 from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.logs import RAY_LOGS
+from slime_hangdoctor.parsers.sglang import SGLANG
 from slime_hangdoctor.redact import REDACTED, redact_bytes, utf8_prefix
 from tests.fixtures import transforms as tf
 from tests.reliability.harness import http_stub
@@ -152,7 +153,7 @@ def test_a_secret_after_a_split_character_is_blanked(tmp_path: Path) -> None:
         data.decode("utf-8")
     w = BundleWriter(tmp_path / "b", command="test", known_secrets=(API_KEY,))
     rec = w.add(
-        ProbeRecord(bundle_format.RAY_LOGS, "RolloutManager-err", Outcome.OK), data, suffix=".log"
+        ProbeRecord(RAY_LOGS, "RolloutManager-err", Outcome.OK), data, suffix=".log"
     )
     w.finish()
     stored = (w.root / str(rec.artifact)).read_bytes()
@@ -170,7 +171,7 @@ def test_an_engine_body_with_invalid_utf8_keeps_the_api_key_out(tmp_path: Path) 
     data = tf.insert_invalid_utf8(body.encode(), body.index('"model_path"'))
     w = BundleWriter(tmp_path / "b", command="test", known_secrets=(API_KEY,))
     rec = w.add(
-        ProbeRecord(bundle_format.SGLANG, "http://127.0.0.1:15003/server_info", Outcome.OK), data
+        ProbeRecord(SGLANG, "http://127.0.0.1:15003/server_info", Outcome.OK), data
     )
     w.finish()
     stored = (w.root / str(rec.artifact)).read_bytes()

@@ -10,21 +10,22 @@ from slime_hangdoctor import load
 from slime_hangdoctor.analysis.source_analysis import source_analyses
 from slime_hangdoctor.collect import dashboard
 from slime_hangdoctor.collect import sglang as collect_sglang
-from slime_hangdoctor.collect.node import node_probes
+from slime_hangdoctor.collect.node import node_probes, window_probes
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.parsers import ray_state
 from slime_hangdoctor.parsers import sglang as parse_sglang
 from slime_hangdoctor.sources import ENTRIES, PARTS, SPECS
 
 
-def test_every_source_is_loaded_by_its_spec_or_by_one_composite_loader() -> None:
+def test_every_source_is_loaded_by_its_spec() -> None:
+    """One spec a source, and every spec parses its records itself (`parse`, or `parse_any` for
+    a source whose failed answers are evidence): the loader has no loader of its own."""
     names = [spec.name for spec in SPECS]
     assert len(names) == len(set(names)), "one spec a source"
     for spec in SPECS:
-        composite = spec.name in load.COMPOSITE_LOADERS or spec.name in load.HTTP_SOURCES
-        assert (spec.parse is None) == composite, spec
+        assert (spec.parse is None) != (spec.parse_any is None), spec
         assert spec.max_bytes > 0
-    assert set(load.COMPOSITE_LOADERS) | load.HTTP_SOURCES <= set(names)
+    assert not [name for name in vars(load) if name.startswith("_load_")]
 
 
 def test_each_layer_finds_the_part_of_a_spec_it_runs() -> None:
@@ -39,6 +40,10 @@ def test_each_layer_finds_the_part_of_a_spec_it_runs() -> None:
         if spec.analysis is not None:
             assert spec.analysis.startswith(PARTS), spec
             assert importlib.import_module(spec.analysis).ANALYSIS in analyses
+        if spec.window_probe is not None:
+            assert spec.window_probe.startswith("slime_hangdoctor.collect."), spec
+            module = importlib.import_module(spec.window_probe)
+            assert dict(window_probes())[spec.name] is module.WINDOW_PROBE
         if spec.switch is not None:
             assert isinstance(getattr(CollectOptions(), spec.switch), bool), spec
 
@@ -75,10 +80,10 @@ def test_node_probes_read_the_processes_before_py_spy_stops_them() -> None:
     assert names[-1] == "pyspy" and {"sockets", "kernel"} <= set(names[:-1])
 
 
-def test_every_parsed_dashboard_answer_has_a_loader() -> None:
+def test_every_parsed_dashboard_answer_is_joined() -> None:
     tables = (*ray_state.STATE_ENDPOINTS, ray_state.TASK_HISTORY)
     parsed = {e.target for e in tables if e.parse is not None}
-    assert parsed == set(load.DASHBOARD_LOADERS)
+    assert parsed == set(ray_state.JOINED_BY)
 
 
 def test_the_dashboard_collector_asks_the_parsers_table() -> None:
@@ -114,7 +119,7 @@ def test_every_sglang_path_collected_is_parsed_by_the_loader() -> None:
 
 
 def test_one_list_of_sglang_counters_that_mean_work() -> None:
-    from slime_hangdoctor.http_facts import SglangMetrics
+    from slime_hangdoctor.parsers.sglang import SglangMetrics
 
     fields = set(SglangMetrics.__dataclass_fields__)
     assert {name for name, _ in parse_sglang.WORK_COUNTERS} <= fields

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
+from slime_hangdoctor.parsers.pyspy import ALL_STACKS
+from slime_hangdoctor.parsers.ray_state import RAY_STATE
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.topology import RAY_SCHEDULER_NAME, SGLANG_RAY_ACTORS, MemberKind
 from slime_hangdoctor.verdict import Role
@@ -33,7 +35,7 @@ def analysed():  # type: ignore[no-untyped-def]
 
 
 def _scheduler_actors(analysed):  # type: ignore[no-untyped-def]
-    return [a for a in analysed.snapshot.actors if a.class_name in SGLANG_RAY_ACTORS]
+    return [a for a in analysed.snapshot.joined(RAY_STATE).actors if a.class_name in SGLANG_RAY_ACTORS]
 
 
 def test_the_recording_has_the_shape_sglang_ray_mode_runs(analysed) -> None:  # type: ignore[no-untyped-def]
@@ -44,22 +46,22 @@ def test_the_recording_has_the_shape_sglang_ray_mode_runs(analysed) -> None:  # 
     actors = _scheduler_actors(analysed)
     assert len(actors) == 4
     raylets = {procs[a.pid].ppid for a in actors}
-    engines = {a.pid for a in analysed.snapshot.actors if a.class_name == "SGLangEngine"}
+    engines = {a.pid for a in analysed.snapshot.joined(RAY_STATE).actors if a.class_name == "SGLangEngine"}
     assert len(raylets) == 1 and raylets.isdisjoint({procs[e].pid for e in engines})
     for a in actors:
         assert procs[a.pid].title == "ray::SchedulerActor.run_event_loop"
         assert a.name is not None and RAY_SCHEDULER_NAME.fullmatch(a.name), a.name
-    drivers = {j.job_id: j.driver_pid for j in analysed.snapshot.jobs}
+    drivers = {j.job_id: j.driver_pid for j in analysed.snapshot.joined(RAY_STATE).jobs}
     servers = {drivers[a.job_id] for a in actors if a.job_id}
     assert len(servers) == 2 and all(procs[s].ppid in engines for s in servers)
-    stacks = {s.pid for s in analysed.snapshot.stacks}
+    stacks = {s.pid for s in analysed.snapshot.joined(ALL_STACKS)}
     assert {a.pid for a in actors} <= stacks
 
 
 def test_each_engines_scheduler_actors_are_its_schedulers(analysed) -> None:  # type: ignore[no-untyped-def]
     topo = analysed.topology
     actors = _scheduler_actors(analysed)
-    drivers = {j.job_id: j.driver_pid for j in analysed.snapshot.jobs}
+    drivers = {j.job_id: j.driver_pid for j in analysed.snapshot.joined(RAY_STATE).jobs}
     servers = {m.pid: m for m in topo.members if m.kind is MemberKind.HTTP_SERVER}
     assert len(topo.engines) == 2
     for a in actors:

@@ -1,4 +1,4 @@
-"""The watchdog's counters-only look (watchdog/counter_look.py, counter_verdict.py, look.counter_plan).
+"""The watchdog's counters-only look (watchdog/counter_look.py, analysis/counters.py, look.counter_plan).
 
 Real parts: engines are real HTTP servers on 127.0.0.1 answering `/metrics` with the SGLang
 stand-in's recorded pages (tests/fixtures/sglang/metrics_{idle,busy,after,stuck}.txt, byte for byte,
@@ -23,21 +23,27 @@ from pathlib import Path
 import psutil
 import pytest
 
-from slime_hangdoctor.http_facts import SglangMetrics
-from slime_hangdoctor.markers import progress_markers
-from slime_hangdoctor.parsers.kernel import SPEC as KERNEL
-from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.parsers.sglang import counter_rises, parse_metrics_page
-from slime_hangdoctor.pipeline import Analysed, analyse_bundle
-from slime_hangdoctor.topology import MemberKind
-from slime_hangdoctor.verdict import Status
-from slime_hangdoctor.watchdog.counter_look import (
+from slime_hangdoctor.analysis.counters import (
+    REFRESH_S,
     CounterRead,
     CounterReading,
     EngineCounters,
-    read_counters,
+    judge_counters,
+    usable_plan,
 )
-from slime_hangdoctor.watchdog.counter_verdict import REFRESH_S, judge_counters, usable_plan
+from slime_hangdoctor.markers import progress_markers
+from slime_hangdoctor.parsers.kernel import SPEC as KERNEL
+from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
+from slime_hangdoctor.parsers.sglang import (
+    HTTP_ANSWERS,
+    SglangMetrics,
+    counter_rises,
+    parse_metrics_page,
+)
+from slime_hangdoctor.pipeline import Analysed, analyse_bundle
+from slime_hangdoctor.topology import MemberKind
+from slime_hangdoctor.verdict import Status
+from slime_hangdoctor.watchdog.counter_look import read_counters
 from slime_hangdoctor.watchdog.look import counter_plan
 from slime_hangdoctor.watchdog.state import CounterPlan, WatchState, load_state, save_state
 from tests.unit.test_golden_verdicts import BUNDLES
@@ -258,7 +264,7 @@ def _pairs(analysed: Analysed) -> dict[str, tuple[SglangMetrics, SglangMetrics]]
     """Each engine's `/metrics` at the bundle's first and last sample."""
     assert analysed.snapshot is not None
     by_url: dict[str, dict[int, SglangMetrics]] = {}
-    for obs in analysed.snapshot.http:
+    for obs in analysed.snapshot.joined(HTTP_ANSWERS):
         if isinstance(obs.parsed, SglangMetrics):
             by_url.setdefault(obs.answer.url, {})[obs.sample] = obs.parsed
     return {u: (s[min(s)], s[max(s)]) for u, s in by_url.items() if len(s) >= 2}
@@ -407,7 +413,10 @@ def test_a_run_with_a_fresh_plan_reads_the_counters_and_imports_nothing_else(
     assert verdict["status"] == "progressing" and "counter_look" in verdict["extra"]
     modules = ran["modules"]
     assert isinstance(modules, list)
-    for heavy in ("slime_hangdoctor.analysis", "slime_hangdoctor.collect.run", "urllib3", "ray"):
+    # of the analysis, only the counters' verdict (analysis/counters.py) and its package
+    analysis = {m for m in modules if m.startswith("slime_hangdoctor.analysis")}
+    assert analysis == {"slime_hangdoctor.analysis", "slime_hangdoctor.analysis.counters"}
+    for heavy in ("slime_hangdoctor.collect.run", "urllib3", "ray"):
         assert not any(m == heavy or m.startswith(heavy + ".") for m in modules), heavy
     after = load_state(state).state
     assert (

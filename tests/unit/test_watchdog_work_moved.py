@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, open_bundle
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.collect.run import collect
+from slime_hangdoctor.parsers.pyspy import PYSPY
 from slime_hangdoctor.watchdog.look import work_moved
 from tests.unit.demo_bundles import unpacked
 from tests.unit.live_writer import parked_train_rank, writer_holding
@@ -51,7 +51,7 @@ def _stack_samples(out: Path, pid: int) -> list[int | None]:
         return [
             r.sample
             for r in bundle.manifest.probes
-            if r.source == bundle_format.PYSPY and r.target == f"pid{pid}"
+            if r.source == PYSPY and r.target == f"pid{pid}"
         ]
 
 

@@ -35,6 +35,8 @@ from slime_hangdoctor.analysis.source_analysis import (
 )
 from slime_hangdoctor.analysis.stacks import STACKS
 from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS
+from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage, Status
 
 MESSAGES = {
@@ -408,7 +410,7 @@ def _health_noise(r: Reading) -> Cause | None:
         return None
     ok = [
         o.answer
-        for o in r.world.snapshot.http
+        for o in r.world.snapshot.joined(HTTP_ANSWERS)
         if o.answer.path in ("/health", "/metrics") and o.answer.status == 200
     ]
     if not ok:
@@ -423,6 +425,37 @@ def _health_noise(r: Reading) -> Cause | None:
     )
 
 
+def _pause_split_across_tokenizer_workers(r: Reading) -> Cause | None:
+    """sgl-project/sglang#21235: with `--tokenizer-worker-num N`, `/pause_generation` and
+    `/continue_generation` each set `is_pause` on the one tokenizer worker whose process took the
+    request (tokenizer_manager.py `pause_generation` / `continue_generation`); after a pause and a
+    continue that reached different workers one stays paused, and every `/generate` routed to it
+    waits in `is_pause_cond.wait_for` for good. Fixed by PR#24462 (sglang-miles: PR#24769). The
+    shape: an engine that holds requests at its HTTP layer while its scheduler has none and every
+    pause was answered by a continue (`EngineState.HELD`), run by several tokenizer workers."""
+    for e in r.engines:
+        workers = [p for p in e.procs if p.kind is MemberKind.TOKENIZER_WORKER]
+        if e.state is not EngineState.HELD or len(workers) < 2:
+            continue
+        pids = ", ".join(str(p.pid) for p in workers[:8])
+        return cause(
+            "known-tokenizer-worker-pause-split",
+            Severity.WARNING,
+            f"Engine {e.url} runs {len(workers)} tokenizer workers and holds requests that every "
+            "pause/continue pair should have released: /pause_generation and "
+            "/continue_generation reach one tokenizer worker each, so one worker can stay paused "
+            "and hold every request routed to it (sgl-project/sglang#21235, fixed by PR#24462).",
+            [*e.evidence[:3], f"sglang::tokenizer_worker processes of {e.url}: pids {pids}"],
+            [
+                f"py-spy dump --pid P for each tokenizer worker of {e.url} (pids {pids}): the "
+                "paused one waits in `is_pause_cond.wait_for` under `generate_request`",
+                "Run an SGLang with PR#24462 (sglang-miles: PR#24769), or start the engines "
+                "without --tokenizer-worker-num",
+            ],
+        )
+    return None
+
+
 ANALYSIS = SourceAnalysis(
     name="engines",
     gives=(SGLANG, STACKS),
@@ -430,6 +463,6 @@ ANALYSIS = SourceAnalysis(
     suspects=suspects,
     evidence=evidence,
     messages=MESSAGES,
-    causes=(_health_noise,),
+    causes=(_health_noise, _pause_split_across_tokenizer_workers),
     findings=lambda r: engine_findings(r.engines, r.status),
 )

@@ -17,8 +17,7 @@ from slime_hangdoctor.analysis.source_analysis import (
 )
 from slime_hangdoctor.analysis.stacks import find_stage
 from slime_hangdoctor.analysis.world import World
-from slime_hangdoctor.facts import FR_COMPLETED, FrDump, FrEntry
-from slime_hangdoctor.parsers.flight_recorder import SPEC
+from slime_hangdoctor.parsers.flight_recorder import FR_COMPLETED, SPEC, FrDump, FrEntry
 from slime_hangdoctor.verdict import Role, Stage
 
 FLIGHT_RECORDER = Source("flight_recorder")  # torch's NCCL flight recorder dumps

@@ -31,8 +31,8 @@ from slime_hangdoctor.analysis.source_analysis import (
     cause,
 )
 from slime_hangdoctor.analysis.world import Proc, World, pid_entry, who
-from slime_hangdoctor.facts import STATUS_DISK_SLEEP, TRACED, ProcessKernelState
-from slime_hangdoctor.parsers.kernel import SPEC
+from slime_hangdoctor.parsers.kernel import SPEC, TRACED, ProcessKernelState
+from slime_hangdoctor.parsers.processes import STATUS_DISK_SLEEP
 from slime_hangdoctor.verdict import Finding, Severity, Stage, Status
 
 KERNEL = Source("kernel")  # the Linux kernel's side: D state, wchan, storage bytes, /dev/shm, OOM
@@ -438,6 +438,21 @@ def _checkpoint(r: Reading) -> Cause | None:
         if _disk_sleep(r.world, p) and p.pid not in reads
     ]
     ev += [k.describe() for k in reads.values() if k.last.in_disk_sleep or k.io_delta]
+    msg, steps = _checkpoint_case(r, ranks, saving, in_coll, elsewhere, storage, reads)
+    return cause("checkpoint-stall", Severity.WARNING, msg, ev, steps)
+
+
+def _checkpoint_case(
+    r: Reading,
+    ranks: list[Proc],
+    saving: list[Proc],
+    in_coll: list[Proc],
+    elsewhere: list[Proc],
+    storage: list[Proc],
+    reads: dict[int, KernelRead],
+) -> tuple[str, list[str]]:
+    """The checkpoint hang's case (stuck storage, a collective mismatch, every rank in the save's
+    collective, or file I/O), its message and its next steps."""
     pids = " ".join(str(p.pid) for p in (storage or saving or ranks)[:4])
     storage_steps = [
         f"for p in {pids or 'PID'}; do cat /proc/$p/wchan; echo; grep State /proc/$p/status; "
@@ -503,7 +518,26 @@ def _checkpoint(r: Reading) -> Cause | None:
         if any(k.io_delta for k in reads.values()):
             msg += " Storage bytes moved between the samples: slow storage, not stuck."
         steps = storage_steps
-    return cause("checkpoint-stall", Severity.WARNING, msg, ev, steps)
+    return msg, steps
+
+
+def _cpu_wanted(world: World, p: Proc, window_s: float) -> float | None:
+    """Seconds of the window its main thread was on a CPU or waiting for one (/proc/<pid>/schedstat
+    at the first and last sample, scaled to the window); None unread."""
+    seen: list[tuple[int, float, int]] = []
+    for obs in world.snapshot.facts(SPEC):
+        if obs.node_ip != p.node_ip:
+            continue
+        for k in obs.fact.processes:
+            if k.pid == p.pid and k.sched is not None:
+                seen.append((obs.sample, obs.at, k.sched.run_ns + k.sched.wait_ns))
+    if len({s for s, _, _ in seen}) < 2:
+        return None
+    seen.sort()
+    (_, t0, a), (_, t1, b) = seen[0], seen[-1]
+    if t1 <= t0:
+        return None
+    return (b - a) / 1e9 / (t1 - t0) * window_s
 
 
 ANALYSIS = SourceAnalysis(
@@ -514,4 +548,8 @@ ANALYSIS = SourceAnalysis(
     causes=(_checkpoint,),
     findings=lambda r: kernel_findings(r.world),
     next_steps=next_steps,
+    io_wait=lambda world, p: any(
+        k.in_disk_sleep or (k.wchan or "") in WRITE_WAITS for _, k in kernel_states(world, p)
+    ),
+    cpu_wanted=_cpu_wanted,
 )

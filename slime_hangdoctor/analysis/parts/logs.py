@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.source_analysis import Section, SourceAnalysis
-from slime_hangdoctor.facts import LogKind, LogTimer
-from slime_hangdoctor.snapshot import LogObs, Snapshot
+from slime_hangdoctor.parsers.logs import SPEC, LogKind, LogObs, LogTimer
+from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.verdict import Finding, Severity, Stage, Status
 
 # slime's Timer names (slime.md §7) -> the stage a still-open timer of that name means. `train_wait`
@@ -48,11 +48,15 @@ class OpenTimer:
         return TIMER_STAGES.get(self.timer.name)
 
 
+def _logs(snapshot: Snapshot) -> tuple[LogObs, ...]:
+    return tuple(obs.fact for obs in snapshot.facts(SPEC))
+
+
 def open_timer(snapshot: Snapshot) -> OpenTimer | None:
     """The innermost (latest started) open slime Timer that names a stage, over every log."""
     found = [
         OpenTimer(log, t)
-        for log in snapshot.logs
+        for log in _logs(snapshot)
         for t in log.tail.open_timers
         if t.name in TIMER_STAGES
     ]
@@ -72,42 +76,56 @@ def log_stage(snapshot: Snapshot) -> Stage | None:
 def log_findings(snapshot: Snapshot, status: Status, stage: Stage) -> list[Finding]:
     """Findings from the log tails; severity never above warning (logs explain, live data decides).
     `stage`: the stage live evidence found (unknown when none did)."""
-    if not snapshot.logs:
+    logs = _logs(snapshot)
+    if not logs:
         return []
     now = snapshot.manifest.created_at
     hung = status is Status.HUNG
-    out: list[Finding] = []
-    found = open_timer(snapshot)
-    if found is not None and found.stage is not None:
-        if not hung or stage is Stage.NONE:
-            agree = f"names the stage `{found.stage.value}`"
-        elif stage is Stage.UNKNOWN:
-            agree = f"names the stage `{found.stage.value}` (used: no live source named one)"
-        elif found.stage is stage:
-            agree = "agrees with the stage found live"
-        else:
-            agree = (
-                f"names `{found.stage.value}` while live evidence says `{stage.value}` "
-                "(live evidence decides)"
-            )
-        last = found.log.tail.last_time
-        out.append(
-            Finding(
-                "log-open-timer",
-                Severity.WARNING if hung else Severity.INFO,
-                f"{found.log.label}: `Timer {found.timer.name} start`"
-                + _at(found.timer.started, now)
-                + " has no end"
-                + (f"; the log's last line is{_at(last, now)}" if last is not None else "")
-                + f" - it {agree}.",
-                (found.timer.text,),
-            )
-        )
-    problems = [
-        (log, [n for n in log.tail.notable if n.kind in _PROBLEM_KINDS]) for log in snapshot.logs
+    return [
+        *_open_timer_finding(snapshot, hung, stage, now),
+        *_error_findings(logs, now),
+        *_flush_findings(logs, now),
+        *_retry_findings(logs, hung, now),
+        *(_last_lines(logs, now) if hung else []),
     ]
+
+
+def _open_timer_finding(snapshot: Snapshot, hung: bool, stage: Stage, now: float) -> list[Finding]:
+    found = open_timer(snapshot)
+    if found is None or found.stage is None:
+        return []
+    if not hung or stage is Stage.NONE:
+        agree = f"names the stage `{found.stage.value}`"
+    elif stage is Stage.UNKNOWN:
+        agree = f"names the stage `{found.stage.value}` (used: no live source named one)"
+    elif found.stage is stage:
+        agree = "agrees with the stage found live"
+    else:
+        agree = (
+            f"names `{found.stage.value}` while live evidence says `{stage.value}` "
+            "(live evidence decides)"
+        )
+    last = found.log.tail.last_time
+    return [
+        Finding(
+            "log-open-timer",
+            Severity.WARNING if hung else Severity.INFO,
+            f"{found.log.label}: `Timer {found.timer.name} start`"
+            + _at(found.timer.started, now)
+            + " has no end"
+            + (f"; the log's last line is{_at(last, now)}" if last is not None else "")
+            + f" - it {agree}.",
+            (found.timer.text,),
+        )
+    ]
+
+
+def _error_findings(logs: tuple[LogObs, ...], now: float) -> list[Finding]:
+    """The logs with tracebacks, OOM, timeouts or errors, the newest first (at most a few)."""
+    problems = [(log, [n for n in log.tail.notable if n.kind in _PROBLEM_KINDS]) for log in logs]
     problems = [(log, lines) for log, lines in problems if lines]
     problems.sort(key=lambda p: max(n.time or 0.0 for n in p[1]), reverse=True)
+    out: list[Finding] = []
     for log, lines in problems[:MAX_LOGS_NAMED]:
         newest = lines[-1]
         kinds = ", ".join(dict.fromkeys(n.kind.value for n in lines))
@@ -119,7 +137,12 @@ def log_findings(snapshot: Snapshot, status: Status, stage: Stage) -> list[Findi
                 tuple(n.text for n in lines[-3:]),
             )
         )
-    for log in snapshot.logs:
+    return out
+
+
+def _flush_findings(logs: tuple[LogObs, ...], now: float) -> list[Finding]:
+    out: list[Finding] = []
+    for log in logs:
         flush = [n for n in log.tail.notable if n.kind is LogKind.CACHE_NOT_FLUSHED]
         if not flush:
             continue
@@ -135,7 +158,12 @@ def log_findings(snapshot: Snapshot, status: Status, stage: Stage) -> list[Findi
                 tuple(n.text for n in flush[-2:]),
             )
         )
-    for log in snapshot.logs:
+    return out
+
+
+def _retry_findings(logs: tuple[LogObs, ...], hung: bool, now: float) -> list[Finding]:
+    out: list[Finding] = []
+    for log in logs:
         retries = [n for n in log.tail.notable if n.kind is LogKind.RETRY]
         if retries:
             out.append(
@@ -147,20 +175,25 @@ def log_findings(snapshot: Snapshot, status: Status, stage: Stage) -> list[Findi
                     tuple(n.text for n in retries[-2:]),
                 )
             )
-    if hung:
-        timed = [log for log in snapshot.logs if log.tail.last_time is not None]
-        timed.sort(key=lambda log: log.tail.last_time or 0.0)
-        if timed:
-            out.append(
-                Finding(
-                    "log-last-lines",
-                    Severity.INFO,
-                    "Last log lines: "
-                    + "; ".join(f"{log.label}{_at(log.tail.last_time, now)}" for log in timed[:6]),
-                    tuple(f"{log.label}: {log.tail.last_line}" for log in timed[:6]),
-                )
-            )
     return out
+
+
+def _last_lines(logs: tuple[LogObs, ...], now: float) -> list[Finding]:
+    timed = sorted(
+        (log for log in logs if log.tail.last_time is not None),
+        key=lambda log: log.tail.last_time or 0.0,
+    )
+    if not timed:
+        return []
+    return [
+        Finding(
+            "log-last-lines",
+            Severity.INFO,
+            "Last log lines: "
+            + "; ".join(f"{log.label}{_at(log.tail.last_time, now)}" for log in timed[:6]),
+            tuple(f"{log.label}: {log.tail.last_line}" for log in timed[:6]),
+        )
+    ]
 
 
 def _at(when: float | None, now: float) -> str:

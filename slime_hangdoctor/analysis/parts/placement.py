@@ -17,10 +17,11 @@ from slime_hangdoctor.analysis.source_analysis import (
     suspect,
 )
 from slime_hangdoctor.analysis.world import World
-from slime_hangdoctor.facts import (
+from slime_hangdoctor.parsers.ray_state import (
     JOB_RUNNING,
     PG_INFEASIBLE,
     PLACEMENT_GROUP_WAITING,
+    RAY_STATE,
     PlacementDemand,
     RayPlacementGroup,
 )
@@ -52,10 +53,10 @@ def _strategy(pg: RayPlacementGroup, demands: tuple[PlacementDemand, ...]) -> st
 
 def placement_waits(world: World) -> list[PlacementWait]:
     snap = world.snapshot
-    jobs = {j.job_id for j in snap.jobs if j.status == JOB_RUNNING and j.job_id}
-    cluster = snap.cluster
+    jobs = {j.job_id for j in snap.joined(RAY_STATE).jobs if j.status == JOB_RUNNING and j.job_id}
+    cluster = snap.joined(RAY_STATE).cluster
     out: list[PlacementWait] = []
-    for pg in snap.placement_groups:
+    for pg in snap.joined(RAY_STATE).placement_groups:
         if pg.state not in PLACEMENT_GROUP_WAITING:
             continue
         if jobs and pg.creator_job_id not in jobs:

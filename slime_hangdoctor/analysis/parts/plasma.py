@@ -29,10 +29,12 @@ from slime_hangdoctor.analysis.source_analysis import (
     suspect,
 )
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import (
+from slime_hangdoctor.parsers.ray_state import (
     DRIVER_TASK,
     JOB_RUNNING,
+    RAY_STATE,
     TASK_RUNNING,
+    UNFINISHED_TASKS,
     ClusterResources,
     ObjectStoreUsage,
     RayActor,
@@ -40,7 +42,6 @@ from slime_hangdoctor.facts import (
     RayTaskType,
     TaskState,
 )
-from slime_hangdoctor.parsers.ray_state import UNFINISHED_TASKS
 from slime_hangdoctor.topology import CLASS_ROLES
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
 
@@ -95,7 +96,7 @@ def store_text(s: ObjectStoreUsage) -> str:
 def _waiting_ids(world: World) -> set[str] | None:
     """Task ids in a lease-wait state in every answer of the unfinished-task query (None: the
     query was never answered)."""
-    pages = [p for p in world.snapshot.task_pages if p.target == UNFINISHED_TASKS]
+    pages = [p for p in world.snapshot.joined(RAY_STATE).task_pages if p.target == UNFINISHED_TASKS]
     if not pages:
         return None
     sets = [
@@ -142,17 +143,21 @@ def _resources_short(cluster: ClusterResources | None) -> bool:
 
 def plasma_waits(world: World) -> list[PlasmaWait]:
     snap = world.snapshot
-    full = tuple(s for s in snap.object_stores if s.used_fraction >= ARGS_MEMORY_FRACTION)
+    full = tuple(
+        s for s in snap.joined(RAY_STATE).object_stores if s.used_fraction >= ARGS_MEMORY_FRACTION
+    )
     waiting = _waiting_ids(world)
     if not full or not waiting:
         return []
-    if _resources_short(snap.cluster):
+    if _resources_short(snap.joined(RAY_STATE).cluster):
         return []
-    jobs = {j.job_id for j in snap.jobs if j.status == JOB_RUNNING and j.job_id}
+    jobs = {j.job_id for j in snap.joined(RAY_STATE).jobs if j.status == JOB_RUNNING and j.job_id}
     tasks: dict[str, RayTask] = {}
-    for page in snap.task_pages:  # oldest first: the newest answer about a task wins
+    for page in snap.joined(
+        RAY_STATE
+    ).task_pages:  # oldest first: the newest answer about a task wins
         tasks.update((t.task_id, t) for t in page.tasks)
-    actors = {a.actor_id: a for a in snap.actors}
+    actors = {a.actor_id: a for a in snap.joined(RAY_STATE).actors}
     out: list[PlasmaWait] = []
     for task_id in sorted(waiting):
         task = tasks[task_id]

@@ -19,14 +19,14 @@ from slime_hangdoctor.analysis.source_analysis import (
     suspect,
 )
 from slime_hangdoctor.analysis.world import World
-from slime_hangdoctor.facts import (
+from slime_hangdoctor.parsers.nccl_ras import (
     RAS_HEALTHY,
     RAS_MISMATCH,
+    SPEC,
     RasCommunicator,
     RasRank,
     RasReport,
 )
-from slime_hangdoctor.parsers.nccl_ras import SPEC
 from slime_hangdoctor.verdict import Role
 
 RAS = Source("ras")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from slime_hangdoctor.analysis.source_analysis import STRONG, Reads, Source, SourceAnalysis, Suspect
 from slime_hangdoctor.analysis.world import World
-from slime_hangdoctor.facts import ACTOR_DEAD, JOB_RUNNING, RayActor
+from slime_hangdoctor.parsers.ray_state import ACTOR_DEAD, JOB_RUNNING, RAY_STATE, RayActor
 from slime_hangdoctor.topology import CLASS_ROLES
 from slime_hangdoctor.verdict import Finding, Severity
 
@@ -12,14 +12,18 @@ RAY = Source("ray")  # Ray's state API (actors, jobs)
 
 
 def _running_job_ids(world: World) -> set[str]:
-    return {j.job_id for j in world.snapshot.jobs if j.status == JOB_RUNNING and j.job_id}
+    return {
+        j.job_id
+        for j in world.snapshot.joined(RAY_STATE).jobs
+        if j.status == JOB_RUNNING and j.job_id
+    }
 
 
 def suspects(reads: Reads) -> list[Suspect]:
     world = reads.world
     jobs = _running_job_ids(world)
     out: list[Suspect] = []
-    for a in world.snapshot.actors:
+    for a in world.snapshot.joined(RAY_STATE).actors:
         role = CLASS_ROLES.get(a.class_name)
         if role is None or a.state != ACTOR_DEAD or not jobs or a.job_id not in jobs:
             continue
@@ -47,9 +51,13 @@ def _death_cause(actor: RayActor) -> str:
 
 def findings(world: World) -> list[Finding]:
     """Why each slime actor of a running job died, as Ray recorded it."""
-    jobs = {j.job_id for j in world.snapshot.jobs if j.status == JOB_RUNNING and j.job_id}
+    jobs = {
+        j.job_id
+        for j in world.snapshot.joined(RAY_STATE).jobs
+        if j.status == JOB_RUNNING and j.job_id
+    }
     out: list[Finding] = []
-    for a in world.snapshot.actors:
+    for a in world.snapshot.joined(RAY_STATE).actors:
         if a.state != ACTOR_DEAD or a.death is None or a.class_name not in CLASS_ROLES:
             continue
         if jobs and a.job_id not in jobs:

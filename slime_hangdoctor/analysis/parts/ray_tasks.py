@@ -24,7 +24,7 @@ from slime_hangdoctor.analysis.source_analysis import (
     suspect,
 )
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import RayActor, RayTask
+from slime_hangdoctor.parsers.ray_state import RAY_STATE, RayActor, RayTask
 from slime_hangdoctor.topology import CLASS_ROLES
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
 
@@ -91,7 +91,7 @@ def suspects(reads: Reads) -> list[Suspect]:
     view = build_view(world.snapshot)
     if view is None:
         return []
-    actors = {a.actor_id: a for a in world.snapshot.actors}
+    actors = {a.actor_id: a for a in world.snapshot.joined(RAY_STATE).actors}
     out: list[Suspect] = []
     for cycle in view.cycles:
         text = " -> ".join(_edge_text(world, e, actors) for e in cycle)
@@ -155,7 +155,7 @@ def _paused_text(world: World, p: PausedEngine, engines: tuple[EngineRead, ...] 
             "continue_generation comes when that update ends (normal during a weight update)"
         )
     if p.in_flight:
-        actors = {a.actor_id: a for a in world.snapshot.actors}
+        actors = {a.actor_id: a for a in world.snapshot.joined(RAY_STATE).actors}
         calls = ", ".join(
             f"{t.method} on {_label(world, actors[t.actor_id]) if t.actor_id in actors else '?'}"
             f" ({t.state})"
@@ -186,7 +186,9 @@ def _paused_text(world: World, p: PausedEngine, engines: tuple[EngineRead, ...] 
 
 
 def _caller(world: World, task: RayTask) -> str:
-    actor = next((a for a in world.snapshot.actors if a.actor_id == task.actor_id), None)
+    actor = next(
+        (a for a in world.snapshot.joined(RAY_STATE).actors if a.actor_id == task.actor_id), None
+    )
     who = _label(world, actor) if actor is not None else task.name.rsplit(".", 1)[0]
     return f"{who}'s {task.method}"
 
@@ -206,7 +208,7 @@ def findings(
     view = view or build_view(world.snapshot)
     if view is None:
         return []
-    actors = {a.actor_id: a for a in world.snapshot.actors}
+    actors = {a.actor_id: a for a in world.snapshot.joined(RAY_STATE).actors}
     out: list[Finding] = []
     for cycle in view.cycles:
         out.append(

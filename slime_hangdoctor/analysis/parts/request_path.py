@@ -16,6 +16,7 @@ from slime_hangdoctor.analysis.source_analysis import (
     Source,
     SourceAnalysis,
     Suspect,
+    cpu_wanted_s,
     suspect,
 )
 from slime_hangdoctor.analysis.world import World
@@ -36,7 +37,7 @@ def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
     """No work of its own: the hops that hold the job's requests, for `combine`'s rule."""
     return Moved(
         Proof.WORK,
-        held=holds(world, window_s(world)),
+        held=holds(world, window_s(world), cpu_wanted_s),
         path_unseen=not request_path(world)[1],
     )
 

@@ -25,12 +25,17 @@ from slime_hangdoctor.analysis.source_analysis import (
     suspect,
 )
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.facts import STATUS_ZOMBIE
-from slime_hangdoctor.http_facts import HttpAnswer, RouterWorkers, SglangMetrics
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
-from slime_hangdoctor.parsers.sglang import counter_rises
-from slime_hangdoctor.snapshot import HttpPeer
+from slime_hangdoctor.parsers.processes import STATUS_ZOMBIE
+from slime_hangdoctor.parsers.sglang import (
+    HTTP_ANSWERS,
+    HttpAnswer,
+    HttpPeer,
+    RouterWorkers,
+    SglangMetrics,
+    counter_rises,
+)
 from slime_hangdoctor.topology import KnownRouter, given_routers, launched_routers
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
 
@@ -38,8 +43,11 @@ from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
 def _last_answers(world: World) -> tuple[int, dict[str, list[HttpAnswer]]]:
     """The last sample that probed a router, and each router's answers there."""
     by_url: dict[str, list[HttpAnswer]] = {}
-    last = max((o.sample for o in world.snapshot.http if o.kind is HttpPeer.ROUTER), default=0)
-    for o in world.snapshot.http:
+    last = max(
+        (o.sample for o in world.snapshot.joined(HTTP_ANSWERS) if o.kind is HttpPeer.ROUTER),
+        default=0,
+    )
+    for o in world.snapshot.joined(HTTP_ANSWERS):
         if o.kind is HttpPeer.ROUTER and o.sample == last:
             by_url.setdefault(o.answer.url, []).append(o.answer)
     return last, by_url
@@ -98,7 +106,7 @@ def _empty_with_requests(reads: Reads, url: str, sample: int) -> Suspect | None:
     world = reads.world
     listed = [
         o.parsed
-        for o in world.snapshot.http
+        for o in world.snapshot.joined(HTTP_ANSWERS)
         if o.kind is HttpPeer.ROUTER and o.sample == sample and o.answer.url == url
         if isinstance(o.parsed, RouterWorkers)
     ]
@@ -313,7 +321,7 @@ def _router_no_workers(r: Reading) -> Cause | None:
     from the real wheel with no worker, tests/fixtures/real/router-no-workers/answers.json. The
     doctor never sends a `/generate` itself: the empty list is what it reads."""
     lists: dict[str, list[RouterWorkers]] = {}
-    for o in r.world.snapshot.http:
+    for o in r.world.snapshot.joined(HTTP_ANSWERS):
         if o.kind is HttpPeer.ROUTER and isinstance(o.parsed, RouterWorkers):
             lists.setdefault(o.answer.url.rstrip("/"), []).append(o.parsed)
     empty = sorted(url for url, seen in lists.items() if seen and not any(w.urls for w in seen))
@@ -389,7 +397,7 @@ def listed_findings(world: World) -> list[Finding]:
         url = engine.url.rstrip("/")
         answers = [  # ENGINE: a bundle written before the collector marked them
             o
-            for o in world.snapshot.http
+            for o in world.snapshot.joined(HTTP_ANSWERS)
             if o.kind in (HttpPeer.LISTED, HttpPeer.ENGINE) and o.answer.url.rstrip("/") == url
         ]
         evidence: list[str] = []

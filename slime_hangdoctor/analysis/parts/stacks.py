@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from slime_hangdoctor.analysis.engines import EngineRead
 from slime_hangdoctor.analysis.gpu import GpuState
 from slime_hangdoctor.analysis.parts.flight_recorder import fr_groups
-from slime_hangdoctor.analysis.parts.kernel import WRITE_WAITS, kernel_states
 from slime_hangdoctor.analysis.progress import Moved, Proof, Signal
 from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.source_analysis import (
@@ -21,6 +20,7 @@ from slime_hangdoctor.analysis.source_analysis import (
     Suspect,
     brief,
     suspect,
+    waits_on_io,
 )
 from slime_hangdoctor.analysis.stacks import STACKS, ProcessRead
 from slime_hangdoctor.analysis.world import Proc, World
@@ -169,9 +169,8 @@ def _parked_in_native(world: World, p: Proc) -> bool:
     write into a pipe or socket nobody reads: the kernel source's own finding explains it)."""
     if p.gpu is not None and p.gpu.state is GpuState.IDLE:
         return False  # no collective kernel on its GPU (NVML): whatever it waits in, not NCCL
-    kernel = kernel_states(world, p)
-    if any(k.in_disk_sleep or (k.wchan or "") in WRITE_WAITS for _, k in kernel):
-        return False
+    if waits_on_io(world, p):
+        return False  # the kernel shows the wait is I/O: its own finding explains it
     return bool(p.reads) and all(
         r.block is Block.PARKED and not r.native and not _has_children(p) for r in p.reads
     )

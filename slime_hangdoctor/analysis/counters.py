@@ -1,4 +1,6 @@
-"""What a counters-only look may say, and when it must leave the answer to the analysed look. Pure.
+"""The verdict of the watchdog's counters-only look, and when it must leave the answer to the
+analysed look. Pure: the look itself (watchdog/counter_look.py) reads the engines and the process
+table; this module judges what it read, and the watchdog only composes the two.
 
 It answers only "progressing", and only when it saw what the analysed look's judgement rested on,
 again: every engine whose work counters rose in that look's window answered `/metrics` twice, and
@@ -19,13 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Protocol
 
-from slime_hangdoctor.bundle import SGLANG
 from slime_hangdoctor.markers import Markers, cpu_bound, engine_markers
-from slime_hangdoctor.parsers.sglang import counter_rises
-from slime_hangdoctor.verdict import Finding, Severity, Stage, Status, Verdict
-from slime_hangdoctor.watchdog.counter_look import CounterReading
-from slime_hangdoctor.watchdog.state import CounterPlan
+from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.sglang import SGLANG, SglangMetrics, counter_rises
+from slime_hangdoctor.verdict import Diagnosis, Finding, Severity, Stage, Status, Verdict
 
 # The analysed look returns this long after the last one, whatever the counters say: the sources
 # this look does not read (Ray, processes, GPUs, NCCL, logs) are looked at again.
@@ -37,6 +38,52 @@ STACKS_SKIPPED = Finding(
     Severity.INFO,
     "No stacks taken: work moved in this run's window as in the last one.",
 )
+
+
+class CounterPlan(Protocol):
+    """What the last analysed look left for this one to read (watchdog/state.py keeps it)."""
+
+    @property
+    def at(self) -> float: ...  # when that look was taken (epoch seconds)
+
+    @property
+    def target(self) -> str: ...  # the address it was taken for
+
+    @property
+    def engines(self) -> tuple[str, ...]: ...  # the engines whose work counters rose in it
+
+    @property
+    def processes(self) -> tuple[tuple[int, float], ...]: ...  # this node's slime processes
+
+
+@dataclass(frozen=True)
+class CounterRead:
+    """One engine's `/metrics` at one moment: its counters, or why there are none."""
+
+    metrics: SglangMetrics | None
+    outcome: Outcome = Outcome.OK  # as the engine probe's record would say
+    problem: str | None = None  # "timed out after 1.0s", "HTTP 503", "not Prometheus text: ..."
+
+
+@dataclass(frozen=True)
+class EngineCounters:
+    url: str
+    first: CounterRead
+    last: CounterRead
+
+
+@dataclass(frozen=True)
+class CounterReading:
+    """What one counters-only look read."""
+
+    engines: tuple[EngineCounters, ...]
+    gone: tuple[int, ...]  # pids of the plan's processes no longer there (or another process's)
+    window_s: float  # from the start of the first reads to the start of the last
+    elapsed_s: float
+    # (pid, CPU seconds over the window, runnable at both reads, seconds its main thread was on a
+    # CPU or waiting for one (None: /proc/<pid>/schedstat not read)) of the plan's request-path
+    # processes that both reads saw
+    hop_cpu: tuple[tuple[int, float, bool, float | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -152,3 +199,15 @@ def _verdict(
         confidence="medium",
         extra={"counter_look": {"engines": list(plan.engines), "plan_at": plan.at}},
     )
+
+
+def counters_first(diagnosis: Diagnosis, why: str) -> Diagnosis:
+    """The analysed look's diagnosis, saying why the counters-only look tried first did not answer."""
+    finding = Finding(
+        COUNTER_LOOK,
+        Severity.INFO,
+        f"Counters only, first: {why}; so this run took the analysed look.",
+    )
+    verdict = diagnosis.verdict
+    verdict = dataclasses.replace(verdict, findings=(*verdict.findings, finding))
+    return dataclasses.replace(diagnosis, verdict=verdict)
