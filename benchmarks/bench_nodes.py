@@ -1,20 +1,28 @@
-"""Multi-node collection cost (issue 6): 2-node vs 1-node attach, and fan-out time against node count.
+"""Multi-node collection cost (issues 6 and 36): time to verdict on one and on two nodes, and the
+fan-out of node samples against node count.
 
-1. **Ratio.** A real two-node cluster on this machine (head + `ray start --address` at 127.0.0.2). The
-   demo job runs with the same processes twice: all on the head (1 node), then with the engines pinned
-   to the second node (2 nodes, reached through a pinned Ray task). `attach` wall time, median of
-   `ROUNDS` runs each; the target is 2-node <= 1.5 x 1-node.
-2. **Curve.** Node-local sampling fanned out to N nodes at once, N = 1, 2, 4, 8, 16. Real nodes do not fit
-   on a 2-core machine beyond two, so the N "nodes" are N pinned tasks sent to the one real remote node:
-   the same fan-out, scheduling, transfer and gather path a cluster of N nodes takes. Three series:
-   - `full`: each task samples that node's slime processes in full (processes, py-spy of each, RAS).
-     All N share two cores here (on a cluster each node has its own), so this series measures CPU
-     contention of the simulation, an upper bound;
-   - `waiting`: each task's node-local work is latency-bound (its RAS probe meets a port that accepts
-     and never answers, 1 s timeout; no CPU work): flat if and only if the fan-out is parallel;
-   - `overhead`: each task only scans processes: the cost of fanning out and gathering itself.
+1. **Two nodes.** A real two-node cluster on this machine (head + `ray start --address` at
+   127.0.0.2). The demo job (`rollout_engine_stuck`) runs with the same processes three ways: all
+   on the head (one node), the engines pinned to the second node, the train ranks pinned to the
+   second node (two nodes: reached through the doctor's probe on that node). `attach ADDRESS
+   --json` for each address form (the GCS, the dashboard's URL), the forms alternately, ROUNDS
+   runs each: wall time minus the window (median, worst), and the second node's own records.
+2. **Fan-out.** Node samples fanned out to N nodes at once, N = 1, 2, 4, 8, 16. Real nodes do not
+   fit on a 2-core machine beyond two, so the N "nodes" are N probes (the doctor's per-node actor)
+   on the one real remote node: the same creation, scheduling, transfer and gather path a cluster
+   of N nodes takes. Per round, as `attach` does: connect, create the N probes and take the first
+   sample (`first`), then the second sample from the same probes (`second`: what lies after the
+   window). Three series:
+   - `full`: each probe samples that node's slime processes in full (processes, py-spy of each,
+     RAS). All N share two cores here (on a cluster each node has its own): an upper bound;
+   - `waiting`: each probe's node-local work is latency-bound (its RAS probe meets a port that
+     accepts and never answers, 1 s timeout; no CPU work): flat if and only if the fan-out is
+     parallel;
+   - `overhead`: each probe only scans processes: the cost of fanning out and gathering itself.
 
-    python -m benchmarks.bench_nodes            # prints JSON, writes benchmarks/results/nodes.json
+    python -m benchmarks.bench_nodes [two_nodes] [fanout] [rounds=5] [fan_rounds=3]
+        [layouts=one_node,engines_on_node2,ranks_on_node2] [series=full,waiting,overhead]
+    # JSON; benchmarks/results/nodes.json (written after each part)
 """
 
 from __future__ import annotations
@@ -22,65 +30,98 @@ from __future__ import annotations
 import json
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from slime_hangdoctor.collect.node import NodeSpec, partial_snapshot, pids_by_node
+from benchmarks.machine import cli_env, load_snapshot
+from benchmarks.measure import run_measured
+from slime_hangdoctor.collect.node import NodeSpec, node_probes, partial_snapshot, pids_by_node
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.collect.remote import RayTasks, RemoteNode, collect_remote, gather_remote
 from slime_hangdoctor_demo import cluster
 from slime_hangdoctor_demo.launch import start_demo
 
 ROUNDS = 5
+FAN_ROUNDS = 3
 FANOUT = (1, 2, 4, 8, 16)
+WINDOW_S = 3.0
 NODE2_IP = "127.0.0.2"
-SPREAD = [
-    "--actor-node-resource",
-    "node:__internal_head__",
-    "--rollout-node-resource",
-    "rollout_node",
-]
+LAYOUTS: dict[str, list[str]] = {
+    "one_node": [],
+    "engines_on_node2": [
+        "--actor-node-resource",
+        "node:__internal_head__",
+        "--rollout-node-resource",
+        "rollout_node",
+    ],
+    "ranks_on_node2": [
+        "--actor-node-resource",
+        "rollout_node",
+        "--rollout-node-resource",
+        "node:__internal_head__",
+    ],
+}
 RESULTS = Path(__file__).parent / "results" / "nodes.json"
 
 
-def _attach_wall(address: str) -> float:
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "slime_hangdoctor", "attach", address, "--json", "--window", "3"],
-        capture_output=True,
-        text=True,
+def _attach(address: str, out: Path) -> tuple[float, dict[str, Any], int]:
+    """(wall minus the window, the verdict, the second node's records) of one `attach`."""
+    run = run_measured(
+        [sys.executable, "-m", "slime_hangdoctor", "attach", address, "--json", "--out", str(out)],
         timeout=120,
-        check=False,
+        env={**cli_env(), "RAY_ADDRESS": None, "RAY_API_SERVER_ADDRESS": None},
     )
-    wall = time.monotonic() - t0
-    verdict = json.loads(proc.stdout)
+    verdict = json.loads(run.stdout)
     assert verdict["status"] == "hung", verdict["summary"]
-    return wall
+    manifest = json.loads((out / "manifest.json").read_text())
+    remote = sum(1 for p in manifest["probes"] if p.get("node_ip") == NODE2_IP)
+    blind = [b for b in verdict.get("blind_spots", []) if NODE2_IP in b and "not inspected" in b]
+    assert not blind, blind
+    return run.wall_s - WINDOW_S, verdict, remote
 
 
-def _ratio(head: cluster.RayHead, work: Path) -> dict[str, Any]:
+def _two_nodes(head: cluster.RayHead, work: Path, layouts: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for label, extra in (("one_node", []), ("two_nodes", SPREAD)):
-        run = start_demo("rollout_engine_stuck", workdir=work / label, head=head, extra_args=extra)
+    for layout in layouts:
+        extra = LAYOUTS[layout]
+        run = start_demo("rollout_engine_stuck", workdir=work / layout, head=head, extra_args=extra)
         try:
             run.wait_until_ready(timeout=180)
-            walls = [_attach_wall(head.dashboard_url) for _ in range(ROUNDS)]
+            forms = {"gcs": head.gcs_address, "url": head.dashboard_url}
+            over: dict[str, list[float]] = {f: [] for f in forms}
+            remote: dict[str, list[int]] = {f: [] for f in forms}
+            with tempfile.TemporaryDirectory() as tmp:
+                for i in range(ROUNDS + 1):  # the first round warms the caches (and the nodes)
+                    for form, address in forms.items():
+                        o, _, n = _attach(address, Path(tmp) / f"{form}-{i}")
+                        if i:
+                            over[form].append(o)
+                            remote[form].append(n)
         finally:
             run.stop()
-        out[label] = {"median_s": statistics.median(walls), "runs_s": [round(w, 3) for w in walls]}
-    out["ratio"] = out["two_nodes"]["median_s"] / out["one_node"]["median_s"]
+        out[layout] = {
+            form: {
+                "over_window_median_s": round(statistics.median(v), 3),
+                "over_window_worst_s": round(max(v), 3),
+                "runs_s": [round(x, 3) for x in v],
+                "second_node_records": remote[form],
+            }
+            for form, v in over.items()
+        }
+        out[layout]["load"] = load_snapshot()
+        print(layout, json.dumps(out[layout]), file=sys.stderr, flush=True)
     return out
 
 
-def _fanout(head: cluster.RayHead, work: Path) -> dict[str, Any]:
+def _fanout(head: cluster.RayHead, work: Path, only: list[str]) -> dict[str, Any]:
     from slime_hangdoctor.bundle import BundleWriter
     from slime_hangdoctor.collect.dashboard import DashboardClient, capture_state
 
-    run = start_demo("rollout_engine_stuck", workdir=work / "fanout", head=head, extra_args=SPREAD)
+    extra = LAYOUTS["engines_on_node2"]
+    run = start_demo("rollout_engine_stuck", workdir=work / "fanout", head=head, extra_args=extra)
     curve: dict[str, Any] = {}
     try:
         run.wait_until_ready(timeout=180)
@@ -93,55 +134,75 @@ def _fanout(head: cluster.RayHead, work: Path) -> dict[str, Any]:
         silent = socket.socket()
         silent.bind(("127.0.0.1", 0))
         silent.listen(64)  # accepts (kernel backlog) and never answers
-        series = {
-            "full": (CollectOptions(), {}),
+        probes = frozenset(name for name, _ in node_probes())  # every node-local source
+        series: dict[str, tuple[CollectOptions, frozenset[str]]] = {
+            "full": (CollectOptions(), frozenset()),
             "waiting": (
                 CollectOptions(ras_port=silent.getsockname()[1], probe_timeout_s=1.0),
-                {"stacks": False},
+                probes - {"nccl_ras"},
             ),
-            "overhead": (CollectOptions(), {"stacks": False, "ras": False}),
+            "overhead": (CollectOptions(), probes),
         }
-        tasks = RayTasks(head.gcs_address, timeout_s=30.0)
         try:
-            assert tasks.ready(30.0) is None, tasks.ready(0.1)
-            remote = RemoteNode(node.node_id, node.node_ip)
-            for name, (opts, flags) in series.items():
-                curve[name] = {str(n): _fan(tasks, remote, pids, opts, flags, n) for n in FANOUT}
+            for name, (opts, off) in series.items():
+                if name not in only:
+                    continue
+                curve[name] = {}
+                for n in FANOUT:
+                    curve[name][str(n)] = _fan(head, node.node_id, pids, opts, off, n)
+                    print("fanout", name, n, curve[name][str(n)], file=sys.stderr, flush=True)
         finally:
-            tasks.close()
             silent.close()
     finally:
         run.stop()
+    curve["load"] = load_snapshot()
     return curve
 
 
 def _fan(
-    tasks: RayTasks,
-    remote: RemoteNode,
+    head: cluster.RayHead,
+    node_id: str,
     pids: frozenset[int],
     opts: CollectOptions,
-    flags: dict[str, bool],
+    off: frozenset[str],
     n: int,
 ) -> dict[str, Any]:
+    """FAN_ROUNDS rounds of: connect, N probes' first sample, their second sample (`off`: the
+    node-local sources not taken)."""
     from slime_hangdoctor.bundle import BundleWriter
 
-    walls = []
+    connect: list[float] = []
+    first: list[float] = []
+    second: list[float] = []
     stacks = 0
-    for _ in range(3):
-        with tempfile.TemporaryDirectory() as tmp:
-            writer = BundleWriter(Path(tmp) / "b", command="bench")
-            deadline = Deadline(60.0)
-            t0 = time.monotonic()
-            specs = [(remote, NodeSpec(NODE2_IP, 0, pids, **flags)) for _ in range(n)]
-            started = collect_remote(tasks, writer, specs, opts, deadline)
-            failed = gather_remote(tasks, writer, started, 0, deadline, 30.0)
-            walls.append(time.monotonic() - t0)
-            assert not failed
-            stacks = sum(1 for r in writer.records if r.source == "pyspy")
+    for _ in range(FAN_ROUNDS):
+        t0 = time.monotonic()
+        tasks = RayTasks(head.gcs_address, timeout_s=60.0)
+        try:
+            assert tasks.ready(60.0) is None, tasks.ready(0.1)
+            connect.append(time.monotonic() - t0)
+            # N simulated nodes: N probes on the one remote node, each its own actor
+            nodes = [RemoteNode(node_id, f"{NODE2_IP}#{i}") for i in range(n)]
+            with tempfile.TemporaryDirectory() as tmp:
+                writer = BundleWriter(Path(tmp) / "b", command="bench")
+                for sample, into in ((0, first), (1, second)):
+                    deadline = Deadline(90.0)
+                    t1 = time.monotonic()
+                    specs = [(nd, NodeSpec(NODE2_IP, sample, pids, off=off)) for nd in nodes]
+                    started = collect_remote(tasks, specs, opts, deadline)
+                    failed = gather_remote(tasks, writer, started, sample, deadline, 60.0)
+                    into.append(time.monotonic() - t1)
+                    assert not failed, [r.reason for r in writer.records if r.reason][:3]
+                stacks = sum(1 for r in writer.records if r.source == "pyspy" and r.sample == 1)
+        finally:
+            tasks.close()
     return {
-        "median_s": round(statistics.median(walls), 3),
-        "runs_s": [round(w, 3) for w in walls],
-        "stacks_per_round": stacks,
+        "connect_s": round(statistics.median(connect), 3),
+        "first_median_s": round(statistics.median(first), 3),
+        "second_median_s": round(statistics.median(second), 3),
+        "first_runs_s": [round(w, 3) for w in first],
+        "second_runs_s": [round(w, 3) for w in second],
+        "stacks_per_sample": stacks,
     }
 
 
@@ -151,21 +212,34 @@ def main() -> dict[str, Any]:
     node: cluster.RayNodeProc | None = None
     try:
         # 16 logical CPUs: the raylet starts as many workers at once as it has CPUs, and N real nodes
-        # would each start their one worker in parallel (the physical machine still has 2 cores).
+        # would each start their one probe in parallel (the physical machine still has 2 cores).
         node = cluster.start_worker_node(
             head, work, resources={"rollout_node": 4}, num_cpus=16, node_ip_address=NODE2_IP
         )
-        only = sys.argv[1:]
-        result: dict[str, Any] = {}
-        if not only or "ratio" in only:
-            result["ratio"] = _ratio(head, work)
+        global ROUNDS, FAN_ROUNDS
+        only = [a for a in sys.argv[1:] if "=" not in a]
+        layouts, series = list(LAYOUTS), ["full", "waiting", "overhead"]
+        for arg in sys.argv[1:]:  # rounds=N, fan_rounds=N, layouts=a,b, series=a,b
+            key, _, value = arg.partition("=")
+            if key == "rounds":
+                ROUNDS = int(value)
+            elif key == "fan_rounds":
+                FAN_ROUNDS = int(value)
+            elif key == "layouts":
+                layouts = value.split(",")
+            elif key == "series":
+                series = value.split(",")
+        result: dict[str, Any] = {"load_at_start": load_snapshot(), "rounds": ROUNDS}
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        if not only or "two_nodes" in only:
+            result["two_nodes"] = _two_nodes(head, work, layouts)
+            RESULTS.write_text(json.dumps(result, indent=1))  # a part's figures survive a kill
         if not only or "fanout" in only:
-            result["fanout"] = _fanout(head, work)
+            result["fanout"] = _fanout(head, work, series)
     finally:
         if node is not None:
             node.stop()
         head.stop()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=1))
     return result
 

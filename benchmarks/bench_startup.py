@@ -6,6 +6,11 @@ run, with cold caches, is reported apart), with the bytecode cache of an install
 imports, and which heavy modules (ray, psutil, requests, torch, pynvml, prometheus_client, grpc)
 `--help` imports: none should be. The memory of the CLI during `attach` is in bench_verdict.
 
+Also what an address's resolution imports (issue 36): the GCS's KV was read through Ray's
+generated module, which imports the whole `ray` package; it is now read with grpc and protobuf's
+runtime (collect/gcs_kv.py), and a GCS on this machine through its dashboard process, with
+neither. `resolution_imports` times each in a fresh interpreter (IMPORT_RUNS, min and median).
+
 Standalone: ``python -m benchmarks.bench_startup``.
 """
 
@@ -71,6 +76,52 @@ def slowest_imports(limit: int = 8) -> list[dict[str, Any]]:
     return rows[:limit]
 
 
+IMPORT_RUNS = 7
+RESOLUTION_IMPORTS = {
+    "ray's generated gcs_service_pb2 (the old path: all of ray)": (
+        "from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc"
+    ),
+    "grpc": "import grpc",
+    "protobuf's runtime and the KV messages (collect/gcs_kv.py)": (
+        "from slime_hangdoctor.collect import gcs_kv; gcs_kv._messages()"
+    ),
+    "grpc + the KV messages (a GCS elsewhere)": (
+        "import grpc; from slime_hangdoctor.collect import gcs_kv; gcs_kv._messages()"
+    ),
+    "msgpack (a node's answer)": "import msgpack",
+}
+
+
+def resolution_imports() -> dict[str, dict[str, float]]:
+    """Seconds each import of RESOLUTION_IMPORTS takes in a fresh interpreter (min, median)."""
+    out: dict[str, dict[str, float]] = {}
+    for name, code in RESOLUTION_IMPORTS.items():
+        times = []
+        for _ in range(IMPORT_RUNS):
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    f"import time; t = time.perf_counter(); {code}; print(time.perf_counter() - t)",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                cwd=REPO_ROOT,
+                env=env_with(cli_env()),
+                check=False,
+            )
+            if proc.returncode != 0:
+                break
+            times.append(float(proc.stdout.strip()))
+        if times:
+            out[name] = {
+                "min_s": round(min(times), 3),
+                "median_s": round(sorted(times)[len(times) // 2], 3),
+            }
+    return out
+
+
 def run() -> dict[str, Any]:
     argv = [*hangdoctor_argv(), "--help"]
     runs = [run_measured(argv, timeout=60, env=cli_env()) for _ in range(RUNS + 1)]
@@ -89,6 +140,7 @@ def run() -> dict[str, Any]:
         "peak_rss_mib": summary([m.peak_rss_mib for m in rest]),
         "heavy_modules_imported": heavy,
         "slowest_imports": slowest_imports(),
+        "resolution_imports": resolution_imports(),
         "target_s": TARGET_S,
         "met": median < TARGET_S and not [m for m in heavy if m in HEAVY],
     }

@@ -31,6 +31,8 @@ class DemoJob:
     gcs_address: str
     processes: dict[str, int]  # label -> pid, as the demo's launcher reports them
     ready_after_s: float
+    # RAY_TMPDIR that makes Ray's own discovery (and `attach` with no address) find this head
+    ray_tmpdir: Path | None = None
 
 
 @contextmanager
@@ -68,6 +70,7 @@ def _attempts(fault: str, extra_args: tuple[str, ...], base: Path) -> Iterator[D
                 gcs_address=run.head.gcs_address,
                 processes=run.processes(),
                 ready_after_s=round(time.monotonic() - t0, 1),
+                ray_tmpdir=run.head.owner_dir,
             )
         except Exception as exc:
             run.stop()

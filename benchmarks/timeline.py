@@ -8,7 +8,13 @@ Phases, in the order they happen (seconds):
 - ``window_wait``: nothing in flight, waiting for the second sample;
 - ``sample1``: second sample start -> its last probe ends (the critical path after the window);
 - ``finish``: -> the manifest is written;
-- ``analysis_render_exit``: -> the process has exited (parse, diagnose, render, clean up).
+- ``analysis_render_exit``: -> the process has exited (parse, diagnose, render, clean up);
+  with the verdict's ``elapsed_s`` (a ``--json`` run: the time from the run's start to its
+  verdict), split into ``analysis`` (-> the verdict, the bundle's archive with ``--out``) and
+  ``render_exit`` (-> the process has exited: the report printed, the interpreter gone).
+
+Also ``first_probe``: the CLI process exists -> its first probe starts (a Ray state read, or the
+first dump with ``--local``): everything a run does before it looks at the job.
 
 Per probe kind and sample: how many, the span (first start -> last end), the sum and the max of
 their durations (spans overlap: probes run concurrently).
@@ -71,12 +77,18 @@ def stack_span(manifest: dict[str, Any], sample: int) -> float:
     return max(_end(p) for p in dumps) - min(float(p["started_at"]) for p in dumps)
 
 
-def phases(manifest: dict[str, Any], *, launched_at: float, exited_at: float) -> dict[str, float]:
+def phases(
+    manifest: dict[str, Any],
+    *,
+    launched_at: float,
+    exited_at: float,
+    verdict_elapsed_s: float | None = None,
+) -> dict[str, float]:
     """The phases of the module docstring, in seconds (epoch times in, durations out)."""
     created = float(manifest["created_at"])
     finished = float(manifest["finished_at"])
     times = [float(t) for t in manifest.get("sample_times") or []]
-    probes = [p for p in manifest["probes"] if p.get("started_at") is not None]
+    probes = [p for p in manifest["probes"] if (p.get("started_at") or 0) > 0]
     s0 = [p for p in probes if p.get("sample") == 0]
     s1 = [p for p in probes if p.get("sample") == 1]
     first_stack = min(
@@ -86,7 +98,17 @@ def phases(manifest: dict[str, Any], *, launched_at: float, exited_at: float) ->
     s0_end = max((_end(p) for p in s0), default=first_stack)
     s1_start = times[1] if len(times) > 1 else s0_end
     s1_end = max((_end(p) for p in s1), default=s1_start)
+    first_probe = min((float(p["started_at"]) for p in probes), default=created)
+    split: dict[str, float] = {}
+    if verdict_elapsed_s is not None:
+        verdict_at = max(finished, created + verdict_elapsed_s)
+        split = {
+            "analysis": round(verdict_at - finished, 3),
+            "render_exit": round(exited_at - verdict_at, 3),
+        }
     return {
+        "first_probe": round(first_probe - launched_at, 3),
+        **split,
         "startup": round(created - launched_at, 3),
         "discovery": round(first_stack - created, 3),
         "sample0": round(s0_end - first_stack, 3),

@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast, get_origin
 import typer
 
 from slime_hangdoctor import __version__
-from slime_hangdoctor.collect.options import CHECK_DEFAULTS, WATCHDOG_DEFAULTS, CollectOptions
+from slime_hangdoctor.collect.options import (
+    CHECK_DEFAULTS,
+    WATCHDOG_DEFAULTS,
+    CollectOptions,
+    from_process_start,
+)
 from slime_hangdoctor.errors import HangDoctorError
 from slime_hangdoctor.verdict import Diagnosis, ExitCode, ReportFormat
 from slime_hangdoctor.watchdog.state import DEFAULT_STATE_FILE
@@ -460,7 +465,9 @@ def attach(
     report_file: Path | None,
 ) -> None:
     """Diagnose a live slime job: discover, sample twice, analyse, report. Read-only by default."""
-    diagnosis = run_attach(address, opts, out=out, quiet=quiet or output is not ReportFormat.TEXT)
+    diagnosis = run_attach(
+        address, from_process_start(opts), out=out, quiet=quiet or output is not ReportFormat.TEXT
+    )
     _emit(diagnosis, output, to=report_file)
 
 
@@ -479,7 +486,7 @@ def collect(
     from slime_hangdoctor.collect.run import collect as do_collect
 
     with _progress(quiet) as say:
-        result = do_collect(address, opts, out, command="collect", progress=say)
+        result = do_collect(address, from_process_start(opts), out, command="collect", progress=say)
     if result.ray_error and not opts.local:
         _err(f"could not read the Ray cluster: {result.ray_error}")
     tarball = archive(result.root)
@@ -567,7 +574,7 @@ def check(
     """One watchdog run (for cron): exit 0 OK, 1 no progress yet below --stall-after, 2 stalled, 3 unknown."""
     from slime_hangdoctor.watchdog.run import run_check
 
-    result = run_check(address, opts, copts)
+    result = run_check(address, from_process_start(opts), copts)
     _emit(result.diagnosis, output, exit_code=int(result.exit_code))
 
 

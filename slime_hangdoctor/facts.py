@@ -79,6 +79,7 @@ ProcessStatus = Literal[
 ]
 PROCESS_STATUSES: Final[frozenset[str]] = frozenset(get_args(ProcessStatus))
 STATUS_ZOMBIE: Final[ProcessStatus] = "zombie"
+STATUS_RUNNING: Final[ProcessStatus] = "running"  # state R: running, or waiting only for a CPU
 STATUS_DISK_SLEEP: Final[ProcessStatus] = "disk-sleep"
 STATUS_UNKNOWN: Final[ProcessStatus] = "unknown"
 # gone from the process table's point of view: a zombie waiting to be reaped, or dead
@@ -569,6 +570,7 @@ TcpState = Literal[
     "UNKNOWN",
 ]
 TCP_LISTEN: Final[TcpState] = "LISTEN"
+TCP_ESTABLISHED: Final[TcpState] = "ESTABLISHED"
 # a request in flight, or a connect that never completes
 TCP_WAITING: Final[frozenset[TcpState]] = frozenset({"ESTABLISHED", "SYN_SENT"})
 
@@ -633,6 +635,14 @@ class ThreadKernelState:
 
 
 @dataclass(frozen=True)
+class SchedStat:
+    """/proc/<pid>/schedstat: the main thread's nanoseconds on a CPU and waiting on a run queue."""
+
+    run_ns: int
+    wait_ns: int
+
+
+@dataclass(frozen=True)
 class ProcessKernelState:
     """What the kernel says one process is doing: its state, where it sleeps, its I/O so far."""
 
@@ -641,6 +651,7 @@ class ProcessKernelState:
     wchan: str | None = None  # kernel function it sleeps in ("0" / empty: running or not shown)
     io: IoCounters | None = None  # None: not readable (another user's process without root)
     blocked_threads: tuple[ThreadKernelState, ...] = ()  # threads in D state (disk sleep)
+    sched: SchedStat | None = None  # None: not read (an older bundle, a kernel without it)
 
     @property
     def in_disk_sleep(self) -> bool:

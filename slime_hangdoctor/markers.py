@@ -18,6 +18,24 @@ if TYPE_CHECKING:
 # The readers of a snapshot are imported where they are used: the watchdog's decision and its
 # counters-only look need the names and the comparisons below, not the snapshot's whole model.
 Markers = dict[str, str]
+# A process on the rollout's request path that is CPU-bound over a window may hold the job's
+# requests (analysis/request_path.py decides; the watchdog's counters-only look, which reads only
+# CPU times and states, then leaves the answer to the analysed look)
+REQUEST_PATH_CPU_BOUND = 0.8
+
+
+def cpu_bound(cpu_s: float, window_s: float, runnable: bool, wanted_s: float | None = None) -> bool:
+    """CPU-bound over a window: it used REQUEST_PATH_CPU_BOUND of a core; or its main thread was
+    on a CPU or waiting only for one that share of the window (`wanted_s`, /proc/<pid>/schedstat:
+    on a node whose cores are all taken it gets less than a core); or, where that was not read, it
+    was runnable (state R) at every look."""
+    if window_s <= 0:
+        return runnable
+    if cpu_s >= REQUEST_PATH_CPU_BOUND * window_s:
+        return True
+    if wanted_s is not None:
+        return wanted_s >= REQUEST_PATH_CPU_BOUND * window_s
+    return runnable
 
 
 def progress_markers(snapshot: Snapshot, topology: Topology) -> Markers:

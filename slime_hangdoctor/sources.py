@@ -47,6 +47,7 @@ ENTRIES: tuple[str, ...] = (
     "slime_hangdoctor.parsers.sglang:ENGINE_SPEC",
     "slime_hangdoctor.parsers.kernel:SPEC",
     "slime_hangdoctor.analysis.parts.progress",
+    "slime_hangdoctor.analysis.parts.request_path",
     "slime_hangdoctor.analysis.parts.chain",
     "slime_hangdoctor.parsers.logs:SPEC",
     "slime_hangdoctor.parsers.log_heads:SPEC",

@@ -104,6 +104,55 @@ FAULTS: dict[str, FaultSpec] = {
             uses_fault_after_steps=False,
         ),
         FaultSpec(
+            name="weight_load_slow_storage",
+            description=(
+                "healthy but slow (issue 34 items 1 and 3): slime main's disk weight sync, and "
+                "engine 1's host reads the checkpoint from slow shared storage (the demo's storage "
+                "daemon serves the weight file at 512 KiB/s through a FIFO, as a FUSE mount's "
+                "daemon would): engine 1's scheduler waits in each read while its read counters "
+                "rise; engine 0 has finished its load and stays paused until the driver's "
+                "continue_generation, which comes after engine 1's load"
+            ),
+            expected=Expected(status="progressing", stage="none"),
+            server_fault="slow_weight_storage",
+            frames=(
+                FrameSignature(
+                    "driver", ("_reload_rollout_weights_from_disk", "update_weights", "train")
+                ),
+                FrameSignature("engine 1 actor", ("_make_request", "update_weights_from_disk")),
+                FrameSignature(
+                    "engine 1 scheduler",
+                    (
+                        "weights_iterator",
+                        "load_file_digests",
+                        "load_weights_and_postprocess",
+                        "model_load_weights",
+                        "update_weights_from_disk",
+                    ),
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="rollout_session_server_blocked",
+            description=(
+                "miles PR#1602 (issue 34 item 2): the rollout's requests go through miles's "
+                "session server (--use-session-server: rollout -> session server -> router -> "
+                "engines). At the armed rollout every other trajectory is long and the others end "
+                "at once; each finished session's records (R3 replay) are rendered by one "
+                "synchronous json.dumps on the server's only event loop, and the rollout's "
+                "client retries each fetch after 2 s: the renders follow one another, new sessions "
+                "and fetches pile up unaccepted, while the engines still decode the long ones"
+            ),
+            expected=Expected(status="hung", stage="rollout_dispatch", culprit_role="router"),
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+                FrameSignature(
+                    "session server", ("_render_json", "get_session", "route", "handle")
+                ),
+            ),
+        ),
+        FaultSpec(
             name="startup_engine_never_healthy",
             description="engine 1's server never turns healthy (503): the job never leaves start-up",
             expected=Expected(

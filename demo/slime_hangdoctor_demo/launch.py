@@ -40,6 +40,9 @@ LAYOUT_ARGS: dict[str, tuple[str, ...]] = {"slime-next": ("--serving-cluster",)}
 # UpdateWeightFromDistributed`); every other file of the job is where miles has it already.
 MILES_MOVES = {
     "slime/ray/rollout.py": "miles/ray/rollout/rollout_manager.py",
+    # miles's session server start (slime has none: the demo carries miles's, see
+    # job/slime/rollout/session/)
+    "slime/ray/router_manager.py": "miles/ray/rollout/router_manager.py",
     "slime/backends/megatron_utils/update_weight/update_weight_from_distributed.py": (
         "miles/backends/megatron_utils/update_weight/update_weight_from_distributed/broadcast.py"
     ),
@@ -201,7 +204,8 @@ class DemoRun:
         several TP ranks that is TP rank 0's, and rank r > 0 is "engine N scheduler TPr"), its
         detokenizer ("engine N detokenizer", `sglang::detokenizer`), and the router ("router", the
         forked child, a live one, of the actor that starts it: the RolloutManager, or the
-        ServingCluster in slime's next layout)."""
+        ServingCluster in slime's next layout), and miles's session server ("session server",
+        the RolloutManager's spawned child titled `miles-session-server`) where the job runs one."""
         import psutil
 
         out = self.roles()
@@ -218,9 +222,13 @@ class DemoRun:
                 try:
                     if child.status() == psutil.STATUS_ZOMBIE:
                         continue
-                except psutil.Error:
+                    session = child.cmdline()[:1] == ["miles-session-server"]
+                except (psutil.Error, IndexError):
                     continue
-                out["router" if i == 0 else f"rollout_manager child {i}"] = child.pid
+                if session:
+                    out["session server"] = child.pid
+                else:
+                    out["router" if i == 0 else f"rollout_manager child {i}"] = child.pid
         for label, pid in list(out.items()):
             if not label.endswith(" actor"):
                 continue

@@ -11,9 +11,11 @@ a call queued on an actor waits for the method it runs now. From that and the pa
 - a **cycle** of such edges that held in both samples is a deadlock of the actors' queues
   (slime PR#2331: engines joining PP groups in opposite orders; open-instruct PR#1454);
 - an **engine left paused**: its last ``pause_generation`` finished and no ``continue_generation``
-  came after it (AReaL#1160). While the call that paused it (the weight update, e.g. a train rank's
-  ``update_weights``) still runs, that is the normal middle of an update, not an engine left
-  paused: `PausedEngine.update` names that call;
+  came after it (AReaL#1160). While the weight update that paused it is in flight, that is the
+  normal middle of an update, not an engine left paused: the call that paused it still runs (a
+  train rank's ``update_weights``: `PausedEngine.update`), or that caller's calls of the update
+  made after the pause have not ended on some engine (slime main's disk path, where the driver
+  pauses, flushes and reloads each engine: `PausedEngine.in_flight`);
 - a **method running far longer than its earlier runs** (verl#1696: one actor method stuck).
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from slime_hangdoctor.analysis.signatures import method_stage
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.facts import (
     ACTOR_ALIVE,
@@ -34,6 +37,7 @@ from slime_hangdoctor.facts import (
 )
 from slime_hangdoctor.parsers.ray_state import UNFINISHED_TASKS
 from slime_hangdoctor.snapshot import Snapshot, TaskPageObs
+from slime_hangdoctor.verdict import Stage
 
 RAY_TASKS = Source(
     "ray_tasks"
@@ -49,6 +53,7 @@ OVERLONG_FACTOR = 5.0  # a run this many times the longest earlier run ...
 OVERLONG_MIN_EXTRA_S = 5.0  # ... and at least this much longer than it
 OVERLONG_MIN_RUNS = 2  # earlier finished runs needed to compare with
 RECENT = 5  # finished tasks kept per actor
+_UPDATE_STAGES = frozenset({Stage.WEIGHT_SYNC, Stage.NCCL_BROADCAST})
 
 
 @dataclass(frozen=True)
@@ -93,11 +98,15 @@ class PausedEngine:
     # the call that paused it (the pause's caller), still running: an update in flight, whose
     # continue_generation has not come yet (normal); None: that caller has ended or is unknown
     update: RayTask | None = None
+    # the weight update's own calls that the same caller made after the pause and that have not
+    # ended, on any engine (slime main's disk path pauses from the driver, whose task runs for the
+    # whole job: its update_weights_from_disk still running on another engine is the update)
+    in_flight: tuple[RayTask, ...] = ()
 
     @property
     def left_paused(self) -> bool:
         """Paused with nothing still running that would continue it."""
-        return self.update is None
+        return self.update is None and not self.in_flight
 
 
 @dataclass(frozen=True)
@@ -333,8 +342,36 @@ def _paused(actors: dict[str, RayActor], state: dict[str, RayTask]) -> tuple[Pau
             caller is not None and caller.actor_id is not None and caller.state in TASK_RUNNING_ANY
         )
         update = caller if running else None
-        out.append(PausedEngine(actor, last, later[0] if later else None, update))
+        in_flight = _update_calls_after(last, actors, state)
+        out.append(PausedEngine(actor, last, later[0] if later else None, update, in_flight))
     return tuple(out)
+
+
+def _update_calls_after(
+    pause: RayTask, actors: dict[str, RayActor], state: dict[str, RayTask]
+) -> tuple[RayTask, ...]:
+    """Calls of the weight-sync stage (the engine actors' update methods: flush_cache,
+    update_weights_from_disk, update_weights_from_distributed, pull_weights, ...) that the pause's
+    caller made at or after the pause and that have not ended: every update path (slime's disk
+    reload from the driver, miles's, the distributed and tensor paths from train rank 0) pauses,
+    makes such calls, then continues."""
+    if not pause.parent_task_id:
+        return ()
+    out: list[RayTask] = []
+    for t in state.values():
+        actor = actors.get(t.actor_id or "")
+        if (
+            actor is None
+            or t.parent_task_id != pause.parent_task_id
+            or t.state in TASK_ENDED
+            or t.method in (PAUSE_METHOD, CONTINUE_METHOD)
+            or (t.creation_time_ms or 0) < (pause.creation_time_ms or 0)
+        ):
+            continue
+        sig = method_stage(actor.class_name, t.method)
+        if sig is not None and sig.stage in _UPDATE_STAGES:
+            out.append(t)
+    return tuple(sorted(out, key=_sort_key))
 
 
 def _overlong(

@@ -17,6 +17,7 @@ from slime_hangdoctor.analysis.cuda_spin import cuda_spins
 from slime_hangdoctor.analysis.engines import EngineRead, read_engines
 from slime_hangdoctor.analysis.merge import Merged, merge
 from slime_hangdoctor.analysis.parts.flight_recorder import fr_groups, fr_stage
+from slime_hangdoctor.analysis.parts.request_path import REQUEST_PATH
 from slime_hangdoctor.analysis.parts.rollout import ROLLOUT
 from slime_hangdoctor.analysis.parts.routers import listed_findings
 from slime_hangdoctor.analysis.progress import Progress
@@ -462,12 +463,30 @@ def _evidence_findings(evidence: list[Evidence]) -> list[Finding]:
 def _progress_findings(progress: Progress) -> list[Finding]:
     out: list[Finding] = []
     if progress.progress:
+        unchecked = (
+            (
+                "the engines' tokens counted without the request path seen (no sockets source): "
+                "a hop that holds the job's requests would not show here",
+            )
+            if progress.path_unchecked
+            else ()
+        )
         out.append(
             Finding(
                 "progress",
                 Severity.INFO,
                 "Progress between the samples",
-                tuple(s.text() for s in progress.progress[:8]),
+                tuple(s.text() for s in progress.progress[:8]) + unchecked,
+            )
+        )
+    if progress.not_counted:
+        out.append(
+            Finding(
+                "progress-not-counted",
+                Severity.WARNING,
+                "Work moved that is not the job's progress: the job's requests do not reach the "
+                "engines (an engine's tokens count only while they do)",
+                tuple(s.text() for s in progress.not_counted[:8]),
             )
         )
     if progress.activity:
@@ -513,7 +532,9 @@ def _suspected(
         return False
     if confidence == "low" or progress.moving:
         return True
-    return bool(culprits) and culprits[0].sources <= {ROLLOUT}
+    # a loop CPU-bound in one frame (the rollout's, a hop of its request path): slow and stuck
+    # look alike over one window
+    return bool(culprits) and culprits[0].sources <= {ROLLOUT, REQUEST_PATH}
 
 
 def _unusable(snapshot: Snapshot) -> Diagnosis:

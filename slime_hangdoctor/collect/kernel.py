@@ -110,7 +110,12 @@ def _process(pid: int, procfs: str) -> dict[str, Any] | None:
     stat = _read(f"{base}/stat")
     if stat is None:
         return None  # gone meanwhile
-    row: dict[str, Any] = {"stat": stat, "wchan": _read(f"{base}/wchan")}
+    row: dict[str, Any] = {
+        "stat": stat,
+        "wchan": _read(f"{base}/wchan"),
+        # the main thread's time on a CPU and waiting for one (CONFIG_SCHED_INFO; absent: null)
+        "schedstat": _read(f"{base}/schedstat"),
+    }
     io = _read(f"{base}/io")
     row["io"] = io
     if io is None:

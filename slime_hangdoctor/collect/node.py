@@ -131,26 +131,47 @@ def submit_stacks(
 
 
 def sample_gpus_over(
-    writer: BundleWriter, node_ip: str | None, opts: CollectOptions, deadline: Deadline
+    writer: BundleWriter,
+    node_ip: str | None,
+    opts: CollectOptions,
+    deadline: Deadline,
+    until: float | None = None,
 ) -> None:
-    """NVML (then GPM) of this node, sampled across the window."""
+    """NVML of this node, sampled across the window, and GPM over one second of it.
+
+    The series ends at `until` (a `time.monotonic()` value: the second sample's start; default:
+    a window from now), and GPM is read in a thread of its own beside it, not after it: on a GPU
+    node the run's verdict waited for both (about half a second after the second sample, on an
+    H200 node)."""
     from slime_hangdoctor.collect.nvml import sample_gpm, sample_gpus
 
+    now = time.monotonic()
+    end = now + opts.window_s if until is None else until
+    duration = max(0.0, min(end - now, deadline.remaining() - 1.0))
+    gpm: threading.Thread | None = None
+    if opts.gpm and opts.gpu_detail and not deadline.expired:
+        gpm = threading.Thread(
+            target=sample_gpm,
+            args=(writer,),
+            kwargs={
+                "node_ip": node_ip,
+                "duration_s": min(1.0, max(duration, 0.1)),
+                "deadline": time.monotonic() + deadline.remaining(),
+            },
+            name="gpm-sampler",
+            daemon=True,
+        )
+        gpm.start()
     sample_gpus(
         writer,
         node_ip=node_ip,
-        duration_s=max(0.0, min(opts.window_s, deadline.remaining() - 1.0)),
+        duration_s=duration,
         interval_s=opts.nvml_interval_s,
         deadline=time.monotonic() + deadline.remaining(),
         detail=opts.gpu_detail,
     )
-    if opts.gpm and opts.gpu_detail and not deadline.expired:
-        sample_gpm(
-            writer,
-            node_ip=node_ip,
-            duration_s=min(1.0, deadline.remaining()),
-            deadline=time.monotonic() + deadline.remaining(),
-        )
+    if gpm is not None:
+        gpm.join(timeout=deadline.clamp(2.0))
 
 
 def export_records(writer: BundleWriter) -> list[tuple[dict[str, Any], bytes | None, str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -117,3 +118,38 @@ class Deadline:
     @property
     def expired(self) -> bool:
         return self.remaining() <= 0.0
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (Linux: /proc/self/stat's start time, in clock ticks
+    since boot, against the boot clock); 0.0 where that cannot be read."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(b")") + 2 :].split()  # fields 3.. of proc(5): comm may hold ')'
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+
+
+# monotonic time at which this program's process started: set by the console script's entry
+# (`mark_process_start`), None where the CLI runs inside another program (tests, an embedding)
+_PROCESS_STARTED: list[float] = []
+
+
+def mark_process_start() -> None:
+    """Called once by the program's entry (__main__.main): its process's start, on the monotonic
+    clock, is what a one-shot run's deadline counts from."""
+    _PROCESS_STARTED[:] = [time.monotonic() - process_age_s()]
+
+
+def from_process_start(opts: CollectOptions) -> CollectOptions:
+    """A one-shot run's options: its deadline (--timeout, "for the whole run") counts from the
+    process's start, so the interpreter's start and the imports are taken from it (1 s is always
+    left). Unchanged where the program's entry did not mark the start (the CLI run in-process),
+    and never used by `watch`, each of whose runs has the whole deadline."""
+    if not _PROCESS_STARTED:
+        return opts
+    spent = time.monotonic() - _PROCESS_STARTED[0]
+    return dataclasses.replace(opts, timeout_s=max(1.0, opts.timeout_s - spent))

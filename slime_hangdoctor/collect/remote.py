@@ -1,17 +1,31 @@
-"""Reach the other nodes through Ray itself: node-local collection as Ray tasks pinned to each node.
+"""Reach the other nodes through Ray itself: one long-lived probe per node, pinned to it.
 
-The doctor connects as a short-lived Ray driver (its own namespace, no logs forwarded), runs zero-CPU
-tasks with hard node affinity (a busy node still takes them; no actor is ever created, so nothing is
-left behind), waits for each under the run's deadline, and disconnects. Our own package travels as a
-`py_modules` runtime env, so the node runs the same code as the CLI. A node whose task fails or times
-out becomes a named blind spot; its stacks may still come from the dashboard's /worker/traceback.
+The doctor connects as a short-lived Ray driver (its own namespace, no logs forwarded), in a
+thread of its own that starts as soon as the first sample's Ray state names another slime node,
+while this node's own sample runs. Each other node then gets one probe: a threaded actor with
+hard node affinity and zero CPUs (a busy node still takes it), created once and asked for both
+samples and for the GPU readings over the window; each node's first sample is asked for as soon as
+the driver is connected. The probes die with the driver (none is detached): nothing is left
+behind. Our own package travels as a `py_modules` runtime env, so the node runs the same code as
+the CLI, and its options travel without a secret (`node_options`).
+
+**A node's answer is data, never code** (docs/reliability.md, TM17). A probe answers plain bytes
+(msgpack: records, artefacts, suffixes), which Ray stores as a raw object; the doctor reads the
+raw object's bytes (`_raw_answer`) and never `ray.get`s it: Ray would unpickle whatever a
+compromised node put there. An answer that is anything but raw bytes (a pickled object, an error
+object) is not read: its node becomes a blind spot that says so, with Ray's error type where the
+object's metadata names one. A node whose probe fails or times out becomes a named blind spot;
+its stacks may still come from the dashboard's /worker/traceback.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
+import importlib
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +37,13 @@ from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.outcome import Outcome
 
 NAMESPACE = "slime-hangdoctor"
+# One node's answer, at most: a sample's stacks, process table
+# and logs' heads are a few MiB at most.
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
+# Ray's metadata of a raw (bytes) object: ray._private.ray_constants.OBJECT_METADATA_TYPE_RAW
+RAW_METADATA = b"RAW"
+
+Exported = list[tuple[dict[str, Any], bytes | None, str]]
 
 
 @dataclass(frozen=True)
@@ -31,14 +52,86 @@ class RemoteNode:
     node_ip: str
 
 
+class NodeProbe:
+    """One node's probe, run there as a threaded Ray actor: its samples and its GPU readings, each
+    answered as plain bytes (`pack_answer`).
+
+    The samples are taken one after the other, in their order, whatever order the actor's threads
+    pick the calls up in (a probe that starts late is asked for both at once): two py-spy dumps of
+    one process at the same time fail (ptrace allows one tracer), and a second sample taken
+    before the first would turn the comparison around. `first_sample`: the sample the probe was
+    created for (a node first seen at the second sample waits for no first)."""
+
+    def __init__(self, first_sample: int = 0) -> None:
+        self._next = first_sample
+        self._turn = threading.Condition()
+
+    def sample(self, spec: NodeSpec, opts: CollectOptions, budget_s: float) -> bytes:
+        t0 = time.monotonic()
+        with self._turn:  # bounded: a sample before it that never ends does not stop this one
+            self._turn.wait_for(lambda: self._next >= spec.sample, timeout=budget_s / 2)
+        left = max(0.5, budget_s - (time.monotonic() - t0))
+        try:
+            return pack_answer(run_detached_sample(spec, opts, left, gpus=False))
+        finally:
+            with self._turn:
+                self._next = max(self._next, spec.sample + 1)
+                self._turn.notify_all()
+
+    def gpus(self, spec: NodeSpec, opts: CollectOptions, budget_s: float, until: float) -> bytes:
+        """NVML over the window: until `until` (epoch seconds: the doctor's second sample), so a
+        probe that started late still ends with the window, not a window after its start."""
+        budget = min(budget_s, max(0.5, until - time.time() + 1.0))  # sampling ends 1 s early
+        return pack_answer(run_detached_sample(spec, opts, budget, gpus=True))
+
+
+def node_options(opts: CollectOptions) -> CollectOptions:
+    """The options a node is sent: none of the run's secrets (the API key, Ray's token, URLs
+    that may carry credentials). A node's sample needs none; the doctor redacts what comes back
+    with its own."""
+    return dataclasses.replace(
+        opts, api_key=None, ray_token=None, sglang_urls=(), router_urls=(), extra={}
+    )
+
+
+def pack_answer(exported: Exported) -> bytes:
+    """A node's records as plain bytes (msgpack: no object of any class, unlike a pickle)."""
+    import msgpack
+
+    data: bytes = msgpack.packb([list(item) for item in exported], use_bin_type=True)
+    return data
+
+
+def unpack_answer(data: bytes) -> Exported | None:
+    """The records in a node's answer (untrusted bytes); None when they are not one."""
+    import msgpack
+
+    if len(data) > MAX_ANSWER_BYTES:
+        return None
+    try:
+        doc = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception:  # noqa: BLE001 - malformed bytes of any kind are not an answer
+        return None
+    if not isinstance(doc, list):
+        return None
+    out: Exported = []
+    for item in doc:
+        if isinstance(item, list) and len(item) == 3 and isinstance(item[0], dict):
+            rec, blob, suffix = item
+            out.append((rec, blob if isinstance(blob, bytes) else None, str(suffix)[:64]))
+    return out
+
+
 class RayTasks:
-    """A lazily connected Ray driver that runs node-local samples on other nodes."""
+    """The doctor's Ray driver, connected in a thread, and one probe per node (created once)."""
 
     def __init__(self, gcs_address: str | None, timeout_s: float) -> None:
         self.gcs_address = gcs_address
         self._ready = threading.Event()
         self._error: str | None = None
-        self._remote: Any = None
+        self._probe_class: Any = None
+        self._probes: dict[RemoteNode, Any] = {}
+        self._lock = threading.Lock()
         self._thread = threading.Thread(
             target=self._connect, args=(timeout_s,), daemon=True, name="ray-connect"
         )
@@ -46,6 +139,7 @@ class RayTasks:
 
     def _connect(self, timeout_s: float) -> None:
         try:
+            _wait_closed()  # a run before this one in this process (`watch`) may still disconnect
             if not self.gcs_address:
                 raise RuntimeError("the GCS address of the cluster is unknown (give host:6379)")
             import ray
@@ -60,9 +154,13 @@ class RayTasks:
                     logging_level=logging.ERROR,
                     log_to_driver=False,
                     configure_logging=False,
-                    runtime_env={"py_modules": [pkg]},
+                    runtime_env={"py_modules": [pkg], "excludes": ["__pycache__"]},
                 )
-            self._remote = ray.remote(num_cpus=0, max_retries=0)(_task)
+            # an actor class (the stubs of ray.remote type the function form only)
+            actor: Any = ray.remote
+            self._probe_class = actor(
+                num_cpus=0, max_concurrency=4, max_restarts=0, max_task_retries=0
+            )(NodeProbe)
         except Exception as exc:  # noqa: BLE001 - any failure is a blind spot, never a crash
             self._error = f"could not connect to Ray as a driver: {type(exc).__name__}: {exc}"[:400]
         finally:
@@ -74,53 +172,151 @@ class RayTasks:
             return "connecting to Ray as a driver took too long"
         return self._error
 
-    def submit(
-        self, node: RemoteNode, spec: NodeSpec, opts: CollectOptions, budget_s: float, gpus: bool
-    ) -> Any:
+    def probe(self, node: RemoteNode, first_sample: int = 0) -> Any:
+        """The node's probe, created (pinned to it) on first use, for `first_sample`."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        strategy = NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False)
-        return self._remote.options(
-            scheduling_strategy=strategy, name=f"slime-hangdoctor:{node.node_ip}"
-        ).remote(spec, opts, budget_s, gpus)
+        with self._lock:
+            handle = self._probes.get(node)
+            if handle is None:
+                strategy = NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False)
+                handle = self._probe_class.options(scheduling_strategy=strategy).remote(
+                    first_sample
+                )
+                self._probes[node] = handle
+            return handle
 
-    def fetch(
-        self, ref: Any, timeout: float
-    ) -> tuple[list[tuple[dict[str, Any], bytes | None, str]] | None, str | None]:
-        import ray
+    def submit(
+        self,
+        node: RemoteNode,
+        spec: NodeSpec,
+        opts: CollectOptions,
+        budget_s: float,
+        gpus: bool,
+        until: float | None = None,
+    ) -> Any:
+        """Ask the node's probe for a sample, or (`gpus`) for its GPU readings until `until`
+        (epoch seconds; default: `budget_s` from now)."""
+        probe = self.probe(node, spec.sample)
+        if gpus:
+            end = time.time() + budget_s if until is None else until
+            return probe.gpus.remote(spec, node_options(opts), budget_s, end)
+        return probe.sample.remote(spec, node_options(opts), budget_s)
 
-        try:
-            return ray.get(ref, timeout=max(0.1, timeout)), None
-        except Exception as exc:  # noqa: BLE001 - GetTimeoutError, NodeDiedError, RayTaskError ...
-            try:
-                ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001
-                pass
-            return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[
-                :300
-            ]
+    def fetch(self, ref: Any, timeout: float) -> tuple[Exported | None, str | None]:
+        """A node's records, read from the raw bytes of its answer (never unpickled), or why not."""
+        data, error = _raw_answer(ref, timeout)
+        if data is None:
+            _cancel(ref)
+            return None, error
+        exported = unpack_answer(data)
+        if exported is None:
+            return None, "the node's answer is not a list of records: not read"
+        return exported, None
+
+    def close_soon(self) -> None:
+        """`close` in a thread of its own, once nothing more is asked of the nodes: the run's
+        analysis goes on meanwhile (killing the probes and disconnecting take a few tenths of a
+        second); the interpreter waits for it before it exits (not a daemon), and the next
+        connection in this process waits for it first."""
+        global _CLOSING
+        thread = threading.Thread(target=self.close, name="ray-close", daemon=False)
+        with _CLOSING_LOCK:
+            _CLOSING = thread
+        thread.start()
 
     def close(self) -> None:
         self._thread.join(timeout=0.1)
-        if self._remote is None:
+        if self._probe_class is None:
             return
         try:
             import ray
 
+            for handle in self._probes.values():
+                try:
+                    ray.kill(handle, no_restart=True)
+                except Exception:  # noqa: BLE001 - the driver's end kills it anyway
+                    pass
             ray.shutdown()
         except Exception:  # noqa: BLE001
             pass
 
 
-def _task(
-    spec: NodeSpec, opts: CollectOptions, budget_s: float, gpus: bool
-) -> list[tuple[dict[str, Any], bytes | None, str]]:
-    return run_detached_sample(spec, opts, budget_s, gpus)
+_CLOSING: threading.Thread | None = None  # the last RayTasks.close_soon's
+_CLOSING_LOCK = threading.Lock()
 
 
-def add_exported(
-    writer: BundleWriter, exported: list[tuple[dict[str, Any], bytes | None, str]]
-) -> int:
+def _wait_closed(timeout: float = 10.0) -> None:
+    with _CLOSING_LOCK:
+        thread = _CLOSING
+    if thread is not None:
+        thread.join(timeout=timeout)
+
+
+def _raw_answer(ref: Any, timeout: float) -> tuple[bytes | None, str | None]:
+    """The bytes of a raw object (a node's answer), read without deserialising it; else why not.
+
+    `ray.get` deserialises by the object's own metadata, which its writer chose: a `PYTHON`
+    object is unpickled. The core worker's `get_objects` returns the serialised object (data,
+    metadata) as stored; only `RAW` (what Ray stores for a `bytes` return value) is read."""
+    import ray
+
+    ray_worker: Any = importlib.import_module("ray._private.worker")  # the core worker: untyped
+    try:
+        core = ray_worker.global_worker.core_worker
+        (got,) = core.get_objects([ref], int(max(0.1, timeout) * 1000))
+        data, metadata = got[0], got[1]
+    except ray.exceptions.GetTimeoutError:
+        return None, "no answer in time"
+    except Exception as exc:  # noqa: BLE001 - a dead owner, a lost object, ...
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        return None, f"{type(exc).__name__}: {text}"[:300]
+    kind = bytes(metadata or b"").split(b",")[0]
+    if kind == RAW_METADATA:
+        return (b"" if data is None else data.to_pybytes()), None
+    return None, _not_raw(kind, data)
+
+
+def _not_raw(kind: bytes, data: Any) -> str:
+    """Why an answer that is not raw bytes was not read, in Ray's words where it has some."""
+    if not kind.isdigit():
+        shown = kind.decode("ascii", "replace")[:24] or "none"
+        return (
+            f"the node answered a serialised object (Ray metadata {shown!r}), not bytes: not read"
+        )
+    error_types: Any = importlib.import_module("ray.core.generated.common_pb2").ErrorType
+    try:
+        name = error_types.Name(int(kind))
+    except ValueError:
+        name = f"error type {int(kind)}"
+    return f"{name}{_error_message(kind, data)}"
+
+
+def _error_message(kind: bytes, data: Any) -> str:
+    """The message of Ray's own error info (a protobuf, msgpack-framed), where it has one: read
+    through Ray's deserialiser for error metadata, which unpickles nothing for a numeric kind."""
+    if data is None:
+        return ""
+    try:
+        ray_worker: Any = importlib.import_module("ray._private.worker")
+        context = ray_worker.global_worker.get_serialization_context()
+        info = context._deserialize_error_info(data, [kind])
+        text = str(info.error_message or "").splitlines()
+    except Exception:  # noqa: BLE001 - an error object with no readable info: its type says it
+        return ""
+    return f": {text[0][:240]}" if text else ""
+
+
+def _cancel(ref: Any) -> None:
+    try:
+        import ray
+
+        ray.cancel(ref)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def add_exported(writer: BundleWriter, exported: Exported) -> int:
     """Re-add a remote node's records (and bytes) to the main bundle; returns how many.
 
     A node's answer is untrusted input: its record's source, target and node become safe file
@@ -147,47 +343,71 @@ def add_exported(
     return n
 
 
+# A started node request: the future of its Ray object ref (set once the driver is connected and
+# the call is made; an exception's text is why it could not be made).
+Started = list[tuple[RemoteNode, "cf.Future[Any]"]]
+
+
 def collect_remote(
     tasks: RayTasks,
-    writer: BundleWriter,
     nodes: list[tuple[RemoteNode, NodeSpec]],
     opts: CollectOptions,
     deadline: Deadline,
     *,
     gpus: bool = False,
     budget_s: float | None = None,
-) -> list[tuple[RemoteNode, Any]]:
-    """Start one task per node; returns (node, ref) pairs, or records a blind spot per node on failure."""
-    problem = tasks.ready(deadline.clamp(opts.probe_timeout_s * 3))
-    started: list[tuple[RemoteNode, Any]] = []
-    for node, spec in nodes:
-        if problem is not None:
-            node_blind_spot(writer, node, spec.sample, problem)
-            continue
-        try:
-            budget = (
-                budget_s if budget_s is not None else deadline.clamp(opts.probe_timeout_s * 2 + 2.0)
-            )
-            started.append((node, tasks.submit(node, spec, opts, budget, gpus)))
-        except Exception as exc:  # noqa: BLE001
-            node_blind_spot(writer, node, spec.sample, f"could not start a task there: {exc}"[:300])
+    until: float | None = None,
+) -> Started:
+    """Ask each node's probe for a sample (or its GPU readings), without waiting: the calls are
+    made in a thread as soon as the driver is connected (the caller samples its own node
+    meanwhile). Returns (node, future of the call's ref); gather_remote waits for them."""
+    started: Started = [(node, cf.Future()) for node, _ in nodes]
+    if not nodes:
+        return started
+
+    def send() -> None:
+        # (nothing waits on this thread: the connection may take what the run's deadline allows)
+        problem = tasks.ready(deadline.clamp(opts.window_s + opts.probe_timeout_s * 3))
+        budget = (
+            budget_s if budget_s is not None else deadline.clamp(opts.probe_timeout_s * 2 + 2.0)
+        )
+        for (node, spec), (_, future) in zip(nodes, started, strict=True):
+            if problem is not None:
+                future.set_exception(RuntimeError(problem))
+                continue
+            try:
+                future.set_result(tasks.submit(node, spec, opts, budget, gpus, until))
+            except Exception as exc:  # noqa: BLE001
+                future.set_exception(RuntimeError(f"could not ask its probe: {exc}"[:300]))
+
+    threading.Thread(target=send, name="ray-submit", daemon=True).start()
     return started
 
 
 def gather_remote(
     tasks: RayTasks,
     writer: BundleWriter,
-    started: list[tuple[RemoteNode, Any]],
+    started: Started,
     sample: int | None,
     deadline: Deadline,
     wait_s: float,
 ) -> list[RemoteNode]:
-    """Wait (bounded) for started tasks; add their evidence; returns the nodes that failed."""
+    """Wait (bounded) for started calls; add their evidence; returns the nodes that failed."""
     failed: list[RemoteNode] = []
 
-    def one(pair: tuple[RemoteNode, Any]) -> None:
-        node, ref = pair
-        exported, error = tasks.fetch(ref, deadline.clamp(wait_s))
+    end = time.monotonic() + deadline.clamp(wait_s)
+
+    def one(pair: tuple[RemoteNode, cf.Future[Any]]) -> None:
+        node, future = pair
+        try:
+            ref = future.result(timeout=max(0.05, end - time.monotonic()))
+        except cf.TimeoutError:
+            error: str | None = "connecting to Ray as a driver took too long"
+            exported = None
+        except Exception as exc:  # noqa: BLE001 - the call could not be made: why is the text
+            error, exported = str(exc), None
+        else:
+            exported, error = tasks.fetch(ref, max(0.1, end - time.monotonic()))
         if exported is None:
             node_blind_spot(writer, node, sample, error or "no answer")
             failed.append(node)
@@ -211,6 +431,7 @@ def node_blind_spot(writer: BundleWriter, node: RemoteNode, sample: int | None, 
             f"node {node.node_ip} ({node.node_id[:12]}) not inspected: {why}",
             node_ip=node.node_ip,
             sample=sample,
+            started_at=time.time(),
             meta={"node_id": node.node_id},
         )
     )

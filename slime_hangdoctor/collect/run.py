@@ -33,7 +33,7 @@ from slime_hangdoctor.collect.node import (
     submit_stacks,
 )
 from slime_hangdoctor.collect.node_probe import NodeContext, NodeSpec
-from slime_hangdoctor.collect.options import CollectOptions, Deadline
+from slime_hangdoctor.collect.options import CollectOptions, Deadline, resolve_token
 from slime_hangdoctor.collect.remote import (
     RayTasks,
     RemoteNode,
@@ -60,6 +60,8 @@ from slime_hangdoctor.topology import (
 from slime_hangdoctor.verdict import Role
 
 ProgressFn = Callable[[str], None]
+# How long the second sample waits for the first sample's other nodes, at most, before its own
+FIRST_REST_WAIT_S = 0.5
 
 
 class DashboardProbe(Protocol):
@@ -109,6 +111,8 @@ class _Run:
     say: ProgressFn
     client: Any = None
     gcs_address: str | None = None
+    # May the Ray token go to this dashboard and the GCS it names? (address.Cluster.token_ok)
+    token_ok: bool = True
     local_ips: frozenset[str] = frozenset()
     node_ip: str | None = None
     node_id: str | None = None
@@ -117,6 +121,12 @@ class _Run:
     remote_gpu: list[tuple[RemoteNode, Any]] | None = None
     remote_seen: list[RemoteNode] | None = None
     topo: Topology | None = None  # the last sample's
+    on_window: Callable[[], None] | None = None  # collect()'s, called by _window_begins
+    window_begun: bool = False
+    window_end: float | None = None  # epoch seconds: when the second sample is due
+    # the first sample's other nodes and their engines, gathered in the window (a thread)
+    first_rest: threading.Thread | None = None
+    first_topo: Topology | None = None  # the first sample's topology, every node's (that thread's)
     work_moved: bool | None = None
     judge_work_moved: Callable[[BundleWriter], bool] | None = None
 
@@ -172,7 +182,9 @@ def collect(
         if not opts.local:
             say("finding the Ray cluster")
             try:
-                run.client, run.gcs_address = _connect(address, opts, deadline, writer)
+                run.client, run.gcs_address, run.token_ok = _connect(
+                    address, opts, deadline, writer
+                )
             except RayUnreachable as exc:
                 ray_error = redact_text(str(exc), opts.secrets(address))
                 writer.add(
@@ -186,11 +198,10 @@ def collect(
                 )
         try:
             t0 = time.monotonic()
+            run.on_window = on_window
+            run.window_end = time.time() + opts.window_s
             topo = _sample(run, 0)
-            _start_logs(run)  # in the window's idle wait: not beside the second sample's dumps
-            _start_preparse(run)  # the first sample's artefacts, parsed while the window passes
-            if on_window is not None:
-                on_window()
+            _window_begins(run)  # (once: where this node's first sample ended, if not yet)
             _sleep_until(t0 + opts.window_s, deadline, say)
             topo = _sample(run, 1)
             if opts.flight_recorder:
@@ -203,8 +214,8 @@ def collect(
                     run.tasks, writer, run.remote_gpu, None, deadline, opts.probe_timeout_s + 2.0
                 )
         finally:
-            if run.tasks is not None:
-                run.tasks.close()
+            if run.tasks is not None:  # nothing more is asked of the other nodes
+                run.tasks.close_soon()
     manifest = writer.finish()
     return CollectResult(
         writer.root,
@@ -215,6 +226,21 @@ def collect(
         parse_cache(writer),
         run.node_ip,
     )
+
+
+def _window_begins(run: _Run) -> None:
+    """What needs nothing of the second sample starts as soon as this node's first sample is
+    taken (other nodes' answers may still be on their way): the logs' tails (the dashboard and
+    Ray's agents are idle in the window, so they do not slow the second sample's dumps), the
+    parse of the first sample's artefacts, and the caller's `on_window` (the analysis's and the
+    renderer's imports). Once per run."""
+    if run.window_begun:
+        return
+    run.window_begun = True
+    _start_logs(run)
+    _start_preparse(run)
+    if run.on_window is not None:
+        run.on_window()
 
 
 def _start_preparse(run: _Run) -> None:
@@ -256,7 +282,9 @@ def _options_record(opts: CollectOptions) -> dict[str, Any]:
 
 def _connect(
     address: str | None, opts: CollectOptions, deadline: Deadline, writer: BundleWriter
-) -> tuple[Any, str | None]:
+) -> tuple[Any, str | None, bool]:
+    """(the dashboard's client, the GCS address if known, whether the token may go to them).
+    A dashboard found at a guessed address is read without the token (address.py)."""
     from slime_hangdoctor.collect.address import resolve_cluster
     from slime_hangdoctor.collect.dashboard import DashboardClient
 
@@ -280,9 +308,11 @@ def _connect(
             )
         )
     client = DashboardClient(
-        cluster.dashboard_url, token=opts.ray_token, timeout=opts.probe_timeout_s
+        cluster.dashboard_url,
+        token=opts.ray_token if cluster.token_ok else "",
+        timeout=opts.probe_timeout_s,
     )
-    return client, cluster.gcs_address
+    return client, cluster.gcs_address, cluster.token_ok
 
 
 def _sample(run: _Run, index: int) -> Topology:
@@ -292,11 +322,16 @@ def _sample(run: _Run, index: int) -> Topology:
     dumped from its start, while Ray's state is read and the processes scanned again (the scan
     then dumps only the processes new since)."""
     run.writer.note_sample(index, time.time())
+    endpoints, probed = _early_endpoints(run, index)  # first: the longest probes of a sample
     early = _early_stacks(run, index)
     _read_cluster(run, index)
     state = partial_snapshot(run.writer)
     if index == 0:
         _first_sample_setup(run, state)
+    if index == 1 and run.first_rest is not None:
+        # the first sample's other nodes, if they are still on their way (briefly: a node that
+        # outlasts the window is gathered beside this sample, not before it)
+        run.first_rest.join(timeout=run.deadline.clamp(FIRST_REST_WAIT_S))
     remote = _remote_nodes(state, run)
     _note_lost_nodes(run, remote, index)
     started = _start_remote_samples(run, remote, index)
@@ -304,7 +339,7 @@ def _sample(run: _Run, index: int) -> Topology:
         _local_spec(run, state, index),
         started=((bundle_format.PYSPY, frozenset(early)),) if early else (),
     )
-    topo = _sample_here_and_probe_endpoints(run, local_spec, started, index)
+    topo = _sample_here_and_probe_endpoints(run, local_spec, started, index, endpoints, probed)
     cf.wait(list(early.values()), timeout=run.deadline.clamp(run.opts.probe_timeout_s * 2 + 1.0))
     run.topo = topo
     if index == 1 and run.opts.stacks_only_if_stalled:
@@ -327,6 +362,32 @@ def _early_stacks(run: _Run, index: int) -> dict[int, cf.Future[Any]]:
     topo = dataclasses.replace(run.topo, members=alive)
     ctx = NodeContext(run.writer, topo, spec, opts, run.deadline, run.pool)
     return dict(zip([m.pid for m in alive], NODE_PROBE(ctx), strict=True))
+
+
+def _early_endpoints(run: _Run, index: int) -> tuple[list[cf.Future[Any]], set[tuple[str, str]]]:
+    """(the probes started, what they probe) of the engines that the first sample found listening
+    (a server process of the job, on any node: on this one, only if it is still there), started
+    with the second sample (a busy engine holds /server_info for seconds: the longest probe of a
+    sample, it starts first). The other engines and the routers are probed once the scan has
+    found them, as at the first sample."""
+    probed: set[tuple[str, str]] = set()
+    last = run.first_topo or run.topo
+    if index == 0 or last is None:
+        return [], probed
+    alive = tuple(
+        e
+        for e in last.engines
+        if e.source == "proc-listen"
+        and e.server_pid is not None
+        and (
+            e.node_ip not in (None, run.node_ip)  # another node's: its probe reads /proc there
+            or os.path.exists(f"/proc/{e.server_pid}")
+        )
+    )
+    if not alive:
+        return [], probed
+    known = Topology(engines=alive)
+    return _start_endpoints(run, known, index, probed, user_urls=False), probed
 
 
 def _read_cluster(run: _Run, index: int) -> None:
@@ -356,7 +417,8 @@ def _read_cluster(run: _Run, index: int) -> None:
 def _first_sample_setup(run: _Run, state: Snapshot) -> None:
     """Where we are, the GCS (for a dashboard-only address), and the GPU sampling over the window."""
     run.node_ip, run.node_id = _local_node(state, run.local_ips)
-    if run.gcs_address is None:
+    if run.gcs_address is None and (run.token_ok or not resolve_token(run.opts.ray_token)):
+        # (a GCS that a guessed dashboard names is never sent the token: Ray's driver would)
         run.gcs_address = _gcs_from_state(run.writer)
     run.threads = [*(run.threads or []), _start_gpu_sampling(run)]
 
@@ -380,7 +442,9 @@ def _note_lost_nodes(run: _Run, remote: list[tuple[RemoteNode, set[int]]], index
 def _start_remote_samples(
     run: _Run, remote: list[tuple[RemoteNode, set[int]]], index: int
 ) -> list[tuple[RemoteNode, Any]]:
-    """Start the node-local sample of every other slime node (and, at sample 0, its GPU sampling)."""
+    """Ask every other slime node's probe for its sample (and, at sample 0, its GPU readings
+    until the window's end), without waiting: the calls go out as soon as the Ray driver is
+    connected (its connection starts here, at the first sample), while this node is sampled."""
     if not remote:
         return []
     opts, deadline = run.opts, run.deadline
@@ -400,17 +464,17 @@ def _start_remote_samples(
         )
         for node, pids in remote
     ]
-    started = collect_remote(run.tasks, run.writer, specs, opts, deadline)
+    started = collect_remote(run.tasks, specs, opts, deadline)
     if index == 0:
         gpu_specs = [(node, NodeSpec(node.node_ip, 0)) for node, _ in remote]
         run.remote_gpu = collect_remote(
             run.tasks,
-            run.writer,
             gpu_specs,
             opts,
             deadline,
             gpus=True,
             budget_s=deadline.clamp(opts.window_s + 3.0),
+            until=run.window_end,
         )
     return started
 
@@ -455,40 +519,64 @@ def read_before(
 
 
 def _sample_here_and_probe_endpoints(
-    run: _Run, local_spec: NodeSpec, started: list[tuple[RemoteNode, Any]], index: int
+    run: _Run,
+    local_spec: NodeSpec,
+    started: list[tuple[RemoteNode, Any]],
+    index: int,
+    endpoints: list[cf.Future[Any]],
+    probed: set[tuple[str, str]],
 ) -> Topology:
     """This node's sample, the other nodes' results, and the engines and routers of all of them.
 
     Engines and routers are probed as soon as the process scan has found them, while the stacks
     are dumped (a stuck scheduler holds /server_info for 2 s: that wait overlaps the dumps); those
-    only known once the other nodes have answered are probed after that."""
+    only known once the other nodes have answered are probed after that. `endpoints` and
+    `probed`: the probes started already (`_early_endpoints`), which it adds to."""
     opts, deadline, writer = run.opts, run.deadline, run.writer
     run.say(f"sample {index + 1}/2: processes and stacks")
-    endpoints: list[cf.Future[Any]] = []
-    probed: set[tuple[str, str]] = set()
 
     def probe_found(found: Topology) -> None:
         endpoints.extend(_start_endpoints(run, found, index, probed))
 
     sample_node(writer, local_spec, opts, deadline, run.pool, on_scan=probe_found)
-    if started and run.tasks is not None:
-        failed = gather_remote(
-            run.tasks, writer, started, index, deadline, opts.probe_timeout_s * 2 + 3.0
-        )
-        _traceback_fallback(run, failed, index)
-    topo = build_topology(partial_snapshot(writer))
-    probe_found(topo)
-    if endpoints:
-        run.say(f"sample {index + 1}/2: {len(endpoints)} engines and routers")
-        cf.wait(endpoints, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
-        # engines only the router's worker list names (a server that is gone listens nowhere)
-        first = len(endpoints)
+    if index == 0:
+        _window_begins(run)  # the other nodes' first samples may still take a while
+
+    def rest() -> Topology:
+        if started and run.tasks is not None:
+            # (the first sample's: in the window's wait, where a node's probe may take the time
+            # its worker needs to start, over a loaded raylet)
+            wait = opts.probe_timeout_s * 2 + 3.0 + (opts.window_s if index == 0 else 0.0)
+            failed = gather_remote(run.tasks, writer, started, index, deadline, wait)
+            _traceback_fallback(run, failed, index)
         topo = build_topology(partial_snapshot(writer))
         probe_found(topo)
-        if len(endpoints) > first:
-            run.say(f"sample {index + 1}/2: {len(endpoints) - first} engines the router lists")
-            cf.wait(endpoints[first:], timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
-    return topo
+        if endpoints:
+            run.say(f"sample {index + 1}/2: {len(endpoints)} engines and routers")
+            cf.wait(endpoints, timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
+            # engines only the router's worker list names (a server that is gone listens nowhere)
+            first = len(endpoints)
+            topo = build_topology(partial_snapshot(writer))
+            probe_found(topo)
+            if len(endpoints) > first:
+                run.say(f"sample {index + 1}/2: {len(endpoints) - first} engines the router lists")
+                cf.wait(endpoints[first:], timeout=deadline.clamp(opts.probe_timeout_s * 2 + 1.0))
+        return topo
+
+    if index == 0 and started:
+        # The other nodes' first samples (their probes start a worker: a second or two), and the
+        # engines only they know of, are gathered while the window passes: they end the first
+        # sample only where they outlast the window (the second sample waits for them briefly).
+        def rest_of_first() -> None:
+            run.first_topo = rest()
+
+        run.first_rest = threading.Thread(
+            target=rest_of_first, name="first-sample-rest", daemon=True
+        )
+        run.first_rest.start()
+        run.threads = [*(run.threads or []), run.first_rest]
+        return build_topology(partial_snapshot(writer))
+    return rest()
 
 
 def _stacks_if_stalled(run: _Run, topo: Topology, local_spec: NodeSpec) -> None:
@@ -503,10 +591,16 @@ def _stacks_if_stalled(run: _Run, topo: Topology, local_spec: NodeSpec) -> None:
 
 
 def _start_endpoints(
-    run: _Run, topo: Topology, index: int, probed: set[tuple[str, str]]
+    run: _Run,
+    topo: Topology,
+    index: int,
+    probed: set[tuple[str, str]],
+    *,
+    user_urls: bool = True,
 ) -> list[cf.Future[Any]]:
     """Submit the probes of the engines and routers of `topo` not in `probed` (which it updates),
-    and of each router's Prometheus page (`router_metrics_urls`)."""
+    and of each router's Prometheus page (`router_metrics_urls`); with `user_urls`, also the
+    engines and routers the user named (--sglang-url, --router-url)."""
     from slime_hangdoctor.collect.sglang import probe_engine, probe_router, probe_router_metrics
 
     opts, deadline = run.opts, run.deadline
@@ -523,8 +617,10 @@ def _start_endpoints(
             )
         )
 
-    routers = sorted(set(topo.routers) | set(opts.router_urls))
-    engines = {e.url for e in topo.engines} | set(opts.sglang_urls)
+    given_routers = set(opts.router_urls) if user_urls else set()
+    given_engines = set(opts.sglang_urls) if user_urls else set()
+    routers = sorted(set(topo.routers) | given_routers)
+    engines = {e.url for e in topo.engines} | given_engines
     for url in sorted(engines):
         once(
             "engine",
@@ -536,7 +632,8 @@ def _start_endpoints(
         )
     # what only a router lists is not the job's (topology.Engine.listed_only): read as any
     # stranger's server is, never sent the API key nor the opt-in calls that touch an engine
-    for url in sorted({e.url for e in topo.listed} - engines):
+    # (a URL the user named is theirs even in the early probes that leave it for later)
+    for url in sorted({e.url for e in topo.listed} - engines - set(opts.sglang_urls)):
         once("engine", url, probe_engine, api_key=None, listed_by_router=True)
     for url in routers:
         once("router", url, probe_router, api_key=opts.api_key)
@@ -693,9 +790,11 @@ def _start_logs(run: _Run) -> None:
 
 
 def _start_gpu_sampling(run: _Run) -> threading.Thread:
+    """This node's GPUs, read until the second sample is due (not a window after this start)."""
+    left = (run.window_end - time.time()) if run.window_end is not None else run.opts.window_s
     thread = threading.Thread(
         target=sample_gpus_over,
-        args=(run.writer, run.node_ip, run.opts, run.deadline),
+        args=(run.writer, run.node_ip, run.opts, run.deadline, time.monotonic() + left),
         name="nvml-sampler",
         daemon=True,
     )

@@ -5,6 +5,7 @@ Artefact format::
     {"node_ip": .., "time": .., "uptime_s": <float | null>,
      "processes": {"<pid>": {"stat": "<raw /proc/pid/stat>", "wchan": "<raw>" | null,
                              "io": "<raw /proc/pid/io>" | null,
+                             "schedstat": "<raw /proc/pid/schedstat>" | null (absent before),
                              "threads": [{"tid": n, "stat": "<raw>", "wchan": "<raw>" | null}]}},
      "shm": {"path", "total", "free"} | {"path", "error"},
      "kmsg": {"readable": true, "lines": ["<raw /dev/kmsg record>", ..]} | {"readable": false, "error"}}
@@ -24,6 +25,7 @@ from slime_hangdoctor.facts import (
     KernelLogLine,
     NodeKernel,
     ProcessKernelState,
+    SchedStat,
     ShmSpace,
     TaskLetter,
     ThreadKernelState,
@@ -140,7 +142,16 @@ def _process(row: Mapping[str, Any]) -> ProcessKernelState:
         wchan=parse_wchan(_opt_str(row, "wchan")),
         io=parse_io(io_text) if isinstance(io_text, str) else None,
         blocked_threads=tuple(blocked),
+        sched=parse_schedstat(sched) if (sched := _opt_str(row, "schedstat")) else None,
     )
+
+
+def parse_schedstat(text: str) -> SchedStat:
+    """``/proc/<pid>/schedstat``: ``run_ns wait_ns timeslices`` (Documentation/scheduler/sched-stats)."""
+    fields = text.split()
+    if len(fields) < 2 or not all(f.isdigit() for f in fields[:2]):
+        raise ParseError(f"schedstat: not 'run wait slices': {text[:60]!r}")
+    return SchedStat(int(fields[0]), int(fields[1]))
 
 
 def _opt_str(row: Mapping[str, Any], key: str) -> str | None:

@@ -5,7 +5,10 @@ the next runs first read only what that judgement rested on (the remembered `Cou
 those engines' `/metrics`, at the window's start and end, by the same bounded GET as the engine
 probe (`collect.sglang.http_get`: timeouts, a body cap, no proxy), and whether this node's slime
 processes of that look are still there (pid and start time, psutil). Nothing else is read, so
-nothing else is imported: no Ray client, no process or socket scan, no bundle, no analysis. The
+nothing else is imported: no Ray client, no process or socket scan, no bundle, no analysis. It
+also reads the CPU times of the plan's request-path processes (the router, the engines' HTTP
+processes) at both ends of the window: a hop CPU-bound over it may hold the job's requests, which
+the counters alone cannot tell. The
 judgement of what was read is pure and lives in `watchdog/counter_verdict.py`.
 
 `/metrics` is answered by the engine's HTTP process from the Prometheus registry the scheduler
@@ -51,6 +54,10 @@ class CounterReading:
     gone: tuple[int, ...]  # pids of the plan's processes no longer there (or another process's)
     window_s: float  # from the start of the first reads to the start of the last
     elapsed_s: float
+    # (pid, CPU seconds over the window, runnable at both reads, seconds its main thread was on a
+    # CPU or waiting for one (None: /proc/<pid>/schedstat not read)) of the plan's request-path
+    # processes that both reads saw
+    hop_cpu: tuple[tuple[int, float, bool, float | None], ...] = ()
 
 
 def read_counters(
@@ -58,16 +65,69 @@ def read_counters(
 ) -> CounterReading:
     """Read the plan's engines at the window's start and end, and check its processes. Never
     raises for what an engine or the process table answers; `timeout_s` bounds each read."""
+    cpu_before = cpu_times(plan.hops)
     started = time.monotonic()
     first = _read_all(plan.engines, api_key, timeout_s)
     second_at = started + window_s
     time.sleep(max(0.0, second_at - time.monotonic()))
     window = time.monotonic() - started
     last = _read_all(plan.engines, api_key, timeout_s)
+    cpu_after = cpu_times(plan.hops)
     engines = tuple(EngineCounters(u, first[u], last[u]) for u in plan.engines)
-    return CounterReading(
-        engines, gone_processes(plan.processes), round(window, 3), time.monotonic() - started
+    hop_cpu = tuple(
+        _hop_reading(pid, cpu_before[pid], cpu_after[pid]) for pid in cpu_before if pid in cpu_after
     )
+    return CounterReading(
+        engines,
+        gone_processes(plan.processes),
+        round(window, 3),
+        time.monotonic() - started,
+        hop_cpu,
+    )
+
+
+def cpu_times(
+    processes: tuple[tuple[int, float], ...],
+) -> dict[int, tuple[float, bool, float | None]]:
+    """User + system CPU seconds, whether it is runnable (state R), and the seconds its main thread
+    has been on a CPU or waiting for one (/proc/<pid>/schedstat; None where unreadable), of each
+    process that is still the plan's (its start time)."""
+    if not processes:
+        return {}
+    import psutil
+
+    out: dict[int, tuple[float, bool, float | None]] = {}
+    for pid, start in processes:
+        try:
+            proc = psutil.Process(pid)
+            with proc.oneshot():
+                if abs(proc.create_time() - start) > START_TIME_SLACK_S:
+                    continue
+                times, status = proc.cpu_times(), proc.status()
+        except (psutil.Error, OSError, ValueError):
+            continue
+        out[pid] = (times.user + times.system, status == psutil.STATUS_RUNNING, _wanted_s(pid))
+    return out
+
+
+def _hop_reading(
+    pid: int,
+    before: tuple[float, bool, float | None],
+    after: tuple[float, bool, float | None],
+) -> tuple[int, float, bool, float | None]:
+    wanted = None if before[2] is None or after[2] is None else max(0.0, after[2] - before[2])
+    return (pid, max(0.0, after[0] - before[0]), before[1] and after[1], wanted)
+
+
+def _wanted_s(pid: int) -> float | None:
+    from slime_hangdoctor.parsers.kernel import parse_schedstat
+
+    try:
+        with open(f"/proc/{pid}/schedstat") as fh:
+            sched = parse_schedstat(fh.read())
+    except (OSError, ParseError):
+        return None
+    return (sched.run_ns + sched.wait_ns) / 1e9
 
 
 def gone_processes(processes: tuple[tuple[int, float], ...]) -> tuple[int, ...]:

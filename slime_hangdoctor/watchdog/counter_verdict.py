@@ -3,10 +3,14 @@
 It answers only "progressing", and only when it saw what the analysed look's judgement rested on,
 again: every engine whose work counters rose in that look's window answered `/metrics` twice, and
 each one's counters rose again within this window; this node's slime processes of that look are all
-still there; and that look is younger than `REFRESH_S`. The analysis calls a job progressing as soon
-as one engine's work counters rise (analysis/diagnosis.py `_status`, progress.py `_engine_signals`),
-so where this look answers, the analysed look would have given the same status and exit code; what
-it does not give are the findings of the sources it did not read, for at most `REFRESH_S`.
+still there; no process of the request path it remembers (the router, the engines' HTTP processes)
+was CPU-bound over this window; and that look is younger than `REFRESH_S`. The analysis calls a job
+progressing on an engine's rising work counters only while the job's requests pass their path
+(analysis/progress.py; a hop that holds them is CPU-bound in one frame while requests pile up at it,
+analysis/request_path.py): the CPU time is the part of that rule this look can read, so a CPU-bound
+hop sends the run to the analysed look, which decides. Where this look answers, the analysed look
+would have given the same status and exit code; what it does not give are the findings of the
+sources it did not read, for at most `REFRESH_S`.
 Anything else (a counter flat, an engine silent, a process gone, an old plan) is a reason, and the
 run takes the analysed look.
 """
@@ -17,7 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from slime_hangdoctor.bundle import SGLANG
-from slime_hangdoctor.markers import Markers, engine_markers
+from slime_hangdoctor.markers import Markers, cpu_bound, engine_markers
 from slime_hangdoctor.parsers.sglang import counter_rises
 from slime_hangdoctor.verdict import Finding, Severity, Stage, Status, Verdict
 from slime_hangdoctor.watchdog.counter_look import CounterReading
@@ -90,6 +94,20 @@ def _judge(plan: CounterPlan, reading: CounterReading, now: float) -> CounterJud
     if reading.gone:
         pids = ", ".join(str(p) for p in reading.gone)
         return CounterJudgement(None, f"slime process(es) {pids} gone from this node", markers)
+    bound = [
+        (pid, cpu)
+        for pid, cpu, runnable, wanted in reading.hop_cpu
+        if cpu_bound(cpu, reading.window_s, runnable, wanted)
+    ]
+    if bound:
+        pid, cpu = bound[0]
+        return CounterJudgement(
+            None,
+            f"process {pid} on the rollout's request path was CPU-bound over the window "
+            f"({cpu:.1f} CPU-s in {window}): the engines' tokens count only while the job's "
+            "requests pass it",
+            markers,
+        )
     if not rises:
         return CounterJudgement(None, "no engine to read", markers)
     why = (

@@ -22,7 +22,7 @@ from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.parsers.sglang import counter_rises
 from slime_hangdoctor.pipeline import Analysed, attach
 from slime_hangdoctor.snapshot import HttpPeer
-from slime_hangdoctor.topology import build_topology
+from slime_hangdoctor.topology import MemberKind, build_topology
 from slime_hangdoctor.verdict import (
     Diagnosis,
     Finding,
@@ -191,11 +191,17 @@ def _note_stackless(analysed: Analysed) -> Analysed:
     )
 
 
+# the processes of the rollout's request path a plan remembers: the router (or a listening child of
+# the RolloutManager, such as miles's session server), the engines' HTTP processes
+_HOP_KINDS = frozenset({MemberKind.ROUTER, MemberKind.HTTP_SERVER})
+
+
 def counter_plan(analysed: Analysed, target: str, now: float) -> CounterPlan | None:
     """What the next runs' counters-only look reads, from a look that judged the job progressing
     with work moving in its window: the job's engines whose work counters rose between its two
     samples (never one only a router lists: `Topology.listed`), and the slime processes of this
-    node (the node its collector ran on) with their start times. None when no engine's counters rose (the job moved elsewhere: Ray tasks, NCCL, NVLink)."""
+    node (the node its collector ran on) with their start times. None when no engine's counters
+    rose (the job moved elsewhere: Ray tasks, NCCL, NVLink)."""
     snapshot, topology = analysed.snapshot, analysed.topology
     if (
         snapshot is None
@@ -238,4 +244,14 @@ def counter_plan(analysed: Analysed, target: str, now: float) -> CounterPlan | N
             if m.node_ip == here and m.pid in started
         )
     )
-    return CounterPlan(now, target, engines, tuple(dict.fromkeys(processes)))
+    # the processes of the rollout's request path (analysis/request_path.py, by role): their CPU
+    # times are what the counters look reads of the rule that engines' tokens count only while the
+    # job's requests pass them
+    hops = tuple(
+        sorted(
+            (m.pid, started[m.pid])
+            for m in topology.members
+            if m.node_ip == here and m.pid in started and m.kind in _HOP_KINDS
+        )
+    )
+    return CounterPlan(now, target, engines, tuple(dict.fromkeys(processes)), hops)

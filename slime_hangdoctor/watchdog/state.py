@@ -47,6 +47,9 @@ class CounterPlan:
     target: str  # the address that run was given ("" for none): another job's state never applies
     engines: tuple[str, ...]  # base URLs of the engines whose work counters rose in its window
     processes: tuple[tuple[int, float], ...]  # (pid, start time) of this node's slime processes
+    # (pid, start time) of this node's processes on the rollout's request path (the router, miles's
+    # session server, the engines' HTTP processes): the counters look reads their CPU times
+    hops: tuple[tuple[int, float], ...] = ()
 
 
 # Bounds on what a state file may name: it is read back by a root cron run.
@@ -188,16 +191,24 @@ def _counter_plan(v: Any) -> CounterPlan | None:
         return None
     if not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in engines):
         return None
-    if not isinstance(processes, list) or len(processes) > MAX_PLAN_PROCESSES:
+    pairs, hops = _pid_starts(processes), _pid_starts(v.get("hops", []))
+    if pairs is None or hops is None:
+        return None
+    return CounterPlan(float(at), target, tuple(engines), pairs, hops)
+
+
+def _pid_starts(v: Any) -> tuple[tuple[int, float], ...] | None:
+    """A list of [pid, start time] pairs, or None when not well-formed."""
+    if not isinstance(v, list) or len(v) > MAX_PLAN_PROCESSES:
         return None
     pairs: list[tuple[int, float]] = []
-    for p in processes:
+    for p in v:
         if not (isinstance(p, list) and len(p) == 2 and isinstance(p[0], int) and _number(p[1])):
             return None
         if isinstance(p[0], bool) or p[0] <= 0:
             return None
         pairs.append((p[0], float(p[1])))
-    return CounterPlan(float(at), target, tuple(engines), tuple(pairs))
+    return tuple(pairs)
 
 
 def _number(v: Any) -> TypeGuard[int | float]:

@@ -240,6 +240,47 @@ def _disk_weight_sync(run: DemoRun, _matched: dict[str, str]) -> None:
         assert int(answer["weight_version"]) >= 2  # version 1 at start-up, then one per step
 
 
+def _weight_load_slow_storage(run: DemoRun, _matched: dict[str, str]) -> None:
+    """Issue 34 items 1 and 3: engine 1's scheduler waits in a pipe read of the slow storage while
+    the bytes its reads return keep rising (the storage layer counts none); engine 0 has loaded
+    the new version and waits, paused, for the driver's continue."""
+    scheduler = psutil.Process(run.processes()["engine 1 scheduler"])
+    before = scheduler.io_counters()
+    _assert_stuck(run)  # no train step completes while the reload reads
+    after = scheduler.io_counters()
+    assert after.read_chars - before.read_chars >= 512 << 10, (before, after)
+    assert after.read_bytes == before.read_bytes, (before, after)
+    with open(f"/proc/{scheduler.pid}/wchan") as fh:
+        assert fh.read().strip() in ("pipe_read", "anon_pipe_read", "fifo_pipe_read")
+    urls = run.engine_urls()
+    versions = [
+        requests.get(f"{urls[i]}/get_weight_version", timeout=5).json()["weight_version"]
+        for i in (0, 1)
+    ]
+    assert int(versions[0]) == int(versions[1]) + 1, versions
+
+
+def _rollout_session_server_blocked(run: DemoRun, _matched: dict[str, str]) -> None:
+    """miles PR#1602: the session server burns its core while the engines still decode."""
+    procs = run.processes()
+    server = psutil.Process(procs["session server"])
+    assert server.ppid() == procs["rollout_manager"]
+    decoded = [_decode_tokens(url) for url in run.engine_urls().values()]
+    _assert_stuck(run)
+    assert any(
+        _decode_tokens(url) > n for url, n in zip(run.engine_urls().values(), decoded, strict=True)
+    )
+
+
+def _decode_tokens(url: str) -> float:
+    """An engine's decode-token counter, as the doctor reads it (parsers.sglang)."""
+    from slime_hangdoctor.parsers.sglang import parse_metrics
+
+    return float(
+        parse_metrics(requests.get(f"{url}/metrics", timeout=5).text).decode_tokens_total or 0
+    )
+
+
 # A fault's own checks on the live job, after the doctor's run and the frame signatures.
 LIVE_CHECKS: dict[str, Callable[[DemoRun, dict[str, str]], None]] = {
     "weight_sync_engine_missing": _weight_sync_engine_missing,
@@ -253,6 +294,8 @@ LIVE_CHECKS: dict[str, Callable[[DemoRun, dict[str, str]], None]] = {
     "disk_weight_sync": _disk_weight_sync,
     "router_worker_removed": _router_worker_removed,
     "router_killed": _router_killed,
+    "weight_load_slow_storage": _weight_load_slow_storage,
+    "rollout_session_server_blocked": _rollout_session_server_blocked,
 }
 
 
@@ -381,6 +424,28 @@ def _reward_service_stuck(verdict: dict[str, Any], run: DemoRun) -> None:
     assert not any(f["rule"] == "requests-held-outside-scheduler" for f in verdict["findings"])
 
 
+def _weight_load_slow_storage_verdict(verdict: dict[str, Any], run: DemoRun) -> None:
+    """Item 1: only the kernel's read counters of engine 1's scheduler show the load moving, and
+    the report says how fast; item 3: no engine is called left paused mid-update."""
+    url = run.engine_urls()[1]
+    io = _finding(verdict, "storage-io")
+    assert any(e.startswith(f"scheduler {url} (pid ") and "slow: " in e for e in io["evidence"])
+    assert "MiB/s" in verdict["summary"], verdict["summary"]
+    assert not any(f["rule"] == "ray_tasks.engine_paused" for f in verdict["findings"])
+
+
+def _rollout_session_server_blocked_verdict(verdict: dict[str, Any], run: DemoRun) -> None:
+    """Item 2: the hop is named by its title, the engines' tokens are reported, not counted."""
+    pid = verdict["culprits"][0]["pid"]
+    assert pid != run.roles()["rollout_manager"]
+    held = _finding(verdict, "request-path-held")
+    assert any(
+        f"`miles-session-server` (pid {pid})" in e and "_render_json" in e for e in held["evidence"]
+    ), held
+    counted = _finding(verdict, "progress-not-counted")
+    assert any("not the job's progress" in e for e in counted["evidence"]), counted
+
+
 def _train_rank_extra_step(verdict: dict[str, Any], run: DemoRun) -> None:
     """Issue 34 item 4: rank 0 finished train and idles; rank 1 waits in the extra step's
     all_reduce. Rank 1 is named for the path its returned peer did not take; rank 0 never."""
@@ -430,6 +495,8 @@ VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
     "train_custom_loss_stuck": _train_custom_loss_stuck,
     "engine_server_killed": _engine_server_killed,
     "reward_service_stuck": _reward_service_stuck,
+    "weight_load_slow_storage": _weight_load_slow_storage_verdict,
+    "rollout_session_server_blocked": _rollout_session_server_blocked_verdict,
 }
 # Faults where the router does not list every engine when the doctor comes: an engine that never
 # came up never registered; no RolloutManager, no router; the router faults themselves; a router

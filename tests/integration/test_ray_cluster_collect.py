@@ -1,4 +1,5 @@
-"""Against a real Ray 2.60 head: address forms, dashboard capture, process scan, py-spy dumps.
+"""Against a real Ray 2.60 head: address forms, dashboard capture, process scan, py-spy dumps, and
+the doctor's node probes (their answers are read as bytes, never unpickled: issue 32 point 8).
 
 One head for the whole module (about 6 s and 600 MB); it runs a slime-shaped job submitted through
 the Job API: a driver blocked in `ray.get` on two actors (num_cpus=0) that block in a method.
@@ -22,10 +23,14 @@ import pytest
 
 from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import BundleWriter, dumps_json
+from slime_hangdoctor.collect import address
 from slime_hangdoctor.collect.address import resolve_cluster
 from slime_hangdoctor.collect.dashboard import DashboardClient, capture_state, worker_traceback
+from slime_hangdoctor.collect.node_probe import NodeSpec
+from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.collect.processes import record_processes, scan_processes
 from slime_hangdoctor.collect.pyspy import dump_stack, find_pyspy, process_state
+from slime_hangdoctor.collect.remote import RayTasks, RemoteNode, collect_remote, gather_remote
 from slime_hangdoctor.errors import RayUnreachable
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import parse_processes
@@ -143,11 +148,23 @@ def test_resolve_dashboard_url(job: Job) -> None:
     assert cluster.ray_version == "2.60.0"
 
 
-def test_resolve_gcs_address_reads_dashboard_from_gcs(job: Job) -> None:
+@pytest.mark.parametrize("way", ["process", "kv"])
+def test_resolve_gcs_address_reads_dashboard_from_gcs(
+    job: Job, way: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GCS on this machine: its dashboard is the one its Ray dashboard process serves (read from
+    /proc, no gRPC); without such a process (`kv`: none is recognised), the one its KV names."""
+    if way == "kv":
+        monkeypatch.setattr(address, "DASHBOARD_SCRIPT", b"/no/such/dashboard.py")
     cluster = resolve_cluster(job.head.gcs_address, timeout=5, token=None)
     assert cluster.dashboard_url == job.head.dashboard_url
     assert cluster.gcs_address == job.head.gcs_address
-    assert any(t.startswith("gcs ") for t in cluster.tried)
+    said = " ".join(cluster.tried)
+    if way == "kv":
+        assert any(t.startswith("gcs ") for t in cluster.tried), cluster.tried
+    else:
+        assert "dashboard process" in said, cluster.tried
+        assert not any(t.startswith("gcs ") for t in cluster.tried), "the KV was asked too"
 
 
 def test_resolve_dashboard_without_scheme(job: Job) -> None:
@@ -372,6 +389,93 @@ def test_worker_node_joins_with_its_resources_and_stops(job: Job, tmp_path: Path
     assert not node.pids()
     assert job.head.pids() >= {job.driver_pid, *job.actor_pids.values()}
     assert head_pids
+
+
+# --------------------------------------------------------------------------- node probes
+
+
+@pytest.fixture(scope="module")
+def driver(job: Job) -> Iterator[RayTasks]:
+    """The doctor's own Ray driver, connected to the module's head (as `attach` connects)."""
+    tasks = RayTasks(job.head.gcs_address, timeout_s=60.0)
+    try:
+        assert tasks.ready(120.0) is None, tasks.ready(0.1)
+        yield tasks
+    finally:
+        tasks.close()
+
+
+def _head_node(job: Job) -> RemoteNode:
+    (node,) = [n for n in list_nodes(job.head) if n.get("state") == "ALIVE"]
+    return RemoteNode(str(node["node_id"]), str(node["node_ip"]))
+
+
+def _probe_actors(job: Job) -> list[str]:
+    actors = parse_actors(_get(job.head, "/api/v0/actors?detail=1&limit=1000"))
+    return [a.actor_id for a in actors if a.class_name == "NodeProbe" and a.state == "ALIVE"]
+
+
+def test_one_probe_per_node_answers_both_samples(
+    job: Job, driver: RayTasks, tmp_path: Path
+) -> None:
+    """A node's probe is created once and answers both samples (and its GPU readings) as plain
+    bytes that join the bundle as records of that node."""
+    node = _head_node(job)
+    writer = BundleWriter(tmp_path / "bundle", command="test")
+    opts = CollectOptions(stacks=False, api_key="hd-key-never-sent", ray_token="hd-token-never")
+    roots = frozenset(job.actor_pids.values())
+    for sample in (0, 1):
+        deadline = Deadline(90.0)
+        started = collect_remote(
+            driver, [(node, NodeSpec(node.node_ip, sample, roots))], opts, deadline
+        )
+        if sample == 0:
+            gpus = collect_remote(
+                driver, [(node, NodeSpec(node.node_ip, 0))], opts, deadline, gpus=True, budget_s=5.0
+            )
+        assert gather_remote(driver, writer, started, sample, deadline, 60.0) == []
+    assert gather_remote(driver, writer, gpus, None, Deadline(30.0), 20.0) == []
+    scans = [r for r in writer.records if r.source == "processes" and r.node_ip == node.node_ip]
+    assert [r.sample for r in scans] == [0, 1] and all(r.outcome is Outcome.OK for r in scans)
+    assert any(r.source == "nvml" for r in writer.records), [r.source for r in writer.records]
+    assert len(_probe_actors(job)) == 1, "one probe per node, created once"
+
+
+def test_a_node_answer_carrying_a_pickle_runs_no_code_in_the_doctor(
+    job: Job, driver: RayTasks, tmp_path: Path
+) -> None:
+    """Issue 32 point 8: a compromised node returns a pickle whose loading runs code (and a task
+    whose exception does the same): the doctor reads neither (it names why), and the code never
+    runs in its process; Ray's own `ray.get` of the same answer runs it (the control)."""
+    import ray
+
+    marker = tmp_path / "ran-in-the-doctor"
+    code = f"open({str(marker)!r}, 'w').write('pwned')"
+
+    class Payload:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (exec, (code,))
+
+    class Hostile(Exception):
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (exec, (code,))
+
+    def answer() -> Payload:
+        return Payload()
+
+    def fail() -> None:
+        raise Hostile()
+
+    hostile = ray.remote(num_cpus=0, max_retries=0)(answer)
+    failing = ray.remote(num_cpus=0, max_retries=0)(fail)
+    exported, why = driver.fetch(hostile.remote(), 60.0)
+    assert exported is None and why is not None and "not read" in why, why
+    assert not marker.exists(), "the node's pickle ran code in the doctor"
+    exported, why = driver.fetch(failing.remote(), 60.0)
+    assert exported is None and why is not None and "TASK_EXECUTION_EXCEPTION" in why, why
+    assert not marker.exists(), "the node's exception ran code in the doctor"
+    ray.get(hostile.remote(), timeout=60)  # the control: the payload is live
+    assert marker.read_text() == "pwned"
 
 
 # --------------------------------------------------------------------------- helpers

@@ -372,9 +372,12 @@ class HttpStub:
 def http_stub(
     routes: dict[str, tuple[int, bytes, str, float]],
     default: tuple[int, bytes, str, float] | None = None,
+    *,
+    port: int = 0,
 ) -> Iterator[HttpStub]:
+    """A recording HTTP server on 127.0.0.1 (`port`: a given one, e.g. a fallback's; 0: free)."""
     handler = type("Routes", (_Routes,), {"routes": routes, "default": default, "seen": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,6 +93,30 @@ def test_kernel_artefact_of_this_process(tmp_path: Path) -> None:
     assert me.pid == os.getpid() and me.state in "RS"
     assert me.io is not None and me.io.wchar >= 1 << 20
     assert node.shm is not None or node.shm_error
+
+
+def test_kernel_probe_reads_the_main_threads_time_on_and_waiting_for_a_cpu(tmp_path: Path) -> None:
+    """/proc/<pid>/schedstat of a real process that spins: its main thread's time on a CPU and
+    waiting for one, the part of `markers.cpu_bound` a loaded node needs (issue 34 item 2)."""
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        w = _writer(tmp_path)
+        first = ck.record_kernel(w, [spin.pid], node_ip=None, sample=0, timeout=5.0)
+        time.sleep(1.0)
+        last = ck.record_kernel(w, [spin.pid], node_ip=None, sample=1, timeout=5.0)
+        a, b = (
+            parse_kernel((w.root / str(r.artifact)).read_bytes()).processes[0]
+            for r in (first, last)
+        )
+    finally:
+        spin.kill()
+        spin.wait()
+    if a.sched is None:
+        pytest.skip("no /proc/<pid>/schedstat on this kernel (CONFIG_SCHED_INFO off)")
+    assert b.sched is not None
+    wanted = (b.sched.run_ns + b.sched.wait_ns - a.sched.run_ns - a.sched.wait_ns) / 1e9
+    # on a CPU or waiting for one for the whole second, however loaded the box
+    assert wanted >= 0.8, wanted
 
 
 def test_kernel_log_unreadable_is_said(tmp_path: Path) -> None:

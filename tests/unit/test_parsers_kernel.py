@@ -13,6 +13,7 @@ from slime_hangdoctor.parsers.kernel import (
     parse_io,
     parse_kernel,
     parse_kmsg_record,
+    parse_schedstat,
     parse_stat,
     parse_wchan,
 )
@@ -96,3 +97,16 @@ def test_stat_cut_after_its_state_still_gives_it() -> None:
 def test_io_without_byte_counters_is_a_parse_error() -> None:
     with pytest.raises(ParseError):
         parse_io("rchar: 1\nwchar: 2\n")
+
+
+def test_schedstat_is_run_and_wait_nanoseconds_and_anything_else_a_parse_error() -> None:
+    """/proc/<pid>/schedstat of this process (a real reading), and cut variants of it."""
+    text = Path("/proc/self/schedstat").read_text() if Path("/proc/self/schedstat").exists() else ""
+    if not text:
+        pytest.skip("no /proc/self/schedstat here")
+    sched = parse_schedstat(text)
+    run, wait = (int(f) for f in text.split()[:2])
+    assert (sched.run_ns, sched.wait_ns) == (run, wait)
+    for bad in (tf.truncate_at(text, text.index(" ")), "x y z", ""):
+        with pytest.raises(ParseError):
+            parse_schedstat(bad)

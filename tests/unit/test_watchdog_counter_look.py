@@ -25,9 +25,11 @@ import pytest
 
 from slime_hangdoctor.http_facts import SglangMetrics
 from slime_hangdoctor.markers import progress_markers
+from slime_hangdoctor.parsers.kernel import SPEC as KERNEL
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.parsers.sglang import counter_rises, parse_metrics_page
 from slime_hangdoctor.pipeline import Analysed, analyse_bundle
+from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Status
 from slime_hangdoctor.watchdog.counter_look import (
     CounterRead,
@@ -181,6 +183,37 @@ def test_a_zombie_is_gone(engines: list[_Engine]) -> None:
         proc.wait()
 
 
+def test_a_cpu_bound_hop_of_the_request_path_leaves_the_answer_to_the_analysis(
+    engines: list[_Engine], child: subprocess.Popen[bytes]
+) -> None:
+    """Issue 34 item 2: the engines' tokens count only while the job's requests pass their path;
+    a hop of it CPU-bound over the window may hold them (what the counters cannot tell), so the
+    run takes the analysed look. A real spinning process and a real sleeping one, read by psutil."""
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        hops = ((spin.pid, _started(spin.pid)), (child.pid, _started(child.pid)))
+        a = _engine(engines, "busy", "after", "busy", "after")
+        plan = dataclasses.replace(_plan([a.url]), hops=hops)
+        reading = read_counters(plan, api_key=None, window_s=1.0, timeout_s=2.0)
+        read = {pid: (cpu, runnable, wanted) for pid, cpu, runnable, wanted in reading.hop_cpu}
+        assert set(read) == {spin.pid, child.pid}, read
+        assert read[child.pid][0] < 0.1 and not read[child.pid][1], read
+        # the spinner: a whole core, or on a CPU or waiting for one (schedstat) where the box
+        # gives it less, or runnable at both reads where schedstat is not there
+        cpu, runnable, wanted = read[spin.pid]
+        if wanted is not None:
+            assert wanted >= 0.8 * reading.window_s, (read, reading.window_s)
+        assert runnable or cpu >= 0.8 * reading.window_s or wanted is not None, read
+        judged = judge_counters(plan, reading, time.time())
+        assert judged.verdict is None, judged.why
+        assert f"process {spin.pid} on the rollout's request path was CPU-bound" in judged.why
+        idle = dataclasses.replace(plan, hops=hops[1:])
+        assert judge_counters(idle, _read(idle), time.time()).verdict is not None
+    finally:
+        spin.kill()
+        spin.wait()
+
+
 def test_a_plan_is_read_only_for_its_address_and_while_young() -> None:
     plan = _plan(["http://127.0.0.1:1"], at=1000.0)
     assert usable_plan(plan, "http://127.0.0.1:8265", 1000.0 + REFRESH_S - 1) is None
@@ -191,7 +224,9 @@ def test_a_plan_is_read_only_for_its_address_and_while_young() -> None:
 
 
 def test_the_plan_survives_the_state_file_and_a_bad_one_is_dropped(tmp_path: Path) -> None:
-    plan = _plan(["http://127.0.0.1:1", "https://[::1]:2"], ((7, 1.5),), at=1000.0)
+    plan = dataclasses.replace(
+        _plan(["http://127.0.0.1:1", "https://[::1]:2"], ((7, 1.5),), at=1000.0), hops=((7, 1.5),)
+    )
     path = tmp_path / "state.json"
     save_state(path, WatchState(counter_plan=plan))
     assert load_state(path).state.counter_plan == plan
@@ -207,6 +242,8 @@ def test_the_plan_survives_the_state_file_and_a_bad_one_is_dropped(tmp_path: Pat
         {**good, "processes": [[True, 1.0]]},
         {**good, "processes": [[-1, 1.0]]},
         {**good, "processes": [["7", 1.0]]},
+        {**good, "hops": [[7]]},
+        {**good, "hops": "7"},
         [],
     ]
     for variant in bad:
@@ -250,7 +287,7 @@ def _agrees(
     name: str, looked: Analysed, pairs: dict[str, tuple[SglangMetrics, SglangMetrics]]
 ) -> bool:
     """Checks one bundle; whether the counters judgement of all its engines answered."""
-    plan = _plan(sorted(pairs), at=1000.0)
+    plan = dataclasses.replace(_plan(sorted(pairs), at=1000.0), hops=_hops(looked))
     reading = CounterReading(
         tuple(
             EngineCounters(u, CounterRead(a), CounterRead(b)) for u, (a, b) in sorted(pairs.items())
@@ -258,10 +295,11 @@ def _agrees(
         gone=(),
         window_s=looked.diagnosis.verdict.window_s,
         elapsed_s=0.0,
+        hop_cpu=_hop_cpu(looked, plan.hops),
     )
     status = looked.diagnosis.verdict.status
     plans = [(plan, reading)] + [  # and each engine alone, as a plan of one engine
-        (_plan([e.url], at=1000.0), dataclasses.replace(reading, engines=(e,)))
+        (dataclasses.replace(plan, engines=(e.url,)), dataclasses.replace(reading, engines=(e,)))
         for e in reading.engines
     ]
     verdicts = [judge_counters(p, r, 1001.0).verdict for p, r in plans]
@@ -280,6 +318,46 @@ def _agrees(
     markers = progress_markers(looked.snapshot, looked.topology)
     assert all(f"sglang:{u}:decode_tokens_total" in markers for u in made.engines), name
     return verdicts[0] is not None
+
+
+def _hops(analysed: Analysed) -> tuple[tuple[int, float], ...]:
+    """The request-path processes a live look's plan remembers (look.counter_plan's rule)."""
+    assert analysed.topology is not None
+    return tuple(
+        (m.pid, 0.0)
+        for m in analysed.topology.members
+        if m.kind in (MemberKind.ROUTER, MemberKind.HTTP_SERVER)
+    )
+
+
+def _hop_cpu(
+    analysed: Analysed, hops: tuple[tuple[int, float], ...]
+) -> tuple[tuple[int, float, bool, float | None], ...]:
+    """Each hop's CPU seconds between the bundle's two process samples, whether it was runnable at
+    both, and its main thread's time on or waiting for a CPU where the kernel source read it (its
+    recorded readings)."""
+    assert analysed.snapshot is not None
+    seen: dict[int, dict[int, tuple[float, bool]]] = {}
+    for obs in analysed.snapshot.facts(PROCESSES):
+        for p in obs.fact:
+            if p.cpu_seconds is not None:
+                seen.setdefault(p.pid, {})[obs.sample] = (p.cpu_seconds, p.status == "running")
+    sched: dict[int, dict[int, int]] = {}
+    for kobs in analysed.snapshot.facts(KERNEL):
+        for k in kobs.fact.processes:
+            if k.sched is not None:
+                sched.setdefault(k.pid, {})[kobs.sample] = k.sched.run_ns + k.sched.wait_ns
+    out: list[tuple[int, float, bool, float | None]] = []
+    for pid, _ in hops:
+        by = seen.get(pid, {})
+        if len(by) < 2:
+            continue
+        ns = sched.get(pid, {})
+        wanted = (ns[max(ns)] - ns[min(ns)]) / 1e9 if len(ns) >= 2 else None
+        out.append(
+            (pid, by[max(by)][0] - by[min(by)][0], by[max(by)][1] and by[min(by)][1], wanted)
+        )
+    return tuple(out)
 
 
 def _scan_node(analysed: Analysed) -> str | None:

@@ -328,14 +328,16 @@ def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
 
 def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
     """Each engine's work counters and weight version between the samples; counters that did not
-    move while requests are in flight are frozen."""
+    move while requests are in flight are frozen. A weight version that moved is the job's own
+    work; the counters count only while the job's requests reach the engines (`Moved.served`)."""
     moved: list[Signal] = []
+    served: list[Signal] = []
     frozen: list[Signal] = []
     compared = False
     for e in engines:
         subject = f"engine {e.url}"
         if e.moving:
-            moved.append(Signal(SGLANG, subject, ", ".join(e.moving[:3])))
+            served.append(Signal(SGLANG, subject, ", ".join(e.moving[:3])))
             compared = True
         if len(set(e.weight_versions)) > 1:
             moved.append(
@@ -349,7 +351,9 @@ def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
                         SGLANG, subject, f"{e.in_flight:g} requests in flight, counters unchanged"
                     )
                 )
-    return Moved(Proof.WORK, tuple(moved), frozen=tuple(frozen), compared=compared)
+    return Moved(
+        Proof.WORK, tuple(moved), frozen=tuple(frozen), compared=compared, served=tuple(served)
+    )
 
 
 def engine_findings(engines: tuple[EngineRead, ...], status: Status) -> list[Finding]:

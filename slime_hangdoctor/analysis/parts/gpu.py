@@ -114,12 +114,21 @@ def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
 
 
 def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
-    """Busy GPUs that run the job's processes (all busy GPUs when no pid maps to the job)."""
+    """Busy GPUs that run the job's processes (all busy GPUs when no pid maps to the job). Those
+    whose every process is an engine's decode for the job's requests: they count as its tokens do,
+    only while the job's requests reach the engines (`Moved.served`, progress.combine)."""
     job = {p.pid for p in world.procs if p.role is not None}
+    engine = {p.pid for p in world.procs if p.role is Role.SGLANG_ENGINE}
     mapped = [g for g in world.gpus if any(pid in job for pid, _ in g.pids)]
     pool = mapped if mapped else [g for g in world.gpus if not job or not g.pids]
-    busy = tuple(Signal(NVML, g.label, g.brief()) for g in pool if g.state is GpuState.BUSY)
-    return Moved(Proof.DEVICE, busy, compared=any(g.readings >= 2 for g in world.gpus))
+    busy = [g for g in pool if g.state is GpuState.BUSY]
+    decoding = [g for g in busy if g.pids and all(pid in engine for pid, _ in g.pids)]
+    return Moved(
+        Proof.DEVICE,
+        tuple(Signal(NVML, g.label, g.brief()) for g in busy if g not in decoding),
+        compared=any(g.readings >= 2 for g in world.gpus),
+        served=tuple(Signal(NVML, g.label, g.brief()) for g in decoding),
+    )
 
 
 ANALYSIS = SourceAnalysis(

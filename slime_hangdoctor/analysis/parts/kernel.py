@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.engines import EngineRead
-from slime_hangdoctor.analysis.progress import Moved, Proof, Signal
+from slime_hangdoctor.analysis.progress import Moved, Proof, Signal, window_s
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     Cause,
@@ -51,6 +51,26 @@ WRITE_WAITS = frozenset(
         "sk_stream_wait_memory",
     }
 )
+# Kernel functions a process sleeps in while it waits for a read that storage must answer: the
+# page cache waiting for the block layer (folio_wait_bit_common, Linux >= 5.16; before it
+# wait_on_page_bit_common), an NFS RPC (rpc_wait_bit_killable, nfs_wait_bit_killable), a FUSE
+# daemon's answer (request_wait_answer: gcsfuse, s3fs, mountpoint-s3, JuiceFS), and a pipe or FIFO
+# whose writer feeds it (pipe_read; anon_pipe_read and fifo_pipe_read since Linux 6.14): a stream
+# from a downloader (`aws s3 cp s3://... -`) or a user-space file server. A socket read
+# (sk_wait_data) is not storage.
+READ_WAITS = frozenset(
+    {
+        "folio_wait_bit_common",
+        "wait_on_page_bit_common",
+        "rpc_wait_bit_killable",
+        "nfs_wait_bit_killable",
+        "request_wait_answer",
+        "pipe_read",
+        "anon_pipe_read",
+        "fifo_pipe_read",
+    }
+)
+IO_WAITS = READ_WAITS | WRITE_WAITS
 OOM_RECENT_S = 24 * 3600.0
 SHM_LOW_BYTES = 1 << 30
 SHM_LOW_FRACTION = 0.05
@@ -88,6 +108,38 @@ class KernelRead:
         if a is None or b is None or self.samples < 2:
             return None
         return max(0, b.wchar - a.wchar)
+
+    @property
+    def chars_moved(self) -> int | None:
+        """Bytes its read and write calls returned between the samples (rchar + wchar: files,
+        pipes and sockets; on NFS, FUSE and the page cache the storage layer's read_bytes count
+        nothing of a read)."""
+        a, b = self.first.io, self.last.io
+        if a is None or b is None or self.samples < 2:
+            return None
+        return max(0, b.rchar - a.rchar) + max(0, b.wchar - a.wchar)
+
+    @property
+    def io_wait(self) -> bool:
+        """It waits on I/O at both samples: in disk sleep, or asleep in a storage or pipe read or
+        write (IO_WAITS). A sample read while py-spy held the process says nothing: the other
+        sample decides."""
+        states = (self.first, self.last)
+        return (
+            self.samples >= 2
+            and all(k.in_disk_sleep or k.wchan in IO_WAITS or traced(k) for k in states)
+            and any(k.in_disk_sleep or k.wchan in IO_WAITS for k in states)
+        )
+
+    @property
+    def moved(self) -> int | None:
+        """The bytes that count as its I/O work: storage bytes, or, for a process whose wait is
+        I/O, the bytes its read and write calls returned when more (module doc)."""
+        storage = self.io_delta
+        if storage is None:
+            return None
+        chars = self.chars_moved if self.io_wait else None
+        return max(storage, chars or 0)
 
     @property
     def stuck_writing(self) -> bool:
@@ -130,6 +182,9 @@ class KernelRead:
         delta = self.io_delta
         if delta is not None:
             text += f"; {_mib(delta)} read+written between the samples"
+        chars = self.chars_moved
+        if chars is not None and self.io_wait and chars > (delta or 0):
+            text += f" ({_mib(chars)} by its read/write calls, rchar+wchar)"
         return text
 
 
@@ -174,24 +229,44 @@ def _reads(world: World) -> tuple[KernelRead, ...]:
 
 
 def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
-    """Storage bytes a slime process moved between the samples: work (a checkpoint, a data load)."""
-    return Moved(Proof.STORAGE, tuple(_io_signals(world)))
+    """Bytes a slime process waiting on I/O moved between the samples: work (a checkpoint, a
+    weight load, a data read), slow rather than stuck."""
+    window = window_s(world)
+    return Moved(
+        Proof.STORAGE,
+        tuple(
+            Signal(KERNEL, k.proc.label, f"slow: {rate(k, window)}, {moved_text(k)}")
+            for k in io_movers(world)
+        ),
+    )
 
 
-def _io_signals(world: World) -> list[Signal]:
-    out: list[Signal] = []
-    for k in kernel_reads(world):
-        delta = k.io_delta
-        if k.proc.role is None or delta is None or delta < IO_PROGRESS_BYTES:
-            continue
-        out.append(
-            Signal(
-                KERNEL,
-                k.proc.label,
-                f"{_mib(delta)} read+written to storage between the samples ({k.where()})",
-            )
+def io_movers(world: World) -> list[KernelRead]:
+    """Slime processes whose I/O work moved at least IO_PROGRESS_BYTES between the samples."""
+    return [
+        k
+        for k in kernel_reads(world)
+        if k.proc.role is not None and (k.moved or 0) >= IO_PROGRESS_BYTES
+    ]
+
+
+def rate(k: KernelRead, window_s: float) -> str:
+    """`0.5 MiB/s` of a process whose bytes move, over the window."""
+    moved = k.moved or 0
+    if window_s <= 0:
+        return f"{_mib(moved)} moved"
+    return f"{moved / 2**20 / window_s:.1f} MiB/s"
+
+
+def moved_text(k: KernelRead) -> str:
+    storage = k.io_delta or 0
+    moved = k.moved or 0
+    if moved > storage:
+        return (
+            f"{_mib(moved)} through its read/write calls between the samples while it waits on "
+            f"I/O ({k.where()}; /proc/<pid>/io rchar+wchar, storage-layer bytes {_mib(storage)})"
         )
-    return out
+    return f"{_mib(storage)} read+written to storage between the samples ({k.where()})"
 
 
 def oom_lines(world: World) -> list[str]:
@@ -254,15 +329,16 @@ def kernel_findings(world: World) -> list[Finding]:
                 tuple(k.describe() for k in sleeping[:6]),
             )
         )
-    writers = [k for k in reads if (k.io_delta or 0) >= IO_PROGRESS_BYTES]
+    writers = [k for k in reads if (k.moved or 0) >= IO_PROGRESS_BYTES]
     if writers:
+        window = window_s(world)
         out.append(
             Finding(
                 "storage-io",
                 Severity.INFO,
                 "Storage I/O between the samples (/proc/<pid>/io): bytes that move are slow "
                 "storage, not stuck storage",
-                tuple(k.describe() for k in writers[:6]),
+                tuple(f"{k.describe()}; slow: {rate(k, window)}" for k in writers[:6]),
             )
         )
     if lines := oom_lines(world):

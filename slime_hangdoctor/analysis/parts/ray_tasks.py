@@ -154,6 +154,19 @@ def _paused_text(world: World, p: PausedEngine, engines: tuple[EngineRead, ...] 
             f"{_caller(world, p.update)} called its pause_generation and still runs; its "
             "continue_generation comes when that update ends (normal during a weight update)"
         )
+    if p.in_flight:
+        actors = {a.actor_id: a for a in world.snapshot.actors}
+        calls = ", ".join(
+            f"{t.method} on {_label(world, actors[t.actor_id]) if t.actor_id in actors else '?'}"
+            f" ({t.state})"
+            for t in p.in_flight[:3]
+        )
+        return (
+            f"Ray task history: {_label(world, p.actor)} is paused by a weight update in flight: "
+            f"the caller that paused it has made calls of the update since that have not ended "
+            f"({calls}); its continue_generation comes when they end (normal during a weight "
+            "update, e.g. slime's disk reload, which the driver runs engine by engine)"
+        )
     e = _engine_of(engines, p.actor)
     if e is not None and e.state is EngineState.BUSY:
         return (
@@ -207,7 +220,10 @@ def findings(
         )
     for p in view.paused:
         normal = _normal(p, engines)
-        caller = () if p.update is None else (f"{p.update.name} {p.update.task_id[:12]} RUNNING",)
+        caller: tuple[str, ...] = (
+            () if p.update is None else (f"{p.update.name} {p.update.task_id[:12]} RUNNING",)
+        )
+        caller += tuple(f"{t.name} {t.task_id[:12]} {t.state}" for t in p.in_flight[:3])
         out.append(
             Finding(
                 "ray_tasks.engine_paused_in_update" if normal else "ray_tasks.engine_paused",

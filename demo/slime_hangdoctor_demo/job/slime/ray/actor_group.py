@@ -10,6 +10,9 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from slime.backends.sglang_utils.sglang_engine import wait_until_server_fault_live
+from slime.utils.misc import fault_armed
+
 
 class RayTrainGroup:
     def __init__(
@@ -98,6 +101,7 @@ class RayTrainGroup:
                 shutil.rmtree(disk_weight_dir, ignore_errors=True)
             return
         model_path = str(disk_weight_dir)
+        self._wait_for_timed_engine_fault(engines, int(weight_version))
         ray.get([engine.pause_generation.remote() for engine in engines])
         ray.get([engine.flush_cache.remote() for engine in engines])
         ray.get(
@@ -111,6 +115,16 @@ class RayTrainGroup:
         if not self.args.update_weight_disk_keep_files:
             shutil.rmtree(disk_weight_dir, ignore_errors=True)
         ray.get([engine.continue_generation.remote() for engine in engines])
+
+    def _wait_for_timed_engine_fault(self, engines: list[Any], weight_version: int) -> None:
+        """Demo fault plan (`weight_load_slow_storage`): from the armed step on, the engine's
+        server fault (its host reads the checkpoint from slow storage) goes live before this
+        reload (reload 1 is the initial one; reload k+2 follows step k)."""
+        step = weight_version - 2
+        if step >= 0 and fault_armed(self.args, "weight_load_slow_storage", step):
+            engine = engines[self.args.fault_engine]
+            where = f"disk weight reload of engine {self.args.fault_engine}"
+            wait_until_server_fault_live(self.args, engine, step, where)
 
     def save_model(self, step_id: int) -> list[Any]:
         """Save the actor model (every rank takes part)."""

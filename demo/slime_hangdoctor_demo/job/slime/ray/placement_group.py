@@ -12,7 +12,12 @@ from ray.util.placement_group import placement_group
 from slime.observability.logging_utils import log_fault_armed
 from slime.ray.actor_group import RayTrainGroup
 from slime.ray.rollout import RolloutManager
-from slime.utils.misc import master_node_proxy_env, start_black_hole_proxy, start_reward_service
+from slime.utils.misc import (
+    master_node_proxy_env,
+    start_black_hole_proxy,
+    start_reward_service,
+    start_slow_storage,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +105,10 @@ def create_rollout_manager(args: argparse.Namespace, pg: PGTuple) -> tuple[Any, 
         # Demo fault: the remote reward model (`--rm-url`) runs outside the job.
         start_reward_service(args)
         logger.info(f"demo fault plan: the rollout's rewards come from {args.rm_url}")
+    if args.fault == "weight_load_slow_storage":
+        # Demo fault: engine 1's host reads the disk sync's checkpoints from slow shared storage.
+        start_slow_storage(args)
+        logger.info("demo fault plan: engine 1's host mounts the weight sync dir on slow storage")
     deployment = None
     if args.serving_cluster:
         # slime's next layout: the routers and engines belong to a detached ServingCluster

@@ -16,6 +16,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from slime.backends.sglang_utils.sglang_engine import SGLangEngine, wait_until_server_fault_live
 from slime.observability.logging_utils import configure_logger, log_fault_armed
+from slime.ray.router_manager import start_session_server
 from slime.ray.utils import Lock
 from slime.rollout.base_types import call_rollout_fn
 from slime.rollout.data_source import RolloutDataSourceWithBuffer
@@ -278,6 +279,7 @@ class RolloutManager:
                 setattr(args, name, value)
         else:
             self.servers, rollout_init_handles = start_rollout_servers(args, pg)
+        start_session_server(args)  # miles's rollout_manager.py:104 (--use-session-server)
         self.data_source = RolloutDataSourceWithBuffer(args)
         self.generate_rollout = generate_rollout
         self.eval_generate_rollout = generate_rollout

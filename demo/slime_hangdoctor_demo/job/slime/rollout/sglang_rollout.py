@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +19,7 @@ from slime.observability.logging_utils import log_fault_armed
 from slime.rollout.base_types import RolloutFnEvalOutput, RolloutFnTrainOutput
 from slime.rollout.rm_hub import async_rm
 from slime.utils.async_utils import run
-from slime.utils.http_utils import delete, get, post
+from slime.utils.http_utils import delete, get, get_retrying, post
 from slime.utils.misc import fault_armed
 from slime.utils.types import Sample
 
@@ -58,6 +59,7 @@ class GenerateState:
         self.bad_answer_sent = False
         self.router_broken = getattr(self, "router_broken", False)  # once per job, as the slots
         self.rm_announced = False
+        self.session_records_announced = False
 
     def submit_generate_tasks(self, samples: list[list[Sample]]) -> None:
         for group in samples:
@@ -136,6 +138,38 @@ def _encode(text: str) -> list[int]:
     return [ord(c) % 32000 for c in text]
 
 
+# miles's tracer gives a session request this long before its blind retry (PR#1602's chain: each
+# attempt held on the server side, then retried 60 x 1 s)
+SESSION_REQUEST_TIMEOUT_S = 2.0
+# demo fault `rollout_session_server_blocked`: at the armed rollout every other trajectory is long
+LONG_TRAJECTORY_TOKENS = 800
+
+
+async def _generate_in_session(
+    args: argparse.Namespace, state: GenerateState, sample: Sample, payload: dict[str, Any]
+) -> dict[str, Any]:
+    """An agentic trajectory through miles's session server (`--use-session-server`, miles
+    31f1ca961 `OpenAIEndpointTracer`): create a session on one session server (`POST /sessions`),
+    send the turn through it (`/sessions/{id}/generate`, proxied to the router), then fetch the
+    session's records (`GET /sessions/{id}`, retried on any error as PR#1602's tracer was) and
+    delete it. The demo adds the rollout id to the create call (the session server's demo
+    fault arms from it)."""
+    session_url = f"http://{args.session_server_ip}:{random.choice(args.session_server_ports)}"
+    armed = fault_armed(args, "rollout_session_server_blocked", state.rollout_id)
+    if armed and (sample.index or 0) % 2:
+        payload["sampling_params"]["max_new_tokens"] = LONG_TRAJECTORY_TOKENS
+    created = await post(f"{session_url}/sessions", {"rollout_id": state.rollout_id})
+    base = f"{session_url}/sessions/{created['session_id']}"
+    output = await post(f"{base}/generate", payload, max_retries=args.rollout_max_retries)
+    if armed and not state.session_records_announced:
+        state.session_records_announced = True
+        where = f"the session server's get_session of {base}"
+        log_fault_armed(logger, args.fault, where, state.rollout_id)
+    await get_retrying(base, SESSION_REQUEST_TIMEOUT_S)
+    await delete(base)
+    return dict(output)
+
+
 async def generate(
     args: argparse.Namespace,
     sample: Sample,
@@ -150,7 +184,10 @@ async def generate(
         "sampling_params": sampling_params,
         "return_logprob": True,
     }
-    output = await post(url, payload, max_retries=args.rollout_max_retries)
+    if args.use_session_server:
+        output = await _generate_in_session(args, state, sample, payload)
+    else:
+        output = await post(url, payload, max_retries=args.rollout_max_retries)
     text = str(output.get("text", ""))
     meta = output.get("meta_info", {}) or {}
     output_ids = [int(t) for t in output.get("output_ids", [])] or _encode(text)

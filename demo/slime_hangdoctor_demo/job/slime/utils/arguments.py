@@ -98,6 +98,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rollout-health-check-timeout", type=float, default=30.0)
     p.add_argument("--rollout-health-check-first-wait", type=float, default=0)
     p.add_argument("--custom-convert-samples-to-train-data-path", default=None)
+    # miles's session server (miles/utils/arguments.py @31f1ca961): the rollout's requests go
+    # through it (rollout -> session server -> router -> engines); slime has none
+    p.add_argument("--use-session-server", action="store_true")
+    p.add_argument("--session-server-ip", default=None)
+    p.add_argument("--session-server-port", type=int, default=None)
     # slime's hook for a reward function of the user's (`await rm_function(args, sample)`)
     p.add_argument("--custom-rm-path", default=None)
     # the demo reward plugin's pool (user_plugins/math_verify_pool.py): process or thread
@@ -139,6 +144,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 FAULT_SETTINGS: dict[str, dict[str, object]] = {
     "slow": {"sglang_step_s": 0.25, "rollout_max_response_len": 48},
     "disk_weight_sync": {"update_weight_transport": "disk"},
+    # miles PR#1602: the rollout through miles's session server, slow decoding (a long trajectory
+    # decodes for minutes at the armed rollout)
+    "rollout_session_server_blocked": {"use_session_server": True, "sglang_step_s": 0.25},
+    # the disk sync of a model whose checkpoint (64 MiB: the embedding as a real vocabulary makes
+    # it) takes minutes to read from engine 1's host's slow storage (user_plugins/slow_storage.py)
+    "weight_load_slow_storage": {"update_weight_transport": "disk", "vocab_size": 1 << 18},
     "offload_hang": {"colocate": True},
     "colocate_update_hang": {"colocate": True},
     "startup_engine_warmup_stuck_colocate": {"colocate": True},

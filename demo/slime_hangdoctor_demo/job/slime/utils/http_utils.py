@@ -61,6 +61,26 @@ async def post(url: str, payload: dict[str, Any], max_retries: int = 60) -> Any:
     return await _post(_client(), url, payload, max_retries=max_retries)
 
 
+async def get_retrying(url: str, timeout_s: float, max_retries: int = 60) -> Any:
+    """A GET that gives up after `timeout_s` and blind-retries any error, 1 s apart (as
+    `_post`, miles's `post()` that PR#1602's tracer went through)."""
+    import aiohttp
+
+    retry = 0
+    while True:
+        try:
+            timeout = aiohttp.ClientTimeout(total=timeout_s)
+            async with _client().get(url, headers=_headers(), timeout=timeout) as response:
+                response.raise_for_status()
+                return await response.json(content_type=None)
+        except Exception as e:
+            retry += 1
+            logger.info(f"Error: {e!r}, retrying... (attempt {retry}/{max_retries}, url={url})")
+            if retry >= max_retries:
+                raise
+            await asyncio.sleep(1)
+
+
 async def get(url: str) -> Any:
     async with _client().get(url, headers=_headers()) as response:
         response.raise_for_status()

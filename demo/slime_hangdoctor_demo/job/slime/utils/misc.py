@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import threading
 import time
@@ -73,6 +74,12 @@ def _set_pdeathsig(_key: object) -> None:
         pass  # not Linux: the child may outlive a killed actor
 
 
+def set_parent_death_signal() -> None:
+    """Demo hygiene for a spawned child (no after-fork hook runs there): SIGKILL when the thread
+    that started it ends."""
+    _set_pdeathsig(None)
+
+
 def fault_armed(args: argparse.Namespace, name: str, rollout_id: int) -> bool:
     """Whether the demo fault `name` is selected and armed at this rollout id."""
     return bool(args.fault == name and rollout_id >= args.fault_after_steps)
@@ -123,6 +130,30 @@ def start_reward_service(args: argparse.Namespace) -> None:
     while not _port_taken(port):
         if time.monotonic() > deadline:
             raise RuntimeError(f"the demo's reward service did not listen on port {port}")
+        time.sleep(0.1)
+
+
+def start_slow_storage(args: argparse.Namespace) -> None:
+    """Demo fault `weight_load_slow_storage`: the slow shared storage engine 1's host reads the
+    disk weight sync's checkpoints from (user_plugins/slow_storage.py), started as a daemon outside
+    the job (a double fork, as the reward service): it mirrors `--update-weight-disk-dir` under the
+    mount that host sees it at, serving each weight file at 512 KiB/s."""
+    import subprocess
+    import sys
+
+    from slime_hangdoctor_demo.sglang.srt.model_loader.weight_utils import slow_host_mount
+
+    source = os.path.abspath(args.update_weight_disk_dir)
+    mount = os.path.dirname(slow_host_mount(os.path.join(source, "weight_v000000")))
+    os.makedirs(source, exist_ok=True)
+    storage = [sys.executable, "-m", "user_plugins.slow_storage", "--source", source]
+    storage += ["--mount", mount, "--rate", str(512 << 10)]
+    detach = "import subprocess, sys; subprocess.Popen(sys.argv[1:], start_new_session=True)"
+    subprocess.run([sys.executable, "-c", detach, *storage], check=True, timeout=30)
+    deadline = time.monotonic() + 30
+    while not os.path.isdir(mount):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the demo's slow storage did not mount {mount}")
         time.sleep(0.1)
 
 

@@ -541,41 +541,18 @@ def ep_update_weight_version(tm: TokenizerManager, method: str, query: str, raw:
 
 def ep_update_disk(tm: TokenizerManager, method: str, query: str, raw: bytes) -> Reply:
     """`/update_weights_from_disk` as 0.5.15.post1 answers it (entrypoints/http_server.py:1128-1154,
-    tokenizer_manager.py:1717-1748): the writer side of `model_update_lock` unless paused, then
-    the reload; 200 `{"success", "message", "num_paused_requests"}`, 400 with the same body on a
-    failed load (model_runner.py:1876-1910: "Failed to get weights iterator: ..."). The stand-in
-    loads in this process (a directory that holds a config.json), not in the scheduler."""
+    tokenizer_manager.py:1717-1748): paused, the reload runs under the pause lock; else under the
+    writer side of `model_update_lock`; the scheduler reloads (its ModelRunner reads the
+    checkpoint); 200 `{"success", "message", "num_paused_requests"}`, 400 with the same body on a
+    failed load (model_runner.py:1876-1910: "Failed to get weights iterator: ...")."""
     obj = json_body(raw, required=True)
     model_path = obj.get("model_path")
     if not isinstance(model_path, str):
         detail = {"type": "missing", "loc": ["body", "model_path"], "msg": "Field required"}
         return _json_reply(422, {"detail": [detail]})
-    if obj.get("abort_all_requests"):
-        tm.send({"type": "abort", "abort_all": True})
-    with tm.awaiting():
-        tm.is_pause_cond.acquire()
-    try:
-        paused = tm.is_pause
-    finally:
-        tm.is_pause_cond.release()
-    if not paused:
-        with tm.awaiting():
-            tm.model_update_lock.acquire_write()
-    try:
-        config = os.path.join(model_path, "config.json")
-        if os.path.isfile(config):
-            ok, message = True, "Succeeded to update model weights."
-            version = obj.get("weight_version")
-            if version is not None:
-                tm.weight_version = str(version)
-                tm.server_args["weight_version"] = str(version)
-                message += f" Weight version updated to {version}."
-        else:
-            ok, message = False, f"Failed to get weights iterator: {config} not found."
-    finally:
-        if not paused:
-            tm.model_update_lock.release_write()
-    body = {"success": ok, "message": message, "num_paused_requests": 0}
+    result = tm.weight_update({**obj, "type": "update_weights_from_disk"})
+    ok = bool(result.get("success"))
+    body = {"success": ok, "message": str(result.get("message", "")), "num_paused_requests": 0}
     return _json_reply(200 if ok else 400, body)
 
 

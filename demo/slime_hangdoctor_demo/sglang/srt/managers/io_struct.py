@@ -26,6 +26,7 @@ FAULTS = (
     "blocked_http_loop",
     "prefetch_check_diverged",
     "detokenizer_stalled",
+    "slow_weight_storage",
     "stuck_begin_weight_update",
 )
 

@@ -122,6 +122,7 @@ class Scheduler(SchedulerWeightUpdaterMixin):
                 ("continue_generation", self.continue_generation),
                 ("init_weights_update_group", self.init_weights_update_group),
                 ("destroy_weights_update_group", self.destroy_weights_update_group),
+                ("update_weights_from_disk", self.update_weights_from_disk),
                 ("update_weights_from_distributed", self.update_weights_from_distributed),
                 ("update_weights_from_tensor", self.update_weights_from_tensor),
                 ("begin_weight_update", self.begin_weight_update),

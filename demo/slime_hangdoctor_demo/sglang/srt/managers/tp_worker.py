@@ -32,3 +32,8 @@ class TpModelWorker:
 
     def update_weights_from_tensor(self, req: Msg) -> tuple[bool, str]:
         return self.model_runner.update_weights_from_tensor(req)
+
+    def update_weights_from_disk(self, req: Msg) -> tuple[bool, str]:
+        return self.model_runner.update_weights_from_disk(
+            str(req.get("model_path")), req.get("load_format")
+        )

@@ -216,6 +216,44 @@ class ModelRunner:
         self.load_weights(out)
         return True, "Succeeded to update parameter online."
 
+    def update_weights_from_disk(
+        self, model_path: str, load_format: str | None
+    ) -> tuple[bool, str]:
+        """SGLang 0.5.15.post1 model_runner.py:1876-1910: a DefaultModelLoader's weights iterator
+        over the checkpoint at `model_path` ("Failed to get weights iterator: ..." when there is
+        none), consumed by the model's load_weights, which is where the files are read. Fault
+        `slow_weight_storage`: this engine's host sees the shared directory through a slow mount
+        (weight_utils.slow_host_mount): each read waits in the kernel for the storage's bytes."""
+        from slime_hangdoctor_demo.sglang.srt.model_loader.loader import DefaultModelLoader
+        from slime_hangdoctor_demo.sglang.srt.model_loader.weight_utils import slow_host_mount
+
+        if self.fault_active("slow_weight_storage"):
+            logger.debug("fault slow_weight_storage: reading %s from slow storage", model_path)
+            model_path = slow_host_mount(model_path)
+        loader = DefaultModelLoader()
+
+        def get_weight_iter() -> Iterable[tuple[str, str]]:
+            return loader._get_weights_iterator(model_path)
+
+        def model_load_weights(weights: Iterable[tuple[str, str]]) -> None:
+            loader.load_weights_and_postprocess(self.load_file_digests, weights)
+
+        try:
+            weights = get_weight_iter()
+        except Exception as exc:
+            return False, f"Failed to get weights iterator: {exc}."
+        try:
+            model_load_weights(weights)
+        except Exception as exc:
+            return False, f"Failed to update weights: {exc}.\nRolling back to original weights."
+        self.cfg["model_path"] = model_path
+        self.cfg["load_format"] = load_format
+        return True, "Succeeded to update model weights."
+
+    def load_file_digests(self, named: Iterable[tuple[str, str]]) -> None:
+        for name, digest in named:
+            self.weights[name] = ([], float(int(digest, 16) % 1000))
+
     def load_weights(self, named: Iterable[tuple[str, Any]]) -> None:
         for name, tensor in named:
             self.weights[name] = (list(tensor.shape), float(tensor.float().sum()))

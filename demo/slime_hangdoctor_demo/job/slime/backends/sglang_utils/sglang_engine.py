@@ -38,6 +38,7 @@ SERVER_FAULTS: dict[str, str] = {
     "engine_server_killed": "killed_mid_generate",
     "rollout_tp_rank_prefetch_stuck": "prefetch_check_diverged",
     "engine_detokenizer_stalled": "detokenizer_stalled",
+    "weight_load_slow_storage": "slow_weight_storage",
     "weight_update_session_stuck": "stuck_begin_weight_update",
     "serving_cluster_engine_stuck": "stuck_scheduler",
 }
@@ -52,6 +53,7 @@ TIMED_SERVER_FAULTS = frozenset(
         "killed_mid_generate",
         "prefetch_check_diverged",
         "detokenizer_stalled",
+        "slow_weight_storage",
         "stuck_begin_weight_update",
     }
 )

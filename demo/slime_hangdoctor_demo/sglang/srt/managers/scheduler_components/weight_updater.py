@@ -40,6 +40,13 @@ class SchedulerWeightUpdaterMixin:
         success, message = self.tp_worker.destroy_weights_update_group(req)
         return {"success": success, "message": message}
 
+    def update_weights_from_disk(self, req: Msg) -> Msg | None:
+        """In-place update of the weights from disk (scheduler_update_weights_mixin.py in 0.5.15.post1:
+        tp_worker.update_weights_from_disk, then the cache flush)."""
+        tic = time.perf_counter()
+        success, message = self.tp_worker.update_weights_from_disk(req)
+        return self._after_weight_update(req, success, message, "disk", tic)
+
     def update_weights_from_distributed(self, req: Msg) -> Msg | None:
         tic = time.perf_counter()
         success, message = self.tp_worker.update_weights_from_distributed(req)

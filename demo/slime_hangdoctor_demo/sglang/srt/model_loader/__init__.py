@@ -1,0 +1,1 @@
+"""The stand-in's model loader (as `sglang/srt/model_loader/`)."""

@@ -1,0 +1,299 @@
+"""Whether the job's requests pass their path: the processes between the RolloutManager and the
+engines, and a hop on it that holds them (issue 34 item 2, miles PR#1602).
+
+The rollout's requests go from the RolloutManager to the engines through hops: slime's router,
+miles's session server, a proxy, an engine's own HTTP process. The hops are read from the sockets:
+a process that holds a connection to another slime process's listening port sends it requests; the
+path is every process reached that way from the RolloutManager, up to the engines' HTTP processes.
+Without the sockets the path is the processes whose role puts them on it (the router, the engines'
+HTTP processes).
+
+A hop **holds the job's requests** when, at both samples:
+- it is CPU-bound (markers.cpu_bound: 80 % of a core over the window; or on a CPU or waiting only
+  for one 80 % of it, from the kernel source's /proc/<pid>/schedstat, as on a node whose cores are
+  all taken; or, where that was not read, runnable (state R) at every process sample) with its serving thread running Python code in the same frame of its own code (the innermost frame outside the Python
+  standard library, and the calls above it): a synchronous call on its only event loop (PR#1602:
+  `json.dumps` of a GiB-scale session under `_render_json`), which serves nothing else meanwhile;
+- and requests pile up at it: the same connections wait at both samples, not taken in between:
+  its callers' connections to its listening port that it has not accepted (the caller's row
+  exists, the hop holds no socket for it), or bytes in the receive queue of its own connections
+  that it has not read (no fewer at the second sample). A busy loop that still serves accepts and
+  reads them between the samples; one that holds its requests does neither.
+
+Then no new request reaches the engines through it, whatever they still decode: an engine's
+tokens are not the job's progress while the job's requests are held (progress.py), and the hop is
+the culprit (a suspected hang: a CPU-bound frame can also be a slow one).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from slime_hangdoctor.analysis.signatures import Block
+from slime_hangdoctor.analysis.stacks import ThreadRead
+from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.facts import STATUS_RUNNING, TCP_ESTABLISHED, Frame, TcpConnection
+from slime_hangdoctor.markers import cpu_bound
+from slime_hangdoctor.parsers.kernel import SPEC as KERNEL
+from slime_hangdoctor.topology import MemberKind
+from slime_hangdoctor.verdict import Role
+
+_LOCAL = ("127.", "::1", "::ffff:127.", "0.0.0.0", "::")
+# Ray's own processes: a Ray actor (its listening port is its core worker's, for Ray's RPC) and the
+# driver are not hops of the HTTP request path
+_NOT_HOPS = frozenset({MemberKind.ACTOR, MemberKind.DRIVER})
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A hop of the request path that holds the job's requests (module doc)."""
+
+    proc: Proc
+    frame: Frame  # the innermost frame of its own code, the same at both samples
+    cpu_s: float
+    window_s: float
+    unaccepted: tuple[tuple[Proc, int], ...]  # (caller, its connections not accepted), most first
+    unread: int  # request bytes in its own receive queues, at the last sample
+    unread_connections: int
+    callers: tuple[Proc, ...]  # who sends it requests
+    runnable: bool = False  # state R at every sample
+
+    def waiting(self) -> str:
+        parts = [
+            f"{n} connection(s) from {p.label} (pid {p.pid}) not accepted at both samples"
+            for p, n in self.unaccepted[:3]
+        ]
+        if self.unread:
+            parts.append(
+                f"{self.unread} bytes unread on {self.unread_connections} connection(s) at both "
+                "samples"
+            )
+        return "; ".join(parts)
+
+    def describe(self) -> str:
+        share = self.cpu_s / self.window_s if self.window_s > 0 else 0.0
+        runnable = ", runnable at every sample" if self.runnable else ""
+        return (
+            f"{hop_label(self.proc)} on the rollout's request path is CPU-bound in "
+            f"{self.frame.where} at both samples ({self.cpu_s:.1f} CPU-s in {self.window_s:.1f} s, "
+            f"{share:.0%} of a core{runnable}) while requests pile up at it ({self.waiting()}): "
+            "the job's requests do not pass it"
+        )
+
+
+def hop_label(p: Proc) -> str:
+    """A hop as the reader knows it: its role and, where it has its own, its process title."""
+    title = p.title.split(" ", 1)[0] if p.title else ""
+    if title and not title.startswith("ray::") and title not in p.label:
+        return f"{p.label} `{title}` (pid {p.pid})"
+    return f"{p.label} (pid {p.pid})"
+
+
+def _listens(p: Proc) -> set[int]:
+    ports: set[int] = set()
+    for _s, info in p.infos:
+        ports.update(info.listen_ports)
+        for addr in info.listen_addrs:
+            port = addr.rpartition(":")[2]
+            if port.isdigit():
+                ports.add(int(port))
+    return ports
+
+
+def _same_host(ip: str, p: Proc) -> bool:
+    return ip.startswith(_LOCAL) or (p.node_ip is not None and ip == p.node_ip)
+
+
+def _established(p: Proc, sample: int | None = None) -> tuple[TcpConnection, ...]:
+    if not p.conns:
+        return ()
+    if sample is None:
+        return tuple(c for c in p.conns[-1][1] if c.socket.state == TCP_ESTABLISHED)
+    for s, conns in p.conns:
+        if s == sample:
+            return tuple(c for c in conns if c.socket.state == TCP_ESTABLISHED)
+    return ()
+
+
+def _is_engine_front(p: Proc) -> bool:
+    return p.role is Role.SGLANG_ENGINE and p.kind is MemberKind.HTTP_SERVER
+
+
+def request_path(world: World) -> tuple[tuple[Proc, ...], bool]:
+    """The hops between the RolloutManager and the engines (not the RolloutManager), and whether
+    the sockets showed them (False: by role only)."""
+    managers = world.by_role(Role.ROLLOUT_MANAGER)
+    if not any(p.conns for p in world.procs):
+        return (
+            tuple(p for p in world.procs if p.role is Role.ROUTER or _is_engine_front(p)),
+            False,
+        )
+    by_port: dict[tuple[str | None, int], Proc] = {}
+    for p in world.procs:
+        for port in _listens(p):
+            by_port[(p.node_ip, port)] = p
+    seen = {(p.node_ip, p.pid) for p in managers}
+    queue = deque(managers)
+    hops: list[Proc] = []
+    while queue:
+        caller = queue.popleft()
+        for c in _established(caller):
+            s = c.socket
+            hop = by_port.get((caller.node_ip, s.remote_port))
+            if hop is None or not _same_host(s.remote_ip, caller) or hop is caller:
+                continue
+            if (hop.node_ip, hop.pid) in seen or hop.kind in _NOT_HOPS:
+                continue
+            seen.add((hop.node_ip, hop.pid))
+            hops.append(hop)
+            if not _is_engine_front(hop):
+                queue.append(hop)
+    return tuple(hops), True
+
+
+def _stdlib(f: Frame) -> bool:
+    path = f.filename or f.short_filename
+    return "/lib/python3" in path and "-packages/" not in path
+
+
+def own_place(t: ThreadRead) -> tuple[Frame, tuple[tuple[str, str], ...]] | None:
+    """The innermost frame outside the standard library, with the calls from it outwards."""
+    for i, f in enumerate(t.frames):
+        if not f.native and not _stdlib(f):
+            return f, tuple((g.name, g.filename) for g in t.frames[i:])
+    return None
+
+
+def _serving_thread(p: Proc, read_index: int) -> ThreadRead | None:
+    read = p.reads[read_index]
+    busy = [t for t in read.threads if t.block is Block.CPU]
+    return read.primary if read.primary.block is Block.CPU else (busy[0] if busy else None)
+
+
+def _same_place(p: Proc) -> Frame | None:
+    if len(p.reads) < 2 or p.reads[0].sample == p.reads[-1].sample:
+        return None
+    first, last = _serving_thread(p, 0), _serving_thread(p, -1)
+    if first is None or last is None:
+        return None
+    a, b = own_place(first), own_place(last)
+    if a is None or b is None or a[1] != b[1]:
+        return None
+    return b[0]
+
+
+def _wanted(world: World, p: Proc, window_s: float) -> float | None:
+    """Seconds of the window its main thread was on a CPU or waiting for one (the kernel source's
+    /proc/<pid>/schedstat at the first and last sample, scaled to the window); None unread."""
+    seen: list[tuple[int, float, int]] = []
+    for obs in world.snapshot.facts(KERNEL):
+        if obs.node_ip != p.node_ip:
+            continue
+        for k in obs.fact.processes:
+            if k.pid == p.pid and k.sched is not None:
+                seen.append((obs.sample, obs.at, k.sched.run_ns + k.sched.wait_ns))
+    if len({s for s, _, _ in seen}) < 2:
+        return None
+    seen.sort()
+    (_, t0, a), (_, t1, b) = seen[0], seen[-1]
+    if t1 <= t0:
+        return None
+    return (b - a) / 1e9 / (t1 - t0) * window_s
+
+
+def _runnable(p: Proc) -> bool:
+    """In state R (running, or waiting only for a CPU) at every sample of the process table, two
+    samples at least."""
+    return len({s for s, _ in p.infos}) >= 2 and all(
+        i.status == STATUS_RUNNING for _s, i in p.infos
+    )
+
+
+def _key(c: TcpConnection) -> tuple[int, str, int]:
+    return (c.socket.local_port, c.socket.remote_ip, c.socket.remote_port)
+
+
+def _unaccepted(hop: Proc, callers: tuple[Proc, ...], sample: int) -> dict[tuple[int, ...], Proc]:
+    """Callers' connections to the hop's listening ports with no socket of the hop for them, by
+    (caller pid, caller's port)."""
+    ports = _listens(hop)
+    accepted = {(c.socket.remote_port, c.socket.local_port) for c in _established(hop, sample)}
+    out: dict[tuple[int, ...], Proc] = {}
+    for caller in callers:
+        for c in _established(caller, sample):
+            s = c.socket
+            if (
+                s.remote_port in ports
+                and _same_host(s.remote_ip, caller)
+                and (s.local_port, s.remote_port) not in accepted
+            ):
+                out[(caller.pid, s.local_port)] = caller
+    return out
+
+
+def _unread(hop: Proc, sample: int) -> dict[tuple[int, str, int], int]:
+    """Bytes in the receive queue of each of the hop's own connections that has some."""
+    return {_key(c): c.socket.rx_queue for c in _established(hop, sample) if c.socket.rx_queue > 0}
+
+
+def holds(world: World, window_s: float) -> tuple[Hold, ...]:
+    """The hops that hold the job's requests (module doc); none without stacks, processes' CPU
+    times or sockets at two samples (what they need is then not seen, not ruled out)."""
+    hops, from_sockets = request_path(world)
+    if not from_sockets or window_s <= 0:
+        return ()
+    out: list[Hold] = []
+    for hop in hops:
+        cpu = hop.cpu_delta
+        if cpu is None or not cpu_bound(
+            cpu, window_s, _runnable(hop), _wanted(world, hop, window_s)
+        ):
+            continue
+        frame = _same_place(hop)
+        samples = [s for s, _ in hop.conns]
+        if frame is None or len(set(samples)) < 2:
+            continue
+        callers = tuple(
+            p
+            for p in world.procs
+            if p is not hop and any(c.socket.remote_port in _listens(hop) for c in _established(p))
+        )
+        first, last = samples[0], samples[-1]
+        # the same connections wait at both samples, not drained in between: a loop that serves,
+        # however busy, accepts and reads them; one that holds its requests does neither
+        waiting = _unaccepted(hop, callers, first)
+        left = {k: p for k, p in _unaccepted(hop, callers, last).items() if k in waiting}
+        queued = _unread(hop, first)
+        kept = {
+            k: n for k, n in _unread(hop, last).items() if queued.get(k, 0) > 0 and n >= queued[k]
+        }
+        if not (left or kept):
+            continue
+        per_caller: dict[int, tuple[Proc, int]] = {}
+        for caller in left.values():
+            per_caller[caller.pid] = (caller, per_caller.get(caller.pid, (caller, 0))[1] + 1)
+        unaccepted = sorted(per_caller.values(), key=lambda x: -x[1])
+        unread, unread_conns = sum(kept.values()), len(kept)
+        out.append(
+            Hold(
+                hop,
+                frame,
+                cpu,
+                window_s,
+                tuple(unaccepted),
+                unread,
+                unread_conns,
+                callers,
+                _runnable(hop),
+            )
+        )
+    return tuple(out)
+
+
+def hold_text(h: Hold) -> str:
+    """The hold in a few words, for the signals it keeps from counting."""
+    return (
+        f"the job's requests are held at {hop_label(h.proc)}, CPU-bound in {h.frame.name} at both "
+        f"samples while requests pile up at it"
+    )
