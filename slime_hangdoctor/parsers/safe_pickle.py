@@ -22,6 +22,7 @@ refuses every global all the same (the second wall).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterable
 
 from slime_hangdoctor.errors import ParseError
 
@@ -96,17 +97,16 @@ def _int_tag(value: int) -> int:
     return _SCALAR if -_SAFE_INT < value < _SAFE_INT else _NUMBER
 
 
-def _walk(data: bytes, what: str) -> None:  # noqa: C901, PLR0912, PLR0915 - one opcode table
+def _walk(data: bytes, what: str) -> None:
+    """The one pass: the most frequent opcodes inline (their order is their frequency in a real
+    dump: BINGET is half of them), the rarer ones through `_RARE` on the shared `_Walk` state."""
+    w = _Walk(data, what)
+    stack, marks, memo = w.stack, w.marks, w.memo
     n = len(data)
-    stack: list[int] = []
-    marks: list[int] = []
-    memo: list[int] = []
-    built = references = 0
-    pos = 0
+    built = references = pos = 0
     while pos < n:
         op = data[pos]
         pos += 1
-        # The most frequent opcodes of a real dump first (BINGET is half of them).
         if op == 0x68 or op == 0x28 or op == 0x32:  # noqa: PLR1714 - BINGET, MARK, DUP: no object
             references += 1
             if references > MAX_REFERENCES:
@@ -126,9 +126,7 @@ def _walk(data: bytes, what: str) -> None:  # noqa: C901, PLR0912, PLR0915 - one
             continue
         elif op == 0x75:  # SETITEMS
             mark = marks.pop()
-            for key in stack[mark::2]:
-                if key > _SCALAR:
-                    raise _refuse(what, f"a dict key of type {_TAG_NAMES[key]}")
+            _check_keys(stack[mark::2], what)
             del stack[mark:]
             continue
         elif op == 0x4D:  # BININT2
@@ -157,116 +155,170 @@ def _walk(data: bytes, what: str) -> None:  # noqa: C901, PLR0912, PLR0915 - one
         elif op in (0x8C, 0x43, 0x55):  # SHORT_BINUNICODE, SHORT_BINBYTES, SHORT_BINSTRING
             pos += 1 + data[pos]
             tag = _STR
-        elif op in (0x8D, 0x8E):  # BINUNICODE8, BINBYTES8
-            pos += 8 + _UINT64_LE.unpack_from(data, pos)[0]
-            tag = _STR
-        elif op == 0x96:  # BYTEARRAY8
-            pos += 8 + _UINT64_LE.unpack_from(data, pos)[0]
-            tag = _OTHER
-        elif op in (0x56, 0x53):  # UNICODE, STRING (protocol 0: text to the end of the line)
-            _, pos = _line(data, pos)
-            tag = _STR
-        elif op in (0x49, 0x4C):  # INT, LONG (text)
-            text, pos = _line(data, pos)
-            digits = text.rstrip(b"L")
-            tag = _int_tag(int(digits)) if len(digits) <= 20 else _NUMBER
-        elif op == 0x46:  # FLOAT (text)
-            _, pos = _line(data, pos)
-            tag = _NUMBER
-        elif op in (0x71, 0x72, 0x70, 0x94):  # BINPUT, LONG_BINPUT, PUT, MEMOIZE
-            references += 1
-            if references > MAX_REFERENCES:
-                raise _refuse(what, _TOO_MANY)
-            if op == 0x71:
-                index = data[pos]
-                pos += 1
-            elif op == 0x72:
-                index = _UINT32_LE.unpack_from(data, pos)[0]
-                pos += 4
-            elif op == 0x70:
-                text, pos = _line(data, pos)
-                index = int(text)
-            else:
-                index = len(memo)
-            if index > len(memo) or index < 0:
-                raise _refuse(what, f"memo index {index} out of order (after {len(memo)})")
-            if index == len(memo):
-                memo.append(stack[-1])
-            else:
-                memo[index] = stack[-1]
-            continue
-        elif op in (0x6A, 0x67):  # LONG_BINGET, GET
-            if op == 0x6A:
-                index = _UINT32_LE.unpack_from(data, pos)[0]
-                pos += 4
-            else:
-                text, pos = _line(data, pos)
-                index = int(text)
-            if not 0 <= index < len(memo):
-                raise _Corrupt(f"memo index {index} was never set")
-            references += 1
-            if references > MAX_REFERENCES:
-                raise _refuse(what, _TOO_MANY)
-            stack.append(memo[index])
-            continue
         elif op == 0x61:  # APPEND
             stack.pop()
             continue
-        elif op == 0x73:  # SETITEM
-            stack.pop()
-            key = stack.pop()
-            if key > _SCALAR:
-                raise _refuse(what, f"a dict key of type {_TAG_NAMES[key]}")
-            continue
-        elif op in (0x85, 0x86, 0x87):  # TUPLE1, TUPLE2, TUPLE3
-            count = op - 0x84
-            if len(stack) < count:
-                raise _Corrupt("stack underflow")
-            del stack[len(stack) - count :]
-            tag = _TUPLE
-        elif op in (0x74, 0x6C, 0x64):  # TUPLE, LIST, DICT: the items above the mark
-            mark = marks.pop()
-            if op == 0x64:
-                for key in stack[mark::2]:
-                    if key > _SCALAR:
-                        raise _refuse(what, f"a dict key of type {_TAG_NAMES[key]}")
-            del stack[mark:]
-            tag = _TUPLE if op == 0x74 else _LIST if op == 0x6C else _DICT
-        elif op == 0x29:  # EMPTY_TUPLE
-            tag = _TUPLE
-        elif op == 0x80 or op == 0x95:  # noqa: PLR1714 - PROTO, FRAME
-            references += 1
-            if references > MAX_REFERENCES:
-                raise _refuse(what, _TOO_MANY)
-            if op == 0x95:
-                pos += 8
+        else:  # the rarer opcodes, each group in a function of its own
+            w.pos, w.references = pos, references
+            tag = _RARE.get(op, _unexpected)(w, op)
+            pos, references = w.pos, w.references
+            if tag < 0:
+                if tag == _STOPPED:
+                    return
                 continue
-            if data[pos] > 5:
-                raise _Corrupt(f"unsupported protocol {data[pos]}")
-            pos += 1
-            continue
-        elif op == 0x30:  # POP
-            if stack:
-                stack.pop()
-            else:
-                del stack[marks.pop() :]
-            continue
-        elif op == 0x31:  # POP_MARK
-            del stack[marks.pop() :]
-            continue
-        elif op == 0x2E:  # STOP
-            if len(stack) != 1 or marks:
-                raise _Corrupt("STOP with an unbalanced stack")
-            return
-        elif op in _REFUSED:
-            raise _refuse(what, _refused_global(data, pos) if op == 0x63 else _REFUSED[op])
-        else:
-            raise _Corrupt(f"unknown opcode 0x{op:02x} at byte {pos - 1}")
         built += 1
         if built > MAX_OBJECTS:
             raise _refuse(what, f"it builds more than {MAX_OBJECTS} objects")
         stack.append(tag)
     raise _Corrupt("no STOP")
+
+
+class _Walk:
+    """What the walk knows, shared with the functions of the rarer opcodes: the data and the
+    position after the opcode, the stack of tags, the marks, the memo (a tag per index), and the
+    references counted so far (the loop keeps its own copy of `pos` and `references`)."""
+
+    __slots__ = ("data", "marks", "memo", "pos", "references", "stack", "what")
+
+    def __init__(self, data: bytes, what: str) -> None:
+        self.data, self.what = data, what
+        self.stack: list[int] = []
+        self.marks: list[int] = []
+        self.memo: list[int] = []
+        self.pos = self.references = 0
+
+    def reference(self) -> None:
+        """Count one opcode that builds nothing (against MAX_REFERENCES)."""
+        self.references += 1
+        if self.references > MAX_REFERENCES:
+            raise _refuse(self.what, _TOO_MANY)
+
+
+# What a rarer opcode's function returns when it built no object, and for STOP.
+_NOTHING, _STOPPED = -1, -2
+
+
+def _check_keys(keys: Iterable[int], what: str) -> None:
+    for key in keys:
+        if key > _SCALAR:
+            raise _refuse(what, f"a dict key of type {_TAG_NAMES[key]}")
+
+
+def _memo_write(w: _Walk, op: int) -> int:
+    """BINPUT, LONG_BINPUT, PUT, MEMOIZE: only the next index, or one handed out before."""
+    w.reference()
+    data, memo = w.data, w.memo
+    if op == 0x71:
+        index = data[w.pos]
+        w.pos += 1
+    elif op == 0x72:
+        index = _UINT32_LE.unpack_from(data, w.pos)[0]
+        w.pos += 4
+    elif op == 0x70:
+        text, w.pos = _line(data, w.pos)
+        index = int(text)
+    else:
+        index = len(memo)
+    if index > len(memo) or index < 0:
+        raise _refuse(w.what, f"memo index {index} out of order (after {len(memo)})")
+    if index == len(memo):
+        memo.append(w.stack[-1])
+    else:
+        memo[index] = w.stack[-1]
+    return _NOTHING
+
+
+def _memo_read(w: _Walk, op: int) -> int:
+    """LONG_BINGET, GET (BINGET is inline)."""
+    if op == 0x6A:
+        index = _UINT32_LE.unpack_from(w.data, w.pos)[0]
+        w.pos += 4
+    else:
+        text, w.pos = _line(w.data, w.pos)
+        index = int(text)
+    if not 0 <= index < len(w.memo):
+        raise _Corrupt(f"memo index {index} was never set")
+    w.reference()
+    w.stack.append(w.memo[index])
+    return _NOTHING
+
+
+def _large(w: _Walk, op: int) -> int:
+    """BINUNICODE8, BINBYTES8, BYTEARRAY8: an 8-byte length."""
+    w.pos += 8 + _UINT64_LE.unpack_from(w.data, w.pos)[0]
+    return _OTHER if op == 0x96 else _STR
+
+
+def _text(w: _Walk, op: int) -> int:
+    """Protocol 0's text opcodes, their argument to the end of the line: UNICODE, STRING, INT,
+    LONG, FLOAT."""
+    text, w.pos = _line(w.data, w.pos)
+    if op in (0x49, 0x4C):  # INT, LONG
+        digits = text.rstrip(b"L")
+        return _int_tag(int(digits)) if len(digits) <= 20 else _NUMBER
+    return _NUMBER if op == 0x46 else _STR
+
+
+def _builder(w: _Walk, op: int) -> int:
+    """EMPTY_TUPLE, TUPLE1-3, and TUPLE, LIST, DICT (the items above the mark); SETITEM."""
+    stack = w.stack
+    if op == 0x29:  # EMPTY_TUPLE
+        return _TUPLE
+    if op == 0x73:  # SETITEM
+        stack.pop()
+        _check_keys((stack.pop(),), w.what)
+        return _NOTHING
+    if op in (0x85, 0x86, 0x87):  # TUPLE1, TUPLE2, TUPLE3
+        count = op - 0x84
+        if len(stack) < count:
+            raise _Corrupt("stack underflow")
+        del stack[len(stack) - count :]
+        return _TUPLE
+    mark = w.marks.pop()
+    if op == 0x64:
+        _check_keys(stack[mark::2], w.what)
+    del stack[mark:]
+    return _TUPLE if op == 0x74 else _LIST if op == 0x6C else _DICT
+
+
+def _control(w: _Walk, op: int) -> int:
+    """PROTO, FRAME (counted as references), POP, POP_MARK, STOP."""
+    if op == 0x80 or op == 0x95:  # noqa: PLR1714 - PROTO, FRAME
+        w.reference()
+        if op == 0x95:
+            w.pos += 8
+            return _NOTHING
+        if w.data[w.pos] > 5:
+            raise _Corrupt(f"unsupported protocol {w.data[w.pos]}")
+        w.pos += 1
+        return _NOTHING
+    stack = w.stack
+    if op == 0x2E:  # STOP
+        if len(stack) != 1 or w.marks:
+            raise _Corrupt("STOP with an unbalanced stack")
+        return _STOPPED
+    if op == 0x30 and stack:  # POP (of an object; with none, of the mark)
+        stack.pop()
+    else:  # POP_MARK
+        del stack[w.marks.pop() :]
+    return _NOTHING
+
+
+def _unexpected(w: _Walk, op: int) -> int:
+    """A code-running opcode (refused, named) or one that no pickle protocol has."""
+    if op in _REFUSED:
+        raise _refuse(w.what, _refused_global(w.data, w.pos) if op == 0x63 else _REFUSED[op])
+    raise _Corrupt(f"unknown opcode 0x{op:02x} at byte {w.pos - 1}")
+
+
+_RARE: dict[int, Callable[[_Walk, int], int]] = {
+    **dict.fromkeys((0x71, 0x72, 0x70, 0x94), _memo_write),
+    **dict.fromkeys((0x6A, 0x67), _memo_read),
+    **dict.fromkeys((0x8D, 0x8E, 0x96), _large),
+    **dict.fromkeys((0x56, 0x53, 0x49, 0x4C, 0x46), _text),
+    **dict.fromkeys((0x29, 0x85, 0x86, 0x87, 0x74, 0x6C, 0x64, 0x73), _builder),
+    **dict.fromkeys((0x80, 0x95, 0x30, 0x31, 0x2E), _control),
+}
 
 
 def _refused_global(data: bytes, pos: int) -> str:
