@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -64,6 +65,23 @@ def mypy_runs() -> Iterator[dict[str, subprocess.Popen[str]]]:
 def _finished(proc: subprocess.Popen[str]) -> tuple[int, str]:
     out, err = proc.communicate(timeout=600)
     return proc.returncode, out[-5000:] + err[-2000:]
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_of_the_package_is_over_80_lines() -> None:
+    """Every function and method of the doctor's package fits in MAX_FUNCTION_LINES lines, from its
+    `def` to the end of its body (ruff limits branches and statements, not lines)."""
+    long: list[str] = []
+    for path in sorted((ROOT / "slime_hangdoctor").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    where = path.relative_to(ROOT)
+                    long.append(f"{where}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, "functions over 80 lines:\n" + "\n".join(long)
 
 
 def test_mypy_strict_is_clean(mypy_runs: dict[str, subprocess.Popen[str]]) -> None:

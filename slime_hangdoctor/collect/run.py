@@ -190,40 +190,10 @@ def collect(
             judge_work_moved=judge_work_moved,
         )
         if not opts.local:
-            say("finding the Ray cluster")
-            try:
-                run.client, run.gcs_address, run.token_ok = _connect(
-                    address, opts, deadline, writer
-                )
-            except RayUnreachable as exc:
-                reason = redact_text(str(exc), opts.secrets(address))
-                ray_error = RayUnreachable(reason, help_text=exc.help_text)
-                writer.add(
-                    ProbeRecord(
-                        RAY_DASHBOARD,
-                        address or "auto",
-                        Outcome.UNAVAILABLE,
-                        reason,
-                        started_at=time.time(),
-                    )
-                )
+            ray_error = _connect_ray(run, address)
+        run.on_window = on_window
         try:
-            t0 = time.monotonic()
-            run.on_window = on_window
-            run.window_end = time.time() + opts.window_s
-            topo = _sample(run, 0)
-            _window_begins(run)  # (once: where this node's first sample ended, if not yet)
-            _sleep_until(t0 + opts.window_s, deadline, say)
-            topo = _sample(run, 1)
-            if opts.flight_recorder:
-                say("asking the ranks' flight recorders to dump")
-                _flight_recorder(run, topo)
-            for thread in run.threads or []:
-                thread.join(timeout=deadline.clamp(opts.probe_timeout_s + opts.window_s))
-            if run.tasks is not None and run.remote_gpu:
-                gather_remote(
-                    run.tasks, writer, run.remote_gpu, None, deadline, opts.probe_timeout_s + 2.0
-                )
+            _two_samples(run)
         finally:
             if run.tasks is not None:  # nothing more is asked of the other nodes
                 run.tasks.close_soon()
@@ -237,6 +207,49 @@ def collect(
         parse_cache(writer),
         run.node_ip,
     )
+
+
+def _connect_ray(run: _Run, address: str | None) -> RayUnreachable | None:
+    """Find and connect to the Ray cluster at `address` (None: where one is found); the error,
+    its message redacted and its help kept, where none could be read (also a probe record)."""
+    opts, writer = run.opts, run.writer
+    run.say("finding the Ray cluster")
+    try:
+        run.client, run.gcs_address, run.token_ok = _connect(address, opts, run.deadline, writer)
+    except RayUnreachable as exc:
+        reason = redact_text(str(exc), opts.secrets(address))
+        writer.add(
+            ProbeRecord(
+                RAY_DASHBOARD,
+                address or "auto",
+                Outcome.UNAVAILABLE,
+                reason,
+                started_at=time.time(),
+            )
+        )
+        return RayUnreachable(reason, help_text=exc.help_text)
+    return None
+
+
+def _two_samples(run: _Run) -> None:
+    """The first sample, the window, the second sample, and what ends with it (the flight
+    recorders' dumps when asked, the other nodes' GPU readings)."""
+    opts, deadline = run.opts, run.deadline
+    t0 = time.monotonic()
+    run.window_end = time.time() + opts.window_s
+    _sample(run, 0)
+    _window_begins(run)  # (once: where this node's first sample ended, if not yet)
+    _sleep_until(t0 + opts.window_s, deadline, run.say)
+    topo = _sample(run, 1)
+    if opts.flight_recorder:
+        run.say("asking the ranks' flight recorders to dump")
+        _flight_recorder(run, topo)
+    for thread in run.threads or []:
+        thread.join(timeout=deadline.clamp(opts.probe_timeout_s + opts.window_s))
+    if run.tasks is not None and run.remote_gpu:
+        gather_remote(
+            run.tasks, run.writer, run.remote_gpu, None, deadline, opts.probe_timeout_s + 2.0
+        )
 
 
 def _window_begins(run: _Run) -> None:
