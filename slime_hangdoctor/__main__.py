@@ -11,10 +11,10 @@ def main() -> int:
     # nothing (~35 ms of a cron `check`, 7 % of its CPU). What a run leaves is freed when it exits.
     # `watch`, the one command that lives on, turns the collector back on (watchdog/run.py).
     gc.disable()
-    from slime_hangdoctor.collect.options import mark_process_start
-
-    mark_process_start()  # a one-shot run's --timeout counts from here (the interpreter's start)
     from slime_hangdoctor.cli import main as cli_main
+    from slime_hangdoctor.cli import mark_program_start
+
+    mark_program_start()  # a one-shot run's --timeout counts from the process's start
 
     return cli_main()
 

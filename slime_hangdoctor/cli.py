@@ -20,6 +20,7 @@ from slime_hangdoctor.collect.options import (
     WATCHDOG_DEFAULTS,
     CollectOptions,
     from_process_start,
+    mark_process_start,
 )
 from slime_hangdoctor.errors import HangDoctorError
 from slime_hangdoctor.verdict import Diagnosis, ExitCode, ReportFormat
@@ -819,6 +820,12 @@ def _usage_errors() -> tuple[type[Exception], ...]:
         except (ImportError, AttributeError):
             continue
     return tuple(found)
+
+
+def mark_program_start() -> None:
+    """Called by the program's entry (__main__) alone: a one-shot run's --timeout then counts from
+    the process's start (collect.options.from_process_start)."""
+    mark_process_start()
 
 
 def main(argv: list[str] | None = None) -> int:
