@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 import requests
 
-from slime_hangdoctor import bundle
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
 from slime_hangdoctor.collect.sglang import BODY_CAP, probe_engine, probe_router
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.sglang import (
+    ROUTER,
+    SGLANG,
     parse_loads,
     parse_metrics,
     parse_model_info,
@@ -170,7 +171,7 @@ def test_healthy_engine_default_probe_is_read_only(start: Start, writer: BundleW
     assert [r.meta["path"] for r in records] == DEFAULT_PATHS
     for rec in records:
         assert rec.outcome is Outcome.OK, rec
-        assert rec.source == bundle.SGLANG and rec.sample == 0 and rec.node_ip == "127.0.0.1"
+        assert rec.source == SGLANG and rec.sample == 0 and rec.node_ip == "127.0.0.1"
         status = 404 if rec.meta["path"] == "/ready" else 200  # /ready exists from 0.5.20 on
         assert rec.meta["status"] == status and rec.meta["url"] == s.url
         assert rec.meta["error"] is None
@@ -446,9 +447,7 @@ def test_router_workers(fake: Callable[..., FakeHTTP], writer: BundleWriter) -> 
     )
     f = fake({"/workers": (200, body.encode())})
     (rec,) = probe_router(writer, f.url, node_ip="127.0.0.1", sample=0, timeout=3.0, api_key="rk")
-    assert (
-        rec.source == bundle.ROUTER and rec.outcome is Outcome.OK and rec.meta["path"] == "/workers"
-    )
+    assert rec.source == ROUTER and rec.outcome is Outcome.OK and rec.meta["path"] == "/workers"
     assert f.seen == [("GET", "/workers", "Bearer rk")]
 
 
