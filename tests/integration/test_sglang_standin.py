@@ -589,7 +589,12 @@ def test_update_weights_from_disk_answers_like_0515(healthy: Standin, tmp_path: 
     assert r.json()["message"].startswith("Failed to get weights iterator")
     ckpt = tmp_path / "weight_v000001"
     ckpt.mkdir()
+    # as the demo job's disk sync writes a checkpoint (megatron_utils/hf_checkpoint_saver.py):
+    # config.json and one pytorch_model.bin (a directory with no weight file is a 400, as above)
     (ckpt / "config.json").write_text("{}")
+    import torch
+
+    torch.save({"w": torch.zeros(2)}, ckpt / "pytorch_model.bin")
     assert healthy.post("/pause_generation", json={}).status_code == 200
     body = {"model_path": str(ckpt), "weight_version": "1"}
     r = healthy.post("/update_weights_from_disk", json=body)  # paused: no writer lock to wait on
