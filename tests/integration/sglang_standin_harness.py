@@ -165,3 +165,18 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
             return True
         time.sleep(0.05)
     return predicate()
+
+
+def post_in_background(s: Standin, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST `body` to `path` on a thread; the box gets `response` or `error` when it ends."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["response"] = requests.post(s.url + path, json=body, timeout=60)
+        except requests.RequestException as exc:
+            box["error"] = exc
+
+    box["thread"] = threading.Thread(target=run, daemon=True)
+    box["thread"].start()
+    return box

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,42 +16,17 @@ import requests
 
 from slime_hangdoctor.parsers.sglang import parse_metrics
 from tests.integration.cli import run_cli
-from tests.integration.sglang_standin_harness import Standin, keep_generating, start_standin
-
-Start = Callable[..., Standin]
-
-
-@pytest.fixture
-def start(tmp_path: Path) -> Iterator[Start]:
-    started: list[Standin] = []
-
-    def _start(*args: str) -> Standin:
-        s = start_standin(tmp_path, *args)
-        started.append(s)
-        return s
-
-    yield _start
-    for s in started:
-        s.stop()
-
-
-def _post_in_background(s: Standin, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["response"] = requests.post(s.url + path, json=body, timeout=60)
-        except requests.RequestException as exc:
-            box["error"] = exc
-
-    box["thread"] = threading.Thread(target=run, daemon=True)
-    box["thread"].start()
-    return box
+from tests.integration.conftest import Start
+from tests.integration.sglang_standin_harness import (
+    Standin,
+    keep_generating,
+    post_in_background,
+)
 
 
 def _generate(s: Standin, max_new_tokens: int = 40) -> dict[str, Any]:
     body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": max_new_tokens}}
-    return _post_in_background(s, "/generate", body)
+    return post_in_background(s, "/generate", body)
 
 
 def _doctor(s: Standin) -> dict[str, Any]:
@@ -141,7 +114,7 @@ def test_an_abort_pause_that_cannot_drain_holds_continue_and_reads_stuck(start: 
     while s.get("/v1/loads").json()["loads"][0]["num_running_reqs"] != 1:
         assert time.monotonic() < deadline, "the request never reached the scheduler"
         time.sleep(0.05)
-    pause = _post_in_background(s, "/pause_generation", {})
+    pause = post_in_background(s, "/pause_generation", {})
     time.sleep(0.5)
     with pytest.raises(requests.Timeout):
         s.post("/continue_generation", json={}, timeout=2.0)

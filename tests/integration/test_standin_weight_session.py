@@ -9,52 +9,16 @@ holds the call in flight, and the doctor places that engine in `weight_sync`."""
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
-
-import pytest
-import requests
 
 from tests.integration.cli import run_cli
+from tests.integration.conftest import Start
 from tests.integration.sglang_standin_harness import (
-    Standin,
+    post_in_background,
     running_requests,
-    start_standin,
     wait_for,
 )
-
-Start = Callable[..., Standin]
-
-
-@pytest.fixture
-def start(tmp_path: Path) -> Iterator[Start]:
-    started: list[Standin] = []
-
-    def _start(*args: str) -> Standin:
-        s = start_standin(tmp_path, *args)
-        started.append(s)
-        return s
-
-    yield _start
-    for s in started:
-        s.stop()
-
-
-def _post_in_background(s: Standin, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["response"] = requests.post(s.url + path, json=body, timeout=60)
-        except requests.RequestException as exc:
-            box["error"] = exc
-
-    box["thread"] = threading.Thread(target=run, daemon=True)
-    box["thread"].start()
-    return box
 
 
 def test_one_session_at_a_time_with_sglangs_answers(start: Start) -> None:
@@ -75,13 +39,13 @@ def test_the_begin_waits_for_a_generate_in_flight_unless_paused(start: Start) ->
     """Not paused: the writer side of the update lock, behind every `/generate` that holds the
     reader side (tokenizer_control_mixin.py:480-481)."""
     s = start("--step-s", "0.05")
-    gen = _post_in_background(
+    gen = post_in_background(
         s, "/generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 200}}
     )
     # the generate holds the reader side from the tokenizer on; once the scheduler runs it, it is
     # surely in flight (a loaded 2-core CI box took over 10 s for a stand-in's first batch)
     assert wait_for(lambda: running_requests(s) == 1), "the generate never reached the scheduler"
-    begin = _post_in_background(s, "/begin_weight_update", {"selector": "all"})
+    begin = post_in_background(s, "/begin_weight_update", {"selector": "all"})
     time.sleep(0.5)
     assert "response" not in gen, "the generate ended before the check: inconclusive"
     assert "response" not in begin, "the begin did not wait for the generate in flight"
@@ -103,7 +67,7 @@ def test_a_scheduler_stuck_in_begin_holds_the_call_and_is_weight_sync(
     from slime_hangdoctor.verdict import Stage
 
     s = start("--fault", "stuck_begin_weight_update", "--fault-after-s", "0")
-    begin = _post_in_background(s, "/begin_weight_update", {"selector": "all"})
+    begin = post_in_background(s, "/begin_weight_update", {"selector": "all"})
     time.sleep(1.0)
     assert "response" not in begin and "error" not in begin
     assert s.get("/model_info").status_code == 200  # the HTTP process itself answers
