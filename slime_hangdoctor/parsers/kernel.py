@@ -55,6 +55,9 @@ DISK_SLEEP: Final[TaskLetter] = "D"  # uninterruptible sleep
 TRACED: Final[TaskLetter] = "t"  # tracing stop (py-spy holds it)
 
 
+RUNNING: Final[TaskLetter] = "R"  # on a CPU or in the run queue, waiting for one
+
+
 @dataclass(frozen=True)
 class ThreadKernelState:
     tid: int

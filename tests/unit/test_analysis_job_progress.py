@@ -72,6 +72,35 @@ def test_without_the_kernel_source_the_slow_load_is_called_a_hang(tmp_path: Path
     assert "storage-io" not in _rules(v)
 
 
+# the recording's other processes whose readings the variants borrow (sample 1 of the same node):
+RUNNING_THEN = 18790  # R, wchan "0": on a CPU or in the run queue
+FUTEX_THEN = 18645  # asleep in futex_do_wait
+
+
+def test_a_reader_caught_running_at_one_sample_still_moves_bytes(tmp_path: Path) -> None:
+    """A reader is between two reads part of the time (on a loaded node, waiting in the run queue
+    for a CPU): read running at the last sample, its bytes still count as its I/O work."""
+    root = unpacked(SLOW_LOAD, tmp_path / "src")
+    ran = tf.bundle_with_kernel_reading_as(root, tmp_path / "ran", SLOW_SCHEDULER, 1, RUNNING_THEN)
+    v = diagnosed(ran).verdict
+    assert (v.status, v.stage, v.culprits) == (Status.PROGRESSING, Stage.NONE, ()), v.summary
+    (line,) = _finding(v, "storage-io").evidence
+    assert f"(pid {SLOW_SCHEDULER}): state R;" in line and "slow: " in line, line
+
+
+def test_bytes_of_a_reader_asleep_elsewhere_at_one_sample_are_not_io_work(tmp_path: Path) -> None:
+    """The same reader read asleep on a futex at the last sample (a lock, a queue: not I/O): its
+    read calls' bytes do not count, and the reload is called a hang as without the kernel source."""
+    root = unpacked(SLOW_LOAD, tmp_path / "src")
+    slept = tf.bundle_with_kernel_reading_as(
+        root, tmp_path / "slept", SLOW_SCHEDULER, 1, FUTEX_THEN
+    )
+    v = diagnosed(slept).verdict
+    assert (v.status, v.stage) == (Status.HUNG, Stage.WEIGHT_SYNC), v.summary
+    assert [c.pid for c in v.culprits] == [ENGINE_1_ACTOR]
+    assert "storage-io" not in _rules(v)
+
+
 # --------------------------------------------------------------------------- item 3
 
 

@@ -31,7 +31,7 @@ from slime_hangdoctor.analysis.source_analysis import (
     cause,
 )
 from slime_hangdoctor.analysis.world import Proc, World, pid_entry, who
-from slime_hangdoctor.parsers.kernel import SPEC, TRACED, ProcessKernelState
+from slime_hangdoctor.parsers.kernel import RUNNING, SPEC, TRACED, ProcessKernelState
 from slime_hangdoctor.parsers.processes import STATUS_DISK_SLEEP
 from slime_hangdoctor.verdict import Finding, Severity, Stage, Status
 
@@ -121,14 +121,17 @@ class KernelRead:
 
     @property
     def io_wait(self) -> bool:
-        """It waits on I/O at both samples: in disk sleep, or asleep in a storage or pipe read or
-        write (IO_WAITS). A sample read while py-spy held the process says nothing: the other
-        sample decides."""
+        """Its work between the samples is I/O: it waits on I/O (in disk sleep, or asleep in a
+        storage or pipe read or write: IO_WAITS) at one sample at least, and at the other it waits
+        on I/O too or runs (R: on a CPU or in the run queue, as a reader is between two reads,
+        working on the bytes the last one returned; on a loaded node it waits there for a CPU).
+        A sample read while py-spy held the process says nothing: the other sample decides. A
+        sleep of another kind (a futex, a poll, a socket) at either sample is not an I/O wait."""
         states = (self.first, self.last)
         return (
             self.samples >= 2
-            and all(k.in_disk_sleep or k.wchan in IO_WAITS or traced(k) for k in states)
-            and any(k.in_disk_sleep or k.wchan in IO_WAITS for k in states)
+            and all(_io_wait(k) or k.state == RUNNING or traced(k) for k in states)
+            and any(_io_wait(k) for k in states)
         )
 
     @property
@@ -186,6 +189,10 @@ class KernelRead:
         if chars is not None and self.io_wait and chars > (delta or 0):
             text += f" ({_mib(chars)} by its read/write calls, rchar+wchar)"
         return text
+
+
+def _io_wait(k: ProcessKernelState) -> bool:
+    return k.in_disk_sleep or k.wchan in IO_WAITS
 
 
 def traced(k: ProcessKernelState) -> bool:
