@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Literal, TypeVar, get_args
 
 from slime_hangdoctor.bundle import ProbeRecord
@@ -279,13 +279,20 @@ class ClusterResources:
     # resourceDemand: tasks and actors waiting for resources: (resources, how many)
     task_demands: tuple[tuple[Mapping[str, float], int], ...] = ()
     time: float | None = None
+    # each node's object store fill in the GCS's resource view (``usageByNode`` ->
+    # ``objectStoreMemory`` [used, total]): as fresh as the raylet's last resource report, where the
+    # node summary's store readings are up to NODE_STATS_UPDATE_INTERVAL_SECONDS (15 s) old
+    stores: tuple[ObjectStoreUsage, ...] = ()
 
 
 @dataclass(frozen=True)
 class ObjectStoreUsage:
     """One node's plasma object store as its raylet reports it (``/nodes?view=summary``:
     ``raylet.objectStoreUsedMemory``, ``raylet.objectStoreAvailableMemory`` and the
-    ``raylet.storeStats`` counters, which Ray leaves out where they are zero)."""
+    ``raylet.storeStats`` counters, which Ray leaves out where they are zero; the dashboard
+    refreshes them every 15 s). The joined state takes the fill (used and available bytes) from the
+    cluster status's GCS resource view where it has the node: each raylet reports it there with
+    its resources, so it is seconds fresher (``ClusterResources.stores``)."""
 
     node_id: str | None
     node_ip: str | None
@@ -354,6 +361,11 @@ def parse_placement_groups(body: bytes | str) -> tuple[RayPlacementGroup, ...]:
     return _rows(_state_rows(body, "placement groups"), _placement_group, "placement group")
 
 
+# the object store's resource in the dashboard's camel-cased cluster status (Ray's
+# `object_store_memory`)
+STORE_RESOURCE = "objectStoreMemory"
+
+
 def parse_cluster_status(body: bytes | str) -> ClusterResources:
     """``/api/cluster_status``: ``data.clusterStatus.loadMetricsReport`` (Ray 2.60): ``usage``
     {resource: [used, total]}, ``usageByNode`` {node: usage}, ``pgDemand`` [[{bundles, strategy},
@@ -369,7 +381,8 @@ def parse_cluster_status(body: bytes | str) -> ClusterResources:
     by_node = report.get("usageByNode") or {}
     if not isinstance(by_node, Mapping):
         raise ParseError("cluster status: usageByNode is not an object")
-    per_node = tuple(_usage(u, f"usageByNode.{n}")[0] for n, u in by_node.items())
+    per_node_usage = {str(n): _usage(u, f"usageByNode.{n}") for n, u in by_node.items()}
+    per_node = tuple(total for total, _used in per_node_usage.values())
     return ClusterResources(
         total=total,
         used=used,
@@ -380,6 +393,16 @@ def parse_cluster_status(body: bytes | str) -> ClusterResources:
             for i, d in enumerate(_list(report, "resourceDemand"))
         ),
         time=_opt_float(status.get("time"), "time"),
+        stores=tuple(
+            ObjectStoreUsage(
+                node_id=node,
+                node_ip=None,
+                used_bytes=int(used[STORE_RESOURCE]),
+                available_bytes=max(0, int(total[STORE_RESOURCE] - used[STORE_RESOURCE])),
+            )
+            for node, (total, used) in per_node_usage.items()
+            if total.get(STORE_RESOURCE, 0.0) > 0
+        ),
     )
 
 
@@ -1000,7 +1023,7 @@ class RayState:
     task_pages: tuple[TaskPageObs, ...] = ()  # by sample and time
     placement_groups: tuple[RayPlacementGroup, ...] = ()
     cluster: ClusterResources | None = None  # the newest /api/cluster_status answer
-    object_stores: tuple[ObjectStoreUsage, ...] = ()  # each node's, from the newest node summary
+    object_stores: tuple[ObjectStoreUsage, ...] = ()  # each node's at its fullest reading (_stores)
     summary_gpus: tuple[GpuSeries, ...] = ()  # the node summaries' GPU readings (util and power)
     seen: bool = False  # the actors answer came: the Ray state API answered
 
@@ -1082,6 +1105,31 @@ JOINED_BY: dict[str, Callable[[_Joining, Observed[StateAnswer]], None]] = {
 }
 
 
+def _stores(j: _Joining) -> tuple[ObjectStoreUsage, ...]:
+    """Each node's object store at its fullest reading of the run: the node summaries' (up to 15 s
+    old: the dashboard's NODE_STATS_UPDATE_INTERVAL_SECONDS) and the cluster statuses' GCS
+    resource view (as old as the autoscaler's last state, its ``time``); neither is always the
+    fresher, and a store read full that has since made room would have let the waiting task
+    start. A GCS reading keeps the newest summary's counters of its node (spill, copies) and is
+    named by the nodes answer's address."""
+    newest = {s.node_id: s for s in (j.stores[max(j.stores)] if j.stores else ())}
+    best: dict[str | None, ObjectStoreUsage] = {}
+    readings = [s for key in sorted(j.stores) for s in j.stores[key]]
+    for key in sorted(j.cluster):
+        for fill in j.cluster[key].stores:
+            node = j.nodes.get(fill.node_id or "")
+            base = newest.get(fill.node_id) or replace(
+                fill, node_ip=node.node_ip if node is not None else None
+            )
+            readings.append(
+                replace(base, used_bytes=fill.used_bytes, available_bytes=fill.available_bytes)
+            )
+    for r in readings:
+        if r.node_id not in best or r.used_fraction > best[r.node_id].used_fraction:
+            best[r.node_id] = r
+    return tuple(best.values())
+
+
 def _ray_state(facts: Facts) -> RayState:
     j = _Joining()
     for obs in facts.facts(SPEC):
@@ -1097,7 +1145,7 @@ def _ray_state(facts: Facts) -> RayState:
         task_pages=tuple(sorted(j.pages, key=lambda p: (p.sample, p.time))),
         placement_groups=tuple(j.pgs.values()),
         cluster=j.cluster[max(j.cluster)] if j.cluster else None,
-        object_stores=j.stores[max(j.stores)] if j.stores else (),
+        object_stores=_stores(j),
         summary_gpus=tuple(j.gpus),
         seen=j.seen,
     )

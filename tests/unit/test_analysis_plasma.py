@@ -69,14 +69,21 @@ def test_without_the_store_or_the_waiting_task_no_one_is_named(
 
 # The same fault attached 2.5 s after it armed, on a head started 13 s before (the first live run of
 # tests/integration/test_attach_demo.py): the dashboard had not yet read the raylet's store (it
-# does every 15 s), so its node summary carries zeros and no store stats.
+# does every 15 s), so its node summary carries zeros and no store stats; the cluster status's GCS
+# resource view (usageByNode) had the store's fill already.
 BEFORE_READ = DEMO.parent / "demo2" / f"{NAME}.tar.gz"
 
 
-def test_a_store_the_dashboard_has_not_read_is_no_reading(tmp_path: Path) -> None:
+def _before_read(tmp_path: Path) -> Path:
     with tarfile.open(BEFORE_READ) as tar:
         tar.extractall(tmp_path, filter="data")
-    path = next(p.parent for p in tmp_path.rglob("manifest.json"))
+    return next(p.parent for p in tmp_path.rglob("manifest.json"))
+
+
+def test_a_store_the_node_summary_has_not_read_is_read_in_the_gcs_view(tmp_path: Path) -> None:
+    """CI's flaky culprit (the live test attached before the dashboard's 15 s refresh): the fill
+    the GCS's resource view gives decides where the node summary has none."""
+    path = _before_read(tmp_path)
     with open_bundle(path) as bundle:
         snap = load_snapshot(bundle)
     # GIVEN the task waiting in both samples, and a node summary without store readings
@@ -87,9 +94,26 @@ def test_a_store_the_dashboard_has_not_read_is_no_reading(tmp_path: Path) -> Non
         if t.state in LEASE_WAIT_STATES
     }
     assert waiting == {"pack_shard"}
+    # THEN the store is the GCS view's, named by the nodes answer's address, and it is claimed
+    (store,) = snap.joined(RAY_STATE).object_stores
+    assert (store.node_ip, store.capacity_bytes) == ("192.0.2.2", 128 * MIB)
+    assert store.used_fraction >= ARGS_MEMORY_FRACTION
+    v = diagnosed(path).verdict
+    assert [(c.role, c.pid) for c in v.culprits] == [(Role.ROLLOUT_MANAGER, 3008)], v.summary
+    finding = next(f for f in v.findings if f.rule == "ray_plasma.args_wait")
+    assert "96 MiB of 128 MiB used (75%)" in finding.message, finding.message
+
+
+def test_without_any_store_reading_nothing_claims_the_store(tmp_path: Path) -> None:
+    src = _before_read(tmp_path / "src")
+    without = tf.bundle_without_targets(
+        src, tmp_path / "without", "ray_dashboard", ("cluster_status",)
+    )
+    with open_bundle(without) as bundle:
+        snap = load_snapshot(bundle)
     # THEN no store is parsed (not an empty one), and nothing claims the object store
     assert snap.joined(RAY_STATE).object_stores == ()
-    v = diagnosed(path).verdict
+    v = diagnosed(without).verdict
     assert "ray_plasma.args_wait" not in {f.rule for f in v.findings}
 
 
