@@ -85,7 +85,9 @@ def test_a_reader_caught_running_at_one_sample_still_moves_bytes(tmp_path: Path)
     v = diagnosed(ran).verdict
     assert (v.status, v.stage, v.culprits) == (Status.PROGRESSING, Stage.NONE, ()), v.summary
     (line,) = _finding(v, "storage-io").evidence
-    assert f"(pid {SLOW_SCHEDULER}): state R;" in line and "slow: " in line, line
+    # where it waits is the sample that shows the wait
+    assert f"(pid {SLOW_SCHEDULER}): state S, in anon_pipe_read;" in line, line
+    assert "slow: " in line, line
 
 
 def test_bytes_of_a_reader_asleep_elsewhere_at_one_sample_are_not_io_work(tmp_path: Path) -> None:

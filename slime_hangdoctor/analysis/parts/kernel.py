@@ -146,16 +146,18 @@ class KernelRead:
 
     @property
     def stuck_writing(self) -> bool:
-        """Asleep in a write wait (WRITE_WAITS) at both samples, no storage byte and less than
+        """Asleep in a write wait (WRITE_WAITS) across the samples, no storage byte and less than
         IO_PROGRESS_BYTES handed to write() in between: the reader behind the pipe or socket
         stopped taking data. The allowance is the doctor's own doing: py-spy's attach interrupts
         the blocked write, which returns what it had copied (at most the pipe's capacity,
         /proc/sys/fs/pipe-max-size: 1 MiB by default) and blocks again. A sample read while
-        py-spy held the process (tracing stop) says nothing: the other sample decides."""
+        py-spy held the process (tracing stop) says nothing, nor one that reads it running (R):
+        the write py-spy's attach interrupted restarts, and on a loaded node the process waits
+        in the run queue before it blocks again. The other sample decides."""
         states = (self.first, self.last)
         return (
             self.samples >= 2
-            and all(k.wchan in WRITE_WAITS or traced(k) for k in states)
+            and all(k.wchan in WRITE_WAITS or traced(k) or k.state == RUNNING for k in states)
             and any(k.wchan in WRITE_WAITS for k in states)
             and self.io_delta == 0
             and self.chars_written is not None
@@ -172,7 +174,7 @@ class KernelRead:
         return self.samples >= 2 and self.disk_sleep_throughout and self.io_delta == 0
 
     def where(self) -> str:
-        k = self.first if traced(self.last) and not traced(self.first) else self.last
+        k = self.first if _in_between(self.last) and not _in_between(self.first) else self.last
         parts = [f"state {k.state}"]
         if k.wchan:
             parts.append(f"in {k.wchan}")
@@ -193,6 +195,11 @@ class KernelRead:
 
 def _io_wait(k: ProcessKernelState) -> bool:
     return k.in_disk_sleep or k.wchan in IO_WAITS
+
+
+def _in_between(k: ProcessKernelState) -> bool:
+    """Read while py-spy held it or while it ran: says less of what it waits for than a sleep."""
+    return traced(k) or k.state == RUNNING
 
 
 def traced(k: ProcessKernelState) -> bool:
@@ -321,7 +328,7 @@ def kernel_findings(world: World) -> list[Finding]:
             Finding(
                 "stuck-writing",
                 Severity.CRITICAL,
-                "Slime processes blocked in a write at both samples (a pipe or socket whose "
+                "Slime processes blocked in a write across the samples (a pipe or socket whose "
                 "reader stopped taking data) with no storage byte and under 1 MiB written in "
                 "between: the storage or uploader behind it is stuck, not a collective",
                 tuple(k.describe() for k in blocked[:6]),
@@ -384,7 +391,7 @@ def next_steps(reading: Reading) -> list[str]:
 
 def suspects(reads: Reads) -> list[Suspect]:
     """A slime process stuck in the kernel: D state at both samples and no storage byte moved, or
-    a write to a pipe / socket asleep at both samples and nothing moving."""
+    a write to a pipe / socket asleep across the samples and nothing moving (stuck_writing)."""
     out: list[Suspect] = []
     for k in kernel_reads(reads.world):
         if k.proc.role is None or not (k.stuck_in_kernel or k.stuck_writing):
@@ -394,7 +401,7 @@ def suspects(reads: Reads) -> list[Suspect]:
             f"in uninterruptible disk sleep at both samples ({k.where()}) with no storage byte "
             "moved: stuck in the kernel (storage that does not answer)"
             if k.stuck_in_kernel
-            else f"blocked in a write at both samples ({k.where()}) with nothing moving: the "
+            else f"blocked in a write across the samples ({k.where()}) with nothing moving: the "
             "pipe or socket it writes to is full and its reader stopped"
         )
         out.append(
@@ -473,7 +480,7 @@ def _checkpoint_case(
         msg = (
             "Checkpoint save / load is stuck in storage, not in a collective: "
             + "; ".join(f"{k.proc.label} (pid {k.proc.pid}) {k.where()}" for k in stuck[:3])
-            + " at both samples, nothing written between them: stuck storage"
+            + " across the samples, nothing written between them: stuck storage"
             + (f"; {len(in_coll)} rank(s) wait for it in the save's collective" if in_coll else "")
             + "."
         )
