@@ -48,6 +48,7 @@ class Signal:
     source: Source
     subject: str
     message: str
+    pid: int | None = None  # the one process whose own work it is (None: an engine's, a node's)
 
     def text(self) -> str:
         return f"{self.subject}: {self.message}"
@@ -101,13 +102,18 @@ def combine(parts: Iterable[Moved]) -> Progress:
     request path holds the job's requests; otherwise it is `not_counted`, with why."""
     ordered = sorted(parts, key=lambda m: m.proof)
     held = tuple(h for m in ordered for h in m.held)
+    holders = {h.proc.pid for h in held}
     counted = (
         [(m.proof, s) for m in ordered for s in (*m.served, *m.progress)]
         if not held
-        else [(m.proof, s) for m in ordered for s in m.progress]
+        else [(m.proof, s) for m in ordered for s in m.progress if s.pid not in holders]
     )
     why = f"not the job's progress: {hold_text(held[0])}" if held else ""
-    served = [s for m in ordered for s in m.served]
+    # with a hold: the engines' work, and the holding hop's own work (its CPU in a call chain
+    # that moves, such as the handler that renders and then writes the body it holds)
+    served = [s for m in ordered for s in m.served] + [
+        s for m in ordered for s in m.progress if held and s.pid in holders
+    ]
     return Progress(
         progress=tuple(s for _, s in counted),
         activity=tuple(s for m in ordered for s in m.activity),

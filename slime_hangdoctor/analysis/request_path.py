@@ -11,9 +11,12 @@ HTTP processes).
 A hop **holds the job's requests** when, at both samples:
 - it is CPU-bound (markers.cpu_bound: 80 % of a core over the window; or on a CPU or waiting only
   for one 80 % of it, from the kernel source's /proc/<pid>/schedstat, as on a node whose cores are
-  all taken; or, where that was not read, runnable (state R) at every process sample) with its serving thread running Python code in the same frame of its own code (the innermost frame outside the Python
-  standard library, and the calls above it): a synchronous call on its only event loop (PR#1602:
-  `json.dumps` of a GiB-scale session under `_render_json`), which serves nothing else meanwhile;
+  all taken; or, where that was not read, runnable (state R) at every process sample) with its
+  serving thread running Python code in the same call of its own code at both samples (its calls
+  outside the Python standard library agree from the outermost inwards, a handler under the
+  loop's entry at least; the innermost that agrees is the place): a synchronous call on its only
+  event loop (PR#1602: `json.dumps` of a GiB-scale session under `_render_json`, then the write
+  of that body, both in the same handler), which serves nothing else meanwhile;
 - and requests pile up at it: the same connections wait at both samples, not taken in between:
   its callers' connections to its listening port that it has not accepted (the caller's row
   exists, the hop holds no socket for it), or bytes in the receive queue of its own connections
@@ -159,14 +162,6 @@ def _stdlib(f: Frame) -> bool:
     return "/lib/python3" in path and "-packages/" not in path
 
 
-def own_place(t: ThreadRead) -> tuple[Frame, tuple[tuple[str, str], ...]] | None:
-    """The innermost frame outside the standard library, with the calls from it outwards."""
-    for i, f in enumerate(t.frames):
-        if not f.native and not _stdlib(f):
-            return f, tuple((g.name, g.filename) for g in t.frames[i:])
-    return None
-
-
 def _serving_thread(p: Proc, read_index: int) -> ThreadRead | None:
     read = p.reads[read_index]
     busy = [t for t in read.threads if t.block is Block.CPU]
@@ -174,15 +169,31 @@ def _serving_thread(p: Proc, read_index: int) -> ThreadRead | None:
 
 
 def _same_place(p: Proc) -> Frame | None:
+    """The innermost frame of its own code that its serving thread is in at both samples: the
+    calls of its own code (frames outside the standard library), compared from the outermost
+    inwards, agree up to it. One call of its own code under the outermost one must agree (a
+    handler under the loop's entry), so a process that only shares its `main` is not in one
+    place. A handler that renders a body at one sample and writes it at the other (PR#1602's
+    session server under load) is in that handler at both."""
     if len(p.reads) < 2 or p.reads[0].sample == p.reads[-1].sample:
         return None
     first, last = _serving_thread(p, 0), _serving_thread(p, -1)
     if first is None or last is None:
         return None
-    a, b = own_place(first), own_place(last)
-    if a is None or b is None or a[1] != b[1]:
-        return None
-    return b[0]
+    a, b = _own_chain(first), _own_chain(last)
+    common = 0
+    while common < min(len(a), len(b)) and _where(a[common]) == _where(b[common]):
+        common += 1
+    return b[common - 1] if common >= 2 else None
+
+
+def _own_chain(t: ThreadRead) -> list[Frame]:
+    """The frames of its own code (not native, not the standard library), outermost first."""
+    return [f for f in reversed(t.frames) if not f.native and not _stdlib(f)]
+
+
+def _where(f: Frame) -> tuple[str, str]:
+    return (f.name, f.filename)
 
 
 def _runnable(p: Proc) -> bool:

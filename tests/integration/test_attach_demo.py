@@ -440,8 +440,12 @@ def _rollout_session_server_blocked_verdict(verdict: dict[str, Any], run: DemoRu
     pid = verdict["culprits"][0]["pid"]
     assert pid != run.roles()["rollout_manager"]
     held = _finding(verdict, "request-path-held")
+    # the place is its handler's call that both samples caught: the render (the recording), or
+    # the handler itself where one sample caught it writing the rendered body (a loaded box)
     assert any(
-        f"`miles-session-server` (pid {pid})" in e and "_render_json" in e for e in held["evidence"]
+        f"`miles-session-server` (pid {pid})" in e
+        and ("CPU-bound in _render_json" in e or "CPU-bound in SessionServer.handle" in e)
+        for e in held["evidence"]
     ), held
     counted = _finding(verdict, "progress-not-counted")
     assert any("not the job's progress" in e for e in counted["evidence"]), counted

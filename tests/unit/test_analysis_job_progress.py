@@ -162,6 +162,28 @@ def test_tokens_behind_a_held_request_path_are_not_the_jobs_progress(tmp_path: P
     assert "progress" not in _rules(v)
 
 
+# The same fault recorded by CI's live run on the loaded 2-core box (demo2, tests/fixtures/README.md):
+# the session server renders a body at the first sample and writes it at the second, both in its
+# handler, while the RolloutManager's requests still wait unread.
+WRITING = DEMO.parent / "demo2" / f"{SESSION}_writing.tar.gz"
+WRITING_SERVER = 8586
+
+
+def test_a_handler_caught_rendering_then_writing_holds_the_requests(tmp_path: Path) -> None:
+    """Before: its calls differed between the samples, so no hold was seen and the engines' tokens
+    (and its own CPU in a moving call chain) made the job progressing (CI's failure)."""
+    v = diagnosed(WRITING).verdict
+    assert (v.status, v.stage) == (Status.HUNG, Stage.ROLLOUT_DISPATCH), v.summary
+    assert [(c.role, c.pid) for c in v.culprits] == [(Role.ROUTER, WRITING_SERVER)]
+    (text,) = _finding(v, "request-path-held").evidence
+    assert "CPU-bound in SessionServer.handle (slime/rollout/session/server.py:96)" in text, text
+    counted = _finding(v, "progress-not-counted").evidence
+    # the engines' tokens and the holder's own CPU, none of them the job's progress
+    assert len(counted) == 3, counted
+    assert any(e.startswith("router: computing (") for e in counted), counted
+    assert "progress" not in _rules(v)
+
+
 def test_the_request_path_runs_from_the_rollout_manager_to_the_engines(tmp_path: Path) -> None:
     a = analyse_bundle(unpacked(SESSION, tmp_path))
     assert a.snapshot is not None and a.topology is not None

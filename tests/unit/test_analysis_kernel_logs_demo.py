@@ -17,6 +17,7 @@ that source's records are removed (`transforms.bundle_without_sources`).
 
 from __future__ import annotations
 
+import tarfile
 from pathlib import Path
 
 from slime_hangdoctor.parsers.kernel import KERNEL
@@ -24,12 +25,14 @@ from slime_hangdoctor.parsers.logs import RAY_LOGS
 from slime_hangdoctor.parsers.sockets import SOCKETS
 from slime_hangdoctor.verdict import Finding, Role, Stage, Status, Verdict
 from tests.fixtures import transforms as tf
-from tests.unit.demo_bundles import diagnosed, unpacked
+from tests.unit.demo_bundles import DEMO, diagnosed, unpacked
 
 FAULT_RANK = 1
 # pids of the checkpoint_stuck_storage recording (tests/fixtures/README.md)
-STUCK_WRITER = 22909  # train rank 0, its write asleep in anon_pipe_write at both samples
-RUNNING_THEN = 22817  # a process the kernel source read R (wchan "0") at sample 0
+# CI's live run of the same fault, recorded (demo2/checkpoint_stuck_storage_running, the README)
+RUNNING_AT_FIRST = DEMO.parent / "demo2" / "checkpoint_stuck_storage_running.tar.gz"
+RANK_0_THEN = 28844
+FUTEX_THEN = 28961  # asleep in futex_do_wait at both samples of that recording
 
 
 def _finding(v: Verdict, rule: str) -> Finding:
@@ -84,18 +87,32 @@ def test_a_write_stuck_in_a_full_pipe_is_stuck_storage(tmp_path: Path) -> None:
 
 
 def test_a_stuck_write_read_running_at_one_sample_is_still_stuck_storage(tmp_path: Path) -> None:
-    """CI's flake: py-spy's attach interrupts the blocked write, which restarts; on a loaded node
-    the rank waits in the run queue before it blocks again, and the kernel source reads it R with
-    wchan 0 at one sample (borrowed from a process read running in the same sample)."""
-    root = unpacked("checkpoint_stuck_storage", tmp_path / "src")
-    ran = tf.bundle_with_kernel_reading_as(root, tmp_path / "ran", STUCK_WRITER, 0, RUNNING_THEN)
-    v = diagnosed(ran).verdict
-    assert (v.culprits[0].role, v.culprits[0].rank) == (Role.TRAIN_RANK, 0)
+    """CI's failure, recorded (demo2): py-spy's attach interrupts the blocked write, which
+    restarts; on the loaded box rank 0 waited in the run queue at the first sample (R, wchan 0)
+    and was asleep in anon_pipe_write at the second, 64 KiB handed over in between."""
+    v = diagnosed(RUNNING_AT_FIRST).verdict
+    assert (v.status, v.stage) == (Status.HUNG, Stage.CHECKPOINT), v.summary
+    assert [(c.role, c.rank, c.pid) for c in v.culprits] == [(Role.TRAIN_RANK, 0, RANK_0_THEN)]
     blocked = _finding(v, "stuck-writing")
     assert [e.split(" (pid")[0] for e in blocked.evidence] == ["train rank 0"]
     assert "state S, in anon_pipe_write" in blocked.evidence[0], blocked.evidence
     stall = _finding(v, "checkpoint-stall").message
     assert stall.startswith("Checkpoint save / load is stuck in storage, not in a collective")
+
+
+def test_running_then_asleep_elsewhere_is_not_a_stuck_write(tmp_path: Path) -> None:
+    """The same recording with rank 0's second reading borrowed from a process asleep on a futex
+    in that sample: no sample shows a write wait, and nothing says stuck writing."""
+    root = _unpacked_archive(RUNNING_AT_FIRST, tmp_path / "src")
+    slept = tf.bundle_with_kernel_reading_as(root, tmp_path / "slept", RANK_0_THEN, 1, FUTEX_THEN)
+    v = diagnosed(slept).verdict
+    assert "stuck-writing" not in [f.rule for f in v.findings]
+
+
+def _unpacked_archive(archive: Path, dest: Path) -> Path:
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter="data")
+    return next(p.parent for p in dest.rglob("manifest.json"))
 
 
 def test_without_the_kernel_source_the_stuck_write_reads_as_a_collective_mismatch(

@@ -61,7 +61,7 @@ def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
             and first.primary.calls() != last.primary.calls()
         )
         if computing and last is not None:
-            moved.append(Signal(CPU, p.label, f"computing ({msg}), call chain moving"))
+            moved.append(Signal(CPU, p.label, f"computing ({msg}), call chain moving", p.pid))
         else:
             spin = last is not None and last.primary.block is Block.CUDA_SYNC
             activity.append(
