@@ -15,6 +15,7 @@ Deadlines are absolute `time.monotonic()` values. Nothing here raises: every pat
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -59,10 +60,19 @@ class _NvmlUnavailable(Exception):
         self.reason = reason
 
 
+# The NVML and GPM readers open NVML at once, each in its thread. Where `import pynvml` fails in one
+# thread, CPython hands the other thread, which found the module in sys.modules while the first
+# import still ran, that half-made module (import's fast path returns the object it found before
+# it waited for the import's lock): "no attribute 'nvmlInit'" instead of "not installed". One
+# import at a time.
+_IMPORT_LOCK = threading.Lock()
+
+
 def _nvml_open() -> Any:
     """Import pynvml and nvmlInit(); raises _NvmlUnavailable with a clear reason."""
     try:
-        import pynvml
+        with _IMPORT_LOCK:
+            import pynvml
     except ImportError as exc:
         raise _NvmlUnavailable(
             Outcome.UNAVAILABLE, f"nvidia-ml-py (pynvml) is not installed: {exc}"
