@@ -21,7 +21,10 @@ A hop **holds the job's requests** when, at both samples:
   its callers' connections to its listening port that it has not accepted (the caller's row
   exists, the hop holds no socket for it), or bytes in the receive queue of its own connections
   that it has not read (no fewer at the second sample). A busy loop that still serves accepts and
-  reads them between the samples; one that holds its requests does neither.
+  reads them between the samples; one that holds its requests does neither. Or the callers gave
+  them up: every request connection waiting at the first sample is closed by its caller before
+  the second (a client whose timeout fired), and new ones wait at the second (PR#1602's client
+  retrying in a loop).
 
 Then no new request reaches the engines through it, whatever they still decode: an engine's
 tokens are not the job's progress while the job's requests are held (progress.py), and the hop is
@@ -63,16 +66,22 @@ class Hold:
     unread_connections: int
     callers: tuple[Proc, ...]  # who sends it requests
     runnable: bool = False  # state R at every sample
+    renewed: bool = False  # its callers gave up the first sample's requests and sent new ones
 
     def waiting(self) -> str:
+        when = "at the last sample" if self.renewed else "at both samples"
         parts = [
-            f"{n} connection(s) from {p.label} (pid {p.pid}) not accepted at both samples"
+            f"{n} connection(s) from {p.label} (pid {p.pid}) not accepted {when}"
             for p, n in self.unaccepted[:3]
         ]
         if self.unread:
             parts.append(
-                f"{self.unread} bytes unread on {self.unread_connections} connection(s) at both "
-                "samples"
+                f"{self.unread} bytes unread on {self.unread_connections} connection(s) {when}"
+            )
+        if self.renewed:
+            parts.append(
+                "every request waiting at the first sample was given up by its caller (its "
+                "connection closed) and sent again"
             )
         return "; ".join(parts)
 
@@ -258,15 +267,7 @@ def holds(world: World, window_s: float, wanted: WantedFn | None = None) -> tupl
             for p in world.procs
             if p is not hop and any(c.socket.remote_port in _listens(hop) for c in _established(p))
         )
-        first, last = samples[0], samples[-1]
-        # the same connections wait at both samples, not drained in between: a loop that serves,
-        # however busy, accepts and reads them; one that holds its requests does neither
-        waiting = _unaccepted(hop, callers, first)
-        left = {k: p for k, p in _unaccepted(hop, callers, last).items() if k in waiting}
-        queued = _unread(hop, first)
-        kept = {
-            k: n for k, n in _unread(hop, last).items() if queued.get(k, 0) > 0 and n >= queued[k]
-        }
+        left, kept, renewed = _piled(hop, callers, samples[0], samples[-1])
         if not (left or kept):
             continue
         per_caller: dict[int, tuple[Proc, int]] = {}
@@ -285,9 +286,40 @@ def holds(world: World, window_s: float, wanted: WantedFn | None = None) -> tupl
                 unread_conns,
                 callers,
                 _runnable(hop),
+                renewed,
             )
         )
     return tuple(out)
+
+
+def _piled(
+    hop: Proc, callers: tuple[Proc, ...], first: int, last: int
+) -> tuple[dict[tuple[int, ...], Proc], dict[tuple[int, str, int], int], bool]:
+    """The requests that pile up at the hop: (its callers' connections it has not accepted, bytes
+    unread in its receive queues, renewed). The same connections wait at both samples, not drained
+    in between: a loop that serves, however busy, accepts and reads them; one that holds its
+    requests does neither. Or `renewed`: every request connection waiting at the first sample is
+    gone from its caller at the last (the client's timeout fired and it closed it), and new ones
+    wait at the last (PR#1602's client retrying in a loop): the last sample's are returned."""
+    waiting = _unaccepted(hop, callers, first)
+    now = _unaccepted(hop, callers, last)
+    left = {k: p for k, p in now.items() if k in waiting}
+    queued = _unread(hop, first)
+    kept = {k: n for k, n in _unread(hop, last).items() if queued.get(k, 0) > 0 and n >= queued[k]}
+    if left or kept:
+        return left, kept, False
+    ports = _listens(hop)
+    asked = {k[1] for k in waiting} | {k[2] for k in queued if k[0] in ports}
+    still = {
+        c.socket.local_port
+        for p in callers
+        for c in _established(p, last)
+        if c.socket.remote_port in ports
+    }
+    unread_now = {k: n for k, n in _unread(hop, last).items() if k[0] in ports}
+    if asked and not asked & still and (now or unread_now):
+        return now, unread_now, True
+    return {}, {}, False
 
 
 def hold_text(h: Hold) -> str:

@@ -184,6 +184,24 @@ def test_a_handler_caught_rendering_then_writing_holds_the_requests(tmp_path: Pa
     assert "progress" not in _rules(v)
 
 
+# The same fault in the next CI run (demo2): the RolloutManager's client timed out on the requests
+# waiting at the first sample, closed them and sent them again on new connections, which the
+# session server accepted between two renders and left unread at the second.
+RETRIED = DEMO.parent / "demo2" / f"{SESSION}_retried.tar.gz"
+RETRIED_SERVER = 20237
+
+
+def test_requests_given_up_and_sent_again_still_pile_up(tmp_path: Path) -> None:
+    """Before: no connection waited at both samples, so no hold was seen, and the engines'
+    tokens made the job progressing (CI's failure)."""
+    v = diagnosed(RETRIED).verdict
+    assert (v.status, v.stage) == (Status.HUNG, Stage.ROLLOUT_DISPATCH), v.summary
+    assert [(c.role, c.pid) for c in v.culprits] == [(Role.ROUTER, RETRIED_SERVER)]
+    (text,) = _finding(v, "request-path-held").evidence
+    assert "332 bytes unread on 2 connection(s) at the last sample" in text, text
+    assert "given up by its caller (its connection closed) and sent again" in text, text
+
+
 def test_the_request_path_runs_from_the_rollout_manager_to_the_engines(tmp_path: Path) -> None:
     a = analyse_bundle(unpacked(SESSION, tmp_path))
     assert a.snapshot is not None and a.topology is not None
