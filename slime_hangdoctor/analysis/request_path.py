@@ -23,8 +23,8 @@ A hop **holds the job's requests** when, at both samples:
   that it has not read (no fewer at the second sample). A busy loop that still serves accepts and
   reads them between the samples; one that holds its requests does neither. Or the callers gave
   them up: every request connection waiting at the first sample is closed by its caller before
-  the second (a client whose timeout fired), and new ones wait at the second (PR#1602's client
-  retrying in a loop).
+  the second (a client whose timeout fired; a keep-alive client keeps a connection it was answered
+  on), whether or not new ones wait at the second yet (PR#1602's client retrying in a loop).
 
 Then no new request reaches the engines through it, whatever they still decode: an engine's
 tokens are not the job's progress while the job's requests are held (progress.py), and the hop is
@@ -66,10 +66,15 @@ class Hold:
     unread_connections: int
     callers: tuple[Proc, ...]  # who sends it requests
     runnable: bool = False  # state R at every sample
-    renewed: bool = False  # its callers gave up the first sample's requests and sent new ones
+    renewed: bool = False  # its callers gave up every request of the first sample (_piled)
+    resent: bool = False  # and new ones wait at the last (these are the last sample's)
 
     def waiting(self) -> str:
-        when = "at the last sample" if self.renewed else "at both samples"
+        when = (
+            ("at the last sample" if self.resent else "at the first sample")
+            if self.renewed
+            else "at both samples"
+        )
         parts = [
             f"{n} connection(s) from {p.label} (pid {p.pid}) not accepted {when}"
             for p, n in self.unaccepted[:3]
@@ -81,7 +86,8 @@ class Hold:
         if self.renewed:
             parts.append(
                 "every request waiting at the first sample was given up by its caller (its "
-                "connection closed) and sent again"
+                "connection closed)"
+                + (" and sent again" if self.resent else ", none sent again yet")
             )
         return "; ".join(parts)
 
@@ -267,7 +273,7 @@ def holds(world: World, window_s: float, wanted: WantedFn | None = None) -> tupl
             for p in world.procs
             if p is not hop and any(c.socket.remote_port in _listens(hop) for c in _established(p))
         )
-        left, kept, renewed = _piled(hop, callers, samples[0], samples[-1])
+        left, kept, renewed, resent = _piled(hop, callers, samples[0], samples[-1])
         if not (left or kept):
             continue
         per_caller: dict[int, tuple[Proc, int]] = {}
@@ -287,6 +293,7 @@ def holds(world: World, window_s: float, wanted: WantedFn | None = None) -> tupl
                 callers,
                 _runnable(hop),
                 renewed,
+                resent,
             )
         )
     return tuple(out)
@@ -294,20 +301,22 @@ def holds(world: World, window_s: float, wanted: WantedFn | None = None) -> tupl
 
 def _piled(
     hop: Proc, callers: tuple[Proc, ...], first: int, last: int
-) -> tuple[dict[tuple[int, ...], Proc], dict[tuple[int, str, int], int], bool]:
+) -> tuple[dict[tuple[int, ...], Proc], dict[tuple[int, str, int], int], bool, bool]:
     """The requests that pile up at the hop: (its callers' connections it has not accepted, bytes
-    unread in its receive queues, renewed). The same connections wait at both samples, not drained
+    unread in its receive queues, renewed, resent). The same connections wait at both samples, not drained
     in between: a loop that serves, however busy, accepts and reads them; one that holds its
     requests does neither. Or `renewed`: every request connection waiting at the first sample is
-    gone from its caller at the last (the client's timeout fired and it closed it), and new ones
-    wait at the last (PR#1602's client retrying in a loop): the last sample's are returned."""
+    gone from its caller at the last (the client's timeout fired and it closed it: a keep-alive
+    client keeps a connection it was answered on), whether or not new ones wait at the last yet
+    (PR#1602's client retrying in a loop, 1 s apart): the last sample's are returned (`resent`),
+    or the first's where none waits at the last."""
     waiting = _unaccepted(hop, callers, first)
     now = _unaccepted(hop, callers, last)
     left = {k: p for k, p in now.items() if k in waiting}
     queued = _unread(hop, first)
     kept = {k: n for k, n in _unread(hop, last).items() if queued.get(k, 0) > 0 and n >= queued[k]}
     if left or kept:
-        return left, kept, False
+        return left, kept, False, False
     ports = _listens(hop)
     asked = {k[1] for k in waiting} | {k[2] for k in queued if k[0] in ports}
     still = {
@@ -317,9 +326,11 @@ def _piled(
         if c.socket.remote_port in ports
     }
     unread_now = {k: n for k, n in _unread(hop, last).items() if k[0] in ports}
-    if asked and not asked & still and (now or unread_now):
-        return now, unread_now, True
-    return {}, {}, False
+    if not asked or asked & still:
+        return {}, {}, False, False
+    if now or unread_now:
+        return now, unread_now, True, True
+    return waiting, {k: n for k, n in queued.items() if k[0] in ports}, True, False
 
 
 def hold_text(h: Hold) -> str:

@@ -14,6 +14,7 @@ gives the verdict the doctor gave before the rule.
 
 from __future__ import annotations
 
+import tarfile
 from pathlib import Path
 
 from slime_hangdoctor.analysis.request_path import request_path
@@ -200,6 +201,31 @@ def test_requests_given_up_and_sent_again_still_pile_up(tmp_path: Path) -> None:
     (text,) = _finding(v, "request-path-held").evidence
     assert "332 bytes unread on 2 connection(s) at the last sample" in text, text
     assert "given up by its caller (its connection closed) and sent again" in text, text
+
+
+def test_requests_given_up_with_none_waiting_at_the_last_sample_still_hold(
+    tmp_path: Path,
+) -> None:
+    """The retried recording with the resent requests read by the last sample (their receive
+    queues emptied, `transforms.sockets_with_queue`): the first sample's requests were still given
+    up, and the hop is still named, by the first sample's waiting connections."""
+    root = _unpacked(RETRIED, tmp_path / "src")
+    read = tmp_path / "read"
+    tf.sockets_with_queue(root, read, (5092, 39298), samples=(1,))
+    tf.sockets_with_queue(read, tmp_path / "both", (5092, 39306), samples=(1,))
+    v = diagnosed(tmp_path / "both").verdict
+    assert [(c.role, c.pid) for c in v.culprits] == [(Role.ROUTER, RETRIED_SERVER)], v.summary
+    (text,) = _finding(v, "request-path-held").evidence
+    assert "2 connection(s) from rollout manager (pid 20110) not accepted at the first sample" in (
+        text
+    ), text
+    assert "given up by its caller (its connection closed), none sent again yet" in text, text
+
+
+def _unpacked(archive: Path, dest: Path) -> Path:
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter="data")
+    return next(p.parent for p in dest.rglob("manifest.json"))
 
 
 def test_the_request_path_runs_from_the_rollout_manager_to_the_engines(tmp_path: Path) -> None:
