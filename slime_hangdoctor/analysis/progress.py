@@ -103,16 +103,18 @@ def combine(parts: Iterable[Moved]) -> Progress:
     ordered = sorted(parts, key=lambda m: m.proof)
     held = tuple(h for m in ordered for h in m.held)
     holders = {h.proc.pid for h in held}
-    counted = (
-        [(m.proof, s) for m in ordered for s in (*m.served, *m.progress)]
-        if not held
-        else [(m.proof, s) for m in ordered for s in m.progress if s.pid not in holders]
-    )
+    # with a hold, the engines' work (`served`) and the holding hop's own work (its CPU in a call
+    # chain that moves, such as the handler that renders and then writes the body it holds) do
+    # not count
+    counted = [
+        (m.proof, s)
+        for m in ordered
+        for s in (m.progress if held else (*m.served, *m.progress))
+        if s.pid not in holders
+    ]
     why = f"not the job's progress: {hold_text(held[0])}" if held else ""
-    # with a hold: the engines' work, and the holding hop's own work (its CPU in a call chain
-    # that moves, such as the handler that renders and then writes the body it holds)
     served = [s for m in ordered for s in m.served] + [
-        s for m in ordered for s in m.progress if held and s.pid in holders
+        s for m in ordered for s in m.progress if s.pid in holders
     ]
     return Progress(
         progress=tuple(s for _, s in counted),

@@ -303,9 +303,9 @@ def _piled(
     hop: Proc, callers: tuple[Proc, ...], first: int, last: int
 ) -> tuple[dict[tuple[int, ...], Proc], dict[tuple[int, str, int], int], bool, bool]:
     """The requests that pile up at the hop: (its callers' connections it has not accepted, bytes
-    unread in its receive queues, renewed, resent). The same connections wait at both samples, not drained
-    in between: a loop that serves, however busy, accepts and reads them; one that holds its
-    requests does neither. Or `renewed`: every request connection waiting at the first sample is
+    unread in its receive queues, renewed, resent). The same connections wait at both samples,
+    not drained in between: a loop that serves, however busy, accepts and reads them; one that
+    holds its requests does neither. Or `renewed`: every request connection waiting at the first sample is
     gone from its caller at the last (the client's timeout fired and it closed it: a keep-alive
     client keeps a connection it was answered on), whether or not new ones wait at the last yet
     (PR#1602's client retrying in a loop, 1 s apart): the last sample's are returned (`resent`),

@@ -130,7 +130,7 @@ class KernelRead:
         states = (self.first, self.last)
         return (
             self.samples >= 2
-            and all(_io_wait(k) or k.state == RUNNING or traced(k) for k in states)
+            and all(_io_wait(k) or _in_between(k) for k in states)
             and any(_io_wait(k) for k in states)
         )
 
@@ -157,7 +157,7 @@ class KernelRead:
         states = (self.first, self.last)
         return (
             self.samples >= 2
-            and all(k.wchan in WRITE_WAITS or traced(k) or k.state == RUNNING for k in states)
+            and all(k.wchan in WRITE_WAITS or _in_between(k) for k in states)
             and any(k.wchan in WRITE_WAITS for k in states)
             and self.io_delta == 0
             and self.chars_written is not None
