@@ -1,0 +1,122 @@
+"""The doctor's Ray driver, in a process of its own, as `attach` runs it (a CLI process).
+
+test_ray_cluster_collect.py runs each scenario here in a fresh interpreter: Ray's core worker ends
+its process with exit code 1 on some cluster failures (it cannot reach its raylet or the GCS), and
+in the pytest process that would end the whole suite without a word. Here it ends one test, with
+the exit code and this process's output in the failure.
+
+    python tests/integration/ray_driver_child.py SCENARIO JSON
+    # exit 0 when every check of the scenario held; an AssertionError's traceback otherwise
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from slime_hangdoctor.bundle import BundleWriter
+from slime_hangdoctor.collect.dashboard import DashboardClient
+from slime_hangdoctor.collect.node_probe import NodeSpec
+from slime_hangdoctor.collect.options import CollectOptions, Deadline
+from slime_hangdoctor.collect.remote import RayTasks, RemoteNode, collect_remote, gather_remote
+from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.ray_state import parse_actors
+
+
+def _connected(gcs_address: str) -> RayTasks:
+    tasks = RayTasks(gcs_address, timeout_s=60.0)
+    why = tasks.ready(120.0)
+    assert why is None, why
+    return tasks
+
+
+def _probe_actors(dashboard_url: str) -> list[str]:
+    res = DashboardClient(dashboard_url, token="", timeout=5.0).get(
+        "/api/v0/actors?detail=1&limit=1000"
+    )
+    assert res.status == 200, (res.status, res.error)
+    actors = parse_actors(res.body)
+    return [a.actor_id for a in actors if a.class_name == "NodeProbe" and a.state == "ALIVE"]
+
+
+def one_probe_answers_both_samples(spec: dict[str, Any]) -> None:
+    """A node's probe is created once and answers both samples (and its GPU readings) as plain
+    bytes that join the bundle as records of that node."""
+    driver = _connected(spec["gcs"])
+    try:
+        node = RemoteNode(spec["node_id"], spec["node_ip"])
+        writer = BundleWriter(Path(spec["bundle"]), command="test")
+        opts = CollectOptions(stacks=False, api_key="hd-key-never-sent", ray_token="hd-token-never")
+        roots = frozenset(int(pid) for pid in spec["roots"])
+        gpus: list[Any] = []
+        for sample in (0, 1):
+            deadline = Deadline(90.0)
+            started = collect_remote(
+                driver, [(node, NodeSpec(node.node_ip, sample, roots))], opts, deadline
+            )
+            if sample == 0:
+                gpus = collect_remote(
+                    driver,
+                    [(node, NodeSpec(node.node_ip, 0))],
+                    opts,
+                    deadline,
+                    gpus=True,
+                    budget_s=5.0,
+                )
+            assert gather_remote(driver, writer, started, sample, deadline, 60.0) == []
+        assert gather_remote(driver, writer, gpus, None, Deadline(30.0), 20.0) == []
+        scans = [r for r in writer.records if r.source == "processes" and r.node_ip == node.node_ip]
+        assert [r.sample for r in scans] == [0, 1], [(r.sample, r.outcome) for r in scans]
+        assert all(r.outcome is Outcome.OK for r in scans), [(r.outcome, r.reason) for r in scans]
+        assert any(r.source == "nvml" for r in writer.records), [r.source for r in writer.records]
+        assert len(_probe_actors(spec["dashboard"])) == 1, "one probe per node, created once"
+    finally:
+        driver.close()
+
+
+def a_pickle_runs_no_code(spec: dict[str, Any]) -> None:
+    """Issue 32 point 8: a compromised node returns a pickle whose loading runs code (and a task
+    whose exception does the same): the doctor reads neither (it names why), and the code never
+    runs in its process; Ray's own `ray.get` of the same answer runs it (the control)."""
+    import ray
+
+    marker = Path(spec["marker"])
+    code = f"open({str(marker)!r}, 'w').write('pwned')"
+
+    class Payload:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (exec, (code,))
+
+    class Hostile(Exception):
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (exec, (code,))
+
+    def answer() -> Payload:
+        return Payload()
+
+    def fail() -> None:
+        raise Hostile()
+
+    driver = _connected(spec["gcs"])
+    try:
+        hostile = ray.remote(num_cpus=0, max_retries=0)(answer)
+        failing = ray.remote(num_cpus=0, max_retries=0)(fail)
+        exported, why = driver.fetch(hostile.remote(), 60.0)
+        assert exported is None and why is not None and "not read" in why, why
+        assert not marker.exists(), "the node's pickle ran code in the doctor"
+        exported, why = driver.fetch(failing.remote(), 60.0)
+        assert exported is None and why is not None and "TASK_EXECUTION_EXCEPTION" in why, why
+        assert not marker.exists(), "the node's exception ran code in the doctor"
+        ray.get(hostile.remote(), timeout=60)  # the control: the payload is live
+        assert marker.read_text() == "pwned"
+    finally:
+        driver.close()
+
+
+SCENARIOS = {f.__name__: f for f in (one_probe_answers_both_samples, a_pickle_runs_no_code)}
+
+if __name__ == "__main__":
+    SCENARIOS[sys.argv[1]](json.loads(sys.argv[2]))
+    print(f"{sys.argv[1]}: ok", flush=True)
