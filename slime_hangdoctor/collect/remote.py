@@ -6,8 +6,9 @@ while this node's own sample runs. Each other node then gets one probe: a thread
 hard node affinity and zero CPUs (a busy node still takes it), created once and asked for both
 samples and for the GPU readings over the window; each node's first sample is asked for as soon as
 the driver is connected. The probes die with the driver (none is detached): nothing is left
-behind. Our own package travels as a `py_modules` runtime env, so the node runs the same code as
-the CLI, and its options travel without a secret (`node_options`).
+behind. Our own package travels with the probe as its sources (`probe_boot`: no runtime env, so a worker
+the raylet keeps idle can take the probe), so the node runs the same code as the CLI, and its
+options travel without a secret (`node_options`).
 
 **A node's answer is data, never code** (docs/reliability.md, TM17). A probe answers plain bytes
 (msgpack: records, artefacts, suffixes), which Ray stores as a raw object; the doctor reads the
@@ -123,6 +124,20 @@ def unpack_answer(data: bytes) -> Exported | None:
     return out
 
 
+def package_sources() -> dict[str, tuple[bytes, bool]]:
+    """The doctor's own package as the node's import system is served it (probe_boot): module
+    name -> (source, whether it is a package), read from the files the CLI runs."""
+    import slime_hangdoctor
+
+    root = Path(slime_hangdoctor.__file__).parent
+    out: dict[str, tuple[bytes, bool]] = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        package = parts[-1] == "__init__"
+        out[".".join(parts[:-1] if package else parts)] = (path.read_bytes(), package)
+    return out
+
+
 class RayTasks:
     """The doctor's Ray driver, connected in a thread, and one probe per node (created once)."""
 
@@ -131,6 +146,7 @@ class RayTasks:
         self._ready = threading.Event()
         self._error: str | None = None
         self._probe_class: Any = None
+        self._sources: Any = None  # the package's sources, in the object store (package_sources)
         self._probes: dict[RemoteNode, Any] = {}
         self._lock = threading.Lock()
         self._thread = threading.Thread(
@@ -145,9 +161,11 @@ class RayTasks:
                 raise RuntimeError("the GCS address of the cluster is unknown (give host:6379)")
             import ray
 
-            import slime_hangdoctor
+            from slime_hangdoctor.collect import probe_boot
 
-            pkg = str(Path(slime_hangdoctor.__file__).parent)
+            cloudpickle: Any = importlib.import_module("ray.cloudpickle")  # untyped
+
+            sources = package_sources()
             if not ray.is_initialized():
                 ray.init(
                     address=self.gcs_address,
@@ -155,13 +173,14 @@ class RayTasks:
                     logging_level=logging.ERROR,
                     log_to_driver=False,
                     configure_logging=False,
-                    runtime_env={"py_modules": [pkg], "excludes": ["__pycache__"]},
                 )
+            cloudpickle.register_pickle_by_value(probe_boot)
+            self._sources = ray.put(sources)
             # an actor class (the stubs of ray.remote type the function form only)
             actor: Any = ray.remote
             self._probe_class = actor(
                 num_cpus=0, max_concurrency=4, max_restarts=0, max_task_retries=0
-            )(NodeProbe)
+            )(probe_boot.BootProbe)
         except Exception as exc:  # noqa: BLE001 - any failure is a blind spot, never a crash
             self._error = f"could not connect to Ray as a driver: {type(exc).__name__}: {exc}"[:400]
         finally:
@@ -182,7 +201,7 @@ class RayTasks:
             if handle is None:
                 strategy = NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False)
                 handle = self._probe_class.options(scheduling_strategy=strategy).remote(
-                    first_sample
+                    first_sample, self._sources
                 )
                 self._probes[node] = handle
             return handle

@@ -20,6 +20,7 @@ from slime_hangdoctor.bundle import BundleWriter
 from slime_hangdoctor.collect.dashboard import DashboardClient
 from slime_hangdoctor.collect.node_probe import NodeSpec
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
+from slime_hangdoctor.collect.probe_boot import BootProbe
 from slime_hangdoctor.collect.remote import RayTasks, RemoteNode, collect_remote, gather_remote
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.ray_state import parse_actors
@@ -38,7 +39,16 @@ def _probe_actors(dashboard_url: str) -> list[str]:
     )
     assert res.status == 200, (res.status, res.error)
     actors = parse_actors(res.body)
-    return [a.actor_id for a in actors if a.class_name == "NodeProbe" and a.state == "ALIVE"]
+    return [a.actor_id for a in actors if a.class_name == BootProbe.__name__ and a.state == "ALIVE"]
+
+
+def _package_loaders(_actor: object) -> set[str]:
+    """In the probe's process: the loaders its `slime_hangdoctor` modules came from."""
+    return {
+        type(getattr(module.__spec__, "loader", None)).__name__
+        for name, module in list(sys.modules.items())
+        if name.split(".")[0] == "slime_hangdoctor" and module is not None
+    }
 
 
 def one_probe_answers_both_samples(spec: dict[str, Any]) -> None:
@@ -72,6 +82,12 @@ def one_probe_answers_both_samples(spec: dict[str, Any]) -> None:
         assert all(r.outcome is Outcome.OK for r in scans), [(r.outcome, r.reason) for r in scans]
         assert any(r.source == "nvml" for r in writer.records), [r.source for r in writer.records]
         assert len(_probe_actors(spec["dashboard"])) == 1, "one probe per node, created once"
+        # the probe ran the doctor's own sources, sent with it (probe_boot), not a copy the node
+        # has installed (this machine has one)
+        import ray
+
+        loaders = ray.get(driver.probe(node).__ray_call__.remote(_package_loaders), timeout=60)
+        assert loaders == {"SourceFinder"}, loaders
     finally:
         driver.close()
 
