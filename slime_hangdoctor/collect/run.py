@@ -625,7 +625,12 @@ def _start_endpoints(
     """Submit the probes of the engines and routers of `topo` not in `probed` (which it updates),
     and of each router's Prometheus page (`router_metrics_urls`); with `user_urls`, also the
     engines and routers the user named (--sglang-url, --router-url)."""
-    from slime_hangdoctor.collect.sglang import probe_engine, probe_router, probe_router_metrics
+    from slime_hangdoctor.collect.sglang import (
+        probe_engine,
+        probe_router,
+        probe_router_metrics,
+        server_info_held,
+    )
 
     opts, deadline = run.opts, run.deadline
     jobs: list[cf.Future[Any]] = []
@@ -653,12 +658,14 @@ def _start_endpoints(
             api_key=opts.api_key,
             health_generate=opts.health_generate,
             health=opts.health,
+            held=server_info_held(run.writer.records, url, index),
         )
     # what only a router lists is not the job's (topology.Engine.listed_only): read as any
     # stranger's server is, never sent the API key nor the opt-in calls that touch an engine
     # (a URL the user named is theirs even in the early probes that leave it for later)
     for url in sorted({e.url for e in topo.listed} - engines - set(opts.sglang_urls)):
-        once("engine", url, probe_engine, api_key=None, listed_by_router=True)
+        held = server_info_held(run.writer.records, url, index)
+        once("engine", url, probe_engine, api_key=None, listed_by_router=True, held=held)
     for url in routers:
         once("router", url, probe_router, api_key=opts.api_key)
     if any(m.role is Role.ROUTER for m in topo.members):  # the state is read only where one is

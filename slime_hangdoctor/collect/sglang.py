@@ -20,7 +20,10 @@ version `/v1/loads` reports; an unknown version counts as one of them), one `/se
 times out poisons the endpoint for every later caller (0.5.15.post1 communicator.py:38-58), so it is
 not sent when the first reads already show the scheduler busy or silent (`server_info_risk`): a
 request in flight in `/v1/loads`, or at a scheduler-bound endpoint in `sglang:http_requests_active`,
-or no answer from the HTTP process at all. The record then says "not sent" and why.
+or no answer from the HTTP process at all; and not at a later sample of the same run either
+(`server_info_held`): a scheduler seen busy at the first sample may show nothing at the second only
+because slime's own caller sits between two attempts (its warm-up loop), and a stuck one would hold
+the call 2 s and be poisoned. The record then says "not sent" and why.
 
 `/health` is NOT called by default. Since SGLang 0.4.10 `/health` is the same handler as
 `/health_generate` (unless `SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false`): on an idle scheduler it
@@ -37,7 +40,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -385,10 +388,12 @@ def probe_engine(
     health_generate: bool = False,
     health: bool = False,
     listed_by_router: bool = False,
+    held: str | None = None,
 ) -> list[ProbeRecord]:
     """Probe one SGLang engine read-only; one record per HTTP request, in endpoint order.
     `listed_by_router`: an engine only a router lists, not the job's (its records say so: the
-    analysis keeps it out of the verdict).
+    analysis keeps it out of the verdict). `held`: why an earlier sample of this run held
+    `/server_info` back from this engine (`server_info_held`): it is held back again.
 
     The whole probe takes at most `timeout` (+ a fraction of a second): all endpoints run
     concurrently and each request gets what is left of the budget. See the module docstring for why
@@ -405,6 +410,10 @@ def probe_engine(
     try:
         jobs = _collect_jobs(first, base, api_key, timeout)
         risk = server_info_risk(jobs)
+        if risk is None and held is not None:
+            # a scheduler seen busy or silent is not asked now that nothing shows it: the gap
+            # between two of slime's own attempts (its warm-up loop) is not an idle scheduler
+            risk = f"held back since {held}"
         if risk is None:
             later = (SERVER_INFO, *later)
         else:
@@ -448,6 +457,26 @@ def _parsed(jobs: list[_Job], path: str, check: Callable[[bytes], Any]) -> Any:
                     return check(answer.body)
                 except Exception:
                     return None
+    return None
+
+
+def server_info_held(records: Iterable[ProbeRecord], url: str, before: int) -> str | None:
+    """Why a sample of this run before `before` held `/server_info` back from the engine at `url`
+    (`server_info_risk`), as "sample K: why"; None when none did."""
+    base = base_url(url)
+    parts = urlsplit(base)  # as `_record` names the engine in its meta
+    wanted = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}" if parts.scheme else base
+    for rec in records:
+        meta = rec.meta
+        if (
+            rec.source == SGLANG
+            and rec.sample is not None
+            and rec.sample < before
+            and meta.get("path") == SERVER_INFO.paths[0]
+            and meta.get("not_sent") is True
+            and meta.get("url") == wanted
+        ):
+            return f"sample {rec.sample}: {(rec.reason or '').removeprefix('not sent: ')}"
     return None
 
 

@@ -11,11 +11,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import requests
 
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
-from slime_hangdoctor.collect.sglang import BODY_CAP, probe_engine, probe_router
+from slime_hangdoctor.collect.sglang import (
+    BODY_CAP,
+    probe_engine,
+    probe_router,
+    server_info_held,
+)
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.sglang import (
     ROUTER,
@@ -225,8 +231,6 @@ def test_doctor_probe_leaves_server_info_working_after_a_3s_stall(
     while it generates. The doctor probes it twice in the stall; afterwards `/server_info` still
     answers with its states (one doctor call that timed out would have left it answering
     `internal_states: []` for everyone, communicator.py:38-58)."""
-    import psutil
-
     s = start()
     assert s.get("/v1/loads").json()["version"].startswith("0.5.15")
     stop = threading.Event()
@@ -256,6 +260,42 @@ def test_doctor_probe_leaves_server_info_working_after_a_3s_stall(
     answer = s.get("/server_info", timeout=5.0)
     assert answer.elapsed.total_seconds() < 1.5
     assert parse_server_info(answer.content).internal_states_count == 1, answer.text[:300]
+
+
+def test_server_info_held_back_at_one_sample_is_held_back_at_the_next(
+    start: Start, writer: BundleWriter
+) -> None:
+    """A scheduler the first sample saw silent is not asked `/server_info` at the second, though
+    nothing shows it then (as in the gap between two of slime's warm-up attempts): on 0.5.15 the
+    call would hold the sample 2 s and poison the endpoint. The control, asked anyway, does both."""
+    s = start()
+    http = psutil.Process(s.proc.pid)
+    http.suspend()  # the first sample: the HTTP process answers nothing
+    try:
+        first = by_path(probe_engine(writer, s.url, node_ip=None, sample=0, timeout=1.5))
+    finally:
+        http.resume()
+    assert first["/server_info"].meta.get("not_sent") is True, first["/server_info"]
+    held = server_info_held(writer.records, s.url, before=1)
+    assert held is not None and held.startswith("sample 0: the HTTP process did not answer"), held
+    assert server_info_held(writer.records, s.url, before=0) is None
+    scheduler = psutil.Process(s.scheduler_pid())
+    scheduler.suspend()  # the second sample: stuck, and nothing in flight shows it
+    try:
+        tic = time.monotonic()
+        second = by_path(
+            probe_engine(writer, s.url, node_ip=None, sample=1, timeout=2.5, held=held)
+        )
+        took = time.monotonic() - tic
+        info = second["/server_info"]
+        assert info.meta.get("not_sent") is True, info
+        assert info.reason is not None and "held back since sample 0" in info.reason, info.reason
+        assert took < 1.5, took
+        control = by_path(probe_engine(writer, s.url, node_ip=None, sample=2, timeout=2.5))
+        assert control["/server_info"].meta.get("not_sent") is None, control["/server_info"]
+        assert control["/server_info"].elapsed_s >= 1.9, control["/server_info"]
+    finally:
+        scheduler.resume()
 
 
 def _quiet_post(url: str, body: dict[str, Any]) -> None:
