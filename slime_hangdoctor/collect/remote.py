@@ -225,9 +225,13 @@ class RayTasks:
 
     def fetch(self, ref: Any, timeout: float) -> tuple[Exported | None, str | None]:
         """A node's records, read from the raw bytes of its answer (never unpickled), or why not."""
-        data, error = _raw_answer(ref, timeout)
-        if data is None:
+        data, error, running = _raw_answer(ref, timeout)
+        if running:
+            # only a task still running is cancelled: cancelling one whose answer arrived races
+            # Ray's own completion of it, which ends the process (a failed check in Ray 2.60's
+            # TaskManager::CompletePendingTask, "Tried to complete task that was not pending")
             _cancel(ref)
+        if data is None:
             return None, error
         exported = unpack_answer(data)
         if exported is None:
@@ -273,8 +277,9 @@ def _wait_closed(timeout: float = 10.0) -> None:
         thread.join(timeout=timeout)
 
 
-def _raw_answer(ref: Any, timeout: float) -> tuple[bytes | None, str | None]:
-    """The bytes of a raw object (a node's answer), read without deserialising it; else why not.
+def _raw_answer(ref: Any, timeout: float) -> tuple[bytes | None, str | None, bool]:
+    """The bytes of a raw object (a node's answer), read without deserialising it; else why not;
+    and whether its task may still run (no answer in time: the one case to cancel it).
 
     `ray.get` deserialises by the object's own metadata, which its writer chose: a `PYTHON`
     object is unpickled. The core worker's `get_objects` returns the serialised object (data,
@@ -287,14 +292,14 @@ def _raw_answer(ref: Any, timeout: float) -> tuple[bytes | None, str | None]:
         (got,) = core.get_objects([ref], int(max(0.1, timeout) * 1000))
         data, metadata = got[0], got[1]
     except ray.exceptions.GetTimeoutError:
-        return None, "no answer in time"
+        return None, "no answer in time", True
     except Exception as exc:  # noqa: BLE001 - a dead owner, a lost object, ...
         text = str(exc).splitlines()[0] if str(exc) else ""
-        return None, f"{type(exc).__name__}: {text}"[:300]
+        return None, f"{type(exc).__name__}: {text}"[:300], False
     kind = bytes(metadata or b"").split(b",")[0]
     if kind == RAW_METADATA:
-        return (b"" if data is None else data.to_pybytes()), None
-    return None, _not_raw(kind, data)
+        return (b"" if data is None else data.to_pybytes()), None, False
+    return None, _not_raw(kind, data), False
 
 
 def _not_raw(kind: bytes, data: Any) -> str:
