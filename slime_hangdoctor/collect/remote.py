@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import functools
 import importlib
 import logging
 import threading
@@ -124,6 +125,7 @@ def unpack_answer(data: bytes) -> Exported | None:
     return out
 
 
+@functools.cache
 def package_sources() -> dict[str, tuple[bytes, bool]]:
     """The doctor's own package as the node's import system is served it (probe_boot): module
     name -> (source, whether it is a package), read from the files the CLI runs."""

@@ -293,6 +293,12 @@ def base_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
+def _named_url(url: str) -> str:
+    """The engine's URL as its records name it: never with user:password@."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}" if parts.scheme else url
+
+
 def _record(
     answer: Answer,
     *,
@@ -305,7 +311,7 @@ def _record(
     parts = urlsplit(url)
     netloc = parts.netloc.rpartition("@")[2]  # never user:password@ in a name or the manifest
     meta: dict[str, Any] = {
-        "url": f"{parts.scheme}://{netloc}" if parts.scheme else url,
+        "url": _named_url(url),
         "path": answer.path,
         "status": answer.status,
         "elapsed_s": answer.elapsed_s,
@@ -463,9 +469,7 @@ def _parsed(jobs: list[_Job], path: str, check: Callable[[bytes], Any]) -> Any:
 def server_info_held(records: Iterable[ProbeRecord], url: str, before: int) -> str | None:
     """Why a sample of this run before `before` held `/server_info` back from the engine at `url`
     (`server_info_risk`), as "sample K: why"; None when none did."""
-    base = base_url(url)
-    parts = urlsplit(base)  # as `_record` names the engine in its meta
-    wanted = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}" if parts.scheme else base
+    wanted = _named_url(base_url(url))
     for rec in records:
         meta = rec.meta
         if (
