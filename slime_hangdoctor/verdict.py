@@ -33,6 +33,27 @@ class Stage(str, Enum):
     NONE = "none"
     UNKNOWN = "unknown"
 
+    @property
+    def label(self) -> str:
+        """The stage in words for prose (`rollout generation`): summaries, headlines, reports."""
+        return STAGE_LABELS.get(self, self.value)
+
+
+# The one table of stage words: the analysis's summary and every report's headline use it.
+STAGE_LABELS: dict[Stage, str] = {
+    Stage.STARTUP: "engine startup",
+    Stage.ROLLOUT_DISPATCH: "rollout generation",
+    Stage.REWARD: "reward",
+    Stage.OFFLOAD_ONLOAD: "offload / onload",
+    Stage.TRAIN: "train step",
+    Stage.WEIGHT_SYNC: "weight sync",
+    Stage.NCCL_BROADCAST: "weight-sync NCCL broadcast",
+    Stage.EVAL: "eval",
+    Stage.CHECKPOINT: "checkpoint save / load",
+    Stage.NONE: "none",
+    Stage.UNKNOWN: "an unknown stage",
+}
+
 
 class Role(str, Enum):
     SGLANG_ENGINE = "sglang_engine"
@@ -331,12 +352,24 @@ class Timeline:
 
 
 @dataclass(frozen=True)
+class BlockedFor:
+    """How long the blocked call had been running when the evidence was taken, and what says so."""
+
+    seconds: float
+    call: str  # "MegatronTrainRayActor.update_weights (pid 2175)"
+    source: str  # "the culprit's call, from its Ray task start"
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """What renderers get: the verdict plus the per-process table, a stack excerpt and the waits
-    the analysis found (the wait-for graph's edges)."""
+    the analysis found (the wait-for graph's edges); when the evidence was taken (`taken_at`,
+    seconds since the epoch: the first sample) and how long the blocked call had run then."""
 
     verdict: Verdict
     rows: tuple[RoleRow, ...] = ()
     excerpt: StackExcerpt | None = None
     waits: tuple[Wait, ...] = ()
     timeline: Timeline | None = None
+    taken_at: float | None = None
+    blocked_for: BlockedFor | None = None

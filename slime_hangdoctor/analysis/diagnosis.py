@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 from slime_hangdoctor.analysis import advice
 from slime_hangdoctor.analysis.blame import Blame, assign
+from slime_hangdoctor.analysis.blocked import blocked_for, evidence_time
 from slime_hangdoctor.analysis.cuda_spin import cuda_spins
 from slime_hangdoctor.analysis.engines import EngineRead, read_engines
+from slime_hangdoctor.analysis.gpu import SPINNING_WORDS
 from slime_hangdoctor.analysis.merge import Merged, merge
 from slime_hangdoctor.analysis.parts.flight_recorder import fr_groups, fr_stage
 from slime_hangdoctor.analysis.parts.request_path import REQUEST_PATH
@@ -275,7 +277,7 @@ def _row_state(world: World, p: Proc) -> str:
         parts.append(missing)
     if p.gpu is not None:
         spinning = any(k.gpu == p.gpu for k in cuda_spins(world))
-        parts.append(f"GPU {p.gpu.index} {'kernel_spin' if spinning else p.gpu.state.value}")
+        parts.append(f"GPU {p.gpu.index} {SPINNING_WORDS if spinning else p.gpu.state.words}")
     if (age := _task_age(world, p)) is not None:
         parts.append(age)
     return "; ".join(parts)
@@ -387,10 +389,10 @@ def _summary(
 ) -> str:
     if status is Status.PROGRESSING:
         what = "; ".join(s.text() for s in progress.progress[:2]) or "activity seen"
-        where = f" (now in {current.value})" if current else ""
+        where = f" (now in {current.label})" if current else ""
         return f"Progressing{where}: {what}"
     if status is Status.HUNG:
-        where = f"in {stage.value}" if stage is not Stage.UNKNOWN else "(stage unknown)"
+        where = f"in {stage.label}" if stage is not Stage.UNKNOWN else "(stage unknown)"
         if culprits:
             c = culprits[0].culprit()
             who = _label(c.role, c.rank, c.pid, c.gpu, c.engine_url)
@@ -562,7 +564,8 @@ def _unusable(snapshot: Snapshot) -> Diagnosis:
             "Nothing usable was collected: no stacks, processes, GPU readings, HTTP answers "
             "or Ray state.",
             blind_spots=snapshot.blind_spots,
-        )
+        ),
+        taken_at=evidence_time(snapshot),
     )
 
 
@@ -688,7 +691,11 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
     )
     waits = find_waits(world, engines, d.culprits) if d.status is Status.HUNG else ()
     rows = build_rows(world, d.culprits)
-    return Diagnosis(verdict, rows, build_excerpt(world, d.culprits), waits)
+    held = blocked_for(snapshot, verdict.culprits) if d.status is Status.HUNG else None
+    excerpt = build_excerpt(world, d.culprits)
+    return Diagnosis(
+        verdict, rows, excerpt, waits, taken_at=evidence_time(snapshot), blocked_for=held
+    )
 
 
 def _confirmed(m: Merged, world: World) -> bool:

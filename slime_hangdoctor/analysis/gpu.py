@@ -36,6 +36,23 @@ class GpuState(str, Enum):
     STUCK = "stuck_in_collective"
     UNKNOWN = "unknown"
 
+    @property
+    def words(self) -> str:
+        """The state in words for prose and process tables (the value stays the JSON's)."""
+        return _GPU_STATE_WORDS[self]
+
+
+# The one table of GPU state words (`extra.gpus[].state` keeps the values, `kernel_spin` included).
+_GPU_STATE_WORDS: dict[GpuState, str] = {
+    GpuState.IDLE: "idle",
+    GpuState.BUSY: "busy",
+    GpuState.STUCK: "stuck in a collective",
+    GpuState.UNKNOWN: "state unknown",
+}
+SPINNING_WORDS = (
+    "spinning in a kernel"  # a GPU read busy whose kernel makes no progress (cuda_spin)
+)
+
 
 @dataclass(frozen=True)
 class GpuRead:
@@ -64,10 +81,10 @@ class GpuRead:
             parts.append("NVLink moving")
         if self.power_w is not None:
             parts.append(f"{self.power_w:.0f} W")
-        return f"{self.state.value} ({', '.join(parts)})" if parts else self.state.value
+        return f"{self.state.words} ({', '.join(parts)})" if parts else self.state.words
 
     def evidence(self, label: bool = True) -> str:
-        parts = [f"{self.label}: {self.state.value}" if label else self.state.value]
+        parts = [f"{self.label}: {self.state.words}" if label else self.state.words]
         if self.util_gpu is not None:
             parts.append(
                 f"util {self.util_gpu:.0f}% / memory util {self.util_mem or 0:.0f}% "

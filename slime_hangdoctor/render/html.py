@@ -2,10 +2,11 @@
 
 No network: no script, font, style sheet or image is loaded, and the page says so to the browser
 (a Content-Security-Policy of `default-src 'none'`, styles inline only). Top to bottom: the verdict
-panel, the wait-for graph (inline SVG laid out by Graphviz `dot`, render/wait_graph.py; a nested
-list where dot is missing), the waits with their evidence, the timeline of the two samples, the
-culprits, the process table, the stack with its deciding frames marked, the findings, next steps,
-blind spots, and the raw evidence (the JSON report) in collapsible sections.
+panel, the culprits, the top three next steps (the first screen: what to do), the wait-for graph
+(inline SVG laid out by Graphviz `dot`, render/wait_graph.py; a nested list where dot is missing),
+the waits with their evidence, the timeline of the two samples, the process table, the stack with
+its deciding frames marked, the findings, the further next steps, blind spots, and the raw evidence
+(the JSON report) in collapsible sections.
 
 Every text comes from the job or from a bundle (untrusted): secrets are blanked with redact.py's
 `redact_text` (as the bundle's own text was when it was written), non-printable characters are
@@ -22,7 +23,14 @@ from collections.abc import Callable
 from slime_hangdoctor import __version__
 from slime_hangdoctor.redact import redact_text
 from slime_hangdoctor.render.jsonout import report_json
-from slime_hangdoctor.render.labels import culprit_details, culprit_name, headline, verdict_facts
+from slime_hangdoctor.render.labels import (
+    TOP_STEPS,
+    culprit_details,
+    culprit_name,
+    headline,
+    report_facts,
+    step_lines,
+)
 from slime_hangdoctor.render.printable import map_strings, printable
 from slime_hangdoctor.render.wait_graph import (
     KIND_WORDS,
@@ -82,15 +90,17 @@ def render_html(diagnosis: Diagnosis, layout: Layout = layout_svg) -> str:
     d = map_strings(map_strings(diagnosis, redact_text), printable)
     v = d.verdict
     title = _e(f"slime-hangdoctor: {headline(v)}")
+    steps = step_lines(v)
     body = [
-        _verdict_panel(v),
+        _verdict_panel(d),
+        _culprits(d),
+        _list_section("next-steps", "Next steps", steps[:TOP_STEPS], start=1),
         _graph_section(d, layout),
         _timeline(d.timeline),
-        _culprits(d),
         _processes(d),
         _stack(d),
         _findings(v),
-        _list_section("next-steps", "Next steps", v.next_steps, ordered=True),
+        _list_section("more-steps", "More next steps", steps[TOP_STEPS:], start=TOP_STEPS + 1),
         _list_section("blind-spots", "Blind spots (not seen, so not ruled out)", v.blind_spots),
         _raw(d),
     ]
@@ -121,10 +131,11 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _verdict_panel(v: Verdict) -> str:
+def _verdict_panel(d: Diagnosis) -> str:
+    v = d.verdict
     facts = "".join(
         f"<span><b>{_e(label)}</b> {_e(value)}</span>"
-        for label, value in [("status", v.status.value), *verdict_facts(v)]
+        for label, value in [("status", v.status.value), *report_facts(d)]
     )
     return (
         f'<section id="verdict" class="panel status-{_e(v.status.value)}">'
@@ -323,12 +334,14 @@ def _findings(v: Verdict) -> str:
     return f'<section id="findings"><h2>Findings</h2><ul>{"".join(items)}</ul></section>'
 
 
-def _list_section(anchor: str, title: str, items: tuple[str, ...], ordered: bool = False) -> str:
+def _list_section(anchor: str, title: str, items: tuple[str, ...], start: int | None = None) -> str:
+    """A list section; `start`: an ordered list numbered from it (`<ol start=4>`)."""
     if not items:
         return ""
-    tag = "ol" if ordered else "ul"
+    tag = "ul" if start is None else "ol"
+    opening = tag if start in (None, 1) else f'ol start="{start}"'
     body = "".join(f"<li>{_e(item)}</li>" for item in items)
-    return f'<section id="{anchor}"><h2>{_e(title)}</h2><{tag}>{body}</{tag}></section>'
+    return f'<section id="{anchor}"><h2>{_e(title)}</h2><{opening}>{body}</{tag}></section>'
 
 
 def _raw(d: Diagnosis) -> str:

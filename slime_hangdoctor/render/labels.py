@@ -1,34 +1,33 @@
-"""Words shared by the text and markdown reports: status, stage, role and culprit labels."""
+"""Words shared by the reports (text, markdown, HTML, brief): status, stage, role and culprit
+labels, the verdict's facts, and the next steps (`step_lines`: the one place a renderer reads them).
+
+Stage words are the verdict's own table (`Stage.label`, verdict.py), which the analysis's summary
+uses too, so a headline and its summary name a stage alike.
+"""
 
 from __future__ import annotations
 
-from slime_hangdoctor.verdict import Culprit, Role, Stage, Status, Verdict
+import time
+
+from slime_hangdoctor.verdict import Culprit, Diagnosis, Role, Stage, Status, Verdict
 
 __all__ = [
+    "TOP_STEPS",
     "culprit_details",
     "culprit_name",
     "exit_label",
     "headline",
+    "report_facts",
     "role_label",
     "seconds",
     "stage_label",
     "status_word",
+    "step_lines",
+    "taken_label",
     "verdict_facts",
 ]
 
-_STAGE_LABELS: dict[Stage, str] = {
-    Stage.STARTUP: "engine startup",
-    Stage.ROLLOUT_DISPATCH: "rollout generation",
-    Stage.REWARD: "reward",
-    Stage.OFFLOAD_ONLOAD: "offload / onload",
-    Stage.TRAIN: "train step",
-    Stage.WEIGHT_SYNC: "weight sync",
-    Stage.NCCL_BROADCAST: "weight-sync NCCL broadcast",
-    Stage.EVAL: "eval",
-    Stage.CHECKPOINT: "checkpoint save / load",
-    Stage.NONE: "none",
-    Stage.UNKNOWN: "an unknown stage",
-}
+TOP_STEPS = 3  # the next steps every report shows right under the culprit
 
 _ROLE_LABELS: dict[Role, str] = {
     Role.SGLANG_ENGINE: "SGLang engine",
@@ -49,7 +48,13 @@ def status_word(verdict: Verdict) -> str:
 
 def stage_label(stage: Stage) -> str:
     """A stage in words, e.g. `weight-sync NCCL broadcast`."""
-    return _STAGE_LABELS.get(stage, stage.value)
+    return stage.label
+
+
+def step_lines(verdict: Verdict) -> tuple[str, ...]:
+    """The next steps as the lines a report prints, most useful first. Every renderer reads the
+    steps through this one function (the verdict's step type may grow fields; the line stays)."""
+    return tuple(verdict.next_steps)
 
 
 def headline(verdict: Verdict) -> str:
@@ -100,13 +105,31 @@ def exit_label(verdict: Verdict) -> str:
 
 
 def verdict_facts(verdict: Verdict) -> list[tuple[str, str]]:
-    """stage, confidence, window, elapsed, exit as (label, value); no stage / window: left out."""
+    """stage, confidence, window, exit as (label, value); no stage / window: left out. Not the
+    analysis's own run time (`elapsed_s`, in the JSON): a reader takes it for the hang's age."""
     facts: list[tuple[str, str]] = []
     if verdict.stage is not Stage.NONE:
         facts.append(("stage", verdict.stage.value))
     facts.append(("confidence", verdict.confidence))
     if verdict.window_s > 0:
         facts.append(("window", seconds(verdict.window_s)))
-    facts.append(("elapsed", seconds(verdict.elapsed_s)))
     facts.append(("exit", exit_label(verdict)))
+    return facts
+
+
+def taken_label(at: float) -> str:
+    """`2026-12-07 14:09:19 UTC`: when the evidence was taken (UTC, a bundle is read anywhere)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+
+
+def report_facts(diagnosis: Diagnosis) -> list[tuple[str, str]]:
+    """`verdict_facts`, then when the evidence was taken and how long the blocked call had been
+    running then (each where the bundle holds it)."""
+    facts = verdict_facts(diagnosis.verdict)
+    at = len(facts) - 1  # before the exit code
+    held = diagnosis.blocked_for
+    if held is not None:
+        facts.insert(at, ("blocked for", f"{seconds(held.seconds)}: {held.call}, {held.source}"))
+    if diagnosis.taken_at is not None:
+        facts.insert(at, ("taken", taken_label(diagnosis.taken_at)))
     return facts

@@ -16,10 +16,12 @@ import re
 
 from slime_hangdoctor import __version__
 from slime_hangdoctor.render.labels import (
+    TOP_STEPS,
     culprit_details,
     culprit_name,
     headline,
-    verdict_facts,
+    report_facts,
+    step_lines,
 )
 from slime_hangdoctor.render.printable import printable_diagnosis
 from slime_hangdoctor.verdict import (
@@ -36,6 +38,7 @@ from slime_hangdoctor.verdict import (
 __all__ = ["render_markdown"]
 
 MARKER = "▶"
+BLIND_SPOTS = "Blind spots (not seen, so not ruled out)"
 _SPECIAL = re.compile(r"([\\`*_\[\]<>|~&])")
 _BACKTICKS = re.compile(r"`+")
 _CODE_SPAN = re.compile(r"(`[^`]+`)")
@@ -57,23 +60,38 @@ def render_markdown(diagnosis: Diagnosis) -> str:
     of bundle text shown escaped: render/printable.py)."""
     diagnosis = printable_diagnosis(diagnosis)
     verdict = diagnosis.verdict
-    parts = [_heading(verdict), f"**{_text(verdict.summary)}**", _facts_table(verdict)]
+    steps = step_lines(verdict)
+    parts = [_heading(verdict), f"**{_text(verdict.summary)}**", _facts_table(diagnosis)]
     if verdict.culprits:
         parts.append(_culprits(verdict.culprits))
+    if steps:
+        parts.append(_steps("Next steps", steps[:TOP_STEPS], 1))
     if diagnosis.rows:
         parts.append(_processes(diagnosis.rows))
     if diagnosis.excerpt is not None:
         parts.append(_stack(diagnosis.excerpt))
     if verdict.findings:
         parts.append(_findings(verdict.findings))
-    if verdict.next_steps:
-        steps = [f"{i}. {_text(step)}" for i, step in enumerate(verdict.next_steps, 1)]
-        parts.append("\n".join(["### Next steps", "", *steps]))
+    if steps[TOP_STEPS:]:
+        parts.append(_steps("More next steps", steps[TOP_STEPS:], TOP_STEPS + 1))
     if verdict.blind_spots:
-        spots = [f"- {_text(spot)}" for spot in verdict.blind_spots]
-        parts.append("\n".join(["### Blind spots (not seen, so not ruled out)", "", *spots]))
-    parts.append(f"---\n<sub>slime-hangdoctor {__version__} · schema `{SCHEMA}`</sub>")
+        parts.append(_spots(BLIND_SPOTS, verdict.blind_spots))
+    parts.append(_footer())
     return "\n\n".join(parts) + "\n"
+
+
+def _steps(title: str, steps: tuple[str, ...], first: int) -> str:
+    """`first.` onwards: a list that starts at 4 keeps its numbers (CommonMark's start number)."""
+    lines = [f"{i}. {_text(step)}" for i, step in enumerate(steps, first)]
+    return "\n".join([f"### {title}", "", *lines])
+
+
+def _spots(title: str, spots: tuple[str, ...]) -> str:
+    return "\n".join([f"### {title}", "", *(f"- {_text(spot)}" for spot in spots)])
+
+
+def _footer() -> str:
+    return f"---\n<sub>slime-hangdoctor {__version__} · schema `{SCHEMA}`</sub>"
 
 
 def _text(value: str) -> str:
@@ -128,8 +146,8 @@ def _heading(verdict: Verdict) -> str:
     return f"## {headline(verdict)} (stage `{verdict.stage.value}`)"
 
 
-def _facts_table(verdict: Verdict) -> str:
-    facts = [("status", verdict.status.value), *verdict_facts(verdict)]
+def _facts_table(diagnosis: Diagnosis) -> str:
+    facts = [("status", diagnosis.verdict.status.value), *report_facts(diagnosis)]
     cells = [_code(value) if label == "stage" else _text(value) for label, value in facts]
     return _table([label for label, _ in facts], [cells])
 

@@ -21,10 +21,12 @@ from rich.table import Table
 from rich.text import Text
 
 from slime_hangdoctor.render.labels import (
+    TOP_STEPS,
     culprit_details,
     culprit_name,
     headline,
-    verdict_facts,
+    report_facts,
+    step_lines,
 )
 from slime_hangdoctor.render.printable import printable_diagnosis
 from slime_hangdoctor.verdict import (
@@ -35,13 +37,14 @@ from slime_hangdoctor.verdict import (
     Severity,
     StackExcerpt,
     Status,
-    Verdict,
 )
 
 __all__ = ["MAX_WIDTH", "render_terminal"]
 
 MAX_WIDTH = 100
 _INDENT = 2
+BLIND_SPOTS = "Blind spots (not seen, so not ruled out)"
+_OWN_LINE = frozenset({"taken", "blocked for", "exit"})  # facts that start a line of the panel
 _CODE_SPAN = r"`[^`]+`"  # commands in next steps: coloured, backticks kept for plain text
 
 _STATUS_STYLES: dict[Status, str] = {
@@ -95,39 +98,47 @@ def _rstrip(line: list[Segment]) -> list[Segment]:
 
 
 def _blocks(diagnosis: Diagnosis, width: int, glyphs: _Glyphs) -> list[RenderableType]:
+    """The verdict, the culprit and the top next steps first (one screen), then the evidence."""
     verdict = diagnosis.verdict
     style = _STATUS_STYLES[verdict.status]
-    blocks: list[RenderableType] = [_verdict_panel(verdict, style, glyphs)]
+    steps = step_lines(verdict)
+    blocks: list[RenderableType] = [_verdict_panel(diagnosis, style, glyphs)]
     if verdict.culprits:
         blocks.append(_culprits(verdict.culprits, style, glyphs))
+    if steps:
+        blocks.append(_steps("Next steps", steps[:TOP_STEPS], 1))
     if diagnosis.rows:
         blocks.append(_processes(diagnosis.rows, style, glyphs))
     if diagnosis.excerpt is not None:
         blocks.append(_stack(diagnosis.excerpt, style, width, glyphs))
     if verdict.findings:
         blocks.append(_findings(verdict.findings, glyphs))
-    if verdict.next_steps:
-        blocks.append(
-            _listing(
-                "Next steps",
-                [f"{i}." for i, _ in enumerate(verdict.next_steps, 1)],
-                verdict.next_steps,
-            )
-        )
+    if steps[TOP_STEPS:]:
+        blocks.append(_steps("More next steps", steps[TOP_STEPS:], TOP_STEPS + 1))
     if verdict.blind_spots:
-        title = "Blind spots (not seen, so not ruled out)"
-        blocks.append(_listing(title, ["-"] * len(verdict.blind_spots), verdict.blind_spots))
+        blocks.append(_blind_spots(verdict.blind_spots))
     return blocks
+
+
+def _steps(title: str, steps: tuple[str, ...], first: int) -> RenderableType:
+    return _listing(title, [f"{i}." for i, _ in enumerate(steps, first)], steps)
+
+
+def _blind_spots(spots: tuple[str, ...], title: str = BLIND_SPOTS) -> RenderableType:
+    return _listing(title, ["-"] * len(spots), spots)
 
 
 def _section(title: str, body: RenderableType) -> RenderableType:
     return Group(Text(title, style="bold"), Padding(body, (0, 0, 0, _INDENT), expand=False))
 
 
-def _verdict_panel(verdict: Verdict, style: str, glyphs: _Glyphs) -> RenderableType:
+def _verdict_panel(diagnosis: Diagnosis, style: str, glyphs: _Glyphs) -> RenderableType:
+    verdict = diagnosis.verdict
     facts = Text()
-    for index, (label, value) in enumerate(verdict_facts(verdict)):
-        if index:
+    for index, (label, value) in enumerate(report_facts(diagnosis)):
+        if label in _OWN_LINE:
+            facts.append("\n")
+        elif index:
             facts.append(f" {glyphs.dot} ", style="dim")
         facts.append(f"{label} ", style="dim")
         facts.append(value)
