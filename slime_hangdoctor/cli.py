@@ -144,6 +144,16 @@ REPORT = (
         default=False,
     ),
 )
+BRIEF = Shared(
+    "brief",
+    bool,
+    typer.Option(
+        "--brief",
+        help="One screen (24 lines at 100 columns): the verdict, the culprit and why, the top three "
+        "next steps and the blind spots that could change the verdict (text or markdown).",
+    ),
+    default=False,
+)
 REPORT_FILE = Shared(
     "report_file",
     Path | None,
@@ -456,20 +466,21 @@ def takes(
 
 
 @app.command()
-@takes(ADDRESS, *LOOK, *TOUCH, OUT, QUIET, *REPORT, REPORT_FILE)
+@takes(ADDRESS, *LOOK, *TOUCH, OUT, QUIET, *REPORT, BRIEF, REPORT_FILE)
 def attach(
     address: str | None,
     opts: CollectOptions,
     out: Path | None,
     quiet: bool,
     output: ReportFormat,
+    brief: bool,
     report_file: Path | None,
 ) -> None:
     """Diagnose a live slime job: discover, sample twice, analyse, report. Read-only by default."""
     diagnosis = run_attach(
         address, from_process_start(opts), out=out, quiet=quiet or output is not ReportFormat.TEXT
     )
-    _emit(diagnosis, output, to=report_file)
+    _emit(diagnosis, output, to=report_file, brief=brief)
 
 
 @app.command()
@@ -499,16 +510,17 @@ def collect(
 
 
 @app.command()
-@takes(*REPORT, REPORT_FILE)
+@takes(*REPORT, BRIEF, REPORT_FILE)
 def analyse(
     bundle: Annotated[
         Path, typer.Argument(help="A bundle directory or .tar.gz written by collect/attach/check.")
     ],
     output: ReportFormat,
+    brief: bool,
     report_file: Path | None,
 ) -> None:
     """Analyse an evidence bundle offline (record once, report many)."""
-    _emit(analyse_bundle(bundle), output, to=report_file)
+    _emit(analyse_bundle(bundle), output, to=report_file, brief=brief)
 
 
 @app.command()
@@ -568,15 +580,19 @@ def demo(
 
 
 @app.command()
-@takes(ADDRESS, *STALL, *LOOK, *REPORT, defaults=WATCHDOG_DEFAULTS)
+@takes(ADDRESS, *STALL, *LOOK, *REPORT, BRIEF, defaults=WATCHDOG_DEFAULTS)
 def check(
-    address: str | None, copts: CheckOptions, opts: CollectOptions, output: ReportFormat
+    address: str | None,
+    copts: CheckOptions,
+    opts: CollectOptions,
+    output: ReportFormat,
+    brief: bool,
 ) -> None:
     """One watchdog run (for cron): exit 0 OK, 1 no progress yet below --stall-after, 2 stalled, 3 unknown."""
     from slime_hangdoctor.watchdog.run import run_check
 
     result = run_check(address, from_process_start(opts), copts)
-    _emit(result.diagnosis, output, exit_code=int(result.exit_code))
+    _emit(result.diagnosis, output, exit_code=int(result.exit_code), brief=brief)
 
 
 @app.command()
@@ -721,10 +737,16 @@ def _emit(
     output: ReportFormat,
     exit_code: int | None = None,
     to: Path | None = None,
+    brief: bool = False,
 ) -> None:
-    """Print the report (or write it to `to`), then exit with the verdict's code."""
+    """Print the report (or write it to `to`; `brief`: the one-screen report), then exit with the
+    verdict's code."""
+    if brief:
+        from slime_hangdoctor.render import check_brief
+
+        check_brief(output)
     if to is not None:
-        _write_report(diagnosis, output, to)
+        _write_report(diagnosis, output, to, brief)
     elif output == ReportFormat.JSON:  # plain ASCII text (json escapes the rest): no rich to load
         from slime_hangdoctor.render import render_json
 
@@ -734,11 +756,11 @@ def _emit(
 
         from slime_hangdoctor.render import render
 
-        render(diagnosis, output, Console(soft_wrap=False))
+        render(diagnosis, output, Console(soft_wrap=False), brief)
     raise typer.Exit(int(diagnosis.verdict.exit_code) if exit_code is None else exit_code)
 
 
-def _write_report(diagnosis: Diagnosis, output: ReportFormat, to: Path) -> None:
+def _write_report(diagnosis: Diagnosis, output: ReportFormat, to: Path, brief: bool) -> None:
     if output == ReportFormat.TEXT:
         from io import StringIO
 
@@ -747,12 +769,13 @@ def _write_report(diagnosis: Diagnosis, output: ReportFormat, to: Path) -> None:
         from slime_hangdoctor.render import render
 
         buffer = StringIO()
-        render(diagnosis, output, Console(file=buffer, width=100, no_color=True, soft_wrap=False))
+        console = Console(file=buffer, width=100, no_color=True, soft_wrap=False)
+        render(diagnosis, output, console, brief)
         text = buffer.getvalue()
     else:
         from slime_hangdoctor.render import render_text
 
-        text = render_text(diagnosis, output)
+        text = render_text(diagnosis, output, brief)
     try:
         to.write_text(text, encoding="utf-8")
     except OSError as exc:

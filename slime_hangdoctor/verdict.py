@@ -364,7 +364,8 @@ class BlockedFor:
 class Diagnosis:
     """What renderers get: the verdict plus the per-process table, a stack excerpt and the waits
     the analysis found (the wait-for graph's edges); when the evidence was taken (`taken_at`,
-    seconds since the epoch: the first sample) and how long the blocked call had run then."""
+    seconds since the epoch: the first sample), how long the blocked call had run then, and which
+    of the verdict's blind spots could change it."""
 
     verdict: Verdict
     rows: tuple[RoleRow, ...] = ()
@@ -373,3 +374,4 @@ class Diagnosis:
     timeline: Timeline | None = None
     taken_at: float | None = None
     blocked_for: BlockedFor | None = None
+    doubts: tuple[str, ...] = ()  # the blind spots that could change the verdict (`--brief`)

@@ -171,20 +171,39 @@ def stacks_not_asked(snapshot: Snapshot) -> bool:
     return snapshot.manifest.options.get("stacks") is False
 
 
+# The blind spots that could change the verdict itself (hung or not, the stage, the culprit): the
+# evidence it rests on was not seen. `--brief` shows these only (`verdict_doubts`); the others
+# (Python-only stacks, no RAS, no flight recorder, a probe's own failure) refine a culprit.
+NO_STACKS_TAKEN = (
+    "no Python stacks: not taken in this run (the watchdog takes none while work moves): "
+    "stages come from Ray method names and process titles only"
+)
+NO_STACKS = (
+    "no Python stacks (py-spy / dashboard traceback): stages come from Ray method names "
+    "and process titles only"
+)
+NO_GPU_READINGS = "no NVML readings: GPU states (stuck in a collective / idle / busy) unknown"
+NO_RAY_STATE = "no Ray state API answer: roles come from process titles and environment only"
+ONE_SAMPLE = "one sample only: progress between two samples could not be measured"
+NO_ENGINE_ANSWERS = "no SGLang HTTP answers: engine health and token counters unknown"
+VERDICT_DOUBTS = frozenset(
+    {NO_STACKS_TAKEN, NO_STACKS, NO_GPU_READINGS, NO_RAY_STATE, ONE_SAMPLE, NO_ENGINE_ANSWERS}
+)
+
+
+def verdict_doubts(spots: tuple[str, ...]) -> tuple[str, ...]:
+    """Of a verdict's blind spots, those that could change it (VERDICT_DOUBTS), in their order."""
+    return tuple(spot for spot in spots if spot in VERDICT_DOUBTS)
+
+
 def blind_spots(ctx: Context) -> list[str]:
     w = ctx.world
     snap = w.snapshot
     out = list(snap.blind_spots)
     if not snap.joined(ALL_STACKS) and stacks_not_asked(snap):
-        out.append(
-            "no Python stacks: not taken in this run (the watchdog takes none while work moves): "
-            "stages come from Ray method names and process titles only"
-        )
+        out.append(NO_STACKS_TAKEN)
     elif not snap.joined(ALL_STACKS):
-        out.append(
-            "no Python stacks (py-spy / dashboard traceback): stages come from Ray method names "
-            "and process titles only"
-        )
+        out.append(NO_STACKS)
     else:
         missing = [p for p in w.procs if p.role is not None and not p.reads]
         if missing:
@@ -201,15 +220,15 @@ def blind_spots(ctx: Context) -> list[str]:
                 "(py-spy --native shows it)"
             )
     if not snap.joined(GPU_SERIES):
-        out.append("no NVML readings: GPU states (stuck in a collective / idle / busy) unknown")
+        out.append(NO_GPU_READINGS)
     # a source the run holds no fact of, that says what is missing then (SourceSpec.missing)
     out.extend(spec.missing for spec in SPECS if spec.missing and not snap.facts(spec))
     if not snap.joined(RAY_STATE).seen:
-        out.append("no Ray state API answer: roles come from process titles and environment only")
+        out.append(NO_RAY_STATE)
     if not w.two_samples:
-        out.append("one sample only: progress between two samples could not be measured")
+        out.append(ONE_SAMPLE)
     if (w.topology.engines or w.by_role(Role.SGLANG_ENGINE)) and not any(
         o.kind is HttpPeer.ENGINE for o in snap.joined(HTTP_ANSWERS)
     ):
-        out.append("no SGLang HTTP answers: engine health and token counters unknown")
+        out.append(NO_ENGINE_ANSWERS)
     return list(dict.fromkeys(out))

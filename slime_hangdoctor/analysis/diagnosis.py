@@ -694,7 +694,13 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
     held = blocked_for(snapshot, verdict.culprits) if d.status is Status.HUNG else None
     excerpt = build_excerpt(world, d.culprits)
     return Diagnosis(
-        verdict, rows, excerpt, waits, taken_at=evidence_time(snapshot), blocked_for=held
+        verdict,
+        rows,
+        excerpt,
+        waits,
+        taken_at=evidence_time(snapshot),
+        blocked_for=held,
+        doubts=advice.verdict_doubts(verdict.blind_spots),
     )
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from slime_hangdoctor.errors import UsageError
 from slime_hangdoctor.render.jsonout import render_json, report_json
-from slime_hangdoctor.render.markdown import render_markdown
+from slime_hangdoctor.render.markdown import render_markdown, render_markdown_brief
 from slime_hangdoctor.verdict import Diagnosis, ReportFormat
 
 if TYPE_CHECKING:
@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from slime_hangdoctor.render.terminal import render_terminal
 
 __all__ = [
+    "BRIEF_FORMATS",
     "FORMATS",
+    "check_brief",
     "render",
     "render_json",
     "render_markdown",
@@ -33,6 +35,7 @@ __all__ = [
 ]
 
 FORMATS = tuple(f.value for f in ReportFormat)
+BRIEF_FORMATS = (ReportFormat.TEXT, ReportFormat.MARKDOWN)  # `--brief`: reports read by a person
 
 
 def __getattr__(name: str) -> Any:
@@ -44,16 +47,20 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def render_text(diagnosis: Diagnosis, fmt: ReportFormat | str) -> str:
-    """The report in a format written verbatim (json, markdown, html), as one text.
+def render_text(diagnosis: Diagnosis, fmt: ReportFormat | str, brief: bool = False) -> str:
+    """The report in a format written verbatim (json, markdown, html), as one text; `brief`: the
+    one-screen report (markdown only of these).
 
     Raises:
-        UsageError: `fmt` is text (rich lays it out for a console) or not one of FORMATS.
+        UsageError: `fmt` is text (rich lays it out for a console) or not one of FORMATS, or
+            `brief` with a format that has no brief form.
     """
+    if brief:
+        check_brief(fmt)
     if fmt == ReportFormat.JSON:
         return render_json(diagnosis) + "\n"
     if fmt == ReportFormat.MARKDOWN:
-        return render_markdown(diagnosis)
+        return render_markdown_brief(diagnosis) if brief else render_markdown(diagnosis)
     if fmt == ReportFormat.HTML:
         from slime_hangdoctor.render.html import render_html
 
@@ -61,20 +68,36 @@ def render_text(diagnosis: Diagnosis, fmt: ReportFormat | str) -> str:
     raise UsageError(f"format {fmt!r} is not written as a file; choose json, markdown or html")
 
 
-def render(diagnosis: Diagnosis, fmt: ReportFormat | str, console: Console) -> None:
-    """Write `diagnosis` to `console` in `fmt` (a ReportFormat or its value).
+def check_brief(fmt: ReportFormat | str) -> None:
+    """`--brief` is given with a format that has a brief form (BRIEF_FORMATS), or UsageError."""
+    if fmt not in BRIEF_FORMATS:
+        raise UsageError(
+            f"--brief is a report for a person: use it with --format text or markdown, "
+            f"not {ReportFormat(fmt).value}"
+            if fmt in FORMATS
+            else f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}"
+        )
+
+
+def render(
+    diagnosis: Diagnosis, fmt: ReportFormat | str, console: Console, brief: bool = False
+) -> None:
+    """Write `diagnosis` to `console` in `fmt` (a ReportFormat or its value); `brief`: the
+    one-screen report (text and markdown, BRIEF_FORMATS).
 
     Raises:
-        UsageError: `fmt` is not one of FORMATS.
+        UsageError: `fmt` is not one of FORMATS, or `brief` with a format that has no brief form.
     """
+    if brief:
+        check_brief(fmt)
     if fmt == ReportFormat.TEXT:
-        from slime_hangdoctor.render.terminal import render_terminal
+        from slime_hangdoctor.render.terminal import render_brief, render_terminal
 
-        render_terminal(diagnosis, console)
+        (render_brief if brief else render_terminal)(diagnosis, console)
     elif fmt == ReportFormat.JSON:
         console.out(render_json(diagnosis), highlight=False)
     elif fmt == ReportFormat.MARKDOWN:
-        console.out(render_markdown(diagnosis), highlight=False, end="")
+        console.out(render_text(diagnosis, fmt, brief), highlight=False, end="")
     elif fmt == ReportFormat.HTML:
         console.out(render_text(diagnosis, fmt), highlight=False, end="")
     else:

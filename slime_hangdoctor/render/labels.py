@@ -126,10 +126,9 @@ def report_facts(diagnosis: Diagnosis) -> list[tuple[str, str]]:
     """`verdict_facts`, then when the evidence was taken and how long the blocked call had been
     running then (each where the bundle holds it)."""
     facts = verdict_facts(diagnosis.verdict)
-    at = len(facts) - 1  # before the exit code
+    if diagnosis.taken_at is not None:
+        facts.append(("taken", taken_label(diagnosis.taken_at)))
     held = diagnosis.blocked_for
     if held is not None:
-        facts.insert(at, ("blocked for", f"{seconds(held.seconds)}: {held.call}, {held.source}"))
-    if diagnosis.taken_at is not None:
-        facts.insert(at, ("taken", taken_label(diagnosis.taken_at)))
+        facts.append(("blocked for", f"{seconds(held.seconds)}: {held.call}, {held.source}"))
     return facts

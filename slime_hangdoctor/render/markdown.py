@@ -35,7 +35,7 @@ from slime_hangdoctor.verdict import (
     Verdict,
 )
 
-__all__ = ["render_markdown"]
+__all__ = ["render_markdown", "render_markdown_brief"]
 
 MARKER = "▶"
 BLIND_SPOTS = "Blind spots (not seen, so not ruled out)"
@@ -49,7 +49,8 @@ _LIVE = re.compile(
     r"|\b[A-Za-z][A-Za-z0-9+.\-]*://\S+"  # a URL
     r"|\bwww\.\S+"  # GFM's www. autolink
     r"|[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+"  # an e-mail address (autolinked)
-    r"|(?<![\w`])@[A-Za-z0-9][A-Za-z0-9\-]*(?:/[A-Za-z0-9_.\-]+)?"  # @user, @org/team
+    # @user, @org/team; an address after an `@` (`GPU 0 @192.0.2.2:8000`) stays whole in the span
+    r"|(?<![\w`])@[A-Za-z0-9][A-Za-z0-9\-]*(?:[.:][A-Za-z0-9\-]+)*(?:/[A-Za-z0-9_.\-]+)?"
     r"|\b[\w.\-]+/[\w.\-]+#\d+\b|(?<![\w&])#\d+\b"  # org/repo#12, #12
     r"|\bGH-\d+\b"
 )
@@ -76,6 +77,24 @@ def render_markdown(diagnosis: Diagnosis) -> str:
         parts.append(_steps("More next steps", steps[TOP_STEPS:], TOP_STEPS + 1))
     if verdict.blind_spots:
         parts.append(_spots(BLIND_SPOTS, verdict.blind_spots))
+    parts.append(_footer())
+    return "\n\n".join(parts) + "\n"
+
+
+def render_markdown_brief(diagnosis: Diagnosis) -> str:
+    """`--brief` as markdown: the verdict, the culprits and why, the top next steps and the blind
+    spots that could change the verdict (Diagnosis.doubts)."""
+    diagnosis = printable_diagnosis(diagnosis)
+    verdict = diagnosis.verdict
+    parts = [_heading(verdict), f"**{_text(verdict.summary)}**", _facts_table(diagnosis)]
+    if verdict.culprits:
+        parts.append(_culprits(verdict.culprits, reasons=1))
+    if steps := step_lines(verdict):
+        parts.append(_steps("Next steps", steps[:TOP_STEPS], 1))
+    if diagnosis.doubts:
+        parts.append(_spots("Blind spots that could change this verdict", diagnosis.doubts))
+    if others := len(verdict.blind_spots) - len(diagnosis.doubts):
+        parts.append(f"{others} other blind spot(s): the full report (without --brief) lists them.")
     parts.append(_footer())
     return "\n\n".join(parts) + "\n"
 
@@ -152,7 +171,8 @@ def _facts_table(diagnosis: Diagnosis) -> str:
     return _table([label for label, _ in facts], [cells])
 
 
-def _culprits(culprits: tuple[Culprit, ...]) -> str:
+def _culprits(culprits: tuple[Culprit, ...], reasons: int | None = None) -> str:
+    """The culprits' table; `reasons`: each culprit's first reasons only (the brief report)."""
     details = [dict(culprit_details(c)) for c in culprits]
     labels = [label for label in ("node", "pid", "rank", "GPU") if any(label in d for d in details)]
     ids = [label for label in ("engine", "actor") if any(label in d for d in details)]
@@ -162,7 +182,7 @@ def _culprits(culprits: tuple[Culprit, ...]) -> str:
             _text(culprit_name(c)),
             *(_text(d.get(label, "")) for label in labels),
             *(_code(d[label]) if label in d else "" for label in ids),
-            _text(c.why),
+            _text(" | ".join(c.why.split(" | ")[:reasons])),
         ]
         for c, d in zip(culprits, details, strict=True)
     ]

@@ -39,12 +39,15 @@ from slime_hangdoctor.verdict import (
     Status,
 )
 
-__all__ = ["MAX_WIDTH", "render_terminal"]
+__all__ = ["BRIEF_LINES", "MAX_WIDTH", "render_brief", "render_terminal"]
 
 MAX_WIDTH = 100
+BRIEF_LINES = 24  # `--brief`: one screen (24 lines at 100 columns)
+BRIEF_CULPRITS = 3  # culprits named in a brief report; more are counted
+BRIEF_DOUBTS = 2
 _INDENT = 2
 BLIND_SPOTS = "Blind spots (not seen, so not ruled out)"
-_OWN_LINE = frozenset({"taken", "blocked for", "exit"})  # facts that start a line of the panel
+_OWN_LINE = frozenset({"taken", "blocked for"})  # facts that start a line of the panel
 _CODE_SPAN = r"`[^`]+`"  # commands in next steps: coloured, backticks kept for plain text
 
 _STATUS_STYLES: dict[Status, str] = {
@@ -77,8 +80,22 @@ def render_terminal(diagnosis: Diagnosis, console: Console) -> None:
     diagnosis = printable_diagnosis(diagnosis)
     width = min(console.width, MAX_WIDTH)
     glyphs = _ASCII if console.options.ascii_only else _UNICODE
+    _print(console, width, _blocks(diagnosis, width, glyphs))
+
+
+def render_brief(diagnosis: Diagnosis, console: Console) -> None:
+    """`--brief`: the verdict, the culprit and why, the top next steps and the blind spots that
+    could change the verdict; one screen (BRIEF_LINES at 100 columns). Reasons and blind spots are
+    cut to one line each (the full report has them whole); next steps wrap (they are pasted)."""
+    diagnosis = printable_diagnosis(diagnosis)
+    width = min(console.width, MAX_WIDTH)
+    glyphs = _ASCII if console.options.ascii_only else _UNICODE
+    _print(console, width, _brief_blocks(diagnosis, glyphs))
+
+
+def _print(console: Console, width: int, blocks: list[RenderableType]) -> None:
     options = console.options.update(width=width)
-    for index, block in enumerate(_blocks(diagnosis, width, glyphs)):
+    for index, block in enumerate(blocks):
         if index:
             console.print()
         for line in console.render_lines(block, options, pad=False):
@@ -120,6 +137,61 @@ def _blocks(diagnosis: Diagnosis, width: int, glyphs: _Glyphs) -> list[Renderabl
     return blocks
 
 
+def _brief_blocks(diagnosis: Diagnosis, glyphs: _Glyphs) -> list[RenderableType]:
+    verdict = diagnosis.verdict
+    style = _STATUS_STYLES[verdict.status]
+    blocks: list[RenderableType] = [_verdict_panel(diagnosis, style, glyphs, one_line=True)]
+    if verdict.culprits:
+        shown = verdict.culprits[:BRIEF_CULPRITS]
+        lines = [_brief_culprit(c, index == 0, style, glyphs) for index, c in enumerate(shown)]
+        if len(verdict.culprits) > len(shown):
+            more = len(verdict.culprits) - len(shown)
+            lines.append(_one_line(f"  and {more} more culprit(s): the full report names them"))
+        blocks.append(Group(*lines))
+    steps = step_lines(verdict)
+    if steps:
+        blocks.append(_steps("Next steps", steps[:TOP_STEPS], 1))
+    blocks.append(_brief_doubts(diagnosis, glyphs))
+    return blocks
+
+
+def _brief_culprit(culprit: Culprit, first: bool, style: str, glyphs: _Glyphs) -> RenderableType:
+    """`▶ SGLang engine   node 192.0.2.2 · pid 2827`; the first culprit with its first reason."""
+    head = Text()
+    head.append(f"{glyphs.marker} {culprit_name(culprit)}", style=f"bold {style}")
+    for index, (label, value) in enumerate(p for p in culprit_details(culprit) if p[0] != "actor"):
+        head.append("   " if index == 0 else f" {glyphs.dot} ", style="dim")
+        head.append(f"{label} ", style="dim")
+        head.append(compact_text(value))
+    head.no_wrap, head.overflow = True, "ellipsis"
+    if not first:
+        return head
+    reason = next((r for r in culprit.why.split(" | ") if r.strip()), "")
+    why = _one_line(f"  why {compact_text(reason)}")
+    why.stylize("dim", 2, 5)
+    return Group(head, why)
+
+
+def _brief_doubts(diagnosis: Diagnosis, glyphs: _Glyphs) -> RenderableType:
+    """The blind spots that could change the verdict (at most BRIEF_DOUBTS), and how many more
+    blind spots the full report lists."""
+    doubts = diagnosis.doubts
+    others = len(diagnosis.verdict.blind_spots) - len(doubts[:BRIEF_DOUBTS])
+    more = f"{others} other blind spot(s): the full report (without --brief) lists them"
+    if not doubts:
+        return _one_line(more if others else "No blind spots.", style="dim")
+    lines = [_one_line(f"- {doubt}") for doubt in doubts[:BRIEF_DOUBTS]]
+    if others:
+        lines.append(_one_line(f"  {more}", style="dim"))
+    return _section("Blind spots that could change this verdict", Group(*lines))
+
+
+def _one_line(text: str, style: str = "") -> Text:
+    line = Text(text, style=style)
+    line.no_wrap, line.overflow = True, "ellipsis"
+    return line
+
+
 def _steps(title: str, steps: tuple[str, ...], first: int) -> RenderableType:
     return _listing(title, [f"{i}." for i, _ in enumerate(steps, first)], steps)
 
@@ -132,8 +204,12 @@ def _section(title: str, body: RenderableType) -> RenderableType:
     return Group(Text(title, style="bold"), Padding(body, (0, 0, 0, _INDENT), expand=False))
 
 
-def _verdict_panel(diagnosis: Diagnosis, style: str, glyphs: _Glyphs) -> RenderableType:
+def _verdict_panel(
+    diagnosis: Diagnosis, style: str, glyphs: _Glyphs, one_line: bool = False
+) -> RenderableType:
+    """The headline, the summary (`one_line`: cut to one line) and the verdict's facts."""
     verdict = diagnosis.verdict
+    summary = _one_line(verdict.summary, "bold") if one_line else Text(verdict.summary, "bold")
     facts = Text()
     for index, (label, value) in enumerate(report_facts(diagnosis)):
         if label in _OWN_LINE:
@@ -143,7 +219,7 @@ def _verdict_panel(diagnosis: Diagnosis, style: str, glyphs: _Glyphs) -> Rendera
         facts.append(f"{label} ", style="dim")
         facts.append(value)
     return Panel(
-        Group(Text(verdict.summary, style="bold"), facts),
+        Group(summary, facts),
         title=Text(headline(verdict), style=f"bold {style}"),
         title_align="left",
         border_style=style,
