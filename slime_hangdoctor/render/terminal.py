@@ -9,6 +9,7 @@ pipe, where rich writes plain text. Lines never exceed min(console width, 100) c
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass
 
 from rich import box
@@ -45,6 +46,7 @@ MAX_WIDTH = 100
 BRIEF_LINES = 24  # `--brief`: one screen (24 lines at 100 columns)
 BRIEF_CULPRITS = 3  # culprits named in a brief report; more are counted
 BRIEF_DOUBTS = 2
+SUMMARY_LINES = 3  # the panel's summary, cut where culprits follow (their reasons are under Why)
 _INDENT = 2
 BLIND_SPOTS = "Blind spots (not seen, so not ruled out)"
 _OWN_LINE = frozenset({"taken", "blocked for"})  # facts that start a line of the panel
@@ -90,7 +92,7 @@ def render_brief(diagnosis: Diagnosis, console: Console) -> None:
     diagnosis = printable_diagnosis(diagnosis)
     width = min(console.width, MAX_WIDTH)
     glyphs = _ASCII if console.options.ascii_only else _UNICODE
-    _print(console, width, _brief_blocks(diagnosis, glyphs))
+    _print(console, width, _brief_blocks(diagnosis, width, glyphs))
 
 
 def _print(console: Console, width: int, blocks: list[RenderableType]) -> None:
@@ -119,11 +121,14 @@ def _blocks(diagnosis: Diagnosis, width: int, glyphs: _Glyphs) -> list[Renderabl
     verdict = diagnosis.verdict
     style = _STATUS_STYLES[verdict.status]
     steps = step_lines(verdict)
-    blocks: list[RenderableType] = [_verdict_panel(diagnosis, style, glyphs)]
+    lines = SUMMARY_LINES if verdict.culprits else None  # the culprits' reasons follow in full
+    blocks: list[RenderableType] = [_verdict_panel(diagnosis, style, glyphs, width, lines)]
     if verdict.culprits:
-        blocks.append(_culprits(verdict.culprits, style, glyphs))
+        blocks.append(_top_culprits(verdict.culprits, style, glyphs, width, brief=False))
     if steps:
         blocks.append(_steps("Next steps", steps[:TOP_STEPS], 1))
+    if verdict.culprits:
+        blocks.append(_culprits(verdict.culprits, style, glyphs))
     if diagnosis.rows:
         blocks.append(_processes(diagnosis.rows, style, glyphs))
     if diagnosis.excerpt is not None:
@@ -137,17 +142,12 @@ def _blocks(diagnosis: Diagnosis, width: int, glyphs: _Glyphs) -> list[Renderabl
     return blocks
 
 
-def _brief_blocks(diagnosis: Diagnosis, glyphs: _Glyphs) -> list[RenderableType]:
+def _brief_blocks(diagnosis: Diagnosis, width: int, glyphs: _Glyphs) -> list[RenderableType]:
     verdict = diagnosis.verdict
     style = _STATUS_STYLES[verdict.status]
-    blocks: list[RenderableType] = [_verdict_panel(diagnosis, style, glyphs, one_line=True)]
+    blocks: list[RenderableType] = [_verdict_panel(diagnosis, style, glyphs, width, 1)]
     if verdict.culprits:
-        shown = verdict.culprits[:BRIEF_CULPRITS]
-        lines = [_brief_culprit(c, index == 0, style, glyphs) for index, c in enumerate(shown)]
-        if len(verdict.culprits) > len(shown):
-            more = len(verdict.culprits) - len(shown)
-            lines.append(_one_line(f"  and {more} more culprit(s): the full report names them"))
-        blocks.append(Group(*lines))
+        blocks.append(_top_culprits(verdict.culprits, style, glyphs, width, brief=True))
     steps = step_lines(verdict)
     if steps:
         blocks.append(_steps("Next steps", steps[:TOP_STEPS], 1))
@@ -155,21 +155,55 @@ def _brief_blocks(diagnosis: Diagnosis, glyphs: _Glyphs) -> list[RenderableType]
     return blocks
 
 
-def _brief_culprit(culprit: Culprit, first: bool, style: str, glyphs: _Glyphs) -> RenderableType:
-    """`▶ SGLang engine   node 192.0.2.2 · pid 2827`; the first culprit with its first reason."""
-    head = Text()
-    head.append(f"{glyphs.marker} {culprit_name(culprit)}", style=f"bold {style}")
-    for index, (label, value) in enumerate(p for p in culprit_details(culprit) if p[0] != "actor"):
-        head.append("   " if index == 0 else f" {glyphs.dot} ", style="dim")
-        head.append(f"{label} ", style="dim")
-        head.append(compact_text(value))
-    head.no_wrap, head.overflow = True, "ellipsis"
-    if not first:
-        return head
-    reason = next((r for r in culprit.why.split(" | ") if r.strip()), "")
-    why = _one_line(f"  why {compact_text(reason)}")
-    why.stylize("dim", 2, 5)
-    return Group(head, why)
+def _top_culprits(
+    culprits: tuple[Culprit, ...], style: str, glyphs: _Glyphs, width: int, brief: bool
+) -> RenderableType:
+    """Who, above the next steps: a line per culprit (BRIEF_CULPRITS; more are counted) and the
+    first culprit's first reason (brief: one line; else at most two, the rest under "Why")."""
+    lines: list[RenderableType] = []
+    for index, culprit in enumerate(culprits[:BRIEF_CULPRITS]):
+        head = Text()
+        head.append(f"{glyphs.marker} {culprit_name(culprit)}", style=f"bold {style}")
+        details = [p for p in culprit_details(culprit) if p[0] != "actor"]
+        for at, (label, value) in enumerate(details):
+            head.append("   " if at == 0 else f" {glyphs.dot} ", style="dim")
+            head.append(f"{label} ", style="dim")
+            head.append(compact_text(value))
+        head.no_wrap, head.overflow = True, "ellipsis"
+        lines.append(head)
+        if index == 0:
+            reasons = [r for r in culprit.why.split(" | ") if r.strip()]
+            first = compact_text(reasons[0]) if reasons else ""
+            room = width - 2 * _INDENT - len(glyphs.marker) - len("why ")
+            why = Text("why ", style="dim")
+            why.append(first if brief else _cut(first, room, 2, glyphs.cut))
+            under = len(glyphs.marker) + 1
+            lines.append(Padding(_one_line_if(why, brief), (0, 0, 0, under), expand=False))
+            if len(reasons) > 1 and not brief:
+                others = f"{' ' * under}{len(reasons) - 1} more reason(s) under Why, below"
+                lines.append(_one_line(others, style="dim"))
+    if len(culprits) > BRIEF_CULPRITS:
+        count = len(culprits) - BRIEF_CULPRITS
+        lines.append(_one_line(f"and {count} more culprit(s): under Why, below", style="dim"))
+    if brief:
+        return Group(*lines)
+    title = "Culprit" if len(culprits) == 1 else f"Culprits ({len(culprits)})"
+    return _section(title, Group(*lines))
+
+
+def _one_line_if(text: Text, one: bool) -> Text:
+    if one:
+        text.no_wrap, text.overflow = True, "ellipsis"
+    return text
+
+
+def _cut(text: str, room: int, lines: int, cut: str) -> str:
+    """`text` cut to what wraps into `lines` lines of `room` columns, ending in `cut` if cut."""
+    wrapped = textwrap.wrap(text, max(room, 10))
+    if len(wrapped) <= lines:
+        return text
+    kept = " ".join(wrapped[:lines])
+    return kept[: max(0, len(kept) - len(cut) - 1)].rstrip() + cut
 
 
 def _brief_doubts(diagnosis: Diagnosis, glyphs: _Glyphs) -> RenderableType:
@@ -205,11 +239,15 @@ def _section(title: str, body: RenderableType) -> RenderableType:
 
 
 def _verdict_panel(
-    diagnosis: Diagnosis, style: str, glyphs: _Glyphs, one_line: bool = False
+    diagnosis: Diagnosis, style: str, glyphs: _Glyphs, width: int, lines: int | None = None
 ) -> RenderableType:
-    """The headline, the summary (`one_line`: cut to one line) and the verdict's facts."""
+    """The headline, the summary (`lines`: cut to that many lines) and the verdict's facts."""
     verdict = diagnosis.verdict
-    summary = _one_line(verdict.summary, "bold") if one_line else Text(verdict.summary, "bold")
+    summary = Text(verdict.summary, "bold")
+    if lines == 1:
+        summary = _one_line(verdict.summary, "bold")
+    elif lines is not None:
+        summary = Text(_cut(verdict.summary, width - 4, lines, glyphs.cut), "bold")
     facts = Text()
     for index, (label, value) in enumerate(report_facts(diagnosis)):
         if label in _OWN_LINE:
@@ -229,8 +267,8 @@ def _verdict_panel(
 
 
 def _culprits(culprits: tuple[Culprit, ...], style: str, glyphs: _Glyphs) -> RenderableType:
-    title = "Culprit" if len(culprits) == 1 else f"Culprits ({len(culprits)})"
-    return _section(title, Group(*(_culprit(c, style, glyphs) for c in culprits)))
+    """Why: each culprit with its identity and every reason the analysis gave."""
+    return _section("Why", Group(*(_culprit(c, style, glyphs) for c in culprits)))
 
 
 def _culprit(culprit: Culprit, style: str, glyphs: _Glyphs) -> RenderableType:
