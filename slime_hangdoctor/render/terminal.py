@@ -127,7 +127,7 @@ def _blocks(diagnosis: Diagnosis, width: int, glyphs: _Glyphs) -> list[Renderabl
         blocks.append(_top_culprits(verdict.culprits, style, glyphs, width, brief=False))
     if steps:
         blocks.append(_steps("Next steps", steps[:TOP_STEPS], 1))
-    if verdict.culprits:
+    if _held_back(verdict.culprits, width, glyphs):
         blocks.append(_culprits(verdict.culprits, style, glyphs))
     if diagnosis.rows:
         blocks.append(_processes(diagnosis.rows, style, glyphs))
@@ -171,10 +171,12 @@ def _top_culprits(
             head.append(compact_text(value))
         head.no_wrap, head.overflow = True, "ellipsis"
         lines.append(head)
+        if index == 0 and culprit.actor_id is not None and not brief:
+            lines.append(_one_line(f"{' ' * (len(glyphs.marker) + 1)}actor {culprit.actor_id}"))
         if index == 0:
             reasons = [r for r in culprit.why.split(" | ") if r.strip()]
             first = compact_text(reasons[0]) if reasons else ""
-            room = width - 2 * _INDENT - len(glyphs.marker) - len("why ")
+            room = _why_room(width, glyphs)
             why = Text("why ", style="dim")
             why.append(first if brief else _cut(first, room, 2, glyphs.cut))
             under = len(glyphs.marker) + 1
@@ -189,6 +191,24 @@ def _top_culprits(
         return Group(*lines)
     title = "Culprit" if len(culprits) == 1 else f"Culprits ({len(culprits)})"
     return _section(title, Group(*lines))
+
+
+def _held_back(culprits: tuple[Culprit, ...], width: int, glyphs: _Glyphs) -> bool:
+    """Whether the lines above the steps left something of the culprits out (a second culprit, a
+    second reason, a reason cut short): then "Why" follows the steps with all of it."""
+    if len(culprits) != 1:
+        return bool(culprits)
+    reasons = [r for r in culprits[0].why.split(" | ") if r.strip()]
+    if len(reasons) > 1:
+        return True
+    room = _why_room(width, glyphs)
+    first = compact_text(reasons[0]) if reasons else ""
+    return _cut(first, room, 2, glyphs.cut) != first
+
+
+def _why_room(width: int, glyphs: _Glyphs) -> int:
+    """Columns of the first reason above the steps (after the indent, the marker and `why `)."""
+    return width - 2 * _INDENT - len(glyphs.marker) - len("why ")
 
 
 def _one_line_if(text: Text, one: bool) -> Text:

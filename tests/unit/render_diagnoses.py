@@ -32,6 +32,8 @@ from slime_hangdoctor.verdict import (
 )
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "render"
+# The same 2x H200 run's bundle: when its evidence was taken (its first sample).
+RUN_MANIFEST = FIXTURES.parent / "bundles" / "gpu-2xh200-nccl-broadcast-hang" / "manifest.json"
 NODE = "192.0.2.2"
 _DUMP_HEADER = re.compile(r"^== py-spy dump --json (\d+)$", re.MULTILINE)
 
@@ -150,7 +152,8 @@ def hung_diagnosis() -> Diagnosis:
     excerpt = StackExcerpt(
         title="train rank 1 (pid 572, MainThread, idle)", frames=stacks[572], highlight=(0,)
     )
-    return Diagnosis(verdict=verdict, rows=rows, excerpt=excerpt)
+    taken_at = min(json.loads(RUN_MANIFEST.read_text())["sample_times"])
+    return Diagnosis(verdict=verdict, rows=rows, excerpt=excerpt, taken_at=taken_at)
 
 
 def engine_culprit_diagnosis() -> Diagnosis:
