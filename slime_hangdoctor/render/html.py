@@ -274,9 +274,16 @@ def _culprits(d: Diagnosis) -> str:
     items = []
     for c in d.verdict.culprits:
         details = ", ".join(f"{label} {value}" for label, value in culprit_details(c))
+        first, *more = [r for r in c.why.split(" | ") if r.strip()] or [""]
+        rest = (
+            f"<details><summary>{len(more)} more reason{'s' if len(more) > 1 else ''}</summary>"
+            f"<ul>{''.join(f'<li>{_e(r)}</li>' for r in more)}</ul></details>"
+            if more
+            else ""
+        )
         items.append(
             f'<li class="culprit"><b>{_e(culprit_name(c))}</b> <span class="mono">'
-            f"{_e(details)}</span><br>{_e(c.why)}</li>"
+            f'{_e(details)}</span><br><span class="why">{_e(first)}</span>{rest}</li>'
         )
     title = "Culprit" if len(items) == 1 else f"Culprits ({len(items)})"
     return f'<section id="culprits"><h2>{title}</h2><ul>{"".join(items)}</ul></section>'
