@@ -212,3 +212,30 @@ def test_only_labels_reads_next_steps() -> None:
             if isinstance(node, ast.Attribute) and node.attr == "next_steps":
                 readers.append(path.name)
     assert set(readers) <= {"labels.py"}, readers
+
+
+def test_brief_on_the_command_line(tmp_path: Path) -> None:
+    """`analyse B --brief`: one screen at 100 columns and the verdict's exit code; to a file with
+    -o as markdown; `--brief --json` refused (exit 3) with a message naming --brief."""
+    import os
+    import subprocess
+    import sys
+
+    bundle = BUNDLES["demo-rollout_engine_stuck"]
+    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1"}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "slime_hangdoctor", "analyse", str(bundle), *args]
+        return subprocess.run(
+            argv, check=False, capture_output=True, text=True, env=env, timeout=120
+        )
+
+    done = run("--brief")
+    lines = done.stdout.splitlines()
+    assert done.returncode == int(diagnosis_of("demo-rollout_engine_stuck").verdict.exit_code)
+    assert 0 < len(lines) <= BRIEF_LINES and lines[0].startswith("╭─ HUNG")
+    out = tmp_path / "brief.md"
+    done = run("--brief", "-f", "markdown", "-o", str(out))
+    assert "### Next steps" in out.read_text() and "### Processes" not in out.read_text()
+    done = run("--brief", "--json")
+    assert done.returncode == 3 and "--brief" in done.stderr and not done.stdout
