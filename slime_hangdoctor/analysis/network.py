@@ -72,6 +72,19 @@ class InFlightKind(str, Enum):
     SOCKET_QUEUES = "socket_queues"
     CALLER_AWAITS = "caller_awaits"
 
+    @property
+    def words(self) -> str:
+        """The kind in words, for prose (`engine HTTP count`)."""
+        return _IN_FLIGHT_WORDS[self]
+
+
+_IN_FLIGHT_WORDS: dict[InFlightKind, str] = {
+    InFlightKind.ENGINE_HTTP: "engine HTTP count",
+    InFlightKind.ROUTER: "router count",
+    InFlightKind.SOCKET_QUEUES: "socket queues",
+    InFlightKind.CALLER_AWAITS: "caller awaits an answer",
+}
+
 
 @dataclass(frozen=True)
 class InFlight:
@@ -138,7 +151,7 @@ class HeldRequests:
             f"and {self.engine.queued or 0:.0f} queued requests"
         )
         if self.in_flight:
-            text += "; requests in flight on them: " + ", ".join(k.value for k in self.kinds)
+            text += "; requests in flight on them: " + ", ".join(k.words for k in self.kinds)
         if self.unread_bytes:
             text += f"; {self.unread_bytes} request bytes wait unread in its server's sockets"
         return text

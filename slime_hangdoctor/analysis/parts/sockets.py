@@ -58,7 +58,7 @@ def suspects(reads: Reads) -> list[Suspect]:
                 role=Role.SGLANG_ENGINE,
                 why=(
                     f"callers hold {h.connections} connection(s) to this engine with requests in "
-                    f"flight ({', '.join(k.value for k in h.kinds)}) while its scheduler has no "
+                    f"flight ({', '.join(k.words for k in h.kinds)}) while its scheduler has no "
                     "running or queued request: the requests wait outside the scheduler (paused "
                     "generation, a tokenizer-side lock, a request never reaped)"
                 ),
