@@ -519,7 +519,7 @@ def caller_awaits(p: Proc) -> str | None:
         elif r.block not in _AWAITING_BLOCKS:
             return None
         elif r.stage in _AWAITING_STAGES:
-            how = f"waits in its {r.stage.value} stage"
+            how = f"waits in its {r.stage.label} stage"
         elif parsed is not None and parsed[1] is not None:
             how = f"waits in its running method {parsed[0]}.{parsed[1]}"
         else:

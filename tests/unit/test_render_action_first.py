@@ -17,16 +17,26 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from slime_hangdoctor.analysis.gpu import GpuState
+from slime_hangdoctor.analysis.network import InFlightKind
 from slime_hangdoctor.pipeline import Analysed, analyse_bundle
 from slime_hangdoctor.render import render, render_text
 from slime_hangdoctor.render.html import render_html
 from slime_hangdoctor.render.labels import TOP_STEPS, step_lines
 from slime_hangdoctor.render.terminal import BRIEF_LINES, MAX_WIDTH
-from slime_hangdoctor.verdict import Diagnosis, Status
+from slime_hangdoctor.verdict import Diagnosis, Stage, Status
 from tests.html_dom import parse_dom
 from tests.unit.test_golden_verdicts import BUNDLES
 
 FIRST_SCREEN = 25  # lines: the action must be on them
+# Values of the enums whose words reach prose (a stage, a GPU's state, a kind of in-flight
+# evidence), and the cuda_spin state of `extra.gpus`: none may be spelled as a value in a sentence.
+SNAKE_CASE_VALUES = tuple(
+    e.value
+    for kind in (Stage, GpuState, InFlightKind)
+    for e in kind
+    if "_" in e.value
+) + ("kernel_spin",)
 RENDER = Path(__file__).resolve().parents[2] / "slime_hangdoctor" / "render"
 # The bundles issue 42 was written against (tree fa9a874: next steps at line 123 of 151, ...).
 ISSUE_BUNDLES = (
@@ -187,9 +197,11 @@ def test_stage_and_gpu_state_read_as_words(name: str) -> None:
     v = d.verdict
     if v.status is Status.HUNG:
         assert v.summary.startswith(f"Hung in {v.stage.label}") or "(stage unknown)" in v.summary
-    text = "\n".join(text_report(d))
-    for enum_value in ("stuck_in_collective", "kernel_spin"):
-        assert enum_value not in text
+    prose = [v.summary, *(c.why for c in v.culprits), *(f.message for f in v.findings)]
+    prose += [row.state for row in d.rows]
+    for enum_value in SNAKE_CASE_VALUES:
+        spelled = re.compile(rf"(?<![\w`\[/.]){re.escape(enum_value)}(?![\w`\](])")
+        assert not any(spelled.search(text) for text in prose), (enum_value, name)
 
 
 def test_an_address_after_an_at_sign_stays_whole_in_markdown() -> None:

@@ -308,7 +308,7 @@ def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
             continue
         if first.stage is not None and last.stage is not None and first.stage != last.stage:
             moved.append(
-                Signal(STACKS, p.label, f"moved from {first.stage.value} to {last.stage.value}")
+                Signal(STACKS, p.label, f"moved from {first.stage.label} to {last.stage.label}")
             )
         elif first.primary.key() != last.primary.key():
             activity.append(Signal(STACKS, p.label, "stack changed within the same stage"))
