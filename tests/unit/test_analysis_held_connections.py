@@ -155,7 +155,7 @@ def test_the_paused_demo_engine_is_named_by_its_callers_wait(tmp_path: Path) -> 
     root = unpacked("engine_paused_by_update", tmp_path / "src")
     (h,) = held_requests(*_engines(root))
     assert h.kinds == (InFlightKind.CALLER_AWAITS,)
-    assert "rollout manager" in h.in_flight[0].text and "rollout_dispatch" in h.in_flight[0].text
+    assert "rollout manager" in h.in_flight[0].text and Stage.ROLLOUT_DISPATCH.label in h.in_flight[0].text
     assert h.unread_bytes == 0  # the 119 bytes at sample 1 are a probe of the doctor's own
     stackless = tf.bundle_without_sources(
         root, tmp_path / "stackless", frozenset({PYSPY})
