@@ -151,7 +151,7 @@ def _brief_blocks(diagnosis: Diagnosis, width: int, glyphs: _Glyphs) -> list[Ren
     steps = step_lines(verdict)
     if steps:
         blocks.append(_steps("Next steps", steps[:TOP_STEPS], 1))
-    blocks.append(_brief_doubts(diagnosis, glyphs))
+    blocks.append(_brief_doubts(diagnosis))
     return blocks
 
 
@@ -226,7 +226,7 @@ def _cut(text: str, room: int, lines: int, cut: str) -> str:
     return kept[: max(0, len(kept) - len(cut) - 1)].rstrip() + cut
 
 
-def _brief_doubts(diagnosis: Diagnosis, glyphs: _Glyphs) -> RenderableType:
+def _brief_doubts(diagnosis: Diagnosis) -> RenderableType:
     """The blind spots that could change the verdict (at most BRIEF_DOUBTS), and how many more
     blind spots the full report lists."""
     doubts = diagnosis.doubts
