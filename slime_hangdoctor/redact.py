@@ -252,6 +252,28 @@ def _fold(text: str) -> str:
 
 
 _FOLDED: list[tuple[str, str]] = [("", "")]
+_HINT_RE = re.compile(_HINT_ALT)
+
+
+def _hints(text: str) -> list[int]:
+    """Where a hint word starts in the folded `text`: one scan that every hinted pass shares
+    (remembered, like the folded text, for the text last scanned; `redact_text` forgets it as it
+    returns). A text with no hint word (most logs) then costs one scan, not one per pass."""
+    last = _HINTED[0]
+    if last[0] is text:
+        return last[1]
+    starts = [m.start() for m in _HINT_RE.finditer(_fold(text))]
+    _HINTED[0] = (text, starts)
+    return starts
+
+
+_HINTED: list[tuple[str, list[int]]] = [("", [])]
+
+
+def _forget() -> None:
+    """Drop the folded copy and the hint positions: not kept past a call."""
+    _FOLDED[0] = ("", "")
+    _HINTED[0] = ("", [])
 
 # (name, where its key starts, where its value may start)
 NameAt = tuple[str, int, int]
@@ -275,8 +297,14 @@ def _hinted_keys(tail: str, name_chars: str, first: str, before: re.Pattern[str]
 
     def keys(text: str) -> Iterator[NameAt]:
         folded = _fold(text)
-        for m in pattern.finditer(folded):
-            start = m.start()
+        after = 0
+        for hint in _hints(text):
+            if hint < after:
+                continue  # inside the last key found (finditer's rule: no overlap)
+            m = pattern.match(folded, hint)
+            if m is None:
+                continue
+            after, start = m.end(), m.start()
             while start and folded[start - 1] in chars:
                 start -= 1
             if text[start] in firsts and _starts_name(text, start, before):
@@ -589,7 +617,7 @@ def every_pass(text: str) -> str:
     """Every pass, unconditionally (what `redact_text` equals, whatever its pre-check skips)."""
     for run in PASSES:
         text = run(text)
-    _FOLDED[0] = ("", "")  # the folded copy is not kept past the call
+    _forget()
     return text
 
 
@@ -604,7 +632,7 @@ def redact_text(text: str, known_secrets: tuple[str, ...] = ()) -> str:
     for run, may_match in zip(PASSES, _MAY_MATCH, strict=True):
         if may_match(text):
             text = run(text)
-    _FOLDED[0] = ("", "")  # the folded copy is not kept past the call
+    _forget()
     return text
 
 
