@@ -144,6 +144,18 @@ _DATA_KEY_WORDS = frozenset(
         "shard", "column", "field", "lookup", "image", "message", "messages", "answer", "hotkey",
     }
 )  # fmt: skip
+# A last word `pass` is a password (`DB_PASS`, `--db-pass`, `SMTP_PASS`) unless it names a pass of
+# a compiler or a training loop (`--first-pass`, `post_grad_custom_pre_pass`).
+_NOT_PASSWORD_PASS_WORDS = frozenset(
+    {
+        "first", "second", "third", "last", "pre", "post", "forward", "backward", "fwd", "bwd",
+        "num", "skip", "disable", "enable", "custom", "grad", "multi", "single", "one", "two",
+        "each", "per", "max", "min", "next", "prev", "compile", "compiler", "fusion", "opt",
+        "optimization", "lowering", "graph", "by", "joint", "inference", "train", "eval", "warmup",
+    }
+)  # fmt: skip
+# Secret words that a name may hold glued to another (`PGPASSWORD`, `HFTOKEN`, `DBSECRET`).
+_GLUED_SECRET_ENDS = ("password", "passwd", "passphrase", "secret", "apikey", "credentials")
 # Query parameters that carry a signature or a credential (S3/GCS presigned URLs, Azure SAS, ...).
 _QUERY_SECRETS = frozenset(
     {
@@ -175,11 +187,15 @@ def _judge_name(name: str) -> bool:
     words = [w for w in re.split(r"[-_.\s]+", _CAMEL.sub("_", name.strip("-")).lower()) if w]
     if not words:
         return False
-    if any(w in _SECRET_WORDS for w in words):
+    if any(w in _SECRET_WORDS or w.endswith(_GLUED_SECRET_ENDS) for w in words):
         return True
     last, prev = words[-1], (words[-2] if len(words) > 1 else "")
     if last in ("token", "auth"):
         return prev not in _SPECIAL_TOKEN_WORDS
+    if last.endswith("token") and last[:-5] not in _SPECIAL_TOKEN_WORDS:
+        return True  # `HFTOKEN`, `GHTOKEN`; not `padtoken`
+    if last == "pass" and prev:
+        return prev not in _NOT_PASSWORD_PASS_WORDS
     if last == "key" and len(words) > 1:
         return prev not in _DATA_KEY_WORDS
     if last in ("id", "b") and len(words) > 2 and words[-2] == "key":
@@ -208,8 +224,11 @@ def url_secrets(url: str | None) -> tuple[str, ...]:
 # ---------------------------------------------------------------- the passes
 
 # scheme://user:password@host  ->  scheme://<redacted>@host  (the host is kept)
+# A password may hold `/`, `?` or `#` (`user:pa/ss@host`): after `user:` the userinfo runs to the
+# first `@`, unless what follows the `:` is a port (`host:8080/a@b` keeps its host).
 _URL_USERINFO = re.compile(
-    r"(?P<k>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<v>[^\s/?#\"'<>\\@]*(?:@[^\s/?#\"'<>\\@]*)*)(?=@)"
+    r"(?P<k>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<v>[^\s/?#\"'<>\\@]*(?:@[^\s/?#\"'<>\\@]*)*(?=@)"
+    r"|[^\s/?#\"'<>\\@:\[\]]*:(?![0-9]*(?:[/?#\s\"'<>\\]|$))[^\s\"'<>\\@]{0,256}(?=@))"
 )
 # curl -u user:pw / --user user:pw / -uuser:pw  ->  user:<redacted>
 _USER_PW = re.compile(
@@ -228,7 +247,7 @@ _USER_PW = re.compile(
 # secret holds one), so most keys are found from their hint: a case-sensitive search of the text
 # folded to lower case (an alternation of lower-case literals: ~10x faster than any pattern that
 # tries a name at every word), then the name's start found by walking back over its characters.
-_HINT_WORDS = ("key", "token", "secret", "passw", "passphrase", "pwd", "cred", "auth", "cookie")
+_HINT_WORDS = ("key", "token", "secret", "pass", "pwd", "cred", "auth", "cookie")
 _HINT_ALT = "(?:" + "|".join(_HINT_WORDS) + ")"
 _ASCII_LOWER = str.maketrans(
     "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz"
@@ -329,6 +348,13 @@ _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 # ?sig=X  &X-Amz-Signature=X  (only names that carry a secret; `sig` and `code` hold no hint word)
 _QUERY_KEY = re.compile(r"[?&;](?P<n>[A-Za-z0-9_.\-]+)=")
 _QUERY_VALUE = re.compile(r"(?P<v>[^&\s\"'#<>;]+)")
+# The same, percent-encoded (once or more: `%3F`, `%253F`) as a URL inside another URL's query
+# (`?next=https%3A%2F%2Fbucket%2Fk%3FX-Amz-Signature%3DX`): `%3F`/`%26`/`%3B` before the name,
+# `%3D` after it; the value ends at an encoded `&`, `;` or `#`.
+_ENCODED_QUERY_KEY = re.compile(r"%(?:25)*(?:3[Ff]|26|3[Bb])(?P<n>[A-Za-z0-9_.\-]+)%(?:25)*3[Dd]")
+_ENCODED_QUERY_VALUE = re.compile(
+    r"(?P<v>(?:[^%&\s\"'#<>;]|%(?!(?:25)*(?:26|3[Bb]|23)))+)"
+)
 # "api_key": "X"  'api_key': 'X'  "api_key": ["X", "Y"]  (JSON, Python reprs); a value may hold
 # escaped quotes. The name ends at a quote, and the same quote opens it.
 _JSON_KEYS = _hinted_keys(
@@ -342,7 +368,7 @@ _JSON_VALUE = re.compile(
 )
 # \"api_key\": \"X\"  (a JSON document inside a JSON string, e.g. SGLang's *_extra_config)
 _JSON_ESCAPED = re.compile(
-    r"""(?P<k>(?P<bs>\\+)"(?P<n>[A-Za-z0-9_.\-]*(?:key|token|secret|passw|pwd|cred|auth|cookie)"""
+    r"""(?P<k>(?P<bs>\\+)"(?P<n>[A-Za-z0-9_.\-]*(?:key|token|secret|pass|pwd|cred|auth|cookie)"""
     r"""[A-Za-z0-9_.\-]*)(?P=bs)"\s*:\s*(?P=bs)")(?P<v>[^\n]{0,8192}?)(?<!\\)(?P=bs)\"""",
     re.IGNORECASE,  # only names with a secret word: another field's value may hold a whole document
 )
@@ -350,7 +376,10 @@ _JSON_ESCAPED = re.compile(
 # JSON string; the quote is kept, and a quoted value is blanked up to its closing quote), after an
 # optional authorization scheme (`authorization=Token X`: the scheme is kept, the token blanked).
 _OPEN_QUOTE = r"""(?P<q>\\{0,3}["'])?(?:(?i:token|bearer|basic|digest)[ \t]+)?"""
-_VALUE = r"""(?P<v>(?:[^\s"',&\\]|\\(?![\\"']))[^\s"',&\\]*(?:\\(?![\\"'])[^\s"',&\\]*)*)"""
+_VALUE = (
+    r"""(?P<v>(?:[^\s"'\\]|\\+(?=[^\s"'\\]))"""
+    r"""(?:[^\s"'\\]|\\+(?=[^\s"'\\])|'(?=[^\s"'\\,;:)\]}>]))*)"""
+)
 _QUOTED_VALUE = re.compile(_OPEN_QUOTE + _VALUE)
 # --api-key X  --wandb-key=X  --hf-token "X"  "--wandb-key", "X" (an argv as a JSON list or a
 # Python repr, as Ray's node summary lists its processes' command lines). In a JSON string a tab
@@ -359,10 +388,13 @@ _QUOTED_VALUE = re.compile(_OPEN_QUOTE + _VALUE)
 # not a value (argparse's rule: `--use-auth-token --hf-token X` gives `--use-auth-token` no
 # value); after `=` anything is. The pattern opens with its literal `-` (the regex engine then
 # skips to each `-`), the boundary is checked behind it.
+# A shell line continued (`--api-key \\` at a line's end, the value on the next: a KubeRay
+# `entrypoint: |`, a `bash -c '...'` script), as written and inside a JSON or repr string.
+_LINE_CONTINUED = r"(?:\\\r?\n|(?:\\\\)+\\(?:r\\)?n)"
 _FLAG_KEY = re.compile(
     r"-(?<![\w-](?<!\\[nrt])-)-?(?P<n>[A-Za-z][A-Za-z0-9_\-]*)"
-    r"""(?:=|(?:[ \t]|\\t)+(?!-[A-Za-z\-])"""  # a quoted `'-x'` after a blank is a value
-    r"""|\\{0,3}["'][ \t]*,[ \t]*(?=\\{0,3}["'])(?!\\{0,3}["']-[A-Za-z\-]))"""
+    r"""(?:=|(?:[ \t]|\\t|""" + _LINE_CONTINUED + r""")+(?!-[A-Za-z\-])"""  # `'-x'` is a value
+    r"""|\\{0,3}["'][ \t]*,(?:\s|\\[nrt])*(?=\\{0,3}["'])(?!\\{0,3}["']-[A-Za-z\-]))"""
 )
 # HF_TOKEN=X  api_key='X'  authorization=Token X  api_key = 'X' (a config file's form; not `==`)
 _ASSIGN_KEYS = _hinted_keys(
@@ -371,7 +403,7 @@ _ASSIGN_KEYS = _hinted_keys(
 # X-Api-Key: X  password: X  password: "X"  (to the end of the line or the enclosing string;
 # `Authorization: Bearer X` keeps its scheme)
 _HEADER_KEYS = _hinted_keys(
-    r"[a-z0-9_\-]*(?P<end>):[ \t]*", _LOWER_NAME + "-", _LETTERS, _BEFORE_NAME
+    r"[a-z0-9_\-]*(?P<end>)[ \t]*:[ \t]*", _LOWER_NAME + "-", _LETTERS, _BEFORE_NAME
 )
 _HEADER_VALUE = re.compile(
     r"""(?P<q>\\{0,3}["'])?(?:(?i:token|bearer|basic|digest)[ \t]+)?"""
@@ -409,6 +441,16 @@ _MYSQL_PW = re.compile(
     + _VALUE
 )
 
+# `wandb.login(key='X')` (a call in a script or a traceback): `key` alone names no secret elsewhere.
+_LOGIN_KEY = re.compile(
+    r"(?P<k>(?<![\w])login\([^()]{0,256}?(?<![\w.])key[ \t]*=[ \t]*)" + _OPEN_QUOTE + _VALUE
+)
+# `aws configure set [--profile P] aws_secret_access_key X`: a secret name with a blank, no `=`.
+_AWS_SET_KEY = re.compile(
+    r"(?<![\w.-])aws[ \t]+configure[ \t]+set[ \t]+(?:--[\w-]+[ \t]+[^\s-]\S*[ \t]+)*"
+    r"(?P<n>[A-Za-z][\w.\-]*)[ \t]+"
+)
+
 Pass = Callable[[str], str]
 
 
@@ -419,7 +461,7 @@ def _blank(pattern: re.Pattern[str], text: str) -> str:
     pos = 0
     for m in pattern.finditer(text):
         value = m["v"]
-        if m.start() < pos or not value or value == REDACTED:
+        if m.start() < pos or not value or value.startswith(REDACTED):
             continue
         start, end = _quoted_span(text, m)
         out += (text[pos:start], REDACTED)
@@ -439,6 +481,8 @@ def _quoted_span(text: str, m: re.Match[str]) -> tuple[int, int]:
         close = text.find(quote, start, start + 8192)
         if close != -1 and "\n" not in text[start:close]:
             end = max(end, close)
+    elif end - start > 1 and text[end - 1] == ",":
+        end -= 1  # `api_key=X, model=M`: the comma is the list's (one inside a value is not)
     return start, end
 
 
@@ -478,7 +522,7 @@ def _value_after(value: re.Pattern[str]) -> Blank:
 
     def blank(text: str, at: int) -> tuple[int, int, str] | None:
         m = value.match(text, at)
-        if m is None or not m["v"] or m["v"] == REDACTED:
+        if m is None or not m["v"] or m["v"].startswith(REDACTED):
             return None
         start, end = _quoted_span(text, m)
         return start, end, REDACTED
@@ -531,6 +575,10 @@ def _query_secret(name: str) -> bool:
 url_userinfo_pass = _plain(_URL_USERINFO)
 user_pw_pass = _plain(_USER_PW)
 query_pass = _Named(_regex_keys(_QUERY_KEY), _query_secret, _value_after(_QUERY_VALUE))
+encoded_query_pass = _Named(
+    _regex_keys(_ENCODED_QUERY_KEY), _query_secret, _value_after(_ENCODED_QUERY_VALUE)
+)
+aws_set_pass = _Named(_regex_keys(_AWS_SET_KEY), is_secret_name, _value_after(_QUOTED_VALUE))
 json_field_pass = _Named(_JSON_KEYS, is_secret_name, _json_value)
 json_escaped_pass = _json_escaped
 flag_pass = _Named(_regex_keys(_FLAG_KEY), is_secret_name, _value_after(_QUOTED_VALUE))
@@ -543,12 +591,14 @@ _WANDB_LOGIN_NEEDS = ("login",)
 _MYSQL_NEEDS = ("mysql", "mariadb")
 wandb_login_pass = _plain(_WANDB_LOGIN, _WANDB_LOGIN_NEEDS)
 mysql_password_pass = _plain(_MYSQL_PW, _MYSQL_NEEDS)
+login_key_pass = _plain(_LOGIN_KEY, ("login(",))
 
 # In this order: structure first (URLs, JSON fields), then the looser text forms.
 PASSES: tuple[Pass, ...] = (
     url_userinfo_pass,
     user_pw_pass,
     query_pass,
+    encoded_query_pass,
     json_escaped_pass,
     json_field_pass,
     flag_pass,
@@ -556,6 +606,8 @@ PASSES: tuple[Pass, ...] = (
     bearer_pass,
     wandb_login_pass,
     mysql_password_pass,
+    login_key_pass,
+    aws_set_pass,
     header_pass,
     arg_table_pass,
 )
@@ -590,13 +642,16 @@ _MAY_MATCH: tuple[MayMatch, ...] = (
     _holds_all("://", "@"),  # url_userinfo: scheme://userinfo followed by `@`
     _holds_any("-u"),  # user_pw: -u, --user, --proxy-user
     lambda text: "=" in text and ("?" in text or "&" in text or ";" in text),  # query
+    lambda text: "%" in text and ("3D" in text or "3d" in text),  # encoded query
     _holds_any('\\"'),  # json_escaped: a backslash-escaped quote
     lambda text: ":" in text and ('"' in text or "'" in text),  # json_field
     _holds_any("-"),  # flag
     _holds_any("="),  # assign
     _bearer_may_match,
-    _always,  # wandb_login and mysql_password test their literals themselves
+    _always,  # wandb_login, mysql_password and login_key test their literals themselves
     _always,
+    _always,
+    _holds_all("configure"),  # aws configure set
     _holds_any(":"),  # header
     _holds_any(" .", "\t."),  # arg_table: a name, a blank, then the dots
 )
@@ -607,10 +662,10 @@ _MAY_MATCH: tuple[MayMatch, ...] = (
 # `wandb login`, a MySQL client's name). Most texts (/metrics pages, stacks) hold none and skip
 # every pass. ASCII texts are searched lower-cased; others case-insensitively (Unicode folding);
 # the literals as written (a substring test: no cost on the hot path).
-_HINT = r"key|token|secret|passw|passphrase|pwd|cred|auth|cookie|bearer|basic|@|sig|amz|goog|code|-u|user"
+_HINT = r"key|token|secret|pass|pwd|cred|auth|cookie|bearer|basic|@|sig|amz|goog|code|-u|user|%3d"
 _ASCII_HINT = re.compile(_HINT)
 _UNICODE_HINT = re.compile(_HINT, re.IGNORECASE)
-_LITERAL_HINTS = (*_WANDB_LOGIN_NEEDS, *_MYSQL_NEEDS)
+_LITERAL_HINTS = (*_WANDB_LOGIN_NEEDS, *_MYSQL_NEEDS)  # `login(` holds `login`
 
 
 def every_pass(text: str) -> str:
@@ -693,7 +748,9 @@ def redact_cmdline(
                 skip_value = arg in WANDB_LOGIN_VALUE_OPTIONS
         elif arg == "login" and i and argv[i - 1].rsplit("/", 1)[-1] == "wandb":
             login = True
-        if re.fullmatch(r"--?[A-Za-z][A-Za-z0-9_\-]*", arg) and is_secret_name(arg):
+        if (
+            re.fullmatch(r"--?[A-Za-z][A-Za-z0-9_\-]*", arg) or _aws_set_name(argv, i)
+        ) and is_secret_name(arg):
             out.append(arg)
             hide_next = True
             continue
@@ -711,7 +768,16 @@ def redact_cmdline(
     return tuple(out)
 
 
+def _aws_set_name(argv: tuple[str, ...] | list[str], i: int) -> bool:
+    """Whether `argv[i]` is the name of `aws configure set [--profile P] NAME VALUE`."""
+    k = i - 1
+    while k >= 2 and argv[k - 1].startswith("--") and not argv[k].startswith("-"):
+        k -= 2  # an option and its value between `set` and the name
+    return k >= 2 and argv[k] == "set" and argv[k - 1] == "configure" and argv[k - 2] == "aws"
+
+
 _SHELL_OPERATOR = re.compile(r"[();<>|&]+")
+_LINE_JOIN = re.compile(r"(?<!\\)((?:\\\\)*)\\\r?\n")
 
 
 def redact_shell(command: str, known_secrets: tuple[str, ...] = ()) -> str:
@@ -722,8 +788,8 @@ def redact_shell(command: str, known_secrets: tuple[str, ...] = ()) -> str:
     as they were; a value not found there as written (`a\\ b`) or shorter than a known secret may
     be has the words joined again instead (shell-quoted). Text that does not parse (an unbalanced
     quote) is redacted as free text."""
-    try:
-        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    try:  # a line continued (`\\` newline) is one line to the shell, not a word
+        lexer = shlex.shlex(_LINE_JOIN.sub(r"\1", command), posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
         lexer.commenters = ""
         words = list(lexer)
@@ -759,7 +825,10 @@ def filter_env(
     return out
 
 
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)?(?P<user>[^/@\s,]*)@")
+_USERINFO = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)?"
+    r"(?P<user>[^/@\s,]*|[^/@\s,:]*:(?![0-9]*(?:[/?#]|$))[^@\s,]{0,256})@"
+)
 
 
 def redact_url_userinfo(value: str) -> str:
