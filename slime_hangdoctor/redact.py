@@ -20,7 +20,9 @@ word and a MySQL client's `-pX`. Bytes are redacted as bytes (`redact_bytes`): w
 
 from __future__ import annotations
 
+import base64
 import functools
+import json
 import re
 import shlex
 from collections.abc import Callable, Iterator, Mapping
@@ -294,6 +296,7 @@ def _forget() -> None:
     _FOLDED[0] = ("", "")
     _HINTED[0] = ("", [])
 
+
 # (name, where its key starts, where its value may start)
 NameAt = tuple[str, int, int]
 Keys = Callable[[str], Iterator[NameAt]]
@@ -352,9 +355,7 @@ _QUERY_VALUE = re.compile(r"(?P<v>[^&\s\"'#<>;]+)")
 # (`?next=https%3A%2F%2Fbucket%2Fk%3FX-Amz-Signature%3DX`): `%3F`/`%26`/`%3B` before the name,
 # `%3D` after it; the value ends at an encoded `&`, `;` or `#`.
 _ENCODED_QUERY_KEY = re.compile(r"%(?:25)*(?:3[Ff]|26|3[Bb])(?P<n>[A-Za-z0-9_.\-]+)%(?:25)*3[Dd]")
-_ENCODED_QUERY_VALUE = re.compile(
-    r"(?P<v>(?:[^%&\s\"'#<>;]|%(?!(?:25)*(?:26|3[Bb]|23)))+)"
-)
+_ENCODED_QUERY_VALUE = re.compile(r"(?P<v>(?:[^%&\s\"'#<>;]|%(?!(?:25)*(?:26|3[Bb]|23)))+)")
 # "api_key": "X"  'api_key': 'X'  "api_key": ["X", "Y"]  (JSON, Python reprs); a value may hold
 # escaped quotes. The name ends at a quote, and the same quote opens it.
 _JSON_KEYS = _hinted_keys(
@@ -393,12 +394,16 @@ _QUOTED_VALUE = re.compile(_OPEN_QUOTE + _VALUE)
 _LINE_CONTINUED = r"(?:\\\r?\n|(?:\\\\)+\\(?:r\\)?n)"
 _FLAG_KEY = re.compile(
     r"-(?<![\w-](?<!\\[nrt])-)-?(?P<n>[A-Za-z][A-Za-z0-9_\-]*)"
-    r"""(?:=|(?:[ \t]|\\t|""" + _LINE_CONTINUED + r""")+(?!-[A-Za-z\-])"""  # `'-x'` is a value
+    r"""(?:=(?:""" + _LINE_CONTINUED + r"""[ \t]*)?"""
+    r"""|(?:[ \t]|\\t|""" + _LINE_CONTINUED + r""")+(?!-[A-Za-z\-])"""  # `'-x'` is a value
     r"""|\\{0,3}["'][ \t]*,(?:\s|\\[nrt])*(?=\\{0,3}["'])(?!\\{0,3}["']-[A-Za-z\-]))"""
 )
 # HF_TOKEN=X  api_key='X'  authorization=Token X  api_key = 'X' (a config file's form; not `==`)
 _ASSIGN_KEYS = _hinted_keys(
-    r"[a-z0-9_]*(?P<end>)(?:=|[ \t]+=[ \t]*)(?!=)", _LOWER_NAME, _LETTERS + "_", _BEFORE_NAME
+    r"[a-z0-9_]*(?P<end>)(?:=|[ \t]+=[ \t]*)(?!=)(?:" + _LINE_CONTINUED + r"[ \t]*)?",
+    _LOWER_NAME,
+    _LETTERS + "_",
+    _BEFORE_NAME,
 )
 # X-Api-Key: X  password: X  password: "X"  (to the end of the line or the enclosing string;
 # `Authorization: Bearer X` keeps its scheme)
@@ -454,6 +459,171 @@ _AWS_SET_KEY = re.compile(
 Pass = Callable[[str], str]
 
 
+# ---------------------------------------------------------------- secrets known by their form
+# Secrets that no name announces (a token pasted into a prompt file, a key in a config dump) are
+# found by their form: the patterns of two maintained secret scanners, taken with their licences
+# (NOTICE at the repository root):
+#   detect-secrets 1.5.0, Copyright (c) 2018 Yelp, Inc., Apache License 2.0:
+#     detect_secrets/plugins/{aws,github_token,gitlab_token,slack,stripe,jwt,private_key,openai}.py
+#   gitleaks v8, Copyright (c) 2019 Zachary Rice, MIT License: config/gitleaks.toml rules
+#     github-fine-grained-pat, huggingface-access-token, huggingface-organization-api-token,
+#     openai-api-key (project, service-account and admin keys)
+# Changed here: ASCII classes (`[A-Za-z0-9_]` for `\w`, `[0-9]` for `\d`); a boundary ahead of each (no match inside a longer word); the part blanked is
+# group `v`, so the prefix that names the kind stays readable (`ghp_<redacted>`); a match runs on
+# over the token's own characters (a longer key of the same kind is blanked whole); detect-secrets'
+# JWT check (header and payload decode to JSON) kept; a PEM block is blanked from its BEGIN line
+# to its END line (detect-secrets finds the BEGIN line only). One form is this project's: an
+# OpenAI-compatible `sk-` key without OpenAI's `T3BlbkFJ` mark (DeepSeek, vLLM/SGLang `--api-key`
+# values users copy the form of): `sk-`, optional lower-case words, then 32 or more key
+# characters holding a digit and a letter. No entropy guess: a hash, an id, a stack is no form.
+
+
+@dataclass(frozen=True)
+class SecretForm:
+    """A kind of secret known by its form. `pattern` opens with a literal (the regex engine then
+    skips to it: one fast scan per form); group `v` (or `v2`, ...) is the part blanked. A match
+    must start a word (`lead` characters before it may belong to the key: Stripe's `sk`/`rk`);
+    `check`, where given, must accept it."""
+
+    name: str
+    pattern: re.Pattern[str]
+    source: str
+    check: Callable[[re.Match[str]], bool] | None = None
+    lead: str = ""
+
+
+def _jwt_decodes(m: re.Match[str]) -> bool:
+    """detect-secrets' JWT check: the header and the payload are base64url-encoded JSON."""
+    for part in m[0].split(".")[:2]:
+        try:
+            doc = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+        except ValueError:
+            return False
+        if not isinstance(doc, dict):
+            return False
+    return True
+
+
+_MORE = r"[A-Za-z0-9_\-]*"  # the rest of a longer token of the same kind
+SECRET_FORMS: tuple[SecretForm, ...] = (
+    SecretForm(
+        "AWS access key id",
+        re.compile(r"A(?:3T[A-Z0-9]|BIA|CCA|KIA|SIA)(?P<v>[0-9A-Z]{16})(?![A-Za-z0-9])"),
+        "detect-secrets aws.py",
+    ),
+    SecretForm(
+        "GitHub token",
+        re.compile(r"gh[pousr]_(?P<v>[A-Za-z0-9_]{36}" + _MORE + ")"),
+        "detect-secrets github_token.py",
+    ),
+    SecretForm(
+        "GitHub fine-grained token",
+        re.compile(r"github_pat_(?P<v>[A-Za-z0-9_]{82}" + _MORE + ")"),
+        "gitleaks github-fine-grained-pat",
+    ),
+    SecretForm(
+        "GitLab token",
+        re.compile(
+            r"gl(?:(?:pat|dt|ft|soat|rt)-(?P<v>[A-Za-z0-9_\-]{20,50})"
+            r"|cbt-(?P<v2>(?:[0-9a-fA-F]{2}_)?[A-Za-z0-9_\-]{20,50})|imt-(?P<v3>[A-Za-z0-9_\-]{25})"
+            r"|ptt-(?P<v4>[A-Za-z0-9_\-]{40})|agent-(?P<v5>[A-Za-z0-9_\-]{50,1024})"
+            r"|oas-(?P<v6>[A-Za-z0-9_\-]{64}))(?![A-Za-z0-9_])"
+        ),
+        "detect-secrets gitlab_token.py",
+    ),
+    SecretForm(
+        "Hugging Face token",
+        re.compile(r"hf_(?P<v>[A-Za-z]{34})(?![A-Za-z0-9])"),
+        "gitleaks huggingface-access-token",
+    ),
+    SecretForm(
+        "OpenAI-style key",
+        re.compile(
+            r"sk-(?:(?P<v>[A-Za-z0-9_\-]*[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20}" + _MORE + r")"
+            r"|(?:[a-z]+-){0,3}(?P<v2>(?=[A-Za-z_\-]*[0-9])(?=[0-9_\-]*[A-Za-z])"
+            r"[A-Za-z0-9_\-]{32,}))"
+        ),
+        "detect-secrets openai.py (also gitleaks openai-api-key's sk-proj-); generic: this project",
+    ),
+    SecretForm(
+        "Stripe live key",
+        re.compile(r"k_live_(?P<v>[0-9a-zA-Z]{24}[0-9a-zA-Z]*)"),
+        "detect-secrets stripe.py",
+        lead="rs",
+    ),
+    SecretForm(
+        "Slack token",
+        re.compile(r"xox[abposr]-(?P<v>(?:[0-9]+-)+[A-Za-z0-9]+" + _MORE + ")"),
+        "detect-secrets slack.py",
+    ),
+    SecretForm(
+        "Slack webhook",
+        re.compile(
+            r"https://hooks\.slack\.com/services/(?P<v>T[A-Za-z0-9_]+/B[A-Za-z0-9_]+/[A-Za-z0-9_]+)"
+        ),
+        "detect-secrets slack.py",
+    ),
+    SecretForm(
+        "JSON Web Token",
+        re.compile(r"eyJ[A-Za-z0-9_=\-]+\.[A-Za-z0-9_=\-]+\.?[A-Za-z0-9_=+/\-]*"),
+        "detect-secrets jwt.py",
+        _jwt_decodes,
+    ),
+    SecretForm(
+        "PEM private key",
+        re.compile(
+            r"-----BEGIN[A-Z0-9 ]{0,32}PRIVATE KEY(?: BLOCK)?-----(?:(?P<v>[\s\S]{1,16384}?)"
+            r"(?=-----END[A-Z0-9 ]{0,32}PRIVATE KEY)|(?P<v2>(?:(?:\s|\\[nr])+[A-Za-z0-9+/=:,\-]+)+))"
+        ),
+        "detect-secrets private_key.py",
+    ),
+)
+
+
+def _starts_word(text: str, i: int) -> bool:
+    """Whether `text[i]` starts a word: no letter, digit or `_` ahead (a JSON string's `\n`,
+    `\t`, `\r` escape counts as a blank)."""
+    if i <= 0 or not (text[i - 1].isalnum() or text[i - 1] == "_"):
+        return True
+    return text[i - 1] in "nrt" and i >= 2 and text[i - 2] == "\\"
+
+
+def _form_spans(text: str) -> list[tuple[int, int]]:
+    """Where a secret known by its form is in `text` (the part blanked), in no order."""
+    spans: list[tuple[int, int]] = []
+    for form in SECRET_FORMS:
+        for m in form.pattern.finditer(text):
+            start = m.start()
+            if form.lead:
+                if start == 0 or text[start - 1] not in form.lead:
+                    continue
+                start -= 1
+            if not _starts_word(text, start) or (form.check and not form.check(m)):
+                continue
+            found = [(g, v) for g, v in m.groupdict().items() if v and g.startswith("v")]
+            for group, value in found or [("", m[0])]:
+                if not value.startswith(REDACTED):
+                    spans.append(m.span(group) if group else m.span())
+    return spans
+
+
+def value_pass(text: str) -> str:
+    """Blank every secret known by its form (SECRET_FORMS), whatever names it or not."""
+    spans = _form_spans(text)
+    if not spans:
+        return text
+    out: list[str] = []
+    pos = 0
+    for start, end in sorted(spans):
+        if start < pos:  # overlaps the last one: one blank
+            pos = max(pos, end)
+            continue
+        out += (text[pos:start], REDACTED)
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def _blank(pattern: re.Pattern[str], text: str) -> str:
     """Blank the value (group `v`) of every match; a value that opens with a quote (group `q`) is
     blanked up to its closing quote on the same line."""
@@ -461,7 +631,7 @@ def _blank(pattern: re.Pattern[str], text: str) -> str:
     pos = 0
     for m in pattern.finditer(text):
         value = m["v"]
-        if m.start() < pos or not value or value.startswith(REDACTED):
+        if m.start() < pos or not value or _blanked_already(value):
             continue
         start, end = _quoted_span(text, m)
         out += (text[pos:start], REDACTED)
@@ -470,6 +640,18 @@ def _blank(pattern: re.Pattern[str], text: str) -> str:
         return text
     out.append(text[pos:])
     return "".join(out)
+
+
+_QUERY_REST = re.compile(r"[&;][\w.\-%]+=")
+
+
+def _blanked_already(value: str) -> bool:
+    """A value blanked by an earlier pass: the blank alone, or the blank and the next field of a
+    query (`token=<redacted>&b=2`). The blank and more of the word (`PW=<redacted>&X`, a known
+    secret found inside it) is blanked whole."""
+    if not value.startswith(REDACTED):
+        return False
+    return len(value) == len(REDACTED) or _QUERY_REST.match(value, len(REDACTED)) is not None
 
 
 def _quoted_span(text: str, m: re.Match[str]) -> tuple[int, int]:
@@ -522,7 +704,7 @@ def _value_after(value: re.Pattern[str]) -> Blank:
 
     def blank(text: str, at: int) -> tuple[int, int, str] | None:
         m = value.match(text, at)
-        if m is None or not m["v"] or m["v"].startswith(REDACTED):
+        if m is None or not m["v"] or _blanked_already(m["v"]):
             return None
         start, end = _quoted_span(text, m)
         return start, end, REDACTED
@@ -595,6 +777,7 @@ login_key_pass = _plain(_LOGIN_KEY, ("login(",))
 
 # In this order: structure first (URLs, JSON fields), then the looser text forms.
 PASSES: tuple[Pass, ...] = (
+    value_pass,
     url_userinfo_pass,
     user_pw_pass,
     query_pass,
@@ -639,6 +822,7 @@ def _always(_text: str) -> bool:
 
 
 _MAY_MATCH: tuple[MayMatch, ...] = (
+    _always,  # value_pass tests each form's literals itself
     _holds_all("://", "@"),  # url_userinfo: scheme://userinfo followed by `@`
     _holds_any("-u"),  # user_pw: -u, --user, --proxy-user
     lambda text: "=" in text and ("?" in text or "&" in text or ";" in text),  # query
@@ -662,7 +846,7 @@ _MAY_MATCH: tuple[MayMatch, ...] = (
 # `wandb login`, a MySQL client's name). Most texts (/metrics pages, stacks) hold none and skip
 # every pass. ASCII texts are searched lower-cased; others case-insensitively (Unicode folding);
 # the literals as written (a substring test: no cost on the hot path).
-_HINT = r"key|token|secret|pass|pwd|cred|auth|cookie|bearer|basic|@|sig|amz|goog|code|-u|user|%3d"
+_HINT = r"key|token|secret|pass|pwd|cred|auth|cookie|bearer|basic|@|sig|amz|goog|code|-u|user"
 _ASCII_HINT = re.compile(_HINT)
 _UNICODE_HINT = re.compile(_HINT, re.IGNORECASE)
 _LITERAL_HINTS = (*_WANDB_LOGIN_NEEDS, *_MYSQL_NEEDS)  # `login(` holds `login`
@@ -683,7 +867,7 @@ def redact_text(text: str, known_secrets: tuple[str, ...] = ()) -> str:
             text = text.replace(secret, REDACTED)
     hint = _ASCII_HINT.search(text.lower()) if text.isascii() else _UNICODE_HINT.search(text)
     if hint is None and not any(word in text for word in _LITERAL_HINTS):
-        return text  # no pass can match
+        return value_pass(text)  # no pass that judges names can match
     for run, may_match in zip(PASSES, _MAY_MATCH, strict=True):
         if may_match(text):
             text = run(text)
