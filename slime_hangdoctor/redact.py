@@ -466,16 +466,20 @@ Pass = Callable[[str], str]
 #   detect-secrets 1.5.0, Copyright (c) 2018 Yelp, Inc., Apache License 2.0:
 #     detect_secrets/plugins/{aws,github_token,gitlab_token,slack,stripe,jwt,private_key,openai}.py
 #   gitleaks v8, Copyright (c) 2019 Zachary Rice, MIT License: config/gitleaks.toml rules
-#     github-fine-grained-pat, huggingface-access-token, huggingface-organization-api-token,
-#     openai-api-key (project, service-account and admin keys)
-# Changed here: ASCII classes (`[A-Za-z0-9_]` for `\w`, `[0-9]` for `\d`); a boundary ahead of each (no match inside a longer word); the part blanked is
-# group `v`, so the prefix that names the kind stays readable (`ghp_<redacted>`); a match runs on
-# over the token's own characters (a longer key of the same kind is blanked whole); detect-secrets'
-# JWT check (header and payload decode to JSON) kept; a PEM block is blanked from its BEGIN line
-# to its END line (detect-secrets finds the BEGIN line only). One form is this project's: an
-# OpenAI-compatible `sk-` key without OpenAI's `T3BlbkFJ` mark (DeepSeek, vLLM/SGLang `--api-key`
-# values users copy the form of): `sk-`, optional lower-case words, then 32 or more key
-# characters holding a digit and a letter. No entropy guess: a hash, an id, a stack is no form.
+#     github-fine-grained-pat, huggingface-access-token (detect-secrets has neither)
+# Changed here: ASCII classes (`[A-Za-z0-9_]` for `\w`, `[0-9]` for `\d`: a token ends before a
+# non-ASCII letter); a match must start a word (`_starts_word`: not inside a longer word; a JSON
+# string's `\n` escape counts as a blank); each pattern opens with its literal prefix (Slack's
+# `xox?-` as written, where detect-secrets ignores case) so that the regex engine skips to it;
+# the part blanked is group `v`, so the prefix that names the kind stays readable
+# (`ghp_<redacted>`), and it runs on over the token's own characters (a longer key of the same
+# kind is blanked whole); detect-secrets' JWT check (header and payload decode to JSON) kept; a
+# PEM block is blanked from its BEGIN line to its END line, or over its base64 lines where the
+# END was cut off (detect-secrets reports the BEGIN line only). Left out: GitLab's runner
+# registration `GR1348941` tokens, PuTTY key files. One form is this project's: an
+# OpenAI-compatible `sk-` key without OpenAI's `T3BlbkFJ` mark (DeepSeek's, the keys users give
+# vLLM/SGLang `--api-key` in the same form): `sk-`, up to three lower-case words, then 32 or more
+# key characters holding a digit and a letter. No entropy guess: a hash, an id, a stack is no form.
 
 
 @dataclass(frozen=True)
@@ -543,7 +547,7 @@ SECRET_FORMS: tuple[SecretForm, ...] = (
             r"|(?:[a-z]+-){0,3}(?P<v2>(?=[A-Za-z_\-]*[0-9])(?=[0-9_\-]*[A-Za-z])"
             r"[A-Za-z0-9_\-]{32,}))"
         ),
-        "detect-secrets openai.py (also gitleaks openai-api-key's sk-proj-); generic: this project",
+        "detect-secrets openai.py; the generic form: this project",
     ),
     SecretForm(
         "Stripe live key",
@@ -573,7 +577,8 @@ SECRET_FORMS: tuple[SecretForm, ...] = (
         "PEM private key",
         re.compile(
             r"-----BEGIN[A-Z0-9 ]{0,32}PRIVATE KEY(?: BLOCK)?-----(?:(?P<v>[\s\S]{1,16384}?)"
-            r"(?=-----END[A-Z0-9 ]{0,32}PRIVATE KEY)|(?P<v2>(?:(?:\s|\\[nr])+[A-Za-z0-9+/=:,\-]+)+))"
+            r"(?=-----END[A-Z0-9 ]{0,32}PRIVATE KEY)|(?P<v2>(?:(?:\r?\n|(?:\\r)?\\n|[ \t])+"
+            r"(?:[A-Za-z0-9+/=]{16,}|[A-Z][A-Za-z\-]+:[ \t][^\r\n\\]*))+))"
         ),
         "detect-secrets private_key.py",
     ),

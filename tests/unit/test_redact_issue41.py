@@ -227,6 +227,7 @@ def _synthetic_secrets() -> dict[str, tuple[str, str]]:
             f"-----BEGIN RSA PRIVATE KEY-----\n{pem_body}\n-----END RSA PRIVATE KEY-----",
             "Zm9v" * 16,
         ),
+        "pem-cut-off": (f"-----BEGIN PRIVATE KEY-----\n{pem_body}\n", "Zm9v" * 16),  # no END
         "basic-auth-url": (f"https://deploy:{body}@git.corp/r.git", body),
     }
 
