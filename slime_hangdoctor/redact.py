@@ -485,15 +485,22 @@ Pass = Callable[[str], str]
 @dataclass(frozen=True)
 class SecretForm:
     """A kind of secret known by its form. `pattern` opens with a literal (the regex engine then
-    skips to it: one fast scan per form); group `v` (or `v2`, ...) is the part blanked. A match
-    must start a word (`lead` characters before it may belong to the key: Stripe's `sk`/`rk`);
-    `check`, where given, must accept it."""
+    skips to it: one fast scan per form) and matches only at the start of a word (`_word`);
+    group `v` (or `v2`, ...) is the part blanked; `check`, where given, must accept the match. A
+    form whose extent a pattern cannot bound in linear time finds its spans itself (`spans`)."""
 
     name: str
     pattern: re.Pattern[str]
     source: str
     check: Callable[[re.Match[str]], bool] | None = None
-    lead: str = ""
+    spans: Callable[[str, re.Match[str], list[int]], tuple[int, int] | None] | None = None
+
+
+def _word(literal: str) -> str:
+    """`literal` (a regex of fixed width), then the check that it starts a word: nothing of a
+    token's characters ahead of it, unless a JSON string's `\n`, `\r`, `\t` escape. Only the first
+    of a run (`sk-sk-sk-...`) is tried further: a crafted text costs one scan of each run."""
+    return f"{literal}(?:(?<![A-Za-z0-9_\\-]{literal})|(?<=\\\\[nrt]{literal}))"
 
 
 def _jwt_decodes(m: re.Match[str]) -> bool:
@@ -508,27 +515,52 @@ def _jwt_decodes(m: re.Match[str]) -> bool:
     return True
 
 
+# A PEM block's body: up to its END line (found with str.find, once for every BEGIN after the
+# last END found), or, cut before it, its base64 and header lines.
+_PEM_END = "-----END"
+_PEM_MAX = 16384
+_PEM_LINES = re.compile(
+    r"(?:(?:\r?\n|(?:\\r)?\\n|[ \t])+(?:[A-Za-z0-9+/=]{16,}"
+    r"|[A-Z][A-Za-z\-]+:[ \t][^\r\n\\]{0,256}(?=\r?\n|\\[rn]|$)))+"
+)
+
+
+def _pem_body(text: str, m: re.Match[str], next_end: list[int]) -> tuple[int, int] | None:
+    """The body after a BEGIN line; `next_end` holds where the next END line was found (-1:
+    none after the last search; [] at first), so every BEGIN of a text shares one search."""
+    start = m.end()
+    if not next_end or -1 < next_end[0] < start:
+        next_end[:] = [text.find(_PEM_END, start)]
+    end = next_end[0]
+    if end != -1 and end - start <= _PEM_MAX:
+        return (start, end) if end > start else None
+    lines = _PEM_LINES.match(text, start)
+    return lines.span() if lines else None
+
+
 _MORE = r"[A-Za-z0-9_\-]*"  # the rest of a longer token of the same kind
 SECRET_FORMS: tuple[SecretForm, ...] = (
     SecretForm(
         "AWS access key id",
-        re.compile(r"A(?:3T[A-Z0-9]|BIA|CCA|KIA|SIA)(?P<v>[0-9A-Z]{16})(?![A-Za-z0-9])"),
+        re.compile(
+            _word("A(?:3T[A-Z0-9]|BIA|CCA|KIA|SIA)") + r"(?P<v>[0-9A-Z]{16})(?![A-Za-z0-9])"
+        ),
         "detect-secrets aws.py",
     ),
     SecretForm(
         "GitHub token",
-        re.compile(r"gh[pousr]_(?P<v>[A-Za-z0-9_]{36}" + _MORE + ")"),
+        re.compile(_word("gh[pousr]_") + r"(?P<v>[A-Za-z0-9_]{36}" + _MORE + ")"),
         "detect-secrets github_token.py",
     ),
     SecretForm(
         "GitHub fine-grained token",
-        re.compile(r"github_pat_(?P<v>[A-Za-z0-9_]{82}" + _MORE + ")"),
+        re.compile(_word("github_pat_") + r"(?P<v>[A-Za-z0-9_]{82}" + _MORE + ")"),
         "gitleaks github-fine-grained-pat",
     ),
     SecretForm(
         "GitLab token",
         re.compile(
-            r"gl(?:(?:pat|dt|ft|soat|rt)-(?P<v>[A-Za-z0-9_\-]{20,50})"
+            _word("gl") + r"(?:(?:pat|dt|ft|soat|rt)-(?P<v>[A-Za-z0-9_\-]{20,50})"
             r"|cbt-(?P<v2>(?:[0-9a-fA-F]{2}_)?[A-Za-z0-9_\-]{20,50})|imt-(?P<v3>[A-Za-z0-9_\-]{25})"
             r"|ptt-(?P<v4>[A-Za-z0-9_\-]{40})|agent-(?P<v5>[A-Za-z0-9_\-]{50,1024})"
             r"|oas-(?P<v6>[A-Za-z0-9_\-]{64}))(?![A-Za-z0-9_])"
@@ -537,27 +569,28 @@ SECRET_FORMS: tuple[SecretForm, ...] = (
     ),
     SecretForm(
         "Hugging Face token",
-        re.compile(r"hf_(?P<v>[A-Za-z]{34})(?![A-Za-z0-9])"),
+        re.compile(_word("hf_") + r"(?P<v>[A-Za-z]{34})(?![A-Za-z0-9])"),
         "gitleaks huggingface-access-token",
     ),
     SecretForm(
         "OpenAI-style key",
         re.compile(
-            r"sk-(?:(?P<v>[A-Za-z0-9_\-]*[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20}" + _MORE + r")"
-            r"|(?:[a-z]+-){0,3}(?P<v2>(?=[A-Za-z_\-]*[0-9])(?=[0-9_\-]*[A-Za-z])"
+            _word("sk-")
+            + r"(?:(?P<v>[A-Za-z0-9_\-]{0,160}?[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20}"
+            + _MORE
+            + r")|(?:[a-z]+-){0,3}(?P<v2>(?=[A-Za-z_\-]{0,64}[0-9])(?=[0-9_\-]{0,64}[A-Za-z])"
             r"[A-Za-z0-9_\-]{32,}))"
         ),
         "detect-secrets openai.py; the generic form: this project",
     ),
     SecretForm(
         "Stripe live key",
-        re.compile(r"k_live_(?P<v>[0-9a-zA-Z]{24}[0-9a-zA-Z]*)"),
+        re.compile(_word("[rs]k_live_") + r"(?P<v>[0-9a-zA-Z]{24}[0-9a-zA-Z]*)"),
         "detect-secrets stripe.py",
-        lead="rs",
     ),
     SecretForm(
         "Slack token",
-        re.compile(r"xox[abposr]-(?P<v>(?:[0-9]+-)+[A-Za-z0-9]+" + _MORE + ")"),
+        re.compile(_word("xox[abposr]-") + r"(?P<v>(?:[0-9]+-)+[A-Za-z0-9]+" + _MORE + ")"),
         "detect-secrets slack.py",
     ),
     SecretForm(
@@ -569,46 +602,38 @@ SECRET_FORMS: tuple[SecretForm, ...] = (
     ),
     SecretForm(
         "JSON Web Token",
-        re.compile(r"eyJ[A-Za-z0-9_=\-]+\.[A-Za-z0-9_=\-]+\.?[A-Za-z0-9_=+/\-]*"),
+        re.compile(_word("eyJ") + r"[A-Za-z0-9_=\-]*\.[A-Za-z0-9_=\-]+\.?[A-Za-z0-9_=+/\-]*"),
         "detect-secrets jwt.py",
         _jwt_decodes,
     ),
     SecretForm(
         "PEM private key",
-        re.compile(
-            r"-----BEGIN[A-Z0-9 ]{0,32}PRIVATE KEY(?: BLOCK)?-----(?:(?P<v>[\s\S]{1,16384}?)"
-            r"(?=-----END[A-Z0-9 ]{0,32}PRIVATE KEY)|(?P<v2>(?:(?:\r?\n|(?:\\r)?\\n|[ \t])+"
-            r"(?:[A-Za-z0-9+/=]{16,}|[A-Z][A-Za-z\-]+:[ \t][^\r\n\\]*))+))"
-        ),
+        re.compile(r"-----BEGIN[A-Z0-9 ]{0,32}PRIVATE KEY(?: BLOCK)?-----"),
         "detect-secrets private_key.py",
+        spans=_pem_body,
     ),
 )
-
-
-def _starts_word(text: str, i: int) -> bool:
-    """Whether `text[i]` starts a word: no letter, digit or `_` ahead (a JSON string's `\n`,
-    `\t`, `\r` escape counts as a blank)."""
-    if i <= 0 or not (text[i - 1].isalnum() or text[i - 1] == "_"):
-        return True
-    return text[i - 1] in "nrt" and i >= 2 and text[i - 2] == "\\"
 
 
 def _form_spans(text: str) -> list[tuple[int, int]]:
     """Where a secret known by its form is in `text` (the part blanked), in no order."""
     spans: list[tuple[int, int]] = []
     for form in SECRET_FORMS:
+        memo: list[int] = []
+        after = 0
         for m in form.pattern.finditer(text):
-            start = m.start()
-            if form.lead:
-                if start == 0 or text[start - 1] not in form.lead:
-                    continue
-                start -= 1
-            if not _starts_word(text, start) or (form.check and not form.check(m)):
+            if form.spans is not None:
+                found = None if m.start() < after else form.spans(text, m, memo)
+                if found is not None and not text.startswith(REDACTED, found[0]):
+                    spans.append(found)
+                    after = found[1]  # a BEGIN inside this body is part of it
                 continue
-            found = [(g, v) for g, v in m.groupdict().items() if v and g.startswith("v")]
-            for group, value in found or [("", m[0])]:
-                if not value.startswith(REDACTED):
-                    spans.append(m.span(group) if group else m.span())
+            if form.check is not None and not form.check(m):
+                continue
+            groups = [g for g, v in m.groupdict().items() if v and g.startswith("v")]
+            for group in groups or [0]:
+                if not text.startswith(REDACTED, m.start(group)):
+                    spans.append(m.span(group))
     return spans
 
 

@@ -309,3 +309,20 @@ def _recorded_bundle_files() -> Iterator[tuple[str, bytes]]:
                 handle = tar.extractfile(member) if member.isfile() else None
                 if handle is not None:
                     yield f"{archive}:{member.name}", handle.read()
+
+
+@pytest.mark.timeout(60)
+def test_a_crafted_text_of_prefixes_ends() -> None:
+    """1 MiB of one form's prefix repeated, or of a grammar form (the job controls its logs): each
+    form tries only the first prefix of a run of key characters, a PEM block's END is searched
+    once for every BEGIN, a URL's password and a header line are bounded. The timeout is a hang
+    guard, not a speed claim (benchmarks/bench_redact_add.py)."""
+    units = (
+        "sk-", "sk-a", "ghp_", "eyJa.", "xoxb-1-", "glagent-", "AKIA", "hf_", "sk_live_",
+        "-----BEGIN PRIVATE KEY-----", "-----BEGIN PRIVATE KEY----- Zm9vZm9vZm9vZm9vZm9v A-: a a",
+        "%3Fsig%3D", "https://a:b/c", "login(key=", "aws configure set a_key ", "--a \\\n", "a,b&c\\",
+    )  # fmt: skip
+    for unit in units:
+        text = unit * (2**20 // len(unit))
+        out = redact_text(text + "@")
+        assert len(out) < 3 * len(text), unit
