@@ -630,8 +630,9 @@ def _form_spans(text: str) -> list[tuple[int, int]]:
                 continue
             if form.check is not None and not form.check(m):
                 continue
-            groups = [g for g, v in m.groupdict().items() if v and g.startswith("v")]
-            for group in groups or [0]:
+            named = [g for g, v in m.groupdict().items() if v and g.startswith("v")]
+            groups: list[str | int] = [*named] if named else [0]
+            for group in groups:
                 if not text.startswith(REDACTED, m.start(group)):
                     spans.append(m.span(group))
     return spans
