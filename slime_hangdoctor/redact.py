@@ -14,8 +14,16 @@ Every name is judged wherever it stands, never taken for the value of the name b
 as a JSON list (`"--wandb-key", "X"`), Megatron's argument table (`wandb_key ..... X`), a signed URL
 inside another URL's query. A value may be quoted (`--wandb-key 'X'`, `\\"X\\"` inside a JSON
 string: blanked to its closing quote); shell text (an `sh -c` argument) is split into words with
-`shlex` and judged word by word like an argv; secrets no option names are the `wandb login KEY`
-word and a MySQL client's `-pX`. Bytes are redacted as bytes (`redact_bytes`): what is not UTF-8 comes back exactly, never unread.
+`shlex` and judged word by word like an argv (a line continued with `\\` is one line); secrets
+no option names are the `wandb login KEY` word, a MySQL client's `-pX`, `wandb.login(key=X)` and
+`aws configure set NAME X`. An unquoted value runs to a blank or a quote (`abc,X`, `Tr0ub&X`).
+Bytes are redacted as bytes (`redact_bytes`): what is not UTF-8 comes back exactly, never unread.
+
+A secret is also known by its *value*, whatever names it (`value_pass`, `SECRET_FORMS`): the forms
+of AWS key ids, GitHub, GitLab, Hugging Face, OpenAI-style, Slack, Stripe keys, JWTs and PEM private
+keys, patterns taken from detect-secrets and gitleaks (NOTICE). No entropy guess: a hash or an id
+has no form. Every entry point (`redact_text`, so `redact_bytes`, `redact_cmdline`, `redact_shell`)
+runs both passes.
 """
 
 from __future__ import annotations
