@@ -504,11 +504,14 @@ class SecretForm:
     spans: Callable[[str, re.Match[str], list[int]], tuple[int, int] | None] | None = None
 
 
-def _word(literal: str) -> str:
-    """`literal` (a regex of fixed width), then the check that it starts a word: nothing of a
-    token's characters ahead of it, unless a JSON string's `\n`, `\r`, `\t` escape. Only the first
-    of a run (`sk-sk-sk-...`) is tried further: a crafted text costs one scan of each run."""
-    return f"{literal}(?:(?<![A-Za-z0-9_\\-]{literal})|(?<=\\\\[nrt]{literal}))"
+def _word(literal: str, lead: str = "") -> str:
+    """`literal` (a regex of fixed width), then the check that `lead` + `literal` (`lead`: one
+    character's class ahead of it that belongs to the key, checked behind) starts a word: nothing
+    of a token's characters ahead of it, unless a JSON string's `\n`, `\r`, `\t` escape. Only the
+    first of a run (`sk-sk-sk-...`) is tried further: a crafted text costs one scan of each run."""
+    key = lead + literal
+    behind = f"(?<={key})" if lead else ""
+    return f"{literal}{behind}(?:(?<![A-Za-z0-9_\\-]{key})|(?<=\\\\[nrt]{key}))"
 
 
 def _jwt_decodes(m: re.Match[str]) -> bool:
@@ -593,7 +596,7 @@ SECRET_FORMS: tuple[SecretForm, ...] = (
     ),
     SecretForm(
         "Stripe live key",
-        re.compile(_word("[rs]k_live_") + r"(?P<v>[0-9a-zA-Z]{24}[0-9a-zA-Z]*)"),
+        re.compile(_word("k_live_", lead="[rs]") + r"(?P<v>[0-9a-zA-Z]{24}[0-9a-zA-Z]*)"),
         "detect-secrets stripe.py",
     ),
     SecretForm(
