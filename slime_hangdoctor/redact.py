@@ -222,6 +222,9 @@ def url_secrets(url: str | None) -> tuple[str, ...]:
     except ValueError:
         return ()
     userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
+    if not userinfo:  # a password holding `/`, `?` or `#` (urlsplit ends the userinfo there)
+        m = _URL_USERINFO.match(url if "://" in url else f"x://{url}")
+        userinfo = m["v"] if m else ""
     if not userinfo:
         return ()
     found = [userinfo, unquote(userinfo)]

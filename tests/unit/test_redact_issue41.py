@@ -23,6 +23,7 @@ from slime_hangdoctor.redact import (
     redact_cmdline,
     redact_text,
     redact_url_userinfo,
+    url_secrets,
 )
 from tests.fixtures import transforms as tf
 
@@ -187,6 +188,7 @@ def test_l5_a_url_password_holding_a_slash_or_a_hash() -> None:
         assert SECRET not in out, out
         assert "@git.corp/org/repo.git" in out, out
         assert SECRET not in redact_url_userinfo(url) and "git.corp" in redact_url_userinfo(url)
+        assert any(SECRET in known for known in url_secrets(url)), url  # given to the doctor
     for kept in (
         "https://host:8080/a@b",
         "git+https://github.com/org/repo.git@v1.0",
