@@ -479,8 +479,8 @@ Pass = Callable[[str], str]
 #   gitleaks v8, Copyright (c) 2019 Zachary Rice, MIT License: config/gitleaks.toml rules
 #     github-fine-grained-pat, huggingface-access-token (detect-secrets has neither)
 # Changed here: ASCII classes (`[A-Za-z0-9_]` for `\w`, `[0-9]` for `\d`: a token ends before a
-# non-ASCII letter); a match must start a word (`_starts_word`: not inside a longer word; a JSON
-# string's `\n` escape counts as a blank); each pattern opens with its literal prefix (Slack's
+# non-ASCII letter); a match must start a word (`_word`: not inside a longer word nor after a
+# `-`; a JSON string's `\n` escape counts as a blank); each pattern opens with its literal prefix (Slack's
 # `xox?-` as written, where detect-secrets ignores case) so that the regex engine skips to it;
 # the part blanked is group `v`, so the prefix that names the kind stays readable
 # (`ghp_<redacted>`), and it runs on over the token's own characters (a longer key of the same
@@ -510,7 +510,7 @@ class SecretForm:
 def _word(literal: str, lead: str = "") -> str:
     """`literal` (a regex of fixed width), then the check that `lead` + `literal` (`lead`: one
     character's class ahead of it that belongs to the key, checked behind) starts a word: nothing
-    of a token's characters ahead of it, unless a JSON string's `\n`, `\r`, `\t` escape. Only the
+    of a token's characters ahead of it, unless a JSON string's `\\n`, `\\r`, `\\t` escape. Only the
     first of a run (`sk-sk-sk-...`) is tried further: a crafted text costs one scan of each run."""
     key = lead + literal
     behind = f"(?<={key})" if lead else ""
