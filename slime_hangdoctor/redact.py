@@ -480,8 +480,9 @@ Pass = Callable[[str], str]
 #     github-fine-grained-pat, huggingface-access-token (detect-secrets has neither)
 # Changed here: ASCII classes (`[A-Za-z0-9_]` for `\w`, `[0-9]` for `\d`: a token ends before a
 # non-ASCII letter); a match must start a word (`_word`: not inside a longer word nor after a
-# `-`; a JSON string's `\n` escape counts as a blank); each pattern opens with its literal prefix (Slack's
-# `xox?-` as written, where detect-secrets ignores case) so that the regex engine skips to it;
+# `-`; a JSON string's `\n` escape counts as a blank); each pattern opens with its literal
+# prefix (Slack's `xox?-` as written, where detect-secrets ignores case), so that the regex
+# engine skips to it;
 # the part blanked is group `v`, so the prefix that names the kind stays readable
 # (`ghp_<redacted>`), and it runs on over the token's own characters (a longer key of the same
 # kind is blanked whole); detect-secrets' JWT check (header and payload decode to JSON) kept; a
