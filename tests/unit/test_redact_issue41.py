@@ -322,7 +322,8 @@ def test_a_crafted_text_of_prefixes_ends() -> None:
     units = (
         "sk-", "sk-a", "ghp_", "eyJa.", "xoxb-1-", "glagent-", "AKIA", "hf_", "sk_live_",
         "-----BEGIN PRIVATE KEY-----", "-----BEGIN PRIVATE KEY----- Zm9vZm9vZm9vZm9vZm9v A-: a a",
-        "%3Fsig%3D", "https://a:b/c", "login(key=", "aws configure set a_key ", "--a \\\n", "a,b&c\\",
+        "%3Fsig%3D", "https://a:b/c", "login(key=", "aws configure set a_key ", "--a \\\n",
+        "a,b&c\\",
     )  # fmt: skip
     for unit in units:
         text = unit * (2**20 // len(unit))
