@@ -137,6 +137,18 @@ _PIECES = (
     "Token ",
     "[",
     "]",
+    "%3F",  # issue 41: encoded queries, line continuations, new names and forms
+    "%3D",
+    "%26",
+    "\\\n",
+    "login(key=",
+    "aws configure set ",
+    "db_pass",
+    "HFTOKEN",
+    "ghp_",
+    "hf_",
+    "sk-",
+    "eyJ",
 )
 
 
