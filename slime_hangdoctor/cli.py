@@ -722,10 +722,22 @@ def _emit(
     exit_code: int | None = None,
     to: Path | None = None,
 ) -> None:
-    """Print the report (or write it to `to`), then exit with the verdict's code."""
+    """Print the report (or write it to `to`), then exit with the verdict's code. A report that
+    cannot be written is printed instead (the verdict is never lost), then refused: exit 3."""
     if to is not None:
-        _write_report(diagnosis, output, to)
-    elif output == ReportFormat.JSON:  # plain ASCII text (json escapes the rest): no rich to load
+        problem = _write_report(diagnosis, output, to)
+        if problem is None:
+            typer.echo(f"report: {to}", err=True)
+        else:
+            _print_report(diagnosis, output)
+            raise problem
+    else:
+        _print_report(diagnosis, output)
+    raise typer.Exit(int(diagnosis.verdict.exit_code) if exit_code is None else exit_code)
+
+
+def _print_report(diagnosis: Diagnosis, output: ReportFormat) -> None:
+    if output == ReportFormat.JSON:  # plain ASCII text (json escapes the rest): no rich to load
         from slime_hangdoctor.render import render_json
 
         typer.echo(render_json(diagnosis))
@@ -735,10 +747,21 @@ def _emit(
         from slime_hangdoctor.render import render
 
         render(diagnosis, output, Console(soft_wrap=False))
-    raise typer.Exit(int(diagnosis.verdict.exit_code) if exit_code is None else exit_code)
 
 
-def _write_report(diagnosis: Diagnosis, output: ReportFormat, to: Path) -> None:
+REPORT_MODE = 0o600  # the report quotes the job (stacks, commands): the caller's, as a bundle is
+REPORT_REFUSED_HELP = (
+    "The report was printed to standard output instead. Name a new file for -o, or a regular "
+    "file of yours (it is replaced), in a directory that no other user may write to (sticky "
+    "ones such as /tmp excepted)."
+)
+
+
+def _write_report(diagnosis: Diagnosis, output: ReportFormat, to: Path) -> HangDoctorError | None:
+    """Write the report to `to` as every other output is written (safe_fs.replace_file: a new file
+    beside it, renamed over it; a link, FIFO or device at `to` refused, never opened); why not."""
+    from slime_hangdoctor.safe_fs import UnsafePath, replace_file
+
     if output == ReportFormat.TEXT:
         from io import StringIO
 
@@ -753,13 +776,14 @@ def _write_report(diagnosis: Diagnosis, output: ReportFormat, to: Path) -> None:
         from slime_hangdoctor.render import render_text
 
         text = render_text(diagnosis, output)
+    data = text.encode("utf-8")
     try:
-        to.write_text(text, encoding="utf-8")
+        replace_file(to, lambda fh: fh.write(data), mode=REPORT_MODE)
+    except UnsafePath as exc:
+        return HangDoctorError(f"report not written: {exc}", help_text=REPORT_REFUSED_HELP)
     except OSError as exc:
-        raise HangDoctorError(
-            f"could not write the report to {to}: {exc.strerror or exc}"
-        ) from None
-    typer.echo(f"report: {to}", err=True)
+        return HangDoctorError(f"could not write the report to {to}: {exc.strerror or exc}")
+    return None
 
 
 class _Progress:

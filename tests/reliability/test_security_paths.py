@@ -12,6 +12,8 @@ function or the real CLI, and asserts that it fails and that the doctor still wo
   0777 under umask 0.
 - SP14 (point 10): a FIFO artefact or manifest in a bundle directory given to `analyse`.
 - SP15-SP16 (point 12): `--log-file` through a planted symlink, into a FIFO, under umask 0.
+- SP17-SP19 (issue 32): `--prom-file` through planted links, temp names, under umask 0.
+- SP20-SP21 (issue 41, M1): `-o/--output` through a symlink planted at the path, into a FIFO.
 
 The foreign-owner cases need root to hand a path to uid 65534 (the suite runs as root in CI)."""
 
@@ -691,3 +693,63 @@ def test_prom_file_directories_are_not_made_world_writable_under_umask_0(tmp_pat
     assert_clean(run, bound_s=30.0)
     assert not (open_dir / "hd.prom").exists()
     assert "others may write to" in run.stdout, run.describe()
+
+
+# ---------------------------------------------------------------- SP20-SP21 -o/--output (issue 41 M1)
+
+
+def test_report_is_never_written_through_a_planted_symlink(tmp_path: Path) -> None:
+    """SP20: `-o /shared/report.md` where uid 65534 owns the directory and planted `report.md` as
+    a symbolic link to a root-only file (outside a sticky directory, so the kernel's
+    protected_symlinks does not stop root following it). The link is neither followed nor
+    replaced, the root-only file is untouched, the report goes to standard output instead (the
+    verdict is kept), and the run says why and exits 3 (a plain `write_text` overwrote it)."""
+    _root_only()
+    victim = _victim(tmp_path)
+    victim.chmod(0o600)
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    os.chown(shared, NOBODY, NOBODY)
+    report = shared / "report.md"
+    report.symlink_to(victim)
+    os.lchown(report, NOBODY, NOBODY)
+    run = run_cli("analyse", str(FIXTURE), "-f", "markdown", "-o", str(report))
+    assert_clean(run, bound_s=30.0)
+    assert victim.read_bytes() == VICTIM_TEXT, "the report was written through the link"
+    assert report.is_symlink() and os.readlink(report) == str(victim)
+    assert run.rc == 3 and _says(run, "symbolic link (not followed, not replaced)"), run.describe()
+    assert run.stdout.startswith("## HUNG in"), run.describe()  # the verdict, not lost
+
+
+@pytest.mark.parametrize("reader", [False, True], ids=["no-reader", "reader"])
+def test_report_into_a_fifo_never_blocks(tmp_path: Path, reader: bool) -> None:
+    """SP21: a FIFO at the `-o` path (with no reader: a plain open for writing waits forever; with
+    a reader holding it open: the report would go to whoever reads) is refused, never opened:
+    the run ends at once with exit 3 and the report on standard output."""
+    fifo = tmp_path / "report.json"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    if reader:
+        threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True).start()
+        time.sleep(0.3)  # the reader has the FIFO open
+    run = run_cli("analyse", str(FIXTURE), "-f", "json", "-o", str(fifo), hard_limit_s=20.0)
+    assert_clean(run, bound_s=20.0)
+    assert run.rc == 3 and _says(run, "is not a regular file"), run.describe()
+    assert json.loads(run.stdout)["status"] == "hung", run.describe()
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    if reader:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # let the reader end
+        time.sleep(0.2)
+        assert got == [b""], got
+
+
+def test_report_replaces_a_file_of_ours_whole(tmp_path: Path) -> None:
+    """-o onto an existing report of the caller's replaces it (new file, renamed over it: no
+    leftover temp file), private (0600) whatever the umask."""
+    report = tmp_path / "r.json"
+    report.write_text("old")
+    run = run_cli("analyse", str(FIXTURE), "-f", "json", "-o", str(report), umask=0)
+    assert_clean(run, bound_s=30.0)
+    assert run.rc == 2 and json.loads(report.read_text())["status"] == "hung", run.describe()
+    assert stat.S_IMODE(report.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
