@@ -215,7 +215,7 @@ class BundleWriter:
         options: dict[str, Any] | None = None,
         known_secrets: tuple[str, ...] = (),
     ) -> None:
-        # Absolute: `--out .` has a name to put the tarball beside.
+        # Absolute: `--bundle .` has a name to put the tarball beside.
         self.root = Path(os.path.abspath(root))
         self._lock = threading.Lock()
         self._records: list[ProbeRecord] = []
@@ -660,7 +660,7 @@ def _claim_root(root: Path) -> int:
     """A descriptor of `root` as the bundle's directory: created 0700 (missing parents too,
     whatever the umask), or an existing *empty* directory of the caller's that no one else may
     write (left as it is: the doctor never chmods what it did not create). Refused: a non-empty
-    directory (`--out /tmp` or `--out .` would pack what is already there into the tarball),
+    directory (`--bundle /tmp` or `--bundle .` would pack what is already there into the tarball),
     another user's or a shared one (they could swap what it holds), a symbolic link, and any
     path through a directory of another user or one others may write (sticky ones excepted).
     Raises UnsafePath / OSError."""

@@ -828,7 +828,7 @@ def run_attach(
     quiet: bool,
     command: str = "attach",
 ) -> Diagnosis:
-    """collect + analyse; the bundle is kept only with --out."""
+    """collect + analyse; the bundle is kept only with --bundle."""
     from slime_hangdoctor.pipeline import attach as attach_it
     from slime_hangdoctor.pipeline import preload
 

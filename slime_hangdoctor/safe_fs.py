@@ -1,8 +1,8 @@
 """Paths other users cannot steer: directories reached one component at a time, files opened
 under a directory descriptor, never through a symbolic link someone else planted.
 
-The doctor runs as root from cron and writes into places a user names (`--out`, `--bundle-dir`,
-`--state-file`, `--log-file`), some of them in shared directories such as /tmp. And it reads
+The doctor runs as root from cron and writes into places a user names (`--bundle`, `-o`,
+`--bundle-dir`, `--state-file`, `--log-file`, `--prom-file`), some of them in shared directories such as /tmp. And it reads
 addresses from the Ray temp dir, which Ray creates mode 0777 without a sticky bit. So:
 
 - a directory is *reliable* when it belongs to root or to a trusted user (the caller; for Ray's

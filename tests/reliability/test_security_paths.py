@@ -6,7 +6,7 @@ function or the real CLI, and asserts that it fails and that the doctor still wo
   folder of the bundle swapped for a symlink: nothing lands outside, the record is kept.
 - SP3-SP6 (point 3): a GCS address planted in the Ray temp dir (Ray makes it 0777, no sticky
   bit): the Ray token never reaches the planted listener; the `--local` uid is not taken from it.
-- SP7-SP11 (point 7): `--out` onto another user's or a shared directory, through another user's
+- SP7-SP11 (point 7): `--bundle` onto another user's or a shared directory, through another user's
   symlink, beside a planted `DIR.tar.gz`; stall bundle names nobody can predict.
 - SP12-SP13 (point 9): the default state directory created first by another user; parents made
   0777 under umask 0.
@@ -360,7 +360,7 @@ def test_local_uid_is_not_taken_from_a_planted_session(
     assert "was not taken" in str(scan.reason) and "others may write" in str(scan.reason)
 
 
-# ------------------------------------------------------------------ SP7-SP11 --out (point 7)
+# ------------------------------------------------------------------ SP7-SP11 --bundle (point 7)
 
 
 def test_out_onto_another_users_empty_directory_is_refused(tmp_path: Path) -> None:
@@ -370,7 +370,7 @@ def test_out_onto_another_users_empty_directory_is_refused(tmp_path: Path) -> No
     theirs = tmp_path / "theirs"
     theirs.mkdir(mode=0o755)
     os.chown(theirs, NOBODY, NOBODY)
-    run = run_cli(*ATTACH, "--out", str(theirs))
+    run = run_cli(*ATTACH, "--bundle", str(theirs))
     assert_clean(run, bound_s=30.0)
     assert run.rc == 3 and _says(run, f"belongs to uid {NOBODY}"), run.describe()
     assert list(theirs.iterdir()) == [] and not (tmp_path / "theirs.tar.gz").exists()
@@ -381,14 +381,14 @@ def test_out_onto_a_directory_everyone_may_write_is_refused(tmp_path: Path) -> N
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
-    run = run_cli(*ATTACH, "--out", str(shared))
+    run = run_cli(*ATTACH, "--bundle", str(shared))
     assert_clean(run, bound_s=30.0)
     assert run.rc == 3 and _says(run, "others may write to it (mode 0777)"), run.describe()
     assert list(shared.iterdir()) == []
 
 
 def test_out_through_another_users_symlink_is_refused(tmp_path: Path) -> None:
-    """SP9: `--out /tmp-like/link/bundle` where `link` is uid 65534's symlink in a sticky
+    """SP9: `--bundle /tmp-like/link/bundle` where `link` is uid 65534's symlink in a sticky
     directory, pointing at a directory they chose: the middle link is not followed."""
     _root_only()
     sticky = tmp_path / "sticky"
@@ -399,7 +399,7 @@ def test_out_through_another_users_symlink_is_refused(tmp_path: Path) -> None:
     link = sticky / "link"
     link.symlink_to(aimed)
     os.lchown(link, NOBODY, NOBODY)
-    run = run_cli(*ATTACH, "--out", str(link / "bundle"))
+    run = run_cli(*ATTACH, "--bundle", str(link / "bundle"))
     assert_clean(run, bound_s=30.0)
     assert run.rc == 3 and _says(run, f"is a symbolic link of uid {NOBODY}"), run.describe()
     assert list(aimed.iterdir()) == []
@@ -417,7 +417,7 @@ def test_a_planted_tarball_is_never_filled(tmp_path: Path) -> None:
     planted.write_bytes(b"planted")
     planted.chmod(0o666)
     os.chown(planted, NOBODY, NOBODY)
-    run = run_cli(*ATTACH, "--out", str(sticky / "b"))
+    run = run_cli(*ATTACH, "--bundle", str(sticky / "b"))
     assert_clean(run, bound_s=30.0)
     assert planted.read_bytes() == b"planted", "the planted tarball was filled"
     assert run.rc == 3 and _says(run, f"belongs to uid {NOBODY}"), run.describe()
