@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -157,10 +158,12 @@ def _without_added(command: str, text: str) -> str:
 
 
 def _help_parts(text: str) -> tuple[str, set[str]]:
-    """--help as (everything before the options, the set of option entries). An entry is its
-    lines joined without any whitespace: where click wraps a line depends on the option column's
-    width, not on what the option says."""
+    """--help as (everything before the options, the set of option entries), each without any
+    whitespace: where click wraps a line depends on the column's width, not on what it says. An
+    argument's type beside its name (`ADDRESS <str>`: typer 0.29, not 0.28) is left out."""
+    text = re.sub(r"(\n  [A-Z_]+) <\w+>", r"\1", text)  # typer 0.29 adds an argument's type
     head, _, options = text.partition("\nOptions:\n")
+    head = "".join(head.split())
     entries: list[str] = []
     for line in options.splitlines():
         if line.startswith("  -"):
@@ -181,7 +184,6 @@ def test_every_help_says_what_it_said(command: str) -> None:
         assert now == then
         return
     assert _help_parts(now) == _help_parts(then)
-    assert len(now.splitlines()) == len(then.splitlines())
 
 
 @pytest.mark.parametrize(
@@ -389,7 +391,7 @@ def cli_reference() -> str:
         )
         for p in sorted(rows, key=lambda p: p.opts[-1].lstrip("-")):
             flags = ", ".join(f"`{o}`" for o in sorted(p.opts, key=len))
-            choices = getattr(p.type, "choices", None)
+            choices = record_cli._type(p)[1].get("choices")
             value = f"`{p.metavar}`" if p.metavar else "\\|".join(f"`{c}`" for c in choices or ())
             env = f"`{p.envvar}`" if p.envvar else ""
             group = getattr(p, "rich_help_panel", None) or "Options"
