@@ -37,7 +37,7 @@ app = typer.Typer(
     "3 UNKNOWN (could not diagnose, or bad arguments).",
     add_completion=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",  # the option groups (rich_help_panel) of --help; help text is escaped
+    rich_markup_mode="rich",  # the option groups of --help; no help text holds markup (a test says)
 )
 
 # ------------------------------------------------------------------ shared options, declared once
@@ -47,8 +47,8 @@ app = typer.Typer(
 # (`copts`) the command is handed, the report format (`output`), or the command's own parameter of
 # that name (`into` empty). The default it shows and takes is that field's value in the defaults
 # object (CollectOptions() for attach, collect and demo; WATCHDOG_DEFAULTS and CHECK_DEFAULTS for
-# check and watch), never a second literal here. The tuples (LOOK, TOUCH, STALL, OUTPUT...) are the
-# groups `--help` shows them in (`_panel`). A command names the options it takes in `@takes(...)`;
+# check and watch), never a second literal here. The tuples (LOOK, TOUCH, STALL, REPORT, BUNDLE...)
+# are also the groups `--help` shows them in (`_panel`). A command names the options it takes in `@takes(...)`;
 # `_build` turns their values into those objects. A command's own option is an `Annotated`
 # parameter of its signature, as typer reads it.
 #

@@ -200,3 +200,15 @@ def test_bundle_is_the_option_and_out_its_hidden_old_name() -> None:
     for command in ("attach", "collect", "demo"):
         text = _run(command, "--help", TYPER_USE_RICH="0").stdout
         assert "--bundle DIR" in text and not re.search(r"--out\b", text), command
+
+
+def test_no_help_text_is_taken_for_rich_markup() -> None:
+    """--help is laid out by rich with markup on (for its groups): a help text with `[...]` in it
+    would lose that part. Every command's and option's text reads the same once rendered."""
+    from rich.markup import render
+
+    group = typer.main.get_command(cli.app)
+    texts = [group.help or ""]
+    for command in group.commands.values():  # type: ignore[attr-defined]
+        texts += [command.help or "", *(p.help or "" for p in command.params)]
+    assert all(render(t).plain == t for t in texts), [t for t in texts if render(t).plain != t]
