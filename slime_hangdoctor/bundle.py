@@ -20,9 +20,7 @@ import json
 import lzma
 import os
 import re
-import secrets
 import shutil
-import stat
 import tarfile
 import tempfile
 import threading
@@ -32,7 +30,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 from slime_hangdoctor import __version__
 from slime_hangdoctor.errors import BundleInvalid, BundleNotWritable
@@ -45,7 +43,8 @@ from slime_hangdoctor.safe_fs import (
     open_dir,
     private_problem,
     read_regular,
-    shared_problem,
+    replace_file,
+    replace_in,
 )
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | NOFOLLOW | CLOEXEC
@@ -216,7 +215,7 @@ class BundleWriter:
         options: dict[str, Any] | None = None,
         known_secrets: tuple[str, ...] = (),
     ) -> None:
-        # Absolute: `--out .` has a name to put the tarball beside.
+        # Absolute: `--bundle .` has a name to put the tarball beside.
         self.root = Path(os.path.abspath(root))
         self._lock = threading.Lock()
         self._records: list[ProbeRecord] = []
@@ -359,16 +358,7 @@ class BundleWriter:
         text = json.dumps(manifest.to_json(), indent=1, sort_keys=False)
         text = redact_text(text, self._known_secrets)
         try:
-            tmp = MANIFEST + ".tmp"
-            fd = os.open(
-                tmp,
-                os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW | CLOEXEC,
-                0o600,
-                dir_fd=self._fd,
-            )
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, MANIFEST, src_dir_fd=self._fd, dst_dir_fd=self._fd)
+            replace_in(self._fd, MANIFEST, lambda fh: fh.write(text.encode("utf-8")))
         except OSError as exc:
             raise BundleNotWritable(f"cannot write {self.root / MANIFEST}: {exc}") from exc
         return manifest
@@ -377,59 +367,22 @@ class BundleWriter:
 def archive(root: Path, dest: Path | None = None) -> Path:
     """Pack a bundle directory into `<root>.tar.gz` (0600, the caller's).
 
-    The archive is a new file (O_EXCL | O_NOFOLLOW, a random name) in its directory, renamed
-    over `dest` when complete: a root run in a shared directory never writes into a file or
-    through a symlink someone planted there. An existing `dest` is replaced only if it is a
-    regular file of the caller's; anything else is refused."""
+    Written as safe_fs.replace_file writes: a new file (O_EXCL | O_NOFOLLOW, a random name) in its
+    directory, renamed over `dest` when complete: a root run in a shared directory never writes
+    into a file or through a symlink someone planted there. An existing `dest` is replaced only if
+    it is a regular file of the caller's; anything else is refused."""
     root = Path(os.path.abspath(root))
     dest = Path(os.path.abspath(dest or root.with_name(root.name + ".tar.gz")))
+
+    def pack(fh: BinaryIO) -> None:
+        with tarfile.open(fileobj=fh, mode="w:gz") as tar:
+            tar.add(root, arcname=root.name)
+
     try:
-        parent, _ = open_dir(dest.parent)
+        replace_file(dest, pack, owners=(0, os.geteuid()))
     except (UnsafePath, OSError) as exc:
         raise BundleNotWritable(f"cannot write {dest}: {_why(exc)}") from exc
-    tmp = f".{dest.name}.{secrets.token_hex(8)}.tmp"
-    try:
-        why = shared_problem(os.fstat(parent), (0, os.geteuid())) or _foreign_entry(
-            parent, dest.name
-        )
-        if why is not None:
-            raise BundleNotWritable(f"cannot write {dest}: {why}")
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600, dir_fd=parent
-        )
-        try:
-            with os.fdopen(fd, "wb") as fh, tarfile.open(fileobj=fh, mode="w:gz") as tar:
-                tar.add(root, arcname=root.name)
-            os.replace(tmp, dest.name, src_dir_fd=parent, dst_dir_fd=parent)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=parent)
-            except OSError:
-                pass
-            raise
-    except OSError as exc:
-        raise BundleNotWritable(f"cannot write {dest}: {exc}") from exc
-    finally:
-        os.close(parent)
     return dest
-
-
-def _foreign_entry(parent: int, name: str) -> str | None:
-    """Why the entry `name` in the directory `parent` may not be replaced (a symbolic link, not
-    a regular file, another user's, hard-linked), or None (absent, or a plain file of ours)."""
-    try:
-        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-    if stat.S_ISLNK(st.st_mode):
-        return "it exists and is a symbolic link (not followed, not replaced)"
-    if not stat.S_ISREG(st.st_mode):
-        return "it exists and is not a regular file"
-    if st.st_uid != os.geteuid():
-        return f"it exists and belongs to uid {st.st_uid} (not replaced)"
-    if st.st_nlink != 1:
-        return "it exists with other hard links (not replaced)"
-    return None
 
 
 def _why(exc: BaseException) -> str:
@@ -707,7 +660,7 @@ def _claim_root(root: Path) -> int:
     """A descriptor of `root` as the bundle's directory: created 0700 (missing parents too,
     whatever the umask), or an existing *empty* directory of the caller's that no one else may
     write (left as it is: the doctor never chmods what it did not create). Refused: a non-empty
-    directory (`--out /tmp` or `--out .` would pack what is already there into the tarball),
+    directory (`--bundle /tmp` or `--bundle .` would pack what is already there into the tarball),
     another user's or a shared one (they could swap what it holds), a symbolic link, and any
     path through a directory of another user or one others may write (sticky ones excepted).
     Raises UnsafePath / OSError."""

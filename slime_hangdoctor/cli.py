@@ -10,7 +10,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast, get_origin
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast, get_origin, get_type_hints
 
 import typer
 
@@ -22,7 +23,7 @@ from slime_hangdoctor.collect.options import (
     from_process_start,
     mark_process_start,
 )
-from slime_hangdoctor.errors import HangDoctorError
+from slime_hangdoctor.errors import HangDoctorError, UsageError
 from slime_hangdoctor.verdict import Diagnosis, ExitCode, ReportFormat
 from slime_hangdoctor.watchdog.state import DEFAULT_STATE_FILE
 
@@ -34,25 +35,37 @@ app = typer.Typer(
     help="Tell, in seconds, why a slime RL training job has stopped making progress.\n\n"
     "Exit codes: 0 OK (progressing or idle), 1 WARNING (suspected stall), 2 CRITICAL (hung), "
     "3 UNKNOWN (could not diagnose, or bad arguments).",
-    add_completion=False,
-    no_args_is_help=True,
+    add_completion=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+    rich_markup_mode="rich",  # the option groups of --help; no help text holds markup (a test says)
 )
 
 # ------------------------------------------------------------------ shared options, declared once
 #
 # Each option that several commands take is one `Shared` below: its parameter (name, flag, help,
-# limits) and where its value goes: a field of the CollectOptions (`opts`) or CheckOptions (`copts`)
-# the command is handed, or the report format (`output`). The default it shows and takes is that
-# field's value in the defaults object (CollectOptions() for attach, collect and demo;
-# WATCHDOG_DEFAULTS and CHECK_DEFAULTS for check and watch), never a second literal here. A command
-# names the options it takes in `@takes(...)`; `_build` turns their values into those objects.
+# limits, metavar) and where its value goes: a field of the CollectOptions (`opts`) or CheckOptions
+# (`copts`) the command is handed, the report format (`output`), or the command's own parameter of
+# that name (`into` empty). The default it shows and takes is that field's value in the defaults
+# object (CollectOptions() for attach, collect and demo; WATCHDOG_DEFAULTS and CHECK_DEFAULTS for
+# check and watch), never a second literal here. The tuples (LOOK, TOUCH, STALL, REPORT, BUNDLE...)
+# are also the groups `--help` shows them in (`_panel`). A command names the options it takes in `@takes(...)`;
+# `_build` turns their values into those objects. A command's own option is an `Annotated`
+# parameter of its signature, as typer reads it.
+#
+# To add an option to several commands: declare a `Shared` in its group's tuple (or beside it) and
+# name it in each command's `@takes(...)`; with `into` empty, the command gets it as a parameter of
+# the option's name.
 
 DEFAULTS = CollectOptions()
 _FROM_DEFAULTS: Any = object()  # a Shared's default: its field's value in the defaults object
 _KW = inspect.Parameter.KEYWORD_ONLY
 _ANNOTATED: Any = Annotated  # Annotated[type, info], of a type held in a variable
+
+# The groups of `--help` (typer's rich_help_panel); a command's own options go under "Options".
+LOOK_PANEL = "Where to look"
+TOUCH_PANEL = "Touches the job (opt-in)"
+WATCHDOG_PANEL = "Watchdog"
+OUTPUT_PANEL = "Output"
 
 
 def _same(value: Any) -> Any:
@@ -90,12 +103,13 @@ class Shared:
 
     name: str  # the parameter's name: typer hands the value under it
     type: Any  # the value's type
-    info: Any  # typer.Option(...) or typer.Argument(...): flags, help, limits
+    info: Any  # typer.Option(...) or typer.Argument(...): flags, help, limits, metavar
     into: str = ""  # "opts", "copts" or "output"; "": handed to the command as `name`
     field: str = ""  # the field of `into` it sets (by default `name`)
     default: Any = _FROM_DEFAULTS  # or else the defaults object's value of `field`
     parse: Callable[[Any], Any] = _same  # the option's value as the field takes it
     show: Callable[[Any], Any] = _same  # the field's default as the option takes it
+    alias_of: str = ""  # a hidden old name of the option `alias_of` (its value when that's unset)
 
     def parameter(self, defaults: object) -> inspect.Parameter:
         default = self.default
@@ -104,6 +118,18 @@ class Shared:
         kind = _ANNOTATED[self.type, self.info]
         return inspect.Parameter(self.name, _KW, default=default, annotation=kind)
 
+    @property
+    def target(self) -> str:
+        """The command's parameter this option fills."""
+        return self.into or self.alias_of or self.name
+
+
+def _panel(panel: str, *options: Shared) -> tuple[Shared, ...]:
+    """`options`, shown under `panel` in --help."""
+    for option in options:
+        option.info.rich_help_panel = panel
+    return options
+
 
 ADDRESS = Shared(
     "address",
@@ -111,30 +137,61 @@ ADDRESS = Shared(
     typer.Argument(
         help="Ray address: 'auto' or nothing (RAY_ADDRESS, then the local cluster), 'host:6379' "
         "(GCS), or 'http://host:8265' (dashboard).",
+        metavar="ADDRESS",
         show_default=False,
     ),
     default=None,
 )
-OUT = Shared(
-    "out",
-    Path | None,
-    typer.Option(
-        "--out",
-        help="Keep the evidence bundle in this directory (and DIR.tar.gz) for a bug report.",
+
+
+def _bundle_option(help_text: str) -> tuple[Shared, ...]:
+    """--bundle DIR, and its old name --out (hidden: the command lines written for it still run)."""
+    return _panel(
+        OUTPUT_PANEL,
+        Shared(
+            "bundle",
+            Path | None,
+            typer.Option("--bundle", metavar="DIR", help=help_text),
+            default=None,
+        ),
+        Shared(
+            "out",
+            Path | None,
+            typer.Option(
+                "--out", metavar="DIR", hidden=True, help=f"Old name of --bundle. {help_text}"
+            ),
+            default=None,
+            alias_of="bundle",
+        ),
+    )
+
+
+BUNDLE = _bundle_option(
+    "Keep the evidence bundle in this directory (and DIR.tar.gz) for a bug report."
+)
+BUNDLE_TO_WRITE = _bundle_option("Directory to write the evidence bundle into (required).")
+(QUIET,) = _panel(
+    OUTPUT_PANEL,
+    Shared(
+        "quiet", bool, typer.Option("--quiet", "-q", help="No progress display."), default=False
     ),
-    default=None,
 )
-QUIET = Shared(
-    "quiet", bool, typer.Option("--quiet", "-q", help="No progress display."), default=False
-)
-# The report's format: `output`.
-REPORT = (
+# The report's format: `output` (with -o, also its file's suffix: `_output`).
+REPORT = _panel(
+    OUTPUT_PANEL,
     Shared(
         "fmt",
-        ReportFormat,
-        typer.Option("--format", "-f", case_sensitive=False, help="Output format."),
+        ReportFormat | None,
+        typer.Option(
+            "--format",
+            "-f",
+            case_sensitive=False,
+            help="Output format (default: the one -o's suffix names, .txt .json .md .html; else "
+            "text).",
+            show_default=False,
+        ),
         "output",
-        default=ReportFormat.TEXT,
+        default=None,
     ),
     Shared(
         "as_json",
@@ -144,125 +201,160 @@ REPORT = (
         default=False,
     ),
 )
-BRIEF = Shared(
-    "brief",
-    bool,
-    typer.Option(
-        "--brief",
-        help="One screen (24 lines at 100 columns): the verdict, the culprit and why, the top three "
-        "next steps and the blind spots that could change the verdict (text or markdown).",
+(BRIEF, REPORT_FILE) = _panel(
+    OUTPUT_PANEL,
+    Shared(
+        "brief",
+        bool,
+        typer.Option(
+            "--brief",
+            help="One screen (24 lines at 100 columns): the verdict, the culprit and why, the top "
+            "three next steps and the blind spots that could change the verdict (text or markdown).",
+        ),
+        default=False,
     ),
-    default=False,
+    Shared(
+        "report_file",
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="PATH",
+            help="Write the report to this file instead of standard output, in the format its "
+            "suffix names (.html: one self-contained page).",
+            show_default=False,
+        ),
+        default=None,
+    ),
 )
-REPORT_FILE = Shared(
-    "report_file",
-    Path | None,
-    typer.Option(
-        "--output",
-        "-o",
-        help="Write the report to this file instead of standard output (with --format html: "
-        "one self-contained page).",
-        show_default=False,
+(WINDOW,) = _panel(
+    LOOK_PANEL,
+    Shared(
+        "window",
+        float,
+        typer.Option(
+            "--window",
+            min=0.0,
+            metavar="SECONDS",
+            help="Seconds between the two samples that tell slow from hung.",
+        ),
+        "opts",
+        "window_s",
     ),
-    default=None,
-)
-WINDOW = Shared(
-    "window",
-    float,
-    typer.Option(
-        "--window", min=0.0, help="Seconds between the two samples that tell slow from hung."
-    ),
-    "opts",
-    "window_s",
 )
 # Where to look and for how long: options of every live command (attach, collect, check, watch).
 LOOK = (
     WINDOW,
-    Shared(
-        "timeout",
-        float,
-        typer.Option("--timeout", min=1.0, help="Deadline for the whole run, in seconds."),
-        "opts",
-        "timeout_s",
-    ),
-    Shared(
-        "probe_timeout",
-        float,
-        typer.Option(
-            "--probe-timeout", min=0.1, help="Timeout of one probe (HTTP call, py-spy dump)."
+    *_panel(
+        LOOK_PANEL,
+        Shared(
+            "timeout",
+            float,
+            typer.Option(
+                "--timeout",
+                min=1.0,
+                metavar="SECONDS",
+                help="Deadline for the whole run, in seconds.",
+            ),
+            "opts",
+            "timeout_s",
         ),
-        "opts",
-        "probe_timeout_s",
-    ),
-    Shared(
-        "local",
-        bool,
-        typer.Option(
-            "--local", help="No Ray connection: find slime processes on this node by their titles."
+        Shared(
+            "probe_timeout",
+            float,
+            typer.Option(
+                "--probe-timeout",
+                min=0.1,
+                metavar="SECONDS",
+                help="Timeout of one probe (HTTP call, py-spy dump).",
+            ),
+            "opts",
+            "probe_timeout_s",
         ),
-        "opts",
-    ),
-    Shared(
-        "uid",
-        int | None,
-        typer.Option(
-            "--uid",
-            min=0,
-            help="With --local: take only this user's processes (default: the owner of the local Ray "
-            "session, else the user running the doctor; a root doctor never takes other users').",
-            show_default=False,
+        Shared(
+            "local",
+            bool,
+            typer.Option(
+                "--local",
+                help="No Ray connection: find slime processes on this node by their titles.",
+            ),
+            "opts",
         ),
-        "opts",
-    ),
-    Shared(
-        "api_key",
-        str | None,
-        typer.Option(
-            "--api-key", envvar="SGLANG_API_KEY", help="API key of SGLang servers started with one."
+        Shared(
+            "uid",
+            int | None,
+            typer.Option(
+                "--uid",
+                min=0,
+                metavar="UID",
+                help="With --local: take only this user's processes (default: the owner of the local Ray "
+                "session, else the user running the doctor; a root doctor never takes other users').",
+                show_default=False,
+            ),
+            "opts",
         ),
-        "opts",
-    ),
-    Shared(
-        "ray_token",
-        str | None,
-        typer.Option(
-            "--ray-token", envvar="RAY_AUTH_TOKEN", help="Token for Ray clusters with token auth."
+        Shared(
+            "api_key",
+            str | None,
+            typer.Option(
+                "--api-key",
+                envvar="SGLANG_API_KEY",
+                metavar="KEY",
+                help="API key of SGLang servers started with one.",
+            ),
+            "opts",
         ),
-        "opts",
-    ),
-    Shared(
-        "sglang_url",
-        list[str] | None,
-        typer.Option("--sglang-url", help="Also probe this SGLang engine (repeatable)."),
-        "opts",
-        "sglang_urls",
-        parse=_urls,
-        show=_urls_shown,
-    ),
-    Shared(
-        "router_url",
-        list[str] | None,
-        typer.Option("--router-url", help="Also probe this SGLang router (repeatable)."),
-        "opts",
-        "router_urls",
-        parse=_urls,
-        show=_urls_shown,
-    ),
-    Shared(
-        "ras_port",
-        int,
-        typer.Option(
-            "--ras-port",
-            min=1,
-            max=65535,
-            help="TCP port of NCCL's RAS service on 127.0.0.1 (NCCL_RAS_ADDR's port).",
+        Shared(
+            "ray_token",
+            str | None,
+            typer.Option(
+                "--ray-token",
+                envvar="RAY_AUTH_TOKEN",
+                metavar="TOKEN",
+                help="Token for Ray clusters with token auth.",
+            ),
+            "opts",
         ),
-        "opts",
+        Shared(
+            "sglang_url",
+            list[str] | None,
+            typer.Option(
+                "--sglang-url", metavar="URL", help="Also probe this SGLang engine (repeatable)."
+            ),
+            "opts",
+            "sglang_urls",
+            parse=_urls,
+            show=_urls_shown,
+        ),
+        Shared(
+            "router_url",
+            list[str] | None,
+            typer.Option(
+                "--router-url", metavar="URL", help="Also probe this SGLang router (repeatable)."
+            ),
+            "opts",
+            "router_urls",
+            parse=_urls,
+            show=_urls_shown,
+        ),
+        Shared(
+            "ras_port",
+            int,
+            typer.Option(
+                "--ras-port",
+                min=1,
+                max=65535,
+                metavar="PORT",
+                help="TCP port of NCCL's RAS service on 127.0.0.1 (NCCL_RAS_ADDR's port).",
+            ),
+            "opts",
+        ),
     ),
 )
 # What touches the job: options of attach and collect only. The watchdog never touches the job on a
 # routine look, and has its own --on-stall-* switches for a stall (STALL).
-TOUCH = (
+TOUCH = _panel(
+    TOUCH_PANEL,
     Shared(
         "native",
         bool,
@@ -307,12 +399,15 @@ TOUCH = (
     ),
 )
 # The watchdog's own settings (check, watch): `copts`, a CheckOptions.
-STALL = (
+STALL = _panel(
+    WATCHDOG_PANEL,
     Shared(
         "stall_after",
         str,
         typer.Option(
-            "--stall-after", help="No progress for this long is CRITICAL (e.g. 600, 10m, 1h)."
+            "--stall-after",
+            metavar="DURATION",
+            help="No progress for this long is CRITICAL (e.g. 600, 10m, 1h).",
         ),
         "copts",
         "stall_after_s",
@@ -323,7 +418,9 @@ STALL = (
         "state_file",
         Path,
         typer.Option(
-            "--state-file", help="Where the watchdog remembers the last progress markers."
+            "--state-file",
+            metavar="PATH",
+            help="Where the watchdog remembers the last progress markers.",
         ),
         "copts",
         default=DEFAULT_STATE_FILE,
@@ -331,14 +428,16 @@ STALL = (
     Shared(
         "bundle_dir",
         Path | None,
-        typer.Option("--bundle-dir", help="On a new stall, write an evidence bundle here."),
+        typer.Option(
+            "--bundle-dir", metavar="DIR", help="On a new stall, write an evidence bundle here."
+        ),
         "copts",
         default=None,
     ),
     Shared(
         "keep",
         int,
-        typer.Option("--keep", min=1, help="Keep the last N stall bundles."),
+        typer.Option("--keep", min=1, metavar="N", help="Keep the last N stall bundles."),
         "copts",
         "keep_bundles",
     ),
@@ -365,7 +464,9 @@ STALL = (
         "on_stall_exec",
         str | None,
         typer.Option(
-            "--on-stall-exec", help="Run this shell command on a new stall, verdict JSON on stdin."
+            "--on-stall-exec",
+            metavar="COMMAND",
+            help="Run this shell command on a new stall, verdict JSON on stdin.",
         ),
         "copts",
         default=None,
@@ -373,14 +474,16 @@ STALL = (
     Shared(
         "prom_file",
         Path | None,
-        typer.Option("--prom-file", help="Prometheus textfile for node-exporter (atomic)."),
+        typer.Option(
+            "--prom-file", metavar="PATH", help="Prometheus textfile for node-exporter (atomic)."
+        ),
         "copts",
         default=None,
     ),
     Shared(
         "log_file",
         Path | None,
-        typer.Option("--log-file", help="Append one JSON line per run."),
+        typer.Option("--log-file", metavar="PATH", help="Append one JSON line per run."),
         "copts",
         default=None,
     ),
@@ -393,8 +496,30 @@ def _check_options(values: dict[str, Any]) -> CheckOptions:
     return CheckOptions(**values)
 
 
-def _output(values: dict[str, Any]) -> ReportFormat:
-    return ReportFormat.JSON if values["as_json"] else cast("ReportFormat", values["fmt"])
+# A report file's suffix and the format it names (-o without --format).
+SUFFIX_FORMATS = {
+    ".txt": ReportFormat.TEXT,
+    ".json": ReportFormat.JSON,
+    ".md": ReportFormat.MARKDOWN,
+    ".markdown": ReportFormat.MARKDOWN,
+    ".html": ReportFormat.HTML,
+    ".htm": ReportFormat.HTML,
+}
+
+
+def _output(values: dict[str, Any], to: Path | None) -> ReportFormat:
+    """The report's format: --json or --format as given, else the one `to`'s suffix names, else
+    text. A --format that contradicts the suffix is refused (a page of text named .html)."""
+    given = ReportFormat.JSON if values["as_json"] else values["fmt"]
+    named = SUFFIX_FORMATS.get(to.suffix.lower()) if to is not None else None
+    if to is not None and given is not None and named is not None and given is not named:
+        raise UsageError(
+            f"--format {given.value} does not match -o {to}: a {to.suffix} file holds "
+            f"{named.value}",
+            help_text=f"Leave out --format (the suffix chooses), or name the file for "
+            f"{given.value} ({', '.join(k for k, v in SUFFIX_FORMATS.items() if v is given)}).",
+        )
+    return given or named or ReportFormat.TEXT
 
 
 def _build(
@@ -402,21 +527,29 @@ def _build(
 ) -> dict[str, Any]:
     """The one place the command-line values become what a command is handed: the CollectOptions
     (`opts`: the defaults object with every option given set), the CheckOptions (`copts`), the
-    report format (`output`), and the options handed as they are (address, out, quiet)."""
+    report format (`output`), and the options handed as they are (address, bundle, quiet...)."""
     fields: dict[str, dict[str, Any]] = {}
     handed: dict[str, Any] = {}
+    aliases: list[tuple[Shared, Any]] = []
     for option in shared:
         value = given.pop(option.name)
-        if option.into:
+        if option.alias_of:
+            aliases.append((option, value))
+        elif option.into:
             fields.setdefault(option.into, {})[option.field or option.name] = option.parse(value)
         else:
             handed[option.name] = value
+    for alias, value in aliases:
+        if value is not None and handed[alias.alias_of] is not None:
+            old, new = (f"--{n.replace('_', '-')}" for n in (alias.name, alias.alias_of))
+            raise UsageError(f"{old} is the old name of {new}; give one of them")
+        handed[alias.alias_of] = value if value is not None else handed[alias.alias_of]
     if "opts" in fields:
         handed["opts"] = dataclasses.replace(collect_defaults, **fields["opts"])
     if "copts" in fields:
         handed["copts"] = _check_options(fields["copts"])
     if "output" in fields:
-        handed["output"] = _output(fields["output"])
+        handed["output"] = _output(fields["output"], handed.get("report_file"))
     return handed
 
 
@@ -432,16 +565,11 @@ def takes(
 
     def wrap(command: Callable[..., None]) -> Callable[..., None]:
         params: list[inspect.Parameter] = []
+        own = _own_options(command, {s.target for s in shared})
         for param in inspect.signature(command).parameters.values():
-            group = [s for s in shared if (s.into or s.name) == param.name]
-            if not group:  # the command's own option: its annotation, as typer reads it
-                kind = param.annotation
-                if isinstance(kind, str):  # (what inspect's eval_str does, for this one alone)
-                    kind = eval(kind, command.__globals__)
-                if get_origin(kind) is not Annotated:
-                    raise TypeError(f"{command.__name__}: {param.name} is no option of typer's")
-                params.append(param.replace(kind=_KW, annotation=kind))
-            for option in group:
+            if param.name in own:
+                params.append(param.replace(kind=_KW, annotation=own[param.name]))
+            for option in (s for s in shared if s.target == param.name):
                 params.append(
                     option.parameter(CHECK_DEFAULTS if option.into == "copts" else defaults)
                 )
@@ -462,15 +590,55 @@ def takes(
     return wrap
 
 
+def _own_options(command: Callable[..., None], shared: set[str]) -> dict[str, Any]:
+    """The annotations of `command`'s own options (its parameters that no shared option fills),
+    resolved as typer reads them; each must be an `Annotated[type, typer.Option/Argument]`."""
+    names = [p for p in inspect.signature(command).parameters if p not in shared]
+    written = {n: command.__annotations__[n] for n in names}  # (text: `from __future__`)
+    kinds = get_type_hints(
+        SimpleNamespace(__annotations__=written), command.__globals__, include_extras=True
+    )
+    for name, kind in kinds.items():
+        if get_origin(kind) is not Annotated:
+            raise TypeError(f"{command.__name__}: {name} is no option of typer's")
+    return kinds
+
+
 # ------------------------------------------------------------------ commands
 
 
+def _show_version(shown: bool) -> None:
+    if shown:
+        typer.echo(f"slime-hangdoctor {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback(invoke_without_command=True)
+def _main(
+    ctx: typer.Context,
+    version: Annotated[
+        bool | None,
+        typer.Option(
+            "--version",
+            "-V",
+            callback=_show_version,
+            is_eager=True,
+            help="Print the version and exit.",
+        ),
+    ] = None,
+) -> None:
+    # (no docstring: the app's help is the Typer's)
+    if ctx.invoked_subcommand is None:  # a bare `slime-hangdoctor`: its help, exit 0
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+
+
 @app.command()
-@takes(ADDRESS, *LOOK, *TOUCH, OUT, QUIET, *REPORT, BRIEF, REPORT_FILE)
+@takes(ADDRESS, *LOOK, *TOUCH, *BUNDLE, QUIET, *REPORT, BRIEF, REPORT_FILE)
 def attach(
     address: str | None,
     opts: CollectOptions,
-    out: Path | None,
+    bundle: Path | None,
     quiet: bool,
     output: ReportFormat,
     brief: bool,
@@ -478,17 +646,18 @@ def attach(
 ) -> None:
     """Diagnose a live slime job: discover, sample twice, analyse, report. Read-only by default."""
     diagnosis = run_attach(
-        address, from_process_start(opts), out=out, quiet=quiet or output is not ReportFormat.TEXT
+        address,
+        from_process_start(opts),
+        out=bundle,
+        quiet=quiet or output is not ReportFormat.TEXT,
     )
     _emit(diagnosis, output, to=report_file, brief=brief)
 
 
 @app.command()
-@takes(ADDRESS, *LOOK, *TOUCH, QUIET)
+@takes(ADDRESS, *LOOK, *TOUCH, *BUNDLE_TO_WRITE, QUIET)
 def collect(
-    out: Annotated[
-        Path, typer.Option("--out", help="Directory to write the evidence bundle into.")
-    ],
+    bundle: Path | None,
     address: str | None,
     opts: CollectOptions,
     quiet: bool,
@@ -497,8 +666,15 @@ def collect(
     from slime_hangdoctor.bundle import archive
     from slime_hangdoctor.collect.run import collect as do_collect
 
+    if bundle is None:
+        raise UsageError(
+            "Missing option '--bundle' (the directory to write the bundle into).",
+            help_text="Run `slime-hangdoctor collect --help` for its options.",
+        )
     with _progress(quiet) as say:
-        result = do_collect(address, from_process_start(opts), out, command="collect", progress=say)
+        result = do_collect(
+            address, from_process_start(opts), bundle, command="collect", progress=say
+        )
     if result.ray_error is not None and not opts.local:
         _err(f"could not read the Ray cluster: {result.ray_error}", result.ray_error.help_text)
     tarball = archive(result.root)
@@ -513,7 +689,11 @@ def collect(
 @takes(*REPORT, BRIEF, REPORT_FILE)
 def analyse(
     bundle: Annotated[
-        Path, typer.Argument(help="A bundle directory or .tar.gz written by collect/attach/check.")
+        Path,
+        typer.Argument(
+            metavar="BUNDLE",
+            help="A bundle directory or .tar.gz written by collect/attach/check.",
+        ),
     ],
     output: ReportFormat,
     brief: bool,
@@ -524,24 +704,28 @@ def analyse(
 
 
 @app.command()
-@takes(WINDOW, OUT, QUIET, *REPORT)
+@takes(WINDOW, *BUNDLE, QUIET, *REPORT)
 def demo(
     fault: Annotated[
-        str, typer.Option("--fault", help="Fault to inject (see --list-faults).")
+        str, typer.Option("--fault", metavar="NAME", help="Fault to inject (see --list-faults).")
     ] = "weight_sync_engine_missing",
     list_faults: Annotated[
         bool, typer.Option("--list-faults", help="List the faults and exit.")
     ] = False,
     *,
     opts: CollectOptions,
-    out: Path | None,
+    bundle: Path | None,
     workdir: Annotated[
-        Path | None, typer.Option("--workdir", help="Where the demo's Ray cluster keeps its files.")
+        Path | None,
+        typer.Option(
+            "--workdir", metavar="DIR", help="Where the demo's Ray cluster keeps its files."
+        ),
     ] = None,
     layout: Annotated[
         str | None,
         typer.Option(
             "--layout",
+            metavar="NAME",
             help="The demo job's source layout: slime (slime main), miles (radixark/miles main: "
             "its files, its weight-update sessions) or slime-next (slime's open work: a "
             "ServingCluster actor starts the router and engines). Default: the fault's own, "
@@ -571,7 +755,7 @@ def demo(
     diagnosis = run_demo(
         fault,
         window=opts.window_s,
-        out=out,
+        out=bundle,
         workdir=workdir,
         quiet=quiet or output is not ReportFormat.TEXT,
         layout=layout,
@@ -600,9 +784,21 @@ def check(
 def watch(
     address: str | None,
     interval: Annotated[
-        float, typer.Option("--interval", min=1.0, help="Seconds between runs.")
+        float,
+        typer.Option(
+            "--interval",
+            min=1.0,
+            metavar="SECONDS",
+            help="Seconds between runs.",
+            rich_help_panel=WATCHDOG_PANEL,
+        ),
     ] = CHECK_DEFAULTS.interval_s,
-    max_runs: Annotated[int | None, typer.Option("--max-runs", help="Stop after N runs.")] = None,
+    max_runs: Annotated[
+        int | None,
+        typer.Option(
+            "--max-runs", metavar="N", help="Stop after N runs.", rich_help_panel=WATCHDOG_PANEL
+        ),
+    ] = None,
     *,
     copts: CheckOptions,
     opts: CollectOptions,
@@ -627,7 +823,7 @@ def watch(
 
 @app.command()
 def version() -> None:
-    """Print the version."""
+    """Print the version (as --version does)."""
     typer.echo(f"slime-hangdoctor {__version__}")
 
 
@@ -648,7 +844,7 @@ def run_attach(
     quiet: bool,
     command: str = "attach",
 ) -> Diagnosis:
-    """collect + analyse; the bundle is kept only with --out."""
+    """collect + analyse; the bundle is kept only with --bundle."""
     from slime_hangdoctor.pipeline import attach as attach_it
     from slime_hangdoctor.pipeline import preload
 
@@ -740,14 +936,26 @@ def _emit(
     brief: bool = False,
 ) -> None:
     """Print the report (or write it to `to`; `brief`: the one-screen report), then exit with the
-    verdict's code."""
+    verdict's code. A report that cannot be written is printed instead (the verdict is never lost),
+    then refused: exit 3."""
     if brief:
         from slime_hangdoctor.render import check_brief
 
         check_brief(output)
     if to is not None:
-        _write_report(diagnosis, output, to, brief)
-    elif output == ReportFormat.JSON:  # plain ASCII text (json escapes the rest): no rich to load
+        problem = _write_report(diagnosis, output, to, brief)
+        if problem is None:
+            typer.echo(f"report: {to}", err=True)
+        else:
+            _print_report(diagnosis, output, brief)
+            raise problem
+    else:
+        _print_report(diagnosis, output, brief)
+    raise typer.Exit(int(diagnosis.verdict.exit_code) if exit_code is None else exit_code)
+
+
+def _print_report(diagnosis: Diagnosis, output: ReportFormat, brief: bool = False) -> None:
+    if output == ReportFormat.JSON:  # plain ASCII text (json escapes the rest): no rich to load
         from slime_hangdoctor.render import render_json
 
         typer.echo(render_json(diagnosis))
@@ -757,10 +965,23 @@ def _emit(
         from slime_hangdoctor.render import render
 
         render(diagnosis, output, Console(soft_wrap=False), brief)
-    raise typer.Exit(int(diagnosis.verdict.exit_code) if exit_code is None else exit_code)
 
 
-def _write_report(diagnosis: Diagnosis, output: ReportFormat, to: Path, brief: bool) -> None:
+REPORT_MODE = 0o600  # the report quotes the job (stacks, commands): the caller's, as a bundle is
+REPORT_REFUSED_HELP = (
+    "The report was printed to standard output instead. Name a new file for -o, or a regular "
+    "file of yours (it is replaced), in a directory that no other user may write to (sticky "
+    "ones such as /tmp excepted)."
+)
+
+
+def _write_report(
+    diagnosis: Diagnosis, output: ReportFormat, to: Path, brief: bool = False
+) -> HangDoctorError | None:
+    """Write the report to `to` as every other output is written (safe_fs.replace_file: a new file
+    beside it, renamed over it; a link, FIFO or device at `to` refused, never opened); why not."""
+    from slime_hangdoctor.safe_fs import UnsafePath, replace_file
+
     if output == ReportFormat.TEXT:
         from io import StringIO
 
@@ -776,13 +997,14 @@ def _write_report(diagnosis: Diagnosis, output: ReportFormat, to: Path, brief: b
         from slime_hangdoctor.render import render_text
 
         text = render_text(diagnosis, output, brief)
+    data = text.encode("utf-8")
     try:
-        to.write_text(text, encoding="utf-8")
+        replace_file(to, lambda fh: fh.write(data), mode=REPORT_MODE)
+    except UnsafePath as exc:
+        return HangDoctorError(f"report not written: {exc}", help_text=REPORT_REFUSED_HELP)
     except OSError as exc:
-        raise HangDoctorError(
-            f"could not write the report to {to}: {exc.strerror or exc}"
-        ) from None
-    typer.echo(f"report: {to}", err=True)
+        return HangDoctorError(f"could not write the report to {to}: {exc.strerror or exc}")
+    return None
 
 
 class _Progress:
@@ -856,7 +1078,7 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     try:
-        rc = app(args=argv, standalone_mode=False)
+        rc = app(args=argv, prog_name="slime-hangdoctor", standalone_mode=False)
     except typer.Exit as exc:
         return int(exc.exit_code)
     except typer.Abort:

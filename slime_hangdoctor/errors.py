@@ -28,13 +28,13 @@ class RayUnreachable(HangDoctorError):
 class BundleInvalid(HangDoctorError):
     """A directory or archive is not a readable evidence bundle."""
 
-    help_text = "Pass a directory or .tar.gz written by `slime-hangdoctor collect --out`."
+    help_text = "Pass a directory or .tar.gz written by `slime-hangdoctor collect --bundle`."
 
 
 class BundleNotWritable(HangDoctorError):
     """The evidence bundle could not be written where asked."""
 
-    help_text = "Choose a writable --out / --bundle-dir, or check free disk space."
+    help_text = "Choose a writable --bundle / --bundle-dir, or check free disk space."
 
 
 class UsageError(HangDoctorError):

@@ -1,8 +1,8 @@
 """Paths other users cannot steer: directories reached one component at a time, files opened
 under a directory descriptor, never through a symbolic link someone else planted.
 
-The doctor runs as root from cron and writes into places a user names (`--out`, `--bundle-dir`,
-`--state-file`, `--log-file`), some of them in shared directories such as /tmp. And it reads
+The doctor runs as root from cron and writes into places a user names (`--bundle`, `-o`,
+`--bundle-dir`, `--state-file`, `--log-file`, `--prom-file`), some of them in shared directories such as /tmp. And it reads
 addresses from the Ray temp dir, which Ray creates mode 0777 without a sticky bit. So:
 
 - a directory is *reliable* when it belongs to root or to a trusted user (the caller; for Ray's
@@ -11,7 +11,10 @@ addresses from the Ray temp dir, which Ray creates mode 0777 without a sticky bi
 - every directory on a path the doctor relies on must be reliable; a symbolic link on the way is
   followed only if root or a trusted user owns it (it then sits in a reliable directory, checked
   before it); anything else is refused with the component and the reason named (`UnsafePath`);
-- directories the doctor creates get the exact mode asked for, whatever the umask.
+- directories the doctor creates get the exact mode asked for, whatever the umask;
+- a file is written whole into a new file of a random name (O_CREAT | O_EXCL | O_NOFOLLOW under
+  the directory's descriptor) and renamed over the old one (`replace_in`, `replace_file`): nothing
+  is ever written through a link, into a FIFO or a device, or into a file someone else prepared.
 
 These are one-off checks per run (a few `stat` calls per path component).
 """
@@ -19,9 +22,11 @@ These are one-off checks per run (a few `stat` calls per path component).
 from __future__ import annotations
 
 import os
+import secrets
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 from slime_hangdoctor.errors import HangDoctorError
 
@@ -212,3 +217,84 @@ def read_regular(path: Path | str, limit: int) -> bytes | None:
         if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
             return None
         return fh.read(limit + 1)
+
+
+def entry_problem(parent: int, name: str) -> str | None:
+    """Why the entry `name` of the directory `parent` may not be replaced (a symbolic link, not a
+    regular file, another user's, hard-linked), or None (absent, or a plain file of the caller's)."""
+    try:
+        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "it exists and is a symbolic link (not followed, not replaced)"
+    if not stat.S_ISREG(st.st_mode):
+        return "it exists and is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"it exists and belongs to uid {st.st_uid} (not replaced)"
+    if st.st_nlink != 1:
+        return "it exists with other hard links (not replaced)"
+    return None
+
+
+def replace_in(
+    parent: int, name: str, write: Callable[[BinaryIO], object], *, mode: int = 0o600
+) -> None:
+    """Replace the entry `name` of the directory `parent` (a descriptor) with a new file that
+    `write` fills: made under a random name there (O_CREAT | O_EXCL | O_NOFOLLOW: never an existing
+    file, never through a link), set to `mode` whatever the umask, then renamed over `name` (a
+    rename replaces what is at `name`, it never writes through it). The new file is removed on any
+    failure. Raises OSError."""
+    tmp = f".{name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(
+        tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o600, dir_fd=parent
+    )
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            os.fchmod(fh.fileno(), mode)
+        os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=parent)
+        except OSError:
+            pass
+        raise
+
+
+def replace_file(
+    path: Path | str,
+    write: Callable[[BinaryIO], object],
+    *,
+    mode: int = 0o600,
+    dir_mode: int | None = None,
+    owners: Iterable[int] | None = None,
+    only_own: bool = True,
+) -> None:
+    """Write the file `path` as `write` fills it, safely wherever it is (`replace_in`).
+
+    Its directory is reached as in `open_dir` (with `dir_mode`, made with its missing parents in
+    that mode; without, it must exist) and refused where others may write to it without a sticky
+    bit, or, with `owners`, where none of them owns it (the directories above it: as open_dir
+    judges them). With `only_own`, an existing `path` is
+    replaced only when it is a regular file of the caller's with no other link (`entry_problem`):
+    a FIFO, a device or a link planted there is refused, never opened. Raises UnsafePath (the
+    path and the reason) or OSError."""
+    path = Path(os.path.abspath(path))
+    parent, _ = open_dir(
+        path.parent,
+        create=dir_mode is not None,
+        leaf_mode=dir_mode or 0o700,
+        parents_mode=dir_mode or 0o755,
+    )
+    try:
+        st = os.fstat(parent)
+        why = shared_problem(st, owners if owners is not None else (st.st_uid,))
+        if why is not None:
+            raise UnsafePath(f"refusing {path}: {path.parent}: {why}")
+        why = entry_problem(parent, path.name) if only_own else None
+        if why is not None:
+            raise UnsafePath(f"refusing {path}: {why}")
+        replace_in(parent, path.name, write, mode=mode)
+    finally:
+        os.close(parent)

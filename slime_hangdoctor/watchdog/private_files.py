@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from slime_hangdoctor.safe_fs import UnsafePath, open_private_dir
+from slime_hangdoctor.safe_fs import UnsafePath, open_private_dir, replace_file
 
 __all__ = ["UnsafePath", "open_private", "private_dir", "read_private", "write_atomic"]
 
@@ -49,20 +49,6 @@ def read_private(path: Path) -> bytes:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data`: a new 0600 file beside it (O_EXCL, O_NOFOLLOW), then rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        os.unlink(tmp)  # a leftover of a killed run with our pid (never followed)
-    except FileNotFoundError:
-        pass
-    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Replace `path` with `data`: a new 0600 file beside it, then rename (safe_fs.replace_file;
+    its directory must be the caller's private one, as `private_dir` made it)."""
+    replace_file(path, lambda fh: fh.write(data), owners=(os.geteuid(),), only_own=False)

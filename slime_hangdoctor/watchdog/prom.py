@@ -13,12 +13,10 @@ missing directories with the umask (0777 under umask 0).
 from __future__ import annotations
 
 import os
-import secrets
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from slime_hangdoctor.safe_fs import CLOEXEC, NOFOLLOW, UnsafePath, open_dir
+from slime_hangdoctor.safe_fs import UnsafePath, replace_file
 from slime_hangdoctor.verdict import Status, Verdict
 from slime_hangdoctor.watchdog.decide import CheckDecision
 
@@ -95,39 +93,17 @@ DIR_MODE = 0o755
 
 
 def write_textfile(path: Path, data: bytes) -> str | None:
-    """Replace `path` with `data`; returns why not, or None. Its directory is reached as in
-    safe_fs.open_dir (made DIR_MODE with its missing parents if missing); refused when others
-    may write to it without a sticky bit (they could replace the metrics); the data goes into a
-    new file of a random name there, FILE_MODE, renamed over `path` (a rename never follows a
-    symbolic link at `path`)."""
-    path = Path(os.path.abspath(path))
-    shown = f"--prom-file {path} not written"
+    """Replace `path` with `data`; returns why not, or None. As safe_fs.replace_file writes (its
+    directory reached as in open_dir, made DIR_MODE with its missing parents if missing, refused
+    when others may write to it without a sticky bit: they could replace the metrics; a new file
+    of a random name there, FILE_MODE, renamed over `path`, never written through a link)."""
+    shown = f"--prom-file {os.path.abspath(path)} not written"
     try:
-        parent, _ = open_dir(path.parent, create=True, leaf_mode=DIR_MODE, parents_mode=DIR_MODE)
+        replace_file(
+            path, lambda fh: fh.write(data), mode=FILE_MODE, dir_mode=DIR_MODE, only_own=False
+        )
     except UnsafePath as exc:
         return f"{shown}: {exc}"
     except OSError as exc:
         return f"{shown}: {exc.strerror or exc}"
-    tmp = f".{path.name}.{secrets.token_hex(8)}.tmp"
-    try:
-        mode = os.fstat(parent).st_mode
-        if mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX:
-            return f"{shown}: others may write to {path.parent} (mode {stat.S_IMODE(mode):04o})"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC
-        fd = os.open(tmp, flags, 0o600, dir_fd=parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                os.fchmod(fh.fileno(), FILE_MODE)
-            os.replace(tmp, path.name, src_dir_fd=parent, dst_dir_fd=parent)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=parent)
-            except OSError:
-                pass
-            raise
-    except OSError as exc:
-        return f"{shown}: {exc.strerror or exc}"
-    finally:
-        os.close(parent)
     return None

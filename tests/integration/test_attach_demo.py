@@ -542,7 +542,7 @@ def _attach_live(fault: str, run: DemoRun, workdir: Path) -> FaultRun:
     result = FaultRun(run, workdir)
     try:
         result.rc, result.verdict, _err, result.wall = attach(
-            run.head.dashboard_url, "--out", str(workdir / "bundle")
+            run.head.dashboard_url, "--bundle", str(workdir / "bundle")
         )
         if have_pyspy():
             matched = check_all_signatures(run, FAULTS[fault])

@@ -46,7 +46,7 @@ def _attach(address: str, out: Path, timeout: float = 30.0) -> tuple[int, dict[s
         "3",
         "--timeout",
         str(timeout),
-        "--out",
+        "--bundle",
         str(out),
         timeout=timeout + 30,
     )

@@ -191,7 +191,7 @@ def test_the_api_key_never_reaches_a_stranger_the_router_lists(
         before = len(stranger.seen)
         run = run_cli(
             "attach", "--local", "--router-url", router, "--sglang-url", engine.url,
-            "--api-key", API_KEY, "--out", str(tmp_path / "b"), "-f", "json",
+            "--api-key", API_KEY, "--bundle", str(tmp_path / "b"), "-f", "json",
             "--window", "0.3", "--timeout", "8", env=cli_env(), hard_limit_s=90,
         )  # fmt: skip
         engine_saw = list(engine.seen)

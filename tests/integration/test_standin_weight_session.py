@@ -73,7 +73,7 @@ def test_a_scheduler_stuck_in_begin_holds_the_call_and_is_weight_sync(
     assert s.get("/model_info").status_code == 200  # the HTTP process itself answers
     out = tmp_path / "bundle"
     proc, _wall = run_cli(
-        "attach", "--local", "--sglang-url", s.url, "--json", "--window", "2", "--out", str(out),
+        "attach", "--local", "--sglang-url", s.url, "--json", "--window", "2", "--bundle", str(out),
         timeout=90,
     )  # fmt: skip
     assert "Traceback" not in proc.stderr, proc.stderr

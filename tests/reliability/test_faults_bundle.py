@@ -61,19 +61,19 @@ def _message(run: CliRun) -> str:
 
 
 def test_collect_into_unwritable_dir(tmp_path: Path) -> None:
-    """BU1: --out under a regular file (as root, permission bits would not stop us): exit 3 and
+    """BU1: --bundle under a regular file (as root, permission bits would not stop us): exit 3 and
     the reason, at once."""
     (tmp_path / "file").write_text("")
     out = tmp_path / "file" / "bundle"
-    run = run_cli("collect", "--local", "--out", str(out), *COMMON[2:])
+    run = run_cli("collect", "--local", "--bundle", str(out), *COMMON[2:])
     assert_clean(run, rcs=(3,))
     assert f"cannot write an evidence bundle at {out}" in run.err
-    assert "Not a directory" in run.err and "Choose a writable --out" in run.err
+    assert "Not a directory" in run.err and "Choose a writable --bundle" in run.err
 
 
 def test_attach_into_unwritable_dir(tmp_path: Path) -> None:
-    """BU2: the same for attach --out (inside /proc, where nothing can be created)."""
-    run = run_cli("attach", "--local", "--out", "/proc/hangdoctor-reliability", *COMMON)
+    """BU2: the same for attach --bundle (inside /proc, where nothing can be created)."""
+    run = run_cli("attach", "--local", "--bundle", "/proc/hangdoctor-reliability", *COMMON)
     assert_clean(run, rcs=(3,))
     assert "cannot write an evidence bundle at /proc/hangdoctor-reliability" in run.err
 
@@ -125,7 +125,7 @@ def test_watch_with_unwritable_bundle_dir_says_so(watch_unwritable: CliRun) -> N
 def test_analyse_missing_path(tmp_path: Path) -> None:
     """BU4: no such bundle."""
     err = _message(analyse(tmp_path / "nope"))
-    assert "does not exist" in err and "collect --out" in err
+    assert "does not exist" in err and "collect --bundle" in err
 
 
 def test_analyse_truncated_archive(tmp_path: Path) -> None:

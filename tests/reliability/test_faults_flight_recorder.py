@@ -44,7 +44,7 @@ def fr_env(d: Path) -> dict[str, str]:
 
 
 def attach_fr(out: Path, timeout: float = TIMEOUT_S) -> CliRun:
-    args = ("--flight-recorder", "--out", str(out), *COMMON, "--timeout", str(timeout))
+    args = ("--flight-recorder", "--bundle", str(out), *COMMON, "--timeout", str(timeout))
     run = run_cli("attach", "--local", *args)
     assert_clean(run, bound_s=BOUND_S - TIMEOUT_S + timeout)
     return run

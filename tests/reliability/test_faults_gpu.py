@@ -51,7 +51,7 @@ def rank(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rank]:
 
 
 def attach(out: Path, *extra: str, env: dict[str, str] | None = None) -> CliRun:
-    run = run_cli("attach", "--local", "--out", str(out), *COMMON, *extra, env=env)
+    run = run_cli("attach", "--local", "--bundle", str(out), *COMMON, *extra, env=env)
     assert_clean(run)
     return run
 

@@ -61,7 +61,7 @@ def piddir(tmp_path: Path) -> Iterator[Path]:
 
 
 def attach(rank: Rank, out: Path, env: dict[str, str], *extra: str) -> CliRun:
-    run = run_cli("attach", "--local", "--out", str(out), *COMMON, *extra, env=env)
+    run = run_cli("attach", "--local", "--bundle", str(out), *COMMON, *extra, env=env)
     assert_clean(run)
     return run
 
@@ -100,7 +100,7 @@ def test_pyspy_missing(tmp_path: Path, rank: Rank) -> None:
     env = cli_env(extra={"PATH": f"{bindir}:/usr/bin:/bin"})
     out = tmp_path / "b"
     run = run_cli(
-        "attach", "--local", "--out", str(out), *COMMON, env=env, python=str(bindir / "python3")
+        "attach", "--local", "--bundle", str(out), *COMMON, env=env, python=str(bindir / "python3")
     )
     assert_clean(run)
     find_blind(run, f"pyspy pid{rank.pid}: unavailable: py-spy not found on PATH; pip install")

@@ -44,7 +44,7 @@ def test_dashboard_down_collect_keeps_the_rest(tmp_path: Path) -> None:
     """RA1 (collect): the bundle is still written with everything this node could give, and
     stderr says the cluster could not be read."""
     url = f"http://127.0.0.1:{free_port()}"
-    run = run_cli("collect", url, "--out", str(tmp_path / "b"), *COMMON[2:])
+    run = run_cli("collect", url, "--bundle", str(tmp_path / "b"), *COMMON[2:])
     assert_clean(run, rcs=(0,))
     assert "could not read the Ray cluster" in run.err
     assert "connection refused" in run.err
@@ -68,7 +68,7 @@ def test_dashboard_state_api_500(tmp_path: Path) -> None:
     """RA3: /api/version answers, every state/Job API call answers 500: one blind spot per
     endpoint, the rest of the evidence kept."""
     with http_stub(dashboard_routes(status=500)) as dash:
-        run = run_cli("attach", dash.url, "--out", str(tmp_path / "b"), *COMMON)
+        run = run_cli("attach", dash.url, "--bundle", str(tmp_path / "b"), *COMMON)
     assert_clean(run)
     for target in STATE:
         find_blind(run, f"ray_dashboard {target}: failed: HTTP 500")
@@ -79,7 +79,7 @@ def test_dashboard_slow_state_api(tmp_path: Path) -> None:
     """RA4: /api/version answers, every other call takes 10 s: each is cut at the probe timeout
     (all at once, not one after the other), and the run still ends by the deadline."""
     with http_stub(dashboard_routes(delay=10.0)) as dash:
-        run = run_cli("attach", dash.url, "--out", str(tmp_path / "b"), *COMMON)
+        run = run_cli("attach", dash.url, "--bundle", str(tmp_path / "b"), *COMMON)
     assert_clean(run)
     for target in STATE:
         find_blind(run, f"ray_dashboard {target}: timed_out: timed out after")
@@ -115,7 +115,7 @@ def test_wrong_address_forms(address: str, says: str) -> None:
 
 def test_wrong_address_form_collect_message(tmp_path: Path) -> None:
     """RA6 (collect): the same reason on stderr, as a message."""
-    run = run_cli("collect", "foo://x", "--out", str(tmp_path / "b"), *COMMON[2:])
+    run = run_cli("collect", "foo://x", "--bundle", str(tmp_path / "b"), *COMMON[2:])
     assert_clean(run, rcs=(0,))
     assert "unknown scheme 'foo'" in run.err
 

@@ -42,7 +42,7 @@ ENGINE_PATHS = ("/model_info", "/server_info", "/v1/loads", "/metrics", "/ready"
 
 
 def attach(url: str, out: Path, *extra: str) -> tuple[CliRun, Path]:
-    run = run_cli("attach", "--local", "--sglang-url", url, "--out", str(out), *COMMON, *extra)
+    run = run_cli("attach", "--local", "--sglang-url", url, "--bundle", str(out), *COMMON, *extra)
     assert_clean(run)
     return run, out
 
@@ -247,7 +247,7 @@ def test_router_listing_dead_workers(tmp_path: Path) -> None:
     ).encode()
     with http_stub({"/workers": (200, body, "application/json", 0.0)}) as router:
         run = run_cli(
-            "attach", "--local", "--router-url", router.url, "--out", str(tmp_path / "b"), *COMMON
+            "attach", "--local", "--router-url", router.url, "--bundle", str(tmp_path / "b"), *COMMON
         )
     assert_clean(run)
     assert not any(url in engine_states(run) for url in dead), engine_states(run)

@@ -148,7 +148,7 @@ def test_attach_default_is_read_only(job: Job) -> None:
 
 def test_collect_default_is_read_only(job: Job, tmp_path: Path) -> None:
     """RO2: `collect` (default flags) sends only the read-only GETs."""
-    run(job, "collect", "--out", str(tmp_path / "b"))
+    run(job, "collect", "--bundle", str(tmp_path / "b"))
     assert_read_only(job, router=True)
 
 

@@ -81,12 +81,12 @@ class ReadOnlyRuns:
 
 @job_part(SECRET_JOB, "readonly", order=1)
 def _readonly(run: DemoRun, slot: Slot, work: Path) -> ReadOnlyRuns:
-    """A default `attach --out`, then a default `check`, each with the requests the engines
+    """A default `attach --bundle`, then a default `check`, each with the requests the engines
     logged during it."""
     demo = Demo(run, run.workdir)
     url = run.head.dashboard_url
     out = work / "bundle"
-    attach, attach_new = _doctor_requests(demo, "attach", url, "--out", str(out), "-f", "json")
+    attach, attach_new = _doctor_requests(demo, "attach", url, "--bundle", str(out), "-f", "json")
     state = str(work / "state.json")
     check, check_new = _doctor_requests(demo, "check", url, "--state-file", state, "--json")
     return ReadOnlyRuns(set(demo.logs()), attach, attach_new, out, check, check_new)

@@ -1,6 +1,6 @@
 """The doctor run as root (a cron `check`, an on-call `attach`) cannot be turned against the
 machine by what other users control: planted symlinks and foreign directories for the watchdog's
-state and lock (issue 15 point 7), `--out` onto an existing directory (point 8).
+state and lock (issue 15 point 7), `--bundle` onto an existing directory (point 8).
 
 Each case is the attack as a user would meet it, through the real CLI: a symlink planted by an
 unprivileged user (uid 65534) in a shared directory, then a root `check` or `attach`. The tests
@@ -108,19 +108,19 @@ def test_state_file_symlink_is_replaced_not_followed(tmp_path: Path) -> None:
     assert not (state_dir / "state.json").is_symlink()
 
 
-# ---------------------------------------------------------------- --out (point 8)
+# ---------------------------------------------------------------- --bundle (point 8)
 
 ATTACH = ("attach", "--local", "--window", "0.2", "--timeout", "8", "-f", "json")
 
 
 def test_out_onto_a_non_empty_directory_is_refused_and_left_alone(tmp_path: Path) -> None:
-    """Point 8: `--out /tmp` as root chmodded /tmp to 0700 and packed all of it into the tarball.
+    """Point 8: `--bundle /tmp` as root chmodded /tmp to 0700 and packed all of it into the tarball.
     Now: refused with a clear message, the directory's mode and content untouched."""
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o1777)
     (shared / "someone-elses-file").write_text("not evidence")
-    run = run_cli(*ATTACH, "--out", str(shared))
+    run = run_cli(*ATTACH, "--bundle", str(shared))
     assert_clean(run, bound_s=30.0)
     assert run.rc == 3, run.describe()
     assert _says(run, "it exists and is not empty"), run.describe()
@@ -130,18 +130,18 @@ def test_out_onto_a_non_empty_directory_is_refused_and_left_alone(tmp_path: Path
 
 
 def test_out_dot_is_a_message_not_a_crash(tmp_path: Path) -> None:
-    """Point 8: `--out .` crashed (Path('.').with_name). A non-empty cwd is refused; an empty
+    """Point 8: `--bundle .` crashed (Path('.').with_name). A non-empty cwd is refused; an empty
     one holds the bundle, its tarball beside it, and keeps its mode."""
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "notes.txt").write_text("x")
-    run = run_cli(*ATTACH, "--out", ".", cwd=busy)
+    run = run_cli(*ATTACH, "--bundle", ".", cwd=busy)
     assert_clean(run, bound_s=30.0)
     assert run.rc == 3 and _says(run, "is not empty") and "internal error" not in run.err
     empty = tmp_path / "empty"
     empty.mkdir(mode=0o755)
     empty.chmod(0o755)
-    run = run_cli(*ATTACH, "--out", ".", cwd=empty)
+    run = run_cli(*ATTACH, "--bundle", ".", cwd=empty)
     assert_clean(run, bound_s=30.0)
     assert (empty / "manifest.json").is_file(), run.describe()
     assert (tmp_path / "empty.tar.gz").is_file()
@@ -149,10 +149,10 @@ def test_out_dot_is_a_message_not_a_crash(tmp_path: Path) -> None:
 
 
 def test_tarball_is_never_written_through_a_planted_symlink(tmp_path: Path) -> None:
-    """`DIR.tar.gz -> victim` planted beside a new --out: not followed, the victim kept."""
+    """`DIR.tar.gz -> victim` planted beside a new --bundle: not followed, the victim kept."""
     victim = _victim(tmp_path)
     (tmp_path / "b.tar.gz").symlink_to(victim)
-    run = run_cli(*ATTACH, "--out", str(tmp_path / "b"))
+    run = run_cli(*ATTACH, "--bundle", str(tmp_path / "b"))
     assert_clean(run, bound_s=30.0)
     assert victim.read_bytes() == VICTIM_TEXT
     assert run.rc == 3 and _says(run, "b.tar.gz"), run.describe()
@@ -187,14 +187,14 @@ def test_local_as_root_takes_no_other_users_processes(tmp_path: Path) -> None:
         pytest.skip("needs root to start a process as another user")
     foreign = _foreign_rank()
     try:
-        run = run_cli(*ATTACH, "--out", str(tmp_path / "b"))
+        run = run_cli(*ATTACH, "--bundle", str(tmp_path / "b"))
         assert_clean(run, bound_s=30.0)
         seen = _scanned_pids(tmp_path / "b")
         assert foreign.pid not in seen, f"root --local took uid {NOBODY}'s process"
         assert not [
             p for p in _probes(tmp_path / "b", "pyspy") if p["target"] == f"pid{foreign.pid}"
         ]
-        run = run_cli(*ATTACH, "--uid", str(NOBODY), "--out", str(tmp_path / "c"))
+        run = run_cli(*ATTACH, "--uid", str(NOBODY), "--bundle", str(tmp_path / "c"))
         assert_clean(run, bound_s=30.0)
         assert foreign.pid in _scanned_pids(tmp_path / "c"), run.describe()
         uids = {p["meta"].get("uid") for p in _probes(tmp_path / "c", "processes")}

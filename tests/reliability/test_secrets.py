@@ -163,16 +163,16 @@ def evidence(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Evidence]:
         rank_args = ("--api-key", CMDLINE_KEY)
         with rank_running(work, *rank_args, env=ENV_SECRETS):
             local = ("--local", "--sglang-url", engine.url, "--api-key", API_KEY, *COMMON[2:])
-            ev.add_run(run_cli("collect", "--out", str(work / "c"), *local, umask=0))
-            ev.add_run(run_cli("attach", "--out", str(work / "a"), "-f", "json", *local, umask=0))
+            ev.add_run(run_cli("collect", "--bundle", str(work / "c"), *local, umask=0))
+            ev.add_run(run_cli("attach", "--bundle", str(work / "a"), "-f", "json", *local, umask=0))
             ev.add_run(run_cli("attach", "-f", "markdown", *local))
     finally:
         engine.stop()
     with http_stub(_leaky_dashboard()) as dash, http_stub(_engine_with_a_stray_byte()) as eng:
         ray = (dash.url, "--ray-token", RAY_TOKEN, *COMMON[2:])
         stray = ("--sglang-url", eng.url, "--api-key", API_KEY)
-        ev.add_run(run_cli("attach", "--out", str(work / "r"), "-f", "text", *ray, *stray, umask=0))
-        ev.add_run(run_cli("collect", "--out", str(work / "rc"), *ray, umask=0))
+        ev.add_run(run_cli("attach", "--bundle", str(work / "r"), "-f", "text", *ray, *stray, umask=0))
+        ev.add_run(run_cli("collect", "--bundle", str(work / "rc"), *ray, umask=0))
         # Point 3: credentials in the Ray address and an --sglang-url (a closed port)
         host = dash.url.split("://", 1)[1]
         with_pw = (
@@ -181,11 +181,11 @@ def evidence(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Evidence]:
             f"http://eng:{URL_PASSWORDS['sglang']}@127.0.0.1:{free_port()}",
             *COMMON[2:],
         )
-        ev.add_run(run_cli("attach", "--out", str(work / "u"), *with_pw, umask=0))
+        ev.add_run(run_cli("attach", "--bundle", str(work / "u"), *with_pw, umask=0))
         ev.add_run(
             run_cli(
                 "collect",
-                "--out",
+                "--bundle",
                 str(work / "uc"),
                 f"http://hd:{URL_PASSWORDS['ray']}@127.0.0.1:{free_port()}",
                 *COMMON[2:],

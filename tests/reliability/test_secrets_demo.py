@@ -1,7 +1,7 @@
 """The secrets corpus on the live demo job (issue 15): a real Ray head and the slime-shaped job
 whose command line, runtime_env `env_vars`, SGLang server args and URLs carry marked secrets in
 every place a slime job puts them, and a doctor given addresses with credentials in them.
-`attach --out` must write none of them: not in the bundle directory, not in its tarball, not in
+`attach --bundle` must write none of them: not in the bundle directory, not in its tarball, not in
 a file name, not in the report.
 
 The secrets reach the job the general way: extra job arguments (slime's own `--wandb-key`,
@@ -42,7 +42,7 @@ class Corpus:
 
 @job_part(SECRET_JOB, "secrets")
 def _corpus(run: DemoRun, slot: Slot, work: Path) -> Corpus:
-    """One `attach --out` with credentials in its addresses and an API key, on the job with the
+    """One `attach --bundle` with credentials in its addresses and an API key, on the job with the
     secrets: every file it wrote, its tarball's members and its output."""
     dash = run.head.dashboard_url.replace("://", f"://hd:{DOCTOR_URLS['ray']}@", 1)
     engine = next(iter(run.engine_urls().values()))
@@ -50,7 +50,7 @@ def _corpus(run: DemoRun, slot: Slot, work: Path) -> Corpus:
     out = work / "bundle"
     cli = run_cli(
         "attach", dash, "--sglang-url", engine, "--api-key", CMDLINE["sglang_api_key"],
-        "--out", str(out), "-f", "json", hard_limit_s=150.0,
+        "--bundle", str(out), "-f", "json", hard_limit_s=150.0,
     )  # fmt: skip
     assert_clean(cli, bound_s=150.0)
     files = {str(f): f.read_bytes() for f in out.rglob("*") if f.is_file()}

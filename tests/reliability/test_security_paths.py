@@ -6,12 +6,14 @@ function or the real CLI, and asserts that it fails and that the doctor still wo
   folder of the bundle swapped for a symlink: nothing lands outside, the record is kept.
 - SP3-SP6 (point 3): a GCS address planted in the Ray temp dir (Ray makes it 0777, no sticky
   bit): the Ray token never reaches the planted listener; the `--local` uid is not taken from it.
-- SP7-SP11 (point 7): `--out` onto another user's or a shared directory, through another user's
+- SP7-SP11 (point 7): `--bundle` onto another user's or a shared directory, through another user's
   symlink, beside a planted `DIR.tar.gz`; stall bundle names nobody can predict.
 - SP12-SP13 (point 9): the default state directory created first by another user; parents made
   0777 under umask 0.
 - SP14 (point 10): a FIFO artefact or manifest in a bundle directory given to `analyse`.
 - SP15-SP16 (point 12): `--log-file` through a planted symlink, into a FIFO, under umask 0.
+- SP17-SP19 (issue 32): `--prom-file` through planted links, temp names, under umask 0.
+- SP20-SP21 (issue 41, M1): `-o/--output` through a symlink planted at the path, into a FIFO.
 
 The foreign-owner cases need root to hand a path to uid 65534 (the suite runs as root in CI)."""
 
@@ -358,7 +360,7 @@ def test_local_uid_is_not_taken_from_a_planted_session(
     assert "was not taken" in str(scan.reason) and "others may write" in str(scan.reason)
 
 
-# ------------------------------------------------------------------ SP7-SP11 --out (point 7)
+# ------------------------------------------------------------------ SP7-SP11 --bundle (point 7)
 
 
 def test_out_onto_another_users_empty_directory_is_refused(tmp_path: Path) -> None:
@@ -368,7 +370,7 @@ def test_out_onto_another_users_empty_directory_is_refused(tmp_path: Path) -> No
     theirs = tmp_path / "theirs"
     theirs.mkdir(mode=0o755)
     os.chown(theirs, NOBODY, NOBODY)
-    run = run_cli(*ATTACH, "--out", str(theirs))
+    run = run_cli(*ATTACH, "--bundle", str(theirs))
     assert_clean(run, bound_s=30.0)
     assert run.rc == 3 and _says(run, f"belongs to uid {NOBODY}"), run.describe()
     assert list(theirs.iterdir()) == [] and not (tmp_path / "theirs.tar.gz").exists()
@@ -379,14 +381,14 @@ def test_out_onto_a_directory_everyone_may_write_is_refused(tmp_path: Path) -> N
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
-    run = run_cli(*ATTACH, "--out", str(shared))
+    run = run_cli(*ATTACH, "--bundle", str(shared))
     assert_clean(run, bound_s=30.0)
     assert run.rc == 3 and _says(run, "others may write to it (mode 0777)"), run.describe()
     assert list(shared.iterdir()) == []
 
 
 def test_out_through_another_users_symlink_is_refused(tmp_path: Path) -> None:
-    """SP9: `--out /tmp-like/link/bundle` where `link` is uid 65534's symlink in a sticky
+    """SP9: `--bundle /tmp-like/link/bundle` where `link` is uid 65534's symlink in a sticky
     directory, pointing at a directory they chose: the middle link is not followed."""
     _root_only()
     sticky = tmp_path / "sticky"
@@ -397,7 +399,7 @@ def test_out_through_another_users_symlink_is_refused(tmp_path: Path) -> None:
     link = sticky / "link"
     link.symlink_to(aimed)
     os.lchown(link, NOBODY, NOBODY)
-    run = run_cli(*ATTACH, "--out", str(link / "bundle"))
+    run = run_cli(*ATTACH, "--bundle", str(link / "bundle"))
     assert_clean(run, bound_s=30.0)
     assert run.rc == 3 and _says(run, f"is a symbolic link of uid {NOBODY}"), run.describe()
     assert list(aimed.iterdir()) == []
@@ -415,7 +417,7 @@ def test_a_planted_tarball_is_never_filled(tmp_path: Path) -> None:
     planted.write_bytes(b"planted")
     planted.chmod(0o666)
     os.chown(planted, NOBODY, NOBODY)
-    run = run_cli(*ATTACH, "--out", str(sticky / "b"))
+    run = run_cli(*ATTACH, "--bundle", str(sticky / "b"))
     assert_clean(run, bound_s=30.0)
     assert planted.read_bytes() == b"planted", "the planted tarball was filled"
     assert run.rc == 3 and _says(run, f"belongs to uid {NOBODY}"), run.describe()
@@ -691,3 +693,63 @@ def test_prom_file_directories_are_not_made_world_writable_under_umask_0(tmp_pat
     assert_clean(run, bound_s=30.0)
     assert not (open_dir / "hd.prom").exists()
     assert "others may write to" in run.stdout, run.describe()
+
+
+# ---------------------------------------------------------------- SP20-SP21 -o/--output (issue 41 M1)
+
+
+def test_report_is_never_written_through_a_planted_symlink(tmp_path: Path) -> None:
+    """SP20: `-o /shared/report.md` where uid 65534 owns the directory and planted `report.md` as
+    a symbolic link to a root-only file (outside a sticky directory, so the kernel's
+    protected_symlinks does not stop root following it). The link is neither followed nor
+    replaced, the root-only file is untouched, the report goes to standard output instead (the
+    verdict is kept), and the run says why and exits 3 (a plain `write_text` overwrote it)."""
+    _root_only()
+    victim = _victim(tmp_path)
+    victim.chmod(0o600)
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    os.chown(shared, NOBODY, NOBODY)
+    report = shared / "report.md"
+    report.symlink_to(victim)
+    os.lchown(report, NOBODY, NOBODY)
+    run = run_cli("analyse", str(FIXTURE), "-f", "markdown", "-o", str(report))
+    assert_clean(run, bound_s=30.0)
+    assert victim.read_bytes() == VICTIM_TEXT, "the report was written through the link"
+    assert report.is_symlink() and os.readlink(report) == str(victim)
+    assert run.rc == 3 and _says(run, "symbolic link (not followed, not replaced)"), run.describe()
+    assert run.stdout.startswith("## HUNG in"), run.describe()  # the verdict, not lost
+
+
+@pytest.mark.parametrize("reader", [False, True], ids=["no-reader", "reader"])
+def test_report_into_a_fifo_never_blocks(tmp_path: Path, reader: bool) -> None:
+    """SP21: a FIFO at the `-o` path (with no reader: a plain open for writing waits forever; with
+    a reader holding it open: the report would go to whoever reads) is refused, never opened:
+    the run ends at once with exit 3 and the report on standard output."""
+    fifo = tmp_path / "report.json"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    if reader:
+        threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True).start()
+        time.sleep(0.3)  # the reader has the FIFO open
+    run = run_cli("analyse", str(FIXTURE), "-f", "json", "-o", str(fifo), hard_limit_s=20.0)
+    assert_clean(run, bound_s=20.0)
+    assert run.rc == 3 and _says(run, "is not a regular file"), run.describe()
+    assert json.loads(run.stdout)["status"] == "hung", run.describe()
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    if reader:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # let the reader end
+        time.sleep(0.2)
+        assert got == [b""], got
+
+
+def test_report_replaces_a_file_of_ours_whole(tmp_path: Path) -> None:
+    """-o onto an existing report of the caller's replaces it (new file, renamed over it: no
+    leftover temp file), private (0600) whatever the umask."""
+    report = tmp_path / "r.json"
+    report.write_text("old")
+    run = run_cli("analyse", str(FIXTURE), "-f", "json", "-o", str(report), umask=0)
+    assert_clean(run, bound_s=30.0)
+    assert run.rc == 2 and json.loads(report.read_text())["status"] == "hung", run.describe()
+    assert stat.S_IMODE(report.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]

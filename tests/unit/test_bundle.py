@@ -138,7 +138,7 @@ def test_garbage_archive_is_bundle_invalid(tmp_path: Path) -> None:
 
 
 def test_unwritable_destination_is_reported(tmp_path: Path) -> None:
-    """An unwritable --out gives BundleNotWritable with the path."""
+    """An unwritable --bundle gives BundleNotWritable with the path."""
     ro = tmp_path / "ro"
     ro.mkdir()
     (ro / "file").write_text("")
