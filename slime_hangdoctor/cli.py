@@ -19,6 +19,7 @@ from slime_hangdoctor.collect.options import (
     CHECK_DEFAULTS,
     WATCHDOG_DEFAULTS,
     CollectOptions,
+    Deadline,
     from_process_start,
     mark_process_start,
 )
@@ -466,10 +467,10 @@ def attach(
     report_file: Path | None,
 ) -> None:
     """Diagnose a live slime job: discover, sample twice, analyse, report. Read-only by default."""
-    diagnosis = run_attach(
-        address, from_process_start(opts), out=out, quiet=quiet or output is not ReportFormat.TEXT
-    )
-    _emit(diagnosis, output, to=report_file)
+    opts = from_process_start(opts)
+    deadline = Deadline(opts.timeout_s)  # the run's: the report's graph is laid out within it
+    diagnosis = run_attach(address, opts, out=out, quiet=quiet or output is not ReportFormat.TEXT)
+    _emit(diagnosis, output, to=report_file, deadline=deadline)
 
 
 @app.command()
@@ -575,8 +576,10 @@ def check(
     """One watchdog run (for cron): exit 0 OK, 1 no progress yet below --stall-after, 2 stalled, 3 unknown."""
     from slime_hangdoctor.watchdog.run import run_check
 
-    result = run_check(address, from_process_start(opts), copts)
-    _emit(result.diagnosis, output, exit_code=int(result.exit_code))
+    opts = from_process_start(opts)
+    deadline = Deadline(opts.timeout_s)
+    result = run_check(address, opts, copts)
+    _emit(result.diagnosis, output, exit_code=int(result.exit_code), deadline=deadline)
 
 
 @app.command()
@@ -721,10 +724,13 @@ def _emit(
     output: ReportFormat,
     exit_code: int | None = None,
     to: Path | None = None,
+    deadline: Deadline | None = None,
 ) -> None:
-    """Print the report (or write it to `to`), then exit with the verdict's code."""
+    """Print the report (or write it to `to`), then exit with the verdict's code. `deadline`: the
+    run's, where it has one (the HTML graph's layout gets what is left of it)."""
+    left = None if deadline is None else deadline.remaining()
     if to is not None:
-        _write_report(diagnosis, output, to)
+        _write_report(diagnosis, output, to, left)
     elif output == ReportFormat.JSON:  # plain ASCII text (json escapes the rest): no rich to load
         from slime_hangdoctor.render import render_json
 
@@ -734,11 +740,13 @@ def _emit(
 
         from slime_hangdoctor.render import render
 
-        render(diagnosis, output, Console(soft_wrap=False))
+        render(diagnosis, output, Console(soft_wrap=False), time_left_s=left)
     raise typer.Exit(int(diagnosis.verdict.exit_code) if exit_code is None else exit_code)
 
 
-def _write_report(diagnosis: Diagnosis, output: ReportFormat, to: Path) -> None:
+def _write_report(
+    diagnosis: Diagnosis, output: ReportFormat, to: Path, time_left_s: float | None = None
+) -> None:
     if output == ReportFormat.TEXT:
         from io import StringIO
 
@@ -752,7 +760,7 @@ def _write_report(diagnosis: Diagnosis, output: ReportFormat, to: Path) -> None:
     else:
         from slime_hangdoctor.render import render_text
 
-        text = render_text(diagnosis, output)
+        text = render_text(diagnosis, output, time_left_s)
     try:
         to.write_text(text, encoding="utf-8")
     except OSError as exc:

@@ -44,8 +44,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def render_text(diagnosis: Diagnosis, fmt: ReportFormat | str) -> str:
+def render_text(
+    diagnosis: Diagnosis, fmt: ReportFormat | str, time_left_s: float | None = None
+) -> str:
     """The report in a format written verbatim (json, markdown, html), as one text.
+    `time_left_s`: what is left of the run's deadline (bounds the HTML graph's layout; None
+    where the run has none, as `analyse`).
 
     Raises:
         UsageError: `fmt` is text (rich lays it out for a console) or not one of FORMATS.
@@ -57,12 +61,18 @@ def render_text(diagnosis: Diagnosis, fmt: ReportFormat | str) -> str:
     if fmt == ReportFormat.HTML:
         from slime_hangdoctor.render.html import render_html
 
-        return render_html(diagnosis)
+        return render_html(diagnosis, time_left_s=time_left_s)
     raise UsageError(f"format {fmt!r} is not written as a file; choose json, markdown or html")
 
 
-def render(diagnosis: Diagnosis, fmt: ReportFormat | str, console: Console) -> None:
-    """Write `diagnosis` to `console` in `fmt` (a ReportFormat or its value).
+def render(
+    diagnosis: Diagnosis,
+    fmt: ReportFormat | str,
+    console: Console,
+    time_left_s: float | None = None,
+) -> None:
+    """Write `diagnosis` to `console` in `fmt` (a ReportFormat or its value); `time_left_s` as
+    `render_text`'s.
 
     Raises:
         UsageError: `fmt` is not one of FORMATS.
@@ -76,6 +86,6 @@ def render(diagnosis: Diagnosis, fmt: ReportFormat | str, console: Console) -> N
     elif fmt == ReportFormat.MARKDOWN:
         console.out(render_markdown(diagnosis), highlight=False, end="")
     elif fmt == ReportFormat.HTML:
-        console.out(render_text(diagnosis, fmt), highlight=False, end="")
+        console.out(render_text(diagnosis, fmt, time_left_s), highlight=False, end="")
     else:
         raise UsageError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")
