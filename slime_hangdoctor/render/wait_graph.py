@@ -8,7 +8,7 @@ The rules (docs/reports.md, "The wait-for graph"):
   left out and counted (the waits' table and the process table keep them);
 - processes that wait for nothing and that nothing waits for are folded into one "N idle" node per
   group (node IP and engine or role), in the groups that the drawn processes are in (a lone one is
-  drawn as itself); the rest are counted as left out. Where nothing is drawn (no wait, no culprit),
+  drawn as itself, marked idle); the rest are counted as left out. Where nothing is drawn (no wait, no culprit),
   every group is folded;
 - a cycle (a strongly connected set of processes: each waits, through the others, for itself) is
   marked: its waits are `GraphEdge.cycle`, one `Cycle` per set.
@@ -17,6 +17,7 @@ Laying it out (dot, with its limits) is render/graph_dot.py."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ class GraphNode:
     node_ip: str | None
     group: str  # "engine http://...", "train ranks", ...
     culprit: bool
-    folded: tuple[str, ...] = ()  # an "N idle" node: the labels of the N processes
+    folded: tuple[str, ...] = ()  # an idle node: the labels of the processes it stands for
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ def build_graph(diagnosis: Diagnosis) -> Graph:
         if n.id in drawn:
             kept.append(n)
         elif members and members[0] is n:
-            kept.append(n if len(members) == 1 else _fold(f"i{n.id[1:]}", members))
+            kept.append(_fold(f"i{n.id[1:]}", members) if len(members) > 1 else _alone(n))
     shown = [e for e in edges if e.source in drawn]
     cycles = _cycles([n.id for n in kept if n.id in drawn], shown)
     in_cycle = {node: c for c, cycle in enumerate(cycles) for node in cycle.nodes}
@@ -148,7 +149,7 @@ def build_graph(diagnosis: Diagnosis) -> Graph:
         else e
         for e in shown
     )
-    folded = sum(max(1, len(n.folded)) for n in kept if n.id not in drawn)
+    folded = sum(len(n.folded) for n in kept)
     return Graph(
         tuple(kept),
         marked,
@@ -186,6 +187,11 @@ def _fold(node_id: str, members: list[GraphNode]) -> GraphNode:
         culprit=False,
         folded=labels,
     )
+
+
+def _alone(n: GraphNode) -> GraphNode:
+    """An idle process alone in its group: drawn as itself, marked idle."""
+    return dataclasses.replace(n, folded=(n.label,))
 
 
 def _cycles(order: list[str], edges: list[GraphEdge]) -> tuple[Cycle, ...]:
