@@ -22,7 +22,7 @@ from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.render.jsonout import report_json
 from slime_hangdoctor.render.wait_graph import KIND_WORDS
 from slime_hangdoctor.verdict import WaitKind
-from tests.chromium import dump_dom, page_requests, screenshot
+from tests.chromium import dump_dom, graph_label_sizes, page_requests, screenshot
 from tests.debian_tools import require_tool
 from tests.html_dom import inert_problems, parse_dom
 from tests.integration.cli import run_cli
@@ -32,6 +32,10 @@ from tests.unit.test_render_html import SECRET, hostile_bundle
 pytestmark = [pytest.mark.slow]
 
 BUNDLE = DEMO / "weight_sync_health_check_queued.tar.gz"
+RECORDED = DEMO.parents[1] / "bundles"  # the GPU bundles (directories)
+SMALL = RECORDED / "gpu-h200-broadcast-hang"  # three processes, one wait
+CYCLE = DEMO / "actor_queue_cycle.tar.gz"  # a cycle of two queue waits among 14
+MIN_LABEL_PX = 11.0  # the report draws none under 12 px at 1280 px; 11 leaves fonts some room
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +112,44 @@ def test_chromium_shows_hostile_text_as_text(chromium: str, tmp_path: Path) -> N
     assert not inert_problems(dom), inert_problems(dom)
     assert SECRET not in dom_text and "\u202e" not in dom_text
     assert "</text></svg><script>alert(1)</script>" in dom.text
+
+
+def _recorded() -> list[Path]:
+    return sorted(DEMO.glob("*.tar.gz")) + sorted(p for p in RECORDED.iterdir() if p.is_dir())
+
+
+def biggest_recorded_bundle() -> Path:
+    """The recorded bundle with the most processes (rows of the process table; then most waits)."""
+    sizes = {}
+    for path in _recorded():
+        try:
+            d = analyse_bundle(path).diagnosis
+        except Exception:  # a bundle kept for its unreadable manifest (gpu-h200-runs)
+            continue
+        sizes[path] = (len(d.rows), len(d.waits))
+    return max(sizes, key=lambda p: sizes[p])
+
+
+@pytest.mark.parametrize("which", ["biggest", "small", "cycle"])
+def test_chromium_draws_every_graph_label_at_a_readable_size_at_1280_px(
+    chromium: str, which: str, tmp_path: Path
+) -> None:
+    """At 1280 px, every node and edge label of the graph is drawn at 11 px or more on the
+    screen (the SVG keeps its natural size; its box scrolls): measured in Chromium, on the
+    biggest recorded bundle, a small one and the actor-queue cycle."""
+    bundle = {"biggest": biggest_recorded_bundle, "small": lambda: SMALL, "cycle": lambda: CYCLE}
+    path = bundle[which]()
+    page = tmp_path / "report.html"
+    _report(path, page)
+    width, labels = graph_label_sizes(chromium, page, tmp_path / "chromium")
+    assert width == 1280
+    nodes = [x for x in labels if x.kind == "node"]
+    edges = [x for x in labels if x.kind == "edge"]
+    d = analyse_bundle(path).diagnosis
+    assert nodes and (edges or not d.waits), (path.name, labels)
+    small = [x for x in nodes + edges if x.font_px < MIN_LABEL_PX]
+    assert not small, (path.name, [(x.id, x.text, round(x.font_px, 1)) for x in small[:5]])
+    assert all(x.height_px >= MIN_LABEL_PX for x in nodes + edges if x.text.strip())
 
 
 class _Probe(BaseHTTPRequestHandler):
