@@ -92,7 +92,7 @@ def dot_source(graph: Graph) -> str:
     """The graph in dot's language: a cluster per node IP, inside it one per engine or role."""
     out = [
         "digraph waits {",
-        '  graph [rankdir=TB, fontname="Helvetica", fontsize=12, nodesep=0.3, ranksep=0.75];',
+        '  graph [rankdir=TB, newrank=true, fontname="Helvetica", fontsize=12, nodesep=0.3, ranksep=0.75];',
         '  node [shape=box, style="rounded,filled", fillcolor="#f4f6f8", color="#5b6770", '
         'fontname="Helvetica", fontsize=11];',
         '  edge [fontname="Helvetica", fontsize=10];',
@@ -118,7 +118,7 @@ def dot_source(graph: Graph) -> str:
 
 
 def _dot_node(n: GraphNode) -> str:
-    label = f"{_dot_text(n.label, 40, 2)}\\n{_dot_text(n.detail, 40, 4)}"
+    label = f"{_dot_text(_in_group(n), 30, 2)}\\n{_dot_text(n.detail, 32, 4)}"
     if n.culprit:
         extra = ', class="proc culprit", fillcolor="#ffd9d9", color="#c00000", penwidth=3'
     elif n.folded:
@@ -126,6 +126,14 @@ def _dot_node(n: GraphNode) -> str:
     else:
         extra = ', class="proc"'
     return f'{n.id} [id="{n.id}", label="{label}"{extra}];'
+
+
+def _in_group(n: GraphNode) -> str:
+    """A node's label inside its group's box: without the engine's URL the box already shows."""
+    url = n.group.removeprefix("engine ")
+    if url != n.group and n.label.endswith(f" {url}"):
+        return n.label.removesuffix(f" {url}")
+    return n.label
 
 
 def _dot_edges(graph: Graph) -> list[str]:
@@ -142,7 +150,7 @@ def _dot_edges(graph: Graph) -> list[str]:
                 f'class="wait {w.kind.value} cycle", color="{CYCLE_COLOUR}", penwidth=2.5, '
                 'style="bold"'
             )
-        label = f"{head}\\n{_dot_text(first, 34, 2)}"
+        label = f"{head}\\n{_dot_text(first, 28, 2)}"
         out.append(
             f'{e.source} -> {e.target} [id="w{e.number}", {style}, label="{label}", '
             f'fontcolor="{colour}"];'
