@@ -92,7 +92,7 @@ def dot_source(graph: Graph) -> str:
     """The graph in dot's language: a cluster per node IP, inside it one per engine or role."""
     out = [
         "digraph waits {",
-        '  graph [rankdir=TB, newrank=true, fontname="Helvetica", fontsize=12, nodesep=0.3, ranksep=0.75];',
+        '  graph [rankdir=TB, fontname="Helvetica", fontsize=12, nodesep=0.3, ranksep=0.75];',
         '  node [shape=box, style="rounded,filled", fillcolor="#f4f6f8", color="#5b6770", '
         'fontname="Helvetica", fontsize=11];',
         '  edge [fontname="Helvetica", fontsize=10];',
@@ -189,9 +189,11 @@ def layout_svg(
     except (OSError, AttributeError) as exc:  # AttributeError: no prlimit (not Linux)
         _stop(proc)
         return None, f"Graphviz's dot could not be limited: {exc}"
-    if proc.returncode != 0 or len(out) > MAX_DOT_BYTES:
+    if proc.returncode != 0:
         why = one_line(err.decode("utf-8", "replace").strip()[:200])
         return None, f"Graphviz's dot failed (exit {proc.returncode}): {why}"
+    if len(out) > MAX_DOT_BYTES:
+        return None, f"Graphviz's dot wrote {len(out) / 2**20:.1f} MiB of SVG, more than a page takes"
     svg = sanitise_svg(out)
     if svg is None:
         return None, "Graphviz's dot wrote SVG that did not parse"

@@ -37,6 +37,9 @@ CSP = (
     "connect-src 'none'; script-src 'none'; base-uri 'none'; form-action 'none'"
 )
 MARKER = "▶"
+MAX_TABLE_WAITS = 200  # the waits' table: every wait of a job up to this many (the JSON has all)
+RAW_INDENTED_MAX = 256 * 2**10  # the raw JSON indented up to this size, compact beyond
+RAW_MAX = 2**20  # a larger JSON report is left out of the page (it would pass 2 MiB); --format json
 
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:0;
@@ -209,7 +212,7 @@ def _graph_list(graph: Graph) -> str:
             f'id="list-w{e.number}">waits for <b>{_e(names[e.target])}</b> '
             f"({e.number}. {_e(KIND_WORDS[e.wait.kind])}"
             + ("" if e.cycle is None else f", cycle {e.cycle + 1}")
-            + f"): {_e(e.wait.evidence[0] if e.wait.evidence else '')}</li>"
+            + ")</li>"
             for e in graph.edges
             if e.source == n.id
         ]
@@ -232,19 +235,27 @@ def _graph_list(graph: Graph) -> str:
 
 
 def _wait_table(d: Diagnosis, graph: Graph) -> str:
-    """Every wait of the job (drawn or not), numbered as the graph's edges."""
+    """Every wait of the job (drawn or not) up to MAX_TABLE_WAITS, numbered as the graph's edges."""
     cycles = {e.number: e.cycle for e in graph.edges if e.cycle is not None}
+    more = len(d.waits) - MAX_TABLE_WAITS
     rows = [
         f'<tr id="wait-{i}" class="wait {_e(w.kind.value)}{" cycle" if i in cycles else ""}">'
         f"<td>{i}</td><td>{_e(w.waiter.label)}</td><td>{_e(KIND_WORDS[w.kind])}"
         + (f" (cycle {cycles[i] + 1})" if i in cycles else "")
         + f"</td><td>{_e(w.waited_for.label)}</td>"
         f"<td>{''.join(f'<div class=mono>{_e(line)}</div>' for line in w.evidence)}</td></tr>"
-        for i, w in enumerate(d.waits, 1)
+        for i, w in enumerate(d.waits[:MAX_TABLE_WAITS], 1)
     ]
+    note = (
+        f'<p class="note" id="waits-more">{more} more waits: the raw evidence below (the JSON '
+        "report) has every one.</p>"
+        if more > 0
+        else ""
+    )
     return (
         '<table class="waits"><thead><tr><th>#</th><th>waiter</th><th>wait</th>'
         f"<th>waits for</th><th>evidence</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        + note
     )
 
 
@@ -376,9 +387,22 @@ def _list_section(anchor: str, title: str, items: tuple[str, ...], ordered: bool
 
 
 def _raw(d: Diagnosis) -> str:
-    text = json.dumps(report_json(d), indent=2, ensure_ascii=False)
+    """The JSON report, indented where it is small, compact where it is not, left out (with a
+    note) past RAW_MAX: a large job's page stays under 2 MiB. Escaped as element text."""
+    doc = report_json(d)
+    text = json.dumps(doc, indent=2, ensure_ascii=False)
+    if len(text) > RAW_INDENTED_MAX:
+        text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+    size = len(text.encode("utf-8"))
+    if size > RAW_MAX:
+        return (
+            '<section id="raw-evidence"><h2>Raw evidence</h2><p class="note">The report as JSON '
+            f"is {size / 2**20:.1f} MiB, more than this page keeps ({RAW_MAX / 2**20:.0f} MiB): "
+            "<code>--format json</code> writes it (the evidence bundle has everything).</p>"
+            "</section>"
+        )
     return (
         '<section id="raw-evidence"><h2>Raw evidence</h2>'
         "<details><summary>The report as JSON (<code>--format json</code>)</summary>"
-        f"<pre>{_e(text)}</pre></details></section>"
+        f"<pre>{html.escape(text, quote=False)}</pre></details></section>"
     )

@@ -188,3 +188,34 @@ def test_dot_is_given_what_is_left_of_the_run_at_least_a_second_at_most_ten() ->
     assert graph_dot.dot_seconds(0.0) == graph_dot.MIN_DOT_S == 1.0
     assert graph_dot.dot_seconds(3.5) == 3.5
     assert graph_dot.dot_seconds(60.0) == 10.0
+
+
+# --------------------------------------------------------------------------- a 1,500-process job
+
+
+@pytest.mark.parametrize("name", ["weight_sync_health_check_queued", "actor_queue_cycle"])
+def test_a_1500_process_job_gets_its_graph_without_dot_over_the_caps_in_under_2_mib(
+    name: str,
+) -> None:
+    """A recorded hang grown to 1,500 processes (transforms.diagnosis_replicated: every copy's
+    waits point at the one faulty process): the culprit's component is over the caps, so dot is
+    not asked; the page lists it (the culprit marked) and stays under 2 MiB. What it costs is
+    benchmarks/bench_html_graph.py's (docs/performance.md)."""
+    from tests.fixtures.transforms import diagnosis_replicated
+
+    recorded = diagnosed(DEMO / f"{name}.tar.gz")
+    d = diagnosis_replicated(recorded, -(-1500 // len(recorded.rows)))
+    assert len(d.rows) >= 1500 and len(d.waits) == len(recorded.waits) * len(d.rows) // len(
+        recorded.rows
+    )
+    g = build_graph(d)
+    assert graph_dot.too_big(g)
+    asked: list[str] = []
+    page = render_html(d, layout=lambda s, _t: (asked.append(s), (None, "asked"))[1])
+    assert not asked and len(page.encode("utf-8")) < 2 * 2**20
+    dom = parse_dom(page)
+    listing = dom.by_id("graph-list")
+    assert listing is not None
+    marked = listing.find_all("li", "culprit")
+    assert {li.attrs["id"] for li in marked} == {f"list-{n.id}" for n in g.nodes if n.culprit}
+    assert all(r.culprit is False for r in d.rows[len(recorded.rows) :])
