@@ -193,7 +193,10 @@ def layout_svg(
         why = one_line(err.decode("utf-8", "replace").strip()[:200])
         return None, f"Graphviz's dot failed (exit {proc.returncode}): {why}"
     if len(out) > MAX_DOT_BYTES:
-        return None, f"Graphviz's dot wrote {len(out) / 2**20:.1f} MiB of SVG, more than a page takes"
+        return (
+            None,
+            f"Graphviz's dot wrote {len(out) / 2**20:.1f} MiB of SVG, more than a page takes",
+        )
     svg = sanitise_svg(out)
     if svg is None:
         return None, "Graphviz's dot wrote SVG that did not parse"
