@@ -130,10 +130,10 @@ def _dot_node(n: GraphNode) -> str:
 
 def _in_group(n: GraphNode) -> str:
     """A node's label inside its group's box: without the engine's URL the box already shows."""
-    url = n.group.removeprefix("engine ")
-    if url != n.group and n.label.endswith(f" {url}"):
-        return n.label.removesuffix(f" {url}")
-    return n.label
+    words = n.group.split()
+    if len(words) < 2 or words[0] != "engine":
+        return n.label
+    return n.label.replace(f" {words[1]}", "")
 
 
 def _dot_edges(graph: Graph) -> list[str]:
@@ -141,7 +141,7 @@ def _dot_edges(graph: Graph) -> list[str]:
     for e in graph.edges:
         w = e.wait
         first = w.evidence[0] if w.evidence else ""
-        head = f"{e.number}. {KIND_WORDS[w.kind]}"
+        head = f"{e.number}. {KIND_WORDS[w.kind]}" + (f" ×{e.alike}" if e.alike > 1 else "")
         colour = _KIND_COLOURS[w.kind]
         style = f'class="wait {w.kind.value}", color="{colour}"'
         if e.cycle is not None:
@@ -204,11 +204,9 @@ def layout_svg(
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Kill dot and reap it (a killed process ends at once; its pipes are drained meanwhile)."""
     proc.kill()
-    try:
-        proc.communicate(timeout=MIN_DOT_S)
-    except subprocess.TimeoutExpired:  # pragma: no cover - a killed process is reaped at once
-        pass
+    proc.communicate()
 
 
 # --------------------------------------------------------------------------- SVG allow-list

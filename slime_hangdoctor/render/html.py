@@ -25,7 +25,7 @@ from slime_hangdoctor.render.graph_dot import dot_seconds, dot_source, layout_sv
 from slime_hangdoctor.render.jsonout import report_json
 from slime_hangdoctor.render.labels import culprit_details, culprit_name, headline, verdict_facts
 from slime_hangdoctor.render.printable import map_strings, printable
-from slime_hangdoctor.render.wait_graph import KIND_WORDS, Graph, build_graph
+from slime_hangdoctor.render.wait_graph import KIND_WORDS, Graph, build_graph, fold_alike
 from slime_hangdoctor.verdict import SCHEMA, Diagnosis, Status, Timeline, Verdict
 
 __all__ = ["CSP", "Layout", "render_html"]
@@ -141,6 +141,8 @@ def _graph_section(d: Diagnosis, layout: Layout, time_left_s: float | None) -> s
     graph = build_graph(d)
     if not graph.nodes:
         return ""
+    if too_big(graph):
+        graph = fold_alike(graph)
     parts = [
         '<section id="wait-graph"><h2>Who waits for whom</h2><figure class="waits">',
         _graph_caption(graph, d),
@@ -189,6 +191,12 @@ def _graph_caption(graph: Graph, d: Diagnosis) -> str:
         _count(graph.left_out_processes, "process", "processes"),
         _count(graph.left_out_waits, "wait", "waits"),
     ]
+    if graph.alike_folded:
+        lines.append(
+            f'<div class="alike">{graph.alike_folded} processes are drawn folded with alike ones '
+            "(same kind, waiting and waited for in the same ways): "
+            '"and N alike" on a node, "×N" on a wait.</div>'
+        )
     if any(hidden):
         lines.append(
             f'<div class="left-out">Not drawn: {" and ".join(h for h in hidden if h)} that no '
@@ -211,6 +219,7 @@ def _graph_list(graph: Graph) -> str:
             f'<li class="wait {_e(e.wait.kind.value)}{"" if e.cycle is None else " cycle"}" '
             f'id="list-w{e.number}">waits for <b>{_e(names[e.target])}</b> '
             f"({e.number}. {_e(KIND_WORDS[e.wait.kind])}"
+            + (f" ×{e.alike}" if e.alike > 1 else "")
             + ("" if e.cycle is None else f", cycle {e.cycle + 1}")
             + ")</li>"
             for e in graph.edges
@@ -390,9 +399,9 @@ def _raw(d: Diagnosis) -> str:
     """The JSON report, indented where it is small, compact where it is not, left out (with a
     note) past RAW_MAX: a large job's page stays under 2 MiB. Escaped as element text."""
     doc = report_json(d)
-    text = json.dumps(doc, indent=2, ensure_ascii=False)
-    if len(text) > RAW_INDENTED_MAX:
-        text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+    if len(text) * 2 <= RAW_INDENTED_MAX:  # indented, a report is about 1.3 times as long
+        text = json.dumps(doc, indent=2, ensure_ascii=False)
     size = len(text.encode("utf-8"))
     if size > RAW_MAX:
         return (

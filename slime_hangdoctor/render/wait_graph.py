@@ -18,13 +18,23 @@ Laying it out (dot, with its limits) is render/graph_dot.py."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from slime_hangdoctor.verdict import Diagnosis, Role, RoleRow, Wait, WaitKind, WaitParty
 
-__all__ = ["KIND_WORDS", "Cycle", "Graph", "GraphEdge", "GraphNode", "build_graph"]
+__all__ = [
+    "KIND_WORDS",
+    "Cycle",
+    "Graph",
+    "GraphEdge",
+    "GraphNode",
+    "build_graph",
+    "fold_alike",
+    "whole_graph",
+]
 
 KIND_WORDS: dict[WaitKind, str] = {
     WaitKind.RAY_CALL: "Ray call",
@@ -60,6 +70,7 @@ class GraphEdge:
     wait: Wait
     number: int  # the wait's place in Diagnosis.waits, from 1 (the waits' table's #)
     cycle: int | None = None  # the cycle it is part of: an index of Graph.cycles
+    alike: int = 1  # the waits it stands for (fold_alike: this one and those of alike processes)
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,7 @@ class Graph:
     cycles: tuple[Cycle, ...] = ()
     left_out_processes: int = 0  # not drawn: no wait links them to a culprit
     left_out_waits: int = 0
+    alike_folded: int = 0  # processes drawn folded with alike ones (fold_alike)
 
 
 def _key(node_ip: str | None, pid: int | None, other: str) -> tuple[str, ...]:
@@ -141,14 +153,7 @@ def build_graph(diagnosis: Diagnosis) -> Graph:
         elif members and members[0] is n:
             kept.append(_fold(f"i{n.id[1:]}", members) if len(members) > 1 else _alone(n))
     shown = [e for e in edges if e.source in drawn]
-    cycles = _cycles([n.id for n in kept if n.id in drawn], shown)
-    in_cycle = {node: c for c, cycle in enumerate(cycles) for node in cycle.nodes}
-    marked = tuple(
-        GraphEdge(e.source, e.target, e.wait, e.number, in_cycle.get(e.source))
-        if in_cycle.get(e.source) is not None and in_cycle.get(e.source) == in_cycle.get(e.target)
-        else e
-        for e in shown
-    )
+    cycles, marked = _marked(kept, shown)
     folded = sum(len(n.folded) for n in kept)
     return Graph(
         tuple(kept),
@@ -156,6 +161,104 @@ def build_graph(diagnosis: Diagnosis) -> Graph:
         cycles,
         left_out_processes=len(nodes) - len(drawn) - folded,
         left_out_waits=len(edges) - len(shown),
+    )
+
+
+def _marked(
+    nodes: list[GraphNode], edges: list[GraphEdge]
+) -> tuple[tuple[Cycle, ...], tuple[GraphEdge, ...]]:
+    """The cycles among `nodes`, and `edges` with those inside a cycle marked."""
+    cycles = _cycles([n.id for n in nodes], edges)
+    in_cycle = {node: c for c, cycle in enumerate(cycles) for node in cycle.nodes}
+    marked = tuple(
+        dataclasses.replace(e, cycle=in_cycle[e.source])
+        if e.source in in_cycle and in_cycle[e.source] == in_cycle.get(e.target)
+        else dataclasses.replace(e, cycle=None)
+        for e in edges
+    )
+    return cycles, marked
+
+
+_URL = re.compile(r"\b[a-z]+://\S+")
+_NUMBER = re.compile(r"\d+")
+
+
+def _shape(n: GraphNode) -> tuple[str, str, bool, bool]:
+    """What alike processes share: the label and group without addresses and numbers (train rank
+    #, scheduler, engine), and being an idle fold. A culprit is alike to none: its own id."""
+    if n.culprit:
+        return n.id, "", True, False
+    label = _NUMBER.sub("#", _URL.sub("", n.label)).strip()
+    group = _NUMBER.sub("#", _URL.sub("", n.group)).strip()
+    return label, group, False, bool(n.folded)
+
+
+def fold_alike(graph: Graph) -> Graph:
+    """A large graph with alike processes drawn as one node: processes of the same shape (label
+    and group without addresses and numbers, culprit or not) that wait, and are waited for, in the
+    same ways by processes alike in turn (the coarsest such partition, refined until stable) are
+    one node "LABEL and N-1 alike"; their waits one edge per kind and end, counting them."""
+    classes = _alike_classes(graph)
+    members: dict[int, list[GraphNode]] = defaultdict(list)
+    for n in graph.nodes:
+        members[classes[n.id]].append(n)
+    ids = {}
+    nodes = []
+    for group in members.values():
+        node = group[0] if len(group) == 1 else _alike_node(group)
+        nodes.append(node)
+        ids.update({m.id: node.id for m in group})
+    edges: dict[tuple[str, str, WaitKind], GraphEdge] = {}
+    for e in graph.edges:
+        key = (ids[e.source], ids[e.target], e.wait.kind)
+        seen = edges.get(key)
+        edges[key] = (
+            dataclasses.replace(e, source=key[0], target=key[1])
+            if seen is None
+            else dataclasses.replace(seen, alike=seen.alike + e.alike)
+        )
+    cycles, marked = _marked(nodes, list(edges.values()))
+    return dataclasses.replace(
+        graph,
+        nodes=tuple(nodes),
+        edges=marked,
+        cycles=cycles,
+        alike_folded=sum(len(g) for g in members.values() if len(g) > 1),
+    )
+
+
+def _alike_classes(graph: Graph) -> dict[str, int]:
+    shapes: dict[object, int] = {}
+    classes = {n.id: shapes.setdefault(_shape(n), len(shapes)) for n in graph.nodes}
+    while True:
+        out: dict[str, set[tuple[WaitKind, int]]] = defaultdict(set)
+        into: dict[str, set[tuple[WaitKind, int]]] = defaultdict(set)
+        for e in graph.edges:
+            out[e.source].add((e.wait.kind, classes[e.target]))
+            into[e.target].add((e.wait.kind, classes[e.source]))
+        keys: dict[object, int] = {}
+        refined = {
+            n: keys.setdefault((c, frozenset(out[n]), frozenset(into[n])), len(keys))
+            for n, c in classes.items()
+        }
+        if len(keys) == len(set(classes.values())):
+            return refined
+        classes = refined
+
+
+def _alike_node(group: list[GraphNode]) -> GraphNode:
+    first = group[0]
+    hosts = {m.node_ip for m in group}
+    groups = {m.group for m in group}
+    idle = tuple(label for m in group for label in m.folded)
+    return GraphNode(
+        f"a{first.id}",
+        f"{len(idle)} idle" if first.folded else f"{first.label} and {len(group) - 1} alike",
+        first.detail,
+        first.node_ip if len(hosts) == 1 else f"{first.node_ip} and {len(hosts) - 1} more nodes",
+        first.group if len(groups) == 1 else f"{first.group} and {len(groups) - 1} more",
+        first.culprit,
+        idle,
     )
 
 
@@ -232,11 +335,15 @@ def _cycles(order: list[str], edges: list[GraphEdge]) -> tuple[Cycle, ...]:
                 sets.append(set(stack[cut:]))
                 on_stack.difference_update(stack[cut:])
                 del stack[cut:]
-    cycles = []
-    for members in sets:
-        inner = tuple(e.number for e in edges if e.source in members and e.target in members)
-        if len(members) > 1 or inner:
-            cycles.append(Cycle(tuple(n for n in order if n in members), inner))
+    where = {n: k for k, members in enumerate(sets) for n in members}
+    inner: dict[int, list[int]] = defaultdict(list)
+    for e in edges:
+        if where[e.source] == where[e.target]:
+            inner[where[e.source]].append(e.number)
+    cycles = [
+        Cycle(tuple(n for n in order if where[n] == k), tuple(numbers))
+        for k, numbers in inner.items()
+    ]  # a set of one is a cycle only where it waits for itself: then it has an inner wait
     return tuple(sorted(cycles, key=lambda c: min(c.numbers)))
 
 

@@ -16,8 +16,8 @@ from slime_hangdoctor.collect.options import Deadline
 from slime_hangdoctor.render import graph_dot
 from slime_hangdoctor.render.graph_dot import dot_source, layout_svg
 from slime_hangdoctor.render.html import render_html
-from slime_hangdoctor.render.wait_graph import build_graph, whole_graph
-from slime_hangdoctor.verdict import ReportFormat, WaitKind
+from slime_hangdoctor.render.wait_graph import build_graph, fold_alike, whole_graph
+from slime_hangdoctor.verdict import Diagnosis, ReportFormat, WaitKind
 from tests.debian_tools import require_tool
 from tests.html_dom import parse_dom
 from tests.unit.demo_bundles import DEMO, diagnosed
@@ -115,30 +115,36 @@ def test_the_actor_queue_cycle_is_drawn_and_captioned_as_a_cycle() -> None:
 def test_a_graph_over_the_cap_is_shown_as_a_list_without_running_dot(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The caps (MAX_DOT_NODES, MAX_DOT_EDGES) lowered below the recorded cycle's graph: dot is
-    never asked, the page says why and lists every drawn wait."""
+    """The caps (MAX_DOT_NODES, MAX_DOT_EDGES) lowered below the recorded cycle's graph, even with
+    alike processes folded: dot is never asked, the page says why and lists every drawn wait."""
     d = diagnosed(CYCLE)
     g = build_graph(d)
+    folded = fold_alike(g)
+    assert len(folded.nodes) < len(g.nodes)  # its two engines are alike
     asked: list[str] = []
 
     def layout(source: str, seconds: float) -> tuple[str | None, str]:
         asked.append(source)
         return None, "asked"
 
-    monkeypatch.setattr(graph_dot, "MAX_DOT_NODES", len(g.nodes) - 1)
+    monkeypatch.setattr(graph_dot, "MAX_DOT_NODES", len(folded.nodes) - 1)
     dom = parse_dom(render_html(d, layout=layout))
     note = dom.by_id("graph-note")
     assert not asked and note is not None
-    assert f"{len(g.nodes)} nodes and {len(g.edges)} waits" in note.text
+    assert f"{len(folded.nodes)} nodes and {len(folded.edges)} waits" in note.text
     listing = dom.by_id("graph-list")
-    assert listing is not None and len(listing.find_all("li", "wait")) == len(g.edges)
-    monkeypatch.setattr(graph_dot, "MAX_DOT_NODES", len(g.nodes))
-    monkeypatch.setattr(graph_dot, "MAX_DOT_EDGES", len(g.edges) - 1)
+    assert listing is not None and len(listing.find_all("li", "wait")) == len(folded.edges)
+    monkeypatch.setattr(graph_dot, "MAX_DOT_NODES", len(folded.nodes))
+    monkeypatch.setattr(graph_dot, "MAX_DOT_EDGES", len(folded.edges) - 1)
     render_html(d, layout=layout)
     assert not asked
+    monkeypatch.setattr(graph_dot, "MAX_DOT_EDGES", len(folded.edges))
+    render_html(d, layout=layout)  # within the caps once folded: dot draws the folded graph
+    assert asked == [dot_source(folded)]
+    monkeypatch.setattr(graph_dot, "MAX_DOT_NODES", len(g.nodes))
     monkeypatch.setattr(graph_dot, "MAX_DOT_EDGES", len(g.edges))
-    render_html(d, layout=layout)
-    assert len(asked) == 1
+    render_html(d, layout=layout)  # within the caps as it is: nothing folded
+    assert asked[1:] == [dot_source(g)]
 
 
 def _dot_children() -> list[psutil.Process]:
@@ -193,29 +199,49 @@ def test_dot_is_given_what_is_left_of_the_run_at_least_a_second_at_most_ten() ->
 # --------------------------------------------------------------------------- a 1,500-process job
 
 
-@pytest.mark.parametrize("name", ["weight_sync_health_check_queued", "actor_queue_cycle"])
-def test_a_1500_process_job_gets_its_graph_without_dot_over_the_caps_in_under_2_mib(
-    name: str,
-) -> None:
-    """A recorded hang grown to 1,500 processes (transforms.diagnosis_replicated: every copy's
-    waits point at the one faulty process): the culprit's component is over the caps, so dot is
-    not asked; the page lists it (the culprit marked) and stays under 2 MiB. What it costs is
-    benchmarks/bench_html_graph.py's (docs/performance.md)."""
+def _grown(name: str) -> tuple[Diagnosis, Diagnosis]:
     from tests.fixtures.transforms import diagnosis_replicated
 
     recorded = diagnosed(DEMO / f"{name}.tar.gz")
-    d = diagnosis_replicated(recorded, -(-1500 // len(recorded.rows)))
-    assert len(d.rows) >= 1500 and len(d.waits) == len(recorded.waits) * len(d.rows) // len(
-        recorded.rows
+    return recorded, diagnosis_replicated(recorded, -(-1500 // len(recorded.rows)))
+
+
+@pytest.mark.parametrize("name", ["weight_sync_health_check_queued", "actor_queue_cycle"])
+def test_alike_processes_fold_without_losing_a_wait_or_a_culprit(name: str) -> None:
+    recorded, d = _grown(name)
+    assert len(d.rows) >= 1500 and not any(r.culprit for r in d.rows[len(recorded.rows) :])
+    g = build_graph(d)
+    f = fold_alike(g)
+    assert len(f.nodes) < len(g.nodes) and not graph_dot.too_big(f)
+    assert sum(e.alike for e in f.edges) == len(g.edges)  # every drawn wait, counted
+    assert {n.id for n in f.nodes if n.culprit} == {n.id for n in g.nodes if n.culprit}
+    assert f.alike_folded == sum(1 for n in g.nodes) - sum(
+        1 for n in f.nodes if "alike" not in n.label and not n.id.startswith("a")
     )
+    # the folded graph is the grown one's quotient: the recording's own graph has its shape
+    small = fold_alike(build_graph(recorded))
+    assert len(f.nodes) >= len(small.nodes)
+    assert {e.wait.kind for e in f.edges} == {e.wait.kind for e in g.edges}
+    assert bool(f.cycles) == bool(build_graph(recorded).cycles)
+
+
+@pytest.mark.parametrize("name", ["weight_sync_health_check_queued", "actor_queue_cycle"])
+def test_a_1500_process_job_gets_its_graph_drawn_folded_in_a_page_under_2_mib(name: str) -> None:
+    """A recorded hang grown to 1,500 processes (transforms.diagnosis_replicated: every copy's
+    waits point at the one faulty process): the culprit's component is over dot's caps as it is;
+    alike processes folded, dot draws it (real dot, where installed); the page stays under 2 MiB
+    with the culprit marked. What it costs is benchmarks/bench_html_graph.py's
+    (docs/performance.md)."""
+    require_tool("dot", "graphviz")
+    _recorded, d = _grown(name)
     g = build_graph(d)
     assert graph_dot.too_big(g)
-    asked: list[str] = []
-    page = render_html(d, layout=lambda s, _t: (asked.append(s), (None, "asked"))[1])
-    assert not asked and len(page.encode("utf-8")) < 2 * 2**20
+    page = render_html(d)
+    assert len(page.encode("utf-8")) < 2 * 2**20
     dom = parse_dom(page)
-    listing = dom.by_id("graph-list")
-    assert listing is not None
-    marked = listing.find_all("li", "culprit")
-    assert {li.attrs["id"] for li in marked} == {f"list-{n.id}" for n in g.nodes if n.culprit}
-    assert all(r.culprit is False for r in d.rows[len(recorded.rows) :])
+    drawn = dom.by_id("graph-svg")
+    assert drawn is not None and dom.by_id("graph-list") is None
+    culprits = [n for n in g.nodes if n.culprit]
+    marked = [e for e in drawn.find_all("g", "culprit") if "node" in e.classes]
+    assert sorted(e.attrs["id"] for e in marked) == sorted(n.id for n in culprits)
+    assert "processes are drawn folded with alike ones" in dom.text
