@@ -9,7 +9,8 @@ process that every copy's waits point at. Three recordings: a broadcast hang wit
 (weight_sync_health_check_queued), the actor-queue cycle with fourteen (actor_queue_cycle) and an
 engine stuck with none (rollout_engine_stuck). For each, the best of `rounds`: wall and CPU
 seconds of `render_html` (dot included, with no run deadline: the most dot may take, 10 s), the
-page's size, the form the graph took (SVG or list) and the drawn graph's size; then, once, the old
+page's size, the form the graph took (SVG or list), the culprit's component and the graph drawn
+(alike processes folded where the component is over dot's caps); then, once, the old
 tree's way: dot on every process and wait of the job (`whole_graph`), its wall time and whether
 it finished within the old 10 s; and dot on a graph at the caps (MAX_DOT_NODES, MAX_DOT_EDGES)
 made from the same recording, to show what the caps let dot cost. Prints one JSON object.
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,7 +31,7 @@ from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.render import graph_dot
 from slime_hangdoctor.render.graph_dot import dot_source, layout_svg
 from slime_hangdoctor.render.html import render_html
-from slime_hangdoctor.render.wait_graph import Graph, build_graph, whole_graph
+from slime_hangdoctor.render.wait_graph import Graph, build_graph, fold_alike, whole_graph
 from slime_hangdoctor.verdict import Diagnosis
 from tests.fixtures.transforms import diagnosis_replicated
 
@@ -49,13 +52,16 @@ def _render(d: Diagnosis, rounds: int) -> dict[str, Any]:
         page = render_html(d)
         best_wall = min(best_wall, time.perf_counter() - w0)
         best_cpu = min(best_cpu, time.process_time() - c0)
-    g = build_graph(d)
+    component = build_graph(d)
+    g = fold_alike(component) if graph_dot.too_big(component) else component
     return {
         "render_wall_s": round(best_wall, 3),
         "render_cpu_s": round(best_cpu, 3),  # dot's CPU is a child's: in the wall time only
         "page_mib": round(len(page.encode("utf-8")) / 2**20, 2),
         "graph_form": "svg" if 'id="graph-svg"' in page else "list",
-        "drawn_nodes": len(g.nodes),
+        "component_nodes": len(component.nodes),
+        "component_waits": len(component.edges),
+        "drawn_nodes": len(g.nodes),  # alike processes folded where the component is over the caps
         "drawn_waits": len(g.edges),
     }
 
@@ -85,7 +91,14 @@ def at_caps(name: str) -> Graph:
 
 
 def main(processes: int = 1500, rounds: int = 3) -> dict[str, Any]:
-    out: dict[str, Any] = {"processes": processes}
+    out: dict[str, Any] = {
+        "processes": processes,
+        "cpus": os.cpu_count(),
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+        "dot": subprocess.run(
+            ["dot", "-V"], capture_output=True, text=True, check=False, timeout=10
+        ).stderr.strip(),
+    }
     for name in RECORDINGS:
         d = grown(name, processes)
         nodes, edges = whole_graph(d)
@@ -93,6 +106,7 @@ def main(processes: int = 1500, rounds: int = 3) -> dict[str, Any]:
         result["old_whole_job_dot"] = _dot(Graph(tuple(nodes), tuple(edges)), OLD_DOT_S)
         result["dot_at_caps"] = _dot(at_caps(name), graph_dot.DOT_TIMEOUT_S)
         out[name] = result
+    out["load_after"] = [round(x, 2) for x in os.getloadavg()]
     return out
 
 
