@@ -19,11 +19,13 @@ from typing import Any
 import pytest
 
 from slime_hangdoctor.pipeline import analyse_bundle
+from slime_hangdoctor.render.html import render_html
 from slime_hangdoctor.render.jsonout import report_json
 from slime_hangdoctor.render.wait_graph import KIND_WORDS
 from slime_hangdoctor.verdict import WaitKind
 from tests.chromium import dump_dom, graph_label_sizes, page_requests, screenshot
 from tests.debian_tools import require_tool
+from tests.fixtures.transforms import diagnosis_replicated
 from tests.html_dom import inert_problems, parse_dom
 from tests.integration.cli import run_cli
 from tests.unit.demo_bundles import DEMO
@@ -130,25 +132,35 @@ def biggest_recorded_bundle() -> Path:
     return max(sizes, key=lambda p: sizes[p])
 
 
-@pytest.mark.parametrize("which", ["biggest", "small", "cycle"])
+@pytest.mark.parametrize("which", ["biggest", "small", "cycle", "grown-1500"])
 def test_chromium_draws_every_graph_label_at_a_readable_size_at_1280_px(
     chromium: str, which: str, tmp_path: Path
 ) -> None:
     """At 1280 px, every node and edge label of the graph is drawn at 11 px or more on the
     screen (the SVG keeps its natural size; its box scrolls): measured in Chromium, on the
-    biggest recorded bundle, a small one and the actor-queue cycle."""
-    bundle = {"biggest": biggest_recorded_bundle, "small": lambda: SMALL, "cycle": lambda: CYCLE}
-    path = bundle[which]()
+    biggest recorded bundle, a small one, the actor-queue cycle, and the cycle grown to 1,500
+    processes (transforms.diagnosis_replicated; alike processes folded)."""
     page = tmp_path / "report.html"
-    _report(path, page)
+    if which == "grown-1500":
+        recorded = analyse_bundle(CYCLE).diagnosis
+        d = diagnosis_replicated(recorded, -(-1500 // len(recorded.rows)))
+        page.write_text(render_html(d), encoding="utf-8")
+    else:
+        bundle = {
+            "biggest": biggest_recorded_bundle,
+            "small": lambda: SMALL,
+            "cycle": lambda: CYCLE,
+        }
+        path = bundle[which]()
+        _report(path, page)
+        d = analyse_bundle(path).diagnosis
     width, labels = graph_label_sizes(chromium, page, tmp_path / "chromium")
     assert width == 1280
     nodes = [x for x in labels if x.kind == "node"]
     edges = [x for x in labels if x.kind == "edge"]
-    d = analyse_bundle(path).diagnosis
-    assert nodes and (edges or not d.waits), (path.name, labels)
+    assert nodes and (edges or not d.waits), (which, labels)
     small = [x for x in nodes + edges if x.font_px < MIN_LABEL_PX]
-    assert not small, (path.name, [(x.id, x.text, round(x.font_px, 1)) for x in small[:5]])
+    assert not small, (which, [(x.id, x.text, round(x.font_px, 1)) for x in small[:5]])
     assert all(x.height_px >= MIN_LABEL_PX for x in nodes + edges if x.text.strip())
 
 
