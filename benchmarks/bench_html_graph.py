@@ -14,6 +14,13 @@ page's size, the form the graph took (SVG or list), the culprit's component and 
 tree's way: dot on every process and wait of the job (`whole_graph`), its wall time and whether
 it finished within the old 10 s; and dot on a graph at the caps (MAX_DOT_NODES, MAX_DOT_EDGES)
 made from the same recording, to show what the caps let dot cost. Prints one JSON object.
+
+The old tree's page (`page_only=1`: time and size only), run as a file with that tree first on
+the path and this checkout's tests/ after it (from outside the checkout, so that its own package
+is not found first):
+
+    git archive fa9a874 slime_hangdoctor | tar -x -C /tmp/old
+    cd /tmp && PYTHONPATH=/tmp/old:$REPO python $REPO/benchmarks/bench_html_graph.py page_only=1
 """
 
 from __future__ import annotations
@@ -25,15 +32,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slime_hangdoctor.pipeline import analyse_bundle
-from slime_hangdoctor.render import graph_dot
-from slime_hangdoctor.render.graph_dot import dot_source, layout_svg
 from slime_hangdoctor.render.html import render_html
-from slime_hangdoctor.render.wait_graph import Graph, build_graph, fold_alike, whole_graph
 from slime_hangdoctor.verdict import Diagnosis
 from tests.fixtures.transforms import diagnosis_replicated
+
+if TYPE_CHECKING:
+    from slime_hangdoctor.render.wait_graph import Graph
 
 DEMO = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "analysis" / "demo"
 RECORDINGS = ("weight_sync_health_check_queued", "actor_queue_cycle", "rollout_engine_stuck")
@@ -45,20 +52,29 @@ def grown(name: str, processes: int) -> Diagnosis:
     return diagnosis_replicated(d, math.ceil(processes / len(d.rows)))
 
 
-def _render(d: Diagnosis, rounds: int) -> dict[str, Any]:
+def _page(d: Diagnosis, rounds: int) -> dict[str, Any]:
     best_wall, best_cpu, page = float("inf"), float("inf"), ""
     for _ in range(rounds):
         w0, c0 = time.perf_counter(), time.process_time()
         page = render_html(d)
         best_wall = min(best_wall, time.perf_counter() - w0)
         best_cpu = min(best_cpu, time.process_time() - c0)
-    component = build_graph(d)
-    g = fold_alike(component) if graph_dot.too_big(component) else component
     return {
         "render_wall_s": round(best_wall, 3),
         "render_cpu_s": round(best_cpu, 3),  # dot's CPU is a child's: in the wall time only
         "page_mib": round(len(page.encode("utf-8")) / 2**20, 2),
         "graph_form": "svg" if 'id="graph-svg"' in page else "list",
+    }
+
+
+def _render(d: Diagnosis, rounds: int) -> dict[str, Any]:
+    from slime_hangdoctor.render import graph_dot
+    from slime_hangdoctor.render.wait_graph import build_graph, fold_alike
+
+    component = build_graph(d)
+    g = fold_alike(component) if graph_dot.too_big(component) else component
+    return {
+        **_page(d, rounds),
         "component_nodes": len(component.nodes),
         "component_waits": len(component.edges),
         "drawn_nodes": len(g.nodes),  # alike processes folded where the component is over the caps
@@ -67,6 +83,8 @@ def _render(d: Diagnosis, rounds: int) -> dict[str, Any]:
 
 
 def _dot(graph: Graph, timeout_s: float) -> dict[str, Any]:
+    from slime_hangdoctor.render.graph_dot import dot_source, layout_svg
+
     started = time.perf_counter()
     svg, why = layout_svg(dot_source(graph), timeout_s)
     return {
@@ -80,6 +98,9 @@ def _dot(graph: Graph, timeout_s: float) -> dict[str, Any]:
 
 def at_caps(name: str) -> Graph:
     """The largest drawn graph of `name` grown copy by copy that is still within the caps."""
+    from slime_hangdoctor.render import graph_dot
+    from slime_hangdoctor.render.wait_graph import build_graph
+
     d = analyse_bundle(DEMO / f"{name}.tar.gz").diagnosis
     best = build_graph(d)
     for copies in range(2, 200):
@@ -90,7 +111,9 @@ def at_caps(name: str) -> Graph:
     return best
 
 
-def main(processes: int = 1500, rounds: int = 3) -> dict[str, Any]:
+def main(processes: int = 1500, rounds: int = 3, page_only: int = 0) -> dict[str, Any]:
+    """`page_only=1`: only the page's time and size (what an older tree can be asked, run as a
+    file with that tree first on the path: the module docstring)."""
     out: dict[str, Any] = {
         "processes": processes,
         "cpus": os.cpu_count(),
@@ -101,6 +124,12 @@ def main(processes: int = 1500, rounds: int = 3) -> dict[str, Any]:
     }
     for name in RECORDINGS:
         d = grown(name, processes)
+        if page_only:
+            out[name] = {"rows": len(d.rows), "waits": len(d.waits), **_page(d, rounds)}
+            continue
+        from slime_hangdoctor.render import graph_dot
+        from slime_hangdoctor.render.wait_graph import Graph, whole_graph
+
         nodes, edges = whole_graph(d)
         result = {"rows": len(d.rows), "waits": len(d.waits), **_render(d, rounds)}
         result["old_whole_job_dot"] = _dot(Graph(tuple(nodes), tuple(edges)), OLD_DOT_S)
