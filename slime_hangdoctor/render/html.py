@@ -2,8 +2,9 @@
 
 No network: no script, font, style sheet or image is loaded, and the page says so to the browser
 (a Content-Security-Policy of `default-src 'none'`, styles inline only). Top to bottom: the verdict
-panel, the wait-for graph (inline SVG laid out by Graphviz `dot`, render/wait_graph.py; a nested
-list where dot is missing), the waits with their evidence, the timeline of the two samples, the
+panel, the wait-for graph (the culprit's component, render/wait_graph.py, as inline SVG laid out by
+Graphviz `dot` within the run's deadline, render/graph_dot.py; a nested list where dot is missing,
+fails or the graph is too big), the waits with their evidence, the timeline of the two samples, the
 culprits, the process table, the stack with its deciding frames marked, the findings, next steps,
 blind spots, and the raw evidence (the JSON report) in collapsible sections.
 
