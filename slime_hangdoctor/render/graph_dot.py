@@ -98,7 +98,7 @@ def dot_source(graph: Graph) -> str:
         '  edge [fontname="Helvetica", fontsize=10];',
     ]
     hosts: dict[str, dict[str, list[GraphNode]]] = {}
-    for n in graph.nodes:
+    for n in sorted(graph.nodes, key=lambda n: not n.culprit):  # the culprit's box first (left)
         hosts.setdefault(n.node_ip or "node unknown", {}).setdefault(n.group, []).append(n)
     for h, (host, groups) in enumerate(hosts.items()):
         out.append(f"  subgraph cluster_h{h} {{")
