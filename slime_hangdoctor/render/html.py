@@ -59,7 +59,7 @@ tr.culprit td{background:#ffe9e9;font-weight:600}
 code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
 pre{background:#f6f8fa;padding:8px;overflow-x:auto;white-space:pre-wrap;word-break:break-all}
 .graph{overflow:auto;border:1px solid #e3e8eb;border-radius:6px;padding:6px}
-.graph svg{max-width:none;height:auto;flex:none}
+.graph svg{max-width:none;height:auto}
 figure.waits{margin:0}figcaption{margin:4px 0 8px;color:#40484e}
 figcaption .cycle{color:#c00000;font-weight:700}
 .graph .node.culprit polygon,.graph .node.culprit path{stroke:#c00000;stroke-width:3px;
@@ -184,8 +184,12 @@ def _graph_caption(graph: Graph, d: Diagnosis) -> str:
     lines = [
         f'<div class="cycle" id="cycle-{c}"><span class="cycle">cycle of {len(cycle.numbers)} '
         f"wait{'s' if len(cycle.numbers) != 1 else ''}</span> (cycle {c}): "
-        f"{_e(' → '.join(names[n] for n in cycle.nodes))} wait for each other "
-        f"(waits {', '.join(str(n) for n in cycle.numbers)})</div>"
+        + (
+            f"{_e(names[cycle.nodes[0]])} waits for itself "
+            if len(cycle.nodes) == 1
+            else f"{_e(' → '.join(names[n] for n in cycle.nodes))} wait for each other "
+        )
+        + f"(waits {', '.join(str(n) for n in cycle.numbers)})</div>"
         for c, cycle in enumerate(graph.cycles, 1)
     ]
     hidden = [
