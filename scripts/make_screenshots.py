@@ -91,10 +91,20 @@ def wanted() -> dict[Path, str]:
 HTML_BUNDLE = ROOT / "tests/fixtures/analysis/demo/weight_sync_health_check_queued.tar.gz"
 HTML_PAGE = IMG / "report-demo-health-check.html"
 HTML_PNG = IMG / "report-html.png"
+# (bundle, page, PNG): the page above, and the actor-queue cycle's (a cycle drawn as one)
+HTML_SHOTS = (
+    (HTML_BUNDLE, HTML_PAGE, HTML_PNG),
+    (
+        ROOT / "tests/fixtures/analysis/demo/actor_queue_cycle.tar.gz",
+        IMG / "report-demo-actor-queue-cycle.html",
+        IMG / "report-html-cycle.png",
+    ),
+)
 
 
 def html_screenshot() -> int:
-    """The HTML report of HTML_BUNDLE (elapsed set to 0, as the terminal screenshots), and its PNG."""
+    """The HTML reports of HTML_SHOTS' bundles (elapsed set to 0, as the terminal screenshots),
+    and their PNGs."""
     import dataclasses
     import shutil
     import tempfile
@@ -107,14 +117,15 @@ def html_screenshot() -> int:
     if chromium is None or shutil.which("dot") is None:
         print("--html needs chromium and dot (Debian: apt-get install graphviz chromium)")
         return 1
-    diagnosis = analyse_bundle(HTML_BUNDLE).diagnosis
-    diagnosis = dataclasses.replace(
-        diagnosis, verdict=dataclasses.replace(diagnosis.verdict, elapsed_s=0.0)
-    )
-    HTML_PAGE.write_text(render_html(diagnosis), encoding="utf-8")
-    with tempfile.TemporaryDirectory() as work:
-        take(chromium, HTML_PAGE, HTML_PNG, Path(work), size="1280,1400")
-    print(f"wrote: {HTML_PAGE.relative_to(ROOT)}, {HTML_PNG.relative_to(ROOT)}")
+    for bundle, page, png in HTML_SHOTS:
+        diagnosis = analyse_bundle(bundle).diagnosis
+        diagnosis = dataclasses.replace(
+            diagnosis, verdict=dataclasses.replace(diagnosis.verdict, elapsed_s=0.0)
+        )
+        page.write_text(render_html(diagnosis), encoding="utf-8")
+        with tempfile.TemporaryDirectory() as work:
+            take(chromium, page, png, Path(work), size="1280,1400")
+        print(f"wrote: {page.relative_to(ROOT)}, {png.relative_to(ROOT)}")
     return 0
 
 

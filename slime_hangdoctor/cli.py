@@ -20,6 +20,7 @@ from slime_hangdoctor.collect.options import (
     CHECK_DEFAULTS,
     WATCHDOG_DEFAULTS,
     CollectOptions,
+    Deadline,
     from_process_start,
     mark_process_start,
 )
@@ -645,13 +646,12 @@ def attach(
     report_file: Path | None,
 ) -> None:
     """Diagnose a live slime job: discover, sample twice, analyse, report. Read-only by default."""
+    opts = from_process_start(opts)
+    deadline = Deadline(opts.timeout_s)  # the run's: the report's graph is laid out within it
     diagnosis = run_attach(
-        address,
-        from_process_start(opts),
-        out=bundle,
-        quiet=quiet or output is not ReportFormat.TEXT,
+        address, opts, out=bundle, quiet=quiet or output is not ReportFormat.TEXT
     )
-    _emit(diagnosis, output, to=report_file, brief=brief)
+    _emit(diagnosis, output, to=report_file, brief=brief, deadline=deadline)
 
 
 @app.command()
@@ -775,8 +775,12 @@ def check(
     """One watchdog run (for cron): exit 0 OK, 1 no progress yet below --stall-after, 2 stalled, 3 unknown."""
     from slime_hangdoctor.watchdog.run import run_check
 
-    result = run_check(address, from_process_start(opts), copts)
-    _emit(result.diagnosis, output, exit_code=int(result.exit_code), brief=brief)
+    opts = from_process_start(opts)
+    deadline = Deadline(opts.timeout_s)
+    result = run_check(address, opts, copts)
+    _emit(
+        result.diagnosis, output, exit_code=int(result.exit_code), brief=brief, deadline=deadline
+    )
 
 
 @app.command()
@@ -934,27 +938,35 @@ def _emit(
     exit_code: int | None = None,
     to: Path | None = None,
     brief: bool = False,
+    deadline: Deadline | None = None,
 ) -> None:
     """Print the report (or write it to `to`; `brief`: the one-screen report), then exit with the
     verdict's code. A report that cannot be written is printed instead (the verdict is never lost),
-    then refused: exit 3."""
+    then refused: exit 3. `deadline`: the run's, where it has one (the HTML graph's layout gets what
+    is left of it)."""
     if brief:
         from slime_hangdoctor.render import check_brief
 
         check_brief(output)
+    left = None if deadline is None else deadline.remaining()
     if to is not None:
-        problem = _write_report(diagnosis, output, to, brief)
+        problem = _write_report(diagnosis, output, to, brief, left)
         if problem is None:
             typer.echo(f"report: {to}", err=True)
         else:
-            _print_report(diagnosis, output, brief)
+            _print_report(diagnosis, output, brief, left)
             raise problem
     else:
-        _print_report(diagnosis, output, brief)
+        _print_report(diagnosis, output, brief, left)
     raise typer.Exit(int(diagnosis.verdict.exit_code) if exit_code is None else exit_code)
 
 
-def _print_report(diagnosis: Diagnosis, output: ReportFormat, brief: bool = False) -> None:
+def _print_report(
+    diagnosis: Diagnosis,
+    output: ReportFormat,
+    brief: bool = False,
+    time_left_s: float | None = None,
+) -> None:
     if output == ReportFormat.JSON:  # plain ASCII text (json escapes the rest): no rich to load
         from slime_hangdoctor.render import render_json
 
@@ -964,7 +976,7 @@ def _print_report(diagnosis: Diagnosis, output: ReportFormat, brief: bool = Fals
 
         from slime_hangdoctor.render import render
 
-        render(diagnosis, output, Console(soft_wrap=False), brief)
+        render(diagnosis, output, Console(soft_wrap=False), brief, time_left_s)
 
 
 REPORT_MODE = 0o600  # the report quotes the job (stacks, commands): the caller's, as a bundle is
@@ -976,10 +988,15 @@ REPORT_REFUSED_HELP = (
 
 
 def _write_report(
-    diagnosis: Diagnosis, output: ReportFormat, to: Path, brief: bool = False
+    diagnosis: Diagnosis,
+    output: ReportFormat,
+    to: Path,
+    brief: bool = False,
+    time_left_s: float | None = None,
 ) -> HangDoctorError | None:
     """Write the report to `to` as every other output is written (safe_fs.replace_file: a new file
-    beside it, renamed over it; a link, FIFO or device at `to` refused, never opened); why not."""
+    beside it, renamed over it; a link, FIFO or device at `to` refused, never opened); why not.
+    `time_left_s`: what is left of the run's deadline (the HTML graph's layout)."""
     from slime_hangdoctor.safe_fs import UnsafePath, replace_file
 
     if output == ReportFormat.TEXT:
@@ -996,7 +1013,7 @@ def _write_report(
     else:
         from slime_hangdoctor.render import render_text
 
-        text = render_text(diagnosis, output, brief)
+        text = render_text(diagnosis, output, brief, time_left_s)
     data = text.encode("utf-8")
     try:
         replace_file(to, lambda fh: fh.write(data), mode=REPORT_MODE)

@@ -98,3 +98,66 @@ def screenshot(chromium: str, page: Path, out: Path, work: Path, size: str = "12
         check=False,
     )
     assert done.returncode == 0 and out.is_file(), done.stderr[-2000:]
+
+
+# Run in a copy of the page (its policy removed, so that this one script may run): every text of
+# the graph's SVG with the size Chromium draws it at, in CSS pixels of the screen: its computed
+# font size (in the SVG's user units) times the scale from those units to the screen
+# (getScreenCTM: the viewBox to the element's box, dot's own transform), and its box's height.
+_MEASURE = """<pre id="label-sizes"></pre><script>
+const out = [];
+const svg = document.querySelector('#graph-svg svg');
+for (const t of (svg ? svg.querySelectorAll('text') : [])) {
+  const g = t.closest('g.node, g.edge, g.cluster');
+  const kind = !g ? 'other' : ['node', 'edge', 'cluster'].find(k => g.classList.contains(k));
+  const m = t.getScreenCTM();
+  const scale = Math.hypot(m.a, m.b);
+  const css = parseFloat(getComputedStyle(t).fontSize);
+  out.push({kind: kind, id: g ? g.id : '', text: t.textContent, font: css * scale,
+            height: t.getBoundingClientRect().height});
+}
+document.getElementById('label-sizes').textContent =
+  JSON.stringify({width: window.innerWidth, labels: out});
+</script>"""
+
+
+@dataclass(frozen=True)
+class Label:
+    kind: str  # "node", "edge", "cluster"
+    id: str  # the SVG id of its node or edge
+    text: str
+    font_px: float  # the font size on the screen, CSS px
+    height_px: float  # its box's height on the screen
+
+
+def graph_label_sizes(
+    chromium: str, page: Path, work: Path, width: int = 1280
+) -> tuple[int, list[Label]]:
+    """(the window's inner width, every label of the page's wait-for graph) as Chromium lays the
+    page out in a window `width` CSS px wide."""
+    work.mkdir(parents=True, exist_ok=True)
+    text = page.read_text(encoding="utf-8")
+    head, policy, rest = text.partition('<meta http-equiv="Content-Security-Policy"')
+    assert policy, "the page has no policy to lift"
+    measured = work / "measured.html"
+    measured.write_text(
+        head + rest.split(">", 1)[1].replace("</body>", _MEASURE + "</body>", 1), encoding="utf-8"
+    )
+    done = subprocess.run(
+        [chromium, *_flags(work), f"--window-size={width},1500", "--dump-dom", measured.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=CHROMIUM_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stdout, done.stderr[-2000:]
+    from tests.html_dom import parse_dom
+
+    pre = parse_dom(done.stdout).by_id("label-sizes")
+    assert pre is not None and pre.text, "the measuring script did not run"
+    doc = json.loads(pre.text)
+    labels = [
+        Label(x["kind"], x["id"], x["text"], float(x["font"]), float(x["height"]))
+        for x in doc["labels"]
+    ]
+    return int(doc["width"]), labels

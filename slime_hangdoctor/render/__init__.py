@@ -47,9 +47,15 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def render_text(diagnosis: Diagnosis, fmt: ReportFormat | str, brief: bool = False) -> str:
+def render_text(
+    diagnosis: Diagnosis,
+    fmt: ReportFormat | str,
+    brief: bool = False,
+    time_left_s: float | None = None,
+) -> str:
     """The report in a format written verbatim (json, markdown, html), as one text; `brief`: the
-    one-screen report (markdown only of these).
+    one-screen report (markdown only of these). `time_left_s`: what is left of the run's deadline
+    (bounds the HTML graph's layout; None where the run has none, as `analyse`).
 
     Raises:
         UsageError: `fmt` is text (rich lays it out for a console) or not one of FORMATS, or
@@ -64,7 +70,7 @@ def render_text(diagnosis: Diagnosis, fmt: ReportFormat | str, brief: bool = Fal
     if fmt == ReportFormat.HTML:
         from slime_hangdoctor.render.html import render_html
 
-        return render_html(diagnosis)
+        return render_html(diagnosis, time_left_s=time_left_s)
     raise UsageError(f"format {fmt!r} is not written as a file; choose json, markdown or html")
 
 
@@ -80,10 +86,14 @@ def check_brief(fmt: ReportFormat | str) -> None:
 
 
 def render(
-    diagnosis: Diagnosis, fmt: ReportFormat | str, console: Console, brief: bool = False
+    diagnosis: Diagnosis,
+    fmt: ReportFormat | str,
+    console: Console,
+    brief: bool = False,
+    time_left_s: float | None = None,
 ) -> None:
-    """Write `diagnosis` to `console` in `fmt` (a ReportFormat or its value); `brief`: the
-    one-screen report (text and markdown, BRIEF_FORMATS).
+    """Write `diagnosis` to `console` in `fmt` (a ReportFormat or its value); `brief` and
+    `time_left_s` as `render_text`'s (the one-screen report: text and markdown, BRIEF_FORMATS).
 
     Raises:
         UsageError: `fmt` is not one of FORMATS, or `brief` with a format that has no brief form.
@@ -99,6 +109,6 @@ def render(
     elif fmt == ReportFormat.MARKDOWN:
         console.out(render_text(diagnosis, fmt, brief), highlight=False, end="")
     elif fmt == ReportFormat.HTML:
-        console.out(render_text(diagnosis, fmt), highlight=False, end="")
+        console.out(render_text(diagnosis, fmt, time_left_s=time_left_s), highlight=False, end="")
     else:
         raise UsageError(f"unknown report format {fmt!r}; choose one of: {', '.join(FORMATS)}")

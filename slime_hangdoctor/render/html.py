@@ -3,10 +3,11 @@
 No network: no script, font, style sheet or image is loaded, and the page says so to the browser
 (a Content-Security-Policy of `default-src 'none'`, styles inline only). Top to bottom: the verdict
 panel, the culprits, the top three next steps (the first screen: what to do), the wait-for graph
-(inline SVG laid out by Graphviz `dot`, render/wait_graph.py; a nested list where dot is missing),
-the waits with their evidence, the timeline of the two samples, the process table, the stack with
-its deciding frames marked, the findings, the further next steps, blind spots, and the raw evidence
-(the JSON report) in collapsible sections.
+(the culprit's component, render/wait_graph.py, as inline SVG laid out by Graphviz `dot` within the
+run's deadline, render/graph_dot.py; a nested list where dot is missing, fails or the graph is too
+big), the waits with their evidence, the timeline of the two samples, the process table, the stack
+with its deciding frames marked, the findings, the further next steps, blind spots, and the raw
+evidence (the JSON report) in collapsible sections.
 
 Every text comes from the job or from a bundle (untrusted): secrets are blanked with redact.py's
 `redact_text` (as the bundle's own text was when it was written), non-printable characters are
@@ -22,6 +23,7 @@ from collections.abc import Callable
 
 from slime_hangdoctor import __version__
 from slime_hangdoctor.redact import redact_text
+from slime_hangdoctor.render.graph_dot import dot_seconds, dot_source, layout_svg, too_big
 from slime_hangdoctor.render.jsonout import report_json
 from slime_hangdoctor.render.labels import (
     TOP_STEPS,
@@ -32,24 +34,21 @@ from slime_hangdoctor.render.labels import (
     step_lines,
 )
 from slime_hangdoctor.render.printable import map_strings, printable
-from slime_hangdoctor.render.wait_graph import (
-    KIND_WORDS,
-    Graph,
-    build_graph,
-    dot_source,
-    layout_svg,
-)
+from slime_hangdoctor.render.wait_graph import KIND_WORDS, Graph, build_graph, fold_alike
 from slime_hangdoctor.verdict import SCHEMA, Diagnosis, Status, Timeline, Verdict
 
 __all__ = ["CSP", "Layout", "render_html"]
 
-Layout = Callable[[str], tuple[str | None, str]]  # dot source -> (SVG, why not)
+Layout = Callable[[str, float], tuple[str | None, str]]  # dot source, seconds -> (SVG, why not)
 
 CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; font-src 'none'; "
     "connect-src 'none'; script-src 'none'; base-uri 'none'; form-action 'none'"
 )
 MARKER = "▶"
+MAX_TABLE_WAITS = 200  # the waits' table: every wait of a job up to this many (the JSON has all)
+RAW_INDENTED_MAX = 256 * 2**10  # the raw JSON indented up to this size, compact beyond
+RAW_MAX = 2**20  # a larger JSON report is left out of the page (it would pass 2 MiB); --format json
 
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:0;
@@ -67,8 +66,10 @@ th,td{border-bottom:1px solid #e3e8eb;padding:4px 6px;text-align:left;vertical-a
 tr.culprit td{background:#ffe9e9;font-weight:600}
 code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
 pre{background:#f6f8fa;padding:8px;overflow-x:auto;white-space:pre-wrap;word-break:break-all}
-.graph{overflow-x:auto;border:1px solid #e3e8eb;border-radius:6px;padding:6px}
-.graph svg{max-width:100%;height:auto}
+.graph{overflow:auto;border:1px solid #e3e8eb;border-radius:6px;padding:6px}
+.graph svg{max-width:none;height:auto}
+figure.waits{margin:0}figcaption{margin:4px 0 8px;color:#40484e}
+figcaption .cycle{color:#c00000;font-weight:700}
 .graph .node.culprit polygon,.graph .node.culprit path{stroke:#c00000;stroke-width:3px;
  fill:#ffd9d9}
 ul.graph-list li.culprit>span.who{color:#c00000;font-weight:700}
@@ -85,8 +86,11 @@ footer{margin:30px 0 10px;color:#6b757c;font-size:12px}
 """
 
 
-def render_html(diagnosis: Diagnosis, layout: Layout = layout_svg) -> str:
-    """The whole page (`layout`: the graph's layout engine, `dot` by default)."""
+def render_html(
+    diagnosis: Diagnosis, layout: Layout = layout_svg, time_left_s: float | None = None
+) -> str:
+    """The whole page (`layout`: the graph's layout engine, `dot` by default, given what is left
+    of the run's deadline, `time_left_s`: render/graph_dot.py's `dot_seconds`)."""
     d = map_strings(map_strings(diagnosis, redact_text), printable)
     v = d.verdict
     title = _e(f"slime-hangdoctor: {headline(v)}")
@@ -95,7 +99,7 @@ def render_html(diagnosis: Diagnosis, layout: Layout = layout_svg) -> str:
         _verdict_panel(d),
         _culprits(d),
         _list_section("next-steps", "Next steps", steps[:TOP_STEPS], start=1),
-        _graph_section(d, layout),
+        _graph_section(d, layout, time_left_s),
         _timeline(d.timeline),
         _processes(d),
         _stack(d),
@@ -145,18 +149,31 @@ def _verdict_panel(d: Diagnosis) -> str:
     )
 
 
-def _graph_section(d: Diagnosis, layout: Layout) -> str:
+def _graph_section(d: Diagnosis, layout: Layout, time_left_s: float | None) -> str:
     graph = build_graph(d)
     if not graph.nodes:
         return ""
-    parts = ['<section id="wait-graph"><h2>Who waits for whom</h2>']
-    svg, why = layout(dot_source(graph))
+    if too_big(graph):
+        graph = fold_alike(graph)
+    parts = [
+        '<section id="wait-graph"><h2>Who waits for whom</h2><figure class="waits">',
+        _graph_caption(graph, d),
+    ]
+    svg, why = None, too_big(graph)
+    if not why:
+        seconds = dot_seconds(time_left_s)
+        svg, why = layout(dot_source(graph), seconds)
+        if svg is None and time_left_s is not None:
+            why += f" (it had {seconds:.1f} s: what was left of the run's --timeout)"
     if svg is not None:
         parts.append(f'<div class="graph" id="graph-svg">{svg}</div>')
     else:
-        parts.append(f'<p class="note">{_e(why)}: the graph is shown as a list.</p>')
+        parts.append(
+            f'<p class="note" id="graph-note">{_e(why)}: the graph is shown as a list.</p>'
+        )
         parts.append(_graph_list(graph))
-    if not graph.edges:
+    parts.append("</figure>")
+    if not d.waits:
         parts.append(
             "<p>The analysis found no wait between these processes"
             + (
@@ -167,9 +184,46 @@ def _graph_section(d: Diagnosis, layout: Layout) -> str:
             + "</p>"
         )
     else:
-        parts.append(_wait_table(graph))
+        parts.append(_wait_table(d, graph))
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def _graph_caption(graph: Graph, d: Diagnosis) -> str:
+    """What the drawing shows: each cycle (its size, processes and waits), and what it leaves out."""
+    names = {n.id: n.label for n in graph.nodes}
+    lines = [
+        f'<div class="cycle" id="cycle-{c}"><span class="cycle">cycle of {len(cycle.numbers)} '
+        f"wait{'s' if len(cycle.numbers) != 1 else ''}</span> (cycle {c}): "
+        + (
+            f"{_e(names[cycle.nodes[0]])} waits for itself "
+            if len(cycle.nodes) == 1
+            else f"{_e(' → '.join(names[n] for n in cycle.nodes))} wait for each other "
+        )
+        + f"(waits {', '.join(str(n) for n in cycle.numbers)})</div>"
+        for c, cycle in enumerate(graph.cycles, 1)
+    ]
+    hidden = [
+        _count(graph.left_out_processes, "process", "processes"),
+        _count(graph.left_out_waits, "wait", "waits"),
+    ]
+    if graph.alike_folded:
+        lines.append(
+            f'<div class="alike">{graph.alike_folded} processes are drawn folded with alike ones '
+            "(same kind, waiting and waited for in the same ways): "
+            '"and N alike" on a node, "×N" on a wait.</div>'
+        )
+    if any(hidden):
+        lines.append(
+            f'<div class="left-out">Not drawn: {" and ".join(h for h in hidden if h)} that no '
+            f"wait links to {'the culprit' if d.verdict.culprits else 'a wait'} (the tables "
+            "below list them).</div>"
+        )
+    return f"<figcaption>{''.join(lines)}</figcaption>" if lines else ""
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return "" if n == 0 else f"{n} {one if n == 1 else many}"
 
 
 def _graph_list(graph: Graph) -> str:
@@ -178,15 +232,19 @@ def _graph_list(graph: Graph) -> str:
     hosts: dict[str, dict[str, list[str]]] = {}
     for n in graph.nodes:
         waits = [
-            f'<li class="wait {_e(w.kind.value)}" id="list-w{i}">waits for '
-            f"<b>{_e(names[b])}</b> ({i}. {_e(KIND_WORDS[w.kind])}): "
-            f"{_e(w.evidence[0] if w.evidence else '')}</li>"
-            for i, (a, b, w) in enumerate(graph.edges, 1)
-            if a == n.id
+            f'<li class="wait {_e(e.wait.kind.value)}{"" if e.cycle is None else " cycle"}" '
+            f'id="list-w{e.number}">waits for <b>{_e(names[e.target])}</b> '
+            f"({e.number}. {_e(KIND_WORDS[e.wait.kind])}"
+            + (f" ×{e.alike}" if e.alike > 1 else "")
+            + ("" if e.cycle is None else f", cycle {e.cycle + 1}")
+            + ")</li>"
+            for e in graph.edges
+            if e.source == n.id
         ]
         item = (
-            f'<li class="proc{" culprit" if n.culprit else ""}" id="list-{_e(n.id)}">'
-            f'<span class="who">{_e(n.label)}</span> <span class="detail">{_e(n.detail)}</span>'
+            f'<li class="proc{" culprit" if n.culprit else ""}{" idle" if n.folded else ""}" '
+            f'id="list-{_e(n.id)}"><span class="who">{_e(n.label)}</span> '
+            f'<span class="detail">{_e(n.detail)}</span>'
             + (f"<ul>{''.join(waits)}</ul>" if waits else "")
             + "</li>"
         )
@@ -201,17 +259,28 @@ def _graph_list(graph: Graph) -> str:
     return "".join(out)
 
 
-def _wait_table(graph: Graph) -> str:
-    names = {n.id: n.label for n in graph.nodes}
+def _wait_table(d: Diagnosis, graph: Graph) -> str:
+    """Every wait of the job (drawn or not) up to MAX_TABLE_WAITS, numbered as the graph's edges."""
+    cycles = {e.number: e.cycle for e in graph.edges if e.cycle is not None}
+    more = len(d.waits) - MAX_TABLE_WAITS
     rows = [
-        f'<tr id="wait-{i}" class="wait {_e(w.kind.value)}"><td>{i}</td>'
-        f"<td>{_e(names[a])}</td><td>{_e(KIND_WORDS[w.kind])}</td><td>{_e(names[b])}</td>"
+        f'<tr id="wait-{i}" class="wait {_e(w.kind.value)}{" cycle" if i in cycles else ""}">'
+        f"<td>{i}</td><td>{_e(w.waiter.label)}</td><td>{_e(KIND_WORDS[w.kind])}"
+        + (f" (cycle {cycles[i] + 1})" if i in cycles else "")
+        + f"</td><td>{_e(w.waited_for.label)}</td>"
         f"<td>{''.join(f'<div class=mono>{_e(line)}</div>' for line in w.evidence)}</td></tr>"
-        for i, (a, b, w) in enumerate(graph.edges, 1)
+        for i, w in enumerate(d.waits[:MAX_TABLE_WAITS], 1)
     ]
+    note = (
+        f'<p class="note" id="waits-more">{more} more waits: the raw evidence below (the JSON '
+        "report) has every one.</p>"
+        if more > 0
+        else ""
+    )
     return (
         '<table class="waits"><thead><tr><th>#</th><th>waiter</th><th>wait</th>'
         f"<th>waits for</th><th>evidence</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        + note
     )
 
 
@@ -352,9 +421,22 @@ def _list_section(anchor: str, title: str, items: tuple[str, ...], start: int | 
 
 
 def _raw(d: Diagnosis) -> str:
-    text = json.dumps(report_json(d), indent=2, ensure_ascii=False)
+    """The JSON report, indented where it is small, compact where it is not, left out (with a
+    note) past RAW_MAX: a large job's page stays under 2 MiB. Escaped as element text."""
+    doc = report_json(d)
+    text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+    if len(text) * 2 <= RAW_INDENTED_MAX:  # indented, a report is about 1.3 times as long
+        text = json.dumps(doc, indent=2, ensure_ascii=False)
+    size = len(text.encode("utf-8"))
+    if size > RAW_MAX:
+        return (
+            '<section id="raw-evidence"><h2>Raw evidence</h2><p class="note">The report as JSON '
+            f"is {size / 2**20:.1f} MiB, more than this page keeps ({RAW_MAX / 2**20:.0f} MiB): "
+            "<code>--format json</code> writes it (the evidence bundle has everything).</p>"
+            "</section>"
+        )
     return (
         '<section id="raw-evidence"><h2>Raw evidence</h2>'
         "<details><summary>The report as JSON (<code>--format json</code>)</summary>"
-        f"<pre>{_e(text)}</pre></details></section>"
+        f"<pre>{html.escape(text, quote=False)}</pre></details></section>"
     )

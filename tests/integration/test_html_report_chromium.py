@@ -19,11 +19,13 @@ from typing import Any
 import pytest
 
 from slime_hangdoctor.pipeline import analyse_bundle
+from slime_hangdoctor.render.html import render_html
 from slime_hangdoctor.render.jsonout import report_json
 from slime_hangdoctor.render.wait_graph import KIND_WORDS
 from slime_hangdoctor.verdict import WaitKind
-from tests.chromium import dump_dom, page_requests, screenshot
+from tests.chromium import dump_dom, graph_label_sizes, page_requests, screenshot
 from tests.debian_tools import require_tool
+from tests.fixtures.transforms import diagnosis_replicated
 from tests.html_dom import inert_problems, parse_dom
 from tests.integration.cli import run_cli
 from tests.unit.demo_bundles import DEMO
@@ -32,6 +34,10 @@ from tests.unit.test_render_html import SECRET, hostile_bundle
 pytestmark = [pytest.mark.slow]
 
 BUNDLE = DEMO / "weight_sync_health_check_queued.tar.gz"
+RECORDED = DEMO.parents[1] / "bundles"  # the GPU bundles (directories)
+SMALL = RECORDED / "gpu-h200-broadcast-hang"  # three processes, one wait
+CYCLE = DEMO / "actor_queue_cycle.tar.gz"  # a cycle of two queue waits among 14
+MIN_LABEL_PX = 11.0  # the report draws none under 12 px at 1280 px; 11 leaves fonts some room
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +114,54 @@ def test_chromium_shows_hostile_text_as_text(chromium: str, tmp_path: Path) -> N
     assert not inert_problems(dom), inert_problems(dom)
     assert SECRET not in dom_text and "\u202e" not in dom_text
     assert "</text></svg><script>alert(1)</script>" in dom.text
+
+
+def _recorded() -> list[Path]:
+    return sorted(DEMO.glob("*.tar.gz")) + sorted(p for p in RECORDED.iterdir() if p.is_dir())
+
+
+def biggest_recorded_bundle() -> Path:
+    """The recorded bundle with the most processes (rows of the process table; then most waits)."""
+    sizes = {}
+    for path in _recorded():
+        try:
+            d = analyse_bundle(path).diagnosis
+        except Exception:  # a bundle kept for its unreadable manifest (gpu-h200-runs)
+            continue
+        sizes[path] = (len(d.rows), len(d.waits))
+    return max(sizes, key=lambda p: sizes[p])
+
+
+@pytest.mark.parametrize("which", ["biggest", "small", "cycle", "grown-1500"])
+def test_chromium_draws_every_graph_label_at_a_readable_size_at_1280_px(
+    chromium: str, which: str, tmp_path: Path
+) -> None:
+    """At 1280 px, every node and edge label of the graph is drawn at 11 px or more on the
+    screen (the SVG keeps its natural size; its box scrolls): measured in Chromium, on the
+    biggest recorded bundle, a small one, the actor-queue cycle, and the cycle grown to 1,500
+    processes (transforms.diagnosis_replicated; alike processes folded)."""
+    page = tmp_path / "report.html"
+    if which == "grown-1500":
+        recorded = analyse_bundle(CYCLE).diagnosis
+        d = diagnosis_replicated(recorded, -(-1500 // len(recorded.rows)))
+        page.write_text(render_html(d), encoding="utf-8")
+    else:
+        bundle = {
+            "biggest": biggest_recorded_bundle,
+            "small": lambda: SMALL,
+            "cycle": lambda: CYCLE,
+        }
+        path = bundle[which]()
+        _report(path, page)
+        d = analyse_bundle(path).diagnosis
+    width, labels = graph_label_sizes(chromium, page, tmp_path / "chromium")
+    assert width == 1280
+    nodes = [x for x in labels if x.kind == "node"]
+    edges = [x for x in labels if x.kind == "edge"]
+    assert nodes and (edges or not d.waits), (which, labels)
+    small = [x for x in nodes + edges if x.font_px < MIN_LABEL_PX]
+    assert not small, (which, [(x.id, x.text, round(x.font_px, 1)) for x in small[:5]])
+    assert all(x.height_px >= MIN_LABEL_PX for x in nodes + edges if x.text.strip())
 
 
 class _Probe(BaseHTTPRequestHandler):

@@ -66,7 +66,7 @@ def text_report(diagnosis: Diagnosis, brief: bool = False, width: int = MAX_WIDT
     return out.splitlines()
 
 
-def no_layout(source: str) -> tuple[str | None, str]:
+def no_layout(source: str, seconds: float) -> tuple[str | None, str]:
     """The page's own fallback when Graphviz is missing (the graph as a list): the order of the
     sections is the same, and no `dot` runs per bundle."""
     return None, "Graphviz dot not used in this test"

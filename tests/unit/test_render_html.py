@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from slime_hangdoctor.render.graph_dot import layout_svg
 from slime_hangdoctor.render.html import render_html
-from slime_hangdoctor.render.wait_graph import KIND_WORDS, layout_svg
+from slime_hangdoctor.render.wait_graph import KIND_WORDS
 from slime_hangdoctor.verdict import Diagnosis
 from tests.debian_tools import require_tool
 from tests.fixtures.transforms import (
@@ -37,7 +38,7 @@ HOSTILE = (
 )
 
 
-def _no_dot(_source: str) -> tuple[str | None, str]:
+def _no_dot(_source: str, _seconds: float) -> tuple[str | None, str]:
     return None, "no layout engine in this test"
 
 
