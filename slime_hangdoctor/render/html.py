@@ -90,7 +90,7 @@ def render_html(diagnosis: Diagnosis, layout: Layout = layout_svg) -> str:
         _processes(d),
         _stack(d),
         _findings(v),
-        _list_section("next-steps", "Next steps", v.next_steps, ordered=True),
+        _list_section("next-steps", "Next steps", v.step_texts, ordered=True),
         _list_section("blind-spots", "Blind spots (not seen, so not ruled out)", v.blind_spots),
         _raw(d),
     ]

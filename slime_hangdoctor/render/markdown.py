@@ -67,7 +67,7 @@ def render_markdown(diagnosis: Diagnosis) -> str:
     if verdict.findings:
         parts.append(_findings(verdict.findings))
     if verdict.next_steps:
-        steps = [f"{i}. {_text(step)}" for i, step in enumerate(verdict.next_steps, 1)]
+        steps = [f"{i}. {_text(step)}" for i, step in enumerate(verdict.step_texts, 1)]
         parts.append("\n".join(["### Next steps", "", *steps]))
     if verdict.blind_spots:
         spots = [f"- {_text(spot)}" for spot in verdict.blind_spots]

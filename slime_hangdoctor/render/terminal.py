@@ -111,7 +111,7 @@ def _blocks(diagnosis: Diagnosis, width: int, glyphs: _Glyphs) -> list[Renderabl
             _listing(
                 "Next steps",
                 [f"{i}." for i, _ in enumerate(verdict.next_steps, 1)],
-                verdict.next_steps,
+                verdict.step_texts,
             )
         )
     if verdict.blind_spots:

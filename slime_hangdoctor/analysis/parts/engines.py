@@ -99,6 +99,9 @@ def suspects(reads: Reads) -> list[Suspect]:
                 stage=stage,
                 evidence=e.evidence,
                 waits_elsewhere=bool(inside),
+                # the HTTP answers name the engine, not a process of it: its pid stands in, but
+                # for a stalled detokenizer or a blocked HTTP process, whose own state it is
+                stands_in=not (e.detokenizer_stalled or e.http_blocked),
             )
         )
     out.extend(_held_calls(engines))
@@ -129,6 +132,7 @@ def _held_calls(engines: tuple[EngineRead, ...]) -> list[Suspect]:
                 weight=WEAK,
                 stage=e.call_stage,
                 evidence=e.evidence,
+                stands_in=True,  # the HTTP layer counts the call, not a process of the engine
             )
         )
     return out
@@ -268,6 +272,8 @@ def _blocked_engine_actors(world: World, engines: tuple[EngineRead, ...]) -> lis
                 weight=MEDIUM,
                 stage=read.stage,
                 evidence=tuple(f.where for f in read.primary.frames[:6]),
+                # the actor is the witness: the engine behind its call holds (merge.holder)
+                stands_in=True,
             )
         )
     return out
