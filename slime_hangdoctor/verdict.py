@@ -8,6 +8,9 @@ from enum import Enum
 from typing import Any, Literal, get_args
 
 SCHEMA = "slime-hangdoctor.verdict/1"
+# its JSON Schema (draft 2020-12), shipped in the package: importlib.resources.files(
+# "slime_hangdoctor") / SCHEMA_FILE
+SCHEMA_FILE = "schemas/verdict-1.schema.json"
 
 Confidence = Literal["high", "medium", "low"]
 
