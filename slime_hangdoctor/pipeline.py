@@ -49,11 +49,11 @@ def analyse_bundle(path: Path, cache: ParseCache | None = None) -> Analysed:
 
 
 def _with_bundle(diagnosis: Diagnosis, path: Path | None) -> Diagnosis:
-    """The verdict names the bundle it was read from or written to (`Verdict.bundle`)."""
+    """The verdict names the bundle it was read from or written to (`Verdict.bundle`) and the
+    doctor that made it (`tool_version`)."""
     bundle = None if path is None else os.path.abspath(path)
-    return dataclasses.replace(
-        diagnosis, verdict=dataclasses.replace(diagnosis.verdict, bundle=bundle)
-    )
+    verdict = dataclasses.replace(diagnosis.verdict, bundle=bundle, tool_version=__version__)
+    return dataclasses.replace(diagnosis, verdict=verdict)
 
 
 def attach(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from slime_hangdoctor.analysis.cuda_spin import CudaSpin, cuda_spins
-from slime_hangdoctor.analysis.engines import EngineRead, EngineState
+from slime_hangdoctor.analysis.engines import EngineRead, EngineState, resume_step
 from slime_hangdoctor.analysis.gpu import GpuState
 from slime_hangdoctor.analysis.merge import Merged
 from slime_hangdoctor.analysis.parts.gpu_kernel import GPU_KERNEL
@@ -18,9 +18,10 @@ from slime_hangdoctor.analysis.parts.routers import gone_routers
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS
 from slime_hangdoctor.analysis.source_analysis import by_of
 from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
-from slime_hangdoctor.parsers.nvml import GPU_SERIES
+from slime_hangdoctor.parsers.nvml import GPU_SERIES, NVML
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.parsers.pyspy import ALL_STACKS
 from slime_hangdoctor.parsers.ray_state import ACTOR_DEAD, JOB_RUNNING, RAY_STATE
@@ -153,18 +154,6 @@ def _engine_steps(ctx: Context, c: Culprit, proc: Proc | None) -> list[NextStep]
     if c.actor_id:
         out.append(_step(f"ray logs actor --id {c.actor_id}", "the engine's SGLang log"))
     return out
-
-
-def resume_step(url: str) -> NextStep:
-    """The call that resumes an engine a `pause_generation` left paused (slime's
-    SGLangEngine.continue_generation makes it), with the warning that goes with it."""
-    return NextStep(
-        why="resumes the engine that a pause_generation without its continue_generation left "
-        "paused, once the weight update that paused it has ended; do not probe a paused engine "
-        "with calls that change its state (/flush_cache, /pause_generation, /update_weights_*, "
-        "/release_memory_occupation): read /server_info, /metrics and its log instead",
-        command=f"curl -s -m 10 -X POST {url}/continue_generation",
-    )
 
 
 def is_dead(ctx: Context, c: Culprit, proc: Proc | None) -> bool:
@@ -335,10 +324,16 @@ def blind_spots(ctx: Context) -> list[str]:
                 "stacks are Python-only: the NCCL / CUDA call under a sync point is not visible "
                 "(py-spy --native shows it)"
             )
-    if not snap.joined(GPU_SERIES):
+    failed = {r.source for r in snap.manifest.probes if r.outcome is not Outcome.OK}
+    if not snap.joined(GPU_SERIES) and NVML not in failed:
         out.append("no NVML readings: GPU states (stuck in a collective / idle / busy) unknown")
-    # a source the run holds no fact of, that says what is missing then (SourceSpec.missing)
-    out.extend(spec.missing for spec in SPECS if spec.missing and not snap.facts(spec))
+    # a source the run holds no fact of, that says what is missing then (SourceSpec.missing),
+    # unless its probe's failure says it already: one blind spot per cause
+    out.extend(
+        spec.missing
+        for spec in SPECS
+        if spec.missing and not snap.facts(spec) and spec.name not in failed
+    )
     if not snap.joined(RAY_STATE).seen:
         out.append("no Ray state API answer: roles come from process titles and environment only")
     if not w.two_samples:

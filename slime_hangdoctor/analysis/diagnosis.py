@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from slime_hangdoctor import __version__
 from slime_hangdoctor.analysis import advice
 from slime_hangdoctor.analysis.blame import Blame, assign
 from slime_hangdoctor.analysis.cuda_spin import cuda_spins
@@ -724,14 +723,14 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
 
 
 def stamped(verdict: Verdict, snapshot: Snapshot) -> Verdict:
-    """What a machine needs to file a verdict: when the evidence was taken (the bundle's start),
-    which doctor read it, and the Ray job it is about (the running one; else the latest)."""
+    """What a machine needs to file a verdict: when the evidence was taken (the bundle's start)
+    and the Ray job it is about (the running one; else the latest). The pipeline adds the
+    doctor's version and the bundle's path."""
     jobs = snapshot.joined(RAY_STATE).jobs
     job = next((j for j in jobs if j.status == JOB_RUNNING), jobs[-1] if jobs else None)
     return replace(
         verdict,
         collected_at=snapshot.manifest.created_at or None,
-        tool_version=__version__,
         job=None if job is None else JobRef(job.submission_id, job.job_id),
     )
 

@@ -187,7 +187,7 @@ class SourceAnalysis:
     causes: tuple[Callable[[Reading], Cause | None], ...] = ()
     findings: Callable[[Reading], list[Finding]] | None = None
     section: Section = Section.STATE
-    next_steps: Callable[[Reading], list[str]] | None = None  # each a NextStep's text form
+    next_steps: Callable[[Reading], Sequence[str | NextStep]] | None = None  # str: its text
     # this source shows the process waits on local I/O (asleep on a disk, writing into a pipe or
     # socket nobody reads), not on a peer: another part asks it through `waits_on_io`
     io_wait: Callable[[World, Proc], bool] | None = None
