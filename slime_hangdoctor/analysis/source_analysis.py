@@ -28,9 +28,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from types import FrameType
 from typing import TypeVar
 
 from slime_hangdoctor.analysis.engines import EngineRead
@@ -101,6 +103,13 @@ class Suspect:
     # candidate, at equal weight, a suspect that names the process itself speaks first
     stands_in: bool = False
     by: str | None = None  # the rule that named it (`by_of`: stamped by the runner that called it)
+    # the function of the part that built it, read from the call stack (`_made_in`): the rule
+    # within the part's hook that `by` names where it is the hook's own module's
+    made_in: str | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.made_in is None:
+            object.__setattr__(self, "made_in", _made_in())
 
 
 @dataclass(frozen=True)
@@ -112,6 +121,24 @@ class Evidence:
     text: str
     strength: int  # 1 weak, 2 strong
     by: str | None = None  # the rule that gave it (`by_of`: stamped by the runner that called it)
+    made_in: str | None = field(default=None, compare=False, repr=False)  # as Suspect's
+
+    def __post_init__(self) -> None:
+        if self.made_in is None:
+            object.__setattr__(self, "made_in", _made_in())
+
+
+def _made_in() -> str | None:
+    """`module:function` of the innermost function of analysis/parts/ on the call stack that is
+    building a suspect or an evidence (comprehensions and helpers of this module skipped)."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        name = frame.f_code.co_name
+        if module.startswith(PARTS) and not name.startswith("<"):
+            return f"{module}:{name}"
+        frame = frame.f_back
+    return None
 
 
 @dataclass(frozen=True)
@@ -245,8 +272,16 @@ def by_of(fn: Callable[..., object], hook: str = "") -> str:
 
 
 def _stamp(items: Sequence[T], fn: Callable[..., object], hook: str) -> list[T]:
+    """Each item with the rule that gave it: the hook the runner called, or the function of the
+    same module within it that built the item (`made_in`), never a name of another module."""
     by = by_of(fn, hook)
-    return [dataclasses.replace(x, by=by) for x in items]  # type: ignore[type-var]
+    out: list[T] = []
+    for x in items:
+        made = getattr(x, "made_in", None)
+        module, _, name = (made or "").partition(":")
+        rule = f"{by.partition(':')[0]}:{name}" if module == fn.__module__ and name else by
+        out.append(dataclasses.replace(x, by=rule))  # type: ignore[type-var]
+    return out
 
 
 def steps_by(

@@ -52,6 +52,17 @@ def _engine_proc(e: EngineRead) -> Proc | None:
 
 def suspects(reads: Reads) -> list[Suspect]:
     world, engines = reads.world, reads.engines
+    out = _not_serving(world, engines)
+    out.extend(_held_calls(engines))
+    out.extend(_broadcast_absentees(world, engines))
+    out.extend(_odd_engines(engines))
+    out.extend(_blocked_engine_actors(world, engines))
+    return out
+
+
+def _not_serving(world: World, engines: tuple[EngineRead, ...]) -> list[Suspect]:
+    """Engines dead, unresponsive or stuck by their HTTP answers (a weak suspect when the
+    scheduler waits in the trainers' collective: a victim like them)."""
     out: list[Suspect] = []
     weights = {
         EngineState.DEAD: STRONG,
@@ -104,10 +115,6 @@ def suspects(reads: Reads) -> list[Suspect]:
                 stands_in=not (e.detokenizer_stalled or e.http_blocked),
             )
         )
-    out.extend(_held_calls(engines))
-    out.extend(_broadcast_absentees(world, engines))
-    out.extend(_odd_engines(engines))
-    out.extend(_blocked_engine_actors(world, engines))
     return out
 
 
