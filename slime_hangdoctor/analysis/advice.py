@@ -121,33 +121,25 @@ def _live_steps(c: Culprit, proc: Proc | None) -> list[NextStep]:
 
 def _engine_steps(ctx: Context, c: Culprit, proc: Proc | None) -> list[NextStep]:
     engine = next((e for e in ctx.engines if e.url == c.engine_url), None)
+    if engine is not None and engine.state is EngineState.DEAD:
+        return _dead_engine_steps(c, proc)
     out: list[NextStep] = []
     if engine is not None and engine.state is EngineState.PAUSED and c.engine_url:
         out.append(resume_step(c.engine_url))
     scheds = engine.schedulers if engine else ()
-    if engine is not None and engine.state is EngineState.DEAD:
-        scheds = ()
     # the culprit's own process first (the one that holds), then the engine's other schedulers
     first = [s for s in scheds if s.pid == c.pid] + [s for s in scheds if s.pid != c.pid]
     for s in first[:4]:
-        out.append(
-            _step(f"py-spy dump --native --pid {s.pid}", "SGLang scheduler", s.node_ip, s.pid)
-        )
+        dump = f"py-spy dump --native --pid {s.pid}"
+        out.append(_step(dump, "SGLang scheduler", s.node_ip, s.pid))
     if c.pid is not None and c.pid not in {s.pid for s in scheds}:
-        out.append(
-            _step(
-                f"py-spy dump --native --pid {c.pid}",
-                c.process or "",
-                _host(proc, c.node_ip),
-                c.pid,
-            )
-        )
-    if c.engine_url and (engine is None or engine.state is not EngineState.DEAD):
+        dump = f"py-spy dump --native --pid {c.pid}"
+        out.append(_step(dump, c.process or "", _host(proc, c.node_ip), c.pid))
+    if c.engine_url:
         out.append(
             _step(
                 f"curl -s -m 5 {c.engine_url}/server_info",
-                "internal_states == [] "
-                "means the scheduler is stuck; never call /flush_cache or "
+                "internal_states == [] means the scheduler is stuck; never call /flush_cache or "
                 "/pause_generation to test it",
             )
         )
@@ -156,9 +148,27 @@ def _engine_steps(ctx: Context, c: Culprit, proc: Proc | None) -> list[NextStep]
     return out
 
 
+def _dead_engine_steps(c: Culprit, proc: Proc | None) -> list[NextStep]:
+    """An engine whose server no longer answers (every probe refused): its log says why it
+    exited, the kernel whether the OOM killer took it; nothing of it is left to dump."""
+    out: list[NextStep] = []
+    if c.actor_id:
+        why = "the SGLang server's last lines, why it exited: a traceback, CUDA out of memory"
+        out.append(_step(f"ray logs actor --id {c.actor_id}", why))
+    kernel = "dmesg -T | grep -iE 'NVRM: Xid|killed process|out of memory'"
+    out.append(
+        _step(
+            kernel,
+            "the OOM killer's line for the engine's processes and the Xid errors of its GPUs",
+            _host(proc, c.node_ip),
+        )
+    )
+    return out
+
+
 def is_dead(ctx: Context, c: Culprit, proc: Proc | None) -> bool:
     """The culprit's process is gone (from its node's process table, or a zombie), or Ray
-    recorded its actor DEAD; an engine whose every server refused is dead too."""
+    recorded its actor DEAD (an engine whose server alone is gone: `_dead_engine_steps`)."""
     if proc is not None and proc.dead:
         return True
     actors = ctx.world.snapshot.joined(RAY_STATE).actors
