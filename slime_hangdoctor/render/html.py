@@ -329,7 +329,9 @@ def _by(*rules: str | None) -> str:
     named = [r for r in dict.fromkeys(rules) if r]
     if not named:
         return ""
-    return f' <span class="by">by <code>{"</code>, <code>".join(_e(r) for r in named)}</code></span>'
+    return (
+        f' <span class="by">by <code>{"</code>, <code>".join(_e(r) for r in named)}</code></span>'
+    )
 
 
 def _list_section(anchor: str, title: str, items: tuple[str, ...], ordered: bool = False) -> str:

@@ -58,7 +58,9 @@ def test_one_blind_spot_per_cause(name: str) -> None:
     a = analyse_bundle(BUNDLES[name])
     spots = a.diagnosis.verdict.blind_spots
     assert len(set(spots)) == len(spots)
-    failed = {r.source for r in a.manifest.probes if r.outcome.value != "ok"} if a.manifest else set()
+    failed = (
+        {r.source for r in a.manifest.probes if r.outcome.value != "ok"} if a.manifest else set()
+    )
     if "nccl_ras" in failed:
         assert not any(s.startswith("no NCCL RAS answer") for s in spots), spots
     if "nvml" in failed:

@@ -57,6 +57,8 @@ def test_every_engine_culprit_is_a_marked_process_whose_state_is_no_idle_loop(na
         rows = {r.pid: r for r in d.rows}
         assert c.pid in rows and rows[c.pid].culprit, (name, c)
         group = [r for r in d.rows if r.engine_url == c.engine_url]
-        held = [r for r in group if "_block_forever" in r.state or "blocked in collective" in r.state]
+        held = [
+            r for r in group if "_block_forever" in r.state or "blocked in collective" in r.state
+        ]
         if held and "event loop idle" in rows[c.pid].state:
             pytest.fail(f"{name}: culprit pid {c.pid} idles while {held[0].label} holds")

@@ -64,7 +64,9 @@ def test_the_schema_rejects_what_the_contract_does_not_allow() -> None:
 def test_a_verdict_written_with_string_steps_still_reads_and_validates() -> None:
     """The watchdog's state file holds verdicts of earlier versions: next steps as their lines."""
     doc = report_json(analyse_bundle(BUNDLES["gpu-h200-rank-killed-fr"]).diagnosis)
-    old = {k: v for k, v in doc.items() if k not in ("collected_at", "tool_version", "job", "bundle")}
+    old = {
+        k: v for k, v in doc.items() if k not in ("collected_at", "tool_version", "job", "bundle")
+    }
     old["next_steps"] = [s["text"] for s in doc["next_steps"]]
     assert not _errors(old)
     v = verdict_from_json(old)
