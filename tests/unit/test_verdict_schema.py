@@ -5,8 +5,13 @@ validates against it with `jsonschema`; next steps are objects, and a verdict wr
 
 from __future__ import annotations
 
+import html
 import json
+import re
+import subprocess
+import sys
 from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +19,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.render import render_json
+from slime_hangdoctor.render.html import render_html
 from slime_hangdoctor.render.jsonout import report_json
 from slime_hangdoctor.verdict import SCHEMA, SCHEMA_FILE, NextStep, verdict_from_json
 from tests.unit.render_diagnoses import all_diagnoses
@@ -76,3 +82,25 @@ def test_a_verdict_written_with_string_steps_still_reads_and_validates() -> None
     again = verdict_from_json(doc).to_json()
     assert again["next_steps"] == doc["next_steps"]
     assert (again["collected_at"], again["job"]) == (doc["collected_at"], doc["job"])
+
+
+def test_the_json_of_every_format_validates(tmp_path: Path) -> None:
+    """`analyse -f json` as the CLI prints it, and the JSON the HTML report embeds (its raw
+    evidence section), of a recorded bundle: both are the contract."""
+    bundle = BUNDLES["gpu-h200-rank-killed-fr"]
+    run = subprocess.run(
+        [sys.executable, "-m", "slime_hangdoctor", "analyse", str(bundle), "-f", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 2, run.stderr
+    printed = json.loads(run.stdout)
+    assert not _errors(printed), _errors(printed)[:5]
+    assert printed["bundle"] == str(bundle.resolve()) and printed["tool_version"]
+    page = render_html(analyse_bundle(bundle).diagnosis)
+    raw = re.search(r'<section id="raw-evidence">.*?<pre>(.*?)</pre>', page, re.DOTALL)
+    assert raw is not None
+    embedded = json.loads(html.unescape(raw.group(1)))
+    assert not _errors(embedded), _errors(embedded)[:5]
