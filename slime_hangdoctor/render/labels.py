@@ -64,10 +64,13 @@ def role_label(role: Role) -> str:
 
 
 def culprit_name(culprit: Culprit) -> str:
-    """`train rank 1`, `SGLang engine`, `driver`, ..."""
+    """`train rank 1`, `SGLang engine`, `driver`, ...; a process of a role of several, with its
+    group: `scheduler TP0 of SGLang engine`."""
     name = role_label(culprit.role)
     if culprit.role is Role.TRAIN_RANK and culprit.rank is not None:
         return f"{name} {culprit.rank}"
+    if culprit.process:
+        return f"{culprit.process} of {name}"
     return name
 
 
