@@ -58,10 +58,11 @@ class Merged:
         whys = list(reasons)
         held = self.holder
         pid = held.pid if held is not None else self.first("pid")
+        node = (held.node_ip if held is not None else None) or self.first("node_ip")
         return Culprit(
             role=self.role,
             why=" | ".join(whys[:4]),
-            node_ip=(held.node_ip if held is not None else None) or self.first("node_ip"),  # type: ignore[arg-type]
+            node_ip=node,  # type: ignore[arg-type]
             pid=pid,  # type: ignore[arg-type]
             rank=self.first("rank"),  # type: ignore[arg-type]
             engine_url=self.first("engine_url"),  # type: ignore[arg-type]
@@ -152,13 +153,11 @@ _KIND_WORDS = {
     MemberKind.TOKENIZER_WORKER: "tokenizer worker",
 }
 
-# a thread in one of these waits on another process (its server, another actor, its I/O loop):
-# it is a waiter, never where an engine holds
 _TP_RANK = re.compile(r"scheduler_TP(\d+)")  # sglang::scheduler_TP1 (SGLang's process title)
 
-_WAITS_ON_OTHERS = frozenset(
-    {Block.HTTP, Block.RAY_GET, Block.EVENT_LOOP, Block.IDLE_WORKER, Block.SUBPROCESS}
-)
+# where a process of an engine holds: parked, asleep, in a collective or at a CUDA sync, on a CPU.
+# Not the blocks that wait on another process (HTTP, ray.get, an idle event loop, an idle Ray
+# worker, a child): such a process is a waiter, never where its engine holds
 _HELD_BLOCKS = frozenset(
     {Block.COLLECTIVE, Block.RENDEZVOUS, Block.CUDA_SYNC, Block.PARKED, Block.SLEEP, Block.CPU}
 )
@@ -195,7 +194,6 @@ def holder(g: Merged, world: World) -> Proc | None:
         and p.latest is not None
         and p.latest.stage is not None
         and p.latest.block in _HELD_BLOCKS
-        and p.latest.block not in _WAITS_ON_OTHERS
     ]
     if not held:
         return None
