@@ -26,6 +26,7 @@ class _Loading:
         self.cache = cache
         self.observed: list[Observed[Any]] = []
         self.blind: list[str] = []
+        self.failed: list[ProbeRecord] = []  # probes that did not end ok (their lines in `blind`)
 
     def parse(self, rec: ProbeRecord, parser: str, parse: Callable[[], _T]) -> _T:
         """`parse()`, through the cache where there is one."""
@@ -98,6 +99,7 @@ def load_snapshot(bundle: Bundle, cache: ParseCache | None = None) -> Snapshot:
         every = spec is not None and spec.parse_any is not None
         if rec.outcome is not Outcome.OK and not every:
             acc.blind.append(describe_failure(rec))
+            acc.failed.append(rec)
             continue
         data, refused = _read(bundle, rec, budget, cache)
         if refused is not None:
@@ -112,8 +114,28 @@ def load_snapshot(bundle: Bundle, cache: ParseCache | None = None) -> Snapshot:
     return Snapshot(
         manifest=bundle.manifest,
         observed=tuple(acc.observed),
-        blind_spots=tuple(dict.fromkeys(acc.blind)),
+        blind_spots=tuple(dict.fromkeys(_one_per_cause(acc.blind, acc.failed))),
     )
+
+
+def _one_per_cause(lines: list[str], failed: list[ProbeRecord]) -> list[str]:
+    """One blind spot per cause: probes of several sources at one target that failed alike (the
+    same outcome and reason: NVML's and GPM's readings of a node without a driver) are one line,
+    `nvml, gpm gpus: unavailable: ...`, at the place of the first."""
+    groups: dict[tuple[str, str, str], list[ProbeRecord]] = {}
+    for rec in failed:
+        if rec.reason:
+            groups.setdefault((rec.target, rec.outcome.value, rec.reason), []).append(rec)
+    replace: dict[str, str | None] = {}
+    for (target, outcome, reason), recs in groups.items():
+        sources = list(dict.fromkeys(r.source for r in recs))
+        if len(sources) < 2:
+            continue
+        for i, rec in enumerate(recs):
+            line = f"{', '.join(sources)} {target}: {outcome}: {reason}" if i == 0 else None
+            replace.setdefault(describe_failure(rec), line)
+    out = [replace.get(line, line) for line in lines]
+    return [line for line in out if line is not None]
 
 
 def _read(

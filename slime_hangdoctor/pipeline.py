@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 import tempfile
 import threading
 import time
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from slime_hangdoctor import __version__
 from slime_hangdoctor.bundle import BundleWriter, Manifest, archive, open_bundle
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.collect.run import ProgressFn
@@ -43,7 +45,15 @@ def analyse_bundle(path: Path, cache: ParseCache | None = None) -> Analysed:
         manifest = opened.manifest
     topology = build_topology(snapshot)
     diagnosis = dataclasses.replace(diagnose(snapshot, topology), timeline=timeline(snapshot))
-    return Analysed(diagnosis, snapshot, topology, manifest)
+    return Analysed(_with_bundle(diagnosis, path), snapshot, topology, manifest)
+
+
+def _with_bundle(diagnosis: Diagnosis, path: Path | None) -> Diagnosis:
+    """The verdict names the bundle it was read from or written to (`Verdict.bundle`) and the
+    doctor that made it (`tool_version`)."""
+    bundle = None if path is None else os.path.abspath(path)
+    verdict = dataclasses.replace(diagnosis.verdict, bundle=bundle, tool_version=__version__)
+    return dataclasses.replace(diagnosis, verdict=verdict)
 
 
 def attach(
@@ -84,11 +94,15 @@ def attach(
                 next_steps=(result.ray_error.help_text,) if result.ray_error.help_text else (),
                 elapsed_s=time.monotonic() - started,
             )
+            verdict = dataclasses.replace(verdict, tool_version=__version__)
             return Analysed(Diagnosis(verdict), manifest=result.manifest)
         analysed = analyse_bundle(result.root, result.cache)
-        if out is not None:
-            archive(result.root)
-    verdict = dataclasses.replace(analysed.diagnosis.verdict, elapsed_s=time.monotonic() - started)
+        kept = archive(result.root) if out is not None else None
+    verdict = dataclasses.replace(
+        analysed.diagnosis.verdict,
+        elapsed_s=time.monotonic() - started,
+        bundle=None if kept is None else str(kept),
+    )
     return dataclasses.replace(
         analysed,
         diagnosis=dataclasses.replace(analysed.diagnosis, verdict=verdict),

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Literal, get_args
 
 SCHEMA = "slime-hangdoctor.verdict/1"
+# its JSON Schema (draft 2020-12), shipped in the package: importlib.resources.files(
+# "slime_hangdoctor") / SCHEMA_FILE
+SCHEMA_FILE = "schemas/verdict-1.schema.json"
 
 Confidence = Literal["high", "medium", "low"]
 
@@ -88,6 +92,12 @@ class Culprit:
     engine_url: str | None = None
     actor_id: str | None = None
     gpu: int | None = None  # NVML index, where known (extra field, not in the minimal contract)
+    # which process of its role `pid` is, for a role of several processes (an engine's
+    # `scheduler`, `scheduler TP1`, `HTTP server`, `detokenizer`, `SGLangEngine actor`)
+    process: str | None = None
+    # the rule that gave each reason of `why` (its " | "-separated parts, in order):
+    # `parts/<name>:<function>` (docs/verdict.md, "Provenance")
+    by: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -96,6 +106,94 @@ class Finding:
     severity: Severity
     message: str
     evidence: tuple[str, ...] = ()  # short excerpts: frames, readings, HTTP answers
+    by: str | None = (
+        None  # the rule that made it: `parts/<name>:<function>`, `diagnosis:<function>`
+    )
+
+    def __post_init__(self) -> None:
+        # one line once: two sources may read the same answer (`GET .../metrics: 200`)
+        object.__setattr__(self, "evidence", tuple(dict.fromkeys(self.evidence)))
+
+
+# `COMMAND (on HOST)  (WHY)`: the line a report prints for a step (NextStep.text)
+_ON_HOST = re.compile(r"^(?P<command>.*?) \(on (?P<host>[^()\s]+)\)$")
+_LEAD_HOST = re.compile(r"^on (?P<host>[^()\s]+)(\s+|$)")
+_PID = re.compile(r"(?:--pid |/proc/)(?P<pid>\d+)\b")
+
+
+@dataclass(frozen=True)
+class NextStep:
+    """One thing to do next. `command`: a line to paste into a shell, where the step is one (None
+    for advice in words); `host`: the node to run it on, where it matters; `process`: the pid it
+    is about; `why`: what it shows or why to do it (the whole step, for advice in words); `by`:
+    the rule that gave it (docs/verdict.md, "Provenance")."""
+
+    why: str = ""
+    command: str | None = None
+    host: str | None = None
+    process: int | None = None
+    by: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The line the text, Markdown and HTML reports print: `COMMAND (on HOST)  (WHY)`."""
+        if self.command is None:
+            return self.why
+        line = self.command + (f" (on {self.host})" if self.host else "")
+        return f"{line}  ({self.why})" if self.why else line
+
+    @property
+    def key(self) -> str:
+        """What makes two steps one: the same command (or, for advice in words, the same words)."""
+        return self.command if self.command is not None else self.why
+
+    @classmethod
+    def parse(cls, line: str, by: str | None = None) -> NextStep:
+        """A step from the line of its text form: `COMMAND (on HOST)  (WHY)`, `COMMAND  WHY`, a
+        bare command (it starts in lower case, as `py-spy`, `curl`, `ray`, `for` do), or advice in
+        words (anything else: it is all `why`). The inverse of `text` for the steps it makes."""
+        line = line.strip()
+        if not line[:1].islower():
+            return cls(why=line, by=by)
+        command, _, rest = line.partition("  ")
+        command, rest, host = command.strip(), rest.strip(), None
+        if m := _ON_HOST.match(command):
+            command, host = m["command"], m["host"]
+        elif m := _LEAD_HOST.match(rest):
+            host, rest = m["host"], rest[m.end() :].strip()
+        if rest.startswith("(") and rest.endswith(")") and _balanced(rest[1:-1]):
+            rest = rest[1:-1]
+        pid = _PID.search(command)
+        return cls(
+            why=rest, command=command, host=host, process=int(pid["pid"]) if pid else None, by=by
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "host": self.host,
+            "process": self.process,
+            "why": self.why,
+            "by": self.by,
+            "text": self.text,
+        }
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """The Ray job a verdict is about: its submission id (`ray job submit`) and job id."""
+
+    submission_id: str | None = None
+    job_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -105,13 +203,22 @@ class Verdict:
     summary: str
     culprits: tuple[Culprit, ...] = ()
     findings: tuple[Finding, ...] = ()
-    next_steps: tuple[str, ...] = ()
+    next_steps: tuple[NextStep, ...] = ()
     blind_spots: tuple[str, ...] = ()
     window_s: float = 0.0
     elapsed_s: float = 0.0
     confidence: Confidence = "low"
     suspected: bool = False  # hung-looking but not yet past a stall threshold (exit 1)
     extra: dict[str, Any] = field(default_factory=dict)
+    collected_at: float | None = None  # when the evidence was taken (epoch s: the bundle's start)
+    tool_version: str | None = None  # the slime-hangdoctor that made this verdict
+    job: JobRef | None = None  # the Ray job it is about, where one runs
+    bundle: str | None = None  # the bundle it was read from or written to, where one was
+
+    @property
+    def step_texts(self) -> tuple[str, ...]:
+        """Each next step as the line a report prints (`NextStep.text`)."""
+        return tuple(s.text for s in self.next_steps)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -135,17 +242,43 @@ class Verdict:
                     "severity": f.severity.value,
                     "message": f.message,
                     "evidence": list(f.evidence),
+                    "by": f.by,
                 }
                 for f in self.findings
             ],
-            "next_steps": list(self.next_steps),
+            "next_steps": [s.to_json() for s in self.next_steps],
             "blind_spots": list(self.blind_spots),
             "window_s": round(self.window_s, 3),
             "elapsed_s": round(self.elapsed_s, 3),
             "confidence": self.confidence,
             "exit_code": int(self.exit_code),
+            "collected_at": _iso(self.collected_at),
+            "tool_version": self.tool_version,
+            "job": None if self.job is None else asdict(self.job),
+            "bundle": self.bundle,
             **({"extra": self.extra} if self.extra else {}),
         }
+
+
+def _iso(epoch: float | None) -> str | None:
+    """ISO 8601 in UTC (`2026-12-07T14:09:19Z`): when the evidence was taken."""
+    if epoch is None or epoch <= 0:
+        return None
+    from datetime import datetime, timezone
+
+    return (
+        datetime.fromtimestamp(epoch, timezone.utc)
+        .isoformat(timespec="seconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def _from_iso(v: Any) -> float | None:
+    if v is None:
+        return None
+    from datetime import datetime
+
+    return datetime.fromisoformat(_str(v).replace("Z", "+00:00")).timestamp()
 
 
 def verdict_from_json(doc: Any) -> Verdict:
@@ -166,19 +299,55 @@ def verdict_from_json(doc: Any) -> Verdict:
                     Severity(f["severity"]),
                     _str(f["message"]),
                     tuple(_str(e) for e in _list(f.get("evidence"))),
+                    by=_opt_str(f.get("by")),
                 )
                 for f in _list(doc.get("findings"))
             ),
-            next_steps=tuple(_str(x) for x in _list(doc.get("next_steps"))),
+            next_steps=tuple(_step_from(x) for x in _list(doc.get("next_steps"))),
             blind_spots=tuple(_str(x) for x in _list(doc.get("blind_spots"))),
             window_s=float(doc.get("window_s") or 0.0),
             elapsed_s=float(doc.get("elapsed_s") or 0.0),
             confidence=_confidence(doc.get("confidence") or "low"),
             suspected=doc["status"] == Status.HUNG.value and doc.get("exit_code") == 1,
             extra=dict(doc["extra"]) if isinstance(doc.get("extra"), dict) else {},
+            collected_at=_from_iso(doc.get("collected_at")),
+            tool_version=_opt_str(doc.get("tool_version")),
+            job=_job_from(doc.get("job")),
+            bundle=_opt_str(doc.get("bundle")),
         )
     except (KeyError, TypeError, AttributeError, OverflowError) as exc:
         raise ValueError(f"not a slime-hangdoctor verdict: {type(exc).__name__}: {exc}") from exc
+
+
+def _step_from(d: Any) -> NextStep:
+    """A next step as verdict/1 writes it now (an object), or as it did before (its line: the
+    watchdog's state file keeps verdicts of earlier versions)."""
+    if isinstance(d, str):
+        return NextStep.parse(d)
+    if not isinstance(d, dict):
+        raise TypeError("a next step is neither a string nor an object")
+    pid = d.get("process")
+    if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int)):
+        raise TypeError("a next step's process is not a pid")
+    return NextStep(
+        why=_str(d.get("why") or ""),
+        command=_opt_str(d.get("command")),
+        host=_opt_str(d.get("host")),
+        process=pid,
+        by=_opt_str(d.get("by")),
+    )
+
+
+def _job_from(d: Any) -> JobRef | None:
+    if d is None:
+        return None
+    if not isinstance(d, dict):
+        raise TypeError("job is not an object")
+    return JobRef(_opt_str(d.get("submission_id")), _opt_str(d.get("job_id")))
+
+
+def _opt_str(v: Any) -> str | None:
+    return None if v is None else _str(v)
 
 
 def _culprit_from(d: Any) -> Culprit:
@@ -206,6 +375,8 @@ def _culprit_from(d: Any) -> Culprit:
         engine_url=opt_str("engine_url"),
         actor_id=opt_str("actor_id"),
         gpu=opt_int("gpu"),
+        process=opt_str("process"),
+        by=tuple(_str(x) for x in _list(d.get("by"))),
     )
 
 
@@ -233,6 +404,7 @@ def _list(v: Any) -> list[Any]:
 def _culprit_json(c: Culprit) -> dict[str, Any]:
     d = asdict(c)
     d["role"] = c.role.value
+    d["by"] = list(c.by)
     return d
 
 
@@ -242,6 +414,7 @@ def unknown_verdict(
     blind_spots: tuple[str, ...] = (),
     next_steps: tuple[str, ...] = (),
     elapsed_s: float = 0.0,
+    by: str | None = None,
 ) -> Verdict:
     """The verdict for "could not diagnose" (exit 3); `next_steps`: what the user can do about it
     (an unreachable Ray: how to give the address)."""
@@ -249,7 +422,7 @@ def unknown_verdict(
         status=Status.UNKNOWN,
         stage=Stage.UNKNOWN,
         summary=summary,
-        next_steps=next_steps,
+        next_steps=tuple(NextStep.parse(s, by=by) for s in next_steps),
         blind_spots=blind_spots,
         elapsed_s=elapsed_s,
     )

@@ -31,7 +31,7 @@ from slime_hangdoctor.analysis.actor_queues import (
     build_view,
 )
 from slime_hangdoctor.analysis.merge import Merged, merge
-from slime_hangdoctor.analysis.source_analysis import MEDIUM, STRONG, Suspect, suspect
+from slime_hangdoctor.analysis.source_analysis import MEDIUM, STRONG, Suspect, by_of, suspect
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.parsers.ray_state import RAY_STATE
 from slime_hangdoctor.topology import CLASS_ROLES, MemberKind
@@ -203,4 +203,5 @@ def _ended_at(world: World, end: Proc, text: str, m: Merged) -> Suspect:
         end,
         weight=min(STRONG, max(MEDIUM, m.score)),
         evidence=tuple(f"{s.source}: {s.why}" for s in m.suspects[:3]),
+        by=by_of(_pass_along),
     )

@@ -9,7 +9,7 @@ culprit's own stack, the majority of stacks, then the running Ray methods.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slime_hangdoctor.analysis import advice
 from slime_hangdoctor.analysis.blame import Blame, assign
@@ -36,6 +36,7 @@ from slime_hangdoctor.analysis.source_analysis import (
     Reads,
     Section,
     assess,
+    by_of,
     evidence_messages,
     find_suspects,
     hang_evidence,
@@ -64,8 +65,11 @@ from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.topology import SLIME_ACTOR_CLASSES, MemberKind, Topology
 from slime_hangdoctor.verdict import (
     Confidence,
+    Culprit,
     Diagnosis,
     Finding,
+    JobRef,
+    NextStep,
     Role,
     RoleRow,
     Severity,
@@ -284,7 +288,7 @@ def _row_state(world: World, p: Proc) -> str:
 
 
 def build_rows(world: World, culprits: tuple[Merged, ...]) -> tuple[RoleRow, ...]:
-    pids = {s.pid for c in culprits for s in c.suspects if s.pid is not None}
+    pids = {pid for c in culprits for pid in c.marked_pids()}
     rows: list[RoleRow] = []
     for p in world.procs:
         if p.role is None:
@@ -308,7 +312,8 @@ def build_rows(world: World, culprits: tuple[Merged, ...]) -> tuple[RoleRow, ...
 
 def build_excerpt(world: World, culprits: tuple[Merged, ...]) -> StackExcerpt | None:
     for m in culprits:
-        proc = world.find(m.first("pid"), m.first("node_ip"))  # type: ignore[arg-type]
+        c = m.culprit()
+        proc = world.find(c.pid, c.node_ip)
         if proc is not None:
             proc = _most_telling(world, proc)
         if proc is not None and proc.latest is not None:
@@ -386,6 +391,7 @@ def _summary(
     culprits: tuple[Merged, ...],
     progress: Progress,
     current: Stage | None,
+    dead: bool = False,
 ) -> str:
     if status is Status.PROGRESSING:
         what = "; ".join(s.text() for s in progress.progress[:2]) or "activity seen"
@@ -395,8 +401,10 @@ def _summary(
         where = f"in {stage.label}" if stage is not Stage.UNKNOWN else "(stage unknown)"
         if culprits:
             c = culprits[0].culprit()
-            who = _label(c.role, c.rank, c.pid, c.gpu, c.engine_url)
+            who = culprit_label(c)
             first_why: str = c.why.split(" | ")[0]
+            if dead:  # what happened first: a process died, and the others wait for it
+                return f"Hung {where}: {who} died; the others wait for it - {first_why}"
             return f"Hung {where}: {who} - {first_why}"
         return f"Hung {where}: nothing advanced, culprit not identified"
     if status is Status.UNKNOWN:
@@ -404,15 +412,27 @@ def _summary(
     return str(status.value)
 
 
-def _label(role: Role, rank: int | None, pid: int | None, gpu: int | None, url: str | None) -> str:
-    text = role.value.replace("_", " ")
-    if rank is not None:
-        text += f" {rank}"
-    if url and role is Role.SGLANG_ENGINE:
-        text += f" {url}"
-    extra = [f"pid {pid}"] if pid is not None else []
-    if gpu is not None:
-        extra.append(f"GPU {gpu}")
+def _top_dead(ctx: advice.Context) -> bool:
+    """The first culprit's process has died (advice.is_dead)."""
+    if not ctx.culprits:
+        return False
+    c = ctx.culprits[0].culprit()
+    return advice.is_dead(ctx, c, ctx.world.find(c.pid, c.node_ip))
+
+
+def culprit_label(c: Culprit) -> str:
+    """`train rank 1 (pid 3151, GPU 1)`; a process of an engine with the engine as its group:
+    `scheduler (pid 2870) of sglang engine http://...`."""
+    text = c.role.value.replace("_", " ")
+    if c.rank is not None:
+        text += f" {c.rank}"
+    if c.engine_url and c.role is Role.SGLANG_ENGINE:
+        text += f" {c.engine_url}"
+    extra = [f"pid {c.pid}"] if c.pid is not None else []
+    if c.gpu is not None:
+        extra.append(f"GPU {c.gpu}")
+    if c.process is not None and extra:
+        return f"{c.process} ({', '.join(extra)}) of {text}"
     return text + (f" ({', '.join(extra)})" if extra else "")
 
 
@@ -431,9 +451,10 @@ def _culprit_findings(culprits: tuple[Merged, ...]) -> list[Finding]:
             Finding(
                 "culprit",
                 Severity.CRITICAL,
-                f"{_label(c.role, c.rank, c.pid, c.gpu, c.engine_url)} is the one the "
+                f"{culprit_label(c)} is the one the "
                 f"others wait for (sources: {', '.join(sorted(m.sources))})",
                 tuple(dict.fromkeys(evidence))[:10],
+                by=by_of(_culprit_findings),
             )
         )
     return out
@@ -451,6 +472,7 @@ def _blame_findings(blame: Blame) -> list[Finding]:
                 "The wait passes along Ray calls held over both samples: the blame goes to where "
                 "they end",
                 blame.passed[:6],
+                by=by_of(_blame_findings),
             )
         )
     if blame.returned:
@@ -461,6 +483,7 @@ def _blame_findings(blame: Blame) -> list[Finding]:
                 "Not blamed: a process that has returned (its Ray task ended, its worker idle) "
                 "will never come; whoever waits on it is on a path it did not take",
                 blame.returned[:6],
+                by=by_of(_blame_findings),
             )
         )
     return out
@@ -476,12 +499,17 @@ def _evidence_findings(evidence: list[Evidence]) -> list[Finding]:
             Severity.CRITICAL if max(e.strength for e in evs) >= 2 else Severity.WARNING,
             evidence_messages().get(rule, rule),
             tuple(dict.fromkeys(e.text for e in evs))[:6],
+            by=evs[0].by,  # the part whose rule gave the evidence (its first, if several did)
         )
         for rule, evs in by_rule.items()
     ]
 
 
 def _progress_findings(progress: Progress) -> list[Finding]:
+    return [replace(f, by=by_of(_progress_findings)) for f in _progress_made(progress)]
+
+
+def _progress_made(progress: Progress) -> list[Finding]:
     out: list[Finding] = []
     if progress.progress:
         unchecked = (
@@ -560,27 +588,30 @@ def _suspected(
 
 def _unusable(snapshot: Snapshot) -> Diagnosis:
     return Diagnosis(
-        unknown_verdict(
-            "Nothing usable was collected: no stacks, processes, GPU readings, HTTP answers "
-            "or Ray state.",
-            blind_spots=snapshot.blind_spots,
+        stamped(
+            unknown_verdict(
+                "Nothing usable was collected: no stacks, processes, GPU readings, HTTP answers "
+                "or Ray state.",
+                blind_spots=snapshot.blind_spots,
+            ),
+            snapshot,
         ),
         taken_at=evidence_time(snapshot),
     )
 
 
 def _idle(snapshot: Snapshot, world: World) -> Diagnosis:
-    return Diagnosis(
-        Verdict(
-            status=Status.IDLE,
-            stage=Stage.NONE,
-            summary="No slime job: no RUNNING Ray job and no slime actor or process found.",
-            findings=tuple(listed_findings(world)),  # a router may still list servers
-            blind_spots=tuple(snapshot.blind_spots),
-            window_s=snapshot.window_s,
-            confidence="medium" if snapshot.joined(RAY_STATE).seen else "low",
-        )
+    verdict = Verdict(
+        status=Status.IDLE,
+        stage=Stage.NONE,
+        summary="No slime job: no RUNNING Ray job and no slime actor or process found.",
+        # a router may still list servers
+        findings=tuple(replace(f, by=by_of(listed_findings)) for f in listed_findings(world)),
+        blind_spots=tuple(snapshot.blind_spots),
+        window_s=snapshot.window_s,
+        confidence="medium" if snapshot.joined(RAY_STATE).seen else "low",
     )
+    return Diagnosis(stamped(verdict, snapshot))
 
 
 @dataclass(frozen=True)
@@ -625,12 +656,12 @@ def _findings(d: _Decided, reading: Reading, causes: list[Cause]) -> list[Findin
     return findings
 
 
-def _steps(ctx: advice.Context, reading: Reading, causes: list[Cause]) -> tuple[str, ...]:
+def _steps(ctx: advice.Context, reading: Reading, causes: list[Cause]) -> tuple[NextStep, ...]:
     steps = advice.culprit_steps(ctx) if ctx.status is Status.HUNG else []
-    steps += [s for c in causes for s in c.steps]
+    steps += [s for c in causes for s in c.steps if isinstance(s, NextStep)]
     steps += part_steps(reading)
     steps += advice.general_steps(ctx)
-    return tuple(dict.fromkeys(steps))
+    return advice.once(steps)
 
 
 def _extra(
@@ -679,7 +710,7 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
     verdict = Verdict(
         status=d.status,
         stage=d.stage,
-        summary=_summary(d.status, d.stage, d.culprits, progress, current),
+        summary=_summary(d.status, d.stage, d.culprits, progress, current, _top_dead(ctx)),
         culprits=tuple(m.culprit() for m in d.culprits),
         findings=tuple(_findings(d, reading, causes)),
         next_steps=_steps(ctx, reading, causes),
@@ -694,13 +725,26 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
     held = blocked_for(snapshot, verdict.culprits) if d.status is Status.HUNG else None
     excerpt = build_excerpt(world, d.culprits)
     return Diagnosis(
-        verdict,
+        stamped(verdict, snapshot),
         rows,
         excerpt,
         waits,
         taken_at=evidence_time(snapshot),
         blocked_for=held,
         doubts=advice.verdict_doubts(verdict.blind_spots),
+    )
+
+
+def stamped(verdict: Verdict, snapshot: Snapshot) -> Verdict:
+    """What a machine needs to file a verdict: when the evidence was taken (the bundle's start)
+    and the Ray job it is about (the running one; else the latest). The pipeline adds the
+    doctor's version and the bundle's path."""
+    jobs = snapshot.joined(RAY_STATE).jobs
+    job = next((j for j in jobs if j.status == JOB_RUNNING), jobs[-1] if jobs else None)
+    return replace(
+        verdict,
+        collected_at=snapshot.manifest.created_at or None,
+        job=None if job is None else JobRef(job.submission_id, job.job_id),
     )
 
 

@@ -71,7 +71,7 @@ from slime_hangdoctor.parsers.sglang import (
     version_tuple,
 )
 from slime_hangdoctor.topology import MemberKind
-from slime_hangdoctor.verdict import Role, Stage
+from slime_hangdoctor.verdict import NextStep, Role, Stage
 
 SGLANG = Source("sglang")  # the engines' and routers' HTTP answers
 
@@ -893,4 +893,16 @@ def read_engines(world: World) -> tuple[EngineRead, ...]:
     history = view.paused if view is not None else ()
     return tuple(
         read_engine(url, obs, world, nodes.get(url), history) for url, obs in sorted(by_url.items())
+    )
+
+
+def resume_step(url: str) -> NextStep:
+    """The call that resumes an engine a `pause_generation` left paused (the request slime's
+    SGLangEngine.continue_generation makes), with the warning that goes with it."""
+    return NextStep(
+        why="resumes the engine that a pause_generation without its continue_generation left "
+        "paused, once the weight update that paused it has ended; do not probe a paused engine "
+        "with calls that change its state (/flush_cache, /pause_generation, /update_weights_*, "
+        "/release_memory_occupation): read /server_info, /metrics and its log instead",
+        command=f"curl -s -m 10 -X POST {url}/continue_generation",
     )

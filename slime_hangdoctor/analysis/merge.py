@@ -3,12 +3,15 @@ candidate; its score sums the best weight of each source that names it."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from slime_hangdoctor.analysis.gpu import gpu_by_index
+from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.source_analysis import Suspect
-from slime_hangdoctor.analysis.world import World
+from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Culprit, Role, Stage
 
 
@@ -16,6 +19,10 @@ from slime_hangdoctor.verdict import Culprit, Role, Stage
 class Merged:
     role: Role
     suspects: list[Suspect] = field(default_factory=list)
+    # the process of a role of several processes whose own state is the evidence, where every
+    # suspect's pid only stands for its engine (`holder`); None: the suspects' pid is it
+    holder: Proc | None = None
+    named: Proc | None = None  # the process its suspects' pid names, where the world knows it
 
     @property
     def sources(self) -> set[Source]:
@@ -45,17 +52,45 @@ class Merged:
 
     def culprit(self) -> Culprit:
         ordered = self.ranked()
-        whys = list(dict.fromkeys(s.why for s in ordered))
+        reasons: dict[str, str] = {}  # why -> the rule that gave it (the first that did)
+        for s in ordered:
+            reasons.setdefault(s.why, s.by or "")
+        whys = list(reasons)
+        held = self.holder
+        pid = held.pid if held is not None else self.first("pid")
+        node = (held.node_ip if held is not None else None) or self.first("node_ip")
         return Culprit(
             role=self.role,
             why=" | ".join(whys[:4]),
-            node_ip=self.first("node_ip"),  # type: ignore[arg-type]
-            pid=self.first("pid"),  # type: ignore[arg-type]
+            node_ip=node,  # type: ignore[arg-type]
+            pid=pid,  # type: ignore[arg-type]
             rank=self.first("rank"),  # type: ignore[arg-type]
             engine_url=self.first("engine_url"),  # type: ignore[arg-type]
             actor_id=self.first("actor_id"),  # type: ignore[arg-type]
             gpu=self.first("gpu"),  # type: ignore[arg-type]
+            process=self.process_kind(),
+            by=tuple(reasons[w] for w in whys[:4]),
         )
+
+    def process_kind(self) -> str | None:
+        """Which process of its engine the culprit's pid is (`scheduler`, `detokenizer`, ...), for
+        a role of several processes; None for the others."""
+        if self.role is not Role.SGLANG_ENGINE:
+            return None
+        proc = self.holder or self.named
+        return process_kind(proc) if proc is not None else None
+
+    def marked_pids(self) -> set[int]:
+        """The processes the report marks as culprits: the holder, and each process a suspect
+        names by its own state (not a pid that only stands for its engine)."""
+        pids = {s.pid for s in self.suspects if s.pid is not None and not s.stands_in}
+        if self.holder is not None:
+            pids.add(self.holder.pid)
+        if not pids:
+            pid = self.first("pid")
+            if isinstance(pid, int):
+                pids.add(pid)
+        return pids
 
     @property
     def stage(self) -> Stage | None:
@@ -74,6 +109,11 @@ def merge(suspects: list[Suspect], world: World) -> list[Merged]:
             target = Merged(s.role)
             groups.append(target)
         target.suspects.append(s)
+    for g in groups:
+        g.holder = holder(g, world)
+        pid = g.first("pid")
+        if isinstance(pid, int):
+            g.named = world.find(pid, g.first("node_ip"))  # type: ignore[arg-type]
     return sorted(groups, key=lambda g: (-g.score, -max(s.weight for s in g.suspects)))
 
 
@@ -103,3 +143,58 @@ def _same(g: Merged, s: Suspect, world: World) -> bool:
             if same_node and gpu_by_index(world.gpus, s.gpu, s.node_ip) is not None:
                 return True
     return False
+
+
+_KIND_WORDS = {
+    MemberKind.ACTOR: "SGLangEngine actor",
+    MemberKind.HTTP_SERVER: "HTTP server",
+    MemberKind.SCHEDULER: "scheduler",
+    MemberKind.DETOKENIZER: "detokenizer",
+    MemberKind.TOKENIZER_WORKER: "tokenizer worker",
+}
+
+_TP_RANK = re.compile(r"scheduler_TP(\d+)")  # sglang::scheduler_TP1 (SGLang's process title)
+
+# where a process of an engine holds: parked, asleep, in a collective or at a CUDA sync, on a CPU.
+# Not the blocks that wait on another process (HTTP, ray.get, an idle event loop, an idle Ray
+# worker, a child): such a process is a waiter, never where its engine holds
+_HELD_BLOCKS = frozenset(
+    {Block.COLLECTIVE, Block.RENDEZVOUS, Block.CUDA_SYNC, Block.PARKED, Block.SLEEP, Block.CPU}
+)
+
+
+def process_kind(p: Proc) -> str:
+    """`scheduler`, `scheduler TP1` (its title's rank), `HTTP server`, `detokenizer`, ..."""
+    words = _KIND_WORDS.get(p.kind, p.kind.value.replace("_", " "))
+    title = p.member.title if p.member is not None else ""
+    tp = _TP_RANK.search(title) if p.kind is MemberKind.SCHEDULER else None
+    return f"{words} TP{tp.group(1)}" if tp else words
+
+
+def holder(g: Merged, world: World) -> Proc | None:
+    """For a role of several processes (an engine: actor, HTTP server, schedulers, detokenizer),
+    the process whose own state shows the hold, where no suspect named one: each suspect's pid
+    only stands for its engine (`Suspect.stands_in`, the HTTP server by default). Among the
+    engine's processes, one whose stack waits inside the engine's work (a stage, and a block that
+    is no wait on another process: a scheduler parked under `forward_decode`, a rank in a
+    collective, a loop on a CPU), a scheduler first. None: nothing of the group shows it."""
+    named = [s for s in g.ranked() if s.pid is not None]
+    if not named or not named[0].stands_in:
+        return None
+    url = g.first("engine_url")
+    if url is None:
+        return None
+    node = g.first("node_ip")
+    held = [
+        p
+        for p in world.procs
+        if p.engine_url == url
+        and p.role is g.role
+        and (node is None or p.node_ip in (None, node))
+        and p.latest is not None
+        and p.latest.stage is not None
+        and p.latest.block in _HELD_BLOCKS
+    ]
+    if not held:
+        return None
+    return max(held, key=lambda p: (p.kind is MemberKind.SCHEDULER, -held.index(p)))

@@ -25,20 +25,26 @@ signals carry (tests/unit/test_source_names.py holds every part to it on the rec
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from types import FrameType
+from typing import TypeVar
 
 from slime_hangdoctor.analysis.engines import EngineRead
 from slime_hangdoctor.analysis.progress import Moved, Progress, combine
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.sources import ENTRIES, PARSERS, PARTS, SPECS
-from slime_hangdoctor.verdict import Finding, Role, Severity, Stage, Status
+from slime_hangdoctor.verdict import Finding, NextStep, Role, Severity, Stage, Status
 
 __all__ = ["Source"]  # the typed name, for the parts (analysis/source.py)
+
+T = TypeVar("T")
 
 STRONG = 3  # the source names this process as the one missing (RAS, FR, dead engine)
 MEDIUM = 2
@@ -96,6 +102,14 @@ class Suspect:
     # its pid stands for its engine (the front process), not for a process it saw wait: within a
     # candidate, at equal weight, a suspect that names the process itself speaks first
     stands_in: bool = False
+    by: str | None = None  # the rule that named it (`by_of`: stamped by the runner that called it)
+    # the function of the part that built it, read from the call stack (`_made_in`): the rule
+    # within the part's hook that `by` names where it is the hook's own module's
+    made_in: str | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.made_in is None:
+            object.__setattr__(self, "made_in", _made_in())
 
 
 @dataclass(frozen=True)
@@ -106,6 +120,25 @@ class Evidence:
     rule: str  # the finding id it is reported under (the headline is in its part's `messages`)
     text: str
     strength: int  # 1 weak, 2 strong
+    by: str | None = None  # the rule that gave it (`by_of`: stamped by the runner that called it)
+    made_in: str | None = field(default=None, compare=False, repr=False)  # as Suspect's
+
+    def __post_init__(self) -> None:
+        if self.made_in is None:
+            object.__setattr__(self, "made_in", _made_in())
+
+
+def _made_in() -> str | None:
+    """`module:function` of the innermost function of analysis/parts/ on the call stack that is
+    building a suspect or an evidence (comprehensions and helpers of this module skipped)."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        name = frame.f_code.co_name
+        if module.startswith(PARTS) and not name.startswith("<"):
+            return f"{module}:{name}"
+        frame = frame.f_back
+    return None
 
 
 @dataclass(frozen=True)
@@ -113,10 +146,12 @@ class Cause:
     """A known cause the evidence matches: its finding and what to do about it."""
 
     finding: Finding
-    steps: tuple[str, ...] = ()
+    steps: tuple[str | NextStep, ...] = ()
 
 
-def cause(rule: str, sev: Severity, msg: str, ev: Sequence[str], steps: Sequence[str]) -> Cause:
+def cause(
+    rule: str, sev: Severity, msg: str, ev: Sequence[str], steps: Sequence[str | NextStep]
+) -> Cause:
     return Cause(Finding(rule, sev, msg, tuple(ev[:6])), tuple(steps))
 
 
@@ -179,7 +214,7 @@ class SourceAnalysis:
     causes: tuple[Callable[[Reading], Cause | None], ...] = ()
     findings: Callable[[Reading], list[Finding]] | None = None
     section: Section = Section.STATE
-    next_steps: Callable[[Reading], list[str]] | None = None
+    next_steps: Callable[[Reading], Sequence[str | NextStep]] | None = None  # str: its text
     # this source shows the process waits on local I/O (asleep on a disk, writing into a pipe or
     # socket nobody reads), not on a peer: another part asks it through `waits_on_io`
     io_wait: Callable[[World, Proc], bool] | None = None
@@ -224,18 +259,69 @@ def assess(world: World, engines: tuple[EngineRead, ...]) -> Progress:
     return combine([a.progress(world, engines) for a in source_analyses() if a.progress])
 
 
+def by_of(fn: Callable[..., object], hook: str = "") -> str:
+    """Provenance: the rule a function is, as `parts/engines:suspects` (its module under
+    slime_hangdoctor.analysis, and its own name; a part's hook written as a lambda is named by
+    the hook, `parts/ray:findings`), read from the function object itself so that no part can
+    give a name not its own (docs/verdict.md, "Provenance")."""
+    module = fn.__module__.removeprefix("slime_hangdoctor.analysis.").replace(".", "/")
+    name = getattr(fn, "__name__", "")
+    if name == "<lambda>" or not name:
+        name = hook or "?"
+    return f"{module}:{name}"
+
+
+def _stamp(items: Sequence[T], fn: Callable[..., object], hook: str) -> list[T]:
+    """Each item with the rule that gave it: the hook the runner called, or the function of the
+    same module within it that built the item (`made_in`), never a name of another module."""
+    by = by_of(fn, hook)
+    out: list[T] = []
+    for x in items:
+        made = getattr(x, "made_in", None)
+        module, _, name = (made or "").partition(":")
+        rule = f"{by.partition(':')[0]}:{name}" if module == fn.__module__ and name else by
+        out.append(dataclasses.replace(x, by=rule))  # type: ignore[type-var]
+    return out
+
+
+def steps_by(
+    steps: Sequence[str | NextStep], fn: Callable[..., object], hook: str = ""
+) -> list[NextStep]:
+    """Steps as `NextStep`s with the rule that gave them."""
+    by = by_of(fn, hook)
+    return [
+        dataclasses.replace(s, by=by) if isinstance(s, NextStep) else NextStep.parse(s, by=by)
+        for s in steps
+    ]
+
+
 def find_suspects(reads: Reads) -> list[Suspect]:
     """Every part's suspects, in the parts' order; the fallbacks only when nobody was named."""
     parts = source_analyses()
-    out = [s for a in parts if a.suspects and not a.fallback for s in a.suspects(reads)]
+    out = [
+        s
+        for a in parts
+        if a.suspects and not a.fallback
+        for s in _stamp(a.suspects(reads), a.suspects, "suspects")
+    ]
     if not out:
-        out = [s for a in parts if a.suspects and a.fallback for s in a.suspects(reads)]
+        out = [
+            s
+            for a in parts
+            if a.suspects and a.fallback
+            for s in _stamp(a.suspects(reads), a.suspects, "suspects")
+        ]
     return out
 
 
 def hang_evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
     """Every part's reasons to believe the job is hung, in the parts' order."""
-    return [e for a in source_analyses() if a.evidence for e in a.evidence(reads, suspects)]
+    return [
+        e
+        for a in source_analyses()
+        if a.evidence
+        for e in _stamp(a.evidence(reads, suspects), a.evidence, "evidence")
+    ]
 
 
 @functools.cache
@@ -245,8 +331,16 @@ def evidence_messages() -> Mapping[str, str]:
 
 
 def known_causes(reading: Reading) -> list[Cause]:
-    """Every part's known causes that the evidence matches, in the parts' order."""
-    return [c for a in source_analyses() for rule in a.causes if (c := rule(reading)) is not None]
+    """Every part's known causes that the evidence matches, in the parts' order, each finding
+    and step with the rule that matched it."""
+    out: list[Cause] = []
+    for a in source_analyses():
+        for rule in a.causes:
+            c = rule(reading)
+            if c is not None:
+                finding = dataclasses.replace(c.finding, by=by_of(rule))
+                out.append(Cause(finding, tuple(steps_by(c.steps, rule))))
+    return out
 
 
 def section_findings(reading: Reading, section: Section) -> list[Finding]:
@@ -254,12 +348,17 @@ def section_findings(reading: Reading, section: Section) -> list[Finding]:
         f
         for a in source_analyses()
         if a.findings is not None and a.section is section
-        for f in a.findings(reading)
+        for f in _stamp(a.findings(reading), a.findings, "findings")
     ]
 
 
-def part_steps(reading: Reading) -> list[str]:
-    return [s for a in source_analyses() if a.next_steps is not None for s in a.next_steps(reading)]
+def part_steps(reading: Reading) -> list[NextStep]:
+    return [
+        s
+        for a in source_analyses()
+        if a.next_steps is not None
+        for s in steps_by(a.next_steps(reading), a.next_steps, "next_steps")
+    ]
 
 
 def waits_on_io(world: World, p: Proc) -> bool:

@@ -220,7 +220,12 @@ def _http_waits(world: World, engines: tuple[EngineRead, ...]) -> Iterable[Wait]
 
 def _culprit_proc(world: World, m: Merged) -> Proc | None:
     """The process a collective waits on: the culprit's, or for an engine its scheduler (the
-    process that takes part in a weight broadcast)."""
+    process that takes part in a weight broadcast): the culprit's own where it is one (the
+    wedged TP rank, merge.holder)."""
+    c = m.culprit()
+    proc = world.find(c.pid, c.node_ip)
+    if proc is not None and proc.kind is MemberKind.SCHEDULER:
+        return proc
     proc = world.find(m.first("pid"), m.first("node_ip"))  # type: ignore[arg-type]
     url = m.first("engine_url")
     if url is not None:

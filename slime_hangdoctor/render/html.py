@@ -64,6 +64,7 @@ h1{font-size:22px;margin:0 0 6px}h2{font-size:17px;margin:26px 0 8px;border-bott
 table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{border-bottom:1px solid #e3e8eb;padding:4px 6px;text-align:left;vertical-align:top}
 tr.culprit td{background:#ffe9e9;font-weight:600}
+.by{color:#555;font-size:.85em}
 code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
 pre{background:#f6f8fa;padding:8px;overflow-x:auto;white-space:pre-wrap;word-break:break-all}
 .graph{overflow:auto;border:1px solid #e3e8eb;border-radius:6px;padding:6px}
@@ -352,7 +353,7 @@ def _culprits(d: Diagnosis) -> str:
         )
         items.append(
             f'<li class="culprit"><b>{_e(culprit_name(c))}</b> <span class="mono">'
-            f'{_e(details)}</span><br><span class="why">{_e(first)}</span>{rest}</li>'
+            f'{_e(details)}</span><br><span class="why">{_e(first)}</span>{_by(*c.by)}{rest}</li>'
         )
     title = "Culprit" if len(items) == 1 else f"Culprits ({len(items)})"
     return f'<section id="culprits"><h2>{title}</h2><ul>{"".join(items)}</ul></section>'
@@ -405,9 +406,19 @@ def _findings(v: Verdict) -> str:
         items.append(
             f'<li class="finding"><span class="sev-{_e(f.severity.value)}">'
             f"{_e(f.severity.value.upper())}</span> {_e(f.message)} "
-            f"<code>{_e(f.rule)}</code>{evidence}</li>"
+            f"<code>{_e(f.rule)}</code>{_by(f.by)}{evidence}</li>"
         )
     return f'<section id="findings"><h2>Findings</h2><ul>{"".join(items)}</ul></section>'
+
+
+def _by(*rules: str | None) -> str:
+    """Provenance: the rules that made a culprit's reasons or a finding (docs/verdict.md)."""
+    named = [r for r in dict.fromkeys(rules) if r]
+    if not named:
+        return ""
+    return (
+        f' <span class="by">by <code>{"</code>, <code>".join(_e(r) for r in named)}</code></span>'
+    )
 
 
 def _list_section(anchor: str, title: str, items: tuple[str, ...], start: int | None = None) -> str:

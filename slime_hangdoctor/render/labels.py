@@ -54,7 +54,7 @@ def stage_label(stage: Stage) -> str:
 def step_lines(verdict: Verdict) -> tuple[str, ...]:
     """The next steps as the lines a report prints, most useful first. Every renderer reads the
     steps through this one function (the verdict's step type may grow fields; the line stays)."""
-    return tuple(verdict.next_steps)
+    return verdict.step_texts
 
 
 def headline(verdict: Verdict) -> str:
@@ -69,10 +69,13 @@ def role_label(role: Role) -> str:
 
 
 def culprit_name(culprit: Culprit) -> str:
-    """`train rank 1`, `SGLang engine`, `driver`, ..."""
+    """`train rank 1`, `SGLang engine`, `driver`, ...; a process of a role of several, with its
+    group: `scheduler TP0 of SGLang engine`."""
     name = role_label(culprit.role)
     if culprit.role is Role.TRAIN_RANK and culprit.rank is not None:
         return f"{name} {culprit.rank}"
+    if culprit.process:
+        return f"{culprit.process} of {name}"
     return name
 
 

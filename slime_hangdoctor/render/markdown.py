@@ -227,7 +227,8 @@ def _stack(excerpt: StackExcerpt) -> str:
 def _findings(findings: tuple[Finding, ...]) -> str:
     items = []
     for finding in findings:
-        item = f"- **{finding.severity.value.upper()}** {_text(finding.message)} ({_code(finding.rule)})"
+        by = f" · by {_code(finding.by)}" if finding.by else ""  # provenance: the rule that made it
+        item = f"- **{finding.severity.value.upper()}** {_text(finding.message)} ({_code(finding.rule)}{by})"
         if finding.evidence:
             lines = [line for entry in finding.evidence for line in entry.splitlines() or [""]]
             item += "\n\n" + _fence(lines, indent="  ")

@@ -37,7 +37,7 @@ def test_dashboard_down_attach() -> None:
     spot = find_blind(run, f"no Ray dashboard answered for address '{url}'")
     assert f"{url}: connection refused" in spot
     # how to give the address reaches the user: the unknown verdict's next step
-    assert RayUnreachable.help_text in run.verdict()["next_steps"]
+    assert RayUnreachable.help_text in [s["text"] for s in run.verdict()["next_steps"]]
 
 
 def test_dashboard_down_collect_keeps_the_rest(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from slime_hangdoctor.verdict import (
     Culprit,
     Diagnosis,
     Finding,
+    NextStep,
     Role,
     RoleRow,
     Severity,
@@ -36,6 +37,11 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "render"
 RUN_MANIFEST = FIXTURES.parent / "bundles" / "gpu-2xh200-nccl-broadcast-hang" / "manifest.json"
 NODE = "192.0.2.2"
 _DUMP_HEADER = re.compile(r"^== py-spy dump --json (\d+)$", re.MULTILINE)
+
+
+def steps_of(*lines: str) -> tuple[NextStep, ...]:
+    """Next steps from the lines a report prints (NextStep.text)."""
+    return tuple(NextStep.parse(line) for line in lines)
 
 
 def pyspy_frames(name: str) -> dict[int, tuple[str, ...]]:
@@ -112,7 +118,7 @@ def hung_diagnosis() -> Diagnosis:
         ),
         culprits=(culprit,),
         findings=findings,
-        next_steps=(
+        next_steps=steps_of(
             "Read rank 1's log and the code path at never_join (nccl_hang.py:11): find why it "
             "skipped the broadcast that rank 0 entered.",
             "Compare the weight-sync bucket lists (names, shapes, counts) of all ranks: a rank "
@@ -190,7 +196,9 @@ def progressing_diagnosis() -> Diagnosis:
                 ),
             ),
         ),
-        next_steps=("Nothing to do now; run `slime-hangdoctor check` again if a step stalls.",),
+        next_steps=steps_of(
+            "Nothing to do now; run `slime-hangdoctor check` again if a step stalls."
+        ),
         window_s=5.0,
         elapsed_s=7.9,
         confidence="high",
@@ -233,7 +241,9 @@ def idle_diagnosis() -> Diagnosis:
                 evidence=("GPU 0: util 0 %, 128.4 W", "GPU 1: util 0 %, 128.9 W"),
             ),
         ),
-        next_steps=("If the job should be training, check the driver's log for the last step.",),
+        next_steps=steps_of(
+            "If the job should be training, check the driver's log for the last step."
+        ),
         blind_spots=("No SGLang engine was found: rollout health not checked.",),
         window_s=5.0,
         elapsed_s=6.2,
@@ -269,7 +279,7 @@ def unknown_diagnosis() -> Diagnosis:
         "Without Ray, run `slime-hangdoctor attach --local` on a node of the job, as the user that "
         "owns its processes.",
     )
-    return Diagnosis(verdict=replace(verdict, next_steps=steps))
+    return Diagnosis(verdict=replace(verdict, next_steps=steps_of(*steps)))
 
 
 def all_diagnoses() -> dict[str, Diagnosis]:

@@ -132,7 +132,7 @@ def test_all_ranks_in_the_saves_gather_is_a_checkpoint_hang_with_collective_step
     assert v.stage is Stage.CHECKPOINT
     assert "All 2 rank(s)" in _finding(v)
     assert "slime#1908" in _finding(v)
-    assert any("save_model" in s and "--async-save" in s for s in v.next_steps)
+    assert any("save_model" in s and "--async-save" in s for s in v.step_texts)
     assert headline(v).endswith("in checkpoint save / load")
 
 
@@ -141,7 +141,7 @@ def test_one_rank_writing_while_the_other_waits_in_the_gather_is_a_mismatch() ->
     assert v.stage is Stage.CHECKPOINT
     msg = _finding(v)
     assert msg.startswith("Checkpoint collective mismatch: 1 rank(s)")
-    assert any("maybe_finalize_async_save" in s for s in v.next_steps)
+    assert any("maybe_finalize_async_save" in s for s in v.step_texts)
 
 
 def test_ranks_writing_in_d_state_point_at_storage_not_a_collective() -> None:
@@ -149,8 +149,8 @@ def test_ranks_writing_in_d_state_point_at_storage_not_a_collective() -> None:
     assert v.stage is Stage.CHECKPOINT
     msg = _finding(v)
     assert "storage" in msg and "D state" in msg
-    assert any("/proc/$p/io" in s and "300 301" in s for s in v.next_steps)
-    assert not any("flight recorder" in s for s in v.next_steps)
+    assert any("/proc/$p/io" in s and "300 301" in s for s in v.step_texts)
+    assert not any("flight recorder" in s for s in v.step_texts)
 
 
 def test_a_train_step_hang_has_no_checkpoint_finding() -> None:
@@ -243,7 +243,7 @@ def test_a_write_asleep_in_a_full_pipe_with_no_byte_moved_is_stuck_storage_not_a
     assert "in anon_pipe_write" in msg and "1 rank(s) wait for it" in msg
     assert (v.culprits[0].role, v.culprits[0].rank) == (Role.TRAIN_RANK, 0)
     assert any(f.rule == "stuck-writing" for f in v.findings)
-    assert any("ls -l /proc/PID/fd" in s for s in v.next_steps)
+    assert any("ls -l /proc/PID/fd" in s for s in v.step_texts)
 
 
 def test_a_pipe_write_that_moves_bytes_is_not_stuck() -> None:

@@ -47,7 +47,7 @@ def test_requests_sent_to_a_proxy_are_the_proxys_cause(tmp_path: Path) -> None:
     # the sockets source shows the RolloutManager's connections held at the proxy
     assert any("connection(s) to the proxy" in e for e in cause.evidence), cause.evidence
     assert _finding(v, "proxy-on-job-endpoints") is not None
-    assert any("no_proxy" in s for s in v.next_steps)
+    assert any("no_proxy" in s for s in v.step_texts)
     assert _finding(v, "requests-held-outside-scheduler") is None  # no engine holds them
 
 

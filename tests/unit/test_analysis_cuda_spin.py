@@ -43,13 +43,13 @@ def test_cuda_spin_blames_the_process_not_a_collective(name: str) -> None:
     assert "gpu-kernel-spin" in rules
     assert "gpu-stuck-in-collective" not in rules
     assert v.extra["gpus"] == [{"node_ip": None, "index": 0, "state": "kernel_spin"}]
-    steps = " ".join(v.next_steps)
+    steps = " ".join(v.step_texts)
     assert "compute-sanitizer" in steps and "IPC" in steps
     for nccl in ("flight recorder", "NCCL_DEBUG", "nc 127.0.0.1 28028"):
         assert nccl not in steps, nccl
     assert any(r.culprit and r.pid == 563 for r in d.rows)
     # the native bundle already shows the CUDA call: no step asks for it again
-    asks_native = any("py-spy dump --native --pid 563" in s for s in v.next_steps)
+    asks_native = any("py-spy dump --native --pid 563" in s for s in v.step_texts)
     assert asks_native is (name == "kernel-spin")
 
 

@@ -79,9 +79,9 @@ def test_stacks_not_asked_for_are_not_reported_as_missing(tmp_path: Path) -> Non
     for d in results.values():
         assert d.verdict.status is Status.PROGRESSING
     assert any("no Python stacks (py-spy" in b for b in results["lost"].verdict.blind_spots)
-    assert any("run hangdoctor as root" in s for s in results["lost"].verdict.next_steps)
+    assert any("run hangdoctor as root" in s for s in results["lost"].verdict.step_texts)
     skipped_v = results["skipped"].verdict
-    assert not any("run hangdoctor as root" in s for s in skipped_v.next_steps)
+    assert not any("run hangdoctor as root" in s for s in skipped_v.step_texts)
     assert any("not taken in this run" in b for b in skipped_v.blind_spots)
     assert not any("py-spy" in b for b in skipped_v.blind_spots)
     assert all("no stack" not in r.state for r in results["skipped"].rows)

@@ -41,7 +41,7 @@ def test_every_rank_in_the_save_plan_gather_is_a_checkpoint_hang_with_no_culprit
         "(torch/distributed/distributed_c10d.py:4667) in gather_object"
         for r in (0, 1)
     ]
-    assert any("--async-save" in s for s in v.next_steps), v.next_steps
+    assert any("--async-save" in s for s in v.step_texts), v.next_steps
 
 
 def test_a_health_check_queued_behind_the_weight_broadcast_is_named_not_blamed() -> None:

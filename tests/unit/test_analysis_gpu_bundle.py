@@ -42,7 +42,7 @@ def test_broadcast_hang_full_bundle() -> None:
     assert any(r.culprit and r.pid == 572 for r in d.rows)
     assert not any(r.culprit and r.pid == 571 for r in d.rows)
     assert d.excerpt is not None and "never_join" in d.excerpt.frames[0]
-    assert any("py-spy dump --native --pid 572" in s for s in v.next_steps)
+    assert any("py-spy dump --native --pid 572" in s for s in v.step_texts)
 
 
 @pytest.mark.parametrize(

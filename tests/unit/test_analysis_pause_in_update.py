@@ -80,3 +80,14 @@ def test_an_engine_that_served_is_not_left_paused_once_the_update_ended(tmp_path
         ("ray_tasks.engine_paused", Severity.WARNING)
     ] * 2
     assert all("is left paused" in f.message for f in warned)
+    # the steps fit the state (issue 42 item 3): the call that resumes each engine left paused,
+    # with the warning not to probe it with calls that change its state; no step twice
+    steps = analyse_bundle(blind).diagnosis.verdict.next_steps
+    resumes = [s for s in steps if s.command and s.command.endswith("/continue_generation")]
+    rules = {"parts/ray_tasks:resume_paused", "advice:culprit_steps"}  # the engine may be blamed
+    assert len(resumes) == 2 and all(s.by in rules for s in resumes)
+    assert all("do not probe a paused engine" in s.why for s in resumes)
+    assert len({s.key for s in steps}) == len(steps)
+    # a healthy pause (the update still runs) gets no such step
+    healthy = analyse_bundle(src).diagnosis.verdict.next_steps
+    assert not any(s.command and "continue_generation" in s.command for s in healthy)

@@ -86,8 +86,8 @@ def test_a_killed_router_is_the_culprit_with_its_zombies_pid(recorded) -> None: 
     assert "is a zombie (state Z)" in top.why and f"rollout manager (pid {RM_PID})" in top.why
     gone = next(f for f in v.findings if f.rule == "router-gone")
     assert "Router launched at 127.0.0.1:3424" in gone.evidence[0]
-    assert any(s.startswith("dmesg") and str(ZOMBIE_PID) in s for s in v.next_steps)
-    assert not any(s.startswith(f"py-spy dump --pid {ZOMBIE_PID}") for s in v.next_steps)
+    assert any(s.startswith("dmesg") and str(ZOMBIE_PID) in s for s in v.step_texts)
+    assert not any(s.startswith(f"py-spy dump --pid {ZOMBIE_PID}") for s in v.step_texts)
 
 
 def test_a_reaped_router_names_the_rollout_manager_that_launched_it(reaped) -> None:  # type: ignore[no-untyped-def]

@@ -102,7 +102,7 @@ def test_reward_hang_blames_the_rollout_manager_loop() -> None:
     assert v.culprits[0].pid == p["rm"]
     rules = {f.rule for f in v.findings}
     assert "known-sympy-reward-hang" in rules
-    assert any(f"py-spy dump --locals --pid {p['rm']}" in s for s in v.next_steps)
+    assert any(f"py-spy dump --locals --pid {p['rm']}" in s for s in v.step_texts)
     assert v.suspected  # a slow reward looks the same over a short window
 
 
@@ -245,7 +245,7 @@ def test_engine_scheduler_stuck_during_weight_broadcast() -> None:
     assert v.stage is Stage.NCCL_BROADCAST
     assert v.culprits[0].role is Role.SGLANG_ENGINE
     assert v.culprits[0].engine_url == URL0
-    assert any(f"py-spy dump --native --pid {IDLE_SCHEDULER}" in s for s in v.next_steps)
+    assert any(f"py-spy dump --native --pid {IDLE_SCHEDULER}" in s for s in v.step_texts)
 
 
 def test_pp_weight_group_creation_deadlock() -> None:

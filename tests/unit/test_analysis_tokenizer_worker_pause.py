@@ -57,7 +57,7 @@ def test_a_held_engine_with_several_tokenizer_workers_is_the_known_pause_split()
     (found,) = [f for f in after.findings if f.rule == RULE]
     assert HELD_URL in found.message and "sglang#21235" in found.message
     assert any("pids 40001, 40002" in line for line in found.evidence)
-    assert any("PR#24462" in step for step in after.next_steps)
+    assert any("PR#24462" in step for step in after.step_texts)
     # the verdict itself stands: the cause explains the held engine, it blames no one else
     assert (after.status, after.stage, after.culprits) == (
         before.status,

@@ -54,6 +54,8 @@ def test_hung_report_values() -> None:
             "engine_url": None,
             "actor_id": None,
             "gpu": 1,
+            "process": None,  # additive: which process of an engine (None for a train rank)
+            "by": [],  # additive: the rules that gave each reason (none in a hand-made verdict)
         }
     ]
     assert [f["severity"] for f in report["findings"]] == ["critical", "critical", "warning"]

@@ -104,7 +104,7 @@ def test_nothing_is_dropped(name: str) -> None:
     for finding in verdict.findings:
         assert _words(finding.message) in text and f"`{finding.rule}`" in markdown
         assert all(e in markdown for e in finding.evidence)
-    for i, step in enumerate(verdict.next_steps, 1):
+    for i, step in enumerate(verdict.step_texts, 1):
         assert f"{i}. " in markdown and _words(step) in text
     for spot in verdict.blind_spots:
         assert f"- {_words(spot)}" in text

@@ -19,6 +19,7 @@ from slime_hangdoctor.verdict import (
     Culprit,
     Diagnosis,
     Finding,
+    NextStep,
     Role,
     Severity,
     StackExcerpt,
@@ -72,7 +73,7 @@ def test_any_text_from_the_job_stays_inside_the_width(words: str, width: int) ->
         summary=words,
         culprits=(Culprit(Role.DRIVER, words, pid=1, engine_url=words),),
         findings=(Finding("r", Severity.INFO, words, (words,)),),
-        next_steps=(words,),
+        next_steps=(NextStep(why=words),),
         blind_spots=(words,),
     )
     excerpt = StackExcerpt(words, (words, f"{words} ({words}:1)"), (0,))
@@ -121,7 +122,7 @@ def test_every_culprit_next_step_and_blind_spot_is_shown(name: str) -> None:
         for value in (culprit.node_ip, culprit.pid, culprit.engine_url, culprit.actor_id):
             if value is not None:
                 assert str(value) in flat
-    for item in (*verdict.next_steps, *verdict.blind_spots):
+    for item in (*verdict.step_texts, *verdict.blind_spots):
         assert _words(item) in flat
     for finding in verdict.findings:
         assert _words(finding.message) in flat

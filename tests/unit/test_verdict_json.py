@@ -49,6 +49,28 @@ def test_every_recorded_verdict_reads_back_the_same(path: Path) -> None:
             "summary": "s",
             "findings": [{"rule": "r", "severity": "loud", "message": "m"}],
         },
+        # next steps: a string (written before steps were objects) or an object, nothing else
+        {
+            "schema": "slime-hangdoctor.verdict/1",
+            "status": "hung",
+            "stage": "train",
+            "summary": "s",
+            "next_steps": [3],
+        },
+        {
+            "schema": "slime-hangdoctor.verdict/1",
+            "status": "hung",
+            "stage": "train",
+            "summary": "s",
+            "next_steps": [{"command": "py-spy dump --pid 1", "process": "1"}],
+        },
+        {
+            "schema": "slime-hangdoctor.verdict/1",
+            "status": "hung",
+            "stage": "train",
+            "summary": "s",
+            "collected_at": "yesterday",
+        },
     ],
 )
 def test_anything_else_is_a_value_error(doc: object) -> None:

@@ -52,6 +52,17 @@ def _engine_proc(e: EngineRead) -> Proc | None:
 
 def suspects(reads: Reads) -> list[Suspect]:
     world, engines = reads.world, reads.engines
+    out = _not_serving(world, engines)
+    out.extend(_held_calls(engines))
+    out.extend(_broadcast_absentees(world, engines))
+    out.extend(_odd_engines(engines))
+    out.extend(_blocked_engine_actors(world, engines))
+    return out
+
+
+def _not_serving(world: World, engines: tuple[EngineRead, ...]) -> list[Suspect]:
+    """Engines dead, unresponsive or stuck by their HTTP answers (a weak suspect when the
+    scheduler waits in the trainers' collective: a victim like them)."""
     out: list[Suspect] = []
     weights = {
         EngineState.DEAD: STRONG,
@@ -99,12 +110,11 @@ def suspects(reads: Reads) -> list[Suspect]:
                 stage=stage,
                 evidence=e.evidence,
                 waits_elsewhere=bool(inside),
+                # the HTTP answers name the engine, not a process of it: its pid stands in, but
+                # for a stalled detokenizer or a blocked HTTP process, whose own state it is
+                stands_in=not (e.detokenizer_stalled or e.http_blocked),
             )
         )
-    out.extend(_held_calls(engines))
-    out.extend(_broadcast_absentees(world, engines))
-    out.extend(_odd_engines(engines))
-    out.extend(_blocked_engine_actors(world, engines))
     return out
 
 
@@ -129,6 +139,7 @@ def _held_calls(engines: tuple[EngineRead, ...]) -> list[Suspect]:
                 weight=WEAK,
                 stage=e.call_stage,
                 evidence=e.evidence,
+                stands_in=True,  # the HTTP layer counts the call, not a process of the engine
             )
         )
     return out
@@ -268,6 +279,8 @@ def _blocked_engine_actors(world: World, engines: tuple[EngineRead, ...]) -> lis
                 weight=MEDIUM,
                 stage=read.stage,
                 evidence=tuple(f.where for f in read.primary.frames[:6]),
+                # the actor is the witness: the engine behind its call holds (merge.holder)
+                stands_in=True,
             )
         )
     return out

@@ -12,12 +12,13 @@ from slime_hangdoctor.analysis.actor_queues import (
     WaitEdge,
     build_view,
 )
-from slime_hangdoctor.analysis.engines import EngineRead, EngineState
+from slime_hangdoctor.analysis.engines import EngineRead, EngineState, resume_step
 from slime_hangdoctor.analysis.signatures import method_stage
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     STRONG,
     WEAK,
+    Reading,
     Reads,
     SourceAnalysis,
     Suspect,
@@ -26,7 +27,7 @@ from slime_hangdoctor.analysis.source_analysis import (
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.parsers.ray_state import RAY_STATE, RayActor, RayTask
 from slime_hangdoctor.topology import CLASS_ROLES
-from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
+from slime_hangdoctor.verdict import Finding, NextStep, Role, Severity, Stage
 
 
 def _proc_of(world: World, actor: RayActor) -> Proc | None:
@@ -262,9 +263,19 @@ def findings(
     return out
 
 
+def resume_paused(r: Reading) -> list[NextStep]:
+    """An engine left paused (`ray_tasks.engine_paused`): the call that resumes it."""
+    view = build_view(r.world.snapshot)
+    if view is None:
+        return []
+    left = [p for p in view.paused if not _normal(p, r.engines)]
+    return [resume_step(e.url) for p in left if (e := _engine_of(r.engines, p.actor)) is not None]
+
+
 ANALYSIS = SourceAnalysis(
     name="ray_tasks",
     gives=(RAY_TASKS,),
     suspects=suspects,
     findings=lambda r: findings(r.world, engines=r.engines),
+    next_steps=resume_paused,
 )

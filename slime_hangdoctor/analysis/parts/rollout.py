@@ -170,6 +170,7 @@ def _paused_engine(e: EngineRead, read: ProcessRead) -> Suspect:
         weight=MEDIUM,
         stage=read.stage,
         evidence=e.evidence,
+        stands_in=True,  # the engine holds the requests, not one process of it
     )
 
 
