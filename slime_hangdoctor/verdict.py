@@ -98,6 +98,9 @@ class Culprit:
     # the rule that gave each reason of `why` (its " | "-separated parts, in order):
     # `parts/<name>:<function>` (docs/verdict.md, "Provenance")
     by: tuple[str, ...] = ()
+    # the process has died (gone from its node's process table, a zombie, or its actor DEAD in
+    # Ray): the report says so first and never advises a dump of it (analysis/advice.py is_dead)
+    dead: bool = False
 
 
 @dataclass(frozen=True)
@@ -377,6 +380,7 @@ def _culprit_from(d: Any) -> Culprit:
         gpu=opt_int("gpu"),
         process=opt_str("process"),
         by=tuple(_str(x) for x in _list(d.get("by"))),
+        dead=_bool(d.get("dead", False)),
     )
 
 
@@ -385,6 +389,12 @@ def _confidence(v: Any) -> Confidence:
         if v == level:
             return level  # type: ignore[no-any-return]
     raise TypeError(f"confidence {v!r} is not one of {', '.join(get_args(Confidence))}")
+
+
+def _bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise TypeError(f"expected true or false, got {type(v).__name__}")
+    return v
 
 
 def _str(v: Any) -> str:

@@ -412,6 +412,15 @@ def _summary(
     return str(status.value)
 
 
+def _marked_dead(ctx: advice.Context) -> tuple[Culprit, ...]:
+    """The culprits, each marked `dead` where its process has died (advice.is_dead)."""
+    out = []
+    for m in ctx.culprits:
+        c = m.culprit()
+        out.append(replace(c, dead=advice.is_dead(ctx, c, ctx.world.find(c.pid, c.node_ip))))
+    return tuple(out)
+
+
 def _top_dead(ctx: advice.Context) -> bool:
     """The first culprit's process has died (advice.is_dead)."""
     if not ctx.culprits:
@@ -711,7 +720,7 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
         status=d.status,
         stage=d.stage,
         summary=_summary(d.status, d.stage, d.culprits, progress, current, _top_dead(ctx)),
-        culprits=tuple(m.culprit() for m in d.culprits),
+        culprits=_marked_dead(ctx),
         findings=tuple(_findings(d, reading, causes)),
         next_steps=_steps(ctx, reading, causes),
         blind_spots=tuple(advice.blind_spots(ctx)),

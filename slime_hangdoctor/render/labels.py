@@ -60,7 +60,11 @@ def step_lines(verdict: Verdict) -> tuple[str, ...]:
 def headline(verdict: Verdict) -> str:
     """The verdict line: `HUNG in weight-sync NCCL broadcast`, or just the status when not hung."""
     if verdict.status is Status.HUNG:
-        return f"{status_word(verdict)} in {stage_label(verdict.stage)}"
+        line = f"{status_word(verdict)} in {stage_label(verdict.stage)}"
+        first = verdict.culprits[0] if verdict.culprits else None
+        if first is not None and first.dead:  # what happened first: a process died
+            return f"{line}: {culprit_name(first)} died"
+        return line
     return status_word(verdict)
 
 

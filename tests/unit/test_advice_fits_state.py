@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from slime_hangdoctor.pipeline import analyse_bundle
+from slime_hangdoctor.render.labels import headline
 from tests.unit.test_golden_verdicts import BUNDLES
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -24,6 +25,8 @@ def test_a_dead_rank_gets_its_log_exit_cause_kernel_lines_and_restart_never_a_du
     c = v.culprits[0]
     assert (c.rank, c.pid) == (1, 3151)
     assert "train rank 1 (pid 3151, GPU 0) died; the others wait for it" in v.summary
+    assert c.dead and not any(o.dead for o in v.culprits[1:])
+    assert headline(v) == "HUNG in train step: train rank 1 died"  # what happened, first
     commands = [s.command for s in v.next_steps if s.command]
     assert not any("py-spy" in cmd and "3151" in cmd for cmd in commands), commands
     assert f"ray logs actor --id {c.actor_id}" in commands
@@ -45,7 +48,7 @@ def test_one_step_once_and_no_dump_of_a_dead_process(name: str) -> None:
     keys = [s.key for s in steps]
     assert len(set(keys)) == len(keys), [k for k in keys if keys.count(k) > 1]
     dead = {r.pid for r in d.rows if r.state.startswith("dead")}
-    dead |= {c.pid for c in d.verdict.culprits if "died" in d.verdict.summary}
+    dead |= {c.pid for c in d.verdict.culprits if c.dead}
     for s in steps:
         if s.command and s.command.startswith("py-spy"):
             assert s.process not in dead, (name, s.text)

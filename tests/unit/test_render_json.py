@@ -56,6 +56,7 @@ def test_hung_report_values() -> None:
             "gpu": 1,
             "process": None,  # additive: which process of an engine (None for a train rank)
             "by": [],  # additive: the rules that gave each reason (none in a hand-made verdict)
+            "dead": False,  # additive: the process has died (the report says so first)
         }
     ]
     assert [f["severity"] for f in report["findings"]] == ["critical", "critical", "warning"]
