@@ -374,6 +374,17 @@ STALL = (
         "copts",
         default=None,
     ),
+    Shared(
+        "expect_job",
+        bool,
+        typer.Option(
+            "--expect-job",
+            envvar="SLIME_HANGDOCTOR_EXPECT_JOB",
+            help="A job should run here: finding none is UNKNOWN (exit 3), not IDLE (exit 0).",
+        ),
+        "copts",
+        default=False,
+    ),
 )
 
 

@@ -33,7 +33,13 @@ from slime_hangdoctor.verdict import (
     ExitCode,
     unknown_verdict,
 )
-from slime_hangdoctor.watchdog.decide import CheckDecision, annotated, decide_check, with_problem
+from slime_hangdoctor.watchdog.decide import (
+    CheckDecision,
+    annotated,
+    decide_check,
+    expecting_job,
+    with_problem,
+)
 from slime_hangdoctor.watchdog.private_files import private_dir
 from slime_hangdoctor.watchdog.state import (
     DEFAULT_STATE_FILE,
@@ -66,6 +72,8 @@ class CheckOptions:
     on_stall_exec: str | None = None
     prom_file: Path | None = None
     log_file: Path | None = None
+    # `--expect-job`: a run that finds no job is UNKNOWN (exit 3), not IDLE (exit 0)
+    expect_job: bool = False
 
 
 @dataclass(frozen=True)
@@ -159,6 +167,7 @@ def _check_locked(
             stall_look=seen.stall_look(now),
             counter_plan=counter_plan(analysed, target, now),
         )
+    diagnosis, decision = expecting_job(diagnosis, decision, check.expect_job)
     diagnosis = annotated(diagnosis, decision, notes)
     bundle: Path | None = None
     hook_rc: int | None = None
@@ -168,7 +177,8 @@ def _check_locked(
             notes.append(problem)
             diagnosis = with_problem(diagnosis, problem)
         hook_rc = _run_hook(check.on_stall_exec, diagnosis, decision, bundle)
-    save_state(check.state_file, decision.state)
+    stall_bundle = _stall_bundle(decision, bundle, previous.stall_bundle)
+    save_state(check.state_file, dataclasses.replace(decision.state, stall_bundle=stall_bundle))
     duration = time.monotonic() - started
     if check.prom_file is not None:
         from slime_hangdoctor.watchdog.prom import write_prom_file
@@ -180,6 +190,7 @@ def _check_locked(
             outcomes,
             now=now,
             duration_s=duration,
+            bundle=stall_bundle,
         )
         if problem is not None:
             notes.append(problem)
@@ -192,6 +203,16 @@ def _check_locked(
             notes.append(problem)
             diagnosis = with_problem(diagnosis, problem, "watchdog.log_file")
     return CheckResult(diagnosis, decision.exit_code, decision, bundle, hook_rc, tuple(notes))
+
+
+def _stall_bundle(decision: CheckDecision, bundle: Path | None, before: str | None) -> str | None:
+    """The bundle of the stall in progress: this run's, else the one an earlier run of the same
+    stall wrote (kept while the stall lasts, forgotten when the job progresses or idles)."""
+    if bundle is not None:
+        return str(bundle)
+    if decision.exit_code in (ExitCode.WARNING, ExitCode.CRITICAL, ExitCode.UNKNOWN):
+        return before
+    return None
 
 
 def _counter_look(
