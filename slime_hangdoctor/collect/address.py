@@ -402,8 +402,9 @@ def _small_text(path: Path) -> str:
 
 
 def _ray_temp_dir() -> Path:
-    base = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
-    return Path(base) / "ray"
+    from slime_hangdoctor.collect.cluster_scope import ray_temp_dir
+
+    return ray_temp_dir()
 
 
 # --------------------------------------------------------------------------- checks

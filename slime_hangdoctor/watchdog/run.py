@@ -179,7 +179,22 @@ def _check_locked(
         hook_rc = _run_hook(check.on_stall_exec, diagnosis, decision, bundle)
     stall_bundle = _stall_bundle(decision, bundle, previous.stall_bundle)
     save_state(check.state_file, dataclasses.replace(decision.state, stall_bundle=stall_bundle))
-    duration = time.monotonic() - started
+    result = CheckResult(diagnosis, decision.exit_code, decision, bundle, hook_rc, tuple(notes))
+    return _report(check, result, outcomes, now, time.monotonic() - started, stall_bundle)
+
+
+def _report(
+    check: CheckOptions,
+    result: CheckResult,
+    outcomes: Counter[tuple[str, str]],
+    now: float,
+    duration: float,
+    stall_bundle: str | None,
+) -> CheckResult:
+    """Write the run's textfile and log line (where asked); a file not written is a problem of
+    the run, in its verdict."""
+    diagnosis, decision, notes = result.diagnosis, result.decision, list(result.notes)
+    assert decision is not None
     if check.prom_file is not None:
         from slime_hangdoctor.watchdog.prom import write_prom_file
 
@@ -197,12 +212,12 @@ def _check_locked(
             diagnosis = with_problem(diagnosis, problem, "watchdog.prom_file")
     if check.log_file is not None:
         problem = _log_run(
-            check.log_file, diagnosis, decision, bundle, hook_rc, now, duration, notes
+            check.log_file, diagnosis, decision, result.bundle, result.hook_rc, now, duration, notes
         )
         if problem is not None:
             notes.append(problem)
             diagnosis = with_problem(diagnosis, problem, "watchdog.log_file")
-    return CheckResult(diagnosis, decision.exit_code, decision, bundle, hook_rc, tuple(notes))
+    return dataclasses.replace(result, diagnosis=diagnosis, notes=tuple(notes))
 
 
 def _stall_bundle(decision: CheckDecision, bundle: Path | None, before: str | None) -> str | None:
