@@ -529,7 +529,8 @@ def _local_spec(run: _Run, state: Snapshot, index: int) -> NodeSpec:
 def _cluster_scope(run: _Run) -> ClusterScope:
     """The Ray cluster this run diagnoses, as far as it knows it (collect/cluster_scope.py):
     the one it connected to (this node's id in it, its session, its GCS), else the address given,
-    else the local session (`session_latest`, where the Ray temp dir can be trusted to say it)."""
+    else the local session (`session_latest`, a session of root, ours or --uid's; a guess, applied
+    only where a raylet here answers for it)."""
     session = run.writer.target.get("session_name")
     session = session if isinstance(session, str) and session else None
     if run.client is not None and (run.node_id or session or run.gcs_address):

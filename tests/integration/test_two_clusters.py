@@ -143,3 +143,34 @@ def test_the_scan_without_a_scope_takes_both(clusters: list[tuple[RayHead, int]]
     scoped = {p["pid"] for p in doc["processes"]}
     assert pid in scoped and clusters[1][1] not in scoped
     assert clusters[1][1] in doc["other_cluster"]
+
+
+def test_each_actor_names_its_own_clusters_raylet(clusters: list[tuple[RayHead, int]]) -> None:
+    """How a process's cluster is told, on the real processes: the actor's RAY_RAYLET_PID names a
+    raylet whose command line gives its cluster's GCS address and session (the one its Ray temp
+    dir's session_latest names), and a node id the other raylet does not have."""
+    import psutil
+
+    from slime_hangdoctor.collect.cluster_scope import (
+        ClusterScope,
+        belongs,
+        raylet_pid,
+        read_raylet,
+        same_gcs,
+        session_scope,
+    )
+
+    raylets = []
+    for head, pid in clusters:
+        at = raylet_pid(pid, psutil.Process(pid).environ(), {})
+        assert at is not None
+        raylet = read_raylet(at)
+        assert raylet is not None and raylet.gcs_address and raylet.node_id
+        assert same_gcs(raylet.gcs_address, head.gcs_address), (raylet, head.gcs_address)
+        own = session_scope(head.temp_dir, frozenset({os.geteuid()}))
+        assert raylet.session_name == own.session_name
+        raylets.append(raylet)
+    a, b = raylets
+    assert a.node_id != b.node_id and a.session_name != b.session_name
+    assert belongs(a, ClusterScope(node_id=a.node_id)) and not belongs(b, ClusterScope(node_id=a.node_id))
+    assert not belongs(a, ClusterScope(gcs_address=clusters[1][0].gcs_address))
