@@ -44,6 +44,15 @@ EXIT_MAPPINGS: list[dm.ValueMapping] = [
     )
 ]
 
+JOB_SEEN_MAPPINGS: list[dm.ValueMapping] = [
+    dm.ValueMap(
+        options={
+            "0": dm.ValueMappingResult(text="no job seen", color="blue", index=0),
+            "1": dm.ValueMappingResult(text="job seen", color="green", index=1),
+        }
+    )
+]
+
 
 def query(
     expr: str, legend: str = "", *, instant: bool = False, ref: str = "A"
@@ -129,6 +138,35 @@ def build() -> dm.Dashboard:
         .span(24)
         .height(6)
     )
+    page = (
+        table.Panel()
+        .title("What a page carries")
+        .description(
+            "The first culprit (role, node, pid), the Ray job's submission id and the stall "
+            "bundle: the labels the alerts join in (monitoring/prometheus-rules.yml)."
+        )
+        .with_target(query(f"slime_hangdoctor_page_info{{{SEL}}}", instant=True))
+        .span(24)
+        .height(5)
+    )
+    job_seen = (
+        stat.Panel()
+        .title("Job seen")
+        .description("Whether the last run saw a slime job (0: none found, or blind).")
+        .with_target(
+            query(f"max by (instance) (slime_hangdoctor_job_seen{{{SEL}}})", "{{instance}}")
+        )
+        .mappings(JOB_SEEN_MAPPINGS)
+        .span(12)
+        .height(5)
+    )
+    version = (
+        table.Panel()
+        .title("Watchdog version")
+        .with_target(query(f"slime_hangdoctor_build_info{{{SEL}}}", instant=True))
+        .span(12)
+        .height(5)
+    )
     probes = (
         timeseries.Panel()
         .title("Probe outcomes of the last run")
@@ -174,7 +212,10 @@ def build() -> dm.Dashboard:
         .with_panel(since)
         .with_panel(stalled)
         .with_panel(culprit)
+        .with_panel(page)
         .with_row(gd.Row("The watchdog itself"))
+        .with_panel(job_seen)
+        .with_panel(version)
         .with_panel(probes)
         .with_panel(runtime)
         .build()

@@ -488,6 +488,17 @@ STALL = _panel(
         "copts",
         default=None,
     ),
+    Shared(
+        "expect_job",
+        bool,
+        typer.Option(
+            "--expect-job",
+            envvar="SLIME_HANGDOCTOR_EXPECT_JOB",
+            help="A job should run here: finding none is UNKNOWN (exit 3), not IDLE (exit 0).",
+        ),
+        "copts",
+        default=False,
+    ),
 )
 
 
@@ -778,9 +789,7 @@ def check(
     opts = from_process_start(opts)
     deadline = Deadline(opts.timeout_s)
     result = run_check(address, opts, copts)
-    _emit(
-        result.diagnosis, output, exit_code=int(result.exit_code), brief=brief, deadline=deadline
-    )
+    _emit(result.diagnosis, output, exit_code=int(result.exit_code), brief=brief, deadline=deadline)
 
 
 @app.command()

@@ -682,6 +682,8 @@ def _extra(
         extra["slime_layout"] = layout
     if current is not None:
         extra["current_stage"] = current.value
+    if (job := _running_job(world)) is not None:
+        extra["job"] = job
     if world.gpus:
         spinning = {(k.gpu.node_ip, k.gpu.index) for k in cuda_spins(world)}
         extra["gpus"] = [
@@ -699,6 +701,19 @@ def _extra(
             for e in engines
         ]
     return extra
+
+
+def _running_job(world: World) -> dict[str, str] | None:
+    """The RUNNING Ray job (the first by id, where several run): its job id and submission id,
+    the ones a page names (watchdog/prom.py); None without one."""
+    jobs = sorted(
+        (j for j in world.snapshot.joined(RAY_STATE).jobs if j.status == JOB_RUNNING),
+        key=lambda j: (j.job_id or "", j.submission_id or ""),
+    )
+    if not jobs:
+        return None
+    ids = {"job_id": jobs[0].job_id, "submission_id": jobs[0].submission_id}
+    return {k: v for k, v in ids.items() if v}
 
 
 def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:

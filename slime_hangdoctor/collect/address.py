@@ -54,6 +54,7 @@ from urllib.parse import urlsplit
 from slime_hangdoctor.collect.dashboard import DashboardClient, HttpResult
 from slime_hangdoctor.collect.options import resolve_token
 from slime_hangdoctor.errors import RayUnreachable
+from slime_hangdoctor.parsers.sockets import LISTEN
 from slime_hangdoctor.safe_fs import file_problem, read_regular, trusted_owners
 
 DEFAULT_DASHBOARD_PORT = 8265
@@ -377,7 +378,8 @@ def _local_gcs(
     current = root / "ray_current_cluster"
     text = _small_text(current)
     if text:
-        yield f"local cluster ({current})", text, file_problem(current, owners)
+        why = file_problem(current, owners) or _stale(current, text, root, owners)
+        yield f"local cluster ({current})", text, why
     session = root / "session_latest"
     try:
         port_files = sorted(session.glob("gcs_server_port_*"))
@@ -391,6 +393,56 @@ def _local_gcs(
         yield f"local session ({session})", f"127.0.0.1:{port}", file_problem(f, owners)
 
 
+STALE_SLACK_S = 2.0  # `ray start` links session_latest first, then writes ray_current_cluster
+
+
+def _stale(current: Path, gcs: str, root: Path, owners: frozenset[int]) -> str | None:
+    """Why a trusted `ray_current_cluster` no longer names the running cluster, or None: it is
+    older than the latest session (`ray start` writes it after linking `session_latest`, so a
+    cluster started since left it behind), or it names a GCS port of this machine that no
+    listening socket of `owners` holds (the cluster is gone; anyone may take its port)."""
+    try:
+        written = os.lstat(current).st_mtime
+        started = os.lstat(root / "session_latest").st_mtime
+    except OSError:
+        started = None
+    if started is not None and written + STALE_SLACK_S < started:
+        return f"stale: older than the latest session ({root / 'session_latest'})"
+    host, port = _split_host_port(gcs)
+    if port is None or not (_is_loopback(host) or _is_local_address(host)):
+        return None
+    holders = _listening_uids(port)
+    if holders is None:
+        return None  # no TCP tables here to tell
+    if not holders:
+        return f"stale: nothing listens on {gcs}"
+    if not holders <= owners:
+        return f"stale: {gcs} is held by uid {min(holders - owners)}"
+    return None
+
+
+def _listening_uids(port: int, procfs: str = "/proc") -> set[int] | None:
+    """The uids owning a listening TCP socket on `port` (/proc/net/tcp and tcp6: each socket's
+    uid is there); None where neither table can be read."""
+    found: set[int] = set()
+    read = 0
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"{procfs}/net/{name}", "rb") as fh:
+                lines = fh.read().decode("ascii", "replace").splitlines()[1:]
+        except OSError:
+            continue
+        read += 1
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 8 or fields[3] != LISTEN:
+                continue
+            _, _, hex_port = fields[1].rpartition(":")
+            if int(hex_port, 16) == port and fields[7].isdigit():
+                found.add(int(fields[7]))
+    return found if read else None
+
+
 def _small_text(path: Path) -> str:
     try:
         data = read_regular(path, 4096)
@@ -402,8 +454,9 @@ def _small_text(path: Path) -> str:
 
 
 def _ray_temp_dir() -> Path:
-    base = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
-    return Path(base) / "ray"
+    from slime_hangdoctor.collect.cluster_scope import ray_temp_dir
+
+    return ray_temp_dir()
 
 
 # --------------------------------------------------------------------------- checks

@@ -95,6 +95,7 @@ def sample_node(
         uid=uid,
         note=note,
         tables=tables,
+        cluster=spec.cluster,
     )
     topo = build_topology(partial_snapshot(writer))
     if on_scan is not None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slime_hangdoctor.bundle import BundleWriter
+from slime_hangdoctor.collect.cluster_scope import ClusterScope
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.collect.tcp_tables import TcpTables
 from slime_hangdoctor.topology import Member, Topology
@@ -33,6 +34,8 @@ class NodeSpec:
     # (source, pids) whose probe of that source this sample has started already (the second
     # sample's stacks of the processes the first one found start before its Ray state is read)
     started: tuple[tuple[str, frozenset[int]], ...] = ()
+    # the Ray cluster diagnosed: the scan leaves out another cluster's processes
+    cluster: ClusterScope | None = None
 
     def wants(self, source: str) -> bool:
         return source not in self.off

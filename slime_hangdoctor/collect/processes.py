@@ -19,6 +19,10 @@ default) if the Ray temp dir can be trusted to say it (`local_uid_choice`), else
 doctor. A root doctor thus never picks up another user's `ray::`/`sglang::` processes (anyone can
 title a process so, or plant a `session_latest` in Ray's 0777 temp dir), nor dumps their stacks.
 
+Only the diagnosed Ray cluster's: a process found by its title (or a pending actor's pid) whose
+raylet is another cluster's on the same machine is left out (collect/cluster_scope.py says how a
+process's cluster is told; the artefact lists those pids under `other_cluster`).
+
 Raylet, GCS, dashboard and other daemons are not listed. A process that vanishes mid-scan is skipped.
 Command lines are redacted; the environment keeps allow-listed keys only; trailing empty arguments
 (Ray pads its titles with hundreds of them) are dropped.
@@ -35,6 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
+from slime_hangdoctor.collect.cluster_scope import (
+    ClusterScope,
+    Raylet,
+    belongs,
+    raylet_pid,
+    read_raylet,
+)
 from slime_hangdoctor.collect.tcp_tables import TcpTables
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.outcome import Outcome
@@ -99,6 +110,7 @@ def scan_processes(
     uid: int | None = None,
     pending: AbstractSet[tuple[int, str]] = frozenset(),
     tables: TcpTables | None = None,
+    cluster: ClusterScope | None = None,
 ) -> dict[str, Any]:
     """The JSON-able processes artefact of this node (see the module doc for who is in it).
 
@@ -108,17 +120,25 @@ def scan_processes(
     `pending`: (pid, class) of actors Ray has not placed on a node yet (in their constructor): a
     root when that pid here carries the title `ray::<class>...` (another node's pid is not one).
     `tables`: the sample's TCP tables, read once for this scan and the sockets probe.
+    `cluster`: the Ray cluster diagnosed: a process found by its title, or a pending actor's pid,
+    whose raylet is another cluster's is left out (collect/cluster_scope.py); the artefact lists
+    their pids under `other_cluster`.
     """
     import psutil
 
     table = _process_table(psutil, titles=roots is None, uid=uid)
+    foreign: set[int] = set()
     if roots is None:
         chosen_roots = {pid for pid, (_, title) in table.items() if is_root_title(title)}
+        foreign = _other_cluster(psutil, chosen_roots, table, cluster)
+        chosen_roots -= foreign
         chosen_roots |= _sglang_servers(chosen_roots, table)
     else:
         chosen_roots = {pid for pid in roots if pid in table}
     roots = chosen_roots | {pid for pid in extra_pids if pid in table}
-    roots |= {pid for pid, cls in pending if pid in table and _titled_as(psutil, pid, cls)}
+    titled = {pid for pid, cls in pending if pid in table and _titled_as(psutil, pid, cls)}
+    foreign |= _other_cluster(psutil, titled, table, cluster)
+    roots |= titled - foreign
     roots.discard(os.getpid())
     chosen = _with_descendants(roots, table)
     listening = listening_sockets(tables=tables)
@@ -126,7 +146,39 @@ def scan_processes(
     doc: dict[str, Any] = {"node_ip": node_ip, "time": time.time(), "processes": rows}
     if uid is not None:
         doc["uid"] = uid
+    if foreign:
+        doc["other_cluster"] = sorted(foreign)
     return doc
+
+
+def _other_cluster(
+    psutil: Any,
+    pids: AbstractSet[int],
+    table: dict[int, tuple[int | None, str]],
+    cluster: ClusterScope | None,
+) -> set[int]:
+    """The pids among `pids` whose raylet is another cluster's than `cluster` (none where the
+    scope is unknown, or a process's raylet cannot be found or read)."""
+    if cluster is None or not cluster.known or not pids:
+        return set()
+    raylets: dict[int, Raylet | None] = {}
+    out: set[int] = set()
+    for pid in pids:
+        try:
+            environ = psutil.Process(pid).environ()
+        except (psutil.Error, OSError):
+            environ = None
+        at = raylet_pid(pid, environ, table)
+        if at is None:
+            continue
+        if at not in raylets:
+            raylets[at] = read_raylet(at)
+        raylet = raylets[at]
+        if raylet is not None and not belongs(raylet, cluster):
+            out.add(pid)
+    if not cluster.strict and not any(r and belongs(r, cluster) for r in raylets.values()):
+        return set()  # a guessed scope that no raylet here answers for: not applied
+    return out
 
 
 def record_processes(
@@ -140,6 +192,7 @@ def record_processes(
     note: str | None = None,
     pending: AbstractSet[tuple[int, str]] = frozenset(),
     tables: TcpTables | None = None,
+    cluster: ClusterScope | None = None,
 ) -> ProbeRecord:
     """Scan this node and store the artefact (source `processes`); never raises. `note`: what
     the scan left out and why (a partial blind spot)."""
@@ -148,7 +201,13 @@ def record_processes(
 
     try:
         doc = scan_processes(
-            node_ip, extra_pids=extra_pids, roots=roots, uid=uid, pending=pending, tables=tables
+            node_ip,
+            extra_pids=extra_pids,
+            roots=roots,
+            uid=uid,
+            pending=pending,
+            tables=tables,
+            cluster=cluster,
         )
     except ImportError:
         return writer.add(
@@ -159,6 +218,8 @@ def record_processes(
     meta: dict[str, Any] = {"count": len(doc["processes"])}
     if uid is not None:
         meta["uid"] = uid  # title discovery was limited to this user's processes
+    if doc.get("other_cluster"):  # left out: their raylet is another Ray cluster's
+        meta["other_cluster"] = len(doc["other_cluster"])
     return writer.add(record(Outcome.OK, note, **meta), dumps_json(doc), suffix=".json")
 
 

@@ -22,6 +22,12 @@ from urllib.parse import urlsplit
 
 from slime_hangdoctor import bundle as bundle_format
 from slime_hangdoctor.bundle import Bundle, BundleWriter, Manifest, ProbeRecord
+from slime_hangdoctor.collect.cluster_scope import (
+    ClusterScope,
+    address_scope,
+    ray_temp_dir,
+    session_scope,
+)
 from slime_hangdoctor.collect.dashboard import DashboardClient, capture_state, capture_task_history
 from slime_hangdoctor.collect.node import (
     parse_cache,
@@ -139,6 +145,7 @@ class _Run:
     first_topo: Topology | None = None  # the first sample's topology, every node's (that thread's)
     work_moved: bool | None = None
     judge_work_moved: Callable[[BundleWriter], bool] | None = None
+    address: str | None = None  # as given (the cluster whose processes the local scan keeps)
 
 
 def collect(
@@ -188,6 +195,7 @@ def collect(
             local_ips=frozenset(_local_ips()),
             threads=[],
             judge_work_moved=judge_work_moved,
+            address=address,
         )
         if not opts.local:
             ray_error = _connect_ray(run, address)
@@ -320,6 +328,7 @@ def _connect(
     )
     writer.target["dashboard_url"] = cluster.dashboard_url
     writer.target["gcs_address"] = cluster.gcs_address
+    writer.target["session_name"] = cluster.session_name
     writer.target["address_forms_tried"] = list(cluster.tried)
     if cluster.distrusted:  # a blind spot: the cluster those files name was not looked at
         writer.add(
@@ -513,7 +522,25 @@ def _local_spec(run: _Run, state: Snapshot, index: int) -> NodeSpec:
         pending=pending_actors(state),
         off=_local_spec_off(opts, index),
         read_before=read_before(run.writer, run.node_ip),
+        cluster=_cluster_scope(run),
     )
+
+
+def _cluster_scope(run: _Run) -> ClusterScope:
+    """The Ray cluster this run diagnoses, as far as it knows it (collect/cluster_scope.py):
+    the one it connected to (this node's id in it, its session, its GCS), else the address given,
+    else the local session (`session_latest`, a session of root, ours or --uid's; a guess, applied
+    only where a raylet here answers for it)."""
+    session = run.writer.target.get("session_name")
+    session = session if isinstance(session, str) and session else None
+    if run.client is not None and (run.node_id or session or run.gcs_address):
+        return ClusterScope(run.node_id, session, run.gcs_address, "the Ray cluster connected to")
+    given = address_scope(run.address)
+    if given.known:
+        return given
+    from slime_hangdoctor.safe_fs import trusted_owners
+
+    return session_scope(ray_temp_dir(), trusted_owners(run.opts.uid))
 
 
 def _local_spec_off(opts: CollectOptions, index: int) -> frozenset[str]:

@@ -7,7 +7,16 @@ import dataclasses
 from dataclasses import dataclass
 
 from slime_hangdoctor.markers import Markers, changed_markers, work_markers
-from slime_hangdoctor.verdict import Diagnosis, ExitCode, Finding, Severity, Status, Verdict
+from slime_hangdoctor.verdict import (
+    Diagnosis,
+    ExitCode,
+    Finding,
+    NextStep,
+    Severity,
+    Stage,
+    Status,
+    Verdict,
+)
 from slime_hangdoctor.watchdog.state import CounterPlan, StallLook, WatchState
 
 
@@ -121,3 +130,38 @@ def with_problem(
         blind_spots=(*verdict.blind_spots, problem),
     )
     return dataclasses.replace(diagnosis, verdict=verdict)
+
+
+NO_JOB_EXPECTED = (
+    "No slime job found, and --expect-job (SLIME_HANGDOCTOR_EXPECT_JOB) says one should run here: "
+)
+
+
+def expecting_job(
+    diagnosis: Diagnosis, decision: CheckDecision, expect_job: bool
+) -> tuple[Diagnosis, CheckDecision]:
+    """With `--expect-job`, a run that found no job (IDLE) is UNKNOWN, exit 3, with the reason
+    (a wrong --uid, --local on the wrong node, a wrong address look exactly like no job); the
+    state is what the run decided (no stall clock runs for a job never seen)."""
+    verdict = diagnosis.verdict
+    if not expect_job or verdict.status is not Status.IDLE:
+        return diagnosis, decision
+    why = NO_JOB_EXPECTED + verdict.summary
+    finding = Finding("watchdog.expect_job", Severity.WARNING, why)
+    verdict = dataclasses.replace(
+        verdict,
+        status=Status.UNKNOWN,
+        stage=Stage.UNKNOWN,
+        summary=why,
+        findings=(finding, *verdict.findings),
+        next_steps=(
+            NextStep(
+                why="Check the address (or --local on the node that runs the job) and --uid: "
+                "the doctor found no RUNNING Ray job and no slime actor or process.",
+                by="watchdog/decide:expecting_job",
+            ),
+            *verdict.next_steps,
+        ),
+    )
+    decision = dataclasses.replace(decision, exit_code=ExitCode.UNKNOWN, reason=why)
+    return dataclasses.replace(diagnosis, verdict=verdict), decision

@@ -33,7 +33,13 @@ from slime_hangdoctor.verdict import (
     ExitCode,
     unknown_verdict,
 )
-from slime_hangdoctor.watchdog.decide import CheckDecision, annotated, decide_check, with_problem
+from slime_hangdoctor.watchdog.decide import (
+    CheckDecision,
+    annotated,
+    decide_check,
+    expecting_job,
+    with_problem,
+)
 from slime_hangdoctor.watchdog.private_files import private_dir
 from slime_hangdoctor.watchdog.state import (
     DEFAULT_STATE_FILE,
@@ -66,6 +72,8 @@ class CheckOptions:
     on_stall_exec: str | None = None
     prom_file: Path | None = None
     log_file: Path | None = None
+    # `--expect-job`: a run that finds no job is UNKNOWN (exit 3), not IDLE (exit 0)
+    expect_job: bool = False
 
 
 @dataclass(frozen=True)
@@ -159,6 +167,7 @@ def _check_locked(
             stall_look=seen.stall_look(now),
             counter_plan=counter_plan(analysed, target, now),
         )
+    diagnosis, decision = expecting_job(diagnosis, decision, check.expect_job)
     diagnosis = annotated(diagnosis, decision, notes)
     bundle: Path | None = None
     hook_rc: int | None = None
@@ -168,8 +177,24 @@ def _check_locked(
             notes.append(problem)
             diagnosis = with_problem(diagnosis, problem)
         hook_rc = _run_hook(check.on_stall_exec, diagnosis, decision, bundle)
-    save_state(check.state_file, decision.state)
-    duration = time.monotonic() - started
+    stall_bundle = _stall_bundle(decision, bundle, previous.stall_bundle)
+    save_state(check.state_file, dataclasses.replace(decision.state, stall_bundle=stall_bundle))
+    result = CheckResult(diagnosis, decision.exit_code, decision, bundle, hook_rc, tuple(notes))
+    return _report(check, result, outcomes, now, time.monotonic() - started, stall_bundle)
+
+
+def _report(
+    check: CheckOptions,
+    result: CheckResult,
+    outcomes: Counter[tuple[str, str]],
+    now: float,
+    duration: float,
+    stall_bundle: str | None,
+) -> CheckResult:
+    """Write the run's textfile and log line (where asked); a file not written is a problem of
+    the run, in its verdict."""
+    diagnosis, decision, notes = result.diagnosis, result.decision, list(result.notes)
+    assert decision is not None
     if check.prom_file is not None:
         from slime_hangdoctor.watchdog.prom import write_prom_file
 
@@ -180,18 +205,29 @@ def _check_locked(
             outcomes,
             now=now,
             duration_s=duration,
+            bundle=stall_bundle,
         )
         if problem is not None:
             notes.append(problem)
             diagnosis = with_problem(diagnosis, problem, "watchdog.prom_file")
     if check.log_file is not None:
         problem = _log_run(
-            check.log_file, diagnosis, decision, bundle, hook_rc, now, duration, notes
+            check.log_file, diagnosis, decision, result.bundle, result.hook_rc, now, duration, notes
         )
         if problem is not None:
             notes.append(problem)
             diagnosis = with_problem(diagnosis, problem, "watchdog.log_file")
-    return CheckResult(diagnosis, decision.exit_code, decision, bundle, hook_rc, tuple(notes))
+    return dataclasses.replace(result, diagnosis=diagnosis, notes=tuple(notes))
+
+
+def _stall_bundle(decision: CheckDecision, bundle: Path | None, before: str | None) -> str | None:
+    """The bundle of the stall in progress: this run's, else the one an earlier run of the same
+    stall wrote (kept while the stall lasts, forgotten when the job progresses or idles)."""
+    if bundle is not None:
+        return str(bundle)
+    if decision.exit_code in (ExitCode.WARNING, ExitCode.CRITICAL, ExitCode.UNKNOWN):
+        return before
+    return None
 
 
 def _counter_look(

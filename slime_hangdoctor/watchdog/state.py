@@ -72,6 +72,8 @@ class WatchState:
     stall_look: StallLook | None = None
     # Kept only while the job progresses on its engines' counters (watchdog/counter_look.py).
     counter_plan: CounterPlan | None = None
+    # The bundle of the stall in progress (its page names it on every run of that stall).
+    stall_bundle: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": STATE_SCHEMA, **asdict(self)}
@@ -115,6 +117,7 @@ def load_state(path: Path) -> LoadedState:
                 window_moved=data.get("window_moved") is True,
                 stall_look=_stall_look(data.get("stall_look")),
                 counter_plan=_counter_plan(data.get("counter_plan")),
+                stall_bundle=_opt_str(data.get("stall_bundle")),
             )
         )
     except (TypeError, ValueError) as exc:
@@ -218,3 +221,7 @@ def _number(v: Any) -> TypeGuard[int | float]:
 
 def _opt_float(v: Any) -> float | None:
     return None if v is None else float(v)
+
+
+def _opt_str(v: Any) -> str | None:
+    return v if isinstance(v, str) and v else None

@@ -301,6 +301,48 @@ def test_a_trusted_local_cluster_file_is_still_used_with_the_token(
         assert _token_seen(gcs, stub)
 
 
+def test_a_trusted_but_stale_local_cluster_file_gets_no_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 43 item 7, beside SP4: the same trusted `ray_current_cluster` (ours, in a directory
+    of ours no one else may write), left behind by a cluster older than the latest session
+    (`session_latest` linked an hour after the file was written, as a `ray start` since does):
+    its GCS gets no call carrying the token, and the run says the file is stale."""
+    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
+        monkeypatch.delenv(var, raising=False)
+    with http_stub({}) as stub, fake_gcs("") as gcs:
+        gcs.dashboard = stub.url.removeprefix("http://")
+        ray = _plant_ray_dir(tmp_path, gcs.port, owner=None, mode=0o755, via="current")
+        current = ray / "ray_current_cluster"
+        session = ray / "session_2026-12-07_00-00-00_000000_2"
+        session.mkdir()
+        (ray / "session_latest").symlink_to(session)
+        started = os.lstat(ray / "session_latest").st_mtime
+        os.utime(current, (started - 3600, started - 3600))
+        found, distrusted = _resolve(ray)
+        assert not _token_seen(gcs, stub), f"the token reached a stale cluster's GCS: {gcs.calls}"
+    said = found + " ".join(distrusted)
+    assert "stale: older than the latest session" in said, said
+
+
+def test_a_trusted_local_cluster_file_naming_a_port_nobody_holds_gets_no_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 43 item 7: a trusted `ray_current_cluster` whose GCS port on this machine no process
+    listens on (the cluster is gone; anyone may bind the port next) is stale, said so."""
+    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
+        monkeypatch.delenv(var, raising=False)
+    import socket
+
+    with socket.socket() as sock:  # a port just freed: nothing listens on it
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ray = _plant_ray_dir(tmp_path, port, owner=None, mode=0o755, via="current")
+    found, distrusted = _resolve(ray)
+    said = found + " ".join(distrusted)
+    assert f"stale: nothing listens on 127.0.0.1:{port}" in said, said
+
+
 def test_cron_check_sends_no_token_to_a_planted_address(tmp_path: Path) -> None:
     """SP5: the cron path itself, `check` with no address and a token in the environment, the
     Ray temp dir planted by another user: no call reaches the planted GCS; the run ends with a

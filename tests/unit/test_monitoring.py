@@ -59,7 +59,7 @@ def _written(scenario: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], dic
     return out
 
 
-SCENARIOS = ("stall", "progressing", "unknown", "probes_timing_out")
+SCENARIOS = ("stall", "progressing", "unknown", "probes_timing_out", "idle")
 
 
 def _names_written() -> set[str]:
@@ -136,28 +136,41 @@ def test_promtool_checks_the_rules() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 6 rules found" in done.stdout
+    assert "SUCCESS: 8 rules found" in done.stdout
 
 
 # --------------------------------------------------------------------------- promtool test rules
 
 
-def _series(scenario: str, *, hold: int, stop: bool = False) -> list[dict[str, str]]:
-    """promtool's input series of a recording: a value per tick ('_' where that tick's file had no
-    such series), then the last tick held `hold` more steps. The watchdog's own timestamp is the
-    tick's time on promtool's clock; `stop`: the watchdog stops after its last tick (node-exporter
-    keeps serving the last file, so its timestamp stays)."""
+def _series(
+    scenario: str, *, hold: int, stop: bool = False, gone: bool = False
+) -> list[dict[str, str]]:
+    """promtool's input series of a recording: a value per tick, then the last tick held `hold`
+    more steps. A series that a tick's file no longer holds is `stale` there, as Prometheus marks
+    a series a scrape no longer returns ('_', no sample, before it first appears and after it is
+    stale). The watchdog's own timestamp is the tick's time on promtool's clock; `stop`: the
+    watchdog stops after its last tick (node-exporter keeps serving the last file, so its
+    timestamp stays); `gone`: the textfile is gone after the last tick (every series stale)."""
     ticks = [t["tick"] for t in _ticks(scenario)]
     out = []
     for (name, labels), written in sorted(_written(scenario).items()):
         values = written
         if name == "slime_hangdoctor_last_run_timestamp_seconds":
             values = {i: float(i * STEP_S) for i in written}
-        steps = [repr(values[i]) if i in values else "_" for i in ticks]
+        steps = []
+        for i in ticks:
+            if i in values:
+                steps.append(repr(values[i]))
+            elif steps and steps[-1] not in ("_", "stale"):
+                steps.append("stale")
+            else:
+                steps.append("_")
         last = values.get(ticks[-1])
         if hold and last is not None:
             per_step = 0 if stop or "timestamp" not in name else STEP_S
             steps.append(f"{last + per_step!r}+{per_step}x{hold}")
+        if gone and last is not None:
+            steps.append("stale")
         selector = ",".join(f'{k}="{v}"' for k, v in labels)
         out.append({"series": f"{name}{{{selector}}}", "values": " ".join(steps)})
     return out
@@ -181,16 +194,52 @@ def _run_promtool(tmp_path: Path, tests: list[dict[str, Any]]) -> subprocess.Com
     )
 
 
-def _firing(name: str, at_min: int, labels: dict[str, str], summary: str) -> dict[str, Any]:
-    annotations = {"summary": summary}
-    rule = next(
-        r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]
-        if r["alert"] == name
-    )  # fmt: skip
-    if "description" in rule["annotations"]:
-        annotations["description"] = rule["annotations"]["description"].replace(
-            "{{ $labels.instance }}", labels["instance"]
-        )
+PAGE = ("role", "node_ip", "pid", "submission_id")
+DOCS = "docs"  # the runbook's base where no external label `slime_hangdoctor_docs` is set
+
+
+def _page(scenario: str, tick: int) -> dict[str, str]:
+    """The labels of the recorded `slime_hangdoctor_page_info` series written at `tick`."""
+    rows = [
+        dict(labels)
+        for (name, labels), values in _written(scenario).items()
+        if name == "slime_hangdoctor_page_info" and tick in values
+    ]
+    assert len(rows) == 1, f"one page series per textfile, got {rows}"
+    return rows[0]
+
+
+def _steady(scenario: str, since: int) -> int:
+    """The first tick from `since` on after which the page's culprit and job stay the same to
+    the last tick (an alert joined with them fires `for:` after that)."""
+    ticks = [t["tick"] for t in _ticks(scenario)]
+    last = {k: _page(scenario, ticks[-1])[k] for k in PAGE}
+    steady = ticks[-1]
+    for tick in reversed([t for t in ticks if t >= since]):
+        if {k: _page(scenario, tick)[k] for k in PAGE} != last:
+            break
+        steady = tick
+    return steady
+
+
+def _annotations(name: str, summary: str, page: dict[str, str] | None = None,
+                 docs: str = DOCS) -> dict[str, str]:  # fmt: skip
+    out = {"summary": summary, "runbook_url": f"{docs}/runbook.md#{name.lower()}"}
+    if page is not None:  # each part only where the page has it
+        culprit = ""
+        if page["role"]:
+            culprit = f"Culprit: {page['role']}"
+            culprit += f" pid {page['pid']}" if page["pid"] else ""
+            culprit += f" on {page['node_ip']}" if page["node_ip"] else ""
+            culprit += ". "
+        job = f"Job: {page['submission_id']}." if page["submission_id"] else ""
+        out["description"] = (culprit + job).strip()
+    return out
+
+
+def _firing(
+    name: str, at_min: int, labels: dict[str, str], annotations: dict[str, str]
+) -> dict[str, Any]:
     return {
         "eval_time": f"{at_min}m",
         "alertname": name,
@@ -198,42 +247,95 @@ def _firing(name: str, at_min: int, labels: dict[str, str], summary: str) -> dic
     }
 
 
-def test_promtool_fires_each_alert_on_the_series_the_watchdog_wrote(tmp_path: Path) -> None:
+def _stall_tests() -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """The stall, its watchdog running on: SlimeJobStalled a minute after its first CRITICAL tick
+    (once the culprit it names is steady), SlimeJobHung 10 minutes after its first hung verdict,
+    both then at once with the same instance and job: the inhibit rule's inputs. Returns the test
+    and the two alerts' labels (for Alertmanager)."""
     stall = _ticks("stall")
     critical = next(t["tick"] for t in stall if t["exit"] == 2)
     hung_status = ("slime_hangdoctor_status", (("instance", INSTANCE), ("status", "hung")))
     hung = min(i for i, v in _written("stall")[hung_status].items() if v == 1.0)
     last = stall[-1]["tick"]
-    page = {"instance": INSTANCE, "severity": "page"}
-    ticket = {"instance": INSTANCE, "severity": "ticket"}
-    stage = {**page, "stage": "rollout_dispatch"}
-    tests = [
-        {  # the stall: stalled (the watchdog's CRITICAL) a minute after its first CRITICAL tick;
-            # hung for 10 minutes since its first hung verdict
+    page = _page("stall", last)
+    assert page["bundle"], "the stall's page names no stall bundle (--bundle-dir)"
+    assert page["role"] and page["pid"] and page["submission_id"], page
+    joined = {k: page[k] for k in PAGE}
+    stalled_at = max(critical, _steady("stall", critical)) + 1
+    hung_at = max(hung, _steady("stall", hung)) + 10
+    both = max(stalled_at, hung_at, last) + 1
+    stalled = {"instance": INSTANCE, "severity": "critical", "stage": "rollout_dispatch", **joined}
+    hung_labels = {"instance": INSTANCE, "severity": "critical", **joined}
+    stalled_notes = {
+        **_annotations("SlimeJobStalled", f"slime job stalled in rollout_dispatch on {INSTANCE}",
+                       page),
+        "bundle": page["bundle"],
+    }  # fmt: skip
+    hung_notes = _annotations("SlimeJobHung", f"slime job hung for 10+ minutes on {INSTANCE}", page)
+    test = {
+        "interval": "1m",
+        "input_series": _series("stall", hold=both + 2 - last),
+        "alert_rule_test": [
+            _alert("SlimeJobStalled", stalled_at - 1),  # pending: not yet for 1m
+            _firing("SlimeJobStalled", stalled_at, stalled, stalled_notes),
+            _alert("SlimeJobHung", hung_at - 1),
+            _firing("SlimeJobHung", hung_at, hung_labels, hung_notes),
+            # the inhibition's inputs: both fire at once, with the same instance and job
+            _firing("SlimeJobStalled", both, stalled, stalled_notes),
+            _firing("SlimeJobHung", both, hung_labels, hung_notes),
+            _alert("SlimeHangdoctorNotRunning", both),  # it kept running
+            _alert("SlimeHangdoctorBlind", both),
+            _alert("SlimeHangdoctorProbesFailing", both),
+            _alert("SlimeHangdoctorSeesNoJob", both),
+            _alert("SlimeHangdoctorAbsent", both),
+        ],
+    }
+    return test, [{"alertname": "SlimeJobStalled", **stalled},
+                  {"alertname": "SlimeJobHung", **hung_labels}]  # fmt: skip
+
+
+def _without_culprit(series: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The recorded series with the page's culprit labels emptied (a named transformation: a
+    hung verdict that names no culprit writes them empty, watchdog/prom.py)."""
+    out = []
+    for s in series:
+        name = s["series"]
+        if name.startswith("slime_hangdoctor_page_info{"):
+            name = re.sub(r'\b(role|node_ip|pid)="[^"]*"', r'\1=""', name)
+        out.append({**s, "series": name})
+    return out
+
+
+def _hung_without_culprit() -> dict[str, Any]:
+    """SlimeJobHung on the stall's series with no culprit named: it still fires, its description
+    says only the job."""
+    test, (_, hung) = _stall_tests()
+    at = int(next(c for c in test["alert_rule_test"] if c["alertname"] == "SlimeJobHung"
+                  and c["exp_alerts"])["eval_time"].rstrip("m"))  # fmt: skip
+    labels = {k: v for k, v in hung.items() if k not in ("alertname", "role", "node_ip", "pid")}
+    page = {"role": "", "node_ip": "", "pid": "", "submission_id": hung["submission_id"]}
+    notes = _annotations("SlimeJobHung", f"slime job hung for 10+ minutes on {INSTANCE}", page)
+    assert notes["description"] == f"Job: {hung['submission_id']}."
+    return {
+        "interval": "1m",
+        "input_series": _without_culprit(test["input_series"]),
+        "alert_rule_test": [_firing("SlimeJobHung", at, labels, notes)],
+    }
+
+
+def _promtool_tests() -> list[dict[str, Any]]:
+    n_progressing = len(_ticks("progressing"))
+    warning = {"instance": INSTANCE, "severity": "warning"}
+    info = {"instance": INSTANCE, "severity": "info"}
+    idle_first = _ticks("idle")[0]["tick"]
+    return [
+        _stall_tests()[0],
+        _hung_without_culprit(),
+        {  # the healthy job, its watchdog running on for 3 hours: nothing fires
             "interval": "1m",
-            "input_series": _series("stall", hold=15),
+            "input_series": _series("progressing", hold=180),
             "alert_rule_test": [
-                _alert("SlimeJobStalled", critical),  # pending: not yet for 1m
-                _firing(
-                    "SlimeJobStalled",
-                    critical + 1,
-                    stage,
-                    f"slime job stalled in rollout_dispatch on {INSTANCE}",
-                ),
-                _alert("SlimeJobHung", hung + 9),
-                _firing(
-                    "SlimeJobHung", hung + 10, page, f"slime job hung for 10+ minutes on {INSTANCE}"
-                ),
-                _alert("SlimeHangdoctorNotRunning", last + 15),  # it kept running
-                _alert("SlimeHangdoctorBlind", last + 15),
-                _alert("SlimeHangdoctorProbesFailing", last + 15),
-            ],
-        },
-        {  # the healthy job, its watchdog running on for 20 minutes: nothing fires
-            "interval": "1m",
-            "input_series": _series("progressing", hold=20),
-            "alert_rule_test": [
-                _alert(name, len(_ticks("progressing")) + 19)
+                _alert(name, n_progressing + 179)
                 for name in (
                     "SlimeJobStalled",
                     "SlimeJobHung",
@@ -241,6 +343,8 @@ def test_promtool_fires_each_alert_on_the_series_the_watchdog_wrote(tmp_path: Pa
                     "SlimeHangdoctorBlind",
                     "SlimeHangdoctorProbesFailing",
                     "SlimeHangdoctorAbsent",
+                    "SlimeHangdoctorAbsentEverywhere",
+                    "SlimeHangdoctorSeesNoJob",
                 )
             ],
         },
@@ -248,12 +352,32 @@ def test_promtool_fires_each_alert_on_the_series_the_watchdog_wrote(tmp_path: Pa
             "interval": "1m",
             "input_series": _series("progressing", hold=10, stop=True),
             "alert_rule_test": [
-                _alert("SlimeHangdoctorNotRunning", len(_ticks("progressing")) - 1 + 5),
+                _alert("SlimeHangdoctorNotRunning", n_progressing - 1 + 5),
                 _firing(
                     "SlimeHangdoctorNotRunning",
-                    len(_ticks("progressing")) - 1 + 6,
-                    ticket,
-                    f"slime-hangdoctor has not run for 5+ minutes on {INSTANCE}",
+                    n_progressing - 1 + 6,
+                    warning,
+                    _annotations(
+                        "SlimeHangdoctorNotRunning",
+                        f"slime-hangdoctor has not run for 5+ minutes on {INSTANCE}",
+                    ),
+                ),
+            ],
+        },
+        {  # the healthy job's textfile is gone after its last tick (removed, node-exporter
+            # down): this instance's watchdog is absent 15 minutes after, by its instance
+            "interval": "1m",
+            "input_series": _series("progressing", hold=0, gone=True),
+            "alert_rule_test": [
+                _alert("SlimeHangdoctorAbsent", n_progressing - 1 + 15),
+                _firing(
+                    "SlimeHangdoctorAbsent",
+                    n_progressing - 1 + 16,
+                    {"instance": INSTANCE, "severity": "warning"},
+                    _annotations(
+                        "SlimeHangdoctorAbsent",
+                        f"no slime-hangdoctor textfile is scraped from {INSTANCE}",
+                    ),
                 ),
             ],
         },
@@ -265,23 +389,48 @@ def test_promtool_fires_each_alert_on_the_series_the_watchdog_wrote(tmp_path: Pa
                 _firing(
                     "SlimeHangdoctorBlind",
                     10,
-                    ticket,
-                    f"slime-hangdoctor cannot diagnose the job on {INSTANCE} (exit 3)",
+                    warning,
+                    _annotations(
+                        "SlimeHangdoctorBlind",
+                        f"slime-hangdoctor cannot diagnose the job on {INSTANCE} (exit 3)",
+                    ),
                 ),
                 _alert("SlimeJobStalled", 14),
             ],
         },
-        {  # no textfile at all (the watchdog never ran): absent after 15 minutes
+        {  # a Ray cluster with no job: IDLE (OK), and after 2 hours of it, an info alert
+            "interval": "1m",
+            "input_series": _series("idle", hold=125),
+            "alert_rule_test": [
+                _alert("SlimeHangdoctorSeesNoJob", idle_first + 119),
+                _firing(
+                    "SlimeHangdoctorSeesNoJob",
+                    idle_first + 121,
+                    info,
+                    _annotations(
+                        "SlimeHangdoctorSeesNoJob",
+                        f"slime-hangdoctor has seen no slime job on {INSTANCE} for 2 hours",
+                    ),
+                ),
+                _alert("SlimeHangdoctorBlind", idle_first + 121),
+                _alert("SlimeJobHung", idle_first + 121),
+            ],
+        },
+        {  # no textfile at all (the watchdog never ran anywhere): absent after 15 minutes
             "interval": "1m",
             "input_series": [],
             "alert_rule_test": [
-                _alert("SlimeHangdoctorAbsent", 14),
+                _alert("SlimeHangdoctorAbsentEverywhere", 14),
                 _firing(
-                    "SlimeHangdoctorAbsent",
+                    "SlimeHangdoctorAbsentEverywhere",
                     15,
-                    {"severity": "ticket"},
-                    "no slime-hangdoctor textfile is scraped",
+                    {"severity": "warning"},
+                    {
+                        "summary": "no slime-hangdoctor textfile is scraped anywhere",
+                        "runbook_url": f"{DOCS}/runbook.md#slimehangdoctorabsent",
+                    },
                 ),
+                _alert("SlimeHangdoctorAbsent", 15),  # no instance ever had one
             ],
         },
         {  # probes of an engine that accepts and never answers: failing after 15 minutes
@@ -292,29 +441,163 @@ def test_promtool_fires_each_alert_on_the_series_the_watchdog_wrote(tmp_path: Pa
                 _firing(
                     "SlimeHangdoctorProbesFailing",
                     15,
-                    {**ticket, "source": "sglang"},
-                    f"slime-hangdoctor's sglang probes fail on {INSTANCE}",
+                    {**info, "source": "sglang"},
+                    _annotations(
+                        "SlimeHangdoctorProbesFailing",
+                        f"slime-hangdoctor's sglang probes fail on {INSTANCE}",
+                    ),
+                ),
+            ],
+        },
+        {  # the runbook link with the external label that names where docs/ is served
+            "interval": "1m",
+            "external_labels": {"slime_hangdoctor_docs": "https://docs.example.org/hd"},
+            "input_series": _series("unknown", hold=12),
+            "alert_rule_test": [
+                _firing(
+                    "SlimeHangdoctorBlind",
+                    10,
+                    warning,
+                    _annotations(
+                        "SlimeHangdoctorBlind",
+                        f"slime-hangdoctor cannot diagnose the job on {INSTANCE} (exit 3)",
+                        docs="https://docs.example.org/hd",
+                    ),
                 ),
             ],
         },
     ]
-    done = _run_promtool(tmp_path, tests)
+
+
+def test_promtool_fires_each_alert_on_the_series_the_watchdog_wrote(tmp_path: Path) -> None:
+    done = _run_promtool(tmp_path, _promtool_tests())
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
 
 
+def test_every_alert_routes_and_links_its_runbook() -> None:
+    """Severities Alertmanager trees route on, a runbook section per alert, and every alert
+    covered by the promtool tests above."""
+    rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+    runbook = (ROOT / "docs" / "runbook.md").read_text()
+    sections = {ln[3:].strip().lower() for ln in runbook.splitlines() if ln.startswith("## ")}
+    tested = {
+        case["alertname"]
+        for t in _promtool_tests()
+        for case in t["alert_rule_test"]
+        if case["exp_alerts"]
+    }
+    for rule in rules:
+        assert rule["labels"]["severity"] in ("critical", "warning", "info"), rule
+        anchor = rule["annotations"]["runbook_url"].rsplit("#", 1)[1]
+        assert anchor in sections, (rule["alert"], anchor)
+        assert rule["alert"] in tested, f"no promtool test fires {rule['alert']}"
+
+
 def test_promtool_test_rules_fails_a_wrong_expectation(tmp_path: Path) -> None:
     """The control: promtool does compare (a stall that is said not to fire fails the test)."""
-    critical = next(t["tick"] for t in _ticks("stall") if t["exit"] == 2)
-    tests = [
-        {
-            "interval": "1m",
-            "input_series": _series("stall", hold=5),
-            "alert_rule_test": [_alert("SlimeJobStalled", critical + 2)],
-        }
-    ]
-    done = _run_promtool(tmp_path, tests)
+    stall = _stall_tests()[0]
+    firing = [c for c in stall["alert_rule_test"] if c["exp_alerts"]][-2]  # SlimeJobStalled
+    assert firing["alertname"] == "SlimeJobStalled"
+    wrong = {**stall, "alert_rule_test": [{**firing, "exp_alerts": []}]}
+    done = _run_promtool(tmp_path, [wrong])
     assert done.returncode != 0 and "SlimeJobStalled" in done.stdout + done.stderr
+
+
+# --------------------------------------------------------------------------- Alertmanager
+
+ALERTMANAGER = MONITORING / "alertmanager.yml"
+
+
+def test_amtool_checks_the_alertmanager_file() -> None:
+    amtool = require_tool("amtool", "prometheus-alertmanager")
+    done = subprocess.run(
+        [amtool, "check-config", str(ALERTMANAGER)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _alertmanager(tmp_path: Path) -> Any:
+    """A real Alertmanager (Debian's prometheus-alertmanager) on a free local port with the
+    shipped file; yields its base URL."""
+    import contextlib
+    import socket
+    import time
+    import urllib.request
+
+    binary = require_tool("prometheus-alertmanager", "prometheus-alertmanager")
+
+    @contextlib.contextmanager
+    def running() -> Any:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        proc = subprocess.Popen(
+            [binary, f"--config.file={ALERTMANAGER}", f"--storage.path={tmp_path / 'am'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    urllib.request.urlopen(f"{url}/-/ready", timeout=2).read()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        why = proc.stderr.read().decode() if proc.stderr else ""
+                        raise AssertionError(why) from None
+                    time.sleep(0.2)
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+    return running()
+
+
+def _states(url: str, alerts: list[dict[str, str]]) -> dict[str, dict[str, Any]]:
+    """POST the alerts (as Prometheus sends them), then each one's status as Alertmanager says."""
+    import time
+    import urllib.request
+
+    body = json.dumps([{"labels": a} for a in alerts]).encode()
+    req = urllib.request.Request(
+        f"{url}/api/v2/alerts", data=body, headers={"Content-Type": "application/json"}
+    )
+    urllib.request.urlopen(req, timeout=5).read()
+    deadline = time.monotonic() + 20
+    while True:
+        got = json.loads(urllib.request.urlopen(f"{url}/api/v2/alerts", timeout=5).read())
+        states = {
+            f"{a['labels']['alertname']}/{a['labels'].get('submission_id', '')}": a["status"]
+            for a in got
+        }
+        # inhibitions are computed as alerts arrive; wait until every alert has a state
+        if len(states) == len(alerts) and all(s["state"] != "unprocessed" for s in states.values()):
+            return states
+        if time.monotonic() > deadline:
+            raise AssertionError(got)
+        time.sleep(0.2)
+
+
+def test_alertmanager_keeps_stalled_quiet_while_hung_fires_for_the_same_job(
+    tmp_path: Path,
+) -> None:
+    """The shipped inhibit rule in a real Alertmanager, fed the two alerts exactly as promtool
+    says the rules fire them on the recorded stall (same instance, same job): SlimeJobStalled is
+    suppressed by SlimeJobHung; the same pair for another job (another submission id) is not."""
+    _, (stalled, hung) = _stall_tests()
+    other = {**stalled, "submission_id": "raysubmit_another_job"}
+    with _alertmanager(tmp_path) as url:
+        states = _states(url, [stalled, hung, other])
+    job = stalled["submission_id"]
+    assert states[f"SlimeJobStalled/{job}"]["state"] == "suppressed", states
+    assert states[f"SlimeJobStalled/{job}"]["inhibitedBy"], states
+    assert states[f"SlimeJobHung/{job}"]["state"] == "active", states
+    assert states["SlimeJobStalled/raysubmit_another_job"]["state"] == "active", states
 
 
 if __name__ == "__main__":  # print the promtool test file, for a look
