@@ -28,11 +28,13 @@ def _recorded(name: str, tmp: Path) -> Analysed:
 def _templates(a: Analysed) -> tuple[int, int]:
     """A train rank and an engine actor of the recording that the verdict does not blame."""
     blamed = {(c.node_ip, c.pid) for c in a.diagnosis.verdict.culprits}
+    assert a.topology is not None
+    members = a.topology.members
 
     def other(role: Role) -> int:
         return min(
             m.pid
-            for m in a.topology.members
+            for m in members
             if m.role is role and m.kind is MemberKind.ACTOR and (m.node_ip, m.pid) not in blamed
         )
 
@@ -48,6 +50,7 @@ def test_the_scaled_job_names_the_recorded_culprit(name: str, nodes: int, tmp_pa
     want = recorded.diagnosis.verdict
     assert want.status is Status.HUNG and want.culprits, want
     rank_pid, engine_pid = _templates(recorded)
+    assert recorded.snapshot is not None
     snap = scaled_bundle(recorded.snapshot, nodes, rank_pid=rank_pid, engine_pid=engine_pid)
     topo = build_topology(snap)
     ranks = [m for m in topo.members if m.role is Role.TRAIN_RANK and m.kind is MemberKind.ACTOR]
