@@ -8,6 +8,7 @@ from typing import Any
 
 FINDINGS = Path(__file__).resolve().parent / "findings.md"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+SCALED = "scaled-analysis.json"  # benchmarks/bench_scaled_analysis.py
 
 
 def _s(v: Any, unit: str = "s", digits: int = 2) -> str:
@@ -232,6 +233,54 @@ def _scale(r: dict[str, Any]) -> str:
         f"{_met(sc['attach_at_largest_s'] <= sc['budget_s'])}). Machine at the largest size: "
         f"{_load(sc['sizes'][-1].get('load'))}."
     )
+
+
+def _scaled(path: Path) -> str:
+    """Section 3a from `path` (benchmarks/bench_scaled_analysis.py's results)."""
+    if not path.exists():
+        return f"Not measured (no `benchmarks/results/{path.name}`)."
+    import json
+
+    r = json.loads(path.read_text())
+    m, la = r.get("machine", {}), r.get("load_start", {}).get("loadavg", [])
+    rows = []
+    for z in r.get("sizes", []):
+        if "analysis" not in z:
+            rows.append([str(z["nodes"]), "failed", *[""] * 7])
+            continue
+        rows.append(
+            [
+                str(z["nodes"]),
+                str(z["processes"]),
+                f"{z['analysis']['wall_s']:.2f} s ({z['analysis']['cpu_s']:.2f})",
+                *(f"{z[f]['wall_s']:.2f} s ({z[f]['cpu_s']:.2f})" for f in _FORMATS),
+                f"{z['peak_rss_mib']:.0f} MiB",
+                "yes" if z["culprit_named"] else "**no**",
+            ]
+        )
+    head = [
+        "nodes",
+        "processes",
+        "analysis: wall (CPU)",
+        *(f"{f}: wall (CPU)" for f in _FORMATS),
+        "peak RSS",
+        "culprit named",
+    ]
+    return (
+        f"`python -m benchmarks.bench_scaled_analysis` (recording `{r.get('recording')}`, grown "
+        "by `tests/fixtures/scaled.py` `scaled_bundle`: each node 8 train ranks and a TP-8 "
+        "engine, the recorded stuck rank kept on node 0). Each run in a fresh interpreter: the "
+        "analysis (`build_topology`, `diagnose`, the timeline, as `analyse` runs them after "
+        "loading the bundle; the bundle's load is not in these figures) and each report format "
+        f"from its Diagnosis; medians of {len(r['sizes'][0]['runs'])} runs, rounds in "
+        f"alternating order. Machine: {m.get('nproc')} cores ({m.get('cpu')}), git "
+        f"{m.get('git')}, {r.get('started')}, load average "
+        f"{' / '.join(str(x) for x in la)} at the start: **a shared, loaded 2-core box**, not "
+        "the 16-core machine the issue's 1 s target names.\n\n" + _table(head, rows)
+    )
+
+
+_FORMATS = ("text", "json", "markdown", "html")
 
 
 def _pause(r: dict[str, Any]) -> str:
@@ -577,6 +626,8 @@ def render(
         "## 1. Time to verdict\n\n" + _verdict(results),
         "## 2. Beside `ray stack`\n\n" + _ray_stack(results),
         "## 3. Scale on one node\n\n" + _scale(results),
+        "## 3a. The analysis and the reports against the job's size (scaled recordings)\n\n"
+        + _scaled(results_dir / SCALED),
         "## 4. Cost to the job\n\n### The pause of one py-spy dump\n\n"
         + _pause(results)
         + "\n\n### CPU of the watchdog\n\n"
