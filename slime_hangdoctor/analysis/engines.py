@@ -655,12 +655,17 @@ class _State:
     detokenizer_stalled: bool = False
 
 
+def _engine_procs(world: World) -> dict[str, tuple[Proc, ...]]:
+    """The engine processes by their engine's URL, in `procs` order (one pass: issue 46)."""
+    found: dict[str, list[Proc]] = {}
+    for p in world.procs:
+        if p.role is Role.SGLANG_ENGINE:
+            found.setdefault((p.engine_url or "").rstrip("/"), []).append(p)
+    return {url: tuple(group) for url, group in found.items()}
+
+
 def _gather(url: str, obs: list[HttpObs], world: World, node_ip: str | None) -> _Reads:
-    procs = tuple(
-        p
-        for p in world.procs
-        if (p.engine_url or "").rstrip("/") == url and p.role is Role.SGLANG_ENGINE
-    )
+    procs = world.memo("engine_procs", lambda: _engine_procs(world)).get(url, ())
     latest_sample = max((o.sample for o in obs), default=None)
     latest = [o for o in obs if o.sample == latest_sample and o.answer.sent]
     metrics = _metrics(obs)
