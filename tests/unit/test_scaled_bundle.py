@@ -63,3 +63,22 @@ def test_the_scaled_job_names_the_recorded_culprit(name: str, nodes: int, tmp_pa
     assert [(c.role, c.node_ip, c.pid, c.engine_url) for c in got.culprits[:1]] == [
         (c.role, c.node_ip, c.pid, c.engine_url) for c in want.culprits[:1]
     ]
+
+
+def test_nodes_that_share_pids_keep_their_ranks_and_the_culprit(tmp_path: Path) -> None:
+    """The nodes of a real job reuse the same pids: each of 8 nodes' ranks gets its own number
+    (topology.py `_assign_ranks` keys by (node, pid); by pid alone 64 ranks had 10 numbers)."""
+    recorded = _recorded("train_rank_stuck", tmp_path)
+    assert recorded.snapshot is not None
+    rank_pid, engine_pid = _templates(recorded)
+    snap = scaled_bundle(
+        recorded.snapshot, 8, rank_pid=rank_pid, engine_pid=engine_pid, per_node_pids=True
+    )
+    pids = [p.pid for p in snap.processes_at(0) if p.node_ip == node_ip(1)]
+    assert set(pids) & {p.pid for p in snap.processes_at(0) if p.node_ip == node_ip(2)}
+    topo = build_topology(snap)
+    ranks = [m for m in topo.members if m.role is Role.TRAIN_RANK and m.kind is MemberKind.ACTOR]
+    assert sorted(m.rank if m.rank is not None else -1 for m in ranks) == list(range(64))
+    want = recorded.diagnosis.verdict.culprits[0]
+    got = diagnose(snap, topo).verdict.culprits[0]
+    assert (got.node_ip, got.pid) == (want.node_ip, want.pid)
