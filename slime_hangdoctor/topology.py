@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import shlex
 from dataclasses import dataclass
@@ -129,10 +130,19 @@ class Topology:
         return tuple(m for m in self.members if m.role is role)
 
     def member(self, pid: int, node_ip: str | None = None) -> Member | None:
-        for m in self.members:
-            if m.pid == pid and (node_ip is None or m.node_ip in (None, node_ip)):
+        for m in self._by_pid.get(pid, ()):
+            if node_ip is None or m.node_ip in (None, node_ip):
                 return m
         return None
+
+    @functools.cached_property
+    def _by_pid(self) -> dict[int, tuple[Member, ...]]:
+        """The members by pid, in `members` order: built once, so that looking up every process
+        of a large job stays linear (issue 46)."""
+        found: dict[int, list[Member]] = {}
+        for m in self.members:
+            found.setdefault(m.pid, []).append(m)
+        return {pid: tuple(group) for pid, group in found.items()}
 
 
 # --------------------------------------------------------------------------- building it
