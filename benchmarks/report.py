@@ -7,6 +7,9 @@ from pathlib import Path
 from typing import Any
 
 FINDINGS = Path(__file__).resolve().parent / "findings.md"
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+SCALED = "scaled-analysis.json"  # benchmarks/bench_scaled_analysis.py
+SCALED_BEFORE = "scaled-analysis-before-fixes.json"  # the same, before its fixes (issue 46)
 
 
 def _s(v: Any, unit: str = "s", digits: int = 2) -> str:
@@ -72,111 +75,6 @@ def _machine(r: dict[str, Any]) -> str:
             ]
         )
     return _table(["", ""], rows)
-
-
-def _summary(r: dict[str, Any]) -> str:
-    rows: list[list[str]] = []
-    v = r.get("verdict", {})
-    for c in v.get("configs", []):
-        rows.append(
-            [
-                f"1. time to verdict: `attach`, {c['slime_processes']} slime processes "
-                f"(demo `{c['fault']}`{' ' + ' '.join(c['extra_args']) if c['extra_args'] else ''})",
-                _s(c["wall_s"]),
-                f"<= {c['budget_s']:.1f} s (window 3 s + 2 s)",
-                _met(c["met"]),
-            ]
-        )
-    rs = r.get("ray_stack", {})
-    if "ratio" in rs:
-        rows.append(
-            [
-                f"2. stack collection vs `ray stack` ({rs['processes']} processes), ratio",
-                f"{rs['ratio']['median']:.3f} (first round {rs['ratio_first_round']:.3f}); "
-                f"with --native {rs['ratio_native']['median']:.3f}",
-                f"<= {rs['target_ratio']}",
-                _met(rs["met"]),
-            ]
-        )
-    sc = r.get("scale", {})
-    if "sizes" in sc:
-        rows.append(
-            [
-                "3. scale: stack collection growth 16 -> 128 targets",
-                f"x{sc['stack_growth']} for x{sc['target_growth']} targets",
-                "sub-linear",
-                _met(sc["sublinear"]),
-            ]
-        )
-        rows.append(
-            [
-                f"3. scale: `attach --local` at {sc['sizes'][-1]['targets']['median']:.0f} targets",
-                _s(sc["sizes"][-1]["wall_s"]),
-                f"<= {sc['budget_s']:.1f} s (window 3 s + 5 s)",
-                _met(sc["attach_at_largest_s"] <= sc["budget_s"]),
-            ]
-        )
-    p = r.get("pause", {})
-    for t in p.get("targets", []):
-        b, n = t["modes"]["blocking"], t["modes"]["nonblocking"]
-        rows.append(
-            [
-                f"4. pause of one py-spy dump, busy target with {t['threads']} thread(s)",
-                f"blocking: stall {_s(b['longest_stall_ms'], 'ms', 1)}, lost "
-                f"{b['lost_ms']['median']:.1f} ms; --nonblocking: stall "
-                f"{n['longest_stall_ms']['median']:.1f} ms, lost {n['lost_ms']['median']:.1f} ms",
-                "reported",
-                "reported",
-            ]
-        )
-    w = _watchdog_case(r, "progressing")
-    if "check" in w:
-        sw = _watchdog_case(r, "stalled")
-        stalled, hour = sw.get("check"), sw.get("check_long_stall")
-        also = (
-            f" (a stall: {100 * stalled['share_of_one_core']:.2f} % before its alert"
-            + (f", {100 * hour['share_of_one_core']:.2f} % over its first hour" if hour else "")
-            + ")"
-            if stalled
-            else ""
-        )
-        rows.append(
-            [
-                "4. `check` every 60 s on a progressing job, share of one core",
-                f"{100 * w['check']['share_of_one_core']:.2f} %{also}",
-                "< 1 %",
-                _met(w["check"]["met"]),
-            ]
-        )
-        rows.append(
-            [
-                f"4. `watch` at its default --interval {w['watch']['default_interval_s']:.0f} s",
-                f"{100 * w['watch']['share_of_one_core']:.2f} %",
-                "< 1 %",
-                _met(w["watch"]["met"]),
-            ]
-        )
-    st = r.get("startup", {})
-    if "wall_s" in st:
-        rows.append(
-            [
-                "5. `slime-hangdoctor --help`",
-                _s(st["wall_s"], "s", 3),
-                f"< {st['target_s']} s",
-                _met(st["met"]),
-            ]
-        )
-    for c in v.get("configs", [])[:1]:
-        rows.append(
-            [
-                "5. memory of the CLI during `attach` (peak RSS; with its children)",
-                f"{c['cli_peak_rss_mib']['median']:.0f} MiB; "
-                f"{c['cli_tree_peak_rss_mib']['median']:.0f} MiB",
-                "reported",
-                "reported",
-            ]
-        )
-    return _table(["target", "measured (median, min-max)", "goal", "result"], rows)
 
 
 def _verdict(r: dict[str, Any]) -> str:
@@ -335,6 +233,82 @@ def _scale(r: dict[str, Any]) -> str:
         f"{sc['attach_at_largest_s']:.2f} s (goal {sc['budget_s']:.1f} s: "
         f"{_met(sc['attach_at_largest_s'] <= sc['budget_s'])}). Machine at the largest size: "
         f"{_load(sc['sizes'][-1].get('load'))}."
+    )
+
+
+def _scaled(path: Path) -> str:
+    """Section 3a from `path` (benchmarks/bench_scaled_analysis.py's results)."""
+    if not path.exists():
+        return f"Not measured (no `benchmarks/results/{path.name}`)."
+    import json
+
+    r = json.loads(path.read_text())
+    m, la = r.get("machine", {}), r.get("load_start", {}).get("loadavg", [])
+    rows = []
+    for z in r.get("sizes", []):
+        if "analysis" not in z:
+            rows.append([str(z["nodes"]), "failed", *[""] * 7])
+            continue
+        rows.append(
+            [
+                str(z["nodes"]),
+                str(z["processes"]),
+                f"{z['analysis']['wall_s']:.2f} s ({z['analysis']['cpu_s']:.2f})",
+                *(f"{z[f]['wall_s']:.2f} s ({z[f]['cpu_s']:.2f})" for f in _FORMATS),
+                f"{z['peak_rss_mib']:.0f} MiB",
+                "yes" if z["culprit_named"] else "**no**",
+            ]
+        )
+    head = [
+        "nodes",
+        "processes",
+        "analysis: wall (CPU)",
+        *(f"{f}: wall (CPU)" for f in _FORMATS),
+        "peak RSS",
+        "culprit named",
+    ]
+    return (
+        f"`python -m benchmarks.bench_scaled_analysis` (recording `{r.get('recording')}`, grown "
+        "by `tests/fixtures/scaled.py` `scaled_bundle`: each node 8 train ranks and a TP-8 "
+        "engine, the recorded stuck rank kept on node 0). Each run in a fresh interpreter: the "
+        "analysis (`build_topology`, `diagnose`, the timeline, as `analyse` runs them after "
+        "loading the bundle; the bundle's load is not in these figures) and each report format "
+        f"from its Diagnosis; medians of {len(r['sizes'][0]['runs'])} runs, rounds in "
+        f"alternating order. Machine: {m.get('nproc')} cores ({m.get('cpu')}), git "
+        f"{m.get('git')}, {r.get('started')}, load average "
+        f"{' / '.join(str(x) for x in la)} at the start: **a shared, loaded 2-core box**, not "
+        "the 16-core machine the issue's 1 s target names.\n\n" + _table(head, rows)
+    )
+
+
+_FORMATS = ("text", "json", "markdown", "html")
+
+
+def _scaled_before(path: Path) -> str:
+    """The analysis's own figures before the fixes the benchmark led to, where kept."""
+    if not path.exists():
+        return ""
+    import json
+
+    r = json.loads(path.read_text())
+    rows = [
+        [
+            str(z["nodes"]),
+            str(z["processes"]),
+            f"{z['analysis']['wall_s']:.2f} s ({z['analysis']['cpu_s']:.2f})",
+            f"{z['text']['wall_s']:.2f} s ({z['text']['cpu_s']:.2f})",
+        ]
+        for z in r.get("sizes", [])
+        if "analysis" in z
+    ]
+    la = r.get("load_start", {}).get("loadavg", [])
+    return (
+        f"\n\nBefore the fixes it led to (git {r.get('machine', {}).get('git')}, "
+        f"{r.get('started')}, load average {' / '.join(str(x) for x in la)}; "
+        f"`benchmarks/results/{path.name}`): a scan of every process per process in "
+        "`build_world` and `World.children_of`, of every process per engine, and the layout "
+        "hint computed again for each of ~44,000 frames at 64 nodes, most of them equal.\n\n"
+        + _table(["nodes", "processes", "analysis: wall (CPU)", "text: wall (CPU)"], rows)
     )
 
 
@@ -661,20 +635,29 @@ def _profiles(r: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-def render(results: dict[str, Any], baseline: dict[str, Any] | None) -> str:
+def render(
+    results: dict[str, Any], baseline: dict[str, Any] | None, results_dir: Path = RESULTS_DIR
+) -> str:
+    from benchmarks import summary  # it formats with this module's helpers
+
     findings = FINDINGS.read_text() if FINDINGS.exists() else ""
     sections = [
         "# Performance\n\n"
         "Time to verdict, cost to the job and scale, measured by the benchmarks in `benchmarks/` "
         "(run them all with `python -m benchmarks.run`; see benchmarks/README.md). This file is "
-        "written by that command from benchmarks/results/latest.json; the analysis of misses and "
-        "fixes comes from benchmarks/findings.md. The machine is shared with other work: the load "
+        "written by that command from benchmarks/results/latest.json (the summary: from each "
+        "results file it cites, with that run's machine and date); the analysis of misses and "
+        "fixes comes from benchmarks/findings.md; a section it does not write (1a, 1b: hand-run "
+        "A/Bs on lent machines) is kept from the file as it stood. The machine is shared with other work: the load "
         "average is recorded with every benchmark, and medians of several runs are reported.",
         "## Machine and versions\n\n" + _machine(results),
-        "## Summary\n\n" + _summary(results),
+        "## Summary\n\n" + summary.section(results_dir),
         "## 1. Time to verdict\n\n" + _verdict(results),
         "## 2. Beside `ray stack`\n\n" + _ray_stack(results),
         "## 3. Scale on one node\n\n" + _scale(results),
+        "## 3a. The analysis and the reports against the job's size (scaled recordings)\n\n"
+        + _scaled(results_dir / SCALED)
+        + _scaled_before(results_dir / SCALED_BEFORE),
         "## 4. Cost to the job\n\n### The pause of one py-spy dump\n\n"
         + _pause(results)
         + "\n\n### CPU of the watchdog\n\n"
@@ -685,3 +668,37 @@ def render(results: dict[str, Any], baseline: dict[str, Any] | None) -> str:
         "### Profiles of this run's misses\n\n" + _profiles(results),
     ]
     return "\n\n".join(s.strip() for s in sections) + "\n"
+
+
+def _blocks(text: str) -> list[tuple[str, str]]:
+    """`text` cut at its level-2 headings: (heading line, block), the first block's heading ""."""
+    blocks: list[tuple[str, str]] = []
+    head, lines = "", []  # type: tuple[str, list[str]]
+    for line in text.splitlines():
+        if line.startswith("## "):
+            blocks.append((head, "\n".join(lines).strip()))
+            head, lines = line.strip(), []
+        lines.append(line)
+    blocks.append((head, "\n".join(lines).strip()))
+    return [(h, b) for h, b in blocks if b]
+
+
+def keep_sections(old: str, new: str) -> str:
+    """`new` (what `render` wrote) with every level-2 section of `old` (the file as it stood)
+    that `render` does not write, each after the written section it followed (1a and 1b after
+    1): sections measured by hand on lent machines outlive a re-run of the benchmarks."""
+    written = _blocks(new)
+    heads = {h for h, _ in written}
+    after: dict[str, list[str]] = {}
+    anchor = ""
+    for head, block in _blocks(old):
+        if head in heads:
+            anchor = head
+        elif head:
+            after.setdefault(anchor, []).append(block)
+    out: list[str] = []
+    for head, block in written:
+        out += [block, *after.pop(head, [])]
+    for blocks in after.values():  # an anchor `render` no longer writes: at the end, in order
+        out += blocks
+    return "\n\n".join(out) + "\n"

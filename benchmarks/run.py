@@ -5,6 +5,9 @@
     python -m benchmarks.run --label before-fixes  # store under another name, no report
     python -m benchmarks.run --report-only         # rewrite the report from the stored results
 
+The report keeps every section of docs/performance.md it does not write itself (1a, 1b: A/Bs run
+by hand on lent machines), each after the section it followed (`report.keep_sections`).
+
 Results: benchmarks/results/<label>.json (default `latest`); the report compares `latest` with
 `before-fixes` (the product before the performance fixes) when that file exists. Each benchmark
 stops everything it starts (demo cluster, titled processes, temp dirs); a failing benchmark is
@@ -178,7 +181,8 @@ def main() -> None:
     if args.label == "latest":
         baseline_path = RESULTS_DIR / "before-fixes.json"
         baseline = json.loads(baseline_path.read_text()) if baseline_path.exists() else None
-        DOC.write_text(report.render(results, baseline))
+        old = DOC.read_text() if DOC.exists() else ""
+        DOC.write_text(report.keep_sections(old, report.render(results, baseline, RESULTS_DIR)))
         print(f"[benchmarks] report: {DOC}")
 
 

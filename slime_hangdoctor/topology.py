@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import shlex
 from dataclasses import dataclass
@@ -129,10 +130,19 @@ class Topology:
         return tuple(m for m in self.members if m.role is role)
 
     def member(self, pid: int, node_ip: str | None = None) -> Member | None:
-        for m in self.members:
-            if m.pid == pid and (node_ip is None or m.node_ip in (None, node_ip)):
+        for m in self._by_pid.get(pid, ()):
+            if node_ip is None or m.node_ip in (None, node_ip):
                 return m
         return None
+
+    @functools.cached_property
+    def _by_pid(self) -> dict[int, tuple[Member, ...]]:
+        """The members by pid, in `members` order: built once, so that looking up every process
+        of a large job stays linear (issue 46)."""
+        found: dict[int, list[Member]] = {}
+        for m in self.members:
+            found.setdefault(m.pid, []).append(m)
+        return {pid: tuple(group) for pid, group in found.items()}
 
 
 # --------------------------------------------------------------------------- building it
@@ -1070,27 +1080,32 @@ def _assign_ranks(
         and m.kind in _OWN_PROCESS
         and (m.node_ip, m.pid) not in parent_of
     ]
-    known: dict[int, int] = {}
+    # keyed by (node, pid): the same pid on two nodes is two processes (issue 46)
+    known: dict[tuple[str | None, int], int] = {}
     for m in ranks:
         info = procs.get((m.node_ip, m.pid))
         raw = info.env.get("RANK") if info else None
         if raw is not None and raw.isdigit():
-            known[m.pid] = int(raw)
+            known[(m.node_ip, m.pid)] = int(raw)
     unknown = sorted(
-        (m for m in ranks if m.pid not in known), key=lambda m: (m.node_ip or "", m.pid)
+        (m for m in ranks if (m.node_ip, m.pid) not in known),
+        key=lambda m: (m.node_ip or "", m.pid),
     )
-    free = iter(r for r in range(len(ranks)) if r not in known.values())
+    taken = set(known.values())
+    free = iter(r for r in range(len(ranks)) if r not in taken)
     out: list[Member] = []
-    guessed = {m.pid: next(free, None) for m in unknown}
+    guessed = {(m.node_ip, m.pid): next(free, None) for m in unknown}
     assigned: dict[tuple[str | None, int], Member] = {}
+    is_rank = {id(m) for m in ranks}
     for m in members:
-        if m not in ranks:
+        if id(m) not in is_rank:
             out.append(m)
             continue
-        if m.pid in known:
-            done = _replace(m, rank=known[m.pid])
+        key = (m.node_ip, m.pid)
+        if key in known:
+            done = _replace(m, rank=known[key])
         else:
-            done = _replace(m, rank=guessed.get(m.pid), rank_inferred=True)
+            done = _replace(m, rank=guessed.get(key), rank_inferred=True)
         assigned[(m.node_ip, m.pid)] = done
         out.append(done)
     for i, m in enumerate(out):

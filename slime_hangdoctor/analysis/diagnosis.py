@@ -59,6 +59,7 @@ from slime_hangdoctor.parsers.ray_state import (
     JOB_RUNNING,
     RAY_STATE,
     TASK_RUNNING,
+    RayTask,
 )
 from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer
 from slime_hangdoctor.snapshot import Snapshot
@@ -256,11 +257,19 @@ def _row_stage(p: Proc) -> Stage:
     return Stage.UNKNOWN
 
 
+def _tasks_by_pid(world: World) -> dict[int | None, tuple[RayTask, ...]]:
+    """Ray's tasks by their worker's pid, in Ray's order (one pass: issue 46)."""
+    found: dict[int | None, list[RayTask]] = {}
+    for t in world.snapshot.joined(RAY_STATE).tasks:
+        found.setdefault(t.worker_pid, []).append(t)
+    return {pid: tuple(group) for pid, group in found.items()}
+
+
 def _task_age(world: World, p: Proc) -> str | None:
     """`update_weights running for 25 min` from the Ray task the process runs, where known."""
     now = world.snapshot.manifest.created_at
-    for t in world.snapshot.joined(RAY_STATE).tasks:
-        if t.worker_pid == p.pid and t.state == TASK_RUNNING and t.start_time_ms and now > 0:
+    for t in world.memo("tasks_by_pid", lambda: _tasks_by_pid(world)).get(p.pid, ()):
+        if t.state == TASK_RUNNING and t.start_time_ms and now > 0:
             age = now - t.start_time_ms / 1000.0
             if age >= 0:
                 when = f"{age / 60:.0f} min" if age >= 120 else f"{age:.0f} s"

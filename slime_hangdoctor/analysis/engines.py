@@ -312,6 +312,17 @@ def _server_infos(latest: list[HttpObs]) -> list[tuple[HttpAnswer, ServerInfo]]:
     return [(o.answer, o.parsed) for o in latest if isinstance(o.parsed, ServerInfo)]
 
 
+def _held_back_infos(obs: list[HttpObs], latest_sample: int | None) -> list[HttpObs]:
+    """Where the latest sample held `/server_info` back (not sent: an earlier sample found the
+    scheduler busy or silent, collect/sglang.py `server_info_held`), the answers of the latest
+    sample that sent it: the engine's latest word on its scheduler. Else none."""
+    infos = [o for o in obs if o.answer.path in ("/server_info", "/get_server_info")]
+    if not any(o.sample == latest_sample and not o.answer.sent for o in infos):
+        return []
+    sent = [o.sample for o in infos if o.answer.sent]
+    return [o for o in infos if sent and o.sample == max(sent) and o.answer.sent]
+
+
 def _recovers(info: ServerInfo) -> bool:
     version = version_tuple(info.version)
     return version is not None and version >= RECOVERING_VERSION
@@ -613,6 +624,8 @@ class _Reads:
     calls: tuple[str, ...]
     calls_held: tuple[str, ...]
     router: RouterWorker | None
+    # the latest sample's answers, and the last `/server_info` sent where it held that one back
+    scheduler_reads: list[HttpObs]
     empty: list[tuple[HttpAnswer, ServerInfo]]  # `/server_info` answers with internal_states []
 
     @property
@@ -642,12 +655,17 @@ class _State:
     detokenizer_stalled: bool = False
 
 
+def _engine_procs(world: World) -> dict[str, tuple[Proc, ...]]:
+    """The engine processes by their engine's URL, in `procs` order (one pass: issue 46)."""
+    found: dict[str, list[Proc]] = {}
+    for p in world.procs:
+        if p.role is Role.SGLANG_ENGINE:
+            found.setdefault((p.engine_url or "").rstrip("/"), []).append(p)
+    return {url: tuple(group) for url, group in found.items()}
+
+
 def _gather(url: str, obs: list[HttpObs], world: World, node_ip: str | None) -> _Reads:
-    procs = tuple(
-        p
-        for p in world.procs
-        if (p.engine_url or "").rstrip("/") == url and p.role is Role.SGLANG_ENGINE
-    )
+    procs = world.memo("engine_procs", lambda: _engine_procs(world)).get(url, ())
     latest_sample = max((o.sample for o in obs), default=None)
     latest = [o for o in obs if o.sample == latest_sample and o.answer.sent]
     metrics = _metrics(obs)
@@ -658,6 +676,7 @@ def _gather(url: str, obs: list[HttpObs], world: World, node_ip: str | None) -> 
     if load is None:
         load_notes = load_notes + _gauge_line(last_metrics)
     calls, calls_held = _calls(metrics)
+    scheduler_reads = [*latest, *_held_back_infos(obs, latest_sample)]
     return _Reads(
         url=url,
         node_ip=node_ip,
@@ -675,7 +694,8 @@ def _gather(url: str, obs: list[HttpObs], world: World, node_ip: str | None) -> 
         calls=calls,
         calls_held=calls_held,
         router=router_entry(world, url),
-        empty=[(a, i) for a, i in _server_infos(latest) if i.empty_internal_states],
+        scheduler_reads=scheduler_reads,
+        empty=[(a, i) for a, i in _server_infos(scheduler_reads) if i.empty_internal_states],
     )
 
 
@@ -758,7 +778,7 @@ def _held_or_stuck(r: _Reads, history: tuple[PausedEngine, ...]) -> _State | Non
     found = _stuck(r, pause, frozen_scheds)
     if found is not None:
         return found
-    timed_out = _unresponsive(r.latest, empty_counts=False)
+    timed_out = _unresponsive(r.scheduler_reads, empty_counts=False)
     if r.empty and not timed_out and (r.calls_held or frozen_scheds):
         # `[]` with the scheduler's own frozen progress: a control call held in flight, or a
         # scheduler blocked at the same frame in both samples.
@@ -829,7 +849,7 @@ def _stuck(r: _Reads, pause: _Pause, frozen_scheds: list[str]) -> _State | None:
                 f"{http_generate:g} /generate requests in flight at the HTTP layer and no "
                 "scheduler step between the samples (sglang:realtime_tokens_total flat)"
             )
-        evidence = [first, *_unresponsive(r.latest, empty_counts=True), *r.call_lines()]
+        evidence = [first, *_unresponsive(r.scheduler_reads, empty_counts=True), *r.call_lines()]
         return _State(EngineState.STUCK, evidence, True)
     return None
 

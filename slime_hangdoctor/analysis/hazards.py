@@ -105,22 +105,39 @@ def _targets(world: World, engines: tuple[EngineRead, ...]) -> list[tuple[str, s
     return out
 
 
+def _through_proxy(
+    env: dict[str, str], targets: list[tuple[str, str]]
+) -> tuple[list[str], tuple[str, str] | None]:
+    """The labels of the `targets` a client with this environment reaches through a proxy, and
+    the first such proxy (variable, value)."""
+    hits: list[str] = []
+    chosen: tuple[str, str] | None = None
+    if not env:
+        return hits, chosen
+    for label, url in targets:
+        proxy = proxy_for_url(env, url)
+        if proxy is None:
+            continue
+        hits.append(label)
+        chosen = chosen or proxy
+    return hits, chosen
+
+
 def proxy_hazards(world: World, engines: tuple[EngineRead, ...]) -> tuple[ProxyHazard, ...]:
     targets = _targets(world, engines)
     peers = peer_map(world, engines) if any(p.conns for p in world.procs) else None
     out: list[ProxyHazard] = []
+    # what each target does under one proxy setting, worked out once per setting: the ranks of a
+    # large job share their environment (issue 46: 1,000 callers x 130 engines at 128 nodes)
+    seen: dict[tuple[tuple[str, str], ...], tuple[list[str], tuple[str, str] | None]] = {}
     for p in world.procs:
         if p.role not in _HTTP_CALLERS or p.kind in (MemberKind.SCHEDULER, MemberKind.DETOKENIZER):
             continue
         env = env_of(p)
-        hits: list[str] = []
-        chosen: tuple[str, str] | None = None
-        for label, url in targets:
-            proxy = proxy_for_url(env, url)
-            if proxy is None:
-                continue
-            hits.append(label)
-            chosen = chosen or proxy
+        key = tuple((k, v) for k, v in env.items() if k.lower().endswith("_proxy"))
+        if key not in seen:
+            seen[key] = _through_proxy(dict(key), targets)
+        hits, chosen = seen[key]
         if not hits or chosen is None:
             continue
         connected = 0

@@ -1167,8 +1167,11 @@ LAYOUT_HINT_FILES: tuple[tuple[str, str], ...] = (
 )
 
 
+@lru_cache(maxsize=8192)
 def layout_hint(frame: Frame) -> str | None:
-    """The slime layout a frame belongs to, when its file exists in one layout only."""
+    """The slime layout a frame belongs to, when its file exists in one layout only. Cached by
+    the frame's value: the ranks of a large job share most frames (issue 46: 64 nodes read
+    ~44,000 frames of ~1,300 processes, a few hundred distinct)."""
     for pattern, layout in LAYOUT_HINT_FILES:
         if _file_matches(pattern, frame):
             return layout

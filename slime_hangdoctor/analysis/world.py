@@ -140,11 +140,16 @@ class World:
 
     def children_of(self, proc: Proc) -> tuple[Proc, ...]:
         """The processes `proc` forked that kept its title (its `child` members)."""
-        return tuple(
-            p
-            for p in self.procs
-            if p.is_child and p.parent_pid == proc.pid and p.node_ip == proc.node_ip
-        )
+        return self.memo("children", self._children).get((proc.node_ip, proc.pid), ())
+
+    def _children(self) -> dict[tuple[str | None, int], tuple[Proc, ...]]:
+        """Every `child` member by its parent's (node, pid), in `procs` order: one pass, so that
+        asking for each process's children stays linear in the job's size (issue 46)."""
+        found: dict[tuple[str | None, int], list[Proc]] = {}
+        for p in self.procs:
+            if p.is_child and p.parent_pid is not None:
+                found.setdefault((p.node_ip, p.parent_pid), []).append(p)
+        return {key: tuple(group) for key, group in found.items()}
 
     def parent_of(self, proc: Proc) -> Proc | None:
         """The slime process a `child` was forked by."""
@@ -367,17 +372,25 @@ def build_world(snapshot: Snapshot, topology: Topology) -> World:
     ras = _ras_ranks(snapshot)
     nccl_pids = _ras_pids(snapshot) | set(fr)
     keys: dict[tuple[str | None, int], None] = {}
+    nodes_of: dict[int, set[str | None]] = {}  # pid -> the nodes of `keys` with it (an index)
+
+    def add(key: tuple[str | None, int]) -> None:
+        keys.setdefault(key, None)
+        nodes_of.setdefault(key[1], set()).add(key[0])
+
     for m in topology.members:
-        keys.setdefault((m.node_ip, m.pid), None)
+        add((m.node_ip, m.pid))
     for key in stacks:
-        if not any(k[1] == key[1] and (k[0] is None or key[0] is None) for k in keys):
-            keys.setdefault(key, None)
+        seen = nodes_of.get(key[1])
+        if not seen or (key[0] is not None and None not in seen):
+            add(key)
     for key, info_list in infos.items():
-        known = any(k[1] == key[1] and (k[0] in (None, key[0])) for k in keys)
+        seen = nodes_of.get(key[1], set())
+        known = None in seen or key[0] in seen
         if not known and _job_process(
             info_list[-1][1], key, nccl_pids, gpus, bool(topology.members)
         ):
-            keys.setdefault(key, None)
+            add(key)
     last_sample: dict[str | None, int] = {}
     for pobs in snapshot.facts(PROCESS_TABLE):
         last_sample[pobs.node_ip] = max(last_sample.get(pobs.node_ip, -1), pobs.sample)

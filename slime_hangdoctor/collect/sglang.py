@@ -106,6 +106,7 @@ class Answer:
     reason: str | None = None
     fallback: str | None = None
     not_sent: bool = False  # deliberately not asked (see server_info_risk)
+    hold_back: str | None = None  # why later samples must not ask again (see server_info_silent)
 
 
 def _classify(exc: BaseException, budget: float) -> tuple[Outcome, str]:
@@ -324,6 +325,8 @@ def _record(
     if answer.not_sent:
         meta["not_sent"] = True
         meta["error"] = answer.reason
+    if answer.hold_back:
+        meta["hold_back"] = answer.hold_back
     meta.update(extra or {})
     return ProbeRecord(
         source=source,
@@ -427,6 +430,7 @@ def probe_engine(
         left = timeout - (time.monotonic() - tic)
         if later and left > 0.05:
             jobs.extend(_collect_jobs(later, base, api_key, left))
+            _mark_silent(jobs)
         elif later:
             why = "not sent: no time left of the probe budget"
             jobs.extend(
@@ -468,20 +472,83 @@ def _parsed(jobs: list[_Job], path: str, check: Callable[[bytes], Any]) -> Any:
 
 def server_info_held(records: Iterable[ProbeRecord], url: str, before: int) -> str | None:
     """Why a sample of this run before `before` held `/server_info` back from the engine at `url`
-    (`server_info_risk`), as "sample K: why"; None when none did."""
+    (`server_info_risk`) or found its scheduler silent there (`server_info_silent`), as
+    "sample K: why"; None when none did."""
     wanted = _named_url(base_url(url))
     for rec in records:
         meta = rec.meta
         if (
-            rec.source == SGLANG
-            and rec.sample is not None
-            and rec.sample < before
-            and meta.get("path") == SERVER_INFO.paths[0]
-            and meta.get("not_sent") is True
-            and meta.get("url") == wanted
+            rec.source != SGLANG
+            or rec.sample is None
+            or rec.sample >= before
+            or meta.get("path") != SERVER_INFO.paths[0]
+            or meta.get("url") != wanted
         ):
+            continue
+        if meta.get("not_sent") is True:
             return f"sample {rec.sample}: {(rec.reason or '').removeprefix('not sent: ')}"
+        if isinstance(meta.get("hold_back"), str):
+            return f"sample {rec.sample}: {meta['hold_back']}"
     return None
+
+
+def _mark_silent(jobs: list[_Job]) -> None:
+    """Mark the `/server_info` answer that `server_info_silent` says later samples must not
+    repeat (its record's meta `hold_back`, which `server_info_held` reads)."""
+    why = server_info_silent(jobs)
+    if why is None:
+        return
+    for job in jobs:
+        for answer in job.answers:
+            if answer.path in SERVER_INFO.paths and not answer.not_sent:
+                answer.hold_back = why
+
+
+def server_info_silent(jobs: list[_Job]) -> str | None:
+    """Why no later sample of this run may send `/server_info` again after these answers (None:
+    it may): the scheduler did not answer it (slime's patch gives `internal_states: []` after
+    its 2 s wait; stock SGLang times out), on a version whose endpoint one timed-out call
+    poisons (`_poison`). Asking again costs the next sample those 2 s, and a call that
+    times out leaves the endpoint poisoned for every later caller."""
+    sent = [
+        a
+        for job in jobs
+        for a in job.answers
+        if a.path in SERVER_INFO.paths and not a.not_sent and a.status != 404
+    ]
+    poison = _poison(jobs) if sent else None
+    if poison is None:
+        return None
+    answer = sent[-1]
+    if answer.outcome is Outcome.TIMED_OUT:
+        return f"{answer.path} timed out after {answer.elapsed_s:.1f} s; {poison}"
+    try:
+        info = parsers.parse_server_info(answer.body) if answer.body is not None else None
+    except Exception:  # a body that is not a server_info: nothing said about the scheduler
+        return None
+    if info is not None and answer.outcome is Outcome.OK and info.empty_internal_states:
+        return (
+            f"{answer.path} answered internal_states: [] after {answer.elapsed_s:.1f} s (the "
+            f"scheduler silent); {poison}"
+        )
+    return None
+
+
+def _poison(jobs: list[_Job]) -> str | None:
+    """On a version whose `/server_info` one timed-out call poisons (before 0.5.23, or unknown,
+    as `/v1/loads` reports it), what that costs, in words; None on a recovering version."""
+    load = _parsed(jobs, "/v1/loads", parsers.parse_loads) or _parsed(
+        jobs, "/get_load", parsers.parse_loads
+    )
+    version = load.version if load is not None else None
+    parsed_version = parsers.version_tuple(version)
+    if parsed_version is not None and parsed_version >= parsers.RECOVERING_VERSION:
+        return None
+    named = f"SGLang {version}" if version else "an SGLang of unknown version"
+    return (
+        f"on {named} one /server_info that times out leaves the endpoint answering "
+        "internal_states: [] for every later caller (communicator.py:38-58)"
+    )
 
 
 def server_info_risk(jobs: list[_Job]) -> str | None:
@@ -492,17 +559,11 @@ def server_info_risk(jobs: list[_Job]) -> str | None:
     busy or silent scheduler may not answer within slime's 2 s, and that one timeout would leave
     every later `/server_info` (slime's, the operator's, the doctor's next sample) answering
     `internal_states: []` until the engine restarts."""
+    poison = _poison(jobs)
+    if poison is None:
+        return None
     load = _parsed(jobs, "/v1/loads", parsers.parse_loads) or _parsed(
         jobs, "/get_load", parsers.parse_loads
-    )
-    version = load.version if load is not None else None
-    parsed_version = parsers.version_tuple(version)
-    if parsed_version is not None and parsed_version >= parsers.RECOVERING_VERSION:
-        return None
-    named = f"SGLang {version}" if version else "an SGLang of unknown version"
-    poison = (
-        f"on {named} one /server_info that times out leaves the endpoint answering "
-        "internal_states: [] for every later caller (communicator.py:38-58)"
     )
     answers = [a for job in jobs for a in job.answers]
     if not any(a.outcome is Outcome.OK for a in answers) and any(

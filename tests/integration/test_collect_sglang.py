@@ -298,6 +298,42 @@ def test_server_info_held_back_at_one_sample_is_held_back_at_the_next(
         scheduler.resume()
 
 
+def test_server_info_answered_empty_is_held_back_at_later_samples(
+    start: Start, writer: BundleWriter
+) -> None:
+    """Issue 46 item 5: a scheduler silent with nothing in flight (its process stopped) is asked
+    `/server_info` at the first sample, whose first reads show nothing; slime's patch answers
+    `internal_states: []` after its 2 s wait. On 0.5.15 the later samples of the run do not ask
+    again (2 s more each, and one that timed out would poison the endpoint)."""
+    s = start()
+    scheduler = psutil.Process(s.scheduler_pid())
+    scheduler.suspend()
+    try:
+        first = by_path(probe_engine(writer, s.url, node_ip=None, sample=0, timeout=3.0))
+        info = first["/server_info"]
+        assert info.meta.get("not_sent") is None and info.elapsed_s >= 1.9, info
+        assert parse_server_info(artefact(writer, info)).empty_internal_states, info
+        held = server_info_held(writer.records, s.url, before=1)
+        assert held is not None and "internal_states: [] after" in held, held
+        assert held.startswith("sample 0: ") and "0.5.15" in held, held
+        tic = time.monotonic()
+        second = by_path(
+            probe_engine(writer, s.url, node_ip=None, sample=1, timeout=3.0, held=held)
+        )
+        took = time.monotonic() - tic
+        again = second["/server_info"]
+        assert again.meta.get("not_sent") is True, again
+        assert again.reason is not None and "held back since sample 0" in again.reason
+        assert took < 1.5, took
+        assert server_info_held(writer.records, s.url, before=2) == held
+        # the control, asked anyway, pays the 2 s again
+        control = by_path(probe_engine(writer, s.url, node_ip=None, sample=2, timeout=3.0))
+        assert control["/server_info"].meta.get("not_sent") is None, control["/server_info"]
+        assert control["/server_info"].elapsed_s >= 1.9, control["/server_info"]
+    finally:
+        scheduler.resume()
+
+
 def _quiet_post(url: str, body: dict[str, Any]) -> None:
     try:
         requests.post(url, json=body, timeout=60)

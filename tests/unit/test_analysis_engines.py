@@ -3,6 +3,7 @@ tests/fixtures/README.md, parsed by the real parsers) and from the processes of 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -172,6 +173,24 @@ def test_empty_internal_states_with_frozen_progress_is_stuck() -> None:
     assert e.state is EngineState.STUCK
     assert any("internal_states == []" in line for line in e.evidence)
     assert e.notes == ()
+
+
+def test_empty_internal_states_held_back_at_the_next_sample_still_counts() -> None:
+    """Issue 46 item 5: sample 1 held `/server_info` back because sample 0 got `[]` (the
+    collector's `server_info_held`): that answer is still the engine's latest word on it."""
+    empty = _info()
+    first = HttpObs(empty.kind, 0, empty.answer, empty.parsed)
+    held = http(URL, "/server_info", None, sample=1, outcome=UNAVAILABLE)
+    held = HttpObs(held.kind, 1, replace(held.answer, sent=False), None)
+    e = _read(
+        _metrics("metrics_stuck.txt", 0),
+        _metrics("metrics_stuck.txt", 1),
+        _loads("v1_loads_stuck.json"),
+        first,
+        held,
+    )
+    assert e.state is EngineState.STUCK
+    assert any("internal_states == []" in line for line in e.evidence), e.evidence
 
 
 def test_empty_internal_states_on_a_recovering_version_is_unresponsive() -> None:

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slime_hangdoctor.collect.sglang import ENGINE_ENDPOINTS, Answer, _Job, server_info_risk
+from slime_hangdoctor.collect.sglang import (
+    ENGINE_ENDPOINTS,
+    Answer,
+    _Job,
+    server_info_risk,
+    server_info_silent,
+)
 from slime_hangdoctor.outcome import Outcome
 from tests.fixtures import transforms as tf
 
@@ -53,3 +59,41 @@ def test_a_recovering_version_is_always_asked() -> None:
 def test_an_http_process_that_answers_nothing_in_time_is_not_asked() -> None:
     why = server_info_risk(_jobs(v1_loads=None, metrics=None))
     assert why is not None and "unknown version" in why
+
+
+def _with_server_info(jobs: list[_Job], body: bytes | None, elapsed_s: float = 2.0) -> list[_Job]:
+    """`jobs` and a `/server_info` answer: `body` None = timed out after `elapsed_s`."""
+    endpoint = next(e for e in ENGINE_ENDPOINTS if e.paths[0] == "/server_info")
+    answer = Answer("/server_info", 0.0, elapsed_s=elapsed_s, body=body)
+    answer.status = 200 if body is not None else None
+    answer.outcome = Outcome.OK if body is not None else Outcome.TIMED_OUT
+    return [*jobs, _Job(endpoint, answers=[answer])]
+
+
+def test_an_empty_answer_on_0515_holds_later_samples_back() -> None:
+    """Issue 46 item 5: the stuck stand-in's `internal_states: []` after the 2 s wait."""
+    idle = (SG / "v1_loads_idle.json").read_bytes()
+    stuck = (SG / "server_info_stuck.json").read_bytes()
+    why = server_info_silent(_with_server_info(_jobs(v1_loads=idle), stuck))
+    assert why is not None and "internal_states: [] after 2.0 s" in why and "0.5.15" in why, why
+
+
+def test_a_timed_out_answer_of_an_unknown_version_holds_later_samples_back() -> None:
+    why = server_info_silent(_with_server_info(_jobs(v1_loads=None), None, elapsed_s=2.5))
+    assert why is not None and "timed out after 2.5 s" in why and "unknown version" in why, why
+
+
+def test_an_answer_with_states_holds_nothing_back() -> None:
+    idle = (SG / "v1_loads_idle.json").read_bytes()
+    info = (SG / "server_info.json").read_bytes()
+    assert server_info_silent(_with_server_info(_jobs(v1_loads=idle), info)) is None
+
+
+def test_an_empty_answer_on_a_recovering_version_holds_nothing_back() -> None:
+    """0.5.23's communicator recovers from a cancelled call: asking again costs nothing lasting."""
+    recovering = tf.set_json_path(
+        (SG / "v1_loads_idle.json").read_text(), ("version",), "0.5.23"
+    ).encode()
+    stuck = (SG / "server_info_stuck.json").read_bytes()
+    assert server_info_silent(_with_server_info(_jobs(v1_loads=recovering), stuck)) is None
+    assert server_info_silent(_jobs(v1_loads=recovering)) is None  # nothing sent: nothing held
