@@ -1,22 +1,27 @@
 """The README's two set-up commands, exactly as the README shows them.
 
-`.ci/run` runs the test command in a fresh virtualenv (`python3 tests/readme_commands.py test`
-prints it; stdlib only, so it runs before anything is installed), and
-tests/integration/test_readme_setup.py runs the demo command in another fresh virtualenv: what CI
-proves is what a newcomer types.
+Each begins by making and entering a virtualenv, `.venv` in the checkout (VENV_PREFIX). `.ci/run`
+runs the test command with that virtualenv moved to a fresh folder of its own
+(`python3 tests/readme_commands.py test --venv DIR` prints it; stdlib only, so it runs before
+anything is installed), and tests/integration/test_readme_setup.py runs the demo command the same
+way: the command is the README's but for where its virtualenv lies, so a `.venv` a developer already
+has is neither reused nor touched, and what CI proves is what a newcomer types.
 
-    python3 tests/readme_commands.py demo|test
+    python3 tests/readme_commands.py demo|test [--venv DIR]
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SECTION = "## Set up on a fresh machine"
 _BLOCK_RE = re.compile(r"^```bash\n(.*?)^```", re.MULTILINE | re.DOTALL)
+# how each set-up command begins: a virtualenv first (a PEP 668 system Python refuses pip)
+VENV_PREFIX = "python3 -m venv .venv && . .venv/bin/activate && "
 
 
 class ReadmeError(ValueError):
@@ -37,10 +42,28 @@ def setup_commands(readme: Path = README) -> dict[str, str]:
     return {"demo": blocks[0], "test": blocks[1]}
 
 
+def in_venv(command: str, venv: Path) -> str:
+    """`command` with its virtualenv at `venv` instead of the checkout's `.venv`; the rest as is."""
+    if not command.startswith(VENV_PREFIX):
+        raise ReadmeError(f"a set-up command must begin with {VENV_PREFIX!r}: {command!r}")
+    where = shlex.quote(str(venv))
+    rest = command[len(VENV_PREFIX) :]
+    return f"python3 -m venv {where} && . {shlex.quote(str(venv / 'bin' / 'activate'))} && {rest}"
+
+
+def _main(args: list[str]) -> str:
+    command = setup_commands()[args[0]]
+    if args[1:2] == ["--venv"] and len(args) == 3:
+        return in_venv(command, Path(args[2]))
+    if len(args) != 1:
+        raise IndexError(args)
+    return command
+
+
 if __name__ == "__main__":
     try:
-        print(setup_commands()[sys.argv[1]])
+        print(_main(sys.argv[1:]))
     except (IndexError, KeyError):
-        sys.exit("usage: python3 tests/readme_commands.py demo|test")
+        sys.exit("usage: python3 tests/readme_commands.py demo|test [--venv DIR]")
     except ReadmeError as exc:
         sys.exit(f"README: {exc}")

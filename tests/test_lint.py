@@ -1,11 +1,15 @@
-"""ruff and mypy are part of the test suite, so CI fails on a lint or type error."""
+"""ruff, mypy and deptry are part of the test suite, so CI fails on a lint or type error or on an
+import of a distribution the project does not declare."""
 
 from __future__ import annotations
 
 import ast
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,3 +99,58 @@ def test_mypy_strict_is_clean_on_the_demo_job(mypy_runs: dict[str, subprocess.Po
     """The demo slime job (its own `slime` package) is type-checked too, as its own root."""
     rc, text = _finished(mypy_runs["demo job"])
     assert rc == 0, text
+
+
+# deptry over the three scopes that declare dependencies (config in pyproject.toml [tool.deptry]):
+# the repository's code (doctor, tests, scripts, benchmarks) against every extra; the doctor's
+# package alone against its runtime dependencies (an import of a test or dev extra there is DEP004);
+# the demo's distribution (demo/) against its own pyproject.toml.
+_DEV_EXTRAS = ("-oddg", "test,dev,monitoring")
+# (--known-first-party replaces the configured list: the demo's package, optional, is named again)
+_FIRST_PARTY = ("-kf", "slime_hangdoctor", "-kf", "slime_hangdoctor_demo")
+_PRODUCT = ("slime_hangdoctor", *_DEV_EXTRAS, *_FIRST_PARTY)
+
+
+def _deptry(cwd: Path, *args: str) -> tuple[int, str, list[dict[str, object]]]:
+    """Run deptry in `cwd` with `args`; its exit code, output and the issues it found (JSON)."""
+    with tempfile.TemporaryDirectory(prefix="hd-deptry-") as tmp:
+        out = Path(tmp) / "issues.json"
+        cmd = [sys.executable, "-m", "deptry", *args, "--no-ansi", "-o", str(out)]
+        proc = subprocess.run(
+            cmd, cwd=cwd, capture_output=True, text=True, timeout=300, check=False
+        )
+        issues = json.loads(out.read_text(encoding="utf-8")) if out.exists() else []
+    return proc.returncode, proc.stdout + proc.stderr, issues
+
+
+@pytest.mark.parametrize(
+    ("where", "args"),
+    [("repository", (".",)), ("package", _PRODUCT), ("demo", (".",))],
+)
+def test_imports_are_declared_dependencies(where: str, args: tuple[str, ...]) -> None:
+    """Every import resolves to a declared distribution (not one that only arrives through
+    another, as msgpack, grpcio and protobuf did through ray[default]) and every runtime dependency
+    is used."""
+    rc, text, issues = _deptry(ROOT / "demo" if where == "demo" else ROOT, *args)
+    assert rc == 0 and not issues, text
+
+
+def test_deptry_refuses_an_undeclared_or_test_only_import(tmp_path: Path) -> None:
+    """The check can fail: in a copy of the project's configuration, the package importing a
+    distribution declared nowhere (DEP001), one only a dependency brings (DEP003) and one of the
+    test extra (DEP004) is refused, each by its rule."""
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    pkg = tmp_path / "slime_hangdoctor"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "stray.py").write_text(
+        "import hd_no_such_distribution\nimport aiosignal\nimport yaml\n", encoding="utf-8"
+    )
+    rc, text, issues = _deptry(tmp_path, *_PRODUCT)
+    found = {(i["module"], i["error"]["code"]) for i in issues}  # type: ignore[index]
+    assert rc != 0, text
+    assert {
+        ("hd_no_such_distribution", "DEP001"),
+        ("aiosignal", "DEP003"),
+        ("yaml", "DEP004"),
+    } <= found, text

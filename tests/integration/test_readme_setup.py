@@ -1,8 +1,10 @@
-"""The README's first command, as a newcomer runs it: a fresh virtualenv (its own site-packages,
-not this interpreter's), then `python3 -m pip install -e . -e ./demo torch==2.13.0 &&
-slime-hangdoctor demo` exactly as the README shows it (tests/readme_commands.py), run by bash in
-the repository with that virtualenv first on PATH: the doctor and the demo's own distribution
-(demo/) both come from this checkout. The demo's verdict must come out.
+"""The README's first command, as a newcomer runs it: `python3 -m venv .venv && . .venv/bin/activate
+&& python3 -m pip install -e . -e ./demo torch==2.13.0 && slime-hangdoctor demo` exactly as the
+README shows it (tests/readme_commands.py) but for where its virtualenv lies (a fresh folder of the
+test's, tests.readme_commands.in_venv: the checkout's own .venv is not touched), run by bash in the
+repository with this interpreter's virtualenv off PATH: the command makes its own (its own
+site-packages, not this interpreter's), and the doctor and the demo's own distribution (demo/) both
+come from this checkout. The demo's verdict must come out.
 
 pip installs from this machine's package sources (torch from local disk); nothing of the running
 interpreter's environment is reused. Costs one install (about 1-2 min idle on a 2-core machine)
@@ -24,24 +26,13 @@ import psutil
 import pytest
 
 from tests.live_pool import LivePool, Slot, scenario
-from tests.readme_commands import setup_commands
+from tests.readme_commands import in_venv, setup_commands
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "HD_README_SETUP_TEST"
 RUN_TIMEOUT_S = 1500.0  # install + demo on a loaded 2-core machine
-
-
-def _fresh_venv(path: Path) -> Path:
-    """A new virtualenv: `python -m venv`, else virtualenv (no ensurepip, as .ci/run)."""
-    for cmd in (
-        [sys.executable, "-m", "venv", str(path)],
-        ["python3", "-m", "virtualenv", str(path)],
-    ):
-        if subprocess.run(cmd, capture_output=True, check=False).returncode == 0:
-            return path / "bin"
-    raise AssertionError(f"could not create a virtualenv at {path}")
 
 
 def _marked(tag: str) -> list[psutil.Process]:
@@ -81,15 +72,14 @@ def _readme_demo(slot: Slot) -> ReadmeRun:
     own, as for a newcomer); runs in the live pool beside the demo jobs of other tests."""
     tag = uuid.uuid4().hex
     tmp_path = slot.workdir("readme")
-    command = setup_commands()["demo"]
-    bindir = _fresh_venv(tmp_path / "venv")
+    command = in_venv(setup_commands()["demo"], tmp_path / "venv")  # the command makes it
+    bindir = tmp_path / "venv" / "bin"
     mine = str(Path(sys.executable).parent) if sys.prefix != sys.base_prefix else None
-    path = [str(bindir), *(p for p in os.environ.get("PATH", "").split(os.pathsep) if p != mine)]
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p != mine]
     drop = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "SLIME_HANGDOCTOR_DEBUG"}
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env |= {
         "PATH": os.pathsep.join(path),
-        "VIRTUAL_ENV": str(bindir.parent),
         "COLUMNS": "200",
         MARKER: tag,
     }
@@ -106,6 +96,8 @@ def _readme_demo(slot: Slot) -> ReadmeRun:
         )
     finally:
         _end_marked(tag)
+    if not (bindir / "python").exists():  # the command made no virtualenv: its output says why
+        return ReadmeRun(proc, bindir, "", "", mine)
     # the venv is its own: its python sees neither this interpreter's site-packages nor ours
     sees = subprocess.run(
         [
