@@ -37,12 +37,11 @@ from slime_hangdoctor.collect.node import run_detached_sample
 from slime_hangdoctor.collect.node_probe import NodeSpec
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.nvml import GPM, NVML
 from slime_hangdoctor.parsers.processes import PROCESSES
+from slime_hangdoctor.sources import SPECS
 
 NAMESPACE = "slime-hangdoctor"
-# One node's answer, at most: a sample's stacks, process table
-# and logs' heads are a few MiB at most.
-MAX_ANSWER_BYTES = 256 * 1024 * 1024
 # Ray's metadata of a raw (bytes) object: ray._private.ray_constants.OBJECT_METADATA_TYPE_RAW
 RAW_METADATA = b"RAW"
 
@@ -105,24 +104,97 @@ def pack_answer(exported: Exported) -> bytes:
     return data
 
 
-def unpack_answer(data: bytes) -> Exported | None:
-    """The records in a node's answer (untrusted bytes); None when they are not one."""
+class AnswerRefused(Exception):
+    """A node's answer over the bounds of the record format (`read_answer`)."""
+
+
+@dataclass(frozen=True)
+class AnswerBounds:
+    """What a node's answer may hold, sized to the record format (`node.export_records`): a list
+    of [record, artefact bytes or nil, suffix]; a record is a map of ProbeRecord's fields (10)
+    with `meta` a map of a few scalars. Each bound is some ten times what a big node sends."""
+
+    max_bytes: int = 256 * 1024 * 1024  # the whole answer
+    max_records: int = 20_000  # a 1000-process node: two per process (stacks, log head) and some
+    max_map_len: int = 64  # a record's fields, its meta's keys (at most 12 in every recorded bundle)
+    max_array_len: int = 64  # an item [record, bytes, suffix]; no field of a record is a list
+    max_str_len: int = 64 * 1024  # a reason, a target, a URL (270 characters at most recorded)
+    max_bin_len: int = 64 * 1024 * 1024  # an artefact: the largest cap of a node source's spec
+    max_objects: int = 500_000  # maps, lists and what they hold, over the whole answer
+
+
+ANSWER_BOUNDS = AnswerBounds()
+# One node's answer, at most: a sample's stacks, process table
+# and logs' heads are a few MiB at most.
+MAX_ANSWER_BYTES = ANSWER_BOUNDS.max_bytes
+
+
+def read_answer(
+    data: bytes | memoryview, bounds: AnswerBounds = ANSWER_BOUNDS
+) -> tuple[Exported | None, str | None]:
+    """The records in a node's answer (untrusted bytes), or why it was not read.
+
+    Bounded before anything is built: the size first; then msgpack's own limits on every
+    string, binary, map and list, and a count of the maps and lists and what they hold (every
+    container is counted as it is completed, so at most one container per nesting level is
+    built uncounted): an answer of 8 MiB of empty maps costs a few MiB, not 578 MB."""
+    import io
+
     import msgpack
 
-    if len(data) > MAX_ANSWER_BYTES:
-        return None
+    size = len(data)
+    if size > bounds.max_bytes:
+        return None, f"its answer of {size} bytes is over {bounds.max_bytes} bytes: not read"
+    counted = [0]
+
+    def count(obj: Any) -> Any:
+        counted[0] += 1 + len(obj)
+        if counted[0] > bounds.max_objects:
+            raise AnswerRefused(f"more than {bounds.max_objects} objects")
+        return obj
+
+    unpacker = msgpack.Unpacker(
+        io.BytesIO(data),
+        raw=False,
+        strict_map_key=True,
+        max_buffer_size=bounds.max_bin_len + 1024 * 1024,
+        max_str_len=bounds.max_str_len,
+        max_bin_len=bounds.max_bin_len,
+        max_array_len=bounds.max_array_len,
+        max_map_len=bounds.max_map_len,
+        max_ext_len=0,
+        object_hook=count,
+        list_hook=count,
+    )
     try:
-        doc = msgpack.unpackb(data, raw=False, strict_map_key=True)
-    except Exception:  # noqa: BLE001 - malformed bytes of any kind are not an answer
-        return None
-    if not isinstance(doc, list):
-        return None
+        out = _read_items(unpacker, bounds)
+        if unpacker.tell() != size:
+            raise AnswerRefused("bytes after its last record")
+    except AnswerRefused as exc:
+        return None, f"its answer of {size} bytes is over the bounds of a node's records ({exc}): not read"
+    except Exception as exc:  # noqa: BLE001 - malformed bytes of any kind are not an answer
+        why = f"{type(exc).__name__}: {exc}"[:200]
+        return None, f"its answer of {size} bytes is not a list of records ({why}): not read"
+    return out, None
+
+
+def _read_items(unpacker: Any, bounds: AnswerBounds) -> Exported:
+    n = unpacker.read_array_header()
+    if n > bounds.max_records:
+        raise AnswerRefused(f"{n} records, more than {bounds.max_records}")
     out: Exported = []
-    for item in doc:
-        if isinstance(item, list) and len(item) == 3 and isinstance(item[0], dict):
-            rec, blob, suffix = item
+    for _ in range(n):
+        if unpacker.read_array_header() != 3:
+            raise ValueError("an item is not [record, bytes, suffix]")
+        rec, blob, suffix = unpacker.unpack(), unpacker.unpack(), unpacker.unpack()
+        if isinstance(rec, dict):
             out.append((rec, blob if isinstance(blob, bytes) else None, str(suffix)[:64]))
     return out
+
+
+def unpack_answer(data: bytes | memoryview) -> Exported | None:
+    """The records in a node's answer (untrusted bytes); None when they are not one."""
+    return read_answer(data)[0]
 
 
 @functools.cache
@@ -235,10 +307,7 @@ class RayTasks:
             _cancel(ref)
         if data is None:
             return None, error
-        exported = unpack_answer(data)
-        if exported is None:
-            return None, "the node's answer is not a list of records: not read"
-        return exported, None
+        return read_answer(data)
 
     def close_soon(self) -> None:
         """`close` in a thread of its own, once nothing more is asked of the nodes: the run's
@@ -300,6 +369,9 @@ def _raw_answer(ref: Any, timeout: float) -> tuple[bytes | None, str | None, boo
         return None, f"{type(exc).__name__}: {text}"[:300], False
     kind = bytes(metadata or b"").split(b",")[0]
     if kind == RAW_METADATA:
+        size = 0 if data is None else len(data)
+        if size > MAX_ANSWER_BYTES:  # (before the copy)
+            return None, f"its answer of {size} bytes is over {MAX_ANSWER_BYTES} bytes: not read", False
         return (b"" if data is None else data.to_pybytes()), None, False
     return None, _not_raw(kind, data), False
 
@@ -343,36 +415,89 @@ def _cancel(ref: Any) -> None:
         pass
 
 
-def add_exported(writer: BundleWriter, exported: Exported) -> int:
+@dataclass(frozen=True)
+class Asked:
+    """What the doctor asked a node for: its records are filed under that node, at that sample
+    (None: the GPU readings over the window), and only those of these sources are kept."""
+
+    node: RemoteNode
+    sample: int | None
+    sources: frozenset[str]
+
+
+# The sources of a node's sample (its process scan and every node probe: collect/node.py) and of
+# its GPU readings (sample_gpus_over): a record of any other source from a node is not kept.
+SAMPLE_SOURCES = frozenset({PROCESSES, *(s.name for s in SPECS if s.node_probe is not None)})
+GPU_SOURCES = frozenset({NVML, GPM})
+
+
+def add_exported(writer: BundleWriter, exported: Exported, asked: Asked) -> int:
     """Re-add a remote node's records (and bytes) to the main bundle; returns how many.
 
-    A node's answer is untrusted input: its record's source, target and node become safe file
-    names (BundleWriter), and so does its artefact suffix; a suffix that had to be changed is
-    said in the record's reason. Nothing it says can place a file outside the bundle."""
+    A node's answer is untrusted input. Each record is filed under the node that answered (its IP
+    and node id, whatever the record claims), at the sample that was asked; a record of a source
+    the call does not produce is dropped, and the node gets a blind spot that says so. Its
+    record's source, target and node become safe file names (BundleWriter), and so does its
+    artefact suffix; a suffix that had to be changed is said in the record's reason. Nothing it
+    says can place a file outside the bundle, or file evidence as another node's."""
     n = 0
+    unknown: dict[str, int] = {}
     for item in exported:
         try:
             rec_json, data, suffix = item
             rec = ProbeRecord.from_json(rec_json)
         except Exception:  # noqa: BLE001 - a malformed record from a node is skipped
             continue
-        reason = rec.reason
+        if rec.source not in asked.sources:
+            unknown[rec.source] = unknown.get(rec.source, 0) + 1
+            continue
         if not isinstance(data, (bytes, str)):
             data = None
         suffix = suffix if isinstance(suffix, str) else ""
-        if data is not None and safe_suffix(suffix) != suffix:
-            note = f"the node's artefact suffix {suffix[:80]!r} was unsafe: saved as {safe_suffix(suffix)!r}"
-            reason = f"{reason}; {note}" if reason else note
-        writer.add(
-            ProbeRecord(**{**rec.__dict__, "artifact": None, "reason": reason}), data, suffix=suffix
-        )
+        writer.add(_filed(rec, asked, data, suffix), data, suffix=suffix)
         n += 1
+    if unknown:
+        names = ", ".join(f"{name[:40]!r} ({k})" for name, k in sorted(unknown.items())[:5])
+        why = f"it answered {sum(unknown.values())} records of sources it was not asked for, not kept: {names}"
+        node_blind_spot(writer, asked.node, asked.sample, why)
     return n
 
 
-# A started node request: the future of its Ray object ref (set once the driver is connected and
-# the call is made; an exception's text is why it could not be made).
-Started = list[tuple[RemoteNode, "cf.Future[Any]"]]
+def _filed(rec: ProbeRecord, asked: Asked, data: object, suffix: str) -> ProbeRecord:
+    """The record as the doctor files it: under the node that answered, at the sample asked."""
+    notes = [rec.reason] if rec.reason else []
+    if data is not None and safe_suffix(suffix) != suffix:
+        notes.append(
+            f"the node's artefact suffix {suffix[:80]!r} was unsafe: saved as {safe_suffix(suffix)!r}"
+        )
+    if rec.node_ip != asked.node.node_ip or rec.sample != asked.sample:
+        claimed = f"node {str(rec.node_ip)[:64]!r}, sample {rec.sample!r}"
+        notes.append(f"the record claimed {claimed}: filed under the node that answered")
+    meta = {**rec.meta, "node_id": asked.node.node_id}
+    return dataclasses.replace(
+        rec,
+        artifact=None,
+        reason="; ".join(notes) or None,
+        node_ip=asked.node.node_ip,
+        sample=asked.sample,
+        meta=meta,
+    )
+
+
+@dataclass(frozen=True)
+class Call:
+    """A node request under way: what was asked, and the future of its Ray object ref (set once
+    the driver is connected and the call is made; an exception's text is why it could not be)."""
+
+    asked: Asked
+    future: cf.Future[Any]
+
+    @property
+    def node(self) -> RemoteNode:
+        return self.asked.node
+
+
+Started = list[Call]
 
 
 def collect_remote(
@@ -387,8 +512,13 @@ def collect_remote(
 ) -> Started:
     """Ask each node's probe for a sample (or its GPU readings), without waiting: the calls are
     made in a thread as soon as the driver is connected (the caller samples its own node
-    meanwhile). Returns (node, future of the call's ref); gather_remote waits for them."""
-    started: Started = [(node, cf.Future()) for node, _ in nodes]
+    meanwhile). Returns the calls (node, what was asked, future of the call's ref); gather_remote
+    waits for them."""
+    sources = GPU_SOURCES if gpus else SAMPLE_SOURCES
+    started: Started = [
+        Call(Asked(node, None if gpus else spec.sample, sources), cf.Future())
+        for node, spec in nodes
+    ]
     if not nodes:
         return started
 
@@ -398,7 +528,8 @@ def collect_remote(
         budget = (
             budget_s if budget_s is not None else deadline.clamp(opts.probe_timeout_s * 2 + 2.0)
         )
-        for (node, spec), (_, future) in zip(nodes, started, strict=True):
+        for (node, spec), call in zip(nodes, started, strict=True):
+            future = call.future
             if problem is not None:
                 future.set_exception(RuntimeError(problem))
                 continue
@@ -424,10 +555,10 @@ def gather_remote(
 
     end = time.monotonic() + deadline.clamp(wait_s)
 
-    def one(pair: tuple[RemoteNode, cf.Future[Any]]) -> None:
-        node, future = pair
+    def one(call: Call) -> None:
+        node = call.node
         try:
-            ref = future.result(timeout=max(0.05, end - time.monotonic()))
+            ref = call.future.result(timeout=max(0.05, end - time.monotonic()))
         except cf.TimeoutError:
             error: str | None = "connecting to Ray as a driver took too long"
             exported = None
@@ -439,7 +570,7 @@ def gather_remote(
             node_blind_spot(writer, node, sample, error or "no answer")
             failed.append(node)
         else:
-            add_exported(writer, exported)
+            add_exported(writer, exported, call.asked)
 
     if started:
         with cf.ThreadPoolExecutor(max_workers=min(32, len(started))) as pool:
