@@ -475,7 +475,9 @@ def _start_remote_samples(
     opts, deadline = run.opts, run.deadline
     if run.tasks is None:
         run.say(f"connecting to Ray to reach {len(remote)} other node(s)")
-        run.tasks = RayTasks(run.gcs_address, timeout_s=deadline.clamp(8.0))
+        # (the token only where it may go to this GCS: address.Cluster.token_ok)
+        token = resolve_token(opts.ray_token) if run.token_ok else None
+        run.tasks = RayTasks(run.gcs_address, timeout_s=deadline.remaining(), token=token)
     specs = [
         (
             node,
