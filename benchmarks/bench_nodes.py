@@ -22,12 +22,18 @@ fan-out of node samples against node count.
 
     python -m benchmarks.bench_nodes [two_nodes] [fanout] [rounds=5] [fan_rounds=3]
         [layouts=one_node,engines_on_node2,ranks_on_node2] [series=full,waiting,overhead]
-    # JSON; benchmarks/results/nodes.json (written after each part)
+        [trees=new=.,base=/tmp/base] [save=NAME]
+    # JSON; benchmarks/results/nodes.json (written after each part), or results/NAME.json
+
+With `trees`, part 1 runs the CLI of each tree (a checkout or `git archive` of another commit,
+imported through PYTHONPATH) in turn, the trees alternately within each round (an A/B on one
+live job): wall time minus the window and the CPU of the CLI and its children, per tree.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import statistics
 import sys
@@ -68,12 +74,22 @@ LAYOUTS: dict[str, list[str]] = {
 RESULTS = Path(__file__).parent / "results" / "nodes.json"
 
 
-def _attach(address: str, out: Path) -> tuple[float, dict[str, Any], int]:
-    """(wall minus the window, the verdict, the second node's records) of one `attach`."""
+TREES: dict[str, Path] = {"this": Path(__file__).resolve().parents[1]}
+CPU: dict[str, list[float]] = {}  # "tree/layout/form" -> CPU of each measured run
+
+
+def _attach(address: str, out: Path, tree: Path) -> tuple[float, dict[str, Any], int, float]:
+    """(wall minus the window, the verdict, the second node's records, CPU) of one `attach`."""
     run = run_measured(
         [sys.executable, "-m", "slime_hangdoctor", "attach", address, "--json", "--out", str(out)],
         timeout=120,
-        env={**cli_env(), "RAY_ADDRESS": None, "RAY_API_SERVER_ADDRESS": None},
+        env={
+            **cli_env(),
+            "RAY_ADDRESS": None,
+            "RAY_API_SERVER_ADDRESS": None,
+            "PYTHONPATH": f"{tree}{os.pathsep}{tree / 'demo'}",
+        },
+        cwd=str(tree),
     )
     verdict = json.loads(run.stdout)
     assert verdict["status"] == "hung", verdict["summary"]
@@ -81,7 +97,7 @@ def _attach(address: str, out: Path) -> tuple[float, dict[str, Any], int]:
     remote = sum(1 for p in manifest["probes"] if p.get("node_ip") == NODE2_IP)
     blind = [b for b in verdict.get("blind_spots", []) if NODE2_IP in b and "not inspected" in b]
     assert not blind, blind
-    return run.wall_s - WINDOW_S, verdict, remote
+    return run.wall_s - WINDOW_S, verdict, remote, run.cpu_user_s + run.cpu_sys_s
 
 
 def _two_nodes(head: cluster.RayHead, work: Path, layouts: list[str]) -> dict[str, Any]:
@@ -91,16 +107,23 @@ def _two_nodes(head: cluster.RayHead, work: Path, layouts: list[str]) -> dict[st
         run = start_demo("rollout_engine_stuck", workdir=work / layout, head=head, extra_args=extra)
         try:
             run.wait_until_ready(timeout=180)
-            forms = {"gcs": head.gcs_address, "url": head.dashboard_url}
+            addresses = {"gcs": head.gcs_address, "url": head.dashboard_url}
+            forms = {
+                f"{t}/{f}" if len(TREES) > 1 else f: (a, t)
+                for f, a in addresses.items()
+                for t in TREES
+            }
             over: dict[str, list[float]] = {f: [] for f in forms}
             remote: dict[str, list[int]] = {f: [] for f in forms}
             with tempfile.TemporaryDirectory() as tmp:
                 for i in range(ROUNDS + 1):  # the first round warms the caches (and the nodes)
-                    for form, address in forms.items():
-                        o, _, n = _attach(address, Path(tmp) / f"{form}-{i}")
+                    for form, (address, tree) in forms.items():
+                        out_dir = Path(tmp) / f"{form.replace('/', '-')}-{i}"
+                        o, _, n, cpu = _attach(address, out_dir, TREES[tree])
                         if i:
                             over[form].append(o)
                             remote[form].append(n)
+                            CPU.setdefault(f"{layout}/{form}", []).append(cpu)
         finally:
             run.stop()
         out[layout] = {
@@ -109,6 +132,7 @@ def _two_nodes(head: cluster.RayHead, work: Path, layouts: list[str]) -> dict[st
                 "over_window_worst_s": round(max(v), 3),
                 "runs_s": [round(x, 3) for x in v],
                 "second_node_records": remote[form],
+                "cpu_median_s": round(statistics.median(CPU[f"{layout}/{form}"]), 3),
             }
             for form, v in over.items()
         }
@@ -220,6 +244,7 @@ def main() -> dict[str, Any]:
         global ROUNDS, FAN_ROUNDS
         only = [a for a in sys.argv[1:] if "=" not in a]
         layouts, series = list(LAYOUTS), ["full", "waiting", "overhead"]
+        results = RESULTS
         for arg in sys.argv[1:]:  # rounds=N, fan_rounds=N, layouts=a,b, series=a,b
             key, _, value = arg.partition("=")
             if key == "rounds":
@@ -230,18 +255,29 @@ def main() -> dict[str, Any]:
                 layouts = value.split(",")
             elif key == "series":
                 series = value.split(",")
+            elif key == "trees":
+                TREES.clear()
+                TREES.update(
+                    {
+                        n: Path(p).resolve()
+                        for n, _, p in (t.partition("=") for t in value.split(","))
+                    }
+                )
+            elif key == "save":
+                results = RESULTS.with_name(f"{value}.json")
         result: dict[str, Any] = {"load_at_start": load_snapshot(), "rounds": ROUNDS}
+        result["trees"] = {n: str(p) for n, p in TREES.items()}
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         if not only or "two_nodes" in only:
             result["two_nodes"] = _two_nodes(head, work, layouts)
-            RESULTS.write_text(json.dumps(result, indent=1))  # a part's figures survive a kill
+            results.write_text(json.dumps(result, indent=1))  # a part's figures survive a kill
         if not only or "fanout" in only:
             result["fanout"] = _fanout(head, work, series)
     finally:
         if node is not None:
             node.stop()
         head.stop()
-    RESULTS.write_text(json.dumps(result, indent=1))
+    results.write_text(json.dumps(result, indent=1))
     return result
 
 
