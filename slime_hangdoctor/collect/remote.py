@@ -33,6 +33,7 @@ import dataclasses
 import itertools
 import os
 import pickle
+import queue
 import signal
 import subprocess
 import sys
@@ -56,6 +57,7 @@ from slime_hangdoctor.sources import SPECS
 DRIVER_MODULE = "slime_hangdoctor.collect.ray_driver"
 
 Exported = list[tuple[dict[str, Any], bytes | None, str]]
+Answer = tuple[bytes | None, str | None]  # a node's answer's bytes, or why there are none
 
 
 @dataclass(frozen=True)
@@ -254,8 +256,9 @@ def driver_env(environ: Mapping[str, str], token: str | None) -> dict[str, str]:
         env.update({k: v for k, v in environ.items() if k.lower() in PROXY_ENV})
     if token:
         env["RAY_AUTH_TOKEN"] = token
-    root = str(Path(slime_hangdoctor.__file__).parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    root = Path(slime_hangdoctor.__file__).parent.parent
+    if root.name not in ("site-packages", "dist-packages"):  # (installed: found there anyway)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -275,9 +278,9 @@ class RayTasks:
         self.gcs_address = gcs_address
         self._ready = threading.Event()
         self._error: str | None = None
-        self._calls: dict[int, cf.Future[tuple[bytes | None, str | None]]] = {}
+        self._calls: dict[int, cf.Future[Answer]] = {}
         self._lock = threading.Lock()
-        self._send_lock = threading.Lock()  # (apart: a send may block on a driver that reads none)
+        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._ids = itertools.count(1)
         self._stderr: collections.deque[str] = collections.deque(maxlen=8)
         self._proc: subprocess.Popen[bytes] | None = None
@@ -328,7 +331,7 @@ class RayTasks:
                 os.close(fd)
         self._out = Connection(to_child, readable=False)
         self._in = Connection(from_child, writable=False)
-        for target in (self._read, self._read_stderr):
+        for target in (self._read, self._read_stderr, self._send):
             threading.Thread(target=target, name="ray-driver-pipe", daemon=True).start()
         killer = threading.Timer(timeout_s + 0.5, self._kill)  # the deadline, whatever happens
         killer.daemon = True
@@ -355,6 +358,19 @@ class RayTasks:
                 self._settle(int(head["id"]), data, None if error is None else str(error)[:400])
         except Exception:  # noqa: BLE001 - EOF, a broken or garbled pipe: the driver is gone
             self._fail(self._why_gone())
+
+    def _send(self) -> None:
+        """The calls, in order, to the driver (a thread: a driver that reads nothing, stopped or
+        hung, blocks this one once the pipe is full, never the run)."""
+        while True:
+            message = self._outbox.get()
+            if message is None:
+                return
+            try:
+                self._out.send_bytes(message)
+            except OSError:
+                self._fail(self._why_gone())
+                return
 
     def _read_stderr(self) -> None:
         proc = self._proc
@@ -412,10 +428,11 @@ class RayTasks:
         budget_s: float,
         gpus: bool,
         until: float | None = None,
-    ) -> cf.Future[tuple[bytes | None, str | None]]:
+    ) -> cf.Future[Answer]:
         """Ask the node's probe for a sample, or (`gpus`) for its GPU readings until `until`
-        (epoch seconds; default: `budget_s` from now): the future of its answer's bytes."""
-        future: cf.Future[tuple[bytes | None, str | None]] = cf.Future()
+        (epoch seconds; default: `budget_s` from now): the future of its answer's bytes. The call
+        goes to the driver at once (it makes it once connected); this never blocks."""
+        future: cf.Future[Answer] = cf.Future()
         end = time.time() + budget_s if until is None else until
         with self._lock:
             gone = self._gone
@@ -438,18 +455,18 @@ class RayTasks:
             gpus,
             end,
         )
-        try:
-            with self._send_lock:
-                self._out.send_bytes(pickle.dumps(call))
-        except OSError:
-            self._fail(self._why_gone())
+        self._outbox.put(pickle.dumps(call))
         return future
 
-    def fetch(self, handle: cf.Future[Any], timeout: float) -> tuple[Exported | None, str | None]:
+    def fetch(
+        self, handle: cf.Future[Answer], timeout: float
+    ) -> tuple[Exported | None, str | None]:
         """A node's records, read within the bounds of the record format, or why not."""
         try:
             data, error = handle.result(timeout=max(0.0, timeout))
         except cf.TimeoutError:
+            if not self._ready.is_set():
+                return None, "connecting to Ray as a driver took too long"
             return None, "no answer in time"
         if data is None:
             return None, error or "no answer"
@@ -468,19 +485,13 @@ class RayTasks:
         self._closed = True
         if proc is None:
             return
-        threading.Thread(target=self._say_close, name="ray-close-say", daemon=True).start()
+        self._outbox.put(pickle.dumps(("close",)))
+        self._outbox.put(None)
         try:
             proc.wait(timeout=max(0.0, min(CLOSE_WAIT_S, self._end - time.monotonic())))
         except subprocess.TimeoutExpired:
             self._kill()
         self._fail("the run was over")
-
-    def _say_close(self) -> None:
-        try:
-            with self._send_lock:
-                self._out.send_bytes(pickle.dumps(("close",)))
-        except OSError:
-            pass
 
     def _kill(self) -> None:
         proc = self._proc
@@ -575,11 +586,10 @@ def _filed(rec: ProbeRecord, asked: Asked, data: object, suffix: str) -> ProbeRe
 
 @dataclass(frozen=True)
 class Call:
-    """A node request under way: what was asked, and the future of its Ray object ref (set once
-    the driver is connected and the call is made; an exception's text is why it could not be)."""
+    """A node request under way: what was asked, and the future of its answer."""
 
     asked: Asked
-    future: cf.Future[Any]
+    future: cf.Future[Answer]
 
     @property
     def node(self) -> RemoteNode:
@@ -599,36 +609,19 @@ def collect_remote(
     budget_s: float | None = None,
     until: float | None = None,
 ) -> Started:
-    """Ask each node's probe for a sample (or its GPU readings), without waiting: the calls are
-    made in a thread as soon as the driver is connected (the caller samples its own node
-    meanwhile). Returns the calls (node, what was asked, future of the call's ref); gather_remote
-    waits for them."""
+    """Ask each node's probe for a sample (or its GPU readings), without waiting: the calls go
+    to the driver's process at once, which makes them as soon as it is connected (the caller
+    samples its own node meanwhile). Returns the calls (what was asked, the future of its
+    answer); gather_remote waits for them."""
     sources = GPU_SOURCES if gpus else SAMPLE_SOURCES
-    started: Started = [
-        Call(Asked(node, None if gpus else spec.sample, sources), cf.Future())
+    budget = budget_s if budget_s is not None else deadline.clamp(opts.probe_timeout_s * 2 + 2.0)
+    return [
+        Call(
+            Asked(node, None if gpus else spec.sample, sources),
+            tasks.submit(node, spec, opts, budget, gpus, until),
+        )
         for node, spec in nodes
     ]
-    if not nodes:
-        return started
-
-    def send() -> None:
-        # (nothing waits on this thread: the connection may take what the run's deadline allows)
-        problem = tasks.ready(deadline.clamp(opts.window_s + opts.probe_timeout_s * 3))
-        budget = (
-            budget_s if budget_s is not None else deadline.clamp(opts.probe_timeout_s * 2 + 2.0)
-        )
-        for (node, spec), call in zip(nodes, started, strict=True):
-            future = call.future
-            if problem is not None:
-                future.set_exception(RuntimeError(problem))
-                continue
-            try:
-                future.set_result(tasks.submit(node, spec, opts, budget, gpus, until))
-            except Exception as exc:  # noqa: BLE001
-                future.set_exception(RuntimeError(f"could not ask its probe: {exc}"[:300]))
-
-    threading.Thread(target=send, name="ray-submit", daemon=True).start()
-    return started
 
 
 def gather_remote(
@@ -646,15 +639,7 @@ def gather_remote(
 
     def one(call: Call) -> None:
         node = call.node
-        try:
-            ref = call.future.result(timeout=max(0.05, end - time.monotonic()))
-        except cf.TimeoutError:
-            error: str | None = "connecting to Ray as a driver took too long"
-            exported = None
-        except Exception as exc:  # noqa: BLE001 - the call could not be made: why is the text
-            error, exported = str(exc), None
-        else:
-            exported, error = tasks.fetch(ref, max(0.1, end - time.monotonic()))
+        exported, error = tasks.fetch(call.future, max(0.05, end - time.monotonic()))
         if exported is None:
             node_blind_spot(writer, node, sample, error or "no answer")
             failed.append(node)
