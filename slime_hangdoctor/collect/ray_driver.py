@@ -9,9 +9,11 @@ only: the doctor reads its end as a blind spot of the nodes it was asked about, 
 the run's deadline. Each run gets a fresh one, so nothing of a GCS that died is reused.
 
 The pipe (multiprocessing.connection's framing: a length, then the bytes):
-- the doctor to here: pickles of ("call", id, node_id, node_ip, first_sample, spec, opts,
-  budget_s, gpus, until) and ("close",). (The doctor started this process and is its only
-  writer; nothing from a node travels this way.)
+- the doctor to here: pickles of ("call", id, node_id, node_ip, first_sample, payload) and
+  ("close",); the payload (the doctor's pickle of the probe's arguments) goes to the node's
+  probe unread (`probe_boot.BootProbe.asked`), so this process imports none of the package's
+  types. (The doctor started this process and is its only writer; nothing from a node travels
+  this way.)
 - here to the doctor: msgpack maps {"ready": bool, "error": str|None} once, and per call
   {"id", "error", "size"} followed, when `size` > 0, by the node's answer: the raw bytes it
   stored in Ray, never deserialised here, checked against MAX_ANSWER_BYTES before they are
@@ -105,12 +107,10 @@ class Driver:
             return handle
 
     def submit(self, call: tuple[Any, ...]) -> Any:
-        """Ask a node's probe for a sample or (`gpus`) its GPU readings: the call's object ref."""
-        _, _, node_id, node_ip, first_sample, spec, opts, budget_s, gpus, until = call
-        probe = self.probe(node_id, node_ip, first_sample)
-        if gpus:
-            return probe.gpus.remote(spec, opts, budget_s, until)
-        return probe.sample.remote(spec, opts, budget_s)
+        """Ask a node's probe for what the doctor's call asks (its payload: the doctor's pickle of
+        a sample's or the GPU readings' arguments, passed on unread): the call's object ref."""
+        _, _, node_id, node_ip, first_sample, payload = call
+        return self.probe(node_id, node_ip, first_sample).asked.remote(payload)
 
     def fetch(self, ref: Any, timeout: float) -> tuple[bytes | None, str | None]:
         """A node's answer as the raw bytes it stored (never unpickled), or why not."""

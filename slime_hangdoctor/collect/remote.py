@@ -443,18 +443,10 @@ class RayTasks:
             future.set_result((None, gone))
             return future
         sent = node_options(opts)
-        call = (
-            "call",
-            call_id,
-            node.node_id,
-            node.node_ip,
-            spec.sample,
-            spec,
-            sent,
-            budget_s,
-            gpus,
-            end,
+        payload = pickle.dumps(
+            ("gpus", spec, sent, budget_s, end) if gpus else ("sample", spec, sent, budget_s)
         )
+        call = ("call", call_id, node.node_id, node.node_ip, spec.sample, payload)
         self._outbox.put(pickle.dumps(call))
         return future
 
