@@ -286,6 +286,7 @@ class RayTasks:
         self._proc: subprocess.Popen[bytes] | None = None
         self._gone: str | None = None
         self._closed = False
+        self._killer: threading.Timer | None = None
         self._end = time.monotonic() + timeout_s  # the run's deadline: the driver is killed then
         if not gcs_address:
             self._fail(
@@ -333,9 +334,11 @@ class RayTasks:
         self._in = Connection(from_child, writable=False)
         for target in (self._read, self._read_stderr, self._send):
             threading.Thread(target=target, name="ray-driver-pipe", daemon=True).start()
-        killer = threading.Timer(timeout_s + 0.5, self._kill)  # the deadline, whatever happens
-        killer.daemon = True
-        killer.start()
+        self._killer = threading.Timer(
+            timeout_s + 0.5, self._kill
+        )  # the deadline, whatever happens
+        self._killer.daemon = True
+        self._killer.start()
 
     def _read(self) -> None:
         """The driver's replies, until its pipe ends: each call's answer goes to its future."""
@@ -484,6 +487,8 @@ class RayTasks:
         except subprocess.TimeoutExpired:
             self._kill()
         self._fail("the run was over")
+        if self._killer is not None:
+            self._killer.cancel()  # (its thread ends now, not at the deadline: a watch's threads stay flat)
 
     def _kill(self) -> None:
         proc = self._proc
