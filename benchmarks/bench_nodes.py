@@ -22,14 +22,28 @@ fan-out of node samples against node count.
 
     python -m benchmarks.bench_nodes [two_nodes] [fanout] [rounds=5] [fan_rounds=3]
         [layouts=one_node,engines_on_node2,ranks_on_node2] [series=full,waiting,overhead]
-    # JSON; benchmarks/results/nodes.json (written after each part)
+        [trees=new=.,base=/tmp/base] [save=NAME]
+    # JSON; benchmarks/results/nodes.json (written after each part), or results/NAME.json
+
+3. **A watch's memory on two nodes** (`watch_rss`, issue 43): `watch --interval 1` of each tree
+   in turn against the same job (engines on the second node: every run reaches it through the
+   doctor's Ray driver) for WATCH_S seconds; psutil reads the watch process every RSS_EVERY_S
+   seconds: its own RSS (not its children's), threads and live children; the RSS slope over the
+   samples after RSS_WARMUP_S (least squares, MiB per hour) and its range.
+
+With `trees`, part 1 runs the CLI of each tree (a checkout or `git archive` of another commit,
+imported through PYTHONPATH) in turn, the trees alternately within each round (an A/B on one
+live job): wall time minus the window and the CPU of the CLI and its children, per tree.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -68,20 +82,32 @@ LAYOUTS: dict[str, list[str]] = {
 RESULTS = Path(__file__).parent / "results" / "nodes.json"
 
 
-def _attach(address: str, out: Path) -> tuple[float, dict[str, Any], int]:
-    """(wall minus the window, the verdict, the second node's records) of one `attach`."""
+TREES: dict[str, Path] = {"this": Path(__file__).resolve().parents[1]}
+CPU: dict[str, list[float]] = {}  # "tree/layout/form" -> CPU of each measured run
+
+
+def _attach(address: str, out: Path, tree: Path) -> tuple[float, dict[str, Any], int, float]:
+    """(wall minus the window, the verdict, the second node's records, CPU) of one `attach`."""
     run = run_measured(
         [sys.executable, "-m", "slime_hangdoctor", "attach", address, "--json", "--out", str(out)],
         timeout=120,
-        env={**cli_env(), "RAY_ADDRESS": None, "RAY_API_SERVER_ADDRESS": None},
+        env={
+            **cli_env(),
+            "RAY_ADDRESS": None,
+            "RAY_API_SERVER_ADDRESS": None,
+            "PYTHONPATH": f"{tree}{os.pathsep}{tree / 'demo'}",
+        },
+        cwd=str(tree),
     )
     verdict = json.loads(run.stdout)
     assert verdict["status"] == "hung", verdict["summary"]
     manifest = json.loads((out / "manifest.json").read_text())
     remote = sum(1 for p in manifest["probes"] if p.get("node_ip") == NODE2_IP)
     blind = [b for b in verdict.get("blind_spots", []) if NODE2_IP in b and "not inspected" in b]
-    assert not blind, blind
-    return run.wall_s - WINDOW_S, verdict, remote
+    if blind:  # (an A/B counts them: a run that missed the node is no figure of reaching it)
+        print("blind", out.name, blind, file=sys.stderr, flush=True)
+        remote = -1
+    return run.wall_s - WINDOW_S, verdict, remote, run.cpu_user_s + run.cpu_sys_s
 
 
 def _two_nodes(head: cluster.RayHead, work: Path, layouts: list[str]) -> dict[str, Any]:
@@ -91,16 +117,24 @@ def _two_nodes(head: cluster.RayHead, work: Path, layouts: list[str]) -> dict[st
         run = start_demo("rollout_engine_stuck", workdir=work / layout, head=head, extra_args=extra)
         try:
             run.wait_until_ready(timeout=180)
-            forms = {"gcs": head.gcs_address, "url": head.dashboard_url}
+            addresses = {"gcs": head.gcs_address, "url": head.dashboard_url}
+            forms = {
+                f"{t}/{f}" if len(TREES) > 1 else f: (a, t)
+                for f, a in addresses.items()
+                for t in TREES
+            }
             over: dict[str, list[float]] = {f: [] for f in forms}
             remote: dict[str, list[int]] = {f: [] for f in forms}
             with tempfile.TemporaryDirectory() as tmp:
                 for i in range(ROUNDS + 1):  # the first round warms the caches (and the nodes)
-                    for form, address in forms.items():
-                        o, _, n = _attach(address, Path(tmp) / f"{form}-{i}")
+                    for form, (address, tree) in forms.items():
+                        out_dir = Path(tmp) / f"{form.replace('/', '-')}-{i}"
+                        o, _, n, cpu = _attach(address, out_dir, TREES[tree])
+                        print(form, i, round(o, 3), n, round(cpu, 3), file=sys.stderr, flush=True)
                         if i:
                             over[form].append(o)
                             remote[form].append(n)
+                            CPU.setdefault(f"{layout}/{form}", []).append(cpu)
         finally:
             run.stop()
         out[layout] = {
@@ -109,12 +143,101 @@ def _two_nodes(head: cluster.RayHead, work: Path, layouts: list[str]) -> dict[st
                 "over_window_worst_s": round(max(v), 3),
                 "runs_s": [round(x, 3) for x in v],
                 "second_node_records": remote[form],
+                "cpu_median_s": round(statistics.median(CPU[f"{layout}/{form}"]), 3),
             }
             for form, v in over.items()
         }
         out[layout]["load"] = load_snapshot()
         print(layout, json.dumps(out[layout]), file=sys.stderr, flush=True)
     return out
+
+
+WATCH_S = 300.0
+RSS_EVERY_S = 5.0
+RSS_WARMUP_S = 60.0
+
+
+def _watch_rss(head: cluster.RayHead, work: Path) -> dict[str, Any]:
+    import psutil
+
+    extra = LAYOUTS["engines_on_node2"]
+    run = start_demo("rollout_engine_stuck", workdir=work / "watch", head=head, extra_args=extra)
+    out: dict[str, Any] = {}
+    try:
+        run.wait_until_ready(timeout=180)
+        for name, tree in TREES.items():
+            state = work / f"watch-{name}"
+            argv = [sys.executable, "-m", "slime_hangdoctor", "watch", head.dashboard_url]
+            argv += ["--interval", "1", "--state-file", str(state / "state.json")]
+            argv += ["--log-file", str(state / "runs.jsonl")]
+            env = {
+                **cli_env(),
+                "RAY_ADDRESS": None,
+                "PYTHONPATH": f"{tree}{os.pathsep}{tree / 'demo'}",
+            }
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={k: v for k, v in {**os.environ, **env}.items() if v is not None},
+                cwd=str(tree),
+                start_new_session=True,
+            )
+            rows: list[tuple[float, float, int, int]] = []
+            t0 = time.monotonic()
+            try:
+                watch = psutil.Process(proc.pid)
+                while time.monotonic() - t0 < WATCH_S and proc.poll() is None:
+                    with watch.oneshot():
+                        rss = watch.memory_info().rss / 2**20
+                        threads = watch.num_threads()
+                    rows.append((time.monotonic() - t0, rss, threads, len(watch.children())))
+                    time.sleep(RSS_EVERY_S)
+            finally:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=30)
+            runs = (
+                (state / "runs.jsonl").read_text().splitlines()
+                if (state / "runs.jsonl").exists()
+                else []
+            )
+            after = [r for r in rows if r[0] >= RSS_WARMUP_S]
+            out[name] = {
+                "runs": len(runs),
+                "rss_mib_first": round(rows[0][1], 1) if rows else None,
+                "rss_mib_range_after_warmup": [
+                    round(min(r[1] for r in after), 1),
+                    round(max(r[1] for r in after), 1),
+                ]
+                if after
+                else [],
+                "rss_slope_mib_per_h": _slope([(r[0], r[1]) for r in after]),
+                "threads_range": [min(r[2] for r in rows), max(r[2] for r in rows)] if rows else [],
+                "children_max": max((r[3] for r in rows), default=0),
+                "series": [[round(t, 1), round(v, 1), n, c] for t, v, n, c in rows],
+                "load": load_snapshot(),
+            }
+            print(
+                "watch_rss",
+                name,
+                {k: v for k, v in out[name].items() if k != "series"},
+                file=sys.stderr,
+                flush=True,
+            )
+    finally:
+        run.stop()
+    return out
+
+
+def _slope(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of (seconds, MiB) points, in MiB per hour."""
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mx = sum(t for t, _ in points) / n
+    my = sum(v for _, v in points) / n
+    var = sum((t - mx) ** 2 for t, _ in points)
+    return round(sum((t - mx) * (v - my) for t, v in points) / var * 3600.0, 2) if var else None
 
 
 def _fanout(head: cluster.RayHead, work: Path, only: list[str]) -> dict[str, Any]:
@@ -217,9 +340,10 @@ def main() -> dict[str, Any]:
         node = cluster.start_worker_node(
             head, work, resources={"rollout_node": 4}, num_cpus=16, node_ip_address=NODE2_IP
         )
-        global ROUNDS, FAN_ROUNDS
+        global ROUNDS, FAN_ROUNDS, WATCH_S
         only = [a for a in sys.argv[1:] if "=" not in a]
         layouts, series = list(LAYOUTS), ["full", "waiting", "overhead"]
+        results = RESULTS
         for arg in sys.argv[1:]:  # rounds=N, fan_rounds=N, layouts=a,b, series=a,b
             key, _, value = arg.partition("=")
             if key == "rounds":
@@ -230,18 +354,34 @@ def main() -> dict[str, Any]:
                 layouts = value.split(",")
             elif key == "series":
                 series = value.split(",")
+            elif key == "trees":
+                TREES.clear()
+                TREES.update(
+                    {
+                        n: Path(p).resolve()
+                        for n, _, p in (t.partition("=") for t in value.split(","))
+                    }
+                )
+            elif key == "watch_s":
+                WATCH_S = float(value)
+            elif key == "save":
+                results = RESULTS.with_name(f"{value}.json")
         result: dict[str, Any] = {"load_at_start": load_snapshot(), "rounds": ROUNDS}
+        result["trees"] = {n: str(p) for n, p in TREES.items()}
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         if not only or "two_nodes" in only:
             result["two_nodes"] = _two_nodes(head, work, layouts)
-            RESULTS.write_text(json.dumps(result, indent=1))  # a part's figures survive a kill
+            results.write_text(json.dumps(result, indent=1))  # a part's figures survive a kill
         if not only or "fanout" in only:
             result["fanout"] = _fanout(head, work, series)
+            results.write_text(json.dumps(result, indent=1))
+        if "watch_rss" in only:  # (not by default: WATCH_S per tree)
+            result["watch_rss"] = _watch_rss(head, work)
     finally:
         if node is not None:
             node.stop()
         head.stop()
-    RESULTS.write_text(json.dumps(result, indent=1))
+    results.write_text(json.dumps(result, indent=1))
     return result
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import pickle
 import sys
 import types
 from collections.abc import Sequence
@@ -83,3 +84,10 @@ class BootProbe:
     def gpus(self, spec: Any, opts: Any, budget_s: float, until: float) -> bytes:
         answer: bytes = self._probe.gpus(spec, opts, budget_s, until)
         return answer
+
+    def asked(self, payload: bytes) -> bytes:
+        """A call as the doctor pickled it (`remote.RayTasks.submit`): ("sample", spec, opts,
+        budget_s) or ("gpus", spec, opts, budget_s, until). The doctor's Ray driver passes it on
+        unread, so that process needs none of the package's types (nor their imports)."""
+        kind, *args = pickle.loads(payload)  # noqa: S301 - the doctor's own call, as sent
+        return self.gpus(*args) if kind == "gpus" else self.sample(*args)

@@ -1,33 +1,45 @@
 """Reach the other nodes through Ray itself: one long-lived probe per node, pinned to it.
 
-The doctor connects as a short-lived Ray driver (its own namespace, no logs forwarded), in a
-thread of its own that starts as soon as the first sample's Ray state names another slime node,
-while this node's own sample runs. Each other node then gets one probe: a threaded actor with
-hard node affinity and zero CPUs (a busy node still takes it), created once and asked for both
-samples and for the GPU readings over the window; each node's first sample is asked for as soon as
-the driver is connected. The probes die with the driver (none is detached): nothing is left
-behind. Our own package travels with the probe as its sources (`probe_boot`: no runtime env, so a worker
-the raylet keeps idle can take the probe), so the node runs the same code as the CLI, and its
-options travel without a secret (`node_options`).
+The doctor's Ray driver (its own namespace, no logs forwarded) runs in a process of its own
+(`collect/ray_driver.py`, started by `RayTasks` as soon as the first sample's Ray state names
+another slime node, while this node's own sample runs); the doctor never imports Ray. A failed
+check of Ray's core worker, a lost raylet or GCS, or a connect that never returns ends or stalls
+that process only: each node it was asked about becomes a blind spot that says why, and the
+process is killed at the run's deadline. Each run starts its own (`watch`: nothing of a GCS that
+died is reused). Each other node then gets one probe: a threaded actor with hard node affinity and
+zero CPUs (a busy node still takes it), created once and asked for both samples and for the GPU
+readings over the window; each node's first sample is asked for as soon as the driver is
+connected. The probes die with the driver (none is detached): nothing is left behind. Our own
+package travels with the probe as its sources (`probe_boot`: no runtime env, so a worker the
+raylet keeps idle can take the probe), so the node runs the same code as the CLI, and its options
+travel without a secret (`node_options`).
 
 **A node's answer is data, never code** (docs/reliability.md, TM17). A probe answers plain bytes
-(msgpack: records, artefacts, suffixes), which Ray stores as a raw object; the doctor reads the
-raw object's bytes (`_raw_answer`) and never `ray.get`s it: Ray would unpickle whatever a
-compromised node put there. An answer that is anything but raw bytes (a pickled object, an error
+(msgpack: records, artefacts, suffixes), which Ray stores as a raw object; the driver reads the
+raw object's bytes (`ray_driver.raw_answer`) and never `ray.get`s it: Ray would unpickle whatever
+a compromised node put there. An answer that is anything but raw bytes (a pickled object, an error
 object) is not read: its node becomes a blind spot that says so, with Ray's error type where the
-object's metadata names one. A node whose probe fails or times out becomes a named blind spot;
+object's metadata names one. The bytes reach the doctor over the driver's pipe and are read
+within the bounds of the record format (`read_answer`), and each record is filed under the node
+that answered (`add_exported`). A node whose probe fails or times out becomes a named blind spot;
 its stacks may still come from the dashboard's /worker/traceback.
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import dataclasses
-import functools
-import importlib
-import logging
+import itertools
+import os
+import pickle
+import queue
+import signal
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,17 +48,16 @@ from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, safe_suffix
 from slime_hangdoctor.collect.node import run_detached_sample
 from slime_hangdoctor.collect.node_probe import NodeSpec
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
+from slime_hangdoctor.collect.ray_driver import MAX_ANSWER_BYTES
 from slime_hangdoctor.outcome import Outcome
+from slime_hangdoctor.parsers.nvml import GPM, NVML
 from slime_hangdoctor.parsers.processes import PROCESSES
+from slime_hangdoctor.sources import SPECS
 
-NAMESPACE = "slime-hangdoctor"
-# One node's answer, at most: a sample's stacks, process table
-# and logs' heads are a few MiB at most.
-MAX_ANSWER_BYTES = 256 * 1024 * 1024
-# Ray's metadata of a raw (bytes) object: ray._private.ray_constants.OBJECT_METADATA_TYPE_RAW
-RAW_METADATA = b"RAW"
+DRIVER_MODULE = "slime_hangdoctor.collect.ray_driver"
 
 Exported = list[tuple[dict[str, Any], bytes | None, str]]
+Answer = tuple[bytes | None, str | None]  # a node's answer's bytes, or why there are none
 
 
 @dataclass(frozen=True)
@@ -105,108 +116,312 @@ def pack_answer(exported: Exported) -> bytes:
     return data
 
 
-def unpack_answer(data: bytes) -> Exported | None:
-    """The records in a node's answer (untrusted bytes); None when they are not one."""
+class AnswerRefused(Exception):
+    """A node's answer over the bounds of the record format (`read_answer`)."""
+
+
+@dataclass(frozen=True)
+class AnswerBounds:
+    """What a node's answer may hold, sized to the record format (`node.export_records`): a list
+    of [record, artefact bytes or nil, suffix]; a record is a map of ProbeRecord's fields (10)
+    with `meta` a map of a few scalars. Each bound is some ten times what a big node sends."""
+
+    max_bytes: int = MAX_ANSWER_BYTES  # the whole answer (checked before Ray's buffer is copied)
+    max_records: int = 20_000  # a 1000-process node: two per process (stacks, log head) and some
+    max_map_len: int = (
+        64  # a record's fields, its meta's keys (at most 12 in every recorded bundle)
+    )
+    max_array_len: int = 64  # an item [record, bytes, suffix]; no field of a record is a list
+    max_str_len: int = 64 * 1024  # a reason, a target, a URL (270 characters at most recorded)
+    max_bin_len: int = 64 * 1024 * 1024  # an artefact: the largest cap of a node source's spec
+    max_objects: int = 500_000  # maps, lists and what they hold, over the whole answer
+
+
+ANSWER_BOUNDS = AnswerBounds()
+
+
+def read_answer(
+    data: bytes | memoryview, bounds: AnswerBounds = ANSWER_BOUNDS
+) -> tuple[Exported | None, str | None]:
+    """The records in a node's answer (untrusted bytes), or why it was not read.
+
+    Bounded before anything is built: the size first; then msgpack's own limits on every
+    string, binary, map and list, and a count of the maps and lists and what they hold (every
+    container is counted as it is completed, so at most one container per nesting level is
+    built uncounted): an answer of 8 MiB of empty maps costs a few MiB, not 578 MB."""
+    import io
+
     import msgpack
 
-    if len(data) > MAX_ANSWER_BYTES:
-        return None
+    size = len(data)
+    if size > bounds.max_bytes:
+        return None, f"its answer of {size} bytes is over {bounds.max_bytes} bytes: not read"
+    counted = [0]
+
+    def count(obj: Any) -> Any:
+        counted[0] += 1 + len(obj)
+        if counted[0] > bounds.max_objects:
+            raise AnswerRefused(f"more than {bounds.max_objects} objects")
+        return obj
+
+    unpacker = msgpack.Unpacker(
+        io.BytesIO(data),
+        raw=False,
+        strict_map_key=True,
+        max_buffer_size=bounds.max_bin_len + 1024 * 1024,
+        max_str_len=bounds.max_str_len,
+        max_bin_len=bounds.max_bin_len,
+        max_array_len=bounds.max_array_len,
+        max_map_len=bounds.max_map_len,
+        max_ext_len=0,
+        object_hook=count,
+        list_hook=count,
+    )
     try:
-        doc = msgpack.unpackb(data, raw=False, strict_map_key=True)
-    except Exception:  # noqa: BLE001 - malformed bytes of any kind are not an answer
-        return None
-    if not isinstance(doc, list):
-        return None
+        out = _read_items(unpacker, bounds)
+        if unpacker.tell() != size:
+            raise AnswerRefused("bytes after its last record")
+    except AnswerRefused as exc:
+        return (
+            None,
+            f"its answer of {size} bytes is over the bounds of a node's records ({exc}): not read",
+        )
+    except Exception as exc:  # noqa: BLE001 - malformed bytes of any kind are not an answer
+        why = f"{type(exc).__name__}: {exc}"[:200]
+        return None, f"its answer of {size} bytes is not a list of records ({why}): not read"
+    return out, None
+
+
+def _read_items(unpacker: Any, bounds: AnswerBounds) -> Exported:
+    n = unpacker.read_array_header()
+    if n > bounds.max_records:
+        raise AnswerRefused(f"{n} records, more than {bounds.max_records}")
     out: Exported = []
-    for item in doc:
-        if isinstance(item, list) and len(item) == 3 and isinstance(item[0], dict):
-            rec, blob, suffix = item
+    for _ in range(n):
+        if unpacker.read_array_header() != 3:
+            raise ValueError("an item is not [record, bytes, suffix]")
+        rec, blob, suffix = unpacker.unpack(), unpacker.unpack(), unpacker.unpack()
+        if isinstance(rec, dict):
             out.append((rec, blob if isinstance(blob, bytes) else None, str(suffix)[:64]))
     return out
 
 
-@functools.cache
-def package_sources() -> dict[str, tuple[bytes, bool]]:
-    """The doctor's own package as the node's import system is served it (probe_boot): module
-    name -> (source, whether it is a package), read from the files the CLI runs."""
+def unpack_answer(data: bytes | memoryview) -> Exported | None:
+    """The records in a node's answer (untrusted bytes); None when they are not one."""
+    return read_answer(data)[0]
+
+
+# The environment the driver's process is given: what Python, Ray and its gRPC need to connect,
+# and nothing else of the doctor's (no API key, no cloud or W&B credentials). Ray's own settings
+# (RAY_*) travel; the token is set apart (RayTasks: only where it may go to this GCS).
+DRIVER_ENV = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        "TZ",
+        "TMPDIR",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONNOUSERSITE",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+        "LD_LIBRARY_PATH",
+    }
+)
+# Ray's gRPC reads these only where RAY_grpc_enable_http_proxy is on (ray_constants.py): then
+# they travel too (they may carry a proxy's password: it is what the connection needs)
+PROXY_ENV = frozenset({"http_proxy", "https_proxy", "grpc_proxy", "no_proxy"})
+RAY_TOKEN_ENV = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+# How long the driver's process has to disconnect once the run is done, before it is killed
+CLOSE_WAIT_S = 1.0
+# A reply's head from the driver's process: a map of three small fields
+MAX_HEAD_BYTES = 64 * 1024
+
+
+def driver_env(environ: Mapping[str, str], token: str | None) -> dict[str, str]:
+    """The driver process's environment (DRIVER_ENV), with `token` as Ray's RAY_AUTH_TOKEN; the
+    package the CLI runs comes first on its path."""
     import slime_hangdoctor
 
-    root = Path(slime_hangdoctor.__file__).parent
-    out: dict[str, tuple[bytes, bool]] = {}
-    for path in sorted(root.rglob("*.py")):
-        parts = path.relative_to(root.parent).with_suffix("").parts
-        package = parts[-1] == "__init__"
-        out[".".join(parts[:-1] if package else parts)] = (path.read_bytes(), package)
-    return out
+    env = {k: v for k, v in environ.items() if k in DRIVER_ENV}
+    env.update(
+        {k: v for k, v in environ.items() if k.startswith("RAY_") and k not in RAY_TOKEN_ENV}
+    )
+    if environ.get("RAY_grpc_enable_http_proxy", "0").lower() in ("1", "true"):
+        env.update({k: v for k, v in environ.items() if k.lower() in PROXY_ENV})
+    if token:
+        env["RAY_AUTH_TOKEN"] = token
+    root = Path(slime_hangdoctor.__file__).parent.parent
+    if root.name not in ("site-packages", "dist-packages"):  # (installed: found there anyway)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
+    return env
 
 
 class RayTasks:
-    """The doctor's Ray driver, connected in a thread, and one probe per node (created once)."""
+    """The doctor's Ray driver for one run, in a process of its own (collect/ray_driver.py),
+    started at once; the calls it is asked to make, answered over a pipe.
 
-    def __init__(self, gcs_address: str | None, timeout_s: float) -> None:
+    Whatever happens to that process (a failed check of Ray's core worker, a lost raylet or GCS
+    ending it, a connect that never returns, a kill) costs the nodes it was asked about, each a
+    blind spot naming why, never the doctor. It lives until the run's deadline at most
+    (`timeout_s`) and is killed then; each run starts its own, so nothing of a GCS that died is
+    reused (`watch`). The doctor itself never imports Ray."""
+
+    def __init__(
+        self, gcs_address: str | None, timeout_s: float, *, token: str | None = None
+    ) -> None:
         self.gcs_address = gcs_address
         self._ready = threading.Event()
         self._error: str | None = None
-        self._probe_class: Any = None
-        self._sources: Any = None  # the package's sources, in the object store (package_sources)
-        self._probes: dict[RemoteNode, Any] = {}
+        self._calls: dict[int, cf.Future[Answer]] = {}
         self._lock = threading.Lock()
-        self._thread = threading.Thread(
-            target=self._connect, args=(timeout_s,), daemon=True, name="ray-connect"
-        )
-        self._thread.start()
-
-    def _connect(self, timeout_s: float) -> None:
+        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._ids = itertools.count(1)
+        self._stderr: collections.deque[str] = collections.deque(maxlen=8)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._gone: str | None = None
+        self._closed = False
+        self._killer: threading.Timer | None = None
+        self._end = time.monotonic() + timeout_s  # the run's deadline: the driver is killed then
+        if not gcs_address:
+            self._fail(
+                "could not connect to Ray as a driver: "
+                "the GCS address of the cluster is unknown (give host:6379)"
+            )
+            return
         try:
-            _wait_closed()  # a run before this one in this process (`watch`) may still disconnect
-            if not self.gcs_address:
-                raise RuntimeError("the GCS address of the cluster is unknown (give host:6379)")
-            import ray
+            self._start(gcs_address, timeout_s, token)
+        except (OSError, subprocess.SubprocessError) as exc:
+            self._fail(
+                f"could not start the doctor's Ray driver: {type(exc).__name__}: {exc}"[:300]
+            )
 
-            from slime_hangdoctor.collect import probe_boot
+    def _start(self, gcs_address: str, timeout_s: float, token: str | None) -> None:
+        from multiprocessing.connection import Connection
 
-            cloudpickle: Any = importlib.import_module("ray.cloudpickle")  # untyped
-
-            sources = package_sources()
-            if not ray.is_initialized():
-                ray.init(
-                    address=self.gcs_address,
-                    namespace=NAMESPACE,
-                    logging_level=logging.ERROR,
-                    log_to_driver=False,
-                    configure_logging=False,
-                )
-            cloudpickle.register_pickle_by_value(probe_boot)
-            self._sources = ray.put(sources)
-            # an actor class (the stubs of ray.remote type the function form only)
-            actor: Any = ray.remote
-            self._probe_class = actor(
-                num_cpus=0, max_concurrency=4, max_restarts=0, max_task_retries=0
-            )(probe_boot.BootProbe)
-        except Exception as exc:  # noqa: BLE001 - any failure is a blind spot, never a crash
-            self._error = f"could not connect to Ray as a driver: {type(exc).__name__}: {exc}"[:400]
+        to_child, from_parent = os.pipe()[::-1]  # (write end, read end)
+        from_child, to_parent = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    DRIVER_MODULE,
+                    str(from_parent),
+                    str(to_parent),
+                    f"{max(0.1, timeout_s):.3f}",
+                    gcs_address,
+                ],
+                pass_fds=(from_parent, to_parent),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=driver_env(os.environ, token),
+            )
+        except BaseException:
+            for fd in (to_child, from_child):
+                os.close(fd)
+            raise
         finally:
+            for fd in (from_parent, to_parent):
+                os.close(fd)
+        self._out = Connection(to_child, readable=False)
+        self._in = Connection(from_child, writable=False)
+        for target in (self._read, self._read_stderr, self._send):
+            threading.Thread(target=target, name="ray-driver-pipe", daemon=True).start()
+        self._killer = threading.Timer(
+            timeout_s + 0.5, self._kill
+        )  # the deadline, whatever happens
+        self._killer.daemon = True
+        self._killer.start()
+
+    def _read(self) -> None:
+        """The driver's replies, until its pipe ends: each call's answer goes to its future."""
+        import msgpack
+
+        try:
+            while True:
+                head = msgpack.unpackb(
+                    self._in.recv_bytes(MAX_HEAD_BYTES), raw=False, max_str_len=4096, max_map_len=8
+                )
+                if "ready" in head:
+                    self._error = None if head.get("ready") else str(head.get("error"))[:400]
+                    self._ready.set()
+                    continue
+                size = int(head.get("size") or 0)
+                data = self._in.recv_bytes(MAX_ANSWER_BYTES) if size else None
+                if data is not None and len(data) != size:
+                    raise OSError("an answer of another size than announced")
+                error = head.get("error")
+                self._settle(int(head["id"]), data, None if error is None else str(error)[:400])
+        except Exception:  # noqa: BLE001 - EOF, a broken or garbled pipe: the driver is gone
+            self._fail(self._why_gone())
+
+    def _send(self) -> None:
+        """The calls, in order, to the driver (a thread: a driver that reads nothing, stopped or
+        hung, blocks this one once the pipe is full, never the run)."""
+        while True:
+            message = self._outbox.get()
+            if message is None:
+                return
+            try:
+                self._out.send_bytes(message)
+            except OSError:
+                self._fail(self._why_gone())
+                return
+
+    def _read_stderr(self) -> None:
+        proc = self._proc
+        if proc is None or proc.stderr is None:
+            return
+        for line in iter(proc.stderr.readline, b""):
+            text = line.decode("utf-8", "replace").strip()
+            if text:
+                self._stderr.append(text[:300])
+
+    def _why_gone(self) -> str:
+        """Why the driver's process answers no more: how it ended, and the last it said."""
+        proc = self._proc
+        if proc is None:
+            return "the doctor's Ray driver did not start"
+        try:
+            code = proc.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            return f"the doctor's Ray driver (pid {proc.pid}) closed its pipe"
+        if self._closed:
+            return "the run was over"
+        how = f"exit code {code}" if code >= 0 else f"killed by {_signal_name(-code)}"
+        said = f" (its last words: {self._stderr[-1]})" if self._stderr else ""
+        return f"the doctor's Ray driver (pid {proc.pid}) ended, {how}{said}"
+
+    def _settle(self, call_id: int, data: bytes | None, error: str | None) -> None:
+        with self._lock:
+            future = self._calls.pop(call_id, None)
+        if future is not None and not future.done():
+            future.set_result((data, error))
+
+    def _fail(self, why: str) -> None:
+        """Every call still waiting, and the connection if not made, end with `why`."""
+        with self._lock:
+            self._gone = self._gone or why
+            pending, self._calls = list(self._calls.values()), {}
+        if not self._ready.is_set():
+            self._error = why
             self._ready.set()
+        for future in pending:
+            if not future.done():
+                future.set_result((None, why))
 
     def ready(self, timeout: float) -> str | None:
         """None when connected, else why not."""
         if not self._ready.wait(timeout):
             return "connecting to Ray as a driver took too long"
         return self._error
-
-    def probe(self, node: RemoteNode, first_sample: int = 0) -> Any:
-        """The node's probe, created (pinned to it) on first use, for `first_sample`."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        with self._lock:
-            handle = self._probes.get(node)
-            if handle is None:
-                strategy = NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False)
-                handle = self._probe_class.options(scheduling_strategy=strategy).remote(
-                    first_sample, self._sources
-                )
-                self._probes[node] = handle
-            return handle
 
     def submit(
         self,
@@ -216,163 +431,169 @@ class RayTasks:
         budget_s: float,
         gpus: bool,
         until: float | None = None,
-    ) -> Any:
+    ) -> cf.Future[Answer]:
         """Ask the node's probe for a sample, or (`gpus`) for its GPU readings until `until`
-        (epoch seconds; default: `budget_s` from now)."""
-        probe = self.probe(node, spec.sample)
-        if gpus:
-            end = time.time() + budget_s if until is None else until
-            return probe.gpus.remote(spec, node_options(opts), budget_s, end)
-        return probe.sample.remote(spec, node_options(opts), budget_s)
+        (epoch seconds; default: `budget_s` from now): the future of its answer's bytes. The call
+        goes to the driver at once (it makes it once connected); this never blocks."""
+        future: cf.Future[Answer] = cf.Future()
+        end = time.time() + budget_s if until is None else until
+        with self._lock:
+            gone = self._gone
+            call_id = next(self._ids)
+            if gone is None:
+                self._calls[call_id] = future
+        if gone is not None:
+            future.set_result((None, gone))
+            return future
+        sent = node_options(opts)
+        payload = pickle.dumps(
+            ("gpus", spec, sent, budget_s, end) if gpus else ("sample", spec, sent, budget_s)
+        )
+        call = ("call", call_id, node.node_id, node.node_ip, spec.sample, payload)
+        self._outbox.put(pickle.dumps(call))
+        return future
 
-    def fetch(self, ref: Any, timeout: float) -> tuple[Exported | None, str | None]:
-        """A node's records, read from the raw bytes of its answer (never unpickled), or why not."""
-        data, error, running = _raw_answer(ref, timeout)
-        if running:
-            # only a task still running is cancelled: cancelling one whose answer arrived races
-            # Ray's own completion of it, which ends the process (a failed check in Ray 2.60's
-            # TaskManager::CompletePendingTask, "Tried to complete task that was not pending")
-            _cancel(ref)
+    def fetch(
+        self, handle: cf.Future[Answer], timeout: float
+    ) -> tuple[Exported | None, str | None]:
+        """A node's records, read within the bounds of the record format, or why not."""
+        try:
+            data, error = handle.result(timeout=max(0.0, timeout))
+        except cf.TimeoutError:
+            if not self._ready.is_set():
+                return None, "connecting to Ray as a driver took too long"
+            return None, "no answer in time"
         if data is None:
-            return None, error
-        exported = unpack_answer(data)
-        if exported is None:
-            return None, "the node's answer is not a list of records: not read"
-        return exported, None
+            return None, error or "no answer"
+        return read_answer(data)
 
     def close_soon(self) -> None:
         """`close` in a thread of its own, once nothing more is asked of the nodes: the run's
-        analysis goes on meanwhile (killing the probes and disconnecting take a few tenths of a
-        second); the interpreter waits for it before it exits (not a daemon), and the next
-        connection in this process waits for it first."""
-        global _CLOSING
-        thread = threading.Thread(target=self.close, name="ray-close", daemon=False)
-        with _CLOSING_LOCK:
-            _CLOSING = thread
-        thread.start()
+        analysis goes on meanwhile; the interpreter waits for it (at most CLOSE_WAIT_S and a
+        kill) before it exits, so no driver outlives the doctor."""
+        threading.Thread(target=self.close, name="ray-close", daemon=False).start()
 
     def close(self) -> None:
-        self._thread.join(timeout=0.1)
-        if self._probe_class is None:
+        """Ask the driver to kill its probes and disconnect; killed if it has not within
+        CLOSE_WAIT_S or by the run's deadline (or does not read its pipe: stopped, hung)."""
+        proc = self._proc
+        self._closed = True
+        if proc is None:
             return
+        self._outbox.put(pickle.dumps(("close",)))
+        self._outbox.put(None)
         try:
-            import ray
+            proc.wait(timeout=max(0.0, min(CLOSE_WAIT_S, self._end - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            self._kill()
+        self._fail("the run was over")
+        if self._killer is not None:
+            self._killer.cancel()  # (its thread ends now, not at the deadline: a watch's threads stay flat)
 
-            for handle in self._probes.values():
-                try:
-                    ray.kill(handle, no_restart=True)
-                except Exception:  # noqa: BLE001 - the driver's end kills it anyway
-                    pass
-            ray.shutdown()
-        except Exception:  # noqa: BLE001
-            pass
+    def _kill(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.kill()  # (a stopped process dies of SIGKILL too)
+                proc.wait(timeout=5.0)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+
+    @property
+    def pid(self) -> int | None:
+        """The driver process's pid (None: not started)."""
+        return None if self._proc is None else self._proc.pid
 
 
-_CLOSING: threading.Thread | None = None  # the last RayTasks.close_soon's
-_CLOSING_LOCK = threading.Lock()
-
-
-def _wait_closed(timeout: float = 10.0) -> None:
-    with _CLOSING_LOCK:
-        thread = _CLOSING
-    if thread is not None:
-        thread.join(timeout=timeout)
-
-
-def _raw_answer(ref: Any, timeout: float) -> tuple[bytes | None, str | None, bool]:
-    """The bytes of a raw object (a node's answer), read without deserialising it; else why not;
-    and whether its task may still run (no answer in time: the one case to cancel it).
-
-    `ray.get` deserialises by the object's own metadata, which its writer chose: a `PYTHON`
-    object is unpickled. The core worker's `get_objects` returns the serialised object (data,
-    metadata) as stored; only `RAW` (what Ray stores for a `bytes` return value) is read."""
-    import ray
-
-    ray_worker: Any = importlib.import_module("ray._private.worker")  # the core worker: untyped
+def _signal_name(number: int) -> str:
     try:
-        core = ray_worker.global_worker.core_worker
-        (got,) = core.get_objects([ref], int(max(0.1, timeout) * 1000))
-        data, metadata = got[0], got[1]
-    except ray.exceptions.GetTimeoutError:
-        return None, "no answer in time", True
-    except Exception as exc:  # noqa: BLE001 - a dead owner, a lost object, ...
-        text = str(exc).splitlines()[0] if str(exc) else ""
-        return None, f"{type(exc).__name__}: {text}"[:300], False
-    kind = bytes(metadata or b"").split(b",")[0]
-    if kind == RAW_METADATA:
-        return (b"" if data is None else data.to_pybytes()), None, False
-    return None, _not_raw(kind, data), False
-
-
-def _not_raw(kind: bytes, data: Any) -> str:
-    """Why an answer that is not raw bytes was not read, in Ray's words where it has some."""
-    if not kind.isdigit():
-        shown = kind.decode("ascii", "replace")[:24] or "none"
-        return (
-            f"the node answered a serialised object (Ray metadata {shown!r}), not bytes: not read"
-        )
-    error_types: Any = importlib.import_module("ray.core.generated.common_pb2").ErrorType
-    try:
-        name = error_types.Name(int(kind))
+        return signal.Signals(number).name
     except ValueError:
-        name = f"error type {int(kind)}"
-    return f"{name}{_error_message(kind, data)}"
+        return f"signal {number}"
 
 
-def _error_message(kind: bytes, data: Any) -> str:
-    """The message of Ray's own error info (a protobuf, msgpack-framed), where it has one: read
-    through Ray's deserialiser for error metadata, which unpickles nothing for a numeric kind."""
-    if data is None:
-        return ""
-    try:
-        ray_worker: Any = importlib.import_module("ray._private.worker")
-        context = ray_worker.global_worker.get_serialization_context()
-        info = context._deserialize_error_info(data, [kind])
-        text = str(info.error_message or "").splitlines()
-    except Exception:  # noqa: BLE001 - an error object with no readable info: its type says it
-        return ""
-    return f": {text[0][:240]}" if text else ""
+@dataclass(frozen=True)
+class Asked:
+    """What the doctor asked a node for: its records are filed under that node, at that sample
+    (None: the GPU readings over the window), and only those of these sources are kept."""
+
+    node: RemoteNode
+    sample: int | None
+    sources: frozenset[str]
 
 
-def _cancel(ref: Any) -> None:
-    try:
-        import ray
-
-        ray.cancel(ref)
-    except Exception:  # noqa: BLE001
-        pass
+# The sources of a node's sample (its process scan and every node probe: collect/node.py) and of
+# its GPU readings (sample_gpus_over): a record of any other source from a node is not kept.
+SAMPLE_SOURCES = frozenset({PROCESSES, *(s.name for s in SPECS if s.node_probe is not None)})
+GPU_SOURCES = frozenset({NVML, GPM})
 
 
-def add_exported(writer: BundleWriter, exported: Exported) -> int:
+def add_exported(writer: BundleWriter, exported: Exported, asked: Asked) -> int:
     """Re-add a remote node's records (and bytes) to the main bundle; returns how many.
 
-    A node's answer is untrusted input: its record's source, target and node become safe file
-    names (BundleWriter), and so does its artefact suffix; a suffix that had to be changed is
-    said in the record's reason. Nothing it says can place a file outside the bundle."""
+    A node's answer is untrusted input. Each record is filed under the node that answered (its IP
+    and node id, whatever the record claims), at the sample that was asked; a record of a source
+    the call does not produce is dropped, and the node gets a blind spot that says so. Its
+    record's source, target and node become safe file names (BundleWriter), and so does its
+    artefact suffix; a suffix that had to be changed is said in the record's reason. Nothing it
+    says can place a file outside the bundle, or file evidence as another node's."""
     n = 0
+    unknown: dict[str, int] = {}
     for item in exported:
         try:
             rec_json, data, suffix = item
             rec = ProbeRecord.from_json(rec_json)
         except Exception:  # noqa: BLE001 - a malformed record from a node is skipped
             continue
-        reason = rec.reason
+        if rec.source not in asked.sources:
+            unknown[rec.source] = unknown.get(rec.source, 0) + 1
+            continue
         if not isinstance(data, (bytes, str)):
             data = None
         suffix = suffix if isinstance(suffix, str) else ""
-        if data is not None and safe_suffix(suffix) != suffix:
-            note = f"the node's artefact suffix {suffix[:80]!r} was unsafe: saved as {safe_suffix(suffix)!r}"
-            reason = f"{reason}; {note}" if reason else note
-        writer.add(
-            ProbeRecord(**{**rec.__dict__, "artifact": None, "reason": reason}), data, suffix=suffix
-        )
+        writer.add(_filed(rec, asked, data, suffix), data, suffix=suffix)
         n += 1
+    if unknown:
+        names = ", ".join(f"{name[:40]!r} ({k})" for name, k in sorted(unknown.items())[:5])
+        why = f"it answered {sum(unknown.values())} records of sources it was not asked for, not kept: {names}"
+        node_blind_spot(writer, asked.node, asked.sample, why)
     return n
 
 
-# A started node request: the future of its Ray object ref (set once the driver is connected and
-# the call is made; an exception's text is why it could not be made).
-Started = list[tuple[RemoteNode, "cf.Future[Any]"]]
+def _filed(rec: ProbeRecord, asked: Asked, data: object, suffix: str) -> ProbeRecord:
+    """The record as the doctor files it: under the node that answered, at the sample asked."""
+    notes = [rec.reason] if rec.reason else []
+    if data is not None and safe_suffix(suffix) != suffix:
+        notes.append(
+            f"the node's artefact suffix {suffix[:80]!r} was unsafe: saved as {safe_suffix(suffix)!r}"
+        )
+    if rec.node_ip != asked.node.node_ip or rec.sample != asked.sample:
+        claimed = f"node {str(rec.node_ip)[:64]!r}, sample {rec.sample!r}"
+        notes.append(f"the record claimed {claimed}: filed under the node that answered")
+    meta = {**rec.meta, "node_id": asked.node.node_id}
+    return dataclasses.replace(
+        rec,
+        artifact=None,
+        reason="; ".join(notes) or None,
+        node_ip=asked.node.node_ip,
+        sample=asked.sample,
+        meta=meta,
+    )
+
+
+@dataclass(frozen=True)
+class Call:
+    """A node request under way: what was asked, and the future of its answer."""
+
+    asked: Asked
+    future: cf.Future[Answer]
+
+    @property
+    def node(self) -> RemoteNode:
+        return self.asked.node
+
+
+Started = list[Call]
 
 
 def collect_remote(
@@ -385,30 +606,19 @@ def collect_remote(
     budget_s: float | None = None,
     until: float | None = None,
 ) -> Started:
-    """Ask each node's probe for a sample (or its GPU readings), without waiting: the calls are
-    made in a thread as soon as the driver is connected (the caller samples its own node
-    meanwhile). Returns (node, future of the call's ref); gather_remote waits for them."""
-    started: Started = [(node, cf.Future()) for node, _ in nodes]
-    if not nodes:
-        return started
-
-    def send() -> None:
-        # (nothing waits on this thread: the connection may take what the run's deadline allows)
-        problem = tasks.ready(deadline.clamp(opts.window_s + opts.probe_timeout_s * 3))
-        budget = (
-            budget_s if budget_s is not None else deadline.clamp(opts.probe_timeout_s * 2 + 2.0)
+    """Ask each node's probe for a sample (or its GPU readings), without waiting: the calls go
+    to the driver's process at once, which makes them as soon as it is connected (the caller
+    samples its own node meanwhile). Returns the calls (what was asked, the future of its
+    answer); gather_remote waits for them."""
+    sources = GPU_SOURCES if gpus else SAMPLE_SOURCES
+    budget = budget_s if budget_s is not None else deadline.clamp(opts.probe_timeout_s * 2 + 2.0)
+    return [
+        Call(
+            Asked(node, None if gpus else spec.sample, sources),
+            tasks.submit(node, spec, opts, budget, gpus, until),
         )
-        for (node, spec), (_, future) in zip(nodes, started, strict=True):
-            if problem is not None:
-                future.set_exception(RuntimeError(problem))
-                continue
-            try:
-                future.set_result(tasks.submit(node, spec, opts, budget, gpus, until))
-            except Exception as exc:  # noqa: BLE001
-                future.set_exception(RuntimeError(f"could not ask its probe: {exc}"[:300]))
-
-    threading.Thread(target=send, name="ray-submit", daemon=True).start()
-    return started
+        for node, spec in nodes
+    ]
 
 
 def gather_remote(
@@ -424,22 +634,14 @@ def gather_remote(
 
     end = time.monotonic() + deadline.clamp(wait_s)
 
-    def one(pair: tuple[RemoteNode, cf.Future[Any]]) -> None:
-        node, future = pair
-        try:
-            ref = future.result(timeout=max(0.05, end - time.monotonic()))
-        except cf.TimeoutError:
-            error: str | None = "connecting to Ray as a driver took too long"
-            exported = None
-        except Exception as exc:  # noqa: BLE001 - the call could not be made: why is the text
-            error, exported = str(exc), None
-        else:
-            exported, error = tasks.fetch(ref, max(0.1, end - time.monotonic()))
+    def one(call: Call) -> None:
+        node = call.node
+        exported, error = tasks.fetch(call.future, max(0.05, end - time.monotonic()))
         if exported is None:
             node_blind_spot(writer, node, sample, error or "no answer")
             failed.append(node)
         else:
-            add_exported(writer, exported)
+            add_exported(writer, exported, call.asked)
 
     if started:
         with cf.ThreadPoolExecutor(max_workers=min(32, len(started))) as pool:

@@ -44,6 +44,7 @@ from slime_hangdoctor.collect.options import CollectOptions, Deadline, resolve_t
 from slime_hangdoctor.collect.remote import (
     RayTasks,
     RemoteNode,
+    Started,
     collect_remote,
     gather_remote,
     node_blind_spot,
@@ -134,7 +135,7 @@ class _Run:
     node_id: str | None = None
     tasks: RayTasks | None = None
     threads: list[threading.Thread] | None = None
-    remote_gpu: list[tuple[RemoteNode, Any]] | None = None
+    remote_gpu: Started | None = None
     remote_seen: list[RemoteNode] | None = None
     topo: Topology | None = None  # the last sample's
     on_window: Callable[[], None] | None = None  # collect()'s, called by _window_begins
@@ -474,7 +475,7 @@ def _note_lost_nodes(run: _Run, remote: list[tuple[RemoteNode, set[int]]], index
 
 def _start_remote_samples(
     run: _Run, remote: list[tuple[RemoteNode, set[int]]], index: int
-) -> list[tuple[RemoteNode, Any]]:
+) -> Started:
     """Ask every other slime node's probe for its sample (and, at sample 0, its GPU readings
     until the window's end), without waiting: the calls go out as soon as the Ray driver is
     connected (its connection starts here, at the first sample), while this node is sampled."""
@@ -483,7 +484,9 @@ def _start_remote_samples(
     opts, deadline = run.opts, run.deadline
     if run.tasks is None:
         run.say(f"connecting to Ray to reach {len(remote)} other node(s)")
-        run.tasks = RayTasks(run.gcs_address, timeout_s=deadline.clamp(8.0))
+        # (the token only where it may go to this GCS: address.Cluster.token_ok)
+        token = resolve_token(opts.ray_token) if run.token_ok else None
+        run.tasks = RayTasks(run.gcs_address, timeout_s=deadline.remaining(), token=token)
     specs = [
         (
             node,
@@ -572,7 +575,7 @@ def read_before(
 def _sample_here_and_probe_endpoints(
     run: _Run,
     local_spec: NodeSpec,
-    started: list[tuple[RemoteNode, Any]],
+    started: Started,
     index: int,
     endpoints: list[cf.Future[Any]],
     probed: set[tuple[str, str]],

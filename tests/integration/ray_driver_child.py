@@ -1,9 +1,11 @@
-"""The doctor's Ray driver, in a process of its own, as `attach` runs it (a CLI process).
+"""The doctor's side of a node probe, in a process of its own, as `attach` runs it (a CLI process).
 
-test_ray_cluster_collect.py runs each scenario here in a fresh interpreter: Ray's core worker ends
-its process with exit code 1 on some cluster failures (it cannot reach its raylet or the GCS), and
-in the pytest process that would end the whole suite without a word. Here it ends one test, with
-the exit code and this process's output in the failure.
+test_ray_cluster_collect.py runs each scenario here in a fresh interpreter. The doctor's Ray
+driver runs in a process of its own (collect/ray_driver.py, started by remote.RayTasks); the
+scenarios that drive Ray in this process themselves (`ray_driver.Driver`: the pickle's control,
+the probe's loaders) would end it with exit code 1 on some cluster failures (Ray's core worker
+cannot reach its raylet or the GCS), which in the pytest process would end the whole suite
+without a word. Here it ends one test, with the exit code and this process's output in the failure.
 
     python tests/integration/ray_driver_child.py SCENARIO JSON
     # exit 0 when every check of the scenario held; an AssertionError's traceback otherwise
@@ -12,6 +14,7 @@ the exit code and this process's output in the failure.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,16 +24,24 @@ from slime_hangdoctor.collect.dashboard import DashboardClient
 from slime_hangdoctor.collect.node_probe import NodeSpec
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.collect.probe_boot import BootProbe
+from slime_hangdoctor.collect.ray_driver import Driver
 from slime_hangdoctor.collect.remote import RayTasks, RemoteNode, collect_remote, gather_remote
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.ray_state import parse_actors
 
 
 def _connected(gcs_address: str) -> RayTasks:
-    tasks = RayTasks(gcs_address, timeout_s=60.0)
+    tasks = RayTasks(gcs_address, timeout_s=180.0)
     why = tasks.ready(120.0)
     assert why is None, why
     return tasks
+
+
+def _driver_here(gcs_address: str) -> Driver:
+    """A Ray driver in this process (what the doctor's driver process runs)."""
+    driver = Driver(gcs_address)
+    driver.connect()
+    return driver
 
 
 def _probe_actors(dashboard_url: str) -> list[str]:
@@ -82,14 +93,19 @@ def one_probe_answers_both_samples(spec: dict[str, Any]) -> None:
         assert all(r.outcome is Outcome.OK for r in scans), [(r.outcome, r.reason) for r in scans]
         assert any(r.source == "nvml" for r in writer.records), [r.source for r in writer.records]
         assert len(_probe_actors(spec["dashboard"])) == 1, "one probe per node, created once"
-        # the probe ran the doctor's own sources, sent with it (probe_boot), not a copy the node
-        # has installed (this machine has one)
-        import ray
-
-        loaders = ray.get(driver.probe(node).__ray_call__.remote(_package_loaders), timeout=60)
-        assert loaders == {"SourceFinder"}, loaders
     finally:
         driver.close()
+    # the probe runs the doctor's own sources, sent with it (probe_boot), not a copy the node
+    # has installed (this machine has one): asked of a probe made as the driver's process makes it
+    import ray
+
+    here = _driver_here(spec["gcs"])
+    try:
+        probe = here.probe(node.node_id, node.node_ip)
+        loaders = ray.get(probe.__ray_call__.remote(_package_loaders), timeout=60)
+        assert loaders == {"SourceFinder"}, loaders
+    finally:
+        here.close()
 
 
 def a_pickle_runs_no_code(spec: dict[str, Any]) -> None:
@@ -115,15 +131,15 @@ def a_pickle_runs_no_code(spec: dict[str, Any]) -> None:
     def fail() -> None:
         raise Hostile()
 
-    driver = _connected(spec["gcs"])
+    driver = _driver_here(spec["gcs"])
     try:
         hostile = ray.remote(num_cpus=0, max_retries=0)(answer)
         failing = ray.remote(num_cpus=0, max_retries=0)(fail)
-        exported, why = driver.fetch(hostile.remote(), 60.0)
-        assert exported is None and why is not None and "not read" in why, why
+        data, why = driver.fetch(hostile.remote(), 60.0)
+        assert data is None and why is not None and "not read" in why, why
         assert not marker.exists(), "the node's pickle ran code in the doctor"
-        exported, why = driver.fetch(failing.remote(), 60.0)
-        assert exported is None and why is not None and "TASK_EXECUTION_EXCEPTION" in why, why
+        data, why = driver.fetch(failing.remote(), 60.0)
+        assert data is None and why is not None and "TASK_EXECUTION_EXCEPTION" in why, why
         assert not marker.exists(), "the node's exception ran code in the doctor"
         ray.get(hostile.remote(), timeout=60)  # the control: the payload is live
         assert marker.read_text() == "pwned"
@@ -131,7 +147,52 @@ def a_pickle_runs_no_code(spec: dict[str, Any]) -> None:
         driver.close()
 
 
-SCENARIOS = {f.__name__: f for f in (one_probe_answers_both_samples, a_pickle_runs_no_code)}
+def a_driver_killed_mid_call_costs_the_call(spec: dict[str, Any]) -> None:
+    """Issue 43 item 1: the driver's process is killed while a node's sample is under way (as
+    Ray's core worker ends it on a failed check or a lost raylet): the node is a blind spot
+    naming how the driver ended, at once, and the next run's driver (a new process, as `watch`
+    starts one per run) answers the same node."""
+    import signal
+    import time
+
+    node = RemoteNode(spec["node_id"], spec["node_ip"])
+    roots = frozenset(int(pid) for pid in spec["roots"])
+    opts = CollectOptions(stacks=True)
+    killed = _connected(spec["gcs"])
+    try:
+        writer = BundleWriter(Path(spec["bundle"]) / "killed", command="test")
+        deadline = Deadline(60.0)
+        started = collect_remote(killed, [(node, NodeSpec(node.node_ip, 0, roots))], opts, deadline)
+        time.sleep(0.2)  # the call is on its way
+        assert killed.pid is not None
+        os.kill(killed.pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        assert gather_remote(killed, writer, started, 0, deadline, 30.0) == [node]
+        assert time.monotonic() - t0 < 2.0, "the driver's end was not seen at once"
+        (spot,) = [r for r in writer.records if r.outcome is not Outcome.OK]
+        assert f"Ray driver (pid {killed.pid}) ended, killed by SIGKILL" in str(spot.reason), spot
+    finally:
+        killed.close()
+    fresh = _connected(spec["gcs"])
+    try:
+        assert fresh.pid != killed.pid
+        writer = BundleWriter(Path(spec["bundle"]) / "fresh", command="test")
+        deadline = Deadline(60.0)
+        started = collect_remote(fresh, [(node, NodeSpec(node.node_ip, 0, roots))], opts, deadline)
+        assert gather_remote(fresh, writer, started, 0, deadline, 50.0) == []
+        assert any(r.source == "pyspy" and r.outcome is Outcome.OK for r in writer.records)
+    finally:
+        fresh.close()
+
+
+SCENARIOS = {
+    f.__name__: f
+    for f in (
+        one_probe_answers_both_samples,
+        a_pickle_runs_no_code,
+        a_driver_killed_mid_call_costs_the_call,
+    )
+}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](json.loads(sys.argv[2]))

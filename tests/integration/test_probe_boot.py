@@ -16,7 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from slime_hangdoctor.collect.remote import package_sources, unpack_answer
+from slime_hangdoctor.collect.ray_driver import package_sources
+from slime_hangdoctor.collect.remote import unpack_answer
 
 CHILD = r"""
 import importlib, importlib.abc, os, pickle, sys

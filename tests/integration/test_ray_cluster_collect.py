@@ -451,6 +451,20 @@ def test_a_node_answer_carrying_a_pickle_runs_no_code_in_the_doctor(
     assert marker.read_text() == "pwned", "the control ran the payload in the doctor"
 
 
+def test_the_doctors_ray_driver_killed_mid_call_costs_that_call(job: Job, tmp_path: Path) -> None:
+    """Issue 43 item 1: the driver's process killed while a node's sample is under way: the node
+    is a blind spot naming the kill, and a new driver process answers the next run (checks in
+    ray_driver_child.py)."""
+    node = _head_node(job)
+    spec: dict[str, object] = {
+        "node_id": node.node_id,
+        "node_ip": node.node_ip,
+        "roots": sorted(job.actor_pids.values()),
+        "bundle": str(tmp_path / "bundle"),
+    }
+    _in_a_doctor_process(job, "a_driver_killed_mid_call_costs_the_call", spec)
+
+
 # --------------------------------------------------------------------------- helpers
 
 

@@ -40,7 +40,7 @@ import pytest
 from slime_hangdoctor.bundle import BundleWriter, open_bundle
 from slime_hangdoctor.collect.node import export_records
 from slime_hangdoctor.collect.processes import local_uid, record_processes
-from slime_hangdoctor.collect.remote import add_exported
+from slime_hangdoctor.collect.remote import SAMPLE_SOURCES, Asked, RemoteNode, add_exported
 from slime_hangdoctor.errors import RayUnreachable
 from slime_hangdoctor.load import load_snapshot
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
@@ -87,6 +87,10 @@ def _outside(tmp_path: Path, bundle: Path) -> list[Path]:
 # ------------------------------------------------------------------ SP1-SP2 a hostile node (point 1)
 
 
+# the node that answers: the one the records name (collect/remote.py files them under it)
+NODE2 = Asked(RemoteNode("n2", "10.0.0.2"), 0, SAMPLE_SOURCES)
+
+
 def _node_answer(tmp_path: Path) -> list[tuple[dict[str, Any], bytes | None, str]]:
     """What a node task returns: the export of a real process scan of this machine."""
     node = BundleWriter(tmp_path / "node-sample", command="node-sample")
@@ -106,7 +110,7 @@ def test_a_node_suffix_never_writes_outside_the_bundle(tmp_path: Path) -> None:
     hostile = "/" + "../" * 40 + str(cron / "x").lstrip("/")
     out = tmp_path / "b"
     writer = BundleWriter(out, command="attach")
-    assert add_exported(writer, [(rec, data, hostile)]) == 1
+    assert add_exported(writer, [(rec, data, hostile)], NODE2) == 1
     writer.finish()
     assert list(cron.iterdir()) == [], "a node's suffix wrote outside the bundle"
     assert all("node-sample" in p.parts for p in _outside(tmp_path, out)), _outside(tmp_path, out)
@@ -143,7 +147,7 @@ def test_a_node_suffix_of_pkl_does_not_skip_redaction(tmp_path: Path) -> None:
     planted = json.dumps(doc).encode()
     out = tmp_path / "b"
     writer = BundleWriter(out, command="attach")
-    assert add_exported(writer, [(rec, planted, ".pkl")]) == 1
+    assert add_exported(writer, [(rec, planted, ".pkl")], NODE2) == 1
     writer.finish()
     (stored,) = [p for p in writer.records if p.node_ip == "10.0.0.2"]
     assert stored.artifact is not None
@@ -161,7 +165,7 @@ def test_a_swapped_bundle_folder_is_never_written_through(tmp_path: Path) -> Non
     out = tmp_path / "b"
     writer = BundleWriter(out, command="attach")
     (out / "raw" / "processes").symlink_to(elsewhere)
-    add_exported(writer, answer)
+    add_exported(writer, answer, NODE2)
     writer.finish()
     assert list(elsewhere.rglob("*")) == [], "written through a symlinked folder"
     (stored,) = writer.records
