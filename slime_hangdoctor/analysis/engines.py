@@ -51,7 +51,11 @@ from enum import Enum
 
 from slime_hangdoctor.analysis.actor_queues import PausedEngine, build_view
 from slime_hangdoctor.analysis.signatures import Block, split_name
-from slime_hangdoctor.analysis.signatures.sglang import DETOKENIZER_LOOPS, DETOKENIZER_RECV
+from slime_hangdoctor.analysis.signatures.sglang import (
+    DETOKENIZER_FILE,
+    DETOKENIZER_LOOPS,
+    DETOKENIZER_RECV,
+)
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.outcome import Outcome
@@ -463,7 +467,7 @@ def stalled_detokenizer(procs: tuple[Proc, ...]) -> tuple[Proc, str] | None:
                 i
                 for i, f in enumerate(t.frames)
                 if split_name(f.name)[1] in DETOKENIZER_LOOPS
-                and (f.short_filename or f.filename).endswith("detokenizer_manager.py")
+                and (f.short_filename or f.filename).endswith(DETOKENIZER_FILE)
             ),
             None,
         )

@@ -21,6 +21,7 @@ from slime_hangdoctor.analysis.signatures import (
     split_name,
     wait_of,
 )
+from slime_hangdoctor.analysis.signatures.python import FORK_ENTRY
 from slime_hangdoctor.analysis.signatures.sglang import PULL_RAW_REQS
 from slime_hangdoctor.analysis.signatures.slime import LOOP_THREAD_FUNCS
 from slime_hangdoctor.analysis.source import Source
@@ -213,10 +214,10 @@ def _first_python(frames: tuple[Frame, ...]) -> int | None:
     return None
 
 
-# multiprocessing's child entry (`BaseProcess._bootstrap`, multiprocessing/process.py): in a forked
-# child every frame outside it is the parent's, copied at the fork (slime's router keeps
+# multiprocessing's child entry (signatures/python.py FORK_ENTRY): in a forked child every frame
+# outside it is the parent's, copied at the fork (slime's router keeps
 # `RolloutManager.__init__ -> _start_router -> Process.start -> Popen._launch` below it for life).
-_FORK_ENTRY = ("_bootstrap", "multiprocessing/process.py")
+_FORK_ENTRY = FORK_ENTRY
 
 
 def own_frames(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:

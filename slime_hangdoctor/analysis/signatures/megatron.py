@@ -40,3 +40,6 @@ BRIDGE_FRAMES: tuple[FrameSig, ...] = (
 COLLECTIVE_WAITS: tuple[WaitSig, ...] = (
     WaitSig(Block.COLLECTIVE, ANY, "megatron/core/pipeline_parallel/p2p_communication.py"),
 )
+
+# Megatron's process-group set-up (a communication frame, as torch.distributed's)
+PARALLEL_STATE_PY = "megatron/core/parallel_state.py"

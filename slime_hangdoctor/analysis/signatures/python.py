@@ -33,3 +33,7 @@ WAITS: tuple[WaitSig, ...] = (
 NATIVE_WAITS: tuple[WaitSig, ...] = (*native_waits(Block.SLEEP, "clock_nanosleep nanosleep"),)
 
 TRANSPARENT_FILES = ("contextlib.py", "functools.py")
+
+# multiprocessing's child entry (`BaseProcess._bootstrap`, multiprocessing/process.py): in a forked
+# child every frame outside it is the parent's, copied at the fork.
+FORK_ENTRY = ("_bootstrap", "multiprocessing/process.py")

@@ -128,3 +128,4 @@ UPDATE_FROM_TENSOR = "update_weights_from_tensor"
 # `recv_pyobj` / `recv`): a loop thread anywhere else is handling a batch.
 DETOKENIZER_LOOPS = frozenset({"event_loop", "multi_http_worker_event_loop"})
 DETOKENIZER_RECV = frozenset({"sock_recv", "recv_pyobj", "recv"})
+DETOKENIZER_FILE = "detokenizer_manager.py"

@@ -59,3 +59,8 @@ NATIVE_WAITS: tuple[WaitSig, ...] = (
 
 # plumbing around a call (decorators, logging wrappers): never the answer to "where"
 TRANSPARENT_FILES = ("torch/distributed/c10d_logger.py", "torch/utils/_contextlib.py")
+
+# What a communication frame is: a native frame whose name holds one of COMM_NATIVE_PARTS (NCCL,
+# c10d, gloo, a ProcessGroup; compared lower-case), or a Python frame under torch.distributed.
+COMM_NATIVE_PARTS = ("nccl", "c10d::", "gloo::", "processgroup")
+DISTRIBUTED_DIR = "torch/distributed/"
