@@ -138,9 +138,11 @@ def _constant_value(module: str, name: str) -> object:
 
 
 def _as_literal(value: object) -> ast.expr | None:
-    """A str, or a frozenset of str, as the literal that would have been written in its place."""
+    """A str, or a tuple or frozenset of str, as the literal that would have been written in its place."""
     if type(value) is str:  # not a str enum (Block)
         return ast.Constant(value)
+    if isinstance(value, tuple) and value and all(type(v) is str for v in value):
+        return ast.parse(repr(value), mode="eval").body
     if isinstance(value, frozenset) and value and all(type(v) is str for v in value):
         return ast.parse(f"frozenset({sorted(value)!r})", mode="eval").body
     return None
