@@ -4,7 +4,7 @@
 (tests/unit/test_import_layers.py):
 
 1. The readers: `world.build_world` (one `Proc` per slime process, with its stack reads from
-   `stacks.py`, whose frames `signatures.py` maps to a block and a stage, and its GPU from
+   `stacks.py`, whose frames `signatures/` maps to a block and a stage, and its GPU from
    `gpu.py`), `engines.read_engines` (each SGLang engine's state), `progress` (the kinds of proof
    of work and how the parts' readings combine), and the shared views (`network`, `actor_queues`,
    `lost_requests`, `services`, `hazards`, `cuda_spin`).
