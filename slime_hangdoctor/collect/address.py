@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from slime_hangdoctor.collect.cluster_scope import is_local_address
 from slime_hangdoctor.collect.dashboard import DashboardClient, HttpResult
 from slime_hangdoctor.collect.options import resolve_token
 from slime_hangdoctor.errors import RayUnreachable
@@ -331,7 +332,7 @@ def _gcs_slots(form: str, gcs: str) -> Iterator[_Slot]:
     """A GCS on this machine: its dashboard process first (a read of /proc, no gRPC), then its
     KV if that found none that answers; a GCS elsewhere: its KV."""
     host, port = _split_host_port(gcs)
-    if port is not None and (_is_loopback(host) or _is_local_address(host)):
+    if port is not None and (_is_loopback(host) or is_local_address(host)):
         yield _Local(form, gcs)
         yield _Gcs(form, gcs, deferred=True)
     else:
@@ -347,7 +348,7 @@ def _reachable_forms(stored: str, gcs_host: str) -> list[str]:
     if host in ("0.0.0.0", "::", ""):
         host = gcs_host
     if _is_loopback(host) and not _is_loopback(gcs_host):
-        if not _is_local_address(gcs_host):
+        if not is_local_address(gcs_host):
             return [f"http://{_netloc(gcs_host, port)}"]
         return [f"http://{_netloc(host, port)}", f"http://{_netloc(gcs_host, port)}"]
     return [f"http://{_netloc(host, port)}"]
@@ -355,17 +356,6 @@ def _reachable_forms(stored: str, gcs_host: str) -> list[str]:
 
 def _is_loopback(host: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
-
-
-def _is_local_address(host: str) -> bool:
-    """Is `host` an address of this machine? (binding to it only works if it is)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-    except OSError:
-        return False
-    return True
 
 
 def _local_gcs(
@@ -409,7 +399,7 @@ def _stale(current: Path, gcs: str, root: Path, owners: frozenset[int]) -> str |
     if started is not None and written + STALE_SLACK_S < started:
         return f"stale: older than the latest session ({root / 'session_latest'})"
     host, port = _split_host_port(gcs)
-    if port is None or not (_is_loopback(host) or _is_local_address(host)):
+    if port is None or not (_is_loopback(host) or is_local_address(host)):
         return None
     holders = _listening_uids(port)
     if holders is None:
@@ -552,7 +542,7 @@ def _dashboard_processes(gcs_port: int | None, owners: frozenset[int]) -> list[t
         dash_port = args.get("port", "")
         if gcs_at != gcs_port or not dash_port.isdigit() or int(dash_port) == 0:
             continue
-        if not (_is_loopback(gcs_host) or _is_local_address(gcs_host)):
+        if not (_is_loopback(gcs_host) or is_local_address(gcs_host)):
             continue
         try:
             if os.stat(f"/proc/{pid}").st_uid not in owners:

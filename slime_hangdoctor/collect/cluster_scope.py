@@ -167,6 +167,11 @@ def _split(address: str) -> tuple[str, int | None]:
 def _is_here(host: str) -> bool:
     if host in ("localhost", "::1", "0.0.0.0", "::") or host.startswith("127."):
         return True
+    return is_local_address(host)
+
+
+def is_local_address(host: str) -> bool:
+    """Is `host` an address of this machine? (binding to it only works if it is)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         with socket.socket(family, socket.SOCK_STREAM) as sock:

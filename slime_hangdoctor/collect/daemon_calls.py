@@ -12,7 +12,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -55,3 +55,36 @@ class DaemonPool:
                 future.set_result(fn(*args))
             except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
                 future.set_exception(exc)
+
+
+Item = TypeVar("Item")
+
+
+def gather(
+    call: Callable[[Item], T],
+    items: Sequence[Item],
+    *,
+    workers: int,
+    name: str,
+    wait_s: float,
+    unfinished: Callable[[Item, cf.Future[T]], T],
+) -> list[T]:
+    """`call` on every item at once in a `DaemonPool` of `workers` threads, waited for `wait_s`
+    at the most; an item whose call did not return by then (still running, never started, or
+    raised) is `unfinished(item, future)`. One result per item, in their order; never waits
+    for an abandoned call."""
+    pool = DaemonPool(workers, name)
+    try:
+        futures = [pool.submit(call, item) for item in items]
+        cf.wait(futures, timeout=wait_s)
+    finally:
+        pool.shutdown()
+    return [
+        fut.result() if returned(fut) else unfinished(item, fut)
+        for item, fut in zip(items, futures, strict=True)
+    ]
+
+
+def returned(fut: cf.Future[Any]) -> bool:
+    """The call ran and returned a value (neither pending, cancelled nor raised)."""
+    return fut.done() and not fut.cancelled() and fut.exception() is None

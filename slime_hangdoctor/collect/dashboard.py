@@ -203,33 +203,28 @@ def _capture_all(
 ) -> list[ProbeRecord]:
     """GET every endpoint at once, each under `limit`; an endpoint with no answer by then is a
     FAILED record saying why. One record per endpoint, in their order."""
-    from slime_hangdoctor.collect.daemon_calls import DaemonPool
+    from slime_hangdoctor.collect.daemon_calls import gather
 
-    pool = DaemonPool(len(endpoints), thread_prefix)  # never holds the process at exit
-    try:
-        futures = [pool.submit(_capture_one, writer, client, ep, sample, limit) for ep in endpoints]
-        cf.wait(futures, timeout=limit + 1.0)
-    finally:
-        pool.shutdown()
-    records: list[ProbeRecord] = []
-    for ep, fut in zip(endpoints, futures, strict=True):
-        if fut.done() and not fut.cancelled() and fut.exception() is None:
-            records.append(fut.result())
-        else:
-            records.append(
-                writer.add(
-                    ProbeRecord(
-                        RAY_DASHBOARD,
-                        ep.target,
-                        Outcome.FAILED,
-                        _unfinished(fut),
-                        sample=sample,
-                        started_at=time.time(),
-                        meta={"endpoint": ep.path},
-                    )
-                )
-            )
-    return records
+    def failed(ep: Endpoint, fut: cf.Future[ProbeRecord]) -> ProbeRecord:
+        record = ProbeRecord(
+            RAY_DASHBOARD,
+            ep.target,
+            Outcome.FAILED,
+            _unfinished(fut),
+            sample=sample,
+            started_at=time.time(),
+            meta={"endpoint": ep.path},
+        )
+        return writer.add(record)
+
+    return gather(
+        lambda ep: _capture_one(writer, client, ep, sample, limit),
+        endpoints,
+        workers=len(endpoints),
+        name=thread_prefix,
+        wait_s=limit + 1.0,
+        unfinished=failed,
+    )
 
 
 def _unfinished(fut: cf.Future[ProbeRecord]) -> str:

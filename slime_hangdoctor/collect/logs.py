@@ -140,35 +140,33 @@ def fetch_logs(
         return records
     per_file = max(4096, min(MAX_FILE_BYTES, budget_bytes // len(targets)))
     limit = max(0.05, timeout)
-    from slime_hangdoctor.collect.daemon_calls import DaemonPool
+    from slime_hangdoctor.collect.daemon_calls import gather
 
-    pool = DaemonPool(min(8, len(targets)), "ray-logs")  # never holds the process at exit
-    try:
-        futures = [
-            pool.submit(_tail_one, writer, client, t, limit, per_file, lines) for t in targets
-        ]
-        cf.wait(futures, timeout=2 * limit + 1.0)
-    finally:
-        pool.shutdown()
-    for t, fut in zip(targets, futures, strict=True):
-        if fut.done() and not fut.cancelled() and fut.exception() is None:
-            records.append(fut.result())
-        else:
-            records.append(
-                writer.add(
-                    ProbeRecord(
-                        RAY_LOGS,
-                        t.target,
-                        Outcome.TIMED_OUT if not fut.done() else Outcome.FAILED,
-                        "no answer before the log fetch's deadline"
-                        if not fut.done()
-                        else f"log fetch failed: {fut.exception()!r}"[:300],
-                        node_ip=t.node_ip,
-                        started_at=time.time(),
-                        meta={"kind": t.kind, **dict(t.meta)},
-                    )
-                )
-            )
+    def failed(t: LogTarget, fut: cf.Future[ProbeRecord]) -> ProbeRecord:
+        late = not fut.done() or fut.cancelled()  # a call not started by the deadline is late
+        record = ProbeRecord(
+            RAY_LOGS,
+            t.target,
+            Outcome.TIMED_OUT if late else Outcome.FAILED,
+            "no answer before the log fetch's deadline"
+            if late
+            else f"log fetch failed: {fut.exception()!r}"[:300],
+            node_ip=t.node_ip,
+            started_at=time.time(),
+            meta={"kind": t.kind, **dict(t.meta)},
+        )
+        return writer.add(record)
+
+    records.extend(
+        gather(
+            lambda t: _tail_one(writer, client, t, limit, per_file, lines),
+            targets,
+            workers=min(8, len(targets)),
+            name="ray-logs",
+            wait_s=2 * limit + 1.0,
+            unfinished=failed,
+        )
+    )
     return records
 
 

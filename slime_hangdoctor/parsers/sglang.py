@@ -22,6 +22,7 @@ why. Nothing here does I/O. Shapes handled:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -791,14 +792,9 @@ ENGINE_SPEC = SourceSpec[HttpObs](
     notes=_notes,
     analysis="slime_hangdoctor.analysis.parts.engines",
 )
-ROUTER_SPEC = SourceSpec[HttpObs](
-    name=ROUTER,
-    parse=None,
-    parse_any=parse_answer,
-    max_bytes=8 * 1024 * 1024,
-    notes=_notes,
-    discovery=True,
-    analysis="slime_hangdoctor.analysis.parts.routers",
+# A router answers as an engine does, and names the engines: discovery reads it.
+ROUTER_SPEC = dataclasses.replace(
+    ENGINE_SPEC, name=ROUTER, discovery=True, analysis="slime_hangdoctor.analysis.parts.routers"
 )
 
 

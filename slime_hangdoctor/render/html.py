@@ -26,12 +26,11 @@ from slime_hangdoctor.redact import redact_text
 from slime_hangdoctor.render.graph_dot import dot_seconds, dot_source, layout_svg, too_big
 from slime_hangdoctor.render.jsonout import report_json
 from slime_hangdoctor.render.labels import (
-    TOP_STEPS,
     culprit_details,
     culprit_name,
     headline,
     report_facts,
-    step_lines,
+    split_steps,
 )
 from slime_hangdoctor.render.printable import map_strings, printable
 from slime_hangdoctor.render.wait_graph import KIND_WORDS, Graph, build_graph, fold_alike
@@ -95,17 +94,17 @@ def render_html(
     d = map_strings(map_strings(diagnosis, redact_text), printable)
     v = d.verdict
     title = _e(f"slime-hangdoctor: {headline(v)}")
-    steps = step_lines(v)
+    steps = split_steps(v)
     body = [
         _verdict_panel(d),
         _culprits(d),
-        _list_section("next-steps", "Next steps", steps[:TOP_STEPS], start=1),
+        _list_section("next-steps", "Next steps", steps.top, start=1),
         _graph_section(d, layout, time_left_s),
         _timeline(d.timeline),
         _processes(d),
         _stack(d),
         _findings(v),
-        _list_section("more-steps", "More next steps", steps[TOP_STEPS:], start=TOP_STEPS + 1),
+        _list_section("more-steps", "More next steps", steps.more, start=steps.more_start),
         _list_section("blind-spots", "Blind spots (not seen, so not ruled out)", v.blind_spots),
         _raw(d),
     ]

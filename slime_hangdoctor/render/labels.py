@@ -1,5 +1,6 @@
 """Words shared by the reports (text, markdown, HTML, brief): status, stage, role and culprit
-labels, the verdict's facts, and the next steps (`step_lines`: the one place a renderer reads them).
+labels, the verdict's facts, and the next steps (`step_lines`, split by `split_steps`: the one
+place a renderer reads them).
 
 Stage words are the verdict's own table (`Stage.label`, verdict.py), which the analysis's summary
 uses too, so a headline and its summary name a stage alike.
@@ -8,6 +9,7 @@ uses too, so a headline and its summary name a stage alike.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from slime_hangdoctor.verdict import Culprit, Diagnosis, Role, Stage, Status, Verdict
 
@@ -21,6 +23,7 @@ __all__ = [
     "role_label",
     "seconds",
     "stage_label",
+    "split_steps",
     "status_word",
     "step_lines",
     "taken_label",
@@ -55,6 +58,21 @@ def step_lines(verdict: Verdict) -> tuple[str, ...]:
     """The next steps as the lines a report prints, most useful first. Every renderer reads the
     steps through this one function (the verdict's step type may grow fields; the line stays)."""
     return verdict.step_texts
+
+
+@dataclass(frozen=True)
+class StepSplit:
+    """The next steps as every full report splits them: the top ones right under the culprit,
+    the rest after the evidence, numbered on from `more_start`."""
+
+    top: tuple[str, ...]
+    more: tuple[str, ...]
+    more_start: int = TOP_STEPS + 1
+
+
+def split_steps(verdict: Verdict) -> StepSplit:
+    steps = step_lines(verdict)
+    return StepSplit(steps[:TOP_STEPS], steps[TOP_STEPS:])
 
 
 def headline(verdict: Verdict) -> str:

@@ -16,12 +16,11 @@ import re
 
 from slime_hangdoctor import __version__
 from slime_hangdoctor.render.labels import (
-    TOP_STEPS,
     culprit_details,
     culprit_name,
     headline,
     report_facts,
-    step_lines,
+    split_steps,
 )
 from slime_hangdoctor.render.printable import printable_diagnosis
 from slime_hangdoctor.verdict import (
@@ -61,20 +60,20 @@ def render_markdown(diagnosis: Diagnosis) -> str:
     of bundle text shown escaped: render/printable.py)."""
     diagnosis = printable_diagnosis(diagnosis)
     verdict = diagnosis.verdict
-    steps = step_lines(verdict)
+    steps = split_steps(verdict)
     parts = [_heading(verdict), f"**{_text(verdict.summary)}**", _facts_table(diagnosis)]
     if verdict.culprits:
         parts.append(_culprits(verdict.culprits))
-    if steps:
-        parts.append(_steps("Next steps", steps[:TOP_STEPS], 1))
+    if steps.top:
+        parts.append(_steps("Next steps", steps.top, 1))
     if diagnosis.rows:
         parts.append(_processes(diagnosis.rows))
     if diagnosis.excerpt is not None:
         parts.append(_stack(diagnosis.excerpt))
     if verdict.findings:
         parts.append(_findings(verdict.findings))
-    if steps[TOP_STEPS:]:
-        parts.append(_steps("More next steps", steps[TOP_STEPS:], TOP_STEPS + 1))
+    if steps.more:
+        parts.append(_steps("More next steps", steps.more, steps.more_start))
     if verdict.blind_spots:
         parts.append(_spots(BLIND_SPOTS, verdict.blind_spots))
     parts.append(_footer())
@@ -89,8 +88,8 @@ def render_markdown_brief(diagnosis: Diagnosis) -> str:
     parts = [_heading(verdict), f"**{_text(verdict.summary)}**", _facts_table(diagnosis)]
     if verdict.culprits:
         parts.append(_culprits(verdict.culprits, reasons=1))
-    if steps := step_lines(verdict):
-        parts.append(_steps("Next steps", steps[:TOP_STEPS], 1))
+    if top := split_steps(verdict).top:
+        parts.append(_steps("Next steps", top, 1))
     if diagnosis.doubts:
         parts.append(_spots("Blind spots that could change this verdict", diagnosis.doubts))
     if others := len(verdict.blind_spots) - len(diagnosis.doubts):

@@ -22,12 +22,11 @@ from rich.table import Table
 from rich.text import Text
 
 from slime_hangdoctor.render.labels import (
-    TOP_STEPS,
     culprit_details,
     culprit_name,
     headline,
     report_facts,
-    step_lines,
+    split_steps,
 )
 from slime_hangdoctor.render.printable import printable_diagnosis
 from slime_hangdoctor.verdict import (
@@ -120,13 +119,13 @@ def _blocks(diagnosis: Diagnosis, width: int, glyphs: _Glyphs) -> list[Renderabl
     """The verdict, the culprit and the top next steps first (one screen), then the evidence."""
     verdict = diagnosis.verdict
     style = _STATUS_STYLES[verdict.status]
-    steps = step_lines(verdict)
+    steps = split_steps(verdict)
     lines = SUMMARY_LINES if verdict.culprits else None  # the culprits' reasons follow in full
     blocks: list[RenderableType] = [_verdict_panel(diagnosis, style, glyphs, width, lines)]
     if verdict.culprits:
         blocks.append(_top_culprits(verdict.culprits, style, glyphs, width, brief=False))
-    if steps:
-        blocks.append(_steps("Next steps", steps[:TOP_STEPS], 1))
+    if steps.top:
+        blocks.append(_steps("Next steps", steps.top, 1))
     if _held_back(verdict.culprits, width, glyphs):
         blocks.append(_culprits(verdict.culprits, style, glyphs))
     if diagnosis.rows:
@@ -135,8 +134,8 @@ def _blocks(diagnosis: Diagnosis, width: int, glyphs: _Glyphs) -> list[Renderabl
         blocks.append(_stack(diagnosis.excerpt, style, width, glyphs))
     if verdict.findings:
         blocks.append(_findings(verdict.findings, glyphs))
-    if steps[TOP_STEPS:]:
-        blocks.append(_steps("More next steps", steps[TOP_STEPS:], TOP_STEPS + 1))
+    if steps.more:
+        blocks.append(_steps("More next steps", steps.more, steps.more_start))
     if verdict.blind_spots:
         blocks.append(_blind_spots(verdict.blind_spots))
     return blocks
@@ -148,9 +147,8 @@ def _brief_blocks(diagnosis: Diagnosis, width: int, glyphs: _Glyphs) -> list[Ren
     blocks: list[RenderableType] = [_verdict_panel(diagnosis, style, glyphs, width, 1)]
     if verdict.culprits:
         blocks.append(_top_culprits(verdict.culprits, style, glyphs, width, brief=True))
-    steps = step_lines(verdict)
-    if steps:
-        blocks.append(_steps("Next steps", steps[:TOP_STEPS], 1))
+    if top := split_steps(verdict).top:
+        blocks.append(_steps("Next steps", top, 1))
     blocks.append(_brief_doubts(diagnosis))
     return blocks
 

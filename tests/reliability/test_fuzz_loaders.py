@@ -5,7 +5,7 @@ topology, diagnose, render text / JSON / markdown) on mutated real bundles.
 A parser returns its facts or raises ParseError; nothing else. A bundle either opens or is
 refused with BundleInvalid (a message, exit 3); an opened bundle always loads (a bad artefact is a
 blind spot naming its record) and always renders. Mutations are the named transformations of
-tests/fixtures/transforms.py (truncation, byte flips, invalid UTF-8, long digit runs, a JSON
+tests/fixtures/transforms/ (truncation, byte flips, invalid UTF-8, long digit runs, a JSON
 value replaced, a key dropped, a file deleted). The GPU/NCCL/stack parsers and the SGLang parsers
 are fuzzed in tests/unit/test_parsers_fuzz_gpu.py and test_parsers_sglang.py.
 

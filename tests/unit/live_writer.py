@@ -24,7 +24,7 @@ def writer_holding(
     transform: Callable[[ProbeRecord, bytes | None], bytes | None] | None = None,
 ) -> BundleWriter:
     """A live writer holding every record (and its bytes) of the bundle at `src`; `transform`
-    (a named transformation of tests/fixtures/transforms.py) may change a record's bytes."""
+    (a named transformation of tests/fixtures/transforms/) may change a record's bytes."""
     with open_bundle(src) as bundle:
         writer = BundleWriter(dest, command="test", target=bundle.manifest.target)
         for rec in bundle.manifest.probes:

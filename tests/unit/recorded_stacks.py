@@ -2,7 +2,7 @@
 through the product's own loader / parser from the recorded demo bundles, the GPU fixture bundles,
 the Gloo captures and tests/fixtures/real/stage-shapes/ (provenance: tests/fixtures/README.md).
 Tests select a process by the pid the recording has and a thread by its recorded name; variants come
-only from the named transformations in tests/fixtures/transforms.py."""
+only from the named transformations in tests/fixtures/transforms/."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ driver's stacks (tests/unit/recorded_stacks.py); their process rows and the kern
 `checkpoint_stuck_storage`, and the shapes those do not show (a rank in D state, a pipe write whose
 wchar moves, a writer read in py-spy's tracing stop) from tests/fixtures/real/checkpoint-readings,
 read by the product's own collectors from real processes. Each is moved to the pid of the test's
-topology by the named transformations of tests/fixtures/transforms.py; the snapshot around them is
+topology by the named transformations of tests/fixtures/transforms/; the snapshot around them is
 built with analysis_builders."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """GPU states from the recorded 2x H200 bundles (tests/fixtures/bundles/, real NVML series and GPM
 readings), read as the product loads them (`load_snapshot`). A variant is a named transformation
-of a bundle (tests/fixtures/transforms.py): without its GPM probe, or with another real GPM reading."""
+of a bundle (tests/fixtures/transforms/): without its GPM probe, or with another real GPM reading."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ stage-shapes capture (tests/fixtures/real/stage-shapes/: stand-in chains with sl
 SGLang's names and files, parked in a real wait; Megatron's save into torch's real gather_object), plain
 and `--native`; wait primitives recognised on recorded threads; the tables are consistent data.
 
-Variants come only from tests/fixtures/transforms.py (`bare_frame_names`: py-spy on Python < 3.11;
+Variants come only from tests/fixtures/transforms/ (`bare_frame_names`: py-spy on Python < 3.11;
 `innermost_frames`: the same wait under a caller the tables do not know)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The docs name only transformations that exist (issue 33, item 5): every `transforms.<name>` in
 docs/ and README.md, and every name the fixture policy of docs/architecture.md gives as an example,
-is a function of tests/fixtures/transforms.py."""
+is a function of tests/fixtures/transforms/."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Each parser must either return its fact type or raise ParseError: never KeyError, TypeError,
 UnicodeDecodeError, RecursionError, ... Mutations are the named transformations of
-tests/fixtures/transforms.py (truncation, byte flips, invalid UTF-8, a JSON value replaced).
+tests/fixtures/transforms/ (truncation, byte flips, invalid UTF-8, a JSON value replaced).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each test fails on fa9a874 and passes after. The secrets are synthetic strings o
 documented form, built at run time (input to the redactor, not a recorded reading; built so that
 no secret scanner flags this file). The texts around them are recorded answers where one exists
 (Ray 2.60's /api/jobs/ answer and processes artefact, a node summary, real Ray logs), varied by the
-named transformations of tests/fixtures/transforms.py.
+named transformations of tests/fixtures/transforms/.
 """
 
 from __future__ import annotations

@@ -50,6 +50,25 @@ def _engine_proc(e: EngineRead) -> Proc | None:
     return e.server or (e.schedulers[0] if e.schedulers else None) or e.actor
 
 
+def engine_suspect(
+    e: EngineRead, why: str, proc: Proc | None, *, weight: int, stage: Stage | None, **kw: object
+) -> Suspect:
+    """A suspect named by the engine's HTTP answers: the engine by its URL and node, its process
+    `proc` standing in (the rollout part names a paused engine the same way)."""
+    return suspect(
+        SGLANG,
+        Role.SGLANG_ENGINE,
+        why,
+        proc,
+        engine_url=e.url,
+        node_ip=e.node_ip or (proc.node_ip if proc else None),
+        weight=weight,
+        stage=stage,
+        evidence=e.evidence,
+        **kw,
+    )
+
+
 def suspects(reads: Reads) -> list[Suspect]:
     world, engines = reads.world, reads.engines
     out = _not_serving(world, engines)
@@ -99,16 +118,12 @@ def _not_serving(world: World, engines: tuple[EngineRead, ...]) -> list[Suspect]
             )
             weight = WEAK
         out.append(
-            suspect(
-                SGLANG,
-                Role.SGLANG_ENGINE,
+            engine_suspect(
+                e,
                 why,
                 proc,
-                engine_url=e.url,
-                node_ip=e.node_ip or (proc.node_ip if proc else None),
                 weight=weight,
                 stage=stage,
-                evidence=e.evidence,
                 waits_elsewhere=bool(inside),
                 # the HTTP answers name the engine, not a process of it: its pid stands in, but
                 # for a stalled detokenizer or a blocked HTTP process, whose own state it is
@@ -128,17 +143,13 @@ def _held_calls(engines: tuple[EngineRead, ...]) -> list[Suspect]:
             continue
         proc = _engine_proc(e)
         out.append(
-            suspect(
-                SGLANG,
-                Role.SGLANG_ENGINE,
+            engine_suspect(
+                e,
                 f"engine {e.url}: {call_request(e.calls_held[0])} has been in flight in every sample "
                 "(sglang:http_requests_active): the call has not returned",
                 proc,
-                engine_url=e.url,
-                node_ip=e.node_ip or (proc.node_ip if proc else None),
                 weight=WEAK,
                 stage=e.call_stage,
-                evidence=e.evidence,
                 stands_in=True,  # the HTTP layer counts the call, not a process of the engine
             )
         )

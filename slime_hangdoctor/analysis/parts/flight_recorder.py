@@ -16,7 +16,7 @@ from slime_hangdoctor.analysis.source_analysis import (
     suspect,
 )
 from slime_hangdoctor.analysis.stacks import find_stage
-from slime_hangdoctor.analysis.world import World
+from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.parsers.flight_recorder import FR_COMPLETED, SPEC, FrDump, FrEntry
 from slime_hangdoctor.verdict import Role, Stage
 
@@ -170,6 +170,29 @@ def _fr_entry_text(e: FrEntry) -> str:
     )
 
 
+def _rank_proc(world: World, c: FrCursor) -> Proc | None:
+    return world.find(c.pid) if c.pid is not None else world.train_rank(c.rank)
+
+
+def _rank_suspect(
+    c: FrCursor, why: str, proc: Proc | None, *, stage: Stage | None, **kw: object
+) -> Suspect:
+    """A rank the flight recorder names, strongly: its process where the world has one."""
+    role = proc.role if proc and proc.role else Role.TRAIN_RANK
+    return suspect(
+        FLIGHT_RECORDER, role, why, proc, pid=c.pid, rank=c.rank, stage=stage, weight=STRONG, **kw
+    )
+
+
+def _cursors(g: FrGroup) -> tuple[str, ...]:
+    """Every rank's cursor in `g`: its last collective enqueued, completed and in flight."""
+    return tuple(
+        f"rank {x.rank}: last enqueued #{x.enqueued}, last completed #{x.completed}"
+        + (f", in flight: {_fr_entry_text(x.pending)}" if x.pending else "")
+        for x in g.cursors
+    )
+
+
 def _mismatch_suspects(world: World, g: FrGroup) -> list[Suspect]:
     """Every rank of a mismatched collective: no rank is behind, each posted another one."""
     posted = "; ".join(
@@ -177,24 +200,16 @@ def _mismatch_suspects(world: World, g: FrGroup) -> list[Suspect]:
     )
     out: list[Suspect] = []
     for c in g.mismatched:
-        proc = world.find(c.pid) if c.pid is not None else world.train_rank(c.rank)
+        proc = _rank_proc(world, c)
         out.append(
-            suspect(
-                FLIGHT_RECORDER,
-                proc.role if proc and proc.role else Role.TRAIN_RANK,
+            _rank_suspect(
+                c,
                 f"flight recorder: on process group {g.label} the ranks' collective "
                 f"#{c.enqueued} do not match ({posted}): every rank entered it and each waits "
                 "for the others' one",
                 proc,
-                pid=c.pid,
-                rank=c.rank,
                 stage=fr_stage(c.pending),
-                weight=STRONG,
-                evidence=tuple(
-                    f"rank {x.rank}: last enqueued #{x.enqueued}, last completed #{x.completed}"
-                    + (f", in flight: {_fr_entry_text(x.pending)}" if x.pending else "")
-                    for x in g.cursors
-                ),
+                evidence=_cursors(g),
             )
         )
     return out
@@ -204,7 +219,7 @@ def _returned_behind(world: World, g: FrGroup) -> list[str]:
     """Why each rank behind in `g` has returned, where every one of them has (else [])."""
     out: list[str] = []
     for c in g.behind:
-        proc = world.find(c.pid) if c.pid is not None else world.train_rank(c.rank)
+        proc = _rank_proc(world, c)
         why = world.returned(proc) if proc is not None else None
         if why is None:
             return []
@@ -218,19 +233,15 @@ def _ahead_suspects(world: World, g: FrGroup, gone: list[str]) -> list[Suspect]:
     assert g.stuck is not None
     out: list[Suspect] = []
     for c in g.waiting:
-        proc = world.find(c.pid) if c.pid is not None else world.train_rank(c.rank)
+        proc = _rank_proc(world, c)
         out.append(
-            suspect(
-                FLIGHT_RECORDER,
-                proc.role if proc and proc.role else Role.TRAIN_RANK,
+            _rank_suspect(
+                c,
                 f"flight recorder: rank {c.rank} waits in {_fr_entry_text(g.stuck)} on process "
                 f"group {g.label}, which its peers never will: {'; '.join(gone)}. It is on a "
                 "path its peers did not take",
                 proc,
-                pid=c.pid,
-                rank=c.rank,
                 stage=fr_stage(g.stuck),
-                weight=STRONG,
             )
         )
     return out
@@ -277,21 +288,12 @@ def suspects(reads: Reads) -> list[Suspect]:
                     "their collectives in different orders and each waits for the other"
                 )
             out.append(
-                suspect(
-                    FLIGHT_RECORDER,
-                    proc.role if proc and proc.role else Role.TRAIN_RANK,
+                _rank_suspect(
+                    c,
                     why,
                     proc,
-                    pid=c.pid,
-                    rank=c.rank,
                     stage=stage,
-                    weight=STRONG,
-                    evidence=tuple(
-                        f"rank {x.rank}: last enqueued #{x.enqueued}, last completed "
-                        f"#{x.completed}"
-                        + (f", in flight: {_fr_entry_text(x.pending)}" if x.pending else "")
-                        for x in g.cursors
-                    ),
+                    evidence=_cursors(g),
                 )
             )
     return out

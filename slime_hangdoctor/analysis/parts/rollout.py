@@ -16,6 +16,7 @@ from slime_hangdoctor.analysis.engines import (
 )
 from slime_hangdoctor.analysis.lost_requests import Holder, LostRequests, where_requests_are
 from slime_hangdoctor.analysis.network import SOCKETS
+from slime_hangdoctor.analysis.parts.engines import engine_suspect
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
@@ -160,16 +161,12 @@ def _paused_engine(e: EngineRead, read: ProcessRead) -> Suspect:
             f"engine {e.url} holds the rollout's requests between its HTTP layer and its "
             f"scheduler while the rollout waits on I/O: not paused by the evidence; {HELD_CAUSES}"
         )
-    return suspect(
-        SGLANG,
-        Role.SGLANG_ENGINE,
+    return engine_suspect(
+        e,
         why,
         proc,
-        engine_url=e.url,
-        node_ip=e.node_ip or (proc.node_ip if proc else None),
         weight=MEDIUM,
         stage=read.stage,
-        evidence=e.evidence,
         stands_in=True,  # the engine holds the requests, not one process of it
     )
 
