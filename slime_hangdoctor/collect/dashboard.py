@@ -178,7 +178,7 @@ def capture_task_history(
 ) -> list[ProbeRecord]:
     """At the second sample, the task history of each RUNNING job the state capture stored
     (finished, failed, queued and running tasks, with parent ids and times): one bounded GET per
-    job, all at once; never raises. A background dashboard probe (collect/run.py BACKGROUND_DASHBOARD_PROBES)."""
+    job, all at once; never raises. A background dashboard probe (collect/run_dashboard.py BACKGROUND_DASHBOARD_PROBES)."""
     if not sample:
         return []
     try:

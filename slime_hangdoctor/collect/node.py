@@ -33,7 +33,7 @@ from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.sources import SPECS
 from slime_hangdoctor.topology import Topology, build_topology
 
-# What discovery reads (build_topology, and collect.run's node, driver and actor look-ups): Ray
+# What discovery reads (build_topology, and the run's node, driver and actor look-ups): Ray
 # state, the process tables, the routers' engine lists and the engine actors' log heads (the URL
 # of a server that is gone). Stacks, engine answers, GPU and RAS records and the task history (up to
 # ray_state.TASK_LIMIT rows per job) are parsed once, by the analysis: re-parsing them at every
