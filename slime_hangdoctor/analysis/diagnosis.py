@@ -14,15 +14,16 @@ from dataclasses import dataclass, replace
 from slime_hangdoctor.analysis import advice
 from slime_hangdoctor.analysis.blame import Blame, assign
 from slime_hangdoctor.analysis.blocked import blocked_for, evidence_time
-from slime_hangdoctor.analysis.cuda_spin import cuda_spins
-from slime_hangdoctor.analysis.engines import EngineRead, read_engines
-from slime_hangdoctor.analysis.gpu import SPINNING_WORDS
 from slime_hangdoctor.analysis.merge import Merged, merge
 from slime_hangdoctor.analysis.parts.flight_recorder import fr_groups, fr_stage
 from slime_hangdoctor.analysis.parts.request_path import REQUEST_PATH
 from slime_hangdoctor.analysis.parts.rollout import ROLLOUT
 from slime_hangdoctor.analysis.parts.routers import listed_findings
-from slime_hangdoctor.analysis.progress import Progress
+from slime_hangdoctor.analysis.readers.cuda_spin import cuda_spins
+from slime_hangdoctor.analysis.readers.nvml import SPINNING_WORDS
+from slime_hangdoctor.analysis.readers.proof import Progress
+from slime_hangdoctor.analysis.readers.pyspy import STACKS, highlight
+from slime_hangdoctor.analysis.readers.sglang import EngineRead, read_engines
 from slime_hangdoctor.analysis.signatures import (
     Block,
     layout_hint,
@@ -45,7 +46,6 @@ from slime_hangdoctor.analysis.source_analysis import (
     section_findings,
     stage_hint,
 )
-from slime_hangdoctor.analysis.stacks import STACKS, highlight
 from slime_hangdoctor.analysis.waits import find_waits
 from slime_hangdoctor.analysis.world import Proc, World, build_world
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER

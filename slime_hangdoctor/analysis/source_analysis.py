@@ -35,8 +35,8 @@ from enum import Enum
 from types import FrameType
 from typing import TypeVar
 
-from slime_hangdoctor.analysis.engines import EngineRead
-from slime_hangdoctor.analysis.progress import Moved, Progress, combine
+from slime_hangdoctor.analysis.readers.proof import Moved, Progress, combine
+from slime_hangdoctor.analysis.readers.sglang import EngineRead
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.sources import ENTRIES, PARSERS, PARTS, SPECS

@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from slime_hangdoctor.analysis.gpu import GpuRead, gpu_of_pid, read_gpus
+from slime_hangdoctor.analysis.readers.nvml import GpuRead, gpu_of_pid, read_gpus
+from slime_hangdoctor.analysis.readers.pyspy import ProcessRead, ThreadRead, read_process
 from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.source import Source
-from slime_hangdoctor.analysis.stacks import ProcessRead, ThreadRead, read_process
 from slime_hangdoctor.facts import Frame
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS

@@ -9,8 +9,8 @@
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.engines import EngineRead
-from slime_hangdoctor.analysis.hazards import ENVIRON, env_of, proxy_hazards
+from slime_hangdoctor.analysis.readers.proxies import ENVIRON, env_of, proxy_hazards
+from slime_hangdoctor.analysis.readers.sglang import EngineRead
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     Reading,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from slime_hangdoctor.analysis.readers.pyspy import find_stage
 from slime_hangdoctor.analysis.source_analysis import (
     STRONG,
     Evidence,
@@ -15,7 +16,6 @@ from slime_hangdoctor.analysis.source_analysis import (
     Suspect,
     suspect,
 )
-from slime_hangdoctor.analysis.stacks import find_stage
 from slime_hangdoctor.analysis.world import World
 from slime_hangdoctor.parsers.flight_recorder import FR_COMPLETED, SPEC, FrDump, FrEntry
 from slime_hangdoctor.verdict import Role, Stage

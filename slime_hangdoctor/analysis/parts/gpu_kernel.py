@@ -3,7 +3,7 @@ a CUDA sync on it runs a kernel or stream that never finishes. Not a collective:
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.cuda_spin import cuda_spins
+from slime_hangdoctor.analysis.readers.cuda_spin import cuda_spins
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     Reads,

@@ -6,7 +6,7 @@ parts/kernel.py, the requests held by a proxy or a service outside the job in pa
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.engines import EngineState
+from slime_hangdoctor.analysis.readers.sglang import EngineState
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block
 from slime_hangdoctor.analysis.source_analysis import Cause, Reading, SourceAnalysis, cause
 from slime_hangdoctor.analysis.world import threads_with

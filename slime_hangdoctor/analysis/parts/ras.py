@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slime_hangdoctor.analysis.engines import EngineRead
-from slime_hangdoctor.analysis.progress import Moved, Proof, Signal
+from slime_hangdoctor.analysis.readers.proof import Moved, Proof, Signal
+from slime_hangdoctor.analysis.readers.sglang import EngineRead
 from slime_hangdoctor.analysis.source_analysis import (
     STRONG,
     WEAK,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from slime_hangdoctor.analysis.engines import SGLANG, router_entry
 from slime_hangdoctor.analysis.network import SOCKETS, PeerKind, kept_connections
+from slime_hangdoctor.analysis.readers.sglang import SGLANG, router_entry
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     STRONG,

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slime_hangdoctor.analysis.engines import EngineRead
-from slime_hangdoctor.analysis.gpu import GpuState
 from slime_hangdoctor.analysis.parts.flight_recorder import fr_groups
-from slime_hangdoctor.analysis.progress import Moved, Proof, Signal
+from slime_hangdoctor.analysis.readers.nvml import GpuState
+from slime_hangdoctor.analysis.readers.proof import Moved, Proof, Signal
+from slime_hangdoctor.analysis.readers.pyspy import STACKS, ProcessRead
+from slime_hangdoctor.analysis.readers.sglang import EngineRead
 from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
@@ -22,7 +23,6 @@ from slime_hangdoctor.analysis.source_analysis import (
     suspect,
     waits_on_io,
 )
-from slime_hangdoctor.analysis.stacks import STACKS, ProcessRead
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER_SPEC
 from slime_hangdoctor.topology import MemberKind

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slime_hangdoctor.analysis.gpu import GpuRead, GpuState
+from slime_hangdoctor.analysis.readers.nvml import GpuRead, GpuState
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import Frame

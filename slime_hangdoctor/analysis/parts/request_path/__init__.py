@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slime_hangdoctor.analysis.engines import EngineRead
-from slime_hangdoctor.analysis.progress import Moved, Proof, window_s
-from slime_hangdoctor.analysis.request_path import holds, request_path
+from slime_hangdoctor.analysis.parts.request_path.hops import holds, request_path
+from slime_hangdoctor.analysis.readers.proof import Moved, Proof, window_s
+from slime_hangdoctor.analysis.readers.sglang import EngineRead
 from slime_hangdoctor.analysis.source_analysis import (
     STRONG,
     Evidence,

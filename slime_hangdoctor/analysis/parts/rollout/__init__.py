@@ -7,15 +7,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slime_hangdoctor.analysis.engines import (
+from slime_hangdoctor.analysis.network import SOCKETS
+from slime_hangdoctor.analysis.parts.rollout.lost_requests import (
+    Holder,
+    LostRequests,
+    where_requests_are,
+)
+from slime_hangdoctor.analysis.readers.pyspy import ProcessRead, ThreadRead
+from slime_hangdoctor.analysis.readers.sglang import (
     HELD_CAUSES,
     HOLDING_STATES,
     SGLANG,
     EngineRead,
     EngineState,
 )
-from slime_hangdoctor.analysis.lost_requests import Holder, LostRequests, where_requests_are
-from slime_hangdoctor.analysis.network import SOCKETS
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
@@ -30,7 +35,6 @@ from slime_hangdoctor.analysis.source_analysis import (
     cause,
     suspect,
 )
-from slime_hangdoctor.analysis.stacks import ProcessRead, ThreadRead
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.verdict import Role, Severity, Stage, Status
 

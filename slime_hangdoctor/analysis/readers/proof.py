@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 
-from slime_hangdoctor.analysis.request_path import Hold, hold_text
+from slime_hangdoctor.analysis.readers.hold import Hold, hold_text
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import World
 
