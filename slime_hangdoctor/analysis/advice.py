@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 
 from slime_hangdoctor.analysis.merge import Merged
 from slime_hangdoctor.analysis.parts.gpu_kernel import GPU_KERNEL
-from slime_hangdoctor.analysis.parts.routers import gone_routers
 from slime_hangdoctor.analysis.readers.cuda_spin import CudaSpin, cuda_spins
+from slime_hangdoctor.analysis.readers.gone_routers import gone_routers
 from slime_hangdoctor.analysis.readers.nvml import GpuState
 from slime_hangdoctor.analysis.readers.sglang import EngineRead, EngineState, resume_step
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS

@@ -15,11 +15,11 @@ from slime_hangdoctor.analysis import advice
 from slime_hangdoctor.analysis.blame import Blame, assign
 from slime_hangdoctor.analysis.blocked import blocked_for, evidence_time
 from slime_hangdoctor.analysis.merge import Merged, merge
-from slime_hangdoctor.analysis.parts.flight_recorder import fr_groups, fr_stage
 from slime_hangdoctor.analysis.parts.request_path import REQUEST_PATH
 from slime_hangdoctor.analysis.parts.rollout import ROLLOUT
 from slime_hangdoctor.analysis.parts.routers import listed_findings
 from slime_hangdoctor.analysis.readers.cuda_spin import cuda_spins
+from slime_hangdoctor.analysis.readers.fr_groups import fr_groups, fr_stage
 from slime_hangdoctor.analysis.readers.nvml import SPINNING_WORDS
 from slime_hangdoctor.analysis.readers.proof import Progress
 from slime_hangdoctor.analysis.readers.pyspy import STACKS, highlight

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slime_hangdoctor.analysis.parts.flight_recorder import fr_groups, fr_stage
 from slime_hangdoctor.analysis.readers.cuda_spin import cuda_spins
+from slime_hangdoctor.analysis.readers.fr_groups import fr_groups, fr_stage
 from slime_hangdoctor.analysis.readers.nvml import NVML, GpuRead, GpuState
 from slime_hangdoctor.analysis.readers.proof import Moved, Proof, Signal
 from slime_hangdoctor.analysis.readers.pyspy import ProcessRead

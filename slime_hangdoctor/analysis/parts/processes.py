@@ -3,7 +3,7 @@ are suspects; CPU time spent between the samples is activity, or work where the 
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.parts.routers import gone_routers
+from slime_hangdoctor.analysis.readers.gone_routers import gone_routers
 from slime_hangdoctor.analysis.readers.proof import (
     CPU_BUSY_FRACTION,
     Moved,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slime_hangdoctor.analysis.parts.ras import RAS
+from slime_hangdoctor.analysis.readers.nccl_ras import RAS
 from slime_hangdoctor.analysis.readers.pyspy import STACKS
 from slime_hangdoctor.analysis.readers.sglang import SGLANG
 from slime_hangdoctor.analysis.source import Source
