@@ -354,7 +354,7 @@ def test_the_climb_check_can_fail(tmp_path: Path) -> None:
 def part_name(module: str) -> str | None:
     """`...analysis.parts.rollout.lost_requests` -> `rollout`; None outside analysis/parts/."""
     prefix = f"{PKG}.analysis.parts."
-    return module[len(prefix) :].split(".")[0] if module.startswith(prefix) else None
+    return module[len(prefix) :].split(".", maxsplit=1)[0] if module.startswith(prefix) else None
 
 
 def between_parts(graph: dict[str, dict[str, str]]) -> list[str]:
