@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from slime_hangdoctor.analysis.merge import Merged
-from slime_hangdoctor.analysis.parts.gpu_kernel import GPU_KERNEL
-from slime_hangdoctor.analysis.readers.cuda_spin import CudaSpin, cuda_spins
+from slime_hangdoctor.analysis.readers.cuda_spin import GPU_KERNEL, CudaSpin, cuda_spins
 from slime_hangdoctor.analysis.readers.gone_routers import gone_routers
 from slime_hangdoctor.analysis.readers.nvml import GpuState
 from slime_hangdoctor.analysis.readers.sglang import EngineRead, EngineState, resume_step

@@ -377,6 +377,26 @@ def test_no_part_imports_another_part() -> None:
     assert between_parts(import_graph(_package_files())) == []
 
 
+COMPOSER = ("diagnosis", "advice", "blame", "waits", "merge", "source_analysis", "")
+
+
+def composer_reaches(graph: dict[str, dict[str, str]]) -> list[str]:
+    """Every import of a part by the composer or the contract: they reach the parts through the
+    registry only (source_analysis.source_analyses and its hooks)."""
+    composer = {f"{PKG}.analysis" + (f".{m}" if m else "") for m in COMPOSER}
+    return [
+        f"{where}: {module} imports part {part_name(target)} ({target})"
+        for module, edges in sorted(graph.items())
+        if module in composer
+        for target, where in edges.items()
+        if part_name(target) is not None
+    ]
+
+
+def test_the_composer_reaches_the_parts_through_the_registry_only() -> None:
+    assert composer_reaches(import_graph(_package_files())) == []
+
+
 def test_the_part_rule_can_fail(tmp_path: Path) -> None:
     package, files = _fake_package(
         tmp_path,
@@ -391,6 +411,11 @@ def test_the_part_rule_can_fail(tmp_path: Path) -> None:
     )
     found = between_parts(import_graph(files, package))
     assert len(found) == 1 and "part y imports part x" in found[0], found
+    (package / "analysis/diagnosis.py").write_text(
+        "from slime_hangdoctor.analysis.parts import x\n"
+    )
+    reached = composer_reaches(import_graph([*files, package / "analysis/diagnosis.py"], package))
+    assert len(reached) == 1 and "imports part x" in reached[0], reached
 
 
 def test_the_demo_and_the_doctor_import_one_way() -> None:

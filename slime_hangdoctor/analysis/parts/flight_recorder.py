@@ -17,12 +17,13 @@ from slime_hangdoctor.analysis.source_analysis import (
     Reads,
     Source,
     SourceAnalysis,
+    StageRank,
     Suspect,
     suspect,
 )
 from slime_hangdoctor.analysis.world import World
 from slime_hangdoctor.parsers.flight_recorder import FrEntry
-from slime_hangdoctor.verdict import Role
+from slime_hangdoctor.verdict import Role, Stage
 
 FLIGHT_RECORDER = Source("flight_recorder")  # torch's NCCL flight recorder dumps
 
@@ -204,10 +205,23 @@ def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
     return out
 
 
+def stuck_stage(world: World) -> Stage | None:
+    """The stage of the collective a group behind is stuck at: it outranks the stacks' vote (a
+    rank that left the collective's frame still waits in it)."""
+    for g in fr_groups(world):
+        if g.behind and g.stuck is not None:
+            stage = fr_stage(g.stuck)
+            if stage is not None:
+                return stage
+    return None
+
+
 ANALYSIS = SourceAnalysis(
     name="flight_recorder",
     gives=(FLIGHT_RECORDER,),
     suspects=suspects,
     evidence=evidence,
     messages=MESSAGES,
+    stage=stuck_stage,
+    stage_rank=StageRank.FIRST,
 )

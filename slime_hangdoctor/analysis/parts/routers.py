@@ -300,4 +300,5 @@ ANALYSIS = SourceAnalysis(
     suspects=suspects,
     causes=(_router_no_workers, _router_gone),
     findings=lambda r: listed_findings(r.world),
+    idle_findings=listed_findings,
 )

@@ -70,6 +70,7 @@ def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
 ANALYSIS = SourceAnalysis(
     name="request_path",
     gives=(REQUEST_PATH,),
+    holds=(REQUEST_PATH,),
     progress=progress,
     suspects=suspects,
     evidence=evidence,

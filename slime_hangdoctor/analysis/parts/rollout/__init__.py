@@ -321,6 +321,7 @@ def _requests_at_external_service(r: Reading) -> Cause | None:
 ANALYSIS = SourceAnalysis(
     name="rollout",
     gives=(ROLLOUT, SGLANG, SOCKETS),
+    holds=(ROLLOUT,),
     suspects=suspects,
     evidence=evidence,
     messages=MESSAGES,
