@@ -1,4 +1,4 @@
-"""The rollout's request path (analysis/request_path.py): a hop that holds the job's requests is the
+"""The rollout's request path (analysis/parts/request_path/hops.py): a hop that holds the job's requests is the
 culprit, even while the engines still decode what passed it before (miles PR#1602); and it tells
 `progress.combine` that the engines' work is not the job's progress then."""
 

@@ -183,7 +183,7 @@ def _requests_lost(
 ) -> list[Suspect]:
     """The loop waits on I/O and no engine shows a request. That alone blames nobody: the
     RolloutManager is named only when its task history and its connections point at it
-    (lost_requests.py); a paused or dead engine, an engine its callers hold connections to, a
+    (parts/rollout/lost_requests.py); a paused or dead engine, an engine its callers hold connections to, a
     router or a proxy that holds the requests is named by its own finder and finding."""
     paused = [e for e in engines if e.state in HOLDING_STATES]
     if paused:  # paused in place it may still show requests: it holds them either way
