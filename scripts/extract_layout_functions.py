@@ -19,7 +19,7 @@ For each source, OUT_DIR/NAME.json.gz holds `{"source": ..., "files": {path: [qu
 "bases": {class: [base class, ...]}}`:
 every `.py` file under the source's prefixes, with the qualified names (`Class.method`,
 `outer.<locals>.inner`, as `__qualname__` and py-spy on Python >= 3.11 print them) of the functions
-whose last name a stage table mentions (`analysis/signatures.py`; a row with a wildcard function
+whose last name a stage table mentions (`analysis/signatures/`; a row with a wildcard function
 needs only the file). tests/unit/test_signature_layouts.py checks every row of the tables against
 these lists: a row that names nothing real fails it. Regenerate after a table change with the same
 sources (tests/fixtures/layouts/README.md lists the ones used).

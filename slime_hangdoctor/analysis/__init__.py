@@ -4,7 +4,7 @@
 (tests/unit/test_import_layers.py):
 
 1. The readers: `world.build_world` (one `Proc` per slime process, with its stack reads from
-   `readers/pyspy.py`, whose frames `signatures.py` maps to a block and a stage, and its GPU from
+   `readers/pyspy.py`, whose frames `signatures/` maps to a block and a stage, and its GPU from
    `readers/nvml.py`), `readers/sglang.read_engines` (each SGLang engine's state),
    `readers/proof` (the kinds of proof of work and how the parts' readings combine), and the
    shared views (`network`, `actor_queues`, `services`, and in `readers/` what more than one part

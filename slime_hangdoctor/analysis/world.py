@@ -8,7 +8,7 @@ processes without Ray: a process that holds a GPU and speaks NCCL is taken for a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -478,7 +478,7 @@ def _in_file(frame: Frame, part: str) -> bool:
 
 
 def threads_with(
-    procs: tuple[Proc, ...], funcs: set[str] | None = None, file_part: str | None = None
+    procs: tuple[Proc, ...], funcs: Set[str] | None = None, file_part: str | None = None
 ) -> list[tuple[Proc, ThreadRead]]:
     """The threads of the processes' last stacks with one of `funcs` among their own frames (and a
     frame in a file whose path holds `file_part`): what a known cause matches on."""

@@ -22,7 +22,7 @@ from slime_hangdoctor.analysis.signatures import (
     LAYOUTS,
     FrameSig,
     MethodSig,
-    _file_matches,
+    file_matches,
     split_name,
 )
 from slime_hangdoctor.facts import Frame
@@ -58,7 +58,7 @@ def real_matches(sig: FrameSig, only: str | None = None) -> list[str]:
             continue
         for path, names in files.items():
             frame = Frame(name="", filename=path, short_filename=path)
-            if sig.file is not None and not _file_matches(sig.file, frame):
+            if sig.file is not None and not file_matches(sig.file, frame):
                 continue
             if sig.func == ANY:
                 hits.append(f"{tree}: {path}")

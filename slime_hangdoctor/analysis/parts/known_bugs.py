@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from slime_hangdoctor.analysis.readers.sglang import EngineState
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block
+from slime_hangdoctor.analysis.signatures import slime as frames
+from slime_hangdoctor.analysis.signatures.sglang import UPDATE_FROM_TENSOR, WEIGHT_GROUP_FUNCS
 from slime_hangdoctor.analysis.source_analysis import Cause, Reading, SourceAnalysis, cause
 from slime_hangdoctor.analysis.world import threads_with
 from slime_hangdoctor.topology import MemberKind
@@ -19,13 +21,13 @@ def _pp_group_deadlock(r: Reading) -> Cause | None:
         (p, t)
         for p, t in threads_with(
             r.world.by_role(Role.TRAIN_RANK),
-            {"connect_rollout_engines_from_distributed", "connect_rollout_engines"},
+            frames.PP_CONNECT_FUNCS,
         )
         if t.block in (Block.RENDEZVOUS, Block.RAY_GET, Block.COLLECTIVE)
     ]
     engines = threads_with(
         r.world.by_role(Role.SGLANG_ENGINE),
-        {"init_weights_update_group", "init_custom_process_group"},
+        WEIGHT_GROUP_FUNCS,
     )
     if not trainers or (len({p.pid for p, _ in trainers}) < 2 and not engines):
         return None
@@ -47,11 +49,9 @@ def _pp_group_deadlock(r: Reading) -> Cause | None:
 
 
 def _sympy_reward(r: Reading) -> Cause | None:
-    hits = threads_with(r.world.by_role(Role.ROLLOUT_MANAGER), file_part="sympy/") + [
+    hits = threads_with(r.world.by_role(Role.ROLLOUT_MANAGER), file_part=frames.SYMPY_DIR) + [
         (p, t)
-        for p, t in threads_with(
-            r.world.by_role(Role.ROLLOUT_MANAGER), {"are_equal_under_sympy", "grade_answer_verl"}
-        )
+        for p, t in threads_with(r.world.by_role(Role.ROLLOUT_MANAGER), frames.SYMPY_GRADER_FUNCS)
     ]
     hits = [(p, t) for p, t in hits if t.block is Block.CPU]
     if not hits:
@@ -75,14 +75,12 @@ def _cuda_ipc_colocate(r: Reading) -> Cause | None:
         return None
     hits = threads_with(
         r.world.procs,
-        {"_send_to_colocated_engine", "update_weights_from_tensor", "_send_hf_params"},
+        frames.COLOCATED_UPDATE_FUNCS,
     )
     bad = [e for e in r.engines if e.state in (EngineState.UNRESPONSIVE, EngineState.STUCK)]
     scheds = [
         (p, t)
-        for p, t in threads_with(
-            r.world.by_role(Role.SGLANG_ENGINE), {"update_weights_from_tensor"}
-        )
+        for p, t in threads_with(r.world.by_role(Role.SGLANG_ENGINE), {UPDATE_FROM_TENSOR})
         if p.kind is MemberKind.SCHEDULER
     ]
     if not hits or not (bad or scheds):
@@ -106,7 +104,7 @@ def _startup_never_healthy(r: Reading) -> Cause | None:
         return None
     hits = threads_with(
         r.world.procs,
-        {"_wait_server_healthy", "init_rollout_engines", "start_rollout_servers", "start_engines"},
+        frames.ENGINE_STARTUP_FUNCS,
     )
     if not hits:
         return None
@@ -130,16 +128,16 @@ def _lock_without_holder(r: Reading) -> Cause | None:
     trainers = r.world.by_role(Role.TRAIN_RANK)
     spinning = [
         (p, t)
-        for p, t in threads_with(trainers, {"_update_bucket_weights_from_distributed"})
+        for p, t in threads_with(trainers, {frames.BUCKET_BROADCAST})
         if t.main
         and t.stage_sig is not None
-        and t.stage_sig.func == "_update_bucket_weights_from_distributed"
+        and t.stage_sig.func == frames.BUCKET_BROADCAST
         and t.block not in COLLECTIVE_BLOCKS
     ]
     holders = [
         (p, t)
-        for p, t in threads_with(trainers, {"update_weights_from_distributed"})
-        if t.stage_sig is not None and t.stage_sig.func == "update_weights_from_distributed"
+        for p, t in threads_with(trainers, {frames.WEIGHT_BROADCAST})
+        if t.stage_sig is not None and t.stage_sig.func == frames.WEIGHT_BROADCAST
     ]
     if not spinning or holders or r.status is not Status.HUNG:
         return None
@@ -155,11 +153,9 @@ def _lock_without_holder(r: Reading) -> Cause | None:
 
 
 def _reload_timeout(r: Reading) -> Cause | None:
-    hits = threads_with(
-        r.world.by_role(Role.TRAIN_RANK), {"reload_process_groups", "destroy_process_groups"}
-    ) or [
+    hits = threads_with(r.world.by_role(Role.TRAIN_RANK), frames.RELOAD_GROUP_FUNCS) or [
         (p, t)
-        for p, t in threads_with(r.world.by_role(Role.TRAIN_RANK), {"wake_up"})
+        for p, t in threads_with(r.world.by_role(Role.TRAIN_RANK), {frames.WAKE_UP})
         if t.in_collective
     ]
     if not hits or r.status is not Status.HUNG:
@@ -180,7 +176,7 @@ def _reload_timeout(r: Reading) -> Cause | None:
 
 
 def _triton_jit(r: Reading) -> Cause | None:
-    hits = threads_with(r.world.by_role(Role.TRAIN_RANK), file_part="triton/")
+    hits = threads_with(r.world.by_role(Role.TRAIN_RANK), file_part=frames.TRITON_DIR)
     waiting = [
         (p, t)
         for p, t in threads_with(r.world.by_role(Role.TRAIN_RANK))
@@ -200,7 +196,7 @@ def _triton_jit(r: Reading) -> Cause | None:
 
 
 def _cp_allgather(r: Reading) -> Cause | None:
-    hits = threads_with(r.world.by_role(Role.TRAIN_RANK), {"_allgather_cp_redistribute"})
+    hits = threads_with(r.world.by_role(Role.TRAIN_RANK), {frames.CP_ALLGATHER})
     if not hits or r.status is not Status.HUNG:
         return None
     return cause(

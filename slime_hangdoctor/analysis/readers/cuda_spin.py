@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.readers.nvml import GpuRead, GpuState
 from slime_hangdoctor.analysis.signatures import Block
+from slime_hangdoctor.analysis.signatures.megatron import PARALLEL_STATE_PY
+from slime_hangdoctor.analysis.signatures.torch import COMM_NATIVE_PARTS, DISTRIBUTED_DIR
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import Frame
@@ -40,8 +42,8 @@ from slime_hangdoctor.verdict import Role, Stage
 GPU_KERNEL = Source("gpu_kernel")
 
 _COMM_BLOCKS = frozenset({Block.COLLECTIVE, Block.RENDEZVOUS})
-_COMM_NATIVE = ("nccl", "c10d::", "gloo::", "processgroup")
-_COMM_FILES = ("torch/distributed/", "megatron/core/parallel_state.py")
+_COMM_NATIVE = COMM_NATIVE_PARTS
+_COMM_FILES = (DISTRIBUTED_DIR, PARALLEL_STATE_PY)
 # stages whose CUDA sync waits on a collective the stage itself issued
 _COLLECTIVE_STAGES = frozenset({Stage.NCCL_BROADCAST})
 _JOB_ROLES = frozenset({Role.TRAIN_RANK, Role.SGLANG_ENGINE})

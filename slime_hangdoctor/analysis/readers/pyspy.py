@@ -21,6 +21,9 @@ from slime_hangdoctor.analysis.signatures import (
     split_name,
     wait_of,
 )
+from slime_hangdoctor.analysis.signatures.python import FORK_ENTRY
+from slime_hangdoctor.analysis.signatures.sglang import PULL_RAW_REQS
+from slime_hangdoctor.analysis.signatures.slime import LOOP_THREAD_FUNCS
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.facts import Frame
 from slime_hangdoctor.parsers.pyspy import ProcessStack, StackObs, StackVia, ThreadStack
@@ -30,7 +33,6 @@ STACKS = Source("stacks")  # py-spy / Ray traceback stacks
 
 _LIBRARY_MARKS = ("site-packages/", "dist-packages/", "/lib/python3")
 _SCAN_LIMIT = 12  # python frames to look through for a wait primitive under library code
-_LOOP_FUNCS = frozenset({"_start_loop", "run_forever"})
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class ThreadRead:
     @property
     def is_loop_thread(self) -> bool:
         """An asyncio loop thread (slime's AsyncLoopThread: `_start_loop` -> `run_forever`)."""
-        return any(split_name(f.name)[1] in _LOOP_FUNCS for f in self.own)
+        return any(split_name(f.name)[1] in LOOP_THREAD_FUNCS for f in self.own)
 
     @property
     def waiting(self) -> bool:
@@ -108,7 +110,7 @@ class ThreadRead:
         text = _BLOCK_TEXT.get(self.block, "at")
         if self.in_intake:
             frame = self.block_frame
-            if frame is not None and split_name(frame.name)[1] == "_pull_raw_reqs":
+            if frame is not None and split_name(frame.name)[1] == PULL_RAW_REQS:
                 return f"waiting for the previous pipeline stage's next requests in {where}"
             return f"waiting for its TP rank 0's next requests in {where}"
         if self.block is Block.CPU:
@@ -212,10 +214,10 @@ def _first_python(frames: tuple[Frame, ...]) -> int | None:
     return None
 
 
-# multiprocessing's child entry (`BaseProcess._bootstrap`, multiprocessing/process.py): in a forked
-# child every frame outside it is the parent's, copied at the fork (slime's router keeps
+# multiprocessing's child entry (signatures/python.py FORK_ENTRY): in a forked child every frame
+# outside it is the parent's, copied at the fork (slime's router keeps
 # `RolloutManager.__init__ -> _start_router -> Process.start -> Popen._launch` below it for life).
-_FORK_ENTRY = ("_bootstrap", "multiprocessing/process.py")
+_FORK_ENTRY = FORK_ENTRY
 
 
 def own_frames(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:

@@ -51,6 +51,11 @@ from enum import Enum
 
 from slime_hangdoctor.analysis.actor_queues import PausedEngine, build_view
 from slime_hangdoctor.analysis.signatures import Block, split_name
+from slime_hangdoctor.analysis.signatures.sglang import (
+    DETOKENIZER_FILE,
+    DETOKENIZER_LOOPS,
+    DETOKENIZER_RECV,
+)
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.outcome import Outcome
@@ -439,13 +444,6 @@ def _schedulers_frozen(procs: tuple[Proc, ...]) -> list[str]:
     return out
 
 
-# The detokenizer's loop (0.5.15.post1 detokenizer_manager.py:161-169, multi-tokenizer mode's
-# `multi_http_worker_event_loop`) and its receive (`sock_recv`, io_struct.py:2295, over zmq's
-# `recv_pyobj` / `recv`): a loop thread anywhere else is handling a batch.
-_DETOKENIZER_LOOPS = frozenset({"event_loop", "multi_http_worker_event_loop"})
-_DETOKENIZER_RECV = frozenset({"sock_recv", "recv_pyobj", "recv"})
-
-
 def stalled_detokenizer(procs: tuple[Proc, ...]) -> tuple[Proc, str] | None:
     """The engine's `sglang::detokenizer` held inside the handling of one batch, in the same
     functions in both samples (not back at its receive): the outputs of the engine's finished
@@ -468,15 +466,15 @@ def stalled_detokenizer(procs: tuple[Proc, ...]) -> tuple[Proc, str] | None:
             (
                 i
                 for i, f in enumerate(t.frames)
-                if split_name(f.name)[1] in _DETOKENIZER_LOOPS
-                and (f.short_filename or f.filename).endswith("detokenizer_manager.py")
+                if split_name(f.name)[1] in DETOKENIZER_LOOPS
+                and (f.short_filename or f.filename).endswith(DETOKENIZER_FILE)
             ),
             None,
         )
         if not loop:  # None, or the loop frame innermost: nothing inside it to tell
             continue
         inner = t.frames[loop - 1]
-        if split_name(inner.name)[1] in _DETOKENIZER_RECV:
+        if split_name(inner.name)[1] in DETOKENIZER_RECV:
             continue
         return p, f"{last.describe()} in both samples (its loop in {split_name(inner.name)[1]})"
     return None
