@@ -5,7 +5,7 @@
 
 1. The readers: `world.build_world` (one `Proc` per slime process, with its stack reads from
    `readers/pyspy.py`, whose frames `signatures/` maps to a block and a stage, and its GPU from
-   `readers/nvml.py`), `readers/sglang.read_engines` (each SGLang engine's state),
+   `readers/nvml.py`), `readers/sglang_http.read_engines` (each SGLang engine's state),
    `readers/proof` (the kinds of proof of work and how the parts' readings combine), and the
    shared views (`network`, `actor_queues`, `services`, and in `readers/` what more than one part
    reads: `hold`, `proxies`, `cuda_spin`, `fr_groups`, `gone_routers`).

@@ -19,7 +19,7 @@ from slime_hangdoctor.analysis.readers.cuda_spin import cuda_spins
 from slime_hangdoctor.analysis.readers.nvml import SPINNING_WORDS
 from slime_hangdoctor.analysis.readers.proof import Progress
 from slime_hangdoctor.analysis.readers.pyspy import STACKS, highlight
-from slime_hangdoctor.analysis.readers.sglang import EngineRead, read_engines
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, read_engines
 from slime_hangdoctor.analysis.signatures import (
     Block,
     layout_hint,

@@ -36,7 +36,7 @@ from types import FrameType
 from typing import TypeVar
 
 from slime_hangdoctor.analysis.readers.proof import Moved, Progress, combine
-from slime_hangdoctor.analysis.readers.sglang import EngineRead
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.sources import ENTRIES, PARSERS, PARTS, SPECS

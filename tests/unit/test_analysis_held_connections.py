@@ -20,7 +20,7 @@ from slime_hangdoctor.analysis.network import (
     is_router,
 )
 from slime_hangdoctor.analysis.parts.rollout.lost_requests import Holder, where_requests_are
-from slime_hangdoctor.analysis.readers.sglang import EngineRead, read_engines
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, read_engines
 from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.collect.run import router_metrics_urls

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.readers.proof import Moved, Proof, Signal
 from slime_hangdoctor.analysis.readers.pyspy import STACKS
-from slime_hangdoctor.analysis.readers.sglang import (
+from slime_hangdoctor.analysis.readers.sglang_http import (
     HUNG_ENGINE_STATES,
     SGLANG,
     EngineRead,

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from slime_hangdoctor.analysis.readers.proxies import ENVIRON, env_of, proxy_hazards
-from slime_hangdoctor.analysis.readers.sglang import EngineRead
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     Reading,

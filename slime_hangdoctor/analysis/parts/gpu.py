@@ -10,7 +10,7 @@ from slime_hangdoctor.analysis.readers.fr_groups import fr_groups, fr_stage
 from slime_hangdoctor.analysis.readers.nvml import NVML, GpuRead, GpuState
 from slime_hangdoctor.analysis.readers.proof import Moved, Proof, Signal
 from slime_hangdoctor.analysis.readers.pyspy import ProcessRead
-from slime_hangdoctor.analysis.readers.sglang import EngineRead
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,

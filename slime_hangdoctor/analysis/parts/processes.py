@@ -11,7 +11,7 @@ from slime_hangdoctor.analysis.readers.proof import (
     Signal,
     window_s,
 )
-from slime_hangdoctor.analysis.readers.sglang import EngineRead, EngineState
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, EngineState
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source_analysis import (
     STRONG,

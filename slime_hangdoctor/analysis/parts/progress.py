@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from slime_hangdoctor.analysis.readers.nccl_ras import RAS
 from slime_hangdoctor.analysis.readers.pyspy import STACKS
-from slime_hangdoctor.analysis.readers.sglang import SGLANG
+from slime_hangdoctor.analysis.readers.sglang_http import SGLANG
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.source_analysis import Evidence, Reads, SourceAnalysis, Suspect
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from slime_hangdoctor.analysis.readers.nccl_ras import RAS
 from slime_hangdoctor.analysis.readers.proof import Moved, Proof, Signal
-from slime_hangdoctor.analysis.readers.sglang import EngineRead
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.source_analysis import (
     STRONG,
     WEAK,

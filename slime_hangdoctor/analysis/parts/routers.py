@@ -16,7 +16,7 @@ from slime_hangdoctor.analysis.readers.gone_routers import (
     url_port,
     zombie_children,
 )
-from slime_hangdoctor.analysis.readers.sglang import SGLANG, router_entry
+from slime_hangdoctor.analysis.readers.sglang_http import SGLANG, router_entry
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     STRONG,

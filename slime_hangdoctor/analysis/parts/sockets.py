@@ -15,7 +15,7 @@ from slime_hangdoctor.analysis.network import (
     held_requests,
     idle_pools,
 )
-from slime_hangdoctor.analysis.readers.sglang import EngineRead
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from slime_hangdoctor.analysis.parts.request_path.hops import holds, request_path
 from slime_hangdoctor.analysis.readers.proof import Moved, Proof, window_s
-from slime_hangdoctor.analysis.readers.sglang import EngineRead
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.source_analysis import (
     STRONG,
     Evidence,

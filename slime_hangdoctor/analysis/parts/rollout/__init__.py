@@ -14,7 +14,7 @@ from slime_hangdoctor.analysis.parts.rollout.lost_requests import (
     where_requests_are,
 )
 from slime_hangdoctor.analysis.readers.pyspy import ProcessRead, ThreadRead
-from slime_hangdoctor.analysis.readers.sglang import (
+from slime_hangdoctor.analysis.readers.sglang_http import (
     HELD_CAUSES,
     HOLDING_STATES,
     SGLANG,

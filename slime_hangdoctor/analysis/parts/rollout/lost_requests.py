@@ -46,7 +46,7 @@ from slime_hangdoctor.analysis.network import (
     kept_connections,
 )
 from slime_hangdoctor.analysis.readers.proxies import ENVIRON, proxy_hazards
-from slime_hangdoctor.analysis.readers.sglang import SGLANG, EngineRead, EngineState
+from slime_hangdoctor.analysis.readers.sglang_http import SGLANG, EngineRead, EngineState
 from slime_hangdoctor.analysis.services import Service
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import PROCESSES, Proc, World
