@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 # counters-only look need the names and the comparisons below, not the snapshot's whole model.
 Markers = dict[str, str]
 # A process on the rollout's request path that is CPU-bound over a window may hold the job's
-# requests (analysis/request_path.py decides; the watchdog's counters-only look, which reads only
+# requests (analysis/parts/request_path/hops.py decides; the watchdog's counters-only look, which reads only
 # CPU times and states, then leaves the answer to the analysed look)
 REQUEST_PATH_CPU_BOUND = 0.8
 

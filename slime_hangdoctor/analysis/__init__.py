@@ -4,15 +4,17 @@
 (tests/unit/test_import_layers.py):
 
 1. The readers: `world.build_world` (one `Proc` per slime process, with its stack reads from
-   `stacks.py`, whose frames `signatures/` maps to a block and a stage, and its GPU from
-   `gpu.py`), `engines.read_engines` (each SGLang engine's state), `progress` (the kinds of proof
-   of work and how the parts' readings combine), and the shared views (`network`, `actor_queues`,
-   `lost_requests`, `services`, `hazards`, `cuda_spin`).
+   `readers/pyspy.py`, whose frames `signatures/` maps to a block and a stage, and its GPU from
+   `readers/nvml.py`), `readers/sglang_http.read_engines` (each SGLang engine's state),
+   `readers/proof` (the kinds of proof of work and how the parts' readings combine), and the
+   shared views (`network`, `actor_queues`, `services`, and in `readers/` what more than one part
+   reads: `hold`, `proxies`, `cuda_spin`, `fr_groups`, `gone_routers`).
 2. The contract of a part (`source_analysis.SourceAnalysis`: suspects, evidence, progress, stage,
    known causes, findings, next steps) and `merge` (suspects joined by identity).
-3. The parts (`parts/`): one module per typed source and per rule that reads several sources,
-   reached through one list, `sources.ENTRIES`, in its order.
-4. What composes them: `diagnosis` (status, stage, culprits, confidence, findings, rows) and
+3. The parts (`parts/`): one module (or package) per typed source and per rule that reads several
+   sources, reached through one list, `sources.ENTRIES`, in its order. A part imports no other
+   part; what two share is a reader.
+4. What composes them, reaching the parts through the contract's hooks only: `diagnosis` (status, stage, culprits, confidence, findings, rows) and
    `advice` (the culprits' and the general next steps, the blind spots).
 
 `diagnose` runs, in order: the readers; every part's `progress` (what moved between the samples);

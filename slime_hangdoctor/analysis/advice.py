@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from slime_hangdoctor.analysis.cuda_spin import CudaSpin, cuda_spins
-from slime_hangdoctor.analysis.engines import EngineRead, EngineState, resume_step
-from slime_hangdoctor.analysis.gpu import GpuState
 from slime_hangdoctor.analysis.merge import Merged
-from slime_hangdoctor.analysis.parts.gpu_kernel import GPU_KERNEL
-from slime_hangdoctor.analysis.parts.routers import gone_routers
+from slime_hangdoctor.analysis.readers.cuda_spin import GPU_KERNEL, CudaSpin, cuda_spins
+from slime_hangdoctor.analysis.readers.gone_routers import gone_routers
+from slime_hangdoctor.analysis.readers.nvml import GpuState
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, EngineState, resume_step
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS
 from slime_hangdoctor.analysis.source_analysis import by_of
 from slime_hangdoctor.analysis.world import Proc, World

@@ -8,8 +8,8 @@ each one's counters rose again within this window; this node's slime processes o
 still there; no process of the request path it remembers (the router, the engines' HTTP processes)
 was CPU-bound over this window; and that look is younger than `REFRESH_S`. The analysis calls a job
 progressing on an engine's rising work counters only while the job's requests pass their path
-(analysis/progress.py; a hop that holds them is CPU-bound in one frame while requests pile up at it,
-analysis/request_path.py): the CPU time is the part of that rule this look can read, so a CPU-bound
+(analysis/readers/proof.py; a hop that holds them is CPU-bound in one frame while requests pile up at it,
+analysis/parts/request_path/hops.py): the CPU time is the part of that rule this look can read, so a CPU-bound
 hop sends the run to the analysed look, which decides. Where this look answers, the analysed look
 would have given the same status and exit code; what it does not give are the findings of the
 sources it did not read, for at most `REFRESH_S`.

@@ -14,15 +14,12 @@ from dataclasses import dataclass, replace
 from slime_hangdoctor.analysis import advice
 from slime_hangdoctor.analysis.blame import Blame, assign
 from slime_hangdoctor.analysis.blocked import blocked_for, evidence_time
-from slime_hangdoctor.analysis.cuda_spin import cuda_spins
-from slime_hangdoctor.analysis.engines import EngineRead, read_engines
-from slime_hangdoctor.analysis.gpu import SPINNING_WORDS
 from slime_hangdoctor.analysis.merge import Merged, merge
-from slime_hangdoctor.analysis.parts.flight_recorder import fr_groups, fr_stage
-from slime_hangdoctor.analysis.parts.request_path import REQUEST_PATH
-from slime_hangdoctor.analysis.parts.rollout import ROLLOUT
-from slime_hangdoctor.analysis.parts.routers import listed_findings
-from slime_hangdoctor.analysis.progress import Progress
+from slime_hangdoctor.analysis.readers.cuda_spin import cuda_spins
+from slime_hangdoctor.analysis.readers.nvml import SPINNING_WORDS
+from slime_hangdoctor.analysis.readers.proof import Progress
+from slime_hangdoctor.analysis.readers.pyspy import STACKS, highlight
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, read_engines
 from slime_hangdoctor.analysis.signatures import (
     Block,
     layout_hint,
@@ -39,13 +36,15 @@ from slime_hangdoctor.analysis.source_analysis import (
     by_of,
     evidence_messages,
     find_suspects,
+    first_stage,
     hang_evidence,
+    holding_sources,
+    idle_findings,
     known_causes,
     part_steps,
     section_findings,
     stage_hint,
 )
-from slime_hangdoctor.analysis.stacks import STACKS, highlight
 from slime_hangdoctor.analysis.waits import find_waits
 from slime_hangdoctor.analysis.world import Proc, World, build_world
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
@@ -194,11 +193,8 @@ def decide_stage(world: World, merged: list[Merged]) -> Stage:
     for m in merged[:3]:
         if m.stage is Stage.REWARD:
             return Stage.REWARD
-    for g in fr_groups(world):
-        if g.behind and g.stuck is not None:
-            stage = fr_stage(g.stuck)
-            if stage is not None:
-                return stage
+    if (stage := first_stage(world)) is not None:
+        return stage
     if _in_broadcast(world):
         return Stage.NCCL_BROADCAST
     if startup_chain(world):
@@ -601,7 +597,7 @@ def _suspected(
         return True
     # a loop CPU-bound in one frame (the rollout's, a hop of its request path): slow and stuck
     # look alike over one window
-    return bool(culprits) and culprits[0].sources <= {ROLLOUT, REQUEST_PATH}
+    return bool(culprits) and culprits[0].sources <= holding_sources()
 
 
 def _unusable(snapshot: Snapshot) -> Diagnosis:
@@ -624,7 +620,7 @@ def _idle(snapshot: Snapshot, world: World) -> Diagnosis:
         stage=Stage.NONE,
         summary="No slime job: no RUNNING Ray job and no slime actor or process found.",
         # a router may still list servers
-        findings=tuple(replace(f, by=by_of(listed_findings)) for f in listed_findings(world)),
+        findings=tuple(idle_findings(world)),
         blind_spots=tuple(snapshot.blind_spots),
         window_s=snapshot.window_s,
         confidence="medium" if snapshot.joined(RAY_STATE).seen else "low",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from slime_hangdoctor.analysis.gpu import gpu_by_index
+from slime_hangdoctor.analysis.readers.nvml import gpu_by_index
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.source_analysis import Suspect

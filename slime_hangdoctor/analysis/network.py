@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from enum import Enum
 from urllib.parse import urlsplit
 
-from slime_hangdoctor.analysis.engines import EngineRead, router_entry
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, router_entry
 from slime_hangdoctor.analysis.services import Service, job_services
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source import Source

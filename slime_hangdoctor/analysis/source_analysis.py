@@ -35,8 +35,8 @@ from enum import Enum
 from types import FrameType
 from typing import TypeVar
 
-from slime_hangdoctor.analysis.engines import EngineRead
-from slime_hangdoctor.analysis.progress import Moved, Progress, combine
+from slime_hangdoctor.analysis.readers.proof import Moved, Progress, combine
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.sources import ENTRIES, PARSERS, PARTS, SPECS
@@ -194,6 +194,13 @@ def brief(p: Proc) -> str:
 # --------------------------------------------------------------------------- the part
 
 
+class StageRank(Enum):
+    """When a part's stage signal counts (SourceAnalysis.stage_rank)."""
+
+    FIRST = "first"  # before the stacks' vote: a record that names the collective behind
+    HINT = "hint"  # only where the live evidence named no stage
+
+
 @dataclass(frozen=True, eq=False)
 class SourceAnalysis:
     """A part of the diagnosis; every hook is optional."""
@@ -208,8 +215,17 @@ class SourceAnalysis:
     # reasons to believe the job hangs, by this part, and the headline of each finding id
     evidence: Callable[[Reads, Sequence[Suspect]], list[Evidence]] | None = None
     messages: Mapping[str, str] = field(default_factory=dict)
-    # a second stage signal, used only where the live evidence named no stage
+    # a stage signal; `stage_rank` says when it counts: FIRST before the stacks' vote (the flight
+    # recorder's stuck collective: the group behind names its collective), HINT only where the
+    # live evidence named no stage (the logs' open Timer)
     stage: Callable[[World], Stage | None] | None = None
+    stage_rank: StageRank = StageRank.HINT
+    # the names of its suspects that blame a loop CPU-bound in one frame holding the job's
+    # requests (the rollout's loop, a hop of its request path): over one window slow and stuck
+    # look alike, so a culprit blamed by such names alone is only suspected (diagnosis._suspected)
+    holds: tuple[Source, ...] = ()
+    # what this source still says when no slime job runs (a router that lists servers)
+    idle_findings: Callable[[World], list[Finding]] | None = None
     # the known causes this part holds the evidence of, in the order they are reported
     causes: tuple[Callable[[Reading], Cause | None], ...] = ()
     findings: Callable[[Reading], list[Finding]] | None = None
@@ -376,7 +392,39 @@ def cpu_wanted_s(world: World, p: Proc, window_s: float) -> float | None:
     return None
 
 
+def _stages(world: World, rank: StageRank) -> Stage | None:
+    return next(
+        (
+            h
+            for a in source_analyses()
+            if a.stage and a.stage_rank is rank and (h := a.stage(world))
+        ),
+        None,
+    )
+
+
 def stage_hint(world: World) -> Stage | None:
     """The first part's second stage signal (the logs' open Timer), for a hang live evidence
     could not place."""
-    return next((h for a in source_analyses() if a.stage and (h := a.stage(world))), None)
+    return _stages(world, StageRank.HINT)
+
+
+def first_stage(world: World) -> Stage | None:
+    """The first part's stage that outranks the stacks' vote (the flight recorder's stuck
+    collective), in the order of the parts."""
+    return _stages(world, StageRank.FIRST)
+
+
+def holding_sources() -> frozenset[Source]:
+    """Every name a part blames a loop holding the job's requests in (`SourceAnalysis.holds`)."""
+    return frozenset(s for a in source_analyses() for s in a.holds)
+
+
+def idle_findings(world: World) -> list[Finding]:
+    """What the parts still say when no slime job runs, each with the rule that said it."""
+    return [
+        dataclasses.replace(f, by=by_of(a.idle_findings, "idle_findings"))
+        for a in source_analyses()
+        if a.idle_findings is not None
+        for f in a.idle_findings(world)
+    ]

@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from slime_hangdoctor.analysis.actor_queues import build_view
-from slime_hangdoctor.analysis.engines import EngineRead
 from slime_hangdoctor.analysis.merge import Merged
 from slime_hangdoctor.analysis.network import held_requests, is_router
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.parsers.ray_state import RAY_STATE, TASK_RUNNING_ANY, RayTask

@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from slime_hangdoctor.analysis.gpu import GpuRead, gpu_of_pid, read_gpus
+from slime_hangdoctor.analysis.readers.nvml import GpuRead, gpu_of_pid, read_gpus
+from slime_hangdoctor.analysis.readers.pyspy import ProcessRead, ThreadRead, read_process
 from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.source import Source
-from slime_hangdoctor.analysis.stacks import ProcessRead, ThreadRead, read_process
 from slime_hangdoctor.facts import Frame
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
@@ -495,3 +495,17 @@ def threads_with(
 def who(hits: list[tuple[Proc, ThreadRead]]) -> str:
     """The processes of `hits`, named once each (at most four)."""
     return ", ".join(dict.fromkeys(f"{p.label} (pid {p.pid})" for p, _ in hits[:4]))
+
+
+def children_read(world: World, p: Proc) -> list[Proc]:
+    """The processes `p` forked whose stacks were read (a rank's checkpoint writer), at most 2."""
+    return [c for c in world.children_of(p) if c.latest is not None][:2]
+
+
+def children_text(world: World, p: Proc) -> str:
+    """Where the processes `p` forked wait (a rank waiting for its checkpoint writer): read by the
+    stacks part and the chain part alike."""
+    return "".join(
+        f"; its child {c.label} is {c.latest.describe() if c.latest else 'no stack'}"
+        for c in children_read(world, p)
+    )

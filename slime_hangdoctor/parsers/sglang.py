@@ -7,7 +7,7 @@ why. Nothing here does I/O. Shapes handled:
   `internal_states` + `version`). slime's patch answers `internal_states: []` when the scheduler did
   not reply within `SGLANG_SERVER_INFO_TIMEOUT` (2 s) -- and, on 0.5.15, on every later call once
   one call timed out (the endpoint is poisoned): the parser only records the empty list; what it
-  means is decided in analysis/engines.py together with the progress counters.
+  means is decided in analysis/readers/sglang_http.py together with the progress counters.
 - `/model_info`, `/get_model_info` (and slime's `/get_weight_version`, which carries only
   `weight_version`).
 - `/v1/loads` (`{"loads": [...]}`, one entry per DP rank; `[]` = not attached, unknown), 0.5.15's
@@ -117,7 +117,7 @@ class ServerInfo:
     """`/server_info` or `/get_server_info`."""
 
     # 0: slime's patch answered `internal_states: []` (no scheduler reply within 2 s, or an earlier
-    # timed-out call poisoned the endpoint on 0.5.15: see analysis/engines.py); None: key absent
+    # timed-out call poisoned the endpoint on 0.5.15: see analysis/readers/sglang_http.py); None: key absent
     internal_states_count: int | None
     version: str | None = None
     port: int | None = None
@@ -295,7 +295,7 @@ def parse_server_info(body: bytes | str) -> ServerInfo:
     means an unknown shape), 0 for slime's patch's `[]` form. `last_gen_throughput` is summed over
     DP ranks. `weight_version` is the server-args field: the current one on 0.5.15 (the tokenizer
     updates `server_args.weight_version`), the startup one on 0.5.23 (http_server.py:863-873, which
-    sends readers to `/model_info`); analysis/engines.py never lets it override `/model_info`'s.
+    sends readers to `/model_info`); analysis/readers/sglang_http.py never lets it override `/model_info`'s.
     """
     what = "server_info"
     data = _object(body, what)

@@ -242,7 +242,7 @@ def counter_plan(analysed: Analysed, target: str, now: float) -> CounterPlan | N
             if m.node_ip == here and m.pid in started
         )
     )
-    # the processes of the rollout's request path (analysis/request_path.py, by role): their CPU
+    # the processes of the rollout's request path (analysis/parts/request_path/hops.py, by role): their CPU
     # times are what the counters look reads of the rule that engines' tokens count only while the
     # job's requests pass them
     hops = tuple(

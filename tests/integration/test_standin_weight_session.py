@@ -61,7 +61,7 @@ def test_a_scheduler_stuck_in_begin_holds_the_call_and_is_weight_sync(
     may be in the same run, so the engine's own read is checked, not the job's verdict): the call
     is held in every sample and places the engine, and its scheduler's stack, in weight_sync (the
     job's verdict on such an engine: tests/unit/test_analysis_miles_session.py, recorded)."""
-    from slime_hangdoctor.analysis.engines import read_engines
+    from slime_hangdoctor.analysis.readers.sglang_http import read_engines
     from slime_hangdoctor.analysis.world import build_world
     from slime_hangdoctor.pipeline import analyse_bundle
     from slime_hangdoctor.verdict import Stage

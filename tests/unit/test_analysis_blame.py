@@ -25,9 +25,9 @@ import pytest
 
 from slime_hangdoctor.analysis.blame import assign
 from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.analysis.gpu import NVML
 from slime_hangdoctor.analysis.merge import merge
 from slime_hangdoctor.analysis.parts import ras
+from slime_hangdoctor.analysis.readers.nvml import NVML
 from slime_hangdoctor.analysis.source_analysis import MEDIUM, Reads, assess, suspect
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder

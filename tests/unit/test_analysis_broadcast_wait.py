@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from slime_hangdoctor.analysis.readers.pyspy import read_thread
 from slime_hangdoctor.analysis.signatures import Block
-from slime_hangdoctor.analysis.stacks import read_thread
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.verdict import Role, Stage, Status
 from tests.fixtures import transforms as tf

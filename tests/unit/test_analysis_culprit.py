@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from slime_hangdoctor.analysis.diagnosis import diagnose
-from slime_hangdoctor.analysis.engines import read_engines
 from slime_hangdoctor.analysis.parts import engines, flight_recorder, ras
+from slime_hangdoctor.analysis.readers.sglang_http import read_engines
 from slime_hangdoctor.analysis.source_analysis import MEDIUM, STRONG, WEAK, Reads, assess
 from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.outcome import Outcome

@@ -14,7 +14,7 @@ from __future__ import annotations
 import tarfile
 from pathlib import Path
 
-from slime_hangdoctor.analysis.engines import EngineRead, EngineState, read_engines
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, EngineState, read_engines
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.pipeline import Analysed, analyse_bundle
 from slime_hangdoctor.verdict import Role, Stage, Status

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from slime_hangdoctor.analysis.engines import EngineRead, EngineState, read_engines
 from slime_hangdoctor.analysis.parts import engines as engine_suspects
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, EngineState, read_engines
 from slime_hangdoctor.analysis.source_analysis import WEAK, Reads, assess
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.outcome import Outcome

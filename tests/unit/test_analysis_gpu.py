@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.analysis.gpu import GpuRead, GpuState, gpu_of_pid, read_gpus
+from slime_hangdoctor.analysis.readers.nvml import GpuRead, GpuState, gpu_of_pid, read_gpus
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.load import load_snapshot
 from tests.fixtures import transforms as tf

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slime_hangdoctor.analysis.engines import EngineState, read_engines
+from slime_hangdoctor.analysis.readers.sglang_http import EngineState, read_engines
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.verdict import Role, Stage, Status

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.analysis.engines import EngineRead, read_engines
-from slime_hangdoctor.analysis.lost_requests import Holder, where_requests_are
 from slime_hangdoctor.analysis.network import (
     HeldRequests,
     InFlightKind,
@@ -21,6 +19,8 @@ from slime_hangdoctor.analysis.network import (
     idle_pools,
     is_router,
 )
+from slime_hangdoctor.analysis.parts.rollout.lost_requests import Holder, where_requests_are
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, read_engines
 from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.collect.run import router_metrics_urls

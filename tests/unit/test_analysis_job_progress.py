@@ -17,7 +17,7 @@ from __future__ import annotations
 import tarfile
 from pathlib import Path
 
-from slime_hangdoctor.analysis.request_path import request_path
+from slime_hangdoctor.analysis.parts.request_path.hops import request_path
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.parsers.kernel import KERNEL
 from slime_hangdoctor.parsers.ray_state import RAY_STATE

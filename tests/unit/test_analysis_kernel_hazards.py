@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slime_hangdoctor.analysis import hazards
 from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.analysis.parts import environ, kernel
+from slime_hangdoctor.analysis.readers import proxies as hazards
 from slime_hangdoctor.analysis.source_analysis import Suspect
 from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.parsers.kernel import NodeKernel, parse_kernel
@@ -22,8 +22,8 @@ from tests.unit import recorded_shapes as rs
 
 
 def kernel_suspects(world: World) -> list[Suspect]:
-    from slime_hangdoctor.analysis.engines import read_engines
     from slime_hangdoctor.analysis.parts import kernel as kernel_finder
+    from slime_hangdoctor.analysis.readers.sglang_http import read_engines
     from slime_hangdoctor.analysis.source_analysis import Reads, assess
 
     engines = read_engines(world)
@@ -159,7 +159,7 @@ def test_proxy_not_covering_the_engines_is_named_with_python_no_proxy_rule() -> 
     )
     snap = ab.snapshot(processes=(ab.procs_obs(0, rm, ok),))
     world = build_world(snap, topo)
-    from slime_hangdoctor.analysis.engines import read_engines
+    from slime_hangdoctor.analysis.readers.sglang_http import read_engines
 
     engines = read_engines(world)
     (h,) = hazards.proxy_hazards(world, engines)

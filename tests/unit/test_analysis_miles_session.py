@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.analysis.engines import CALL_STAGES, read_engines
+from slime_hangdoctor.analysis.readers.sglang_http import CALL_STAGES, read_engines
 from slime_hangdoctor.analysis.signatures import match_frame, method_stage
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES

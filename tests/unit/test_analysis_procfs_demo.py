@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slime_hangdoctor.analysis.engines import read_engines
 from slime_hangdoctor.analysis.network import held_requests
+from slime_hangdoctor.analysis.readers.sglang_http import read_engines
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.bundle import open_bundle
 from slime_hangdoctor.load import load_snapshot

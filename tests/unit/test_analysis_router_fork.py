@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from slime_hangdoctor.analysis.diagnosis import startup_chain
-from slime_hangdoctor.analysis.stacks import own_frames, read_process
+from slime_hangdoctor.analysis.readers.pyspy import own_frames, read_process
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.parsers.processes import SPEC as PROCESSES
 from slime_hangdoctor.parsers.pyspy import ALL_STACKS

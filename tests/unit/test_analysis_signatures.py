@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from slime_hangdoctor.analysis import signatures as sg
-from slime_hangdoctor.analysis.stacks import find_block, find_stage
+from slime_hangdoctor.analysis.readers.pyspy import find_block, find_stage
 from slime_hangdoctor.facts import Frame
 from slime_hangdoctor.parsers.pyspy import ThreadStack
 from slime_hangdoctor.verdict import Stage

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from slime_hangdoctor.analysis.readers.pyspy import ProcessRead, highlight, read_process
 from slime_hangdoctor.analysis.signatures import Block
-from slime_hangdoctor.analysis.stacks import ProcessRead, highlight, read_process
 from slime_hangdoctor.parsers.pyspy import (
     ProcessStack,
     StackObs,

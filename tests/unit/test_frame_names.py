@@ -183,8 +183,8 @@ def inline_signature_constants(source: str) -> str:
 @pytest.mark.parametrize(
     ("module", "expected"),
     [
-        ("analysis/stacks.py", {"_pull_raw_reqs", "_start_loop", "run_forever", "_bootstrap"}),
-        ("analysis/engines.py", {"event_loop", "sock_recv"}),
+        ("analysis/readers/pyspy.py", {"_pull_raw_reqs", "_start_loop", "run_forever", "_bootstrap"}),
+        ("analysis/readers/sglang_http.py", {"event_loop", "sock_recv"}),
         (
             "analysis/parts/known_bugs.py",
             {"init_custom_process_group", "_update_bucket_weights_from_distributed", "wake_up"},

@@ -351,6 +351,73 @@ def test_the_climb_check_can_fail(tmp_path: Path) -> None:
     )
 
 
+def part_name(module: str) -> str | None:
+    """`...analysis.parts.rollout.lost_requests` -> `rollout`; None outside analysis/parts/."""
+    prefix = f"{PKG}.analysis.parts."
+    return module[len(prefix) :].split(".", maxsplit=1)[0] if module.startswith(prefix) else None
+
+
+def between_parts(graph: dict[str, dict[str, str]]) -> list[str]:
+    """Every import of one part by another (a part is a module or a package of analysis/parts/): a
+    part reads the readers, the world and the contract; what two parts share is a reader
+    (docs/architecture.md, "The analysis wing")."""
+    out = []
+    for module, edges in sorted(graph.items()):
+        here = part_name(module)
+        if here is None:
+            continue
+        for target, where in edges.items():
+            there = part_name(target)
+            if there is not None and there != here:
+                out.append(f"{where}: part {here} imports part {there} ({target})")
+    return out
+
+
+def test_no_part_imports_another_part() -> None:
+    assert between_parts(import_graph(_package_files())) == []
+
+
+COMPOSER = ("diagnosis", "advice", "blame", "waits", "merge", "source_analysis", "")
+
+
+def composer_reaches(graph: dict[str, dict[str, str]]) -> list[str]:
+    """Every import of a part by the composer or the contract: they reach the parts through the
+    registry only (source_analysis.source_analyses and its hooks)."""
+    composer = {f"{PKG}.analysis" + (f".{m}" if m else "") for m in COMPOSER}
+    return [
+        f"{where}: {module} imports part {part_name(target)} ({target})"
+        for module, edges in sorted(graph.items())
+        if module in composer
+        for target, where in edges.items()
+        if part_name(target) is not None
+    ]
+
+
+def test_the_composer_reaches_the_parts_through_the_registry_only() -> None:
+    assert composer_reaches(import_graph(_package_files())) == []
+
+
+def test_the_part_rule_can_fail(tmp_path: Path) -> None:
+    package, files = _fake_package(
+        tmp_path,
+        {
+            "analysis/__init__.py": "",
+            "analysis/world.py": "",
+            "analysis/parts/__init__.py": "",
+            "analysis/parts/x.py": "from slime_hangdoctor.analysis import world\n",
+            "analysis/parts/y/__init__.py": "from slime_hangdoctor.analysis.parts.y import z\n",
+            "analysis/parts/y/z.py": "from slime_hangdoctor.analysis.parts import x\n",
+        },
+    )
+    found = between_parts(import_graph(files, package))
+    assert len(found) == 1 and "part y imports part x" in found[0], found
+    (package / "analysis/diagnosis.py").write_text(
+        "from slime_hangdoctor.analysis.parts import x\n"
+    )
+    reached = composer_reaches(import_graph([*files, package / "analysis/diagnosis.py"], package))
+    assert len(reached) == 1 and "imports part x" in reached[0], reached
+
+
 def test_the_demo_and_the_doctor_import_one_way() -> None:
     """The demo's distribution stands alone (Ray runs its job tree with its own folder as working
     dir); the doctor's `demo` command is its one door, opened only when that command runs."""

@@ -47,7 +47,7 @@ def test_by_names_the_function_object_not_what_a_part_says() -> None:
     from slime_hangdoctor.analysis.parts import engines, stacks
 
     assert by_of(engines.suspects) == "parts/engines:suspects"
-    assert by_of(stacks.children_text) == "parts/stacks:children_text"
+    assert by_of(stacks.peer_groups) == "parts/stacks:peer_groups"
     assert by_of(lambda r: r, "findings").endswith(":findings")  # a lambda: named by its hook
     assert PARSERS  # the specs' parts are reached through sources.ENTRIES too
 

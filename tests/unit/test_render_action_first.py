@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from slime_hangdoctor.analysis.gpu import GpuState
 from slime_hangdoctor.analysis.network import InFlightKind
+from slime_hangdoctor.analysis.readers.nvml import GpuState
 from slime_hangdoctor.pipeline import Analysed, analyse_bundle
 from slime_hangdoctor.render import render, render_text
 from slime_hangdoctor.render.html import render_html

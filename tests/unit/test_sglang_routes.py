@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.analysis.engines import CALL_STAGES, call_request
+from slime_hangdoctor.analysis.readers.sglang_http import CALL_STAGES, call_request
 from slime_hangdoctor.parsers.sglang import ENGINE_ENDPOINTS, HttpEndpoint
 
 ROUTES = Path(__file__).resolve().parents[1] / "fixtures" / "layouts" / "sglang-routes.json"

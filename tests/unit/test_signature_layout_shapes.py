@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from slime_hangdoctor.analysis import signatures as sg
-from slime_hangdoctor.analysis.stacks import find_stage, read_thread
+from slime_hangdoctor.analysis.readers.pyspy import find_stage, read_thread
 from slime_hangdoctor.verdict import Stage
 from tests.unit.recorded_stacks import layout_shape_thread
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.analysis.engines import read_engines
+from slime_hangdoctor.analysis.readers.sglang_http import read_engines
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.source_analysis import Reads, assess, source_analyses
 from slime_hangdoctor.analysis.world import build_world

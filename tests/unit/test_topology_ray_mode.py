@@ -89,7 +89,7 @@ def test_the_engines_server_stays_the_engine_not_a_driver(analysed) -> None:  # 
 
 
 def test_the_analysis_reads_each_engine_with_its_two_schedulers(analysed) -> None:  # type: ignore[no-untyped-def]
-    from slime_hangdoctor.analysis.engines import read_engines
+    from slime_hangdoctor.analysis.readers.sglang_http import read_engines
     from slime_hangdoctor.analysis.world import build_world
 
     world = build_world(analysed.snapshot, analysed.topology)

@@ -4,10 +4,10 @@ HTTP server, a sleep-poll, a child process) end the chain."""
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.parts.stacks import children_text
+from slime_hangdoctor.analysis.readers.pyspy import STACKS
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source_analysis import WEAK, Reads, SourceAnalysis, Suspect, suspect
-from slime_hangdoctor.analysis.stacks import STACKS
+from slime_hangdoctor.analysis.world import children_text
 from slime_hangdoctor.verdict import Role
 
 _CHAIN_END = frozenset({Block.PARKED, Block.SLEEP, Block.HTTP, Block.SUBPROCESS})

@@ -10,14 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slime_hangdoctor.analysis.engines import (
+from slime_hangdoctor.analysis.readers.proof import Moved, Proof, Signal
+from slime_hangdoctor.analysis.readers.pyspy import STACKS
+from slime_hangdoctor.analysis.readers.sglang_http import (
     HUNG_ENGINE_STATES,
     SGLANG,
     EngineRead,
     EngineState,
     call_request,
 )
-from slime_hangdoctor.analysis.progress import Moved, Proof, Signal
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
@@ -33,7 +34,6 @@ from slime_hangdoctor.analysis.source_analysis import (
     cause,
     suspect,
 )
-from slime_hangdoctor.analysis.stacks import STACKS
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS
 from slime_hangdoctor.topology import MemberKind

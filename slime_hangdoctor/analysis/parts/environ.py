@@ -1,7 +1,7 @@
 """The environment of the slime processes (allow-listed variables of the process table).
 
 - A caller whose requests to the engines go to a proxy that no_proxy does not bypass, while no
-  engine has work, is a suspect (analysis/hazards.py reads the proxies); a proxy in front of the
+  engine has work, is a suspect (analysis/readers/proxies.py reads the proxies); a proxy in front of the
   job's own endpoints is a finding whatever the verdict.
 - NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME differing across ranks (or set on some only): ranks bind
   their bootstrap sockets to different networks and the group never forms (OpenRLHF#865).
@@ -9,8 +9,8 @@
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.engines import EngineRead
-from slime_hangdoctor.analysis.hazards import ENVIRON, env_of, proxy_hazards
+from slime_hangdoctor.analysis.readers.proxies import ENVIRON, env_of, proxy_hazards
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     Reading,

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slime_hangdoctor.analysis.cuda_spin import cuda_spins
-from slime_hangdoctor.analysis.engines import EngineRead
-from slime_hangdoctor.analysis.gpu import NVML, GpuRead, GpuState
-from slime_hangdoctor.analysis.parts.flight_recorder import fr_groups, fr_stage
-from slime_hangdoctor.analysis.progress import Moved, Proof, Signal
+from slime_hangdoctor.analysis.readers.cuda_spin import cuda_spins
+from slime_hangdoctor.analysis.readers.fr_groups import fr_groups, fr_stage
+from slime_hangdoctor.analysis.readers.nvml import NVML, GpuRead, GpuState
+from slime_hangdoctor.analysis.readers.proof import Moved, Proof, Signal
+from slime_hangdoctor.analysis.readers.pyspy import ProcessRead
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
@@ -19,7 +20,6 @@ from slime_hangdoctor.analysis.source_analysis import (
     Suspect,
     suspect,
 )
-from slime_hangdoctor.analysis.stacks import ProcessRead
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.verdict import Role, Stage
 

@@ -1,20 +1,17 @@
-"""A GPU spinning with no communicator anywhere (analysis/cuda_spin.py): the process that waits at
+"""A GPU spinning with no communicator anywhere (analysis/readers/cuda_spin.py, which names its source: the advice reads it too): the process that waits at
 a CUDA sync on it runs a kernel or stream that never finishes. Not a collective: nobody else waits."""
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.cuda_spin import cuda_spins
+from slime_hangdoctor.analysis.readers.cuda_spin import GPU_KERNEL, cuda_spins
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     Reads,
-    Source,
     SourceAnalysis,
     Suspect,
     suspect,
 )
 from slime_hangdoctor.verdict import Role
-
-GPU_KERNEL = Source("gpu_kernel")  # a GPU spinning with no communicator anywhere (cuda_spin.py)
 
 
 def suspects(reads: Reads) -> list[Suspect]:

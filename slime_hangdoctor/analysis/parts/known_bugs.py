@@ -6,7 +6,7 @@ parts/kernel.py, the requests held by a proxy or a service outside the job in pa
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.engines import EngineState
+from slime_hangdoctor.analysis.readers.sglang_http import EngineState
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block
 from slime_hangdoctor.analysis.signatures import slime as frames
 from slime_hangdoctor.analysis.signatures.sglang import UPDATE_FROM_TENSOR, WEIGHT_GROUP_FUNCS

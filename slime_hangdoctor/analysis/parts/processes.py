@@ -3,9 +3,15 @@ are suspects; CPU time spent between the samples is activity, or work where the 
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.engines import EngineRead, EngineState
-from slime_hangdoctor.analysis.parts.routers import gone_routers
-from slime_hangdoctor.analysis.progress import CPU_BUSY_FRACTION, Moved, Proof, Signal, window_s
+from slime_hangdoctor.analysis.readers.gone_routers import gone_routers
+from slime_hangdoctor.analysis.readers.proof import (
+    CPU_BUSY_FRACTION,
+    Moved,
+    Proof,
+    Signal,
+    window_s,
+)
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, EngineState
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source_analysis import (
     STRONG,

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slime_hangdoctor.analysis.engines import SGLANG
-from slime_hangdoctor.analysis.parts.ras import RAS
+from slime_hangdoctor.analysis.readers.nccl_ras import RAS
+from slime_hangdoctor.analysis.readers.pyspy import STACKS
+from slime_hangdoctor.analysis.readers.sglang_http import SGLANG
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.source_analysis import Evidence, Reads, SourceAnalysis, Suspect
-from slime_hangdoctor.analysis.stacks import STACKS
 
 MESSAGES = {
     "all-waiting": "Every slime process is waiting; none is working",

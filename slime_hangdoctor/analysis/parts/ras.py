@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slime_hangdoctor.analysis.engines import EngineRead
-from slime_hangdoctor.analysis.progress import Moved, Proof, Signal
+from slime_hangdoctor.analysis.readers.nccl_ras import RAS
+from slime_hangdoctor.analysis.readers.proof import Moved, Proof, Signal
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.source_analysis import (
     STRONG,
     WEAK,
     Evidence,
     Reads,
-    Source,
     SourceAnalysis,
     Suspect,
     suspect,
@@ -28,8 +28,6 @@ from slime_hangdoctor.parsers.nccl_ras import (
     RasReport,
 )
 from slime_hangdoctor.verdict import Role
-
-RAS = Source("ras")
 
 MESSAGES = {
     "ras-communicator-error": "NCCL RAS reports a communicator in error (counts differ or ranks missing)",

@@ -12,7 +12,7 @@ from slime_hangdoctor.analysis.actor_queues import (
     WaitEdge,
     build_view,
 )
-from slime_hangdoctor.analysis.engines import EngineRead, EngineState, resume_step
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, EngineState, resume_step
 from slime_hangdoctor.analysis.signatures import method_stage
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,

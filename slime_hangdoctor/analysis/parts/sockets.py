@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-from slime_hangdoctor.analysis.engines import EngineRead
 from slime_hangdoctor.analysis.network import (
     SOCKETS,
     InFlightKind,
@@ -16,6 +15,7 @@ from slime_hangdoctor.analysis.network import (
     held_requests,
     idle_pools,
 )
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,

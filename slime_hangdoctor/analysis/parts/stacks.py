@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slime_hangdoctor.analysis.engines import EngineRead
-from slime_hangdoctor.analysis.gpu import GpuState
-from slime_hangdoctor.analysis.parts.flight_recorder import fr_groups
-from slime_hangdoctor.analysis.progress import Moved, Proof, Signal
+from slime_hangdoctor.analysis.readers.fr_groups import fr_groups
+from slime_hangdoctor.analysis.readers.nvml import GpuState
+from slime_hangdoctor.analysis.readers.proof import Moved, Proof, Signal
+from slime_hangdoctor.analysis.readers.pyspy import STACKS, ProcessRead
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
@@ -22,8 +23,7 @@ from slime_hangdoctor.analysis.source_analysis import (
     suspect,
     waits_on_io,
 )
-from slime_hangdoctor.analysis.stacks import STACKS, ProcessRead
-from slime_hangdoctor.analysis.world import Proc, World
+from slime_hangdoctor.analysis.world import Proc, World, children_read, children_text
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER_SPEC
 from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role
@@ -74,16 +74,6 @@ def suspects(reads: Reads) -> list[Suspect]:
     for group in peer_groups(world):
         out += _odd_ones(group, world)
     return out
-
-
-def _children(world: World, p: Proc) -> list[Proc]:
-    """The processes `p` forked whose stacks were read (a rank's checkpoint writer), at most 2."""
-    return [c for c in world.children_of(p) if c.latest is not None][:2]
-
-
-def children_text(world: World, p: Proc) -> str:
-    """Where the processes `p` forked wait (a rank waiting for its checkpoint writer)."""
-    return "".join(f"; its child {c.label} is {brief(c)}" for c in _children(world, p))
 
 
 def _in_collective(p: Proc) -> bool:
@@ -144,7 +134,7 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
                     Block.WAIT,
                 ),
                 evidence=tuple(
-                    f"{q.label}: {brief(q)}" for q in (*ranks[:8], *_children(world, p))
+                    f"{q.label}: {brief(q)}" for q in (*ranks[:8], *children_read(world, p))
                 ),
             )
             for p in outside

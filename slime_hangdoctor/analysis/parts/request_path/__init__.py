@@ -1,4 +1,4 @@
-"""The rollout's request path (analysis/request_path.py): a hop that holds the job's requests is the
+"""The rollout's request path (analysis/parts/request_path/hops.py): a hop that holds the job's requests is the
 culprit, even while the engines still decode what passed it before (miles PR#1602); and it tells
 `progress.combine` that the engines' work is not the job's progress then."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slime_hangdoctor.analysis.engines import EngineRead
-from slime_hangdoctor.analysis.progress import Moved, Proof, window_s
-from slime_hangdoctor.analysis.request_path import holds, request_path
+from slime_hangdoctor.analysis.parts.request_path.hops import holds, request_path
+from slime_hangdoctor.analysis.readers.proof import Moved, Proof, window_s
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.source_analysis import (
     STRONG,
     Evidence,
@@ -70,6 +70,7 @@ def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
 ANALYSIS = SourceAnalysis(
     name="request_path",
     gives=(REQUEST_PATH,),
+    holds=(REQUEST_PATH,),
     progress=progress,
     suspects=suspects,
     evidence=evidence,

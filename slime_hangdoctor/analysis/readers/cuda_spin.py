@@ -25,16 +25,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slime_hangdoctor.analysis.gpu import GpuRead, GpuState
+from slime_hangdoctor.analysis.readers.nvml import GpuRead, GpuState
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.signatures.megatron import PARALLEL_STATE_PY
 from slime_hangdoctor.analysis.signatures.torch import COMM_NATIVE_PARTS, DISTRIBUTED_DIR
+from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.facts import Frame
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER
 from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS
 from slime_hangdoctor.verdict import Role, Stage
+
+# a GPU spinning with no communicator anywhere: the name parts/gpu_kernel blames in and the advice
+# gives its steps for (analysis/advice.py)
+GPU_KERNEL = Source("gpu_kernel")
 
 _COMM_BLOCKS = frozenset({Block.COLLECTIVE, Block.RENDEZVOUS})
 _COMM_NATIVE = COMM_NATIVE_PARTS

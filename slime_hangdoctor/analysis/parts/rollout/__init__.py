@@ -7,16 +7,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slime_hangdoctor.analysis.engines import (
+from slime_hangdoctor.analysis.network import SOCKETS
+from slime_hangdoctor.analysis.parts.rollout.lost_requests import (
+    Holder,
+    LostRequests,
+    where_requests_are,
+)
+from slime_hangdoctor.analysis.readers.pyspy import ProcessRead, ThreadRead
+from slime_hangdoctor.analysis.readers.sglang_http import (
     HELD_CAUSES,
     HOLDING_STATES,
     SGLANG,
     EngineRead,
     EngineState,
 )
-from slime_hangdoctor.analysis.lost_requests import Holder, LostRequests, where_requests_are
-from slime_hangdoctor.analysis.network import SOCKETS
-from slime_hangdoctor.analysis.parts.engines import engine_suspect
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
@@ -31,7 +35,6 @@ from slime_hangdoctor.analysis.source_analysis import (
     cause,
     suspect,
 )
-from slime_hangdoctor.analysis.stacks import ProcessRead, ThreadRead
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.verdict import Role, Severity, Stage, Status
 
@@ -161,12 +164,18 @@ def _paused_engine(e: EngineRead, read: ProcessRead) -> Suspect:
             f"engine {e.url} holds the rollout's requests between its HTTP layer and its "
             f"scheduler while the rollout waits on I/O: not paused by the evidence; {HELD_CAUSES}"
         )
-    return engine_suspect(
-        e,
+    # built here, not with parts/engines' engine_suspect: a part imports no other part
+    # (docs/architecture.md), and `by` names this part's function
+    return suspect(
+        SGLANG,
+        Role.SGLANG_ENGINE,
         why,
         proc,
+        engine_url=e.url,
+        node_ip=e.node_ip or (proc.node_ip if proc else None),
         weight=MEDIUM,
         stage=read.stage,
+        evidence=e.evidence,
         stands_in=True,  # the engine holds the requests, not one process of it
     )
 
@@ -176,7 +185,7 @@ def _requests_lost(
 ) -> list[Suspect]:
     """The loop waits on I/O and no engine shows a request. That alone blames nobody: the
     RolloutManager is named only when its task history and its connections point at it
-    (lost_requests.py); a paused or dead engine, an engine its callers hold connections to, a
+    (parts/rollout/lost_requests.py); a paused or dead engine, an engine its callers hold connections to, a
     router or a proxy that holds the requests is named by its own finder and finding."""
     paused = [e for e in engines if e.state in HOLDING_STATES]
     if paused:  # paused in place it may still show requests: it holds them either way
@@ -314,6 +323,7 @@ def _requests_at_external_service(r: Reading) -> Cause | None:
 ANALYSIS = SourceAnalysis(
     name="rollout",
     gives=(ROLLOUT, SGLANG, SOCKETS),
+    holds=(ROLLOUT,),
     suspects=suspects,
     evidence=evidence,
     messages=MESSAGES,

@@ -5,7 +5,7 @@ Progress is the job's: a weight version moved, storage bytes moved by a process 
 (parts/kernel.py: slow, not stuck), NCCL RAS collective counts rose, a GPU did real work, a process
 moved to another stage, a process computed in changing code (weak). An engine's token and request
 counters, and the GPU work of its processes (a part's `Moved.served`), count only while the job's
-requests reach the engines: when a hop of the request path holds them (analysis/request_path.py:
+requests reach the engines: when a hop of the request path holds them (analysis/parts/request_path/hops.py:
 CPU-bound in the same frame at both samples while requests pile up at it), what the engines still
 decode is not the job's progress; those signals are kept as `Progress.not_counted`, with why, and
 the hop is the culprit (parts/request_path.py). Activity that is NOT progress: CPU burnt at a CUDA
@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 
-from slime_hangdoctor.analysis.request_path import Hold, hold_text
+from slime_hangdoctor.analysis.readers.hold import Hold, hold_text
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import World
 

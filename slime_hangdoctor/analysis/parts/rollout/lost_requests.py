@@ -36,8 +36,6 @@ from dataclasses import dataclass
 from enum import Enum
 
 from slime_hangdoctor.analysis.actor_queues import RAY_TASKS, OverlongTask, build_view
-from slime_hangdoctor.analysis.engines import SGLANG, EngineRead, EngineState
-from slime_hangdoctor.analysis.hazards import ENVIRON, proxy_hazards
 from slime_hangdoctor.analysis.network import (
     SOCKETS,
     Endpoint,
@@ -47,6 +45,8 @@ from slime_hangdoctor.analysis.network import (
     held_requests,
     kept_connections,
 )
+from slime_hangdoctor.analysis.readers.proxies import ENVIRON, proxy_hazards
+from slime_hangdoctor.analysis.readers.sglang_http import SGLANG, EngineRead, EngineState
 from slime_hangdoctor.analysis.services import Service
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import PROCESSES, Proc, World

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from slime_hangdoctor.analysis.engines import EngineRead
 from slime_hangdoctor.analysis.network import PeerKind, peer_map
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.parsers.sockets import TCP_WAITING
@@ -83,7 +83,7 @@ def proxy_for_url(env: dict[str, str], url: str) -> tuple[str, str] | None:
     """(variable, value) of the proxy that a client honouring the environment (httpx, requests,
     aiohttp with trust_env, urllib) sends a request for `url` to, or None when it goes direct:
     the scheme's proxy variable, unless no_proxy covers the host (Python's own rule). The one
-    place the doctor decides "through a proxy or not" (lost_requests.py asks it too)."""
+    place the doctor decides "through a proxy or not" (parts/rollout/lost_requests.py asks it too)."""
     parts = urlsplit(url if "//" in url else f"http://{url}")
     proxy = _proxy_for(env, parts.scheme or "http")
     if proxy is None:
