@@ -73,11 +73,11 @@ class MegatronTrainRayActor:
 
 ray.init(address="auto")
 spread = int(sys.argv[1])
-nodes = int(sys.argv[2])
+idx = [int(x) for x in sys.argv[2].split(",")]
 HEAD = {"node:__internal_head__": 0.001}
 engines = [
     SGLangEngine.options(resources={f"node{i}": 0.01} if spread else HEAD).remote()
-    for i in range(1, nodes + 1)
+    for i in idx
 ]
 rm = RolloutManager.options(resources=HEAD).remote()
 ranks = [MegatronTrainRayActor.options(resources=HEAD).remote(r) for r in range(2)]
@@ -95,9 +95,14 @@ def _get(url: str) -> Any:
         return json.loads(resp.read())
 
 
+def _alive_names(dashboard: str) -> set[str]:
+    doc = _get(f"{dashboard}/api/v0/nodes?limit=200")
+    return {n.get("node_ip") for n in doc["data"]["result"]["result"] if n.get("state") == "ALIVE"}
+
+
 def _alive_nodes(dashboard: str) -> int:
     try:
-        doc = _get(f"{dashboard}/api/v0/nodes?limit=100")
+        doc = _get(f"{dashboard}/api/v0/nodes?limit=200")
     except OSError:
         return 0
     return sum(1 for n in doc["data"]["result"]["result"] if n.get("state") == "ALIVE")
@@ -122,6 +127,7 @@ class Cluster:
         self.head = cluster.start_head(self.work / "head", num_cpus=4, timeout=240)
         self.gcs, self.dashboard = self.head.gcs_address, self.head.dashboard_url
         self.tmpdir = self.head.owner_dir  # RAY_TMPDIR that finds it (its temp dir is <it>/ray)
+        self.alive_idx = list(range(1, self.nodes + 1))
         for i in range(1, self.nodes + 1):
             log = open(self.work / f"node{i}.log", "wb")  # noqa: SIM115 - kept while it runs
             self.workers.append(
@@ -148,11 +154,20 @@ class Cluster:
                     start_new_session=True,
                 )
             )
-        deadline = time.monotonic() + 240
-        while _alive_nodes(self.dashboard) < self.nodes + 1:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"only {_alive_nodes(self.dashboard)} nodes alive")
-            time.sleep(1)
+            if i % 16 == 0 or i == self.nodes:  # in batches of 16: each batch alive first
+                deadline = time.monotonic() + 120
+                while _alive_nodes(self.dashboard) < i + 1 and time.monotonic() < deadline:
+                    time.sleep(1)
+                print(f"{_alive_nodes(self.dashboard)} alive after {i} started", flush=True)
+        alive = _alive_names(self.dashboard)
+        self.alive_idx = [i for i in range(1, self.nodes + 1) if f"127.0.0.{i + 1}" in alive]
+        dead = [i for i in range(1, self.nodes + 1) if i not in self.alive_idx]
+        if dead:
+            print(f"dead nodes: {dead}", flush=True)
+            for i in dead[:3]:
+                print(
+                    f"--- node{i}.log", (self.work / f"node{i}.log").read_text()[-1500:], flush=True
+                )
 
     def stop(self) -> None:
         """Each worker node's `ray start --block` (the first process of its namespace: when it
@@ -176,14 +191,20 @@ def _job(cluster: Cluster, spread: bool, work: Path) -> subprocess.Popen[bytes]:
     script.write_text(JOB)
     id_file = work / f"job-{int(spread)}.id"
     proc = subprocess.Popen(
-        [sys.executable, str(script), "1" if spread else "0", str(cluster.nodes), str(id_file)],
+        [
+            sys.executable,
+            str(script),
+            "1" if spread else "0",
+            ",".join(map(str, cluster.alive_idx)),
+            str(id_file),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env={**os.environ, "RAY_ADDRESS": cluster.gcs},
         start_new_session=True,
     )
     deadline = time.monotonic() + 180
-    want = 3 + cluster.nodes
+    want = 3 + len(cluster.alive_idx)
     while True:
         job_id = id_file.read_text().strip() if id_file.exists() else ""
         running = _running_methods(cluster, job_id) if job_id else 0
@@ -237,6 +258,13 @@ def _attach(tree: Path, address: str | None, out: Path, tmpdir: Path) -> dict[st
         if p["source"] == "processes" and p["outcome"] == "ok" and p.get("node_ip")
     }
     blind = [b for b in verdict.get("blind_spots", []) if "not inspected" in b]
+    if os.environ.get("OUT"):
+        keep = Path(os.environ["OUT"]) / "manifests"
+        keep.mkdir(parents=True, exist_ok=True)
+        try:
+            (keep / f"{out.name}.json").write_text((out / "manifest.json").read_text())
+        except OSError:
+            pass
     return {
         "over_s": round(wall - WINDOW_S, 3),
         "rc": proc.returncode,
@@ -298,7 +326,7 @@ def _fanout(cluster: Cluster, rounds: int) -> dict[str, Any]:
         key=lambda n: n.node_ip,
     )
     out: dict[str, Any] = {}
-    sizes = [n for n in (1, 2, 4, 8, 16) if n <= len(workers)]
+    sizes = [n for n in (1, 2, 4, 8, 16, 32, 64) if n <= len(workers)]
     for n in sizes:
         connect: list[float] = []
         first: list[float] = []
@@ -336,6 +364,36 @@ def _fanout(cluster: Cluster, rounds: int) -> dict[str, Any]:
     return out
 
 
+def _memory(cluster: Cluster) -> dict[str, Any]:
+    import psutil
+
+    per_node = []
+    for proc in cluster.workers:
+        try:
+            procs = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        except psutil.Error:
+            continue
+        rss = 0
+        names = []
+        for p in procs:
+            try:
+                rss += p.memory_info().rss
+                names.append(p.name())
+            except psutil.Error:
+                pass
+        per_node.append((rss, len(procs), names))
+    vm = psutil.virtual_memory()
+    rss = sorted(r for r, _, _ in per_node)
+    return {
+        "node_rss_mib_median": round(statistics.median(rss) / 2**20, 1) if rss else None,
+        "node_rss_mib_max": round(max(rss) / 2**20, 1) if rss else None,
+        "node_procs": per_node[0][1] if per_node else None,
+        "node_proc_names": per_node[0][2] if per_node else None,
+        "used_gib": round(vm.used / 2**30, 1),
+        "total_gib": round(vm.total / 2**30, 1),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=8)
@@ -364,6 +422,10 @@ def main() -> None:
         t0 = time.monotonic()
         cluster.start()
         result["cluster_start_s"] = round(time.monotonic() - t0, 1)
+        result["alive_worker_nodes"] = len(cluster.alive_idx)
+        result["memory"] = _memory(cluster)
+        print("memory", result["memory"], flush=True)
+        save()
         job = _job(cluster, True, work)
         try:
             if "spread" in parts:

@@ -283,6 +283,7 @@ def _scaled(r: dict[str, Any], source: str) -> list[Row]:
 SOURCES: dict[str, Callable[[dict[str, Any], str], list[Row]]] = {
     "device-ab-issue36-final2.json": _ab,
     "device-nodes-probe-boot.json": _nodes,
+    "device-nodes-issue46.json": _nodes,  # 32 and 64 real raylets (issue 46 item 3)
     "scaled-analysis.json": _scaled,
     "latest.json": _latest,
 }
