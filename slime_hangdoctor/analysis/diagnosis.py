@@ -426,14 +426,6 @@ def _marked_dead(ctx: advice.Context) -> tuple[Culprit, ...]:
     return tuple(out)
 
 
-def _top_dead(ctx: advice.Context) -> bool:
-    """The first culprit's process has died (advice.is_dead)."""
-    if not ctx.culprits:
-        return False
-    c = ctx.culprits[0].culprit()
-    return advice.is_dead(ctx, c, ctx.world.find(c.pid, c.node_ip))
-
-
 def culprit_label(c: Culprit) -> str:
     """`train rank 1 (pid 3151, GPU 1)`; a process of an engine with the engine as its group:
     `scheduler (pid 2870) of sglang engine http://...`."""
@@ -736,11 +728,13 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
     ctx = advice.Context(world, engines, d.status, d.stage, d.culprits)
     confidence = _confidence(d.status, d.evidence, d.culprits, progress, world)
     current = current_stage(world)
+    culprits = _marked_dead(ctx)  # is_dead read once per culprit; the summary reads the first's
+    top_dead = bool(culprits) and culprits[0].dead
     verdict = Verdict(
         status=d.status,
         stage=d.stage,
-        summary=_summary(d.status, d.stage, d.culprits, progress, current, _top_dead(ctx)),
-        culprits=_marked_dead(ctx),
+        summary=_summary(d.status, d.stage, d.culprits, progress, current, top_dead),
+        culprits=culprits,
         findings=tuple(_findings(d, reading, causes)),
         next_steps=_steps(ctx, reading, causes),
         blind_spots=tuple(advice.blind_spots(ctx)),
