@@ -84,15 +84,26 @@ class CheckResult:
     bundle: Path | None = None
     hook_rc: int | None = None
     notes: tuple[str, ...] = ()
+    # the state this run decided, where the state file could not be written (a full disk): `watch`
+    # carries it into its next run, so that a stall alerts once however long the disk stays full
+    unsaved_state: WatchState | None = None
 
 
-def run_check(address: str | None, opts: CollectOptions, check: CheckOptions) -> CheckResult:
+def run_check(
+    address: str | None,
+    opts: CollectOptions,
+    check: CheckOptions,
+    carried: WatchState | None = None,
+) -> CheckResult:
     """One watchdog run under the state-file lock. Never raises for a bad state file or a dead job.
 
     The default state directory (/var/tmp/slime-hangdoctor) is one any user can create first: if
     it is not safe to use (another user's, writable by others, a symlink), the run says why and
     keeps its state in the caller's own state directory instead (`fallback_state_file`), so that a
-    planted directory cannot stop every root check. A --state-file given is used or refused."""
+    planted directory cannot stop every root check. A --state-file given is used or refused.
+
+    `carried`: the state an earlier run of this process decided but could not write (see
+    CheckResult.unsaved_state); it stands in for the state file's, which is older."""
     early: tuple[str, ...] = ()
     if check.state_file == DEFAULT_STATE_FILE:
         try:
@@ -103,7 +114,7 @@ def run_check(address: str | None, opts: CollectOptions, check: CheckOptions) ->
             check = dataclasses.replace(check, state_file=fallback)
     try:
         with run_lock(check.state_file):
-            return _check_locked(address, opts, check, early)
+            return _check_locked(address, opts, check, early, carried)
     except LockHeld as exc:
         verdict = unknown_verdict(
             f"Skipped: another check is still running (lock {exc} held); runs never pile up.",
@@ -122,13 +133,17 @@ def fallback_state_file() -> Path:
 
 
 def _check_locked(
-    address: str | None, opts: CollectOptions, check: CheckOptions, early: tuple[str, ...] = ()
+    address: str | None,
+    opts: CollectOptions,
+    check: CheckOptions,
+    early: tuple[str, ...] = (),
+    carried: WatchState | None = None,
 ) -> CheckResult:
     started = time.monotonic()
     now = time.time()
     loaded = load_state(check.state_file)
-    previous = loaded.state
-    notes = [*early, *([loaded.problem] if loaded.problem else [])]
+    previous = loaded.state if carried is None else carried
+    notes = [*early, *([loaded.problem] if loaded.problem and carried is None else [])]
     target = address or ""
     counted = _counter_look(previous, target, opts, now)
     outcomes: Counter[tuple[str, str]] = Counter()
@@ -178,9 +193,27 @@ def _check_locked(
             diagnosis = with_problem(diagnosis, problem)
         hook_rc = _run_hook(check.on_stall_exec, diagnosis, decision, bundle)
     stall_bundle = _stall_bundle(decision, bundle, previous.stall_bundle)
-    save_state(check.state_file, dataclasses.replace(decision.state, stall_bundle=stall_bundle))
-    result = CheckResult(diagnosis, decision.exit_code, decision, bundle, hook_rc, tuple(notes))
+    state = dataclasses.replace(decision.state, stall_bundle=stall_bundle)
+    unsaved: WatchState | None = None
+    try:
+        save_state(check.state_file, state)
+    except (UnsafePath, OSError) as exc:
+        unsaved = state
+        problem = f"--state-file {check.state_file} not written: {_why(exc)}{_KEPT_IN_MEMORY}"
+        notes.append(problem)
+        diagnosis = with_problem(diagnosis, problem, "watchdog.state_file")
+    result = CheckResult(
+        diagnosis, decision.exit_code, decision, bundle, hook_rc, tuple(notes), unsaved
+    )
     return _report(check, result, outcomes, now, time.monotonic() - started, stall_bundle)
+
+
+# what a run that cannot write its state does with it (watch_loop carries it; a cron `check`
+# cannot, and its next run starts from the older state on disk)
+_KEPT_IN_MEMORY = (
+    " (a `watch` keeps the stall clock in memory until it can write again; a `check` run from "
+    "cron or a timer starts its next run from the older state on disk)"
+)
 
 
 def _report(
@@ -410,10 +443,12 @@ def watch_loop(
     old_term = signal.signal(signal.SIGTERM, _stop)
     last = ExitCode.UNKNOWN
     runs = 0
+    carried: WatchState | None = None
     try:
         while not stop["flag"]:
             t0 = time.monotonic()
-            result = run_check(address, opts, check)
+            result = run_check(address, opts, check, carried)
+            carried = result.unsaved_state
             last = result.exit_code
             runs += 1
             if on_result is not None:

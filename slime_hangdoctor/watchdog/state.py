@@ -153,8 +153,11 @@ def run_lock(state_path: Path) -> Iterator[None]:
             if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                 raise LockHeld(str(lock_path)) from exc
             raise
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()} {time.time():.0f}\n".encode())
+        try:  # who holds it, for a person who looks: the lock itself is the flock
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()} {time.time():.0f}\n".encode())
+        except OSError:
+            pass  # a full disk (ENOSPC) must not stop the run: its state write says so
         yield
     finally:
         os.close(fd)
