@@ -1,30 +1,46 @@
-"""Soak (issue 32, point 9): `watch --interval 1` for an hour or more against the demo job while a
-fault is armed and cleared in turns and the Ray head is restarted once. What a watchdog that runs
-for weeks under systemd must show: its memory, open files, threads and child processes flat after
-warm-up, one alert per stall, and its `--keep` limit holding on disk.
+"""Soak (issue 32, point 9; issue 43, item 2): `watch --interval 1` for two hours or more against the
+demo job while a fault is armed and cleared in turns, the Ray head is restarted, the job is
+restarted, and the disk under the watch's state and bundles is full for ten minutes. What a
+watchdog that runs for weeks under systemd must show: its memory, open files, threads and child
+processes flat after warm-up, one alert per stall, its `--keep` limit holding on disk, and a clear
+warning while the disk is full.
 
-    nice -n 10 python -m benchmarks.bench_soak [--duration-s 3900] [--out FILE]
+    nice -n 10 python -m benchmarks.bench_soak [--duration-s 7500] [--out FILE] [--nodes 2]
+    python -m benchmarks.plot_soak FILE PNG
 
 The job is the demo's `rollout_engine_stuck` (engine 1's scheduler blocks inside `forward_decode`
 while its fault is armed; the job arms it itself, once, at its third rollout). The fault's arm
 file (the stand-in's `--fault-arm-file`, which the engine actor logs) is then removed and created
 again in turns, `PHASE_S` each: removed, the scheduler's forward returns and the job trains again;
 created, the next decode blocks again (demo/slime_hangdoctor_demo/sglang/srt/model_executor/
-model_runner.py `_block_forever`). Halfway, at the start of a cleared phase, the job and its Ray
-head are stopped and a new head is started on the same GCS and dashboard ports with a new job,
-which arms its fault again: `watch` keeps its one address all along.
+model_runner.py `_block_forever`): a stall every 2 * PHASE_S. With `--nodes 2` (the default) the
+engines run on a second raylet (127.0.0.2, resource `rollout_node`), so that every run of the watch
+reaches them through its Ray driver process, as on a real cluster.
+
+Disruptions, each at the first phase boundary after its share of the duration:
+- 0.30, the head restart: the job, the head and its second node are stopped; 30 s later a new head
+  is started on the same GCS and dashboard ports, a new second node and a new job (which arms its
+  fault itself): `watch` keeps its one address all along.
+- 0.55, the job restart: the job alone is stopped and a new one submitted to the same head (new
+  actors, new pids, new engine and router ports).
+- 0.75, the full disk: the watch's state, bundles, textfile and run log live on a tmpfs of their
+  own (`DISK_MIB`, mounted by the soak: root); a filler file takes every free byte (written until
+  the kernel answers ENOSPC) at the start of an armed phase and is removed DISK_FULL_S later.
+Without root (no mount) the disk part is skipped and the result says so.
 
 `watch` runs with `--stall-after STALL_AFTER_S --bundle-dir --keep KEEP --on-stall-exec` (one line
-per alert into a file) `--prom-file --log-file`. Every SAMPLE_S seconds (a thread of its own)
-psutil reads the watch process: RSS, open fds, threads, live child processes (py-spy runs, the
-on-stall hook), CPU; and the bundle directory (entries, bytes) and the load average. The result
+per alert into a file on the ordinary disk) `--prom-file --log-file`. Every SAMPLE_S seconds (a
+thread of its own) psutil reads the watch process: RSS, open fds, threads, live child processes
+(py-spy runs, the on-stall hook, the Ray driver process), CPU; and the bundle directory (entries,
+bytes), the tmpfs's free bytes, the watch's warning lines so far and the load average. The result
 (JSON, also written to `--out`) has the series and a summary over the samples after WARMUP_S: each
-figure's min, max and the RSS slope (least squares, KiB per hour); each armed phase with the
-alerts that came in it, and the alerts outside them; the most stall bundles seen on disk against
-`--keep`.
+figure's min, max and the RSS slope (least squares, KiB per hour; also over the last half); each
+armed phase with the alerts that came in it, and the alerts outside them; the most stall bundles
+seen on disk against `--keep`; the warnings while the disk was full.
 
 A benchmark, not a test: it takes its duration and a demo job's CPU. Everything it starts (the
-demo's heads, jobs, the watch process) is stopped when it ends, also on failure or SIGTERM.
+demo's heads, jobs, the watch process, the tmpfs) is stopped when it ends, also on failure or
+SIGTERM.
 """
 
 from __future__ import annotations
@@ -47,7 +63,7 @@ from benchmarks.machine import cli_env, env_with, hangdoctor_argv
 
 FAULT = "rollout_engine_stuck"
 FAULT_AFTER_STEPS = 3
-DURATION_S = 3900.0  # 65 minutes
+DURATION_S = 7500.0  # 125 minutes: two hours after the warm-up
 PHASE_S = 300.0  # armed 5 min, cleared 5 min, in turns
 # no progress for this long is a stall: above the quiet spells of a healthy demo job on a loaded
 # 2-core box (a restarted job's start-up showed none for ~70 s at load 28 in a trial run)
@@ -56,6 +72,20 @@ KEEP = 3
 SAMPLE_S = 10.0
 WARMUP_S = 600.0
 READY_TIMEOUT_S = 300.0
+START_TIMEOUT_S = 240.0  # `ray start` on the shared box (90 s was missed once at load 15)
+START_ATTEMPTS = 3
+NODES = 2
+NODE2_IP = "127.0.0.2"
+# the engines on the second node, the train ranks on the head (benchmarks/bench_nodes.py's layout)
+ENGINES_ON_NODE2 = [
+    "--actor-node-resource",
+    "node:__internal_head__",
+    "--rollout-node-resource",
+    "rollout_node",
+]
+HEAD_RESTART_AT, JOB_RESTART_AT, DISK_FULL_AT = 0.30, 0.55, 0.75
+DISK_FULL_S = 600.0
+DISK_MIB = 64
 
 
 @dataclass
@@ -63,7 +93,9 @@ class Soak:
     work: Path
     watch: subprocess.Popen[bytes] | None = None
     runs: list[Any] = field(default_factory=list)  # demo runs (launch.DemoRun), oldest first
-    heads: list[Any] = field(default_factory=list)  # heads we started beside a run
+    heads: list[Any] = field(default_factory=list)  # our heads (each stops its second node)
+    disk: Path | None = None  # the tmpfs under the watch's files (None: not mounted)
+    filler: Path | None = None
     arm_file: Path | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
@@ -95,21 +127,100 @@ def _arm_file_of(run: Any) -> Path:
     return Path(found.group(1))
 
 
-def _start_job(soak: Soak, same_address_as: Any = None) -> Any:
+def _start_head(soak: Soak, same_address_as: Any = None) -> Any:
+    """A head of ours (two CPUs) and, with NODES 2, its second node for the engines."""
     from slime_hangdoctor_demo import cluster
+
+    for attempt in range(1, START_ATTEMPTS + 1):
+        workdir = soak.work / f"head{len(soak.heads)}-{attempt}"
+        head = None
+        try:
+            head = cluster.start_head(
+                workdir, num_cpus=2, same_address_as=same_address_as, timeout=START_TIMEOUT_S
+            )
+            if NODES > 1:
+                cluster.start_worker_node(
+                    head,
+                    workdir,
+                    resources={"rollout_node": 4},
+                    num_cpus=4,
+                    node_ip_address=NODE2_IP,
+                    timeout=START_TIMEOUT_S,
+                )
+        except cluster.ClusterError as exc:  # a loaded box: `ray start` late; try again
+            soak.event("head start failed", attempt=attempt, why=str(exc)[:300])
+            if head is not None:
+                head.stop(timeout=5.0)
+            if attempt == START_ATTEMPTS:
+                raise
+            _wait(soak, soak.now() + 15.0)
+            continue
+        soak.heads.append(head)
+        soak.event("head started", dashboard=head.dashboard_url, nodes=NODES)
+        return head
+    raise AssertionError("unreachable")
+
+
+def _start_job(soak: Soak, head: Any) -> Any:
     from slime_hangdoctor_demo.launch import start_demo
 
-    workdir = soak.work / f"job{len(soak.runs)}"
-    head = None
-    if same_address_as is not None:
-        head = cluster.start_head(workdir, same_address_as=same_address_as)
-        soak.heads.append(head)
-    run = start_demo(FAULT, workdir=workdir, fault_after_steps=FAULT_AFTER_STEPS, head=head)
-    soak.runs.append(run)
-    run.wait_until_ready(timeout=READY_TIMEOUT_S)  # the job has armed its fault
-    soak.arm_file = _arm_file_of(run)
-    soak.event("job ready, fault armed by the job", dashboard=run.head.dashboard_url)
-    return run
+    extra = ENGINES_ON_NODE2 if NODES > 1 else []
+    for attempt in range(1, START_ATTEMPTS + 1):
+        workdir = soak.work / f"job{len(soak.runs)}-{attempt}"
+        run = start_demo(
+            FAULT, workdir=workdir, fault_after_steps=FAULT_AFTER_STEPS, head=head, extra_args=extra
+        )
+        try:
+            run.wait_until_ready(timeout=READY_TIMEOUT_S)  # the job has armed its fault
+            soak.arm_file = _arm_file_of(run)
+        except Exception as exc:  # noqa: BLE001 - a job that did not start: stop it, try again
+            soak.event("job start failed", attempt=attempt, why=str(exc)[:300])
+            run.stop()
+            if attempt == START_ATTEMPTS:
+                raise
+            continue
+        soak.runs.append(run)
+        soak.event("job ready, fault armed by the job", submission_id=run.submission_id)
+        return run
+    raise AssertionError("unreachable")
+
+
+def _mount_disk(soak: Soak) -> Path:
+    """The watch's own small disk (a tmpfs), or the work dir where it cannot be mounted."""
+    mnt = soak.work / "disk"
+    mnt.mkdir(mode=0o700)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_MIB}m,mode=0700", "tmpfs", str(mnt)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode == 0:
+        soak.disk = mnt
+        soak.event("tmpfs mounted", mib=DISK_MIB)
+    else:
+        soak.event("no tmpfs (the full disk is skipped)", why=done.stderr.decode().strip())
+    return mnt
+
+
+def _fill_disk(soak: Soak) -> None:
+    assert soak.disk is not None
+    soak.filler = soak.disk / "filler"
+    written = 0
+    with soak.filler.open("wb") as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+                written += 65536
+        except OSError as exc:
+            soak.event("disk full", filler_bytes=written, errno=exc.errno)
+
+
+def _free_disk(soak: Soak) -> None:
+    if soak.filler is not None:
+        soak.filler.unlink(missing_ok=True)
+        soak.filler = None
+        soak.event("disk freed")
 
 
 def _set_armed(soak: Soak, armed: bool) -> None:
@@ -122,8 +233,9 @@ def _set_armed(soak: Soak, armed: bool) -> None:
 
 
 def _start_watch(soak: Soak, dashboard_url: str) -> subprocess.Popen[bytes]:
-    d = soak.work / "watch"
+    d = soak.work / "watch"  # the hook's alerts and the watch's output: on the ordinary disk
     d.mkdir(mode=0o700)
+    w = _mount_disk(soak)  # state, bundles, textfile and run log: on the watch's own disk
     argv = [
         *hangdoctor_argv(),
         "watch",
@@ -133,17 +245,17 @@ def _start_watch(soak: Soak, dashboard_url: str) -> subprocess.Popen[bytes]:
         "--stall-after",
         str(STALL_AFTER_S),
         "--state-file",
-        str(d / "state" / "state.json"),
+        str(w / "state" / "state.json"),
         "--bundle-dir",
-        str(d / "bundles"),
+        str(w / "bundles"),
         "--keep",
         str(KEEP),
         "--on-stall-exec",
         f"date +%s >> {d / 'alerts.txt'}",
         "--prom-file",
-        str(d / "prom" / "hangdoctor.prom"),
+        str(w / "prom" / "hangdoctor.prom"),
         "--log-file",
-        str(d / "log" / "runs.jsonl"),
+        str(w / "log" / "runs.jsonl"),
     ]
     out = (d / "stdout.txt").open("wb")
     err = (d / "stderr.txt").open("wb")
@@ -170,7 +282,7 @@ def _sample(soak: Soak) -> None:
         row["children"] = len(p.children(recursive=True))
     except psutil.Error as exc:
         row = {"t": soak.now(), "error": str(exc)}
-    bundles = d / "bundles"
+    bundles = soak.work / "disk" / "bundles"
     entries = list(bundles.iterdir()) if bundles.is_dir() else []
     row["stall_bundles"] = sum(1 for e in entries if e.name.startswith("stall-") and e.is_dir())
     row["bundle_dir_entries"] = len(entries)
@@ -178,6 +290,14 @@ def _sample(soak: Soak) -> None:
     row["loadavg"] = [round(x, 2) for x in os.getloadavg()]
     lines = (d / "stdout.txt").read_bytes().count(b"\n")
     row["status_lines"] = lines
+    err = (d / "stderr.txt").read_bytes()
+    row["warnings"] = err.count(b"warning:")
+    row["no_space_warnings"] = err.count(b"No space left on device")
+    row["tracebacks"] = err.count(b"Traceback") + err.count(b"internal error")
+    if soak.disk is not None:
+        st = os.statvfs(soak.disk)
+        row["disk_free_kib"] = st.f_bavail * st.f_frsize // 1024
+    row["disk_full"] = soak.filler is not None
     soak.samples.append(row)
 
 
@@ -213,8 +333,23 @@ def _range(rows: list[dict[str, Any]], key: str) -> list[Any]:
     return [min(values), max(values)] if values else []
 
 
+def _disk_full_summary(soak: Soak) -> dict[str, Any]:
+    full = [r for r in soak.samples if r.get("disk_full")]
+    if not full:
+        return {"done": False}
+    first, last = full[0], full[-1]
+    return {
+        "done": True,
+        "samples": len(full),
+        "free_kib_range": _range(full, "disk_free_kib"),
+        "no_space_warnings": last.get("no_space_warnings", 0) - first.get("no_space_warnings", 0),
+        "status_lines": last.get("status_lines", 0) - first.get("status_lines", 0),
+    }
+
+
 def summary(soak: Soak, duration_s: float) -> dict[str, Any]:
     after = [r for r in soak.samples if r["t"] >= WARMUP_S]
+    half = [r for r in after if r["t"] >= (WARMUP_S + soak.now()) / 2]
     d = soak.work / "watch"
     alerts_file = d / "alerts.txt"
     alerts = alerts_file.read_text().split() if alerts_file.exists() else []
@@ -225,7 +360,9 @@ def summary(soak: Soak, duration_s: float) -> dict[str, Any]:
     for e in soak.events:
         if e["event"] in ("armed", "job ready, fault armed by the job"):
             armed_at = e["t"] if armed_at is None else armed_at
-        elif e["event"] in ("cleared", "head stopped", "end") and armed_at is not None:
+        elif (
+            e["event"] in ("cleared", "head stopped", "job stopped", "end") and armed_at is not None
+        ):
             phases.append(
                 {"from": armed_at, "to": e["t"], "stall": e["t"] - armed_at > STALL_AFTER_S + 15}
             )
@@ -243,6 +380,10 @@ def summary(soak: Soak, duration_s: float) -> dict[str, Any]:
         "samples_after_warmup": len(after),
         "rss_kib_range": _range(after, "rss_kib"),
         "rss_slope_kib_per_hour": _slope_kib_per_hour(after),
+        "rss_slope_kib_per_hour_last_half": _slope_kib_per_hour(half),
+        "rss_kib_first_and_last_after_warmup": [after[0].get("rss_kib"), after[-1].get("rss_kib")]
+        if after
+        else [],
         "fds_range": _range(after, "fds"),
         "threads_range": _range(after, "threads"),
         "children_range": _range(after, "children"),
@@ -250,11 +391,15 @@ def summary(soak: Soak, duration_s: float) -> dict[str, Any]:
         "status_lines": soak.samples[-1].get("status_lines") if soak.samples else None,
         "stalls": stalls,
         "alerts": len(alerts),
+        "alerts_t": to_t,
         "armed_phases": phases,
         "alerts_outside_armed_phases_t": outside,
         "keep": KEEP,
         "most_stall_bundles_on_disk": max((r["stall_bundles"] for r in soak.samples), default=0),
         "bundle_dir_bytes_range": _range(after, "bundle_dir_bytes"),
+        "disk_full": _disk_full_summary(soak),
+        "tracebacks": soak.samples[-1].get("tracebacks") if soak.samples else None,
+        "nodes": NODES,
         "loadavg_1min_range": [
             min(r["loadavg"][0] for r in soak.samples),
             max(r["loadavg"][0] for r in soak.samples),
@@ -264,6 +409,32 @@ def summary(soak: Soak, duration_s: float) -> dict[str, Any]:
     }
 
 
+def _at_boundary(soak: Soak, duration_s: float, armed: bool, done: set[str]) -> bool:
+    """The phase boundary's disruption, if one is due (HEAD/JOB/DISK_*_AT); returns armed."""
+    share = soak.now() / duration_s
+    if not armed and "head" not in done and share >= HEAD_RESTART_AT:
+        done.add("head")
+        _set_armed(soak, False)
+        soak.runs[-1].stop()
+        soak.heads[-1].stop(timeout=5.0)
+        soak.event("head stopped")
+        _wait(soak, soak.now() + 30.0)  # watch sees no Ray for a while
+        _start_job(soak, _start_head(soak, same_address_as=soak.heads[-1]))
+        return True  # the new job armed its fault itself
+    if not armed and "job" not in done and share >= JOB_RESTART_AT:
+        done.add("job")
+        _set_armed(soak, False)
+        soak.runs[-1].stop()
+        soak.event("job stopped")
+        _start_job(soak, soak.heads[-1])
+        return True
+    _set_armed(soak, armed)
+    if armed and "disk" not in done and share >= DISK_FULL_AT and soak.disk is not None:
+        done.add("disk")
+        _fill_disk(soak)
+    return armed
+
+
 def main(duration_s: float = DURATION_S, out: Path | None = None) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="hd-soak-"))
     soak = Soak(work)
@@ -271,28 +442,29 @@ def main(duration_s: float = DURATION_S, out: Path | None = None) -> dict[str, A
     stop = threading.Event()
     sampler = threading.Thread(target=_sampler, args=(soak, stop), daemon=True)
     try:
-        run = _start_job(soak)
-        soak.watch = _start_watch(soak, run.head.dashboard_url)
+        head = _start_head(soak)
+        _start_job(soak, head)
+        soak.watch = _start_watch(soak, head.dashboard_url)
         sampler.start()
-        restarted = False
+        done: set[str] = set()
         armed = True
         next_toggle = soak.now() + PHASE_S
+        full_until: float | None = None
         while soak.now() < duration_s:
-            _wait(soak, min(next_toggle, duration_s))
+            until = min(next_toggle, duration_s)
+            if full_until is not None:
+                until = min(until, full_until)
+            _wait(soak, until)
+            if full_until is not None and soak.now() >= full_until:
+                _free_disk(soak)
+                full_until = None
             if soak.now() >= duration_s:
                 break
-            armed = not armed
-            if not armed and not restarted and soak.now() >= duration_s / 2:
-                restarted = True
-                _set_armed(soak, False)
-                old = soak.runs[-1]
-                old.stop()
-                soak.event("head stopped")
-                _wait(soak, soak.now() + 30.0)  # watch sees no Ray for a while
-                _start_job(soak, same_address_as=old.head)
-                armed = True  # the new job armed its fault itself
-            else:
-                _set_armed(soak, armed)
+            if soak.now() < next_toggle:
+                continue
+            armed = _at_boundary(soak, duration_s, not armed, done)
+            if soak.filler is not None and full_until is None:
+                full_until = soak.now() + DISK_FULL_S
             next_toggle = soak.now() + PHASE_S
         soak.event("end")
     finally:
@@ -317,6 +489,9 @@ def main(duration_s: float = DURATION_S, out: Path | None = None) -> dict[str, A
             "watch_exit": None if soak.watch is None else soak.watch.returncode,
             "work_dir": str(work),
         }
+        if soak.disk is not None:
+            _free_disk(soak)
+            subprocess.run(["umount", "-l", str(soak.disk)], check=False)
         if out is not None:
             out.write_text(json.dumps(result, indent=1))
     return result
@@ -328,8 +503,10 @@ if __name__ == "__main__":
     ap.add_argument("--phase-s", type=float, default=PHASE_S)
     ap.add_argument("--warmup-s", type=float, default=WARMUP_S)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--nodes", type=int, choices=(1, 2), default=NODES)
+    ap.add_argument("--disk-full-s", type=float, default=DISK_FULL_S)
     ns = ap.parse_args()
-    PHASE_S, WARMUP_S = ns.phase_s, ns.warmup_s
+    PHASE_S, WARMUP_S, NODES, DISK_FULL_S = ns.phase_s, ns.warmup_s, ns.nodes, ns.disk_full_s
     # SIGTERM (and SIGINT, which a background job ignores) end the soak through its cleanup
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     res = main(ns.duration_s, ns.out)
