@@ -1,0 +1,238 @@
+"""A known public case and the evidence it needs, matched against what a bundle shows.
+
+A `KnownCase` is one table entry (parts/known_bugs.py): the case (`THUDM/slime PR#2331`), its
+cause, and as typed fields each piece of evidence that case needs beyond its frames: the job's
+settings (PP size, a draft model), the weight-update groups' names, the engines' place in those
+groups, an odd scheduler among an engine's TP ranks, the slime version that fixed it. The frames
+gate the rule (its function finds them; without them there is no finding). Every other field the
+entry sets is read here and judged `MET`, `UNSHOWN` (not collected, not in the bundle) or
+`CONTRADICTED`:
+
+- all met: the cause is asserted (`rule`, the entry's message and severity);
+- some unshown, none contradicted: "similar to <case>" (`similar`, INFO): what matched, what was
+  not shown, and the case's cause as that case's, never this job's;
+- one contradicted: no finding (the frames fit another case).
+
+A known cause is a finding and next steps only: it never names a culprit or a stage, so a loose
+match cannot override the evidence that did."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from slime_hangdoctor.analysis.actor_queues import build_view
+from slime_hangdoctor.analysis.job_flags import as_int, job_flag
+from slime_hangdoctor.analysis.readers.pyspy import ThreadRead
+from slime_hangdoctor.analysis.source_analysis import Cause, Reading, cause
+from slime_hangdoctor.analysis.world import Proc, threads_with
+from slime_hangdoctor.parsers.logs import SPEC as LOGS
+from slime_hangdoctor.parsers.logs import GroupJoin
+from slime_hangdoctor.topology import MemberKind
+from slime_hangdoctor.verdict import NextStep, Role, Severity
+
+ENGINE_CLASS = "SGLangEngine"
+JOIN_METHOD = "init_weights_update_group"
+
+
+class Fit(Enum):
+    MET = "shown"
+    UNSHOWN = "not shown"
+    CONTRADICTED = "contradicted"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One piece of evidence a case needs, as the bundle shows it."""
+
+    need: str  # `PP size >= 2`
+    fit: Fit
+    seen: str  # what the bundle shows, or why it shows nothing
+
+
+@dataclass(frozen=True)
+class FlagNeed:
+    """A job setting the case needs, read from the job's command lines (analysis/job_flags.py)."""
+
+    what: str  # `PP size`
+    flags: frozenset[str]  # the flags that set it (`--pipeline-model-parallel-size`)
+    at_least: int | None = None  # a number at least this; None: set to anything but none
+    # where no command line shows it: the group names of `KnownCase.group_prefix` with a number
+    # after it (slime's `slime-pp_<pp rank>`) show it at least that number + 1
+    from_group_numbers: bool = False
+
+
+@dataclass(frozen=True)
+class KnownCase:
+    rule: str  # the finding id when every piece is shown
+    similar: str  # the finding id when only part is
+    case: str  # the public thread: `THUDM/slime PR#2331`
+    cause: str  # that case's cause, in a sentence
+    frames: str  # the frames the rule's function matches, in words
+    flags: tuple[FlagNeed, ...] = ()
+    group_prefix: str | None = None  # the weight-update groups' names start with it
+    engines_split: bool = False  # the engines joined different groups, each waiting for the others
+    # TP >= 2 schedulers of one engine, one outside the others' wait, on the engines whose
+    # schedulers show one of these frames (empty: not needed)
+    odd_scheduler_under: frozenset[str] = frozenset()
+    fixed_in: str | None = None  # the slime release or PR with the fix (asserted only before it)
+
+
+# --------------------------------------------------------------------------- the readers
+
+
+def engine_joins(r: Reading) -> dict[str, tuple[GroupJoin, ...]]:
+    """SGLangEngine actor id -> the weight-update groups its logs say it joined (oldest first)."""
+    out: dict[str, tuple[GroupJoin, ...]] = {}
+    for obs in r.world.snapshot.facts(LOGS):
+        log = obs.fact
+        if log.class_name == ENGINE_CLASS and log.actor_id and log.tail.group_joins:
+            out[log.actor_id] = out.get(log.actor_id, ()) + log.tail.group_joins
+    return out
+
+
+def _flag(r: Reading, need: FlagNeed, case: KnownCase) -> Check:
+    label = f"{need.what} >= {need.at_least}" if need.at_least else f"{need.what} set"
+    found = job_flag(r.world, need.flags)
+    if found is not None:
+        n = as_int(found.value)
+        ok = (
+            n is not None and n >= need.at_least
+            if need.at_least is not None
+            else found.value.lower() not in ("", "none", "null")
+        )
+        seen = f"{found.flag} {found.value} {found.where}"
+        return Check(label, Fit.MET if ok else Fit.CONTRADICTED, seen)
+    if need.from_group_numbers and case.group_prefix and need.at_least is not None:
+        numbers = {
+            n
+            for joins in engine_joins(r).values()
+            for j in joins
+            if j.group_name.startswith(case.group_prefix)
+            and (n := as_int(j.group_name[len(case.group_prefix) :])) is not None
+        }
+        if numbers and max(numbers) + 1 >= need.at_least:
+            names = ", ".join(f"{case.group_prefix}{n}" for n in sorted(numbers))
+            return Check(label, Fit.MET, f"groups {names} (one per PP rank)")
+    return Check(label, Fit.UNSHOWN, f"no command line shows {' / '.join(sorted(need.flags))}")
+
+
+def _groups(r: Reading, prefix: str) -> Check:
+    need = f"weight-update groups named {prefix}<k>"
+    names = sorted({j.group_name for js in engine_joins(r).values() for j in js})
+    if not names:
+        return Check(need, Fit.UNSHOWN, "no engine log shows a group it joined")
+    fit = Fit.MET if all(n.startswith(prefix) for n in names) else Fit.CONTRADICTED
+    return Check(need, fit, f"the engines joined {', '.join(names)}")
+
+
+def _split_by_queues(r: Reading) -> list[str]:
+    """Engine actors that run one group join while another waits in their method queue."""
+    view = build_view(r.world.snapshot)
+    if view is None:
+        return []
+    return [
+        q.actor.name or q.actor.actor_id[:8]
+        for q in view.queues
+        if q.actor.class_name == ENGINE_CLASS
+        and any(t.method == JOIN_METHOD for t in q.running)
+        and any(t.method == JOIN_METHOD for t in q.queued)
+    ]
+
+
+def _split(r: Reading) -> Check:
+    need = "the engines joined different groups, each waiting for the others"
+    joins = engine_joins(r)
+    latest = {actor: js[-1] for actor, js in joins.items()}
+    groups = {j.group_name for j in latest.values()}
+    if len(latest) >= 2 and len(groups) >= 2:
+        seen = "; ".join(
+            f"engine {a[:8]} joined {j.group_name} as rank {j.rank} of {j.world_size}"
+            for a, j in sorted(latest.items())
+        )
+        return Check(need, Fit.MET, seen)
+    queued = _split_by_queues(r)
+    if queued:
+        seen = f"engine actors {', '.join(queued)} each run one group join with another queued"
+        return Check(need, Fit.MET, seen + " (Ray task list)")
+    if len(latest) >= 2:
+        return Check(need, Fit.CONTRADICTED, f"every engine joined {groups.pop()}")
+    return Check(need, Fit.UNSHOWN, "neither the engines' logs nor Ray's task list show it")
+
+
+def engine_schedulers(r: Reading) -> dict[str, list[tuple[Proc, ThreadRead]]]:
+    """Engine URL -> the deciding thread of each of its schedulers' last stack."""
+    out: dict[str, list[tuple[Proc, ThreadRead]]] = {}
+    for p in r.world.by_role(Role.SGLANG_ENGINE):
+        if p.kind is MemberKind.SCHEDULER and p.engine_url is not None and p.latest is not None:
+            out.setdefault(p.engine_url, []).append((p, p.latest.primary))
+    return out
+
+
+def _odd(r: Reading, under: frozenset[str]) -> Check:
+    need = "TP >= 2 schedulers of one engine, one outside the wait of all the others"
+    involved = {p.engine_url for p, _ in threads_with(r.world.by_role(Role.SGLANG_ENGINE), under)}
+    by_engine = {u: s for u, s in engine_schedulers(r).items() if u in involved}
+    several = {u: s for u, s in by_engine.items() if len(s) >= 2}
+    for url, scheds in several.items():
+        out = [p for p, t in scheds if not t.in_collective]
+        if len(out) == 1:
+            seen = f"{url}: {out[0].label} (pid {out[0].pid}) out of {len(scheds)} schedulers"
+            return Check(need, Fit.MET, seen)
+    if several:
+        return Check(need, Fit.CONTRADICTED, "no engine has exactly one scheduler out")
+    return Check(need, Fit.UNSHOWN, "each engine's stacks show one scheduler at most")
+
+
+def _version(case: KnownCase) -> Check:
+    return Check(
+        f"a slime older than {case.fixed_in}",
+        Fit.UNSHOWN,
+        "the doctor does not read slime's version",
+    )
+
+
+def checks(case: KnownCase, r: Reading) -> list[Check]:
+    """Every piece of evidence `case` needs beyond its frames, as the bundle shows it."""
+    out = [_flag(r, f, case) for f in case.flags]
+    if case.group_prefix is not None:
+        out.append(_groups(r, case.group_prefix))
+    if case.engines_split:
+        out.append(_split(r))
+    if case.odd_scheduler_under:
+        out.append(_odd(r, case.odd_scheduler_under))
+    if case.fixed_in is not None:
+        out.append(_version(case))
+    return out
+
+
+# --------------------------------------------------------------------------- the judgement
+
+
+def judged(
+    case: KnownCase,
+    r: Reading,
+    severity: Severity,
+    evidence: Sequence[str],
+    checks_steps: Sequence[str | NextStep] = (),
+    fix_steps: Sequence[str | NextStep] = (),
+) -> Cause | None:
+    """The finding for `case` on frames that matched (`evidence`): asserted, "similar to", or
+    None where the bundle contradicts a piece of the case's evidence."""
+    found = checks(case, r)
+    if any(c.fit is Fit.CONTRADICTED for c in found):
+        return None
+    lines = [f"{c.need}: {c.fit.value} ({c.seen})" for c in found]
+    if all(c.fit is Fit.MET for c in found):
+        shown = f" Shown: the frames; {'; '.join(lines)}." if lines else ""
+        msg = f"{case.cause} ({case.case}).{shown}"
+        return cause(case.rule, severity, msg, [*evidence, *lines], [*checks_steps, *fix_steps])
+    met = [c.need for c in found if c.fit is Fit.MET]
+    unshown = [f"{c.need} ({c.seen})" for c in found if c.fit is Fit.UNSHOWN]
+    msg = (
+        f"Similar to {case.case}, not asserted: the frames match ({case.frames})"
+        f"{'; shown: ' + '; '.join(met) if met else ''}; not shown: {'; '.join(unshown)}. "
+        f"That case's cause, which this evidence does not establish: {case.cause}"
+    )
+    return cause(case.similar, Severity.INFO, msg, [*evidence, *lines], list(checks_steps))
