@@ -25,8 +25,7 @@ from enum import Enum
 from slime_hangdoctor.analysis.actor_queues import build_view
 from slime_hangdoctor.analysis.job_flags import as_int, job_flag
 from slime_hangdoctor.analysis.readers.pyspy import ThreadRead
-from slime_hangdoctor.analysis.source_analysis import Cause, Reading, cause
-from slime_hangdoctor.analysis.world import Proc, threads_with
+from slime_hangdoctor.analysis.world import Proc, World, threads_with
 from slime_hangdoctor.parsers.logs import SPEC as LOGS
 from slime_hangdoctor.parsers.logs import GroupJoin
 from slime_hangdoctor.topology import MemberKind
@@ -82,19 +81,19 @@ class KnownCase:
 # --------------------------------------------------------------------------- the readers
 
 
-def engine_joins(r: Reading) -> dict[str, tuple[GroupJoin, ...]]:
+def engine_joins(w: World) -> dict[str, tuple[GroupJoin, ...]]:
     """SGLangEngine actor id -> the weight-update groups its logs say it joined (oldest first)."""
     out: dict[str, tuple[GroupJoin, ...]] = {}
-    for obs in r.world.snapshot.facts(LOGS):
+    for obs in w.snapshot.facts(LOGS):
         log = obs.fact
         if log.class_name == ENGINE_CLASS and log.actor_id and log.tail.group_joins:
             out[log.actor_id] = out.get(log.actor_id, ()) + log.tail.group_joins
     return out
 
 
-def _flag(r: Reading, need: FlagNeed, case: KnownCase) -> Check:
+def _flag(w: World, need: FlagNeed, case: KnownCase) -> Check:
     label = f"{need.what} >= {need.at_least}" if need.at_least else f"{need.what} set"
-    found = job_flag(r.world, need.flags)
+    found = job_flag(w, need.flags)
     if found is not None:
         n = as_int(found.value)
         ok = (
@@ -107,7 +106,7 @@ def _flag(r: Reading, need: FlagNeed, case: KnownCase) -> Check:
     if need.from_group_numbers and case.group_prefix and need.at_least is not None:
         numbers = {
             n
-            for joins in engine_joins(r).values()
+            for joins in engine_joins(w).values()
             for j in joins
             if j.group_name.startswith(case.group_prefix)
             and (n := as_int(j.group_name[len(case.group_prefix) :])) is not None
@@ -118,18 +117,18 @@ def _flag(r: Reading, need: FlagNeed, case: KnownCase) -> Check:
     return Check(label, Fit.UNSHOWN, f"no command line shows {' / '.join(sorted(need.flags))}")
 
 
-def _groups(r: Reading, prefix: str) -> Check:
+def _groups(w: World, prefix: str) -> Check:
     need = f"weight-update groups named {prefix}<k>"
-    names = sorted({j.group_name for js in engine_joins(r).values() for j in js})
+    names = sorted({j.group_name for js in engine_joins(w).values() for j in js})
     if not names:
         return Check(need, Fit.UNSHOWN, "no engine log shows a group it joined")
     fit = Fit.MET if all(n.startswith(prefix) for n in names) else Fit.CONTRADICTED
     return Check(need, fit, f"the engines joined {', '.join(names)}")
 
 
-def _split_by_queues(r: Reading) -> list[str]:
+def _split_by_queues(w: World) -> list[str]:
     """Engine actors that run one group join while another waits in their method queue."""
-    view = build_view(r.world.snapshot)
+    view = build_view(w.snapshot)
     if view is None:
         return []
     return [
@@ -141,9 +140,9 @@ def _split_by_queues(r: Reading) -> list[str]:
     ]
 
 
-def _split(r: Reading) -> Check:
+def _split(w: World) -> Check:
     need = "the engines joined different groups, each waiting for the others"
-    joins = engine_joins(r)
+    joins = engine_joins(w)
     latest = {actor: js[-1] for actor, js in joins.items()}
     groups = {j.group_name for j in latest.values()}
     if len(latest) >= 2 and len(groups) >= 2:
@@ -152,7 +151,7 @@ def _split(r: Reading) -> Check:
             for a, j in sorted(latest.items())
         )
         return Check(need, Fit.MET, seen)
-    queued = _split_by_queues(r)
+    queued = _split_by_queues(w)
     if queued:
         seen = f"engine actors {', '.join(queued)} each run one group join with another queued"
         return Check(need, Fit.MET, seen + " (Ray task list)")
@@ -161,19 +160,19 @@ def _split(r: Reading) -> Check:
     return Check(need, Fit.UNSHOWN, "neither the engines' logs nor Ray's task list show it")
 
 
-def engine_schedulers(r: Reading) -> dict[str, list[tuple[Proc, ThreadRead]]]:
+def engine_schedulers(w: World) -> dict[str, list[tuple[Proc, ThreadRead]]]:
     """Engine URL -> the deciding thread of each of its schedulers' last stack."""
     out: dict[str, list[tuple[Proc, ThreadRead]]] = {}
-    for p in r.world.by_role(Role.SGLANG_ENGINE):
+    for p in w.by_role(Role.SGLANG_ENGINE):
         if p.kind is MemberKind.SCHEDULER and p.engine_url is not None and p.latest is not None:
             out.setdefault(p.engine_url, []).append((p, p.latest.primary))
     return out
 
 
-def _odd(r: Reading, under: frozenset[str]) -> Check:
+def _odd(w: World, under: frozenset[str]) -> Check:
     need = "TP >= 2 schedulers of one engine, one outside the wait of all the others"
-    involved = {p.engine_url for p, _ in threads_with(r.world.by_role(Role.SGLANG_ENGINE), under)}
-    by_engine = {u: s for u, s in engine_schedulers(r).items() if u in involved}
+    involved = {p.engine_url for p, _ in threads_with(w.by_role(Role.SGLANG_ENGINE), under)}
+    by_engine = {u: s for u, s in engine_schedulers(w).items() if u in involved}
     several = {u: s for u, s in by_engine.items() if len(s) >= 2}
     for url, scheds in several.items():
         out = [p for p, t in scheds if not t.in_collective]
@@ -193,15 +192,15 @@ def _version(case: KnownCase) -> Check:
     )
 
 
-def checks(case: KnownCase, r: Reading) -> list[Check]:
+def checks(case: KnownCase, w: World) -> list[Check]:
     """Every piece of evidence `case` needs beyond its frames, as the bundle shows it."""
-    out = [_flag(r, f, case) for f in case.flags]
+    out = [_flag(w, f, case) for f in case.flags]
     if case.group_prefix is not None:
-        out.append(_groups(r, case.group_prefix))
+        out.append(_groups(w, case.group_prefix))
     if case.engines_split:
-        out.append(_split(r))
+        out.append(_split(w))
     if case.odd_scheduler_under:
-        out.append(_odd(r, case.odd_scheduler_under))
+        out.append(_odd(w, case.odd_scheduler_under))
     if case.fixed_in is not None:
         out.append(_version(case))
     return out
@@ -210,24 +209,35 @@ def checks(case: KnownCase, r: Reading) -> list[Check]:
 # --------------------------------------------------------------------------- the judgement
 
 
+@dataclass(frozen=True)
+class Judged:
+    """The finding a case gets: its id, severity, message, evidence and next steps."""
+
+    rule: str
+    severity: Severity
+    message: str
+    evidence: tuple[str, ...]
+    steps: tuple[str | NextStep, ...]
+
+
 def judged(
     case: KnownCase,
-    r: Reading,
+    w: World,
     severity: Severity,
     evidence: Sequence[str],
     checks_steps: Sequence[str | NextStep] = (),
     fix_steps: Sequence[str | NextStep] = (),
-) -> Cause | None:
+) -> Judged | None:
     """The finding for `case` on frames that matched (`evidence`): asserted, "similar to", or
     None where the bundle contradicts a piece of the case's evidence."""
-    found = checks(case, r)
+    found = checks(case, w)
     if any(c.fit is Fit.CONTRADICTED for c in found):
         return None
     lines = [f"{c.need}: {c.fit.value} ({c.seen})" for c in found]
     if all(c.fit is Fit.MET for c in found):
         shown = f" Shown: the frames; {'; '.join(lines)}." if lines else ""
         msg = f"{case.cause} ({case.case}).{shown}"
-        return cause(case.rule, severity, msg, [*evidence, *lines], [*checks_steps, *fix_steps])
+        return Judged(case.rule, severity, msg, (*lines, *evidence), (*checks_steps, *fix_steps))
     met = [c.need for c in found if c.fit is Fit.MET]
     unshown = [f"{c.need} ({c.seen})" for c in found if c.fit is Fit.UNSHOWN]
     msg = (
@@ -235,4 +245,4 @@ def judged(
         f"{'; shown: ' + '; '.join(met) if met else ''}; not shown: {'; '.join(unshown)}. "
         f"That case's cause, which this evidence does not establish: {case.cause}"
     )
-    return cause(case.similar, Severity.INFO, msg, [*evidence, *lines], list(checks_steps))
+    return Judged(case.similar, Severity.INFO, msg, (*lines, *evidence), tuple(checks_steps))

@@ -10,7 +10,7 @@ in parts/rollout.py)."""
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.known_case import FlagNeed, KnownCase, judged
+from slime_hangdoctor.analysis.known_case import FlagNeed, Judged, KnownCase, judged
 from slime_hangdoctor.analysis.readers.sglang_http import EngineState
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block
 from slime_hangdoctor.analysis.signatures import slime as frames
@@ -144,20 +144,22 @@ def _pp_group_deadlock(r: Reading) -> Cause | None:
     )
     if not trainers or (len({p.pid for p, _ in trainers}) < 2 and not engines):
         return None
-    return judged(
-        PP_GROUP_DEADLOCK,
-        r,
-        Severity.CRITICAL,
-        [f"{p.label}: {t.describe()}" for p, t in trainers + engines],
-        [
-            "Check which group each engine joined: its SGLang log's 'init custom process group: "
-            "... group_name=...' line, or py-spy dump the engine actors and schedulers "
-            "(init_weights_update_group / init_custom_process_group frames)",
-        ],
-        [
-            "Work-around until PR #2331 lands: connect PP sources one at a time, or run the "
-            "rollout sync with a single PP source",
-        ],
+    return _as_cause(
+        judged(
+            PP_GROUP_DEADLOCK,
+            r.world,
+            Severity.CRITICAL,
+            [f"{p.label}: {t.describe()}" for p, t in trainers + engines],
+            [
+                "Check which group each engine joined: its SGLang log's 'init custom process group: "
+                "... group_name=...' line, or py-spy dump the engine actors and schedulers "
+                "(init_weights_update_group / init_custom_process_group frames)",
+            ],
+            [
+                "Work-around until PR #2331 lands: connect PP sources one at a time, or run the "
+                "rollout sync with a single PP source",
+            ],
+        )
     )
 
 
@@ -169,15 +171,17 @@ def _sympy_reward(r: Reading) -> Cause | None:
     hits = [(p, t) for p, t in hits if t.block is Block.CPU]
     if not hits:
         return None
-    return judged(
-        SYMPY_REWARD,
-        r,
-        Severity.CRITICAL if r.status is Status.HUNG else Severity.WARNING,
-        [f"{p.label}: {t.describe()}" for p, t in hits],
-        fix_steps=[
-            "Run the grader with a timeout (e.g. a process pool with a deadline) or switch to a "
-            "reward that bounds its time",
-        ],
+    return _as_cause(
+        judged(
+            SYMPY_REWARD,
+            r.world,
+            Severity.CRITICAL if r.status is Status.HUNG else Severity.WARNING,
+            [f"{p.label}: {t.describe()}" for p, t in hits],
+            fix_steps=[
+                "Run the grader with a timeout (e.g. a process pool with a deadline) or switch to a "
+                "reward that bounds its time",
+            ],
+        )
     )
 
 
@@ -197,13 +201,15 @@ def _cuda_ipc_colocate(r: Reading) -> Cause | None:
     if not hits or not (bad or scheds):
         return None
     pids = sorted({p.pid for p, _ in scheds}) or sorted({s.pid for e in bad for s in e.schedulers})
-    return judged(
-        CUDA_IPC_COLOCATE,
-        r,
-        Severity.WARNING,
-        [f"{p.label}: {t.describe()}" for p, t in (hits + scheds)],
-        [f"py-spy dump --native --pid {pid}" for pid in pids[:4]]
-        or ["py-spy dump --native on every sglang::scheduler process of the engine"],
+    return _as_cause(
+        judged(
+            CUDA_IPC_COLOCATE,
+            r.world,
+            Severity.WARNING,
+            [f"{p.label}: {t.describe()}" for p, t in (hits + scheds)],
+            [f"py-spy dump --native --pid {pid}" for pid in pids[:4]]
+            or ["py-spy dump --native on every sglang::scheduler process of the engine"],
+        )
     )
 
 
@@ -216,16 +222,18 @@ def _startup_never_healthy(r: Reading) -> Cause | None:
     )
     if not hits:
         return None
-    return judged(
-        ENGINE_NEVER_HEALTHY,
-        r,
-        Severity.WARNING,
-        [f"{p.label}: {t.describe()}" for p, t in hits],
-        [
-            "Read each engine's SGLang log (the SGLangEngine actor's Ray log: "
-            "`ray logs actor --id <actor id>`) for OOM / CUDA graph / NCCL errors",
-            "Probe the engine without generating: curl -s -m 5 http://<engine>/model_info",
-        ],
+    return _as_cause(
+        judged(
+            ENGINE_NEVER_HEALTHY,
+            r.world,
+            Severity.WARNING,
+            [f"{p.label}: {t.describe()}" for p, t in hits],
+            [
+                "Read each engine's SGLang log (the SGLangEngine actor's Ray log: "
+                "`ray logs actor --id <actor id>`) for OOM / CUDA graph / NCCL errors",
+                "Probe the engine without generating: curl -s -m 5 http://<engine>/model_info",
+            ],
+        )
     )
 
 
@@ -265,16 +273,18 @@ def _reload_timeout(r: Reading) -> Cause | None:
     ]
     if not hits or r.status is not Status.HUNG:
         return None
-    return judged(
-        RELOAD_TIMEOUT,
-        r,
-        Severity.WARNING,
-        [f"{p.label}: {t.describe()}" for p, t in hits],
-        ["Check the job's slime version (pip show slime, or the git commit of its checkout)"],
-        [
-            "If the job runs slime older than v0.3.1, upgrade (THUDM/slime PR #2208) or keep WORLD "
-            "alive with SLIME_DESTROY_WORLD_PROCESS_GROUP=0 (v0.3.1+)",
-        ],
+    return _as_cause(
+        judged(
+            RELOAD_TIMEOUT,
+            r.world,
+            Severity.WARNING,
+            [f"{p.label}: {t.describe()}" for p, t in hits],
+            ["Check the job's slime version (pip show slime, or the git commit of its checkout)"],
+            [
+                "If the job runs slime older than v0.3.1, upgrade (THUDM/slime PR #2208) or keep WORLD "
+                "alive with SLIME_DESTROY_WORLD_PROCESS_GROUP=0 (v0.3.1+)",
+            ],
+        )
     )
 
 
@@ -287,14 +297,16 @@ def _triton_jit(r: Reading) -> Cause | None:
     ]
     if not hits or not waiting:
         return None
-    return judged(
-        TRITON_JIT,
-        r,
-        Severity.WARNING,
-        [f"{p.label}: {t.describe()}" for p, t in hits + waiting],
-        fix_steps=[
-            "Warm the Triton cache (persist TRITON_CACHE_DIR across runs) and wait a few minutes"
-        ],
+    return _as_cause(
+        judged(
+            TRITON_JIT,
+            r.world,
+            Severity.WARNING,
+            [f"{p.label}: {t.describe()}" for p, t in hits + waiting],
+            fix_steps=[
+                "Warm the Triton cache (persist TRITON_CACHE_DIR across runs) and wait a few minutes"
+            ],
+        )
     )
 
 
@@ -302,13 +314,19 @@ def _cp_allgather(r: Reading) -> Cause | None:
     hits = threads_with(r.world.by_role(Role.TRAIN_RANK), {frames.CP_ALLGATHER})
     if not hits or r.status is not Status.HUNG:
         return None
-    return judged(
-        CP_ALLGATHER,
-        r,
-        Severity.WARNING,
-        [f"{p.label}: {t.describe()}" for p, t in hits],
-        ["Check that the job runs a slime with PR #2123"],
+    return _as_cause(
+        judged(
+            CP_ALLGATHER,
+            r.world,
+            Severity.WARNING,
+            [f"{p.label}: {t.describe()}" for p, t in hits],
+            ["Check that the job runs a slime with PR #2123"],
+        )
     )
+
+
+def _as_cause(j: Judged | None) -> Cause | None:
+    return None if j is None else cause(j.rule, j.severity, j.message, j.evidence, j.steps)
 
 
 ANALYSIS = SourceAnalysis(
