@@ -140,24 +140,40 @@ def _split_by_queues(w: World) -> list[str]:
     ]
 
 
-def _split(w: World) -> Check:
-    need = "the engines joined different groups, each waiting for the others"
-    joins = engine_joins(w)
+SPLIT = "the engines joined different groups, each waiting for the others"
+
+
+def _split_by_logs(joins: dict[str, tuple[GroupJoin, ...]]) -> Check:
+    """From the engines' logs: each engine's last group, and whether each such group still waits
+    for ranks (fewer engine ranks joined it than its world size less the trainer's rank 0)."""
     latest = {actor: js[-1] for actor, js in joins.items()}
     groups = {j.group_name for j in latest.values()}
-    if len(latest) >= 2 and len(groups) >= 2:
-        seen = "; ".join(
-            f"engine {a[:8]} joined {j.group_name} as rank {j.rank} of {j.world_size}"
-            for a, j in sorted(latest.items())
-        )
-        return Check(need, Fit.MET, seen)
+    if len(groups) == 1:
+        return Check(SPLIT, Fit.CONTRADICTED, f"every engine joined {groups.pop()}")
+    ranks: dict[str, set[int]] = {}
+    for js in joins.values():
+        for j in js:
+            ranks.setdefault(j.group_name, set()).add(j.rank)
+    sizes = {j.group_name: j.world_size for j in latest.values()}
+    complete = sorted(g for g in groups if len(ranks[g]) >= sizes[g] - 1)
+    if complete:
+        return Check(SPLIT, Fit.CONTRADICTED, f"every engine rank joined {', '.join(complete)}")
+    seen = "; ".join(
+        f"engine {a[:8]} joined {j.group_name} as rank {j.rank} of {j.world_size}"
+        for a, j in sorted(latest.items())
+    )
+    return Check(SPLIT, Fit.MET, seen)
+
+
+def _split(w: World) -> Check:
+    joins = engine_joins(w)
+    if len(joins) >= 2:
+        return _split_by_logs(joins)
     queued = _split_by_queues(w)
     if queued:
         seen = f"engine actors {', '.join(queued)} each run one group join with another queued"
-        return Check(need, Fit.MET, seen + " (Ray task list)")
-    if len(latest) >= 2:
-        return Check(need, Fit.CONTRADICTED, f"every engine joined {groups.pop()}")
-    return Check(need, Fit.UNSHOWN, "neither the engines' logs nor Ray's task list show it")
+        return Check(SPLIT, Fit.MET, seen + " (Ray task list)")
+    return Check(SPLIT, Fit.UNSHOWN, "neither the engines' logs nor Ray's task list show it")
 
 
 def engine_schedulers(w: World) -> dict[str, list[tuple[Proc, ThreadRead]]]:

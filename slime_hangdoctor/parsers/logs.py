@@ -105,7 +105,7 @@ _TIME = re.compile(r"(?P<d>\d{4}-\d{2}-\d{2})[ T](?P<t>\d{2}:\d{2}:\d{2})")
 _TIMER = re.compile(r"\bTimer (?P<name>[A-Za-z0-9_.\-]+) (?P<what>start|end)\b")
 _JOIN = re.compile(
     r"init custom process group: .*?\brank=(?P<rank>\d+), world_size=(?P<ws>\d+), "
-    r"group_name=(?P<group>[^,\s]+)"
+    r"group_name=(?P<group>[^,\s]{1,200})"
 )
 _FLUSH = re.compile(
     r"Cache not flushed because there are pending requests\.?"

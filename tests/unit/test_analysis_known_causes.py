@@ -7,7 +7,8 @@ Recordings: demo fault `actor_queue_cycle` (slime PR#2331's shape: two PP source
 `slime-pp_0` / `slime-pp_1` at once, each engine actor in one `init_weights_update_group` with
 the other's call queued; the engines' SGLang logs say which group each joined), varied by
 `transforms.bundle_without_sources` (no logs) and `transforms.bundle_with_argv_extended` (the
-driver started with `--pipeline-model-parallel-size N`); the stage-shapes' four real Gloo TP
+driver started with `--pipeline-model-parallel-size N`) and `transforms.bundle_with_artefact` (one
+engine's log in place of the other's); the stage-shapes' four real Gloo TP
 ranks of a colocated tensor update (sglang#17870's shape: three in the barrier, one still in the
 update) beside demo `colocate_update_hang`'s train rank, with the recorded driver row of that
 bundle given `--sglang-speculative-algorithm` (`transforms.process_with_argv`) or the odd rank
@@ -112,6 +113,21 @@ def test_a_pp_size_of_one_contradicts_it(cycle: Path) -> None:
     assert _finding(v, PP_RULE) is None and _finding(v, PP_SIMILAR) is None
     assert _essentials(v) == _essentials(full)
     assert "ray_tasks.wait_cycle" in {f.rule for f in v.findings}
+
+
+def test_engines_that_joined_one_group_contradict_it(cycle: Path) -> None:
+    """Engine c3b548ab's log replaced by engine b86db5eb's (`transforms.bundle_with_artefact`: a
+    real log of an actor of the same class): both joined `slime-pp_0`, so the engines are not
+    split across groups (sglang PR#33934's shape has one group): no PR#2331 finding; the
+    verdict still stands on Ray's task list."""
+    full = diagnosed(cycle).verdict
+    log = (cycle / "raw/ray_logs/local/SGLangEngine-b86db5ebcd54-err.log").read_text()
+    one = tf.bundle_with_artefact(
+        cycle, cycle.parent / "one", RAY_LOGS, log, "SGLangEngine-c3b548ab180f-err"
+    )
+    v = diagnosed(one).verdict
+    assert _finding(v, PP_RULE) is None and _finding(v, PP_SIMILAR) is None
+    assert _essentials(v) == _essentials(full)
 
 
 # --------------------------------------------------------------------------- sglang#17870
