@@ -25,14 +25,16 @@ from enum import Enum
 from slime_hangdoctor.analysis.actor_queues import build_view
 from slime_hangdoctor.analysis.job_flags import as_int, job_flag
 from slime_hangdoctor.analysis.readers.pyspy import ThreadRead
+from slime_hangdoctor.analysis.signatures.sglang import WEIGHT_GROUP_FUNCS
 from slime_hangdoctor.analysis.world import Proc, World, threads_with
 from slime_hangdoctor.parsers.logs import SPEC as LOGS
 from slime_hangdoctor.parsers.logs import GroupJoin
-from slime_hangdoctor.topology import MemberKind
+from slime_hangdoctor.topology import CLASS_ROLES, MemberKind
 from slime_hangdoctor.verdict import NextStep, Role, Severity
 
-ENGINE_CLASS = "SGLangEngine"
-JOIN_METHOD = "init_weights_update_group"
+
+def _engine_class(name: str | None) -> bool:
+    return name is not None and CLASS_ROLES.get(name) is Role.SGLANG_ENGINE
 
 
 class Fit(Enum):
@@ -86,7 +88,7 @@ def engine_joins(w: World) -> dict[str, tuple[GroupJoin, ...]]:
     out: dict[str, tuple[GroupJoin, ...]] = {}
     for obs in w.snapshot.facts(LOGS):
         log = obs.fact
-        if log.class_name == ENGINE_CLASS and log.actor_id and log.tail.group_joins:
+        if _engine_class(log.class_name) and log.actor_id and log.tail.group_joins:
             out[log.actor_id] = out.get(log.actor_id, ()) + log.tail.group_joins
     return out
 
@@ -134,9 +136,9 @@ def _split_by_queues(w: World) -> list[str]:
     return [
         q.actor.name or q.actor.actor_id[:8]
         for q in view.queues
-        if q.actor.class_name == ENGINE_CLASS
-        and any(t.method == JOIN_METHOD for t in q.running)
-        and any(t.method == JOIN_METHOD for t in q.queued)
+        if _engine_class(q.actor.class_name)
+        and any(t.method in WEIGHT_GROUP_FUNCS for t in q.running)
+        and any(t.method in WEIGHT_GROUP_FUNCS for t in q.queued)
     ]
 
 
