@@ -85,8 +85,8 @@ ENGINE_NEVER_HEALTHY = KnownCase(
     cause=(
         "Startup waits for SGLang engines to become healthy. slime polls /health_generate every "
         "2 s with no timeout (_wait_server_healthy), so an engine that never answers (OOM, CUDA "
-        "graph capture, NCCL init of a multi-node engine, a port clash) hangs the job silently "
-        "(slime#1484: hang right after 'Capture cuda graph' / 'Uvicorn running')"
+        "graph capture, NCCL init of a multi-node engine, a port clash) hangs the job silently; "
+        "the reported case hung right after 'Capture cuda graph' / 'Uvicorn running'"
     ),
     frames="startup in _wait_server_healthy / init_rollout_engines",
 )
