@@ -10,7 +10,7 @@ verdict, which the live suite checks) is claimed by the row: its status (`HUNG` 
 "no culprit").
 
 Issue 45's section ("Where the issue 45 cases stand"): every case the issue lists stands once,
-either `shown` (a line held to the same checks as a row: it cites a recording whose verdict it
+either "stage and culprit shown by a recording" (a line held to the same checks as a row: it cites a recording whose verdict it
 claims and a test) or `missing` (it says what is missing and which part of the issue builds it);
 every newer case of the issue has a row of the table."""
 
@@ -67,6 +67,7 @@ def _rows() -> list[Row]:
 # --------------------------------------------------------------------------- issue 45's cases
 
 STANDING = "## Where the issue 45 cases stand"
+SHOWN = "stage and culprit shown by a recording"
 # the 16 cases whose culprit was weak, missing or not shown by a recording, then the newer ones
 ISSUE_45_WEAK = (
     "sglang#34582",
@@ -100,7 +101,7 @@ ISSUE_45_NEW = (
 @dataclass(frozen=True)
 class Standing:
     case: str
-    stands: str  # shown | missing
+    stands: str  # SHOWN | missing
     text: str  # the verdict and what shows it, or what is missing
     built_by: str
 
@@ -131,7 +132,7 @@ def test_every_issue_45_case_stands_once() -> None:
         lines = [s for s in STANDINGS if _case_key(key, s.case)]
         assert len(lines) == 1, f"{key}: {len(lines)} lines in {STANDING!r}"
     assert len(STANDINGS) == len(ISSUE_45_WEAK) + len(ISSUE_45_NEW)
-    assert {s.stands for s in STANDINGS} <= {"shown", "missing"}
+    assert {s.stands for s in STANDINGS} <= {SHOWN, "missing"}
 
 
 def test_every_newer_case_has_a_row_of_the_table() -> None:
@@ -146,7 +147,7 @@ def test_every_newer_case_has_a_row_of_the_table() -> None:
 
 @pytest.mark.parametrize("s", STANDINGS, ids=[s.case for s in STANDINGS])
 def test_a_case_stands_on_a_recording_or_says_what_is_missing(s: Standing) -> None:
-    if s.stands == "shown":
+    if s.stands == SHOWN:
         row = Row(f"issue 45, {s.case}", s.text, s.text)
         assert _shown(row), f"{s.case}: shown, but no recorded bundle or demo fault is cited"
         assert _test_files(s.text), f"{s.case}: shown, but no test is cited"
@@ -163,7 +164,7 @@ def test_the_case_key_can_fail() -> None:
     assert not _case_key("sglang#26454", "sglang#34582, #29144")
 
 
-ROWS = _rows() + [Row(f"issue 45, {s.case}", s.text, s.text) for s in STANDINGS if s.stands == "shown"]
+ROWS = _rows() + [Row(f"issue 45, {s.case}", s.text, s.text) for s in STANDINGS if s.stands == SHOWN]
 
 
 def _goldens(cited: str) -> list[Path]:
