@@ -65,12 +65,32 @@ class FlagNeed:
 
 
 @dataclass(frozen=True)
+class FramesNeed:
+    """Threads a case needs: of the processes of `role` (None: any process of the job), with one of
+    `funcs` among their own frames, or a frame in a file whose path holds `file_part`."""
+
+    what: str  # `train ranks creating the weight-update group under connect_rollout_engines`
+    role: Role | None
+    funcs: frozenset[str] = frozenset()
+    file_part: str | None = None
+
+
+def frame_hits(w: World, need: FramesNeed) -> list[tuple[Proc, ThreadRead]]:
+    """The threads of the processes' last stacks that `need` matches."""
+    procs = w.procs if need.role is None else w.by_role(need.role)
+    hits = threads_with(procs, need.funcs) if need.funcs else []
+    if need.file_part is not None:
+        hits += [h for h in threads_with(procs, file_part=need.file_part) if h not in hits]
+    return hits
+
+
+@dataclass(frozen=True)
 class KnownCase:
     rule: str  # the finding id when every piece is shown
     similar: str  # the finding id when only part is
     case: str  # the public thread: `THUDM/slime PR#2331`
     cause: str  # that case's cause, in a sentence
-    frames: str  # the frames the rule's function matches, in words
+    frames: tuple[FramesNeed, ...]  # the gate: the rule's function reads these (and their blocks)
     flags: tuple[FlagNeed, ...] = ()
     group_prefix: str | None = None  # the weight-update groups' names start with it
     engines_split: bool = False  # the engines joined different groups, each waiting for the others
@@ -259,7 +279,8 @@ def judged(
     met = [c.need for c in found if c.fit is Fit.MET]
     unshown = [f"{c.need} ({c.seen})" for c in found if c.fit is Fit.UNSHOWN]
     msg = (
-        f"Similar to {case.case}, not asserted: the frames match ({case.frames})"
+        f"Similar to {case.case}, not asserted: the frames match "
+        f"({'; '.join(f.what for f in case.frames)})"
         f"{'; shown: ' + '; '.join(met) if met else ''}; not shown: {'; '.join(unshown)}. "
         f"That case's cause, which this evidence does not establish: {case.cause}"
     )

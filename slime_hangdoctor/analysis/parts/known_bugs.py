@@ -10,7 +10,14 @@ in parts/rollout.py)."""
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.known_case import FlagNeed, Judged, KnownCase, judged
+from slime_hangdoctor.analysis.known_case import (
+    FlagNeed,
+    FramesNeed,
+    Judged,
+    KnownCase,
+    frame_hits,
+    judged,
+)
 from slime_hangdoctor.analysis.readers.sglang_http import EngineState
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block
 from slime_hangdoctor.analysis.signatures import slime as frames
@@ -34,6 +41,49 @@ CP_SIZE = FlagNeed(
     "CP size", frozenset({"--context-parallel-size", "--context_parallel_size"}), at_least=2
 )
 
+# The frames each case's rule is gated on (its function adds what their threads must wait in)
+PP_SOURCES = FramesNeed(
+    "train ranks creating the weight-update group under connect_rollout_engines",
+    Role.TRAIN_RANK,
+    frames.PP_CONNECT_FUNCS,
+)
+PP_ENGINES = FramesNeed(
+    "engines in init_weights_update_group", Role.SGLANG_ENGINE, WEIGHT_GROUP_FUNCS
+)
+COLOCATED_SENDERS = FramesNeed(
+    "a colocated (CUDA IPC) weight update", None, frames.COLOCATED_UPDATE_FUNCS
+)
+TENSOR_UPDATE_SCHEDULERS = FramesNeed(
+    "an engine's scheduler in update_weights_from_tensor",
+    Role.SGLANG_ENGINE,
+    frozenset({UPDATE_FROM_TENSOR}),
+)
+SYMPY_GRADERS = FramesNeed(
+    "the RolloutManager CPU-bound in sympy or slime's sympy graders",
+    Role.ROLLOUT_MANAGER,
+    frames.SYMPY_GRADER_FUNCS,
+    frames.SYMPY_DIR,
+)
+ENGINE_STARTUP = FramesNeed(
+    "startup waiting for the engines (_wait_server_healthy, init_rollout_engines)",
+    None,
+    frames.ENGINE_STARTUP_FUNCS,
+)
+RELOADING = FramesNeed(
+    "train ranks re-creating their process groups", Role.TRAIN_RANK, frames.RELOAD_GROUP_FUNCS
+)
+WAKING = FramesNeed(
+    "train ranks in a collective under wake_up", Role.TRAIN_RANK, frozenset({frames.WAKE_UP})
+)
+TRITON = FramesNeed(
+    "a train rank in Triton's compiler", Role.TRAIN_RANK, file_part=frames.TRITON_DIR
+)
+CP_GATHER = FramesNeed(
+    "train ranks in _allgather_cp_redistribute",
+    Role.TRAIN_RANK,
+    frozenset({frames.CP_ALLGATHER}),
+)
+
 # The table: one entry per known case, with the evidence it needs beyond its frames.
 PP_GROUP_DEADLOCK = KnownCase(
     rule="known-pp-weight-group-deadlock",
@@ -45,10 +95,7 @@ PP_GROUP_DEADLOCK = KnownCase(
         "init_weights_update_group call at a time, so engine 0 joins one group and engine 1 "
         "another and both groups wait forever"
     ),
-    frames=(
-        "train ranks waiting in the weight-update group's creation under connect_rollout_engines, "
-        "engines in init_weights_update_group"
-    ),
+    frames=(PP_SOURCES, PP_ENGINES),
     flags=(PP_SIZE,),
     group_prefix="slime-pp_",
     engines_split=True,
@@ -63,7 +110,7 @@ CUDA_IPC_COLOCATE = KnownCase(
         "barrier and one is blocked in the CUDA-IPC storage deleter; Python-only stacks are "
         "misleading there"
     ),
-    frames="a colocated weight update (update_weights_from_tensor) with an engine stuck in it",
+    frames=(COLOCATED_SENDERS, TENSOR_UPDATE_SCHEDULERS),
     flags=(DRAFT_MODEL,),
     odd_scheduler_under=frozenset({UPDATE_FROM_TENSOR}),
 )
@@ -76,7 +123,7 @@ SYMPY_REWARD = KnownCase(
         "call sympy.simplify with no timeout (the source notes 'sympy might hang'): one "
         "pathological answer freezes every rollout coroutine"
     ),
-    frames="the RolloutManager's thread CPU-bound in sympy or slime's sympy graders",
+    frames=(SYMPY_GRADERS,),
 )
 ENGINE_NEVER_HEALTHY = KnownCase(
     rule="known-engine-never-healthy",
@@ -88,7 +135,7 @@ ENGINE_NEVER_HEALTHY = KnownCase(
         "graph capture, NCCL init of a multi-node engine, a port clash) hangs the job silently; "
         "the reported case hung right after 'Capture cuda graph' / 'Uvicorn running'"
     ),
-    frames="startup in _wait_server_healthy / init_rollout_engines",
+    frames=(ENGINE_STARTUP,),
 )
 RELOAD_TIMEOUT = KnownCase(
     rule="known-reload-process-group-timeout",
@@ -100,7 +147,7 @@ RELOAD_TIMEOUT = KnownCase(
         "ignore --distributed-timeout-minutes: a slow rank there is killed by the NCCL watchdog "
         "after 10 min"
     ),
-    frames="train ranks re-creating their process groups (reload_process_groups, wake_up)",
+    frames=(RELOADING, WAKING),
     fixed_in="v0.3.1 (PR #2208)",
 )
 TRITON_JIT = KnownCase(
@@ -112,7 +159,7 @@ TRITON_JIT = KnownCase(
         "kernel cache one PP stage can take many minutes; this is slow, not hung, unless it "
         "passes the NCCL timeout"
     ),
-    frames="a train rank in Triton's compiler while another waits in a collective",
+    frames=(TRITON,),
     flags=(PP_SIZE,),
 )
 CP_ALLGATHER = KnownCase(
@@ -123,7 +170,7 @@ CP_ALLGATHER = KnownCase(
         "Train ranks are in the context-parallel all-gather of the loss; a requires_grad "
         "mismatch there stalled training"
     ),
-    frames="train ranks in _allgather_cp_redistribute",
+    frames=(CP_GATHER,),
     flags=(CP_SIZE,),
     fixed_in="PR #2123",
 )
@@ -132,16 +179,10 @@ CP_ALLGATHER = KnownCase(
 def _pp_group_deadlock(r: Reading) -> Cause | None:
     trainers = [
         (p, t)
-        for p, t in threads_with(
-            r.world.by_role(Role.TRAIN_RANK),
-            frames.PP_CONNECT_FUNCS,
-        )
+        for p, t in frame_hits(r.world, PP_SOURCES)
         if t.block in (Block.RENDEZVOUS, Block.RAY_GET, Block.COLLECTIVE)
     ]
-    engines = threads_with(
-        r.world.by_role(Role.SGLANG_ENGINE),
-        WEIGHT_GROUP_FUNCS,
-    )
+    engines = frame_hits(r.world, PP_ENGINES)
     if not trainers or (len({p.pid for p, _ in trainers}) < 2 and not engines):
         return None
     return _as_cause(
@@ -164,11 +205,7 @@ def _pp_group_deadlock(r: Reading) -> Cause | None:
 
 
 def _sympy_reward(r: Reading) -> Cause | None:
-    hits = threads_with(r.world.by_role(Role.ROLLOUT_MANAGER), file_part=frames.SYMPY_DIR) + [
-        (p, t)
-        for p, t in threads_with(r.world.by_role(Role.ROLLOUT_MANAGER), frames.SYMPY_GRADER_FUNCS)
-    ]
-    hits = [(p, t) for p, t in hits if t.block is Block.CPU]
+    hits = [(p, t) for p, t in frame_hits(r.world, SYMPY_GRADERS) if t.block is Block.CPU]
     if not hits:
         return None
     return _as_cause(
@@ -188,14 +225,11 @@ def _sympy_reward(r: Reading) -> Cause | None:
 def _cuda_ipc_colocate(r: Reading) -> Cause | None:
     if r.stage not in (Stage.WEIGHT_SYNC, Stage.UNKNOWN):
         return None
-    hits = threads_with(
-        r.world.procs,
-        frames.COLOCATED_UPDATE_FUNCS,
-    )
+    hits = frame_hits(r.world, COLOCATED_SENDERS)
     bad = [e for e in r.engines if e.state in (EngineState.UNRESPONSIVE, EngineState.STUCK)]
     scheds = [
         (p, t)
-        for p, t in threads_with(r.world.by_role(Role.SGLANG_ENGINE), {UPDATE_FROM_TENSOR})
+        for p, t in frame_hits(r.world, TENSOR_UPDATE_SCHEDULERS)
         if p.kind is MemberKind.SCHEDULER
     ]
     if not hits or not (bad or scheds):
@@ -216,10 +250,7 @@ def _cuda_ipc_colocate(r: Reading) -> Cause | None:
 def _startup_never_healthy(r: Reading) -> Cause | None:
     if r.stage is not Stage.STARTUP:
         return None
-    hits = threads_with(
-        r.world.procs,
-        frames.ENGINE_STARTUP_FUNCS,
-    )
+    hits = frame_hits(r.world, ENGINE_STARTUP)
     if not hits:
         return None
     return _as_cause(
@@ -266,10 +297,8 @@ def _lock_without_holder(r: Reading) -> Cause | None:
 
 
 def _reload_timeout(r: Reading) -> Cause | None:
-    hits = threads_with(r.world.by_role(Role.TRAIN_RANK), frames.RELOAD_GROUP_FUNCS) or [
-        (p, t)
-        for p, t in threads_with(r.world.by_role(Role.TRAIN_RANK), {frames.WAKE_UP})
-        if t.in_collective
+    hits = frame_hits(r.world, RELOADING) or [
+        (p, t) for p, t in frame_hits(r.world, WAKING) if t.in_collective
     ]
     if not hits or r.status is not Status.HUNG:
         return None
@@ -289,7 +318,7 @@ def _reload_timeout(r: Reading) -> Cause | None:
 
 
 def _triton_jit(r: Reading) -> Cause | None:
-    hits = threads_with(r.world.by_role(Role.TRAIN_RANK), file_part=frames.TRITON_DIR)
+    hits = frame_hits(r.world, TRITON)
     waiting = [
         (p, t)
         for p, t in threads_with(r.world.by_role(Role.TRAIN_RANK))
@@ -311,7 +340,7 @@ def _triton_jit(r: Reading) -> Cause | None:
 
 
 def _cp_allgather(r: Reading) -> Cause | None:
-    hits = threads_with(r.world.by_role(Role.TRAIN_RANK), {frames.CP_ALLGATHER})
+    hits = frame_hits(r.world, CP_GATHER)
     if not hits or r.status is not Status.HUNG:
         return None
     return _as_cause(
