@@ -66,6 +66,19 @@ class LogTimer:
 
 
 @dataclass(frozen=True)
+class GroupJoin:
+    """SGLang's line for a weight-update group an engine joins (model_runner.py
+    `init_weights_update_group`: "init custom process group: master_address=..., master_port=...,
+    rank_offset=..., rank=..., world_size=..., group_name=..., backend=..."; shared/reference
+    sglang.md): which group, and the engine's place in it."""
+
+    group_name: str
+    rank: int
+    world_size: int
+    text: str
+
+
+@dataclass(frozen=True)
 class LogTail:
     """What one log tail shows."""
 
@@ -76,6 +89,7 @@ class LogTail:
     open_timers: tuple[LogTimer, ...] = ()  # oldest first
     # SGLang's last "Cache not flushed ... #queue-req: N, #running-req: M": (N, M)
     pending_flush: tuple[int, int] | None = None
+    group_joins: tuple[GroupJoin, ...] = ()  # oldest first, the last KEEP_PER_KIND
 
 
 MAX_TEXT = 300  # characters kept of one notable line
@@ -89,6 +103,10 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _RAY_PREFIX = re.compile(r"^\((?P<who>[^()]{1,200})\)\s?")
 _TIME = re.compile(r"(?P<d>\d{4}-\d{2}-\d{2})[ T](?P<t>\d{2}:\d{2}:\d{2})")
 _TIMER = re.compile(r"\bTimer (?P<name>[A-Za-z0-9_.\-]+) (?P<what>start|end)\b")
+_JOIN = re.compile(
+    r"init custom process group: .*?\brank=(?P<rank>\d+), world_size=(?P<ws>\d+), "
+    r"group_name=(?P<group>[^,\s]{1,200})"
+)
 _FLUSH = re.compile(
     r"Cache not flushed because there are pending requests\.?"
     r"(?:.*?#queue-req:\s*(?P<q>\d+))?(?:.*?#running-req:\s*(?P<r>\d+))?"
@@ -126,6 +144,7 @@ def parse_log_tail(text: str, utc_offset_s: int = 0) -> LogTail:
     if len(raw) > MAX_LINES:
         raise ParseError(f"log tail has {len(raw)} lines (more than {MAX_LINES})")
     notable: list[LogLine] = []
+    joins: list[GroupJoin] = []
     timers: dict[tuple[str, str], LogTimer] = {}
     pending: tuple[int, int] | None = None
     last_time: float | None = None
@@ -165,6 +184,12 @@ def parse_log_tail(text: str, utc_offset_s: int = 0) -> LogTail:
             else:
                 timers.pop(key, None)
             continue
+        join = _JOIN.search(body)
+        if join is not None:
+            joins.append(
+                GroupJoin(join["group"], int(join["rank"]), int(join["ws"]), _cut(stripped))
+            )
+            continue
         kind = _kind(body)
         if kind is None:
             continue
@@ -180,6 +205,7 @@ def parse_log_tail(text: str, utc_offset_s: int = 0) -> LogTail:
         notable=_newest_per_kind(notable),
         open_timers=tuple(sorted(timers.values(), key=lambda t: t.started or 0.0)),
         pending_flush=pending,
+        group_joins=tuple(joins[-KEEP_PER_KIND:]),
     )
 
 

@@ -296,7 +296,8 @@ def test_odd_scheduler_out_in_a_colocated_tensor_update(native: bool) -> None:
     assert v.status is Status.HUNG
     assert v.stage is Stage.WEIGHT_SYNC
     assert [c.pid for c in v.culprits] == [503]
-    assert "known-cuda-ipc-colocate-hang" in {f.rule for f in v.findings}
+    # no draft model shown: similar to sglang#17870, not asserted (test_analysis_known_causes.py)
+    assert "similar-cuda-ipc-colocate-hang" in {f.rule for f in v.findings}
 
 
 def test_a_train_rank_that_died_during_the_window() -> None:
@@ -405,4 +406,5 @@ def test_ranks_in_the_cp_all_gather_of_the_loss(native: bool) -> None:
     assert (v.status, v.stage) == (Status.HUNG, Stage.TRAIN)
     assert [(c.pid, c.rank) for c in v.culprits] == [(302, 2)]
     assert "not in the collective its peers wait in" in v.culprits[0].why
-    assert "known-cp-allgather-stuck" in {f.rule for f in v.findings}
+    # neither the CP size nor slime's version is shown: similar to slime PR#2123, not asserted
+    assert "similar-cp-allgather-stuck" in {f.rule for f in v.findings}

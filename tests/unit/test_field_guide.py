@@ -7,7 +7,12 @@ the golden verdict of a cited recorded bundle lists it, or a cited test file ass
 verdict of every cited recorded bundle (its golden) and of every cited demo fault (its expected
 verdict, which the live suite checks) is claimed by the row: its status (`HUNG` and the stage as
 `stage`, or `PROGRESSING`) and its culprit (the first culprit's role named after "culprit", or
-"no culprit")."""
+"no culprit").
+
+Issue 45's section ("Where the issue 45 cases stand"): every case the issue lists stands once,
+either "stage and culprit shown by a recording" (a line held to the same checks as a row: it cites a recording whose verdict it
+claims and a test) or `missing` (it says what is missing and which part of the issue builds it);
+every newer case of the issue has a row of the table."""
 
 from __future__ import annotations
 
@@ -54,12 +59,112 @@ def _rows() -> list[Row]:
         if len(cells) != 6 or cells[0] in ("#", "---"):
             continue
         rows.append(Row(f"{cells[0]}: {cells[1][:40]}", cells[3].split(NOT_SHOWN)[0], cells[5]))
-    also = text[text.index("**Also reported**") :]
+    also = text[text.index("**Also reported**") :].split("\n## ")[0]
     rows.append(Row("also reported", also.split(NOT_SHOWN)[0], also.split(NOT_SHOWN)[0]))
     return rows
 
 
-ROWS = _rows()
+# --------------------------------------------------------------------------- issue 45's cases
+
+STANDING = "## Where the issue 45 cases stand"
+SHOWN = "stage and culprit shown by a recording"
+# the 16 cases whose culprit was weak, missing or not shown by a recording, then the newer ones
+ISSUE_45_WEAK = (
+    "sglang#34582",
+    "sglang#26454",
+    "NVIDIA/nccl#2379",
+    "sglang#30209",
+    "sglang PR#17870",
+    "slime#1487",
+    "slime PR#862",
+    "slime PR#393",
+    "Megatron-LM#5749",
+    "miles#574",
+    "vime PR#168",
+    "sglang PR#33934",
+    "sglang PR#29670",
+    "open-instruct PR#1454",
+    "slime#1908",
+    "slime#674",
+)
+ISSUE_45_NEW = (
+    "sglang#27221",
+    "sglang#33289",
+    "sglang PR#20287",
+    "verl PR#5591",
+    "ray#65147",
+    "sglang#33696",
+    "slime PR#2015",
+)
+
+
+@dataclass(frozen=True)
+class Standing:
+    case: str
+    stands: str  # SHOWN | missing
+    text: str  # the verdict and what shows it, or what is missing
+    built_by: str
+
+
+def _standing() -> list[Standing]:
+    section = GUIDE.read_text().split(STANDING, 1)[1].split("\n## ")[0]
+    out = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0] not in ("case", "---"):
+            out.append(Standing(*cells))
+    return out
+
+
+STANDINGS = _standing()
+
+
+def _case_key(key: str, case: str) -> bool:
+    """`key` (`sglang PR#17870`, `slime#674`) names the case cell `case` (`sgl-project/sglang
+    PR#17870: ...`, `slime PR#862, #846`): its project, then its number."""
+    project, number = key.split("#", 1)
+    project = project.removesuffix(" PR").strip()
+    return bool(re.search(rf"{re.escape(project)}[^|]*?#{re.escape(number)}\b", case))
+
+
+def test_every_issue_45_case_stands_once() -> None:
+    for key in (*ISSUE_45_WEAK, *ISSUE_45_NEW):
+        lines = [s for s in STANDINGS if _case_key(key, s.case)]
+        assert len(lines) == 1, f"{key}: {len(lines)} lines in {STANDING!r}"
+    assert len(STANDINGS) == len(ISSUE_45_WEAK) + len(ISSUE_45_NEW)
+    assert {s.stands for s in STANDINGS} <= {SHOWN, "missing"}
+
+
+def test_every_newer_case_has_a_row_of_the_table() -> None:
+    cases = [
+        cells[1]
+        for line in GUIDE.read_text().split(STANDING)[0].splitlines()
+        if len(cells := [c.strip() for c in line.strip().strip("|").split("|")]) == 6
+    ]
+    for key in ISSUE_45_NEW:
+        assert any(_case_key(key, c) for c in cases), f"{key}: no row"
+
+
+@pytest.mark.parametrize("s", STANDINGS, ids=[s.case for s in STANDINGS])
+def test_a_case_stands_on_a_recording_or_says_what_is_missing(s: Standing) -> None:
+    if s.stands == SHOWN:
+        row = Row(f"issue 45, {s.case}", s.text, s.text)
+        assert _shown(row), f"{s.case}: shown, but no recorded bundle or demo fault is cited"
+        assert _test_files(s.text), f"{s.case}: shown, but no test is cited"
+        assert "HUNG" in s.text or "PROGRESSING" in s.text
+    else:
+        assert s.text.startswith("missing: ") and len(s.text.split()) >= 12, s.case
+        assert s.built_by, f"{s.case}: who builds it?"
+
+
+def test_the_case_key_can_fail() -> None:
+    assert _case_key("sglang PR#17870", "sglang PR#17870")
+    assert _case_key("slime PR#862", "slime PR#862, #846")
+    assert not _case_key("slime#1487", "slime PR#2123 (slime#14870)")
+    assert not _case_key("sglang#26454", "sglang#34582, #29144")
+
+
+ROWS = _rows() + [Row(f"issue 45, {s.case}", s.text, s.text) for s in STANDINGS if s.stands == SHOWN]
 
 
 def _goldens(cited: str) -> list[Path]:

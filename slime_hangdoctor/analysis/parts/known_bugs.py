@@ -1,11 +1,23 @@
-"""Known bugs of slime and SGLang, recognised by their frames (slime.md section 5): each a predicate
-over the stacks of the roles it concerns plus the text that links it; reported only when the frames
-match, never by default. A known cause that needs another source's evidence lives in that source's
-part (the router that is gone in parts/routers.py, the checkpoint that waits on storage in
-parts/kernel.py, the requests held by a proxy or a service outside the job in parts/rollout.py)."""
+"""Known bugs of slime and SGLang, recognised by their frames (slime.md section 5) and by the rest
+of the evidence each case needs (analysis/known_case.py): each rule a predicate over the stacks of
+the roles it concerns (the gate) plus its table entry, a `KnownCase` whose typed fields say what
+else that case needs (the PP size, the groups' names, the engines' place in them, an odd scheduler,
+the release that fixed it). Asserted only when every piece is shown, "similar to <case>" when a
+piece is not shown, nothing when one contradicts it. A known cause that needs another source's
+evidence lives in that source's part (the router that is gone in parts/routers.py, the checkpoint
+that waits on storage in parts/kernel.py, the requests held by a proxy or a service outside the job
+in parts/rollout.py)."""
 
 from __future__ import annotations
 
+from slime_hangdoctor.analysis.known_case import (
+    FlagNeed,
+    FramesNeed,
+    Judged,
+    KnownCase,
+    frame_hits,
+    judged,
+)
 from slime_hangdoctor.analysis.readers.sglang_http import EngineState
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block
 from slime_hangdoctor.analysis.signatures import slime as frames
@@ -15,112 +27,244 @@ from slime_hangdoctor.analysis.world import threads_with
 from slime_hangdoctor.topology import MemberKind
 from slime_hangdoctor.verdict import Role, Severity, Stage, Status
 
+PP_SIZE = FlagNeed(
+    "PP size",
+    frozenset({"--pipeline-model-parallel-size", "--pipeline_model_parallel_size"}),
+    at_least=2,
+    from_group_numbers=True,
+)
+DRAFT_MODEL = FlagNeed(
+    "a draft model (MTP/EAGLE)",
+    frozenset({"--sglang-speculative-algorithm", "--speculative-algorithm"}),
+)
+CP_SIZE = FlagNeed(
+    "CP size", frozenset({"--context-parallel-size", "--context_parallel_size"}), at_least=2
+)
+
+# The frames each case's rule is gated on (its function adds what their threads must wait in)
+PP_SOURCES = FramesNeed(
+    "train ranks creating the weight-update group under connect_rollout_engines",
+    Role.TRAIN_RANK,
+    frames.PP_CONNECT_FUNCS,
+)
+PP_ENGINES = FramesNeed(
+    "engines in init_weights_update_group", Role.SGLANG_ENGINE, WEIGHT_GROUP_FUNCS
+)
+COLOCATED_SENDERS = FramesNeed(
+    "a colocated (CUDA IPC) weight update", None, frames.COLOCATED_UPDATE_FUNCS
+)
+TENSOR_UPDATE_SCHEDULERS = FramesNeed(
+    "an engine's scheduler in update_weights_from_tensor",
+    Role.SGLANG_ENGINE,
+    frozenset({UPDATE_FROM_TENSOR}),
+)
+SYMPY_GRADERS = FramesNeed(
+    "the RolloutManager CPU-bound in sympy or slime's sympy graders",
+    Role.ROLLOUT_MANAGER,
+    frames.SYMPY_GRADER_FUNCS,
+    frames.SYMPY_DIR,
+)
+ENGINE_STARTUP = FramesNeed(
+    "startup waiting for the engines (_wait_server_healthy, init_rollout_engines)",
+    None,
+    frames.ENGINE_STARTUP_FUNCS,
+)
+RELOADING = FramesNeed(
+    "train ranks re-creating their process groups", Role.TRAIN_RANK, frames.RELOAD_GROUP_FUNCS
+)
+WAKING = FramesNeed(
+    "train ranks in a collective under wake_up", Role.TRAIN_RANK, frozenset({frames.WAKE_UP})
+)
+TRITON = FramesNeed(
+    "a train rank in Triton's compiler", Role.TRAIN_RANK, file_part=frames.TRITON_DIR
+)
+CP_GATHER = FramesNeed(
+    "train ranks in _allgather_cp_redistribute",
+    Role.TRAIN_RANK,
+    frozenset({frames.CP_ALLGATHER}),
+)
+
+# The table: one entry per known case, with the evidence it needs beyond its frames.
+PP_GROUP_DEADLOCK = KnownCase(
+    rule="known-pp-weight-group-deadlock",
+    similar="similar-pp-weight-group-deadlock",
+    case="THUDM/slime PR#2331",
+    cause=(
+        "Weight-update group creation is stuck: with PP>1 every PP source creates its "
+        "`slime-pp_k` group at the same time while each SGLangEngine actor serves one "
+        "init_weights_update_group call at a time, so engine 0 joins one group and engine 1 "
+        "another and both groups wait forever"
+    ),
+    frames=(PP_SOURCES, PP_ENGINES),
+    flags=(PP_SIZE,),
+    group_prefix="slime-pp_",
+    engines_split=True,
+)
+CUDA_IPC_COLOCATE = KnownCase(
+    rule="known-cuda-ipc-colocate-hang",
+    similar="similar-cuda-ipc-colocate-hang",
+    case="sgl-project/sglang#17870",
+    cause=(
+        "A colocated weight update over CUDA IPC is stuck inside SGLang: with an MTP/EAGLE head "
+        "the first update_weights_from_tensor hangs, most schedulers wait in the tp_cpu_group "
+        "barrier and one is blocked in the CUDA-IPC storage deleter; Python-only stacks are "
+        "misleading there"
+    ),
+    frames=(COLOCATED_SENDERS, TENSOR_UPDATE_SCHEDULERS),
+    flags=(DRAFT_MODEL,),
+    odd_scheduler_under=frozenset({UPDATE_FROM_TENSOR}),
+)
+SYMPY_REWARD = KnownCase(
+    rule="known-sympy-reward-hang",
+    similar="similar-sympy-reward-hang",
+    case="slime's rule-based math graders",
+    cause=(
+        "The math reward is inside sympy on the rollout event loop. slime's rule-based graders "
+        "call sympy.simplify with no timeout (the source notes 'sympy might hang'): one "
+        "pathological answer freezes every rollout coroutine"
+    ),
+    frames=(SYMPY_GRADERS,),
+)
+ENGINE_NEVER_HEALTHY = KnownCase(
+    rule="known-engine-never-healthy",
+    similar="similar-engine-never-healthy",
+    case="THUDM/slime#1484",
+    cause=(
+        "Startup waits for SGLang engines to become healthy. slime polls /health_generate every "
+        "2 s with no timeout (_wait_server_healthy), so an engine that never answers (OOM, CUDA "
+        "graph capture, NCCL init of a multi-node engine, a port clash) hangs the job silently; "
+        "the reported case hung right after 'Capture cuda graph' / 'Uvicorn running'"
+    ),
+    frames=(ENGINE_STARTUP,),
+)
+RELOAD_TIMEOUT = KnownCase(
+    rule="known-reload-process-group-timeout",
+    similar="similar-reload-process-group-timeout",
+    case="THUDM/slime PR#2208",
+    cause=(
+        "Train ranks are re-creating their process groups (colocate wake_up / weight sync). "
+        "Before slime v0.3.1 the reloaded NCCL groups use the default 10-minute timeout and "
+        "ignore --distributed-timeout-minutes: a slow rank there is killed by the NCCL watchdog "
+        "after 10 min"
+    ),
+    frames=(RELOADING, WAKING),
+    fixed_in="v0.3.1 (PR #2208)",
+)
+TRITON_JIT = KnownCase(
+    rule="known-triton-jit-slow-stage",
+    similar="similar-triton-jit-slow-stage",
+    case="THUDM/slime#1487, PR #2364",
+    cause=(
+        "A train rank is compiling Triton kernels while its pipeline peers wait: with a cold "
+        "kernel cache one PP stage can take many minutes; this is slow, not hung, unless it "
+        "passes the NCCL timeout"
+    ),
+    frames=(TRITON,),
+    flags=(PP_SIZE,),
+)
+CP_ALLGATHER = KnownCase(
+    rule="known-cp-allgather-stuck",
+    similar="similar-cp-allgather-stuck",
+    case="THUDM/slime PR#2123",
+    cause=(
+        "Train ranks are in the context-parallel all-gather of the loss; a requires_grad "
+        "mismatch there stalled training"
+    ),
+    frames=(CP_GATHER,),
+    flags=(CP_SIZE,),
+    fixed_in="PR #2123",
+)
+
 
 def _pp_group_deadlock(r: Reading) -> Cause | None:
     trainers = [
         (p, t)
-        for p, t in threads_with(
-            r.world.by_role(Role.TRAIN_RANK),
-            frames.PP_CONNECT_FUNCS,
-        )
+        for p, t in frame_hits(r.world, PP_SOURCES)
         if t.block in (Block.RENDEZVOUS, Block.RAY_GET, Block.COLLECTIVE)
     ]
-    engines = threads_with(
-        r.world.by_role(Role.SGLANG_ENGINE),
-        WEIGHT_GROUP_FUNCS,
-    )
+    engines = frame_hits(r.world, PP_ENGINES)
     if not trainers or (len({p.pid for p, _ in trainers}) < 2 and not engines):
         return None
-    return cause(
-        "known-pp-weight-group-deadlock",
-        Severity.CRITICAL,
-        "Weight-update group creation is stuck: with PP>1 every PP source creates its "
-        "`slime-pp_k` group at the same time while each SGLangEngine actor serves one "
-        "init_weights_update_group call at a time, so engine 0 joins one group and engine 1 "
-        "another and both groups wait forever (THUDM/slime PR #2331).",
-        [f"{p.label}: {t.describe()}" for p, t in trainers + engines],
-        [
-            "Check which group each engine joined: py-spy dump the engine actors and schedulers "
-            "(init_weights_update_group / init_custom_process_group frames)",
-            "Work-around until PR #2331 lands: connect PP sources one at a time, or run the "
-            "rollout sync with a single PP source",
-        ],
+    return _as_cause(
+        judged(
+            PP_GROUP_DEADLOCK,
+            r.world,
+            Severity.CRITICAL,
+            [f"{p.label}: {t.describe()}" for p, t in trainers + engines],
+            [
+                "Check which group each engine joined: its SGLang log's 'init custom process group: "
+                "... group_name=...' line, or py-spy dump the engine actors and schedulers "
+                "(init_weights_update_group / init_custom_process_group frames)",
+            ],
+            [
+                "Work-around until PR #2331 lands: connect PP sources one at a time, or run the "
+                "rollout sync with a single PP source",
+            ],
+        )
     )
 
 
 def _sympy_reward(r: Reading) -> Cause | None:
-    hits = threads_with(r.world.by_role(Role.ROLLOUT_MANAGER), file_part=frames.SYMPY_DIR) + [
-        (p, t)
-        for p, t in threads_with(r.world.by_role(Role.ROLLOUT_MANAGER), frames.SYMPY_GRADER_FUNCS)
-    ]
-    hits = [(p, t) for p, t in hits if t.block is Block.CPU]
+    hits = [(p, t) for p, t in frame_hits(r.world, SYMPY_GRADERS) if t.block is Block.CPU]
     if not hits:
         return None
-    return cause(
-        "known-sympy-reward-hang",
-        Severity.CRITICAL if r.status is Status.HUNG else Severity.WARNING,
-        "The math reward is inside sympy on the rollout event loop. slime's rule-based graders "
-        "call sympy.simplify with no timeout (the source notes 'sympy might hang'): one "
-        "pathological answer freezes every rollout coroutine.",
-        [f"{p.label}: {t.describe()}" for p, t in hits],
-        [
-            "Run the grader with a timeout (e.g. a process pool with a deadline) or switch to a "
-            "reward that bounds its time",
-        ],
+    return _as_cause(
+        judged(
+            SYMPY_REWARD,
+            r.world,
+            Severity.CRITICAL if r.status is Status.HUNG else Severity.WARNING,
+            [f"{p.label}: {t.describe()}" for p, t in hits],
+            fix_steps=[
+                "Run the grader with a timeout (e.g. a process pool with a deadline) or switch to a "
+                "reward that bounds its time",
+            ],
+        )
     )
 
 
 def _cuda_ipc_colocate(r: Reading) -> Cause | None:
     if r.stage not in (Stage.WEIGHT_SYNC, Stage.UNKNOWN):
         return None
-    hits = threads_with(
-        r.world.procs,
-        frames.COLOCATED_UPDATE_FUNCS,
-    )
+    hits = frame_hits(r.world, COLOCATED_SENDERS)
     bad = [e for e in r.engines if e.state in (EngineState.UNRESPONSIVE, EngineState.STUCK)]
     scheds = [
         (p, t)
-        for p, t in threads_with(r.world.by_role(Role.SGLANG_ENGINE), {UPDATE_FROM_TENSOR})
+        for p, t in frame_hits(r.world, TENSOR_UPDATE_SCHEDULERS)
         if p.kind is MemberKind.SCHEDULER
     ]
     if not hits or not (bad or scheds):
         return None
     pids = sorted({p.pid for p, _ in scheds}) or sorted({s.pid for e in bad for s in e.schedulers})
-    return cause(
-        "known-cuda-ipc-colocate-hang",
-        Severity.WARNING,
-        "A colocated weight update over CUDA IPC is stuck inside SGLang. Known case "
-        "(sgl-project/sglang#17870): with an MTP/EAGLE head the first update_weights_from_tensor "
-        "hangs, most schedulers wait in the tp_cpu_group barrier and one is blocked in the "
-        "CUDA-IPC storage deleter; Python-only stacks are misleading there.",
-        [f"{p.label}: {t.describe()}" for p, t in (hits + scheds)],
-        [f"py-spy dump --native --pid {pid}" for pid in pids[:4]]
-        or ["py-spy dump --native on every sglang::scheduler process of the engine"],
+    return _as_cause(
+        judged(
+            CUDA_IPC_COLOCATE,
+            r.world,
+            Severity.WARNING,
+            [f"{p.label}: {t.describe()}" for p, t in (hits + scheds)],
+            [f"py-spy dump --native --pid {pid}" for pid in pids[:4]]
+            or ["py-spy dump --native on every sglang::scheduler process of the engine"],
+        )
     )
 
 
 def _startup_never_healthy(r: Reading) -> Cause | None:
     if r.stage is not Stage.STARTUP:
         return None
-    hits = threads_with(
-        r.world.procs,
-        frames.ENGINE_STARTUP_FUNCS,
-    )
+    hits = frame_hits(r.world, ENGINE_STARTUP)
     if not hits:
         return None
-    return cause(
-        "known-engine-never-healthy",
-        Severity.WARNING,
-        "Startup waits for SGLang engines to become healthy. slime polls /health_generate every "
-        "2 s with no timeout (_wait_server_healthy), so an engine that never answers (OOM, CUDA "
-        "graph capture, NCCL init of a multi-node engine, a port clash) hangs the job silently "
-        "(THUDM/slime#1484: hang right after 'Capture cuda graph' / 'Uvicorn running').",
-        [f"{p.label}: {t.describe()}" for p, t in hits],
-        [
-            "Read each engine's SGLang log (the SGLangEngine actor's Ray log: "
-            "`ray logs actor --id <actor id>`) for OOM / CUDA graph / NCCL errors",
-            "Probe the engine without generating: curl -s -m 5 http://<engine>/model_info",
-        ],
+    return _as_cause(
+        judged(
+            ENGINE_NEVER_HEALTHY,
+            r.world,
+            Severity.WARNING,
+            [f"{p.label}: {t.describe()}" for p, t in hits],
+            [
+                "Read each engine's SGLang log (the SGLangEngine actor's Ray log: "
+                "`ray logs actor --id <actor id>`) for OOM / CUDA graph / NCCL errors",
+                "Probe the engine without generating: curl -s -m 5 http://<engine>/model_info",
+            ],
+        )
     )
 
 
@@ -153,30 +297,28 @@ def _lock_without_holder(r: Reading) -> Cause | None:
 
 
 def _reload_timeout(r: Reading) -> Cause | None:
-    hits = threads_with(r.world.by_role(Role.TRAIN_RANK), frames.RELOAD_GROUP_FUNCS) or [
-        (p, t)
-        for p, t in threads_with(r.world.by_role(Role.TRAIN_RANK), {frames.WAKE_UP})
-        if t.in_collective
+    hits = frame_hits(r.world, RELOADING) or [
+        (p, t) for p, t in frame_hits(r.world, WAKING) if t.in_collective
     ]
     if not hits or r.status is not Status.HUNG:
         return None
-    return cause(
-        "known-reload-process-group-timeout",
-        Severity.WARNING,
-        "Train ranks are re-creating their process groups (colocate wake_up / weight sync). "
-        "Before slime v0.3.1 (#2208) the reloaded NCCL groups use the default 10-minute timeout "
-        "and ignore --distributed-timeout-minutes: a slow rank there is killed by the NCCL "
-        "watchdog after 10 min.",
-        [f"{p.label}: {t.describe()}" for p, t in hits],
-        [
-            "If the job runs slime older than v0.3.1, upgrade (THUDM/slime PR #2208) or keep WORLD "
-            "alive with SLIME_DESTROY_WORLD_PROCESS_GROUP=0 (v0.3.1+)",
-        ],
+    return _as_cause(
+        judged(
+            RELOAD_TIMEOUT,
+            r.world,
+            Severity.WARNING,
+            [f"{p.label}: {t.describe()}" for p, t in hits],
+            ["Check the job's slime version (pip show slime, or the git commit of its checkout)"],
+            [
+                "If the job runs slime older than v0.3.1, upgrade (THUDM/slime PR #2208) or keep WORLD "
+                "alive with SLIME_DESTROY_WORLD_PROCESS_GROUP=0 (v0.3.1+)",
+            ],
+        )
     )
 
 
 def _triton_jit(r: Reading) -> Cause | None:
-    hits = threads_with(r.world.by_role(Role.TRAIN_RANK), file_part=frames.TRITON_DIR)
+    hits = frame_hits(r.world, TRITON)
     waiting = [
         (p, t)
         for p, t in threads_with(r.world.by_role(Role.TRAIN_RANK))
@@ -184,29 +326,36 @@ def _triton_jit(r: Reading) -> Cause | None:
     ]
     if not hits or not waiting:
         return None
-    return cause(
-        "known-triton-jit-slow-stage",
-        Severity.WARNING,
-        "A train rank is compiling Triton kernels while its pipeline peers wait (THUDM/slime#1487, "
-        "PR #2364): with a cold kernel cache one PP stage can take many minutes; this is slow, "
-        "not hung, unless it passes the NCCL timeout.",
-        [f"{p.label}: {t.describe()}" for p, t in hits + waiting],
-        ["Warm the Triton cache (persist TRITON_CACHE_DIR across runs) and wait a few minutes"],
+    return _as_cause(
+        judged(
+            TRITON_JIT,
+            r.world,
+            Severity.WARNING,
+            [f"{p.label}: {t.describe()}" for p, t in hits + waiting],
+            fix_steps=[
+                "Warm the Triton cache (persist TRITON_CACHE_DIR across runs) and wait a few minutes"
+            ],
+        )
     )
 
 
 def _cp_allgather(r: Reading) -> Cause | None:
-    hits = threads_with(r.world.by_role(Role.TRAIN_RANK), {frames.CP_ALLGATHER})
+    hits = frame_hits(r.world, CP_GATHER)
     if not hits or r.status is not Status.HUNG:
         return None
-    return cause(
-        "known-cp-allgather-stuck",
-        Severity.WARNING,
-        "Train ranks are in the context-parallel all-gather of the loss; a requires_grad mismatch "
-        "there stalled training (THUDM/slime PR #2123).",
-        [f"{p.label}: {t.describe()}" for p, t in hits],
-        ["Check that the job runs a slime with PR #2123"],
+    return _as_cause(
+        judged(
+            CP_ALLGATHER,
+            r.world,
+            Severity.WARNING,
+            [f"{p.label}: {t.describe()}" for p, t in hits],
+            ["Check that the job runs a slime with PR #2123"],
+        )
     )
+
+
+def _as_cause(j: Judged | None) -> Cause | None:
+    return None if j is None else cause(j.rule, j.severity, j.message, j.evidence, j.steps)
 
 
 ANALYSIS = SourceAnalysis(
