@@ -147,6 +147,10 @@ class Cause:
 
     finding: Finding
     steps: tuple[str | NextStep, ...] = ()
+    # the verdict's headline, where this cause is the answer (ranks in different collectives):
+    # the summary reads `Hung in <stage>: <headline>`, decided by the cause's rule (its finding's
+    # `by`, also the verdict's `extra.summary_by`); the first such cause, in the parts' order
+    headline: str | None = None
 
 
 def cause(
@@ -355,7 +359,7 @@ def known_causes(reading: Reading) -> list[Cause]:
             c = rule(reading)
             if c is not None:
                 finding = dataclasses.replace(c.finding, by=by_of(rule))
-                out.append(Cause(finding, tuple(steps_by(c.steps, rule))))
+                out.append(Cause(finding, tuple(steps_by(c.steps, rule)), c.headline))
     return out
 
 
