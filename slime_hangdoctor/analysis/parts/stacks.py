@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from slime_hangdoctor.analysis.merge import process_kind
 from slime_hangdoctor.analysis.readers.fr_groups import FrCursor, FrGroup, fr_groups
 from slime_hangdoctor.analysis.readers.nccl_ras import behind_by_op
 from slime_hangdoctor.analysis.readers.nvml import GpuState
@@ -307,7 +308,7 @@ def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
 # --------------------------------------------------------------------------- a collective mismatch
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Side:
     """The ranks of a group that wait in one collective issued from one line of the job's code,
     the same at every sample; `gpu`: they wait at a CUDA sync while their GPUs busy-wait in a
@@ -324,7 +325,7 @@ class Side:
         if all(p.role is Role.TRAIN_RANK for p in self.procs) and None not in ranks:
             many = len(ranks) > 1
             return f"train rank{'s' if many else ''} {', '.join(str(r) for r in ranks)}"
-        return ", ".join(f"{p.label} (pid {p.pid})" for p in self.procs)
+        return ", ".join(f"{process_kind(p)} (pid {p.pid})" for p in self.procs)
 
     @property
     def waits(self) -> str:

@@ -1,0 +1,208 @@
+"""Issue 45 item 3: ranks of one group that wait in different collectives are the verdict's cause,
+with each side's ranks, collective and call site, read from both samples; no rank is blamed unless
+a source tells the sides apart. On recordings (provenance in tests/fixtures/README.md):
+
+- analysis/mismatch/train_mismatch{,-native}.tar.gz: three real Gloo train ranks recorded by the
+  real `attach --local` (plain and `--native` py-spy, two samples): ranks 0 and 1 in
+  `train_one_step`'s all_reduce (model.py:7), rank 2 in `gather_log_data`'s all_gather_object
+  (data.py:6);
+- real/local-cpu-gloo-fr-mismatch: slime PR#862's two ranks with torch's flight recorder;
+- real/gpu-2xh200-nccl-broadcast-hang: a real NCCL RAS answer (Broadcast launched by one rank).
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from slime_hangdoctor.analysis.diagnosis import diagnose
+from slime_hangdoctor.analysis.parts import stacks
+from slime_hangdoctor.analysis.readers.pyspy import collective_call
+from slime_hangdoctor.analysis.world import build_world
+from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
+from slime_hangdoctor.parsers.nccl_ras import parse_ras
+from slime_hangdoctor.parsers.pyspy import parse_pyspy_json
+from slime_hangdoctor.pipeline import analyse_bundle
+from slime_hangdoctor.snapshot import Snapshot
+from slime_hangdoctor.source_spec import Observed
+from slime_hangdoctor.verdict import Role, Stage, Status, Verdict
+from tests.fixtures import transforms as tf
+from tests.unit.analysis_builders import member, running_job, snapshot, topology
+from tests.unit.recorded_stacks import as_obs
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+MISMATCH = FIXTURES / "analysis" / "mismatch"
+FR_MISMATCH = FIXTURES / "real" / "local-cpu-gloo-fr-mismatch"
+RAS_REAL = FIXTURES / "real" / "gpu-2xh200-nccl-broadcast-hang" / "run3_hang.ras.json"
+MODEL = "all_reduce at slime/backends/megatron_utils/model.py:7 (train_one_step)"
+DATA = "all_gather_object at slime/backends/megatron_utils/data.py:6 (gather_log_data)"
+ENGINE = "http://127.0.0.1:31000"
+
+
+def _verdict(name: str) -> Verdict:
+    return analyse_bundle(MISMATCH / f"{name}.tar.gz").diagnosis.verdict
+
+
+@pytest.mark.parametrize("name", ["train_mismatch", "train_mismatch-native"])
+def test_the_mismatch_is_the_headline_with_each_sides_call_site(name: str) -> None:
+    """Plain stacks and `--native` ones (where the wait is `c10d::Work::wait` under torch's frames)
+    give the same sides: the op the job called (all_gather_object, not the all_gather inside it)
+    and the first frame outside the communication layers (signatures.COMM_LAYERS)."""
+    v = _verdict(name)
+    assert (v.status, v.stage) == (Status.HUNG, Stage.TRAIN), v.summary
+    assert v.summary == (
+        f"Hung in train step: the train ranks wait in different collectives: train ranks 0, 1 in "
+        f"{MODEL}; train rank 2 in {DATA} (nothing tells which side took the wrong path)"
+    )
+    assert v.extra["summary_by"] == "parts/stacks:collective_mismatch"
+    cause = next(f for f in v.findings if f.rule == "collective-mismatch-cause")
+    assert cause.by == "parts/stacks:collective_mismatch"
+    assert cause.evidence == (
+        f"train ranks 0, 1: in {MODEL} (both samples)",
+        f"train rank 2: in {DATA} (both samples)",
+    )
+    assert v.culprits == ()  # no source tells the sides apart: nobody is blamed
+    # the weak finding says the same, and how to tell the sides apart
+    weak = next(f for f in v.findings if f.rule == "collective-mismatch")
+    assert "arm the flight recorder" in weak.message
+
+
+def _unpacked(name: str, dest: Path) -> Path:
+    with tarfile.open(MISMATCH / f"{name}.tar.gz") as tar:
+        tar.extractall(dest, filter="data")
+    return next(p.parent for p in dest.rglob("manifest.json"))
+
+
+def test_a_side_must_hold_over_both_samples(tmp_path: Path) -> None:
+    """Rank 2 read at the second sample where rank 0 waits (`transforms.bundle_with_stack_like`):
+    its collective moved between the samples, so no side stands and there is no cause."""
+    src = _unpacked("train_mismatch", tmp_path / "src")
+    moved = tf.bundle_with_stack_like(src, tmp_path / "moved", pid=4, sample=1, like=2)
+    v = analyse_bundle(moved).diagnosis.verdict
+    assert "collective-mismatch-cause" not in {f.rule for f in v.findings}
+    assert "wait in different collectives" not in v.summary
+    assert "summary_by" not in v.extra or v.extra["summary_by"] != "parts/stacks:collective_mismatch"
+
+
+def _recorded(name: str) -> tuple[Snapshot, object]:
+    a = analyse_bundle(MISMATCH / f"{name}.tar.gz")
+    assert a.snapshot is not None and a.topology is not None
+    return a.snapshot, a.topology
+
+
+def test_the_tp_ranks_of_one_engine_are_a_group_too() -> None:
+    """The same real processes read as one engine's TP schedulers (`transforms.topology_as_one_
+    engine`): the rule is the group's, not the train ranks'."""
+    snap, topo = _recorded("train_mismatch")
+    v = diagnose(snap, tf.topology_as_one_engine(topo, ENGINE)).verdict
+    assert v.summary.endswith(
+        f"the TP ranks of engine {ENGINE} wait in different collectives: scheduler TP0 (pid 2), "
+        f"scheduler TP1 (pid 3) in {MODEL}; scheduler TP2 (pid 4) in {DATA} (nothing tells "
+        "which side took the wrong path)"
+    ), v.summary
+
+
+def test_ras_launch_counts_tell_which_side_entered_a_collective_the_others_never_will() -> None:
+    """A real NCCL RAS answer (Broadcast launched by rank 0, none by rank 1; 2x H200) read at both
+    samples with the same counts, its ranks moved onto the recording's pids 2 (the all_reduce side)
+    and 4 (the all_gather_object side) by `transforms.ras_communicators_joined`: the all_reduce side
+    launched a collective the other never did. The weak "nothing says which" finding gives way to
+    the cause's account."""
+    snap, topo = _recorded("train_mismatch")
+    report = tf.ras_communicators_joined((parse_ras(RAS_REAL.read_text()),), {571: 2, 572: 4}, "")
+    report = tf.ras_communicators_joined((report,), {2: 2, 4: 4}, None)
+    ras = tuple(Observed("nccl_ras", None, s, report) for s in (0, 1))
+    joined = Snapshot(snap.manifest, snap.observed + ras)
+    world = build_world(joined, topo)  # type: ignore[arg-type]
+    (m,) = stacks.collective_mismatches(world)
+    ahead, behind = m.sides
+    assert [p.pid for p in ahead.procs] == [2, 3] and [p.pid for p in behind.procs] == [4]
+    assert m.told == (
+        f"NCCL RAS communicator {report.communicators[0].hash}: {ahead.who} launched Broadcast up "
+        f"to 1, {behind.who} fewer: it entered a collective the others never will",
+    )
+    v = diagnose(joined, topo).verdict  # type: ignore[arg-type]
+    assert v.summary.endswith(f"({m.told[0]})"), v.summary
+    cause = next(f for f in v.findings if f.rule == "collective-mismatch-cause")
+    assert m.told[0] in cause.evidence
+    assert "collective-mismatch" not in {f.rule for f in v.findings}
+
+
+def _fr_world_native() -> Verdict:
+    """slime PR#862's two real Gloo ranks, `--native` stacks (rank 0 in its broadcast handle's
+    `c10d::Work::wait` under sync_actor_critic_data, rank 1 in the step's all_reduce) at both
+    samples, with both ranks' flight-recorder dumps."""
+    pids = {int(r): p for r, p in json.loads((FR_MISMATCH / "pids.json").read_text()).items()}
+    stacks = tuple(
+        as_obs(
+            pids[r],
+            s,
+            *parse_pyspy_json((FR_MISMATCH / f"rank{r}.native.json").read_text()).threads,
+        )
+        for r in (0, 1)
+        for s in (0, 1)
+    )
+    flight = tuple(
+        Observed(
+            "flight_recorder",
+            "10.0.0.1",
+            0,
+            parse_flight_recorder(
+                (FR_MISMATCH / f"fr_mismatch_rank_{r}.pkl").read_bytes(), rank=r, pid=pids[r]
+            ),
+        )
+        for r in (0, 1)
+    )
+    topo = topology(
+        *(
+            member(Role.TRAIN_RANK, pids[r], cls="MegatronTrainRayActor", method="train", rank=r)
+            for r in (0, 1)
+        )
+    )
+    return diagnose(snapshot(stacks=stacks, flight=flight, jobs=(running_job(),)), topo).verdict
+
+
+def test_the_flight_recorder_tells_each_side_and_the_headline_is_the_mismatch() -> None:
+    """The flight recorder's sequence numbers say what each side entered that the other never
+    did; its own findings and culprits (both ranks, each behind in the group the other waits in)
+    stand beside the one headline, which the cause's rule decided."""
+    v = _fr_world_native()
+    assert v.summary.startswith(
+        "Hung in train step: the train ranks wait in different collectives: train rank 0 in "
+        "c10d::Work::wait at slime/backends/megatron_utils/data.py:"
+    ), v.summary
+    assert "train rank 1 in all_reduce at slime/backends/megatron_utils/model.py:" in v.summary
+    assert v.extra["summary_by"] == "parts/stacks:collective_mismatch"
+    cause = next(f for f in v.findings if f.rule == "collective-mismatch-cause")
+    told = [e for e in cause.evidence if e.startswith("flight recorder")]
+    assert any(
+        e.startswith("flight recorder: train rank 0 entered gloo:broadcast #2")
+        and "which train rank 1 never entered" in e
+        for e in told
+    ), told
+    assert any(
+        e.startswith("flight recorder: train rank 1 entered gloo:all_reduce #4")
+        and "which train rank 0 never entered" in e
+        for e in told
+    ), told
+    assert sorted(c.rank for c in v.culprits) == [0, 1]  # the flight recorder's, as before
+    assert "fr-collective-not-joined" in {f.rule for f in v.findings}
+
+
+def test_the_call_site_is_the_first_frame_outside_the_communication_layers() -> None:
+    """On the recording's rank 2 (plain and --native): torch's all_gather inside all_gather_object
+    and c10d_logger's wrapper are passed over; the call is `all_gather_object`, issued at
+    gather_log_data (data.py:6)."""
+    snap, topo = _recorded("train_mismatch-native")
+    world = build_world(snap, topo)  # type: ignore[arg-type]
+    rank2 = world.train_rank(2)
+    assert rank2 is not None and rank2.latest is not None
+    call = collective_call(rank2.latest.primary)
+    assert call is not None and call.where == DATA
+    assert [m.text for m in stacks.collective_mismatches(world)] == [
+        f"the train ranks wait in different collectives: train ranks 0, 1 in {MODEL}; "
+        f"train rank 2 in {DATA}"
+    ]
