@@ -84,7 +84,9 @@ def test_a_side_must_hold_over_both_samples(tmp_path: Path) -> None:
     v = analyse_bundle(moved).diagnosis.verdict
     assert "collective-mismatch-cause" not in {f.rule for f in v.findings}
     assert "wait in different collectives" not in v.summary
-    assert "summary_by" not in v.extra or v.extra["summary_by"] != "parts/stacks:collective_mismatch"
+    assert (
+        "summary_by" not in v.extra or v.extra["summary_by"] != "parts/stacks:collective_mismatch"
+    )
 
 
 def _recorded(name: str) -> tuple[Snapshot, object]:

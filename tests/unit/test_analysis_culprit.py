@@ -273,7 +273,9 @@ def test_unresponsive_engine_whose_scheduler_waits_in_the_broadcast_is_only_weak
     (s,) = engines.suspects(_reads(world))
     assert s.weight == WEAK and s.waits_elsewhere
     assert "same collective as the trainers" in s.why
-    alone = build_world(snapshot(samples=1, stacks=(as_obs(411, 0, sched),), http=snap.joined(HTTP_ANSWERS)), topo)
+    alone = build_world(
+        snapshot(samples=1, stacks=(as_obs(411, 0, sched),), http=snap.joined(HTTP_ANSWERS)), topo
+    )
     (s,) = engines.suspects(_reads(alone))
     assert s.weight == MEDIUM  # no trainer waits with it: the engine itself is stuck
 
@@ -394,6 +396,13 @@ def test_ranks_in_different_collectives_name_no_rank_without_the_flight_recorder
     finding = next(f for f in v.findings if f.rule == "collective-mismatch")
     assert "weak: arm the flight recorder" in finding.message
     assert op in finding.evidence[0] and "all_reduce" in finding.evidence[0]
+    # issue 45 item 3: the mismatch is the headline, each side with the line that issued its
+    # collective (the whitening all_reduce in distributed_utils.py), nobody blamed
+    assert (
+        "the train ranks wait in different collectives: train ranks 0, 1 in all_reduce at "
+        "slime/utils/distributed_utils.py:" in v.summary
+    ), v.summary
+    assert "nothing tells which side took the wrong path" in v.summary
 
 
 @pytest.mark.parametrize("native", [False, True], ids=["plain", "native"])

@@ -46,9 +46,10 @@ PARALLEL_STATE_PY = "megatron/core/parallel_state.py"
 
 # Megatron's communication layers (`lookup.COMM_LAYERS`): the process groups (parallel_state),
 # the pipeline's p2p send / recv and the tensor-parallel mappings' collectives
-# (core_r0.14 megatron/core/tensor_parallel/mappings.py `_reduce`, `_gather_along_first_dim`, ...)
+# (core_r0.14 megatron/core/tensor_parallel/mappings.py `_reduce`, `_gather_along_first_dim`, ...);
+# without the leading `megatron/`, which py-spy may leave out (as CHECKPOINT_FRAMES's)
 COMM_LAYERS: tuple[tuple[str, str], ...] = (
-    (ANY, PARALLEL_STATE_PY),
-    (ANY, "megatron/core/pipeline_parallel/p2p_communication.py"),
-    (ANY, "megatron/core/tensor_parallel/mappings.py"),
+    (ANY, "core/parallel_state.py"),
+    (ANY, "core/pipeline_parallel/p2p_communication.py"),
+    (ANY, "core/tensor_parallel/mappings.py"),
 )
