@@ -377,10 +377,11 @@ def _train_world(world: str, native: bool) -> Verdict:
     ("world", "op"),
     [
         # slime PR#393: two ranks in distributed_masked_whiten's all_reduce, a PP stage in its recv
-        ("whiten", "recv"),
+        ("whiten", "recv_forward"),
         # two ranks in the whitening all_reduce, the third in gather_log_data's gather_object on
-        # slime's gloo group: with --native all three wait in c10d::Work::wait
-        ("mixed", "all_gather"),
+        # slime's gloo group: with --native all three wait in c10d::Work::wait (the op is the one
+        # the job called: gather_object, not the all_gather inside it)
+        ("mixed", "gather_object"),
     ],
 )
 def test_ranks_in_different_collectives_name_no_rank_without_the_flight_recorder(

@@ -1,5 +1,7 @@
 """Stacks: the process that is not in the collective its peers (train ranks, one engine's
-schedulers) wait in, or the odd collective out; and, between the samples, a process that moved to
+schedulers) wait in, or the odd collective out; ranks of one group that wait in different
+collectives at both samples, the hang's cause (`collective_mismatch`: each side's ranks, collective
+and call site, and what tells the sides apart); and, between the samples, a process that moved to
 another stage (work) or sat in the same wait (frozen)."""
 
 from __future__ import annotations
@@ -242,8 +244,9 @@ def _collective_minority(in_coll: list[Proc], role: Role) -> list[Suspect]:
     collectives (slime PR#393's whitening all_reduce beside a PP stage's recv, PR#862's
     mismatched broadcasts) show that some rank took a path the others did not, never which: the
     minority is as likely to be right as the majority, and with NCCL the frames are the next CUDA
-    sync, not the collective. `mismatches` reports them (weak), the flight recorder's sequence
-    numbers and NCCL RAS's counts decide."""
+    sync, not the collective. `mismatches` reports them (weak) and `collective_mismatch` makes
+    them the cause, each side with its call site; the flight recorder's sequence numbers, NCCL
+    RAS's counts and NVML's spinning GPUs tell the sides apart."""
     return []
 
 
@@ -273,7 +276,8 @@ def mismatches(world: World) -> list[str]:
 
 
 def _wait_of(world: World, p: Proc) -> str:
-    """Where a rank waits: its collective and the call it is in."""
+    """Where a rank waits: its collective and the line of the job's code that issued it (as the
+    mismatch cause's sides read), else the call it is in."""
     read = p.latest
     if read is None:
         return "?"
@@ -281,6 +285,9 @@ def _wait_of(world: World, p: Proc) -> str:
         return f"native code ({read.describe()}: perhaps a collective's own wait)"
     if not read.primary.in_collective:
         return f"a collective its GPU spins in ({read.describe()})"
+    call = collective_call(read.primary)
+    if read.block is Block.COLLECTIVE and call is not None:
+        return call.where
     frame = read.primary.stage_frame or read.primary.top
     where = f" ({split_name(frame.name)[1]})" if frame is not None else ""
     return f"{_op_of(read)}{where}"
