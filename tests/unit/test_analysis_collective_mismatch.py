@@ -24,19 +24,21 @@ from slime_hangdoctor.analysis.readers.pyspy import collective_call
 from slime_hangdoctor.analysis.world import build_world
 from slime_hangdoctor.parsers.flight_recorder import parse_flight_recorder
 from slime_hangdoctor.parsers.nccl_ras import parse_ras
+from slime_hangdoctor.parsers.nvml import parse_nvml_series
 from slime_hangdoctor.parsers.pyspy import parse_pyspy_json
 from slime_hangdoctor.pipeline import analyse_bundle
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.source_spec import Observed
 from slime_hangdoctor.verdict import Role, Stage, Status, Verdict
 from tests.fixtures import transforms as tf
-from tests.unit.analysis_builders import member, running_job, snapshot, topology
+from tests.unit.analysis_builders import NODE, member, running_job, snapshot, topology
 from tests.unit.recorded_stacks import as_obs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MISMATCH = FIXTURES / "analysis" / "mismatch"
 FR_MISMATCH = FIXTURES / "real" / "local-cpu-gloo-fr-mismatch"
-RAS_REAL = FIXTURES / "real" / "gpu-2xh200-nccl-broadcast-hang" / "run3_hang.ras.json"
+GPU_REAL = FIXTURES / "real" / "gpu-2xh200-nccl-broadcast-hang"
+RAS_REAL = GPU_REAL / "run3_hang.ras.json"
 MODEL = "all_reduce at slime/backends/megatron_utils/model.py:7 (train_one_step)"
 DATA = "all_gather_object at slime/backends/megatron_utils/data.py:6 (gather_log_data)"
 ENGINE = "http://127.0.0.1:31000"
@@ -133,10 +135,10 @@ def test_ras_launch_counts_tell_which_side_entered_a_collective_the_others_never
     assert "collective-mismatch" not in {f.rule for f in v.findings}
 
 
-def _fr_world_native() -> Verdict:
+def _fr_world_native(flight_recorder: bool = True, nvml: str | None = None) -> Verdict:
     """slime PR#862's two real Gloo ranks, `--native` stacks (rank 0 in its broadcast handle's
     `c10d::Work::wait` under sync_actor_critic_data, rank 1 in the step's all_reduce) at both
-    samples, with both ranks' flight-recorder dumps."""
+    samples, with both ranks' flight-recorder dumps (or not), and an NVML series (or none)."""
     pids = {int(r): p for r, p in json.loads((FR_MISMATCH / "pids.json").read_text()).items()}
     stacks = tuple(
         as_obs(
@@ -157,14 +159,17 @@ def _fr_world_native() -> Verdict:
             ),
         )
         for r in (0, 1)
+        if flight_recorder
     )
+    gpus = (Observed("nvml", NODE, 0, parse_nvml_series(nvml)),) if nvml is not None else ()
     topo = topology(
         *(
             member(Role.TRAIN_RANK, pids[r], cls="MegatronTrainRayActor", method="train", rank=r)
             for r in (0, 1)
         )
     )
-    return diagnose(snapshot(stacks=stacks, flight=flight, jobs=(running_job(),)), topo).verdict
+    snap = snapshot(stacks=stacks, flight=flight, jobs=(running_job(),), observed=gpus)
+    return diagnose(snap, topo).verdict
 
 
 def test_the_flight_recorder_tells_each_side_and_the_headline_is_the_mismatch() -> None:
@@ -192,6 +197,32 @@ def test_the_flight_recorder_tells_each_side_and_the_headline_is_the_mismatch() 
     ), told
     assert sorted(c.rank for c in v.culprits) == [0, 1]  # the flight recorder's, as before
     assert "fr-collective-not-joined" in {f.rule for f in v.findings}
+
+
+def test_a_gpu_spinning_in_a_collective_beside_an_idle_one_tells_the_sides_apart() -> None:
+    """No flight recorder; the real NVML series of the H200 train-stuck run (GPU 0 busy-waiting in
+    an NCCL collective: util 100 %, memory util 0; GPU 1 idle), its processes moved onto PR#862's
+    ranks (`transforms.nvml_pids_relabelled`: GPU 0 to rank 1, in the step's all_reduce; GPU 1 to
+    rank 0, waiting on its broadcast handle): rank 1 entered a collective on its GPU that rank 0,
+    waiting on its CPU, never did. Each reading alone, the sides' GPUs alike, tells nothing."""
+    pids = {int(r): p for r, p in json.loads((FR_MISMATCH / "pids.json").read_text()).items()}
+    real = (GPU_REAL / "run3_train_stuck.nvml.json").read_text()
+    v = _fr_world_native(False, tf.nvml_pids_relabelled(real, {708: pids[1], 709: pids[0]}))
+    cause = next(f for f in v.findings if f.rule == "collective-mismatch-cause")
+    (told,) = [e for e in cause.evidence if e.startswith("NVML")]
+    assert told.startswith("NVML: the GPUs of train rank 1 busy-wait in a collective kernel (GPU 0")
+    assert told.endswith(
+        "while those of train rank 0 are idle: train rank 1 entered a collective the others "
+        "never will"
+    )
+    assert v.summary.endswith(f"({told})"), v.summary
+    assert "collective-mismatch" not in {f.rule for f in v.findings}
+    # both GPUs busy-waiting (GPU 1 read as GPU 0, `transforms.nvml_gpu_like` on the series):
+    # nothing tells the sides apart, nobody is blamed
+    both = tf.nvml_pids_relabelled(real, {708: pids[1], 709: pids[0]})
+    v = _fr_world_native(False, tf.nvml_gpu_like(both, gpu=1, like=0))
+    assert v.summary.endswith("(nothing tells which side took the wrong path)"), v.summary
+    assert v.culprits == ()
 
 
 def test_the_call_site_is_the_first_frame_outside_the_communication_layers() -> None:
