@@ -520,8 +520,10 @@ def collective_mismatch(reading: Reading) -> Cause | None:
     (its ranks, the collective, the line of the job's code that issued it) and, where a source
     tells them apart, which side entered a collective the others never will. Nothing else names a
     side: a minority is not proof, and with NCCL a CPU frame is the next sync, not the collective."""
+    if reading.status is not Status.HUNG:
+        return None
     found = collective_mismatches(reading.world)
-    if not found or reading.status is not Status.HUNG:
+    if not found:
         return None
     m = found[0]
     told = "; ".join(m.told) if m.told else "nothing tells which side took the wrong path"
