@@ -458,24 +458,31 @@ def _fr_not_joined(world: World, sides: tuple[Side, ...], g: FrGroup) -> list[st
     return out
 
 
-def _told_by_ras(world: World, sides: tuple[Side, ...]) -> list[str]:
-    """NCCL RAS, read at both samples with the same counts: the ranks of one side launched a
-    collective more often than ranks of another side did."""
+def _frozen_comms(world: World) -> set[str]:
+    """RAS communicators read at two samples or more with the same counts every time."""
     counts: dict[str, set[tuple[tuple[int, str, int], ...]]] = {}
-    latest = max((o.sample for o in world.snapshot.facts(RAS_SPEC)), default=None)
+    samples: dict[str, set[int]] = {}
     for obs in world.snapshot.facts(RAS_SPEC):
         for comm in obs.fact.communicators:
             key = tuple(
                 sorted((r.rank, op, n) for r in comm.ranks for op, n in r.collective_counts.items())
             )
             counts.setdefault(comm.hash, set()).add(key)
+            samples.setdefault(comm.hash, set()).add(obs.sample)
+    return {h for h, keys in counts.items() if len(keys) == 1 and len(samples[h]) >= 2}
+
+
+def _told_by_ras(world: World, sides: tuple[Side, ...]) -> list[str]:
+    """NCCL RAS, read at both samples with the same counts: the ranks of one side launched a
+    collective more often than the ranks of another side did (counts that moved, or were read
+    once, prove nothing: launch skew in a busy job reads the same)."""
+    frozen = _frozen_comms(world)
+    latest = max((o.sample for o in world.snapshot.facts(RAS_SPEC)), default=None)
     out: list[str] = []
     for obs in world.snapshot.facts(RAS_SPEC):
-        if obs.sample != latest:
-            continue
         for comm in obs.fact.communicators:
-            if len(counts.get(comm.hash, ())) != 1:
-                continue  # the counts moved between the samples (or were read once): no proof
+            if obs.sample != latest or comm.hash not in frozen:
+                continue
             for op, (behind, top) in behind_by_op(comm).items():
                 late = {id(r) for r in behind}
                 ahead = {
