@@ -243,3 +243,22 @@ def test_the_call_site_is_the_first_frame_outside_the_communication_layers() -> 
         f"the train ranks wait in different collectives: train ranks 0, 1 in {MODEL}; "
         f"train rank 2 in {DATA}"
     ]
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["plain", "native"])
+def test_sglangs_parallel_state_is_a_communication_layer(native: bool) -> None:
+    """A real Gloo process whose scheduler waits in torch's recv under SGLang's
+    `GroupCoordinator.recv_tensor_dict` (sglang/srt/distributed/parallel_state.py, blame-shapes'
+    `pp` rank 0): the collective is SGLang's `recv_tensor_dict`, issued by the scheduler's
+    `_pp_recv_dict_from_prev_stage`."""
+    shapes = FIXTURES / "real" / "blame-shapes"
+    suffix = ".native" if native else ""
+    stack = parse_pyspy_json((shapes / f"pp_rank0{suffix}.json").read_text())
+    world = build_world(snapshot(stacks=(as_obs(7, 0, *stack.threads),)), topology())
+    proc = world.find(7, NODE)
+    assert proc is not None and proc.latest is not None
+    call = collective_call(proc.latest.primary)
+    assert call is not None and call.op == "recv_tensor_dict"
+    assert call.where.startswith(
+        "recv_tensor_dict at sglang/srt/managers/scheduler_pp_mixin.py:"
+    ) and call.where.endswith("(_pp_recv_dict_from_prev_stage)")
