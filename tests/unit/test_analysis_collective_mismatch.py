@@ -262,3 +262,14 @@ def test_sglangs_parallel_state_is_a_communication_layer(native: bool) -> None:
     assert call.where.startswith(
         "recv_tensor_dict at sglang/srt/managers/scheduler_pp_mixin.py:"
     ) and call.where.endswith("(_pp_recv_dict_from_prev_stage)")
+
+
+def test_summary_by_names_the_culprits_rule_where_a_culprit_decided() -> None:
+    """Where no cause is the answer, the summary is the first culprit's first reason, and
+    `extra.summary_by` names that reason's rule (demo `train_rank_extra_step`: rank 1 in an
+    all_reduce its finished peer never enters; not a mismatch, one side has returned)."""
+    v = analyse_bundle(FIXTURES / "analysis" / "demo" / "train_rank_extra_step.tar.gz")
+    verdict = v.diagnosis.verdict
+    assert verdict.culprits and "wait in different collectives" not in verdict.summary
+    assert verdict.extra["summary_by"] == verdict.culprits[0].by[0]
+    assert verdict.culprits[0].why.split(" | ")[0] in verdict.summary
