@@ -273,3 +273,16 @@ def test_summary_by_names_the_culprits_rule_where_a_culprit_decided() -> None:
     assert verdict.culprits and "wait in different collectives" not in verdict.summary
     assert verdict.extra["summary_by"] == verdict.culprits[0].by[0]
     assert verdict.culprits[0].why.split(" | ")[0] in verdict.summary
+
+
+def test_the_reports_name_the_rule_that_decided_the_summary() -> None:
+    """Markdown and HTML print the summary's rule beside it, as they print each finding's."""
+    from slime_hangdoctor.render.html import render_html
+    from slime_hangdoctor.render.markdown import render_markdown
+
+    d = analyse_bundle(MISMATCH / "train_mismatch.tar.gz").diagnosis
+    md = render_markdown(d).splitlines()[2]
+    assert md.startswith("**Hung in train step: the train ranks wait in different collectives")
+    assert md.endswith("** · by `parts/stacks:collective_mismatch`")
+    html = render_html(d)
+    assert '<span class="by">by <code>parts/stacks:collective_mismatch</code></span></p>' in html
