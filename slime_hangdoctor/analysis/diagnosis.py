@@ -420,11 +420,15 @@ def _summary(
     return str(status.value)
 
 
-def _headline_cause(status: Status, causes: list[Cause]) -> Cause | None:
-    """The first known cause that is the hang's answer (`Cause.headline`), where the job hangs."""
+def _headline_cause(
+    status: Status, causes: list[Cause], culprits: tuple[Merged, ...]
+) -> Cause | None:
+    """The first known cause that is the hang's answer (`Cause.headline`), where the job hangs
+    and every culprit is one of the processes it explains (`Cause.about`)."""
     if status is not Status.HUNG:
         return None
-    return next((c for c in causes if c.headline), None)
+    pids = [m.culprit().pid for m in culprits]
+    return next((c for c in causes if c.headline and all(p in c.about for p in pids)), None)
 
 
 def _summary_by(
@@ -752,7 +756,7 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
     current = current_stage(world)
     culprits = _marked_dead(ctx)  # is_dead read once per culprit; the summary reads the first's
     top_dead = bool(culprits) and culprits[0].dead
-    decided = _headline_cause(d.status, causes)
+    decided = _headline_cause(d.status, causes, d.culprits)
     verdict = Verdict(
         status=d.status,
         stage=d.stage,

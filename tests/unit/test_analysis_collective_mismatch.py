@@ -286,3 +286,26 @@ def test_the_reports_name_the_rule_that_decided_the_summary() -> None:
     assert md.endswith("** · by `parts/stacks:collective_mismatch`")
     html = render_html(d)
     assert '<span class="by">by <code>parts/stacks:collective_mismatch</code></span></p>' in html
+
+
+def test_a_culprit_the_mismatch_does_not_explain_keeps_the_headline(tmp_path: Path) -> None:
+    """The recording's three ranks beside the demo job `rollout_engine_stuck` (its stuck engine
+    the culprit; its own train ranks' stacks left out by `transforms.bundle_without_targets`,
+    the two recordings' facts in one snapshot): the mismatch is still a finding, but the engine,
+    which it does not explain, keeps the headline and decides it."""
+    from slime_hangdoctor.topology import build_topology
+    from tests.unit.demo_bundles import unpacked
+
+    demo = tf.bundle_without_targets(
+        unpacked("rollout_engine_stuck", tmp_path / "demo"),
+        tmp_path / "cut",
+        "pyspy",
+        ("pid2999", "pid2933"),
+    )
+    a, b = analyse_bundle(MISMATCH / "train_mismatch.tar.gz"), analyse_bundle(demo)
+    assert a.snapshot is not None and b.snapshot is not None
+    joined = Snapshot(b.snapshot.manifest, b.snapshot.observed + a.snapshot.observed)
+    v = diagnose(joined, build_topology(joined)).verdict
+    assert "collective-mismatch-cause" in {f.rule for f in v.findings}
+    assert v.culprits[0].pid == 2870 and "wait in different collectives" not in v.summary
+    assert v.extra["summary_by"] == v.culprits[0].by[0]

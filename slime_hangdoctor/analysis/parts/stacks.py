@@ -548,7 +548,8 @@ def collective_mismatch(reading: Reading) -> Cause | None:
         f"{m.text[0].upper()}{m.text[1:]}: {told}",
         tuple(evidence),
     )
-    return Cause(finding, tuple(steps), headline=f"{m.text} ({told})")
+    about = frozenset(p.pid for side in m.sides for p in side.procs)
+    return Cause(finding, tuple(steps), headline=f"{m.text} ({told})", about=about)
 
 
 def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
