@@ -397,6 +397,7 @@ def _summary(
     progress: Progress,
     current: Stage | None,
     dead: bool = False,
+    cause: Cause | None = None,
 ) -> str:
     if status is Status.PROGRESSING:
         what = "; ".join(s.text() for s in progress.progress[:2]) or "activity seen"
@@ -404,6 +405,8 @@ def _summary(
         return f"Progressing{where}: {what}"
     if status is Status.HUNG:
         where = f"in {stage.label}" if stage is not Stage.UNKNOWN else "(stage unknown)"
+        if cause is not None and cause.headline and not dead:
+            return f"Hung {where}: {cause.headline}"  # the cause is the answer (summary_by)
         if culprits:
             c = culprits[0].culprit()
             who = culprit_label(c)
@@ -415,6 +418,29 @@ def _summary(
     if status is Status.UNKNOWN:
         return "Could not tell: no source that shows progress or a hang was readable"
     return str(status.value)
+
+
+def _headline_cause(
+    status: Status, causes: list[Cause], culprits: tuple[Merged, ...]
+) -> Cause | None:
+    """The first known cause that is the hang's answer (`Cause.headline`), where the job hangs
+    and every culprit is one of the processes it explains (`Cause.about`)."""
+    if status is not Status.HUNG:
+        return None
+    pids = [m.culprit().pid for m in culprits]
+    return next((c for c in causes if c.headline and all(p in c.about for p in pids)), None)
+
+
+def _summary_by(
+    cause: Cause | None, culprits: tuple[Culprit, ...], dead: bool
+) -> dict[str, object]:
+    """The rule that decided the headline (`extra.summary_by`): the cause's, else the first
+    culprit's first reason's (docs/verdict.md, "Provenance")."""
+    if cause is not None and cause.headline and not dead and cause.finding.by:
+        return {"summary_by": cause.finding.by}
+    if culprits and culprits[0].by:
+        return {"summary_by": culprits[0].by[0]}
+    return {}
 
 
 def _marked_dead(ctx: advice.Context) -> tuple[Culprit, ...]:
@@ -730,10 +756,11 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
     current = current_stage(world)
     culprits = _marked_dead(ctx)  # is_dead read once per culprit; the summary reads the first's
     top_dead = bool(culprits) and culprits[0].dead
+    decided = _headline_cause(d.status, causes, d.culprits)
     verdict = Verdict(
         status=d.status,
         stage=d.stage,
-        summary=_summary(d.status, d.stage, d.culprits, progress, current, top_dead),
+        summary=_summary(d.status, d.stage, d.culprits, progress, current, top_dead, decided),
         culprits=culprits,
         findings=tuple(_findings(d, reading, causes)),
         next_steps=_steps(ctx, reading, causes),
@@ -741,7 +768,7 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
         window_s=snapshot.window_s,
         confidence=confidence,
         suspected=_suspected(d.status, confidence, d.culprits, progress),
-        extra=_extra(world, engines, current),
+        extra=_extra(world, engines, current) | _summary_by(decided, culprits, top_dead),
     )
     waits = find_waits(world, engines, d.culprits) if d.status is Status.HUNG else ()
     rows = build_rows(world, d.culprits)

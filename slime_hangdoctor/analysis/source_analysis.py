@@ -147,6 +147,13 @@ class Cause:
 
     finding: Finding
     steps: tuple[str | NextStep, ...] = ()
+    # the verdict's headline, where this cause is the answer (ranks in different collectives):
+    # the summary reads `Hung in <stage>: <headline>`, decided by the cause's rule (its finding's
+    # `by`, also the verdict's `extra.summary_by`); the first such cause, in the parts' order.
+    # It stands over the culprits only where each is one of `about` (the processes the cause
+    # explains: a flight recorder's ranks of the mismatch); another culprit keeps the headline
+    headline: str | None = None
+    about: frozenset[int] = frozenset()
 
 
 def cause(
@@ -355,7 +362,7 @@ def known_causes(reading: Reading) -> list[Cause]:
             c = rule(reading)
             if c is not None:
                 finding = dataclasses.replace(c.finding, by=by_of(rule))
-                out.append(Cause(finding, tuple(steps_by(c.steps, rule))))
+                out.append(Cause(finding, tuple(steps_by(c.steps, rule)), c.headline, c.about))
     return out
 
 

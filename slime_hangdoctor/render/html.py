@@ -144,7 +144,7 @@ def _verdict_panel(d: Diagnosis) -> str:
     return (
         f'<section id="verdict" class="panel status-{_e(v.status.value)}">'
         f"<h1>{_e(headline(v))}</h1>"
-        f'<p class="summary">{_e(v.summary)}</p>'
+        f'<p class="summary">{_e(v.summary)}{_by(_summary_by(v))}</p>'
         f'<div class="facts">{facts}</div></section>'
     )
 
@@ -408,6 +408,12 @@ def _findings(v: Verdict) -> str:
             f"<code>{_e(f.rule)}</code>{_by(f.by)}{evidence}</li>"
         )
     return f'<section id="findings"><h2>Findings</h2><ul>{"".join(items)}</ul></section>'
+
+
+def _summary_by(v: Verdict) -> str | None:
+    """The rule that decided the summary (`extra.summary_by`, docs/verdict.md "Provenance")."""
+    by = v.extra.get("summary_by")
+    return by if isinstance(by, str) else None
 
 
 def _by(*rules: str | None) -> str:

@@ -61,7 +61,7 @@ def render_markdown(diagnosis: Diagnosis) -> str:
     diagnosis = printable_diagnosis(diagnosis)
     verdict = diagnosis.verdict
     steps = split_steps(verdict)
-    parts = [_heading(verdict), f"**{_text(verdict.summary)}**", _facts_table(diagnosis)]
+    parts = [_heading(verdict), _summary(verdict), _facts_table(diagnosis)]
     if verdict.culprits:
         parts.append(_culprits(verdict.culprits))
     if steps.top:
@@ -85,7 +85,7 @@ def render_markdown_brief(diagnosis: Diagnosis) -> str:
     spots that could change the verdict (Diagnosis.doubts)."""
     diagnosis = printable_diagnosis(diagnosis)
     verdict = diagnosis.verdict
-    parts = [_heading(verdict), f"**{_text(verdict.summary)}**", _facts_table(diagnosis)]
+    parts = [_heading(verdict), _summary(verdict), _facts_table(diagnosis)]
     if verdict.culprits:
         parts.append(_culprits(verdict.culprits, reasons=1))
     if top := split_steps(verdict).top:
@@ -96,6 +96,12 @@ def render_markdown_brief(diagnosis: Diagnosis) -> str:
         parts.append(f"{others} other blind spot(s): the full report (without --brief) lists them.")
     parts.append(_footer())
     return "\n\n".join(parts) + "\n"
+
+
+def _summary(verdict: Verdict) -> str:
+    """The summary in bold, with the rule that decided it (`extra.summary_by`: provenance)."""
+    by = verdict.extra.get("summary_by")
+    return f"**{_text(verdict.summary)}**" + (f" · by {_code(by)}" if isinstance(by, str) else "")
 
 
 def _steps(title: str, steps: tuple[str, ...], first: int) -> str:

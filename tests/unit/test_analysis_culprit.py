@@ -273,7 +273,9 @@ def test_unresponsive_engine_whose_scheduler_waits_in_the_broadcast_is_only_weak
     (s,) = engines.suspects(_reads(world))
     assert s.weight == WEAK and s.waits_elsewhere
     assert "same collective as the trainers" in s.why
-    alone = build_world(snapshot(samples=1, stacks=(as_obs(411, 0, sched),), http=snap.joined(HTTP_ANSWERS)), topo)
+    alone = build_world(
+        snapshot(samples=1, stacks=(as_obs(411, 0, sched),), http=snap.joined(HTTP_ANSWERS)), topo
+    )
     (s,) = engines.suspects(_reads(alone))
     assert s.weight == MEDIUM  # no trainer waits with it: the engine itself is stuck
 
@@ -376,10 +378,11 @@ def _train_world(world: str, native: bool) -> Verdict:
     ("world", "op"),
     [
         # slime PR#393: two ranks in distributed_masked_whiten's all_reduce, a PP stage in its recv
-        ("whiten", "recv"),
+        ("whiten", "recv_forward"),
         # two ranks in the whitening all_reduce, the third in gather_log_data's gather_object on
-        # slime's gloo group: with --native all three wait in c10d::Work::wait
-        ("mixed", "all_gather"),
+        # slime's gloo group: with --native all three wait in c10d::Work::wait (the op is the one
+        # the job called: gather_object, not the all_gather inside it)
+        ("mixed", "gather_object"),
     ],
 )
 def test_ranks_in_different_collectives_name_no_rank_without_the_flight_recorder(
@@ -395,6 +398,13 @@ def test_ranks_in_different_collectives_name_no_rank_without_the_flight_recorder
     finding = next(f for f in v.findings if f.rule == "collective-mismatch")
     assert "weak: arm the flight recorder" in finding.message
     assert op in finding.evidence[0] and "all_reduce" in finding.evidence[0]
+    # issue 45 item 3: the mismatch is the headline, each side with the line that issued its
+    # collective (the whitening all_reduce in distributed_utils.py), nobody blamed
+    assert (
+        "the train ranks wait in different collectives: train ranks 0, 1 in all_reduce at "
+        "slime/utils/distributed_utils.py:" in v.summary
+    ), v.summary
+    assert "nothing tells which side took the wrong path" in v.summary
 
 
 @pytest.mark.parametrize("native", [False, True], ids=["plain", "native"])

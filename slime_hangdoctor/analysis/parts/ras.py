@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slime_hangdoctor.analysis.readers.nccl_ras import RAS
+from slime_hangdoctor.analysis.readers.nccl_ras import RAS, behind_by_op
 from slime_hangdoctor.analysis.readers.proof import Moved, Proof, Signal
 from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.source_analysis import (
@@ -35,25 +35,12 @@ MESSAGES = {
 }
 
 
-def _behind_by_op(comm: RasCommunicator) -> dict[str, tuple[list[RasRank], int]]:
-    """Per collective whose launch counts differ: the ranks behind, and the top count."""
-    out: dict[str, tuple[list[RasRank], int]] = {}
-    for op in sorted({op for r in comm.ranks for op in r.collective_counts}):
-        counts = [(r, r.collective_counts.get(op)) for r in comm.ranks if not r.missing]
-        values = [c for _, c in counts if c is not None]
-        if len(values) < 2 or min(values) == max(values):
-            continue
-        top = max(values)
-        out[op] = ([r for r, c in counts if c is not None and c < top], top)
-    return out
-
-
 def ras_mismatch(comm: RasCommunicator) -> str | None:
     """Ranks behind in different collectives: each launched some op its peers did not (slime
     PR#862's broadcasts against an all_reduce, slime#674's broadcasts from different roots): not a
     straggler, a mismatch. The counts per op, in words; None when one set of ranks is behind in
     every op that differs (a straggler)."""
-    by_op = _behind_by_op(comm)
+    by_op = behind_by_op(comm)
     behind = {frozenset(id(r) for r in ranks) for ranks, _ in by_op.values()}
     if len(behind) < 2:
         return None
@@ -67,7 +54,7 @@ def ras_mismatch(comm: RasCommunicator) -> str | None:
 def ras_behind(comm: RasCommunicator) -> tuple[list[RasRank], str]:
     """Ranks behind their peers in some collective's launch count, and which op shows it; none
     where different ranks are behind in different ops (`ras_mismatch`)."""
-    by_op = _behind_by_op(comm)
+    by_op = behind_by_op(comm)
     if ras_mismatch(comm) is not None:
         return [], ""
     for op, (ranks, top) in by_op.items():

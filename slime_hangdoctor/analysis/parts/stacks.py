@@ -1,21 +1,33 @@
 """Stacks: the process that is not in the collective its peers (train ranks, one engine's
-schedulers) wait in, or the odd collective out; and, between the samples, a process that moved to
+schedulers) wait in, or the odd collective out; ranks of one group that wait in different
+collectives at both samples, the hang's cause (`collective_mismatch`: each side's ranks, collective
+and call site, and what tells the sides apart); and, between the samples, a process that moved to
 another stage (work) or sat in the same wait (frozen)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from slime_hangdoctor.analysis.readers.fr_groups import fr_groups
+from slime_hangdoctor.analysis.merge import process_kind
+from slime_hangdoctor.analysis.readers.fr_groups import FrCursor, FrGroup, fr_groups
+from slime_hangdoctor.analysis.readers.nccl_ras import behind_by_op
 from slime_hangdoctor.analysis.readers.nvml import GpuState
 from slime_hangdoctor.analysis.readers.proof import Moved, Proof, Signal
-from slime_hangdoctor.analysis.readers.pyspy import STACKS, ProcessRead
+from slime_hangdoctor.analysis.readers.pyspy import (
+    STACKS,
+    CollectiveCall,
+    ProcessRead,
+    collective_call,
+)
 from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     WEAK,
+    Cause,
     Evidence,
+    Reading,
     Reads,
     SourceAnalysis,
     Suspect,
@@ -25,8 +37,9 @@ from slime_hangdoctor.analysis.source_analysis import (
 )
 from slime_hangdoctor.analysis.world import Proc, World, children_read, children_text
 from slime_hangdoctor.parsers.flight_recorder import SPEC as FLIGHT_RECORDER_SPEC
+from slime_hangdoctor.parsers.nccl_ras import SPEC as RAS_SPEC
 from slime_hangdoctor.topology import MemberKind
-from slime_hangdoctor.verdict import Role
+from slime_hangdoctor.verdict import Finding, NextStep, Role, Severity, Status
 
 MESSAGES = {
     "collective-mismatch": (
@@ -58,6 +71,11 @@ def _op_of(read: ProcessRead) -> str:
 
 
 def peer_groups(world: World) -> list[list[Proc]]:
+    """Processes that run collectives together: the train ranks; the schedulers of one engine."""
+    return world.memo("stacks.peer_groups", lambda: _peer_groups(world))
+
+
+def _peer_groups(world: World) -> list[list[Proc]]:
     """Processes that run collectives together: the train ranks; the schedulers of one engine."""
     groups = [[p for p in world.train_ranks() if p.latest is not None]]
     engines: dict[str, list[Proc]] = {}
@@ -226,8 +244,9 @@ def _collective_minority(in_coll: list[Proc], role: Role) -> list[Suspect]:
     collectives (slime PR#393's whitening all_reduce beside a PP stage's recv, PR#862's
     mismatched broadcasts) show that some rank took a path the others did not, never which: the
     minority is as likely to be right as the majority, and with NCCL the frames are the next CUDA
-    sync, not the collective. `mismatches` reports them (weak), the flight recorder's sequence
-    numbers and NCCL RAS's counts decide."""
+    sync, not the collective. `mismatches` reports them (weak) and `collective_mismatch` makes
+    them the cause, each side with its call site; the flight recorder's sequence numbers, NCCL
+    RAS's counts and NVML's spinning GPUs tell the sides apart."""
     return []
 
 
@@ -257,7 +276,8 @@ def mismatches(world: World) -> list[str]:
 
 
 def _wait_of(world: World, p: Proc) -> str:
-    """Where a rank waits: its collective and the call it is in."""
+    """Where a rank waits: its collective and the line of the job's code that issued it (as the
+    mismatch cause's sides read), else the call it is in."""
     read = p.latest
     if read is None:
         return "?"
@@ -265,14 +285,20 @@ def _wait_of(world: World, p: Proc) -> str:
         return f"native code ({read.describe()}: perhaps a collective's own wait)"
     if not read.primary.in_collective:
         return f"a collective its GPU spins in ({read.describe()})"
+    call = collective_call(read.primary)
+    if read.block is Block.COLLECTIVE and call is not None:
+        return call.where
     frame = read.primary.stage_frame or read.primary.top
     where = f" ({split_name(frame.name)[1]})" if frame is not None else ""
     return f"{_op_of(read)}{where}"
 
 
 def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
-    """Ranks in different collectives, where no flight recorder shows which took the wrong path."""
+    """Ranks in different collectives, where nothing tells which took the wrong path: no flight
+    recorder, and no RAS count or GPU reading that tells the sides apart (`collective_mismatches`)."""
     if reads.world.snapshot.facts(FLIGHT_RECORDER_SPEC):
+        return []
+    if any(m.told for m in collective_mismatches(reads.world)):
         return []
     return [
         Evidence(
@@ -284,6 +310,246 @@ def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
         )
         for text in mismatches(reads.world)
     ]
+
+
+# --------------------------------------------------------------------------- a collective mismatch
+
+
+@dataclass(frozen=True, eq=False)
+class Side:
+    """The ranks of a group that wait in one collective issued from one line of the job's code,
+    the same at every sample; `gpu`: they wait at a CUDA sync while their GPUs busy-wait in a
+    collective kernel (NVML), where an NCCL rank's CPU waits for its collective."""
+
+    procs: tuple[Proc, ...]
+    call: CollectiveCall
+    gpu: bool = False
+
+    @property
+    def who(self) -> str:
+        """`train ranks 0, 1`, `train rank 2`, `scheduler TP1 (pid 7), scheduler TP3 (pid 9)`."""
+        ranks = [p.rank for p in self.procs]
+        if all(p.role is Role.TRAIN_RANK for p in self.procs) and None not in ranks:
+            many = len(ranks) > 1
+            return f"train rank{'s' if many else ''} {', '.join(str(r) for r in ranks)}"
+        return ", ".join(f"{process_kind(p)} (pid {p.pid})" for p in self.procs)
+
+    @property
+    def waits(self) -> str:
+        """`in all_reduce at slime/.../model.py:7 (train_one_step)`."""
+        if self.gpu:
+            return f"in a collective kernel their GPUs spin in, the CPU at {self.call.where}"
+        return f"in {self.call.where}"
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One group whose ranks wait in different collectives at both samples: each side, and what
+    tells the sides apart (a flight recorder's sequence numbers, NCCL RAS's launch counts, a GPU
+    spinning in a collective kernel beside idle ones): a side that entered a collective the others
+    never will. Empty `told`: nothing does, and no side is blamed."""
+
+    group: str
+    sides: tuple[Side, ...]
+    told: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        sides = "; ".join(f"{s.who} {s.waits}" for s in self.sides)
+        return f"{self.group} wait in different collectives: {sides}"
+
+
+def collective_mismatches(world: World) -> list[Mismatch]:
+    """Every peer group (the train ranks, one engine's TP ranks) whose ranks wait in different
+    collectives, each side stable over both samples."""
+    return world.memo("stacks.mismatches", lambda: _find_mismatches(world))
+
+
+def _find_mismatches(world: World) -> list[Mismatch]:
+    out: list[Mismatch] = []
+    for group in peer_groups(world):
+        sides = _sides(group)
+        if sides:
+            out.append(Mismatch(_group_name(group), sides, _told(world, sides)))
+    return out
+
+
+def _group_name(group: list[Proc]) -> str:
+    url = group[0].engine_url
+    return f"the TP ranks of engine {url}" if url else "the train ranks"
+
+
+def _stable_call(p: Proc) -> tuple[CollectiveCall, bool] | None:
+    """The collective `p` waits in at every sample, from the same line (and whether its CPU is at
+    a CUDA sync while its GPU spins in a collective kernel); None where it moved, waits in none,
+    or was read at one sample only."""
+    if len({r.sample for r in p.reads}) < 2:
+        return None
+    calls = {collective_call(r.primary) for r in p.reads}
+    call = calls.pop() if len(calls) == 1 else None
+    if call is None or p.latest is None:
+        return None
+    if p.latest.block is Block.CUDA_SYNC:
+        if p.gpu is None or p.gpu.state is not GpuState.STUCK:
+            return None  # a CUDA sync whose GPU does not spin in a collective: not in one
+        return call, True
+    return call, False
+
+
+def _sides(group: list[Proc]) -> tuple[Side, ...]:
+    by_call: dict[tuple[CollectiveCall, bool], list[Proc]] = {}
+    for p in group:
+        found = _stable_call(p)
+        if found is None:
+            return ()
+        by_call.setdefault(found, []).append(p)
+    if len(by_call) < 2:
+        return ()
+    if len({p.latest.stage for p in group if p.latest and p.latest.stage}) > 1:
+        return ()  # a weight broadcast's source and the ranks waiting for it in a barrier
+    return tuple(Side(tuple(procs), call, gpu) for (call, gpu), procs in by_call.items())
+
+
+def _side_of(sides: tuple[Side, ...], p: Proc | None) -> Side | None:
+    return next((s for s in sides if p is not None and p in s.procs), None)
+
+
+def _told(world: World, sides: tuple[Side, ...]) -> tuple[str, ...]:
+    found = [*_told_by_fr(world, sides), *_told_by_ras(world, sides), *_told_by_gpu(sides)]
+    return tuple(dict.fromkeys(found))
+
+
+def _fr_proc(world: World, c: FrCursor) -> Proc | None:
+    return world.find(c.pid) if c.pid is not None else world.train_rank(c.rank)
+
+
+def _told_by_fr(world: World, sides: tuple[Side, ...]) -> list[str]:
+    """The flight recorder: the ranks of a side posted a collective as a sequence number where the
+    others posted another (a mismatch at one number), or entered one that ranks of another side
+    never entered (each behind in the group the other waits in)."""
+    out: list[str] = []
+    for g in fr_groups(world):
+        if g.mismatched:
+            for c in g.mismatched:
+                side = _side_of(sides, _fr_proc(world, c))
+                if side is not None and c.pending is not None:
+                    out.append(
+                        f"flight recorder: {side.who} posted {c.pending.op} as collective "
+                        f"#{c.pending.collective_seq_id} of group {g.label}, where the others "
+                        "posted another collective: it entered one the others never will"
+                    )
+        elif g.stuck is not None and g.behind:
+            out += _fr_not_joined(world, sides, g)
+    return out
+
+
+def _fr_not_joined(world: World, sides: tuple[Side, ...], g: FrGroup) -> list[str]:
+    assert g.stuck is not None
+    behind = [s for c in g.behind if (s := _side_of(sides, _fr_proc(world, c))) is not None]
+    out: list[str] = []
+    for side in dict.fromkeys(_side_of(sides, _fr_proc(world, c)) for c in g.waiting):
+        others = [s.who for s in dict.fromkeys(behind) if s is not side]
+        if side is not None and others:
+            out.append(
+                f"flight recorder: {side.who} entered {g.stuck.op} #{g.stuck.collective_seq_id} "
+                f"of group {g.label}, which {' and '.join(others)} never entered: it entered a "
+                "collective the others never will"
+            )
+    return out
+
+
+def _frozen_comms(world: World) -> set[str]:
+    """RAS communicators read at two samples or more with the same counts every time."""
+    counts: dict[str, set[tuple[tuple[int, str, int], ...]]] = {}
+    samples: dict[str, set[int]] = {}
+    for obs in world.snapshot.facts(RAS_SPEC):
+        for comm in obs.fact.communicators:
+            key = tuple(
+                sorted((r.rank, op, n) for r in comm.ranks for op, n in r.collective_counts.items())
+            )
+            counts.setdefault(comm.hash, set()).add(key)
+            samples.setdefault(comm.hash, set()).add(obs.sample)
+    return {h for h, keys in counts.items() if len(keys) == 1 and len(samples[h]) >= 2}
+
+
+def _told_by_ras(world: World, sides: tuple[Side, ...]) -> list[str]:
+    """NCCL RAS, read at both samples with the same counts: the ranks of one side launched a
+    collective more often than the ranks of another side did (counts that moved, or were read
+    once, prove nothing: launch skew in a busy job reads the same)."""
+    frozen = _frozen_comms(world)
+    latest = max((o.sample for o in world.snapshot.facts(RAS_SPEC)), default=None)
+    out: list[str] = []
+    for obs in world.snapshot.facts(RAS_SPEC):
+        for comm in obs.fact.communicators:
+            if obs.sample != latest or comm.hash not in frozen:
+                continue
+            for op, (behind, top) in behind_by_op(comm).items():
+                late = {id(r) for r in behind}
+                ahead = {
+                    _side_of(sides, world.find(r.pid, r.host))
+                    for r in comm.ranks
+                    if id(r) not in late and not r.missing
+                }
+                lagging = {_side_of(sides, world.find(r.pid, r.host)) for r in behind}
+                if len(ahead) != 1 or None in ahead or None in lagging or ahead & lagging:
+                    continue
+                (side,) = ahead
+                assert side is not None
+                who = " and ".join(s.who for s in lagging if s is not None)
+                out.append(
+                    f"NCCL RAS communicator {comm.hash}: {side.who} launched {op} up to {top}, "
+                    f"{who} fewer: it entered a collective the others never will"
+                )
+    return out
+
+
+def _told_by_gpu(sides: tuple[Side, ...]) -> list[str]:
+    """NVML: every GPU of one side busy-waits in a collective kernel (util ~100 %, no memory
+    traffic) while every GPU of the others is idle: that side entered a collective on its GPUs
+    that the others, waiting on their CPUs, never did."""
+    out: list[str] = []
+    for side in sides:
+        others = [p for s in sides if s is not side for p in s.procs]
+        if all(p.gpu is not None and p.gpu.state is GpuState.STUCK for p in side.procs) and all(
+            p.gpu is not None and p.gpu.state is GpuState.IDLE for p in others
+        ):
+            gpus = ", ".join(f"{p.gpu.label} {p.gpu.brief()}" for p in side.procs if p.gpu)
+            out.append(
+                f"NVML: the GPUs of {side.who} busy-wait in a collective kernel ({gpus}) while "
+                f"those of {', '.join(p.label for p in others)} are idle: {side.who} entered a "
+                "collective the others never will"
+            )
+    return out
+
+
+def collective_mismatch(reading: Reading) -> Cause | None:
+    """The cause, where a group's ranks wait in different collectives at both samples: each side
+    (its ranks, the collective, the line of the job's code that issued it) and, where a source
+    tells them apart, which side entered a collective the others never will. Nothing else names a
+    side: a minority is not proof, and with NCCL a CPU frame is the next sync, not the collective."""
+    if reading.status is not Status.HUNG:
+        return None
+    found = collective_mismatches(reading.world)
+    if not found:
+        return None
+    m = found[0]
+    told = "; ".join(m.told) if m.told else "nothing tells which side took the wrong path"
+    steps: list[str | NextStep] = [
+        NextStep(
+            "read the code at each side's line: the condition that sent these ranks one way and "
+            "the others another (a rank-, role- or data-dependent branch, a count of steps or "
+            "buckets that differs between ranks)"
+        )
+    ]
+    evidence = [f"{s.who}: {s.waits} (both samples)" for s in m.sides] + list(m.told)
+    finding = Finding(
+        "collective-mismatch-cause",
+        Severity.CRITICAL,
+        f"{m.text[0].upper()}{m.text[1:]}: {told}",
+        tuple(evidence),
+    )
+    about = frozenset(p.pid for side in m.sides for p in side.procs)
+    return Cause(finding, tuple(steps), headline=f"{m.text} ({told})", about=about)
 
 
 def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
@@ -315,4 +581,5 @@ ANALYSIS = SourceAnalysis(
     suspects=suspects,
     evidence=evidence,
     messages=MESSAGES,
+    causes=(collective_mismatch,),
 )

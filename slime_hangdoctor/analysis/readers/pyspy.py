@@ -14,6 +14,7 @@ from slime_hangdoctor.analysis.signatures import (
     WAITING_BLOCKS,
     Block,
     FrameSig,
+    is_comm_layer,
     is_intake_caller,
     is_intake_via,
     is_transparent,
@@ -329,6 +330,48 @@ def read_process(obs: StackObs) -> ProcessRead | None:
         threads=threads,
         native=stack.native,
     )
+
+
+@dataclass(frozen=True)
+class CollectiveCall:
+    """The collective a thread waits in, as the job called it: the op (the outermost function of
+    the communication layers it went through: `all_gather_object`, not the `all_gather` inside
+    it; a native wait's own name where no layer's Python frame is on the stack: an asynchronous
+    collective's `handle.wait()`), and the call site (the first frame outward that is no
+    communication layer's, `signatures.COMM_LAYERS`: the job's own code that issued it)."""
+
+    op: str
+    site: Frame | None
+
+    @property
+    def where(self) -> str:
+        """`all_reduce at slime/backends/megatron_utils/model.py:7 (train_one_step)`."""
+        if self.site is None:
+            return self.op
+        loc = self.site.short_filename or self.site.filename
+        line = f":{self.site.line}" if self.site.line is not None else ""
+        return f"{self.op} at {loc}{line} ({split_name(self.site.name)[1]})"
+
+
+def collective_call(thread: ThreadRead) -> CollectiveCall | None:
+    """The collective `thread` waits in and the code that issued it; at a CUDA sync (where an
+    NCCL rank's CPU waits for its collective's kernel), the sync and the code that called it.
+    None where its stack waits in neither (a rendezvous, the request intake, anything else)."""
+    if thread.block not in (Block.COLLECTIVE, Block.CUDA_SYNC) or thread.block_index is None:
+        return None
+    block = thread.frames[thread.block_index]
+    sig = wait_of(block)
+    op = sig.func if block.native and sig is not None else split_name(block.name)[1]
+    for frame in thread.frames[thread.block_index :]:
+        if frame.native or is_transparent(frame):
+            continue
+        if thread.block is Block.CUDA_SYNC and wait_of(frame) is not None:
+            op = split_name(frame.name)[1]
+            continue
+        if not is_comm_layer(frame):
+            return CollectiveCall(op, frame)
+        op = split_name(frame.name)[1]
+    return CollectiveCall(op, None)
 
 
 def highlight(thread: ThreadRead) -> tuple[int, ...]:

@@ -149,6 +149,16 @@ TRANSPARENT_FILES = (
     *slime.TRANSPARENT_FILES,
     *python.TRANSPARENT_FILES,
 )
+# The communication layers a collective is issued through, as (function or ANY, file or folder):
+# torch.distributed, Megatron's and SGLang's process groups and collective wrappers, slime's
+# reloadable group. The first frame outside them, outward from a collective's wait, is the code
+# that issued it: "the job's own code" of a collective (the call site a mismatch names).
+COMM_LAYERS: tuple[tuple[str, str], ...] = (
+    *torch.COMM_LAYERS,
+    *megatron.COMM_LAYERS,
+    *sglang.COMM_LAYERS,
+    *slime.COMM_LAYERS,
+)
 INTAKE_CALLERS = sglang.INTAKE_CALLERS
 INTAKE_VIA = sglang.INTAKE_VIA
 LAYOUT_HINT_FILES = slime.LAYOUT_HINT_FILES
@@ -168,6 +178,15 @@ def is_intake_via(frame: Frame) -> bool:
         return False
     func = split_name(frame.name)[1]
     return any(func == f and file_matches(path, frame) for f, path in INTAKE_VIA)
+
+
+def is_comm_layer(frame: Frame) -> bool:
+    """Whether a Python frame is a communication layer's (COMM_LAYERS), not the code that issued
+    the collective."""
+    if frame.native:
+        return False
+    func = split_name(frame.name)[1]
+    return any(f in (ANY, func) and file_matches(path, frame) for f, path in COMM_LAYERS)
 
 
 def wait_of(frame: Frame) -> WaitSig | None:

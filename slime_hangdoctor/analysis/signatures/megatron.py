@@ -43,3 +43,13 @@ COLLECTIVE_WAITS: tuple[WaitSig, ...] = (
 
 # Megatron's process-group set-up (a communication frame, as torch.distributed's)
 PARALLEL_STATE_PY = "megatron/core/parallel_state.py"
+
+# Megatron's communication layers (`lookup.COMM_LAYERS`): the process groups (parallel_state),
+# the pipeline's p2p send / recv and the tensor-parallel mappings' collectives
+# (core_r0.14 megatron/core/tensor_parallel/mappings.py `_reduce`, `_gather_along_first_dim`, ...);
+# without the leading `megatron/`, which py-spy may leave out (as CHECKPOINT_FRAMES's)
+COMM_LAYERS: tuple[tuple[str, str], ...] = (
+    (ANY, "core/parallel_state.py"),
+    (ANY, "core/pipeline_parallel/p2p_communication.py"),
+    (ANY, "core/tensor_parallel/mappings.py"),
+)

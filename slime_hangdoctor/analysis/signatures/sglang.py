@@ -4,7 +4,7 @@ intake, and the names of the frames other modules compare (the detokenizer's loo
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.signatures.common import Block, FrameSig, WaitSig, rows, waits
+from slime_hangdoctor.analysis.signatures.common import ANY, Block, FrameSig, WaitSig, rows, waits
 from slime_hangdoctor.verdict import Stage
 
 SGLANG = "sglang/srt/"
@@ -129,3 +129,14 @@ UPDATE_FROM_TENSOR = "update_weights_from_tensor"
 DETOKENIZER_LOOPS = frozenset({"event_loop", "multi_http_worker_event_loop"})
 DETOKENIZER_RECV = frozenset({"sock_recv", "recv_pyobj", "recv"})
 DETOKENIZER_FILE = "detokenizer_manager.py"
+
+# SGLang's communication layers (`lookup.COMM_LAYERS`): its process groups and their collectives
+# (`GroupCoordinator` in sglang/srt/distributed/parallel_state.py, communication_op.py's
+# `tensor_model_parallel_all_reduce` / `_all_gather`, the device communicators under
+# sglang/srt/distributed/device_communicators/) and the object collectives of its utils
+# (`broadcast_pyobj`, `point_to_point_pyobj`: utils/common.py, 0.5.15.post1 :2132-2230)
+COMM_LAYERS: tuple[tuple[str, str], ...] = (
+    (ANY, "sglang/srt/distributed/"),
+    ("broadcast_pyobj", SGLANG),
+    ("point_to_point_pyobj", SGLANG),
+)

@@ -497,3 +497,7 @@ WAKE_UP = "wake_up"
 TRITON_DIR = "triton/"
 # the context-parallel all-gather of the loss (THUDM/slime PR #2123)
 CP_ALLGATHER = "_allgather_cp_redistribute"
+
+# slime's own communication layer (`lookup.COMM_LAYERS`): the reloadable process group's wrappers
+# of torch's collectives (`new_function`, `_fwd`)
+COMM_LAYERS: tuple[tuple[str, str], ...] = ((ANY, "slime/utils/reloadable_process_group.py"),)

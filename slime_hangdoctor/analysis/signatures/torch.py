@@ -64,3 +64,8 @@ TRANSPARENT_FILES = ("torch/distributed/c10d_logger.py", "torch/utils/_contextli
 # c10d, gloo, a ProcessGroup; compared lower-case), or a Python frame under torch.distributed.
 COMM_NATIVE_PARTS = ("nccl", "c10d::", "gloo::", "processgroup")
 DISTRIBUTED_DIR = "torch/distributed/"
+
+# The communication layers a collective is issued through (`lookup.COMM_LAYERS`): every function
+# of torch.distributed (c10d, its object collectives, the differentiable ones of
+# torch/distributed/nn/): the frame above them is the code that issued the collective.
+COMM_LAYERS: tuple[tuple[str, str], ...] = ((ANY, DISTRIBUTED_DIR),)
