@@ -278,7 +278,7 @@ def assess(world: World, engines: tuple[EngineRead, ...]) -> Progress:
 def by_of(fn: Callable[..., object], hook: str = "") -> str:
     """Provenance: the rule a function is, as `parts/engines:suspects` (its module under
     slime_hangdoctor.analysis, and its own name; a part's hook written as a lambda is named by
-    the hook, `parts/ray:findings`), read from the function object itself so that no part can
+    the hook, `parts/ray_state:findings`), read from the function object itself so that no part can
     give a name not its own (docs/verdict.md, "Provenance")."""
     module = fn.__module__.removeprefix("slime_hangdoctor.analysis.").replace(".", "/")
     name = getattr(fn, "__name__", "")
