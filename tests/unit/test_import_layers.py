@@ -418,6 +418,29 @@ def test_the_part_rule_can_fail(tmp_path: Path) -> None:
     assert len(reached) == 1 and "imports part x" in reached[0], reached
 
 
+def names_twice(root: Path) -> list[str]:
+    """Module names (a file's stem, a package's folder) that stand more than once below `root`:
+    each module of the analysis wing is named by what it does, once (issue 44)."""
+    seen: dict[str, list[str]] = {}
+    for f in sorted(root.rglob("*.py")):
+        name = f.parent.name if f.name == "__init__.py" else f.stem
+        if f.parent != root or f.name != "__init__.py":
+            seen.setdefault(name, []).append(str(f.relative_to(root)))
+    return [f"{n}: {', '.join(w)}" for n, w in sorted(seen.items()) if len(w) > 1]
+
+
+def test_no_module_name_stands_twice_in_the_analysis() -> None:
+    assert names_twice(PACKAGE / "analysis") == []
+
+
+def test_the_name_check_can_fail(tmp_path: Path) -> None:
+    for rel in ("__init__.py", "ray.py", "parts/__init__.py", "parts/ray.py", "parts/x/__init__.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    (tmp_path / "x.py").write_text("")
+    assert names_twice(tmp_path) == ["ray: parts/ray.py, ray.py", "x: parts/x/__init__.py, x.py"]
+
+
 def test_the_demo_and_the_doctor_import_one_way() -> None:
     """The demo's distribution stands alone (Ray runs its job tree with its own folder as working
     dir); the doctor's `demo` command is its one door, opened only when that command runs."""
