@@ -397,6 +397,41 @@ def test_the_composer_reaches_the_parts_through_the_registry_only() -> None:
     assert composer_reaches(import_graph(_package_files())) == []
 
 
+# the readers the contract may import: the progress vocabulary, no reader of a source
+CONTRACT_READERS = frozenset({f"{PKG}.analysis.readers.proof"})
+
+
+def contract_sources(graph: dict[str, dict[str, str]]) -> list[str]:
+    """Every import of a source's reader by the contract (issue 44: one way in to the engines'
+    reads, `read_engines(world)`, not a field of `Reads` typed by one source)."""
+    edges = graph.get(f"{PKG}.analysis.source_analysis", {})
+    return [
+        f"{where}: the contract imports {target}"
+        for target, where in sorted(edges.items())
+        if target.startswith(f"{PKG}.analysis.readers") and target not in CONTRACT_READERS
+    ]
+
+
+def test_the_contract_imports_no_source() -> None:
+    assert contract_sources(import_graph(_package_files())) == []
+
+
+def test_the_contract_rule_can_fail(tmp_path: Path) -> None:
+    package, files = _fake_package(
+        tmp_path,
+        {
+            "analysis/__init__.py": "",
+            "analysis/readers/__init__.py": "",
+            "analysis/readers/proof.py": "",
+            "analysis/readers/sglang_http.py": "",
+            "analysis/source_analysis.py": "from slime_hangdoctor.analysis.readers import proof\n"
+            "from slime_hangdoctor.analysis.readers.sglang_http import EngineRead\n",
+        },
+    )
+    (found,) = contract_sources(import_graph(files, package))
+    assert found.endswith("imports slime_hangdoctor.analysis.readers.sglang_http"), found
+
+
 def test_the_part_rule_can_fail(tmp_path: Path) -> None:
     package, files = _fake_package(
         tmp_path,

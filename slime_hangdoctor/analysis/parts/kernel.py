@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.readers.proof import Moved, Proof, Signal, window_s
-from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     Cause,
@@ -242,7 +241,7 @@ def _reads(world: World) -> tuple[KernelRead, ...]:
     return tuple(out)
 
 
-def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
+def progress(world: World) -> Moved:
     """Bytes a slime process waiting on I/O moved between the samples: work (a checkpoint, a
     weight load, a data read), slow rather than stuck."""
     window = window_s(world)

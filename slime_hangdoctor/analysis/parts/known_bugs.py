@@ -6,7 +6,7 @@ parts/kernel.py, the requests held by a proxy or a service outside the job in pa
 
 from __future__ import annotations
 
-from slime_hangdoctor.analysis.readers.sglang_http import EngineState
+from slime_hangdoctor.analysis.readers.sglang_http import EngineState, read_engines
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block
 from slime_hangdoctor.analysis.signatures import slime as frames
 from slime_hangdoctor.analysis.signatures.sglang import UPDATE_FROM_TENSOR, WEIGHT_GROUP_FUNCS
@@ -77,7 +77,9 @@ def _cuda_ipc_colocate(r: Reading) -> Cause | None:
         r.world.procs,
         frames.COLOCATED_UPDATE_FUNCS,
     )
-    bad = [e for e in r.engines if e.state in (EngineState.UNRESPONSIVE, EngineState.STUCK)]
+    bad = [
+        e for e in read_engines(r.world) if e.state in (EngineState.UNRESPONSIVE, EngineState.STUCK)
+    ]
     scheds = [
         (p, t)
         for p, t in threads_with(r.world.by_role(Role.SGLANG_ENGINE), {UPDATE_FROM_TENSOR})

@@ -12,7 +12,12 @@ from slime_hangdoctor.analysis.actor_queues import (
     WaitEdge,
     build_view,
 )
-from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, EngineState, resume_step
+from slime_hangdoctor.analysis.readers.sglang_http import (
+    EngineRead,
+    EngineState,
+    read_engines,
+    resume_step,
+)
 from slime_hangdoctor.analysis.signatures import method_stage
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
@@ -116,7 +121,7 @@ def suspects(reads: Reads) -> list[Suspect]:
             )
     for p in view.paused:
         role = _role(p.actor)
-        if role is None or _normal(p, reads.engines):
+        if role is None or _normal(p, read_engines(reads.world)):
             continue
         out.append(
             suspect(
@@ -268,14 +273,15 @@ def resume_paused(r: Reading) -> list[NextStep]:
     view = build_view(r.world.snapshot)
     if view is None:
         return []
-    left = [p for p in view.paused if not _normal(p, r.engines)]
-    return [resume_step(e.url) for p in left if (e := _engine_of(r.engines, p.actor)) is not None]
+    engines = read_engines(r.world)
+    left = [p for p in view.paused if not _normal(p, engines)]
+    return [resume_step(e.url) for p in left if (e := _engine_of(engines, p.actor)) is not None]
 
 
 ANALYSIS = SourceAnalysis(
     name="ray_tasks",
     gives=(RAY_TASKS,),
     suspects=suspects,
-    findings=lambda r: findings(r.world, engines=r.engines),
+    findings=lambda r: findings(r.world, engines=read_engines(r.world)),
     next_steps=resume_paused,
 )

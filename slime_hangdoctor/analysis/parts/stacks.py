@@ -10,7 +10,6 @@ from slime_hangdoctor.analysis.readers.fr_groups import fr_groups
 from slime_hangdoctor.analysis.readers.nvml import GpuState
 from slime_hangdoctor.analysis.readers.proof import Moved, Proof, Signal
 from slime_hangdoctor.analysis.readers.pyspy import STACKS, ProcessRead
-from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
@@ -286,7 +285,7 @@ def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
     ]
 
 
-def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
+def progress(world: World) -> Moved:
     """Each process stacked at both samples: moved to another stage (work), changed within the
     same stage (activity), or the same stack in both (frozen, but for an idle worker)."""
     moved: list[Signal] = []

@@ -891,9 +891,17 @@ def _rest(r: _Reads) -> _State:
     return _State(EngineState.UNKNOWN, evidence, r.compared)
 
 
+ENGINES_MEMO = "sglang_http.read_engines"  # the key of the engines' reads in `World.memo`
+
+
 def read_engines(world: World) -> tuple[EngineRead, ...]:
     """One EngineRead per engine of the job the topology or the HTTP probes know (not those only
-    a router lists: `Topology.listed`, whatever their answers say)."""
+    a router lists: `Topology.listed`, whatever their answers say), read once per world: every
+    part, the composition and the advice reach the engines' reads here."""
+    return world.memo(ENGINES_MEMO, lambda: _read_engines(world))
+
+
+def _read_engines(world: World) -> tuple[EngineRead, ...]:
     strangers = {e.url.rstrip("/") for e in world.topology.listed}
     by_url: dict[str, list[HttpObs]] = {}
     for o in world.snapshot.joined(HTTP_ANSWERS):
