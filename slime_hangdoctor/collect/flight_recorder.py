@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from slime_hangdoctor.bundle import FLIGHT_RECORDER, BundleWriter, ProbeRecord
+from slime_hangdoctor.bundle import FLIGHT_RECORDER, BundleWriter, Probe, ProbeRecord
 from slime_hangdoctor.outcome import Outcome
 
 PIPE_ENV = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
@@ -204,8 +204,8 @@ def dump_flight_recorder(
     Ends within `timeout` seconds (plus one poll): unavailable when nobody reads the pipe,
     timed_out when no fresh dump appears in time, failed when the pipe is not a FIFO.
     """
-    started = time.time()
-    t0 = time.monotonic()
+    probe = Probe(FLIGHT_RECORDER, f"rank{target.rank}", node_ip)
+    t0 = probe.t0
     meta = {
         "rank": target.rank,
         "pid": target.pid,
@@ -214,16 +214,7 @@ def dump_flight_recorder(
     }
 
     def record(outcome: Outcome, reason: str | None) -> ProbeRecord:
-        return ProbeRecord(
-            source=FLIGHT_RECORDER,
-            target=f"rank{target.rank}",
-            outcome=outcome,
-            reason=reason,
-            node_ip=node_ip,
-            started_at=started,
-            elapsed_s=round(time.monotonic() - t0, 3),
-            meta=meta,
-        )
+        return probe.record(outcome, reason, meta=meta)
 
     uid = process_uid(target.pid)
     before = _file_state(target.dump_path)
