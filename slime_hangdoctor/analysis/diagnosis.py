@@ -777,12 +777,10 @@ def _confirmed(m: Merged, world: World) -> bool:
     if m.sources - {STACKS}:
         return True
     return any(
-        p.first is not None
-        and p.latest is not None
-        and p.first.sample != p.latest.sample
-        and p.latest.primary.in_collective
-        and p.first.primary.key() == p.latest.primary.key()
+        last.primary.in_collective and first.primary.key() == last.primary.key()
         for p in world.procs
+        if (pair := p.two_reads) is not None
+        for first, last in (pair,)
     )
 
 

@@ -119,37 +119,32 @@ def suspects(reads: Reads) -> list[Suspect]:
                     evidence=tuple(_edge_text(world, x, actors) for x in cycle),
                 )
             )
-    for p in view.paused:
-        role = _role(p.actor)
-        if role is None or _normal(p, read_engines(reads.world)):
-            continue
-        out.append(
-            suspect(
-                RAY_TASKS,
-                role,
-                _paused_text(world, p),
-                _proc_of(world, p.actor),
-                actor_id=p.actor.actor_id,
-                pid=p.actor.pid,
-                weight=MEDIUM,
+    engines = read_engines(reads.world)
+    # (actor, why, weight, stage): a paused engine not explained by a normal update, then each
+    # method that runs far longer than its earlier runs
+    held: list[tuple[RayActor, str, int, Stage | None]] = [
+        (p.actor, _paused_text(world, p), MEDIUM, None)
+        for p in view.paused
+        if not _normal(p, engines)
+    ]
+    held += [
+        (o.actor, _overlong_text(world, o), WEAK, _stage_of(o.actor, o.task)) for o in view.overlong
+    ]
+    for actor, why, weight, stage in held:
+        role = _role(actor)
+        if role is not None:
+            out.append(
+                suspect(
+                    RAY_TASKS,
+                    role,
+                    why,
+                    _proc_of(world, actor),
+                    actor_id=actor.actor_id,
+                    pid=actor.pid,
+                    weight=weight,
+                    stage=stage,
+                )
             )
-        )
-    for o in view.overlong:
-        role = _role(o.actor)
-        if role is None:
-            continue
-        out.append(
-            suspect(
-                RAY_TASKS,
-                role,
-                _overlong_text(world, o),
-                _proc_of(world, o.actor),
-                actor_id=o.actor.actor_id,
-                pid=o.actor.pid,
-                weight=WEAK,
-                stage=_stage_of(o.actor, o.task),
-            )
-        )
     return out
 
 

@@ -431,14 +431,9 @@ def _schedulers_frozen(procs: tuple[Proc, ...]) -> list[str]:
     """Schedulers blocked at the same stack in two samples: the scheduler's own frozen progress."""
     out: list[str] = []
     for p in procs:
-        first, last = p.first, p.latest
-        if (
-            p.kind is not MemberKind.SCHEDULER
-            or first is None
-            or last is None
-            or first.sample == last.sample
-        ):
+        if p.kind is not MemberKind.SCHEDULER or (pair := p.two_reads) is None:
             continue
+        first, last = pair
         if last.block in _BLOCKED and first.primary.key() == last.primary.key():
             out.append(f"{p.label} (pid {p.pid}) {last.describe()} in both samples")
     return out
@@ -451,14 +446,9 @@ def stalled_detokenizer(procs: tuple[Proc, ...]) -> tuple[Proc, str] | None:
     :1848-1860 stamps `last_receive_tstamp` on what the detokenizer sends; sglang#36333,
     #40809). With its words: where it is."""
     for p in procs:
-        first, last = p.first, p.latest
-        if (
-            p.kind is not MemberKind.DETOKENIZER
-            or first is None
-            or last is None
-            or first.sample == last.sample
-        ):
+        if p.kind is not MemberKind.DETOKENIZER or (pair := p.two_reads) is None:
             continue
+        first, last = pair
         t = last.primary
         if t.calls() != first.primary.calls():
             continue
