@@ -469,30 +469,25 @@ def _culprit_findings(culprits: tuple[Merged, ...]) -> list[Finding]:
 def _blame_findings(blame: Blame) -> list[Finding]:
     """What blame moved: a wait passed along held Ray edges to where it ends; a party that has
     returned left out of the blame."""
-    out: list[Finding] = []
-    if blame.passed:
-        out.append(
-            Finding(
-                "blame-passed",
-                Severity.INFO,
-                "The wait passes along Ray calls held over both samples: the blame goes to where "
-                "they end",
-                blame.passed[:6],
-                by=by_of(_blame_findings),
-            )
-        )
-    if blame.returned:
-        out.append(
-            Finding(
-                "blame-returned",
-                Severity.INFO,
-                "Not blamed: a process that has returned (its Ray task ended, its worker idle) "
-                "will never come; whoever waits on it is on a path it did not take",
-                blame.returned[:6],
-                by=by_of(_blame_findings),
-            )
-        )
-    return out
+    said = (
+        (
+            "blame-passed",
+            "The wait passes along Ray calls held over both samples: the blame goes to where "
+            "they end",
+            blame.passed,
+        ),
+        (
+            "blame-returned",
+            "Not blamed: a process that has returned (its Ray task ended, its worker idle) "
+            "will never come; whoever waits on it is on a path it did not take",
+            blame.returned,
+        ),
+    )
+    return [
+        Finding(rule, Severity.INFO, text, lines[:6], by=by_of(_blame_findings))
+        for rule, text, lines in said
+        if lines
+    ]
 
 
 def _evidence_findings(evidence: list[Evidence]) -> list[Finding]:
