@@ -118,41 +118,6 @@ class ProbeRecord:
 
 
 @dataclass(frozen=True)
-class Probe:
-    """One probe under way: what it reads, where, and when it began. `record` makes its
-    `ProbeRecord`, with the time taken so far (ms) unless the probe measured its own: the one
-    place a collector stamps a record's start and elapsed time."""
-
-    source: str
-    target: str
-    node_ip: str | None = None
-    sample: int | None = None
-    started_at: float = field(default_factory=time.time)
-    t0: float = field(default_factory=time.monotonic)
-
-    def record(
-        self,
-        outcome: Outcome,
-        reason: str | None = None,
-        *,
-        meta: dict[str, Any] | None = None,
-        elapsed_s: float | None = None,
-    ) -> ProbeRecord:
-        took = round(time.monotonic() - self.t0, 3) if elapsed_s is None else elapsed_s
-        return ProbeRecord(
-            self.source,
-            self.target,
-            outcome,
-            reason,
-            node_ip=self.node_ip,
-            sample=self.sample,
-            started_at=self.started_at,
-            elapsed_s=took,
-            meta=meta if meta is not None else {},
-        )
-
-
-@dataclass(frozen=True)
 class ProbeClock:
     """A probe's identity and start: `record` makes its ProbeRecord, timed up to that call.
 

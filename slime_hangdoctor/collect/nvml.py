@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from slime_hangdoctor.bundle import BundleWriter, Probe, ProbeRecord, dumps_json
+from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.nvml import GPM, NVML
 
@@ -201,7 +201,7 @@ def sample_gpus(
     `deadline` is an absolute `time.monotonic()` value; sampling stops there. `detail=False`: no
     PCIe throughput and no per-process utilisation (CollectOptions.gpu_detail).
     """
-    probe = Probe(NVML, TARGET, node_ip)
+    probe = ProbeClock(NVML, TARGET, node_ip)
     t0, record = probe.t0, probe.record
 
     try:
@@ -255,7 +255,7 @@ def sample_gpm(
     Unlike ras_gpm.py (one second per GPU in turn), every GPU's first sample is taken, then one
     sleep, then every second sample: the probe takes `duration_s` whatever the number of GPUs.
     """
-    record = Probe(GPM, TARGET, node_ip).record
+    record = ProbeClock(GPM, TARGET, node_ip).record
 
     try:
         nvml = _nvml_open()
