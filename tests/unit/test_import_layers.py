@@ -15,6 +15,7 @@ command of cli.py, inside a function (the doctor runs without it installed)."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -333,19 +334,29 @@ def test_nothing_in_analysis_climbs_back_up() -> None:
     assert climbing(import_graph(_package_files())) == []
 
 
+# The parts a planted analysis wing always has: its package, the world and the parts' package.
+_WING = {"analysis/__init__.py": "", "analysis/world.py": "", "analysis/parts/__init__.py": ""}
+
+
+def planted(
+    tmp_path: Path, rule: Callable[[dict[str, dict[str, str]]], list[str]], files: dict[str, str]
+) -> list[str]:
+    """What `rule` finds in a fake package of the analysis wing plus `files` (path -> source):
+    each rule's check that it can fail plants the import it must catch."""
+    package, paths = _fake_package(tmp_path, {**_WING, **files})
+    return rule(import_graph(paths, package))
+
+
 def test_the_climb_check_can_fail(tmp_path: Path) -> None:
-    package, files = _fake_package(
+    found = planted(
         tmp_path,
+        climbing,
         {
-            "analysis/__init__.py": "",
-            "analysis/world.py": "",
-            "analysis/parts/__init__.py": "",
             "analysis/parts/x.py": "from slime_hangdoctor.analysis import world\n",
             "analysis/source_analysis.py": "from typing import TYPE_CHECKING\n"
             "if TYPE_CHECKING:\n    from slime_hangdoctor.analysis.parts import x\n",
         },
     )
-    found = climbing(import_graph(files, package))
     assert (
         len(found) == 1 and "source_analysis imports slime_hangdoctor.analysis.parts.x" in found[0]
     )
@@ -417,10 +428,10 @@ def test_the_contract_imports_no_source() -> None:
 
 
 def test_the_contract_rule_can_fail(tmp_path: Path) -> None:
-    package, files = _fake_package(
+    (found,) = planted(
         tmp_path,
+        contract_sources,
         {
-            "analysis/__init__.py": "",
             "analysis/readers/__init__.py": "",
             "analysis/readers/proof.py": "",
             "analysis/readers/sglang_http.py": "",
@@ -428,28 +439,19 @@ def test_the_contract_rule_can_fail(tmp_path: Path) -> None:
             "from slime_hangdoctor.analysis.readers.sglang_http import EngineRead\n",
         },
     )
-    (found,) = contract_sources(import_graph(files, package))
     assert found.endswith("imports slime_hangdoctor.analysis.readers.sglang_http"), found
 
 
 def test_the_part_rule_can_fail(tmp_path: Path) -> None:
-    package, files = _fake_package(
-        tmp_path,
-        {
-            "analysis/__init__.py": "",
-            "analysis/world.py": "",
-            "analysis/parts/__init__.py": "",
-            "analysis/parts/x.py": "from slime_hangdoctor.analysis import world\n",
-            "analysis/parts/y/__init__.py": "from slime_hangdoctor.analysis.parts.y import z\n",
-            "analysis/parts/y/z.py": "from slime_hangdoctor.analysis.parts import x\n",
-        },
-    )
-    found = between_parts(import_graph(files, package))
+    parts = {
+        "analysis/parts/x.py": "from slime_hangdoctor.analysis import world\n",
+        "analysis/parts/y/__init__.py": "from slime_hangdoctor.analysis.parts.y import z\n",
+        "analysis/parts/y/z.py": "from slime_hangdoctor.analysis.parts import x\n",
+    }
+    found = planted(tmp_path / "between", between_parts, parts)
     assert len(found) == 1 and "part y imports part x" in found[0], found
-    (package / "analysis/diagnosis.py").write_text(
-        "from slime_hangdoctor.analysis.parts import x\n"
-    )
-    reached = composer_reaches(import_graph([*files, package / "analysis/diagnosis.py"], package))
+    composer = {"analysis/diagnosis.py": "from slime_hangdoctor.analysis.parts import x\n"}
+    reached = planted(tmp_path / "composer", composer_reaches, {**parts, **composer})
     assert len(reached) == 1 and "imports part x" in reached[0], reached
 
 
@@ -469,7 +471,13 @@ def test_no_module_name_stands_twice_in_the_analysis() -> None:
 
 
 def test_the_name_check_can_fail(tmp_path: Path) -> None:
-    for rel in ("__init__.py", "ray.py", "parts/__init__.py", "parts/ray.py", "parts/x/__init__.py"):
+    for rel in (
+        "__init__.py",
+        "ray.py",
+        "parts/__init__.py",
+        "parts/ray.py",
+        "parts/x/__init__.py",
+    ):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("")
     (tmp_path / "x.py").write_text("")
