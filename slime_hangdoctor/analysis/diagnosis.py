@@ -495,30 +495,25 @@ def _culprit_findings(culprits: tuple[Merged, ...]) -> list[Finding]:
 def _blame_findings(blame: Blame) -> list[Finding]:
     """What blame moved: a wait passed along held Ray edges to where it ends; a party that has
     returned left out of the blame."""
-    out: list[Finding] = []
-    if blame.passed:
-        out.append(
-            Finding(
-                "blame-passed",
-                Severity.INFO,
-                "The wait passes along Ray calls held over both samples: the blame goes to where "
-                "they end",
-                blame.passed[:6],
-                by=by_of(_blame_findings),
-            )
-        )
-    if blame.returned:
-        out.append(
-            Finding(
-                "blame-returned",
-                Severity.INFO,
-                "Not blamed: a process that has returned (its Ray task ended, its worker idle) "
-                "will never come; whoever waits on it is on a path it did not take",
-                blame.returned[:6],
-                by=by_of(_blame_findings),
-            )
-        )
-    return out
+    said = (
+        (
+            "blame-passed",
+            "The wait passes along Ray calls held over both samples: the blame goes to where "
+            "they end",
+            blame.passed,
+        ),
+        (
+            "blame-returned",
+            "Not blamed: a process that has returned (its Ray task ended, its worker idle) "
+            "will never come; whoever waits on it is on a path it did not take",
+            blame.returned,
+        ),
+    )
+    return [
+        Finding(rule, Severity.INFO, text, lines[:6], by=by_of(_blame_findings))
+        for rule, text, lines in said
+        if lines
+    ]
 
 
 def _evidence_findings(evidence: list[Evidence]) -> list[Finding]:
@@ -745,11 +740,11 @@ def diagnose(snapshot: Snapshot, topology: Topology) -> Diagnosis:
         return _unusable(snapshot)
     world = build_world(snapshot, topology)
     engines = read_engines(world)
-    progress = assess(world, engines)
+    progress = assess(world)
     if _no_job(world):
         return _idle(snapshot, world)
-    d = _decide(world, Reads(world, engines, progress))
-    reading = Reading(world, engines, progress, d.status, d.stage, d.live_stage)
+    d = _decide(world, Reads(world, progress))
+    reading = Reading(world, progress, d.status, d.stage, d.live_stage)
     causes = known_causes(reading)
     ctx = advice.Context(world, engines, d.status, d.stage, d.culprits)
     confidence = _confidence(d.status, d.evidence, d.culprits, progress, world)
@@ -804,12 +799,10 @@ def _confirmed(m: Merged, world: World) -> bool:
     if m.sources - {STACKS}:
         return True
     return any(
-        p.first is not None
-        and p.latest is not None
-        and p.first.sample != p.latest.sample
-        and p.latest.primary.in_collective
-        and p.first.primary.key() == p.latest.primary.key()
+        last.primary.in_collective and first.primary.key() == last.primary.key()
         for p in world.procs
+        if (pair := p.two_reads) is not None
+        for first, last in (pair,)
     )
 
 

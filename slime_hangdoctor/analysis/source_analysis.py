@@ -36,7 +36,6 @@ from types import FrameType
 from typing import TypeVar
 
 from slime_hangdoctor.analysis.readers.proof import Moved, Progress, combine
-from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.world import Proc, World
 from slime_hangdoctor.sources import ENTRIES, PARSERS, PARTS, SPECS
@@ -56,10 +55,11 @@ WEAK = 1
 
 @dataclass(frozen=True)
 class Reads:
-    """What every part's suspects and evidence read (all pure, all built once per diagnosis)."""
+    """What every part's suspects and evidence read (all pure, all built once per diagnosis). A
+    reader's view of the world that several parts share (the engines' reads, `read_engines`) is
+    memoised on the world (`World.memo`), so the contract names no source."""
 
     world: World
-    engines: tuple[EngineRead, ...]
     progress: Progress
 
 
@@ -69,7 +69,6 @@ class Reading:
     so far."""
 
     world: World
-    engines: tuple[EngineRead, ...]
     progress: Progress
     status: Status
     stage: (
@@ -215,7 +214,7 @@ class SourceAnalysis:
     name: str  # the part's own name (its module's), for the tests and the docs
     gives: tuple[Source, ...] = ()  # the names its suspects, evidence and signals carry
     # what moved between the samples by this source (work, activity, frozen work)
-    progress: Callable[[World, tuple[EngineRead, ...]], Moved] | None = None
+    progress: Callable[[World], Moved] | None = None
     # who the others wait for, by this part; a fallback runs only when no part named anyone
     suspects: Callable[[Reads], list[Suspect]] | None = None
     fallback: bool = False
@@ -277,15 +276,15 @@ def source_analyses() -> tuple[SourceAnalysis, ...]:
 # --------------------------------------------------------------------------- running the parts
 
 
-def assess(world: World, engines: tuple[EngineRead, ...]) -> Progress:
+def assess(world: World) -> Progress:
     """What moved between the samples, by every part (progress.combine orders it by kind of proof)."""
-    return combine([a.progress(world, engines) for a in source_analyses() if a.progress])
+    return combine([a.progress(world) for a in source_analyses() if a.progress])
 
 
 def by_of(fn: Callable[..., object], hook: str = "") -> str:
     """Provenance: the rule a function is, as `parts/engines:suspects` (its module under
     slime_hangdoctor.analysis, and its own name; a part's hook written as a lambda is named by
-    the hook, `parts/ray:findings`), read from the function object itself so that no part can
+    the hook, `parts/ray_state:findings`), read from the function object itself so that no part can
     give a name not its own (docs/verdict.md, "Provenance")."""
     module = fn.__module__.removeprefix("slime_hangdoctor.analysis.").replace(".", "/")
     name = getattr(fn, "__name__", "")

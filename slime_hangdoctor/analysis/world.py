@@ -73,6 +73,14 @@ class Proc:
         return self.reads[0] if self.reads else None
 
     @property
+    def two_reads(self) -> tuple[ProcessRead, ProcessRead] | None:
+        """Its first and last stack reads where they come from two samples; None where it was
+        read at one sample or none (nothing to compare)."""
+        if len(self.reads) < 2 or self.reads[0].sample == self.reads[-1].sample:
+            return None
+        return self.reads[0], self.reads[-1]
+
+    @property
     def kind(self) -> MemberKind:
         return self.member.kind if self.member else MemberKind.PROCESS
 

@@ -54,8 +54,8 @@ from urllib.parse import urlsplit
 from slime_hangdoctor.collect.cluster_scope import is_local_address
 from slime_hangdoctor.collect.dashboard import DashboardClient, HttpResult
 from slime_hangdoctor.collect.options import resolve_token
+from slime_hangdoctor.collect.tcp_tables import TcpTables, listening_rows
 from slime_hangdoctor.errors import RayUnreachable
-from slime_hangdoctor.parsers.sockets import LISTEN
 from slime_hangdoctor.safe_fs import file_problem, read_regular, trusted_owners
 
 DEFAULT_DASHBOARD_PORT = 8265
@@ -414,23 +414,12 @@ def _stale(current: Path, gcs: str, root: Path, owners: frozenset[int]) -> str |
 def _listening_uids(port: int, procfs: str = "/proc") -> set[int] | None:
     """The uids owning a listening TCP socket on `port` (/proc/net/tcp and tcp6: each socket's
     uid is there); None where neither table can be read."""
-    found: set[int] = set()
-    read = 0
-    for name in ("tcp", "tcp6"):
-        try:
-            with open(f"{procfs}/net/{name}", "rb") as fh:
-                lines = fh.read().decode("ascii", "replace").splitlines()[1:]
-        except OSError:
-            continue
-        read += 1
-        for line in lines:
-            fields = line.split()
-            if len(fields) < 8 or fields[3] != LISTEN:
-                continue
-            _, _, hex_port = fields[1].rpartition(":")
-            if int(hex_port, 16) == port and fields[7].isdigit():
-                found.add(int(fields[7]))
-    return found if read else None
+    rows = listening_rows(TcpTables(procfs))
+    if rows is None:
+        return None
+    return {
+        int(f[7]) for _, f in rows if int(f[1].rpartition(":")[2], 16) == port and f[7].isdigit()
+    }
 
 
 def _small_text(path: Path) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
+from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord
 from slime_hangdoctor.collect.node import partial_snapshot
 from slime_hangdoctor.collect.options import resolve_token
 from slime_hangdoctor.outcome import Outcome
@@ -384,23 +384,14 @@ def worker_traceback(
     native: bool = False,
 ) -> ProbeRecord:
     """Ray's own py-spy dump of a worker (``/worker/traceback``), as text; never raises."""
-    started = time.time()
+    probe = ProbeClock(DASHBOARD_TRACEBACK, f"pid{pid}", node_ip, sample)
     meta: dict[str, Any] = {"pid": pid, "native": native, "format": "text"}
 
     def done(
         outcome: Outcome, reason: str | None, data: bytes | None = None, elapsed: float = 0.0
     ) -> ProbeRecord:
-        record = ProbeRecord(
-            DASHBOARD_TRACEBACK,
-            f"pid{pid}",
-            outcome,
-            reason,
-            node_ip=node_ip,
-            sample=sample,
-            started_at=started,
-            elapsed_s=elapsed,
-            meta=meta,
-        )
+        # the HTTP call's own time, not the probe's so far
+        record = dataclasses.replace(probe.record(outcome, reason, **meta), elapsed_s=elapsed)
         return writer.add(record, data, suffix=".txt")
 
     try:

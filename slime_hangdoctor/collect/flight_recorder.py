@@ -23,8 +23,9 @@ import stat
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from slime_hangdoctor.bundle import FLIGHT_RECORDER, BundleWriter, ProbeRecord
+from slime_hangdoctor.bundle import FLIGHT_RECORDER, BundleWriter, ProbeClock, ProbeRecord
 from slime_hangdoctor.outcome import Outcome
 
 PIPE_ENV = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
@@ -204,9 +205,9 @@ def dump_flight_recorder(
     Ends within `timeout` seconds (plus one poll): unavailable when nobody reads the pipe,
     timed_out when no fresh dump appears in time, failed when the pipe is not a FIFO.
     """
-    started = time.time()
-    t0 = time.monotonic()
-    meta = {
+    probe = ProbeClock(FLIGHT_RECORDER, f"rank{target.rank}", node_ip)
+    t0 = probe.t0
+    meta: dict[str, Any] = {
         "rank": target.rank,
         "pid": target.pid,
         "pipe": target.pipe_path,
@@ -214,16 +215,7 @@ def dump_flight_recorder(
     }
 
     def record(outcome: Outcome, reason: str | None) -> ProbeRecord:
-        return ProbeRecord(
-            source=FLIGHT_RECORDER,
-            target=f"rank{target.rank}",
-            outcome=outcome,
-            reason=reason,
-            node_ip=node_ip,
-            started_at=started,
-            elapsed_s=round(time.monotonic() - t0, 3),
-            meta=meta,
-        )
+        return probe.record(outcome, reason, **meta)
 
     uid = process_uid(target.pid)
     before = _file_state(target.dump_path)

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
+from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord
 from slime_hangdoctor.collect.node_probe import NodeContext
 from slime_hangdoctor.collect.options import CollectOptions
 from slime_hangdoctor.outcome import Outcome
@@ -183,9 +183,8 @@ def query_ras(
     Connection refused -> unavailable (no NCCL communicator lives on this node); silence ->
     timed_out; an answer that is not the protocol -> failed, with the bytes kept.
     """
-    started = time.time()
-    t0 = time.monotonic()
-    end = t0 + max(timeout, 0.0)
+    probe = ProbeClock(NCCL_RAS, f"{host}:{port}", node_ip, sample)
+    end = probe.t0 + max(timeout, 0.0)
     parts: dict[str, dict[str, Any]] = {}
     statuses: dict[str, str] = {}
     for i, fmt in enumerate(("text", "json")):
@@ -193,17 +192,7 @@ def query_ras(
         share = left / (2 - i)  # the text query gets half; the JSON query whatever is left
         parts[fmt], statuses[fmt] = ras_query(host, port, fmt, max(share, 0.0))
     outcome, reason = _verdict(statuses, parts, f"{host}:{port}", timeout)
-    rec = ProbeRecord(
-        source=NCCL_RAS,
-        target=f"{host}:{port}",
-        outcome=outcome,
-        reason=reason,
-        node_ip=node_ip,
-        sample=sample,
-        started_at=started,
-        elapsed_s=round(time.monotonic() - t0, 3),
-        meta={"port": port},
-    )
+    rec = probe.record(outcome, reason, port=port)
     return writer.add(rec, json.dumps(parts), suffix=".json")
 
 

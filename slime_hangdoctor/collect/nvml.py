@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, dumps_json
+from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord, dumps_json
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.nvml import GPM, NVML
 
@@ -187,25 +187,6 @@ def _errors_of(samples: list[dict[str, Any]]) -> list[str]:
 # --------------------------------------------------------------------------- probes
 
 
-def _recorder(
-    source: str, node_ip: str | None, started: float, t0: float
-) -> Callable[[Outcome, str | None], ProbeRecord]:
-    """The record of one NVML/GPM probe, its elapsed time measured when it is made."""
-
-    def record(outcome: Outcome, reason: str | None) -> ProbeRecord:
-        return ProbeRecord(
-            source=source,
-            target=TARGET,
-            outcome=outcome,
-            reason=reason,
-            node_ip=node_ip,
-            started_at=started,
-            elapsed_s=round(time.monotonic() - t0, 3),
-        )
-
-    return record
-
-
 def sample_gpus(
     writer: BundleWriter,
     *,
@@ -220,8 +201,8 @@ def sample_gpus(
     `deadline` is an absolute `time.monotonic()` value; sampling stops there. `detail=False`: no
     PCIe throughput and no per-process utilisation (CollectOptions.gpu_detail).
     """
-    t0 = time.monotonic()
-    record = _recorder(NVML, node_ip, time.time(), t0)
+    probe = ProbeClock(NVML, TARGET, node_ip)
+    t0, record = probe.t0, probe.record
 
     try:
         nvml = _nvml_open()
@@ -274,8 +255,7 @@ def sample_gpm(
     Unlike ras_gpm.py (one second per GPU in turn), every GPU's first sample is taken, then one
     sleep, then every second sample: the probe takes `duration_s` whatever the number of GPUs.
     """
-    t0 = time.monotonic()
-    record = _recorder(GPM, node_ip, time.time(), t0)
+    record = ProbeClock(GPM, TARGET, node_ip).record
 
     try:
         nvml = _nvml_open()

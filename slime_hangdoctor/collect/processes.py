@@ -31,7 +31,6 @@ Command lines are redacted; the environment keeps allow-listed keys only; traili
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from collections.abc import Set as AbstractSet
@@ -46,11 +45,11 @@ from slime_hangdoctor.collect.cluster_scope import (
     raylet_pid,
     read_raylet,
 )
-from slime_hangdoctor.collect.tcp_tables import TcpTables
+from slime_hangdoctor.collect.tcp_tables import TcpTables, listening_rows
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.processes import PROCESSES, PROXY_ENV
-from slime_hangdoctor.parsers.sockets import LISTEN, decode_address
+from slime_hangdoctor.parsers.sockets import decode_address
 from slime_hangdoctor.redact import filter_env, redact_cmdline
 from slime_hangdoctor.safe_fs import dir_problem, trusted_owners
 
@@ -397,24 +396,16 @@ def listening_sockets(
     psutil's ``Process.net_connections`` re-reads and decodes both whole tables for every process
     it is asked about: on a node with many processes and sockets that was most of a scan's time.
     Each process's sockets are then matched by inode (`_listening_from`), as psutil does."""
-    tables = tables or TcpTables(procfs)
+    rows = listening_rows(tables or TcpTables(procfs))
+    if rows is None:
+        return None
     found: dict[int, tuple[str, int]] = {}
-    read = 0
-    for name, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+    for family, fields in rows:
         try:
-            lines = tables.read(name).decode("ascii", "replace").splitlines()[1:]
-        except OSError:
+            found[int(fields[9])] = decode_address(fields[1], family, sys.byteorder)
+        except (ValueError, ParseError):
             continue
-        read += 1
-        for line in lines:
-            fields = line.split()
-            if len(fields) < 10 or fields[3] != LISTEN:
-                continue
-            try:
-                found[int(fields[9])] = decode_address(fields[1], family, sys.byteorder)
-            except (ValueError, ParseError):
-                continue
-    return found if read else None
+    return found
 
 
 def _listening_from(

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slime_hangdoctor.bundle import BundleWriter, ProbeRecord
+from slime_hangdoctor.bundle import BundleWriter, ProbeClock, ProbeRecord
 from slime_hangdoctor.collect.node_probe import NodeContext
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.pyspy import PYSPY
@@ -79,23 +79,12 @@ def dump_stack(
     pyspy: str | None = None,
 ) -> ProbeRecord:
     """Dump `pid`'s Python stacks into the bundle (source `pyspy`); never raises."""
-    started = time.time()
-    t0 = time.monotonic()
+    probe = ProbeClock(PYSPY, f"pid{pid}", node_ip, sample)
     fmt = "text" if native else "json"
     meta: dict[str, Any] = {"pid": pid, "format": fmt, "native": native}
 
     def done(outcome: Outcome, reason: str | None = None, data: bytes | None = None) -> ProbeRecord:
-        record = ProbeRecord(
-            PYSPY,
-            f"pid{pid}",
-            outcome,
-            reason,
-            node_ip=node_ip,
-            sample=sample,
-            started_at=started,
-            elapsed_s=time.monotonic() - t0,
-            meta=meta,
-        )
+        record = probe.record(outcome, reason, **meta)
         return writer.add(record, data, suffix=".json" if fmt == "json" else ".txt")
 
     try:

@@ -13,7 +13,10 @@ another namespace gets that namespace's own tables.
 from __future__ import annotations
 
 import os
+import socket
 import threading
+
+from slime_hangdoctor.parsers.sockets import LISTEN
 
 NAMES = ("tcp", "tcp6")
 
@@ -53,3 +56,19 @@ class TcpTables:
 def _read(path: str) -> bytes:
     with open(path, "rb") as fh:
         return fh.read()
+
+
+def listening_rows(tables: TcpTables) -> list[tuple[socket.AddressFamily, list[str]]] | None:
+    """The address family and the kernel's columns (`sl local rem st ... uid timeout inode`) of
+    every listening row of our namespace's `tcp` and `tcp6`; None where neither can be read (not
+    Linux). One reader for the process scan's listening sockets and the GCS holder check."""
+    rows: list[tuple[socket.AddressFamily, list[str]]] = []
+    read = 0
+    for name, family in zip(NAMES, (socket.AF_INET, socket.AF_INET6), strict=True):
+        try:
+            lines = tables.read(name).decode("ascii", "replace").splitlines()[1:]
+        except OSError:
+            continue
+        read += 1
+        rows.extend((family, f) for f in map(str.split, lines) if len(f) >= 10 and f[3] == LISTEN)
+    return rows if read else None

@@ -26,9 +26,9 @@ from __future__ import annotations
 import io
 import pickle
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, NoReturn, get_args
+from typing import Any, Final, Literal, NoReturn, TypeVar, get_args
 
 from slime_hangdoctor.bundle import FLIGHT_RECORDER, ProbeRecord
 from slime_hangdoctor.errors import ParseError
@@ -247,32 +247,38 @@ def _process_group(value: object, position: int) -> tuple[str | None, str | None
     return _str(value[0], "process_group name"), _str(value[1], "process_group desc")
 
 
-def _pg_status(value: object) -> dict[str, Mapping[str, int]]:
+V = TypeVar("V")
+
+
+def _per_group(
+    value: object, what: str, row: Callable[[Mapping[Any, Any]], Mapping[str, V]]
+) -> dict[str, Mapping[str, V]]:
+    """A dump's map of process group -> map (pg_status, pg_config), each group's map read by
+    `row`; absent is empty, any other shape a ParseError naming `what`."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise ParseError("flight recorder: pg_status is not a dict")
-    out: dict[str, Mapping[str, int]] = {}
-    for pg, status in value.items():
-        if not isinstance(status, Mapping):
-            raise ParseError(f"flight recorder: pg_status[{pg!r}] is not a dict")
-        out[_text(pg)] = {
-            _text(k): v for k, v in status.items() if isinstance(v, int) and not isinstance(v, bool)
-        }
+        raise ParseError(f"flight recorder: {what} is not a dict")
+    out: dict[str, Mapping[str, V]] = {}
+    for pg, inner in value.items():
+        if not isinstance(inner, Mapping):
+            raise ParseError(f"flight recorder: {what}[{pg!r}] is not a dict")
+        out[_text(pg)] = row(inner)
     return out
+
+
+def _pg_status(value: object) -> dict[str, Mapping[str, int]]:
+    return _per_group(
+        value,
+        "pg_status",
+        lambda m: {
+            _text(k): v for k, v in m.items() if isinstance(v, int) and not isinstance(v, bool)
+        },
+    )
 
 
 def _pg_config(value: object) -> dict[str, Mapping[str, str]]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ParseError("flight recorder: pg_config is not a dict")
-    out: dict[str, Mapping[str, str]] = {}
-    for pg, config in value.items():
-        if not isinstance(config, Mapping):
-            raise ParseError(f"flight recorder: pg_config[{pg!r}] is not a dict")
-        out[_text(pg)] = {_text(k): _text(v) for k, v in config.items()}
-    return out
+    return _per_group(value, "pg_config", lambda m: {_text(k): _text(v) for k, v in m.items()})
 
 
 def _dump(data: Mapping[Any, Any], rank: int, pid: int | None) -> FrDump:

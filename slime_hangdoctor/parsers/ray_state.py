@@ -1158,7 +1158,7 @@ SPEC = SourceSpec[StateAnswer](
     max_bytes=64 * 1024 * 1024,
     notes=_notes,
     discovery=True,
-    analysis="slime_hangdoctor.analysis.parts.ray",
+    analysis="slime_hangdoctor.analysis.parts.ray_state",
 )
 
 

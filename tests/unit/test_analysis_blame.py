@@ -219,7 +219,7 @@ def test_ranks_behind_in_different_ops_are_a_mismatch_not_a_straggler() -> None:
             )
         )
         world = build_world(snap, topology())
-        reads = Reads(world, (), assess(world, ()))
+        reads = Reads(world, assess(world))
         assert [s.rank for s in ras.suspects(reads)] == behind
         mismatch = [e for e in ras.evidence(reads, []) if e.rule == "ras-collective-mismatch"]
         assert bool(mismatch) == (not behind)

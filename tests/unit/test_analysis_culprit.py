@@ -20,7 +20,6 @@ import pytest
 
 from slime_hangdoctor.analysis.diagnosis import diagnose
 from slime_hangdoctor.analysis.parts import engines, flight_recorder, ras
-from slime_hangdoctor.analysis.readers.sglang_http import read_engines
 from slime_hangdoctor.analysis.source_analysis import MEDIUM, STRONG, WEAK, Reads, assess
 from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.outcome import Outcome
@@ -59,8 +58,7 @@ URL = f"http://{NODE}:15000"
 
 def _reads(world: World) -> Reads:
     """What the suspect finders read, built as `diagnose` builds it."""
-    engine_reads = read_engines(world)
-    return Reads(world, engine_reads, assess(world, engine_reads))
+    return Reads(world, assess(world))
 
 
 FR_CASCADE = REAL.parent / "local-cpu-gloo-fr-cascade"

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from slime_hangdoctor.analysis.parts import engines as engine_suspects
 from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, EngineState, read_engines
 from slime_hangdoctor.analysis.source_analysis import WEAK, Reads, assess
-from slime_hangdoctor.analysis.world import build_world
+from slime_hangdoctor.analysis.world import World, build_world
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers import sglang
 from slime_hangdoctor.parsers.sglang import HttpObs
@@ -122,10 +122,13 @@ def test_weight_version_moving_is_busy() -> None:
 # (metrics_http_*.txt, capture_wheel_http_metrics.py); variants by named transformations.
 
 
-def _read(*obs: HttpObs, **kw: object) -> EngineRead:
+def _world(*obs: HttpObs, **kw: object) -> World:
     topo = kw.pop("topo", topology(engines=[Engine(URL, NODE)]))
-    world = build_world(snapshot(http=obs, **kw), topo)  # type: ignore[arg-type]
-    (engine,) = read_engines(world)
+    return build_world(snapshot(http=obs, **kw), topo)  # type: ignore[arg-type]
+
+
+def _read(*obs: HttpObs, **kw: object) -> EngineRead:
+    (engine,) = read_engines(_world(*obs, **kw))
     return engine
 
 
@@ -306,11 +309,11 @@ def test_slime_main_call_in_flight_places_the_engine(path: str, stage: Stage) ->
     is a weak suspect with that stage; the same page read once, then a page where it returned."""
     page = f"metrics_http_call_{path.strip('/')}_0.5.15.post1.txt"
     held = (_page("metrics_idle.txt", page, sample=0), _page("metrics_idle.txt", page, sample=1))
-    e = _read(*held, _loads("v1_loads_idle.json"))
+    world = _world(*held, _loads("v1_loads_idle.json"))
+    (e,) = read_engines(world)
     assert e.calls == e.calls_held == (path,)
     assert e.call_stage is stage
-    world = build_world(snapshot(), topology(engines=[Engine(URL, NODE)]))
-    reads = Reads(world, (e,), assess(world, (e,)))
+    reads = Reads(world, assess(world))
     (s,) = [s for s in engine_suspects.suspects(reads) if s.source == "sglang"]
     assert s.stage is stage and path in s.why
     # the method the recorded page counts the call under (slime's own: GET for /flush_cache)
@@ -324,13 +327,12 @@ def test_slime_main_call_in_flight_places_the_engine(path: str, stage: Stage) ->
 
 
 def test_held_call_is_a_weak_suspect_with_its_stage() -> None:
-    e = _read(
+    world = _world(
         _page("metrics_idle.txt", PAUSED_HTTP, sample=0),
         _page("metrics_idle.txt", PAUSED_HTTP, sample=1),
         _loads("v1_loads_idle.json"),
     )
-    world = build_world(snapshot(), topology(engines=[Engine(URL, NODE)]))
-    reads = Reads(world, (e,), assess(world, (e,)))
+    reads = Reads(world, assess(world))
     (s,) = [s for s in engine_suspects.suspects(reads) if s.source == "sglang"]
     assert s.stage is Stage.NCCL_BROADCAST and s.weight == WEAK
     assert "/update_weights_from_distributed" in s.why

@@ -23,11 +23,9 @@ from tests.unit import recorded_shapes as rs
 
 def kernel_suspects(world: World) -> list[Suspect]:
     from slime_hangdoctor.analysis.parts import kernel as kernel_finder
-    from slime_hangdoctor.analysis.readers.sglang_http import read_engines
     from slime_hangdoctor.analysis.source_analysis import Reads, assess
 
-    engines = read_engines(world)
-    return kernel_finder.suspects(Reads(world, engines, assess(world, engines)))
+    return kernel_finder.suspects(Reads(world, assess(world)))
 
 
 PROCFS = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "procfs"
@@ -76,7 +74,7 @@ def test_bytes_written_between_the_samples_are_progress_not_stuck() -> None:
     (read,) = [k for k in kernel.kernel_reads(world) if k.proc.pid == BLOCKED.pid]
     assert not read.stuck_in_kernel and read.written == 64 << 20
     assert kernel_suspects(world) == []
-    (signal,) = kernel.progress(world, ()).progress
+    (signal,) = kernel.progress(world).progress
     assert "64.0 MiB" in signal.message
     verdict = diagnose(_rank_world(REAL, later), _topo()).verdict
     assert verdict.status.value == "progressing", verdict.summary
@@ -91,7 +89,7 @@ def test_small_log_writes_are_not_progress() -> None:
         ),
     )
     world = build_world(_rank_world(REAL, later), _topo())
-    assert kernel.progress(world, ()).progress == ()
+    assert kernel.progress(world).progress == ()
 
 
 def test_old_oom_lines_are_left_out() -> None:

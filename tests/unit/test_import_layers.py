@@ -15,6 +15,7 @@ command of cli.py, inside a function (the doctor runs without it installed)."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -333,19 +334,29 @@ def test_nothing_in_analysis_climbs_back_up() -> None:
     assert climbing(import_graph(_package_files())) == []
 
 
+# The parts a planted analysis wing always has: its package, the world and the parts' package.
+_WING = {"analysis/__init__.py": "", "analysis/world.py": "", "analysis/parts/__init__.py": ""}
+
+
+def planted(
+    tmp_path: Path, rule: Callable[[dict[str, dict[str, str]]], list[str]], files: dict[str, str]
+) -> list[str]:
+    """What `rule` finds in a fake package of the analysis wing plus `files` (path -> source):
+    each rule's check that it can fail plants the import it must catch."""
+    package, paths = _fake_package(tmp_path, {**_WING, **files})
+    return rule(import_graph(paths, package))
+
+
 def test_the_climb_check_can_fail(tmp_path: Path) -> None:
-    package, files = _fake_package(
+    found = planted(
         tmp_path,
+        climbing,
         {
-            "analysis/__init__.py": "",
-            "analysis/world.py": "",
-            "analysis/parts/__init__.py": "",
             "analysis/parts/x.py": "from slime_hangdoctor.analysis import world\n",
             "analysis/source_analysis.py": "from typing import TYPE_CHECKING\n"
             "if TYPE_CHECKING:\n    from slime_hangdoctor.analysis.parts import x\n",
         },
     )
-    found = climbing(import_graph(files, package))
     assert (
         len(found) == 1 and "source_analysis imports slime_hangdoctor.analysis.parts.x" in found[0]
     )
@@ -397,25 +408,80 @@ def test_the_composer_reaches_the_parts_through_the_registry_only() -> None:
     assert composer_reaches(import_graph(_package_files())) == []
 
 
-def test_the_part_rule_can_fail(tmp_path: Path) -> None:
-    package, files = _fake_package(
+# the readers the contract may import: the progress vocabulary, no reader of a source
+CONTRACT_READERS = frozenset({f"{PKG}.analysis.readers.proof"})
+
+
+def contract_sources(graph: dict[str, dict[str, str]]) -> list[str]:
+    """Every import of a source's reader by the contract (issue 44: one way in to the engines'
+    reads, `read_engines(world)`, not a field of `Reads` typed by one source)."""
+    edges = graph.get(f"{PKG}.analysis.source_analysis", {})
+    return [
+        f"{where}: the contract imports {target}"
+        for target, where in sorted(edges.items())
+        if target.startswith(f"{PKG}.analysis.readers") and target not in CONTRACT_READERS
+    ]
+
+
+def test_the_contract_imports_no_source() -> None:
+    assert contract_sources(import_graph(_package_files())) == []
+
+
+def test_the_contract_rule_can_fail(tmp_path: Path) -> None:
+    (found,) = planted(
         tmp_path,
+        contract_sources,
         {
-            "analysis/__init__.py": "",
-            "analysis/world.py": "",
-            "analysis/parts/__init__.py": "",
-            "analysis/parts/x.py": "from slime_hangdoctor.analysis import world\n",
-            "analysis/parts/y/__init__.py": "from slime_hangdoctor.analysis.parts.y import z\n",
-            "analysis/parts/y/z.py": "from slime_hangdoctor.analysis.parts import x\n",
+            "analysis/readers/__init__.py": "",
+            "analysis/readers/proof.py": "",
+            "analysis/readers/sglang_http.py": "",
+            "analysis/source_analysis.py": "from slime_hangdoctor.analysis.readers import proof\n"
+            "from slime_hangdoctor.analysis.readers.sglang_http import EngineRead\n",
         },
     )
-    found = between_parts(import_graph(files, package))
+    assert found.endswith("imports slime_hangdoctor.analysis.readers.sglang_http"), found
+
+
+def test_the_part_rule_can_fail(tmp_path: Path) -> None:
+    parts = {
+        "analysis/parts/x.py": "from slime_hangdoctor.analysis import world\n",
+        "analysis/parts/y/__init__.py": "from slime_hangdoctor.analysis.parts.y import z\n",
+        "analysis/parts/y/z.py": "from slime_hangdoctor.analysis.parts import x\n",
+    }
+    found = planted(tmp_path / "between", between_parts, parts)
     assert len(found) == 1 and "part y imports part x" in found[0], found
-    (package / "analysis/diagnosis.py").write_text(
-        "from slime_hangdoctor.analysis.parts import x\n"
-    )
-    reached = composer_reaches(import_graph([*files, package / "analysis/diagnosis.py"], package))
+    composer = {"analysis/diagnosis.py": "from slime_hangdoctor.analysis.parts import x\n"}
+    reached = planted(tmp_path / "composer", composer_reaches, {**parts, **composer})
     assert len(reached) == 1 and "imports part x" in reached[0], reached
+
+
+def names_twice(root: Path) -> list[str]:
+    """Module names (a file's stem, a package's folder) that stand more than once below `root`:
+    each module of the analysis wing is named by what it does, once (issue 44)."""
+    seen: dict[str, list[str]] = {}
+    for f in sorted(root.rglob("*.py")):
+        name = f.parent.name if f.name == "__init__.py" else f.stem
+        if f.parent != root or f.name != "__init__.py":
+            seen.setdefault(name, []).append(str(f.relative_to(root)))
+    return [f"{n}: {', '.join(w)}" for n, w in sorted(seen.items()) if len(w) > 1]
+
+
+def test_no_module_name_stands_twice_in_the_analysis() -> None:
+    assert names_twice(PACKAGE / "analysis") == []
+
+
+def test_the_name_check_can_fail(tmp_path: Path) -> None:
+    for rel in (
+        "__init__.py",
+        "ray.py",
+        "parts/__init__.py",
+        "parts/ray.py",
+        "parts/x/__init__.py",
+    ):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    (tmp_path / "x.py").write_text("")
+    assert names_twice(tmp_path) == ["ray: parts/ray.py, ray.py", "x: parts/x/__init__.py, x.py"]
 
 
 def test_the_demo_and_the_doctor_import_one_way() -> None:

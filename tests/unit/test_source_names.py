@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from slime_hangdoctor.analysis.readers.sglang_http import read_engines
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.source_analysis import Reads, assess, source_analyses
 from slime_hangdoctor.analysis.world import build_world
@@ -78,8 +77,7 @@ def test_each_part_gives_only_the_names_it_declares(name: str) -> None:
     with open_bundle(path) as opened:
         snapshot = load_snapshot(opened)
     world = build_world(snapshot, build_topology(snapshot))
-    engines = read_engines(world)
-    reads = Reads(world, engines, assess(world, engines))
+    reads = Reads(world, assess(world))
     suspects = []
     for part in source_analyses():
         declared: set[Source] = set(part.gives)
@@ -87,7 +85,7 @@ def test_each_part_gives_only_the_names_it_declares(name: str) -> None:
         suspects += found
         assert {s.source for s in found} <= declared, part
         if part.progress:
-            moved = part.progress(world, engines)
+            moved = part.progress(world)
             signals = (*moved.progress, *moved.activity, *moved.frozen)
             assert {s.source for s in signals} <= declared, part
     for part in source_analyses():

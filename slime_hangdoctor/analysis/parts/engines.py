@@ -18,6 +18,7 @@ from slime_hangdoctor.analysis.readers.sglang_http import (
     EngineRead,
     EngineState,
     call_request,
+    read_engines,
 )
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source_analysis import (
@@ -70,7 +71,7 @@ def engine_suspect(
 
 
 def suspects(reads: Reads) -> list[Suspect]:
-    world, engines = reads.world, reads.engines
+    world, engines = reads.world, read_engines(reads.world)
     out = _not_serving(world, engines)
     out.extend(_held_calls(engines))
     out.extend(_broadcast_absentees(world, engines))
@@ -339,7 +340,7 @@ def _broadcast_absentees(world: World, engines: tuple[EngineRead, ...]) -> list[
 
 
 def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
-    engines = reads.engines
+    engines = read_engines(reads.world)
     return [
         Evidence(
             SGLANG,
@@ -352,7 +353,7 @@ def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
     ]
 
 
-def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
+def progress(world: World) -> Moved:
     """Each engine's work counters and weight version between the samples; counters that did not
     move while requests are in flight are frozen. A weight version that moved is the job's own
     work; the counters count only while the job's requests reach the engines (`Moved.served`)."""
@@ -360,7 +361,7 @@ def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
     served: list[Signal] = []
     frozen: list[Signal] = []
     compared = False
-    for e in engines:
+    for e in read_engines(world):
         subject = f"engine {e.url}"
         if e.moving:
             served.append(Signal(SGLANG, subject, ", ".join(e.moving[:3])))
@@ -457,7 +458,7 @@ def _pause_split_across_tokenizer_workers(r: Reading) -> Cause | None:
     waits in `is_pause_cond.wait_for` for good. Fixed by PR#24462 (sglang-miles: PR#24769). The
     shape: an engine that holds requests at its HTTP layer while its scheduler has none and every
     pause was answered by a continue (`EngineState.HELD`), run by several tokenizer workers."""
-    for e in r.engines:
+    for e in read_engines(r.world):
         workers = [p for p in e.procs if p.kind is MemberKind.TOKENIZER_WORKER]
         if e.state is not EngineState.HELD or len(workers) < 2:
             continue
@@ -488,5 +489,5 @@ ANALYSIS = SourceAnalysis(
     evidence=evidence,
     messages=MESSAGES,
     causes=(_health_noise, _pause_split_across_tokenizer_workers),
-    findings=lambda r: engine_findings(r.engines, r.status),
+    findings=lambda r: engine_findings(read_engines(r.world), r.status),
 )

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from slime_hangdoctor.analysis.readers.proxies import ENVIRON, env_of, proxy_hazards
-from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, read_engines
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     Reading,
@@ -27,7 +27,7 @@ IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 def suspects(reads: Reads) -> list[Suspect]:
     """A caller whose requests to the engines go to a proxy, while no engine has work: the rollout
     waits on the proxy (the engines never see the requests)."""
-    world, engines = reads.world, reads.engines
+    world, engines = reads.world, read_engines(reads.world)
     known = [e for e in engines if e.in_flight is not None]
     if not known or any((e.in_flight or 0) > 0 or e.moving for e in known):
         return []
@@ -99,7 +99,7 @@ def environ_findings(world: World, engines: tuple[EngineRead, ...]) -> list[Find
 
 def next_steps(reading: Reading) -> list[str]:
     steps: list[str] = []
-    if proxy_hazards(reading.world, reading.engines):
+    if proxy_hazards(reading.world, read_engines(reading.world)):
         steps.append(
             "Unset http_proxy/https_proxy/all_proxy for the job, or add every engine, router and "
             "head host to no_proxy (e.g. export no_proxy=localhost,127.0.0.1,<node IPs>) before "
@@ -117,6 +117,6 @@ ANALYSIS = SourceAnalysis(
     name="environ",
     gives=(ENVIRON,),
     suspects=suspects,
-    findings=lambda r: environ_findings(r.world, r.engines),
+    findings=lambda r: environ_findings(r.world, read_engines(r.world)),
     next_steps=next_steps,
 )

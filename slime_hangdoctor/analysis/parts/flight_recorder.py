@@ -70,21 +70,18 @@ def _mismatch_suspects(world: World, g: FrGroup) -> list[Suspect]:
     posted = "; ".join(
         f"rank {c.rank} posted {_fr_entry_text(c.pending)}" for c in g.mismatched if c.pending
     )
-    out: list[Suspect] = []
-    for c in g.mismatched:
-        proc = _rank_proc(world, c)
-        out.append(
-            _rank_suspect(
-                c,
-                f"flight recorder: on process group {g.label} the ranks' collective "
-                f"#{c.enqueued} do not match ({posted}): every rank entered it and each waits "
-                "for the others' one",
-                proc,
-                stage=fr_stage(c.pending),
-                evidence=_cursors(g),
-            )
+    return [
+        _rank_suspect(
+            c,
+            f"flight recorder: on process group {g.label} the ranks' collective "
+            f"#{c.enqueued} do not match ({posted}): every rank entered it and each waits "
+            "for the others' one",
+            _rank_proc(world, c),
+            stage=fr_stage(c.pending),
+            evidence=_cursors(g),
         )
-    return out
+        for c in g.mismatched
+    ]
 
 
 def _returned_behind(world: World, g: FrGroup) -> list[str]:
@@ -102,21 +99,19 @@ def _returned_behind(world: World, g: FrGroup) -> list[str]:
 def _ahead_suspects(world: World, g: FrGroup, gone: list[str]) -> list[Suspect]:
     """The ranks that wait in a collective their returned peers never enter: on a path they
     did not take."""
-    assert g.stuck is not None
-    out: list[Suspect] = []
-    for c in g.waiting:
-        proc = _rank_proc(world, c)
-        out.append(
-            _rank_suspect(
-                c,
-                f"flight recorder: rank {c.rank} waits in {_fr_entry_text(g.stuck)} on process "
-                f"group {g.label}, which its peers never will: {'; '.join(gone)}. It is on a "
-                "path its peers did not take",
-                proc,
-                stage=fr_stage(g.stuck),
-            )
+    stuck = g.stuck
+    assert stuck is not None
+    return [
+        _rank_suspect(
+            c,
+            f"flight recorder: rank {c.rank} waits in {_fr_entry_text(stuck)} on process "
+            f"group {g.label}, which its peers never will: {'; '.join(gone)}. It is on a "
+            "path its peers did not take",
+            _rank_proc(world, c),
+            stage=fr_stage(stuck),
         )
-    return out
+        for c in g.waiting
+    ]
 
 
 def suspects(reads: Reads) -> list[Suspect]:

@@ -10,7 +10,6 @@ from slime_hangdoctor.analysis.readers.fr_groups import fr_groups, fr_stage
 from slime_hangdoctor.analysis.readers.nvml import NVML, GpuRead, GpuState
 from slime_hangdoctor.analysis.readers.proof import Moved, Proof, Signal
 from slime_hangdoctor.analysis.readers.pyspy import ProcessRead
-from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
@@ -113,7 +112,7 @@ def evidence(reads: Reads, suspects: Sequence[Suspect]) -> list[Evidence]:
     ]
 
 
-def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
+def progress(world: World) -> Moved:
     """Busy GPUs that run the job's processes (all busy GPUs when no pid maps to the job). Those
     whose every process is an engine's decode for the job's requests: they count as its tokens do,
     only while the job's requests reach the engines (`Moved.served`, progress.combine)."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.readers.proof import Moved, Proof, Signal, window_s
-from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     Cause,
@@ -242,7 +241,7 @@ def _reads(world: World) -> tuple[KernelRead, ...]:
     return tuple(out)
 
 
-def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
+def progress(world: World) -> Moved:
     """Bytes a slime process waiting on I/O moved between the samples: work (a checkpoint, a
     weight load, a data read), slow rather than stuck."""
     window = window_s(world)
@@ -313,36 +312,34 @@ def kernel_findings(world: World) -> list[Finding]:
     stuck = [k for k in reads if k.stuck_in_kernel]
     sleeping = [k for k in reads if k.last.in_disk_sleep and k not in stuck]
     blocked = [k for k in reads if k.stuck_writing and k not in stuck]
-    if stuck:
-        out.append(
-            Finding(
-                "stuck-in-kernel",
-                Severity.CRITICAL,
-                "Slime processes in uninterruptible disk sleep at both samples with no storage "
-                "byte moved: stuck storage, not a collective",
-                tuple(k.describe() for k in stuck[:6]),
-            )
-        )
-    if blocked:
-        out.append(
-            Finding(
-                "stuck-writing",
-                Severity.CRITICAL,
-                "Slime processes blocked in a write across the samples (a pipe or socket whose "
-                "reader stopped taking data) with no storage byte and under 1 MiB written in "
-                "between: the storage or uploader behind it is stuck, not a collective",
-                tuple(k.describe() for k in blocked[:6]),
-            )
-        )
-    if sleeping:
-        out.append(
-            Finding(
-                "disk-sleep",
-                Severity.INFO,
-                "Slime processes in disk sleep (D state) at the last sample",
-                tuple(k.describe() for k in sleeping[:6]),
-            )
-        )
+    held = (
+        (
+            "stuck-in-kernel",
+            Severity.CRITICAL,
+            "Slime processes in uninterruptible disk sleep at both samples with no storage "
+            "byte moved: stuck storage, not a collective",
+            stuck,
+        ),
+        (
+            "stuck-writing",
+            Severity.CRITICAL,
+            "Slime processes blocked in a write across the samples (a pipe or socket whose "
+            "reader stopped taking data) with no storage byte and under 1 MiB written in "
+            "between: the storage or uploader behind it is stuck, not a collective",
+            blocked,
+        ),
+        (
+            "disk-sleep",
+            Severity.INFO,
+            "Slime processes in disk sleep (D state) at the last sample",
+            sleeping,
+        ),
+    )
+    out += [
+        Finding(rule, sev, text, tuple(k.describe() for k in found[:6]))
+        for rule, sev, text, found in held
+        if found
+    ]
     writers = [k for k in reads if (k.moved or 0) >= IO_PROGRESS_BYTES]
     if writers:
         window = window_s(world)

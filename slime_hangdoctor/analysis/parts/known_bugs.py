@@ -18,7 +18,7 @@ from slime_hangdoctor.analysis.known_case import (
     frame_hits,
     judged,
 )
-from slime_hangdoctor.analysis.readers.sglang_http import EngineState
+from slime_hangdoctor.analysis.readers.sglang_http import EngineState, read_engines
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block
 from slime_hangdoctor.analysis.signatures import slime as frames
 from slime_hangdoctor.analysis.signatures.sglang import UPDATE_FROM_TENSOR, WEIGHT_GROUP_FUNCS
@@ -226,7 +226,9 @@ def _cuda_ipc_colocate(r: Reading) -> Cause | None:
     if r.stage not in (Stage.WEIGHT_SYNC, Stage.UNKNOWN):
         return None
     hits = frame_hits(r.world, COLOCATED_SENDERS)
-    bad = [e for e in r.engines if e.state in (EngineState.UNRESPONSIVE, EngineState.STUCK)]
+    bad = [
+        e for e in read_engines(r.world) if e.state in (EngineState.UNRESPONSIVE, EngineState.STUCK)
+    ]
     scheds = [
         (p, t)
         for p, t in frame_hits(r.world, TENSOR_UPDATE_SCHEDULERS)

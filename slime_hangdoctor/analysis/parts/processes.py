@@ -11,7 +11,7 @@ from slime_hangdoctor.analysis.readers.proof import (
     Signal,
     window_s,
 )
-from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, EngineState
+from slime_hangdoctor.analysis.readers.sglang_http import EngineState, read_engines
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source_analysis import (
     STRONG,
@@ -25,7 +25,7 @@ from slime_hangdoctor.verdict import Stage
 
 
 def suspects(reads: Reads) -> list[Suspect]:
-    dead_engines = {e.url for e in reads.engines if e.state is EngineState.DEAD}
+    dead_engines = {e.url for e in read_engines(reads.world) if e.state is EngineState.DEAD}
     # a dead engine, or a router that is gone: their own finders say what is known of them
     told = dead_engines | {g.url for g in gone_routers(reads.world)}
     return _dead_processes(reads, told)
@@ -46,7 +46,7 @@ def _dead_processes(reads: Reads, dead_engines: set[str]) -> list[Suspect]:
     ]
 
 
-def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
+def progress(world: World) -> Moved:
     """CPU time of each slime process between the samples: work where it computes in a call chain
     that moved, activity otherwise (a spin at a CUDA sync burns a core too)."""
     window = window_s(world)

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from slime_hangdoctor.analysis.readers.nccl_ras import RAS, behind_by_op
 from slime_hangdoctor.analysis.readers.proof import Moved, Proof, Signal
-from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.source_analysis import (
     STRONG,
     WEAK,
@@ -282,7 +281,7 @@ def _totals(report: RasReport) -> dict[str, int]:
     }
 
 
-def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
+def progress(world: World) -> Moved:
     """Each communicator read at two samples: collectives launched between them, or none."""
     moved: list[Signal] = []
     frozen: list[Signal] = []

@@ -12,7 +12,12 @@ from slime_hangdoctor.analysis.actor_queues import (
     WaitEdge,
     build_view,
 )
-from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, EngineState, resume_step
+from slime_hangdoctor.analysis.readers.sglang_http import (
+    EngineRead,
+    EngineState,
+    read_engines,
+    resume_step,
+)
 from slime_hangdoctor.analysis.signatures import method_stage
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
@@ -114,37 +119,32 @@ def suspects(reads: Reads) -> list[Suspect]:
                     evidence=tuple(_edge_text(world, x, actors) for x in cycle),
                 )
             )
-    for p in view.paused:
-        role = _role(p.actor)
-        if role is None or _normal(p, reads.engines):
-            continue
-        out.append(
-            suspect(
-                RAY_TASKS,
-                role,
-                _paused_text(world, p),
-                _proc_of(world, p.actor),
-                actor_id=p.actor.actor_id,
-                pid=p.actor.pid,
-                weight=MEDIUM,
+    engines = read_engines(reads.world)
+    # (actor, why, weight, stage): a paused engine not explained by a normal update, then each
+    # method that runs far longer than its earlier runs
+    held: list[tuple[RayActor, str, int, Stage | None]] = [
+        (p.actor, _paused_text(world, p), MEDIUM, None)
+        for p in view.paused
+        if not _normal(p, engines)
+    ]
+    held += [
+        (o.actor, _overlong_text(world, o), WEAK, _stage_of(o.actor, o.task)) for o in view.overlong
+    ]
+    for actor, why, weight, stage in held:
+        role = _role(actor)
+        if role is not None:
+            out.append(
+                suspect(
+                    RAY_TASKS,
+                    role,
+                    why,
+                    _proc_of(world, actor),
+                    actor_id=actor.actor_id,
+                    pid=actor.pid,
+                    weight=weight,
+                    stage=stage,
+                )
             )
-        )
-    for o in view.overlong:
-        role = _role(o.actor)
-        if role is None:
-            continue
-        out.append(
-            suspect(
-                RAY_TASKS,
-                role,
-                _overlong_text(world, o),
-                _proc_of(world, o.actor),
-                actor_id=o.actor.actor_id,
-                pid=o.actor.pid,
-                weight=WEAK,
-                stage=_stage_of(o.actor, o.task),
-            )
-        )
     return out
 
 
@@ -268,14 +268,15 @@ def resume_paused(r: Reading) -> list[NextStep]:
     view = build_view(r.world.snapshot)
     if view is None:
         return []
-    left = [p for p in view.paused if not _normal(p, r.engines)]
-    return [resume_step(e.url) for p in left if (e := _engine_of(r.engines, p.actor)) is not None]
+    engines = read_engines(r.world)
+    left = [p for p in view.paused if not _normal(p, engines)]
+    return [resume_step(e.url) for p in left if (e := _engine_of(engines, p.actor)) is not None]
 
 
 ANALYSIS = SourceAnalysis(
     name="ray_tasks",
     gives=(RAY_TASKS,),
     suspects=suspects,
-    findings=lambda r: findings(r.world, engines=r.engines),
+    findings=lambda r: findings(r.world, engines=read_engines(r.world)),
     next_steps=resume_paused,
 )

@@ -16,7 +16,7 @@ from slime_hangdoctor.analysis.readers.gone_routers import (
     url_port,
     zombie_children,
 )
-from slime_hangdoctor.analysis.readers.sglang_http import SGLANG, router_entry
+from slime_hangdoctor.analysis.readers.sglang_http import SGLANG, read_engines, router_entry
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     STRONG,
@@ -88,18 +88,18 @@ def _empty_with_requests(reads: Reads, url: str, sample: int) -> Suspect | None:
         if o.kind is HttpPeer.ROUTER and o.sample == sample and o.answer.url == url
         if isinstance(o.parsed, RouterWorkers)
     ]
-    if not listed or any(w.urls for w in listed) or not reads.engines:
+    if not listed or any(w.urls for w in listed) or not read_engines(reads.world):
         return None
     holders: list[str] = []
     for rm in world.by_role(Role.ROLLOUT_MANAGER):
-        kept = kept_connections(world, reads.engines, rm)
+        kept = kept_connections(world, read_engines(reads.world), rm)
         held = sum(n for ep, n in kept.to(PeerKind.ROUTER)) if kept is not None else 0
         if held:
             holders.append(f"{rm.label} (pid {rm.pid}) holds {held} connection(s) to it")
     if not holders:
         return None
     proc = next((p for p in world.by_role(Role.ROUTER) if p.engine_url == url), None)
-    engines = ", ".join(e.url for e in reads.engines[:3])
+    engines = ", ".join(e.url for e in read_engines(reads.world)[:3])
     return suspect(
         SOCKETS,
         Role.ROUTER,

@@ -15,7 +15,7 @@ from slime_hangdoctor.analysis.network import (
     held_requests,
     idle_pools,
 )
-from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
+from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, read_engines
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
@@ -43,7 +43,7 @@ def _caller_waits(p: Proc) -> bool:
 
 def suspects(reads: Reads) -> list[Suspect]:
     out: list[Suspect] = []
-    for h in held_requests(reads.world, reads.engines):
+    for h in held_requests(reads.world, read_engines(reads.world)):
         # the engine, the router or the sockets show the requests themselves; the caller's own
         # wait alone says only that it waits on someone
         shown = set(h.kinds) - {InFlightKind.CALLER_AWAITS}
@@ -106,7 +106,7 @@ def _hung_findings(reading: Reading) -> list[Finding]:
     """Who holds the requests: asked only of a hung job (a progressing one holds requests too)."""
     if reading.status is not Status.HUNG:
         return []
-    return network_findings(reading.world, reading.engines)
+    return network_findings(reading.world, read_engines(reading.world))
 
 
 ANALYSIS = SourceAnalysis(

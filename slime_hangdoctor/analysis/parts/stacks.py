@@ -20,7 +20,6 @@ from slime_hangdoctor.analysis.readers.pyspy import (
     ProcessRead,
     collective_call,
 )
-from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
@@ -552,7 +551,7 @@ def collective_mismatch(reading: Reading) -> Cause | None:
     return Cause(finding, tuple(steps), headline=f"{m.text} ({told})", about=about)
 
 
-def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
+def progress(world: World) -> Moved:
     """Each process stacked at both samples: moved to another stage (work), changed within the
     same stage (activity), or the same stack in both (frozen, but for an idle worker)."""
     moved: list[Signal] = []

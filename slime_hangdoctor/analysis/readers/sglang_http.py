@@ -431,14 +431,9 @@ def _schedulers_frozen(procs: tuple[Proc, ...]) -> list[str]:
     """Schedulers blocked at the same stack in two samples: the scheduler's own frozen progress."""
     out: list[str] = []
     for p in procs:
-        first, last = p.first, p.latest
-        if (
-            p.kind is not MemberKind.SCHEDULER
-            or first is None
-            or last is None
-            or first.sample == last.sample
-        ):
+        if p.kind is not MemberKind.SCHEDULER or (pair := p.two_reads) is None:
             continue
+        first, last = pair
         if last.block in _BLOCKED and first.primary.key() == last.primary.key():
             out.append(f"{p.label} (pid {p.pid}) {last.describe()} in both samples")
     return out
@@ -451,14 +446,9 @@ def stalled_detokenizer(procs: tuple[Proc, ...]) -> tuple[Proc, str] | None:
     :1848-1860 stamps `last_receive_tstamp` on what the detokenizer sends; sglang#36333,
     #40809). With its words: where it is."""
     for p in procs:
-        first, last = p.first, p.latest
-        if (
-            p.kind is not MemberKind.DETOKENIZER
-            or first is None
-            or last is None
-            or first.sample == last.sample
-        ):
+        if p.kind is not MemberKind.DETOKENIZER or (pair := p.two_reads) is None:
             continue
+        first, last = pair
         t = last.primary
         if t.calls() != first.primary.calls():
             continue
@@ -891,9 +881,17 @@ def _rest(r: _Reads) -> _State:
     return _State(EngineState.UNKNOWN, evidence, r.compared)
 
 
+ENGINES_MEMO = "sglang_http.read_engines"  # the key of the engines' reads in `World.memo`
+
+
 def read_engines(world: World) -> tuple[EngineRead, ...]:
     """One EngineRead per engine of the job the topology or the HTTP probes know (not those only
-    a router lists: `Topology.listed`, whatever their answers say)."""
+    a router lists: `Topology.listed`, whatever their answers say), read once per world: every
+    part, the composition and the advice reach the engines' reads here."""
+    return world.memo(ENGINES_MEMO, lambda: _read_engines(world))
+
+
+def _read_engines(world: World) -> tuple[EngineRead, ...]:
     strangers = {e.url.rstrip("/") for e in world.topology.listed}
     by_url: dict[str, list[HttpObs]] = {}
     for o in world.snapshot.joined(HTTP_ANSWERS):

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from slime_hangdoctor.analysis.parts.request_path.hops import holds, request_path
 from slime_hangdoctor.analysis.readers.proof import Moved, Proof, window_s
-from slime_hangdoctor.analysis.readers.sglang_http import EngineRead
 from slime_hangdoctor.analysis.source_analysis import (
     STRONG,
     Evidence,
@@ -33,7 +32,7 @@ MESSAGES = {
 }
 
 
-def progress(world: World, engines: tuple[EngineRead, ...]) -> Moved:
+def progress(world: World) -> Moved:
     """No work of its own: the hops that hold the job's requests, for `combine`'s rule."""
     return Moved(
         Proof.WORK,

@@ -133,7 +133,7 @@ def _same_place(p: Proc) -> Frame | None:
     handler under the loop's entry), so a process that only shares its `main` is not in one
     place. A handler that renders a body at one sample and writes it at the other (PR#1602's
     session server under load) is in that handler at both."""
-    if len(p.reads) < 2 or p.reads[0].sample == p.reads[-1].sample:
+    if p.two_reads is None:
         return None
     first, last = _serving_thread(p, 0), _serving_thread(p, -1)
     if first is None or last is None:

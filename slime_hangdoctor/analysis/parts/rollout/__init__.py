@@ -20,6 +20,7 @@ from slime_hangdoctor.analysis.readers.sglang_http import (
     SGLANG,
     EngineRead,
     EngineState,
+    read_engines,
 )
 from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source_analysis import (
@@ -46,7 +47,7 @@ MESSAGES = {
 
 
 def suspects(reads: Reads) -> list[Suspect]:
-    world, engines = reads.world, reads.engines
+    world, engines = reads.world, read_engines(reads.world)
     out: list[Suspect] = []
     for rm in world.by_role(Role.ROLLOUT_MANAGER):
         read = rm.latest
@@ -249,10 +250,10 @@ def _idle_rollout_held_by(
         read = rm.latest
         if read is None or read.loop is None or read.loop.block is not Block.EVENT_LOOP:
             continue
-        known = [e for e in r.engines if e.in_flight is not None]
+        known = [e for e in read_engines(r.world) if e.in_flight is not None]
         if not known or any((e.in_flight or 0) > 0 or e.moving for e in known):
             return None
-        where = where_requests_are(r.world, r.engines, rm)
+        where = where_requests_are(r.world, read_engines(r.world), rm)
         if where.holder is holder:
             return where, known
     return None

@@ -86,7 +86,7 @@ def findings(world: World) -> list[Finding]:
 
 
 ANALYSIS = SourceAnalysis(
-    name="ray",
+    name="ray_state",
     gives=(RAY,),
     suspects=suspects,
     findings=lambda r: findings(r.world),
