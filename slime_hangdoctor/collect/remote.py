@@ -47,6 +47,7 @@ from typing import Any
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, safe_suffix
 from slime_hangdoctor.collect.node import run_detached_sample
 from slime_hangdoctor.collect.node_probe import NodeSpec
+from slime_hangdoctor.collect.nvml import TARGET as GPU_TARGET
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.collect.ray_driver import MAX_ANSWER_BYTES
 from slime_hangdoctor.outcome import Outcome
@@ -74,17 +75,29 @@ class NodeProbe:
     pick the calls up in (a probe that starts late is asked for both at once): two py-spy dumps of
     one process at the same time fail (ptrace allows one tracer), and a second sample taken
     before the first would turn the comparison around. `first_sample`: the sample the probe was
-    created for (a node first seen at the second sample waits for no first)."""
+    created for (a node first seen at the second sample waits for no first).
+
+    A sample starts at least the window after the one before it began (this node's own clock),
+    as far as the call's budget allows: a node whose first sample was late (its probe's worker
+    took seconds to start) gets the whole window too, not what was left of the doctor's. Where
+    the budget (the run's deadline) allows less, it starts as late as the budget leaves a whole
+    sample's time, and the doctor says so (`short_window_spots`)."""
 
     def __init__(self, first_sample: int = 0) -> None:
         self._next = first_sample
         self._turn = threading.Condition()
+        self._began: dict[int, float] = {}  # sample -> when it began (time.monotonic, here)
 
     def sample(self, spec: NodeSpec, opts: CollectOptions, budget_s: float) -> bytes:
         t0 = time.monotonic()
         with self._turn:  # bounded: a sample before it that never ends does not stop this one
             self._turn.wait_for(lambda: self._next >= spec.sample, timeout=budget_s / 2)
-        left = max(0.5, budget_s - (time.monotonic() - t0))
+        last = self._began.get(spec.sample - 1)
+        if last is not None:
+            wake = min(last + opts.window_s, t0 + budget_s - sample_budget(opts))
+            time.sleep(max(0.0, wake - time.monotonic()))
+        self._began[spec.sample] = time.monotonic()
+        left = max(0.5, min(sample_budget(opts), budget_s - (time.monotonic() - t0)))
         try:
             return pack_answer(run_detached_sample(spec, opts, left, gpus=False))
         finally:
@@ -97,6 +110,17 @@ class NodeProbe:
         probe that started late still ends with the window, not a window after its start."""
         budget = min(budget_s, max(0.5, until - time.time() + 1.0))  # sampling ends 1 s early
         return pack_answer(run_detached_sample(spec, opts, budget, gpus=True))
+
+
+def sample_budget(opts: CollectOptions) -> float:
+    """The time one node's sample is given (its process scan, its dumps and probes)."""
+    return opts.probe_timeout_s * 2 + 2.0
+
+
+def call_budget(opts: CollectOptions, sample: int) -> float:
+    """The time a node's call for `sample` is given: a sample's, and for a sample after the
+    first the window too (the probe may wait for it: NodeProbe)."""
+    return sample_budget(opts) + (opts.window_s if sample > 0 else 0.0)
 
 
 def node_options(opts: CollectOptions) -> CollectOptions:
@@ -521,6 +545,11 @@ class Asked:
     sample: int | None
     sources: frozenset[str]
 
+    @property
+    def gpus(self) -> bool:
+        """The GPU readings over the window (not a sample)."""
+        return self.sample is None
+
 
 # The sources of a node's sample (its process scan and every node probe: collect/node.py) and of
 # its GPU readings (sample_gpus_over): a record of any other source from a node is not kept.
@@ -611,11 +640,14 @@ def collect_remote(
     samples its own node meanwhile). Returns the calls (what was asked, the future of its
     answer); gather_remote waits for them."""
     sources = GPU_SOURCES if gpus else SAMPLE_SOURCES
-    budget = budget_s if budget_s is not None else deadline.clamp(opts.probe_timeout_s * 2 + 2.0)
+
+    def budget(spec: NodeSpec) -> float:
+        return budget_s if budget_s is not None else deadline.clamp(call_budget(opts, spec.sample))
+
     return [
         Call(
             Asked(node, None if gpus else spec.sample, sources),
-            tasks.submit(node, spec, opts, budget, gpus, until),
+            tasks.submit(node, spec, opts, budget(spec), gpus, until),
         )
         for node, spec in nodes
     ]
@@ -629,7 +661,9 @@ def gather_remote(
     deadline: Deadline,
     wait_s: float,
 ) -> list[RemoteNode]:
-    """Wait (bounded) for started calls; add their evidence; returns the nodes that failed."""
+    """Wait (bounded) for started calls; add their evidence; returns the nodes whose sample
+    failed. A failed call for the GPU readings costs that node's GPU readings only (its samples
+    are the sample calls'): a GPU blind spot, not a node "not inspected"."""
     failed: list[RemoteNode] = []
 
     end = time.monotonic() + deadline.clamp(wait_s)
@@ -637,7 +671,9 @@ def gather_remote(
     def one(call: Call) -> None:
         node = call.node
         exported, error = tasks.fetch(call.future, max(0.05, end - time.monotonic()))
-        if exported is None:
+        if exported is None and call.asked.gpus:
+            gpu_blind_spot(writer, node, error or "no answer")
+        elif exported is None:
             node_blind_spot(writer, node, sample, error or "no answer")
             failed.append(node)
         else:
@@ -649,8 +685,54 @@ def gather_remote(
     return failed
 
 
-def node_blind_spot(writer: BundleWriter, node: RemoteNode, sample: int | None, why: str) -> None:
+# A node's two samples closer than this share of the window: its comparison is said to be shorter
+SHORT_WINDOW_SHARE = 0.95
 
+
+def short_window_spots(writer: BundleWriter, nodes: list[RemoteNode], window_s: float) -> int:
+    """A blind spot for each node whose two samples began less than the window apart (the run's
+    deadline left its probe no later second sample: NodeProbe), from its process scans' start
+    times (both read on that node's clock); returns how many. Slow and hung are told apart over
+    that shorter time there."""
+    began = _scans_began(writer.records)
+    short = 0
+    for node in nodes:
+        first, second = began.get((node.node_id, 0)), began.get((node.node_id, 1))
+        if first is None or second is None or second - first >= window_s * SHORT_WINDOW_SHARE:
+            continue
+        gap = max(0.0, second - first)
+        writer.add(
+            ProbeRecord(
+                PROCESSES,
+                f"node {node.node_ip} window",
+                Outcome.TIMED_OUT,
+                f"node {node.node_ip} ({node.node_id[:12]}): its two samples began {gap:.1f} s "
+                f"apart, not the {window_s:.1f} s window (the run's deadline left no later "
+                f"second sample): slow and hung are told apart over {gap:.1f} s there",
+                node_ip=node.node_ip,
+                sample=1,
+                started_at=time.time(),
+                meta={"node_id": node.node_id, "gap_s": round(gap, 3), "window_s": window_s},
+            )
+        )
+        short += 1
+    return short
+
+
+def _scans_began(records: tuple[ProbeRecord, ...]) -> dict[tuple[str, int], float]:
+    """(node id, sample) -> when the node's process scan of that sample began (its clock)."""
+    began: dict[tuple[str, int], float] = {}
+    for rec in records:
+        node_id = rec.meta.get("node_id")
+        scan = rec.source == PROCESSES and rec.outcome is Outcome.OK and rec.started_at > 0
+        if scan and isinstance(node_id, str) and rec.sample in (0, 1):
+            key = (node_id, rec.sample)
+            began[key] = min(began.get(key, rec.started_at), rec.started_at)
+    return began
+
+
+def node_blind_spot(writer: BundleWriter, node: RemoteNode, sample: int | None, why: str) -> None:
+    """A node whose sample was not taken (or not read): the whole node at that sample."""
     writer.add(
         ProbeRecord(
             PROCESSES,
@@ -659,6 +741,22 @@ def node_blind_spot(writer: BundleWriter, node: RemoteNode, sample: int | None, 
             f"node {node.node_ip} ({node.node_id[:12]}) not inspected: {why}",
             node_ip=node.node_ip,
             sample=sample,
+            started_at=time.time(),
+            meta={"node_id": node.node_id},
+        )
+    )
+
+
+def gpu_blind_spot(writer: BundleWriter, node: RemoteNode, why: str) -> None:
+    """A node whose GPU readings over the window did not come (its samples may have): a blind
+    spot of that node's GPUs, filed as the NVML record the readings would have been."""
+    writer.add(
+        ProbeRecord(
+            NVML,
+            GPU_TARGET,
+            Outcome.UNAVAILABLE,
+            f"node {node.node_ip} ({node.node_id[:12]}): GPU readings not taken: {why}",
+            node_ip=node.node_ip,
             started_at=time.time(),
             meta={"node_id": node.node_id},
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,13 @@ from slime_hangdoctor.collect.node_probe import NodeSpec
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.collect.probe_boot import BootProbe
 from slime_hangdoctor.collect.ray_driver import Driver
-from slime_hangdoctor.collect.remote import RayTasks, RemoteNode, collect_remote, gather_remote
+from slime_hangdoctor.collect.remote import (
+    RayTasks,
+    RemoteNode,
+    collect_remote,
+    gather_remote,
+    short_window_spots,
+)
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.ray_state import parse_actors
 
@@ -185,10 +192,52 @@ def a_driver_killed_mid_call_costs_the_call(spec: dict[str, Any]) -> None:
         fresh.close()
 
 
+def a_late_probe_keeps_its_window(spec: dict[str, Any]) -> None:
+    """Issue 46: a node's probe asked for both samples at once (as a probe whose worker starts
+    late is) begins its second sample a whole window after its first, and its GPU readings'
+    call, not answered in time, is a blind spot of that node's GPUs, not of the node."""
+    window = 2.0
+    driver = _connected(spec["gcs"])
+    try:
+        node = RemoteNode(spec["node_id"], spec["node_ip"])
+        writer = BundleWriter(Path(spec["bundle"]), command="test", window_s=window)
+        opts = CollectOptions(stacks=False, window_s=window)
+        roots = frozenset(int(pid) for pid in spec["roots"])
+        deadline = Deadline(90.0)
+        started = [
+            collect_remote(driver, [(node, NodeSpec(node.node_ip, s, roots))], opts, deadline)
+            for s in (0, 1)
+        ]
+        gpus = collect_remote(  # (the readings run to `until`, past the doctor's wait)
+            driver,
+            [(node, NodeSpec(node.node_ip, 0))],
+            opts,
+            deadline,
+            gpus=True,
+            budget_s=30.0,
+            until=time.time() + 30.0,
+        )
+        for index, calls in enumerate(started):
+            assert gather_remote(driver, writer, calls, index, deadline, 60.0) == []
+        assert gather_remote(driver, writer, gpus, None, deadline, 0.5) == []
+        scans = [r for r in writer.records if r.source == "processes" and r.node_ip == node.node_ip]
+        assert [(r.sample, r.outcome) for r in scans] == [(0, Outcome.OK), (1, Outcome.OK)], scans
+        gap = scans[1].started_at - scans[0].started_at
+        assert gap >= window - 0.05, gap
+        assert short_window_spots(writer, [node], window) == 0
+        (gpu,) = [r for r in writer.records if r.source == "nvml"]
+        assert gpu.outcome is Outcome.UNAVAILABLE and gpu.node_ip == node.node_ip, gpu
+        assert "GPU readings not taken: no answer in time" in (gpu.reason or ""), gpu.reason
+        assert not [r for r in writer.records if "not inspected" in (r.reason or "")]
+    finally:
+        driver.close()
+
+
 SCENARIOS = {
     f.__name__: f
     for f in (
         one_probe_answers_both_samples,
+        a_late_probe_keeps_its_window,
         a_pickle_runs_no_code,
         a_driver_killed_mid_call_costs_the_call,
     )
