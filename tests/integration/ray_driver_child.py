@@ -225,7 +225,9 @@ def a_late_probe_keeps_its_window(spec: dict[str, Any]) -> None:
         gap = scans[1].started_at - scans[0].started_at
         assert gap >= window - 0.05, gap
         assert short_window_spots(writer, [node], window) == 0
-        (gpu,) = [r for r in writer.records if r.source == "nvml"]
+        # (a sample's own NVML probe says what it says: here, no driver; the readings' call is
+        # the one filed with no sample)
+        (gpu,) = [r for r in writer.records if r.source == "nvml" and r.sample is None]
         assert gpu.outcome is Outcome.UNAVAILABLE and gpu.node_ip == node.node_ip, gpu
         assert "GPU readings not taken: no answer in time" in (gpu.reason or ""), gpu.reason
         assert not [r for r in writer.records if "not inspected" in (r.reason or "")]
