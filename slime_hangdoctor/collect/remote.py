@@ -86,30 +86,50 @@ class NodeProbe:
     def __init__(self, first_sample: int = 0) -> None:
         self._next = first_sample
         self._turn = threading.Condition()
-        self._began: dict[int, float] = {}  # sample -> when it began (time.monotonic, here)
+        self._began: dict[int, float] = {}  # sample -> when its process scan began (epoch, here)
 
     def sample(self, spec: NodeSpec, opts: CollectOptions, budget_s: float) -> bytes:
         t0 = time.monotonic()
         with self._turn:  # bounded: a sample before it that never ends does not stop this one
             self._turn.wait_for(lambda: self._next >= spec.sample, timeout=budget_s / 2)
-        last = self._began.get(spec.sample - 1)
-        if last is not None:
-            wake = min(last + opts.window_s, t0 + budget_s - sample_budget(opts))
-            time.sleep(max(0.0, wake - time.monotonic()))
-        self._began[spec.sample] = time.monotonic()
+        self._wait_window(spec.sample - 1, opts, t0 + budget_s)
         left = max(0.5, min(sample_budget(opts), budget_s - (time.monotonic() - t0)))
         try:
-            return pack_answer(run_detached_sample(spec, opts, left, gpus=False))
+            called = time.time()
+            exported = run_detached_sample(spec, opts, left, gpus=False)
+            self._began[spec.sample] = _scan_began(exported, called)
+            return pack_answer(exported)
         finally:
             with self._turn:
                 self._next = max(self._next, spec.sample + 1)
                 self._turn.notify_all()
+
+    def _wait_window(self, last: int, opts: CollectOptions, end: float) -> None:
+        """Sleep until a window after sample `last`'s process scan began (if this probe took
+        it), or until the call's budget (`end`, monotonic) leaves only a sample's time."""
+        began = self._began.get(last)
+        if began is None:
+            return
+        wait = began + opts.window_s - time.time()
+        latest = end - sample_budget(opts) - time.monotonic()
+        time.sleep(max(0.0, min(wait, latest)))
 
     def gpus(self, spec: NodeSpec, opts: CollectOptions, budget_s: float, until: float) -> bytes:
         """NVML over the window: until `until` (epoch seconds: the doctor's second sample), so a
         probe that started late still ends with the window, not a window after its start."""
         budget = min(budget_s, max(0.5, until - time.time() + 1.0))  # sampling ends 1 s early
         return pack_answer(run_detached_sample(spec, opts, budget, gpus=True))
+
+
+def _scan_began(exported: Exported, called: float) -> float:
+    """When a sample's process scan began (its record's start, this node's clock): what the two
+    samples' window is measured between; `called` where the sample has no scan."""
+    starts = [
+        float(rec["started_at"])
+        for rec, _, _ in exported
+        if rec.get("source") == PROCESSES and isinstance(rec.get("started_at"), (int, float))
+    ]
+    return min(starts, default=called)
 
 
 def sample_budget(opts: CollectOptions) -> float:
@@ -303,6 +323,8 @@ class RayTasks:
         self._ready = threading.Event()
         self._error: str | None = None
         self._calls: dict[int, cf.Future[Answer]] = {}
+        self._asked: dict[int, tuple[str, int]] = {}  # a sample's call -> (node id, sample)
+        self._answered: dict[tuple[str, int], float] = {}  # -> when its answer came (monotonic)
         self._lock = threading.Lock()
         self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._ids = itertools.count(1)
@@ -426,6 +448,9 @@ class RayTasks:
     def _settle(self, call_id: int, data: bytes | None, error: str | None) -> None:
         with self._lock:
             future = self._calls.pop(call_id, None)
+            asked = self._asked.pop(call_id, None)
+            if asked is not None and data is not None:
+                self._answered[asked] = time.monotonic()
         if future is not None and not future.done():
             future.set_result((data, error))
 
@@ -466,6 +491,8 @@ class RayTasks:
             call_id = next(self._ids)
             if gone is None:
                 self._calls[call_id] = future
+                if not gpus:
+                    self._asked[call_id] = (node.node_id, spec.sample)
         if gone is not None:
             future.set_result((None, gone))
             return future
@@ -476,6 +503,16 @@ class RayTasks:
         call = ("call", call_id, node.node_id, node.node_ip, spec.sample, payload)
         self._outbox.put(pickle.dumps(call))
         return future
+
+    def window_left(self, node: RemoteNode, sample: int, window_s: float) -> float:
+        """How much of the window after the node's `sample` is still to come: its next sample
+        begins a window after that one began (NodeProbe), which was before its answer came here;
+        the whole window where no answer came."""
+        with self._lock:
+            answered = self._answered.get((node.node_id, sample))
+        if answered is None:
+            return window_s
+        return max(0.0, answered + window_s - time.monotonic())
 
     def fetch(
         self, handle: cf.Future[Answer], timeout: float
@@ -660,17 +697,27 @@ def gather_remote(
     sample: int | None,
     deadline: Deadline,
     wait_s: float,
+    *,
+    window_s: float = 0.0,
 ) -> list[RemoteNode]:
     """Wait (bounded) for started calls; add their evidence; returns the nodes whose sample
     failed. A failed call for the GPU readings costs that node's GPU readings only (its samples
-    are the sample calls'): a GPU blind spot, not a node "not inspected"."""
+    are the sample calls'): a GPU blind spot, not a node "not inspected". `window_s`: a call for
+    a sample after the first waits `wait_s` plus what is still to come of the window after the
+    node's sample before (`RayTasks.window_left`: a node whose last answer came late takes its
+    next sample late), within the deadline."""
     failed: list[RemoteNode] = []
 
-    end = time.monotonic() + deadline.clamp(wait_s)
+    now = time.monotonic()
+    end = now + deadline.clamp(wait_s)
+    last = now + deadline.remaining()
 
     def one(call: Call) -> None:
-        node = call.node
-        exported, error = tasks.fetch(call.future, max(0.05, end - time.monotonic()))
+        node, sample = call.node, call.asked.sample
+        until = end
+        if window_s and sample:
+            until = min(last, end + tasks.window_left(node, sample - 1, window_s))
+        exported, error = tasks.fetch(call.future, max(0.05, until - time.monotonic()))
         if exported is None and call.asked.gpus:
             gpu_blind_spot(writer, node, error or "no answer")
         elif exported is None:
