@@ -137,10 +137,17 @@ def sample_budget(opts: CollectOptions) -> float:
     return opts.probe_timeout_s * 2 + 2.0
 
 
+# What a call for a sample after the first is given beyond the window and a sample's time: the
+# sample before it begins its scan a little after the call came (a probe asked for both at once)
+WINDOW_SLACK_S = 1.0
+
+
 def call_budget(opts: CollectOptions, sample: int) -> float:
     """The time a node's call for `sample` is given: a sample's, and for a sample after the
     first the window too (the probe may wait for it: NodeProbe)."""
-    return sample_budget(opts) + (opts.window_s if sample > 0 else 0.0)
+    if sample == 0:
+        return sample_budget(opts)
+    return sample_budget(opts) + opts.window_s + WINDOW_SLACK_S
 
 
 def node_options(opts: CollectOptions) -> CollectOptions:
