@@ -329,6 +329,8 @@ def _fan(
             with tempfile.TemporaryDirectory() as tmp:
                 writer = BundleWriter(Path(tmp) / "b", command="bench")
                 for sample, into in ((0, first), (1, second)):
+                    if sample:  # (as `attach`: each probe's window passes before the second)
+                        time.sleep(opts.window_s)
                     deadline = Deadline(90.0)
                     t1 = time.monotonic()
                     specs = [(nd, NodeSpec(NODE2_IP, sample, pids, off=off)) for nd in nodes]
