@@ -444,7 +444,8 @@ def test_a_late_probe_keeps_its_window_and_a_failed_gpu_call_costs_its_gpus(
     job: Job, tmp_path: Path
 ) -> None:
     """Issue 46: a probe asked for both samples at once takes them a window apart; its GPU
-    readings' call unanswered is a GPU blind spot of that node (ray_driver_child.py)."""
+    readings' call failed (the probe's worker killed) is a GPU blind spot of that node, not the
+    node (ray_driver_child.py)."""
     node = _head_node(job)
     spec: dict[str, object] = {
         "node_id": node.node_id,
