@@ -107,7 +107,23 @@ def _attach(address: str, out: Path, tree: Path) -> tuple[float, dict[str, Any],
     if blind:  # (an A/B counts them: a run that missed the node is no figure of reaching it)
         print("blind", out.name, blind, file=sys.stderr, flush=True)
         remote = -1
+    WINDOWS.append(_node_window(manifest["probes"]))
     return run.wall_s - WINDOW_S, verdict, remote, run.cpu_user_s + run.cpu_sys_s
+
+
+WINDOWS: list[float | None] = []  # each attach's second-node window (_node_window), in order
+
+
+def _node_window(probes: list[dict[str, Any]]) -> float | None:
+    """Seconds between the starts of the second node's two process scans (its clock): the
+    window over which slow and hung are told apart there (issue 46)."""
+    starts: dict[int, float] = {}
+    for p in probes:
+        scan = p.get("source") == "processes" and p.get("outcome") == "ok"
+        sample = p.get("sample")
+        if scan and p.get("node_ip") == NODE2_IP and sample in (0, 1):
+            starts[sample] = min(starts.get(sample, float(p["started_at"])), float(p["started_at"]))
+    return round(starts[1] - starts[0], 3) if len(starts) == 2 else None
 
 
 def _two_nodes(head: cluster.RayHead, work: Path, layouts: list[str]) -> dict[str, Any]:
@@ -125,6 +141,7 @@ def _two_nodes(head: cluster.RayHead, work: Path, layouts: list[str]) -> dict[st
             }
             over: dict[str, list[float]] = {f: [] for f in forms}
             remote: dict[str, list[int]] = {f: [] for f in forms}
+            windows: dict[str, list[float | None]] = {f: [] for f in forms}
             with tempfile.TemporaryDirectory() as tmp:
                 for i in range(ROUNDS + 1):  # the first round warms the caches (and the nodes)
                     for form, (address, tree) in forms.items():
@@ -134,6 +151,7 @@ def _two_nodes(head: cluster.RayHead, work: Path, layouts: list[str]) -> dict[st
                         if i:
                             over[form].append(o)
                             remote[form].append(n)
+                            windows[form].append(WINDOWS[-1])
                             CPU.setdefault(f"{layout}/{form}", []).append(cpu)
         finally:
             run.stop()
@@ -143,6 +161,7 @@ def _two_nodes(head: cluster.RayHead, work: Path, layouts: list[str]) -> dict[st
                 "over_window_worst_s": round(max(v), 3),
                 "runs_s": [round(x, 3) for x in v],
                 "second_node_records": remote[form],
+                "second_node_window_s": windows[form],
                 "cpu_median_s": round(statistics.median(CPU[f"{layout}/{form}"]), 3),
             }
             for form, v in over.items()
@@ -310,6 +329,8 @@ def _fan(
             with tempfile.TemporaryDirectory() as tmp:
                 writer = BundleWriter(Path(tmp) / "b", command="bench")
                 for sample, into in ((0, first), (1, second)):
+                    if sample:  # (as `attach`: each probe's window passes before the second)
+                        time.sleep(opts.window_s)
                     deadline = Deadline(90.0)
                     t1 = time.monotonic()
                     specs = [(nd, NodeSpec(NODE2_IP, sample, pids, off=off)) for nd in nodes]

@@ -9,9 +9,14 @@ after loading), then each report format from its Diagnosis (text as rich lays it
 snapshot is built and at the end. Each run checks the verdict still names the recorded culprit.
 
     python -m benchmarks.bench_scaled_analysis [--nodes 1,8,32,64] [--runs 2] [--save NAME]
+        [--base DIR] [--base-save NAME]
 
 Results: benchmarks/results/NAME.json (default `scaled-analysis`); docs/performance.md section
 3a and the summary are rendered from it (`python -m benchmarks.run --report-only`).
+
+With `--base DIR` (a `git archive` of another commit), each size's run of this tree is followed
+by the same run of that tree (imported through PYTHONPATH, its own benchmark's child: an A/B on
+one machine, under the same load), saved as `--base-save` (default NAME-base).
 """
 
 from __future__ import annotations
@@ -96,8 +101,13 @@ def _child(nodes: int) -> dict[str, Any]:
     return out
 
 
-def _run_child(nodes: int) -> dict[str, Any]:
+def _run_child(nodes: int, tree: Path = REPO_ROOT) -> dict[str, Any]:
+    import os
+
     argv = [sys.executable, "-m", "benchmarks.bench_scaled_analysis", "--child", str(nodes)]
+    env = dict(os.environ)
+    if tree != REPO_ROOT:
+        env["PYTHONPATH"] = f"{tree}:{tree / 'demo'}"
     try:
         done = subprocess.run(
             argv,
@@ -105,7 +115,8 @@ def _run_child(nodes: int) -> dict[str, Any]:
             capture_output=True,
             text=True,
             timeout=CHILD_TIMEOUT_S,
-            cwd=REPO_ROOT,
+            cwd=tree,
+            env=env,
         )
     except subprocess.TimeoutExpired:
         return {"nodes": nodes, "error": f"timed out after {CHILD_TIMEOUT_S} s"}
@@ -125,21 +136,48 @@ def _median(runs: list[dict[str, Any]], *path: str) -> float:
     return round(statistics.median(values), 3)
 
 
-def run(nodes: list[int], runs: int) -> dict[str, Any]:
+def run(nodes: list[int], runs: int, base: Path | None = None) -> list[dict[str, Any]]:
+    """This tree's results, and (with `base`) the base tree's, each size's runs alternating."""
     from benchmarks.machine import describe
 
-    out: dict[str, Any] = {
-        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "machine": describe(),
-        "recording": RECORDING,
-        "load_start": load_snapshot(),
-        "sizes": [],
-    }
-    by_n: dict[int, list[dict[str, Any]]] = {n: [] for n in nodes}
+    trees = [REPO_ROOT] if base is None else [REPO_ROOT, base]
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    load_start = load_snapshot()
+    by_n: list[dict[int, list[dict[str, Any]]]] = [{n: [] for n in nodes} for _ in trees]
     for r in range(runs):  # rounds, alternating order: load drift falls on every size
         for n in nodes if r % 2 == 0 else list(reversed(nodes)):
-            print(f"[scaled] round {r + 1}: {n} nodes", file=sys.stderr, flush=True)
-            by_n[n].append(_run_child(n))
+            for tree in trees if r % 2 == 0 else trees[::-1]:
+                index = trees.index(tree)
+                print(f"[scaled] round {r + 1}: {n} nodes, {tree}", file=sys.stderr, flush=True)
+                by_n[index][n].append(_run_child(n, tree))
+    load_end = load_snapshot()
+    out = []
+    for tree, sizes in zip(trees, by_n, strict=True):
+        machine = describe()
+        if tree != REPO_ROOT:
+            machine["git"] = _git_of(tree)
+        result = {
+            "started": started,
+            "machine": machine,
+            "recording": RECORDING,
+            "load_start": load_start,
+            "sizes": _sizes(nodes, sizes),
+            "load_end": load_end,
+        }
+        if base is not None:
+            result["alternated_with"] = str(base if tree == REPO_ROOT else REPO_ROOT)
+        out.append(result)
+    return out
+
+
+def _git_of(tree: Path) -> str:
+    """The commit a `git archive` tree was made from (its pax header), else the folder."""
+    stamp = tree / ".git-commit"
+    return stamp.read_text().strip()[:7] if stamp.exists() else str(tree)
+
+
+def _sizes(nodes: list[int], by_n: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     for n in nodes:
         ok = [x for x in by_n[n] if "error" not in x]
         size: dict[str, Any] = {"nodes": n, "runs": by_n[n]}
@@ -154,8 +192,7 @@ def run(nodes: list[int], runs: int) -> dict[str, Any]:
             size["html_bytes"] = ok[0]["html"]["bytes"]
             size["peak_rss_mib"] = _median(ok, "peak_rss_mib")
             size["rss_before_mib"] = _median(ok, "rss_before_mib")
-        out["sizes"].append(size)
-    out["load_end"] = load_snapshot()
+        out.append(size)
     return out
 
 
@@ -164,15 +201,19 @@ def main() -> None:
     parser.add_argument("--nodes", default="1,8,32,64")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--save", default="scaled-analysis")
+    parser.add_argument("--base", type=Path, help="another tree to alternate with")
+    parser.add_argument("--base-save", help="its results' name (default: NAME-base)")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
         print(json.dumps(_child(args.child)))
         return
-    result = run([int(n) for n in args.nodes.split(",")], args.runs)
-    path = RESULTS / f"{args.save}.json"
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"[scaled] results: {path}")
+    results = run([int(n) for n in args.nodes.split(",")], args.runs, args.base)
+    names = [args.save, args.base_save or f"{args.save}-base"]
+    for name, result in zip(names, results, strict=False):
+        path = RESULTS / f"{name}.json"
+        path.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"[scaled] results: {path}")
 
 
 if __name__ == "__main__":

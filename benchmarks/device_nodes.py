@@ -341,6 +341,8 @@ def _fanout(cluster: Cluster, rounds: int) -> dict[str, Any]:
                 with tempfile.TemporaryDirectory() as tmp:
                     writer = BundleWriter(Path(tmp) / "b", command="bench")
                     for sample, into in ((0, first), (1, second)):
+                        if sample:  # (as `attach`: each probe's window passes before the second)
+                            time.sleep(CollectOptions().window_s)
                         deadline = Deadline(90.0)
                         t1 = time.monotonic()
                         specs = [

@@ -10,6 +10,8 @@ FINDINGS = Path(__file__).resolve().parent / "findings.md"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SCALED = "scaled-analysis.json"  # benchmarks/bench_scaled_analysis.py
 SCALED_BEFORE = "scaled-analysis-before-fixes.json"  # the same, before its fixes (issue 46)
+# the same, of the tree before the reports grouped a large job's processes, alternated with it
+SCALED_UNGROUPED = "scaled-analysis-before-grouping.json"
 
 
 def _s(v: Any, unit: str = "s", digits: int = 2) -> str:
@@ -282,6 +284,48 @@ def _scaled(path: Path) -> str:
 
 
 _FORMATS = ("text", "json", "markdown", "html")
+
+
+def _scaled_ungrouped(path: Path, now: Path) -> str:
+    """The same sizes on the tree before the text report grouped alike processes (its runs
+    alternated with this tree's), beside this tree's: analysis + text, wall and CPU."""
+    if not path.exists() or not now.exists():
+        return ""
+    import json
+
+    r, n = json.loads(path.read_text()), json.loads(now.read_text())
+    mine = {z["nodes"]: z for z in n.get("sizes", []) if "analysis" in z}
+    rows = []
+    for z in r.get("sizes", []):
+        y = mine.get(z["nodes"])
+        if "analysis" not in z or y is None:
+            continue
+        rows.append(
+            [
+                str(z["nodes"]),
+                str(z["processes"]),
+                *(
+                    f"{w['analysis'][k] + w['text'][k]:.2f} s (text {w['text'][k]:.2f})"
+                    for k in ("cpu_s", "wall_s")
+                    for w in (z, y)
+                ),
+            ]
+        )
+    head = [
+        "nodes",
+        "processes",
+        "CPU: before",
+        "CPU: now",
+        "wall: before",
+        "wall: now",
+    ]
+    return (
+        f"\n\nAnalysis + text report, before the text report grouped a large job's alike "
+        f"processes (git {r.get('machine', {}).get('git')}, every process a row of a rich "
+        f"table) and now (git {n.get('machine', {}).get('git')}, `render/rows.py`: at most 40 "
+        "rows), each size's runs alternating between the two trees in the same rounds "
+        f"(`--base`; `benchmarks/results/{path.name}`); medians, seconds:\n\n" + _table(head, rows)
+    )
 
 
 def _scaled_before(path: Path) -> str:
@@ -657,6 +701,7 @@ def render(
         "## 3. Scale on one node\n\n" + _scale(results),
         "## 3a. The analysis and the reports against the job's size (scaled recordings)\n\n"
         + _scaled(results_dir / SCALED)
+        + _scaled_ungrouped(results_dir / SCALED_UNGROUPED, results_dir / SCALED)
         + _scaled_before(results_dir / SCALED_BEFORE),
         "## 4. Cost to the job\n\n### The pause of one py-spy dump\n\n"
         + _pause(results)

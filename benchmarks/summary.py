@@ -264,15 +264,22 @@ def _scaled(r: dict[str, Any], source: str) -> list[Row]:
         return []
     z = next((z for z in sizes if z["nodes"] == SCALED_GOAL_NODES), sizes[-1])
     both = z["analysis"]["wall_s"] + z["text"]["wall_s"]
+    cpu = z["analysis"]["cpu_s"] + z["text"]["cpu_s"]
     m = r.get("machine", {})
+    if both <= SCALED_GOAL_S:
+        met = "**met**"
+    elif cpu <= SCALED_GOAL_S:
+        met = "**met in CPU**, wall missed on 2 shared cores (section 3a)"
+    else:
+        met = "**missed** (on 2 shared cores, section 3a)"
     return [
         Row(
             f"1. analysis + text report, {z['nodes']} nodes scaled ({z['processes']} processes)",
-            f"{both:.2f} s (analysis {z['analysis']['wall_s']:.2f} s, text "
-            f"{z['text']['wall_s']:.2f} s); culprit named: "
+            f"{both:.2f} s wall, {cpu:.2f} s CPU (analysis {z['analysis']['wall_s']:.2f} s, "
+            f"text {z['text']['wall_s']:.2f} s); culprit named: "
             + ("yes" if z["culprit_named"] else "no"),
             f"<= {SCALED_GOAL_S} s at 64 nodes on 16 cores",
-            "**met**" if both <= SCALED_GOAL_S else "**missed** (on 2 shared cores, section 3a)",
+            met,
             machine=f"{m.get('nproc')} cores ({m.get('cpu')}), shared",
             date=str(r.get("started")),
             source=source,

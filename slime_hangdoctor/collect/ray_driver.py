@@ -66,6 +66,9 @@ class Driver:
         self._probe_class: Any = None
         self._sources: Any = None  # the package's sources, in the object store (package_sources)
         self._probes: dict[tuple[str, str], Any] = {}
+        # node -> the first sample the doctor asked of it (calls are answered on threads of their
+        # own: a node's second-sample call may reach `probe` before its first's)
+        self._first: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
 
     def connect(self) -> None:
@@ -92,16 +95,25 @@ class Driver:
             num_cpus=0, max_concurrency=4, max_restarts=0, max_task_retries=0
         )(probe_boot.BootProbe)
 
+    def received(self, call: tuple[Any, ...]) -> None:
+        """Note a call as it arrives (in the doctor's order): its node's first sample asked."""
+        _, _, node_id, node_ip, first_sample, _ = call
+        with self._lock:
+            self._first.setdefault((node_id, node_ip), int(first_sample))
+
     def probe(self, node_id: str, node_ip: str, first_sample: int = 0) -> Any:
-        """The node's probe, created (pinned to it) on first use, for `first_sample`."""
+        """The node's probe, created (pinned to it) on first use, for the first sample the doctor
+        asked of the node (`received`; else `first_sample`): whichever call's thread comes first,
+        the probe then takes the samples in their order."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         with self._lock:
             handle = self._probes.get((node_id, node_ip))
             if handle is None:
                 strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+                first = self._first.get((node_id, node_ip), first_sample)
                 handle = self._probe_class.options(scheduling_strategy=strategy).remote(
-                    first_sample, self._sources
+                    first, self._sources
                 )
                 self._probes[(node_id, node_ip)] = handle
             return handle
@@ -285,6 +297,7 @@ def serve(pipe: _Pipe, gcs_address: str, seconds: float) -> None:
             break
         if call[0] == "close":
             break
+        link.driver.received(call)
         threading.Thread(target=_answer, args=(pipe, link, call, end), daemon=True).start()
     link.driver.close()
 

@@ -47,6 +47,7 @@ from typing import Any
 from slime_hangdoctor.bundle import BundleWriter, ProbeRecord, safe_suffix
 from slime_hangdoctor.collect.node import run_detached_sample
 from slime_hangdoctor.collect.node_probe import NodeSpec
+from slime_hangdoctor.collect.nvml import TARGET as GPU_TARGET
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.collect.ray_driver import MAX_ANSWER_BYTES
 from slime_hangdoctor.outcome import Outcome
@@ -74,29 +75,79 @@ class NodeProbe:
     pick the calls up in (a probe that starts late is asked for both at once): two py-spy dumps of
     one process at the same time fail (ptrace allows one tracer), and a second sample taken
     before the first would turn the comparison around. `first_sample`: the sample the probe was
-    created for (a node first seen at the second sample waits for no first)."""
+    created for (a node first seen at the second sample waits for no first).
+
+    A sample starts at least the window after the one before it began (this node's own clock),
+    as far as the call's budget allows: a node whose first sample was late (its probe's worker
+    took seconds to start) gets the whole window too, not what was left of the doctor's. Where
+    the budget (the run's deadline) allows less, it starts as late as the budget leaves a whole
+    sample's time, and the doctor says so (`short_window_spots`)."""
 
     def __init__(self, first_sample: int = 0) -> None:
         self._next = first_sample
         self._turn = threading.Condition()
+        self._began: dict[int, float] = {}  # sample -> when its process scan began (epoch, here)
 
     def sample(self, spec: NodeSpec, opts: CollectOptions, budget_s: float) -> bytes:
         t0 = time.monotonic()
         with self._turn:  # bounded: a sample before it that never ends does not stop this one
             self._turn.wait_for(lambda: self._next >= spec.sample, timeout=budget_s / 2)
-        left = max(0.5, budget_s - (time.monotonic() - t0))
+        self._wait_window(spec.sample - 1, opts, t0 + budget_s)
+        left = max(0.5, min(sample_budget(opts), budget_s - (time.monotonic() - t0)))
         try:
-            return pack_answer(run_detached_sample(spec, opts, left, gpus=False))
+            called = time.time()
+            exported = run_detached_sample(spec, opts, left, gpus=False)
+            self._began[spec.sample] = _scan_began(exported, called)
+            return pack_answer(exported)
         finally:
             with self._turn:
                 self._next = max(self._next, spec.sample + 1)
                 self._turn.notify_all()
+
+    def _wait_window(self, last: int, opts: CollectOptions, end: float) -> None:
+        """Sleep until a window after sample `last`'s process scan began (if this probe took
+        it), or until the call's budget (`end`, monotonic) leaves only a sample's time."""
+        began = self._began.get(last)
+        if began is None:
+            return
+        wait = began + opts.window_s - time.time()
+        latest = end - sample_budget(opts) - time.monotonic()
+        time.sleep(max(0.0, min(wait, latest)))
 
     def gpus(self, spec: NodeSpec, opts: CollectOptions, budget_s: float, until: float) -> bytes:
         """NVML over the window: until `until` (epoch seconds: the doctor's second sample), so a
         probe that started late still ends with the window, not a window after its start."""
         budget = min(budget_s, max(0.5, until - time.time() + 1.0))  # sampling ends 1 s early
         return pack_answer(run_detached_sample(spec, opts, budget, gpus=True))
+
+
+def _scan_began(exported: Exported, called: float) -> float:
+    """When a sample's process scan began (its record's start, this node's clock): what the two
+    samples' window is measured between; `called` where the sample has no scan."""
+    starts = [
+        float(rec["started_at"])
+        for rec, _, _ in exported
+        if rec.get("source") == PROCESSES and isinstance(rec.get("started_at"), (int, float))
+    ]
+    return min(starts, default=called)
+
+
+def sample_budget(opts: CollectOptions) -> float:
+    """The time one node's sample is given (its process scan, its dumps and probes)."""
+    return opts.probe_timeout_s * 2 + 2.0
+
+
+# What a call for a sample after the first is given beyond the window and a sample's time: the
+# sample before it begins its scan a little after the call came (a probe asked for both at once)
+WINDOW_SLACK_S = 1.0
+
+
+def call_budget(opts: CollectOptions, sample: int) -> float:
+    """The time a node's call for `sample` is given: a sample's, and for a sample after the
+    first the window too (the probe may wait for it: NodeProbe)."""
+    if sample == 0:
+        return sample_budget(opts)
+    return sample_budget(opts) + opts.window_s + WINDOW_SLACK_S
 
 
 def node_options(opts: CollectOptions) -> CollectOptions:
@@ -279,6 +330,8 @@ class RayTasks:
         self._ready = threading.Event()
         self._error: str | None = None
         self._calls: dict[int, cf.Future[Answer]] = {}
+        self._asked: dict[int, tuple[str, int]] = {}  # a sample's call -> (node id, sample)
+        self._answered: dict[tuple[str, int], float] = {}  # -> when its answer came (monotonic)
         self._lock = threading.Lock()
         self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._ids = itertools.count(1)
@@ -402,6 +455,9 @@ class RayTasks:
     def _settle(self, call_id: int, data: bytes | None, error: str | None) -> None:
         with self._lock:
             future = self._calls.pop(call_id, None)
+            asked = self._asked.pop(call_id, None)
+            if asked is not None and data is not None:
+                self._answered[asked] = time.monotonic()
         if future is not None and not future.done():
             future.set_result((data, error))
 
@@ -442,6 +498,8 @@ class RayTasks:
             call_id = next(self._ids)
             if gone is None:
                 self._calls[call_id] = future
+                if not gpus:
+                    self._asked[call_id] = (node.node_id, spec.sample)
         if gone is not None:
             future.set_result((None, gone))
             return future
@@ -452,6 +510,16 @@ class RayTasks:
         call = ("call", call_id, node.node_id, node.node_ip, spec.sample, payload)
         self._outbox.put(pickle.dumps(call))
         return future
+
+    def window_left(self, node: RemoteNode, sample: int, window_s: float) -> float:
+        """How much of the window after the node's `sample` is still to come: its next sample
+        begins a window after that one began (NodeProbe), which was before its answer came here;
+        the whole window where no answer came."""
+        with self._lock:
+            answered = self._answered.get((node.node_id, sample))
+        if answered is None:
+            return window_s
+        return max(0.0, answered + window_s - time.monotonic())
 
     def fetch(
         self, handle: cf.Future[Answer], timeout: float
@@ -520,6 +588,11 @@ class Asked:
     node: RemoteNode
     sample: int | None
     sources: frozenset[str]
+
+    @property
+    def gpus(self) -> bool:
+        """The GPU readings over the window (not a sample)."""
+        return self.sample is None
 
 
 # The sources of a node's sample (its process scan and every node probe: collect/node.py) and of
@@ -611,11 +684,14 @@ def collect_remote(
     samples its own node meanwhile). Returns the calls (what was asked, the future of its
     answer); gather_remote waits for them."""
     sources = GPU_SOURCES if gpus else SAMPLE_SOURCES
-    budget = budget_s if budget_s is not None else deadline.clamp(opts.probe_timeout_s * 2 + 2.0)
+
+    def budget(spec: NodeSpec) -> float:
+        return budget_s if budget_s is not None else deadline.clamp(call_budget(opts, spec.sample))
+
     return [
         Call(
             Asked(node, None if gpus else spec.sample, sources),
-            tasks.submit(node, spec, opts, budget, gpus, until),
+            tasks.submit(node, spec, opts, budget(spec), gpus, until),
         )
         for node, spec in nodes
     ]
@@ -628,16 +704,30 @@ def gather_remote(
     sample: int | None,
     deadline: Deadline,
     wait_s: float,
+    *,
+    window_s: float = 0.0,
 ) -> list[RemoteNode]:
-    """Wait (bounded) for started calls; add their evidence; returns the nodes that failed."""
+    """Wait (bounded) for started calls; add their evidence; returns the nodes whose sample
+    failed. A failed call for the GPU readings costs that node's GPU readings only (its samples
+    are the sample calls'): a GPU blind spot, not a node "not inspected". `window_s`: a call for
+    a sample after the first waits `wait_s` plus what is still to come of the window after the
+    node's sample before (`RayTasks.window_left`: a node whose last answer came late takes its
+    next sample late), within the deadline."""
     failed: list[RemoteNode] = []
 
-    end = time.monotonic() + deadline.clamp(wait_s)
+    now = time.monotonic()
+    end = now + deadline.clamp(wait_s)
+    last = now + deadline.remaining()
 
     def one(call: Call) -> None:
-        node = call.node
-        exported, error = tasks.fetch(call.future, max(0.05, end - time.monotonic()))
-        if exported is None:
+        node, sample = call.node, call.asked.sample
+        until = end
+        if window_s and sample:
+            until = min(last, end + tasks.window_left(node, sample - 1, window_s))
+        exported, error = tasks.fetch(call.future, max(0.05, until - time.monotonic()))
+        if exported is None and call.asked.gpus:
+            gpu_blind_spot(writer, node, error or "no answer")
+        elif exported is None:
             node_blind_spot(writer, node, sample, error or "no answer")
             failed.append(node)
         else:
@@ -649,8 +739,54 @@ def gather_remote(
     return failed
 
 
-def node_blind_spot(writer: BundleWriter, node: RemoteNode, sample: int | None, why: str) -> None:
+# A node's two samples closer than this share of the window: its comparison is said to be shorter
+SHORT_WINDOW_SHARE = 0.95
 
+
+def short_window_spots(writer: BundleWriter, nodes: list[RemoteNode], window_s: float) -> int:
+    """A blind spot for each node whose two samples began less than the window apart (the run's
+    deadline left its probe no later second sample: NodeProbe), from its process scans' start
+    times (both read on that node's clock); returns how many. Slow and hung are told apart over
+    that shorter time there."""
+    began = _scans_began(writer.records)
+    short = 0
+    for node in nodes:
+        first, second = began.get((node.node_id, 0)), began.get((node.node_id, 1))
+        if first is None or second is None or second - first >= window_s * SHORT_WINDOW_SHARE:
+            continue
+        gap = max(0.0, second - first)
+        writer.add(
+            ProbeRecord(
+                PROCESSES,
+                f"node {node.node_ip} window",
+                Outcome.TIMED_OUT,
+                f"node {node.node_ip} ({node.node_id[:12]}): its two samples began {gap:.1f} s "
+                f"apart, not the {window_s:.1f} s window (the run's deadline left no later "
+                f"second sample): slow and hung are told apart over {gap:.1f} s there",
+                node_ip=node.node_ip,
+                sample=1,
+                started_at=time.time(),
+                meta={"node_id": node.node_id, "gap_s": round(gap, 3), "window_s": window_s},
+            )
+        )
+        short += 1
+    return short
+
+
+def _scans_began(records: tuple[ProbeRecord, ...]) -> dict[tuple[str, int], float]:
+    """(node id, sample) -> when the node's process scan of that sample began (its clock)."""
+    began: dict[tuple[str, int], float] = {}
+    for rec in records:
+        node_id = rec.meta.get("node_id")
+        scan = rec.source == PROCESSES and rec.outcome is Outcome.OK and rec.started_at > 0
+        if scan and isinstance(node_id, str) and rec.sample in (0, 1):
+            key = (node_id, rec.sample)
+            began[key] = min(began.get(key, rec.started_at), rec.started_at)
+    return began
+
+
+def node_blind_spot(writer: BundleWriter, node: RemoteNode, sample: int | None, why: str) -> None:
+    """A node whose sample was not taken (or not read): the whole node at that sample."""
     writer.add(
         ProbeRecord(
             PROCESSES,
@@ -659,6 +795,22 @@ def node_blind_spot(writer: BundleWriter, node: RemoteNode, sample: int | None, 
             f"node {node.node_ip} ({node.node_id[:12]}) not inspected: {why}",
             node_ip=node.node_ip,
             sample=sample,
+            started_at=time.time(),
+            meta={"node_id": node.node_id},
+        )
+    )
+
+
+def gpu_blind_spot(writer: BundleWriter, node: RemoteNode, why: str) -> None:
+    """A node whose GPU readings over the window did not come (its samples may have): a blind
+    spot of that node's GPUs, filed as the NVML record the readings would have been."""
+    writer.add(
+        ProbeRecord(
+            NVML,
+            GPU_TARGET,
+            Outcome.UNAVAILABLE,
+            f"node {node.node_ip} ({node.node_id[:12]}): GPU readings not taken: {why}",
+            node_ip=node.node_ip,
             started_at=time.time(),
             meta={"node_id": node.node_id},
         )

@@ -23,7 +23,13 @@ from slime_hangdoctor.collect.node import (
     submit_stacks,
 )
 from slime_hangdoctor.collect.node_probe import NodeContext, NodeSpec
-from slime_hangdoctor.collect.remote import RemoteNode, Started, gather_remote
+from slime_hangdoctor.collect.remote import (
+    RemoteNode,
+    Started,
+    gather_remote,
+    sample_budget,
+    short_window_spots,
+)
 from slime_hangdoctor.collect.run_connect import cluster_scope, locate
 from slime_hangdoctor.collect.run_context import (
     Background,
@@ -185,11 +191,18 @@ class _Here:
         ctx, index, probes = self.ctx, self.spec.sample, self.probes
         tasks = self.background.tasks
         if started and tasks is not None:
-            # (the first sample's: in the window's wait, where a node's probe may take the time
-            # its worker needs to start, over a loaded raylet)
-            wait = ctx.opts.probe_timeout_s * 2 + 3.0 + (ctx.opts.window_s if index == 0 else 0.0)
-            failed = gather_remote(tasks, ctx.writer, started, index, ctx.deadline, wait)
+            # a sample's time, and the first sample's waits in the window, where a node's probe
+            # may take the time its worker needs to start, over a loaded raylet; a node whose
+            # first sample came that late takes its second a window after it (NodeProbe), which
+            # the second sample's wait allows it (window_s)
+            window = ctx.opts.window_s
+            wait = sample_budget(ctx.opts) + 1.0 + (window if index == 0 else 0.0)
+            failed = gather_remote(
+                tasks, ctx.writer, started, index, ctx.deadline, wait, window_s=window
+            )
             traceback_fallback(ctx, failed, index)
+            if index > 0:
+                short_window_spots(ctx.writer, [c.node for c in started], ctx.opts.window_s)
         topo = build_topology(partial_snapshot(ctx.writer))
         probes.start(topo)
         if probes.futures:

@@ -23,6 +23,7 @@ from slime_hangdoctor.render.labels import (
     split_steps,
 )
 from slime_hangdoctor.render.printable import printable_diagnosis
+from slime_hangdoctor.render.rows import group_label, group_node, shown_rows, table_note
 from slime_hangdoctor.verdict import (
     SCHEMA,
     Culprit,
@@ -196,23 +197,26 @@ def _culprits(culprits: tuple[Culprit, ...], reasons: int | None = None) -> str:
 
 
 def _processes(rows: tuple[RoleRow, ...]) -> str:
+    """The process table; in a large job alike processes are grouped (render/rows.py)."""
     marked = any(row.culprit for row in rows)
+    shown = shown_rows(rows)
     header = ["process", "node", "pid", "stage", "state"]
     body = [
         [
-            _text(row.label),
-            _text(row.node_ip or "-"),
-            "-" if row.pid is None else str(row.pid),
-            f"`{row.stage.value}`",
-            _text(row.state),
+            _text(group_label(item)),
+            _text(group_node(item)),
+            "-" if item.row.pid is None or item.count > 1 else str(item.row.pid),
+            f"`{item.row.stage.value}`",
+            _text(item.row.state),
         ]
-        for row in rows
+        for item in shown.rows
     ]
     if marked:
         header.insert(0, "")
-        for row, cells in zip(rows, body, strict=True):
-            cells.insert(0, MARKER if row.culprit else "")
-    return f"### Processes\n\n{_table(header, body)}"
+        for item, cells in zip(shown.rows, body, strict=True):
+            cells.insert(0, MARKER if item.row.culprit else "")
+    title = f"### Processes ({_text(table_note(shown))})" if shown.grouped else "### Processes"
+    return f"{title}\n\n{_table(header, body)}"
 
 
 def _stack(excerpt: StackExcerpt) -> str:

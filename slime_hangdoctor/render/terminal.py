@@ -29,6 +29,7 @@ from slime_hangdoctor.render.labels import (
     split_steps,
 )
 from slime_hangdoctor.render.printable import printable_diagnosis
+from slime_hangdoctor.render.rows import group_label, group_node, shown_rows, table_note
 from slime_hangdoctor.verdict import (
     Culprit,
     Diagnosis,
@@ -311,9 +312,11 @@ def _culprit(culprit: Culprit, style: str, glyphs: _Glyphs) -> RenderableType:
 
 
 def _processes(rows: tuple[RoleRow, ...], style: str, glyphs: _Glyphs) -> RenderableType:
+    """The process table; in a large job alike processes are grouped (render/rows.py)."""
     marked = any(row.culprit for row in rows)
     nodes = {row.node_ip for row in rows}
     one_node = len(nodes) == 1
+    shown = shown_rows(rows)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
     if marked:
         table.add_column("", no_wrap=True)
@@ -323,12 +326,13 @@ def _processes(rows: tuple[RoleRow, ...], style: str, glyphs: _Glyphs) -> Render
     table.add_column("pid", justify="right", no_wrap=True)
     table.add_column("stage", overflow="fold")
     table.add_column("state", overflow="fold", ratio=5)
-    for row in rows:
-        cells = [Text(compact_text(row.label))]
+    for item in shown.rows:
+        row = item.row
+        cells = [Text(compact_text(group_label(item)))]
         if not one_node:
-            cells.append(Text(row.node_ip or "-"))
+            cells.append(Text(group_node(item)))
         cells += [
-            Text("-" if row.pid is None else str(row.pid)),
+            Text("-" if row.pid is None or item.count > 1 else str(row.pid)),
             Text("-" if row.stage.value in ("unknown", "none") else row.stage.value),
             Text(compact_text(row.state)),
         ]
@@ -338,6 +342,8 @@ def _processes(rows: tuple[RoleRow, ...], style: str, glyphs: _Glyphs) -> Render
     title = "Processes"
     if one_node and next(iter(nodes)) is not None:
         title += f" (all on node {next(iter(nodes))})"
+    if shown.grouped:
+        title += f" ({table_note(shown)})"
     return _section(title, table)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,14 @@ from slime_hangdoctor.collect.node_probe import NodeSpec
 from slime_hangdoctor.collect.options import CollectOptions, Deadline
 from slime_hangdoctor.collect.probe_boot import BootProbe
 from slime_hangdoctor.collect.ray_driver import Driver
-from slime_hangdoctor.collect.remote import RayTasks, RemoteNode, collect_remote, gather_remote
+from slime_hangdoctor.collect.remote import (
+    RayTasks,
+    RemoteNode,
+    collect_remote,
+    gather_remote,
+    sample_budget,
+    short_window_spots,
+)
 from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers.ray_state import parse_actors
 
@@ -185,10 +193,65 @@ def a_driver_killed_mid_call_costs_the_call(spec: dict[str, Any]) -> None:
         fresh.close()
 
 
+def a_late_probe_keeps_its_window(spec: dict[str, Any]) -> None:
+    """Issue 46: a node's probe asked for both samples at once (as a probe whose worker starts
+    late is) begins its second sample a whole window after its first; the doctor's second-sample
+    wait (a sample's time and what is left of the window after the first answer) covers it. Then
+    the probe's worker dies (SIGKILL, as a node's probe may): its GPU readings' call fails, a
+    blind spot of that node's GPUs, not of the node."""
+    window = 2.0
+    driver = _connected(spec["gcs"])
+    try:
+        node = RemoteNode(spec["node_id"], spec["node_ip"])
+        writer = BundleWriter(Path(spec["bundle"]), command="test", window_s=window)
+        opts = CollectOptions(stacks=False, window_s=window)
+        roots = frozenset(int(pid) for pid in spec["roots"])
+        deadline = Deadline(90.0)
+        started = [
+            collect_remote(driver, [(node, NodeSpec(node.node_ip, s, roots))], opts, deadline)
+            for s in (0, 1)
+        ]
+        # the first as long as the probe's boot takes; the second as the doctor's second sample
+        # waits: a sample's time and what is left of the window after the first answer came
+        assert gather_remote(driver, writer, started[0], 0, deadline, 60.0) == []
+        wait = sample_budget(opts) + 1.0
+        assert gather_remote(driver, writer, started[1], 1, deadline, wait, window_s=window) == []
+        scans = [r for r in writer.records if r.source == "processes" and r.node_ip == node.node_ip]
+        assert [(r.sample, r.outcome) for r in scans] == [(0, Outcome.OK), (1, Outcome.OK)], scans
+        gap = scans[1].started_at - scans[0].started_at
+        assert gap >= window, gap
+        assert short_window_spots(writer, [node], window) == 0
+        (probe,) = _probe_pids(spec["dashboard"])
+        os.kill(probe, signal.SIGKILL)
+        gpus = collect_remote(
+            driver, [(node, NodeSpec(node.node_ip, 0))], opts, deadline, gpus=True, budget_s=10.0
+        )
+        assert gather_remote(driver, writer, gpus, None, deadline, 30.0) == []
+        (gpu,) = [r for r in writer.records if r.source == "nvml" and r.sample is None]
+        assert gpu.outcome is Outcome.UNAVAILABLE and gpu.node_ip == node.node_ip, gpu
+        assert "GPU readings not taken: " in (gpu.reason or ""), gpu.reason
+        assert not [r for r in writer.records if "not inspected" in (r.reason or "")]
+    finally:
+        driver.close()
+
+
+def _probe_pids(dashboard_url: str) -> list[int]:
+    res = DashboardClient(dashboard_url, token="", timeout=5.0).get(
+        "/api/v0/actors?detail=1&limit=1000"
+    )
+    assert res.status == 200, (res.status, res.error)
+    return [
+        a.pid
+        for a in parse_actors(res.body)
+        if a.class_name == BootProbe.__name__ and a.state == "ALIVE" and a.pid
+    ]
+
+
 SCENARIOS = {
     f.__name__: f
     for f in (
         one_probe_answers_both_samples,
+        a_late_probe_keeps_its_window,
         a_pickle_runs_no_code,
         a_driver_killed_mid_call_costs_the_call,
     )

@@ -440,6 +440,22 @@ def test_one_probe_per_node_answers_both_samples(job: Job, tmp_path: Path) -> No
     _in_a_doctor_process(job, "one_probe_answers_both_samples", spec)
 
 
+def test_a_late_probe_keeps_its_window_and_a_failed_gpu_call_costs_its_gpus(
+    job: Job, tmp_path: Path
+) -> None:
+    """Issue 46: a probe asked for both samples at once takes them a window apart; its GPU
+    readings' call failed (the probe's worker killed) is a GPU blind spot of that node, not the
+    node (ray_driver_child.py)."""
+    node = _head_node(job)
+    spec: dict[str, object] = {
+        "node_id": node.node_id,
+        "node_ip": node.node_ip,
+        "roots": sorted(job.actor_pids.values()),
+        "bundle": str(tmp_path / "bundle"),
+    }
+    _in_a_doctor_process(job, "a_late_probe_keeps_its_window", spec)
+
+
 def test_a_node_answer_carrying_a_pickle_runs_no_code_in_the_doctor(
     job: Job, tmp_path: Path
 ) -> None:
