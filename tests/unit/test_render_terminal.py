@@ -361,7 +361,7 @@ def test_the_watch_status_line_is_one_printable_line(
     forged = "\n2026-12-01T00:00:00 exit=0 status=ok stage=unknown all fine"
     diagnosis = _evil(hung_diagnosis(), UNPRINTABLE + PRINTABLE_TEXT + forged)
     result = watchdog.CheckResult(diagnosis, ExitCode.CRITICAL, notes=(f"note {UNPRINTABLE}",))
-    monkeypatch.setattr(watchdog, "run_check", lambda address, opts, check: result)
+    monkeypatch.setattr(watchdog, "run_check", lambda address, opts, check, carried=None: result)
     rc = cli.main(["watch", "--max-runs", "1", "--state-file", str(tmp_path / "state.json")])
     out, err = capsys.readouterr()
     assert rc == int(ExitCode.CRITICAL)
