@@ -1,4 +1,5 @@
-"""Session-wide test set-up: the live pool (tests/live_pool.py) and the order that serves it."""
+"""Session-wide test set-up: the live pool (tests/live_pool.py), the order that serves it, and
+how the whole suite spreads over the CPUs (tests/xdist_plan.py)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,22 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     per CLI run). compileall writes the caches whatever that variable says; Python reads them."""
     for package in PACKAGES:
         compileall.compile_dir(package, quiet=1, workers=0)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """The whole suite (no paths named) on one pytest-xdist worker per CPU (tests/xdist_plan.py)."""
+    if config.pluginmanager.hasplugin("xdist"):
+        from tests import xdist_plan
+
+        xdist_plan.choose(config)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("xdist"):
+        from tests import xdist_plan
+
+        config.pluginmanager.register(xdist_plan.Plan(), "hangdoctor-xdist-plan")
 
 
 @pytest.hookimpl(trylast=True)

@@ -33,6 +33,9 @@ from slime_hangdoctor_demo.cluster import (
 )
 from tests.fixtures.capture_ray_logs import LOG_JOB
 
+# a real Ray head (the module's fixture) serves every test here: outside the fast subset
+pytestmark = pytest.mark.ray
+
 
 @dataclass(frozen=True)
 class LogJob:
