@@ -543,7 +543,10 @@ class TokenizerManager:
             if mode != "abort":
                 self.send({"type": "pause_generation", "mode": mode})
                 return
-            while self.model_update_lock.readers > 0:
+            while self.model_update_lock.readers > 0 or self.fault_active("hang_pause_generation"):
+                # fault hang_pause_generation: a drain that never ends (a request that holds the
+                # update lock and never finishes its abort): the pause, and every call behind
+                # the condition, wait for ever
                 self.send({"type": "abort", "abort_all": True})
                 with self.awaiting():
                     time.sleep(1.0)
