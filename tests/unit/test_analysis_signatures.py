@@ -33,6 +33,7 @@ from tests.unit.recorded_stacks import (
 
 GPU_BCAST = BUNDLES / "gpu-2xh200-nccl-broadcast-hang"
 FSDP = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "fsdp-allgather"
+OFFLOAD_PAUSE_ACTOR = 14920  # engine 1's SGLangEngine actor in the offload_pause_stuck recording
 WEDGED_NATIVE = DEMO_NATIVE / "weight_sync_engine_wedged.tar.gz"
 
 
@@ -120,6 +121,13 @@ CASES: list[tuple[str, Callable[[], tuple[Frame, ...]], Stage]] = [
     (
         "engine flush inside release",
         lambda: _frames(_shape("engine flush inside release")),
+        Stage.OFFLOAD_ONLOAD,
+    ),
+    # slime PR#2015 (open): the offload pauses generation first; the pause inside
+    # release_memory_occupation is the offload's (demo offload_pause_stuck, the engine actor)
+    (
+        "engine pause inside release (demo)",
+        lambda: _frames(_demo("offload_pause_stuck", OFFLOAD_PAUSE_ACTOR)),
         Stage.OFFLOAD_ONLOAD,
     ),
     (
@@ -331,6 +339,21 @@ def test_an_fsdp2_all_gather_is_train_under_slimes_fsdp_step_and_alone() -> None
     assert stage is Stage.TRAIN and sig is not None and sig.generic
     # the rank that left its loop holds no FSDP or slime frame: it names no stage
     assert find_stage(_fsdp_rank(0).frames)[0] is None
+
+
+def test_a_pause_is_the_offloads_inside_release_and_a_weight_syncs_alone() -> None:
+    """slime PR#2015: `SGLangEngine.release_memory_occupation` pauses generation first. The pause
+    and continue rows are generic: under the release the offload decides (before them, the stuck
+    pause read `weight_sync`); the same pause as a Ray call of its own (a weight update's
+    `engine.pause_generation.remote()`: no outer slime frame) is still `weight_sync`."""
+    frames = _frames(_demo("offload_pause_stuck", OFFLOAD_PAUSE_ACTOR))
+    k = next(i for i, f in enumerate(frames) if f.name == "SGLangEngine.pause_generation")
+    r = next(i for i, f in enumerate(frames) if f.name == "SGLangEngine.release_memory_occupation")
+    assert k < r  # the pause under the release (Ray's tracing wrapper between them)
+    stage, index, _ = find_stage(frames)
+    assert (stage, index) == (Stage.OFFLOAD_ONLOAD, r)
+    stage, index, sig = find_stage(tf.innermost_frames(frames, k + 1))
+    assert (stage, index) == (Stage.WEIGHT_SYNC, k) and sig is not None and sig.generic
 
 
 def test_unrelated_frames_have_no_stage() -> None:

@@ -233,9 +233,16 @@ COMMON_FRAMES: tuple[FrameSig, ...] = (
         Stage.WEIGHT_SYNC,
         ENGINE_PY,
         "update_weights_from_tensor init_weights_update_group destroy_weights_update_group "
-        "pause_generation continue_generation post_process_weights check_weights",
+        "post_process_weights check_weights",
         cls="SGLangEngine",
         what="engine weight update",
+    ),
+    # The pause and continue run in a weight update (a Ray call of their own: weight_sync) and,
+    # with slime PR#2015 (open), inside release_memory_occupation (offload): the outer frame
+    # decides, as for flush_cache
+    *(
+        FrameSig(f, Stage.WEIGHT_SYNC, ENGINE_PY, "SGLangEngine", "engine pause", generic=True)
+        for f in ("pause_generation", "continue_generation")
     ),
     FrameSig(
         "update_weights_from_distributed",
