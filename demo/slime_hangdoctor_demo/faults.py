@@ -924,6 +924,26 @@ FAULTS: dict[str, FaultSpec] = {
                 ),
             ),
         ),
+        FaultSpec(
+            name="update_pause_orphaned",
+            description=(
+                "sglang#33696: engine 1's tokenizer worker keeps one shared future for pause and "
+                "continue; a second control caller's /continue_generation reaches it while the "
+                "weight update's /pause_generation waits for its broadcast: the continue returns, "
+                "the pause's HTTP call never does, and the engine is not paused"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="weight_sync",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="pause_continue_shared_future",
+            frames=(
+                FrameSignature("engine 1 actor", ("_make_request", "pause_generation")),
+                FrameSignature("train rank 0", ("get", "update_weights")),
+            ),
+        ),
     )
 }
 

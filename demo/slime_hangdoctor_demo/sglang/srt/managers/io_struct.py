@@ -30,6 +30,7 @@ FAULTS = (
     "stuck_begin_weight_update",
     # issue 45 item 5
     "hang_pause_generation",
+    "pause_continue_shared_future",
 )
 
 

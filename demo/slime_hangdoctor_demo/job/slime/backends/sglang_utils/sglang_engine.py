@@ -43,6 +43,7 @@ SERVER_FAULTS: dict[str, str] = {
     "serving_cluster_engine_stuck": "stuck_scheduler",
     # issue 45 item 5
     "offload_pause_stuck": "hang_pause_generation",
+    "update_pause_orphaned": "pause_continue_shared_future",
 }
 PLAN_MISSED_TEXT = "DEMO FAULT PLAN MISSED"
 TIMED_SERVER_FAULTS = frozenset(
@@ -58,6 +59,7 @@ TIMED_SERVER_FAULTS = frozenset(
         "slow_weight_storage",
         "stuck_begin_weight_update",
         "hang_pause_generation",
+        "pause_continue_shared_future",
     }
 )
 # demo faults whose engine fault goes live right before a weight broadcast
