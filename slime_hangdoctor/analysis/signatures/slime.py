@@ -540,3 +540,6 @@ WAKE_UP = "wake_up"
 TRITON_DIR = "triton/"
 # the context-parallel all-gather of the loss (THUDM/slime PR #2123)
 CP_ALLGATHER = "_allgather_cp_redistribute"
+# the engine's pause call, whose HTTP call an orphaned pause never ends (sglang#33696):
+# SGLangEngine.pause_generation (sglang_engine.py:423 at 624b824)
+PAUSE_CALLERS = frozenset({"pause_generation"})
