@@ -225,7 +225,11 @@ def _rescheduling_finding(r: Rescheduling) -> Finding:
         "Ray retries it; no other group waits"
         if r.retrying
         else "Ray is not retrying it (the attempt count did not move): it does not hold up the "
-        + (f"pending groups ({starved}), which wait for their own reasons" if r.pending else "queue")
+        + (
+            f"pending groups ({starved}), which wait for their own reasons"
+            if r.pending
+            else "queue"
+        )
     )
     return Finding(
         "ray_placement.rescheduling",
