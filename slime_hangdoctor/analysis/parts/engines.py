@@ -526,7 +526,8 @@ def _orphaned_pause(r: Reading) -> Cause | None:
             "known-orphaned-pause",
             Severity.WARNING,
             f"Engine {e.url}: its /pause_generation has been in flight in every sample while the "
-            f"engine is not paused ({e.state.value}) and holds no request for a pause to drain, "
+            f"engine is not paused by its evidence (state {e.state.value}) and holds no request "
+            "for a pause to drain, "
             f"and {proc.label} (pid {proc.pid}) waits in that HTTP call: the pause call is "
             "orphaned. With --tokenizer-worker-num, a pause and a continue made together on one "
             "tokenizer worker share one completion future, and the first call never returns "
