@@ -689,9 +689,8 @@ FAULTS: dict[str, FaultSpec] = {
             description=(
                 "slime's FSDP backend (--train-backend fsdp) with a user's loss plugged in by "
                 "--custom-loss-function-path: on train rank 1 the loss loops forever on a "
-                "micro-batch without response tokens, and rank 0 waits in the step's all_reduce. "
-                "No frame or Ray method of the FSDP backend is in the stage tables: only rank 0's "
-                "`Timer actor_train start` in the log names the stage (slime#1487)"
+                "micro-batch without response tokens, and rank 0 waits in the step's all_reduce "
+                "(slime#1487); rank 0's log ends in `Timer actor_train start`"
             ),
             expected=Expected(
                 status="hung", stage="train", culprit_role="train_rank", culprit_rank=FAULT_RANK
@@ -880,6 +879,69 @@ FAULTS: dict[str, FaultSpec] = {
                         "__init__",
                     ),
                 ),
+            ),
+        ),
+        # --- issue 45 item 5: the newer public cases
+        FaultSpec(
+            name="train_fsdp_microbatch_diverged",
+            description=(
+                "slime's FSDP backend under dynamic batch sizes with the micro-batch counts not "
+                "reduced over the DP group (verl PR#5591 / #5451): train rank 1 counts one "
+                "micro-batch more than rank 0, so rank 0 leaves its loop and finishes train while "
+                "rank 1 waits in its extra micro-batch's collective, which rank 0 never enters"
+            ),
+            expected=Expected(
+                status="hung", stage="train", culprit_role="train_rank", culprit_rank=FAULT_RANK
+            ),
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature(
+                    "train rank 1", ("all_reduce", "_train_step", "_train_core", "train")
+                ),
+                FrameSignature("train rank 0", ("main_loop",)),
+            ),
+        ),
+        FaultSpec(
+            name="offload_pause_stuck",
+            description=(
+                "colocate with slime PR#2015's offload (generation paused before the engines "
+                "release their memory): engine 1's pause_generation inside "
+                "release_memory_occupation never returns (its drain never ends)"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="offload_onload",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            colocate=True,
+            server_fault="hang_pause_generation",
+            frames=(
+                FrameSignature("rollout_manager", ("offload",)),
+                FrameSignature(
+                    "engine 1 actor",
+                    ("_make_request", "pause_generation", "release_memory_occupation"),
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="update_pause_orphaned",
+            description=(
+                "sglang#33696: engine 1's tokenizer worker keeps one shared future for pause and "
+                "continue; a second control caller's /continue_generation reaches it while the "
+                "weight update's /pause_generation waits for its broadcast: the continue returns, "
+                "the pause's HTTP call never does, and the engine is not paused"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="weight_sync",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="pause_continue_shared_future",
+            frames=(
+                FrameSignature("engine 1 actor", ("_make_request", "pause_generation")),
+                FrameSignature("train rank 0", ("get", "update_weights")),
             ),
         ),
     )

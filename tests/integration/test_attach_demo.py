@@ -380,11 +380,11 @@ def _weight_sync_health_check_queued(verdict: dict[str, Any], _run: DemoRun) -> 
 
 
 def _train_custom_loss_stuck(verdict: dict[str, Any], _run: DemoRun) -> None:
-    """Issue 14 item 8, logs source: only rank 0's open `Timer actor_train start` names the
-    stage (the FSDP backend's frames and methods name none)."""
+    """Issue 14 item 8, logs source: rank 0's open `Timer actor_train start` agrees with the
+    stage the FSDP backend's frames name (issue 45 item 5: slime's FSDP rows)."""
     timer = _finding(verdict, "log-open-timer")
     assert "`Timer actor_train start`" in timer["message"], timer
-    assert "used: no live source named one" in timer["message"], timer
+    assert "it agrees with the stage found live" in timer["message"], timer
 
 
 def _engine_paused_by_update(verdict: dict[str, Any], run: DemoRun) -> None:

@@ -17,10 +17,11 @@ from slime_hangdoctor.outcome import Outcome
 from slime_hangdoctor.parsers import sglang
 from slime_hangdoctor.parsers.sglang import HttpObs
 from slime_hangdoctor.topology import Engine
-from slime_hangdoctor.verdict import Role, Stage
+from slime_hangdoctor.verdict import Finding, Role, Stage, Verdict
 from tests.fixtures import transforms as tf
 from tests.unit import recorded_shapes as rs
 from tests.unit.analysis_builders import NODE, http, member, snapshot, topology
+from tests.unit.demo_bundles import diagnosed, unpacked
 
 SG = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
 TIMED_OUT, UNAVAILABLE = Outcome.TIMED_OUT, Outcome.UNAVAILABLE
@@ -444,3 +445,43 @@ def test_router_marks_dead_and_counts_requests_held_before_the_scheduler() -> No
     assert any("router counts 3" in line for line in held.evidence)
     assert held.evidence[0].startswith("3 requests held between the HTTP layer and the scheduler")
     assert _read(*idle, _loads("v1_loads_idle.json"), router(True, 0)).state is EngineState.IDLE
+
+
+# --------------------------------------------------------------------------- the orphaned pause
+
+# demo update_pause_orphaned (recorded, tests/fixtures/README.md): engine 1's SGLangEngine actor
+ORPHANED_CALLER = 5534
+
+
+def _orphaned_pause(verdict: Verdict) -> list[Finding]:
+    return [f for f in verdict.findings if f.rule == "known-orphaned-pause"]
+
+
+def test_a_pause_that_never_returns_on_an_engine_not_paused_is_orphaned(tmp_path: Path) -> None:
+    """sglang#33696 on the demo: a continue reached engine 1's tokenizer worker while the
+    update's pause waited for its broadcast. The pause is in flight at the HTTP layer in every
+    sample, the engine is not paused (as many continues answered) and holds nothing to drain,
+    and its SGLangEngine actor waits in `pause_generation`'s HTTP call at both samples."""
+    v = diagnosed(unpacked("update_pause_orphaned", tmp_path)).verdict
+    assert (v.status.value, v.stage) == ("hung", Stage.WEIGHT_SYNC), v.summary
+    assert v.culprits[0].pid == ORPHANED_CALLER
+    (f,) = _orphaned_pause(v)
+    assert "the pause call is orphaned" in f.message and "sglang#33696" in f.message
+    assert f"(pid {ORPHANED_CALLER}) waits in that HTTP call" in f.message
+    assert any("pause_generation in flight" in e for e in f.evidence), f.evidence
+    assert any(f"py-spy dump --pid {ORPHANED_CALLER}" in (s.command or s.why) for s in v.next_steps)
+
+
+def test_a_pause_held_on_a_paused_engine_or_without_the_callers_stack_is_not_orphaned(
+    tmp_path: Path,
+) -> None:
+    """The same rule on what is not this case: slime PR#2015's pause stuck in its drain on an
+    engine that its counters call paused (demo offload_pause_stuck), and the orphaned pause
+    without the stacks (`transforms.bundle_without_sources`): no caller is seen waiting."""
+    paused = diagnosed(unpacked("offload_pause_stuck", tmp_path / "paused")).verdict
+    assert any(f.rule == "engine-paused" for f in paused.findings)
+    assert not _orphaned_pause(paused)
+    root = unpacked("update_pause_orphaned", tmp_path / "src")
+    stackless = frozenset({"pyspy", "dashboard_traceback"})
+    blind = tf.bundle_without_sources(root, tmp_path / "ns", stackless)
+    assert not _orphaned_pause(diagnosed(blind).verdict)

@@ -4,7 +4,7 @@ refused flush (miles#1585) and retries become findings of at most warning.
 
 On recorded demo bundles (tests/fixtures/analysis/demo, provenance in tests/fixtures/README.md):
 `train_custom_loss_stuck` (slime#1487's shape: rank 0's log ends at `Timer actor_train start`, the
-FSDP frames name no stage) and `weight_sync_engine_wedged` (the stacks name `nccl_broadcast`, rank
+FSDP frames name `train` too; without the stacks only the Timer does) and `weight_sync_engine_wedged` (the stacks name `nccl_broadcast`, rank
 0's log has `Timer update_weights` open). Variants by named transformations: without the `ray_logs`
 source (`transforms.bundle_without_sources`), and with an actor's log body replaced by the real
 Ray log of an actor of the same class (`transforms.bundle_with_artefact`; the real logs of
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slime_hangdoctor.verdict import Severity, Stage, Status, Verdict
+from slime_hangdoctor.verdict import Role, Severity, Stage, Status, Verdict
 from tests.fixtures import transforms as tf
 from tests.unit.demo_bundles import diagnosed, unpacked
 
@@ -42,25 +42,33 @@ def _with_real_logs(tmp_path: Path) -> Path:
     return tf.bundle_with_artefact(step, tmp_path / "both", "ray_logs", engine, ENGINE_ERR)
 
 
-def test_an_open_timer_names_the_stage_only_when_no_live_source_did(tmp_path: Path) -> None:
+def test_an_open_timer_agrees_with_the_stage_the_stacks_name(tmp_path: Path) -> None:
+    """The FSDP frames name `train` (signatures/slime.py); the Timer is not used, it agrees. Where
+    no live source names a stage, the Timer is used: the test below, without the stacks."""
     base = unpacked(STUCK, tmp_path / "base")
     without = diagnosed(tf.bundle_without_sources(base, tmp_path / "nl", frozenset({"ray_logs"})))
-    assert (without.verdict.status, without.verdict.stage) == (Status.HUNG, Stage.UNKNOWN)
+    assert (without.verdict.status, without.verdict.stage) == (Status.HUNG, Stage.TRAIN)
     v = diagnosed(base).verdict
     assert (v.status, v.stage) == (Status.HUNG, Stage.TRAIN)
     msg = _finding(v, "log-open-timer")
     assert msg.startswith("FSDPTrainRayActor log (pid 12912, out): `Timer actor_train start`")
-    assert "(4 s before the look)" in msg and "used: no live source named one" in msg
+    assert "(4 s before the look)" in msg and "it agrees with the stage found live" in msg
 
 
-def test_without_any_stack_the_open_timer_still_names_the_stage(tmp_path: Path) -> None:
-    """py-spy denied (no `pyspy`, no dashboard traceback): nothing live names a stage or a rank;
-    rank 0's open Timer still names `train`."""
+def test_without_any_stack_the_fsdp_method_names_the_stage_and_the_timer_agrees(
+    tmp_path: Path,
+) -> None:
+    """py-spy denied (no `pyspy`, no dashboard traceback): no rank is named; the train ranks'
+    Ray method (`ray::FSDPTrainRayActor.train`, signatures/slime.py JAN_METHODS) names `train`,
+    and rank 0's open Timer agrees."""
     base = unpacked(STUCK, tmp_path / "base")
     stackless = frozenset({"pyspy", "dashboard_traceback"})
-    v = diagnosed(tf.bundle_without_sources(base, tmp_path / "ns", stackless)).verdict
+    d = diagnosed(tf.bundle_without_sources(base, tmp_path / "ns", stackless))
+    v = d.verdict
     assert (v.status, v.stage, v.culprits) == (Status.HUNG, Stage.TRAIN, ())
-    assert "used: no live source named one" in _finding(v, "log-open-timer")
+    assert "it agrees with the stage found live" in _finding(v, "log-open-timer")
+    ranks = [r for r in d.rows if r.role is Role.TRAIN_RANK]
+    assert ranks and all(r.stage is Stage.TRAIN and "running train" in r.state for r in ranks)
 
 
 def test_an_open_timer_never_overrules_the_stage_the_stacks_show(tmp_path: Path) -> None:

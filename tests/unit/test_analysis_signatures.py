@@ -10,13 +10,14 @@ Variants come only from tests/fixtures/transforms/ (`bare_frame_names`: py-spy o
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from slime_hangdoctor.analysis import signatures as sg
 from slime_hangdoctor.analysis.readers.pyspy import find_block, find_stage
 from slime_hangdoctor.facts import Frame
-from slime_hangdoctor.parsers.pyspy import ThreadStack
+from slime_hangdoctor.parsers.pyspy import ThreadStack, parse_pyspy_json
 from slime_hangdoctor.verdict import Stage
 from tests.fixtures import transforms as tf
 from tests.unit.recorded_stacks import (
@@ -31,6 +32,8 @@ from tests.unit.recorded_stacks import (
 )
 
 GPU_BCAST = BUNDLES / "gpu-2xh200-nccl-broadcast-hang"
+FSDP = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "fsdp-allgather"
+OFFLOAD_PAUSE_ACTOR = 14920  # engine 1's SGLangEngine actor in the offload_pause_stuck recording
 WEDGED_NATIVE = DEMO_NATIVE / "weight_sync_engine_wedged.tar.gz"
 
 
@@ -58,6 +61,13 @@ def _dcp_alone() -> tuple[Frame, ...]:
     frames = checkpoint_rank(0).frames
     k = next(i for i, f in enumerate(frames) if f.name == "_DistWrapper.gather_object")
     return tf.innermost_frames(frames, k + 1)
+
+
+def _fsdp_rank(rank: int) -> ThreadStack:
+    """A rank of tests/fixtures/real/fsdp-allgather (capture_fsdp_allgather.py): two real FSDP2
+    ranks whose micro-batch counts differ (verl PR#5591 / #5451)."""
+    dump = parse_pyspy_json((FSDP / f"rank{rank}.json").read_text())
+    return next(t for t in dump.threads if t.name == "MainThread")
 
 
 # (label, the recorded thread's frames, expected stage). Pids are the recordings' own.
@@ -111,6 +121,13 @@ CASES: list[tuple[str, Callable[[], tuple[Frame, ...]], Stage]] = [
     (
         "engine flush inside release",
         lambda: _frames(_shape("engine flush inside release")),
+        Stage.OFFLOAD_ONLOAD,
+    ),
+    # slime PR#2015 (open): the offload pauses generation first; the pause inside
+    # release_memory_occupation is the offload's (demo offload_pause_stuck, the engine actor)
+    (
+        "engine pause inside release (demo)",
+        lambda: _frames(_demo("offload_pause_stuck", OFFLOAD_PAUSE_ACTOR)),
         Stage.OFFLOAD_ONLOAD,
     ),
     (
@@ -251,6 +268,14 @@ CASES: list[tuple[str, Callable[[], tuple[Frame, ...]], Stage]] = [
     # --- FT recovery -> startup
     ("FT recover Jan", lambda: _frames(_shape("FT recover Jan")), Stage.STARTUP),
     ("FT recover HEAD", lambda: _frames(_shape("FT recover HEAD")), Stage.STARTUP),
+    # --- slime's FSDP backend (January 2026 layout): the demo's rank in its extra micro-batch's
+    # collective, and a real FSDP2 rank in the parameters' all-gather under slime's FSDP frames
+    (
+        "FSDP extra micro-batch (demo)",
+        lambda: _frames(_demo("train_fsdp_microbatch_diverged", 27611)),
+        Stage.TRAIN,
+    ),
+    ("FSDP2 all-gather under _train_step", lambda: _fsdp_rank(1).frames, Stage.TRAIN),
 ]
 
 
@@ -296,6 +321,39 @@ def test_generic_rows_yield_to_an_outer_specific_frame() -> None:
     k = next(i for i, f in enumerate(frames) if f.name == "forward_step")
     assert find_stage(tf.innermost_frames(frames, k + 1))[0] is Stage.TRAIN
     assert find_stage(frames)[0] is Stage.WEIGHT_SYNC
+
+
+def test_an_fsdp2_all_gather_is_train_under_slimes_fsdp_step_and_alone() -> None:
+    """verl PR#5591's shape on real FSDP2 ranks: the rank in its extra micro-batch waits in the
+    parameters' all-gather of the forward pre-hook (torch/distributed/fsdp/), a collective; slime's
+    `_train_step` decides the stage, and without slime's frames (a hook on autograd's thread, or a
+    trainer the tables do not know) the generic FSDP row still says train."""
+    t = _fsdp_rank(1)
+    stage, index, sig = find_stage(t.frames)
+    assert stage is Stage.TRAIN and sig is not None and not sig.generic
+    assert t.frames[index or 0].name == "FSDPTrainRayActor._train_step"
+    assert find_block(t.frames, t.active)[0] is sg.Block.COLLECTIVE
+    k = next(i for i, f in enumerate(t.frames) if f.name == "FSDPState._pre_forward")
+    alone = tf.innermost_frames(t.frames, k + 1)
+    stage, _, sig = find_stage(alone)
+    assert stage is Stage.TRAIN and sig is not None and sig.generic
+    # the rank that left its loop holds no FSDP or slime frame: it names no stage
+    assert find_stage(_fsdp_rank(0).frames)[0] is None
+
+
+def test_a_pause_is_the_offloads_inside_release_and_a_weight_syncs_alone() -> None:
+    """slime PR#2015: `SGLangEngine.release_memory_occupation` pauses generation first. The pause
+    and continue rows are generic: under the release the offload decides (before them, the stuck
+    pause read `weight_sync`); the same pause as a Ray call of its own (a weight update's
+    `engine.pause_generation.remote()`: no outer slime frame) is still `weight_sync`."""
+    frames = _frames(_demo("offload_pause_stuck", OFFLOAD_PAUSE_ACTOR))
+    k = next(i for i, f in enumerate(frames) if f.name == "SGLangEngine.pause_generation")
+    r = next(i for i, f in enumerate(frames) if f.name == "SGLangEngine.release_memory_occupation")
+    assert k < r  # the pause under the release (Ray's tracing wrapper between them)
+    stage, index, _ = find_stage(frames)
+    assert (stage, index) == (Stage.OFFLOAD_ONLOAD, r)
+    stage, index, sig = find_stage(tf.innermost_frames(frames, k + 1))
+    assert (stage, index) == (Stage.WEIGHT_SYNC, k) and sig is not None and sig.generic
 
 
 def test_unrelated_frames_have_no_stage() -> None:

@@ -11,16 +11,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.readers.proof import Moved, Proof, Signal
-from slime_hangdoctor.analysis.readers.pyspy import STACKS
+from slime_hangdoctor.analysis.readers.pyspy import STACKS, ThreadRead
 from slime_hangdoctor.analysis.readers.sglang_http import (
     HUNG_ENGINE_STATES,
+    PAUSE_CALL,
     SGLANG,
     EngineRead,
     EngineState,
     call_request,
     read_engines,
 )
-from slime_hangdoctor.analysis.signatures import Block
+from slime_hangdoctor.analysis.signatures import Block, split_name
+from slime_hangdoctor.analysis.signatures.slime import PAUSE_CALLERS
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     STRONG,
@@ -481,6 +483,72 @@ def _pause_split_across_tokenizer_workers(r: Reading) -> Cause | None:
     return None
 
 
+def _in_pause_call(t: ThreadRead) -> bool:
+    """A thread waiting in HTTP below a pause call (SGLangEngine.pause_generation)."""
+    if t.block is not Block.HTTP or t.block_index is None:
+        return False
+    return any(split_name(f.name)[1] in PAUSE_CALLERS for f in t.frames[t.block_index :])
+
+
+def _pause_callers(world: World) -> list[tuple[Proc, ThreadRead]]:
+    """Processes waiting in a pause's HTTP call at every sample they were read at (two or more)."""
+    out: list[tuple[Proc, ThreadRead]] = []
+    for p in world.procs:
+        if len(p.reads) < 2:
+            continue
+        held = [next((t for t in r.threads if _in_pause_call(t)), None) for r in p.reads]
+        last = held[-1]
+        if last is not None and all(t is not None for t in held):
+            out.append((p, last))
+    return out
+
+
+def _orphaned_pause(r: Reading) -> Cause | None:
+    """sgl-project/sglang#33696 (the #39689 family; fix PR#33700, open): with
+    `--tokenizer-worker-num N` (PR#24462) a tokenizer worker awaits one shared future for its pause
+    and continue calls; a continue made while a pause waits replaces it, and the pause's HTTP call
+    never returns though the broadcasts were applied. The shape: `/pause_generation` in flight at
+    the engine's HTTP layer in every sample while the engine is not paused by its own evidence and
+    holds no request for the pause to drain (a draining pause is the engine's STUCK state), and a
+    caller waiting in that HTTP call at every sample."""
+    if r.status is not Status.HUNG:
+        return None
+    callers = _pause_callers(r.world)
+    for e in read_engines(r.world):
+        if PAUSE_CALL not in e.calls_held or e.state in (EngineState.PAUSED, *HUNG_ENGINE_STATES):
+            continue
+        if (e.in_flight or 0) > 0:
+            continue
+        mine = [c for c in callers if c[0].engine_url == e.url] or callers
+        if not mine:
+            continue
+        proc, thread = mine[0]
+        return cause(
+            "known-orphaned-pause",
+            Severity.WARNING,
+            f"Engine {e.url}: its /pause_generation has been in flight in every sample while the "
+            f"engine is not paused by its evidence (state {e.state.value}) and holds no request "
+            "for a pause to drain, "
+            f"and {proc.label} (pid {proc.pid}) waits in that HTTP call: the pause call is "
+            "orphaned. With --tokenizer-worker-num, a pause and a continue made together on one "
+            "tokenizer worker share one completion future, and the first call never returns "
+            "(sgl-project/sglang#33696, fix PR#33700).",
+            [
+                f"{call_request(PAUSE_CALL, e.url)} in flight (sglang:http_requests_active) "
+                "in every sample",
+                *e.evidence[:2],
+                f"{proc.label} (pid {proc.pid}): {thread.describe()}",
+            ],
+            [
+                f"py-spy dump --pid {proc.pid}: the caller still waits in the pause's HTTP call",
+                "The engine serves (it is not paused): the stuck call can only be abandoned; "
+                "make one control caller at a time send pause / continue to an engine, or run "
+                "an SGLang with PR#33700",
+            ],
+        )
+    return None
+
+
 ANALYSIS = SourceAnalysis(
     name="engines",
     gives=(SGLANG, STACKS),
@@ -488,6 +556,6 @@ ANALYSIS = SourceAnalysis(
     suspects=suspects,
     evidence=evidence,
     messages=MESSAGES,
-    causes=(_health_noise, _pause_split_across_tokenizer_workers),
+    causes=(_health_noise, _pause_split_across_tokenizer_workers, _orphaned_pause),
     findings=lambda r: engine_findings(read_engines(r.world), r.status),
 )

@@ -1,15 +1,19 @@
 """Ray placement (source ``ray_placement``): placement groups of the running job that wait for
 resources the cluster lacks (``/api/v0/placement_groups`` against ``/api/cluster_status``): the
-driver waiting in `create_placement_groups` is a start-up hang.
+driver waiting in `create_placement_groups` is a start-up hang. A group that lost its node
+(RESCHEDULING) is read over both samples, with its scheduling attempt count: one that Ray keeps
+retrying while other groups stay PENDING is the reschedule loop of ray#65147 (fix ray PR#65970).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     STRONG,
+    Reading,
     Reads,
     Source,
     SourceAnalysis,
@@ -22,12 +26,19 @@ from slime_hangdoctor.parsers.ray_state import (
     PG_INFEASIBLE,
     PLACEMENT_GROUP_WAITING,
     RAY_STATE,
+    SPEC,
     PlacementDemand,
+    PlacementGroupState,
     RayPlacementGroup,
 )
 from slime_hangdoctor.verdict import Finding, Role, Severity, Stage
 
 RAY_PLACEMENT = Source("ray_placement")  # Ray's placement groups against the cluster's capacity
+# a group whose bundles were placed and whose node was then lost; a group not placed yet
+RESCHEDULING: Final[PlacementGroupState] = "RESCHEDULING"
+PENDING: Final[PlacementGroupState] = "PENDING"
+PLACEMENT_GROUPS = "placement_groups"  # the dashboard answer's target (ray_state.STATE_ENDPOINTS)
+RESCHEDULE_LOOP_CASE = "ray-project/ray#65147, fixed by ray PR#65970"
 
 
 @dataclass(frozen=True)
@@ -97,14 +108,17 @@ def suspects(reads: Reads) -> list[Suspect]:
         return []
     drivers = world.by_role(Role.DRIVER)
     driver = drivers[0] if drivers else None
+    # a group that lost its node was placed once: the job had left start-up, so it names no stage
     return [
         suspect(
             RAY_PLACEMENT,
             Role.DRIVER,
-            _placement_text(w) + ": the job cannot leave start-up",
+            _placement_text(w) + ": its node was lost, Ray places it again"
+            if w.group.state == RESCHEDULING
+            else _placement_text(w) + ": the job cannot leave start-up",
             driver,
             weight=STRONG if w.infeasible else MEDIUM,
-            stage=Stage.STARTUP,
+            stage=None if w.group.state == RESCHEDULING else Stage.STARTUP,
         )
         for w in waits
     ]
@@ -127,9 +141,127 @@ def findings(world: World) -> list[Finding]:
     return out
 
 
+# --------------------------------------------------------------------------- the reschedule loop
+
+
+@dataclass(frozen=True)
+class Rescheduling:
+    """A placement group RESCHEDULING at every sample that read the placement groups (at least
+    two), its scheduling attempt count at the first and the last, and the groups PENDING at every
+    one of them (of any job: the loop starves the whole cluster's queue)."""
+
+    group: RayPlacementGroup  # as the last sample read it
+    attempts: tuple[int | None, int | None]
+    pending: tuple[RayPlacementGroup, ...]
+
+    @property
+    def retrying(self) -> bool:
+        first, last = self.attempts
+        return first is not None and last is not None and last > first
+
+
+def _by_sample(world: World) -> dict[int, dict[str, RayPlacementGroup]]:
+    out: dict[int, dict[str, RayPlacementGroup]] = {}
+    for obs in world.snapshot.facts(SPEC):
+        if obs.fact.target != PLACEMENT_GROUPS:
+            continue
+        rows = out.setdefault(obs.sample, {})
+        for pg in obs.fact.rows:
+            if isinstance(pg, RayPlacementGroup):
+                rows[pg.placement_group_id] = pg
+    return out
+
+
+def _in_every(
+    samples: list[dict[str, RayPlacementGroup]], state: PlacementGroupState
+) -> list[tuple[RayPlacementGroup, RayPlacementGroup]]:
+    """(first, last) reading of each group in `state` at every sample."""
+    first, last = samples[0], samples[-1]
+    return [
+        (pg, last[gid])
+        for gid, pg in first.items()
+        if all(s.get(gid) is not None and s[gid].state == state for s in samples)
+    ]
+
+
+def reschedulings(world: World) -> list[Rescheduling]:
+    by_sample = _by_sample(world)
+    if len(by_sample) < 2:
+        return []  # one reading says nothing of "across the window"
+    samples = [by_sample[k] for k in sorted(by_sample)]
+    pending = tuple(last for _, last in _in_every(samples, PENDING))
+    return [
+        Rescheduling(last, (first.scheduling_attempt, last.scheduling_attempt), pending)
+        for first, last in _in_every(samples, RESCHEDULING)
+    ]
+
+
+def _pg_name(pg: RayPlacementGroup) -> str:
+    return f"{pg.name!r}" if pg.name else pg.placement_group_id[:12]
+
+
+def _rescheduling_finding(r: Rescheduling) -> Finding:
+    first, last = r.attempts
+    attempts = f"scheduling attempt {first if first is not None else '?'} -> "
+    attempts += f"{last if last is not None else '?'}"
+    what = f"{attempts}, Ray's scheduling state {r.group.scheduling_state or '?'}"
+    starved = ", ".join(_pg_name(p) for p in r.pending)
+    evidence = tuple(
+        f"{p.placement_group_id[:12]} {_pg_name(p)}: {p.state} at every sample, attempt "
+        f"{p.scheduling_attempt if p.scheduling_attempt is not None else '?'}, scheduling state "
+        f"{p.scheduling_state or '?'}"
+        for p in (r.group, *r.pending)
+    )
+    head = f"Ray placement groups: {_pg_name(r.group)} lost its node and is RESCHEDULING"
+    if r.retrying and r.pending:
+        return Finding(
+            "ray_placement.reschedule_loop",
+            Severity.CRITICAL,
+            f"{head} across the window ({what}): Ray retries it ahead of the pending groups, "
+            f"which stay PENDING ({starved}): the reschedule loop of {RESCHEDULE_LOOP_CASE}",
+            evidence,
+        )
+    why = (
+        "Ray retries it; no other group waits"
+        if r.retrying
+        else "Ray is not retrying it (the attempt count did not move): it does not hold up the "
+        + (
+            f"pending groups ({starved}), which wait for their own reasons"
+            if r.pending
+            else "queue"
+        )
+    )
+    return Finding(
+        "ray_placement.rescheduling",
+        Severity.WARNING,
+        f"{head} across the window ({what}): {why}",
+        evidence,
+    )
+
+
+def reschedule_steps(reading: Reading) -> list[str]:
+    loops = [r for r in reschedulings(reading.world) if r.retrying and r.pending]
+    if not loops:
+        return []
+    names = ", ".join(_pg_name(r.group) for r in loops)
+    return [
+        f"Placement group(s) {names} retry after a node loss and starve the pending ones "
+        f"({RESCHEDULE_LOOP_CASE}): remove them (`ray.util.remove_placement_group`, or end the "
+        "job that owns them) or bring back a node that fits them, and upgrade Ray to a release "
+        "with PR#65970",
+    ]
+
+
+def all_findings(reading: Reading) -> list[Finding]:
+    return findings(reading.world) + [
+        _rescheduling_finding(r) for r in reschedulings(reading.world)
+    ]
+
+
 ANALYSIS = SourceAnalysis(
     name="placement",
     gives=(RAY_PLACEMENT,),
     suspects=suspects,
-    findings=lambda r: findings(r.world),
+    findings=all_findings,
+    next_steps=reschedule_steps,
 )

@@ -86,6 +86,7 @@ _HEALTH = ("/health", "/health_generate")
 _SCHED_PATHS = ("/server_info", "/get_server_info", "/flush_cache")
 _GENERATE = "/generate"
 _PAUSE, _CONTINUE = "/pause_generation", "/continue_generation"
+PAUSE_CALL = _PAUSE  # the pause's control call, for the parts that read it
 # Control calls whose HTTP request in flight (`sglang:http_requests_active`) places the engine in a
 # stage: slime calls them from the SGLangEngine actor and waits without a timeout.
 CALL_STAGES: Mapping[str, Stage] = {

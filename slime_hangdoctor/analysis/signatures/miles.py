@@ -136,8 +136,8 @@ MILES_FRAMES: tuple[FrameSig, ...] = (
     ),
     # FSDPTrainRayActor, miles/backends/fsdp_utils/actor.py:63 init, :321 sleep, :335 wake_up,
     # :345 save_model, :439 train, :475 _train_core, :589 _train_step, :608 update_weights. Pinned
-    # to miles's file, not to the class: a class row would match anywhere, and slime's own FSDP
-    # backend (9bfe152 slime/backends/fsdp_utils/) is left to its Timer logs (docs/verdict.md).
+    # to miles's file, not to the class: a class row would match anywhere; slime's own FSDP
+    # backend (9bfe152 slime/backends/fsdp_utils/) has its rows in slime.py, pinned to its file.
     FrameSig("init", Stage.STARTUP, _M_FSDP, what="train actor init"),
     *rows(Stage.TRAIN, _M_FSDP, "train _train_core _train_step sleep wake_up", what="train step"),
     FrameSig("save_model", Stage.CHECKPOINT, _M_FSDP, what="checkpoint save"),
@@ -185,8 +185,8 @@ MILES_FRAMES: tuple[FrameSig, ...] = (
     ),
 )
 
-# rollout_manager.py:303, :324, :330 at 31f1ca961 (FSDPTrainRayActor's methods have no rows: Ray
-# titles them alike in slime's FSDP backend, which the tables leave to its logs)
+# rollout_manager.py:303, :324, :330 at 31f1ca961 (FSDPTrainRayActor's methods are slime.py's
+# JAN_METHODS: Ray titles them alike in slime's FSDP backend and in miles's)
 MILES_METHODS: tuple[MethodSig, ...] = (
     *methods(
         "RolloutManager",

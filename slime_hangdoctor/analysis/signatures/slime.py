@@ -32,6 +32,8 @@ UPDATE_FROM_DISTRIBUTED_PY = UPDATE_WEIGHT_DIR + "update_weight_from_distributed
 UPDATE_FROM_TENSOR_PY = UPDATE_WEIGHT_DIR + "update_weight_from_tensor.py"
 ACTOR_GROUP = "slime/ray/actor_group.py"
 PLACEMENT_GROUP_PY = "slime/ray/placement_group.py"
+FSDP_ACTOR_PY = "slime/backends/fsdp_utils/actor.py"
+FSDP_TRAIN_CLS = "FSDPTrainRayActor"
 
 COMMON_FRAMES: tuple[FrameSig, ...] = (
     # --- driver: startup and the per-step calls into actor groups
@@ -231,9 +233,16 @@ COMMON_FRAMES: tuple[FrameSig, ...] = (
         Stage.WEIGHT_SYNC,
         ENGINE_PY,
         "update_weights_from_tensor init_weights_update_group destroy_weights_update_group "
-        "pause_generation continue_generation post_process_weights check_weights",
+        "post_process_weights check_weights",
         cls="SGLangEngine",
         what="engine weight update",
+    ),
+    # The pause and continue run in a weight update (a Ray call of their own: weight_sync) and,
+    # with slime PR#2015 (open), inside release_memory_occupation (offload): the outer frame
+    # decides, as for flush_cache
+    *(
+        FrameSig(f, Stage.WEIGHT_SYNC, ENGINE_PY, "SGLangEngine", "engine pause", generic=True)
+        for f in ("pause_generation", "continue_generation")
     ),
     FrameSig(
         "update_weights_from_distributed",
@@ -274,6 +283,35 @@ JAN_FRAMES: tuple[FrameSig, ...] = (
     FrameSig(
         ANY, Stage.CHECKPOINT, "slime/backends/fsdp_utils/checkpoint.py", what="FSDP checkpoint"
     ),
+    # slime's FSDP backend (`--train-backend fsdp`; removed from main by THUDM/slime#1664):
+    # FSDPTrainRayActor, fsdp_utils/actor.py at 9bfe152: :48 init, :181 _setup_device_mesh,
+    # :224 _fsdp2_load_full_state_dict, :750 _create_ref_model (start-up); :432 train, :495
+    # _train_core (the micro-batch loop), :546 _train_step, :296 _compute_log_prob, :361
+    # _packed_data (the micro-batch counts), :459 _log_rollout_data, :264 sleep, :278 wake_up
+    # (train); :288 save_model; :720 update_weights and update_weight_utils.py (UpdateWeight :32).
+    # Pinned to slime's file, not to the class: miles's FSDPTrainRayActor (miles.py) has its own.
+    *rows(
+        Stage.STARTUP,
+        FSDP_ACTOR_PY,
+        "init _setup_device_mesh _fsdp2_load_full_state_dict _create_ref_model",
+        what="FSDP train actor init",
+    ),
+    *rows(
+        Stage.TRAIN,
+        FSDP_ACTOR_PY,
+        "train _train_core _train_step _compute_log_prob _packed_data _log_rollout_data "
+        "sleep wake_up",
+        what="FSDP train step",
+    ),
+    FrameSig("save_model", Stage.CHECKPOINT, FSDP_ACTOR_PY, what="FSDP checkpoint save"),
+    FrameSig("update_weights", Stage.WEIGHT_SYNC, FSDP_ACTOR_PY, what="FSDP weight sync"),
+    FrameSig(
+        ANY,
+        Stage.WEIGHT_SYNC,
+        "slime/backends/fsdp_utils/update_weight_utils.py",
+        what="FSDP weight sync",
+    ),
+    *torch.FSDP_FRAMES,
     FrameSig(ANY, Stage.STARTUP, "slime/router/router.py", what="slime router", generic=True),
     # model.py:720 at 9bfe152 (gone from main: hf_checkpoint_saver.py took its place)
     FrameSig("save_hf_model", Stage.CHECKPOINT, "slime/backends/megatron_utils/model.py"),
@@ -424,6 +462,11 @@ JAN_METHODS: tuple[MethodSig, ...] = (
         "RolloutManager", Stage.WEIGHT_SYNC, "get_rollout_engines_and_lock clear_num_new_engines"
     ),
     *methods("RolloutManager", Stage.STARTUP, "recover_rollout_engines"),
+    # slime's FSDP backend (9bfe152 fsdp_utils/actor.py; inherited: train_actor.py's TrainRayActor)
+    *methods(FSDP_TRAIN_CLS, Stage.STARTUP, "__init__ init set_rollout_manager"),
+    *methods(FSDP_TRAIN_CLS, Stage.TRAIN, "train sleep wake_up clear_memory"),
+    *methods(FSDP_TRAIN_CLS, Stage.CHECKPOINT, "save_model"),
+    *methods(FSDP_TRAIN_CLS, Stage.WEIGHT_SYNC, "update_weights"),
 )
 
 HEAD_METHODS: tuple[MethodSig, ...] = (
@@ -501,3 +544,7 @@ CP_ALLGATHER = "_allgather_cp_redistribute"
 # slime's own communication layer (`lookup.COMM_LAYERS`): the reloadable process group's wrappers
 # of torch's collectives (`new_function`, `_fwd`)
 COMM_LAYERS: tuple[tuple[str, str], ...] = ((ANY, "slime/utils/reloadable_process_group.py"),)
+
+# the engine's pause call, whose HTTP call an orphaned pause never ends (sglang#33696):
+# SGLangEngine.pause_generation (sglang_engine.py:423 at 624b824)
+PAUSE_CALLERS = frozenset({"pause_generation"})

@@ -29,6 +29,21 @@ GROUP_FRAMES: tuple[FrameSig, ...] = (
     ),
 )
 
+# FSDP2 (`fully_shard`): the parameters' all-gather runs in the forward pre-hooks and the
+# gradients' reduce-scatter in the backward post-hooks (_fully_shard/_fsdp_param_group.py unshard,
+# post_backward; _fsdp_collectives.py foreach_all_gather, foreach_reduce at torch 2.13.0). Under
+# the train step the outer frame decides; a backward hook run on autograd's device thread has no
+# outer frame of the job: that thread is training.
+FSDP_FRAMES: tuple[FrameSig, ...] = (
+    FrameSig(
+        ANY,
+        Stage.TRAIN,
+        "torch/distributed/fsdp/",
+        what="FSDP all-gather / reduce-scatter",
+        generic=True,
+    ),
+)
+
 RENDEZVOUS_WAITS: tuple[WaitSig, ...] = (
     *waits(
         Block.RENDEZVOUS,

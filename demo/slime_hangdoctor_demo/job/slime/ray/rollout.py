@@ -458,6 +458,10 @@ class RolloutManager:
             engine = self.rollout_engines[self.args.fault_engine]
             where = f"release_memory_occupation of engine {self.args.fault_engine}"
             wait_until_server_fault_live(self.args, engine, self.rollout_id, where)
+        if self.rollout_id >= 0 and fault_armed(self.args, "offload_pause_stuck", self.rollout_id):
+            engine = self.rollout_engines[self.args.fault_engine]
+            where = f"the offload's pause_generation of engine {self.args.fault_engine}"
+            wait_until_server_fault_live(self.args, engine, self.rollout_id, where)
         for srv in self.servers.values():
             srv.offload()
 

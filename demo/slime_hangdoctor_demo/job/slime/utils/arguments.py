@@ -34,6 +34,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rollout-num-gpus-per-engine", type=int, default=1)
     p.add_argument("--num-gpus-per-node", type=int, default=2)
     p.add_argument("--colocate", action="store_true")
+    # THUDM/slime PR#2015 (open): offload pauses generation before it releases engine memory
+    p.add_argument("--offload-pause-generation", action="store_true")
     p.add_argument(
         "--actor-node-resource",
         default=None,
@@ -196,6 +198,11 @@ FAULT_SETTINGS: dict[str, dict[str, object]] = {
     # train_async.py with slime main's fault tolerance (rank 0 recovers the engines first) and a
     # fork's rollout gate that wants the newest weights
     "update_waits_behind_rollout_gate": {"use_fault_tolerance": True, "max_weight_staleness": 0},
+    # --- issue 45 item 5 (the newer public cases)
+    # slime's FSDP backend with micro-batch counts that are not reduced over the DP group
+    "train_fsdp_microbatch_diverged": {"train_backend": "fsdp"},
+    # colocate with slime PR#2015's offload: a pause before the engines release their memory
+    "offload_pause_stuck": {"colocate": True, "offload_pause_generation": True},
 }
 
 

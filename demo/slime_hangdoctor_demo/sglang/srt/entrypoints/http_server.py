@@ -40,6 +40,11 @@ Faults (armed `--fault-after-s` seconds after start):
   returns): the trainer and the other engines wait in the broadcast without it.
 - `hang_update_weights_from_tensor`: the colocated update never returns.
 - `hang_release_memory_occupation`: a colocate offload (`/release_memory_occupation`) never returns.
+- `hang_pause_generation`: `/pause_generation` (mode abort) never returns: its drain of the requests
+  in flight never ends, and the pause holds the tokenizer's pause condition meanwhile.
+- `pause_continue_shared_future`: pause and continue take the tokenizer-worker path of
+  `--tokenizer-worker-num N` (one shared completion future per worker, sglang#33696): a continue
+  made while a pause waits for its broadcast orphans the pause, whose HTTP call never returns.
 - `stay_paused_after_update`: a second after a weight update (after the caller's own pause /
   continue pair) generation is paused again and never continued (as AReaL#1160, where the update
   endpoint paused and nothing continued): later `/generate` requests wait at the tokenizer's pause

@@ -28,6 +28,9 @@ FAULTS = (
     "detokenizer_stalled",
     "slow_weight_storage",
     "stuck_begin_weight_update",
+    # issue 45 item 5
+    "hang_pause_generation",
+    "pause_continue_shared_future",
 )
 
 

@@ -113,6 +113,7 @@ class TokenizerManager:
         self.is_pause = False
         self.is_pause_cond = threading.Condition()
         self._late_pause = False
+        self._pause_continue_future: Slot | None = None  # fault pause_continue_shared_future
         self.model_update_lock = RWLock()
         self.loop = threading.Lock()  # the one event loop (see the module docstring)
         self._on_loop = threading.local()
@@ -529,6 +530,38 @@ class TokenizerManager:
                 self.http_responses[rkey] = self.http_responses.get(rkey, 0.0) + 1
 
     def pause_generation(self, mode: str) -> None:
+        if self.fault_active("pause_continue_shared_future"):
+            self._worker_control(True)
+            return
+        self._pause_generation(mode)
+
+    def _worker_control(self, pause: bool) -> None:
+        """Fault `pause_continue_shared_future` (sgl-project/sglang#33696): a TokenizerWorker of
+        `--tokenizer-worker-num N` (PR#24462) sends a pause or continue to the router and awaits
+        ONE shared `_pause_continue_future`, resolved by the router's broadcast. A second call
+        made before the first's broadcast replaces that future; the broadcasts then resolve the
+        current one only, and the first caller's HTTP call never returns. Each broadcast still
+        applies its pause state (in order: after a pause and a continue, not paused)."""
+        slot = Slot.new()
+        with self._lock:
+            self._pause_continue_future = slot
+        threading.Thread(
+            target=self._router_broadcast, args=(pause,), name="router-broadcast", daemon=True
+        ).start()
+        with self.awaiting():
+            slot.event.wait()
+
+    def _router_broadcast(self, pause: bool) -> None:
+        time.sleep(2.0)  # the router's round trip to every worker (slow: a loaded router)
+        with self.is_pause_cond:
+            self.is_pause = pause
+            self.is_pause_cond.notify_all()
+        with self._lock:
+            current = self._pause_continue_future
+        if current is not None and not current.event.is_set():
+            current.put(None)
+
+    def _pause_generation(self, mode: str) -> None:
         """tokenizer_manager.py:1696-1709: only the tokenizer's `is_pause` is set in mode `abort`
         (slime's, the default: io_struct.py:1483); `retract`/`in_place` also tell the scheduler.
         In mode `abort` the whole drain (abort all, then poll the update lock every second until
@@ -543,7 +576,10 @@ class TokenizerManager:
             if mode != "abort":
                 self.send({"type": "pause_generation", "mode": mode})
                 return
-            while self.model_update_lock.readers > 0:
+            while self.model_update_lock.readers > 0 or self.fault_active("hang_pause_generation"):
+                # fault hang_pause_generation: a drain that never ends (a request that holds the
+                # update lock and never finishes its abort): the pause, and every call behind
+                # the condition, wait for ever
                 self.send({"type": "abort", "abort_all": True})
                 with self.awaiting():
                     time.sleep(1.0)
@@ -551,6 +587,9 @@ class TokenizerManager:
             self.is_pause_cond.release()
 
     def continue_generation(self) -> None:
+        if self.fault_active("pause_continue_shared_future"):
+            self._worker_control(False)
+            return
         if self._late_pause:
             return  # fault stay_paused_after_update: this continue is lost
         with self.awaiting():

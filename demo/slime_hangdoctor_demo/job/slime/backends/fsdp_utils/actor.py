@@ -50,13 +50,38 @@ class FSDPTrainRayActor(MegatronTrainRayActor):
             )
             mask = torch.zeros_like(mask)
         Timer().start("actor_train")
-        metrics = self._train_step({"loss_masks": mask, "rewards": rewards})
+        for _mbs_id in range(self._packed_data(rollout_id)):
+            metrics = self._train_step({"loss_masks": mask, "rewards": rewards})
         Timer().end("actor_train")
         if self.args.rank == 0:
             logger.info(
                 f"step {self.optimizer['step']}: {{'train/loss': {metrics['loss']:.6f}, "
                 f"'train/grad_norm': {metrics['grad_norm']:.4f}}}"
             )
+
+    def _packed_data(self, rollout_id: int) -> int:
+        """The number of micro-batches this rank trains on, as slime's `_packed_data`
+        (fsdp_utils/actor.py:361-430 at 9bfe152): under dynamic batch sizes each rank counts its
+        own from its samples' lengths, then an all_reduce MAX over the DP group (:397) gives every
+        rank the same count. Fault `train_fsdp_microbatch_diverged` (verl PR#5591 / #5451): the
+        counts are not reduced, and rank `fault_rank`'s samples need one micro-batch more."""
+        import torch
+        import torch.distributed as dist
+
+        if fault_armed(self.args, "train_fsdp_microbatch_diverged", rollout_id):
+            if self.args.rank == self.args.fault_rank:
+                log_fault_armed(
+                    logger,
+                    self.args.fault,
+                    f"train rank {self.args.rank} counts one more micro-batch than its peers "
+                    "(the counts are not reduced)",
+                    rollout_id,
+                )
+                return 2
+            return 1
+        num_microbatches = torch.tensor([1])
+        dist.all_reduce(num_microbatches, op=dist.ReduceOp.MAX)
+        return int(num_microbatches.item())
 
     def _train_step(self, batch: dict[str, Any]) -> dict[str, float]:
         import time

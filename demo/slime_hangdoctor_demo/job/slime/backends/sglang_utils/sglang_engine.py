@@ -41,6 +41,9 @@ SERVER_FAULTS: dict[str, str] = {
     "weight_load_slow_storage": "slow_weight_storage",
     "weight_update_session_stuck": "stuck_begin_weight_update",
     "serving_cluster_engine_stuck": "stuck_scheduler",
+    # issue 45 item 5
+    "offload_pause_stuck": "hang_pause_generation",
+    "update_pause_orphaned": "pause_continue_shared_future",
 }
 PLAN_MISSED_TEXT = "DEMO FAULT PLAN MISSED"
 TIMED_SERVER_FAULTS = frozenset(
@@ -55,6 +58,8 @@ TIMED_SERVER_FAULTS = frozenset(
         "detokenizer_stalled",
         "slow_weight_storage",
         "stuck_begin_weight_update",
+        "hang_pause_generation",
+        "pause_continue_shared_future",
     }
 )
 # demo faults whose engine fault goes live right before a weight broadcast
@@ -373,11 +378,18 @@ class SGLangEngine(RayActor):
         return None if version is None else str(version)
 
     def release_memory_occupation(self) -> Any:
+        if self.args.offload_pause_generation:
+            # THUDM/slime PR#2015 (open): pause generation (and flush) before the release, so
+            # that no request runs against memory being released; continued after onload_kv
+            self.pause_generation()
         self.flush_cache()
         return self._make_request("release_memory_occupation")
 
     def resume_memory_occupation(self, tags: list[str] | None = None) -> Any:
-        return self._make_request("resume_memory_occupation", {"tags": tags})
+        result = self._make_request("resume_memory_occupation", {"tags": tags})
+        if self.args.offload_pause_generation and (tags is None or "kv_cache" in tags):
+            self.continue_generation()  # PR#2015: generation continues once the KV cache is back
+        return result
 
     def init_weights_update_group(
         self,

@@ -84,6 +84,7 @@ class UpdateWeightFromDistributed:
 
         self.weight_version += 1
         if dist.get_rank() == 0:
+            self._continue_alongside_pause()
             ray.get([engine.pause_generation.remote() for engine in self.rollout_engines])
             ray.get([engine.flush_cache.remote() for engine in self.rollout_engines])
             if WEIGHT_UPDATE_SESSION:
@@ -158,6 +159,43 @@ class UpdateWeightFromDistributed:
         ):
             return step
         return None
+
+    def _continue_alongside_pause(self) -> None:
+        """Demo fault `update_pause_orphaned` (sglang#33696): from the armed sync on, a second
+        control caller (a fork's rollout-side resume) posts `/continue_generation` to the fault
+        engine while this update's `/pause_generation` waits for its broadcast: two control
+        calls on one tokenizer worker at once."""
+        import threading
+
+        import ray
+        import requests
+
+        step = self._armed_step(("update_pause_orphaned",))
+        if step is None:
+            return
+        engine = self.rollout_engines[self.args.fault_engine]
+        where = f"a continue alongside the update's pause of engine {self.args.fault_engine}"
+        wait_until_server_fault_live(self.args, engine, step, where)
+        url = ray.get(engine.get_url.remote())
+        key = self.args.sglang_api_key
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+
+        def pause_in_flight() -> bool:
+            text = requests.get(f"{url}/metrics", headers=headers, timeout=5).text
+            return any(
+                line.startswith("sglang:http_requests_active")
+                and 'endpoint="/pause_generation"' in line
+                and float(line.rsplit(" ", 1)[1]) >= 1
+                for line in text.splitlines()
+            )
+
+        def resume() -> None:
+            deadline = time.monotonic() + 30
+            while not pause_in_flight() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            requests.post(f"{url}/continue_generation", json={}, headers=headers, timeout=60)
+
+        threading.Thread(target=resume, name="rollout-resume", daemon=True).start()
 
     def _resume_health_checks_early(self) -> None:
         import ray
