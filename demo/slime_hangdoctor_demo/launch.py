@@ -79,6 +79,8 @@ SETTLE_S_BY_FAULT = {
     # update_waits_behind_rollout_gate: the gate closes while rollout 0 still trains; the update's
     # calls reach the RolloutManager's queue after the step and the first sync's barrier
     "update_waits_behind_rollout_gate": 6.0,
+    # startup_tp_rank_killed: no server to connect to; its ranks start (and one dies) meanwhile
+    "startup_tp_rank_killed": 15.0,
 }
 STARTUP_SETTLE_S = 5.0  # start-up faults: a few /health_generate polls
 HEALTHY_STEPS = {
@@ -336,11 +338,12 @@ class DemoRun:
                 if (
                     "demo fault plan for engine" in logs
                     and "Launch HttpServerEngineAdapter" in logs
-                    and self._engines_listening(logs)
+                    and (not spec.engine_listens or self._engines_listening(logs))
                 ):
                     if self.armed_after_s is None:
                         self.armed_after_s = time.monotonic() - self.started_at
-                    if time.monotonic() - self.started_at >= self.armed_after_s + STARTUP_SETTLE_S:
+                    settle = SETTLE_S_BY_FAULT.get(spec.name, STARTUP_SETTLE_S)
+                    if time.monotonic() - self.started_at >= self.armed_after_s + settle:
                         break
             elif self.armed(logs):
                 if self.armed_after_s is None:
