@@ -506,6 +506,20 @@ def miles_job(dest: Path, job: Path = JOB_DIR) -> Path:
     return dest
 
 
+def tp_size_of(spec: FaultSpec, tp_size: int | None) -> int:
+    """The TP ranks per engine of a run of `spec`: `tp_size`, else the fault's own; DemoError for
+    less than 1, or for less than 2 where the fault lives in the TP group (its own is > 1)."""
+    tp = spec.tp_size if tp_size is None else tp_size
+    if tp < 1:
+        raise DemoError(f"tp size must be at least 1, not {tp}")
+    if spec.tp_size > 1 and tp < 2:
+        raise DemoError(
+            f"demo fault {spec.name!r} lives between the TP ranks of an engine: it needs --tp 2 "
+            f"or more (its own: {spec.tp_size})"
+        )
+    return tp
+
+
 def start_demo(
     fault: str,
     *,
@@ -526,9 +540,7 @@ def start_demo(
     as at one rank each."""
     spec = get_fault(fault)
     layout = job_layout(spec, layout)
-    tp = spec.tp_size if tp_size is None else tp_size
-    if tp < 1:
-        raise DemoError(f"tp size must be at least 1, not {tp}")
+    tp = tp_size_of(spec, tp_size)
     missing = missing_modules()
     if missing:
         raise DemoError(
