@@ -893,9 +893,12 @@ FAULTS: dict[str, FaultSpec] = {
             frames=(
                 FrameSignature("driver", ("train",)),
                 FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+                # the decode's all_reduce is posted on the device group (NCCL in SGLang: the
+                # CPU returns at once and waits at the result's sync), so rank 0's frame is
+                # the wait in process_batch_result, not the collective
+                FrameSignature("engine 1 scheduler", ("process_batch_result", "event_loop_normal")),
                 FrameSignature(
-                    "engine 1 scheduler",
-                    ("all_reduce", "process_batch_result", "event_loop_normal"),
+                    "engine 1 scheduler TP1", ("process_batch_result", "event_loop_normal")
                 ),
                 FrameSignature(
                     "engine 1 scheduler TP3",
