@@ -37,27 +37,38 @@ class DemoJob:
 
 @contextmanager
 def running_demo(
-    fault: str = DEFAULT_FAULT, extra_args: tuple[str, ...] = (), workdir: Path | None = None
+    fault: str = DEFAULT_FAULT,
+    extra_args: tuple[str, ...] = (),
+    workdir: Path | None = None,
+    tp_size: int | None = None,
 ) -> Iterator[DemoJob]:
-    """Start the demo job with `fault`, wait until it has reached it, yield it, stop it (and
-    remove its work dir, unless `workdir` was given)."""
+    """Start the demo job with `fault` (`tp_size` TP ranks per engine; None: the fault's own),
+    wait until it has reached it, yield it, stop it (and remove its work dir, unless `workdir`
+    was given)."""
     owned = workdir is None
     base = workdir or Path(tempfile.mkdtemp(prefix="hd-bench-demo-"))
     try:
-        yield from _attempts(fault, extra_args, base)
+        yield from _attempts(fault, extra_args, base, tp_size)
     finally:
         if owned:
             shutil.rmtree(base, ignore_errors=True)
 
 
-def _attempts(fault: str, extra_args: tuple[str, ...], base: Path) -> Iterator[DemoJob]:
+def _attempts(
+    fault: str, extra_args: tuple[str, ...], base: Path, tp_size: int | None = None
+) -> Iterator[DemoJob]:
     from slime_hangdoctor_demo.launch import start_demo
 
     last_error: Exception | None = None
     for attempt in range(ATTEMPTS):
         t0 = time.monotonic()
         try:
-            run = start_demo(fault, workdir=base / f"attempt{attempt}", extra_args=list(extra_args))
+            run = start_demo(
+                fault,
+                workdir=base / f"attempt{attempt}",
+                extra_args=list(extra_args),
+                tp_size=tp_size,
+            )
         except Exception as exc:  # the launcher stopped what it had started
             last_error = exc
             continue

@@ -743,6 +743,16 @@ def demo(
             "else slime.",
         ),
     ] = None,
+    tp: Annotated[
+        int | None,
+        typer.Option(
+            "--tp",
+            metavar="N",
+            min=1,
+            help="TP ranks per SGLang engine (sglang::scheduler_TP0..N-1 joined by gloo), as "
+            "slime's --rollout-num-gpus-per-engine. Default: the fault's own (1 for most).",
+        ),
+    ] = None,
     quiet: bool,
     output: ReportFormat,
 ) -> None:
@@ -757,10 +767,11 @@ def demo(
         return
     if fault not in FAULTS:
         raise HangDoctorError(f"unknown fault {fault!r}; see --list-faults")
-    from slime_hangdoctor_demo.launch import DemoError, job_layout
+    from slime_hangdoctor_demo.launch import DemoError, job_layout, tp_size_of
 
     try:
         job_layout(FAULTS[fault], layout)  # refused before anything starts
+        tp_size_of(FAULTS[fault], tp)
     except DemoError as exc:
         raise HangDoctorError(str(exc)) from None
     diagnosis = run_demo(
@@ -770,6 +781,7 @@ def demo(
         workdir=workdir,
         quiet=quiet or output is not ReportFormat.TEXT,
         layout=layout,
+        tp=tp,
     )
     _emit(diagnosis, output)
 
@@ -911,6 +923,7 @@ def run_demo(
     workdir: Path | None,
     quiet: bool,
     layout: str | None = None,
+    tp: int | None = None,
 ) -> Diagnosis:
     from slime_hangdoctor_demo.cluster import ClusterError
     from slime_hangdoctor_demo.launch import DemoError, start_demo
@@ -919,7 +932,7 @@ def run_demo(
     with _progress(quiet) as say:
         say(f"starting a local Ray head for the demo job (fault: {fault})")
         try:
-            run = start_demo(fault, workdir=base, layout=layout)
+            run = start_demo(fault, workdir=base, layout=layout, tp_size=tp)
             try:
                 run.wait_until_ready(timeout=DEMO_READY_TIMEOUT_S, progress=say)
             except BaseException:

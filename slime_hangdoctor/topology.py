@@ -514,6 +514,7 @@ _SCHEDULER_TITLE = re.compile(
     r"(?:_MOE_DP\d+)?(?:_TP\d+)?(?:_EP\d+)?"
 )
 _TOKENIZER_WORKER_TITLE = re.compile(r"sglang::tokenizer_worker:\d+")
+COMM_MAX = 15  # bytes of a process's comm (TASK_COMM_LEN 16 with its NUL)
 
 
 def sglang_kind(title: str) -> MemberKind | None:
@@ -529,6 +530,10 @@ def sglang_kind(title: str) -> MemberKind | None:
         return MemberKind.TOKENIZER_WORKER
     if name.startswith("sglang::scheduler"):
         # a suffix order of another version: SGLang's own test is the prefix
+        return MemberKind.SCHEDULER
+    if len(name) == COMM_MAX and "sglang::scheduler".startswith(name):
+        # a process that has exited (a zombie: no cmdline) keeps only its comm, the title's first
+        # 15 bytes (TASK_COMM_LEN 16; setproctitle sets it with prctl PR_SET_NAME)
         return MemberKind.SCHEDULER
     return MemberKind.SGLANG_HELPER
 
@@ -1135,7 +1140,9 @@ def _logged_urls(snapshot: Snapshot) -> dict[tuple[str | None, int], tuple[str, 
     line in the head of the actor's worker log) and where that was read, in words."""
     out: dict[tuple[str | None, int], tuple[str, str]] = {}
     for obs in sorted(snapshot.facts(LOG_HEADS), key=lambda o: (o.sample, o.fact.stream != "err")):
-        served = obs.fact.served_url
+        # the URL its server said it listens on, else the one slime launched it at (a server that
+        # never listened: its start-up hangs, or it died before it bound its port)
+        served = obs.fact.served_url or obs.fact.launched_url
         if served is None or (obs.node_ip, obs.fact.pid) in out:
             continue
         scheme, _, rest = served.url.partition("://")
@@ -1155,7 +1162,8 @@ def _add_logged_urls(
     members: dict[tuple[str | None, int], Member],
     logged: dict[tuple[str | None, int], tuple[str, str]],
 ) -> None:
-    """An engine actor with no listening child gets the URL its log names (its server is gone)."""
+    """An engine actor with no listening child gets the URL its log names (its server is gone, or
+    never listened), and so do its engine's processes that have none (its schedulers)."""
     for key, (url, _origin) in logged.items():
         m = members.get(key)
         if (
@@ -1165,6 +1173,14 @@ def _add_logged_urls(
             and not m.engine_url
         ):
             members[key] = _replace(m, engine_url=url)
+            for other_key, other in list(members.items()):
+                if (
+                    other.role is Role.SGLANG_ENGINE
+                    and other.actor_id
+                    and other.actor_id == m.actor_id
+                    and not other.engine_url
+                ):
+                    members[other_key] = _replace(other, engine_url=url)
 
 
 def _engines(

@@ -57,6 +57,9 @@ class FaultSpec:
     # `sglang::scheduler_TP<r>` processes ("engine N scheduler" is rank 0's, "engine N scheduler
     # TPr" rank r's)
     tp_size: int = 1
+    # False: the fault's engine never listens (a start-up fault is then ready once its engines
+    # are launched, without a connect)
+    engine_listens: bool = True
     # where the doctor does not reach `expected` yet: what it says instead (tests mark it xfail)
     known_gap: str | None = None
     # the driver script the job runs (slime's train.py, or its asynchronous train_async.py)
@@ -812,6 +815,92 @@ FAULTS: dict[str, FaultSpec] = {
                 ),
                 FrameSignature(
                     "engine 1 scheduler TP1",
+                    ("broadcast", "broadcast_pyobj", "recv_requests", "event_loop_normal"),
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="startup_tp_rank_killed",
+            description=(
+                "sglang PR#20287: engines with 2 TP ranks, and engine 1 runs an SGLang from "
+                "before that fix; its TP rank 1 is SIGKILLed while it loads (as by the OOM "
+                "killer), before it joins the TP group: its TP rank 0 waits in the group's "
+                "rendezvous (init_process_group), the launcher blocks in rank 0's ready pipe, the "
+                "server never listens, and the `sglang::scheduler_TP1` title is simply missing"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="startup",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            uses_fault_after_steps=False,
+            server_fault="tp_rank_killed_at_launch",
+            tp_size=2,
+            engine_listens=False,
+            frames=(
+                FrameSignature("driver", ("create_rollout_manager", "train")),
+                FrameSignature("rollout_manager", ("get", "__init__")),
+                FrameSignature(
+                    "engine 1 actor",
+                    ("_wait_server_healthy", "launch_server_process", "_init_normal", "init"),
+                ),
+                FrameSignature(
+                    "engine 1 scheduler",
+                    ("init_process_group", "init_distributed_environment", "init_tp_group"),
+                ),
+            ),
+        ),
+        FaultSpec(
+            name="rollout_tp_rank_killed",
+            description=(
+                "engines with 2 TP ranks: mid-rollout, engine 1's TP rank 1 is SIGKILLed in a "
+                "batch (an OOM kill); SGLang's SubprocessWatchdog sees its exit code -9 and "
+                "SIGQUITs the HTTP process, which kills its whole tree: engine 1's port refuses "
+                "connections, its SGLangEngine actor lives on, the RolloutManager retries"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="rollout_dispatch",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="tp_rank_killed",
+            tp_size=2,
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+            ),
+        ),
+        FaultSpec(
+            name="rollout_tp_ranks_diverged",
+            description=(
+                "sglang#27221 (PR#37143): engines with 4 TP ranks and a running-request timeout; "
+                "at the armed rollout engine 1's ranks 2 and 3 abort the running batch on their "
+                "own clocks (`_abort_on_running_timeout`) and go back to wait in broadcast_pyobj, "
+                "while ranks 0 and 1 post the next decode's all_reduce: every scheduler of the "
+                "engine waits, in two different collectives, for ever"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="rollout_dispatch",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="running_timeout_diverged",
+            tp_size=4,
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+                # the decode's all_reduce is posted on the device group (NCCL in SGLang: the
+                # CPU returns at once and waits at the result's sync), so rank 0's frame is
+                # the wait in process_batch_result, not the collective
+                FrameSignature("engine 1 scheduler", ("process_batch_result", "event_loop_normal")),
+                FrameSignature(
+                    "engine 1 scheduler TP1", ("process_batch_result", "event_loop_normal")
+                ),
+                FrameSignature(
+                    "engine 1 scheduler TP3",
                     ("broadcast", "broadcast_pyobj", "recv_requests", "event_loop_normal"),
                 ),
             ),

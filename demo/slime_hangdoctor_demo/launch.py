@@ -79,6 +79,8 @@ SETTLE_S_BY_FAULT = {
     # update_waits_behind_rollout_gate: the gate closes while rollout 0 still trains; the update's
     # calls reach the RolloutManager's queue after the step and the first sync's barrier
     "update_waits_behind_rollout_gate": 6.0,
+    # startup_tp_rank_killed: no server to connect to; its ranks start (and one dies) meanwhile
+    "startup_tp_rank_killed": 15.0,
 }
 STARTUP_SETTLE_S = 5.0  # start-up faults: a few /health_generate polls
 HEALTHY_STEPS = {
@@ -336,11 +338,12 @@ class DemoRun:
                 if (
                     "demo fault plan for engine" in logs
                     and "Launch HttpServerEngineAdapter" in logs
-                    and self._engines_listening(logs)
+                    and (not spec.engine_listens or self._engines_listening(logs))
                 ):
                     if self.armed_after_s is None:
                         self.armed_after_s = time.monotonic() - self.started_at
-                    if time.monotonic() - self.started_at >= self.armed_after_s + STARTUP_SETTLE_S:
+                    settle = SETTLE_S_BY_FAULT.get(spec.name, STARTUP_SETTLE_S)
+                    if time.monotonic() - self.started_at >= self.armed_after_s + settle:
                         break
             elif self.armed(logs):
                 if self.armed_after_s is None:
@@ -503,6 +506,20 @@ def miles_job(dest: Path, job: Path = JOB_DIR) -> Path:
     return dest
 
 
+def tp_size_of(spec: FaultSpec, tp_size: int | None) -> int:
+    """The TP ranks per engine of a run of `spec`: `tp_size`, else the fault's own; DemoError for
+    less than 1, or for less than 2 where the fault lives in the TP group (its own is > 1)."""
+    tp = spec.tp_size if tp_size is None else tp_size
+    if tp < 1:
+        raise DemoError(f"tp size must be at least 1, not {tp}")
+    if spec.tp_size > 1 and tp < 2:
+        raise DemoError(
+            f"demo fault {spec.name!r} lives between the TP ranks of an engine: it needs --tp 2 "
+            f"or more (its own: {spec.tp_size})"
+        )
+    return tp
+
+
 def start_demo(
     fault: str,
     *,
@@ -523,9 +540,7 @@ def start_demo(
     as at one rank each."""
     spec = get_fault(fault)
     layout = job_layout(spec, layout)
-    tp = spec.tp_size if tp_size is None else tp_size
-    if tp < 1:
-        raise DemoError(f"tp size must be at least 1, not {tp}")
+    tp = tp_size_of(spec, tp_size)
     missing = missing_modules()
     if missing:
         raise DemoError(

@@ -76,6 +76,12 @@ class ActorLogHead:
         served = [u for u in self.urls if u.served]
         return served[-1] if served else None
 
+    @property
+    def launched_url(self) -> LoggedUrl | None:
+        """The URL slime last said it launched the server at (None: no launch line)."""
+        launched = [u for u in self.urls if not u.served]
+        return launched[-1] if launched else None
+
 
 def parse_log_head(data: bytes) -> ActorLogHead:
     """The engine URLs that the whole lines of `data` name, oldest first."""

@@ -45,6 +45,9 @@ class LogKind(str, Enum):
     TIMEOUT = "timeout"  # TimeoutError, "timed out", NCCL watchdog timeouts
     RETRY = "retry"  # slime's HTTP retry lines ("retrying... (attempt k/60, url=...)")
     CACHE_NOT_FLUSHED = "cache_not_flushed"  # SGLang: flush refused while requests are pending
+    # SGLang's SubprocessWatchdog (>=0.5.10, utils/watchdog.py `_check_processes`): a child of the
+    # HTTP process (a scheduler, the detokenizer) exited non-zero; it SIGQUITs the engine
+    CHILD_CRASHED = "child_crashed"
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,11 @@ _FLUSH = re.compile(
     r"Cache not flushed because there are pending requests\.?"
     r"(?:.*?#queue-req:\s*(?P<q>\d+))?(?:.*?#running-req:\s*(?P<r>\d+))?"
 )
+CHILD_CRASHED = re.compile(
+    r"Subprocess (?P<name>[\w:.\-]{1,80}) \(pid=(?P<pid>\d+)\) crashed with exit code (?P<code>-?\d+)"
+)
 _KINDS: tuple[tuple[LogKind, re.Pattern[str]], ...] = (
+    (LogKind.CHILD_CRASHED, CHILD_CRASHED),
     (LogKind.CACHE_NOT_FLUSHED, re.compile(r"Cache not flushed because there are pending")),
     (LogKind.RETRY, re.compile(r"retrying\.\.\. \(attempt \d+/\d+")),
     (

@@ -31,6 +31,13 @@ def keep_generating(url: str, stop: threading.Event) -> None:
             return
 
 
+def pythonpath() -> str:
+    """The repository first, then the caller's own PYTHONPATH (a worktree's `demo/` wins over an
+    editable install of another checkout)."""
+    rest = os.environ.get("PYTHONPATH")
+    return str(ROOT) + (os.pathsep + rest if rest else "")
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -130,7 +137,7 @@ def start_standin(
             "0.01",
             *args,
         ]
-        full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+        full_env = {**os.environ, "PYTHONPATH": pythonpath(), **(env or {})}
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True

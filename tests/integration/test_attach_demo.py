@@ -283,7 +283,15 @@ def _decode_tokens(url: str) -> float:
 
 
 # A fault's own checks on the live job, after the doctor's run and the frame signatures.
+def _startup_tp_rank_killed(run: DemoRun, _matched: dict[str, str]) -> None:
+    """The dead rank's title is missing: engine 1 has its TP0 and no TP1; engine 0 has both."""
+    procs = run.processes()
+    assert "engine 1 scheduler" in procs and "engine 1 scheduler TP1" not in procs, procs
+    assert "engine 0 scheduler TP1" in procs, procs
+
+
 LIVE_CHECKS: dict[str, Callable[[DemoRun, dict[str, str]], None]] = {
+    "startup_tp_rank_killed": _startup_tp_rank_killed,
     "weight_sync_engine_missing": _weight_sync_engine_missing,
     "reward_hang": _reward_hang,
     "colocate_update_hang": _colocate_update_hang,
@@ -486,7 +494,23 @@ def _update_waits_behind_rollout_gate(verdict: dict[str, Any], run: DemoRun) -> 
 
 
 # A fault's checks of the verdict beyond status, stage and culprit: the finding naming its source.
+def _startup_tp_rank_killed_verdict(verdict: dict[str, Any], run: DemoRun) -> None:
+    """The culprit is the dead rank itself (a zombie child of the engine's HTTP process), in the
+    engine whose URL only slime's launch line names (its server never listened)."""
+    culprit = verdict["culprits"][0]
+    assert culprit["dead"] and culprit["process"] == "scheduler", culprit
+    assert run.engine_urls()[1] in verdict["summary"], verdict["summary"]
+
+
+def _rollout_tp_rank_killed(verdict: dict[str, Any], run: DemoRun) -> None:
+    """The whole engine went with its rank (SGLang's SubprocessWatchdog): engine 1 is dead."""
+    url = run.engine_urls()[1]
+    assert {"url": url, "state": "dead"} in verdict["extra"]["engines"], verdict["extra"]
+
+
 VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
+    "startup_tp_rank_killed": _startup_tp_rank_killed_verdict,
+    "rollout_tp_rank_killed": _rollout_tp_rank_killed,
     "train_rank_extra_step": _train_rank_extra_step,
     "reward_verifier_pool_stuck": _reward_verifier_pool_stuck,
     "update_waits_behind_rollout_gate": _update_waits_behind_rollout_gate,
@@ -510,6 +534,7 @@ VERDICT_CHECKS: dict[str, Callable[[dict[str, Any], DemoRun], None]] = {
 ROUTER_WITHOUT_EVERY_ENGINE = frozenset(
     {
         "startup_engine_never_healthy",
+        "startup_tp_rank_killed",
         "startup_engine_warmup_stuck",
         "startup_engine_warmup_stuck_colocate",
         "placement_infeasible",

@@ -167,3 +167,87 @@ def test_prefetch_check_diverged_leaves_rank0_in_all_reduce_and_rank1_in_broadca
     time.sleep(2.0)  # for ever: the same two stacks later
     assert "check_prefetch_progress" in pyspy_frames(rank0)
     assert "broadcast_pyobj" in pyspy_frames(rank1)
+
+
+def test_tp_rank_killed_at_launch_leaves_rank0_in_the_rendezvous_and_the_launcher_waiting(
+    tmp_path: Path,
+) -> None:
+    """sglang PR#20287's shape: the last TP rank is SIGKILLed while it loads; rank 0 waits in the
+    TP group's rendezvous, the HTTP process (an SGLang before the fix) on rank 0's ready pipe, and
+    the engine never listens; the last rank's title is simply missing."""
+    import os
+    import signal
+    import sys
+
+    import psutil
+
+    from tests.integration.sglang_standin_harness import pythonpath
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": pythonpath()}
+    proc = subprocess.Popen(  # noqa: S603 - our own module
+        [sys.executable, "-m", "slime_hangdoctor_demo.sglang_server", "--host", "127.0.0.1",
+         "--port", str(port), "--tp-size", "2", "--fault", "tp_rank_killed_at_launch"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        server = psutil.Process(proc.pid)
+
+        def titles() -> dict[str, int]:
+            out: dict[str, int] = {}
+            for child in server.children():
+                try:
+                    cmd = child.cmdline()
+                except psutil.Error:
+                    continue
+                if cmd and cmd[0].startswith("sglang::"):
+                    out[cmd[0]] = child.pid
+            return out
+
+        assert wait_for(
+            lambda: "init_process_group" in pyspy_frames(titles().get("sglang::scheduler_TP0", 0))
+            if "sglang::scheduler_TP0" in titles() else False,
+            timeout=40,
+        )
+        time.sleep(3.0)  # the 0.5.15.post1 launcher would have seen the death by now (5 s poll)
+        assert proc.poll() is None
+        assert "sglang::scheduler_TP1" not in titles()
+        assert "_wait_for_scheduler_ready_before_pr20287" in pyspy_frames(proc.pid)
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"http://127.0.0.1:{port}/health", timeout=2)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
+
+
+def test_tp_rank_killed_mid_batch_takes_the_engine_down(start: Start) -> None:
+    """SGLang 0.5.15.post1's SubprocessWatchdog: a TP rank's SIGKILL ends the whole engine."""
+    s = start("--tp-size", "2", "--fault", "tp_rank_killed")
+    with pytest.raises(requests.RequestException):
+        generate(s, timeout=10)
+    assert wait_for(lambda: s.proc.poll() is not None, timeout=20)
+    assert "Subprocess sglang::scheduler_TP1" in s.output() and "exit code -9" in s.output()
+
+
+def test_running_timeout_diverged_splits_the_tp_group(start: Start) -> None:
+    """sglang#27221 with 4 TP ranks: ranks 2 and 3 abort the running batch on their own clocks and
+    wait in broadcast_pyobj; ranks 0 and 1 wait for the decode's all_reduce (posted on the device
+    group, NCCL-like: their frame is the result's sync in process_batch_result); for ever."""
+    s = start("--tp-size", "4", "--fault", "running_timeout_diverged")
+    assert wait_for(lambda: len(schedulers(s)) == 4)
+    ranks = schedulers(s)
+    with pytest.raises(requests.Timeout):
+        generate(s, timeout=5)
+    for rank in (0, 1):
+        pid = ranks[f"sglang::scheduler_TP{rank}"]
+        assert wait_for(lambda pid=pid: "process_batch_result" in pyspy_frames(pid))
+        assert "broadcast_pyobj" not in pyspy_frames(pid)
+    for rank in (2, 3):
+        stack = pyspy_frames(ranks[f"sglang::scheduler_TP{rank}"])
+        assert "broadcast_pyobj" in stack and "process_batch_result" not in stack
+    time.sleep(2.0)
+    assert "process_batch_result" in pyspy_frames(ranks["sglang::scheduler_TP0"])
+    assert "broadcast_pyobj" in pyspy_frames(ranks["sglang::scheduler_TP3"])

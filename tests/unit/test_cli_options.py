@@ -129,10 +129,11 @@ ADDED: dict[tuple[str, str], tuple[str, str]] = {
     },
     ("check", "expect_job"): ("--expect-job", "issue 43 item 4: no job found is UNKNOWN"),
     ("watch", "expect_job"): ("--expect-job", "issue 43 item 4: no job found is UNKNOWN"),
+    ("demo", "tp"): ("--tp", "issue 45 item 1: TP ranks per demo engine"),
 }
 # Arguments a command's call gained since the capture, at their default (None) in every recorded
 # line: `layout` (issue 35 item 6, run_demo).
-CALLS_ADDED = {"layout"}
+CALLS_ADDED = {"layout", "tp"}
 
 
 def _by_name(params: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -290,7 +291,9 @@ def test_every_default_comes_from_the_defaults_objects() -> None:
     command shows and takes the new values: its options' defaults are the objects' fields, and a
     command line without options hands on exactly the defaults object (attach, collect, demo:
     CollectOptions(); check, watch: WATCHDOG_DEFAULTS and CHECK_DEFAULTS). Nothing is written twice."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # the repository first, then the caller's own path (a worktree's demo/ before an installed one)
+    path = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     done = subprocess.run(
         [sys.executable, "-c", SHIFTED],
         cwd=ROOT,

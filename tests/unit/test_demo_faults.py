@@ -144,3 +144,16 @@ def test_entrypoint_runs_the_job_driver() -> None:
     assert "'/tmp/x y'" in entry
     assert (Path(JOB_DIR) / "train.py").is_file()
     assert (Path(JOB_DIR) / "slime" / "ray" / "rollout.py").is_file()
+
+
+def test_tp_size_is_the_faults_own_unless_given_and_a_tp_fault_needs_two_ranks() -> None:
+    from slime_hangdoctor_demo.launch import DemoError, tp_size_of
+
+    assert tp_size_of(get_fault("rollout_engine_stuck"), None) == 1
+    assert tp_size_of(get_fault("rollout_engine_stuck"), 4) == 4
+    assert tp_size_of(get_fault("rollout_tp_ranks_diverged"), None) == 4
+    assert tp_size_of(get_fault("startup_tp_rank_killed"), 4) == 4
+    with pytest.raises(DemoError, match="needs --tp 2 or more"):
+        tp_size_of(get_fault("rollout_tp_rank_killed"), 1)
+    with pytest.raises(DemoError, match="at least 1"):
+        tp_size_of(get_fault("none"), 0)

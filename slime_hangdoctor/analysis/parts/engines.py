@@ -50,7 +50,15 @@ MESSAGES = {
 def _engine_proc(e: EngineRead) -> Proc | None:
     if e.detokenizer_stalled and e.detokenizer is not None:
         return e.detokenizer  # the process where the engine's outputs stop
+    dead = [p for p in e.schedulers if p.dead]
+    if e.state is EngineState.DEAD and dead and len(dead) < len(e.schedulers):
+        return dead[0]  # one rank of the engine died, its peers live on: the dead one
     return e.server or (e.schedulers[0] if e.schedulers else None) or e.actor
+
+
+def _dead_rank(e: EngineRead, proc: Proc | None) -> bool:
+    """`proc` is a scheduler of `e` that died while the engine's other ranks live."""
+    return proc is not None and proc.dead and proc in e.schedulers
 
 
 def engine_suspect(
@@ -129,8 +137,9 @@ def _not_serving(world: World, engines: tuple[EngineRead, ...]) -> list[Suspect]
                 stage=stage,
                 waits_elsewhere=bool(inside),
                 # the HTTP answers name the engine, not a process of it: its pid stands in, but
-                # for a stalled detokenizer or a blocked HTTP process, whose own state it is
-                stands_in=not (e.detokenizer_stalled or e.http_blocked),
+                # for a stalled detokenizer, a blocked HTTP process or a dead rank, whose own
+                # state it is
+                stands_in=not (e.detokenizer_stalled or e.http_blocked or _dead_rank(e, proc)),
             )
         )
     return out

@@ -5,7 +5,8 @@
   unknown, and otherwise says whether it agrees.
 - The last Traceback / error / OOM / timeout lines of each log, SGLang's "Cache not flushed because
   there are pending requests" (miles#1585: a request never reaped blocks flush and offload), slime's
-  HTTP retries, and the time of each log's last line.
+  HTTP retries, SGLang's SubprocessWatchdog line naming the engine's child that died (and how), and
+  the time of each log's last line.
 Pure: reads the Snapshot only.
 """
 
@@ -15,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.source_analysis import Section, SourceAnalysis
-from slime_hangdoctor.parsers.logs import SPEC, LogKind, LogObs, LogTimer
+from slime_hangdoctor.parsers.logs import CHILD_CRASHED, SPEC, LogKind, LogObs, LogTimer
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.verdict import Finding, Severity, Stage, Status
 
@@ -84,6 +85,7 @@ def log_findings(snapshot: Snapshot, status: Status, stage: Stage) -> list[Findi
     return [
         *_open_timer_finding(snapshot, hung, stage, now),
         *_error_findings(logs, now),
+        *_child_crashed_findings(logs, now),
         *_flush_findings(logs, now),
         *_retry_findings(logs, hung, now),
         *(_last_lines(logs, now) if hung else []),
@@ -135,6 +137,32 @@ def _error_findings(logs: tuple[LogObs, ...], now: float) -> list[Finding]:
                 Severity.WARNING,
                 f"{log.label}: {kinds} lines; the last{_at(newest.time, now)}: {newest.text}",
                 tuple(n.text for n in lines[-3:]),
+            )
+        )
+    return out
+
+
+def _child_crashed_findings(logs: tuple[LogObs, ...], now: float) -> list[Finding]:
+    """SGLang's SubprocessWatchdog line: which child of an engine died, and its exit code (a
+    signal's number when negative: -9 is SIGKILL, what the OOM killer sends)."""
+    out: list[Finding] = []
+    for log in logs:
+        crashed = [n for n in log.tail.notable if n.kind is LogKind.CHILD_CRASHED]
+        m = CHILD_CRASHED.search(crashed[-1].text) if crashed else None
+        if m is None:
+            continue
+        code = int(m["code"])
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        if code == -9:
+            how += " (SIGKILL: the OOM killer, or a kill -9)"
+        out.append(
+            Finding(
+                "log-engine-child-crashed",
+                Severity.WARNING,
+                f"{log.label}: SGLang's {m['name']} (pid {m['pid']}) {how}"
+                f"{_at(crashed[-1].time, now)}; the engine's SubprocessWatchdog then SIGQUIT its "
+                "HTTP process, which kills every process of the engine",
+                tuple(n.text for n in crashed[-2:]),
             )
         )
     return out

@@ -20,7 +20,8 @@ from slime_hangdoctor.analysis.source_analysis import (
     Suspect,
     suspect,
 )
-from slime_hangdoctor.analysis.world import CPU, PROCESSES, World
+from slime_hangdoctor.analysis.world import CPU, PROCESSES, Proc, World
+from slime_hangdoctor.parsers.processes import STATUS_GONE
 from slime_hangdoctor.verdict import Stage
 
 
@@ -31,13 +32,27 @@ def suspects(reads: Reads) -> list[Suspect]:
     return _dead_processes(reads, told)
 
 
+def _death(p: Proc) -> str:
+    """How `p` is seen dead: gone from the process table, or a zombie (exited, not reaped), and
+    whether an earlier sample saw it alive."""
+    if p.gone or not p.infos:
+        return f"{p.label} (pid {p.pid}) is gone from the process table: it died during the window"
+    when = (
+        "it died during the window"
+        if any(info.status not in STATUS_GONE for _sample, info in p.infos)
+        else "it had died before the first sample"
+    )
+    parent = f" (pid {p.parent_pid})" if p.parent_pid else ""
+    return f"{p.label} (pid {p.pid}) is a zombie: it exited and its parent{parent} has not reaped it; {when}"
+
+
 def _dead_processes(reads: Reads, dead_engines: set[str]) -> list[Suspect]:
     """Slime processes seen in an earlier /proc sample and gone (or zombie) in the last one."""
     return [
         suspect(
             PROCESSES,
             p.role,
-            f"{p.label} (pid {p.pid}) is gone from the process table: it died during the window",
+            _death(p),
             p,
             weight=STRONG,
         )

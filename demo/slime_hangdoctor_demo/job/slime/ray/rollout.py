@@ -409,7 +409,9 @@ class RolloutManager:
             self._wait_for_weight_version(rollout_id)
         self.rollout_id = rollout_id
         self.health_monitoring_resume()
-        if fault_armed(self.args, "engine_server_killed", rollout_id):
+        if fault_armed(self.args, "engine_server_killed", rollout_id) or fault_armed(
+            self.args, "rollout_tp_rank_killed", rollout_id
+        ):
             # demo fault plan: the engine's server dies at its first request of this rollout
             engine = self.rollout_engines[self.args.fault_engine]
             where = f"the rollout's requests to engine {self.args.fault_engine}"
@@ -419,6 +421,7 @@ class RolloutManager:
             or fault_armed(self.args, "serving_cluster_engine_stuck", rollout_id)
             or fault_armed(self.args, "rollout_tp_rank_prefetch_stuck", rollout_id)
             or fault_armed(self.args, "engine_detokenizer_stalled", rollout_id)
+            or fault_armed(self.args, "rollout_tp_ranks_diverged", rollout_id)
         ):
             # demo fault plan: the engine's scheduler blocks at its next decode step, which is
             # one of this rollout's requests that the router sends it

@@ -186,6 +186,7 @@ FAULT_SETTINGS: dict[str, dict[str, object]] = {
     # a save after every step, under the job's working directory (a disk-backed folder)
     "checkpoint_slow_storage": {"save": "checkpoints", "save_interval": 1},
     "engine_server_killed": {"rollout_max_retries": 1_000_000},
+    "rollout_tp_rank_killed": {"rollout_max_retries": 1_000_000},
     "router_worker_removed": {"rollout_max_retries": 1_000_000},
     "router_killed": {"rollout_max_retries": 1_000_000},
     "checkpoint_stuck_storage": {"save": "checkpoints", "save_interval": 1},

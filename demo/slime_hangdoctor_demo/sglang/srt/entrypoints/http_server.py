@@ -66,7 +66,17 @@ Faults (armed `--fault-after-s` seconds after start):
   the packed weights, 0.5.23 model_runner_components/weight_updater.py:312-315, never ends):
   `/begin_weight_update` hangs in the HTTP process, the caller (miles's SGLangEngine actor, whose
   requests carry no timeout) waits on it.
-`never_healthy` ignores `--fault-after-s`.
+- `tp_rank_killed_at_launch` (sglang PR#20287; needs `--tp-size` >= 2): the last TP rank is
+  SIGKILLed while it loads, before it joins the TP group; rank 0 waits for it in the group's
+  rendezvous (`init_process_group`), and this process, an SGLang from before PR#20287, waits on
+  rank 0's ready pipe for ever: it never listens, the `sglang::scheduler_TP<last>` title is gone.
+- `tp_rank_killed` (needs `--tp-size` >= 2): the last TP rank is SIGKILLed in its next batch; the
+  SubprocessWatchdog (started once the schedulers are ready, as 0.5.15.post1) sees exit code -9
+  and SIGQUITs this process, which kills every child: the engine is gone.
+- `running_timeout_diverged` (sglang#27221, PR#37143; needs `--tp-size` >= 2): the upper half of
+  the TP ranks abort the running batch on their own clocks (`_abort_on_running_timeout`); the
+  others post the next decode's all_reduce, they wait in `broadcast_pyobj`: every rank waits.
+`never_healthy` and `tp_rank_killed_at_launch` ignore `--fault-after-s`.
 
 SGLang 0.5.23's weight-update session (`/begin_weight_update`, `/end_weight_update`) is served as
 0.5.23 serves it (miles main calls it around every weight update); every other endpoint follows
@@ -838,9 +848,6 @@ def launch_server(args: list[str]) -> None:
         threading.Thread(
             target=_parent_watch, args=(tm, os.getppid()), name="parent-watch", daemon=True
         ).start()
-    threading.Thread(
-        target=_subprocess_watchdog, args=(tm,), name="subprocess-watchdog", daemon=True
-    ).start()
     if not tm.wait_ready():
         # as SGLang's _launch_subprocesses when the scheduler's pipe closes before it is ready
         codes = [proc.poll() for proc in tm.children]
@@ -848,6 +855,11 @@ def launch_server(args: list[str]) -> None:
         logger.error("Exit code: %s", codes[0] if codes else None)
         tm.kill_children()
         raise EOFError
+    # the SubprocessWatchdog starts once the schedulers are ready (0.5.15.post1
+    # entrypoints/engine.py:883-900: `wait_for_ready()`, then `SubprocessWatchdog(...).start()`)
+    threading.Thread(
+        target=_subprocess_watchdog, args=(tm,), name="subprocess-watchdog", daemon=True
+    ).start()
     if ns.load_s > 0:
         time.sleep(ns.load_s)
     try:

@@ -28,6 +28,9 @@ FAULTS = (
     "detokenizer_stalled",
     "slow_weight_storage",
     "stuck_begin_weight_update",
+    "tp_rank_killed_at_launch",
+    "tp_rank_killed",
+    "running_timeout_diverged",
     # issue 45 item 5
     "hang_pause_generation",
     "pause_continue_shared_future",

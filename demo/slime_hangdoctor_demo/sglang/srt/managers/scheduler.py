@@ -108,6 +108,7 @@ class Scheduler(SchedulerWeightUpdaterMixin):
         self.enable_hicache_storage = False
         self.copy_done: Any = None
         if self.tp_size > 1:
+            self.maybe_die_at_launch()
             self.init_tp_group(cfg)
         model_runner = ModelRunner(cfg)
         model_runner.fault_active = self.fault_active
@@ -154,6 +155,47 @@ class Scheduler(SchedulerWeightUpdaterMixin):
             self.tree_cache = HiRadixCache(
                 tp_group.cpu_group, attn_tp_group.cpu_group, tp_world_size=self.tp_size
             )
+
+    def last_tp_rank(self) -> bool:
+        return self.tp_size > 1 and self.tp_rank == self.tp_size - 1
+
+    def maybe_die_at_launch(self) -> None:
+        """Fault `tp_rank_killed_at_launch` (sglang PR#20287): the engine's last TP rank is
+        SIGKILLed while it loads (as the OOM killer does to a rank allocating its HiCache host
+        pool), before it joins the TP group. Rank 0 then waits in the TP group's rendezvous for a
+        peer that never comes. (On CPU a peer that dies after joining a gloo group makes the
+        others' collectives fail with "Connection closed by peer"; NCCL's would wait. The
+        rendezvous is where a gloo group waits as NCCL's would.)"""
+        if self.fault == "tp_rank_killed_at_launch" and self.last_tp_rank():
+            logger.info("Load weight begin. avail mem=79.10 GB")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def maybe_die_mid_batch(self) -> None:
+        """Fault `tp_rank_killed`: the engine's last TP rank is SIGKILLed during a batch (an OOM
+        kill, a segfault in a kernel launch). SGLang 0.5.15.post1's SubprocessWatchdog in the HTTP
+        process (utils/watchdog.py, started at entrypoints/engine.py:892-900, 1 s poll) sees the
+        child's exit code -9 and SIGQUITs its own process, which kills the process tree."""
+        if self.last_tp_rank() and self.fault_active("tp_rank_killed"):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _abort_on_running_timeout(self) -> None:
+        """0.5.15.post1 scheduler.py:1469-1482 (called from get_next_batch_to_run, :2613): with
+        `SGLANG_REQ_RUNNING_TIMEOUT` set, each rank marks the running requests whose
+        `forward_entry_time` is older than ITS OWN `time.perf_counter() - timeout`, with no
+        cross-rank agreement (sglang#27221, PR#37143). Fault `running_timeout_diverged`: at the
+        armed rollout the requests straddle the deadline, and the upper half of the TP ranks read
+        their clocks past it first: they abort the whole running batch, the others keep decoding.
+        The next forward then splits the group: the decoding ranks post the batch's all_reduce
+        on the device group, the others (nothing left to run) go back to `recv_requests` and
+        wait in `broadcast_pyobj` on the CPU group, for ever (on GPUs the NCCL all_reduce of the
+        decoding ranks never completes: the scheduler watchdog's timeout, 300 s, ends the
+        engine)."""
+        if not self.running_batch or self.tp_rank < max(self.tp_size // 2, 1):
+            return
+        if not self.fault_active("running_timeout_diverged"):
+            return
+        for req in list(self.running_batch):
+            self.finish(req, {"type": "abort", "message": "Request running timeout reached."})
 
     # ---- helpers
     def barrier_tp_cpu_group(self) -> None:
@@ -240,6 +282,7 @@ class Scheduler(SchedulerWeightUpdaterMixin):
     def get_next_batch_to_run(self) -> ScheduleBatch | None:
         if self.engine_paused:
             return None
+        self._abort_on_running_timeout()
         if self.tp_size > 1:
             prefill = self.get_new_batch_prefill()
             if prefill is not None:
@@ -288,6 +331,7 @@ class Scheduler(SchedulerWeightUpdaterMixin):
 
     def run_batch(self, batch: ScheduleBatch) -> list[tuple[int, float]]:
         tic = time.perf_counter()
+        self.maybe_die_mid_batch()
         result = self.tp_worker.forward_batch_generation(batch)
         self.copy_done = self.tp_worker.model_runner.copy_done
         self.forward_seconds += time.perf_counter() - tic
@@ -297,7 +341,13 @@ class Scheduler(SchedulerWeightUpdaterMixin):
     def process_batch_result(self, batch: ScheduleBatch, result: list[tuple[int, float]]) -> None:
         if self.copy_done is not None:
             # the batch's TP all-reduce (NCCL on GPUs: the CPU waits for it at the result copy)
-            self.copy_done.wait()
+            try:
+                self.copy_done.wait()
+            except RuntimeError:
+                # gloo's "Connection reset by peer": a TP peer died. The device group is NCCL in
+                # SGLang, which reports no dead peer: its kernel waits, and the CPU with it at
+                # the result copy's synchronize, until something else ends the process.
+                self.tp_worker.model_runner._synchronize()
             self.copy_done = None
         if batch.mode == "prefill":
             self.process_batch_result_prefill(batch, result)

@@ -286,11 +286,25 @@ class TokenizerManager:
         ).start()
 
     def wait_ready(self) -> bool:
-        """Block until the scheduler says it is ready (True) or a subprocess exits first (False).
-        No time limit: SGLang's launch blocks on the scheduler's pipe until it answers or closes
-        (a scheduler loading a model on a busy node may take minutes)."""
+        """Block until the scheduler says it is ready (True) or a subprocess exits first (False),
+        as 0.5.15.post1's `_wait_for_scheduler_ready` (entrypoints/engine.py:1368-1395: poll the
+        rank's pipe, then check every scheduler for an early death). No time limit: a scheduler
+        loading a model on a busy node may take minutes. Fault `tp_rank_killed_at_launch`: the
+        engine runs an SGLang from before PR#20287, whose launcher blocks in `recv()` on rank 0's
+        pipe (engine.py before the fix); a later rank's death is never seen."""
+        if self.ns.fault == "tp_rank_killed_at_launch":
+            return self._wait_for_scheduler_ready_before_pr20287()
         while not self._ready.wait(0.5):
             if any(proc.poll() is not None for proc in self.children):
+                return self._ready.is_set()
+        return True
+
+    def _wait_for_scheduler_ready_before_pr20287(self) -> bool:
+        """`scheduler_pipe_readers[i].recv()` for i in rank order (SGLang before PR#20287): rank 0
+        first, with no look at the other ranks; only rank 0's own exit (its pipe's EOF) ends it."""
+        scheduler = self.children[0]
+        while not self._ready.wait(0.5):
+            if scheduler.poll() is not None:
                 return self._ready.is_set()
         return True
 

@@ -41,6 +41,9 @@ SERVER_FAULTS: dict[str, str] = {
     "weight_load_slow_storage": "slow_weight_storage",
     "weight_update_session_stuck": "stuck_begin_weight_update",
     "serving_cluster_engine_stuck": "stuck_scheduler",
+    "startup_tp_rank_killed": "tp_rank_killed_at_launch",
+    "rollout_tp_rank_killed": "tp_rank_killed",
+    "rollout_tp_ranks_diverged": "running_timeout_diverged",
     # issue 45 item 5
     "offload_pause_stuck": "hang_pause_generation",
     "update_pause_orphaned": "pause_continue_shared_future",
@@ -58,6 +61,8 @@ TIMED_SERVER_FAULTS = frozenset(
         "detokenizer_stalled",
         "slow_weight_storage",
         "stuck_begin_weight_update",
+        "tp_rank_killed",
+        "running_timeout_diverged",
         "hang_pause_generation",
         "pause_continue_shared_future",
     }
