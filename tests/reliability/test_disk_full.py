@@ -68,26 +68,23 @@ def _argv(w: Path) -> list[str]:
     ]
 
 
+def _check(w: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "slime_hangdoctor", "check", *_argv(w)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=WIDE,
+    )
+
+
 def test_check_on_a_full_disk_says_so_and_keeps_its_exit(full_disk: Path) -> None:
     w = full_disk / "w"
-    first = subprocess.run(
-        [sys.executable, "-m", "slime_hangdoctor", "check", *_argv(w)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=WIDE,
-    )
+    first = _check(w)
     assert first.returncode == 0, first.stderr  # no job on this machine: idle, OK
     _fill(full_disk / "filler")
-    full = subprocess.run(
-        [sys.executable, "-m", "slime_hangdoctor", "check", *_argv(w)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=WIDE,
-    )
+    full = _check(w)
     # the verdict of the run, not "internal error" (exit 3) from an OSError out of the state write
     assert full.returncode == 0, full.stderr
     assert "internal error" not in full.stderr + full.stdout
@@ -95,14 +92,7 @@ def test_check_on_a_full_disk_says_so_and_keeps_its_exit(full_disk: Path) -> Non
     assert f"--state-file {w / 'state' / 'state.json'} not written: No space left" in said
     assert f"--prom-file {w / 'prom' / 'hangdoctor.prom'} not written: No space left" in said
     os.unlink(full_disk / "filler")
-    again = subprocess.run(
-        [sys.executable, "-m", "slime_hangdoctor", "check", *_argv(w)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=WIDE,
-    )
+    again = _check(w)
     assert again.returncode == 0 and "not written" not in again.stdout + again.stderr
 
 
