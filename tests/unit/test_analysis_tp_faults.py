@@ -49,3 +49,17 @@ def test_ranks_split_between_two_collectives_name_the_engine() -> None:
     assert [(c.role, c.engine_url) for c in verdict.culprits] == [
         (Role.SGLANG_ENGINE, "http://127.0.0.1:25991")
     ]
+
+
+def test_with_native_stacks_rank0_is_named_in_a_collective_its_peers_never_enter() -> None:
+    """The same hang with `--native` py-spy: TP0's frame holds the collective's wait, so the stacks
+    name it as the rank its peers wait for, the peers in the request broadcast; no mismatch cause
+    (ranks in broadcast_pyobj wait for requests, they are not a side)."""
+    native = DEMO.parent / "demo_native" / "rollout_tp_ranks_diverged.tar.gz"
+    verdict = analyse_bundle(native).diagnosis.verdict
+    assert (verdict.status, verdict.stage) == (Status.HUNG, Stage.ROLLOUT_DISPATCH)
+    assert [c.role for c in verdict.culprits] == [Role.SGLANG_ENGINE]
+    assert "scheduler TP0" in verdict.summary
+    assert "waits in process_batch_result (blocked in collective" in verdict.summary
+    assert "a collective its TP peers never enter: they wait in broadcast_pyobj" in verdict.summary
+    assert "collective-mismatch-cause" not in {f.rule for f in verdict.findings}
