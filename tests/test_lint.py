@@ -102,10 +102,11 @@ def test_mypy_strict_is_clean_on_the_demo_job(mypy_runs: dict[str, subprocess.Po
 
 
 # deptry over the three scopes that declare dependencies (config in pyproject.toml [tool.deptry]):
-# the repository's code (doctor, tests, scripts, benchmarks) against every extra; the doctor's
-# package alone against its runtime dependencies (an import of a test or dev extra there is DEP004);
+# the repository's code (doctor, tests, scripts, benchmarks) against every extra (`bench`: the
+# soak's plot); the doctor's package alone against its runtime dependencies (an import of a test,
+# dev or bench extra there is DEP004);
 # the demo's distribution (demo/) against its own pyproject.toml.
-_DEV_EXTRAS = ("-oddg", "test,dev,monitoring")
+_DEV_EXTRAS = ("-oddg", "test,dev,monitoring,bench")
 # (--known-first-party replaces the configured list: the demo's package, optional, is named again)
 _FIRST_PARTY = ("-kf", "slime_hangdoctor", "-kf", "slime_hangdoctor_demo")
 _PRODUCT = ("slime_hangdoctor", *_DEV_EXTRAS, *_FIRST_PARTY)
