@@ -166,9 +166,16 @@ _HELD_BLOCKS = frozenset(
 def process_kind(p: Proc) -> str:
     """`scheduler`, `scheduler TP1` (its title's rank), `HTTP server`, `detokenizer`, ..."""
     words = _KIND_WORDS.get(p.kind, p.kind.value.replace("_", " "))
+    tp = tp_rank(p)
+    return f"{words} TP{tp}" if tp is not None else words
+
+
+def tp_rank(p: Proc) -> int | None:
+    """A scheduler's TP rank, from its title (`sglang::scheduler_TP1`); None for any other
+    process, or a scheduler whose title was not read."""
     title = p.member.title if p.member is not None else ""
     tp = _TP_RANK.search(title) if p.kind is MemberKind.SCHEDULER else None
-    return f"{words} TP{tp.group(1)}" if tp else words
+    return int(tp.group(1)) if tp else None
 
 
 def holder(g: Merged, world: World) -> Proc | None:

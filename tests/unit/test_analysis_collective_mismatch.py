@@ -309,3 +309,23 @@ def test_a_culprit_the_mismatch_does_not_explain_keeps_the_headline(tmp_path: Pa
     assert "collective-mismatch-cause" in {f.rule for f in v.findings}
     assert v.culprits[0].pid == 2870 and "wait in different collectives" not in v.summary
     assert v.extra["summary_by"] == v.culprits[0].by[0]
+
+
+def test_ranks_in_the_request_intake_are_a_side_only_beside_peers_mid_batch() -> None:
+    """demo_native `rollout_tp_ranks_diverged` (sglang#27221, recorded `--native`): engine 24147's
+    TP2 and TP3 wait in the request broadcast while TP0 and TP1 wait in the decode's collective:
+    two sides, the intake's call site the scheduler's frame that called broadcast_pyobj. The
+    other engine of the same recording is idle, every rank in its intake: no side, no mismatch."""
+    bundle = FIXTURES / "analysis" / "demo_native" / "rollout_tp_ranks_diverged.tar.gz"
+    result = analyse_bundle(bundle)
+    world = build_world(result.snapshot, result.topology)
+    [m] = stacks.collective_mismatches(world)
+    assert m.group == "the TP ranks of engine http://127.0.0.1:24147"
+    assert [[p.pid for p in s.procs] for s in m.sides] == [[20783, 20785], [20786, 20787]]
+    assert [s.intake for s in m.sides] == [False, True]
+    site = m.sides[1].call.site
+    assert site is not None and (site.name, site.line) == (
+        "SchedulerRequestReceiver._broadcast_reqs_across_ranks",
+        58,
+    )
+    assert m.told == ()  # nothing tells the sides apart

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slime_hangdoctor.analysis.merge import process_kind
+from slime_hangdoctor.analysis.merge import process_kind, tp_rank
 from slime_hangdoctor.analysis.readers.fr_groups import FrCursor, FrGroup, fr_groups
 from slime_hangdoctor.analysis.readers.nccl_ras import behind_by_op
 from slime_hangdoctor.analysis.readers.nvml import GpuState
@@ -19,6 +19,7 @@ from slime_hangdoctor.analysis.readers.pyspy import (
     CollectiveCall,
     ProcessRead,
     collective_call,
+    intake_call,
 )
 from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.source_analysis import (
@@ -110,6 +111,8 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
     role = ranks[0].role or Role.TRAIN_RANK
     outside = [p for p in ranks if p not in in_coll]
     if outside and all(p.latest is not None and p.latest.primary.in_intake for p in outside):
+        if _sides(ranks):
+            return []  # peers mid-batch beside ranks in the intake: a mismatch, no rank blamed
         return _awaited_by_intake(in_coll, outside, role)
     returned = {p.pid: why for p in outside if (why := world.returned(p)) is not None}
     if outside and len(returned) == len(outside):
@@ -323,6 +326,7 @@ class Side:
     procs: tuple[Proc, ...]
     call: CollectiveCall
     gpu: bool = False
+    intake: bool = False
 
     @property
     def who(self) -> str:
@@ -338,6 +342,8 @@ class Side:
         """`in all_reduce at slime/.../model.py:7 (train_one_step)`."""
         if self.gpu:
             return f"in a collective kernel their GPUs spin in, the CPU at {self.call.where}"
+        if self.intake:
+            return f"in {self.call.where} (the request intake: waiting for the next batch)"
         return f"in {self.call.where}"
 
 
@@ -378,25 +384,27 @@ def _group_name(group: list[Proc]) -> str:
     return f"the TP ranks of engine {url}" if url else "the train ranks"
 
 
-def _stable_call(p: Proc) -> tuple[CollectiveCall, bool] | None:
+def _stable_call(p: Proc) -> tuple[CollectiveCall, bool, bool] | None:
     """The collective `p` waits in at every sample, from the same line (and whether its CPU is at
-    a CUDA sync while its GPU spins in a collective kernel); None where it moved, waits in none,
-    or was read at one sample only."""
+    a CUDA sync while its GPU spins in a collective kernel; whether it is a TP rank's request
+    intake, `intake_call`); None where it moved, waits in none, or was read at one sample only."""
     if len({r.sample for r in p.reads}) < 2:
         return None
-    calls = {collective_call(r.primary) for r in p.reads}
+    calls = {collective_call(r.primary) or intake_call(r.primary) for r in p.reads}
     call = calls.pop() if len(calls) == 1 else None
     if call is None or p.latest is None:
         return None
+    if p.latest.primary.in_intake:
+        return call, False, True
     if p.latest.block is Block.CUDA_SYNC:
         if p.gpu is None or p.gpu.state is not GpuState.STUCK:
             return None  # a CUDA sync whose GPU does not spin in a collective: not in one
-        return call, True
-    return call, False
+        return call, True, False
+    return call, False, False
 
 
 def _sides(group: list[Proc]) -> tuple[Side, ...]:
-    by_call: dict[tuple[CollectiveCall, bool], list[Proc]] = {}
+    by_call: dict[tuple[CollectiveCall, bool, bool], list[Proc]] = {}
     for p in group:
         found = _stable_call(p)
         if found is None:
@@ -406,7 +414,21 @@ def _sides(group: list[Proc]) -> tuple[Side, ...]:
         return ()
     if len({p.latest.stage for p in group if p.latest and p.latest.stage}) > 1:
         return ()  # a weight broadcast's source and the ranks waiting for it in a barrier
-    return tuple(Side(tuple(procs), call, gpu) for (call, gpu), procs in by_call.items())
+    sides = tuple(Side(tuple(ps), call, gpu, intake) for (call, gpu, intake), ps in by_call.items())
+    if any(s.intake for s in sides) and not _mid_batch(sides):
+        return ()
+    return sides
+
+
+def _mid_batch(sides: tuple[Side, ...]) -> bool:
+    """Ranks in the request intake are a side only where their group is mid-batch: a TP rank
+    other than rank 0 (a receiver of the intake's broadcast, as they are) waits in a collective
+    that is not the intake (sglang#27221: TP1 beside TP0 in the decode's all_reduce while TP2-3,
+    having aborted the batch on their own clocks, wait for the next one). Every rank in the intake
+    is an idle engine; rank 0 alone in a collective is the one its receivers wait for, the odd
+    scheduler (`_awaited_by_intake`: sglang#30760)."""
+    busy = [p for s in sides if not s.intake for p in s.procs]
+    return any((tp_rank(p) or 0) > 0 for p in busy)
 
 
 def _side_of(sides: tuple[Side, ...], p: Proc | None) -> Side | None:

@@ -374,6 +374,24 @@ def collective_call(thread: ThreadRead) -> CollectiveCall | None:
     return CollectiveCall(op, None)
 
 
+def intake_call(thread: ThreadRead) -> CollectiveCall | None:
+    """A TP rank's request intake as the collective it is: `broadcast_pyobj` of its TP rank 0's
+    next requests, and the scheduler's frame that called it (the first frame outward that is no
+    communication layer's nor an intake helper's: `_broadcast_reqs_across_ranks`). None where
+    `thread` is not in the intake, or where its intake is a later pipeline stage's
+    `_pull_raw_reqs` (a receive from the previous stage, no collective of its TP group)."""
+    if not thread.in_intake or thread.block_index is None:
+        return None
+    op = split_name(thread.frames[thread.block_index].name)[1]
+    if op == PULL_RAW_REQS:
+        return None
+    for frame in thread.frames[thread.block_index + 1 :]:
+        if frame.native or is_transparent(frame) or is_comm_layer(frame) or is_intake_via(frame):
+            continue
+        return CollectiveCall(op, frame)
+    return CollectiveCall(op, None)
+
+
 def highlight(thread: ThreadRead) -> tuple[int, ...]:
     """Indexes of the deciding frames (stage and block) of a thread."""
     idx = {i for i in (thread.stage_index, thread.block_index) if i is not None}
