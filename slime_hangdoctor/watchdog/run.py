@@ -13,6 +13,7 @@ import signal
 import stat
 import subprocess
 import time
+import traceback
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -403,16 +404,20 @@ def _log_run(
         return f"--log-file {path} not written: {_why(exc)}"
     finally:
         os.close(parent)
-    with os.fdopen(fd, "ab") as fh:
+    try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return f"--log-file {path} not written: it is not a regular file"
         if st.st_nlink != 1:
             return f"--log-file {path} not written: it has other hard links"
-        try:
-            fh.write((json.dumps(line) + "\n").encode("utf-8"))
+        data = memoryview((json.dumps(line) + "\n").encode("utf-8"))
+        try:  # unbuffered: a full disk (ENOSPC) answers here, not from a buffered close
+            while data:
+                data = data[os.write(fd, data) :]
         except OSError as exc:
             return f"--log-file {path} not written: {_why(exc)}"
+    finally:
+        os.close(fd)
     return None
 
 
@@ -420,6 +425,17 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, OSError) and not isinstance(exc, UnsafePath) and exc.strerror:
         return "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
     return str(exc)
+
+
+def failed_run(exc: Exception) -> CheckResult:
+    """What `watch` reports for a run that raised (a bug of ours, or the machine under it): UNKNOWN
+    with the error, and the watch goes on to its next run with the state it had."""
+    why = f"internal error in this run: {type(exc).__name__}: {exc}"
+    verdict = unknown_verdict(
+        f"Could not tell: {why}. This is a bug in slime-hangdoctor; the watch goes on.",
+        next_steps=("Report it with this line; SLIME_HANGDOCTOR_DEBUG=1 prints the traceback",),
+    )
+    return CheckResult(Diagnosis(verdict), ExitCode.UNKNOWN, notes=(why,))
 
 
 def watch_loop(
@@ -447,8 +463,13 @@ def watch_loop(
     try:
         while not stop["flag"]:
             t0 = time.monotonic()
-            result = run_check(address, opts, check, carried)
-            carried = result.unsaved_state
+            try:
+                result = run_check(address, opts, check, carried)
+                carried = result.unsaved_state
+            except Exception as exc:  # noqa: BLE001 - a watchdog outlives one failed run
+                if os.environ.get("SLIME_HANGDOCTOR_DEBUG"):
+                    traceback.print_exc()
+                result = failed_run(exc)
             last = result.exit_code
             runs += 1
             if on_result is not None:

@@ -65,6 +65,8 @@ def _argv(w: Path) -> list[str]:
         str(w / "prom" / "hangdoctor.prom"),
         "--bundle-dir",
         str(w / "bundles"),
+        "--log-file",
+        str(w / "log" / "runs.jsonl"),
     ]
 
 
@@ -100,7 +102,11 @@ def test_watch_carries_the_state_it_could_not_write(full_disk: Path) -> None:
     w = full_disk / "w"
     _fill(full_disk / "filler")
     results: list[CheckResult] = []
-    check = CheckOptions(state_file=w / "state" / "state.json", bundle_dir=w / "bundles")
+    check = CheckOptions(
+        state_file=w / "state" / "state.json",
+        bundle_dir=w / "bundles",
+        log_file=w / "log" / "runs.jsonl",
+    )
     rc = watch_loop(
         None,
         CollectOptions(local=True, uid=int(NOBODY), timeout_s=30.0),
@@ -113,6 +119,8 @@ def test_watch_carries_the_state_it_could_not_write(full_disk: Path) -> None:
     for r in results:
         assert r.unsaved_state is not None
         assert any("state.json not written: No space left on device" in n for n in r.notes)
+        # a new run log on the full disk: its line's buffered close ended `watch` in the soak
+        assert any("runs.jsonl not written: No space left on device" in n for n in r.notes)
     # the second run started from the first's state, not from the (absent) file's default: its
     # run count goes on (a run that read the file would count 1 again)
     first, second = (r.decision for r in results)
