@@ -63,10 +63,12 @@ MAIN_PATHS: tuple[tuple[str, str], ...] = (
 # each with the reason it stays.
 KEPT_FROM_JANUARY: dict[tuple[str, str], str] = {
     **{
-        ("slime/backends/fsdp_utils/actor.py", q): "train_custom_loss_stuck runs slime's FSDP "
-        "backend, gone from slime main (miles keeps FSDPTrainRayActor)"
+        ("slime/backends/fsdp_utils/actor.py", q): "train_custom_loss_stuck and "
+        "train_fsdp_microbatch_diverged run slime's FSDP backend, gone from slime main (miles "
+        "keeps FSDPTrainRayActor)"
         for q in (
             "FSDPTrainRayActor.train",
+            "FSDPTrainRayActor._packed_data",
             "FSDPTrainRayActor._train_core",
             "FSDPTrainRayActor._train_step",
         )

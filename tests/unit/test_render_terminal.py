@@ -387,4 +387,5 @@ def test_an_error_message_naming_a_strangers_file_is_printable(
     assert rc != 0 and "does not exist" in " ".join(err.split())
     bad = sorted({c for c in err if not c.isprintable() and c != "\n"})
     assert not bad, [hex(ord(c)) for c in bad]
-    assert "\\u2028" in err and "\\x1b" in err
+    flat = "".join(err.split())  # the message wraps at the terminal's width, inside a long path
+    assert "\\u2028" in flat and "\\x1b" in flat

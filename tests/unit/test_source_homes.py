@@ -82,7 +82,14 @@ def mentions(stem: str, name: str, package: Path = PACKAGE) -> dict[str, int]:
 @pytest.mark.parametrize("source", sorted(SOURCES))
 def test_a_source_touches_one_line_outside_its_own_modules(source: str) -> None:
     stem, name = SOURCES[source]
-    assert mentions(stem, name) == {"slime_hangdoctor/sources.py": 1}
+    assert mentions(stem, name) == {"slime_hangdoctor/sources.py": 1, **ALSO.get(source, {})}
+
+
+# Known exceptions, each with its reason (to be moved behind the source's own part): the known-cause
+# matcher reads the engines' weight-update group joins from SGLang's log lines (issue 45 item 4,
+# analysis/known_case.py `engine_joins`: its spec and GroupJoin imports), and a part may not import
+# another part, so it cannot ask parts/logs.py for them.
+ALSO: dict[str, dict[str, int]] = {"logs": {"slime_hangdoctor/analysis/known_case.py": 2}}
 
 
 def test_the_count_sees_an_import_a_module_path_and_the_name(tmp_path: Path) -> None:
