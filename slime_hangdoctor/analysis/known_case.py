@@ -86,8 +86,7 @@ def frame_hits(w: World, need: FramesNeed) -> list[tuple[Proc, ThreadRead]]:
 
 @dataclass(frozen=True)
 class KnownCase:
-    rule: str  # the finding id when every piece is shown
-    similar: str  # the finding id when only part is
+    rule: str  # the finding id when every piece is shown: `known-<case>`
     case: str  # the public thread: `THUDM/slime PR#2331`
     cause: str  # that case's cause, in a sentence
     frames: tuple[FramesNeed, ...]  # the gate: the rule's function reads these (and their blocks)
@@ -98,6 +97,13 @@ class KnownCase:
     # schedulers show one of these frames (empty: not needed)
     odd_scheduler_under: frozenset[str] = frozenset()
     fixed_in: str | None = None  # the slime release or PR with the fix (asserted only before it)
+    checks: tuple[str, ...] = ()  # next steps that check the case (asserted or similar)
+    fixes: tuple[str, ...] = ()  # next steps that fix it (asserted only)
+
+    @property
+    def similar(self) -> str:
+        """The finding id when only part is shown: `similar-<case>`."""
+        return "similar-" + self.rule.removeprefix("known-")
 
 
 # --------------------------------------------------------------------------- the readers
@@ -263,11 +269,13 @@ def judged(
     w: World,
     severity: Severity,
     evidence: Sequence[str],
-    checks_steps: Sequence[str | NextStep] = (),
-    fix_steps: Sequence[str | NextStep] = (),
+    checks_steps: Sequence[str | NextStep] | None = None,
 ) -> Judged | None:
     """The finding for `case` on frames that matched (`evidence`): asserted, "similar to", or
-    None where the bundle contradicts a piece of the case's evidence."""
+    None where the bundle contradicts a piece of the case's evidence. Its steps are the case's
+    (`checks_steps`, when given, stand for `case.checks`: steps that name what was read)."""
+    if checks_steps is None:
+        checks_steps = case.checks
     found = checks(case, w)
     if any(c.fit is Fit.CONTRADICTED for c in found):
         return None
@@ -275,7 +283,7 @@ def judged(
     if all(c.fit is Fit.MET for c in found):
         shown = f" Shown: the frames; {'; '.join(lines)}." if lines else ""
         msg = f"{case.cause} ({case.case}).{shown}"
-        return Judged(case.rule, severity, msg, (*lines, *evidence), (*checks_steps, *fix_steps))
+        return Judged(case.rule, severity, msg, (*lines, *evidence), (*checks_steps, *case.fixes))
     met = [c.need for c in found if c.fit is Fit.MET]
     unshown = [f"{c.need} ({c.seen})" for c in found if c.fit is Fit.UNSHOWN]
     msg = (

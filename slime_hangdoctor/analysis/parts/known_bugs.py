@@ -2,30 +2,32 @@
 of the evidence each case needs (analysis/known_case.py): each rule a predicate over the stacks of
 the roles it concerns (the gate) plus its table entry, a `KnownCase` whose typed fields say what
 else that case needs (the PP size, the groups' names, the engines' place in them, an odd scheduler,
-the release that fixed it). Asserted only when every piece is shown, "similar to <case>" when a
-piece is not shown, nothing when one contradicts it. A known cause that needs another source's
-evidence lives in that source's part (the router that is gone in parts/routers.py, the checkpoint
-that waits on storage in parts/kernel.py, the requests held by a proxy or a service outside the job
-in parts/rollout.py)."""
+the release that fixed it) and the next steps that check and fix it. Asserted only when every
+piece is shown, "similar to <case>" when a piece is not shown, nothing when one contradicts it. A
+known cause that needs another source's evidence lives in that source's part (the router that is
+gone in parts/routers.py, the checkpoint that waits on storage in parts/kernel.py, the requests held
+by a proxy or a service outside the job in parts/rollout.py)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from slime_hangdoctor.analysis.known_case import (
     FlagNeed,
     FramesNeed,
-    Judged,
     KnownCase,
     frame_hits,
     judged,
 )
+from slime_hangdoctor.analysis.readers.pyspy import ThreadRead
 from slime_hangdoctor.analysis.readers.sglang_http import EngineState, read_engines
 from slime_hangdoctor.analysis.signatures import COLLECTIVE_BLOCKS, Block
 from slime_hangdoctor.analysis.signatures import slime as frames
 from slime_hangdoctor.analysis.signatures.sglang import UPDATE_FROM_TENSOR, WEIGHT_GROUP_FUNCS
 from slime_hangdoctor.analysis.source_analysis import Cause, Reading, SourceAnalysis, cause
-from slime_hangdoctor.analysis.world import threads_with
+from slime_hangdoctor.analysis.world import Proc, threads_with
 from slime_hangdoctor.topology import MemberKind
-from slime_hangdoctor.verdict import Role, Severity, Stage, Status
+from slime_hangdoctor.verdict import NextStep, Role, Severity, Stage, Status
 
 PP_SIZE = FlagNeed(
     "PP size",
@@ -87,7 +89,6 @@ CP_GATHER = FramesNeed(
 # The table: one entry per known case, with the evidence it needs beyond its frames.
 PP_GROUP_DEADLOCK = KnownCase(
     rule="known-pp-weight-group-deadlock",
-    similar="similar-pp-weight-group-deadlock",
     case="THUDM/slime PR#2331",
     cause=(
         "Weight-update group creation is stuck: with PP>1 every PP source creates its "
@@ -99,10 +100,18 @@ PP_GROUP_DEADLOCK = KnownCase(
     flags=(PP_SIZE,),
     group_prefix="slime-pp_",
     engines_split=True,
+    checks=(
+        "Check which group each engine joined: its SGLang log's 'init custom process group: "
+        "... group_name=...' line, or py-spy dump the engine actors and schedulers "
+        "(init_weights_update_group / init_custom_process_group frames)",
+    ),
+    fixes=(
+        "Work-around until PR #2331 lands: connect PP sources one at a time, or run the "
+        "rollout sync with a single PP source",
+    ),
 )
 CUDA_IPC_COLOCATE = KnownCase(
     rule="known-cuda-ipc-colocate-hang",
-    similar="similar-cuda-ipc-colocate-hang",
     case="sgl-project/sglang#17870",
     cause=(
         "A colocated weight update over CUDA IPC is stuck inside SGLang: with an MTP/EAGLE head "
@@ -116,7 +125,6 @@ CUDA_IPC_COLOCATE = KnownCase(
 )
 SYMPY_REWARD = KnownCase(
     rule="known-sympy-reward-hang",
-    similar="similar-sympy-reward-hang",
     case="slime's rule-based math graders",
     cause=(
         "The math reward is inside sympy on the rollout event loop. slime's rule-based graders "
@@ -124,10 +132,13 @@ SYMPY_REWARD = KnownCase(
         "pathological answer freezes every rollout coroutine"
     ),
     frames=(SYMPY_GRADERS,),
+    fixes=(
+        "Run the grader with a timeout (e.g. a process pool with a deadline) or switch to a "
+        "reward that bounds its time",
+    ),
 )
 ENGINE_NEVER_HEALTHY = KnownCase(
     rule="known-engine-never-healthy",
-    similar="similar-engine-never-healthy",
     case="THUDM/slime#1484",
     cause=(
         "Startup waits for SGLang engines to become healthy. slime polls /health_generate every "
@@ -136,10 +147,14 @@ ENGINE_NEVER_HEALTHY = KnownCase(
         "the reported case hung right after 'Capture cuda graph' / 'Uvicorn running'"
     ),
     frames=(ENGINE_STARTUP,),
+    checks=(
+        "Read each engine's SGLang log (the SGLangEngine actor's Ray log: "
+        "`ray logs actor --id <actor id>`) for OOM / CUDA graph / NCCL errors",
+        "Probe the engine without generating: curl -s -m 5 http://<engine>/model_info",
+    ),
 )
 RELOAD_TIMEOUT = KnownCase(
     rule="known-reload-process-group-timeout",
-    similar="similar-reload-process-group-timeout",
     case="THUDM/slime PR#2208",
     cause=(
         "Train ranks are re-creating their process groups (colocate wake_up / weight sync). "
@@ -149,10 +164,14 @@ RELOAD_TIMEOUT = KnownCase(
     ),
     frames=(RELOADING, WAKING),
     fixed_in="v0.3.1 (PR #2208)",
+    checks=("Check the job's slime version (pip show slime, or the git commit of its checkout)",),
+    fixes=(
+        "If the job runs slime older than v0.3.1, upgrade (THUDM/slime PR #2208) or keep WORLD "
+        "alive with SLIME_DESTROY_WORLD_PROCESS_GROUP=0 (v0.3.1+)",
+    ),
 )
 TRITON_JIT = KnownCase(
     rule="known-triton-jit-slow-stage",
-    similar="similar-triton-jit-slow-stage",
     case="THUDM/slime#1487, PR #2364",
     cause=(
         "A train rank is compiling Triton kernels while its pipeline peers wait: with a cold "
@@ -161,10 +180,10 @@ TRITON_JIT = KnownCase(
     ),
     frames=(TRITON,),
     flags=(PP_SIZE,),
+    fixes=("Warm the Triton cache (persist TRITON_CACHE_DIR across runs) and wait a few minutes",),
 )
 CP_ALLGATHER = KnownCase(
     rule="known-cp-allgather-stuck",
-    similar="similar-cp-allgather-stuck",
     case="THUDM/slime PR#2123",
     cause=(
         "Train ranks are in the context-parallel all-gather of the loss; a requires_grad "
@@ -173,6 +192,7 @@ CP_ALLGATHER = KnownCase(
     frames=(CP_GATHER,),
     flags=(CP_SIZE,),
     fixed_in="PR #2123",
+    checks=("Check that the job runs a slime with PR #2123",),
 )
 
 
@@ -185,40 +205,15 @@ def _pp_group_deadlock(r: Reading) -> Cause | None:
     engines = frame_hits(r.world, PP_ENGINES)
     if not trainers or (len({p.pid for p, _ in trainers}) < 2 and not engines):
         return None
-    return _as_cause(
-        judged(
-            PP_GROUP_DEADLOCK,
-            r.world,
-            Severity.CRITICAL,
-            [f"{p.label}: {t.describe()}" for p, t in trainers + engines],
-            [
-                "Check which group each engine joined: its SGLang log's 'init custom process group: "
-                "... group_name=...' line, or py-spy dump the engine actors and schedulers "
-                "(init_weights_update_group / init_custom_process_group frames)",
-            ],
-            [
-                "Work-around until PR #2331 lands: connect PP sources one at a time, or run the "
-                "rollout sync with a single PP source",
-            ],
-        )
-    )
+    return _known(PP_GROUP_DEADLOCK, r, Severity.CRITICAL, trainers + engines)
 
 
 def _sympy_reward(r: Reading) -> Cause | None:
     hits = [(p, t) for p, t in frame_hits(r.world, SYMPY_GRADERS) if t.block is Block.CPU]
     if not hits:
         return None
-    return _as_cause(
-        judged(
-            SYMPY_REWARD,
-            r.world,
-            Severity.CRITICAL if r.status is Status.HUNG else Severity.WARNING,
-            [f"{p.label}: {t.describe()}" for p, t in hits],
-            fix_steps=[
-                "Run the grader with a timeout (e.g. a process pool with a deadline) or switch to a "
-                "reward that bounds its time",
-            ],
-        )
+    return _known(
+        SYMPY_REWARD, r, Severity.CRITICAL if r.status is Status.HUNG else Severity.WARNING, hits
     )
 
 
@@ -237,15 +232,13 @@ def _cuda_ipc_colocate(r: Reading) -> Cause | None:
     if not hits or not (bad or scheds):
         return None
     pids = sorted({p.pid for p, _ in scheds}) or sorted({s.pid for e in bad for s in e.schedulers})
-    return _as_cause(
-        judged(
-            CUDA_IPC_COLOCATE,
-            r.world,
-            Severity.WARNING,
-            [f"{p.label}: {t.describe()}" for p, t in (hits + scheds)],
-            [f"py-spy dump --native --pid {pid}" for pid in pids[:4]]
-            or ["py-spy dump --native on every sglang::scheduler process of the engine"],
-        )
+    return _known(
+        CUDA_IPC_COLOCATE,
+        r,
+        Severity.WARNING,
+        hits + scheds,
+        [f"py-spy dump --native --pid {pid}" for pid in pids[:4]]
+        or ["py-spy dump --native on every sglang::scheduler process of the engine"],
     )
 
 
@@ -255,19 +248,7 @@ def _startup_never_healthy(r: Reading) -> Cause | None:
     hits = frame_hits(r.world, ENGINE_STARTUP)
     if not hits:
         return None
-    return _as_cause(
-        judged(
-            ENGINE_NEVER_HEALTHY,
-            r.world,
-            Severity.WARNING,
-            [f"{p.label}: {t.describe()}" for p, t in hits],
-            [
-                "Read each engine's SGLang log (the SGLangEngine actor's Ray log: "
-                "`ray logs actor --id <actor id>`) for OOM / CUDA graph / NCCL errors",
-                "Probe the engine without generating: curl -s -m 5 http://<engine>/model_info",
-            ],
-        )
-    )
+    return _known(ENGINE_NEVER_HEALTHY, r, Severity.WARNING, hits)
 
 
 def _lock_without_holder(r: Reading) -> Cause | None:
@@ -304,19 +285,7 @@ def _reload_timeout(r: Reading) -> Cause | None:
     ]
     if not hits or r.status is not Status.HUNG:
         return None
-    return _as_cause(
-        judged(
-            RELOAD_TIMEOUT,
-            r.world,
-            Severity.WARNING,
-            [f"{p.label}: {t.describe()}" for p, t in hits],
-            ["Check the job's slime version (pip show slime, or the git commit of its checkout)"],
-            [
-                "If the job runs slime older than v0.3.1, upgrade (THUDM/slime PR #2208) or keep WORLD "
-                "alive with SLIME_DESTROY_WORLD_PROCESS_GROUP=0 (v0.3.1+)",
-            ],
-        )
-    )
+    return _known(RELOAD_TIMEOUT, r, Severity.WARNING, hits)
 
 
 def _triton_jit(r: Reading) -> Cause | None:
@@ -328,35 +297,27 @@ def _triton_jit(r: Reading) -> Cause | None:
     ]
     if not hits or not waiting:
         return None
-    return _as_cause(
-        judged(
-            TRITON_JIT,
-            r.world,
-            Severity.WARNING,
-            [f"{p.label}: {t.describe()}" for p, t in hits + waiting],
-            fix_steps=[
-                "Warm the Triton cache (persist TRITON_CACHE_DIR across runs) and wait a few minutes"
-            ],
-        )
-    )
+    return _known(TRITON_JIT, r, Severity.WARNING, hits + waiting)
 
 
 def _cp_allgather(r: Reading) -> Cause | None:
     hits = frame_hits(r.world, CP_GATHER)
     if not hits or r.status is not Status.HUNG:
         return None
-    return _as_cause(
-        judged(
-            CP_ALLGATHER,
-            r.world,
-            Severity.WARNING,
-            [f"{p.label}: {t.describe()}" for p, t in hits],
-            ["Check that the job runs a slime with PR #2123"],
-        )
-    )
+    return _known(CP_ALLGATHER, r, Severity.WARNING, hits)
 
 
-def _as_cause(j: Judged | None) -> Cause | None:
+def _known(
+    case: KnownCase,
+    r: Reading,
+    severity: Severity,
+    hits: Sequence[tuple[Proc, ThreadRead]],
+    checks_steps: Sequence[str | NextStep] | None = None,
+) -> Cause | None:
+    """The cause `case` gives on the threads its frames matched (`hits`): asserted, "similar to",
+    or None where the bundle contradicts a piece of it (known_case.judged)."""
+    evidence = [f"{p.label}: {t.describe()}" for p, t in hits]
+    j = judged(case, r.world, severity, evidence, checks_steps)
     return None if j is None else cause(j.rule, j.severity, j.message, j.evidence, j.steps)
 
 
