@@ -132,6 +132,25 @@ def _panel(panel: str, *options: Shared) -> tuple[Shared, ...]:
     return options
 
 
+def _switch(name: str, kind: Any, info: Any) -> Shared:
+    """A switch of the watchdog (the CheckOptions field `name`): off unless given (False, or None
+    for one that takes a value), as CheckOptions and CheckDefaults say."""
+    return Shared(name, kind, info, "copts", default=False if kind is bool else None)
+
+
+def _also_probe(flag: str, field: str, what: str) -> Shared:
+    """A repeatable `--<flag> URL` whose URLs fill the CollectOptions tuple `field`."""
+    return Shared(
+        flag.replace("-", "_"),
+        list[str] | None,
+        typer.Option(f"--{flag}", metavar="URL", help=f"Also probe this {what} (repeatable)."),
+        "opts",
+        field,
+        parse=_urls,
+        show=_urls_shown,
+    )
+
+
 ADDRESS = Shared(
     "address",
     str | None,
@@ -316,28 +335,8 @@ LOOK = (
             ),
             "opts",
         ),
-        Shared(
-            "sglang_url",
-            list[str] | None,
-            typer.Option(
-                "--sglang-url", metavar="URL", help="Also probe this SGLang engine (repeatable)."
-            ),
-            "opts",
-            "sglang_urls",
-            parse=_urls,
-            show=_urls_shown,
-        ),
-        Shared(
-            "router_url",
-            list[str] | None,
-            typer.Option(
-                "--router-url", metavar="URL", help="Also probe this SGLang router (repeatable)."
-            ),
-            "opts",
-            "router_urls",
-            parse=_urls,
-            show=_urls_shown,
-        ),
+        _also_probe("sglang-url", "sglang_urls", "SGLang engine"),
+        _also_probe("router-url", "router_urls", "SGLang router"),
         Shared(
             "ras_port",
             int,
@@ -426,14 +425,12 @@ STALL = _panel(
         "copts",
         default=DEFAULT_STATE_FILE,
     ),
-    Shared(
+    _switch(
         "bundle_dir",
         Path | None,
         typer.Option(
             "--bundle-dir", metavar="DIR", help="On a new stall, write an evidence bundle here."
         ),
-        "copts",
-        default=None,
     ),
     Shared(
         "keep",
@@ -442,26 +439,22 @@ STALL = _panel(
         "copts",
         "keep_bundles",
     ),
-    Shared(
+    _switch(
         "on_stall_native",
         bool,
         typer.Option(
             "--on-stall-native", help="OPT-IN, touches the job: native stacks in the stall bundle."
         ),
-        "copts",
-        default=False,
     ),
-    Shared(
+    _switch(
         "on_stall_flight_recorder",
         bool,
         typer.Option(
             "--on-stall-flight-recorder",
             help="OPT-IN, touches the job: poke the flight-recorder pipes for the stall bundle.",
         ),
-        "copts",
-        default=False,
     ),
-    Shared(
+    _switch(
         "on_stall_exec",
         str | None,
         typer.Option(
@@ -469,26 +462,20 @@ STALL = _panel(
             metavar="COMMAND",
             help="Run this shell command on a new stall, verdict JSON on stdin.",
         ),
-        "copts",
-        default=None,
     ),
-    Shared(
+    _switch(
         "prom_file",
         Path | None,
         typer.Option(
             "--prom-file", metavar="PATH", help="Prometheus textfile for node-exporter (atomic)."
         ),
-        "copts",
-        default=None,
     ),
-    Shared(
+    _switch(
         "log_file",
         Path | None,
         typer.Option("--log-file", metavar="PATH", help="Append one JSON line per run."),
-        "copts",
-        default=None,
     ),
-    Shared(
+    _switch(
         "expect_job",
         bool,
         typer.Option(
@@ -496,8 +483,6 @@ STALL = _panel(
             envvar="SLIME_HANGDOCTOR_EXPECT_JOB",
             help="A job should run here: finding none is UNKNOWN (exit 3), not IDLE (exit 0).",
         ),
-        "copts",
-        default=False,
     ),
 )
 
