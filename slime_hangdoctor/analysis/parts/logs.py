@@ -13,10 +13,11 @@ Pure: reads the Snapshot only.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from slime_hangdoctor.analysis.source_analysis import Section, SourceAnalysis
-from slime_hangdoctor.parsers.logs import CHILD_CRASHED, SPEC, LogKind, LogObs, LogTimer
+from slime_hangdoctor.parsers.logs import CHILD_CRASHED, SPEC, LogKind, LogLine, LogObs, LogTimer
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.verdict import Finding, Severity, Stage, Status
 
@@ -85,9 +86,7 @@ def log_findings(snapshot: Snapshot, status: Status, stage: Stage) -> list[Findi
     return [
         *_open_timer_finding(snapshot, hung, stage, now),
         *_error_findings(logs, now),
-        *_child_crashed_findings(logs, now),
-        *_flush_findings(logs, now),
-        *_retry_findings(logs, hung, now),
+        *_per_log_findings(logs, hung, now),
         *(_last_lines(logs, now) if hung else []),
     ]
 
@@ -142,67 +141,69 @@ def _error_findings(logs: tuple[LogObs, ...], now: float) -> list[Finding]:
     return out
 
 
-def _child_crashed_findings(logs: tuple[LogObs, ...], now: float) -> list[Finding]:
+def _child_crashed(log: LogObs, crashed: list[LogLine], now: float) -> str | None:
     """SGLang's SubprocessWatchdog line: which child of an engine died, and its exit code (a
     signal's number when negative: -9 is SIGKILL, what the OOM killer sends)."""
+    m = CHILD_CRASHED.search(crashed[-1].text)
+    if m is None:
+        return None
+    code = int(m["code"])
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    if code == -9:
+        how += " (SIGKILL: the OOM killer, or a kill -9)"
+    return (
+        f"{log.label}: SGLang's {m['name']} (pid {m['pid']}) {how}"
+        f"{_at(crashed[-1].time, now)}; the engine's SubprocessWatchdog then SIGQUIT its "
+        "HTTP process, which kills every process of the engine"
+    )
+
+
+def _not_flushed(log: LogObs, flush: list[LogLine], now: float) -> str:
+    counts = log.tail.pending_flush
+    held = f" (#queue-req {counts[0]}, #running-req {counts[1]})" if counts else ""
+    return (
+        f"{log.label}: SGLang refused to flush its cache because requests are pending"
+        f"{held}, last{_at(flush[-1].time, now)}: a request that never finishes blocks "
+        "flush_cache and so release_memory_occupation / the weight update (miles#1585)."
+    )
+
+
+def _retrying(log: LogObs, retries: list[LogLine], now: float) -> str:
+    return (
+        f"{log.label}: slime's HTTP client is retrying, last{_at(retries[-1].time, now)}"
+        f": {retries[-1].text}"
+    )
+
+
+@dataclass(frozen=True)
+class _PerLog:
+    """A kind of log line that makes one finding per log that has it (a warning; `unhung`: its
+    severity while the job is not hung), its message from the log and its lines of that kind
+    (oldest first; None: the lines say nothing after all)."""
+
+    kind: LogKind
+    rule: str
+    say: Callable[[LogObs, list[LogLine], float], str | None]
+    unhung: Severity = Severity.WARNING
+
+
+_PER_LOG = (
+    _PerLog(LogKind.CHILD_CRASHED, "log-engine-child-crashed", _child_crashed),
+    _PerLog(LogKind.CACHE_NOT_FLUSHED, "log-cache-not-flushed", _not_flushed),
+    _PerLog(LogKind.RETRY, "log-http-retries", _retrying, unhung=Severity.INFO),
+)
+
+
+def _per_log_findings(logs: tuple[LogObs, ...], hung: bool, now: float) -> list[Finding]:
+    """The findings of `_PER_LOG`, kind by kind, each with its kind's last two lines."""
     out: list[Finding] = []
-    for log in logs:
-        crashed = [n for n in log.tail.notable if n.kind is LogKind.CHILD_CRASHED]
-        m = CHILD_CRASHED.search(crashed[-1].text) if crashed else None
-        if m is None:
-            continue
-        code = int(m["code"])
-        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        if code == -9:
-            how += " (SIGKILL: the OOM killer, or a kill -9)"
-        out.append(
-            Finding(
-                "log-engine-child-crashed",
-                Severity.WARNING,
-                f"{log.label}: SGLang's {m['name']} (pid {m['pid']}) {how}"
-                f"{_at(crashed[-1].time, now)}; the engine's SubprocessWatchdog then SIGQUIT its "
-                "HTTP process, which kills every process of the engine",
-                tuple(n.text for n in crashed[-2:]),
-            )
-        )
-    return out
-
-
-def _flush_findings(logs: tuple[LogObs, ...], now: float) -> list[Finding]:
-    out: list[Finding] = []
-    for log in logs:
-        flush = [n for n in log.tail.notable if n.kind is LogKind.CACHE_NOT_FLUSHED]
-        if not flush:
-            continue
-        counts = log.tail.pending_flush
-        held = f" (#queue-req {counts[0]}, #running-req {counts[1]})" if counts else ""
-        out.append(
-            Finding(
-                "log-cache-not-flushed",
-                Severity.WARNING,
-                f"{log.label}: SGLang refused to flush its cache because requests are pending"
-                f"{held}, last{_at(flush[-1].time, now)}: a request that never finishes blocks "
-                "flush_cache and so release_memory_occupation / the weight update (miles#1585).",
-                tuple(n.text for n in flush[-2:]),
-            )
-        )
-    return out
-
-
-def _retry_findings(logs: tuple[LogObs, ...], hung: bool, now: float) -> list[Finding]:
-    out: list[Finding] = []
-    for log in logs:
-        retries = [n for n in log.tail.notable if n.kind is LogKind.RETRY]
-        if retries:
-            out.append(
-                Finding(
-                    "log-http-retries",
-                    Severity.WARNING if hung else Severity.INFO,
-                    f"{log.label}: slime's HTTP client is retrying, last{_at(retries[-1].time, now)}"
-                    f": {retries[-1].text}",
-                    tuple(n.text for n in retries[-2:]),
-                )
-            )
+    for per in _PER_LOG:
+        severity = Severity.WARNING if hung else per.unhung
+        for log in logs:
+            lines = [n for n in log.tail.notable if n.kind is per.kind]
+            message = per.say(log, lines, now) if lines else None
+            if message is not None:
+                out.append(Finding(per.rule, severity, message, tuple(n.text for n in lines[-2:])))
     return out
 
 
