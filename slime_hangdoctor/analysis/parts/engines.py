@@ -71,11 +71,9 @@ def engine_suspect(
         Role.SGLANG_ENGINE,
         why,
         proc,
-        engine_url=e.url,
-        node_ip=e.node_ip or (proc.node_ip if proc else None),
         weight=weight,
         stage=stage,
-        evidence=e.evidence,
+        **e.as_suspect(proc),
         **kw,
     )
 

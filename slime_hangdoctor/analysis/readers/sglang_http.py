@@ -223,6 +223,13 @@ class EngineRead:
     def detokenizer(self) -> Proc | None:
         return next((p for p in self.procs if p.kind is MemberKind.DETOKENIZER), None)
 
+    def as_suspect(self, proc: Proc | None) -> dict[str, object]:
+        """What a suspect named by these HTTP answers says of the engine, its process `proc`
+        standing in: its URL, its node (else `proc`'s) and the answers as evidence (the fields
+        parts engines and rollout hand to `suspect`)."""
+        node_ip = self.node_ip or (proc.node_ip if proc else None)
+        return {"engine_url": self.url, "node_ip": node_ip, "evidence": self.evidence}
+
 
 def _describe(a: HttpAnswer) -> str:
     if a.status is None:

@@ -165,19 +165,18 @@ def _paused_engine(e: EngineRead, read: ProcessRead) -> Suspect:
             f"engine {e.url} holds the rollout's requests between its HTTP layer and its "
             f"scheduler while the rollout waits on I/O: not paused by the evidence; {HELD_CAUSES}"
         )
-    # built here, not with parts/engines' engine_suspect: a part imports no other part
-    # (docs/architecture.md), and `by` names this part's function
+    # the engine as parts/engines' engine_suspect names it (EngineRead.as_suspect), built here: a
+    # part imports no other part (docs/architecture.md), and `by` names this part's function.
+    # It stands in: the engine holds the requests, not one process of it
     return suspect(
         SGLANG,
         Role.SGLANG_ENGINE,
         why,
         proc,
-        engine_url=e.url,
-        node_ip=e.node_ip or (proc.node_ip if proc else None),
         weight=MEDIUM,
         stage=read.stage,
-        evidence=e.evidence,
-        stands_in=True,  # the engine holds the requests, not one process of it
+        stands_in=True,
+        **e.as_suspect(proc),
     )
 
 
