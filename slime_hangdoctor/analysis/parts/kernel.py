@@ -84,39 +84,35 @@ class KernelRead:
     last: ProcessKernelState
     samples: int  # how many samples read it
 
+    def _grown(self, *counters: str) -> int | None:
+        """The growth of these /proc/<pid>/io counters (summed) between the first and the last
+        sample; None without both readings or with one sample."""
+        a, b = self.first.io, self.last.io
+        if a is None or b is None or self.samples < 2:
+            return None
+        return sum(max(0, int(getattr(b, c)) - int(getattr(a, c))) for c in counters)
+
     @property
     def io_delta(self) -> int | None:
         """Storage bytes read + written between the first and the last sample."""
-        a, b = self.first.io, self.last.io
-        if a is None or b is None or self.samples < 2:
-            return None
-        return max(0, b.read_bytes - a.read_bytes) + max(0, b.write_bytes - a.write_bytes)
+        return self._grown("read_bytes", "write_bytes")
 
     @property
     def written(self) -> int | None:
-        a, b = self.first.io, self.last.io
-        if a is None or b is None or self.samples < 2:
-            return None
-        return max(0, b.write_bytes - a.write_bytes)
+        return self._grown("write_bytes")
 
     @property
     def chars_written(self) -> int | None:
         """Bytes the process handed to write() calls that returned, between the samples (wchar:
         pipes and sockets included; a write still blocked has not added its bytes yet)."""
-        a, b = self.first.io, self.last.io
-        if a is None or b is None or self.samples < 2:
-            return None
-        return max(0, b.wchar - a.wchar)
+        return self._grown("wchar")
 
     @property
     def chars_moved(self) -> int | None:
         """Bytes its read and write calls returned between the samples (rchar + wchar: files,
         pipes and sockets; on NFS, FUSE and the page cache the storage layer's read_bytes count
         nothing of a read)."""
-        a, b = self.first.io, self.last.io
-        if a is None or b is None or self.samples < 2:
-            return None
-        return max(0, b.rchar - a.rchar) + max(0, b.wchar - a.wchar)
+        return self._grown("rchar", "wchar")
 
     @property
     def io_wait(self) -> bool:
