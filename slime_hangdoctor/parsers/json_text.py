@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from slime_hangdoctor.errors import ParseError
+
+T = TypeVar("T")
 
 
 def load_json(data: str | bytes, what: str, *, unit: str = "body") -> Any:
@@ -44,3 +46,33 @@ def load_json_object(data: str | bytes, what: str, *, unit: str = "body") -> Map
     if not isinstance(doc, Mapping):
         raise ParseError(f"{what}: expected a JSON object")
     return doc
+
+
+def json_field(
+    obj: Mapping[str, Any], key: str, kind: type[T], where: str, *, required: bool = False
+) -> T | None:
+    """`obj[key]` where it is a `kind` (a JSON true or false is no int), None where it is absent
+    or null; ParseError `<where> <key> is <type>, not <kind>` for another type, and `<where> has no
+    <key>` for an absent one that is `required`."""
+    value = obj.get(key)
+    if value is None:
+        if required:
+            raise ParseError(f"{where} has no {key!r}")
+        return None
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise ParseError(f"{where} {key!r} is {type(value).__name__}, not {kind.__name__}")
+    return value
+
+
+def meta_int(value: Any) -> int | None:
+    """An integer of a record's meta (written by our collector, read leniently): None where a
+    damaged bundle holds anything that is not one."""
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def meta_str(value: Any) -> str | None:
+    """A text of a record's meta, as text (None stays None)."""
+    return str(value) if value is not None else None

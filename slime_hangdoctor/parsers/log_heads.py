@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
+from slime_hangdoctor.parsers.json_text import meta_str
 from slime_hangdoctor.source_spec import SourceSpec
 
 # The first bytes of one stream (err / out) of a slime actor's Ray worker log, read on its node;
@@ -134,12 +135,8 @@ def _parse_record(data: bytes, rec: ProbeRecord) -> ActorLogHead:
         pid=pid,
         class_name=str(rec.meta.get("class_name") or ""),
         stream=str(rec.meta.get("stream") or ""),
-        file=_str(rec.meta.get("file")),
+        file=meta_str(rec.meta.get("file")),
     )
-
-
-def _str(value: object) -> str | None:
-    return str(value) if value is not None else None
 
 
 # The head of one stream of an engine actor's worker log, read on its node (collect/log_heads.py:

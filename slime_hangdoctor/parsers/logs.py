@@ -23,10 +23,10 @@ import re
 import time
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
+from slime_hangdoctor.parsers.json_text import meta_int, meta_str
 from slime_hangdoctor.source_spec import SourceSpec
 
 # the source's name (the `source` of its probe records, the folder under raw/): the tail of one log (Ray log API); meta: kind, actor_id / submission_id, suffix
@@ -288,30 +288,19 @@ class LogObs:
 def parse_record(data: bytes, rec: ProbeRecord) -> LogObs:
     """One tail, with what the record's meta says of it (whose log, which stream, whether cut)."""
     meta = rec.meta
-    offset = _meta_int(meta.get("utc_offset_s")) or 0
+    offset = meta_int(meta.get("utc_offset_s")) or 0
     return LogObs(
         kind=LogOwner.DRIVER if meta.get("kind") == LogOwner.DRIVER.value else LogOwner.ACTOR,
         tail=parse_log_tail(data.decode("utf-8", "replace"), offset),
         node_ip=rec.node_ip,
-        actor_id=_meta_str(meta.get("actor_id")),
-        class_name=_meta_str(meta.get("class_name")),
-        pid=_meta_int(meta.get("pid")),
-        submission_id=_meta_str(meta.get("submission_id")),
-        suffix=_meta_str(meta.get("suffix")),
+        actor_id=meta_str(meta.get("actor_id")),
+        class_name=meta_str(meta.get("class_name")),
+        pid=meta_int(meta.get("pid")),
+        submission_id=meta_str(meta.get("submission_id")),
+        suffix=meta_str(meta.get("suffix")),
         fetched_at=rec.started_at,
         truncated=bool(meta.get("truncated")),
     )
-
-
-def _meta_str(value: Any) -> str | None:
-    return str(value) if value is not None else None
-
-
-def _meta_int(value: Any) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError, OverflowError):
-        return None
 
 
 # The tail of one log through Ray's log API (collect/logs.py: 256 KiB a tail).

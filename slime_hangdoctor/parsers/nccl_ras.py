@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, get_args
 
 from slime_hangdoctor.errors import ParseError
+from slime_hangdoctor.parsers.json_text import json_field
 from slime_hangdoctor.source_spec import SourceSpec
 
 # the source's name: the `source` of its probe records, the folder of its artefacts under raw/
@@ -214,12 +215,7 @@ def _norm_hash(value: str) -> str:
 
 
 def _opt_int(obj: dict[str, Any], key: str, what: str) -> int | None:
-    value = obj.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ParseError(f"NCCL RAS JSON: {what} {key!r} is {type(value).__name__}, not int")
-    return value
+    return json_field(obj, key, int, f"NCCL RAS JSON: {what}")
 
 
 def _as_object(raw: object, what: str) -> dict[str, Any]:

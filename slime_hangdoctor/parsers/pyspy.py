@@ -28,6 +28,7 @@ from typing import Any
 from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.facts import Frame
+from slime_hangdoctor.parsers.json_text import json_field, meta_int
 from slime_hangdoctor.source_spec import Facts, Join, SourceSpec
 
 # the sources' names: the `source` of their probe records, the folders of their artefacts under raw/
@@ -90,36 +91,16 @@ def _is_python_file(filename: str) -> bool:
 
 
 def _json_int(obj: dict[str, Any], key: str, *, required: bool, what: str) -> int | None:
-    value = obj.get(key)
-    if value is None:
-        if required:
-            raise ParseError(f"py-spy JSON: {what} has no {key!r}")
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ParseError(f"py-spy JSON: {what} {key!r} is {type(value).__name__}, not int")
-    return value
+    return json_field(obj, key, int, f"py-spy JSON: {what}", required=required)
 
 
 def _json_str(obj: dict[str, Any], key: str, *, required: bool, what: str) -> str | None:
-    value = obj.get(key)
-    if value is None:
-        if required:
-            raise ParseError(f"py-spy JSON: {what} has no {key!r}")
-        return None
-    if not isinstance(value, str):
-        raise ParseError(f"py-spy JSON: {what} {key!r} is {type(value).__name__}, not str")
-    return value
+    return json_field(obj, key, str, f"py-spy JSON: {what}", required=required)
 
 
 def _json_bool(obj: dict[str, Any], key: str, *, default: bool | None, what: str) -> bool:
-    value = obj.get(key)
-    if value is None:
-        if default is None:
-            raise ParseError(f"py-spy JSON: {what} has no {key!r}")
-        return default
-    if not isinstance(value, bool):
-        raise ParseError(f"py-spy JSON: {what} {key!r} is {type(value).__name__}, not bool")
-    return value
+    found = json_field(obj, key, bool, f"py-spy JSON: {what}", required=default is None)
+    return bool(default) if found is None else found
 
 
 def _json_frame(raw: object) -> Frame:
@@ -361,15 +342,8 @@ def parse_record(data: bytes, rec: ProbeRecord) -> tuple[ProcessStack, ...]:
     text = data.decode("utf-8", "replace")
     default = "text" if rec.source == DASHBOARD_TRACEBACK else "json"
     if rec.meta.get("format", default) == "json":
-        return (parse_pyspy_json(text, _meta_int(rec.meta.get("pid"))),)
+        return (parse_pyspy_json(text, meta_int(rec.meta.get("pid"))),)
     return parse_pyspy_text(text)
-
-
-def _meta_int(value: Any) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError, OverflowError):
-        return None
 
 
 def _stacks(facts: Facts) -> tuple[StackObs, ...]:

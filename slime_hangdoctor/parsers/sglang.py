@@ -34,7 +34,7 @@ from typing import Any
 from slime_hangdoctor.bundle import ProbeRecord
 from slime_hangdoctor.errors import ParseError
 from slime_hangdoctor.outcome import Outcome
-from slime_hangdoctor.parsers.json_text import load_json
+from slime_hangdoctor.parsers.json_text import load_json, meta_int
 from slime_hangdoctor.source_spec import Facts, Join, SourceSpec
 
 # the sources' names: the `source` of their probe records, the folders of their artefacts under raw/
@@ -717,7 +717,7 @@ def parse_answer(data: bytes | None, rec: ProbeRecord) -> HttpObs:
     answer = HttpAnswer(
         url=str(meta.get("url") or rec.target),
         path=path,
-        status=_meta_int(meta.get("status")),
+        status=meta_int(meta.get("status")),
         elapsed_s=_meta_float(meta.get("elapsed_s")) or rec.elapsed_s or 0.0,
         outcome=rec.outcome,
         error=meta.get("error") or (rec.reason if rec.outcome is not Outcome.OK else None),
@@ -758,13 +758,6 @@ def _notes(obs: HttpObs, rec: ProbeRecord) -> tuple[str, ...]:
     if obs.parse_error is not None:
         out.append(f"{rec.source} {a.url}{a.path}: could not parse: {obs.parse_error}")
     return tuple(out)
-
-
-def _meta_int(value: Any) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError, OverflowError):
-        return None
 
 
 def _meta_float(value: Any) -> float | None:
