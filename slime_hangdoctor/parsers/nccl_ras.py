@@ -346,35 +346,16 @@ _JOB_PROCESS = re.compile(r"^Process (\d{1,19}) on node (\S*) managing GPU")
 _ERROR_ORDER = ("INCOMPLETE", "ERROR", "MISMATCH")
 
 
-@dataclass
-class _RankDraft:
-    rank: int
-    pid: int | None = None
-    host: str | None = None
-    cuda_dev: int | None = None
-    nvml_dev: int | None = None
-    counts: dict[str, int] = field(default_factory=dict)
-    missing: bool = False
-    launched_up_to: int | None = None
-
-    def build(self, dead_pids: set[int], unresponsive_pids: set[int]) -> RasRank:
-        dead: bool | None = None
-        if self.missing and self.pid is not None:
-            if self.pid in dead_pids:
-                dead = True
-            elif self.pid in unresponsive_pids:
-                dead = False
-        return RasRank(
-            rank=self.rank,
-            pid=self.pid,
-            host=self.host,
-            cuda_dev=self.cuda_dev,
-            nvml_dev=self.nvml_dev,
-            collective_counts=dict(self.counts),
-            missing=self.missing,
-            considered_dead=dead,
-            launched_up_to=self.launched_up_to,
-        )
+def _with_death(r: RasRank, dead_pids: set[int], unresponsive_pids: set[int]) -> RasRank:
+    """A missing rank as RAS's job section names its process: dead (True) or unresponsive
+    (False); unknown (None) where it names neither or the rank is not missing."""
+    if not r.missing or r.pid is None:
+        return r
+    if r.pid in dead_pids:
+        return replace(r, considered_dead=True)
+    if r.pid in unresponsive_pids:
+        return replace(r, considered_dead=False)
+    return r
 
 
 @dataclass
@@ -383,7 +364,7 @@ class _CommDraft:
     hash: str
     kinds: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
-    ranks: dict[int, _RankDraft] = field(default_factory=dict)
+    ranks: dict[int, RasRank] = field(default_factory=dict)  # as read so far
 
 
 @dataclass
@@ -473,16 +454,20 @@ class _TextRas:
 
     def _rank(self, comm: _CommDraft, match: re.Match[str]) -> None:
         number = int(match.group("rank"))
-        draft = comm.ranks.setdefault(number, _RankDraft(rank=number))
+        rank = comm.ranks.get(number) or RasRank(rank=number)
         if match.group("pid") is not None:
-            draft.pid = int(match.group("pid"))
-            draft.host = match.group("host") or draft.host
-            draft.cuda_dev = int(match.group("cuda"))
-            nvml = match.group("nvml")
-            draft.nvml_dev = int(nvml) if nvml is not None else draft.cuda_dev
+            cuda, nvml = int(match.group("cuda")), match.group("nvml")
+            rank = replace(
+                rank,
+                pid=int(match.group("pid")),
+                host=match.group("host") or rank.host,
+                cuda_dev=cuda,
+                nvml_dev=int(nvml) if nvml is not None else cuda,
+            )
         kind = comm.kinds[-1] if comm.kinds else ""
         if kind == "INCOMPLETE":
-            draft.missing = True
+            rank = replace(rank, missing=True)
+        comm.ranks[number] = rank
         if kind != "MISMATCH" or self.op is None:
             return
         what = match.group("what")
@@ -494,8 +479,11 @@ class _TextRas:
         else:
             count = self.group_launched
         if count is not None:
-            draft.counts[self.op] = count
-            draft.launched_up_to = count if draft.launched_up_to is None else draft.launched_up_to
+            comm.ranks[number] = replace(
+                rank,
+                collective_counts={**rank.collective_counts, self.op: count},
+                launched_up_to=count if rank.launched_up_to is None else rank.launched_up_to,
+            )
 
     def report(self) -> RasReport:
         if not self.recognised:
@@ -517,8 +505,8 @@ class _TextRas:
         group = self.groups.get(comm.group)
         errors = group.errors if group else ",".join(k for k in _ERROR_ORDER if k in comm.kinds)
         ranks = tuple(
-            draft.build(self.job_pids["DEAD"], self.job_pids["INCOMPLETE"])
-            for _, draft in sorted(comm.ranks.items())
+            _with_death(r, self.job_pids["DEAD"], self.job_pids["INCOMPLETE"])
+            for _, r in sorted(comm.ranks.items())
         )
         return RasCommunicator(
             hash=comm.hash,
