@@ -450,7 +450,10 @@ def watch_loop(
     """`watch`: run_check every interval until SIGTERM/SIGINT (or max_runs); returns the last exit code."""
     import gc
 
+    from slime_hangdoctor.watchdog.heap import cap_arenas, release_free_memory
+
     gc.enable()  # the console script starts with the collector off (__main__.py); this loop lives on
+    cap_arenas()
     stop = {"flag": False}
 
     def _stop(_sig: int, _frame: object) -> None:
@@ -471,6 +474,7 @@ def watch_loop(
                     traceback.print_exc()
                 result = failed_run(exc)
             last = result.exit_code
+            release_free_memory()  # a loop that lives for weeks keeps no run's freed heap
             runs += 1
             if on_result is not None:
                 on_result(result)
