@@ -134,6 +134,9 @@ class Topology:
     # listed by the router, probed without the API key, kept out of `engines` (status, progress,
     # culprits, the watchdog's counter plan)
     listed: tuple[Engine, ...] = ()
+    # the URLs of multi-node engines' node launchers (SGLang's dummy health server on a node of
+    # rank >= 1, `_join_engine_nodes`): they answer /health, but they are no engine
+    launchers: tuple[str, ...] = ()
 
     def by_role(self, role: Role) -> tuple[Member, ...]:
         return tuple(m for m in self.members if m.role is role)
@@ -392,7 +395,9 @@ def build_topology(snapshot: Snapshot) -> Topology:
     listed = tuple(e for e in engines if e.listed_only)
     engines = tuple(e for e in engines if not e.listed_only)
     routers = _router_urls(final, launched, procs, snapshot)
-    return Topology(tuple(final), engines, routers, _job_running(snapshot), listed)
+    return Topology(
+        tuple(final), engines, routers, _job_running(snapshot), listed, tuple(sorted(launchers))
+    )
 
 
 def _router_urls(
@@ -525,14 +530,15 @@ def _join_engine_nodes(
 ) -> frozenset[str]:
     """A multi-node SGLang engine (`--nnodes N --node-rank K --dist-init-addr A`; slime starts one
     SGLangEngine actor per node of it, sglang_engine.py:521-538@624b824) is one engine. A node of
-    rank K >= 1 runs TP ranks above 0 only (0.5.15.post1 entrypoints/engine.py:1400-1431), under a
-    launcher that serves SGLang's dummy health check on a port of its own (engine.py:835-862,
-    utils/common.py:3006-3066), not the engine's API; its schedulers keep their connection to the
-    TP group's store at A, which TP rank 0 serves (torch's `tcp://` rendezvous: rank 0 starts the
-    TCPStore). Such a part, whose schedulers hold an established connection to a port that a TP0
-    scheduler of another engine listens on (at that address, or on every address of its node),
-    is a node of that engine: its members take that engine's URL and its launcher is its
-    NODE_LAUNCHER. Returns the launchers' own URLs (no engine's)."""
+    rank K >= 1 runs TP ranks above 0 only (0.5.15.post1 entrypoints/engine.py:1400-1431) and no
+    detokenizer, under a launcher that serves SGLang's dummy health check on a port of its own
+    (engine.py:835-862, utils/common.py:3006-3066), not the engine's API: such a part's listening
+    process is its NODE_LAUNCHER, and its URL no engine's (a node-rank-0 part always has its
+    detokenizer, whichever of its ranks died). Its schedulers keep their connection to the TP
+    group's store at A, which TP rank 0 serves (torch's `tcp://` rendezvous: rank 0 starts the
+    TCPStore): where they hold an established connection to a port that a TP0 scheduler of
+    another engine listens on (at that address, or on every address of its node), the part is a
+    node of that engine and its members take that engine's URL. Returns the launchers' own URLs."""
     parts: dict[str, list[Member]] = {}
     for m in members.values():
         if m.role is Role.SGLANG_ENGINE and m.engine_url:
@@ -542,22 +548,29 @@ def _join_engine_nodes(
         for m in members.values()
         if m.kind is MemberKind.SCHEDULER and scheduler_tp_rank(m.title) == 0 and m.engine_url
     }
-    if not rank0 or len(parts) < 2:
-        return frozenset()
+    nodes = {url: part for url, part in parts.items() if _a_later_node(part)}
     joined: dict[str, str] = {}
-    for url, part in parts.items():
-        ranks = [scheduler_tp_rank(m.title) for m in part if m.kind is MemberKind.SCHEDULER]
-        if not ranks or None in ranks or 0 in ranks:
-            continue
+    for url, part in nodes.items():
         pids = {(m.node_ip, m.pid) for m in part if m.kind is MemberKind.SCHEDULER}
         found = {t.engine_url for t in _store_peers(pids, rank0, procs, snapshot)} - {url, None}
-        if len(found) == 1:
-            joined[url] = str(found.pop())
+        joined[url] = str(found.pop()) if len(found) == 1 else url
     for key, m in list(members.items()):
         if m.engine_url in joined:
             kind = MemberKind.NODE_LAUNCHER if m.kind is MemberKind.HTTP_SERVER else m.kind
             members[key] = _replace(m, engine_url=joined[str(m.engine_url)], kind=kind)
     return frozenset(joined)
+
+
+def _a_later_node(part: list[Member]) -> bool:
+    """The processes of one engine actor are a node of rank >= 1 of a multi-node engine: TP
+    ranks, all above 0, and no detokenizer."""
+    ranks = [scheduler_tp_rank(m.title) for m in part if m.kind is MemberKind.SCHEDULER]
+    return (
+        bool(ranks)
+        and None not in ranks
+        and 0 not in ranks
+        and not any(m.kind is MemberKind.DETOKENIZER for m in part)
+    )
 
 
 def _store_peers(
