@@ -1,8 +1,10 @@
 """Stacks: the process that is not in the collective its peers (train ranks, one engine's
-schedulers) wait in, or the odd collective out; ranks of one group that wait in different
-collectives at both samples, the hang's cause (`collective_mismatch`: each side's ranks, collective
-and call site, and what tells the sides apart); and, between the samples, a process that moved to
-another stage (work) or sat in the same wait (frozen)."""
+schedulers) wait in, or the odd collective out; an engine's scheduler still inside its batch's
+forward while its TP peers, on whatever node, wait at that batch's result (`_behind_in_the_batch`);
+ranks of one group that wait in different collectives at both samples, the hang's cause
+(`collective_mismatch`: each side's ranks, collective and call site, and what tells the sides
+apart); and, between the samples, a process that moved to another stage (work) or sat in the same
+wait (frozen)."""
 
 from __future__ import annotations
 
