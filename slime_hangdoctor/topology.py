@@ -535,8 +535,8 @@ def _join_engine_nodes(
     (engine.py:835-862, utils/common.py:3006-3066), not the engine's API: such a part's listening
     process is its NODE_LAUNCHER, and its URL no engine's (a node-rank-0 part always has its
     detokenizer, whichever of its ranks died). Its schedulers keep their connection to the TP
-    group's store at A, which TP rank 0 serves (torch's `tcp://` rendezvous: rank 0 starts the
-    TCPStore): where they hold an established connection to a port that a TP0 scheduler of
+    group's store at A, which TP rank 0 serves (torch 2.13 distributed/rendezvous.py:198,
+    `start_daemon = rank == 0` for a `tcp://` rendezvous): where they hold an established connection to a port that a TP0 scheduler of
     another engine listens on (at that address, or on every address of its node), the part is a
     node of that engine and its members take that engine's URL. Returns the launchers' own URLs."""
     parts: dict[str, list[Member]] = {}
