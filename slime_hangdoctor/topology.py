@@ -536,9 +536,10 @@ def _join_engine_nodes(
     process is its NODE_LAUNCHER, and its URL no engine's (a node-rank-0 part always has its
     detokenizer, whichever of its ranks died). Its schedulers keep their connection to the TP
     group's store at A, which TP rank 0 serves (torch 2.13 distributed/rendezvous.py:198,
-    `start_daemon = rank == 0` for a `tcp://` rendezvous): where they hold an established connection to a port that a TP0 scheduler of
-    another engine listens on (at that address, or on every address of its node), the part is a
-    node of that engine and its members take that engine's URL. Returns the launchers' own URLs."""
+    `start_daemon = rank == 0` for a `tcp://` rendezvous): where they hold an established
+    connection to a port that a TP0 scheduler of another engine listens on (at that address, or
+    on every address of its node), the part is a node of that engine and its members take that
+    engine's URL. Returns the launchers' own URLs."""
     parts: dict[str, list[Member]] = {}
     for m in members.values():
         if m.role is Role.SGLANG_ENGINE and m.engine_url:
