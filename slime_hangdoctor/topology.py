@@ -22,6 +22,8 @@ from slime_hangdoctor.parsers.ray_state import (
     RayJob,
 )
 from slime_hangdoctor.parsers.sglang import HTTP_ANSWERS, HttpPeer, RouterWorkers
+from slime_hangdoctor.parsers.sockets import SPEC as SOCKETS
+from slime_hangdoctor.parsers.sockets import TCP_ESTABLISHED
 from slime_hangdoctor.snapshot import Snapshot
 from slime_hangdoctor.verdict import Role
 
@@ -40,6 +42,9 @@ class MemberKind(str, Enum):
     DRIVER = "driver"  # the job's driver (train.py)
     ROUTER = "router"  # sgl-router
     PROCESS = "process"  # a process of the role that is no actor (a bare torchrun rank)
+    # the launcher of a multi-node engine's node of rank >= 1: its schedulers' parent, serving
+    # SGLang's dummy health check, not the engine's API (`_join_engine_nodes`)
+    NODE_LAUNCHER = "node_launcher"
     CHILD = "child"  # forked by a slime process, kept its title (a checkpoint writer)
 
 
@@ -82,7 +87,11 @@ class Member:
         if self.kind is MemberKind.CHILD:  # a process forked by a slime actor, as its child
             return f"{str(self.role.value).replace('_', ' ')} child (pid {self.pid})"
         if self.role is Role.SGLANG_ENGINE:
-            names = {MemberKind.ACTOR: "engine actor", MemberKind.HTTP_SERVER: "engine server"}
+            names = {
+                MemberKind.ACTOR: "engine actor",
+                MemberKind.HTTP_SERVER: "engine server",
+                MemberKind.NODE_LAUNCHER: "engine node launcher",
+            }
             return f"{names.get(self.kind, self.kind.value)} {self.engine_url or ''}".strip()
         return str(self.role.value).replace("_", " ")
 
@@ -125,6 +134,9 @@ class Topology:
     # listed by the router, probed without the API key, kept out of `engines` (status, progress,
     # culprits, the watchdog's counter plan)
     listed: tuple[Engine, ...] = ()
+    # the URLs of multi-node engines' node launchers (SGLang's dummy health server on a node of
+    # rank >= 1, `_join_engine_nodes`): they answer /health, but they are no engine
+    launchers: tuple[str, ...] = ()
 
     def by_role(self, role: Role) -> tuple[Member, ...]:
         return tuple(m for m in self.members if m.role is role)
@@ -365,6 +377,7 @@ def build_topology(snapshot: Snapshot) -> Topology:
             source="proc-title",
         )
     _add_engine_processes(members, procs)
+    launchers = _join_engine_nodes(members, procs, snapshot)
     _add_ray_mode_schedulers(members, procs, snapshot, node_ip_of)
     logged = _logged_urls(snapshot)
     _add_logged_urls(members, logged)
@@ -377,12 +390,14 @@ def build_topology(snapshot: Snapshot) -> Topology:
     _add_drivers(members, procs, snapshot)
     _add_distributed_ranks(members, procs)
     final = _assign_ranks(list(members.values()), procs)
-    engines = _engines(final, snapshot, logged, procs)
+    engines = _engines(final, snapshot, logged, procs, launchers)
     final, engines = _pair_lost_servers(final, engines)
     listed = tuple(e for e in engines if e.listed_only)
     engines = tuple(e for e in engines if not e.listed_only)
     routers = _router_urls(final, launched, procs, snapshot)
-    return Topology(tuple(final), engines, routers, _job_running(snapshot), listed)
+    return Topology(
+        tuple(final), engines, routers, _job_running(snapshot), listed, tuple(sorted(launchers))
+    )
 
 
 def _router_urls(
@@ -496,6 +511,107 @@ def _add_engine_processes(
             parent_pid=p.ppid,
             source="proc-title",
         )
+
+
+_TP_RANK = re.compile(r"sglang::scheduler\S*_TP(\d+)")
+
+
+def scheduler_tp_rank(title: str) -> int | None:
+    """A scheduler's TP rank, from its title (`sglang::scheduler_TP1`, scheduler.py:4247-4262);
+    None for a title without one (tp=1, or not a scheduler)."""
+    found = _TP_RANK.match(title)
+    return int(found.group(1)) if found else None
+
+
+def _join_engine_nodes(
+    members: dict[tuple[str | None, int], Member],
+    procs: dict[tuple[str | None, int], ProcessInfo],
+    snapshot: Snapshot,
+) -> frozenset[str]:
+    """A multi-node SGLang engine (`--nnodes N --node-rank K --dist-init-addr A`; slime starts one
+    SGLangEngine actor per node of it, sglang_engine.py:521-538@624b824) is one engine. A node of
+    rank K >= 1 runs TP ranks above 0 only (0.5.15.post1 entrypoints/engine.py:1400-1431) and no
+    detokenizer, under a launcher that serves SGLang's dummy health check on a port of its own
+    (engine.py:835-862, utils/common.py:3006-3066), not the engine's API: such a part's listening
+    process is its NODE_LAUNCHER, and its URL no engine's (a node-rank-0 part always has its
+    detokenizer, whichever of its ranks died). Its schedulers keep their connection to the TP
+    group's store at A, which TP rank 0 serves (torch 2.13 distributed/rendezvous.py:198,
+    `start_daemon = rank == 0` for a `tcp://` rendezvous): where they hold an established
+    connection to a port that a TP0 scheduler of another engine listens on (at that address, or
+    on every address of its node), the part is a node of that engine and its members take that
+    engine's URL. Returns the launchers' own URLs."""
+    parts: dict[str, list[Member]] = {}
+    for m in members.values():
+        if m.role is Role.SGLANG_ENGINE and m.engine_url:
+            parts.setdefault(m.engine_url, []).append(m)
+    rank0 = {
+        (m.node_ip, m.pid): m
+        for m in members.values()
+        if m.kind is MemberKind.SCHEDULER and scheduler_tp_rank(m.title) == 0 and m.engine_url
+    }
+    nodes = {url: part for url, part in parts.items() if _a_later_node(part)}
+    joined: dict[str, str] = {}
+    for url, part in nodes.items():
+        pids = {(m.node_ip, m.pid) for m in part if m.kind is MemberKind.SCHEDULER}
+        found = {t.engine_url for t in _store_peers(pids, rank0, procs, snapshot)} - {url, None}
+        joined[url] = str(found.pop()) if len(found) == 1 else url
+    for key, m in list(members.items()):
+        if m.engine_url in joined:
+            kind = MemberKind.NODE_LAUNCHER if m.kind is MemberKind.HTTP_SERVER else m.kind
+            members[key] = _replace(m, engine_url=joined[str(m.engine_url)], kind=kind)
+    return frozenset(joined)
+
+
+def _a_later_node(part: list[Member]) -> bool:
+    """The processes of one engine actor are a node of rank >= 1 of a multi-node engine: TP
+    ranks, all above 0, and no detokenizer."""
+    ranks = [scheduler_tp_rank(m.title) for m in part if m.kind is MemberKind.SCHEDULER]
+    return (
+        bool(ranks)
+        and None not in ranks
+        and 0 not in ranks
+        and not any(m.kind is MemberKind.DETOKENIZER for m in part)
+    )
+
+
+def _store_peers(
+    pids: set[tuple[str | None, int]],
+    rank0: dict[tuple[str | None, int], Member],
+    procs: dict[tuple[str | None, int], ProcessInfo],
+    snapshot: Snapshot,
+) -> list[Member]:
+    """The TP0 schedulers (of `rank0`) that listen where the processes `pids` hold an established
+    connection to."""
+    out: list[Member] = []
+    for obs in snapshot.facts(SOCKETS):
+        for c in obs.fact:
+            if (obs.node_ip, c.pid) not in pids or c.socket.state != TCP_ESTABLISHED:
+                continue
+            ip, port = c.socket.remote_ip, c.socket.remote_port
+            for (node, pid), m in rank0.items():
+                info = procs.get((node, pid))
+                if info is not None and _listens_at(info, node, ip, port, obs.node_ip):
+                    out.append(m)
+    return out
+
+
+def _listens_at(
+    info: ProcessInfo, node: str | None, ip: str, port: int, caller_node: str | None
+) -> bool:
+    """`info` (a process of `node`) listens where a process of `caller_node` connected to
+    `ip:port`: at that address, or on every address of its node; a loopback address only from
+    its own node."""
+    for addr in info.listen_addrs:
+        host, _, text = addr.rpartition(":")
+        host = host.strip("[]")
+        if text != str(port):
+            continue
+        loopback = ip.startswith("127.") or ip == "::1"
+        if loopback and caller_node != node:
+            continue
+        if host == ip or (host in ("", "0.0.0.0", "::") and (loopback or ip == node)):
+            return True
+    return False
 
 
 # SGLang's process titles (setproctitle), 0.5.15.post1 and 0.5.23 alike: exact titles -> kind.
@@ -1188,7 +1304,10 @@ def _engines(
     snapshot: Snapshot,
     logged: dict[tuple[str | None, int], tuple[str, str]] | None = None,
     procs: dict[tuple[str | None, int], ProcessInfo] | None = None,
+    launchers: frozenset[str] = frozenset(),
 ) -> tuple[Engine, ...]:
+    """The engines to probe. `launchers`: the URLs of multi-node engines' node launchers (SGLang's
+    dummy health servers, `_join_engine_nodes`): no engine, whoever else names them."""
     engines: dict[str, Engine] = {}
     for m in members:
         if m.role is Role.SGLANG_ENGINE and m.kind is MemberKind.HTTP_SERVER and m.engine_url:
@@ -1231,7 +1350,7 @@ def _engines(
         if obs.kind is HttpPeer.ENGINE:
             url = obs.answer.url.rstrip("/")
             engines.setdefault(url, Engine(url, None, None, None, "earlier-answer"))
-    return tuple(engines.values())
+    return tuple(e for e in engines.values() if e.url not in launchers)
 
 
 _ANY_HOST = ("127.0.0.1", "localhost", "0.0.0.0", "[::1]", "[::]")

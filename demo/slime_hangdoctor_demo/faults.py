@@ -906,6 +906,34 @@ FAULTS: dict[str, FaultSpec] = {
             ),
         ),
         FaultSpec(
+            name="rollout_tp_rank_stuck",
+            description=(
+                "engines with 2 TP ranks: at the armed rollout, engine 1's last TP rank never "
+                "gets past its decode forward (a CUDA sync of a kernel that never finishes on "
+                "its GPU alone); it never posts the forward's all_reduce, which its other ranks "
+                "posted and wait for at the batch's result, for ever. With the engines on two "
+                "nodes (`start_demo(tp_nodes=2)`: SGLang's --nnodes 2, one SGLangEngine actor "
+                "per node) that rank runs on the second node, under node rank 1's launcher"
+            ),
+            expected=Expected(
+                status="hung",
+                stage="rollout_dispatch",
+                culprit_role="sglang_engine",
+                culprit_engine=FAULT_ENGINE,
+            ),
+            server_fault="tp_rank_stuck",
+            tp_size=2,
+            frames=(
+                FrameSignature("driver", ("train",)),
+                FrameSignature("rollout_manager", ("run", "generate_rollout", "generate")),
+                FrameSignature("engine 1 scheduler", ("process_batch_result", "event_loop_normal")),
+                FrameSignature(
+                    "engine 1 scheduler TP1",
+                    ("_synchronize", "forward_decode", "run_batch", "event_loop_normal"),
+                ),
+            ),
+        ),
+        FaultSpec(
             name="weight_update_session_stuck",
             description=(
                 "the job laid out as miles main, which opens a weight-update session on every "

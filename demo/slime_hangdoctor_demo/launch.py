@@ -155,6 +155,9 @@ class DemoRun:
     workdir: Path
     fault_after_steps: int
     owns_head: bool = True
+    # the nodes each engine runs on (slime: --rollout-num-gpus-per-engine over --num-gpus-per-node):
+    # one SGLangEngine actor per node, consecutive ranks, node rank 0 the engine's HTTP side
+    nodes_per_engine: int = 1
     started_at: float = field(default_factory=time.monotonic)
     armed_after_s: float | None = None
     ready_after_s: float | None = None
@@ -194,11 +197,17 @@ class DemoRun:
                 out["serving_cluster"] = int(pid)
         for pid, rank in _RANK_RE.findall(logs):
             out[f"train rank {rank}"] = int(pid)
-        port_to_engine = {int(port): int(i) for i, _host, port in _ENGINE_PORT_RE.findall(logs)}
+        port_to_actor = {int(port): int(i) for i, _host, port in _ENGINE_PORT_RE.findall(logs)}
         for pid, _host, port in _ENGINE_LAUNCH_RE.findall(logs):
-            if int(port) in port_to_engine:
-                out[f"engine {port_to_engine[int(port)]} actor"] = int(pid)
+            if int(port) in port_to_actor:
+                out[f"{self._engine_label(port_to_actor[int(port)])} actor"] = int(pid)
         return out
+
+    def _engine_label(self, actor_rank: int) -> str:
+        """`engine N` for the actor of an engine's node rank 0, `engine N node<k>` for its node
+        rank k (an engine on several nodes has one actor per node, consecutive ranks)."""
+        engine, node = divmod(actor_rank, self.nodes_per_engine)
+        return f"engine {engine}" if node == 0 else f"engine {engine} node{node}"
 
     def processes(self) -> dict[str, int]:
         """`roles()` plus each engine's server ("engine N server", the actor's spawn child) and
@@ -235,6 +244,7 @@ class DemoRun:
             if not label.endswith(" actor"):
                 continue
             engine = label.removesuffix(" actor")
+            base = engine.split(" node", 1)[0]  # a rank's label names its engine, not its node
             try:
                 children = psutil.Process(pid).children(recursive=True)
             except psutil.Error:
@@ -247,7 +257,7 @@ class DemoRun:
                 if cmd and cmd[0].startswith("sglang::scheduler"):
                     rank = cmd[0].rsplit("_TP", 1)[-1] if "_TP" in cmd[0] else "0"
                     suffix = "" if rank == "0" else f" TP{rank}"
-                    out[f"{engine} scheduler{suffix}"] = child.pid
+                    out[f"{base} scheduler{suffix}"] = child.pid
                 elif cmd and cmd[0] == "sglang::detokenizer":
                     out[f"{engine} detokenizer"] = child.pid
                 elif any("spawn_main" in part for part in cmd):
@@ -255,9 +265,11 @@ class DemoRun:
         return out
 
     def engine_urls(self) -> dict[int, str]:
+        """Engine number -> its URL (node rank 0's server: the only one with SGLang's API)."""
         return {
-            int(i): f"http://{host}:{port}"
+            int(i) // self.nodes_per_engine: f"http://{host}:{port}"
             for i, host, port in _ENGINE_PORT_RE.findall(self.logs())
+            if int(i) % self.nodes_per_engine == 0
         }
 
     def _engines_listening(self, logs: str) -> bool:
@@ -288,7 +300,7 @@ class DemoRun:
             return f"training: step {steps}; waiting for the fault {spec.name} to arm"
         if "Running entrypoint" not in logs:
             return "waiting for Ray to start the job's driver"
-        engines = len(_ENGINE_PORT_RE.findall(logs))
+        engines = len(_ENGINE_PORT_RE.findall(logs)) // self.nodes_per_engine
         if not engines:
             return "the job's driver is creating its placement group and rollout manager"
         waiting = []
@@ -531,16 +543,22 @@ def start_demo(
     head: cluster.RayHead | None = None,
     layout: str | None = None,
     tp_size: int | None = None,
+    tp_nodes: int = 1,
 ) -> DemoRun:
     """Start a Ray head (or use `head`, which then outlives the run) and submit the demo job with
     `fault`; returns at once (see `DemoRun.wait_until_ready`). On any failure everything started
     so far is stopped. `layout`: one of JOB_LAYOUTS (`miles`: the job as `miles_job` lays it out,
     under `workdir`; None: the fault's own, else `slime`). `tp_size`: TP ranks per engine (None:
     the fault's own, 1 for most), as slime's `--rollout-num-gpus-per-engine`, with as many engines
-    as at one rank each."""
+    as at one rank each. `tp_nodes`: the nodes each engine's TP ranks spread over (slime's
+    multi-node engines: `--num-gpus-per-node` tp/tp_nodes, one SGLangEngine actor per node); the
+    job's `--rollout-node-resource` (in `extra_args`) then names one resource per node,
+    comma-separated."""
     spec = get_fault(fault)
     layout = job_layout(spec, layout)
     tp = tp_size_of(spec, tp_size)
+    if tp_nodes < 1 or tp % tp_nodes:
+        raise DemoError(f"{tp} TP ranks do not spread evenly over {tp_nodes} nodes")
     missing = missing_modules()
     if missing:
         raise DemoError(
@@ -579,6 +597,7 @@ def start_demo(
         submission_id=submission_id,
         workdir=workdir,
         fault_after_steps=fault_after_steps,
+        nodes_per_engine=tp_nodes,
     )
     try:
         args = ["--sglang-request-log-dir", str(request_logs), *LAYOUT_ARGS.get(layout, ())]
@@ -588,7 +607,8 @@ def start_demo(
             args += ["--rm-type", "remote_rm", "--rm-url", f"http://127.0.0.1:{rm_port}/score"]
         if tp > 1:
             args += ["--rollout-num-gpus", str(2 * tp), "--rollout-num-gpus-per-engine", str(tp)]
-            args += ["--num-gpus-per-node", str(max(2, tp))]
+            per_node = tp // tp_nodes if tp_nodes > 1 else max(2, tp)
+            args += ["--num-gpus-per-node", str(per_node)]
         if "--sglang-base-port" not in args:
             # slime counts engine ports up from 15000; two demos on one box would race for the
             # same ports, so each run starts from a free block of its own (cluster.quiet_port_block)

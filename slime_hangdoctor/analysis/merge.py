@@ -3,7 +3,6 @@ candidate; its score sums the best weight of each source that names it."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from slime_hangdoctor.analysis.readers.nvml import gpu_by_index
@@ -11,7 +10,7 @@ from slime_hangdoctor.analysis.signatures import Block
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.analysis.source_analysis import Suspect
 from slime_hangdoctor.analysis.world import Proc, World
-from slime_hangdoctor.topology import MemberKind
+from slime_hangdoctor.topology import MemberKind, scheduler_tp_rank
 from slime_hangdoctor.verdict import Culprit, Role, Stage
 
 
@@ -148,12 +147,11 @@ def _same(g: Merged, s: Suspect, world: World) -> bool:
 _KIND_WORDS = {
     MemberKind.ACTOR: "SGLangEngine actor",
     MemberKind.HTTP_SERVER: "HTTP server",
+    MemberKind.NODE_LAUNCHER: "node launcher",
     MemberKind.SCHEDULER: "scheduler",
     MemberKind.DETOKENIZER: "detokenizer",
     MemberKind.TOKENIZER_WORKER: "tokenizer worker",
 }
-
-_TP_RANK = re.compile(r"scheduler_TP(\d+)")  # sglang::scheduler_TP1 (SGLang's process title)
 
 # where a process of an engine holds: parked, asleep, in a collective or at a CUDA sync, on a CPU.
 # Not the blocks that wait on another process (HTTP, ray.get, an idle event loop, an idle Ray
@@ -174,8 +172,7 @@ def tp_rank(p: Proc) -> int | None:
     """A scheduler's TP rank, from its title (`sglang::scheduler_TP1`); None for any other
     process, or a scheduler whose title was not read."""
     title = p.member.title if p.member is not None else ""
-    tp = _TP_RANK.search(title) if p.kind is MemberKind.SCHEDULER else None
-    return int(tp.group(1)) if tp else None
+    return scheduler_tp_rank(title) if p.kind is MemberKind.SCHEDULER else None
 
 
 def holder(g: Merged, world: World) -> Proc | None:
@@ -184,10 +181,16 @@ def holder(g: Merged, world: World) -> Proc | None:
     only stands for its engine (`Suspect.stands_in`, the HTTP server by default). Among the
     engine's processes, one whose stack waits inside the engine's work (a stage, and a block that
     is no wait on another process: a scheduler parked under `forward_decode`, a rank in a
-    collective, a loop on a CPU), a scheduler first. None: nothing of the group shows it."""
+    collective, a loop on a CPU), a scheduler first. None: nothing of the group shows it. Such
+    a process that a lighter suspect names by its own state comes first, on whatever node (a
+    multi-node engine's rank on another node than the server the heavier suspect stands for)."""
     named = [s for s in g.ranked() if s.pid is not None]
     if not named or not named[0].stands_in:
         return None
+    for s in named:
+        p = None if s.stands_in else world.find(s.pid, s.node_ip)
+        if p is not None and _holds(p) and p.engine_url == g.first("engine_url"):
+            return p
     url = g.first("engine_url")
     if url is None:
         return None
@@ -198,10 +201,14 @@ def holder(g: Merged, world: World) -> Proc | None:
         if p.engine_url == url
         and p.role is g.role
         and (node is None or p.node_ip in (None, node))
-        and p.latest is not None
-        and p.latest.stage is not None
-        and p.latest.block in _HELD_BLOCKS
+        and _holds(p)
     ]
     if not held:
         return None
     return max(held, key=lambda p: (p.kind is MemberKind.SCHEDULER, -held.index(p)))
+
+
+def _holds(p: Proc) -> bool:
+    """Its stack waits inside its engine's work: a stage, and a block that is no wait on another
+    process (`_HELD_BLOCKS`)."""
+    return p.latest is not None and p.latest.stage is not None and p.latest.block in _HELD_BLOCKS

@@ -190,3 +190,76 @@ def test_a_node_killed_mid_run_is_a_blind_spot(live_pool: LivePool) -> None:
     verdict = json.loads(got.out)
     assert got.wall < got.timeout + 1 + 2.5
     assert any(NODE2_IP in spot for spot in verdict["blind_spots"]), verdict["blind_spots"]
+
+
+# issue 45 item 2: one engine's TP ranks on two nodes (SGLang's --nnodes 2, one SGLangEngine actor
+# per node): the train ranks and each engine's node rank 0 on the head, node rank 1 on the second
+TP_NODES = [
+    "--actor-node-resource",
+    "node:__internal_head__",
+    "--rollout-node-resource",
+    "node:__internal_head__,rollout_node",
+]
+TP_FAULT = "rollout_tp_rank_stuck"
+
+
+@dataclass
+class TpAcrossNodes:
+    attached: Attached
+    processes: dict[str, int]  # the demo's process labels, read while the job ran
+
+
+@scenario("multinode-tp", long=True)
+def _multinode_tp(slot: Slot) -> TpAcrossNodes | BaseException:
+    """A two-node cluster of its own: the demo fault `rollout_tp_rank_stuck` with each engine's
+    two TP ranks on two nodes (TP1, the rank that never leaves its forward, on the second),
+    attached once. Its exception is its result."""
+    work = slot.workdir("multinode-tp")
+    head = cluster.start_head(work, num_cpus=2)
+    try:
+        cluster.start_worker_node(
+            head, work, resources={"rollout_node": 4}, num_cpus=1, node_ip_address=NODE2_IP
+        )
+        run = start_demo(
+            TP_FAULT, workdir=work / "demo", head=head, extra_args=TP_NODES, tp_nodes=2
+        )
+        try:
+            run.wait_until_ready(timeout=150)
+            processes = run.processes()
+            return TpAcrossNodes(_culprit_run(head, run, work), processes)
+        finally:
+            run.stop()
+    except Exception as exc:  # noqa: BLE001 - re-raised by the test
+        return exc
+    finally:
+        head.stop()
+
+
+@pytest.mark.live("multinode-tp")
+def test_a_tp_rank_on_the_second_node_is_named_with_its_engine(live_pool: LivePool) -> None:
+    """An engine whose TP ranks span two nodes is one engine: its node-rank-1 launcher (SGLang's
+    dummy health server) is not reported as an engine, and the rank on the second node that never
+    leaves its forward, while TP0 on the head waits at the batch's result, is the culprit: that
+    scheduler, on that node, of that engine, in rollout generation."""
+    got = live_pool.result("multinode-tp")
+    if isinstance(got, BaseException):
+        raise got
+    attached, procs = got.attached, got.processes
+    verdict, urls = attached.verdict, attached.urls
+    expected = FAULTS[TP_FAULT].expected
+    assert (verdict["status"], verdict["stage"]) == (expected.status, expected.stage), verdict[
+        "summary"
+    ]
+    culprit = verdict["culprits"][0]
+    assert culprit["role"] == "sglang_engine" and culprit["engine_url"] == urls[1], culprit
+    assert culprit["node_ip"] == NODE2_IP, culprit
+    assert culprit["pid"] == procs["engine 1 scheduler TP1"], (culprit, procs)
+    assert culprit["process"] == "scheduler TP1", culprit
+    # the two engines and only they: no node launcher's dummy health server among them
+    assert {e["url"] for e in verdict["extra"]["engines"]} == set(urls.values())
+    assert attached.rc == 2 and attached.wall < 30 + 5
+    with open_bundle(attached.bundle) as b:
+        remote = {
+            r.source for r in b.manifest.probes if r.node_ip == NODE2_IP and r.outcome.value == "ok"
+        }
+    assert {"processes", "pyspy", "sockets"} <= remote, remote  # read there, by the pinned task

@@ -186,9 +186,23 @@ def test_tp_rank_killed_at_launch_leaves_rank0_in_the_rendezvous_and_the_launche
     port = free_port()
     env = {**os.environ, "PYTHONPATH": pythonpath()}
     proc = subprocess.Popen(  # noqa: S603 - our own module
-        [sys.executable, "-m", "slime_hangdoctor_demo.sglang_server", "--host", "127.0.0.1",
-         "--port", str(port), "--tp-size", "2", "--fault", "tp_rank_killed_at_launch"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "slime_hangdoctor_demo.sglang_server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--tp-size",
+            "2",
+            "--fault",
+            "tp_rank_killed_at_launch",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         server = psutil.Process(proc.pid)
@@ -205,8 +219,11 @@ def test_tp_rank_killed_at_launch_leaves_rank0_in_the_rendezvous_and_the_launche
             return out
 
         assert wait_for(
-            lambda: "init_process_group" in pyspy_frames(titles().get("sglang::scheduler_TP0", 0))
-            if "sglang::scheduler_TP0" in titles() else False,
+            lambda: (
+                "init_process_group" in pyspy_frames(titles().get("sglang::scheduler_TP0", 0))
+                if "sglang::scheduler_TP0" in titles()
+                else False
+            ),
             timeout=40,
         )
         time.sleep(3.0)  # the 0.5.15.post1 launcher would have seen the death by now (5 s poll)
@@ -251,3 +268,65 @@ def test_running_timeout_diverged_splits_the_tp_group(start: Start) -> None:
     time.sleep(2.0)
     assert "process_batch_result" in pyspy_frames(ranks["sglang::scheduler_TP0"])
     assert "broadcast_pyobj" in pyspy_frames(ranks["sglang::scheduler_TP3"])
+
+
+def test_an_engine_on_two_nodes_runs_rank_1_under_a_launcher_with_a_dummy_health_server(
+    start: Start, tmp_path: Path
+) -> None:
+    """SGLang's `--nnodes 2` (issue 45 item 2): node rank 1 runs its TP rank and the dummy health
+    server only (0.5.15.post1 entrypoints/engine.py:835-862); its rank meets rank 0's at
+    --dist-init-addr. With `tp_rank_stuck` live, that rank never leaves its decode forward and
+    rank 0 waits at the batch's result."""
+    import os
+    import sys
+
+    import psutil
+
+    from tests.integration.sglang_standin_harness import pythonpath
+
+    dist, port1 = f"127.0.0.1:{free_port()}", free_port()
+    shared = ("--tp-size", "2", "--nnodes", "2", "--dist-init-addr", dist)
+    shared += ("--fault", "tp_rank_stuck")
+    node1 = subprocess.Popen(  # noqa: S603 - the stand-in, fixed argv
+        [sys.executable, "-m", "slime_hangdoctor_demo.sglang_server", "--port", str(port1)]
+        + [*shared, "--node-rank", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": pythonpath()},
+        start_new_session=True,
+    )
+    try:
+        node0 = start(*shared, "--node-rank", "0")
+        dummy = f"http://127.0.0.1:{port1}"
+        assert wait_for(lambda: _status(dummy + "/health") == 200)
+        assert _status(dummy + "/health_generate") == 200
+        assert _status(dummy + "/server_info") == 404  # no API on node rank 1
+        kids = {c.cmdline()[0]: c.pid for c in psutil.Process(node1.pid).children()}
+        assert set(kids) == {"sglang::scheduler_TP1"}  # no detokenizer there
+        assert set(schedulers(node0)) == {"sglang::scheduler_TP0"}
+        launcher = pyspy_frames(node1.pid)
+        assert "wait_for_completion" in launcher and "_launch_subprocesses" in launcher
+        assert "health-check-server" in launcher
+        box: dict[str, Any] = {}
+
+        def ask() -> None:
+            try:
+                box["r"] = generate(node0, 60)
+            except requests.RequestException:
+                pass  # the stand-in stopped at the test's end
+
+        threading.Thread(target=ask, daemon=True).start()
+        rank1, rank0 = kids["sglang::scheduler_TP1"], schedulers(node0)["sglang::scheduler_TP0"]
+        assert wait_for(lambda: "forward_decode" in pyspy_frames(rank1), timeout=30)
+        assert "Scheduler.process_batch_result" in pyspy_frames(rank0)
+        assert "r" not in box  # the request never finishes
+    finally:
+        node1.kill()
+        node1.wait(timeout=10)
+
+
+def _status(url: str) -> int | None:
+    try:
+        return requests.get(url, timeout=2).status_code
+    except requests.RequestException:
+        return None

@@ -1,8 +1,10 @@
 """Stacks: the process that is not in the collective its peers (train ranks, one engine's
-schedulers) wait in, or the odd collective out; ranks of one group that wait in different
-collectives at both samples, the hang's cause (`collective_mismatch`: each side's ranks, collective
-and call site, and what tells the sides apart); and, between the samples, a process that moved to
-another stage (work) or sat in the same wait (frozen)."""
+schedulers) wait in, or the odd collective out; an engine's scheduler still inside its batch's
+forward while its TP peers, on whatever node, wait at that batch's result (`_behind_in_the_batch`);
+ranks of one group that wait in different collectives at both samples, the hang's cause
+(`collective_mismatch`: each side's ranks, collective and call site, and what tells the sides
+apart); and, between the samples, a process that moved to another stage (work) or sat in the same
+wait (frozen)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from slime_hangdoctor.analysis.readers.pyspy import (
     intake_call,
 )
 from slime_hangdoctor.analysis.signatures import Block, split_name
+from slime_hangdoctor.analysis.signatures.sglang import BATCH_FORWARD, BATCH_RESULT
 from slime_hangdoctor.analysis.source_analysis import (
     MEDIUM,
     WEAK,
@@ -107,7 +110,7 @@ def _in_collective(p: Proc) -> bool:
 def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
     in_coll = [p for p in ranks if p.latest is not None and _in_collective(p)]
     if not in_coll:
-        return []
+        return _behind_in_the_batch(ranks)
     role = ranks[0].role or Role.TRAIN_RANK
     outside = [p for p in ranks if p not in in_coll]
     if outside and all(p.latest is not None and p.latest.primary.in_intake for p in outside):
@@ -161,6 +164,59 @@ def _odd_ones(ranks: list[Proc], world: World) -> list[Suspect]:
             if not _parked_in_native(world, p)
         ]
     return _collective_minority(in_coll, role)
+
+
+def _batch_point(p: Proc) -> str | None:
+    """Where in one batch an engine's scheduler waits, the same at every sample: "forward" (its
+    innermost stage frame is the batch's forward) or "result" (the batch's result); None for a
+    process that is no scheduler, that runs on a CPU, or that moved between them."""
+    if p.kind is not MemberKind.SCHEDULER or not p.reads:
+        return None
+    points: set[str | None] = set()
+    for read in p.reads:
+        frame = read.primary.stage_frame
+        name = split_name(frame.name)[1] if frame is not None else ""
+        if read.block is Block.CPU:
+            return None
+        points.add(
+            "result" if name in BATCH_RESULT else "forward" if name in BATCH_FORWARD else None
+        )
+    return points.pop() if len(points) == 1 else None
+
+
+def _behind_in_the_batch(ranks: list[Proc]) -> list[Suspect]:
+    """One engine's schedulers, none in a collective frame, each waiting at one point of a batch
+    at every sample: those still inside the batch's forward while the others wait at its result
+    (`BATCH_FORWARD`, `BATCH_RESULT`). The result waits for the forward's TP collectives, which
+    the ranks in the forward have not posted: they are behind (a kernel or host call in their
+    forward that never returns). Wherever the ranks are (one engine's nodes alike)."""
+    where = {p.pid: _batch_point(p) for p in ranks}
+    forward = [p for p in ranks if where[p.pid] == "forward"]
+    result = [p for p in ranks if where[p.pid] == "result"]
+    if not forward or not result or len(forward) + len(result) != len(ranks):
+        return []
+    waiting = ", ".join(_rank(p) for p in result[:4])
+    return [
+        suspect(
+            STACKS,
+            p.role or Role.SGLANG_ENGINE,
+            f"stacks: {_rank(p)} of engine {p.engine_url} is still inside its batch's forward "
+            f"({p.latest.describe() if p.latest else '?'}) at every sample, while its TP peers "
+            f"wait at that batch's result for the forward's collectives ({waiting}): it has not "
+            "posted them",
+            p,
+            weight=MEDIUM if len(forward) <= len(result) else WEAK,
+            stage=p.latest.stage if p.latest else None,
+            evidence=tuple(f"{_rank(q)}: {brief(q)}" for q in ranks[:8]),
+        )
+        for p in forward
+    ]
+
+
+def _rank(p: Proc) -> str:
+    """`scheduler TP1 (pid 42 on 10.0.0.2)`: the process of its engine, and where it runs."""
+    where = f" on {p.node_ip}" if p.node_ip else ""
+    return f"{process_kind(p)} (pid {p.pid}{where})"
 
 
 def _fr_in_flight(world: World, p: Proc) -> bool:

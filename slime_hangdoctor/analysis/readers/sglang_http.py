@@ -894,13 +894,15 @@ ENGINES_MEMO = "sglang_http.read_engines"  # the key of the engines' reads in `W
 
 def read_engines(world: World) -> tuple[EngineRead, ...]:
     """One EngineRead per engine of the job the topology or the HTTP probes know (not those only
-    a router lists: `Topology.listed`, whatever their answers say), read once per world: every
+    a router lists: `Topology.listed`, whatever their answers say, nor a multi-node engine's node
+    launchers: `Topology.launchers`), read once per world: every
     part, the composition and the advice reach the engines' reads here."""
     return world.memo(ENGINES_MEMO, lambda: _read_engines(world))
 
 
 def _read_engines(world: World) -> tuple[EngineRead, ...]:
     strangers = {e.url.rstrip("/") for e in world.topology.listed}
+    strangers |= {url.rstrip("/") for url in world.topology.launchers}  # no engine's API
     by_url: dict[str, list[HttpObs]] = {}
     for o in world.snapshot.joined(HTTP_ANSWERS):
         if o.kind is HttpPeer.ENGINE and o.answer.url.rstrip("/") not in strangers:
@@ -916,7 +918,9 @@ def _read_engines(world: World) -> tuple[EngineRead, ...]:
     view = build_view(world.snapshot)
     history = view.paused if view is not None else ()
     return tuple(
-        read_engine(url, obs, world, nodes.get(url), history) for url, obs in sorted(by_url.items())
+        read_engine(url, obs, world, nodes.get(url), history)
+        for url, obs in sorted(by_url.items())
+        if url not in strangers
     )
 
 

@@ -78,6 +78,19 @@ SCHEDULER_FRAMES: tuple[FrameSig, ...] = (
     FrameSig("__init__", Stage.STARTUP, SGLANG, "ModelRunner", "model runner startup"),
 )
 
+# One batch of an engine, in the order each of its TP ranks runs it (0.5.15.post1 scheduler.py:
+# 1542-1561 `event_loop_normal`: `run_batch`, then `process_batch_result`): the forward posts the
+# batch's TP collectives (the row-parallel all-reduces, on the device stream with NCCL), and the
+# result waits for them (`copy_done.synchronize()`, batch_result_processor.py:187-635), which needs
+# every rank's. A rank whose CPU is still inside the forward, while its peers wait at the result,
+# has not posted what they wait for.
+BATCH_FORWARD = frozenset(
+    {"run_batch", "forward_batch_generation", "forward", "forward_decode", "forward_extend"}
+)
+BATCH_RESULT = frozenset(
+    {"process_batch_result", "process_batch_result_decode", "process_batch_result_prefill"}
+)
+
 RENDEZVOUS_WAITS: tuple[WaitSig, ...] = (
     WaitSig(Block.RENDEZVOUS, "init_custom_process_group", "sglang/srt/"),
 )

@@ -33,6 +33,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--model-path", default="demo/model")
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--tp-size", type=int, default=1)
+    # multi-node engines (SGLang's own flags): `--nnodes N --node-rank K --dist-init-addr HOST:PORT`
+    # on every node of the engine; node rank 0 serves HTTP, the others only run their TP ranks
+    # (entrypoints/engine.py `_launch_subprocesses`)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--dist-init-addr", default=None)
     p.add_argument("--context-length", type=int, default=4096)
     p.add_argument("--max-total-tokens", type=int, default=65536)
     p.add_argument("--max-running-requests", type=int, default=64)
@@ -98,8 +104,28 @@ def build_server_args(ns: argparse.Namespace) -> Msg:
         "weight_version": "default",
         "enable_memory_saver": bool(ns.enable_memory_saver),
         "disable_overlap_schedule": False,
-        "dist_init_addr": None,
-        "nnodes": 1,
-        "node_rank": 0,
+        "dist_init_addr": ns.dist_init_addr,
+        "nnodes": ns.nnodes,
+        "node_rank": ns.node_rank,
         "crash_dump_folder": None,
     }
+
+
+def tp_rank_range(ns: argparse.Namespace) -> range:
+    """The TP ranks this node of the engine runs: 0.5.15.post1 entrypoints/engine.py:1400-1431
+    `_calculate_rank_ranges` (pp_size 1): `tp_size // nnodes` consecutive ranks from
+    `tp_size_per_node * node_rank`, so node rank 1 of a TP=4 engine on two nodes runs TP2 and TP3."""
+    tp_size = max(int(ns.tp_size), 1)
+    nnodes = max(int(ns.nnodes), 1)
+    per_node = max(tp_size // nnodes, 1)
+    start = per_node * (int(ns.node_rank) % nnodes)
+    return range(start, start + per_node)
+
+
+def dist_init_method(ns: argparse.Namespace, fallback_port: int) -> str:
+    """The TP group's rendezvous: `tcp://<dist_init_addr>` where it is given (every node of a
+    multi-node engine meets there: 0.5.15.post1 model_executor/model_runner.py:1275-1281), else
+    a port of the engine's own on 127.0.0.1."""
+    if ns.dist_init_addr:
+        return f"tcp://{ns.dist_init_addr}"
+    return f"tcp://127.0.0.1:{fallback_port}"

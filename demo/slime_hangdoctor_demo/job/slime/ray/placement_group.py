@@ -52,14 +52,22 @@ def create_placement_groups(args: argparse.Namespace) -> dict[str, PGTuple]:
     if args.colocate:
         pg, idx, gpus = _create_placement_group(actor_gpus, fault=args.fault)
         return {"actor": (pg, idx, gpus), "rollout": (pg, idx, gpus)}
-    pins = [args.actor_node_resource] * actor_gpus + [
-        args.rollout_node_resource
-    ] * args.rollout_num_gpus
+    pins = [args.actor_node_resource] * actor_gpus + rollout_pins(args)
     pg, idx, gpus = _create_placement_group(actor_gpus + args.rollout_num_gpus, pins, args.fault)
     return {
         "actor": (pg, idx[:actor_gpus], gpus[:actor_gpus]),
         "rollout": (pg, idx[actor_gpus:], gpus[actor_gpus:]),
     }
+
+
+def rollout_pins(args: argparse.Namespace) -> list[str | None]:
+    """The node resource of each rollout "GPU": `--rollout-node-resource`, or with several
+    (comma-separated) the GPUs of node k, `--num-gpus-per-node` at a time, on the k-th (cyclically):
+    as slime's placement group orders its bundles by node (624b824 placement_group.py:21-88 sorts
+    them by node IP and GPU id), an engine wider than a node gets one actor on each of consecutive nodes."""
+    names = [n for n in (args.rollout_node_resource or "").split(",") if n] or [None]
+    per_node = max(int(args.num_gpus_per_node), 1)
+    return [names[(i // per_node) % len(names)] for i in range(args.rollout_num_gpus)]
 
 
 def allocate_train_group(

@@ -122,7 +122,10 @@ class ServerGroup:
 
         base_port = max(port_cursors.values()) if port_cursors else args.sglang_base_port
         addr_and_ports, port_cursors = _allocate_rollout_engine_addr_and_ports_normal(
-            args=args, rollout_engines=rollout_engines, base_port=base_port
+            args=args,
+            rollout_engines=rollout_engines,
+            base_port=base_port,
+            nodes_per_engine=self.nodes_per_engine,
         )
         init_handles = [
             engine.init.remote(
@@ -422,6 +425,7 @@ class RolloutManager:
             or fault_armed(self.args, "rollout_tp_rank_prefetch_stuck", rollout_id)
             or fault_armed(self.args, "engine_detokenizer_stalled", rollout_id)
             or fault_armed(self.args, "rollout_tp_ranks_diverged", rollout_id)
+            or fault_armed(self.args, "rollout_tp_rank_stuck", rollout_id)
         ):
             # demo fault plan: the engine's scheduler blocks at its next decode step, which is
             # one of this rollout's requests that the router sends it
@@ -652,26 +656,40 @@ def start_rollout_servers(
 
 
 def _allocate_rollout_engine_addr_and_ports_normal(
-    *, args: argparse.Namespace, rollout_engines: list[tuple[int, Any]], base_port: int
+    *,
+    args: argparse.Namespace,
+    rollout_engines: list[tuple[int, Any]],
+    base_port: int,
+    nodes_per_engine: int = 1,
 ) -> tuple[dict[int, dict[str, Any]], dict[int, int]]:
-    """Server port and NCCL port per engine, counted up from `base_port` (--sglang-base-port,
-    15000); returns them and the next free port per node (rollout.py:827-913)."""
+    """Server port and NCCL port per engine actor, counted up from `base_port`
+    (--sglang-base-port, 15000); returns them and the next free port per node (rollout.py:827-913).
+    An engine on several nodes (one actor per node, consecutive ranks) has one `dist_init_addr`,
+    taken on its first node and given to all of its actors (rollout.py:896-903)."""
     taken: set[int] = set()
     addr_and_ports: dict[int, dict[str, Any]] = {}
     next_port = base_port
-    for rank, _engine in rollout_engines:
+    dist_init_addr = ""
+    for rank, engine in rollout_engines:
+        # an engine on several nodes: each of its actors serves on its node's address, and they
+        # meet at the first one's (slime: `get_addr()`, the actor's node IP, rollout.py:878-880,
+        # 896-903)
+        host = args.sglang_host if nodes_per_engine == 1 else ray.get(engine._get_node_ip.remote())
         port = get_free_port(start_port=next_port, taken=taken)
         taken.add(port)
         nccl_port = get_free_port(start_port=port + 1, taken=taken)
         taken.add(nccl_port)
-        dist_port = get_free_port(start_port=nccl_port + 1, taken=taken)
-        taken.add(dist_port)
-        next_port = dist_port + 1
+        next_port = nccl_port + 1
+        if rank % nodes_per_engine == 0:  # the engine's first node
+            dist_port = get_free_port(start_port=nccl_port + 1, taken=taken)
+            taken.add(dist_port)
+            next_port = dist_port + 1
+            dist_init_addr = f"{host}:{dist_port}"
         addr_and_ports[rank] = {
-            "host": args.sglang_host,
+            "host": host,
             "port": port,
             "nccl_port": nccl_port,
-            "dist_init_addr": f"{args.sglang_host}:{dist_port}",
+            "dist_init_addr": dist_init_addr,
         }
         logger.info(f"Ports for engine {rank}: {addr_and_ports[rank]}")
     return addr_and_ports, {0: next_port}

@@ -44,7 +44,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--rollout-node-resource",
         default=None,
-        help="custom Ray resource that pins engine bundles to a node",
+        help="custom Ray resource that pins engine bundles to a node; several, comma-separated: "
+        "the engines' GPUs node by node (--num-gpus-per-node each) on each in turn",
     )
     p.add_argument("--sglang-host", default="127.0.0.1")
     p.add_argument("--sglang-base-port", type=int, default=15000)

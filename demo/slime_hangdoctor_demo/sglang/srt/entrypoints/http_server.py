@@ -76,7 +76,15 @@ Faults (armed `--fault-after-s` seconds after start):
 - `running_timeout_diverged` (sglang#27221, PR#37143; needs `--tp-size` >= 2): the upper half of
   the TP ranks abort the running batch on their own clocks (`_abort_on_running_timeout`); the
   others post the next decode's all_reduce, they wait in `broadcast_pyobj`: every rank waits.
+- `tp_rank_stuck` (needs `--tp-size` >= 2): the last TP rank's next decode forward never
+  returns (a CUDA sync of a kernel that never finishes on that rank's GPU alone); it never posts
+  the forward's all_reduce, which the other ranks posted and wait for at the batch's result. With
+  `--nnodes 2` that rank runs on node rank 1.
 `never_healthy` and `tp_rank_killed_at_launch` ignore `--fault-after-s`.
+
+Multi-node (`--nnodes N --node-rank K --dist-init-addr HOST:PORT`, SGLang's flags): node rank 0 is
+this process with TP ranks `0 .. tp/N - 1`; a node of rank K >= 1 runs its TP ranks and SGLang's
+dummy health server only (entrypoints/engine.py).
 
 SGLang 0.5.23's weight-update session (`/begin_weight_update`, `/end_weight_update`) is served as
 0.5.23 serves it (miles main calls it around every weight update); every other endpoint follows
@@ -841,6 +849,15 @@ def launch_server(args: list[str]) -> None:
     """Run one stand-in engine in this process until it is killed (blocking)."""
     ns = parse_args(list(args))
     _setup_logging()
+    if ns.node_rank >= 1:
+        # a node of a multi-node engine other than rank 0: its schedulers and SGLang's dummy
+        # health server, no HTTP API (entrypoints/engine.py)
+        if not ns.dist_init_addr:
+            raise SystemExit("--node-rank >= 1 needs --dist-init-addr (where the nodes meet)")
+        from slime_hangdoctor_demo.sglang.srt.entrypoints.engine import Engine
+
+        Engine._launch_subprocesses(ns)
+        return
     tm = TokenizerManager(ns)
     _install_signals(tm)
     tm.start_subprocesses()

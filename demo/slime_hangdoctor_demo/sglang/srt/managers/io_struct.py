@@ -31,6 +31,7 @@ FAULTS = (
     "tp_rank_killed_at_launch",
     "tp_rank_killed",
     "running_timeout_diverged",
+    "tp_rank_stuck",
     # issue 45 item 5
     "hang_pause_generation",
     "pause_continue_shared_future",

@@ -655,14 +655,18 @@ def run_scheduler_process(
     try:
         scheduler = Scheduler(conn, cfg, send_to_detokenizer)
         log_startup(scheduler)
-        scheduler.send(
-            {
-                "type": "ready",
-                "status": "ready",
-                "max_total_num_tokens": scheduler.max_total_num_tokens,
-                "max_req_input_len": scheduler.max_total_num_tokens - 1,
-            }
-        )
+        ready = {
+            "type": "ready",
+            "status": "ready",
+            "max_total_num_tokens": scheduler.max_total_num_tokens,
+            "max_req_input_len": scheduler.max_total_num_tokens - 1,
+        }
+        if scheduler.tp_rank == 0:
+            scheduler.send(ready)
+        else:
+            # every scheduler writes "ready" to its own launcher pipe (engine.py:1368-1397 reads
+            # each); only a node of rank >= 1 reads its ranks' (entrypoints/engine.py)
+            send_msg(conn, scheduler.send_lock, ready)
         scheduler.run_event_loop()
     except Exception:
         logger.error("Scheduler hit an exception: %s", traceback.format_exc())

@@ -36,7 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from slime_hangdoctor_demo.sglang.srt.managers.io_struct import recv_msg, send_msg
-from slime_hangdoctor_demo.sglang.srt.server_args import build_server_args
+from slime_hangdoctor_demo.sglang.srt.server_args import (
+    build_server_args,
+    dist_init_method,
+    tp_rank_range,
+)
 
 SCHEDULER_MODULE = "slime_hangdoctor_demo.sglang_scheduler"
 
@@ -200,21 +204,17 @@ class TokenizerManager:
         them (`configure_scheduler_process`, scheduler.py:4247-4262: `sglang::scheduler` + `_TP<r>`
         when tp_size > 1), which rendezvous on a port of their own as the engine's TP group; only
         rank 0 exchanges requests and outputs with this process."""
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        # The real interpreter path, not a title as argv[0] (with a title Python cannot find a
-        # virtualenv and starts the base prefix without its site-packages): a venv, uv or conda
-        # environment stays that environment. The child sets its title with setproctitle, as
-        # SGLang's run_scheduler_process does.
-        common = [sys.executable, "-m", SCHEDULER_MODULE, "--parent-pid", str(os.getpid())]
+        env = child_env()
+        common = child_command()
         tp_size = max(int(self.ns.tp_size), 1)
-        dist_init_method = f"tcp://127.0.0.1:{_free_port()}" if tp_size > 1 else None
+        # several nodes: this node's ranks only (node rank 0 runs TP0 and the HTTP side), every
+        # node's ranks meeting at --dist-init-addr
+        init_method = dist_init_method(self.ns, _free_port()) if tp_size > 1 else None
         conns: list[Connection] = []
         # scheduler (TP rank 0) -> detokenizer -> this process, as the real engine's ZMQ path
         sched_detok, detok_sched = socket.socketpair()
         detok_parent, detok_child = socket.socketpair()
-        for tp_rank in range(tp_size):
+        for tp_rank in tp_rank_range(self.ns):
             parent, child = socket.socketpair()
             fd = child.fileno()
             extra: list[str] = []
@@ -257,20 +257,8 @@ class TokenizerManager:
         self.detok_conn = Connection(detok_parent.detach())
         self.conn = conns[0]
         self.tp_conns = conns  # ranks > 0 only read their config: kept open for their lives
-        config = {
-            "type": "config",
-            "server_args": self.server_args,
-            "fault": self.ns.fault,
-            "fault_at": self.started_at + max(self.ns.fault_after_s, 0.0),
-            "fault_arm_file": self.ns.fault_arm_file,
-            "step_s": self.ns.step_s,
-            "max_total_num_tokens": self.ns.max_total_tokens,
-            "max_running_requests": self.ns.max_running_requests,
-            "weight_sync_timeout_s": self.ns.weight_sync_timeout_s,
-            "tp_size": tp_size,
-            "dist_init_method": dist_init_method,
-        }
-        for tp_rank, conn in enumerate(conns):
+        config = scheduler_config(self.ns, self.server_args, self.started_at, init_method)
+        for tp_rank, conn in zip(tp_rank_range(self.ns), conns, strict=True):
             send_msg(
                 conn,
                 self._send_lock,
@@ -691,6 +679,39 @@ def scheduler_title(ns: Any, tp_rank: int) -> str:
     if int(ns.tp_size) <= 1:
         return title
     return f"{re.sub(r'_TP[0-9]+$', '', title)}_TP{tp_rank}"
+
+
+def child_env() -> dict[str, str]:
+    """The environment of the engine's children: this one, with the stand-in's root importable."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def child_command() -> list[str]:
+    """The real interpreter path, not a title as argv[0] (with a title Python cannot find a
+    virtualenv and starts the base prefix without its site-packages): a venv, uv or conda
+    environment stays that environment. The child sets its title with setproctitle, as SGLang's
+    run_scheduler_process does."""
+    return [sys.executable, "-m", SCHEDULER_MODULE, "--parent-pid", str(os.getpid())]
+
+
+def scheduler_config(ns: Any, server_args: Msg, started_at: float, init_method: str | None) -> Msg:
+    """The config message each scheduler reads first (its TP rank and title are added per rank)."""
+    return {
+        "type": "config",
+        "server_args": server_args,
+        "fault": ns.fault,
+        "fault_at": started_at + max(ns.fault_after_s, 0.0),
+        "fault_arm_file": ns.fault_arm_file,
+        "step_s": ns.step_s,
+        "max_total_num_tokens": ns.max_total_tokens,
+        "max_running_requests": ns.max_running_requests,
+        "weight_sync_timeout_s": ns.weight_sync_timeout_s,
+        "tp_size": max(int(ns.tp_size), 1),
+        "dist_init_method": init_method,
+    }
 
 
 def _free_port() -> int:

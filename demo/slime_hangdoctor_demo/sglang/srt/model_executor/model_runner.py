@@ -79,6 +79,11 @@ class ModelRunner:
         if self.fault_active("stuck_scheduler"):
             logger.debug("fault stuck_scheduler: forward never returns")
             self._synchronize(armed=lambda: self.fault_active("stuck_scheduler"))
+        if self.tp_rank == self.tp_size - 1 > 0 and self.fault_active("tp_rank_stuck"):
+            # fault tp_rank_stuck: this rank alone never gets past its forward, so it never posts
+            # the all_reduce below, which its peers have posted and wait for
+            logger.debug("fault tp_rank_stuck: the last TP rank's forward never returns")
+            self._synchronize()
         time.sleep(self.step_s)
         self._all_reduce_hidden_states(len(batch.reqs))
         return [next_token(r.rid, len(r.output_ids)) for r in batch.reqs]

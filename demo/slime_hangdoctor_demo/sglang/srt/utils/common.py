@@ -34,6 +34,49 @@ def kill_itself_when_parent_died(parent_pid: int) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
+def launch_dummy_health_check_server(host: str, port: int) -> None:
+    """The HTTP server of a node of rank >= 1 (0.5.15.post1 utils/common.py:3006-3066): `/ping`,
+    `/health` and `/health_generate` answer 200 at once, with no look at the schedulers; any other
+    path 404 (FastAPI's `{"detail":"Not Found"}`); `/metrics` (slime always sets
+    --enable-metrics, slime 624b824 sglang_engine.py:553) the Prometheus page of this process, which counts no
+    request. Served from a daemon thread named `health-check-server`, as SGLang's."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            path = self.path.split("?", 1)[0]
+            if path in ("/ping", "/health", "/health_generate"):
+                self._reply(200, b"", "text/plain")
+            elif path == "/metrics":
+                self._reply(200, b"", "text/plain; version=0.0.4; charset=utf-8")
+            else:
+                self._reply(404, b'{"detail":"Not Found"}', "application/json")
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(min(length, 1 << 20))
+            self._reply(404, b'{"detail":"Not Found"}', "application/json")
+
+        def _reply(self, status: int, body: bytes, ctype: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    thread = threading.Thread(target=server.serve_forever, name="health-check-server", daemon=True)
+    thread.start()
+    logging.getLogger("sglang_standin.http").info(
+        "Dummy health check server started in background thread at %s:%d", host, port
+    )
+
+
 def log_prefix(title: str) -> str:
     """`sglang::scheduler_TP0` -> ` TP0`: SGLang's log prefix mirrors the title suffix."""
     suffix = title.split("sglang::scheduler", 1)[-1].lstrip("_")

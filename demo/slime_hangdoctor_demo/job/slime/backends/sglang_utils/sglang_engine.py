@@ -44,6 +44,7 @@ SERVER_FAULTS: dict[str, str] = {
     "startup_tp_rank_killed": "tp_rank_killed_at_launch",
     "rollout_tp_rank_killed": "tp_rank_killed",
     "rollout_tp_ranks_diverged": "running_timeout_diverged",
+    "rollout_tp_rank_stuck": "tp_rank_stuck",
     # issue 45 item 5
     "offload_pause_stuck": "hang_pause_generation",
     "update_pause_orphaned": "pause_continue_shared_future",
@@ -63,6 +64,7 @@ TIMED_SERVER_FAULTS = frozenset(
         "stuck_begin_weight_update",
         "tp_rank_killed",
         "running_timeout_diverged",
+        "tp_rank_stuck",
         "hang_pause_generation",
         "pause_continue_shared_future",
     }
@@ -115,12 +117,16 @@ def server_faults() -> tuple[str, ...]:
     return tuple(FAULTS)
 
 
-def launch_server_process(server_args: list[str], base_url: str, api_key: str | None) -> Any:
+def launch_server_process(
+    server_args: list[str], base_url: str, api_key: str | None, node_rank: int = 0
+) -> Any:
     from slime_hangdoctor_demo.sglang_server import launch_server
 
     multiprocessing.set_start_method("spawn", force=True)
     p = multiprocessing.Process(target=launch_server, args=(server_args,))
     p.start()
+    if node_rank != 0:
+        return p  # slime 624b824 sglang_engine.py:55-56: only node rank 0 is waited for
     _wait_server_healthy(base_url=base_url, api_key=api_key, is_process_alive=p.is_alive)
     return p
 
@@ -170,7 +176,11 @@ class SGLangEngine(RayActor):
         self.rank = rank
         self.worker_type = worker_type
         self.base_gpu_id = base_gpu_id
-        self.node_rank = 0
+        # slime 624b824 sglang_engine.py:523-524 (`_compute_server_args`): an engine wider than a
+        # node runs on `nnodes` nodes, one actor each, consecutive ranks
+        self.nnodes = max(1, args.rollout_num_gpus_per_engine // args.num_gpus_per_node)
+        self.node_rank = rank % self.nnodes
+        self.engine_index = rank // self.nnodes  # the demo's engine number (`--fault-engine`)
         self.process: Any = None
         self.server_fault_at: float | None = None
         self.fault_arm_file: str | None = None
@@ -207,6 +217,9 @@ class SGLangEngine(RayActor):
         ]
         if args.rollout_num_gpus_per_engine > 1:  # slime: tp_size = rollout_num_gpus_per_engine
             argv += ["--tp-size", str(args.rollout_num_gpus_per_engine)]
+        if self.nnodes > 1:  # slime 624b824 sglang_engine.py:537-539
+            argv += ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank)]
+            argv += ["--dist-init-addr", self.dist_init_addr]
         argv.append("--exit-with-parent")  # stand-in flag: no engine outlives a killed actor
         if args.colocate:
             argv.append("--enable-memory-saver")
@@ -221,7 +234,7 @@ class SGLangEngine(RayActor):
                 "--request-log",
                 os.path.join(args.sglang_request_log_dir, f"engine{self.rank}.jsonl"),
             ]
-        fault = SERVER_FAULTS.get(args.fault) if self.rank == args.fault_engine else None
+        fault = SERVER_FAULTS.get(args.fault) if self.engine_index == args.fault_engine else None
         if fault and fault not in server_faults():
             logger.error(
                 f"the SGLang stand-in has no fault {fault!r}: {args.fault} cannot be armed"
@@ -234,16 +247,26 @@ class SGLangEngine(RayActor):
                 self.fault_arm_file = os.path.join(
                     tempfile.mkdtemp(prefix="demo-fault-"), f"engine{self.rank}.arm"
                 )
+                if self.nnodes > 1:
+                    # demo only: every node of the engine reads the file its node-rank-0 actor
+                    # creates (the job arms an engine through that actor); the demo's nodes
+                    # share one machine, and the run's marker keeps runs apart
+                    run = os.environ.get("SLIME_HANGDOCTOR_DEMO", "run")
+                    self.fault_arm_file = os.path.join(
+                        tempfile.gettempdir(), f"demo-fault-{run}-engine{self.engine_index}.arm"
+                    )
                 argv += ["--fault-arm-file", self.fault_arm_file]
             armed_by = f" (arm file {self.fault_arm_file})" if self.fault_arm_file else ""
-            logger.info(f"demo fault plan for engine {self.rank}: server fault {fault}{armed_by}")
+            logger.info(
+                f"demo fault plan for engine {self.engine_index}: server fault {fault}{armed_by}"
+            )
         return argv
 
     def _init_normal(self, server_args: list[str]) -> None:
         logger.info(f"Launch HttpServerEngineAdapter at: {self.server_host}:{self.server_port}")
         started = time.time()
         self.process = launch_server_process(
-            server_args, self._base_url(), self.args.sglang_api_key
+            server_args, self._base_url(), self.args.sglang_api_key, self.node_rank
         )
         if "--fault-after-s" in server_args:
             # The server counts from its own start, which lies between `started` and now.
