@@ -13,6 +13,8 @@ imports `ray` first, as a worker has; the probe's modules come only from what th
 - `first` / `second`: the probe's first and second `sample` call (a real sample of NPROCS
   slime-titled processes of this machine with their py-spy stacks, as a node of the 64-raylet
   job has), CPU of the probe and of its py-spy children, and wall;
+- `doctor_per_answer`: the doctor's side of one node's answer (the second sample's, read within
+  its bounds and filed into a bundle: `read_answer`, `add_exported`), per answer over 64;
 - `driver`: the driver's side, once per run: `package_sources()` in a fresh interpreter (its
   bytecode cache warm, as the driver's own imports leave it: `machine.cli_env`), CPU, and the
   pickled size of what every node is sent.
@@ -57,6 +59,7 @@ print(json.dumps({"cpu_s": round(cpu, 4), "sent_bytes": len(blob)}))
 """
 
 NODE = r"""
+ANSWERS = 64
 import importlib, json, os, pickle, resource, sys, time
 try:
     import ray  # a Ray worker has it imported before the probe's class arrives
@@ -93,6 +96,20 @@ for sample, key in ((0, "first"), (1, "second")):
     out[key] = since(t)
     out[key]["answer_bytes"] = len(answer)
 out["package_modules"] = sum(1 for m in sys.modules if m.startswith("slime_hangdoctor"))
+# the doctor's side of one node's answer: read within bounds, filed into the run's bundle
+import tempfile
+from pathlib import Path
+remote = importlib.import_module("slime_hangdoctor.collect.remote")
+bundle = importlib.import_module("slime_hangdoctor.bundle")
+with tempfile.TemporaryDirectory() as tmp:
+    writer = bundle.BundleWriter(Path(tmp) / "b", command="bench")
+    t = now()
+    for i in range(ANSWERS):
+        exported, _ = remote.read_answer(answer)
+        node = remote.RemoteNode(f"node{i}", f"10.0.{i // 250}.{i % 250}")
+        remote.add_exported(writer, exported, remote.Asked(node, 1, remote.SAMPLE_SOURCES))
+    done = since(t)
+out["doctor_per_answer"] = {k: round(v / ANSWERS, 5) for k, v in done.items()}
 print(json.dumps(out))
 """
 
@@ -162,6 +179,9 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
             key: _median(runs, phase, key) for key in ("cpu_s", "children_cpu_s", "wall_s")
         }
     out["import_ms"] = _median(runs, "import_ms")
+    out["doctor_per_answer"] = {
+        key: _median(runs, "doctor_per_answer", key) for key in ("cpu_s", "wall_s")
+    }
     out["driver_cpu_s"] = _median(runs, "driver", "cpu_s")
     out["sent_bytes"] = _median(runs, "driver", "sent_bytes")
     out["package_modules"] = _median(runs, "package_modules")
