@@ -20,6 +20,12 @@ imports `ray` first, as a worker has; the probe's modules come only from what th
   pickled size of what every node is sent.
 
     python -m benchmarks.bench_probe_boot [--runs 5] [--base DIR] [--save NAME]
+        [--worker-actors N]   # (a local Ray head: run it under `flock /work/ray.lock`)
+
+With `--worker-actors N`, per tree: a local Ray head, and N times an actor that does nothing and
+the probe (`BootProbe` with what the driver sends), each on a worker of its own: each worker's
+CPU once its actor is ready. The first is what Ray's worker start costs a node, whatever the
+probe; the second adds the probe's boot.
 
 With `--base DIR` (a `git archive` of another commit) each run of this tree is followed by the
 same run of that tree, under the same load. Results: benchmarks/results/NAME.json (default
@@ -113,6 +119,43 @@ out["doctor_per_answer"] = {k: round(v / ANSWERS, 5) for k, v in done.items()}
 print(json.dumps(out))
 """
 
+WORKER = r"""
+import json, os, sys, time
+import psutil, ray
+import ray.cloudpickle as cloudpickle
+from slime_hangdoctor.collect import probe_boot
+from slime_hangdoctor.collect.ray_driver import package_sources
+
+class Plain:  # an actor that does nothing: what Ray's worker costs before the probe's boot
+    def __init__(self, first, sent):
+        pass
+
+def titled(title):
+    return {p.pid: p for p in psutil.process_iter(["cmdline"])
+            if (p.info["cmdline"] or [""])[0].startswith(title)}
+
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+cloudpickle.register_pickle_by_value(probe_boot)  # as the doctor's driver sends it
+sent = ray.put(package_sources())
+kinds = {"Plain": ray.remote(num_cpus=0)(Plain),
+         "BootProbe": ray.remote(num_cpus=0, max_concurrency=4)(probe_boot.BootProbe)}
+out, keep = {name: [] for name in kinds}, []
+for _ in range(int(sys.argv[1])):
+    for name, cls in kinds.items():
+        before = set(titled("ray::" + name))
+        t = time.perf_counter()
+        handle = cls.remote(0, sent)
+        ray.get(handle.__ray_ready__.remote())
+        wall = time.perf_counter() - t
+        time.sleep(0.2)  # (its title is set as the constructor returns)
+        new = [p for pid, p in titled("ray::" + name).items() if pid not in before]
+        cpu = sum(sum(p.cpu_times()[:2]) for p in new)
+        out[name].append({"worker_cpu_s": round(cpu, 3), "wall_s": round(wall, 3)})
+        keep.append(handle)
+print(json.dumps(out))
+ray.shutdown()
+"""
+
 _IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \| (\s*)(\S+)")
 
 
@@ -161,6 +204,14 @@ def one_run(tree: Path, pids: list[int]) -> dict[str, Any]:
     return {"driver": driver, **node}
 
 
+def worker_run(tree: Path, actors: int) -> dict[str, Any]:
+    """A local Ray head; `actors` times, an actor that does nothing and the probe, each on a
+    worker of its own: each worker's CPU once its actor is ready (Ray's worker start, and that
+    plus the probe's boot)."""
+    got, _ = _child([sys.executable, "-c", WORKER, str(actors)], tree)
+    return got
+
+
 def _median(runs: list[dict[str, Any]], *path: str) -> float | None:
     values = []
     for r in runs:
@@ -193,6 +244,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--base", type=Path, default=None, help="another tree to alternate with")
     parser.add_argument("--save", default="probe-boot")
+    parser.add_argument(
+        "--worker-actors",
+        type=int,
+        default=0,
+        help="also start a local Ray head and time N workers per tree (run under flock)",
+    )
     args = parser.parse_args()
     trees = {"this": REPO_ROOT}
     if args.base is not None:
@@ -206,6 +263,19 @@ def main() -> None:
                 print(f"{name} run {i}: {json.dumps(got)}", flush=True)
                 if i:
                     runs[name].append(got)
+    workers: dict[str, Any] = {}
+    if args.worker_actors:
+        for name, tree in trees.items():
+            got = worker_run(tree, args.worker_actors)
+            print(f"{name} workers: {json.dumps(got)}", flush=True)
+            workers[name] = {
+                kind: {
+                    "worker_cpu_median_s": _median(rs, "worker_cpu_s"),
+                    "wall_median_s": _median(rs, "wall_s"),
+                    "runs": rs,
+                }
+                for kind, rs in got.items()
+            }
     result = {
         "machine": describe(),
         "started": started,
@@ -213,10 +283,12 @@ def main() -> None:
         "trees": {name: str(tree) for name, tree in trees.items()},
         "summary": {name: summarise(rs) for name, rs in runs.items()},
         "runs": runs,
+        "workers": workers,
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.save}.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result["summary"], indent=1))
+    print(json.dumps({n: {k: v["worker_cpu_median_s"] for k, v in w.items()} for n, w in workers.items()}))
 
 
 if __name__ == "__main__":
