@@ -104,12 +104,18 @@ class Driver:
         """ray.init and the probe's class; raises what Ray raised."""
         if not self.gcs_address:
             raise RuntimeError("the GCS address of the cluster is unknown (give host:6379)")
+        # the package's sources and code are read while Ray connects (its waits for the GCS and
+        # the raylet leave the interpreter free): off the connect's path
+        read: list[Sent] = []
+        reading = threading.Thread(
+            target=lambda: read.append(package_sources()), name="package-sources", daemon=True
+        )
+        reading.start()
         import ray
 
         from slime_hangdoctor.collect import probe_boot
 
         cloudpickle: Any = importlib.import_module("ray.cloudpickle")  # untyped
-        sources = package_sources()
         ray.init(
             address=self.gcs_address,
             namespace=NAMESPACE,
@@ -118,7 +124,8 @@ class Driver:
             configure_logging=False,
         )
         cloudpickle.register_pickle_by_value(probe_boot)
-        self._sources = ray.put(sources)
+        reading.join()
+        self._sources = ray.put(read[0] if read else package_sources())  # (else: raises here)
         actor: Any = ray.remote  # an actor class (the stubs of ray.remote type functions only)
         self._probe_class = actor(
             num_cpus=0, max_concurrency=4, max_restarts=0, max_task_retries=0
