@@ -12,9 +12,9 @@ Ray requires the cluster to run the driver's Python (major.minor) and Ray versio
 runs the same sources the CLI runs. Each module travels compiled as well (its code object,
 marshalled by the doctor's Python from the bytecode cache the CLI's own imports use): a node whose
 Python has the same bytecode (`importlib.util.MAGIC_NUMBER`) runs it as sent, and compiles
-nothing. Compiling the probe's modules was two thirds of its boot (issue 46: 64 nodes booting
-their probes on 16 cores). A node of another bytecode, or a module sent without its code,
-compiles the source, as before.
+nothing: compiling the probe's modules was about 40 % of its boot's CPU (issue 46, 64 nodes
+booting their probes on 16 cores; docs/performance.md). A node of another bytecode, or a module
+whose code does not load, compiles the source, as before.
 """
 
 from __future__ import annotations
