@@ -6,7 +6,10 @@ finder placed right after the probe's refuses every `slime_hangdoctor` module (t
 package installed, so a module missing from the sources would otherwise be found there). The
 interpreter has already imported the installed package once, as a worker reused from Ray's idle
 pool may have; the probe replaces it. The sample is a real one of this machine's processes, read
-from the probe's answer as the doctor reads it.
+from the probe's answer as the doctor reads it. Each module travels with its code compiled by the
+doctor's Python: the node compiles none of them where its bytecode is the same, every one it
+imports where it is not, and one whose code does not load (`SENT`); either way the code carries
+the sent file name, not a path of the doctor's machine.
 """
 
 from __future__ import annotations
