@@ -36,9 +36,12 @@ the caller is the router, the RolloutManager -> router -> engine chain is named.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, router_entry
@@ -55,6 +58,7 @@ from slime_hangdoctor.verdict import Role, Stage
 SOCKETS = Source("sockets")  # TCP connections of the slime processes (procfs)
 
 _LOOPBACK = ("127.", "::1", "0.0.0.0", "::")
+T = TypeVar("T")
 # The routes a rollout's requests take (SGLang's native one and the OpenAI-compatible ones): their
 # `sglang:http_requests_active` counts requests whose response is not made yet. The doctor's own
 # probes (`/metrics`, `/v1/loads`...) and the control calls (engines.CALL_STAGES) are not requests.
@@ -170,7 +174,11 @@ def _host_key(ip: str, node_ip: str | None) -> str:
     return ip
 
 
+@functools.lru_cache(maxsize=4096)
 def _url_key(url: str, node_ip: str | None) -> tuple[str, int] | None:
+    """(host, port) of a URL or address, its host as `_host_key` keys it; None when it has none.
+    Cached: a job's processes share a few dozen listening addresses and proxy URLs, asked for at
+    every process by every view of the peers (urlsplit dominated peer_map at 64 nodes)."""
     try:
         parts = urlsplit(url if "//" in url else f"//{url}")
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -210,6 +218,24 @@ class PeerMap:
 
 
 def peer_map(world: World, engines: tuple[EngineRead, ...]) -> PeerMap:
+    """Every known peer of the job by (host, port): built once per world and engines (`_memo`),
+    however many views ask for it (issue 46: six builds per analysis, a third of its time at 64
+    nodes). Read only by its callers."""
+    return _memo(world, "network.peer_map", engines, lambda: _build_peer_map(world, engines))
+
+
+def _memo(world: World, key: str, engines: tuple[EngineRead, ...], compute: Callable[[], T]) -> T:
+    """`compute()` once per world and `engines` (the same tuple, or an equal one)."""
+    kept: list[tuple[tuple[EngineRead, ...], object]] = world.memo(key, list)
+    for seen, value in kept:
+        if seen is engines or seen == engines:
+            return value  # type: ignore[return-value]
+    value = compute()
+    kept.append((engines, value))
+    return value
+
+
+def _build_peer_map(world: World, engines: tuple[EngineRead, ...]) -> PeerMap:
     peers = PeerMap()
     for e in engines:
         node = e.node_ip or (e.server.node_ip if e.server else None)
@@ -318,17 +344,26 @@ _Callers = list[tuple[Proc, list[TcpConnection]]]
 
 
 def _connections_held(world: World, engines: tuple[EngineRead, ...]) -> tuple[HeldRequests, ...]:
+    """Engines whose callers hold connections to them (`held_requests`, `idle_pools`): once per
+    world and engines."""
+    return _memo(world, "network.held", engines, lambda: _find_held(world, engines))
+
+
+def _find_held(world: World, engines: tuple[EngineRead, ...]) -> tuple[HeldRequests, ...]:
     peers = peer_map(world, engines)
+    # each process's waiting connections at its last sample, by the engine they go to: looked up
+    # once, not once per engine (64 engines x 1,300 processes at 64 nodes)
+    to_engines = [(p, _by_engine(peers, p.conns[-1][1])) for p in world.procs if p.conns]
     held: list[tuple[EngineRead, _Callers, bool]] = []
     holding: set[str] = set()
     for e in engines:
         own = {p.pid for p in e.procs}
         callers: _Callers = []
         persistent = True
-        for p in world.procs:
-            if p.pid in own or not p.conns:
+        for p, by_engine in to_engines:
+            if p.pid in own:
                 continue
-            last = [c for c in _waiting(p.conns[-1][1]) if peers.lookup(c).engine_url == e.url]
+            last = by_engine.get(e.url)
             if not last:
                 continue
             holding.add(e.url)
@@ -366,6 +401,16 @@ def _connections_held(world: World, engines: tuple[EngineRead, ...]) -> tuple[He
         )
         for e, callers, persistent, evidence, idle in read
     )
+
+
+def _by_engine(peers: PeerMap, conns: tuple[TcpConnection, ...]) -> dict[str, list[TcpConnection]]:
+    """The waiting connections among `conns` that go to an engine, by its URL, in their order."""
+    out: dict[str, list[TcpConnection]] = {}
+    for c in _waiting(conns):
+        url = peers.lookup(c).engine_url
+        if url is not None:
+            out.setdefault(url, []).append(c)
+    return out
 
 
 def _evidence(

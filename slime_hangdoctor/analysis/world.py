@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from slime_hangdoctor.analysis.readers.nvml import GpuRead, gpu_of_pid, read_gpus
-from slime_hangdoctor.analysis.readers.pyspy import ProcessRead, ThreadRead, read_process
+from slime_hangdoctor.analysis.readers.pyspy import ProcessRead, Reads, ThreadRead, read_process
 from slime_hangdoctor.analysis.signatures import Block, split_name
 from slime_hangdoctor.analysis.source import Source
 from slime_hangdoctor.facts import Frame
@@ -403,11 +403,12 @@ def build_world(snapshot: Snapshot, topology: Topology) -> World:
     for pobs in snapshot.facts(PROCESS_TABLE):
         last_sample[pobs.node_ip] = max(last_sample.get(pobs.node_ip, -1), pobs.sample)
     procs: list[Proc] = []
+    stacks_read: Reads = {}  # each distinct stack read once (readers/pyspy.py read_thread)
     for node, pid in keys:
         member = topology.member(pid, node)
         node_ip = node or (member.node_ip if member else None)
         obs = stacks.get((node_ip, pid)) or pid_entry(stacks, pid)
-        reads = [r for r in (read_process(o) for o in obs) if r is not None]
+        reads = [r for r in (read_process(o, stacks_read) for o in obs) if r is not None]
         info_list = infos.get((node_ip, pid)) or pid_entry(infos, pid)
         gone = bool(info_list) and info_list[-1][0] < last_sample.get(node_ip, -1)
         last_info = info_list[-1][1] if info_list else None

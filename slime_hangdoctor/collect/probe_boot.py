@@ -9,7 +9,12 @@ probe answers. A job without one can take a worker the raylet already started an
 the sources live in the probe's process and die with it.
 
 Ray requires the cluster to run the driver's Python (major.minor) and Ray versions, so the node
-compiles the same sources the CLI runs.
+runs the same sources the CLI runs. Each module travels compiled as well (its code object,
+marshalled by the doctor's Python from the bytecode cache the CLI's own imports use): a node whose
+Python has the same bytecode (`importlib.util.MAGIC_NUMBER`) runs it as sent, and compiles
+nothing: compiling the probe's modules was about 40 % of its boot's CPU (issue 46, 64 nodes
+booting their probes on 16 cores; docs/performance.md). A node of another bytecode, or a module
+whose code does not load, compiles the source, as before.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import marshal
 import pickle
 import sys
 import types
@@ -25,12 +31,26 @@ from typing import Any
 
 PACKAGE = "slime_hangdoctor"
 
+# A module as the doctor sends it: its source, whether it is a package, and its code object as
+# `marshal` wrote it on the doctor's Python (None: compile the source)
+Module = tuple[bytes, bool, bytes | None]
+# The package as the doctor sends it: the bytecode its code was marshalled for, and its modules
+Sent = tuple[bytes, dict[str, Module]]
+
+
+def sent_filename(name: str) -> str:
+    """The file name a sent module's code carries (its tracebacks on the node say where it came
+    from, not a path of the doctor's machine)."""
+    return f"<{PACKAGE} sent by the doctor>/{name.replace('.', '/')}.py"
+
 
 class SourceFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Serves `PACKAGE`'s modules from `sources` (dotted module name -> (source, is_package))."""
+    """Serves `PACKAGE`'s modules from `sources` (dotted module name -> Module); their code as
+    sent where `magic` is this Python's bytecode."""
 
-    def __init__(self, sources: dict[str, tuple[bytes, bool]]) -> None:
+    def __init__(self, sources: dict[str, Module], magic: bytes = b"") -> None:
         self.sources = sources
+        self.compiled = magic == importlib.util.MAGIC_NUMBER
 
     def find_spec(
         self,
@@ -50,15 +70,26 @@ class SourceFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None  # the default module
 
     def exec_module(self, module: types.ModuleType) -> None:
-        source, is_package = self.sources[module.__name__]
-        filename = f"<{PACKAGE} sent by the doctor>/{module.__name__.replace('.', '/')}.py"
+        source, is_package, sent_code = self.sources[module.__name__]
         if is_package:
             module.__path__ = []
-        code = compile(source, filename, "exec", dont_inherit=True)
+        code = self._loaded(sent_code)
+        if code is None:
+            code = compile(source, sent_filename(module.__name__), "exec", dont_inherit=True)
         exec(code, module.__dict__)  # noqa: S102 - the doctor's own sources, sent by the doctor
 
+    def _loaded(self, sent_code: bytes | None) -> types.CodeType | None:
+        """The module's code as sent, where this Python reads it; else None (compile it)."""
+        if sent_code is None or not self.compiled:
+            return None
+        try:
+            code = marshal.loads(sent_code)  # noqa: S302 - the doctor's own code, sent by the doctor
+        except (EOFError, ValueError, TypeError):
+            return None
+        return code if isinstance(code, types.CodeType) else None
 
-def install(sources: dict[str, tuple[bytes, bool]]) -> None:
+
+def install(sent: Sent) -> None:
     """Put the doctor's sources first on this process's import path (once: the actor's
     constructor, before any call), and drop any copy of the package another version left
     imported. (No lock: this module travels by value, and a lock does not pickle.)"""
@@ -66,13 +97,14 @@ def install(sources: dict[str, tuple[bytes, bool]]) -> None:
         return
     for name in [m for m in sys.modules if m == PACKAGE or m.startswith(PACKAGE + ".")]:
         del sys.modules[name]
-    sys.meta_path.insert(0, SourceFinder(sources))
+    magic, modules = sent
+    sys.meta_path.insert(0, SourceFinder(modules, magic))
 
 
 class BootProbe:
     """The node's probe as Ray creates it: installs the sources, then is `NodeProbe`."""
 
-    def __init__(self, first_sample: int, sources: dict[str, tuple[bytes, bool]]) -> None:
+    def __init__(self, first_sample: int, sources: Sent) -> None:
         install(sources)
         remote = importlib.import_module(PACKAGE + ".collect.remote")
         self._probe: Any = remote.NodeProbe(first_sample)

@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from slime_hangdoctor.collect.probe_boot import Module, Sent, sent_filename
+
 NAMESPACE = "slime-hangdoctor"
 # One node's answer, at most: a sample's stacks, process table and logs' heads are a few MiB.
 MAX_ANSWER_BYTES = 256 * 1024 * 1024
@@ -44,18 +46,45 @@ GRACE_S = 2.0
 
 
 @functools.cache
-def package_sources() -> dict[str, tuple[bytes, bool]]:
-    """The doctor's own package as the node's import system is served it (probe_boot): module
-    name -> (source, whether it is a package), read from the files the CLI runs."""
+def package_sources() -> Sent:
+    """The doctor's own package as the node's import system is served it (probe_boot.Sent):
+    this Python's bytecode magic, and module name -> (source, whether it is a package, its code
+    marshalled), read from the files the CLI runs."""
+    import importlib.util
+
     import slime_hangdoctor
 
     root = Path(slime_hangdoctor.__file__).parent
-    out: dict[str, tuple[bytes, bool]] = {}
+    out: dict[str, Module] = {}
     for path in sorted(root.rglob("*.py")):
         parts = path.relative_to(root.parent).with_suffix("").parts
         package = parts[-1] == "__init__"
-        out[".".join(parts[:-1] if package else parts)] = (path.read_bytes(), package)
-    return out
+        name = ".".join(parts[:-1] if package else parts)
+        out[name] = (path.read_bytes(), package, module_code(name, path))
+    return importlib.util.MAGIC_NUMBER, out
+
+
+def module_code(name: str, path: Path) -> bytes | None:
+    """A module's code object, marshalled, its file name the node's (`probe_boot.sent_filename`):
+    from the bytecode cache where it is current (what this Python's own import reads and writes),
+    else compiled from the file. None where it cannot be (the node compiles the source)."""
+    import importlib.machinery
+    import marshal
+    import types
+
+    try:
+        code = importlib.machinery.SourceFileLoader(name, str(path)).get_code(name)
+    except (OSError, SyntaxError, ValueError, ImportError):
+        return None
+    if code is None:
+        return None
+    filename = sent_filename(name)
+
+    def refiled(c: types.CodeType) -> types.CodeType:
+        consts = tuple(refiled(k) if isinstance(k, types.CodeType) else k for k in c.co_consts)
+        return c.replace(co_filename=filename, co_consts=consts)
+
+    return marshal.dumps(refiled(code))
 
 
 class Driver:
@@ -75,12 +104,18 @@ class Driver:
         """ray.init and the probe's class; raises what Ray raised."""
         if not self.gcs_address:
             raise RuntimeError("the GCS address of the cluster is unknown (give host:6379)")
+        # the package's sources and code are read while Ray connects (its waits for the GCS and
+        # the raylet leave the interpreter free): off the connect's path
+        read: list[Sent] = []
+        reading = threading.Thread(
+            target=lambda: read.append(package_sources()), name="package-sources", daemon=True
+        )
+        reading.start()
         import ray
 
         from slime_hangdoctor.collect import probe_boot
 
         cloudpickle: Any = importlib.import_module("ray.cloudpickle")  # untyped
-        sources = package_sources()
         ray.init(
             address=self.gcs_address,
             namespace=NAMESPACE,
@@ -89,7 +124,8 @@ class Driver:
             configure_logging=False,
         )
         cloudpickle.register_pickle_by_value(probe_boot)
-        self._sources = ray.put(sources)
+        reading.join()
+        self._sources = ray.put(read[0] if read else package_sources())  # (else: raises here)
         actor: Any = ray.remote  # an actor class (the stubs of ray.remote type functions only)
         self._probe_class = actor(
             num_cpus=0, max_concurrency=4, max_restarts=0, max_task_retries=0

@@ -18,6 +18,7 @@ from slime_hangdoctor.analysis.network import (
     held_requests,
     idle_pools,
     is_router,
+    peer_map,
 )
 from slime_hangdoctor.analysis.parts.rollout.lost_requests import Holder, where_requests_are
 from slime_hangdoctor.analysis.readers.sglang_http import EngineRead, read_engines
@@ -247,3 +248,19 @@ def test_a_rollout_awaiting_a_leaked_slot_holds_only_an_idle_pool(tmp_path: Path
     assert any("idle keep-alive pool" in line for line in where.why), where.why
     v = diagnosed(root).verdict
     assert v.culprits == (), v.summary
+
+
+def test_the_peer_map_and_held_connections_are_kept_per_world_and_engines(tmp_path: Path) -> None:
+    """Built once per world and engines (analysis/network.py `_memo`, issue 46): asked first with
+    no engine known, then with the engines read, each answer is its own; asked again with an
+    equal tuple, the same objects come back."""
+    root = _router_bundle("held_behind_router", tmp_path)
+    world = _world(root)
+    engines = read_engines(world)
+    assert held_requests(world, ()) == () and idle_pools(world, ()) == ()
+    (held,) = held_requests(world, engines)
+    assert held.engine.url in {e.url for e in engines}
+    again = (*engines,)
+    assert again is not engines and held_requests(world, again) == (held,)
+    assert peer_map(world, again) is peer_map(world, engines)
+    assert peer_map(world, ()) is not peer_map(world, engines)

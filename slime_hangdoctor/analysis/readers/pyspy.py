@@ -232,10 +232,28 @@ def own_frames(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
     return frames
 
 
-def read_thread(ts: ThreadStack, pid: int) -> ThreadRead:
-    own = own_frames(ts.frames)
+# What a thread's frames and activity decide (its stage, its block): the same for every thread
+# with the same stack, so one analysis reads each distinct stack once (`Reads`)
+_Decided = tuple[Stage | None, int | None, FrameSig | None, Block, int | None]
+Reads = dict[tuple[tuple[Frame, ...], bool], _Decided]
+
+
+def _decide(frames: tuple[Frame, ...], active: bool) -> _Decided:
+    own = own_frames(frames)
     stage, stage_index, sig = find_stage(own)
-    block, block_index = find_block(own, ts.active)
+    block, block_index = find_block(own, active)
+    return stage, stage_index, sig, block, block_index
+
+
+def read_thread(ts: ThreadStack, pid: int, reads: Reads | None = None) -> ThreadRead:
+    """One thread's read. `reads`: what earlier threads of the same analysis decided, by stack
+    (a 64-node job's 512 train ranks share a few dozen distinct stacks)."""
+    if reads is None:
+        decided = _decide(ts.frames, ts.active)
+    else:
+        key = (ts.frames, ts.active)
+        decided = reads.get(key) or reads.setdefault(key, _decide(ts.frames, ts.active))
+    stage, stage_index, sig, block, block_index = decided
     main = ts.name == "MainThread" or ts.os_thread_id == pid
     return ThreadRead(
         thread_id=ts.thread_id,
@@ -315,9 +333,9 @@ def _busiest(threads: tuple[ThreadRead, ...]) -> ThreadRead:
     return threads[0]
 
 
-def read_process(obs: StackObs) -> ProcessRead | None:
+def read_process(obs: StackObs, reads: Reads | None = None) -> ProcessRead | None:
     stack: ProcessStack = obs.stack
-    threads = tuple(read_thread(ts, obs.pid) for ts in stack.threads if ts.frames)
+    threads = tuple(read_thread(ts, obs.pid, reads) for ts in stack.threads if ts.frames)
     if not threads:
         return None
     return ProcessRead(
