@@ -5,10 +5,12 @@ head, wait for its fault, run the real CLI against it, stop it; it returns what 
 A module registers each scenario by name (`scenario`), and a test names the one it needs with
 ``@pytest.mark.live(name)`` and asks the session's pool for its result (`LivePool.result`).
 
-At the first such test the pool starts every selected test's scenario, in test order, LIVE_SLOTS
-at a time, so that while one test checks its result the next scenarios already run (most of a
-scenario is waiting: for Ray, for a fault to settle, for a watchdog's next tick). tests/conftest.py
-runs the live tests first, one after another, so nothing else competes with the pool for the CPU.
+With the session's first test (in one process; at the first live test on a pytest-xdist worker)
+the pool starts every selected test's scenario, in test order, LIVE_SLOTS at a time, so that while
+one test checks its result the next scenarios already run (most of a scenario is waiting: for Ray,
+for a fault to settle, for a watchdog's next tick). tests/conftest.py runs the unit tests and the
+linters first, beside the pool (they start no Ray head and keep one core busy at most), then the
+live tests, one after another, then the rest with the machine to themselves.
 
 Each slot has a Ray head of its own, started when a scenario of that slot first asks for one and
 shared by every later scenario of that slot: a scenario has its slot, and so its head, to itself
