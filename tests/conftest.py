@@ -120,3 +120,14 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return
     if nextitem is None or nextitem.get_closest_marker(LIVE_MARK) is None:
         pool.close()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The live scenarios that held a pool slot longest: a live test's own duration (pytest's
+    --durations) also counts its wait for the scenarios queued before its own."""
+    pool = terminalreporter.config.stash.get(_POOL, None)
+    if pool is None or not pool.took:
+        return
+    terminalreporter.section("slowest live scenarios (seconds each held a pool slot)")
+    for name, took in pool.slowest(15):
+        terminalreporter.write_line(f"{took:8.2f}s {name}")

@@ -23,6 +23,7 @@ import concurrent.futures as cf
 import functools
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,7 @@ class LivePool:
         self._pool = cf.ThreadPoolExecutor(max_workers=slots, thread_name_prefix="live")
         self._futures: dict[str, cf.Future[Any]] = {}
         self._lock = threading.Lock()
+        self.took: dict[str, float] = {}  # scenario (or shared job) -> seconds it held its slot
 
     def submit(self, names: Iterable[str]) -> None:
         """Start these scenarios (those not started yet), in order; the parts of one shared job
@@ -160,7 +162,7 @@ class LivePool:
                 if split is None:
                     if name not in SCENARIOS:
                         raise KeyError(f"no live scenario {name!r} (tests/live_pool.py)")
-                    self._futures[name] = self._pool.submit(self._run, SCENARIOS[name])
+                    self._futures[name] = self._pool.submit(self._run, SCENARIOS[name], name)
                     continue
                 job = split[0]
                 if job not in JOBS:
@@ -170,16 +172,26 @@ class LivePool:
                 unknown = [p for p in parts if p not in PARTS.get(job, {})]
                 if unknown:
                     raise KeyError(f"shared job {job!r} has no parts {unknown}")
-                future = self._pool.submit(self._run, functools.partial(_run_job, job, parts))
+                run_job = functools.partial(_run_job, job, parts)
+                future = self._pool.submit(self._run, run_job, job)
                 for part in parts:
                     self._futures[f"{job}/{part}"] = future
 
-    def _run(self, fn: ScenarioFn) -> Any:
+    def _run(self, fn: ScenarioFn, name: str) -> Any:
         slot = self._slots.get()
+        started = time.monotonic()
         try:
             return fn(slot)
         finally:
+            with self._lock:
+                self.took[name] = time.monotonic() - started
             self._slots.put(slot)
+
+    def slowest(self, count: int) -> list[tuple[str, float]]:
+        """The `count` scenarios (a shared job: all its parts) that held a slot longest, with the
+        seconds each held it (a live test's own duration also counts its wait for the pool)."""
+        with self._lock:
+            return sorted(self.took.items(), key=lambda kv: -kv[1])[:count]
 
     def result(self, name: str, timeout: float = RESULT_TIMEOUT_S) -> Any:
         """The scenario's result (submitted now if it was not), or the exception it raised."""
