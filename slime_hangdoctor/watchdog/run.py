@@ -304,9 +304,12 @@ def _keep_evidence(
     )
     from slime_hangdoctor.pipeline import attach
 
+    # --keep holds on disk at every moment: room is made before the new bundle is written, and a
+    # bundle a full disk cut short stays (the newest evidence) in place of an older one.
     try:
         # Ours and private (created 0700), reached through no directory another user steers.
         os.close(open_private_dir(check.bundle_dir))
+        _retain(check.bundle_dir, check.keep_bundles - 1)
         attach(address, stall_opts, out=root, command="check-stall")
     except (OSError, HangDoctorError) as exc:
         return (
@@ -315,12 +318,18 @@ def _keep_evidence(
         )
     except Exception as exc:  # noqa: BLE001 - evidence is best-effort; the alert must still go out
         return None, f"stall bundle not written to {check.bundle_dir}: {type(exc).__name__}: {exc}"
-    _retain(check.bundle_dir, check.keep_bundles)
+    finally:
+        _retain(check.bundle_dir, check.keep_bundles)
     return root, None
 
 
 def _retain(bundle_dir: Path, keep: int) -> None:
-    stalls = sorted(p for p in bundle_dir.iterdir() if p.is_dir() and p.name.startswith("stall-"))
+    """Remove the oldest stall bundles beyond `keep` (at least one: the newest is never removed)."""
+    try:
+        entries = list(bundle_dir.iterdir())
+    except OSError:
+        return  # the directory is not there or not readable: nothing to prune
+    stalls = sorted(p for p in entries if p.is_dir() and p.name.startswith("stall-"))
     for old in stalls[: max(0, len(stalls) - max(1, keep))]:
         shutil.rmtree(old, ignore_errors=True)
         tar = old.with_name(old.name + ".tar.gz")
