@@ -42,47 +42,18 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(xdist_plan.Plan(), "hangdoctor-xdist-plan")
 
 
-# What runs beside the live pool, in one process: the unit tests and the linters, which start no
-# Ray head and no demo job, and keep one core busy at most, while the pool's demo jobs leave part
-# of a 2-core box idle (a fault settling, a job's processes starting one after another, a watch's
-# next tick). A test that changes what the whole process shares (its environment, module
-# attributes, captured output or logging, warnings) runs after the pool instead: the pool's threads
-# run in this process.
-BESIDE_PATHS = ("tests/unit/", "tests/test_lint.py")
-PROCESS_WIDE_FIXTURES = frozenset(
-    {"monkeypatch", "capsys", "capsysbinary", "capfd", "capfdbinary", "caplog", "recwarn"}
-)
-
-
-def runs_beside_the_pool(item: pytest.Item) -> bool:
-    """Whether `item` may run while the live pool's demo jobs run (see BESIDE_PATHS)."""
-    where = item.nodeid.split("::", 1)[0]
-    if not where.startswith(BESIDE_PATHS) or where.endswith("/conftest.py"):
-        return False
-    if any(item.get_closest_marker(m) is not None for m in (LIVE_MARK, "ray", "process_wide")):
-        return False
-    return not PROCESS_WIDE_FIXTURES.intersection(getattr(item, "fixturenames", ()))
-
-
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In one process: the unit tests and linters first, while the live pool (started with the
-    first test) runs the demo jobs; then the live tests, one after another, which mostly collect
-    results by then; then the rest, which start processes and servers of their own, with the
-    machine to themselves. On a pytest-xdist worker (tests/xdist_plan.py): the live tests first."""
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Live tests first, in their order, then the rest in theirs: the pool's scenarios then run
+    while the live tests wait for them, not beside the CPU-bound tests."""
     live = [item for item in items if item.get_closest_marker(LIVE_MARK) is not None]
     for item in live:
         if item.get_closest_marker("timeout") is None:
             # a live test may wait for scenarios queued before its own (the long ones first)
             item.add_marker(pytest.mark.timeout(RESULT_TIMEOUT_S + 60))
-    if not live:
-        return
-    rest = [item for item in items if item.get_closest_marker(LIVE_MARK) is None]
-    beside: list[pytest.Item] = []
-    if not hasattr(config, "workerinput"):
-        beside = [item for item in rest if runs_beside_the_pool(item)]
-        rest = [item for item in rest if not runs_beside_the_pool(item)]
-    items[:] = beside + live + rest
+    if live:
+        rest = [item for item in items if item.get_closest_marker(LIVE_MARK) is None]
+        items[:] = live + rest
 
 
 _POOL = pytest.StashKey[LivePool]()
@@ -102,32 +73,9 @@ def live_pool(
         pool.close()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _live_pool_from_the_first_test(request: pytest.FixtureRequest) -> None:
-    """In one process, the live pool starts with the session's first test, so that its demo jobs
-    run while the tests before the live ones (runs_beside_the_pool) run."""
-    if hasattr(request.config, "workerinput"):
-        return
-    if any(item.get_closest_marker(LIVE_MARK) is not None for item in request.session.items):
-        request.getfixturevalue("live_pool")
-
-
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """After the last live test, the pool's Ray heads stop (not at the end of the session: idle
     heads would still take CPU from the tests after them)."""
     pool = item.config.stash.get(_POOL, None)
-    if pool is None or item.get_closest_marker(LIVE_MARK) is None:
-        return
-    if nextitem is None or nextitem.get_closest_marker(LIVE_MARK) is None:
+    if pool is not None and (nextitem is None or nextitem.get_closest_marker(LIVE_MARK) is None):
         pool.close()
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The live scenarios that held a pool slot longest: a live test's own duration (pytest's
-    --durations) also counts its wait for the scenarios queued before its own."""
-    pool = terminalreporter.config.stash.get(_POOL, None)
-    if pool is None or not pool.took:
-        return
-    terminalreporter.section("slowest live scenarios (seconds each held a pool slot)")
-    for name, took in pool.slowest(15):
-        terminalreporter.write_line(f"{took:8.2f}s {name}")

@@ -5,12 +5,10 @@ head, wait for its fault, run the real CLI against it, stop it; it returns what 
 A module registers each scenario by name (`scenario`), and a test names the one it needs with
 ``@pytest.mark.live(name)`` and asks the session's pool for its result (`LivePool.result`).
 
-With the session's first test (in one process; at the first live test on a pytest-xdist worker)
-the pool starts every selected test's scenario, in test order, LIVE_SLOTS at a time, so that while
-one test checks its result the next scenarios already run (most of a scenario is waiting: for Ray,
-for a fault to settle, for a watchdog's next tick). tests/conftest.py runs the unit tests and the
-linters first, beside the pool (they start no Ray head and keep one core busy at most), then the
-live tests, one after another, then the rest with the machine to themselves.
+At the first such test the pool starts every selected test's scenario, in test order, LIVE_SLOTS
+at a time, so that while one test checks its result the next scenarios already run (most of a
+scenario is waiting: for Ray, for a fault to settle, for a watchdog's next tick). tests/conftest.py
+runs the live tests first, one after another, so nothing else competes with the pool for the CPU.
 
 Each slot has a Ray head of its own, started when a scenario of that slot first asks for one and
 shared by every later scenario of that slot: a scenario has its slot, and so its head, to itself
@@ -23,7 +21,6 @@ import concurrent.futures as cf
 import functools
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -148,7 +145,6 @@ class LivePool:
         self._pool = cf.ThreadPoolExecutor(max_workers=slots, thread_name_prefix="live")
         self._futures: dict[str, cf.Future[Any]] = {}
         self._lock = threading.Lock()
-        self.took: dict[str, float] = {}  # scenario (or shared job) -> seconds it held its slot
 
     def submit(self, names: Iterable[str]) -> None:
         """Start these scenarios (those not started yet), in order; the parts of one shared job
@@ -162,7 +158,7 @@ class LivePool:
                 if split is None:
                     if name not in SCENARIOS:
                         raise KeyError(f"no live scenario {name!r} (tests/live_pool.py)")
-                    self._futures[name] = self._pool.submit(self._run, SCENARIOS[name], name)
+                    self._futures[name] = self._pool.submit(self._run, SCENARIOS[name])
                     continue
                 job = split[0]
                 if job not in JOBS:
@@ -172,26 +168,16 @@ class LivePool:
                 unknown = [p for p in parts if p not in PARTS.get(job, {})]
                 if unknown:
                     raise KeyError(f"shared job {job!r} has no parts {unknown}")
-                run_job = functools.partial(_run_job, job, parts)
-                future = self._pool.submit(self._run, run_job, job)
+                future = self._pool.submit(self._run, functools.partial(_run_job, job, parts))
                 for part in parts:
                     self._futures[f"{job}/{part}"] = future
 
-    def _run(self, fn: ScenarioFn, name: str) -> Any:
+    def _run(self, fn: ScenarioFn) -> Any:
         slot = self._slots.get()
-        started = time.monotonic()
         try:
             return fn(slot)
         finally:
-            with self._lock:
-                self.took[name] = time.monotonic() - started
             self._slots.put(slot)
-
-    def slowest(self, count: int) -> list[tuple[str, float]]:
-        """The `count` scenarios (a shared job: all its parts) that held a slot longest, with the
-        seconds each held it (a live test's own duration also counts its wait for the pool)."""
-        with self._lock:
-            return sorted(self.took.items(), key=lambda kv: -kv[1])[:count]
 
     def result(self, name: str, timeout: float = RESULT_TIMEOUT_S) -> Any:
         """The scenario's result (submitted now if it was not), or the exception it raised."""

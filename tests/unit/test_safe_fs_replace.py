@@ -32,7 +32,6 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path: Path) -> 
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
-@pytest.mark.process_wide  # the umask is the process's: not while the live pool's threads run
 def test_the_file_gets_its_mode_whatever_the_umask(tmp_path: Path) -> None:
     old = os.umask(0)
     try:
